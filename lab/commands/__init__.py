@@ -1,0 +1,1 @@
+"""One module per ``lab`` subcommand; see :mod:`lab.cli`."""

@@ -1,0 +1,1 @@
+"""Rendering: Rich terminal output and matplotlib figures. The only place Rich lives."""

@@ -1,0 +1,174 @@
+"""Report directories: atomic writing, environment capture, JSON and CSV helpers.
+
+Every command writes ``<root>/<timestamp>-<kind>-<slug>/``. The files go to a hidden
+staging directory beside it (``.<name>.partial-XXXX``) and the directory is renamed
+into place only after every file is written, so a visible report directory is
+always complete: an interrupted or failed run leaves none (the staging directory
+is removed on any exception, KeyboardInterrupt included).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+_LIBRARIES = ("lab", "torch", "transformers", "numpy", "scipy", "gguf", "rich", "matplotlib")
+
+
+def slugify(text: str, max_len: int = 40) -> str:
+    """A filesystem-safe slug of ``text``: lowercase ASCII words joined by '-'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:max_len].rstrip("-") or "run"
+
+
+def timestamp() -> str:
+    """Local time as ``YYYYmmdd-HHMMSS``, sortable and filesystem-safe."""
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of the libraries that decide the numbers in a report."""
+    out: dict[str, str | None] = {}
+    for name in _LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def environment(model: Any = None) -> dict[str, Any]:
+    """Machine, Python, library versions and (if given) the model's ``lab_source``."""
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "libraries": library_versions(),
+        "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    if model is not None and getattr(model, "lab_source", None):
+        env["model"] = dict(model.lab_source)
+    return env
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert dataclasses, tensors, numpy values and paths to JSON-ready values.
+
+    Non-finite floats become ``None`` (JSON has no NaN); a report never silently
+    carries ``NaN`` into a parser that would accept it.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return to_jsonable(obj.detach().cpu().tolist())
+    if torch is not None and isinstance(obj, (torch.dtype, torch.device)):
+        return str(obj)
+    if np is not None and isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if np is not None and isinstance(obj, np.generic):
+        return to_jsonable(obj.item())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+class ReportDir:
+    """A report directory being written; see :func:`report_dir`."""
+
+    def __init__(self, staging: Path, final: Path):
+        self.path = staging  # write here; becomes `final` on success
+        self.final = final
+
+    def write_text(self, name: str, text: str) -> Path:
+        p = self.path / name
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return self.write_text(name, json.dumps(to_jsonable(data), indent=2, allow_nan=False) + "\n")
+
+    def write_csv(self, name: str, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str] | None = None) -> Path:
+        p = self.path / name
+        fields = list(fieldnames or (rows[0].keys() if rows else []))
+        with p.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: to_jsonable(row.get(k)) for k in fields})
+        return p
+
+    def file(self, name: str) -> Path:
+        """Path for a file another library writes (a matplotlib PNG, say)."""
+        return self.path / name
+
+
+@contextmanager
+def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
+    """Write a report directory atomically.
+
+    Args:
+        root: The reports root (created if missing), ``reports/`` by default in the CLI.
+        kind: The command, e.g. ``"entropy"``; part of the directory name.
+        slug: A short description (usually of the prompt); slugified.
+        name: Use this exact directory name instead of ``<timestamp>-<kind>-<slug>``.
+
+    Yields:
+        A :class:`ReportDir`; write into ``.path``. On normal exit the directory is
+        renamed to ``.final``; on any exception it is deleted and the exception
+        propagates.
+
+    Raises:
+        FileExistsError: the final directory already exists.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    dirname = name or "-".join(p for p in (timestamp(), kind, slugify(slug) if slug else "") if p)
+    final = root / dirname
+    if final.exists():
+        raise FileExistsError(f"report directory {final} already exists")
+    staging = Path(tempfile.mkdtemp(prefix=f".{dirname}.partial-", dir=root))
+    report = ReportDir(staging, final)
+    try:
+        yield report
+        os.replace(staging, final)  # atomic on one filesystem; final must not exist
+        report.path = final
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def rows_from_csv(path: str | Path) -> list[dict[str, str]]:
+    with Path(path).open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))

@@ -1,0 +1,107 @@
+"""Tiny models and tokenizers built in memory, for tests that need no weights.
+
+Nothing here downloads: models are random-weight transformers models built from a
+config with a fixed seed, and tokenizers are word-level ``tokenizers`` objects with
+a hand-written chat template in the style of ChatML (SmolLM2, Qwen2.5) or Gemma.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# A small closed vocabulary: enough words to write prompts in tests.
+WORDS = (
+    "the a of to and in is it you that he was for on are as with his they at be this "
+    "from have or by one had not but what all were when we there can an your which "
+    "their said if do will each about how up out them then she many some so these "
+    "would other into has more her two like him see time could no make than first "
+    "been its who now people my made over did down only way find use may water long "
+    "little very after words called just where most know paris france capital what "
+    "hello world system user assistant helpful model , . ? ! : ; ' \" ( ) [ ] < > | _ "
+    "0 1 2 3 4 5 6 7 8 9 im_start im_end"
+).split()
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful model<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] + '<end_of_turn>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+def _word_tokenizer(specials: list[str], bos: str | None, eos: str, template: str | None, add_bos: bool):
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(["<unk>", *specials, "\n", *WORDS])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.normalizer = normalizers.Lowercase()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[ \t]+"), behavior="removed"),
+        pre_tokenizers.Split("\n", behavior="isolated"),
+        pre_tokenizers.Punctuation(),
+    ])
+    if add_bos and bos is not None:
+        tk.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, vocab[bos])]
+        )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="<unk>", bos_token=bos, eos_token=eos, pad_token=eos,
+        additional_special_tokens=[s for s in specials if s not in (bos, eos)],
+    )
+    tok.chat_template = template
+    return tok
+
+
+def chatml_tokenizer():
+    """ChatML word-level tokenizer; like SmolLM2, BOS is ``<|im_start|>`` and the
+    template injects a default system prompt."""
+    return _word_tokenizer(["<|im_start|>", "<|im_end|>"], "<|im_start|>", "<|im_end|>", CHATML_TEMPLATE, add_bos=False)
+
+
+def gemma_tokenizer():
+    """Gemma-style word-level tokenizer: ``<bos>``, ``<start_of_turn>``/``<end_of_turn>``."""
+    return _word_tokenizer(["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>", GEMMA_TEMPLATE, add_bos=False)
+
+
+def base_tokenizer():
+    """A base-model tokenizer: no chat template, prepends ``<bos>``."""
+    return _word_tokenizer(["<bos>", "<eos>"], "<bos>", "<eos>", None, add_bos=True)
+
+
+def tiny_llama(vocab_size: int = 256, num_layers: int = 2, hidden: int = 64, heads: int = 4,
+               kv_heads: int = 2, seed: int = 0, attn_implementation: str = "sdpa", max_positions: int = 512):
+    """A random-weight Llama causal LM (float32, eval mode) built from a config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    cfg._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    model.lab_source = {"model": "tiny-llama", "source": "random config", "profile": None,
+                        "device": "cpu", "dtype": "float32", "attn_implementation": attn_implementation}
+    return model
+
+
+def tiny_qwen2(vocab_size: int = 256, num_layers: int = 2, hidden: int = 64, seed: int = 0):
+    """A random-weight Qwen2 causal LM (the qwen2.5 profile's architecture), float32."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(cfg).eval()
