@@ -1,0 +1,216 @@
+"""Attention sinks: the math (pure tensors in, tensors out; no model code).
+
+An *attention sink* is a key position that receives far more attention than its
+meaning explains, typically the first token (StreamingLLM: Xiao et al. 2023,
+"Efficient Streaming Language Models with Attention Sinks", arXiv:2309.17453).
+This module scores positions and turns the scores into sink flags and a
+context-health number.
+
+Shapes: ``L`` layers, ``H`` query heads, ``S`` positions (prompt length).
+Attention matrices are probabilities (rows are queries, each row sums to 1, zero
+above the diagonal for causal attention).
+
+* :func:`attention_received` -- the importance score of Gu et al. 2024 ("When
+  Attention Sink Emerges in Language Models: An Empirical View", arXiv:2410.10781,
+  Sec. 3): ``alpha_k = sum_{i>=k} A[i, k] / (S - k)``, the mean attention key ``k``
+  receives from the ``S - k`` queries that can see it. Dividing by ``S - k``
+  (not ``S``) is the causal normalization: without it early positions look heavy
+  only because more queries see them.
+* :func:`robust_z` -- how far ``log alpha_k`` lies from a robust baseline (median,
+  normal-consistent MAD). Logs make the score invariant to a common scale and
+  tame the heavy right tail of attention mass.
+* :func:`sink_rate` -- Gu et al.'s metric: the fraction of (layer, head) pairs
+  whose score at a position exceeds ``epsilon`` (0.3 in the paper).
+* :func:`context_health` -- a 0-10 summary of how many *content* positions are
+  sinks and how strongly (formula in its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.stats import median_abs_deviation
+
+# Smallest value taken before a log: softmax can underflow to exactly 0 in float32
+# for a key no query attends to; 1e-30 keeps log finite and far below any real score.
+LOG_FLOOR = 1e-30
+
+# Floor on the MAD of log scores (natural-log units). When at least half of the
+# baseline values are identical the MAD is 0 and a z-score would be infinite; with
+# this floor a difference of less than ~5 % in received attention never counts as
+# more than one robust standard deviation, and z stays finite.
+MAD_FLOOR = 0.05
+
+# Gu et al. 2024 use epsilon = 0.3 for the sink-rate metric.
+DEFAULT_EPSILON = 0.3
+
+# context_health: a content sink counts 1 plus its z-excess over the threshold in
+# units of SEVERITY_SCALE (a sink 2 robust SDs above the threshold counts double).
+SEVERITY_SCALE = 2.0
+# context_health = 10 * exp(-HEALTH_RATE * penalty): 1 % of content tokens as mild
+# sinks gives ~9.0, 10 % gives ~3.7, so the score separates "a stray sink" from
+# "the context is riddled with them".
+HEALTH_RATE = 10.0
+
+
+def attention_received(attn: torch.Tensor) -> torch.Tensor:
+    """Mean attention each key position receives from the queries that can see it.
+
+    Implements the importance score of Gu et al. 2024 (arXiv:2410.10781, Sec. 3),
+    ``alpha_k = (1 / (S - k)) * sum_{i=k}^{S-1} A[i, k]`` (0-based ``k``).
+
+    Args:
+        attn: Float tensor ``[..., S, S]`` of attention probabilities, rows are
+            queries ``i``, columns keys ``k``; causal (entries above the diagonal
+            are ignored, as no query can see a later key).
+
+    Returns:
+        Float tensor ``[..., S]`` (same dtype as ``attn``, float32 for integer or
+        half input) of mean received attention, in ``[0, 1]`` for a valid attention
+        matrix; leading dimensions are kept.
+
+    Raises:
+        ValueError: ``attn`` is not a floating tensor of shape ``[..., S, S]`` with
+            ``S >= 1``.
+    """
+    if not isinstance(attn, torch.Tensor) or not attn.is_floating_point():
+        raise ValueError(f"attn must be a floating torch.Tensor, got {type(attn).__name__}")
+    if attn.dim() < 2 or attn.shape[-1] != attn.shape[-2] or attn.shape[-1] == 0:
+        raise ValueError(f"attn must have shape [..., S, S] with S >= 1, got {tuple(attn.shape)}")
+    x = attn if attn.dtype in (torch.float32, torch.float64) else attn.float()
+    s = x.shape[-1]
+    lower = torch.tril(x)  # queries i >= k only: [..., S, S]
+    observers = torch.arange(s, 0, -1, dtype=x.dtype, device=x.device)  # S - k: [S]
+    return lower.sum(dim=-2) / observers
+
+
+def robust_z(values: torch.Tensor, exclude=(), mad_floor: float = MAD_FLOOR) -> torch.Tensor:
+    """Robust z-score of ``log(values)`` against a median / MAD baseline.
+
+    ``z_k = (log v_k - median_B(log v)) / max(MAD_B(log v), mad_floor)`` where ``B``
+    is the set of positions not in ``exclude`` and MAD is normal-consistent
+    (``scipy.stats.median_abs_deviation(..., scale="normal")``, so it estimates the
+    standard deviation for normal data). Every position gets a z, excluded ones
+    included; they just do not move the baseline.
+
+    Zero MAD (at least half the baseline identical) is handled by the floor
+    ``mad_floor`` (default :data:`MAD_FLOOR`), so z is always finite. Values are
+    clamped to :data:`LOG_FLOOR` before the log (an exact 0 from softmax underflow).
+    Scaling all values by a positive constant leaves z unchanged.
+
+    Args:
+        values: Non-negative float tensor ``[S]`` (e.g. received attention).
+        exclude: Positions (ints, or a bool tensor ``[S]``) left out of the baseline.
+        mad_floor: Positive floor on the MAD, natural-log units.
+
+    Returns:
+        Float32 tensor ``[S]`` of z-scores (float64 for float64 input).
+
+    Raises:
+        ValueError: ``values`` is not a 1-D non-empty float tensor, has negative or
+            non-finite entries, an excluded position is out of range, every position
+            is excluded, or ``mad_floor <= 0``.
+    """
+    if not isinstance(values, torch.Tensor) or values.dim() != 1 or values.numel() == 0:
+        raise ValueError(f"values must be a non-empty 1-D tensor, got "
+                         f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}")
+    if not values.is_floating_point():
+        raise ValueError(f"values must be floating point, got {values.dtype}")
+    if not torch.isfinite(values).all() or (values < 0).any():
+        raise ValueError("values must be finite and non-negative")
+    if not mad_floor > 0:
+        raise ValueError(f"mad_floor={mad_floor!r} must be positive")
+    s = values.numel()
+    keep = _keep_mask(exclude, s)
+    if not keep.any():
+        raise ValueError(f"exclude={exclude!r} leaves no position for the baseline (S={s})")
+    x = values if values.dtype == torch.float64 else values.float()
+    logs = x.clamp_min(LOG_FLOOR).log()
+    base = logs[keep].detach().cpu().double().numpy()
+    center = float(np.median(base))
+    spread = max(float(median_abs_deviation(base, scale="normal")), mad_floor)
+    return (logs - center) / spread
+
+
+def _keep_mask(exclude, s: int) -> torch.Tensor:
+    """Bool ``[S]``: True where a position stays in the baseline."""
+    if isinstance(exclude, torch.Tensor) and exclude.dtype == torch.bool:
+        if exclude.shape != (s,):
+            raise ValueError(f"exclude mask has shape {tuple(exclude.shape)}, expected ({s},)")
+        return ~exclude.cpu()
+    keep = torch.ones(s, dtype=torch.bool)
+    for p in (exclude.tolist() if isinstance(exclude, torch.Tensor) else exclude):
+        if not isinstance(p, int) or not -s <= p < s:
+            raise ValueError(f"exclude contains position {p!r}, outside [0, {s})")
+        keep[p] = False
+    return keep
+
+
+def sink_rate(received: torch.Tensor, epsilon: float = DEFAULT_EPSILON) -> torch.Tensor:
+    """Fraction of (layer, head) pairs whose received attention at a position exceeds ``epsilon``.
+
+    Gu et al. 2024 (arXiv:2410.10781, Sec. 3.1) call a position a sink in head
+    ``(l, h)`` when its importance score ``alpha`` exceeds ``epsilon`` (0.3 there)
+    and report the rate over all heads; here per position.
+
+    Args:
+        received: Float tensor ``[L, H, S]`` of mean received attention
+            (:func:`attention_received` per layer and head).
+        epsilon: Threshold in ``(0, 1)`` on received attention (a probability).
+
+    Returns:
+        Float32 tensor ``[S]`` in ``[0, 1]``.
+
+    Raises:
+        ValueError: ``received`` is not 3-D floating, or ``epsilon`` outside ``(0, 1)``.
+    """
+    if not isinstance(received, torch.Tensor) or received.dim() != 3 or not received.is_floating_point():
+        raise ValueError(f"received must be a float tensor [L, H, S], got "
+                         f"{tuple(received.shape) if isinstance(received, torch.Tensor) else type(received).__name__}")
+    if not 0 < epsilon < 1:
+        raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
+    return (received > epsilon).float().mean(dim=(0, 1))
+
+
+def context_health(content_z: torch.Tensor, threshold: float, *,
+                   severity_scale: float = SEVERITY_SCALE, rate: float = HEALTH_RATE) -> float:
+    """Context health in ``[0, 10]``: 10 when no content position is a sink.
+
+    With ``N`` content positions, sinks ``K = {k : z_k > threshold}`` and
+    ``penalty = (1/N) * sum_{k in K} (1 + (z_k - threshold) / severity_scale)``,
+    ``health = 10 * exp(-rate * penalty)``. The penalty grows with the density of
+    content sinks (``|K| / N``) and with their severity (z-excess over the
+    threshold), so the health is non-increasing in both; it is 10 exactly when
+    ``K`` is empty (or there is no content). A lab formula, not from a paper.
+
+    Args:
+        content_z: Float tensor ``[N]`` of robust z-scores of content positions only
+            (structural positions excluded by the caller).
+        threshold: The z above which a position is a sink.
+        severity_scale: z units per extra unit of penalty (> 0).
+        rate: Penalty-to-score rate (> 0).
+
+    Returns:
+        A Python float in ``[0, 10]``.
+
+    Raises:
+        ValueError: ``content_z`` is not 1-D floating or has NaN, or the threshold,
+            severity_scale or rate is not finite / positive.
+    """
+    if not isinstance(content_z, torch.Tensor) or content_z.dim() != 1 or not content_z.is_floating_point():
+        raise ValueError("content_z must be a 1-D float tensor")
+    if torch.isnan(content_z).any():
+        raise ValueError("content_z contains NaN")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold={threshold!r} must be finite")
+    if not severity_scale > 0 or not rate > 0:
+        raise ValueError(f"severity_scale={severity_scale!r} and rate={rate!r} must be positive")
+    n = content_z.numel()
+    if n == 0:
+        return 10.0
+    z = content_z.double()
+    excess = (z - threshold)[z > threshold]
+    penalty = float((1.0 + excess / severity_scale).sum()) / n
+    return float(min(10.0, max(0.0, 10.0 * math.exp(-rate * penalty))))
