@@ -35,6 +35,8 @@ def _log_probs(logits: torch.Tensor, dim: int) -> torch.Tensor:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError(f"logits must be a floating-point tensor, got {type(logits).__name__}"
                          f"{'' if not isinstance(logits, torch.Tensor) else ' of dtype ' + str(logits.dtype)}")
+    if logits.dim() == 0 or not -logits.dim() <= dim < logits.dim():
+        raise ValueError(f"dim={dim} is out of range for logits of shape {tuple(logits.shape)}")
     if logits.shape[dim] == 0:
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)})")
     x = logits if logits.dtype == torch.float64 else logits.float()
@@ -89,8 +91,8 @@ def normalized_entropy(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Returns / Raises: as :func:`entropy`.
     """
-    n = logits.shape[dim] if isinstance(logits, torch.Tensor) else 0
-    h = entropy(logits, dim=dim, unit="nats")
+    h = entropy(logits, dim=dim, unit="nats")  # validates logits and dim first
+    n = logits.shape[dim]
     if n <= 1:
         return torch.zeros_like(h)
     return (h / math.log(n)).clamp(0.0, 1.0)
@@ -138,10 +140,10 @@ def top_k_alternatives(logits: torch.Tensor, k: int = 5, dim: int = -1) -> TopK:
     Raises:
         ValueError: ``k < 1``, ``dim`` not last, or invalid logits (see :func:`entropy`).
     """
-    if not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k={k!r} must be a positive integer")
+    probs = _log_probs(logits, -1).exp()  # validates logits first
     if dim not in (-1, logits.dim() - 1):
         raise ValueError(f"dim={dim} must be the last dimension")
-    probs = _log_probs(logits, -1).exp()
     values, ids = probs.topk(min(k, probs.shape[-1]), dim=-1)
     return TopK(token_ids=ids, probs=values)
