@@ -1,0 +1,24 @@
+"""Speculative decoding: a draft proposes gamma tokens, the target verifies them in one pass.
+
+Modules, in dependency order: :mod:`.verify` and :mod:`.theory` (pure math),
+:mod:`.sampling` (the shared sampling filter), :mod:`.drafts` (candidate
+generation), :mod:`.loop` (the decode loop) and :mod:`.bench` (measurements).
+References: Leviathan, Kalman & Matias 2023; Chen et al. 2023.
+"""
+
+from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, PromptLookupDraft, Proposal,
+                                    early_exit_draft, early_exit_model, model_draft)
+from lab.speculative.loop import (RoundRecord, SpeculativeResult, TargetOnlyResult, make_draft,
+                                  speculative_generate, target_generate)
+from lab.speculative.sampling import SamplingConfig, sampling_probs
+from lab.speculative.theory import (accepted_length_pmf, acceptance_probability, breakeven_alpha,
+                                    expected_speedup, expected_tokens_per_round, flops_per_token)
+from lab.speculative.verify import residual_probs, verify, verify_greedy
+
+__all__ = [
+    "AdaptiveDraftLength", "Drafter", "ModelDraft", "PromptLookupDraft", "Proposal", "RoundRecord",
+    "SamplingConfig", "SpeculativeResult", "TargetOnlyResult", "accepted_length_pmf", "acceptance_probability",
+    "breakeven_alpha", "early_exit_draft", "early_exit_model", "expected_speedup", "expected_tokens_per_round",
+    "flops_per_token", "make_draft", "model_draft", "residual_probs", "sampling_probs", "speculative_generate",
+    "target_generate", "verify", "verify_greedy",
+]

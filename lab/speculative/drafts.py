@@ -1,0 +1,366 @@
+"""Candidate generation: who drafts, behind one two-method interface.
+
+A drafter proposes up to gamma tokens after the committed sequence
+(:meth:`Drafter.propose`) and is told how many of them the target kept
+(:meth:`Drafter.commit`), so it can roll its own KV cache back; the verifier never
+knows who drafted. Three kinds:
+
+* :class:`ModelDraft`: a separate causal LM with the same vocabulary (sizes that
+  differ only by padding rows are zero-padded);
+* :func:`early_exit_draft`: the target's first N layers plus its final norm and LM
+  head, sharing the target's weights (self-speculation in the style of LayerSkip,
+  Elhoushi et al. 2024, without its training);
+* :class:`PromptLookupDraft`: n-gram continuation copied from earlier in the
+  sequence (Saxena 2023, "prompt lookup decoding"); no model, q is one-hot, which
+  is a valid draft distribution, so min(1, p/q) and the residual stay lossless.
+
+Adaptive draft length (:class:`AdaptiveDraftLength`) stops drafting when the draft's
+own next-token distribution is too uncertain. The decision uses only the draft's
+distribution, never the target's or the sampled token, so the output distribution
+is unchanged (the stopping rule is a stopping time of the draft's process).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from lab.entropy import entropy, normalized_entropy
+from lab.speculative.sampling import SamplingConfig, sample, sampling_probs
+
+STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget")
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposes for one round.
+
+    Attributes:
+        tokens: int64 ``[k]``, k <= gamma draft token ids.
+        probs: float32 ``[k, V]``: q, the distribution each token was sampled from.
+        entropies: float32 ``[k]``, entropy in bits of the draft model's own
+            (temperature-1, unfiltered) next-token distribution at each drafted token.
+        normalized_entropies: float32 ``[k]``, the same divided by log2 V, in [0, 1].
+        stop_reason: why drafting stopped: one of :data:`STOP_REASONS`.
+        forward_time_s: wall time of the draft's forward passes this round.
+        n_forwards: number of draft forward passes this round.
+    """
+
+    tokens: torch.Tensor
+    probs: torch.Tensor
+    entropies: torch.Tensor
+    normalized_entropies: torch.Tensor
+    stop_reason: str
+    forward_time_s: float = 0.0
+    n_forwards: int = 0
+
+
+def empty_proposal(vocab_size: int, stop_reason: str, device: Any = "cpu") -> Proposal:
+    z = torch.zeros(0, dtype=torch.float32, device=device)
+    return Proposal(torch.zeros(0, dtype=torch.long, device=device),
+                    torch.zeros(0, vocab_size, dtype=torch.float32, device=device), z, z.clone(), stop_reason)
+
+
+@dataclass(frozen=True)
+class AdaptiveDraftLength:
+    """Stop drafting early when the draft is unsure (decided from the draft alone).
+
+    Before drafting token j >= 2 of a round (the first is always drafted), drafting
+    stops if the draft's normalized entropy exceeds ``entropy_threshold`` or its top
+    probability is below ``pmin``. Entropy and top probability are of the draft's
+    temperature-1 distribution, so the rule also works in greedy mode.
+
+    Attributes:
+        entropy_threshold: in (0, 1], on normalized entropy (entropy / log V); None = off.
+        pmin: in (0, 1), floor on the draft's top probability; None = off.
+    """
+
+    entropy_threshold: float | None = None
+    pmin: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.entropy_threshold is None and self.pmin is None:
+            raise ValueError("adaptive needs entropy_threshold or pmin")
+        if self.entropy_threshold is not None and not 0.0 < self.entropy_threshold <= 1.0:
+            raise ValueError(f"entropy_threshold={self.entropy_threshold!r} must be in (0, 1] (normalized entropy)")
+        if self.pmin is not None and not 0.0 < self.pmin < 1.0:
+            raise ValueError(f"pmin={self.pmin!r} must be in (0, 1)")
+
+    @classmethod
+    def parse(cls, spec: str) -> "AdaptiveDraftLength":
+        """Parse ``"entropy:X"`` or ``"pmin:X"``.
+
+        Raises:
+            ValueError: any other form (the message echoes ``spec``).
+        """
+        kind, _, value = str(spec).partition(":")
+        try:
+            x = float(value)
+        except ValueError:
+            raise ValueError(f"adaptive={spec!r} must be 'entropy:X' or 'pmin:X' with a number X") from None
+        if kind == "entropy":
+            return cls(entropy_threshold=x)
+        if kind == "pmin":
+            return cls(pmin=x)
+        raise ValueError(f"adaptive={spec!r} must be 'entropy:X' or 'pmin:X'")
+
+    def describe(self) -> str:
+        return f"entropy:{self.entropy_threshold}" if self.entropy_threshold is not None else f"pmin:{self.pmin}"
+
+    def stop(self, norm_entropy: float, top_prob: float) -> str | None:
+        if self.entropy_threshold is not None and norm_entropy > self.entropy_threshold:
+            return "entropy"
+        if self.pmin is not None and top_prob < self.pmin:
+            return "pmin"
+        return None
+
+
+class Drafter(Protocol):
+    """The candidate-generation interface the decode loop codes against."""
+
+    name: str
+    vocab_size: int
+
+    def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
+                generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
+                eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
+        """Propose up to ``gamma`` tokens after ``prefix_ids`` (int64 ``[L]``, the committed sequence)."""
+        ...
+
+    def commit(self, n_kept: int) -> None:
+        """The target kept the first ``n_kept`` proposed tokens; roll back the rest."""
+        ...
+
+    def reset(self) -> None:
+        """Forget all state (a new sequence starts)."""
+        ...
+
+
+def _sync(device: torch.device) -> None:
+    # Honest timing on an asynchronous device: wait for the queued kernels.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def rollback_cache(cache: Any, keep_len: int) -> None:
+    """Drop cached positions beyond ``keep_len`` (transformers ``Cache.crop`` takes minus the count)."""
+    extra = cache.get_seq_length() - keep_len
+    assert extra >= 0, f"cache holds {cache.get_seq_length()} positions, fewer than keep_len={keep_len}"
+    if extra:
+        cache.crop(-extra)
+
+
+class ModelDraft:
+    """A causal LM as the draft, with its own KV cache.
+
+    Cache invariant: after :meth:`commit` the cache holds only positions of the
+    committed sequence (never a rejected draft token); :meth:`propose` first feeds
+    the committed tokens the cache lacks.
+
+    Args:
+        model: A transformers causal LM (batch size 1).
+        vocab_size: Width V of the probability rows (the larger of target and draft
+            vocabulary sizes when they differ by padding); draft logits are
+            zero-padded (probability 0) up to V.
+        name: For reports.
+    """
+
+    def __init__(self, model: Any, vocab_size: int | None = None, name: str = "draft-model"):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.name = name
+        self.model_vocab = int(model.config.vocab_size)
+        self.vocab_size = int(vocab_size or self.model_vocab)
+        if self.vocab_size < self.model_vocab:
+            raise ValueError(f"vocab_size={vocab_size!r} is smaller than the draft's {self.model_vocab}")
+        self._cache_cls = DynamicCache
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = self._cache_cls(config=self.model.config)
+        self._committed_len = 0
+
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids.unsqueeze(0).to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[0, -1]  # [V_draft]
+        if self.vocab_size > self.model_vocab:
+            logits = torch.nn.functional.pad(logits, (0, self.vocab_size - self.model_vocab), value=float("-inf"))
+        return logits
+
+    def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
+                generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
+                eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
+        """Draft up to ``gamma`` tokens autoregressively; see :class:`Drafter`."""
+        if gamma < 1:
+            return empty_proposal(self.vocab_size, "budget", self.device)
+        self._committed_len = prefix_ids.shape[0]
+        cached = self.cache.get_seq_length()
+        assert cached < self._committed_len, "draft cache must lack at least the last committed token"
+        tokens, rows, ents, norms = [], [], [], []
+        feed = prefix_ids[cached:]
+        stop_reason = "gamma"
+        elapsed = 0.0
+        log2v = math.log2(self.vocab_size)
+        for j in range(gamma):
+            t0 = time.perf_counter()
+            logits = self._forward(feed)  # [V]
+            _sync(self.device)
+            elapsed += time.perf_counter() - t0
+            h_bits = entropy(logits)  # bits, of the draft's own temperature-1 distribution
+            if adaptive is not None and j > 0:
+                top = float(logits.float().softmax(-1).max()) if adaptive.pmin is not None else 1.0
+                reason = adaptive.stop(float(h_bits) / log2v, top)
+                if reason is not None:
+                    stop_reason = reason
+                    break
+            q = sampling_probs(logits, sampling)  # [V]
+            tok = q.argmax() if sampling.greedy else sample(q, generator)
+            tokens.append(tok.reshape(1))
+            rows.append(q)
+            ents.append(h_bits)
+            norms.append(h_bits / log2v)
+            feed = tok.reshape(1)
+            if int(tok) in eos_token_ids:
+                stop_reason = "eos"
+                break
+        n_fw = len(tokens) + (1 if stop_reason in ("entropy", "pmin") else 0)
+        return Proposal(torch.cat(tokens), torch.stack(rows), torch.stack(ents).float(), torch.stack(norms).float(),
+                        stop_reason, elapsed, n_fw)
+
+    def commit(self, n_kept: int) -> None:
+        """Crop the cache to the committed prefix plus the kept draft tokens it holds."""
+        keep = min(self.cache.get_seq_length(), self._committed_len + n_kept)
+        rollback_cache(self.cache, keep)
+
+
+def _check_vocab(target: Any, draft: Any, target_tokenizer: Any = None, draft_tokenizer: Any = None) -> int:
+    """Return the common width V, or raise naming both vocabularies."""
+    vt, vd = int(target.config.vocab_size), int(draft.config.vocab_size)
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+            raise ValueError(
+                f"draft vocabulary ({getattr(draft_tokenizer, 'name_or_path', '?')}, {len(draft_tokenizer)} tokens) "
+                f"differs from the target's ({getattr(target_tokenizer, 'name_or_path', '?')}, {len(target_tokenizer)} "
+                "tokens); speculative decoding needs the same vocabulary"
+            )
+        return max(vt, vd)  # same tokens: any size difference is padding rows
+    if vt != vd:
+        raise ValueError(f"draft vocab_size={vd} differs from target vocab_size={vt}; pass both tokenizers "
+                         "if the difference is only padding")
+    return vt
+
+
+def model_draft(target: Any, draft: Any, *, target_tokenizer: Any = None, draft_tokenizer: Any = None,
+                name: str = "draft-model") -> ModelDraft:
+    """Wrap a separate draft model after checking it fits the target.
+
+    Raises:
+        ValueError: the vocabularies differ (naming both), or the draft has more
+            layers than the target (``draft`` deeper than the target).
+    """
+    lt, ld = int(target.config.num_hidden_layers), int(draft.config.num_hidden_layers)
+    if ld > lt:
+        raise ValueError(f"draft has num_hidden_layers={ld}, deeper than the target's {lt}; a draft must be cheaper")
+    return ModelDraft(draft, _check_vocab(target, draft, target_tokenizer, draft_tokenizer), name)
+
+
+def early_exit_model(target: Any, num_layers: int) -> Any:
+    """A causal LM made of the target's first ``num_layers`` layers, final norm and head.
+
+    Shares the target's parameters (no copy, nothing downloaded): the shell is built
+    on the meta device and its submodules replaced by the target's own. It is a
+    regular transformers model, so it also serves as ``assistant_model`` for
+    transformers' assisted generation.
+
+    Raises:
+        ValueError: ``num_layers`` not in [1, target layers].
+    """
+    total = int(target.config.num_hidden_layers)
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= total:
+        raise ValueError(f"num_layers={num_layers!r} must be in [1, {total}] (the target has {total} layers)")
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = num_layers
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = cfg.layer_types[:num_layers]
+    with torch.device("meta"):
+        shell = type(target)(cfg)
+    for name, module in target.model.named_children():
+        if name == "layers":
+            shell.model.layers = torch.nn.ModuleList(list(target.model.layers[:num_layers]))
+        else:
+            setattr(shell.model, name, module)
+    shell.lm_head = target.lm_head
+    shell.generation_config = copy.deepcopy(target.generation_config)
+    shell.eval()
+    assert not any(p.is_meta for p in shell.parameters()), "early-exit shell kept a meta parameter"
+    shell.lab_source = dict(getattr(target, "lab_source", {}) or {}, draft=f"early-exit:{num_layers}")
+    return shell
+
+
+def early_exit_draft(target: Any, num_layers: int) -> ModelDraft:
+    """The target's first ``num_layers`` layers as a draft (shared weights); see :func:`early_exit_model`."""
+    return ModelDraft(early_exit_model(target, num_layers), int(target.config.vocab_size), f"early-exit:{num_layers}")
+
+
+class PromptLookupDraft:
+    """Draft by copying what followed the latest earlier occurrence of the sequence's last n-gram.
+
+    Searches the whole committed sequence (prompt and generated text) for the most
+    recent earlier match of its last ``max_ngram`` tokens, then shorter n-grams down
+    to ``min_ngram``, and proposes up to gamma tokens that followed the match.
+    q is one-hot on each proposed token (no model, no cache).
+
+    Args:
+        vocab_size: Width V of the q rows (the target's vocabulary size).
+        max_ngram / min_ngram: n-gram sizes tried, longest first.
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"min_ngram={min_ngram!r}, max_ngram={max_ngram!r} need 1 <= min_ngram <= max_ngram")
+        self.vocab_size = int(vocab_size)
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.name = "prompt-lookup"
+
+    def reset(self) -> None:
+        pass
+
+    def commit(self, n_kept: int) -> None:
+        pass  # no state
+
+    def _match(self, seq: list[int], gamma: int) -> list[int]:
+        n_seq = len(seq)
+        for n in range(min(self.max_ngram, n_seq - 1), self.min_ngram - 1, -1):
+            tail = seq[n_seq - n:]
+            for start in range(n_seq - n - 1, -1, -1):  # latest earlier occurrence first
+                if seq[start:start + n] == tail:
+                    return seq[start + n: start + n + gamma]
+        return []
+
+    def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
+                generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
+                eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
+        device = prefix_ids.device
+        if gamma < 1:
+            return empty_proposal(self.vocab_size, "budget", device)
+        cont = self._match(prefix_ids.tolist(), gamma)
+        if not cont:
+            return empty_proposal(self.vocab_size, "no-match", device)
+        reason = "gamma" if len(cont) == gamma else "no-match"
+        for i, t in enumerate(cont):
+            if t in eos_token_ids:
+                cont, reason = cont[: i + 1], "eos"
+                break
+        tokens = torch.tensor(cont, dtype=torch.long, device=device)
+        probs = torch.nn.functional.one_hot(tokens, self.vocab_size).float()  # q: one-hot, [k, V]
+        z = torch.zeros(len(cont), dtype=torch.float32, device=device)
+        return Proposal(tokens, probs, z, z.clone(), reason)

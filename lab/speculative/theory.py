@@ -1,0 +1,160 @@
+"""Closed forms for speculative decoding: expected tokens, speedup, breakeven, FLOPs.
+
+References: Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via
+Speculative Decoding": alpha = E[sum_x min(p(x), q(x))] (Definition 3.1, with
+p = target, q = draft), tokens per round (1 - alpha^(gamma+1)) / (1 - alpha)
+(Equation 1), walltime improvement (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
+(Theorem 3.8), where c is the time of one draft step over one target step. Those
+formulas assume acceptances are i.i.d. with rate alpha, so the number accepted per
+round follows a geometric law truncated at gamma; :func:`accepted_length_pmf` is that law.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from scipy.optimize import brentq
+
+
+def _check_alpha(alpha: float) -> float:
+    if not isinstance(alpha, (int, float)) or math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha!r} must be a number in [0, 1]")
+    return float(alpha)
+
+
+def _check_gamma(gamma: int) -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
+    return gamma
+
+
+def _check_cost(cost_ratio: float) -> float:
+    if not isinstance(cost_ratio, (int, float)) or math.isnan(cost_ratio) or cost_ratio < 0:
+        raise ValueError(f"cost_ratio={cost_ratio!r} must be a number >= 0")
+    return float(cost_ratio)
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """Expected tokens emitted per round, ``(1 - alpha^(gamma+1)) / (1 - alpha)``.
+
+    Leviathan et al. 2023, Equation 1; equals gamma + 1 at alpha = 1. Computed as the
+    finite sum ``sum_{k=0..gamma} alpha^k`` (the same value, stable near alpha = 1).
+
+    Raises:
+        ValueError: alpha outside [0, 1] or gamma < 1.
+    """
+    a, g = _check_alpha(alpha), _check_gamma(gamma)
+    return float(sum(a ** k for k in range(g + 1)))
+
+
+def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
+    """Expected walltime improvement ``E[tokens per round] / (gamma * c + 1)``.
+
+    Leviathan et al. 2023, Theorem 3.8; c = ``cost_ratio`` = draft step time / target
+    step time, and one verify call over gamma + 1 tokens is assumed to cost one target
+    step (true when decoding is memory-bound; on a CPU it often is not, which
+    ``lab bench`` measures separately).
+
+    Raises:
+        ValueError: alpha outside [0, 1], gamma < 1, or cost_ratio < 0.
+    """
+    c = _check_cost(cost_ratio)
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def breakeven_alpha(gamma: int, cost_ratio: float) -> float | None:
+    """The acceptance rate at which the expected speedup is exactly 1.
+
+    Root of ``expected_speedup(alpha, gamma, c) = 1`` in [0, 1] via
+    :func:`scipy.optimize.brentq`. The speedup grows with alpha, from 1 / (gamma c + 1)
+    at alpha = 0 to (gamma + 1) / (gamma c + 1) at alpha = 1.
+
+    Returns:
+        The breakeven alpha; 0.0 when c = 0 (any alpha helps); ``None`` when c >= 1
+        (no alpha in [0, 1) gives a speedup above 1).
+
+    Raises:
+        ValueError: gamma < 1 or cost_ratio < 0.
+    """
+    g, c = _check_gamma(gamma), _check_cost(cost_ratio)
+    if c == 0.0:
+        return 0.0
+    if expected_speedup(1.0, g, c) <= 1.0:
+        return None
+    return float(brentq(lambda a: expected_speedup(a, g, c) - 1.0, 0.0, 1.0, xtol=1e-12))
+
+
+def accepted_length_pmf(alpha: float, gamma: int) -> list[float]:
+    """Truncated geometric law of the number of accepted draft tokens per round.
+
+    ``P(n = k) = alpha^k (1 - alpha)`` for k < gamma and ``P(n = gamma) = alpha^gamma``,
+    for i.i.d. acceptances at rate alpha (the assumption behind Leviathan et al. Eq. 1).
+
+    Returns:
+        ``gamma + 1`` probabilities summing to 1, index k = k tokens accepted.
+
+    Raises:
+        ValueError: alpha outside [0, 1] or gamma < 1.
+    """
+    a, g = _check_alpha(alpha), _check_gamma(gamma)
+    return [a ** k * (1.0 - a) for k in range(g)] + [a ** g]
+
+
+def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """Per-position acceptance probability ``beta = sum_x min(p(x), q(x))``.
+
+    Leviathan et al. 2023, Definition 3.1 / Corollary 3.6 (beta = 1 - total variation
+    distance). Args: float ``[..., V]`` probabilities p (target) and q (draft). Returns
+    float ``[...]``.
+    """
+    if target_probs.shape != draft_probs.shape:
+        raise ValueError(f"target_probs shape {tuple(target_probs.shape)} != draft_probs shape {tuple(draft_probs.shape)}")
+    return torch.minimum(target_probs, draft_probs).sum(dim=-1)
+
+
+def flops_per_token(config: Any, context_length: int = 0, num_layers: int | None = None) -> float:
+    """Forward FLOPs for one token of a decoder-only transformer (a Llama-style config).
+
+    Counts ``2 x`` the multiply-accumulates of every weight matmul (q, k, v and output
+    projections, a gated MLP with three matrices, the LM head) plus the attention
+    scores and weighted sum over ``context_length`` cached positions
+    (``4 * layers * heads * head_dim * context``), as in Kaplan et al. 2020, Table 1.
+    Omits norms, rotary embeddings, softmax, activations, residual adds and biases
+    (each O(hidden) per layer, well under 1 % here) and the embedding lookup (no FLOPs).
+
+    Args:
+        config: A transformers config with ``hidden_size``, ``num_hidden_layers``,
+            ``num_attention_heads``, ``intermediate_size``, ``vocab_size`` and
+            optionally ``num_key_value_heads`` and ``head_dim``.
+        context_length: Cached positions attended to (>= 0).
+        num_layers: Count only this many layers (an early-exit draft).
+
+    Returns:
+        FLOPs as a float.
+
+    Raises:
+        ValueError: a missing config field, context_length < 0, or num_layers outside
+            [1, num_hidden_layers].
+    """
+    try:
+        h = int(config.hidden_size)
+        total_layers = int(config.num_hidden_layers)
+        n_heads = int(config.num_attention_heads)
+        inter = int(config.intermediate_size)
+        vocab = int(config.vocab_size)
+    except AttributeError as exc:
+        raise ValueError(f"config lacks a field flops_per_token needs: {exc}") from exc
+    n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
+    head_dim = int(getattr(config, "head_dim", None) or h // n_heads)
+    if context_length < 0:
+        raise ValueError(f"context_length={context_length!r} must be >= 0")
+    layers = total_layers if num_layers is None else num_layers
+    if not 1 <= layers <= total_layers:
+        raise ValueError(f"num_layers={num_layers!r} must be in [1, {total_layers}]")
+    attn_params = h * n_heads * head_dim * 2 + h * n_kv * head_dim * 2  # q, o and k, v
+    mlp_params = 3 * h * inter  # gate, up, down
+    matmul = layers * (attn_params + mlp_params) + h * vocab
+    attention = 4 * layers * n_heads * head_dim * context_length
+    return float(2 * matmul + attention)
