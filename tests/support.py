@@ -105,3 +105,22 @@ def tiny_qwen2(vocab_size: int = 256, num_layers: int = 2, hidden: int = 64, see
                       max_position_embeddings=512, tie_word_embeddings=True)
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(cfg).eval()
+
+
+def tiny_llama_untied(vocab_size: int = 64, num_layers: int = 4, hidden: int = 64, seed: int = 0,
+                      init_std: float = 0.2):
+    """A random Llama whose greedy output varies (untied head, larger init).
+
+    ``tiny_llama``'s tied embeddings and 0.02 init make it repeat its input token, so
+    a draft agrees with it always; speculative-decoding tests need rejections.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        tie_word_embeddings=False, initializer_range=init_std,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
