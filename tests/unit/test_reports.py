@@ -1,0 +1,129 @@
+"""lab.reports: atomic report directories, JSON without NaN, CSV, slugs, environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from lab.reports import (
+    environment,
+    read_json,
+    report_dir,
+    rows_from_csv,
+    slugify,
+    timestamp,
+    to_jsonable,
+)
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def test_report_dir_success_renames_into_place_with_files(tmp_path):
+    with report_dir(tmp_path, "entropy", "What is 2+2?") as rd:
+        rd.write_json("report.json", {"a": 1})
+        rd.write_text("summary.md", "# hi\n")
+        rd.file("x.bin").write_bytes(b"\x00")
+        staging = rd.path
+    assert not staging.exists()
+    assert rd.path == rd.final and rd.final.parent == tmp_path
+    assert re.fullmatch(r"\d{8}-\d{6}-entropy-what-is-2-2", rd.final.name)
+    assert sorted(p.name for p in rd.final.iterdir()) == ["report.json", "summary.md", "x.bin"]
+    assert read_json(rd.final / "report.json") == {"a": 1}
+
+
+@pytest.mark.parametrize("exc", [_Boom("failed mid-run"), KeyboardInterrupt()])
+def test_report_dir_exception_removes_everything(tmp_path, exc):
+    """Regression (fault class: half-written report): an exception (interrupt included)
+    after some files were written leaves the reports root empty and propagates."""
+    with pytest.raises(type(exc)):
+        with report_dir(tmp_path, "entropy", "x") as rd:
+            rd.write_json("report.json", {"partial": True})
+            raise exc
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_dir_existing_final_raises_and_leaves_no_staging(tmp_path):
+    (tmp_path / "fixed").mkdir()
+    with pytest.raises(FileExistsError):
+        with report_dir(tmp_path, "entropy", name="fixed"):
+            pass
+    assert [p.name for p in tmp_path.iterdir()] == ["fixed"]
+
+
+def test_report_dir_creates_missing_root(tmp_path):
+    root = tmp_path / "a" / "b"
+    with report_dir(root, "k") as rd:
+        rd.write_text("f.txt", "x")
+    assert (rd.final / "f.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, np.float32("nan"), torch.tensor(float("nan"))])
+def test_to_jsonable_non_finite_becomes_null(value):
+    assert to_jsonable({"x": value}) == {"x": None}
+
+
+def test_write_json_nan_is_null_and_file_parses_strictly(tmp_path):
+    """NaN never reaches the file: it is written as null, and a strict parser accepts it."""
+    with report_dir(tmp_path, "k") as rd:
+        rd.write_json("r.json", {"h": [1.0, math.nan], "t": torch.tensor([0.5, float("inf")])})
+    text = (rd.final / "r.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def reject(token):
+        raise AssertionError(f"non-standard JSON constant {token}")
+
+    assert json.loads(text, parse_constant=reject) == {"h": [1.0, None], "t": [0.5, None]}
+
+
+def test_to_jsonable_converts_dataclasses_tensors_numpy_dtypes():
+    @dataclasses.dataclass
+    class D:
+        a: torch.Tensor
+        b: np.ndarray
+        c: torch.dtype
+
+    out = to_jsonable(D(torch.tensor([1, 2]), np.array([0.5]), torch.float16))
+    assert out == {"a": [1, 2], "b": [0.5], "c": "torch.float16"}
+    json.dumps(out)
+
+
+def test_write_csv_round_trips_rows_with_nan_as_empty(tmp_path):
+    rows = [{"step": 0, "h": 1.5, "tok": "a,b"}, {"step": 1, "h": math.nan, "tok": '"q"'}]
+    with report_dir(tmp_path, "k") as rd:
+        rd.write_csv("t.csv", rows)
+    back = rows_from_csv(rd.final / "t.csv")
+    assert back == [{"step": "0", "h": "1.5", "tok": "a,b"}, {"step": "1", "h": "", "tok": '"q"'}]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("What is the capital of France?", "what-is-the-capital-of-france"),
+    ("[bold]x[/bold]", "bold-x-bold"),
+    ("???", "run"),
+    ("é", "run"),
+])
+def test_slugify_is_filesystem_safe(text, expected):
+    assert slugify(text) == expected
+
+
+def test_slugify_long_text_truncated_without_trailing_dash():
+    slug = slugify("word " * 40, max_len=12)
+    assert len(slug) <= 12 and not slug.endswith("-")
+
+
+def test_timestamp_sortable_format():
+    assert re.fullmatch(r"\d{8}-\d{6}", timestamp())
+
+
+def test_environment_includes_versions_and_model_source(tiny_model):
+    env = environment(tiny_model)
+    assert env["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert env["model"]["model"] == "tiny-llama"
+    json.dumps(to_jsonable(env))
