@@ -1,0 +1,93 @@
+"""``lab entropy PROMPT``: decode with the entropy tracker, show it, write a report.
+
+Every argument is validated before the model loads (a bad one exits 2 and writes
+nothing). The report directory ``<out>/<timestamp>-entropy-<slug>/`` holds
+``report.json``, ``tokens.csv``, ``summary.md`` and ``entropy.png`` and appears
+only when all four are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from lab.commands.common import add_model_args, add_out_arg, add_prompt_args
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "entropy", help="decode a prompt and track the entropy of every next-token distribution",
+        description="Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top "
+                    "alternatives; print a coloured view and write a report directory.",
+    )
+    add_prompt_args(p)
+    add_model_args(p)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="stop after this many new tokens (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, recorded in the report)")
+    p.add_argument("--top-alternatives", type=int, default=5,
+                   help="alternatives recorded per step from the model's own distribution (default: 5)")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.models import build_messages, encode_chat, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
+    from lab.reports import environment, report_dir
+    from lab.tracker import DecodeSettings, track_generate
+
+    # 1. Validate everything before loading anything.
+    settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
+    messages = build_messages(args.prompt, args.system)
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    resolve_source(args.model)  # unknown names fail here; a GGUF profile is prepared once
+
+    # 2. Load and decode (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    input_ids = encode_chat(tokenizer, messages)
+    with err.status(f"decoding up to {settings.max_new_tokens} tokens"):
+        result = track_generate(model, tokenizer, input_ids, max_new_tokens=settings.max_new_tokens,
+                                temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
+                                seed=settings.seed, top_alternatives=settings.top_alternatives)
+
+    # 3. Show the result on stdout.
+    info = dict(model.lab_source)
+    render_result(result, stdout_console(), prompt=args.prompt, model_name=f"{info['model']} ({info['device']}, "
+                                                                           f"{info['dtype']})")
+
+    # 4. Write the report atomically.
+    with report_dir(args.out, "entropy", args.prompt) as rd:
+        rd.write_json("report.json", {
+            "kind": "entropy",
+            "prompt": args.prompt,
+            "system": args.system,
+            "messages": messages,
+            "prompt_ids": result.prompt_ids[0].tolist(),
+            "settings": settings,
+            "seed": result.seed,
+            "model": info,
+            "device": info["device"],
+            "dtype": info["dtype"],
+            "vocab_size": result.vocab_size,
+            "environment": environment(model),
+            "summary": result.summary(),
+            "text": result.text,
+            "new_token_ids": result.new_token_ids,
+            "stop_reason": result.stop_reason,
+            "steps": step_dicts(result.steps),
+        })
+        rd.write_csv("tokens.csv", step_rows(result))
+        plot_entropy(result, rd.file("entropy.png"))
+        rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info))
+    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0
