@@ -166,9 +166,10 @@ class ModelDraft:
 
     Args:
         model: A transformers causal LM (batch size 1).
-        vocab_size: Width V of the probability rows (the larger of target and draft
-            vocabulary sizes when they differ by padding); draft logits are
-            zero-padded (probability 0) up to V.
+        vocab_size: Width V of the probability rows: the target's vocabulary size.
+            When the two sizes differ only by padding rows, the draft's logits are
+            cut to V or padded with -inf (probability 0) up to V, so no padding id
+            is ever proposed.
         name: For reports.
     """
 
@@ -179,8 +180,6 @@ class ModelDraft:
         self.name = name
         self.model_vocab = int(model.config.vocab_size)
         self.vocab_size = int(vocab_size or self.model_vocab)
-        if self.vocab_size < self.model_vocab:
-            raise ValueError(f"vocab_size={vocab_size!r} is smaller than the draft's {self.model_vocab}")
         self._cache_cls = DynamicCache
         self.device = next(model.parameters()).device
         self.reset()
@@ -192,9 +191,11 @@ class ModelDraft:
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids.unsqueeze(0).to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[0, -1]  # [V_draft]
-        if self.vocab_size > self.model_vocab:
+        if self.model_vocab > self.vocab_size:  # padding rows: no such token exists, q = 0 there
+            logits = logits[: self.vocab_size]
+        elif self.model_vocab < self.vocab_size:  # the target's padding rows: q = 0 there too
             logits = torch.nn.functional.pad(logits, (0, self.vocab_size - self.model_vocab), value=float("-inf"))
-        return logits
+        return logits  # [V]
 
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
@@ -252,7 +253,7 @@ def _check_vocab(target: Any, draft: Any, target_tokenizer: Any = None, draft_to
                 f"differs from the target's ({getattr(target_tokenizer, 'name_or_path', '?')}, {len(target_tokenizer)} "
                 "tokens); speculative decoding needs the same vocabulary"
             )
-        return max(vt, vd)  # same tokens: any size difference is padding rows
+        return vt  # same tokens: any size difference is padding rows
     if vt != vd:
         raise ValueError(f"draft vocab_size={vd} differs from target vocab_size={vt}; pass both tokenizers "
                          "if the difference is only padding")

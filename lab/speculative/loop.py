@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, PromptLookupDraft, _sync,
+from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, PromptLookupDraft, Proposal, _sync,
                                     early_exit_draft, empty_proposal, model_draft, rollback_cache)
 from lab.speculative.sampling import SamplingConfig, apply_processors, sample, sampling_probs
 from lab.speculative.theory import accepted_length_pmf
@@ -329,8 +329,8 @@ def speculative_generate(
     eos = _eos_set(eos_token_ids)
     vt = int(target.config.vocab_size)
     width = int(draft.vocab_size)
-    if width < vt:
-        raise ValueError(f"draft vocab width {width} is smaller than the target's vocab_size={vt}")
+    if width != vt:
+        raise ValueError(f"draft vocab width {width} differs from the target's vocab_size={vt}")
     dev = _device(target)
     prompt_len = input_ids.shape[1]
     # Committed sequence buffer, reused across rounds: prompt + up to max_new_tokens.
@@ -361,13 +361,17 @@ def speculative_generate(
             else:
                 prop = empty_proposal(width, "budget", dev)
             k = int(prop.tokens.shape[0])
+            if eos and k:  # nothing after an EOS is ever tested, whoever drafted it
+                cut = next((i for i, t in enumerate(prop.tokens.tolist()) if t in eos), k - 1)
+                if cut < k - 1:
+                    prop = Proposal(prop.tokens[: cut + 1], prop.probs[: cut + 1], prop.entropies[: cut + 1],
+                                    prop.normalized_entropies[: cut + 1], "eos", prop.forward_time_s, prop.n_forwards)
+                    k = cut + 1
             if k and prop.probs.shape[-1] != width:
                 raise ValueError(f"draft proposed rows of width {prop.probs.shape[-1]}, expected {width}")
             # 2. verify: one target forward over the last committed token and the k drafts
             logits, dt = _timed_forward(target, torch.cat([seq[n - 1 : n], prop.tokens.to(dev)]), cache)
             logits = apply_processors(logits_processor, seq[:n], prop.tokens, logits)  # [k + 1, Vt]
-            if width > vt:  # padding rows of a larger draft vocabulary have p = 0
-                logits = torch.nn.functional.pad(logits, (0, width - vt), value=float("-inf"))
             # 3. accept / resample
             if sampling.greedy:
                 n_acc, nxt = verify_greedy(prop.tokens, logits)

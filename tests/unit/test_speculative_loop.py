@@ -1,0 +1,270 @@
+"""Unit tests for drafters and the decode loop on tiny random models (no weights)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lab.speculative import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft, early_exit_model,
+                             make_draft, model_draft, speculative_generate, target_generate)
+from lab.speculative.drafts import empty_proposal
+from tests.support import tiny_llama, tiny_llama_untied
+
+# Cached vs full-recompute logits of a float32 model differ only by the order of
+# float32 sums (different matmul shapes); 1e-4 absolute on logits of magnitude ~10.
+CACHE_PARITY_ATOL = 1e-4
+GAMMAS = (1, 2, 3, 5)
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; two threads on a busy 2-core machine are ~20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target(one_thread):
+    return tiny_llama_untied(num_layers=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(target, prompt):
+    return target_generate(target, prompt, max_new_tokens=MAX_NEW).tokens
+
+
+class ScriptedDraft:
+    """Test double: proposes a fixed continuation (one-hot q), optionally with planted errors."""
+
+    name = "scripted"
+
+    def __init__(self, continuation: list[int], vocab_size: int, wrong_at: int | None = None, extra: int = 0):
+        self.cont, self.vocab_size, self.wrong_at, self.extra = continuation, vocab_size, wrong_at, extra
+        self.start = None
+
+    def reset(self):
+        self.start = None
+
+    def commit(self, n_kept):
+        pass
+
+    def propose(self, prefix_ids, gamma, *, sampling, generator=None, adaptive=None, eos_token_ids=frozenset()):
+        if self.start is None:
+            self.start = prefix_ids.shape[0]
+        pos = prefix_ids.shape[0] - self.start
+        toks = (self.cont[pos: pos + gamma + self.extra] + [0] * (gamma + self.extra))[: gamma + self.extra]
+        if self.wrong_at is not None and self.wrong_at < len(toks):
+            toks[self.wrong_at] = (toks[self.wrong_at] + 1) % self.vocab_size
+        t = torch.tensor(toks)
+        z = torch.zeros(len(toks))
+        return Proposal(t, torch.nn.functional.one_hot(t, self.vocab_size).float(), z, z.clone(), "gamma")
+
+
+# --------------------------------------------------------------------------- deterministic paths
+
+
+def test_speculative_scripted_exact_draft_accepts_all_with_bonus(target, prompt, greedy_reference):
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt, gamma=3, max_new_tokens=MAX_NEW)
+    assert res.tokens == greedy_reference
+    assert all(r.next_kind == "bonus" and r.n_accepted == len(r.proposed) for r in res.rounds)
+    assert res.alpha == 1.0 and res.accepted_length_histogram[3] == sum(res.accepted_length_histogram)
+
+
+def test_speculative_scripted_wrong_token_rejects_and_corrects(target, prompt, greedy_reference):
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, wrong_at=1), prompt, gamma=3,
+                               max_new_tokens=MAX_NEW)
+    assert res.tokens == greedy_reference
+    full = [r for r in res.rounds if len(r.proposed) == 3]
+    assert full and all(r.n_accepted == 1 and r.next_kind == "correction" for r in full)
+    assert all(r.tested_mask == [True, True, False] for r in full)
+    assert res.n_drafted_tested == sum(min(len(r.proposed), r.n_accepted + 1) for r in res.rounds)
+
+
+def test_speculative_eos_accepted_mid_round_ends_without_bonus_or_tail(target, prompt, greedy_reference):
+    eos = greedy_reference[4]
+    stop = greedy_reference.index(eos)
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt, gamma=6,
+                               max_new_tokens=MAX_NEW, eos_token_ids=[eos])
+    assert res.tokens == greedy_reference[: stop + 1] and res.stopped_by == "eos"
+    last = res.rounds[-1]
+    assert last.next_kind == "none" and last.proposed[-1] == eos
+    assert res.n_drafted == res.n_drafted_tested == res.n_accepted == stop + 1
+
+
+def test_speculative_budget_smaller_than_gamma_plus_one_never_exceeds(target, prompt, greedy_reference):
+    for budget in (1, 2, 3):
+        res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt, gamma=5, max_new_tokens=budget)
+        assert res.tokens == greedy_reference[:budget]
+        assert all(len(r.proposed) <= budget - 1 for r in res.rounds)
+
+
+def test_speculative_scripted_draft_past_eos_is_truncated(target, prompt, greedy_reference):
+    """Fault class: tokens drafted after an EOS being tested, counted or emitted."""
+    eos = greedy_reference[1]
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt, gamma=5,
+                               max_new_tokens=MAX_NEW, eos_token_ids={eos})
+    assert res.tokens == greedy_reference[: greedy_reference.index(eos) + 1]
+    assert res.rounds[0].stop_reason == "eos"
+
+
+# --------------------------------------------------------------------------- greedy equivalence
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("spec", ["early-exit:2", "early-exit:1", "prompt-lookup", "model"])
+def test_speculative_greedy_equals_target_greedy_for_every_draft_kind(target, prompt, greedy_reference, spec, gamma):
+    draft = (model_draft(target, tiny_llama_untied(num_layers=1, seed=7)) if spec == "model"
+             else make_draft(target, spec))
+    res = speculative_generate(target, draft, prompt, gamma=gamma, max_new_tokens=MAX_NEW)
+    assert res.tokens == greedy_reference, f"draft={spec} gamma={gamma}"
+    assert sum(res.all_rounds_histogram) == len(res.rounds)
+
+
+def test_speculative_greedy_with_repetition_penalty_equals_target(target, prompt):
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.8)])
+    ref = target_generate(target, prompt, max_new_tokens=MAX_NEW, logits_processor=procs).tokens
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=4, max_new_tokens=MAX_NEW,
+                               logits_processor=procs)
+    assert res.tokens == ref
+
+
+def test_speculative_adaptive_greedy_equals_target_and_stops_early(target, prompt, greedy_reference):
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=5, max_new_tokens=MAX_NEW,
+                               adaptive="pmin:0.9")
+    assert res.tokens == greedy_reference
+    assert any(r.stop_reason == "pmin" for r in res.rounds)
+
+
+# --------------------------------------------------------------------------- KV cache rollback
+
+
+def _check_cache_against_recompute(model, committed, cache):
+    probe = copy.deepcopy(cache)
+    assert probe.get_seq_length() == committed.shape[0] - 1, "cache must hold the committed prefix minus its last token"
+    with torch.inference_mode():
+        cached = model(input_ids=committed[-1:].unsqueeze(0), cache=probe, use_cache=True).logits[0, -1]
+        full = model(input_ids=committed.unsqueeze(0)).logits[0, -1]
+    torch.testing.assert_close(cached, full, atol=CACHE_PARITY_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_speculative_target_cache_after_rejections_equals_full_recompute(target, prompt, temperature):
+    """Fault class: a rejected draft token left in the target's KV cache (an earlier public version did this)."""
+    draft = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
+    seen = []
+
+    def on_round(record, committed, cache):
+        _check_cache_against_recompute(target, committed.clone(), cache)
+        seen.append(record.n_accepted < len(record.proposed))
+
+    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW, temperature=temperature,
+                         generator=torch.Generator().manual_seed(3), on_round=on_round)
+    assert sum(seen) >= 2, "the test needs rounds with rejections"
+
+
+def test_model_draft_cache_after_commit_holds_only_committed_tokens(target, prompt):
+    draft = early_exit_draft(target, 2)
+    prop = draft.propose(prompt[0], 4, sampling=__import__("lab.speculative", fromlist=["SamplingConfig"]).SamplingConfig())
+    assert draft.cache.get_seq_length() == prompt.shape[1] + 3  # last draft token not fed
+    draft.commit(1)
+    assert draft.cache.get_seq_length() == prompt.shape[1] + 1
+    assert prop.tokens.shape == (4,) and prop.probs.shape == (4, 64)
+
+
+# --------------------------------------------------------------------------- drafts
+
+
+def test_early_exit_model_shares_target_weights(target):
+    shell = early_exit_model(target, 2)
+    assert shell.model.layers[0].self_attn.q_proj.weight.data_ptr() == target.model.layers[0].self_attn.q_proj.weight.data_ptr()
+    assert shell.lm_head.weight.data_ptr() == target.lm_head.weight.data_ptr()
+    assert len(shell.model.layers) == 2 and shell.config.num_hidden_layers == 2
+    assert target.config.num_hidden_layers == 4
+
+
+def test_prompt_lookup_proposes_continuation_of_latest_match():
+    d = PromptLookupDraft(vocab_size=20)
+    from lab.speculative import SamplingConfig
+    prop = d.propose(torch.tensor([5, 6, 7, 8, 9, 1, 5, 6, 7, 3, 4, 5, 6]), 3, sampling=SamplingConfig())
+    assert prop.tokens.tolist() == [7, 3, 4]  # latest earlier "5 6" is followed by 7 3 4
+    assert torch.equal(prop.probs, torch.nn.functional.one_hot(prop.tokens, 20).float())
+    none = d.propose(torch.tensor([1, 2, 3]), 3, sampling=SamplingConfig())
+    assert none.tokens.numel() == 0 and none.stop_reason == "no-match"
+
+
+def test_adaptive_parse_and_bad_specs():
+    assert AdaptiveDraftLength.parse("entropy:0.4").entropy_threshold == 0.4
+    assert AdaptiveDraftLength.parse("pmin:0.3").pmin == 0.3
+    for bad in ("entropy", "pmin:x", "foo:0.3", "pmin:1.5", "entropy:0"):
+        with pytest.raises(ValueError):
+            AdaptiveDraftLength.parse(bad)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_speculative_gamma_below_one_raises(target, prompt):
+    with pytest.raises(ValueError, match="gamma"):
+        speculative_generate(target, make_draft(target, "early-exit:1"), prompt, gamma=0, max_new_tokens=4)
+
+
+def test_speculative_batch_of_two_raises(target):
+    with pytest.raises(ValueError, match="batch size 2"):
+        speculative_generate(target, make_draft(target, "early-exit:1"), torch.ones(2, 4, dtype=torch.long),
+                             max_new_tokens=4)
+
+
+def test_model_draft_vocab_mismatch_raises_naming_both(target):
+    with pytest.raises(ValueError, match="vocab_size=128.*vocab_size=64"):
+        model_draft(target, tiny_llama_untied(vocab_size=128, num_layers=1))
+
+
+def test_model_draft_deeper_than_target_raises(target):
+    with pytest.raises(ValueError, match="deeper"):
+        model_draft(target, tiny_llama_untied(num_layers=6))
+
+
+def test_model_draft_padded_vocab_with_same_tokenizer_is_accepted(prompt):
+    from tests.support import chatml_tokenizer
+
+    tok = chatml_tokenizer()
+    tgt = tiny_llama_untied(vocab_size=len(tok), num_layers=2)
+    drf = tiny_llama_untied(vocab_size=len(tok) + 7, num_layers=1, seed=3)  # padding rows
+    d = model_draft(tgt, drf, target_tokenizer=tok, draft_tokenizer=tok)
+    ids = prompt.clamp_max(len(tok) - 1)
+    ref = target_generate(tgt, ids, max_new_tokens=12).tokens
+    assert speculative_generate(tgt, d, ids, gamma=3, max_new_tokens=12).tokens == ref
+
+
+@pytest.mark.parametrize("spec", ["early-exit:4", "early-exit:0", "early-exit:x", "", "nonsense"])
+def test_make_draft_bad_spec_raises(target, spec):
+    with pytest.raises(ValueError):
+        make_draft(target, spec)
+
+
+def test_empty_proposal_has_matching_shapes():
+    p = empty_proposal(10, "budget")
+    assert p.tokens.shape == (0,) and p.probs.shape == (0, 10)
+
+
+def test_speculative_result_per_token_rows_match_rounds(target, prompt):
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW,
+                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+    rows = res.per_token()
+    assert len(rows) == res.n_drafted
+    assert sum(r["accepted"] for r in rows) == res.n_accepted
+    assert sum(r["tested"] for r in rows) == res.n_drafted_tested
+    assert all(0.0 <= r["draft_normalized_entropy"] <= 1.0 for r in rows)
+    assert len(res.tokens) == MAX_NEW or res.stopped_by == "eos"
