@@ -1,0 +1,168 @@
+"""Calibrating the sink threshold on a prompt set (model-facing; no rendering).
+
+Criteria (issue 3, Part 2): at the default threshold, position 0 is flagged on at
+least 95 % of prompts and fewer than 1 % of content tokens are flagged. The sweep
+keeps raw counts per threshold (flagged prompts, flagged content tokens and their
+totals); rates are derived from them. :func:`choose_threshold` takes the middle of
+the feasible range of grid values (those meeting both criteria), which leaves the
+largest margin to both criteria on prompts unlike the calibration set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from lab.attention_capture import capture_received
+from lab.models import build_messages
+from lab.prefill import MIN_OBSERVING_QUERIES, score_positions
+from lab.structure import ROLE_CONTENT, analyze_structure
+
+logger = logging.getLogger(__name__)
+
+POSITION0_MIN_RATE = 0.95   # issue: position 0 flagged on >= 95 % of prompts
+CONTENT_MAX_RATE = 0.01     # issue: < 1 % of content tokens flagged
+THRESHOLD_GRID = tuple(x / 4 for x in range(4, 81))  # 1.0 .. 20.0, step 0.25
+
+
+@dataclass(frozen=True)
+class CalibrationPrompt:
+    id: str
+    prompt: str
+    system: str | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        return build_messages(self.prompt, self.system)
+
+
+def load_prompts(path: str | Path | None = None) -> list[CalibrationPrompt]:
+    """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged set.
+
+    Raises:
+        ValueError: a line is not valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
+    """
+    if path is None:
+        text = resources.files("lab").joinpath("data/calibration_prompts.jsonl").read_text(encoding="utf-8")
+        where = "lab/data/calibration_prompts.jsonl"
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"prompts={where!r} cannot be read: {exc}") from exc
+    out, seen = [], set()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}:{n} is not valid JSON: {exc}") from exc
+        if not isinstance(row, dict) or not row.get("id") or not row.get("prompt"):
+            raise ValueError(f"{where}:{n} needs non-empty 'id' and 'prompt', got {row!r}")
+        if row["id"] in seen:
+            raise ValueError(f"{where}:{n} repeats id {row['id']!r}")
+        seen.add(row["id"])
+        out.append(CalibrationPrompt(id=row["id"], prompt=row["prompt"], system=row.get("system")))
+    if not out:
+        raise ValueError(f"{where} holds no prompts")
+    return out
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """Threshold-independent scores of one prompt.
+
+    Attributes:
+        id: Prompt id.
+        z: Float32 ``[S]`` robust z (:func:`lab.prefill.score_positions`).
+        observed: Bool ``[S]``.
+        content: Bool ``[S]``: content positions.
+    """
+
+    id: str
+    z: torch.Tensor
+    observed: torch.Tensor
+    content: torch.Tensor
+
+    @property
+    def position0_z(self) -> float:
+        return float(self.z[0])
+
+    @property
+    def candidate_content_z(self) -> torch.Tensor:
+        """z of content positions that may be flagged (observed)."""
+        return self.z[self.content & self.observed]
+
+
+def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
+                  min_observers: int = MIN_OBSERVING_QUERIES,
+                  progress: Callable[[int, int, str], None] | None = None) -> list[PromptScores]:
+    """Run the streaming capture on every prompt and keep its z-scores."""
+    out = []
+    for i, p in enumerate(prompts):
+        if progress is not None:
+            progress(i, len(prompts), p.id)
+        structure = analyze_structure(tokenizer, p.messages())
+        per_head = capture_received(model, structure.input_ids).per_head
+        scores = score_positions(per_head, structure.roles, min_observers=min_observers)
+        content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
+        out.append(PromptScores(id=p.id, z=scores.z, observed=scores.observed, content=content))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """Raw counts at one threshold."""
+
+    threshold: float
+    position0_flagged: int
+    n_prompts: int
+    content_flagged: int
+    n_content: int
+
+    @property
+    def position0_rate(self) -> float:
+        return self.position0_flagged / self.n_prompts
+
+    @property
+    def content_rate(self) -> float:
+        return self.content_flagged / self.n_content if self.n_content else 0.0
+
+    @property
+    def feasible(self) -> bool:
+        return self.position0_rate >= POSITION0_MIN_RATE and self.content_rate < CONTENT_MAX_RATE
+
+
+def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOLD_GRID) -> list[SweepRow]:
+    """Counts of flagged position-0s and content tokens at each threshold.
+
+    Raises:
+        ValueError: no scores or no thresholds.
+    """
+    if not scores or not thresholds:
+        raise ValueError("sweep needs at least one prompt's scores and one threshold")
+    pos0 = torch.tensor([s.position0_z for s in scores])
+    content = torch.cat([s.candidate_content_z for s in scores])
+    return [SweepRow(threshold=float(t), position0_flagged=int((pos0 > t).sum()), n_prompts=len(scores),
+                     content_flagged=int((content > t).sum()), n_content=int(content.numel()))
+            for t in thresholds]
+
+
+def choose_threshold(rows: Sequence[SweepRow]) -> float:
+    """Middle of the feasible threshold range, rounded to the 0.25 grid.
+
+    Raises:
+        ValueError: no threshold on the grid meets both criteria.
+    """
+    feasible = [r.threshold for r in rows if r.feasible]
+    if not feasible:
+        raise ValueError("no threshold meets both criteria (position 0 >= 95 %, content < 1 %); "
+                         "the detector cannot separate sinks on this prompt set")
+    return round((min(feasible) + max(feasible)) / 2 * 4) / 4
