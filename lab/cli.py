@@ -17,6 +17,9 @@ import sys
 # Subcommand modules, in the order `lab --help` lists them.
 COMMANDS = (
     "lab.commands.entropy",
+    "lab.commands.sinks",
+    "lab.commands.calibrate_sinks",
+    "lab.commands.bench_sinks",
 )
 
 

@@ -1,0 +1,96 @@
+"""``lab calibrate-sinks``: sweep the sink threshold over a prompt set and write the calibration report.
+
+For every prompt (default: the packaged ``lab/data/calibration_prompts.jsonl``) one
+streaming prefill gives the z-scores; the sweep counts, per threshold, the prompts
+whose position 0 is flagged and the content tokens flagged. The report
+``<out>/<timestamp>-calibrate-sinks-<model>/`` holds ``calibration.json`` (criteria,
+chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv``,
+``summary.md`` and ``sweep.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lab.commands.common import add_model_args, add_out_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate-sinks", help="calibrate the attention-sink threshold on a prompt set and write a report",
+        description="Sweep the sink z-threshold over a prompt set: position 0 must be flagged on >= 95%% of prompts "
+                    "and < 1%% of content tokens flagged; report the feasible range and its middle.",
+    )
+    p.add_argument("--prompts", default=None,
+                   help="JSONL prompt set, one {\"id\", \"prompt\", \"system\"?} per line "
+                        "(default: the packaged lab/data/calibration_prompts.jsonl)")
+    add_model_args(p)
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from lab.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, choose_threshold, load_prompts,
+                                 score_prompts, sweep)
+    from lab.models import load_model, parse_dtype, resolve_device, resolve_source
+    from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.sinks import calibration_markdown, calibration_table, plot_sweep
+    from lab.reports import environment, report_dir
+
+    # 1. Validate before loading.
+    prompts = load_prompts(args.prompts)
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    resolve_source(args.model)
+
+    # 2. Score every prompt (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    with err.status("scoring prompts") as status:
+        scores = score_prompts(model, tokenizer, prompts,
+                               progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
+
+    # 3. Sweep and choose; an infeasible set still gets its report (chosen = None).
+    rows = sweep(scores)
+    try:
+        chosen = choose_threshold(rows)
+    except ValueError as exc:
+        chosen = None
+        err.print(f"calibration: {exc}", markup=False, highlight=False)
+    content_z = torch.cat([s.candidate_content_z for s in scores])
+    info = dict(model.lab_source)
+    data = {
+        "kind": "calibrate-sinks",
+        "model": info,
+        "environment": environment(model),
+        "criteria": {"position0_min_rate": POSITION0_MIN_RATE, "content_max_rate": CONTENT_MAX_RATE},
+        "min_observers": MIN_OBSERVING_QUERIES,
+        "chosen_threshold": chosen,
+        "current_default_threshold": DEFAULT_THRESHOLD,
+        "feasible_thresholds": [r.threshold for r in rows if r.feasible],
+        "n_prompts": len(scores),
+        "n_content_tokens": int(content_z.numel()),
+        "position0_z_min": min(s.position0_z for s in scores),
+        "content_z_max": float(content_z.max()) if content_z.numel() else None,
+        "sweep": [{"threshold": r.threshold, "position0_flagged": r.position0_flagged, "n_prompts": r.n_prompts,
+                   "content_flagged": r.content_flagged, "n_content": r.n_content, "feasible": r.feasible}
+                  for r in rows],
+        "prompts": [{"id": s.id, "n_tokens": int(s.z.numel()), "position0_z": s.position0_z,
+                     "max_content_z": float(s.candidate_content_z.max()) if s.candidate_content_z.numel() else None,
+                     "n_content": int(s.candidate_content_z.numel())} for s in scores],
+    }
+
+    # 4. Show and write.
+    stdout_console().print(calibration_table(data))
+    with report_dir(args.out, "calibrate-sinks", info["model"]) as rd:
+        rd.write_json("calibration.json", data)
+        rd.write_csv("sweep.csv", data["sweep"])
+        rd.write_csv("prompts.csv", data["prompts"])
+        rd.write_text("summary.md", calibration_markdown(data))
+        plot_sweep(data, rd.file("sweep.png"))
+    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

@@ -1,0 +1,100 @@
+"""``lab sinks PROMPT``: find the attention sinks of a prompt's prefill, show them, write a report.
+
+Arguments are validated before the model loads; a bad one (or a prompt longer than
+the context, or a model whose attention cannot be captured) exits 2 and writes no
+report. The report directory ``<out>/<timestamp>-sinks-<slug>/`` holds
+``report.json``, ``positions.csv``, ``summary.md`` and ``heatmap.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from lab.commands.common import add_model_args, add_out_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lab.prefill import DEFAULT_THRESHOLD
+
+    p = subparsers.add_parser(
+        "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
+        description="Run one streaming prefill (no S x S attention matrices kept), score how much attention each "
+                    "position receives, flag sinks, and write a report directory.",
+    )
+    p.add_argument("prompt", nargs="?", default=None, help="the user message (or use --prompt-file)")
+    p.add_argument("--prompt-file", default=None, help="read the user message from this UTF-8 text file")
+    p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
+    add_model_args(p)
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"robust z above which a position is a sink (default: {DEFAULT_THRESHOLD}, calibrated "
+                        "on the embedded model with `lab calibrate-sinks`)")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt from the positional argument or ``--prompt-file`` (exactly one).
+
+    Raises:
+        ValueError: both or neither given, the file is unreadable, or the prompt is empty.
+    """
+    if (prompt is None) == (prompt_file is None):
+        raise ValueError(f"give exactly one of PROMPT or --prompt-file (got prompt={prompt!r}, "
+                         f"prompt_file={prompt_file!r})")
+    if prompt_file is not None:
+        try:
+            prompt = Path(prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--prompt-file={prompt_file!r} cannot be read: {exc}") from exc
+    if not prompt.strip():
+        raise ValueError(f"prompt={prompt[:40]!r} is empty")
+    return prompt
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.models import build_messages, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.prefill import analyze_prefill
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
+    from lab.reports import environment, report_dir
+
+    # 1. Validate everything before loading anything.
+    prompt = read_prompt(args.prompt, args.prompt_file)
+    if not math.isfinite(args.threshold):
+        raise ValueError(f"--threshold={args.threshold!r} must be a finite number")
+    messages = build_messages(prompt, args.system)
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    resolve_source(args.model)
+
+    # 2. Load and run one streaming prefill (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    with err.status("prefill with streaming attention capture"):
+        analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold)
+
+    # 3. Show the result on stdout.
+    info = dict(model.lab_source)
+    out = stdout_console()
+    render_analysis(analysis, out, model_name=f"{info['model']} ({info['device']}, {info['dtype']})")
+
+    # 4. Write the report atomically.
+    slug = args.prompt if args.prompt is not None else Path(args.prompt_file).stem
+    with report_dir(args.out, "sinks", slug) as rd:
+        rd.write_json("report.json", {
+            "kind": "sinks",
+            "prompt": prompt,
+            "system": args.system,
+            "messages": messages,
+            "model": info,
+            "environment": environment(model),
+            "analysis": report_data(analysis),
+        })
+        rd.write_csv("positions.csv", position_rows(analysis))
+        rd.write_text("summary.md", summary_markdown(analysis, prompt=prompt, system=args.system, model_info=info))
+        plot_heatmap(analysis, rd.file("heatmap.png"))
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

@@ -1,0 +1,322 @@
+"""Rendering a :class:`lab.prefill.PrefillAnalysis`: Rich terminal view, CSV rows, markdown, heatmap.
+
+Token text is always added to Rich as plain ``Text`` (never parsed as markup), so a
+prompt containing ``[bold]`` or ``<|im_start|>`` shows literally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from lab.prefill import PrefillAnalysis
+from lab.structure import ROLE_CONTENT
+
+STYLE_STRUCTURAL = "cyan"
+STYLE_STRUCTURAL_SINK = "bold black on cyan"
+STYLE_CONTENT_SINK = "bold white on red"
+STYLE_TAIL = "dim"
+
+# A terminal cannot usefully show an 8k-token prompt: show its head and tail.
+MAX_SHOWN_HEAD = 400
+MAX_SHOWN_TAIL = 100
+# report.json carries the [L, H, S] per-head scores up to this many numbers (~1,100
+# tokens on SmolLM2); beyond, the heatmap PNG and positions.csv summarize them.
+MAX_PER_HEAD_IN_JSON = 300_000
+
+
+def visible(token: str) -> str:
+    """Token text with newlines and tabs made visible, for tables and CSV."""
+    return token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def prompt_text(a: PrefillAnalysis) -> Text:
+    """The prompt, token by token: structural, structural sink, content sink, unobserved tail, other."""
+    text = Text()
+    s = len(a.tokens)
+    shown = list(range(s)) if s <= MAX_SHOWN_HEAD + MAX_SHOWN_TAIL else \
+        [*range(MAX_SHOWN_HEAD), -1, *range(s - MAX_SHOWN_TAIL, s)]
+    for i in shown:
+        if i < 0:
+            text.append(f" … {s - MAX_SHOWN_HEAD - MAX_SHOWN_TAIL} tokens … ", style="dim italic")
+            continue
+        sink = bool(a.is_sink[i])
+        if a.roles[i] != ROLE_CONTENT:
+            style = STYLE_STRUCTURAL_SINK if sink else STYLE_STRUCTURAL
+        elif sink:
+            style = STYLE_CONTENT_SINK
+        elif not bool(a.observed[i]):
+            style = STYLE_TAIL
+        else:
+            style = ""
+        token = a.tokens[i]
+        text.append(token.replace("\n", "↵\n") if token else "∅", style=style)
+    return text
+
+
+def legend() -> Text:
+    t = Text("legend: ")
+    t.append("structural", style=STYLE_STRUCTURAL).append("  ")
+    t.append("structural sink", style=STYLE_STRUCTURAL_SINK).append("  ")
+    t.append("content sink", style=STYLE_CONTENT_SINK).append("  ")
+    t.append("tail (too few observers to flag)", style=STYLE_TAIL).append("  content")
+    return t
+
+
+def health_panel(a: PrefillAnalysis) -> Panel:
+    n_content = sum(1 for i in a.content_positions if bool(a.observed[i]))
+    colour = "green" if a.context_health >= 8 else "yellow" if a.context_health >= 5 else "red"
+    body = Text()
+    body.append(f"{a.context_health:.1f} / 10\n", style=f"bold {colour}")
+    body.append(f"content sinks: {len(a.content_sinks)} of {n_content} observed content tokens\n")
+    body.append(f"structural sinks: {len(a.structural_sinks)} of {len(a.structural)} structural positions\n")
+    body.append(f"attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)\n")
+    body.append(f"threshold z > {a.threshold:g}; sink rate epsilon {a.epsilon:g}; "
+                f"last {a.min_observers - 1} positions not flagged")
+    return Panel(body, title="context health", expand=False)
+
+
+def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("mean attn", "right"),
+                      ("z", "right"), ("sink rate", "right"), ("sink?", "center")):
+        t.add_column(col, justify=just, no_wrap=col in ("role", "z"))
+    for i in positions:
+        t.add_row(str(i), Text(repr(a.tokens[i])), a.roles[i], f"{float(a.received[i]):.4f}",
+                  f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
+                  "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
+    return t
+
+
+def sink_heads_text(a: PrefillAnalysis) -> Text:
+    if not a.sink_heads:
+        return Text("sink heads: none (no head puts more than epsilon on a flagged sink)")
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in a.sink_heads:
+        by_layer.setdefault(layer, []).append(head)
+    n_layers, n_heads = a.per_head.shape[:2]
+    t = Text(f"sink heads ({len(a.sink_heads)} of {n_layers * n_heads} with > {a.epsilon:g} "
+             "of their attention per query on a flagged sink):\n")
+    for layer in sorted(by_layer):
+        heads = by_layer[layer]
+        t.append(f"  layer {layer:>2}: " + (f"all {n_heads} heads" if len(heads) == n_heads
+                                            else "heads " + ", ".join(map(str, heads))) + "\n")
+    return t
+
+
+def render_analysis(a: PrefillAnalysis, console: Console, *, model_name: str = "") -> None:
+    """Print the highlighted prompt, the health panel, tables and sink heads."""
+    console.print(Panel(Group(prompt_text(a), Text(""), legend()),
+                        title=f"prompt ({len(a.tokens)} tokens){' - ' + model_name if model_name else ''}"))
+    console.print(health_panel(a))
+    console.print(positions_table(a, a.structural, "structural positions (fixed by the template)"))
+    if a.content_sinks:
+        console.print(positions_table(a, a.content_sinks, "content sinks"))
+    else:
+        console.print(Text("content sinks: none"))
+    console.print(sink_heads_text(a))
+
+
+def position_rows(a: PrefillAnalysis) -> list[dict[str, Any]]:
+    """One CSV row per position."""
+    s = len(a.tokens)
+    return [{
+        "position": i, "token_id": int(a.input_ids[i]), "token": visible(a.tokens[i]), "role": a.roles[i],
+        "received": float(a.received[i]), "z": float(a.z[i]), "sink_rate": float(a.sink_rate[i]),
+        "observers": s - i, "observed": bool(a.observed[i]), "is_sink": bool(a.is_sink[i]),
+    } for i in range(s)]
+
+
+def report_data(a: PrefillAnalysis) -> dict[str, Any]:
+    """The analysis as JSON-ready data (per-position arrays and per-head scores included)."""
+    return {
+        "n_tokens": len(a.tokens),
+        "threshold": a.threshold,
+        "epsilon": a.epsilon,
+        "min_observers": a.min_observers,
+        "context_health": a.context_health,
+        "position0_share": a.position0_share,
+        "structural": list(a.structural),
+        "structural_sinks": list(a.structural_sinks),
+        "content_sinks": list(a.content_sinks),
+        "sink_heads": [list(p) for p in a.sink_heads],
+        "input_ids": a.input_ids.tolist(),
+        "tokens": list(a.tokens),
+        "roles": list(a.roles),
+        "received": a.received.tolist(),
+        "z": a.z.tolist(),
+        "sink_rate": a.sink_rate.tolist(),
+        "is_sink": a.is_sink.tolist(),
+        "observed": a.observed.tolist(),
+        "per_head_shape": list(a.per_head.shape),
+        # [L, H, S]; omitted for long prompts (8,192 tokens would be ~40 MB of JSON)
+        "per_head": a.per_head.tolist() if a.per_head.numel() <= MAX_PER_HEAD_IN_JSON else None,
+    }
+
+
+def _md(token: str) -> str:
+    return "`" + visible(token).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, model_info: dict[str, Any]) -> str:
+    """Human-readable summary.md."""
+    lines = [
+        "# Attention sinks (prefill)", "",
+        f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
+        f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
+        f"- context health: **{a.context_health:.1f} / 10**",
+        f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
+        f"- threshold: z > {a.threshold:g}; positions observed by < {a.min_observers} queries are not flagged",
+        f"- structural sinks: {len(a.structural_sinks)}; content sinks: {len(a.content_sinks)}; "
+        f"sink heads: {len(a.sink_heads)}",
+        "", "## Structural positions", "",
+        "| pos | token | role | mean attn | z | sink? |", "|---:|---|---|---:|---:|:---:|",
+    ]
+    for i in a.structural:
+        lines.append(f"| {i} | {_md(a.tokens[i])} | {a.roles[i]} | {float(a.received[i]):.4f} | "
+                     f"{float(a.z[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
+    lines += ["", "## Content sinks", ""]
+    if a.content_sinks:
+        lines += ["| pos | token | mean attn | z |", "|---:|---|---:|---:|"]
+        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.z[i]):.2f} |"
+                  for i in a.content_sinks]
+    else:
+        lines.append("None.")
+    head = prompt if len(prompt) <= 500 else prompt[:500] + " …"
+    lines += ["", "## Prompt", "", "```text", head.replace("```", "'''"), "```", ""]
+    return "\n".join(lines)
+
+
+def plot_heatmap(a: PrefillAnalysis, path) -> None:
+    """Layer x position heatmap of received attention (mean over heads), log colour scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    data = a.per_head.float().mean(dim=1).clamp_min(1e-6).numpy()  # [L, S]
+    fig, ax = plt.subplots(figsize=(min(16, 4 + len(a.tokens) / 12), 5), constrained_layout=True)
+    im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="magma",
+                   norm=LogNorm(vmin=max(1e-6, float(data.min())), vmax=max(float(data.max()), 2e-6)))
+    ax.set_xlabel("key position")
+    ax.set_ylabel("layer")
+    ax.set_title("mean attention received per observing query (mean over heads)")
+    for i in range(len(a.tokens)):
+        if bool(a.is_sink[i]):
+            ax.axvline(i, color="red" if a.roles[i] == ROLE_CONTENT else "cyan", lw=0.6, alpha=0.6, ymax=0.03)
+    fig.colorbar(im, ax=ax, label="attention (log scale)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def calibration_table(data: dict[str, Any]) -> Table:
+    """Sweep rows around the feasible range: counts and rates per threshold."""
+    t = Table(title=f"sink threshold calibration ({data['n_prompts']} prompts, "
+                    f"{data['n_content_tokens']} content tokens); chosen: {data['chosen_threshold']}",
+              title_justify="left")
+    for col in ("z threshold", "position 0 flagged", "content flagged", "feasible"):
+        t.add_column(col, justify="right")
+    for r in data["sweep"]:
+        if r["threshold"] * 4 % 2 and not r["feasible"]:
+            continue  # keep the table short: every 0.5 outside the feasible range
+        t.add_row(f"{r['threshold']:.2f}", f"{r['position0_flagged']}/{r['n_prompts']}",
+                  f"{r['content_flagged']}/{r['n_content']} ({r['content_flagged'] / max(1, r['n_content']):.2%})",
+                  "yes" if r["feasible"] else "")
+    return t
+
+
+def calibration_markdown(data: dict[str, Any]) -> str:
+    feas = data["feasible_thresholds"]
+    lines = [
+        "# Sink threshold calibration", "",
+        f"- model: {data['model'].get('model')} ({data['model'].get('device')}, {data['model'].get('dtype')})",
+        f"- prompts: {data['n_prompts']}; observed content tokens: {data['n_content_tokens']}",
+        f"- criteria: position 0 flagged on >= {data['criteria']['position0_min_rate']:.0%} of prompts; "
+        f"< {data['criteria']['content_max_rate']:.0%} of content tokens flagged",
+        f"- feasible thresholds: {f'{min(feas):g} .. {max(feas):g}' if feas else 'none'}",
+        f"- chosen (middle of the feasible range): **{data['chosen_threshold']}** "
+        f"(current default: {data['current_default_threshold']})",
+        f"- lowest position-0 z: {data['position0_z_min']:.2f}; highest content z: "
+        f"{data['content_z_max'] if data['content_z_max'] is None else round(data['content_z_max'], 2)}",
+        "", "| z | position 0 flagged | content flagged | feasible |", "|---:|---:|---:|:---:|",
+    ]
+    lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
+              f"{r['content_flagged']}/{r['n_content']} | {'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(data: dict[str, Any], path) -> None:
+    """Position-0 flag rate and content flag rate against the threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["threshold"] for r in data["sweep"]]
+    p0 = [r["position0_flagged"] / r["n_prompts"] for r in data["sweep"]]
+    ct = [r["content_flagged"] / max(1, r["n_content"]) for r in data["sweep"]]
+    fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
+    ax.plot(xs, p0, label="position 0 flagged (share of prompts)")
+    ax.plot(xs, ct, label="content tokens flagged (share)")
+    ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
+    ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
+    if data["chosen_threshold"] is not None:
+        ax.axvline(data["chosen_threshold"], color="black", lw=1, label=f"chosen z = {data['chosen_threshold']}")
+    ax.set_xlabel("z threshold")
+    ax.set_ylabel("rate")
+    ax.legend()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def bench_table(data: dict[str, Any]) -> Table:
+    t = Table(title=f"sink capture benchmark ({data['model']})", title_justify="left")
+    for col in ("method", "tokens", "seconds", "peak beyond model"):
+        t.add_column(col, justify="right")
+    names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
+    for r in data["results"]:
+        if "error" in r:
+            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), Text(f"failed: {r['error']}"), "")
+        else:
+            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
+    tg = data.get("targets")
+    if tg:
+        t.caption = (f"at {tg['length']} tokens: capture/plain time {tg['time_ratio']:.2f}x "
+                     f"(target <= {tg['max_time_ratio']:g}x: {'ok' if tg['time_ok'] else 'MISSED'}); "
+                     f"extra memory {_gib(tg['capture_extra_bytes'])} "
+                     f"(target < {_gib(tg['max_extra_bytes'])}: {'ok' if tg['memory_ok'] else 'MISSED'})")
+    return t
+
+
+def bench_markdown(data: dict[str, Any]) -> str:
+    lines = ["# Sink capture benchmark", "", f"- model: {data['model']}",
+             f"- machine: {data['environment'].get('platform')}, {data['environment'].get('cpu_count')} CPUs",
+             "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
+             "", "| method | tokens | seconds | peak beyond model |", "|---|---:|---:|---:|"]
+    for r in data["results"]:
+        if "error" in r:
+            lines.append(f"| {r['mode']} | {r['length']} | failed: {r['error']} | |")
+        else:
+            lines.append(f"| {r['mode']} | {r['length']} | {r['seconds']:.2f} | {_gib(r['extra_bytes'])} |")
+    tg = data.get("targets")
+    if tg:
+        lines += ["", f"At {tg['length']} tokens: capture takes {tg['time_ratio']:.2f}x the plain prefill "
+                      f"(target <= {tg['max_time_ratio']:g}x: {'met' if tg['time_ok'] else 'missed'}) and "
+                      f"{_gib(tg['capture_extra_bytes'])} beyond the model "
+                      f"(target < {_gib(tg['max_extra_bytes'])}: {'met' if tg['memory_ok'] else 'missed'})."]
+    return "\n".join(lines) + "\n"
