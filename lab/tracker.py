@@ -4,13 +4,17 @@ At every decode step the tracker records, from the one logits row the model
 already produced:
 
 * the Shannon entropy of the model's own next-token distribution (raw logits,
-  temperature 1), its normalized entropy ``H / log2 V`` and its varentropy
-  (:mod:`lab.entropy`);
+  temperature 1), its normalized entropy ``H / log2 V`` and its varentropy;
 * the entropy of the distribution the token was actually drawn from, after the
   temperature, top-k and top-p warpers (0 for greedy decoding, which draws from a
   point mass on the argmax);
 * the top-k alternatives under the raw distribution with their probabilities, and
   the chosen token with its raw probability.
+
+The per-step numbers come from :func:`row_statistics`, one ``log_softmax`` per row
+with the formulas of :mod:`lab.entropy` (the unit tests check the two agree);
+:mod:`lab.entropy` itself validates its input with several passes and host syncs,
+too costly for every step of a decode.
 
 Why an own decode loop instead of a ``LogitsProcessor`` inside ``generate``:
 in transformers 5.24, ``generate`` builds its processor list in
@@ -30,10 +34,14 @@ and ``warped`` exactly what ``torch.multinomial`` samples from. Nothing else fro
 model-specific decoding recipe.
 
 Cost: the statistics are computed on the logits row already on the device and
-kept as 0-d tensors; they are moved to the host once, after the loop, and token
-texts are decoded after the loop too. The only per-step host sync is the one the
-untracked loop also needs (the EOS check). ``lab bench-tracker`` measures the
-overhead.
+kept as 0-d tensors; they are moved to the host once, after the loop (where NaN
+logits are detected and raised), and token texts are decoded after the loop too.
+The only per-step host sync is the one the untracked loop also needs (the EOS
+check). ``lab bench-tracker`` measures the overhead.
+
+References: Shannon (1948) for entropy; varentropy as the variance of the
+surprisal (Kontoyiannis & Verdu 2013), used per token by entropix-style samplers;
+top-k sampling (Fan et al. 2018); nucleus / top-p sampling (Holtzman et al. 2020).
 
 Shapes: B = batch (must be 1), S = prompt length, V = vocabulary size.
 """
@@ -50,7 +58,6 @@ from typing import Any
 
 import torch
 
-from lab.entropy import entropy, normalized_entropy, top_k_alternatives, varentropy
 
 logger = logging.getLogger(__name__)
 
@@ -254,29 +261,68 @@ def decode_one(model: Any, token: torch.Tensor, cache: Any) -> torch.Tensor:
     return out.logits[:, -1, :]
 
 
+# exp(-1e4) is exactly 0 in float32 and float64, so clamping log-probs at this floor
+# changes no probability; it turns the -inf of masked entries into a finite number
+# so that p * log p is 0 * finite = 0 instead of 0 * inf = NaN, without a mask pass.
+LOG_PROB_FLOOR = -1.0e4
+
+
+def row_statistics(logits: torch.Tensor, *, with_varentropy: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Entropy and varentropy of one logits row from a single ``log_softmax``.
+
+    The same quantities as :func:`lab.entropy.entropy` and :func:`lab.entropy.varentropy`
+    (Shannon entropy; varentropy ``sum_i p_i (-log p_i - H)^2``), fused for the decode
+    loop: one log-softmax, no input checks (each check is a pass over V and, on a GPU,
+    a host sync per step). A NaN or +inf logit yields a NaN entropy, which
+    :func:`track_generate` turns into an error after the loop.
+
+    Args:
+        logits: Float logits ``[V]`` (any float dtype; computed in float32, or float64
+            for float64 input); ``-inf`` entries are masked tokens.
+        with_varentropy: Skip the varentropy passes when ``False`` (returns 0 for it).
+
+    Returns:
+        ``(entropy_nats, varentropy_nats2, log_probs)``: two 0-d tensors and the
+        ``[V]`` log-probabilities (floored at :data:`LOG_PROB_FLOOR`).
+    """
+    x = logits if logits.dtype == torch.float64 else logits.float()
+    log_p = torch.log_softmax(x, dim=-1).clamp_min(LOG_PROB_FLOOR)  # [V]
+    p = log_p.exp()
+    h = -(p * log_p).sum()
+    if not with_varentropy:
+        return h, torch.zeros_like(h), log_p
+    varent = (p * (log_p + h).square()).sum()  # (-log p - H)^2 = (log p + H)^2
+    return h, varent, log_p
+
+
 class _Recorder:
     """Per-step statistics kept as device tensors until :meth:`finish`."""
 
     def __init__(self, top_alternatives: int, do_sample: bool):
         self.k = top_alternatives
         self.do_sample = do_sample
-        self.rows: list[torch.Tensor] = []  # each [5]: H, H_norm, varentropy, H_sampled, p_chosen
+        self.rows: list[torch.Tensor] = []  # each [5]: H, H_norm, varentropy (bits), H_sampled (bits), p_chosen
         self.alt_ids: list[torch.Tensor] = []  # each [k]
         self.alt_probs: list[torch.Tensor] = []  # each [k]
         self.vocab_size = 0
 
     def record(self, logits: torch.Tensor, warped: torch.Tensor, chosen: torch.Tensor) -> None:
-        # logits, warped: [1, V]; chosen: [1, 1] int64. All stay on the device.
-        row = logits[0]
-        self.vocab_size = row.shape[-1]
-        h = entropy(row)
-        h_sampled = entropy(warped[0]) if self.do_sample else torch.zeros_like(h)
-        top = top_k_alternatives(row, self.k)
-        p_chosen = torch.softmax(row.float(), dim=-1)[chosen[0, 0]]
-        self.rows.append(torch.stack([h, normalized_entropy(row), varentropy(row), h_sampled,
-                                      p_chosen]))
-        self.alt_ids.append(top.token_ids)
-        self.alt_probs.append(top.probs)
+        # logits, warped: [1, V]; chosen: [1, 1] int64. Everything stays on the device.
+        row = logits[0]  # [V]
+        v = row.shape[-1]
+        self.vocab_size = v
+        h, varent, log_p = row_statistics(row)
+        if self.do_sample:
+            h_sampled = row_statistics(warped[0], with_varentropy=False)[0]
+        else:
+            h_sampled = torch.zeros_like(h)  # greedy draws from a point mass on the argmax
+        top_log_p, top_ids = log_p.topk(min(self.k, v))  # [k], most likely first
+        ln2 = math.log(2.0)
+        norm = math.log(v) if v > 1 else math.inf  # V = 1: normalized entropy 0
+        self.rows.append(torch.stack([h / ln2, h / norm, varent / (ln2 * ln2), h_sampled / ln2,
+                                      log_p[chosen[0, 0]].exp()]))
+        self.alt_ids.append(top_ids)
+        self.alt_probs.append(top_log_p.exp())
 
     def finish(self) -> tuple[list[list[float]], list[list[int]], list[list[float]]]:
         if not self.rows:
@@ -452,6 +498,10 @@ def track_generate(model: Any, tokenizer: Any, input_ids: torch.Tensor, *, max_n
     new_ids, rows, alt_ids, alt_probs = run.new_token_ids, run.stats, run.alt_ids, run.alt_probs
     assert rows is not None and alt_ids is not None and alt_probs is not None
     assert len(rows) == len(new_ids), f"{len(rows)} records for {len(new_ids)} tokens"
+    bad = [i for i, row in enumerate(rows) if not all(math.isfinite(x) for x in row)]
+    if bad:
+        raise RuntimeError(f"the model produced NaN or +inf logits at decode step(s) {bad[:10]}; "
+                           "the entropy there is undefined (try float32: --dtype float32)")
 
     # Token texts are decoded once, after the loop.
     pieces = _token_pieces(tokenizer, new_ids)

@@ -12,10 +12,13 @@ import statistics
 
 import pytest
 import torch
+from hypothesis import given
 
+from lab.entropy import entropy, varentropy
 from lab.models import build_messages, encode_chat
-from lab.tracker import DecodeSettings, build_warpers, run_decode, track_generate
+from lab.tracker import DecodeSettings, build_warpers, row_statistics, run_decode, track_generate
 from tests import support
+from tests.strategies import logit_vectors, masked_logit_vectors
 
 # KV-cached decode and a full forward differ only by float32 summation order in
 # attention and matmuls (~1e-6 relative on a 2-layer model); 1e-4 bits / probability
@@ -247,3 +250,44 @@ def test_track_generate_bad_setting_raises_naming_it(model, tok, prompt_ids, kwa
 def test_track_generate_bad_input_ids_raise(model, tok, ids, match):
     with pytest.raises(ValueError, match=match):
         track_generate(model, tok, ids)
+
+
+# --------------------------------------------------------------------------- fused statistics
+
+# row_statistics and lab.entropy use the same float32 formulas in a different order
+# (E[(log p + H)^2] vs E[(-log p - H)^2] with a where-mask): rounding only.
+FUSED_ATOL = 1e-4
+
+
+@given(logit_vectors())
+def test_row_statistics_any_logits_agree_with_lab_entropy(x):
+    """The loop's fused entropy and varentropy equal lab.entropy's, in nats."""
+    h, v, log_p = row_statistics(x)
+    assert h.item() == pytest.approx(entropy(x, unit="nats").item(), abs=FUSED_ATOL)
+    assert v.item() == pytest.approx(varentropy(x, unit="nats").item(), abs=10 * FUSED_ATOL)
+    assert torch.allclose(log_p.exp(), torch.softmax(x, -1), atol=1e-6)
+
+
+@given(masked_logit_vectors())
+def test_row_statistics_masked_logits_finite_and_agree(x):
+    """-inf entries (top-k / top-p masks) give finite numbers equal to lab.entropy's, never NaN."""
+    h, v, _ = row_statistics(x)
+    assert torch.isfinite(h) and torch.isfinite(v)
+    assert h.item() == pytest.approx(entropy(x, unit="nats").item(), abs=FUSED_ATOL)
+    assert v.item() == pytest.approx(varentropy(x, unit="nats").item(), abs=10 * FUSED_ATOL)
+
+
+def test_row_statistics_half_input_float32_result():
+    x = torch.randn(100, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    h, _, log_p = row_statistics(x)
+    assert h.dtype == log_p.dtype == torch.float32
+
+
+def test_track_generate_nan_logits_raise_naming_steps(tok, prompt_ids):
+    """Regression (fault class: silent NaN in a report): a model emitting NaN logits raises
+    RuntimeError instead of recording NaN entropies."""
+    m = support.tiny_llama(vocab_size=len(tok))
+    with torch.no_grad():
+        m.get_output_embeddings().weight.fill_(float("nan"))
+    with pytest.raises(RuntimeError, match=r"NaN or \+inf logits at decode step\(s\) \[0"):
+        track_generate(m, tok, prompt_ids, max_new_tokens=3)
