@@ -20,6 +20,8 @@ COMMANDS = (
     "lab.commands.sinks",
     "lab.commands.calibrate_sinks",
     "lab.commands.bench_sinks",
+    "lab.commands.speculate",
+    "lab.commands.bench",
 )
 
 

@@ -158,3 +158,48 @@ def flops_per_token(config: Any, context_length: int = 0, num_layers: int | None
     matmul = layers * (attn_params + mlp_params) + h * vocab
     attention = 4 * layers * n_heads * head_dim * context_length
     return float(2 * matmul + attention)
+
+
+# Chi-square needs expected counts of at least 5 per bin; smaller bins are pooled.
+MIN_EXPECTED_COUNT = 5.0
+
+
+def geometric_fit(histogram: list[int], alpha: float) -> dict[str, Any]:
+    """Compare an accepted-length histogram with the truncated geometric law at ``alpha``.
+
+    Chi-square goodness of fit (``scipy.stats.chisquare``) on the raw counts, bins
+    with expected count < 5 pooled with their neighbour, one degree of freedom removed
+    because alpha is estimated from the same rounds (``ddof=1``). A small p-value says
+    acceptances are not i.i.d. across positions (real text: easy and hard stretches),
+    which is what breaks Leviathan et al.'s expected-speedup formula.
+
+    Args:
+        histogram: ``[gamma + 1]`` raw counts of rounds by tokens accepted.
+        alpha: The acceptance rate.
+
+    Returns:
+        ``{"expected": [...], "chi2": float | None, "p_value": float | None, "bins": int}``;
+        chi2 and p_value are None when fewer than 3 pooled bins remain.
+    """
+    from scipy.stats import chisquare
+
+    gamma = len(histogram) - 1
+    n = sum(histogram)
+    if n == 0 or gamma < 1 or math.isnan(alpha):
+        return {"expected": [0.0] * len(histogram), "chi2": None, "p_value": None, "bins": 0}
+    expected = [n * p for p in accepted_length_pmf(alpha, gamma)]
+    obs_bins, exp_bins, o_acc, e_acc = [], [], 0.0, 0.0
+    for o, e in zip(histogram, expected):
+        o_acc, e_acc = o_acc + o, e_acc + e
+        if e_acc >= MIN_EXPECTED_COUNT:
+            obs_bins.append(o_acc)
+            exp_bins.append(e_acc)
+            o_acc = e_acc = 0.0
+    if e_acc > 0 and exp_bins:
+        obs_bins[-1] += o_acc
+        exp_bins[-1] += e_acc
+    if len(obs_bins) < 3:
+        return {"expected": expected, "chi2": None, "p_value": None, "bins": len(obs_bins)}
+    scale = sum(obs_bins) / sum(exp_bins)
+    res = chisquare(obs_bins, [e * scale for e in exp_bins], ddof=1)
+    return {"expected": expected, "chi2": float(res.statistic), "p_value": float(res.pvalue), "bins": len(obs_bins)}

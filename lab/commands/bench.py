@@ -1,0 +1,112 @@
+"""``lab bench``: measure why speculative decoding does or does not speed things up here.
+
+Runs target-only decoding (the lab's loop and transformers ``generate``),
+speculative decoding over a gamma sweep and adaptive lengths, and transformers'
+assisted generation with the same draft, alternating in one process; see
+:mod:`lab.speculative.bench`. Writes ``<out>/<timestamp>-bench-<draft>/`` with
+``report.json``, ``summary.md`` and ``bench.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lab.commands.common import add_model_args, add_out_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="benchmark speculative decoding against target-only and transformers' assisted generation",
+        description="Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft "
+                    "lengths, and transformers' assisted generation; report tokens/s, speedups, alpha, tau, the "
+                    "theoretical speedups, overhead and breakeven alpha.",
+    )
+    add_model_args(p)
+    p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
+                                                 "(default: the profile's draft)")
+    p.add_argument("--gammas", default="1,2,4,6", help="comma-separated draft lengths to sweep (default: 1,2,4,6)")
+    p.add_argument("--adaptive", action="append", default=None,
+                   help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
+                        "(default: entropy:0.3; 'none' to skip)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per generation (default: 64)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats of the whole schedule (default: 3)")
+    p.add_argument("--prompts", nargs="+", default=None,
+                   help="prompts to generate from, or @FILE with one prompt per line (default: three built-in)")
+    p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def _parse_gammas(text: str) -> tuple[int, ...]:
+    try:
+        gammas = tuple(int(g) for g in text.split(",") if g.strip())
+    except ValueError:
+        raise ValueError(f"--gammas={text!r} must be comma-separated integers") from None
+    if not gammas or min(gammas) < 1:
+        raise ValueError(f"--gammas={text!r} must list integers >= 1")
+    return gammas
+
+
+def _prompts(values: list[str] | None) -> list[str]:
+    from lab.speculative.bench import DEFAULT_PROMPTS
+
+    if not values:
+        return list(DEFAULT_PROMPTS)
+    out: list[str] = []
+    for v in values:
+        if v.startswith("@"):
+            path = Path(v[1:])
+            if not path.is_file():
+                raise ValueError(f"--prompts {v!r}: {path} is not a file")
+            out += [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        elif v.strip():
+            out.append(v)
+    if not out:
+        raise ValueError(f"--prompts={values!r} holds no prompt")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.commands.speculate import _draft_spec
+    from lab.models import build_messages, encode_chat, eos_token_ids, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.reports import environment, report_dir
+    from lab.speculative import make_draft
+    from lab.speculative.bench import BenchConfig, run_bench
+
+    # 1. Validate before loading.
+    adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
+    config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
+                         repeats=args.repeats, assisted=not args.no_assisted)
+    prompts = _prompts(args.prompts)
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    draft_spec = _draft_spec(args)
+    resolve_source(args.model)
+
+    # 2. Load and run (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+    ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
+    with err.status("benchmarking") as status:
+        bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
+                          progress=lambda msg: status.update(msg))
+
+    # 3. Show, then 4. write the report atomically.
+    from lab.reports import to_jsonable
+
+    data = to_jsonable(bench)
+    out = stdout_console()
+    render_bench(data, out)
+    info = dict(model.lab_source)
+    with report_dir(args.out, "bench", draft_spec) as rd:
+        rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
+                                      "environment": environment(model), **data})
+        plot_bench(data, rd.file("bench.png"))
+        rd.write_text("summary.md", bench_summary_markdown(data, info))
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

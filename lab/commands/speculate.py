@@ -1,0 +1,112 @@
+"""``lab speculate PROMPT``: speculative decoding with a replay of who produced each token.
+
+Every argument is validated before the model loads (a bad one exits 2 and writes no
+report). The report directory ``<out>/<timestamp>-speculate-<slug>/`` holds
+``report.json``, ``rounds.csv``, ``summary.md`` and ``accepted_length.png`` and
+appears only when all four are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from lab.commands.common import add_model_args, add_out_arg, add_prompt_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "speculate", help="speculative decoding: replay accepted drafts, corrections and bonus tokens",
+        description="Generate with speculative decoding (a draft proposes gamma tokens, the target verifies them in "
+                    "one pass); show each token's origin, a per-round table and the acceptance figures; write a report.",
+    )
+    add_prompt_args(p)
+    add_model_args(p)
+    p.add_argument("--draft", default=None,
+                   help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
+                        "(default: the profile's draft, early-exit:12 for smollm2)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per round, >= 1 (default: 4)")
+    p.add_argument("--adaptive", default=None,
+                   help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
+                        "probability below X) (default: off)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="stop after this many new tokens (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, recorded in the report)")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def _draft_spec(args: argparse.Namespace) -> str:
+    from lab.models import PROFILES
+
+    if args.draft:
+        return args.draft
+    profile = PROFILES.get(args.model)
+    if profile is None or profile.draft is None:
+        raise ValueError(f"--model {args.model!r} has no default draft; pass --draft")
+    return profile.draft
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from lab.models import (build_messages, encode_chat, eos_token_ids, load_model, parse_dtype, resolve_device,
+                            resolve_source)
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.speculative import (acceptance_summary, plot_histogram, render_speculation, round_rows,
+                                        summary_markdown)
+    from lab.reports import environment, report_dir
+    from lab.speculative import AdaptiveDraftLength, SamplingConfig, make_draft, speculative_generate
+
+    # 1. Validate everything before loading anything.
+    if args.gamma < 1:
+        raise ValueError(f"--gamma={args.gamma} must be >= 1")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1")
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    adaptive = AdaptiveDraftLength.parse(args.adaptive) if args.adaptive else None
+    messages = build_messages(args.prompt, args.system)
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    draft_spec = _draft_spec(args)
+    resolve_source(args.model)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+
+    # 2. Load, build the draft, decode (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+    input_ids = encode_chat(tokenizer, messages).to(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with err.status(f"speculating up to {args.max_new_tokens} tokens (gamma={args.gamma}, draft {draft_spec})"):
+        result = speculative_generate(model, draft, input_ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                                      temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                      generator=generator, adaptive=adaptive,
+                                      eos_token_ids=eos_token_ids(model, tokenizer))
+
+    # 3. Show the result on stdout.
+    out = stdout_console()
+    render_speculation(result, tokenizer, out)
+
+    # 4. Write the report atomically.
+    info = dict(model.lab_source)
+    with report_dir(args.out, "speculate", args.prompt) as rd:
+        rd.write_json("report.json", {
+            "kind": "speculate",
+            "prompt": args.prompt, "system": args.system, "messages": messages,
+            "prompt_ids": input_ids[0].tolist(),
+            "settings": {"draft": draft_spec, "gamma": args.gamma, "adaptive": args.adaptive,
+                         "max_new_tokens": args.max_new_tokens, "sampling": sampling, "seed": seed},
+            "model": info, "environment": environment(model),
+            "acceptance": acceptance_summary(result),
+            "text": tokenizer.decode(result.tokens), "new_token_ids": result.tokens,
+            "rounds": result.rounds, "per_token": result.per_token(),
+        })
+        rd.write_csv("rounds.csv", round_rows(result, tokenizer))
+        plot_histogram(result, rd.file("accepted_length.png"))
+        rd.write_text("summary.md", summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info, seed=seed))
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0
