@@ -17,6 +17,7 @@ import sys
 # Subcommand modules, in the order `lab --help` lists them.
 COMMANDS = (
     "lab.commands.entropy",
+    "lab.commands.bench_tracker",
     "lab.commands.sinks",
     "lab.commands.calibrate_sinks",
     "lab.commands.bench_sinks",

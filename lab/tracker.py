@@ -288,10 +288,10 @@ def row_statistics(logits: torch.Tensor, *, with_varentropy: bool = True) -> tup
     x = logits if logits.dtype == torch.float64 else logits.float()
     log_p = torch.log_softmax(x, dim=-1).clamp_min(LOG_PROB_FLOOR)  # [V]
     p = log_p.exp()
-    h = -(p * log_p).sum()
+    h = -torch.dot(p, log_p)  # one fused multiply-add pass
     if not with_varentropy:
         return h, torch.zeros_like(h), log_p
-    varent = (p * (log_p + h).square()).sum()  # (-log p - H)^2 = (log p + H)^2
+    varent = torch.dot(p, (log_p + h).square())  # (-log p - H)^2 = (log p + H)^2
     return h, varent, log_p
 
 
@@ -301,34 +301,38 @@ class _Recorder:
     def __init__(self, top_alternatives: int, do_sample: bool):
         self.k = top_alternatives
         self.do_sample = do_sample
-        self.rows: list[torch.Tensor] = []  # each [5]: H, H_norm, varentropy (bits), H_sampled (bits), p_chosen
+        self.rows: list[torch.Tensor] = []  # each [4]: H, varentropy, H_sampled (nats), log p(chosen)
         self.alt_ids: list[torch.Tensor] = []  # each [k]
-        self.alt_probs: list[torch.Tensor] = []  # each [k]
+        self.alt_log_probs: list[torch.Tensor] = []  # each [k]
         self.vocab_size = 0
 
     def record(self, logits: torch.Tensor, warped: torch.Tensor, chosen: torch.Tensor) -> None:
-        # logits, warped: [1, V]; chosen: [1, 1] int64. Everything stays on the device.
+        # logits, warped: [1, V]; chosen: [1, 1] int64. Everything stays on the device;
+        # unit conversions wait for finish(), so each step launches as few kernels as possible.
         row = logits[0]  # [V]
-        v = row.shape[-1]
-        self.vocab_size = v
+        self.vocab_size = row.shape[-1]
         h, varent, log_p = row_statistics(row)
         if self.do_sample:
             h_sampled = row_statistics(warped[0], with_varentropy=False)[0]
         else:
             h_sampled = torch.zeros_like(h)  # greedy draws from a point mass on the argmax
-        top_log_p, top_ids = log_p.topk(min(self.k, v))  # [k], most likely first
-        ln2 = math.log(2.0)
-        norm = math.log(v) if v > 1 else math.inf  # V = 1: normalized entropy 0
-        self.rows.append(torch.stack([h / ln2, h / norm, varent / (ln2 * ln2), h_sampled / ln2,
-                                      log_p[chosen[0, 0]].exp()]))
+        top_log_p, top_ids = log_p.topk(min(self.k, self.vocab_size))  # [k], most likely first
+        self.rows.append(torch.stack([h, varent, h_sampled, log_p[chosen[0, 0]]]))  # nats, nats^2, nats, log p
         self.alt_ids.append(top_ids)
-        self.alt_probs.append(top_log_p.exp())
+        self.alt_log_probs.append(top_log_p)
 
     def finish(self) -> tuple[list[list[float]], list[list[int]], list[list[float]]]:
+        """Move everything to the host once; rows become ``[H, H/log2 V, varentropy, H_sampled,
+        p_chosen]`` in bits, bits^2 and probabilities."""
         if not self.rows:
             return [], [], []
-        return (torch.stack(self.rows).cpu().tolist(), torch.stack(self.alt_ids).cpu().tolist(),
-                torch.stack(self.alt_probs).cpu().tolist())
+        raw = torch.stack(self.rows).double().cpu()  # [n, 4]
+        ln2 = math.log(2.0)
+        norm = math.log(self.vocab_size) if self.vocab_size > 1 else math.inf  # V = 1: normalized 0
+        rows = torch.stack([raw[:, 0] / ln2, raw[:, 0] / norm, raw[:, 1] / ln2**2, raw[:, 2] / ln2,
+                            raw[:, 3].exp()], dim=1)  # [n, 5]
+        return (rows.tolist(), torch.stack(self.alt_ids).cpu().tolist(),
+                torch.stack(self.alt_log_probs).double().cpu().exp().tolist())
 
 
 def _check_input_ids(input_ids: Any) -> torch.Tensor:

@@ -272,3 +272,60 @@ def step_dicts(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
         d["alternatives"] = [{"token_id": t, "token_text": x, "prob": p} for t, x, p in s.alternatives]
         out.append(d)
     return out
+
+
+# --------------------------------------------------------------------------- bench-tracker
+
+
+def _bench_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    off, on = report["off_s"], report["on_s"]
+    return [
+        ("tracker off: min / median / max (s)", f"{off['min']:.3f} / {off['median']:.3f} / {off['max']:.3f}"),
+        ("tracker on: min / median / max (s)", f"{on['min']:.3f} / {on['median']:.3f} / {on['max']:.3f}"),
+        ("overhead of medians", f"{report['overhead_pct_median']:+.2f} %"),
+        ("overhead of minima", f"{report['overhead_pct_min']:+.2f} %"),
+        ("median per-pair overhead", f"{report['overhead_pct_paired_median']:+.2f} %"),
+        ("decode step, tracker off (ms/token)", f"{report['per_token_ms_off']:.2f}"),
+        ("statistics alone (µs/step)", f"{report['statistics_us_per_step']:.1f}"),
+        ("statistics alone, % of a decode step", f"{report['statistics_pct_of_decode_step']:.2f} %"),
+        ("same tokens with and without tracker", "yes" if report["identical_tokens"] else "NO"),
+    ]
+
+
+def render_bench(report: dict[str, Any], console: Console) -> None:
+    """Print the bench-tracker result table to ``console``."""
+    model = report["model"]
+    table = Table(title=f"Tracker overhead: {model['model']} on {model['device']} ({model['dtype']}), "
+                        f"{report['repeats']} alternating pairs x {report['tokens_per_run']} tokens",
+                  title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in _bench_rows(report):
+        table.add_row(name, value)
+    console.print(table)
+    verdict = report["overhead_pct_median"] < report["goal_pct"]
+    console.print(Text(f"goal < {report['goal_pct']:g} % (medians): {'met' if verdict else 'NOT met'}",
+                       style="green" if verdict else "red"))
+
+
+def bench_markdown(report: dict[str, Any]) -> str:
+    """``summary.md`` of a bench-tracker run."""
+    model, st = report["model"], report["settings"]
+    mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
+    met = report["overhead_pct_median"] < report["goal_pct"]
+    lines = [
+        "# Entropy tracker overhead", "",
+        f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
+        f"- **runs**: {report['repeats']} alternating off/on pairs after one warm-up pair; "
+        f"{report['tokens_per_run']} new tokens each (EOS ignored), {mode}; prompt of "
+        f"{report['prompt_tokens']} tokens, V = {report['vocab_size']}",
+        f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs", "",
+        "| measure | value |", "|---|---:|",
+        *[f"| {name} | {value} |" for name, value in _bench_rows(report)], "",
+        f"**Goal** (overhead of medians < {report['goal_pct']:g} %): {'met' if met else 'not met'}.", "",
+        "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",
+        "spread (min to max) shows how much load noise there is; the statistics-alone line is",
+        "measured without the model and is the tracker's own cost per step.", "",
+        "Raw times per run: `report.json` (`times_s`).", "",
+    ]
+    return "\n".join(lines)

@@ -197,3 +197,32 @@ def test_sparkline_long_input_folded_keeping_peaks():
 def test_sparkline_empty_and_all_zero():
     assert sparkline([]) == ""
     assert sparkline([0.0, 0.0]) == SPARK_BLOCKS[0] * 2
+
+
+# --------------------------------------------------------------------------- bench-tracker
+
+
+def test_cli_bench_tracker_tiny_model_writes_report(tmp_path, capsys, tiny_backend):
+    """The benchmark runs both arms, finds identical tokens, and writes report.json + summary.md."""
+    rc = cli.main(["bench-tracker", "--max-new-tokens", "4", "--repeats", "2", "--stats-iterations", "3",
+                   "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    (report,) = list(tmp_path.iterdir())
+    assert report.name.endswith("-bench-tracker")
+    data = json.loads((report / "report.json").read_text())
+    assert len(data["times_s"]["on"]) == len(data["times_s"]["off"]) == 2
+    assert data["identical_tokens"] is True and data["tokens_per_run"] == 4
+    expected = (data["on_s"]["median"] - data["off_s"]["median"]) / data["off_s"]["median"] * 100
+    assert data["overhead_pct_median"] == pytest.approx(expected)
+    assert "overhead of medians" in (report / "summary.md").read_text()
+    assert "goal < 3 %" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, names", [(["--repeats", "0"], "repeats=0"),
+                                         (["--max-new-tokens", "0"], "max_new_tokens=0"),
+                                         (["--stats-iterations", "0"], "stats_iterations=0"),
+                                         (["--device", "banana"], "device='banana'")])
+def test_cli_bench_tracker_bad_argument_exits_2(tmp_path, capsys, no_model_loading, argv, names):
+    rc = cli.main(["bench-tracker", *argv, "--out", str(tmp_path)])
+    assert rc == 2 and names in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
