@@ -40,7 +40,7 @@ ROLE_SYSTEM_DEFAULT = "system-default"
 ROLE_CONTENT = "content"
 
 # Private-use code points: no tokenizer maps them to a marker, no template edits them.
-_SENTINEL = "\ue000lab{}\ue001"
+_SENTINEL = "\ue000{}\ue001"  # digits only: case filters leave it intact
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,11 @@ def _template_spans(tokenizer, messages, add_generation_prompt):
     sentinels = [_SENTINEL.format(i) for i in range(len(messages))]
     skeleton = _render(tokenizer, [{**m, "content": s} for m, s in zip(messages, sentinels)], add_generation_prompt)
     # 1. the template's own segments, and the order it places the contents in
-    order = sorted((skeleton.find(s), i) for i, s in enumerate(sentinels) if s in skeleton)
+    missing = [i for i, s in enumerate(sentinels) if s not in skeleton]
+    if missing:
+        raise ValueError(f"chat template drops or rewrites the content of messages[{missing[0]}]; "
+                         "cannot attribute positions")
+    order = sorted((skeleton.find(s), i) for i, s in enumerate(sentinels))
     segments, cursor = [], 0
     for at, i in order:
         segments.append(skeleton[cursor:at])
@@ -153,7 +157,7 @@ def _injected_system(tokenizer, messages, skeleton, sentinels, order, add_genera
     """Character span of a system prompt the template adds on its own, or None."""
     if not order or any(m.get("role") == "system" for m in messages):
         return None
-    probe = _SENTINEL.format("system")
+    probe = _SENTINEL.format(len(messages))
     try:
         with_system = _render(tokenizer, [{"role": "system", "content": probe},
                                           *[{**m, "content": s} for m, s in zip(messages, sentinels)]],
