@@ -1,0 +1,177 @@
+"""analyze_prefill, calibration sweep, rendering and CLI validation on tiny models (no weights)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+import torch
+from rich.console import Console
+
+from lab import cli
+from lab.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
+from lab.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
+from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
+from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE
+from tests import support
+
+
+@pytest.fixture(scope="module")
+def tiny_chatml():
+    tok = support.chatml_tokenizer()
+    return support.tiny_llama(vocab_size=len(tok), num_layers=2), tok
+
+
+@pytest.fixture(scope="module")
+def analysis(tiny_chatml):
+    model, tok = tiny_chatml
+    msgs = [{"role": "user", "content": "what is the capital of france ? [bold] <|im_start|> the capital is paris ."}]
+    return analyze_prefill(model, tok, msgs)
+
+
+def test_analyze_prefill_shapes_and_consistency(analysis):
+    s = len(analysis.tokens)
+    assert analysis.per_head.shape == (2, 4, s)
+    for name in ("received", "z", "is_sink", "observed", "sink_rate"):
+        assert getattr(analysis, name).shape == (s,), name
+    torch.testing.assert_close(analysis.received, analysis.per_head.mean(dim=(0, 1)))
+    assert analysis.position0_share == pytest.approx(float(analysis.received[0]), abs=1e-6)
+    assert set(analysis.structural) == {i for i, r in enumerate(analysis.roles) if r != ROLE_CONTENT}
+    flagged = set(torch.nonzero(analysis.is_sink).flatten().tolist())
+    assert flagged == set(analysis.content_sinks) | set(analysis.structural_sinks)
+    assert set(analysis.content_sinks) <= set(analysis.content_positions)
+    assert 0.0 <= analysis.context_health <= 10.0
+
+
+def test_analyze_prefill_tail_never_flagged(analysis):
+    """Positions seen by fewer than MIN_OBSERVING_QUERIES queries are not flagged."""
+    s = len(analysis.tokens)
+    tail = list(range(s - MIN_OBSERVING_QUERIES + 1, s))
+    assert not bool(analysis.observed[tail].any())
+    assert not bool(analysis.is_sink[tail].any())
+
+
+def test_analyze_prefill_threshold_below_all_flags_every_observed_position(tiny_chatml):
+    model, tok = tiny_chatml
+    a = analyze_prefill(model, tok, [{"role": "user", "content": "the capital of france is paris , you know ."}],
+                        threshold=-1e9)
+    torch.testing.assert_close(a.is_sink, a.observed)
+    assert a.content_sinks and a.context_health == 0.0
+
+
+@pytest.mark.parametrize("kwargs, match", [({"threshold": float("nan")}, "threshold"),
+                                           ({"epsilon": 1.5}, "epsilon")])
+def test_analyze_prefill_bad_settings_raise(tiny_chatml, kwargs, match):
+    model, tok = tiny_chatml
+    with pytest.raises(ValueError, match=match):
+        analyze_prefill(model, tok, [{"role": "user", "content": "hello"}], **kwargs)
+
+
+def test_analyze_prefill_empty_messages_raise(tiny_chatml):
+    model, tok = tiny_chatml
+    with pytest.raises(ValueError, match="messages"):
+        analyze_prefill(model, tok, [])
+
+
+def test_analyze_prefill_prompt_longer_than_context_raises(tiny_chatml):
+    model, tok = tiny_chatml
+    with pytest.raises(ValueError, match="context"):
+        analyze_prefill(model, tok, [{"role": "user", "content": "the " * 600}])
+
+
+def test_score_positions_template_markers_excluded_from_baseline():
+    """Changing a template marker's score changes only its own z (it is not in the baseline)."""
+    roles = [ROLE_TEMPLATE] + [ROLE_CONTENT] * 20
+    g = torch.Generator().manual_seed(1)
+    per_head = torch.rand(2, 3, 21, generator=g) * 0.05 + 0.01
+    other = per_head.clone()
+    other[:, :, 0] = 0.9
+    a, b = score_positions(per_head, roles), score_positions(other, roles)
+    torch.testing.assert_close(a.z[1:], b.z[1:])
+    assert float(b.z[0]) > float(a.z[0])
+
+
+def test_score_positions_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="roles"):
+        score_positions(torch.rand(1, 1, 5), ["content"] * 4)
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _scores(pos0_z, content_z):
+    z = torch.tensor([pos0_z, *content_z], dtype=torch.float32)
+    content = torch.tensor([False] + [True] * len(content_z))
+    return PromptScores(id="p", z=z, observed=torch.ones(len(z), dtype=torch.bool), content=content)
+
+
+def test_calibration_sweep_counts_and_middle_of_feasible_range():
+    scores = [_scores(6.0, [0.0] * 99 + [2.0]), _scores(7.0, [0.5] * 100)]
+    rows = sweep(scores, thresholds=[1.0, 1.5, 2.0, 3.0, 5.0, 6.5, 8.0])
+    assert [(r.position0_flagged, r.content_flagged) for r in rows] == [
+        (2, 1), (2, 1), (2, 0), (2, 0), (2, 0), (1, 0), (0, 0)]
+    assert [r.feasible for r in rows] == [True, True, True, True, True, False, False]
+    assert choose_threshold(rows) == 3.0  # middle of 1.0 .. 5.0
+
+
+def test_calibration_no_feasible_threshold_raises():
+    rows = [SweepRow(threshold=1.0, position0_flagged=1, n_prompts=10, content_flagged=0, n_content=100)]
+    with pytest.raises(ValueError, match="no threshold"):
+        choose_threshold(rows)
+
+
+def test_calibration_packaged_prompt_set_has_at_least_30_unique_prompts():
+    prompts = load_prompts()
+    assert len(prompts) >= 30 and len({p.id for p in prompts}) == len(prompts)
+
+
+def test_calibration_bad_prompt_file_raises(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
+    with pytest.raises(ValueError, match="repeats id"):
+        load_prompts(bad)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_render_analysis_shows_markup_literally(analysis):
+    """Token text that looks like Rich markup is printed as typed, never interpreted."""
+    tokens = list(analysis.tokens)
+    tokens[14] = "[bold red]x[/]"
+    buf = io.StringIO()
+    render_analysis(dataclasses.replace(analysis, tokens=tuple(tokens)),
+                    Console(file=buf, width=120, color_system=None), model_name="[tiny]")
+    text = buf.getvalue()
+    assert "[bold red]x[/]" in text and "context health" in text and "structural positions" in text
+
+
+def test_report_data_and_rows_are_json_ready(analysis):
+    from lab.reports import to_jsonable
+
+    json.dumps(to_jsonable(report_data(analysis)), allow_nan=False)
+    rows = position_rows(analysis)
+    assert len(rows) == len(analysis.tokens) and rows[0]["observers"] == len(analysis.tokens)
+    assert "| pos |" in summary_markdown(analysis, prompt="p", system=None, model_info={})
+
+
+# --------------------------------------------------------------------------- CLI validation (before loading)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["sinks"], "exactly one of PROMPT or --prompt-file"),
+    (["sinks", "hi", "--prompt-file", "x.txt"], "exactly one"),
+    (["sinks", "   "], "empty"),
+    (["sinks", "--prompt-file", "/nonexistent/prompt.txt"], "cannot be read"),
+    (["sinks", "hi", "--threshold", "nan"], "threshold"),
+    (["sinks", "hi", "--device", "tpu"], "device"),
+    (["bench-sinks", "--lengths", "abc"], "lengths"),
+    (["calibrate-sinks", "--prompts", "/nonexistent.jsonl"], "cannot be read"),
+])
+def test_cli_sinks_bad_input_exits_2_without_report(argv, match, tmp_path, capsys):
+    code = cli.main([*argv, "--out", str(tmp_path / "reports")])
+    assert code == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
