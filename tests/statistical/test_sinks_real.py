@@ -1,0 +1,130 @@
+"""Sink detection on the embedded model over held-out prompts: count-based acceptance criteria.
+
+The prompts below are NOT in the calibration set (lab/data/calibration_prompts.jsonl),
+so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
+is deterministic (float32, CPU), so the randomness is in the choice of prompts.
+
+False-positive rates (the chance that a detector meeting the calibration targets
+fails here, treating the prompts as a random draw):
+
+* position 0: fails if fewer than ceil(0.95 * n) of n = 24 prompts flag it. If
+  the true per-prompt rate is 99.5 % (calibration: 36/36), P(fail) =
+  binom.cdf(22, 24, 0.995) ~= 0.6 %.
+* content tokens: fails if >= 1 % are flagged. If the true rate is 0.2 %
+  (calibration: 0/765; its 95 % Clopper-Pearson upper bound is 0.48 %),
+  P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 0.3 % at n ~= 500.
+
+Both figures are recomputed with scipy in the failure messages. Each criterion has
+a negative control: a deliberately mis-set detector that the same check rejects.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy.stats import binom
+
+from lab.attention_capture import capture_received
+from lab.models import build_messages
+from lab.prefill import DEFAULT_THRESHOLD, score_positions
+from lab.structure import ROLE_CONTENT, analyze_structure
+
+POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
+CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
+# Controls: far below the calibrated range (2.25..5.0) and far above position 0's z.
+CONTROL_LOW_THRESHOLD = 0.5
+CONTROL_HIGH_THRESHOLD = 50.0
+
+HELD_OUT = [
+    ("Name three rivers in Africa.", None),
+    ("How does a refrigerator keep food cold?", None),
+    ("Write a limerick about a cat who loves coffee.", None),
+    ("What's the difference between a virus and a bacterium?", None),
+    ("Convert 72 degrees Fahrenheit to Celsius and show the formula.", None),
+    ("Suggest a name for a bakery that specializes in sourdough.", None),
+    ("Explain what a hash table is, with a short example in JavaScript.", None),
+    ("Who painted the Mona Lisa, and roughly when?", None),
+    ("Give two arguments for and two against nuclear power.", None),
+    ("Rewrite this sentence in the passive voice: The committee approved the budget.", None),
+    ("What should I pack for a three-day hiking trip in the mountains?", None),
+    ("Why is the sky blue during the day but red at sunset?", None),
+    ("Count the vowels in the word 'encyclopedia'.", None),
+    ("Describe the water cycle in four steps.", None),
+    ("What does HTTP status code 404 mean?", None),
+    ("Tell me a fun fact about octopuses.", None),
+    ("Write a regular expression that matches a US ZIP code.", None),
+    ("How many minutes are there in a week?", None),
+    ("Qual è la capitale del Portogallo?", None),
+    ("Summarize the plot of Romeo and Juliet in two sentences.", None),
+    ("What is 15% of 240?", "You are a calculator. Reply with the number only."),
+    ("Recommend a book for someone who liked The Hobbit.", "You are a friendly librarian."),
+    ("Explain recursion.", "Explain like I'm five."),
+    ("The meeting moved from Monday to Thursday because the client's flight was delayed by the storm. "
+     "Please draft a short note to the team explaining the change and asking them to update their calendars.",
+     None),
+]
+
+
+@pytest.fixture(scope="module")
+def held_out_scores(smollm2):
+    """Per prompt: (z [S], observed [S], content [S]) from one streaming prefill."""
+    model, tok = smollm2
+    out = []
+    for prompt, system in HELD_OUT:
+        structure = analyze_structure(tok, build_messages(prompt, system))
+        scores = score_positions(capture_received(model, structure.input_ids).per_head, structure.roles)
+        content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
+        out.append((scores.z, scores.observed, content))
+    return out
+
+
+def _position0_count(scores, threshold):
+    return sum(int(z[0] > threshold) for z, _, _ in scores)
+
+
+def _content_counts(scores, threshold):
+    zs = torch.cat([z[content & observed] for z, observed, content in scores])
+    return int((zs > threshold).sum()), int(zs.numel())
+
+
+def _position0_ok(scores, threshold) -> tuple[bool, str]:
+    n = len(scores)
+    k = _position0_count(scores, threshold)
+    need = math.ceil(POSITION0_MIN_RATE * n)
+    fpr = binom.cdf(need - 1, n, 0.995)
+    return k >= need, f"position 0 flagged on {k}/{n} prompts, need >= {need} (FPR at true 99.5 %: {fpr:.2%})"
+
+
+def _content_ok(scores, threshold) -> tuple[bool, str]:
+    k, n = _content_counts(scores, threshold)
+    fpr = binom.sf(math.ceil(CONTENT_MAX_RATE * n) - 1, n, 0.002)
+    return k < CONTENT_MAX_RATE * n, (f"content flagged {k}/{n} ({k / n:.2%}), need < {CONTENT_MAX_RATE:.0%} "
+                                      f"(FPR at true 0.2 %: {fpr:.2%}); threshold {threshold}")
+
+
+def test_sinks_real_enough_held_out_prompts():
+    assert len(HELD_OUT) >= 20
+
+
+def test_sinks_real_position0_flagged_on_95_percent_of_prompts(held_out_scores):
+    ok, msg = _position0_ok(held_out_scores, DEFAULT_THRESHOLD)
+    assert ok, msg
+
+
+def test_sinks_real_content_false_positive_rate_under_1_percent(held_out_scores):
+    ok, msg = _content_ok(held_out_scores, DEFAULT_THRESHOLD)
+    assert ok, msg
+
+
+def test_sinks_real_low_threshold_control_fails_content_criterion(held_out_scores):
+    """Negative control: a threshold far below calibration flags ordinary words; the check must reject it."""
+    ok, msg = _content_ok(held_out_scores, CONTROL_LOW_THRESHOLD)
+    assert not ok, "content criterion did not reject a detector at z > 0.5: " + msg
+
+
+def test_sinks_real_high_threshold_control_fails_position0_criterion(held_out_scores):
+    """Negative control: a detector that flags nothing must fail the position-0 criterion."""
+    ok, msg = _position0_ok(held_out_scores, CONTROL_HIGH_THRESHOLD)
+    assert not ok, "position-0 criterion did not reject a detector at z > 50: " + msg
