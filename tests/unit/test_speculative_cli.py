@@ -1,0 +1,61 @@
+"""Unit tests for the speculate/bench commands' validation and the bench pipeline on a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.cli import main
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["speculate", "hi", "--gamma", "0"], "--gamma=0"),
+    (["speculate", "hi", "--adaptive", "foo:1"], "adaptive='foo:1'"),
+    (["speculate", "hi", "--temperature", "-1"], "temperature=-1"),
+    (["speculate", "hi", "--top-p", "0"], "top_p=0"),
+    (["speculate", "hi", "--model", "no-such-model"], "no-such-model"),
+    (["bench", "--gammas", "0,2"], "--gammas"),
+    (["bench", "--gammas", "a"], "--gammas"),
+    (["bench", "--repeats", "0"], "repeats=0"),
+    (["bench", "--prompts", "@/no/such/file"], "not a file"),
+])
+def test_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
+    rc = main([*argv, "--out", str(tmp_path)])
+    assert rc == 2
+    assert needle in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
+    from lab.reports import report_dir, to_jsonable
+    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.render.console import stdout_console
+    from lab.speculative import make_draft
+    from lab.speculative.bench import BenchConfig, run_bench
+    from tests.support import tiny_llama_untied
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        target = tiny_llama_untied()
+        prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        bench = to_jsonable(run_bench(target, make_draft(target, "early-exit:2"), prompts,
+                                      BenchConfig(gammas=(1, 3), adaptive=("pmin:0.5",), max_new_tokens=10,
+                                                  repeats=2, warmup_tokens=2)))
+    finally:
+        torch.set_num_threads(before)
+    methods = bench["methods"]
+    assert {"target-only (lab loop)", "target-only (transformers generate)", "speculative gamma=1",
+            "transformers assisted gamma=3", "speculative gamma=3 adaptive=pmin:0.5"} <= set(methods)
+    assert all(m["same_tokens_as_lab_target_loop"] for m in methods.values())
+    spec = methods["speculative gamma=3"]
+    assert spec["n_rounds"] > 0 and 0.0 <= spec["alpha"] <= 1.0 and spec["efficiency"] > 0
+    assert sum(spec["accepted_length_histogram"]) <= spec["n_rounds"]
+    assert any("assisted" in t["target"] for t in bench["targets"])
+    assert len(bench["runs"]) == 2 * 2 * len(methods)
+    with report_dir(tmp_path, "bench", "tiny") as rd:
+        rd.write_json("report.json", bench)
+        plot_bench(bench, rd.file("bench.png"))
+        rd.write_text("summary.md", bench_summary_markdown(bench, {"model": "tiny"}))
+    assert (rd.final / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    render_bench(bench, stdout_console())
