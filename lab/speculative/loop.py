@@ -427,7 +427,8 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             ``"prompt-lookup"`` (n-gram lookup, no model), or a model profile / path /
             hub id loaded with :func:`lab.models.load_model` on the target's device.
         target_tokenizer: The target's tokenizer, to check a separate draft's
-            vocabulary (required for that case).
+            vocabulary token by token (without it, the two ``vocab_size`` values
+            must be equal).
 
     Raises:
         ValueError: a malformed spec, N out of range, a vocabulary mismatch, or a
@@ -453,6 +454,6 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
     dev = device or _device(target)
     dtype = next(target.parameters()).dtype
     draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
-    if target_tokenizer is None:
-        raise ValueError(f"draft={spec!r} is a separate model; pass target_tokenizer to check the vocabularies")
+    if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
+        return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)
