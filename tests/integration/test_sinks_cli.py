@@ -1,0 +1,93 @@
+"""The sink detector on the embedded model: capture parity, `lab sinks` / `calibrate-sinks` / `bench-sinks` reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lab import cli
+from lab.attention_capture import capture_received, eager_received
+from lab.models import build_messages
+from lab.reports import read_json, rows_from_csv
+from lab.structure import analyze_structure
+
+# float32 on CPU, 30 layers: the streaming path and eager output_attentions differ
+# only by summation order and SDPA-vs-eager rounding of the hidden states (~1e-6).
+PARITY_ATOL = 1e-5
+
+
+def test_capture_real_model_equals_eager_output_attentions(smollm2):
+    model, tok = smollm2
+    ids = analyze_structure(tok, build_messages("Name three rivers in Africa, please.")).input_ids
+    streamed = capture_received(model, ids, chunk_size=7).per_head
+    naive = eager_received(model, ids)
+    assert streamed.shape == naive.shape == (30, 9, ids.shape[1])
+    torch.testing.assert_close(streamed, naive, atol=PARITY_ATOL, rtol=0)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def _only_report(root):
+    dirs = [p for p in root.iterdir() if not p.name.startswith(".")]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_cli_sinks_writes_report_that_parses(tmp_path, capsys):
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("Explain <|im_start|> tokens and [bold]markup[/bold] in one sentence.", encoding="utf-8")
+    out = tmp_path / "reports"
+    assert cli.main(["sinks", "--prompt-file", str(prompt_file), "--device", "cpu", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "context health" in stdout and "[bold]markup[/bold]" in stdout
+    rd = _only_report(out)
+    assert "-sinks-prompt" in rd.name
+    assert {p.name for p in rd.iterdir()} == {"report.json", "positions.csv", "summary.md", "heatmap.png"}
+    report = read_json(rd / "report.json")
+    a = report["analysis"]
+    s = a["n_tokens"]
+    assert len(a["z"]) == len(a["received"]) == len(a["tokens"]) == s
+    assert a["per_head_shape"] == [30, 9, s] and a["per_head"] is not None
+    assert a["is_sink"][0] and 0 in a["structural_sinks"]  # position 0 is the sink on this model
+    typed = [i for i, t in enumerate(a["tokens"]) if t == "<|im_start|>"]
+    assert [a["roles"][i] for i in typed] == ["template", "template", "content", "template"]
+    rows = rows_from_csv(rd / "positions.csv")
+    assert len(rows) == s and rows[0]["is_sink"] == "True"
+    assert (rd / "heatmap.png").stat().st_size > 1000
+    assert "context health" in (rd / "summary.md").read_text(encoding="utf-8")
+
+
+def test_cli_sinks_prompt_longer_than_context_exits_2_without_report(tmp_path, capsys):
+    out = tmp_path / "reports"
+    long_prompt = "word " * 9000
+    assert cli.main(["sinks", long_prompt, "--device", "cpu", "--out", str(out)]) == 2
+    assert "context of 8192" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cli_calibrate_sinks_small_set_writes_report(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "a", "prompt": "What is the tallest mountain in Europe?"},
+        {"id": "b", "prompt": "List two primary colours.", "system": "Be brief."},
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "reports"
+    assert cli.main(["calibrate-sinks", "--prompts", str(prompts), "--device", "cpu", "--out", str(out)]) == 0
+    rd = _only_report(out)
+    data = read_json(rd / "calibration.json")
+    assert data["n_prompts"] == 2 and len(data["sweep"]) == len(rows_from_csv(rd / "sweep.csv"))
+    assert {p.name for p in rd.iterdir()} == {"calibration.json", "sweep.csv", "prompts.csv", "summary.md",
+                                             "sweep.png"}
+
+
+@pytest.mark.slow
+def test_cli_bench_sinks_short_lengths_writes_report(tmp_path):
+    """The benchmark's plumbing (subprocess workers, peak-memory reading) at toy lengths."""
+    out = tmp_path / "reports"
+    assert cli.main(["bench-sinks", "--lengths", "64", "--eager-length", "64", "--device", "cpu",
+                     "--out", str(out)]) == 0
+    data = read_json(_only_report(out) / "bench.json")
+    assert [r["mode"] for r in data["results"]] == ["sdpa", "capture", "eager"]
+    assert all("error" not in r and r["seconds"] > 0 for r in data["results"]), data["results"]
+    assert data["targets"]["length"] == 64
