@@ -23,6 +23,7 @@ COMMANDS = (
     "lab.commands.bench_sinks",
     "lab.commands.speculate",
     "lab.commands.bench",
+    "lab.commands.study",
 )
 
 

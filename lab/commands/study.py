@@ -1,0 +1,77 @@
+"""``lab study``: the lab's main job, the empirical study of prefill -> entropy -> acceptance.
+
+Runs every prompt of the prompt set through prefill analysis, the entropy tracker
+and speculative decoding (:mod:`lab.study`), tests the four pre-stated hypotheses
+(:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
+Bad flags or a bad prompt file exit 2 before any model loads. An interrupted study
+(Ctrl-C) keeps its finished prompts in ``<out>/.study-work-<key>/``; the same
+command, or ``--resume`` with that directory, continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from lab.commands.common import add_model_args, add_out_arg
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lab.analysis import N_RESAMPLES
+    from lab.study import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
+
+    p = subparsers.add_parser(
+        "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
+        description="Run the study on the prompt set: prefill sinks and context health, tracked decode entropy, "
+                    "speculative decoding with the profile's draft; test H1-H4 and write a report directory.",
+    )
+    add_model_args(p)
+    p.add_argument("--draft", default=None,
+                   help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
+    p.add_argument("--prompts", default=None, help="prompt file (JSONL; default: the embedded set of 84 prompts)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                   help=f"new tokens per decode and per speculative run (default: {DEFAULT_MAX_NEW_TOKENS})")
+    p.add_argument("--gamma", type=int, default=DEFAULT_GAMMA,
+                   help=f"draft tokens per speculative round (default: {DEFAULT_GAMMA})")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                   help=f"sampling temperature of both decodes, > 0 (default: {DEFAULT_TEMPERATURE})")
+    p.add_argument("--seed", type=int, default=0, help="study seed; each prompt's seed derives from it (default: 0)")
+    p.add_argument("--resamples", type=int, default=N_RESAMPLES,
+                   help=f"bootstrap resamples for the confidence intervals (default: {N_RESAMPLES})")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the interrupted study in this .study-work-* directory, with its stored settings")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.render.console import stdout_console
+    from lab.render.study import StudyProgress, verdict_table, write_report
+    from lab.study import StudyConfig, config_from_work_dir, discard_work, plan_study, run_study
+
+    # 1. Validate everything (flags, prompt file, device) before loading a model.
+    if args.resume:
+        config = config_from_work_dir(args.resume, n_resamples=args.resamples)
+    else:
+        config = StudyConfig(model=args.model, draft=args.draft, prompts=args.prompts, limit=args.limit,
+                             max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed,
+                             temperature=args.temperature, device=args.device, dtype=args.dtype, out=args.out,
+                             n_resamples=args.resamples)
+    plan = plan_study(config)
+    logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
+
+    # 2. Run (or resume), with a progress bar on stderr.
+    with StudyProgress() as progress:
+        result = run_study(plan, progress=progress)
+
+    # 3. Report atomically, then drop the work directory.
+    path = write_report(result)
+    discard_work(plan)
+    out = stdout_console()
+    out.print(verdict_table(result))
+    out.print(f"report: {path}")
+    return 0
