@@ -164,3 +164,19 @@ def test_capture_causal_bool_mask_accepted_and_equal_to_no_mask():
     with_mask = attention_capture._received_one_layer(module, q, k, v, causal, None, out, acc)
     without = attention_capture._received_one_layer(module, q, k, v, None, None, out, acc)
     torch.testing.assert_close(with_mask, without)
+
+
+def test_capture_sliding_window_mask_equals_naive_on_gemma3():
+    """Gemma3-style local layers pass a boolean sliding-window mask; the capture must honour it."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=5,
+                           max_position_embeddings=256,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(cfg).eval()
+    ids = _ids(23, vocab=128)
+    torch.testing.assert_close(capture_received(model, ids, chunk_size=4).per_head, eager_received(model, ids),
+                               atol=PARITY_ATOL, rtol=0)
