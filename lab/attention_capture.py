@@ -32,7 +32,9 @@ implementation is restored afterwards, also on error.
 
 Supported: batch 1, prefill from an empty cache, models whose attention goes
 through ``AttentionInterface`` (Llama, Qwen2, Gemma3, ...), boolean or additive
-masks (sliding windows included). Not supported (raises): attention softcapping,
+masks (sliding windows included; the score still divides by ``S - k``, Gu et
+al.'s full-causal count, so on a local layer it reads as attention per potential
+observer). Not supported (raises): attention softcapping,
 position biases, learned attention sinks (``s_aux``).
 """
 
