@@ -26,6 +26,7 @@ baseline; their scores are still reported.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -160,7 +161,7 @@ def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
 
 
 def _check_threshold(threshold: float, epsilon: float) -> None:
-    if not isinstance(threshold, (int, float)) or not torch.isfinite(torch.tensor(float(threshold))):
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         raise ValueError(f"threshold={threshold!r} must be a finite number")
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
