@@ -1,0 +1,320 @@
+"""The study's statistics (lab.analysis) on synthetic data with known answers.
+
+Planted effects must be found with the right sign and a CI that excludes 0; data
+without an effect must never be called "supported" (each planted test has such a
+negative control). All data come from fixed seeds, so each test is deterministic;
+the procedures themselves have a false-positive rate of at most ALPHA = 0.05 per
+hypothesis (Holm controls it across the family).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from lab.analysis import (ALPHA, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT, SUPPORTED, acceptance_entropy_test,
+                          analyze, binned_acceptance, category_test, correlation_test, epsilon_squared, holm, judge,
+                          linear_fit_band, paired_test, rank_biserial_paired, verdict)
+
+RESAMPLES = 199  # enough for a CI's sign on planted effects; keeps the unit tier fast
+TINY = 1e-9  # a step just across a verdict boundary
+
+p_values = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_size=1, max_size=12)
+
+
+# --------------------------------------------------------------------------- Holm
+
+
+def test_holm_small_family_matches_step_down_by_hand():
+    p = [0.01, 0.04, 0.03, 0.005]
+    m = len(p)
+    # sorted: 0.005 (x m), 0.01 (x m-1), 0.03 (x m-2), 0.04 (x m-3), then running max
+    s1, s2, s3 = m * 0.005, (m - 1) * 0.01, (m - 2) * 0.03
+    s4 = max(s3, (m - 3) * 0.04)
+    assert holm(p) == pytest.approx([s2, s4, s3, s1])
+
+
+@given(p_values)
+def test_holm_adjusted_between_raw_and_bonferroni_and_order_preserving(p):
+    """p_i <= holm_i <= min(1, m p_i), and the adjusted values keep the raw order."""
+    adj = holm(p)
+    m = len(p)
+    for raw, a in zip(p, adj):
+        assert raw - 1e-12 <= a <= min(1.0, m * raw) + 1e-12
+    order = np.argsort(p, kind="stable")
+    assert all(adj[order[i]] <= adj[order[i + 1]] + 1e-12 for i in range(m - 1))
+
+
+def test_holm_nan_entries_stay_nan_and_do_not_count():
+    assert holm([0.02, math.nan])[0] == pytest.approx(0.02)
+    assert math.isnan(holm([0.02, math.nan])[1])
+
+
+def test_holm_out_of_range_raises():
+    with pytest.raises(ValueError, match="outside"):
+        holm([0.5, 1.5])
+
+
+# --------------------------------------------------------------------------- verdict rule boundaries
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_verdict_boundaries(sign):
+    s = SMALLEST_EFFECT
+
+    def v(effect, lo, hi, p):  # written for a positive prediction, mirrored for sign -1
+        lo, hi = sorted((lo * sign, hi * sign))
+        return verdict(effect * sign, lo, hi, p, sign, s)
+
+    assert v(0.3, 0.1, 0.5, ALPHA - TINY) == SUPPORTED
+    assert v(0.3, 0.1, 0.5, ALPHA) == INCONCLUSIVE  # p must be strictly below alpha
+    assert v(0.3, 0.0, 0.5, ALPHA / 2) == INCONCLUSIVE  # CI touching 0 is not enough
+    assert v(0.3, TINY, 0.5, ALPHA / 2) == SUPPORTED
+    assert v(0.3, math.nan, math.nan, ALPHA / 2) == SUPPORTED  # no CI: p and direction decide
+    assert v(-0.3, -0.5, -0.1, ALPHA / 2) == NOT_SUPPORTED  # significant, opposite direction
+    assert v(0.02, -0.05, s - TINY, 0.4) == NOT_SUPPORTED  # CI rules out an effect of interest
+    assert v(0.02, -0.05, s, 0.4) == INCONCLUSIVE  # ... but not at the boundary itself
+    assert v(0.05, -0.2, 0.3, 0.4) == INCONCLUSIVE
+    assert v(math.nan, -0.2, 0.3, 0.01) == INCONCLUSIVE
+    assert v(0.3, 0.1, 0.5, math.nan) == INCONCLUSIVE  # not tested
+
+
+@pytest.mark.parametrize("kwargs,match", [({"predicted_sign": 0}, "predicted_sign"),
+                                          ({"smallest_effect": 0.0}, "smallest_effect")])
+def test_verdict_bad_arguments_raise(kwargs, match):
+    args = {"effect": 0.1, "ci_low": 0.0, "ci_high": 0.2, "p_corrected": 0.01, "predicted_sign": 1,
+            "smallest_effect": 0.1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        verdict(**args)
+
+
+# --------------------------------------------------------------------------- H1: correlation
+
+
+def test_correlation_test_planted_negative_found_with_sign_and_ci():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 10, 60)
+    y = 3 - 0.3 * x + rng.normal(0, 0.8, 60)
+    r = judge([correlation_test(x, y, predicted_sign=-1, n_resamples=RESAMPLES)])[0]
+    assert r.effect < 0 and r.ci_low <= r.effect <= r.ci_high < 0
+    assert r.effect == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert r.verdict == SUPPORTED
+
+
+def test_correlation_test_negative_control_no_correlation_not_supported():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=1000), rng.normal(size=1000)
+    r = judge([correlation_test(x, y, predicted_sign=-1, n_resamples=RESAMPLES)])[0]
+    assert r.verdict == NOT_SUPPORTED  # n = 1000: the CI excludes |rho| >= 0.1
+    small = judge([correlation_test(x[:30], y[:30], predicted_sign=-1, n_resamples=RESAMPLES)])[0]
+    assert small.verdict in (NOT_SUPPORTED, INCONCLUSIVE)
+
+
+def test_correlation_test_opposite_direction_not_supported():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 10, 60)
+    y = x + rng.normal(0, 1, 60)
+    assert judge([correlation_test(x, y, predicted_sign=-1, n_resamples=RESAMPLES)])[0].verdict == NOT_SUPPORTED
+
+
+def test_correlation_test_too_few_or_constant_is_untested():
+    few = correlation_test([1, 2, 3], [3, 2, 1])
+    const = correlation_test([1.0] * 10, list(range(10)))
+    for r in (few, const):
+        assert math.isnan(r.p_value) and r.note
+        assert judge([r])[0].verdict == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("x,y", [([1, 2], [1, 2, 3]), ([1, 2, math.nan, 4, 5], [1, 2, 3, 4, 5])])
+def test_correlation_test_bad_input_raises(x, y):
+    with pytest.raises(ValueError):
+        correlation_test(x, y)
+
+
+# --------------------------------------------------------------------------- H2: acceptance vs entropy
+
+
+def _tokens(seed: int, slope: float, n_prompts: int = 40, per_prompt: int = 30):
+    rng = np.random.default_rng(seed)
+    h = rng.uniform(0, 6, n_prompts * per_prompt)
+    p_accept = 1 / (1 + np.exp(-(1.0 - slope * h)))
+    accepted = rng.random(h.size) < p_accept
+    clusters = np.repeat([f"p{i}" for i in range(n_prompts)], per_prompt)
+    return h, accepted, clusters
+
+
+def test_acceptance_entropy_test_planted_decline_supported():
+    h, a, c = _tokens(4, slope=0.6)
+    r = judge([acceptance_entropy_test(h, a, c, n_resamples=RESAMPLES)])[0]
+    assert r.effect < 0 and r.ci_high < 0
+    assert r.effect == pytest.approx(stats.pointbiserialr(a, h).statistic)
+    assert r.verdict == SUPPORTED
+    assert r.details["n_clusters"] == 40
+
+
+def test_acceptance_entropy_test_negative_control_flat_not_supported():
+    h, a, c = _tokens(5, slope=0.0)
+    r = judge([acceptance_entropy_test(h, a, c, n_resamples=RESAMPLES)])[0]
+    assert r.verdict != SUPPORTED
+
+
+def test_acceptance_entropy_test_all_accepted_is_untested():
+    r = acceptance_entropy_test([0.1, 0.5, 1.0, 2.0, 3.0], [True] * 5, ["a"] * 5)
+    assert math.isnan(r.p_value) and "constant" in r.note
+
+
+def test_binned_acceptance_counts_and_wilson_intervals():
+    h, a, _ = _tokens(6, slope=0.6)
+    bins = binned_acceptance(h, a, n_bins=6)
+    assert sum(b.n for b in bins) == h.size
+    assert sum(b.k for b in bins) == int(a.sum())
+    for b in bins:
+        ci = stats.binomtest(b.k, b.n).proportion_ci(method="wilson")
+        assert (b.ci_low, b.ci_high) == pytest.approx((ci.low, ci.high))
+        assert b.ci_low <= b.rate <= b.ci_high
+    assert bins[0].rate > bins[-1].rate  # the planted decline shows in the curve
+
+
+def test_binned_acceptance_bad_bins_raises():
+    with pytest.raises(ValueError, match="n_bins"):
+        binned_acceptance([1.0], [True], n_bins=0)
+
+
+# --------------------------------------------------------------------------- H3: categories
+
+
+def test_category_test_planted_shift_supported_with_pairwise_holm():
+    rng = np.random.default_rng(7)
+    groups = np.repeat(["a", "b", "c", "d"], 12)
+    values = rng.uniform(0, 1, groups.size) + np.where(groups == "a", 0.8, 0.0)
+    r = judge([category_test(values, groups, n_resamples=RESAMPLES)])[0]
+    assert r.verdict == SUPPORTED
+    assert r.effect == pytest.approx(epsilon_squared(stats.kruskal(*[values[groups == g] for g in "abcd"]).statistic,
+                                                     groups.size))
+    pairs = r.details["pairwise"]
+    assert len(pairs) == 6
+    assert all(row["p_holm"] >= row["p_value"] for row in pairs)
+    assert all(row["rank_biserial_r"] > 0 for row in pairs if row["a"] == "a")
+
+
+def test_category_test_negative_control_same_distribution_not_supported():
+    rng = np.random.default_rng(8)
+    groups = np.repeat(["a", "b", "c", "d"], 12)
+    r = judge([category_test(rng.uniform(0, 1, groups.size), groups, n_resamples=RESAMPLES)])[0]
+    assert r.verdict != SUPPORTED
+
+
+def test_category_test_single_group_is_untested():
+    r = category_test([0.1, 0.2, 0.3, 0.4, 0.5], ["a"] * 5)
+    assert math.isnan(r.p_value)
+
+
+# --------------------------------------------------------------------------- H4: twins
+
+
+def test_rank_biserial_paired_known_cases():
+    assert rank_biserial_paired([1, 2, 3]) == 1.0
+    assert rank_biserial_paired([-1, -2, -3]) == -1.0
+    assert rank_biserial_paired([1, -1, 2, -2]) == 0.0
+    assert rank_biserial_paired([0, 0, 2]) == 1.0  # zeros dropped
+    assert math.isnan(rank_biserial_paired([0, 0]))
+    # one negative of rank 1 among ranks 1..4: (10 - 2*1) / 10
+    assert rank_biserial_paired([-1, 2, 3, 4]) == pytest.approx((10 - 2 * 1) / 10)
+
+
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_paired_test_planted_shift_supported(sign):
+    rng = np.random.default_rng(9)
+    clean = rng.normal(5, 1, 18)
+    poisoned = clean + sign * 1.5 + rng.normal(0, 0.5, 18)
+    r = judge([paired_test(clean, poisoned, name="H4a", predicted_sign=sign, n_resamples=RESAMPLES)])[0]
+    assert r.verdict == SUPPORTED
+    assert np.sign(r.effect) == sign
+    assert r.p_value == pytest.approx(stats.wilcoxon(poisoned - clean).pvalue)
+
+
+def test_paired_test_negative_control_no_shift_not_supported():
+    rng = np.random.default_rng(10)
+    clean = rng.normal(5, 1, 18)
+    poisoned = clean + rng.normal(0, 0.5, 18)
+    r = judge([paired_test(clean, poisoned, name="H4b", predicted_sign=1, n_resamples=RESAMPLES)])[0]
+    assert r.verdict != SUPPORTED
+
+
+def test_paired_test_too_few_pairs_is_untested():
+    r = paired_test([1, 2, 3], [0, 1, 2], name="H4a", predicted_sign=-1)
+    assert math.isnan(r.p_value) and "pairs" in r.note
+
+
+# --------------------------------------------------------------------------- fit band and the whole analysis
+
+
+def test_linear_fit_band_exact_line_has_zero_width():
+    x = np.arange(10.0)
+    fit = linear_fit_band(x, 2 - 0.5 * x)
+    assert fit.slope == pytest.approx(-0.5) and fit.intercept == pytest.approx(2.0)
+    assert np.allclose(fit.band_low, fit.fit) and np.allclose(fit.band_high, fit.fit)
+    assert linear_fit_band([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
+
+
+def test_linear_fit_band_contains_fit_and_is_narrowest_at_mean():
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 10, 40)
+    fit = linear_fit_band(x, x + rng.normal(0, 1, 40), n_grid=101)
+    width = np.array(fit.band_high) - np.array(fit.band_low)
+    assert np.all(width > 0)
+    assert abs(fit.grid[int(np.argmin(width))] - x.mean()) < (max(x) - min(x)) / 50
+
+
+def _synthetic_study(seed: int, planted: bool):
+    rng = np.random.default_rng(seed)
+    rows, tokens = [], []
+    cats = ["factual", "creative", "code", "math", "ambiguous", "summary"]
+    for i in range(36):
+        health = rng.uniform(3, 10)
+        for variant in ("clean", "poisoned") if i % 3 == 0 else ("clean",):
+            h = health - (2.5 if variant == "poisoned" and planted else 0) + rng.normal(0, 0.3)
+            pid = f"p{i}" + ("-poisoned" if variant == "poisoned" else "")
+            ent = (4 - 0.3 * h if planted else 2.5) + rng.normal(0, 0.4)
+            rows.append({"id": pid, "category": cats[i % 6], "variant": variant,
+                         "twin_of": f"p{i}" if variant == "poisoned" else None, "context_health": h,
+                         "mean_entropy_bits": ent, "alpha": rng.uniform(0.2, 0.6)})
+            for j in range(20):
+                de = rng.uniform(0, 6)
+                tokens.append({"prompt_id": pid, "draft_entropy_bits": de, "tested": j % 5 != 4,
+                               "accepted": bool(rng.random() < (0.9 - 0.12 * de if planted else 0.5))})
+    return rows, tokens
+
+
+def test_analyze_planted_study_supports_h1_h2_h4():
+    rows, tokens = _synthetic_study(12, planted=True)
+    a = analyze(rows, tokens, n_resamples=RESAMPLES)
+    verdicts = a.verdicts()
+    assert list(verdicts) == ["H1", "H2", "H3", "H4a", "H4b"]
+    assert verdicts["H1"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
+    assert verdicts["H3"] != SUPPORTED  # alpha was drawn independently of category
+    assert len(a.pairs) == 12
+    h2 = a.tests[1]
+    assert h2.n == sum(t["tested"] for t in tokens)  # untested draft tokens are left out
+    ps = [t.p_value for t in a.tests]
+    assert [t.p_holm for t in a.tests] == pytest.approx(holm(ps), nan_ok=True)
+
+
+def test_analyze_negative_control_null_study_supports_nothing():
+    rows, tokens = _synthetic_study(13, planted=False)
+    a = analyze(rows, tokens, n_resamples=RESAMPLES)
+    assert SUPPORTED not in a.verdicts().values()
+
+
+def test_analyze_nonfinite_rows_are_left_out_of_that_test_only():
+    rows, tokens = _synthetic_study(14, planted=True)
+    rows[0]["alpha"] = math.nan
+    rows[1]["context_health"] = None
+    a = analyze(rows, tokens, n_resamples=RESAMPLES)
+    assert a.tests[0].n == len(rows) - 1
+    assert a.tests[2].n == sum(r["variant"] == "clean" for r in rows) - 1
