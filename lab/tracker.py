@@ -396,6 +396,8 @@ def run_decode(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, *,
     """
     from transformers import DynamicCache
 
+    if settings.do_sample and seed is None:
+        raise ValueError("seed=None: run_decode needs an explicit seed when sampling (track_generate draws one)")
     device = _model_device(model)
     ids = input_ids.to(device)
     warpers = build_warpers(settings)
@@ -457,8 +459,11 @@ def _token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
         if text.startswith(prev) and not text.endswith("\ufffd"):
             pieces.append(text[len(prev):])
             prev = text
-        elif text.endswith("\ufffd"):
+        elif text.endswith("\ufffd") and i + 1 < len(ids):
             pieces.append("")  # incomplete character; the next token completes it
+        elif text.startswith(prev):
+            pieces.append(text[len(prev):])  # the decode ended inside a character: show what is there
+            prev = text
         else:
             pieces.append(tokenizer.decode([ids[i]], skip_special_tokens=False))
             prev = text

@@ -16,7 +16,14 @@ from hypothesis import given
 
 from lab.entropy import entropy, varentropy
 from lab.models import build_messages, encode_chat
-from lab.tracker import DecodeSettings, build_warpers, row_statistics, run_decode, track_generate
+from lab.tracker import (
+    DecodeSettings,
+    _token_pieces,
+    build_warpers,
+    row_statistics,
+    run_decode,
+    track_generate,
+)
 from tests import support
 from tests.strategies import logit_vectors, masked_logit_vectors
 
@@ -291,3 +298,28 @@ def test_track_generate_nan_logits_raise_naming_steps(tok, prompt_ids):
         m.get_output_embeddings().weight.fill_(float("nan"))
     with pytest.raises(RuntimeError, match=r"NaN or \+inf logits at decode step\(s\) \[0"):
         track_generate(m, tok, prompt_ids, max_new_tokens=3)
+
+
+class _ByteTokenizer:
+    """Each id is one UTF-8 byte; decode replaces incomplete characters with U+FFFD,
+    like byte-level BPE tokenizers do."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+
+@pytest.mark.parametrize("text", ["héllo 😀 wörld 日本", "abc", "😀"])
+def test_token_pieces_multibyte_characters_kept_whole(text):
+    """Regression (fault class: per-token decode shows U+FFFD for characters split over
+    byte tokens): pieces concatenate to the text and none contains U+FFFD."""
+    ids = list(text.encode("utf-8"))
+    pieces = _token_pieces(_ByteTokenizer(), ids)
+    assert len(pieces) == len(ids)
+    assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
+
+
+def test_token_pieces_decode_ending_inside_character_keeps_replacement():
+    """A decode cut inside a character still accounts for every decoded character."""
+    ids = list("a😀".encode("utf-8"))[:-1]
+    assert "".join(_token_pieces(_ByteTokenizer(), ids)) == bytes(ids).decode("utf-8", errors="replace")
