@@ -19,14 +19,15 @@ How: a custom attention function is registered with transformers'
    ``max_chunk_bytes`` (256 MB by default);
 3. adds the chunk's column sums into a ``[H, S]`` accumulator and finally divides
    by the number of observing queries ``S - k``;
-4. checks what it captured, cheaply, on every chunk: rows sum to 1, the model's
+4. checks what it captured, cheaply, on every chunk: rows sum to 1 (as the
+   chunk's total mass; row by row on the first chunk), the model's
    own mask (if it passes one) allows nothing above the diagonal, and on the first
    chunk the captured probabilities times V reproduce SDPA's output (this catches
    a mask mismatch between what SDPA ran and what was captured, the class of fault
    where transformers silently returned ``None`` attentions or fell back without a
    causal mask). A violation raises :class:`CaptureError`.
 
-Peak extra memory: one chunk of scores plus the repeated keys, independent of the
+Peak extra memory: one chunk of scores and its softmax plus the repeated keys, independent of the
 number of layers; kept state is ``L * H * S`` floats. The original attention
 implementation is restored afterwards, also on error.
 
@@ -135,7 +136,7 @@ def _received_one_layer(module, query, key, value, attention_mask, scaling, out,
     if h % key.shape[1]:
         raise CaptureError(f"{h} query heads are not a multiple of {key.shape[1]} KV heads")
     scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    q = query[0].float()                                  # [H, S, D]
+    q = query[0].float() * scale                          # [H, S, D], pre-scaled
     k = _repeat_kv(key[0].float(), h // key.shape[1])     # [H, S, D]
     v = _repeat_kv(value[0].float(), h // value.shape[1]) # [H, S, Dv]
     chunk = acc.chunk_size or max(1, acc.max_chunk_bytes // (h * s * 4))
@@ -145,24 +146,35 @@ def _received_one_layer(module, query, key, value, attention_mask, scaling, out,
     for q0 in range(0, s, chunk):
         q1 = min(s, q0 + chunk)
         # 1. scores of queries [q0, q1) against keys [0, q1): [H, c, q1]
-        scores = torch.matmul(q[:, q0:q1], k[:, :q1].transpose(-1, -2)).mul_(scale)
-        causal = positions[None, :q1] <= positions[q0:q1, None]  # [c, q1], True = visible
-        allowed = causal
-        if mask is not None:
+        scores = torch.matmul(q[:, q0:q1], k[:, :q1].transpose(-1, -2))
+        if mask is None:
+            # keys before q0 are visible to every query of the chunk: only the
+            # diagonal block [q0, q1) x [q0, q1) holds future keys to hide
+            block = positions[q0:q1][None, :] > positions[q0:q1][:, None]  # [c, c], True = future
+            scores[:, :, q0:q1].masked_fill_(block, float("-inf"))
+        else:
+            causal = positions[None, :q1] <= positions[q0:q1, None]  # [c, q1], True = visible
             allowed = causal & _check_model_mask(mask[:, q0:q1, :q1], causal, scores, q0)
-        # 2. softmax in place (one buffer per chunk)
-        scores.masked_fill_(~allowed, float("-inf"))
-        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
-        scores.div_(scores.sum(dim=-1, keepdim=True))
-        # 3. validate the chunk
-        row_err = (scores.sum(dim=-1) - 1.0).abs().max()
-        if not bool(row_err <= ROW_SUM_ATOL):  # also catches NaN
-            raise CaptureError(f"captured attention rows do not sum to 1 (max error {float(row_err):.3g}) "
+            scores.masked_fill_(~allowed, float("-inf"))
+        # 2. softmax (one fused kernel; a second chunk-sized buffer)
+        probs = torch.softmax(scores, dim=-1)
+        del scores
+        # 3. column sums: attention each key receives from this chunk's queries: [H, q1]
+        received = probs.sum(dim=1)
+        # 4. validate: every row sums to 1, so the chunk's total mass per head is its
+        #    row count (a NaN or an all-masked row breaks it); full row check and
+        #    SDPA-output check on the first chunk
+        mass_err = float((received.sum(dim=-1) - (q1 - q0)).abs().max())
+        if not mass_err <= ROW_SUM_ATOL * (q1 - q0):  # also catches NaN
+            raise CaptureError(f"captured attention rows do not sum to 1 (total mass off by {mass_err:.3g}) "
                                f"at queries {q0}..{q1 - 1}")
         if q0 == 0:
-            _check_output(scores, v[:, :q1], out[0, q0:q1], query.dtype)
-        # 4. column sums: attention each key receives from this chunk's queries
-        total[:, :q1] += scores.sum(dim=1)
+            row_err = float((probs.sum(dim=-1) - 1.0).abs().max())
+            if not row_err <= ROW_SUM_ATOL:
+                raise CaptureError(f"captured attention rows do not sum to 1 (max error {row_err:.3g})")
+            _check_output(probs, v[:, :q1], out[0, q0:q1], query.dtype)
+        total[:, :q1] += received
+        del probs
     observers = torch.arange(s, 0, -1, dtype=torch.float32, device=q.device)  # S - k
     return (total / observers).cpu()
 
