@@ -190,6 +190,7 @@ def test_track_generate_sampled_entropy_equals_renormalized_filtered(model, tok,
             assert step.sampled_entropy_bits <= math.log2(top_k) + RECORD_ATOL
         # The raw statistics do not depend on the sampling settings.
         assert step.entropy_bits == pytest.approx(_entropy_bits(log_p[i]).item(), abs=RECORD_ATOL)
+        assert step.chosen_prob == pytest.approx(log_p[i, step.token_id].exp().item(), abs=RECORD_ATOL)
 
 
 def test_track_generate_same_seed_same_tokens_other_seed_differs(model, tok, prompt_ids):
