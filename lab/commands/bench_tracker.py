@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (default: 1 = off)")
     p.add_argument("--stats-iterations", type=int, default=200,
                    help="iterations of the statistics-only timing on one logits row (default: 200)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads for the whole benchmark (default: torch's choice); 1 is "
+                        "steadier on a machine shared with other jobs")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -90,12 +93,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"repeats={args.repeats!r} must be >= 1")
     if args.stats_iterations < 1:
         raise ValueError(f"stats_iterations={args.stats_iterations!r} must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"threads={args.threads!r} must be >= 1")
     messages = build_messages(args.prompt)
     device = resolve_device(args.device)
     parse_dtype(args.dtype, device)
     resolve_source(args.model)
 
     # 2. Load.
+    import torch
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
@@ -149,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         "statistics_pct_of_decode_step": stats_s / per_token_off * 100.0,
         "goal_pct": OVERHEAD_GOAL_PCT,
         "identical_tokens": identical,
+        "torch_threads": torch.get_num_threads(),
     }
     render_bench(result, stdout_console())
     with report_dir(args.out, "bench-tracker") as rd:

@@ -319,7 +319,8 @@ def bench_markdown(report: dict[str, Any]) -> str:
         f"- **runs**: {report['repeats']} alternating off/on pairs after one warm-up pair; "
         f"{report['tokens_per_run']} new tokens each (EOS ignored), {mode}; prompt of "
         f"{report['prompt_tokens']} tokens, V = {report['vocab_size']}",
-        f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs", "",
+        f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs, "
+        f"torch threads {report.get('torch_threads')}", "",
         "| measure | value |", "|---|---:|",
         *[f"| {name} | {value} |" for name, value in _bench_rows(report)], "",
         f"**Goal** (overhead of medians < {report['goal_pct']:g} %): {'met' if met else 'not met'}.", "",

@@ -221,6 +221,7 @@ def test_cli_bench_tracker_tiny_model_writes_report(tmp_path, capsys, tiny_backe
 @pytest.mark.parametrize("argv, names", [(["--repeats", "0"], "repeats=0"),
                                          (["--max-new-tokens", "0"], "max_new_tokens=0"),
                                          (["--stats-iterations", "0"], "stats_iterations=0"),
+                                         (["--threads", "0"], "threads=0"),
                                          (["--device", "banana"], "device='banana'")])
 def test_cli_bench_tracker_bad_argument_exits_2(tmp_path, capsys, no_model_loading, argv, names):
     rc = cli.main(["bench-tracker", *argv, "--out", str(tmp_path)])
