@@ -54,10 +54,16 @@ from lab.prompts import StudyPrompt, default_prompts_path, load_prompts, select_
 
 logger = logging.getLogger(__name__)
 
-# Defaults of the full study (`make study`): 84 prompts on 2 CPU cores within the
-# 15-minute budget; see the study report's wall time and `lab study --help`.
-DEFAULT_MAX_NEW_TOKENS = 32
-DEFAULT_GAMMA = 4
+# Defaults of the full study (`make study`), chosen so its 84 prompts fit the 15-minute
+# budget on 2 CPU cores. Measured with the embedded model, one thread, as CPU time per
+# prompt (a load-independent upper bound on unloaded wall time): ~8 s for a clean
+# prompt and 11-14 s for a poisoned one at 24 tokens and gamma 2, so ~13 min in all;
+# at 32 tokens and gamma 4 it was ~13 s and ~20 s (over budget). The speculative run
+# dominates: with the early-exit draft sampling at T = 1 alpha is ~0.1, so nearly only
+# the first drafted token of a round is ever tested, and gamma 2 loses almost no
+# per-token data while drafting half as much. The report records the real wall time.
+DEFAULT_MAX_NEW_TOKENS = 24
+DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
 WORK_FORMAT = 1  # bump when the work-file layout changes; old files are then redone

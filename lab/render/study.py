@@ -181,7 +181,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
                 for c in cats]
         keep = [(c, d) for c, d in zip(cats, data) if d]
         if keep:
-            ax.boxplot([d for _, d in keep], tick_labels=[c for c, _ in keep])
+            ax.boxplot([d for _, d in keep])
+            ax.set_xticks(range(1, len(keep) + 1), [c for c, _ in keep])
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
     h3 = a.tests[2]
