@@ -2,7 +2,7 @@
 
 Pure functions on numbers (no model, no files, no Rich). Every test statistic,
 p-value and confidence interval comes from :mod:`scipy.stats`; the lab's own math
-here is limited to effect sizes (matched-pairs rank-biserial, epsilon-squared),
+here is limited to effect sizes (matched-pairs rank-biserial, eta-squared_H),
 Holm's step-down correction, a least-squares confidence band and the verdict rule.
 
 The thesis (issue 5): context quality shapes attention during prefill, attention
@@ -18,7 +18,9 @@ well speculative decoding works. The pre-stated hypotheses, one family:
   so the CI is a *cluster* bootstrap over prompts (percentile); binned acceptance
   rates with Wilson intervals (``binomtest(...).proportion_ci``) describe the curve.
 * **H3** acceptance differs by category: Kruskal-Wallis on per-prompt alpha
-  (clean prompts), effect epsilon-squared = H / (n - 1) (Tomczak & Tomczak 2014);
+  (clean prompts), effect eta-squared_H = (H - k + 1) / (n - k) for k groups (Cohen
+  2008, as given by Tomczak & Tomczak 2014), about 0 when the groups do not differ
+  (unlike epsilon-squared = H / (n - 1), whose null expectation is (k - 1) / (n - 1));
   then pairwise Mann-Whitney U with Holm correction inside the pairwise family.
 * **H4** poisoned twins have lower health (H4a) and higher mean entropy (H4b) than
   their clean twins: paired Wilcoxon signed-rank on poisoned - clean, effect the
@@ -50,9 +52,9 @@ from scipy import stats
 ALPHA = 0.05  # family-wise error rate across H1-H4 after Holm correction
 CI_LEVEL = 0.95
 # Smallest effects worth finding. Correlations and rank-biserial r: 0.1 is Cohen's
-# (1988) "small" r. Epsilon-squared: 0.01 is the usual "small" for eta/epsilon^2.
+# (1988) "small" r. Eta-squared_H: 0.01 is Cohen's "small" for eta^2.
 SMALLEST_EFFECT = 0.1
-SMALLEST_EPSILON_SQ = 0.01
+SMALLEST_ETA_SQ = 0.01
 N_RESAMPLES = 1999  # bootstrap resamples; odd so percentile ends fall on draws
 MIN_N = 5  # fewer observations (or pairs) than this: not tested, verdict inconclusive
 
@@ -67,7 +69,7 @@ HYPOTHESES = {
     "H2": "Drafted tokens with higher draft entropy are accepted less often "
           "(point-biserial r(draft entropy, accepted) < 0).",
     "H3": "The acceptance rate alpha differs between prompt categories "
-          "(Kruskal-Wallis on per-prompt alpha, epsilon-squared > 0).",
+          "(Kruskal-Wallis on per-prompt alpha, eta-squared_H > 0).",
     "H4a": "A poisoned twin has lower context health than its clean twin "
            "(paired Wilcoxon, poisoned - clean < 0).",
     "H4b": "A poisoned twin has higher mean decode entropy than its clean twin "
@@ -193,9 +195,13 @@ def rank_biserial_paired(diffs: Sequence[float]) -> float:
     return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
 
 
-def epsilon_squared(h_statistic: float, n: int) -> float:
-    """Kruskal-Wallis effect size epsilon^2 = H / (n - 1) (Tomczak & Tomczak 2014)."""
-    return float(h_statistic / (n - 1)) if n > 1 else math.nan
+def eta_squared_h(h_statistic: float, n: int, k: int) -> float:
+    """Kruskal-Wallis effect size eta^2_H = (H - k + 1) / (n - k) for n values in k groups.
+
+    Cohen (2008), in Tomczak & Tomczak (2014). H's null expectation is k - 1, so
+    eta^2_H is about 0 without an effect and can be slightly negative; NaN if n <= k.
+    """
+    return float((h_statistic - k + 1) / (n - k)) if n > k else math.nan
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -329,7 +335,7 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
         name, seed, n_resamples: As :func:`correlation_test`.
 
     Returns:
-        A :class:`TestResult` with ``effect`` = epsilon-squared (predicted > 0) and
+        A :class:`TestResult` with ``effect`` = eta-squared_H (predicted > 0) and
         ``details["pairwise"]``: one dict per pair of categories with U, the
         rank-biserial r = 2U / (n1 n2) - 1 (positive: the first group higher), raw
         and Holm-corrected p-values; ``details["groups"]``: n and median per group.
@@ -349,26 +355,26 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
     test = "Kruskal-Wallis H; pairwise Mann-Whitney U with Holm correction"
     group_info = {u: {"n": int((g == u).sum()), "median": float(np.median(v[g == u]))} for u in labels}
     if len(labels) < 2 or v.size < MIN_N:
-        r = _untested(name, test, "epsilon_squared", int(v.size), 1, SMALLEST_EPSILON_SQ,
+        r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
                       f"{len(labels)} categories with >= 2 prompts and {v.size} prompts; need 2 and {MIN_N}")
         r.details["groups"] = group_info
         return r
     if np.ptp(v) == 0:
-        r = _untested(name, test, "epsilon_squared", int(v.size), 1, SMALLEST_EPSILON_SQ,
+        r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
                       "all values are equal; no ranks to compare")
         r.details["groups"] = group_info
         return r
     res = stats.kruskal(*[v[g == u] for u in labels])
-    eps = epsilon_squared(float(res.statistic), int(v.size))
+    eta = eta_squared_h(float(res.statistic), int(v.size), len(labels))
 
-    def eps_of(vals, codes):
+    def eta_of(vals, codes):
         present = [vals[codes == u] for u in np.unique(codes)]
         if len(present) < 2 or np.ptp(vals) == 0:
             return math.nan
-        return epsilon_squared(float(stats.kruskal(*present).statistic), len(vals))
+        return eta_squared_h(float(stats.kruskal(*present).statistic), len(vals), len(present))
 
     codes = np.unique(g, return_inverse=True)[1].astype(float)  # paired resampling stacks arrays: numeric only
-    lo, hi = _bootstrap_ci((v, codes), eps_of, paired=True, method="percentile", seed=seed, n_resamples=n_resamples)
+    lo, hi = _bootstrap_ci((v, codes), eta_of, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
     pairs = []
     for u1, u2 in combinations(labels, 2):
         a, b = v[g == u1], v[g == u2]
@@ -378,8 +384,8 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
                       "p_value": float(mw.pvalue)})
     for row, p_adj in zip(pairs, holm([row["p_value"] for row in pairs])):
         row["p_holm"] = p_adj
-    return TestResult(name, HYPOTHESES.get(name, ""), test, "epsilon_squared", eps, lo, hi, float(res.pvalue),
-                      int(v.size), 1, SMALLEST_EPSILON_SQ, note="CI of epsilon^2 is biased upward in small samples",
+    return TestResult(name, HYPOTHESES.get(name, ""), test, "eta_squared_h", eta, lo, hi, float(res.pvalue),
+                      int(v.size), 1, SMALLEST_ETA_SQ,
                       details={"H": float(res.statistic), "groups": group_info, "pairwise": pairs})
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from lab.analysis import ALPHA, CI_LEVEL, SMALLEST_EFFECT, SMALLEST_EPSILON_SQ, TestResult
+from lab.analysis import ALPHA, CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
 from lab.study import PER_PROMPT_FIELDS, PER_TOKEN_FIELDS, StudyResult, config_dict, summarize_prompts
@@ -186,7 +186,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
     h3 = a.tests[2]
-    fig.suptitle(f"H3: epsilon^2 = {_fmt(h3.effect)}, Kruskal-Wallis p = {_p(h3.p_value)}, {h3.verdict}", fontsize=10)
+    fig.suptitle(f"H3: eta^2_H = {_fmt(h3.effect)}, Kruskal-Wallis p = {_p(h3.p_value)}, {h3.verdict}", fontsize=10)
     fig.tight_layout()
     fig.savefig(folder / "category_boxplots.png", dpi=110)
     plt.close(fig)
@@ -249,7 +249,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"is positive: **supported** if corrected p < {ALPHA}, the effect is in the predicted direction and its "
         f"95% CI lies entirely on that side of 0; **not supported** if corrected p < {ALPHA} with the effect "
         f"in the opposite direction, or the CI's upper end is below the smallest effect of interest "
-        f"({SMALLEST_EFFECT} for correlations and rank-biserial r, {SMALLEST_EPSILON_SQ} for epsilon^2); "
+        f"({SMALLEST_EFFECT} for correlations and rank-biserial r, {SMALLEST_ETA_SQ} for eta^2_H); "
         f"**inconclusive** otherwise (including too little data).",
         "",
         "## Verdicts",

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from lab.analysis import (ALPHA, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT, SUPPORTED, acceptance_entropy_test,
-                          analyze, binned_acceptance, category_test, correlation_test, epsilon_squared, holm, judge,
+                          analyze, binned_acceptance, category_test, correlation_test, eta_squared_h, holm, judge,
                           linear_fit_band, paired_test, rank_biserial_paired, verdict)
 
 RESAMPLES = 199  # enough for a CI's sign on planted effects; keeps the unit tier fast
@@ -194,8 +194,8 @@ def test_category_test_planted_shift_supported_with_pairwise_holm():
     values = rng.uniform(0, 1, groups.size) + np.where(groups == "a", 0.8, 0.0)
     r = judge([category_test(values, groups, n_resamples=RESAMPLES)])[0]
     assert r.verdict == SUPPORTED
-    assert r.effect == pytest.approx(epsilon_squared(stats.kruskal(*[values[groups == g] for g in "abcd"]).statistic,
-                                                     groups.size))
+    h = stats.kruskal(*[values[groups == g] for g in "abcd"]).statistic
+    assert r.effect == pytest.approx((h - 4 + 1) / (groups.size - 4))
     pairs = r.details["pairwise"]
     assert len(pairs) == 6
     assert all(row["p_holm"] >= row["p_value"] for row in pairs)
@@ -207,6 +207,13 @@ def test_category_test_negative_control_same_distribution_not_supported():
     groups = np.repeat(["a", "b", "c", "d"], 12)
     r = judge([category_test(rng.uniform(0, 1, groups.size), groups, n_resamples=RESAMPLES)])[0]
     assert r.verdict != SUPPORTED
+
+
+def test_eta_squared_h_null_expectation_is_zero():
+    """H's null expectation is k - 1, so eta^2_H is 0 there; it grows with H."""
+    assert eta_squared_h(3.0, 40, 4) == 0.0
+    assert eta_squared_h(10.0, 40, 4) > eta_squared_h(5.0, 40, 4) > 0
+    assert math.isnan(eta_squared_h(3.0, 4, 4))
 
 
 def test_category_test_single_group_is_untested():
