@@ -295,13 +295,13 @@ def _bench_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 def render_bench(report: dict[str, Any], console: Console) -> None:
     """Print the bench-tracker result table to ``console``."""
     model = report["model"]
-    table = Table(title=f"Tracker overhead: {model['model']} on {model['device']} ({model['dtype']}), "
-                        f"{report['repeats']} alternating pairs x {report['tokens_per_run']} tokens",
-                  title_justify="left")
+    table = Table(title=Text(f"Tracker overhead: {model['model']} on {model['device']} ({model['dtype']}), "
+                             f"{report['repeats']} alternating pairs x {report['tokens_per_run']} tokens"),
+                  title_justify="left")  # Text: a model path with brackets is not markup
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in _bench_rows(report):
-        table.add_row(name, value)
+        table.add_row(Text(name), Text(value))
     console.print(table)
     verdict = report["overhead_pct_median"] < report["goal_pct"]
     console.print(Text(f"goal < {report['goal_pct']:g} % (medians): {'met' if verdict else 'NOT met'}",
