@@ -244,3 +244,26 @@ def test_model_runner_qwen25_profile_with_tiny_models(monkeypatch):
     assert 0.0 <= outcome.row["context_health"] <= 10.0
     assert outcome.row["n_drafted"] == len(outcome.tokens)
     assert all(math.isfinite(t["draft_entropy_bits"]) for t in outcome.tokens)
+
+
+def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, capsys, monkeypatch):
+    from lab import cli
+    from lab import study as study_mod
+
+    class CtrlC(FakeRunner):
+        def __call__(self, prompt):
+            if len(self.calls) >= 3:
+                raise KeyboardInterrupt
+            return super().__call__(prompt)
+
+    first = CtrlC()
+    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: first))
+    args = ["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", "--resamples", "99"]
+    assert cli.main(args) == 130
+    (work,) = tmp_path.glob(".study-work-*")
+    assert not list(tmp_path.glob("*-study"))
+    second = FakeRunner()
+    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: second))
+    assert cli.main(["study", "--resume", str(work), "--resamples", "99"]) == 0
+    assert len(second.calls) == 8 - 3 and not set(second.calls) & set(first.calls)
+    assert len(list(tmp_path.glob("*-study"))) == 1
