@@ -68,6 +68,8 @@ def _prompts(values: list[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from lab.commands.speculate import _draft_spec
     from lab.models import build_messages, encode_chat, eos_token_ids, load_model, parse_dtype, resolve_device, resolve_source
     from lab.render.console import stderr_console, stdout_console
@@ -105,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     info = dict(model.lab_source)
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
-                                      "environment": environment(model), **data})
+                                      "torch_threads": torch.get_num_threads(), "environment": environment(model),
+                                      **data})
         plot_bench(data, rd.file("bench.png"))
         rd.write_text("summary.md", bench_summary_markdown(data, info))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
