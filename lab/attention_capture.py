@@ -143,22 +143,28 @@ def _received_one_layer(module, query, key, value, attention_mask, scaling, out,
     mask = attention_mask[0] if attention_mask is not None else None  # [1 or H, S, S], bool or additive
     positions = torch.arange(s, device=q.device)
     total = torch.zeros(h, s, dtype=torch.float32, device=q.device)
+    # Chunk buffers are allocated once per layer and reused: a fresh 256 MB tensor
+    # per chunk costs more in page faults than the softmax itself on CPU.
+    chunk = min(chunk, s)
+    scores_buf = torch.empty(h * chunk * s, dtype=torch.float32, device=q.device)
+    probs_buf = torch.empty_like(scores_buf)
+    k_t = k.transpose(-1, -2).contiguous()  # [H, D, S]
+    future = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)  # [c, c], True = later key
     for q0 in range(0, s, chunk):
         q1 = min(s, q0 + chunk)
+        n = q1 - q0
         # 1. scores of queries [q0, q1) against keys [0, q1): [H, c, q1]
-        scores = torch.matmul(q[:, q0:q1], k[:, :q1].transpose(-1, -2))
+        scores = torch.matmul(q[:, q0:q1], k_t[:, :, :q1], out=scores_buf[: h * n * q1].view(h, n, q1))
         if mask is None:
             # keys before q0 are visible to every query of the chunk: only the
             # diagonal block [q0, q1) x [q0, q1) holds future keys to hide
-            block = positions[q0:q1][None, :] > positions[q0:q1][:, None]  # [c, c], True = future
-            scores[:, :, q0:q1].masked_fill_(block, float("-inf"))
+            scores[:, :, q0:q1].masked_fill_(future[:n, :n], float("-inf"))
         else:
             causal = positions[None, :q1] <= positions[q0:q1, None]  # [c, q1], True = visible
             allowed = causal & _check_model_mask(mask[:, q0:q1, :q1], causal, scores, q0)
             scores.masked_fill_(~allowed, float("-inf"))
-        # 2. softmax (one fused kernel; a second chunk-sized buffer)
-        probs = torch.softmax(scores, dim=-1)
-        del scores
+        # 2. softmax into the second buffer
+        probs = _softmax_into(scores, probs_buf[: h * n * q1].view(h, n, q1))
         # 3. column sums: attention each key receives from this chunk's queries: [H, q1]
         received = probs.sum(dim=1)
         # 4. validate: every row sums to 1, so the chunk's total mass per head is its
@@ -174,9 +180,16 @@ def _received_one_layer(module, query, key, value, attention_mask, scaling, out,
                 raise CaptureError(f"captured attention rows do not sum to 1 (max error {row_err:.3g})")
             _check_output(probs, v[:, :q1], out[0, q0:q1], query.dtype)
         total[:, :q1] += received
-        del probs
     observers = torch.arange(s, 0, -1, dtype=torch.float32, device=q.device)  # S - k
     return (total / observers).cpu()
+
+
+def _softmax_into(scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``softmax(scores, -1)`` written into ``out`` (aten's out variant; plain softmax if unavailable)."""
+    try:
+        return torch.ops.aten._softmax.out(scores, -1, False, out=out)
+    except (AttributeError, RuntimeError, NotImplementedError):  # an op set without the out overload
+        return torch.softmax(scores, dim=-1)
 
 
 def _check_model_mask(mask: torch.Tensor, causal: torch.Tensor, scores: torch.Tensor, q0: int) -> torch.Tensor:
