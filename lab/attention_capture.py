@@ -27,7 +27,8 @@ How: a custom attention function is registered with transformers'
    where transformers silently returned ``None`` attentions or fell back without a
    causal mask). A violation raises :class:`CaptureError`.
 
-Peak extra memory: one chunk of scores and its softmax plus the repeated keys, independent of the
+Peak extra memory: one chunk of scores and its softmax (two reused buffers of
+at most ``max_chunk_bytes`` each) plus the repeated keys, independent of the
 number of layers; kept state is ``L * H * S`` floats. The original attention
 implementation is restored afterwards, also on error.
 
