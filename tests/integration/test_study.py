@@ -1,0 +1,111 @@
+"""The study end to end on the embedded model (SmolLM2-135M-Instruct, early-exit:12 draft).
+
+A reduced study (:data:`LIMIT` prompts with twin pairs, :data:`MAX_NEW_TOKENS`
+tokens) runs the real pipeline once per session and writes a real report; the
+tests check that every file is there, the PNGs open, study.json agrees with the
+CSVs, and summary.md states the verdicts of study.json.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+LIMIT = 14  # 6 twin pairs + 2 singles: every category, enough pairs for H4 to be tested
+MAX_NEW_TOKENS = 24  # keeps the study within ~1-2 minutes on 2 cores
+RESAMPLES = 499  # CI precision is not under test; keeps the analysis quick
+ALPHA_TOL = 1e-12  # alpha is a ratio of two counts; only float rounding may differ
+
+
+@pytest.fixture(scope="module")
+def study_report(smollm2, tmp_path_factory):
+    from lab.render.study import write_report
+    from lab.speculative import make_draft
+    from lab.study import ModelRunner, StudyConfig, discard_work, plan_study, run_study
+
+    model, tok = smollm2
+    out = tmp_path_factory.mktemp("study")
+    config = StudyConfig(model="smollm2", device="cpu", limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS,
+                         out=str(out), n_resamples=RESAMPLES)
+    plan = plan_study(config)
+    runner = ModelRunner(model, tok, make_draft(model, config.draft_spec()), config,
+                         {"model": dict(model.lab_source), "draft": config.draft_spec()})
+    result = run_study(plan, runner=runner)
+    path = write_report(result)
+    discard_work(plan)
+    return result, path
+
+
+def test_study_report_has_every_file_and_pngs_open(study_report):
+    import matplotlib.image as mpimg
+
+    from lab.render.study import FIGURES
+
+    _, path = study_report
+    for name in ("study.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
+        assert (path / name).is_file(), name
+    for name in FIGURES:
+        assert (path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        img = mpimg.imread(path / name)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+    assert not any(p.name.startswith(".") for p in path.parent.iterdir())  # no staging or work dir left
+
+
+def test_study_json_matches_csvs(study_report):
+    from lab.reports import read_json, rows_from_csv
+
+    result, path = study_report
+    study = read_json(path / "study.json")
+    prompts = rows_from_csv(path / "per_prompt.csv")
+    tokens = rows_from_csv(path / "per_token.csv")
+    assert len(prompts) == study["prompts"]["n_prompts"] == LIMIT
+    assert Counter(r["category"] for r in prompts) == Counter(study["prompts"]["by_category"])
+    assert sum(r["variant"] == "poisoned" for r in prompts) == study["prompts"]["n_poisoned"] == len(study["pairs"])
+    per_prompt_tokens = Counter(t["prompt_id"] for t in tokens)
+    for r in prompts:
+        mine = [t for t in tokens if t["prompt_id"] == r["id"]]
+        assert per_prompt_tokens[r["id"]] == int(r["n_drafted"])
+        assert sum(t["tested"] == "True" for t in mine) == int(r["n_drafted_tested"])
+        assert sum(t["accepted"] == "True" for t in mine) == int(r["n_accepted"])
+        assert all(t["tested"] == "True" for t in mine if t["accepted"] == "True")
+        if int(r["n_drafted_tested"]):
+            assert float(r["alpha"]) == pytest.approx(int(r["n_accepted"]) / int(r["n_drafted_tested"]), abs=ALPHA_TOL)
+        assert 0.0 <= float(r["context_health"]) <= 10.0
+        assert 0.0 <= float(r["position0_share"]) <= 1.0
+        assert float(r["mean_entropy_bits"]) >= 0.0
+    h2 = next(t for t in study["tests"] if t["name"] == "H2")
+    assert h2["n"] == sum(t["tested"] == "True" for t in tokens)
+    h1 = next(t for t in study["tests"] if t["name"] == "H1")
+    assert h1["n"] == LIMIT
+
+
+def test_study_summary_states_the_json_verdicts(study_report):
+    from lab.analysis import VERDICTS
+    from lab.reports import read_json
+
+    _, path = study_report
+    study = read_json(path / "study.json")
+    summary = (path / "summary.md").read_text(encoding="utf-8")
+    assert set(study["verdicts"]) == {"H1", "H2", "H3", "H4a", "H4b"}
+    for name, verdict in study["verdicts"].items():
+        assert verdict in VERDICTS
+        assert f"**{name}: {verdict}**" in summary
+    for test in study["tests"]:
+        if test["p_holm"] is not None:
+            assert test["p_holm"] >= test["p_value"]
+
+
+def test_study_environment_records_model_draft_seed_and_time(study_report):
+    from lab.reports import read_json
+
+    _, path = study_report
+    study = read_json(path / "study.json")
+    env, settings = study["environment"], study["settings"]
+    assert env["model"]["profile"] == "smollm2"
+    assert env["draft"] == settings["draft"] == "early-exit:12"
+    assert settings["device"] == "cpu" and settings["dtype"] == "float32"
+    assert settings["seed"] == 0 and settings["temperature"] == 1.0
+    assert env["libraries"]["torch"] and env["libraries"]["transformers"]
+    assert study["timing"]["wall_s_total"] > 0 and math.isfinite(study["timing"]["compute_s_prompts"])
