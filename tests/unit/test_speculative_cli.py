@@ -40,7 +40,7 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
         target = tiny_llama_untied()
         prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
         bench = to_jsonable(run_bench(target, make_draft(target, "early-exit:2"), prompts,
-                                      BenchConfig(gammas=(1, 3), adaptive=("pmin:0.5",), max_new_tokens=10,
+                                      BenchConfig(gammas=(1, 3), adaptive=("pmin:0.5",), max_new_tokens=8,
                                                   repeats=2, warmup_tokens=2)))
     finally:
         torch.set_num_threads(before)
