@@ -12,7 +12,8 @@ fails here, treating the prompts as a random draw):
   binom.cdf(22, 24, 0.995) ~= 0.6 %.
 * content tokens: fails if >= 1 % are flagged. If the true rate is 0.2 %
   (calibration: 0/765; its 95 % Clopper-Pearson upper bound is 0.48 %),
-  P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 0.3 % at n ~= 500.
+  P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 2.1 % at the n = 289 observed
+  content tokens of these prompts (measured: 24/24 position 0, 0/289 content).
 
 Both figures are recomputed with scipy in the failure messages. Each criterion has
 a negative control: a deliberately mis-set detector that the same check rejects.
