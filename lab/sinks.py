@@ -210,7 +210,9 @@ def context_health(content_z: torch.Tensor, threshold: float, *,
     n = content_z.numel()
     if n == 0:
         return 10.0
-    z = content_z.double()
-    excess = (z - threshold)[z > threshold]
+    # The sink test runs in the input's dtype, as `is_sink` does elsewhere, so a z that
+    # equals the threshold after rounding to float32 is a sink in neither place.
+    is_sink = content_z > threshold
+    excess = content_z.double()[is_sink] - threshold
     penalty = float((1.0 + excess / severity_scale).sum()) / n
     return float(min(10.0, max(0.0, 10.0 * math.exp(-rate * penalty))))
