@@ -61,10 +61,10 @@ logger = logging.getLogger(__name__)
 # at 32 tokens and gamma 4 it was ~13 s and ~20 s (over budget). The speculative run
 # dominates: with the early-exit draft sampling at T = 1 alpha is ~0.1, so nearly only
 # the first drafted token of a round is ever tested, and gamma 2 loses almost no
-# per-token data while drafting half as much. The full default study then ran in 845 s
-# wall (14.1 min) with one thread on a 2-core machine shared with other jobs (load
-# 2-5), 752 s of CPU time; an unshared 2-core machine should need at most the latter.
-# The report records each run's real wall time.
+# per-token data while drafting half as much. Measured full default study on 2 CPU
+# cores (torch's 2 threads, machine lightly shared, load ~1.9): 680 s wall (11.3 min);
+# with one thread under heavier sharing 845 s wall, 752 s CPU. Both runs gave the
+# same numbers. The report records each run's real wall time.
 DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
