@@ -90,7 +90,7 @@ class StudyConfig:
     Attributes:
         model: Target profile, path or hub id.
         draft: Draft spec for :func:`lab.speculative.make_draft`; ``None`` = the
-            profile's (``early-exit:12`` for smollm2, the 0.5B model for qwen2.5).
+            profile's (``early-exit:24`` for smollm2, the 0.5B model for qwen2.5).
         prompts: Prompt file; ``None`` = the embedded set.
         limit: Take at most this many prompts (balanced, twins kept together).
         max_new_tokens: Budget of each decode and each speculative run.

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
-                        "(default: the profile's draft, early-exit:12 for smollm2)")
+                        "(default: the profile's draft, early-exit:24 for smollm2)")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per round, >= 1 (default: 4)")
     p.add_argument("--adaptive", default=None,
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "

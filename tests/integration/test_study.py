@@ -1,4 +1,4 @@
-"""The study end to end on the embedded model (SmolLM2-135M-Instruct, early-exit:12 draft).
+"""The study end to end on the embedded model (SmolLM2-135M-Instruct, early-exit:24 draft).
 
 A reduced study (:data:`LIMIT` prompts with twin pairs, :data:`MAX_NEW_TOKENS`
 tokens) runs the real pipeline once per session and writes a real report; the
@@ -12,6 +12,8 @@ import math
 from collections import Counter
 
 import pytest
+
+from lab.models import PROFILES
 
 LIMIT = 14  # 6 twin pairs + 2 singles: every category, enough pairs for H4 to be tested
 MAX_NEW_TOKENS = 24  # keeps the study within ~1-2 minutes on 2 cores
@@ -104,7 +106,7 @@ def test_study_environment_records_model_draft_seed_and_time(study_report):
     study = read_json(path / "study.json")
     env, settings = study["environment"], study["settings"]
     assert env["model"]["profile"] == "smollm2"
-    assert env["draft"] == settings["draft"] == "early-exit:12"
+    assert env["draft"] == settings["draft"] == PROFILES["smollm2"].draft
     assert settings["device"] == "cpu" and settings["dtype"] == "float32"
     assert settings["seed"] == 0 and settings["temperature"] == 1.0
     assert env["libraries"]["torch"] and env["libraries"]["transformers"]
