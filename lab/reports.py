@@ -22,7 +22,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 _LIBRARIES = ("lab", "torch", "transformers", "numpy", "scipy", "gguf", "rich", "matplotlib")

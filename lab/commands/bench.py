@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.commands.speculate import _draft_spec
-    from lab.models import build_messages, encode_chat, eos_token_ids, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import build_messages, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
@@ -83,10 +83,8 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
                          repeats=args.repeats, assisted=not args.no_assisted)
     prompts = _prompts(args.prompts)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
+    device = check_model_args(args)
     draft_spec = _draft_spec(args)
-    resolve_source(args.model)
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 MODES = ("sdpa", "capture", "eager")
 # The targets for the capture at the longest length.
@@ -134,7 +134,7 @@ def _measure(args: argparse.Namespace, mode: str, length: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker is not None:
         return _worker(args)
-    from lab.models import load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import bench_markdown, bench_table
     from lab.reports import environment, report_dir
@@ -148,9 +148,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--lengths={args.lengths!r} needs at least one length >= 16")
     if args.eager_length < 0:
         raise ValueError(f"--eager-length={args.eager_length!r} must be >= 0")
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
-    resolve_source(args.model)
+    device = check_model_args(args)
     model, _ = load_model(args.model, device=device, dtype=args.dtype)
     limit = model.config.max_position_embeddings
     if max(lengths + [args.eager_length]) > limit:

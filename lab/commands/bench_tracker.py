@@ -21,7 +21,7 @@ import argparse
 import statistics
 import time
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 # The goal for the tracker's overhead on decode time, in percent.
 OVERHEAD_GOAL_PCT = 3.0
@@ -80,7 +80,7 @@ def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, encode_chat, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import build_messages, encode_chat, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
@@ -96,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"threads={args.threads!r} must be >= 1")
     messages = build_messages(args.prompt)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
-    resolve_source(args.model)
+    device = check_model_args(args)
 
     # 2. Load.
     import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, choose_threshold, load_prompts,
                                  score_prompts, sweep)
-    from lab.models import load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import load_model
     from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import calibration_markdown, calibration_table, plot_sweep
@@ -42,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
-    resolve_source(args.model)
+    device = check_model_args(args)
 
     # 2. Score every prompt (progress on stderr).
     err = stderr_console()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from lab.models import DEFAULT_PROFILE, PROFILES
+import torch
+
+from lab.models import DEFAULT_PROFILE, PROFILES, parse_dtype, resolve_device, resolve_source
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -21,3 +23,21 @@ def add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 def add_out_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports", help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")
+
+
+def check_model_args(args: argparse.Namespace) -> torch.device:
+    """Validate ``--model``, ``--device`` and ``--dtype`` before any model loads.
+
+    Returns:
+        The device to load on.
+
+    Raises:
+        ValueError: an unavailable device, an unknown dtype, or a model name that is
+            neither a profile, a path nor a hub id.
+        ModelUnavailableError: an embedded model's package is missing. (A GGUF profile
+            is dequantized into the cache here, once.)
+    """
+    device = resolve_device(args.device)
+    parse_dtype(args.dtype, device)
+    resolve_source(args.model)
+    return device

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lab.commands.common import add_model_args, add_out_arg, add_prompt_args
+from lab.commands.common import check_model_args, add_model_args, add_out_arg, add_prompt_args
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, encode_chat, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import build_messages, encode_chat, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
@@ -46,9 +46,7 @@ def run(args: argparse.Namespace) -> int:
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
     messages = build_messages(args.prompt, args.system)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
-    resolve_source(args.model)  # unknown names fail here; a GGUF profile is prepared once
+    device = check_model_args(args)
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()

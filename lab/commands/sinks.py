@@ -12,7 +12,7 @@ import argparse
 import math
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, load_model, parse_dtype, resolve_device, resolve_source
+    from lab.models import build_messages, load_model
     from lab.prefill import analyze_prefill
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
@@ -65,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.threshold):
         raise ValueError(f"--threshold={args.threshold!r} must be a finite number")
     messages = build_messages(prompt, args.system)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
-    resolve_source(args.model)
+    device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).
     err = stderr_console()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from lab.commands.common import add_model_args, add_out_arg, add_prompt_args
+from lab.commands.common import check_model_args, add_model_args, add_out_arg, add_prompt_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,8 +52,7 @@ def _draft_spec(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.models import (build_messages, encode_chat, eos_token_ids, load_model, parse_dtype, resolve_device,
-                            resolve_source)
+    from lab.models import (build_messages, encode_chat, eos_token_ids, load_model)
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, plot_histogram, render_speculation, round_rows,
                                         summary_markdown)
@@ -68,10 +67,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     adaptive = AdaptiveDraftLength.parse(args.adaptive) if args.adaptive else None
     messages = build_messages(args.prompt, args.system)
-    device = resolve_device(args.device)
-    parse_dtype(args.dtype, device)
+    device = check_model_args(args)
     draft_spec = _draft_spec(args)
-    resolve_source(args.model)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     # 2. Load, build the draft, decode (progress on stderr).

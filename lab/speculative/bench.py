@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, PromptLookupDraft
+from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft
 from lab.speculative.loop import SpeculativeResult, speculative_generate, target_generate
 from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
                                     flops_per_token)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from lab.entropy import entropy, normalized_entropy
+from lab.entropy import entropy
 from lab.speculative.sampling import SamplingConfig, sample, sampling_probs
 
 STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget")

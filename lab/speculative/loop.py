@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 
-from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, PromptLookupDraft, Proposal, _sync,
+from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, PromptLookupDraft, Proposal, _sync,
                                     early_exit_draft, empty_proposal, model_draft, rollback_cache)
 from lab.speculative.sampling import SamplingConfig, apply_processors, sample, sampling_probs
 from lab.speculative.theory import accepted_length_pmf

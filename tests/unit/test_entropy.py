@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.entropy import entropy, normalized_entropy, top_k_alternatives, varentropy

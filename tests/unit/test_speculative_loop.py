@@ -10,7 +10,7 @@ import torch
 from lab.speculative import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft, early_exit_model,
                              make_draft, model_draft, speculative_generate, target_generate)
 from lab.speculative.drafts import empty_proposal
-from tests.support import tiny_llama, tiny_llama_untied
+from tests.support import tiny_llama_untied
 
 # Cached vs full-recompute logits of a float32 model differ only by the order of
 # float32 sums (different matmul shapes); 1e-4 absolute on logits of magnitude ~10.
