@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.verbose)
     try:
+        if getattr(args, "out", None) is not None:
+            from lab.reports import check_reports_root
+
+            check_reports_root(args.out)
         return int(args.func(args) or 0)
     except (ValueError, ModelUnavailableError, FileExistsError) as exc:
         logging.getLogger("lab").debug("failed", exc_info=True)

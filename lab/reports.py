@@ -100,6 +100,25 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def check_reports_root(root: str | Path) -> Path:
+    """Check that ``root`` can hold report directories, before any work starts.
+
+    Raises:
+        ValueError: ``root`` exists but is not a directory, cannot be created, or is
+            not writable.
+    """
+    path = Path(root).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out={str(root)!r} exists and is not a directory")
+    try:  # the reports root itself is created now (an empty folder), so a bad path fails before any work
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out={str(root)!r} cannot be created ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--out={str(root)!r} is not writable")
+    return path
+
+
 class ReportDir:
     """A report directory being written; see :func:`report_dir`."""
 

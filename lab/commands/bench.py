@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.commands.speculate import _draft_spec
+    from lab.speculative import check_draft_spec
     from lab.models import build_messages, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = _prompts(args.prompts)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
+    check_draft_spec(draft_spec)  # syntax and model name, before the target loads
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()

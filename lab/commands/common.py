@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-from lab.models import DEFAULT_PROFILE, PROFILES, parse_dtype, resolve_device, resolve_source
+from lab.models import DEFAULT_PROFILE, PROFILES, check_model_name, parse_dtype, resolve_device
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -34,10 +34,9 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
     Raises:
         ValueError: an unavailable device, an unknown dtype, or a model name that is
             neither a profile, a path nor a hub id.
-        ModelUnavailableError: an embedded model's package is missing. (A GGUF profile
-            is dequantized into the cache here, once.)
+        ModelUnavailableError: an embedded model's package is missing.
     """
     device = resolve_device(args.device)
     parse_dtype(args.dtype, device)
-    resolve_source(args.model)
+    check_model_name(args.model)
     return device

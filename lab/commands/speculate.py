@@ -52,6 +52,7 @@ def _draft_spec(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lab.speculative import check_draft_spec
     from lab.models import (build_messages, encode_chat, eos_token_ids, load_model)
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, plot_histogram, render_speculation, round_rows,
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
+    check_draft_spec(draft_spec)  # syntax and model name, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     # 2. Load, build the draft, decode (progress on stderr).

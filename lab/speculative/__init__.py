@@ -8,7 +8,7 @@ References: Leviathan, Kalman & Matias 2023; Chen et al. 2023.
 
 from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, PromptLookupDraft, Proposal,
                                     early_exit_draft, early_exit_model, model_draft)
-from lab.speculative.loop import (RoundRecord, SpeculativeResult, TargetOnlyResult, make_draft,
+from lab.speculative.loop import (RoundRecord, SpeculativeResult, TargetOnlyResult, check_draft_spec, make_draft,
                                   speculative_generate, target_generate)
 from lab.speculative.sampling import SamplingConfig, sampling_probs
 from lab.speculative.theory import (accepted_length_pmf, acceptance_probability, breakeven_alpha,
@@ -19,6 +19,6 @@ __all__ = [
     "AdaptiveDraftLength", "Drafter", "ModelDraft", "PromptLookupDraft", "Proposal", "RoundRecord",
     "SamplingConfig", "SpeculativeResult", "TargetOnlyResult", "accepted_length_pmf", "acceptance_probability",
     "breakeven_alpha", "early_exit_draft", "early_exit_model", "expected_speedup", "expected_tokens_per_round",
-    "flops_per_token", "make_draft", "model_draft", "residual_probs", "sampling_probs", "speculative_generate",
+    "flops_per_token", "check_draft_spec", "make_draft", "model_draft", "residual_probs", "sampling_probs", "speculative_generate",
     "target_generate", "verify", "verify_greedy",
 ]

@@ -418,6 +418,44 @@ def speculative_generate(
         adaptive=adaptive.describe() if adaptive is not None else None)
 
 
+def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
+    """Validate a draft spec without building anything, so commands fail before loading.
+
+    Args:
+        spec: ``"early-exit:N"``, ``"prompt-lookup"``, or a model profile / path / hub id.
+        num_layers: The target's layer count, to check N; ``None`` skips that check.
+
+    Returns:
+        ``"early-exit"``, ``"prompt-lookup"`` or ``"model"``.
+
+    Raises:
+        ValueError: an empty or malformed spec, N out of range, or a model name that is
+            neither a profile, a path nor a hub id.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"draft={spec!r} is empty; use early-exit:N, prompt-lookup or a model name")
+    if spec.startswith("early-exit"):
+        head, _, value = spec.partition(":")
+        try:
+            layers = int(value)
+        except ValueError:
+            raise ValueError(f"draft={spec!r} must be early-exit:N with an integer N") from None
+        if head != "early-exit" or layers < 1:
+            raise ValueError(f"draft={spec!r} must be early-exit:N with N >= 1")
+        if num_layers is not None and layers >= num_layers:
+            raise ValueError(f"draft={spec!r}: N must be in [1, {num_layers - 1}] (the target has {num_layers} layers)")
+        return "early-exit"
+    if spec == "prompt-lookup":
+        return "prompt-lookup"
+    from lab.models import check_model_name
+
+    try:
+        check_model_name(spec)
+    except ValueError as exc:
+        raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {exc}") from None
+    return "model"
+
+
 def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None) -> Drafter:
     """Build a drafter from a spec string.
 
@@ -435,19 +473,10 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             draft deeper than the target.
         lab.models.ModelUnavailableError: a draft model that cannot be loaded.
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"draft={spec!r} is empty; use early-exit:N, prompt-lookup or a model name")
-    if spec.startswith("early-exit"):
-        _, _, value = spec.partition(":")
-        try:
-            layers = int(value)
-        except ValueError:
-            raise ValueError(f"draft={spec!r} must be early-exit:N with an integer N") from None
-        total = int(target.config.num_hidden_layers)
-        if not 1 <= layers < total:
-            raise ValueError(f"draft={spec!r}: N must be in [1, {total - 1}] (the target has {total} layers)")
-        return early_exit_draft(target, layers)
-    if spec == "prompt-lookup":
+    kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    if kind == "early-exit":
+        return early_exit_draft(target, int(spec.partition(":")[2]))
+    if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
     from lab.models import load_model
 

@@ -143,3 +143,13 @@ def test_select_prompts_none_takes_all():
 def test_select_prompts_bad_limit_raises(limit):
     with pytest.raises(ValueError, match="limit="):
         select_prompts(load_prompts(), limit)
+
+
+def test_load_prompts_non_utf8_file_names_file_and_line(tmp_path):
+    """Regression (bad input): undecodable bytes gave a bare codec error naming nothing."""
+    from lab.prompts import load_prompts
+
+    bad = tmp_path / "p.jsonl"
+    bad.write_bytes(b'{"id": "a"}\n\xff\xfe\n')
+    with pytest.raises(ValueError, match=r"p\.jsonl'?:2: not valid UTF-8"):
+        load_prompts(bad)

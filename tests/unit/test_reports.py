@@ -127,3 +127,28 @@ def test_environment_includes_versions_and_model_source(tiny_model):
     assert env["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert env["model"]["model"] == "tiny-llama"
     json.dumps(to_jsonable(env))
+
+
+def test_check_reports_root_file_in_the_way_raises(tmp_path):
+    """Regression (bad input): --out naming a file failed only after the run, with a bare errno."""
+    from lab.reports import check_reports_root
+
+    f = tmp_path / "README.md"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="--out=.*not a directory"):
+        check_reports_root(f)
+
+
+def test_check_reports_root_missing_nested_dir_is_created_empty(tmp_path):
+    from lab.reports import check_reports_root
+
+    assert check_reports_root(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list((tmp_path / "a" / "b").iterdir()) == []
+
+
+def test_check_reports_root_uncreatable_raises(tmp_path):
+    from lab.reports import check_reports_root
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="--out=.*cannot be created"):
+        check_reports_root(tmp_path / "f" / "sub")

@@ -59,3 +59,26 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
         rd.write_text("summary.md", bench_summary_markdown(bench, {"model": "tiny"}))
     assert (rd.final / "bench.png").read_bytes()[:4] == b"\x89PNG"
     render_bench(bench, stdout_console())
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("early-exit:99", r"N must be in \[1, 29\]"),
+    ("early-exit:abc", "integer N"),
+    ("early-exit:0", "N >= 1"),
+    ("", "empty"),
+    ("nonexistent", "draft='nonexistent' is not early-exit:N, prompt-lookup or a model"),
+])
+def test_check_draft_spec_bad_spec_raises_naming_draft(spec, match):
+    """Regression (bad input): draft specs were checked only after the target had loaded."""
+    from lab.speculative import check_draft_spec
+
+    with pytest.raises(ValueError, match=match):
+        check_draft_spec(spec, 30)
+
+
+def test_check_draft_spec_kinds():
+    from lab.speculative import check_draft_spec
+
+    assert check_draft_spec("early-exit:12", 30) == "early-exit"
+    assert check_draft_spec("prompt-lookup") == "prompt-lookup"
+    assert check_draft_spec("Qwen/Qwen2.5-0.5B-Instruct") == "model"
