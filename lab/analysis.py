@@ -423,9 +423,12 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
     res = stats.wilcoxon(d)
     lo, hi = _bootstrap_ci((d,), rank_biserial_paired, paired=False, method="BCa", seed=seed,
                            n_resamples=n_resamples)
+    n_tied = int((d == 0).sum())
+    note = (f"{n_tied} of {d.size} pairs tied (difference 0) and are dropped by the Wilcoxon test and r"
+            if n_tied else "")
     return TestResult(name, HYPOTHESES.get(name, ""), test, "rank_biserial_r", rank_biserial_paired(d), lo, hi,
-                      float(res.pvalue), int(d.size), predicted_sign, SMALLEST_EFFECT,
-                      details={"median_difference": float(np.median(d)), "n_pairs": int(d.size)})
+                      float(res.pvalue), int(d.size), predicted_sign, SMALLEST_EFFECT, note=note,
+                      details={"median_difference": float(np.median(d)), "n_pairs": int(d.size), "n_tied": n_tied})
 
 
 def judge(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:

@@ -94,7 +94,7 @@ def test_line(t: TestResult) -> str:
         return f"**{t.name}: {t.verdict}** (not tested: {t.note}; n = {t.n})"
     return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {_fmt(t.effect)} "
             f"(95% CI {_fmt(t.ci_low)} to {_fmt(t.ci_high)}), p = {_p(t.p_value)}, "
-            f"Holm-corrected p = {_p(t.p_holm)}, n = {t.n}")
+            f"Holm-corrected p = {_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
 
 
 def verdict_table(result: StudyResult) -> Table:
