@@ -124,3 +124,34 @@ def tiny_llama_untied(vocab_size: int = 64, num_layers: int = 4, hidden: int = 6
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).eval()
+
+
+CHISQ_MIN_EXPECTED = 5.0  # chi-square approximation needs expected counts >= 5 per bin
+
+
+def chisq_pvalue(observed: dict, expected_probs: dict) -> float:
+    from scipy.stats import chisquare
+
+    """Chi-square p-value of observed counts against probabilities, pooling bins with expected < 5."""
+    n = sum(observed.values())
+    if any(expected_probs.get(k, 0.0) <= 0.0 for k, c in observed.items() if c > 0):
+        return 0.0  # an impossible outcome happened
+    keys = sorted(expected_probs, key=lambda k: expected_probs[k])
+    obs, exp, pool_o, pool_e = [], [], 0.0, 0.0
+    for k in keys:
+        e = n * expected_probs[k]
+        if e < CHISQ_MIN_EXPECTED:
+            pool_o, pool_e = pool_o + observed.get(k, 0), pool_e + e
+        else:
+            obs.append(observed.get(k, 0))
+            exp.append(e)
+    if pool_e > 0:
+        if pool_e < CHISQ_MIN_EXPECTED and exp:  # merge the pool into the smallest regular bin
+            obs[0], exp[0] = obs[0] + pool_o, exp[0] + pool_e
+        else:
+            obs.append(pool_o)
+            exp.append(pool_e)
+    if len(obs) < 2:
+        return 1.0
+    scale = sum(obs) / sum(exp)  # exact float equality of totals, as chisquare requires
+    return float(chisquare(obs, [e * scale for e in exp]).pvalue)

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from lab.models import build_messages, encode_chat, eos_token_ids
+from tests.support import chisq_pvalue
 from lab.speculative import early_exit_draft, make_draft, sampling_probs, SamplingConfig, speculative_generate, \
     target_generate
 
@@ -17,7 +17,6 @@ PROMPTS = ("What is the capital of France?", "Write a haiku about the sea.", "Li
 GAMMAS = (1, 3, 5)
 MAX_NEW = 16
 P_THRESHOLD = 1e-3  # per-check false-positive rate of the chi-square test
-MIN_EXPECTED = 5.0  # pool bins with expected count below this
 N_SAMPLED = 300  # seeded sampling runs for the first-token test (~0.1 s each on 2 idle cores)
 FIRST_TOKEN_SAMPLING = SamplingConfig(temperature=1.0, top_k=8)
 
@@ -48,22 +47,8 @@ def test_speculative_real_prompt_lookup_greedy_equals_target(pair):
 
 
 def _pooled_pvalue(counts: Counter, probs: torch.Tensor) -> float:
-    n = sum(counts.values())
-    if any(probs[t] <= 0 for t in counts):
-        return 0.0
-    obs, exp, po, pe = [], [], 0, 0.0
-    for t in probs.nonzero().flatten().tolist():
-        e = n * float(probs[t])
-        if e < MIN_EXPECTED:
-            po, pe = po + counts.get(t, 0), pe + e
-        else:
-            obs.append(counts.get(t, 0))
-            exp.append(e)
-    if pe > 0:
-        obs.append(po)
-        exp.append(pe)
-    scale = sum(obs) / sum(exp)
-    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
+    """Pooled chi-square p-value of counts against a ``[V]`` probability vector."""
+    return chisq_pvalue(counts, {t: float(probs[t]) for t in probs.nonzero().flatten().tolist()})
 
 
 def test_speculative_real_sampling_first_token_matches_target(pair):
