@@ -474,6 +474,7 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
     plan = config_or_plan if isinstance(config_or_plan, StudyPlan) else plan_study(config_or_plan)
     progress = progress or _NoProgress()
     # 1. settle the work directory and what is already finished there
+    created = not plan.work_dir.exists()
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     settings_file = plan.work_dir / "settings.json"
     if not settings_file.is_file():
@@ -493,7 +494,12 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
     info: dict[str, Any] = {}
     if todo:
         if runner is None:
-            runner = (runner_factory or ModelRunner.load)(plan.config)
+            try:
+                runner = (runner_factory or ModelRunner.load)(plan.config)
+            except BaseException:  # e.g. a draft deeper than the target: leave nothing behind
+                if created:
+                    shutil.rmtree(plan.work_dir, ignore_errors=True)
+                raise
         info = dict(getattr(runner, "info", {}) or {})
         _write_json_atomic(info_file, info)
     elif info_file.is_file():

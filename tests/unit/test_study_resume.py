@@ -267,3 +267,15 @@ def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, caps
     assert cli.main(["study", "--resume", str(work), "--resamples", "99"]) == 0
     assert len(second.calls) == 8 - 3 and not set(second.calls) & set(first.calls)
     assert len(list(tmp_path.glob("*-study"))) == 1
+
+
+def test_run_study_runner_that_fails_to_load_leaves_no_work_dir(tmp_path):
+    """Regression (bad input): a draft rejected at load time left a .study-work-* directory."""
+    plan = plan_study(_config(tmp_path))
+
+    def failing_factory(config):
+        raise ValueError("draft='early-exit:99': N must be in [1, 29]")
+
+    with pytest.raises(ValueError, match="early-exit:99"):
+        run_study(plan, runner_factory=failing_factory)
+    assert not plan.work_dir.exists()
