@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.speculative.loop import SpeculativeResult
-from lab.speculative.theory import expected_tokens_per_round, geometric_fit
+from lab.speculative.theory import expected_tokens_per_round
 
 STYLES = {
     "accepted": "green",
@@ -85,7 +85,7 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
 
 def acceptance_summary(result: SpeculativeResult) -> dict[str, Any]:
     """The acceptance figures shown in the panel and written to summary.md / report.json."""
-    fit = geometric_fit(result.accepted_length_histogram, result.alpha)
+    fit = result.geometric_fit()
     expected = (expected_tokens_per_round(result.alpha, result.gamma)
                 if not math.isnan(result.alpha) else float("nan"))
     return {
@@ -155,7 +155,7 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     hist = result.accepted_length_histogram
-    fit = geometric_fit(hist, result.alpha)
+    fit = result.geometric_fit()
     ks = list(range(len(hist)))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar([k - 0.2 for k in ks], hist, width=0.4, label="observed rounds")

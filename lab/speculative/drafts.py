@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lab.decode import check_rollback_supported, enable_rollback, new_cache, rollback_cache, sync
 from lab.entropy import entropy
 from lab.speculative.sampling import SamplingConfig, sample, sampling_probs
 
@@ -141,22 +142,6 @@ class Drafter(Protocol):
         ...
 
 
-def _sync(device: torch.device) -> None:
-    # Honest timing on an asynchronous device: wait for the queued kernels.
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def rollback_cache(cache: Any, keep_len: int) -> None:
-    """Drop cached positions beyond ``keep_len`` (transformers ``Cache.crop`` takes minus the count)."""
-    extra = cache.get_seq_length() - keep_len
-    assert extra >= 0, f"cache holds {cache.get_seq_length()} positions, fewer than keep_len={keep_len}"
-    if extra:
-        cache.crop(-extra)
-
-
 class ModelDraft:
     """A causal LM as the draft, with its own KV cache.
 
@@ -174,22 +159,24 @@ class ModelDraft:
     """
 
     def __init__(self, model: Any, vocab_size: int | None = None, name: str = "draft-model"):
-        from transformers import DynamicCache
-
+        check_rollback_supported(model)
         self.model = model
         self.name = name
         self.model_vocab = int(model.config.vocab_size)
         self.vocab_size = int(vocab_size or self.model_vocab)
-        self._cache_cls = DynamicCache
         self.device = next(model.parameters()).device
         self.reset()
 
     def reset(self) -> None:
-        self.cache = self._cache_cls(config=self.model.config)
+        self.cache = new_cache(self.model)  # the decode core's cache; croppable after the first forward
+        self._rollback_on = False
         self._committed_len = 0
 
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids.unsqueeze(0).to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+        if not self._rollback_on:  # the first forward is the draft's prefill: nothing before it is ever cropped
+            enable_rollback(self.cache)
+            self._rollback_on = True
         logits = out.logits[0, -1]  # [V_draft]
         if self.model_vocab > self.vocab_size:  # padding rows: no such token exists, q = 0 there
             logits = logits[: self.vocab_size]
@@ -214,7 +201,7 @@ class ModelDraft:
         for j in range(gamma):
             t0 = time.perf_counter()
             logits = self._forward(feed)  # [V]
-            _sync(self.device)
+            sync(self.device)
             elapsed += time.perf_counter() - t0
             h_bits = entropy(logits)  # bits, of the draft's own temperature-1 distribution
             if adaptive is not None and j > 0:

@@ -1,16 +1,23 @@
-"""The speculative decode loop, a plain target-only loop, and draft construction.
+"""The speculative decode loop, the target-only baseline, and draft construction.
 
 Each round has three phases (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023,
-Algorithm 2): (1) draft: the drafter proposes up to gamma tokens; (2) verify: the
-target scores the last committed token and every draft token in one forward pass
-over gamma + 1 positions; (3) accept / resample: :func:`lab.speculative.verify.verify`
-(or its greedy variant) keeps a prefix and adds a correction or bonus token, and
-both KV caches are rolled back to the committed sequence.
+Algorithm 2), after a gamma for the round is chosen by a :class:`GammaPolicy`
+(fixed by default): (1) draft: the drafter proposes up to gamma tokens; (2) verify:
+the target scores the last committed token and every draft token in one forward
+pass over gamma + 1 positions; (3) accept / resample:
+:func:`lab.speculative.verify.verify` (or its greedy variant) keeps a prefix and
+adds a correction or bonus token, and both KV caches are rolled back to the
+committed sequence.
+
+The target's prefill, forwards, input checks and KV cache come from the decode core
+:mod:`lab.decode`, which also runs the target-only baseline
+(:func:`target_generate`), so both loops check, time and cache the same way.
 
 KV-cache invariant (tested): between rounds the target's cache holds exactly the
 committed sequence except its last token, whose key/value is computed by the next
 verify pass (so feeding that token reproduces a full recomputation). No rejected
-draft token is ever left in a cache.
+draft token is ever left in a cache. Sliding-window layers stay croppable past
+their window through transformers' past recording (:func:`lab.decode.enable_rollback`).
 
 Batch size 1 only. p = target, q = draft throughout.
 """
@@ -18,262 +25,65 @@ Batch size 1 only. p = target, q = draft throughout.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import torch
 
-from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, PromptLookupDraft, Proposal, _sync,
-                                    early_exit_draft, empty_proposal, model_draft, rollback_cache)
-from lab.speculative.sampling import SamplingConfig, apply_processors, sample, sampling_probs
-from lab.speculative.theory import accepted_length_pmf
+from lab.decode import (check_decode_input, check_rollback_supported, enable_rollback, eos_set, forward, generate,
+                        model_device, new_cache, prefill, rollback_cache)
+from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, PromptLookupDraft, Proposal, early_exit_draft,
+                                    empty_proposal, model_draft)
+from lab.speculative.results import RoundRecord, SpeculativeResult, TargetOnlyResult
+from lab.speculative.sampling import SamplingConfig, apply_processors, sampling_probs
 from lab.speculative.verify import verify, verify_greedy
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["FixedGamma", "GammaPolicy", "RoundRecord", "SpeculativeResult", "TargetOnlyResult", "check_draft_spec",
+           "make_draft", "speculative_generate", "target_generate"]
 
-@dataclass
-class RoundRecord:
-    """One draft-verify-accept round.
 
-    Attributes:
-        round: 0-based round index.
-        proposed: draft token ids proposed (k <= gamma).
-        n_accepted: leading draft tokens kept.
-        next_token: the correction (a draft token was rejected) or bonus (all kept)
-            token, or None when an accepted EOS ended the round.
-        next_kind: ``"correction"``, ``"bonus"`` or ``"none"``.
-        stop_reason: why drafting stopped (see :data:`lab.speculative.drafts.STOP_REASONS`).
-        draft_entropies: entropy in bits of the draft's distribution per proposed token.
-        draft_normalized_entropies: the same over log2 V, in [0, 1].
-        accepted_mask: per proposed token, whether it was kept.
-        tested_mask: per proposed token, whether the target tested it (tokens after
-            the first rejection, or after an accepted EOS, are not tested).
-        draft_time_s / verify_time_s: forward-pass wall time of the draft / target.
-        n_draft_forwards: draft forward passes this round.
+class GammaPolicy(Protocol):
+    """Decides how many tokens the next round may draft (its gamma), from the rounds so far.
+
+    The per-token early stop of :class:`~lab.speculative.drafts.AdaptiveDraftLength`
+    acts inside a round, after this choice. A policy may read only what the loop has
+    already committed (finished rounds), never the coming target distribution, so
+    the output distribution is unchanged.
     """
 
-    round: int
-    proposed: list[int]
-    n_accepted: int
-    next_token: int | None
-    next_kind: str
-    stop_reason: str
-    draft_entropies: list[float]
-    draft_normalized_entropies: list[float]
-    accepted_mask: list[bool]
-    tested_mask: list[bool]
-    draft_time_s: float
-    verify_time_s: float
-    n_draft_forwards: int
-
-    @property
-    def emitted(self) -> list[int]:
-        kept = self.proposed[: self.n_accepted]
-        return kept + ([self.next_token] if self.next_token is not None else [])
+    def next_gamma(self, rounds: list[RoundRecord], max_gamma: int) -> int:
+        """Gamma for the next round, in ``[1, max_gamma]``."""
+        ...
 
 
-@dataclass
-class SpeculativeResult:
-    """The outcome of :func:`speculative_generate`.
+@dataclass(frozen=True)
+class FixedGamma:
+    """The default policy: every round may draft ``max_gamma`` tokens."""
 
-    Acceptance figures are raw counts first, rates derived: ``alpha`` =
-    ``n_accepted / n_drafted_tested`` (only tokens the target actually tested),
-    ``tau`` = mean tokens emitted per round (accepted + correction/bonus; compare with
-    :func:`lab.speculative.theory.expected_tokens_per_round`).
-
-    Attributes:
-        tokens: new token ids (the prompt excluded), at most max_new_tokens.
-        rounds: per-round records.
-        gamma: the maximum draft length.
-        prompt_length: prompt tokens.
-        n_drafted: tokens proposed; n_drafted_tested: of those, tested; n_accepted: kept.
-        accepted_length_histogram: ``[gamma + 1]`` counts of rounds by n_accepted, over
-            rounds that drafted the full gamma tokens and were not cut by EOS or the
-            budget (the rounds the truncated geometric law describes).
-        all_rounds_histogram: the same over every round.
-        stopped_by: ``"eos"`` or ``"max_new_tokens"``.
-        prefill_time_s, draft_time_s, verify_time_s, total_time_s: wall times; the
-            orchestration overhead is ``total - prefill - draft - verify``.
-        draft_name, sampling: what was run.
-    """
-
-    tokens: list[int]
-    rounds: list[RoundRecord]
-    gamma: int
-    prompt_length: int
-    n_drafted: int
-    n_drafted_tested: int
-    n_accepted: int
-    accepted_length_histogram: list[int]
-    all_rounds_histogram: list[int]
-    stopped_by: str
-    prefill_time_s: float
-    draft_time_s: float
-    verify_time_s: float
-    total_time_s: float
-    draft_name: str
-    sampling: SamplingConfig
-    adaptive: str | None = None
-
-    @property
-    def alpha(self) -> float:
-        return self.n_accepted / self.n_drafted_tested if self.n_drafted_tested else float("nan")
-
-    @property
-    def tau(self) -> float:
-        return len(self.tokens) / len(self.rounds) if self.rounds else float("nan")
-
-    @property
-    def decode_time_s(self) -> float:
-        return self.total_time_s - self.prefill_time_s
-
-    @property
-    def overhead_time_s(self) -> float:
-        return self.total_time_s - self.prefill_time_s - self.draft_time_s - self.verify_time_s
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.total_time_s if self.total_time_s > 0 else float("nan")
-
-    def expected_histogram(self) -> list[float]:
-        """Expected counts of :attr:`accepted_length_histogram` under the truncated geometric law at :attr:`alpha`."""
-        n = sum(self.accepted_length_histogram)
-        if not n or math.isnan(self.alpha):
-            return [0.0] * (self.gamma + 1)
-        return [n * p for p in accepted_length_pmf(self.alpha, self.gamma)]
-
-    def per_token(self) -> list[dict[str, Any]]:
-        """One dict per drafted token: round, index, draft_entropy_bits,
-        draft_normalized_entropy, accepted, tested, token_id."""
-        rows = []
-        for r in self.rounds:
-            for i, tok in enumerate(r.proposed):
-                rows.append({"round": r.round, "index": i, "token_id": tok,
-                             "draft_entropy_bits": r.draft_entropies[i],
-                             "draft_normalized_entropy": r.draft_normalized_entropies[i],
-                             "accepted": r.accepted_mask[i], "tested": r.tested_mask[i]})
-        return rows
-
-
-@dataclass
-class TargetOnlyResult:
-    """Plain decoding with the target alone (the baseline of ``lab bench``)."""
-
-    tokens: list[int]
-    prefill_time_s: float
-    forward_time_s: float
-    total_time_s: float
-    stopped_by: str
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.total_time_s if self.total_time_s > 0 else float("nan")
-
-    @property
-    def decode_step_time_s(self) -> float:
-        """Mean wall time of one one-token decode forward (prefill excluded)."""
-        steps = max(1, len(self.tokens) - 1)
-        return (self.forward_time_s - self.prefill_time_s) / steps
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _check_input(input_ids: torch.Tensor, max_new_tokens: int, model: Any) -> None:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError(f"input_ids must be an int64 tensor [1, S], got "
-                         f"{getattr(input_ids, 'shape', type(input_ids))}")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids has batch size {input_ids.shape[0]}; speculative decoding here supports batch size 1")
-    if input_ids.shape[1] < 1:
-        raise ValueError("input_ids is empty; give at least one prompt token")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be a positive integer")
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit and input_ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens={max_new_tokens} exceeds the "
-                         f"model's context of {limit}")
-
-
-def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _new_cache(model: Any) -> Any:
-    from transformers import DynamicCache
-
-    return DynamicCache(config=model.config)
-
-
-def _timed_forward(model: Any, ids: torch.Tensor, cache: Any, logits_to_keep: int = 0) -> tuple[torch.Tensor, float]:
-    """Forward ``ids`` (int64 ``[T]``) through ``model`` with ``cache``; logits ``[T or keep, V]`` and seconds."""
-    dev = _device(model)
-    t0 = time.perf_counter()
-    logits = model(input_ids=ids.unsqueeze(0), cache=cache, use_cache=True, logits_to_keep=logits_to_keep).logits[0]
-    _sync(dev)
-    return logits, time.perf_counter() - t0
-
-
-def _eos_set(eos_token_ids: Iterable[int] | int | None) -> frozenset[int]:
-    if eos_token_ids is None:
-        return frozenset()
-    if isinstance(eos_token_ids, int):
-        return frozenset({eos_token_ids})
-    return frozenset(int(e) for e in eos_token_ids)
-
-
-def _sampling(temperature: float, top_p: float, top_k: int | None) -> SamplingConfig:
-    return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-
-
-# --------------------------------------------------------------------------- loops
+    def next_gamma(self, rounds: list[RoundRecord], max_gamma: int) -> int:
+        return max_gamma
 
 
 def target_generate(target: Any, input_ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 0.0,
                     top_p: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None,
                     logits_processor: Any = None, eos_token_ids: Iterable[int] | None = None) -> TargetOnlyResult:
-    """Plain KV-cache decoding with the target alone: prefill, then one token per forward.
+    """Plain KV-cache decoding with the target alone (the baseline of ``lab bench``).
 
-    Same sampling filter and processors as :func:`speculative_generate`, so with the
-    same generator state in greedy mode both emit the same tokens.
+    The decode core's loop, :func:`lab.decode.generate`, unobserved: the same loop
+    the entropy tracker observes, with the same sampling filter and processors as
+    :func:`speculative_generate`. So in greedy mode all three emit the same tokens,
+    and in sampling mode this and the tracker emit the same tokens from the same
+    generator state.
 
     Args / Raises: as :func:`speculative_generate` (without the draft arguments).
     """
-    _check_input(input_ids, max_new_tokens, target)
-    sampling = _sampling(temperature, top_p, top_k)
-    eos = _eos_set(eos_token_ids)
-    dev = _device(target)
-    seq = input_ids[0].to(dev)
-    tokens: list[int] = []
-    stopped_by = "max_new_tokens"
-    t_start = time.perf_counter()
-    with torch.inference_mode():
-        cache = _new_cache(target)
-        # 1. prefill: the whole prompt, logits for the last position only
-        logits, prefill_s = _timed_forward(target, seq, cache, logits_to_keep=1)
-        fw = prefill_s
-        # 2. decode: one token per forward
-        while True:
-            row = apply_processors(logits_processor, seq, seq[:0], logits[-1:])[0]  # [V]
-            if sampling.greedy:
-                tok = row.argmax()
-            else:
-                tok = sample(sampling_probs(row, sampling), generator)
-            tok_id = int(tok)
-            tokens.append(tok_id)
-            seq = torch.cat([seq, tok.reshape(1)])
-            if tok_id in eos:
-                stopped_by = "eos"
-                break
-            if len(tokens) >= max_new_tokens:
-                break
-            logits, dt = _timed_forward(target, tok.reshape(1), cache, logits_to_keep=1)
-            fw += dt
-    total = time.perf_counter() - t_start
-    return TargetOnlyResult(tokens, prefill_s, fw, total, stopped_by)
+    out = generate(target, input_ids, max_new_tokens=max_new_tokens,
+                   sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), generator=generator,
+                   eos_token_ids=eos_token_ids, logits_processor=logits_processor)
+    return TargetOnlyResult(out.tokens, out.prefill_time_s, out.forward_time_s, out.total_time_s, out.stop_reason)
 
 
 def speculative_generate(
@@ -291,6 +101,7 @@ def speculative_generate(
     logits_processor: Any = None,
     eos_token_ids: Iterable[int] | int | None = None,
     on_round: Callable[[RoundRecord, torch.Tensor, Any], None] | None = None,
+    gamma_policy: GammaPolicy | None = None,
 ) -> SpeculativeResult:
     """Generate with speculative decoding; the output is distributed as sampling the target alone.
 
@@ -312,26 +123,32 @@ def speculative_generate(
             it there: no bonus token, later draft tokens untested and uncounted.
         on_round: Called after each round with ``(record, committed_ids [n], target_cache)``
             (for streaming and for tests of the cache invariant); must not modify them.
+        gamma_policy: Chooses each round's gamma in ``[1, gamma]`` (:class:`GammaPolicy`);
+            None = :class:`FixedGamma` (always ``gamma``).
 
     Returns:
         :class:`SpeculativeResult`.
 
     Raises:
         ValueError: gamma < 1, batch size > 1, an empty prompt, max_new_tokens < 1,
-            bad sampling settings, or a draft whose vocabulary width differs.
+            prompt + max_new_tokens past the target's context, bad sampling
+            settings, a draft whose vocabulary width differs, or a target whose KV
+            cache cannot be rolled back (recurrent layers).
     """
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
-    _check_input(input_ids, max_new_tokens, target)
-    sampling = _sampling(temperature, top_p, top_k)
+    input_ids = check_decode_input(target, input_ids, max_new_tokens)
+    check_rollback_supported(target)
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+    policy = gamma_policy if gamma_policy is not None else FixedGamma()
     if isinstance(adaptive, str):
         adaptive = AdaptiveDraftLength.parse(adaptive)
-    eos = _eos_set(eos_token_ids)
+    eos = eos_set(eos_token_ids)
     vt = int(target.config.vocab_size)
     width = int(draft.vocab_size)
     if width != vt:
         raise ValueError(f"draft vocab width {width} differs from the target's vocab_size={vt}")
-    dev = _device(target)
+    dev = model_device(target)
     prompt_len = input_ids.shape[1]
     # Committed sequence buffer, reused across rounds: prompt + up to max_new_tokens.
     seq = torch.empty(prompt_len + max_new_tokens, dtype=torch.long, device=dev)
@@ -346,14 +163,19 @@ def speculative_generate(
     draft.reset()
     t_start = time.perf_counter()
     with torch.inference_mode():
-        cache = _new_cache(target)
-        # 0. prefill the target with all but the last prompt token (the first verify feeds it)
+        cache = new_cache(target)
+        # 0. prefill the target with all but the last prompt token (the first verify feeds it);
+        #    from then on the cache records what a rollback needs
         prefill_s = 0.0
         if prompt_len > 1:
-            _, prefill_s = _timed_forward(target, seq[: prompt_len - 1], cache, logits_to_keep=1)
+            _, prefill_s = prefill(target, seq[: prompt_len - 1].unsqueeze(0), cache)
+        enable_rollback(cache)
         while n - prompt_len < max_new_tokens:
             remaining = max_new_tokens - (n - prompt_len)
-            g = min(gamma, remaining - 1)  # accepted + 1 must fit the budget
+            # 0'. gamma for this round, from the policy (finished rounds only)
+            round_gamma = policy.next_gamma(rounds, gamma)
+            assert 1 <= round_gamma <= gamma, f"gamma policy returned {round_gamma}, outside [1, {gamma}]"
+            g = min(round_gamma, remaining - 1)  # accepted + 1 must fit the budget
             # 1. draft: up to g tokens from the drafter's own distribution q
             if g >= 1:
                 prop = draft.propose(seq[:n], g, sampling=sampling, generator=generator, adaptive=adaptive,
@@ -370,7 +192,8 @@ def speculative_generate(
             if k and prop.probs.shape[-1] != width:
                 raise ValueError(f"draft proposed rows of width {prop.probs.shape[-1]}, expected {width}")
             # 2. verify: one target forward over the last committed token and the k drafts
-            logits, dt = _timed_forward(target, torch.cat([seq[n - 1 : n], prop.tokens.to(dev)]), cache)
+            logits, dt = forward(target, torch.cat([seq[n - 1 : n], prop.tokens.to(dev)]).unsqueeze(0), cache,
+                                 logits_to_keep=0)
             logits = apply_processors(logits_processor, seq[:n], prop.tokens, logits)  # [k + 1, Vt]
             # 3. accept / resample
             if sampling.greedy:
@@ -480,7 +303,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return PromptLookupDraft(int(target.config.vocab_size))
     from lab.models import load_model
 
-    dev = device or _device(target)
+    dev = device or model_device(target)
     dtype = next(target.parameters()).dtype
     draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
     if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes

@@ -4,9 +4,20 @@ Speculative sampling is lossless only if q is exactly the distribution the draft
 token was drawn from and p is exactly the distribution plain sampling would draw
 from (Leviathan et al. 2023, section 2.3: "the same sampling method" on both sides).
 So draft and target go through :func:`sampling_probs` with the same
-:class:`SamplingConfig`. Temperature 0 means greedy: the result is the one-hot
-argmax (no division by zero). Top-k then top-p (nucleus, Holtzman et al. 2020) are
-applied to the temperature-scaled logits, in that order, as transformers does.
+:class:`SamplingConfig`, and so does every target-only decode (the entropy tracker
+and the baseline of ``lab bench``, through :mod:`lab.decode`): there is one filter
+in the lab. Temperature 0 means greedy: the result is the one-hot argmax (no
+division by zero). Top-k then top-p (nucleus, Holtzman et al. 2020) are applied to
+the temperature-scaled logits, in that order, as transformers' ``generate`` does.
+
+:func:`filter_logits` performs exactly the tensor operations of transformers 5.24's
+``TemperatureLogitsWarper`` -> ``TopKLogitsWarper`` -> ``TopPLogitsWarper``
+(``generation/logits_process.py``), written out so this module stays free of
+transformers: the same comparison at the k-th logit (ties there are all kept), the
+same ascending sort and cumulative sum for top-p (a token is dropped when the mass
+of the tokens below it and itself is <= 1 - top_p; the most likely token is always
+kept). The unit tests check, with hypothesis on random logits with ties, that both
+keep the same token set and give the same probabilities.
 """
 
 from __future__ import annotations
@@ -48,6 +59,39 @@ class SamplingConfig:
         return self.temperature == 0
 
 
+def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Temperature, then top-k, then top-p, as transformers' warpers apply them.
+
+    Args:
+        logits: float ``[..., V]`` logits (not probabilities).
+        config: The sampling settings; must not be greedy (temperature 0 has no
+            filtered logits: the draw is the argmax).
+
+    Returns:
+        float32 ``[..., V]`` temperature-scaled logits with ``-inf`` at every token
+        the filters drop (at least one token per row is kept). The input is not
+        modified.
+
+    Raises:
+        ValueError: ``config`` is greedy.
+    """
+    if config.greedy:
+        raise ValueError("filter_logits needs temperature > 0; greedy decoding takes the argmax of the raw logits")
+    x = logits.float() / config.temperature
+    if config.top_k is not None:
+        k = min(config.top_k, x.shape[-1])
+        kth = x.topk(k, dim=-1).values[..., -1:]  # [..., 1]
+        x = x.masked_fill(x < kth, float("-inf"))  # ties at the k-th value are kept
+    if config.top_p < 1.0:
+        sorted_x, order = x.sort(dim=-1, descending=False)  # least likely first, as transformers sorts
+        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
+        drop_sorted = cum <= (1 - config.top_p)  # the low tail whose mass stays within 1 - top_p
+        drop_sorted[..., -1:] = False  # the most likely token always stays
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        x = x.masked_fill(drop, float("-inf"))
+    return x
+
+
 def sampling_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """Turn logits into the distribution a token is actually drawn from.
 
@@ -56,24 +100,13 @@ def sampling_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor
         config: The sampling settings.
 
     Returns:
-        float32 ``[..., V]`` probabilities; one-hot at the argmax when greedy.
-        The input is not modified.
+        float32 ``[..., V]`` probabilities: ``softmax(filter_logits(logits))``, or
+        one-hot at the argmax when greedy. The input is not modified.
     """
-    x = logits.float()
     if config.greedy:
+        x = logits.float()
         return torch.nn.functional.one_hot(x.argmax(dim=-1), x.shape[-1]).float()
-    x = x / config.temperature
-    if config.top_k is not None and config.top_k < x.shape[-1]:
-        kth = x.topk(config.top_k, dim=-1).values[..., -1:]  # [..., 1]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if config.top_p < 1.0:
-        sorted_x, order = x.sort(dim=-1, descending=True)
-        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
-        # drop a token when the mass before it already reaches top_p (keeps >= 1 token)
-        drop_sorted = (cum - sorted_x.softmax(dim=-1)) >= config.top_p
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
-    return x.softmax(dim=-1)
+    return filter_logits(logits, config).softmax(dim=-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -1,0 +1,171 @@
+"""Result types of the speculative loop and of the target-only baseline, with the statistics derived from them.
+
+:class:`RoundRecord` keeps one draft-verify-accept round; :class:`SpeculativeResult`
+keeps raw counts (accepted, tested, drafted, the accepted-length histogram) and
+derives the rates (alpha, tau) and the goodness of fit of the histogram to the
+truncated geometric law (:meth:`SpeculativeResult.geometric_fit`), so renderers and
+reports only display. :class:`TargetOnlyResult` is the baseline of ``lab bench``.
+p = target, q = draft (Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lab.speculative.sampling import SamplingConfig
+from lab.speculative.theory import accepted_length_pmf, geometric_fit
+
+
+@dataclass
+class RoundRecord:
+    """One draft-verify-accept round.
+
+    Attributes:
+        round: 0-based round index.
+        proposed: draft token ids proposed (k <= gamma).
+        n_accepted: leading draft tokens kept.
+        next_token: the correction (a draft token was rejected) or bonus (all kept)
+            token, or None when an accepted EOS ended the round.
+        next_kind: ``"correction"``, ``"bonus"`` or ``"none"``.
+        stop_reason: why drafting stopped (see :data:`lab.speculative.drafts.STOP_REASONS`).
+        draft_entropies: entropy in bits of the draft's distribution per proposed token.
+        draft_normalized_entropies: the same over log2 V, in [0, 1].
+        accepted_mask: per proposed token, whether it was kept.
+        tested_mask: per proposed token, whether the target tested it (tokens after
+            the first rejection, or after an accepted EOS, are not tested).
+        draft_time_s / verify_time_s: forward-pass wall time of the draft / target.
+        n_draft_forwards: draft forward passes this round.
+    """
+
+    round: int
+    proposed: list[int]
+    n_accepted: int
+    next_token: int | None
+    next_kind: str
+    stop_reason: str
+    draft_entropies: list[float]
+    draft_normalized_entropies: list[float]
+    accepted_mask: list[bool]
+    tested_mask: list[bool]
+    draft_time_s: float
+    verify_time_s: float
+    n_draft_forwards: int
+
+    @property
+    def emitted(self) -> list[int]:
+        kept = self.proposed[: self.n_accepted]
+        return kept + ([self.next_token] if self.next_token is not None else [])
+
+
+@dataclass
+class SpeculativeResult:
+    """The outcome of :func:`speculative_generate`.
+
+    Acceptance figures are raw counts first, rates derived: ``alpha`` =
+    ``n_accepted / n_drafted_tested`` (only tokens the target actually tested),
+    ``tau`` = mean tokens emitted per round (accepted + correction/bonus; compare with
+    :func:`lab.speculative.theory.expected_tokens_per_round`).
+
+    Attributes:
+        tokens: new token ids (the prompt excluded), at most max_new_tokens.
+        rounds: per-round records.
+        gamma: the maximum draft length.
+        prompt_length: prompt tokens.
+        n_drafted: tokens proposed; n_drafted_tested: of those, tested; n_accepted: kept.
+        accepted_length_histogram: ``[gamma + 1]`` counts of rounds by n_accepted, over
+            rounds that drafted the full gamma tokens and were not cut by EOS or the
+            budget (the rounds the truncated geometric law describes).
+        all_rounds_histogram: the same over every round.
+        stopped_by: ``"eos"`` or ``"max_new_tokens"``.
+        prefill_time_s, draft_time_s, verify_time_s, total_time_s: wall times; the
+            orchestration overhead is ``total - prefill - draft - verify``.
+        draft_name, sampling: what was run.
+    """
+
+    tokens: list[int]
+    rounds: list[RoundRecord]
+    gamma: int
+    prompt_length: int
+    n_drafted: int
+    n_drafted_tested: int
+    n_accepted: int
+    accepted_length_histogram: list[int]
+    all_rounds_histogram: list[int]
+    stopped_by: str
+    prefill_time_s: float
+    draft_time_s: float
+    verify_time_s: float
+    total_time_s: float
+    draft_name: str
+    sampling: SamplingConfig
+    adaptive: str | None = None
+
+    @property
+    def alpha(self) -> float:
+        return self.n_accepted / self.n_drafted_tested if self.n_drafted_tested else float("nan")
+
+    @property
+    def tau(self) -> float:
+        return len(self.tokens) / len(self.rounds) if self.rounds else float("nan")
+
+    @property
+    def decode_time_s(self) -> float:
+        return self.total_time_s - self.prefill_time_s
+
+    @property
+    def overhead_time_s(self) -> float:
+        return self.total_time_s - self.prefill_time_s - self.draft_time_s - self.verify_time_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.total_time_s if self.total_time_s > 0 else float("nan")
+
+    def geometric_fit(self) -> dict[str, Any]:
+        """Chi-square fit of :attr:`accepted_length_histogram` to the truncated geometric law at :attr:`alpha`.
+
+        See :func:`lab.speculative.theory.geometric_fit`: ``{"expected", "chi2",
+        "p_value", "bins"}``; a small p-value says acceptances are not i.i.d.
+        """
+        return geometric_fit(self.accepted_length_histogram, self.alpha)
+
+    def expected_histogram(self) -> list[float]:
+        """Expected counts of :attr:`accepted_length_histogram` under the truncated geometric law at :attr:`alpha`."""
+        n = sum(self.accepted_length_histogram)
+        if not n or math.isnan(self.alpha):
+            return [0.0] * (self.gamma + 1)
+        return [n * p for p in accepted_length_pmf(self.alpha, self.gamma)]
+
+    def per_token(self) -> list[dict[str, Any]]:
+        """One dict per drafted token: round, index, draft_entropy_bits,
+        draft_normalized_entropy, accepted, tested, token_id."""
+        rows = []
+        for r in self.rounds:
+            for i, tok in enumerate(r.proposed):
+                rows.append({"round": r.round, "index": i, "token_id": tok,
+                             "draft_entropy_bits": r.draft_entropies[i],
+                             "draft_normalized_entropy": r.draft_normalized_entropies[i],
+                             "accepted": r.accepted_mask[i], "tested": r.tested_mask[i]})
+        return rows
+
+
+@dataclass
+class TargetOnlyResult:
+    """Plain decoding with the target alone (the baseline of ``lab bench``)."""
+
+    tokens: list[int]
+    prefill_time_s: float
+    forward_time_s: float
+    total_time_s: float
+    stopped_by: str
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.total_time_s if self.total_time_s > 0 else float("nan")
+
+    @property
+    def decode_step_time_s(self) -> float:
+        """Mean wall time of one one-token decode forward (prefill excluded)."""
+        steps = max(1, len(self.tokens) - 1)
+        return (self.forward_time_s - self.prefill_time_s) / steps
