@@ -155,3 +155,26 @@ def chisq_pvalue(observed: dict, expected_probs: dict) -> float:
         return 1.0
     scale = sum(obs) / sum(exp)  # exact float equality of totals, as chisquare requires
     return float(chisquare(obs, [e * scale for e in exp]).pvalue)
+
+
+def tiny_gemma3(vocab_size: int = 64, num_layers: int = 4, sliding_window: int = 8, seed: int = 0,
+                init_std: float = 0.3, max_positions: int = 256):
+    """A random Gemma 3 text model with a small sliding window (float32, eval mode).
+
+    Layers 0..n-2 are ``sliding_attention`` with window ``sliding_window``, the last
+    ``full_attention``, as in Gemma 3's 5:1 pattern; so transformers builds a
+    ``DynamicSlidingWindowLayer`` per sliding layer. Untied head and a larger init so
+    greedy output varies and drafts get rejected (a tied 0.02 init repeats one token).
+    """
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=sliding_window,
+        layer_types=["sliding_attention"] * (num_layers - 1) + ["full_attention"],
+        max_position_embeddings=max_positions, initializer_range=init_std, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return Gemma3ForCausalLM(cfg).eval()

@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.commands.speculate import _draft_spec
+    from lab.decode import check_context
     from lab.speculative import check_draft_spec
     from lab.models import build_messages, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
@@ -94,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
         draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
+    for prompt_ids in ids:  # before any decoding
+        check_context(model, prompt_ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
     with err.status("benchmarking") as status:
         bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
                           progress=lambda msg: status.update(msg))

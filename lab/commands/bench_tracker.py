@@ -1,7 +1,7 @@
 """``lab bench-tracker``: how much the entropy tracker slows decoding down.
 
-Method: the same decode loop (:func:`lab.tracker.run_decode`: prefill, then
-one-token decodes with a KV cache) runs with the tracker off and on, on the same
+Method: the same decode loop (:func:`lab.tracker.run_decode` on the decode core
+:func:`lab.decode.generate`: prefill, then one-token decodes with a KV cache) runs with the tracker off and on, on the same
 prompt, for exactly ``--max-new-tokens`` tokens (EOS ignored, so both do the same
 work). After one warm-up run of each, ``--repeats`` pairs run in alternating order
 (off-on, on-off, ...) so that drift in machine load hits both arms alike. Reported:
@@ -63,7 +63,7 @@ def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: 
     """Seconds per step of the tracker's statistics alone, on a random logits row ``[1, V]``."""
     import torch
 
-    from lab.tracker import _Recorder
+    from lab.tracker import StepRecorder as _Recorder
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     logits = (3.0 * torch.randn(1, vocab_size, generator=gen)).to(device)  # [1, V], realistic spread
@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
+    from lab.decode import check_context
     from lab.tracker import DecodeSettings, run_decode
 
     # 1. Validate before loading.
@@ -107,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     input_ids = encode_chat(tokenizer, messages)
+    check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
 
     # 3. Warm up both arms, then time alternating pairs.
     def one(record: bool):

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
+    from lab.decode import check_context
     from lab.tracker import DecodeSettings, track_generate
 
     # 1. Validate everything before loading anything.
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     input_ids = encode_chat(tokenizer, messages)
+    check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
     with err.status(f"decoding up to {settings.max_new_tokens} tokens"):
         result = track_generate(model, tokenizer, input_ids, max_new_tokens=settings.max_new_tokens,
                                 temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,

@@ -52,6 +52,7 @@ def _draft_spec(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lab.decode import check_context
     from lab.speculative import check_draft_spec
     from lab.models import (build_messages, encode_chat, eos_token_ids, load_model)
     from lab.render.console import stderr_console, stdout_console
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
         draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
     input_ids = encode_chat(tokenizer, messages).to(device)
+    check_context(model, input_ids.shape[1], args.max_new_tokens, arg="--max-new-tokens")  # before any decoding
     generator = torch.Generator(device=device).manual_seed(seed)
     with err.status(f"speculating up to {args.max_new_tokens} tokens (gamma={args.gamma}, draft {draft_spec})"):
         result = speculative_generate(model, draft, input_ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,

@@ -48,6 +48,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def checked_runner_factory(plan):
+    """A runner factory that loads the models, then checks every prompt's length + ``--max-new-tokens``
+    against the target's context (:func:`lab.decode.check_context`) before any prompt runs."""
+    from lab.decode import check_context
+    from lab.models import encode_chat
+    from lab.study import ModelRunner
+
+    def factory(config):
+        runner = ModelRunner.load(config)
+        if getattr(runner, "target", None) is None:  # a runner without a model (tests' fakes): nothing to check
+            return runner
+        for prompt in plan.prompts:
+            ids = encode_chat(runner.tokenizer, [dict(m) for m in prompt.messages])
+            check_context(runner.target, ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
+        return runner
+
+    return factory
+
+
 def run(args: argparse.Namespace) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
@@ -66,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Run (or resume), with a progress bar on stderr.
     with StudyProgress() as progress:
-        result = run_study(plan, progress=progress)
+        result = run_study(plan, progress=progress, runner_factory=checked_runner_factory(plan))
 
     # 3. Report atomically, then drop the work directory.
     path = write_report(result)
