@@ -2,8 +2,10 @@
 
 Parts: the entropy tracker (:mod:`lab.entropy`, :mod:`lab.tracker`), the
 attention-sink detector (:mod:`lab.sinks`), speculative decoding
-(:mod:`lab.speculative`) and the empirical study (:mod:`lab.study`). Models load
-through :mod:`lab.models`; reports are written by :mod:`lab.reports`.
+(:mod:`lab.speculative`) and the empirical study (:mod:`lab.study`). Every decode
+(tracker, target-only baseline, the speculative loop's prefill) runs on the decode
+core :mod:`lab.decode`. Models load through :mod:`lab.models`; reports are written
+by :mod:`lab.reports`.
 """
 
 __version__ = "0.1.0"
