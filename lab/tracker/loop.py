@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +66,8 @@ class DecodeRun:
     Attributes:
         new_token_ids: Generated ids.
         stop_reason: ``"eos"`` or ``"max_new_tokens"``.
-        elapsed_s: Wall time of the loop (prefill, decode and, if on, the statistics on the device).
+        elapsed_s: Wall time of the loop (prefill, decode and, if on, the statistics and
+            their one copy to the host).
         stats: Per step ``[H, H_norm, varentropy, H_sampled, p_chosen]`` (bits), or
             ``None`` when not recording.
         alt_ids, alt_probs: Per step the raw top-k ids and probabilities.
@@ -111,11 +113,13 @@ def run_decode(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, *,
         generator = torch.Generator(device=model_device(model))
         generator.manual_seed(seed)
     recorder = StepRecorder(settings.top_alternatives, settings.do_sample) if record else None
+    start = time.perf_counter()
     out = generate(model, input_ids, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling,
                    generator=generator, eos_token_ids=eos_ids,
                    on_step=recorder.record if recorder is not None else None)
     stats = recorder.finish() if recorder is not None else (None, None, None)  # statistics to the host, once
-    return DecodeRun(out.tokens, out.stop_reason, out.total_time_s, *stats,
+    elapsed = time.perf_counter() - start  # the host copy is part of the tracker's cost
+    return DecodeRun(out.tokens, out.stop_reason, elapsed, *stats,
                      vocab_size=recorder.vocab_size if recorder is not None else 0)
 
 

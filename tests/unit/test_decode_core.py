@@ -263,3 +263,27 @@ def test_rollback_cache_never_grows_past_committed(gemma):
     with pytest.raises(AssertionError, match="fewer than keep_len"):
         rollback_cache(cache, 11)
     assert lab.decode.context_length(gemma) == 256
+
+
+class _AlternatingGamma:
+    """A test policy: gamma 1, then 3, then 1 ... (within [1, max_gamma])."""
+
+    def __init__(self):
+        self.calls = []
+
+    def next_gamma(self, rounds, max_gamma):
+        self.calls.append(len(rounds))
+        return 1 if len(rounds) % 2 == 0 else min(3, max_gamma)
+
+
+def test_gamma_policy_sets_each_rounds_draft_length_output_unchanged(llama, prompt):
+    """The round structure asks a policy for each round's gamma from the finished rounds; greedy output
+    stays the target's."""
+    policy = _AlternatingGamma()
+    reference = target_generate(llama, prompt, max_new_tokens=MAX_NEW).tokens
+    res = speculative_generate(llama, make_draft(llama, "early-exit:3"), prompt, gamma=4, max_new_tokens=MAX_NEW,
+                               gamma_policy=policy)
+    assert res.tokens == reference
+    assert policy.calls == list(range(len(res.rounds)))
+    assert all(len(r.proposed) <= (1 if r.round % 2 == 0 else 3) for r in res.rounds)
+    assert any(len(r.proposed) == 3 for r in res.rounds)
