@@ -16,7 +16,6 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.speculative.loop import SpeculativeResult
-from lab.speculative.theory import expected_tokens_per_round
 
 STYLES = {
     "accepted": "green",
@@ -86,12 +85,10 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
 def acceptance_summary(result: SpeculativeResult) -> dict[str, Any]:
     """The acceptance figures shown in the panel and written to summary.md / report.json."""
     fit = result.geometric_fit()
-    expected = (expected_tokens_per_round(result.alpha, result.gamma)
-                if not math.isnan(result.alpha) else float("nan"))
     return {
         "alpha": result.alpha, "tau": result.tau, "n_rounds": len(result.rounds), "n_drafted": result.n_drafted,
         "n_drafted_tested": result.n_drafted_tested, "n_accepted": result.n_accepted,
-        "expected_tokens_per_round_at_alpha": expected,
+        "expected_tokens_per_round_at_alpha": result.expected_tokens_per_round,
         "accepted_length_histogram": result.accepted_length_histogram,
         "all_rounds_histogram": result.all_rounds_histogram,
         "geometric_expected": fit["expected"], "geometric_chi2": fit["chi2"], "geometric_p_value": fit["p_value"],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.speculative.sampling import SamplingConfig
-from lab.speculative.theory import accepted_length_pmf, geometric_fit
+from lab.speculative.theory import accepted_length_pmf, expected_tokens_per_round, geometric_fit
 
 
 @dataclass
@@ -121,6 +121,12 @@ class SpeculativeResult:
     @property
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.total_time_s if self.total_time_s > 0 else float("nan")
+
+    @property
+    def expected_tokens_per_round(self) -> float:
+        """Tokens per round the i.i.d. law predicts at the measured :attr:`alpha` (Leviathan et al.
+        2023, Eq. 1; compare with :attr:`tau`); NaN when nothing was tested."""
+        return math.nan if math.isnan(self.alpha) else expected_tokens_per_round(self.alpha, self.gamma)
 
     def geometric_fit(self) -> dict[str, Any]:
         """Chi-square fit of :attr:`accepted_length_histogram` to the truncated geometric law at :attr:`alpha`.

@@ -287,3 +287,16 @@ def test_gamma_policy_sets_each_rounds_draft_length_output_unchanged(llama, prom
     assert policy.calls == list(range(len(res.rounds)))
     assert all(len(r.proposed) <= (1 if r.round % 2 == 0 else 3) for r in res.rounds)
     assert any(len(r.proposed) == 3 for r in res.rounds)
+
+
+def test_speculative_result_derives_its_statistics(llama, prompt):
+    """The result carries the geometric fit and the i.i.d. tokens-per-round law (renderers only display)."""
+    from lab.render.speculative import acceptance_summary
+    from lab.speculative.theory import expected_tokens_per_round, geometric_fit
+
+    res = speculative_generate(llama, make_draft(llama, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW)
+    assert res.geometric_fit() == geometric_fit(res.accepted_length_histogram, res.alpha)
+    assert res.expected_tokens_per_round == expected_tokens_per_round(res.alpha, 3)
+    summary = acceptance_summary(res)
+    assert summary["geometric_expected"] == res.geometric_fit()["expected"]
+    assert summary["expected_tokens_per_round_at_alpha"] == res.expected_tokens_per_round
