@@ -42,9 +42,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
+
+if TYPE_CHECKING:  # lab.speculative's package imports this module; see generate()
+    from lab.speculative.sampling import SamplingConfig
 
 # Layer kinds whose cached state is a recurrence over all past tokens: cropping
 # cannot restore an earlier state (transformers' `is_croppable` is False for them).
@@ -255,7 +258,7 @@ class DecodeResult:
     prompt_length: int
 
 
-def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampling: Any = None,
+def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None, eos_token_ids: Iterable[int] | int | None = None,
              logits_processor: Any = None, on_step: StepHook | None = None) -> DecodeResult:
     """Decode with the target alone: prefill, then one token per forward with a KV cache.
@@ -281,9 +284,9 @@ def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampli
         ValueError: bad ids, budget or context (see :func:`check_decode_input`).
     """
     # Imported here: lab.speculative's package imports this module.
-    from lab.speculative.sampling import SamplingConfig, apply_processors, filter_logits, sample
+    from lab.speculative import sampling as filters
 
-    sampling = sampling if sampling is not None else SamplingConfig()
+    sampling = sampling if sampling is not None else filters.SamplingConfig()
     ids = check_decode_input(model, input_ids, max_new_tokens)
     eos = eos_set(eos_token_ids)
     ids = ids.to(model_device(model))
@@ -298,13 +301,13 @@ def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampli
         forward_s = prefill_s
         while True:
             # 2. Choose: processors, then greedy argmax or a draw through the sampling filter.
-            row = apply_processors(logits_processor, seq, seq[:0], logits)  # [1, V]
+            row = filters.apply_processors(logits_processor, seq, seq[:0], logits)  # [1, V]
             if sampling.greedy:
                 filtered = row
                 token = row.argmax(dim=-1, keepdim=True)  # [1, 1]
             else:
-                filtered = filter_logits(row, sampling)  # [1, V], -inf where dropped
-                token = sample(filtered.softmax(dim=-1), generator).reshape(1, 1)
+                filtered = filters.filter_logits(row, sampling)  # [1, V], -inf where dropped
+                token = filters.sample(filtered.softmax(dim=-1), generator).reshape(1, 1)
             # 3. Observe (the tracker's statistics), on the device.
             if on_step is not None:
                 on_step(logits, filtered, token)

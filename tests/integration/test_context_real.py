@@ -1,0 +1,44 @@
+"""The issue's input on the real SmolLM2 (context 8,192): a prompt of ~8,170 tokens plus 60 new tokens.
+
+Regression (fault class: silent decode past the context window, issue 11 item 1):
+``lab entropy`` decoded 8,234 positions and wrote a normal-looking report, while
+``lab speculate`` refused the same input. Both now refuse it with the same line,
+before any decoding, and write nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import cli
+from lab.models import build_messages, encode_chat
+
+CONTEXT = 8192
+
+
+@pytest.fixture(scope="module")
+def long_prompt(smollm2):
+    _, tok = smollm2
+    words = ("the lighthouse keeper counted the steps while the sea changed colour below . " * 800).split()
+    lo, hi = 1000, len(words)
+    while lo < hi:  # the longest prefix whose chat encoding stays within CONTEXT - 30 tokens
+        mid = (lo + hi + 1) // 2
+        n = encode_chat(tok, build_messages(" ".join(words[:mid]))).shape[1]
+        lo, hi = (mid, hi) if n <= CONTEXT - 30 else (lo, mid - 1)
+    text = " ".join(words[:lo])
+    n = encode_chat(tok, build_messages(text)).shape[1]
+    assert CONTEXT - 60 < n <= CONTEXT - 30
+    return text, n
+
+
+@pytest.mark.parametrize("command", [["entropy"], ["speculate", "--draft", "prompt-lookup"]])
+def test_real_prompt_plus_budget_past_context_refused_same_line(tmp_path, capsys, long_prompt, command):
+    text, n = long_prompt
+    rc = cli.main([command[0], text, *command[1:], "--max-new-tokens", "60", "--device", "cpu",
+                   "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    expected = (f"--max-new-tokens=60: the prompt ({n} tokens) plus 60 new tokens needs {n + 60} positions, "
+                f"more than the model's context of {CONTEXT}")
+    assert expected in err
+    assert list(tmp_path.iterdir()) == []
