@@ -216,6 +216,8 @@ def speculative_generate(
             n_tested += tested
             n_acc_total += n_acc
             hist_all[n_acc] += 1
+            # the geometric law's rounds: the full maximum gamma drafted (a policy's shorter
+            # rounds follow another truncation), not cut by EOS, the budget or an adaptive stop
             if k == gamma and prop.stop_reason == "gamma" and next_kind != "none":
                 hist[n_acc] += 1
             draft_s += prop.forward_time_s
