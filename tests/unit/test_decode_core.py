@@ -300,3 +300,18 @@ def test_speculative_result_derives_its_statistics(llama, prompt):
     summary = acceptance_summary(res)
     assert summary["geometric_expected"] == res.geometric_fit()["expected"]
     assert summary["expected_tokens_per_round_at_alpha"] == res.expected_tokens_per_round
+
+
+def test_gemma_speculative_sampling_past_window_cache_equals_recompute(gemma):
+    """Sampling mode past the window (rejections drawn at random): after every round the target's cache
+    still equals a full recomputation, and the budget is met."""
+    ids = torch.randint(3, 64, (1, 3 * WINDOW), generator=torch.Generator().manual_seed(4))
+    rejected = []
+
+    def on_round(record, committed, cache):
+        _check_cache_against_recompute(gemma, committed.clone(), cache)
+        rejected.append(record.n_accepted < len(record.proposed))
+
+    res = speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids, gamma=4, max_new_tokens=MAX_NEW,
+                               temperature=1.0, generator=torch.Generator().manual_seed(0), on_round=on_round)
+    assert len(res.tokens) == MAX_NEW and any(rejected)
