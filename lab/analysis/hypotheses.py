@@ -33,6 +33,8 @@ VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
 HYPOTHESES = {
     "H1": "Prompts with lower context health have higher mean decode entropy "
           "(Spearman rho(context health, mean entropy) < 0).",
+    "H1c": "Among clean prompts, lower context health goes with higher mean decode entropy "
+           "(Spearman rho(context health, mean entropy) < 0, clean prompts only).",
     "H2": "Drafted tokens with higher draft entropy are accepted less often "
           "(point-biserial r(draft entropy, accepted) < 0).",
     "H3": "The acceptance rate alpha differs between prompt categories "
@@ -41,6 +43,10 @@ HYPOTHESES = {
            "(paired Wilcoxon, poisoned - clean < 0).",
     "H4b": "A poisoned twin has higher mean decode entropy than its clean twin "
            "(paired Wilcoxon, poisoned - clean > 0).",
+    "H5": "Within a multi-token word the first sub-token has higher decode entropy than its continuations "
+          "(paired Wilcoxon over prompts, initial - continuation > 0).",
+    "H6": "Prompt category explains more of the variance in per-prompt alpha than temperature does "
+          "(eta^2_category - eta^2_temperature > 0 over temperatures 0.3, 0.7, 1.0, balanced clean subset).",
 }
 
 

@@ -35,17 +35,21 @@ The per-prompt runner is injectable (:data:`Runner`): tests pass a fake;
 """
 
 
-from lab.study.config import (DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, PER_PROMPT_FIELDS,
-                              PER_TOKEN_FIELDS, WORK_FORMAT, WORK_PREFIX, Progress, PromptOutcome, Runner,
-                              StudyConfig, prompt_seed)
-from lab.study.run import StudyResult, config_dict, run_study, summarize_prompts
+from lab.study.config import (DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DESIGN_TEMPERATURES,
+                              OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, PER_TOKEN_FIELDS,
+                              TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, Progress, PromptOutcome,
+                              Runner, StudyConfig, prompt_seed)
+from lab.study.run import StudyResult, assemble, config_dict, merge_study, run_study, summarize_prompts
 from lab.study.runner import ModelRunner
 from lab.study.work import (StudyPlan, config_from_work_dir, discard_work, load_finished, plan_study,
-                            save_finished, settings_key, work_file)
+                            prompts_display, save_finished, settings_key, shard_prompts, temperature_subset,
+                            work_file)
 
 __all__ = [
-    "DEFAULT_GAMMA", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "PER_PROMPT_FIELDS", "PER_TOKEN_FIELDS",
+    "DEFAULT_GAMMA", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DESIGN_TEMPERATURES", "OPTIONAL_FIELDS",
+    "PER_PROMPT_COLUMNS", "PER_PROMPT_FIELDS", "PER_TOKEN_FIELDS", "TEMPERATURE_SUBSET_PER_CATEGORY",
     "WORK_FORMAT", "WORK_PREFIX", "ModelRunner", "Progress", "PromptOutcome", "Runner", "StudyConfig", "StudyPlan",
-    "StudyResult", "config_dict", "config_from_work_dir", "discard_work", "load_finished", "plan_study",
+    "StudyResult", "assemble", "config_dict", "merge_study", "prompts_display", "shard_prompts",
+    "temperature_subset", "config_from_work_dir", "discard_work", "load_finished", "plan_study",
     "prompt_seed", "run_study", "save_finished", "settings_key", "summarize_prompts", "work_file",
 ]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lab import models as lab_models
 from lab.analysis import N_RESAMPLES
+from lab.analysis.claims import DESIGN_TEMPERATURES, H6_COLUMNS  # noqa: F401  (DESIGN_TEMPERATURES re-exported)
 from lab.prompts import StudyPrompt
 
 
@@ -27,7 +28,13 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
-WORK_FORMAT = 1  # bump when the work-file layout changes; old files are then redone
+WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then redone
+# H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
+# speculative decode at each of these temperatures (the main run's alpha is reused
+# when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
+# prompts per category: 6 x 2 = 12 prompts x 2 extra runs of ~4 s (clean prompt,
+# 24 tokens, gamma 2, measured CPU time) = ~100 s added to the default study.
+TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
 PER_PROMPT_FIELDS = (
     "id", "category", "variant", "twin_of", "n_prompt_tokens",
@@ -36,6 +43,12 @@ PER_PROMPT_FIELDS = (
     "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
     "prefill_s", "decode_s", "speculative_s", "wall_s", "text",
 )
+# Left None (empty in the CSV) when a runner does not report them (older or fake runners): the
+# count-based health (issue 9 keeps it for comparison), the subword summary of the
+# tracked decode (H5) and alpha at the design temperatures (H6, subset only).
+OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
+                   "n_multi_token_words", *H6_COLUMNS, "temperature_s")
+PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
 _TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
@@ -51,6 +64,10 @@ class StudyConfig:
             profile's (``early-exit:24`` for smollm2, the 0.5B model for qwen2.5).
         prompts: Prompt file; ``None`` = the embedded set.
         limit: Take at most this many prompts (balanced, twins kept together).
+        shard: ``(K, N)``: run only the K-th (1-based) of N disjoint, category-balanced
+            slices of the selected prompts (:func:`lab.study.work.shard_prompts`);
+            ``None`` runs them all. Not part of the settings key: every shard of one
+            study shares its work-directory name, so shards can be merged.
         max_new_tokens: Budget of each decode and each speculative run.
         gamma: Draft tokens per speculative round.
         seed: Study seed; each prompt's seed is derived from it (:func:`prompt_seed`).
@@ -64,6 +81,7 @@ class StudyConfig:
     draft: str | None = None
     prompts: str | None = None
     limit: int | None = None
+    shard: tuple[int, int] | None = None
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     gamma: int = DEFAULT_GAMMA
     seed: int = 0
@@ -82,6 +100,11 @@ class StudyConfig:
             raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
             raise ValueError(f"limit={self.limit!r} must be a positive integer")
+        if self.shard is not None:
+            ok = (isinstance(self.shard, tuple) and len(self.shard) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in self.shard))
+            if not ok or not 1 <= self.shard[0] <= self.shard[1]:
+                raise ValueError(f"shard={self.shard!r} must be (K, N) with 1 <= K <= N")
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature!r} must be > 0: the study runs in sampling mode")
 
@@ -109,10 +132,14 @@ class PromptOutcome:
             ``twin_of`` may be left out; the pipeline fills them from the prompt).
         tokens: One dict per drafted token with ``round``, ``index``,
             ``draft_entropy_bits``, ``draft_normalized_entropy``, ``accepted``, ``tested``.
+        decode: Per generated token of the tracked decode: ``entropy_bits`` and
+            ``word`` (``"initial"``, ``"continuation"`` or ``""``;
+            :func:`lab.analysis.subwords.word_positions`); empty if not reported.
     """
 
     row: dict[str, Any]
     tokens: list[dict[str, Any]]
+    decode: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Runner(Protocol):
@@ -121,6 +148,9 @@ class Runner(Protocol):
     info: dict[str, Any]
 
     def __call__(self, prompt: StudyPrompt) -> PromptOutcome: ...
+
+    # Optional: ``alpha_at(prompt, temperature) -> float``, the speculative decode's
+    # alpha at another temperature (H6); runners without it leave H6 untested.
 
 
 class Progress(Protocol):
