@@ -72,7 +72,7 @@ def _ncx2_lambda(df: int, alpha: float, power: float) -> float:
 
 def eta_sq_min_effect(n: int, k: int, alpha: float, power: float = POWER) -> float:
     """Smallest eta^2_H detectable by Kruskal-Wallis with n values in k groups."""
-    return _ncx2_lambda(k - 1, alpha, power) / (n - k) if n > k >= 2 else math.nan
+    return min(1.0, _ncx2_lambda(k - 1, alpha, power) / (n - k)) if n > k >= 2 else math.nan
 
 
 def eta_sq_n_needed(effect: float, k: int, alpha: float, power: float = POWER) -> int:
@@ -107,9 +107,9 @@ def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> di
     elif math.isfinite(result.ci_low) and math.isfinite(result.ci_high) and result.ci_high > result.ci_low:
         se = (result.ci_high - result.ci_low) / (2 * stats.norm.isf(0.025))
         min_det = _z_sum(a, power) * se
-        base = int(result.details.get("n_clusters", n))
+        n = int(result.details.get("n_clusters", n))  # H2: tokens cluster in prompts; prompts are the unit
         unit = "prompts" if name != "eta_sq_difference" else "prompts of the temperature subset"
-        needed = math.ceil(base * (min_det / s) ** 2)
+        needed = math.ceil(n * (min_det / s) ** 2)
     underpowered = bool(math.isfinite(min_det) and min_det > s) if math.isfinite(min_det) else None
     return {"alpha": a, "power": power, "n": n, "unit": unit, "min_detectable": min_det, "smallest_effect": s,
             "underpowered": underpowered, "n_needed": needed}
