@@ -112,16 +112,20 @@ def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
     return best.name, "no candidate admissible: most twins ordered, then largest IQR"
 
 
-def score_candidates(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
+def score_candidates(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
                      progress: Callable[[int, int, str], None] | None = None) -> dict[str, dict[str, float]]:
-    """Every candidate's value for every prompt: ``{prompt id: {candidate: value}}``."""
+    """Every candidate's value for every prompt: ``{prompt id: {candidate: value}}``.
+
+    ``prompts`` are calibration prompts (``messages()``) or study prompts (``messages``).
+    """
     from lab.prefill import analyze_prefill
 
     out: dict[str, dict[str, float]] = {}
     for i, p in enumerate(prompts):
         if progress is not None:
             progress(i, len(prompts), p.id)
-        h = HealthInputs.from_prefill(analyze_prefill(model, tokenizer, p.messages()))
+        messages = p.messages() if callable(p.messages) else [dict(m) for m in p.messages]
+        h = HealthInputs.from_prefill(analyze_prefill(model, tokenizer, messages))
         out[p.id] = {name: fn(h) for name, fn in CANDIDATES.items()}
     return out
 
@@ -145,3 +149,23 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
         "prompts": [{"id": c.id, "variant": "clean", **values[c.id]} for c in clean]
                    + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned],
     }
+
+
+def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:
+    """Issue 9's targets for the chosen measure on a study prompt set (prefill only, no decode).
+
+    Args:
+        values: The chosen measure per prompt id.
+        prompts: The study prompts (clean ones and poisoned twins).
+
+    Returns:
+        ``max_tie_share`` over clean prompts (values to 0.01; target <= 10 %),
+        ``n_twins_tied`` / ``n_twins_below`` / ``n_twins`` (target: 0 tied).
+    """
+    clean = [values[p.id] for p in prompts if p.variant == "clean"]
+    twins = [(values[p.twin_of], values[p.id]) for p in prompts if p.twin_of is not None]
+    _, counts = np.unique(np.round(clean, TIE_DECIMALS), return_counts=True)
+    return {"n_clean": len(clean), "max_tie_share": float(counts.max() / len(clean)) if clean else None,
+            "n_distinct": int(counts.size), "min": min(clean), "max": max(clean), "median": float(np.median(clean)),
+            "n_twins": len(twins), "n_twins_tied": sum(round(c, TIE_DECIMALS) == round(q, TIE_DECIMALS) for c, q in twins),
+            "n_twins_below": sum(q < c for c, q in twins), "max_tie_share_target": MAX_TIE_SHARE}

@@ -1,4 +1,4 @@
-"""Statistics of the study: the four pre-stated hypotheses, their tests and verdicts.
+"""Statistics of the study: the pre-stated hypotheses, their tests, power and verdicts.
 
 Pure functions on numbers (no model, no files, no Rich). Every test statistic,
 p-value and confidence interval comes from :mod:`scipy.stats`; the lab's own math
@@ -26,16 +26,31 @@ well speculative decoding works. The pre-stated hypotheses, one family:
   their clean twins: paired Wilcoxon signed-rank on poisoned - clean, effect the
   matched-pairs rank-biserial correlation (Kerby 2014).
 
-The five p-values (H1, H2, H3, H4a, H4b) are Holm-corrected together
-(:func:`holm`; Holm 1979). The verdict rule (:func:`verdict`) is, with the effect
-and its CI oriented so that the predicted direction is positive:
+Issue 9 adds, in the same family: **H1c** (H1 on clean prompts only, stated in
+advance next to H1 on all prompts), **H5** (subword commitment points) and **H6**
+(content moves acceptance more than temperature), both in
+:mod:`lab.analysis.claims`. Every tested p-value (untested ones are NaN and do not
+count) is Holm-corrected together (:func:`holm`; Holm 1979). The verdict rule
+(:func:`verdict`) reads each effect and its CI in the direction the hypothesis
+predicts (effects are stored and printed with their raw signs, next to the
+predicted sign):
 
-* ``supported``: corrected p < :data:`ALPHA`, effect > 0, and the CI (when it
-  could be computed) lies entirely above 0;
-* ``not supported``: corrected p < :data:`ALPHA` with effect < 0 (the opposite
-  direction), or the CI's upper end is below :data:`SMALLEST_EFFECT` (the data
-  rule out an effect of interest in the predicted direction);
-* ``inconclusive``: anything else, including too little data to test.
+* ``supported``: corrected p < :data:`ALPHA`, the effect has the predicted sign,
+  and the CI (when it could be computed) lies entirely on that side of 0;
+* ``not supported``: corrected p < :data:`ALPHA` with the opposite sign, or the
+  whole CI falls short of :data:`SMALLEST_EFFECT` in the predicted direction (the
+  data rule out an effect of interest);
+* ``inconclusive``: anything else, including too little data to test, and H5
+  whenever its shuffled-label negative control rejects.
+
+Every test reports its power (:mod:`lab.analysis.power`): the smallest effect
+detectable at 80 % power with its n at alpha / m; an inconclusive verdict's note
+says whether it was underpowered and about how many prompts would settle it.
+
+Module layout: :mod:`lab.analysis.hypotheses` (tests, Holm, verdict rule),
+:mod:`lab.analysis.effects` (effect sizes, bootstrap, Wilson bins, fit band),
+:mod:`lab.analysis.claims` (H5, H6), :mod:`lab.analysis.power`,
+:mod:`lab.analysis.study` (:func:`analyze`). Public names are re-exported here.
 """
 
 from lab.analysis.effects import (CI_LEVEL, AcceptanceBin, LinearFit, binned_acceptance, bootstrap_ci,

@@ -278,8 +278,11 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
     test = "Kruskal-Wallis H; pairwise Mann-Whitney U with Holm correction"
     group_info = {u: {"n": int((g == u).sum()), "median": float(np.median(v[g == u]))} for u in labels}
     if len(labels) < 2 or v.size < MIN_N:
+        have = ("no category has" if not labels else f"only {len(labels)} category ({labels[0]}) has"
+                if len(labels) == 1 else f"{len(labels)} categories have")
         r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
-                      f"{len(labels)} categories with >= 2 prompts and {v.size} prompts; need 2 and {MIN_N}")
+                      f"{have} 2 or more clean prompts with an alpha ({v.size} prompts in them); the test needs "
+                      f"at least 2 such categories and {MIN_N} prompts in them")
         r.details["groups"] = group_info
         return r
     if np.ptp(v) == 0:

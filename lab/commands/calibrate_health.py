@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--distractors", default=None,
                    help="study prompt file whose poisoned twins supply the distractor texts "
                         "(default: the embedded lab/data/prompts.jsonl)")
+    p.add_argument("--study-set", action="store_true",
+                   help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
+                        "report issue 9's targets there: no value shared by > 10%% of clean prompts, no tied twins")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -36,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lab import health
     from lab.calibration import load_prompts
-    from lab.health_calibration import calibrate, distractor_texts, poisoned_variants, score_candidates
+    from lab.health_calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
+                                        study_set_figures)
     from lab.models import load_model
     from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     clean = load_prompts(args.prompts)
-    poisoned = poisoned_variants(clean, distractor_texts(load_study_prompts(args.distractors)))
+    study_prompts = load_study_prompts(args.distractors)
+    poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
     device = check_model_args(args)
 
     # 2. One prefill per prompt (progress on stderr).
@@ -57,8 +62,17 @@ def run(args: argparse.Namespace) -> int:
         values = score_candidates(model, tokenizer, prompts,
                                   progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
 
+        study_values = {}
+        if args.study_set:
+            study_values = score_candidates(model, tokenizer, study_prompts, progress=lambda i, n, pid: status.update(
+                f"study prompt {i + 1}/{n}: {pid}"))
+
     # 3. Figures and the rule's choice.
     data = calibrate(values, clean, poisoned)
+    if study_values:
+        data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
+                             for name in health.CANDIDATES}
+        data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
     info = dict(model.lab_source)
     data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",

@@ -113,3 +113,44 @@ def test_choose_prefers_admissible_with_largest_iqr_else_most_ordered():
 
 def test_chosen_is_a_candidate():
     assert health.CHOSEN in CANDIDATES
+
+
+def test_study_set_figures_counts_ties_and_twins():
+    from lab.health_calibration import study_set_figures
+    from lab.prompts import StudyPrompt
+
+    msgs = ({"role": "user", "content": "q"},)
+    prompts = [StudyPrompt(f"c{i}", "math", msgs) for i in range(10)]
+    prompts += [StudyPrompt("c0-p", "math", msgs, "poisoned", "c0"), StudyPrompt("c1-p", "math", msgs, "poisoned", "c1")]
+    values = {f"c{i}": 9.0 + i / 10 for i in range(10)} | {"c0-p": 9.0, "c1-p": 8.0, "c2": 9.0}
+    f = study_set_figures(values, prompts)
+    assert f["max_tie_share"] == pytest.approx(0.2)  # c0 and c2 share 9.00
+    assert (f["n_twins"], f["n_twins_tied"], f["n_twins_below"]) == (2, 1, 1)
+
+
+def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(tmp_path, monkeypatch, capsys):
+    import json
+
+    import lab.models
+    from lab import cli
+    from tests import support
+
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok))
+    model.lab_source = {"model": "tiny"}
+    monkeypatch.setattr(lab.models, "load_model", lambda name, **k: (model, tok))
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text("".join(json.dumps({"id": f"p{i}", "prompt": q}) + "\n" for i, q in
+                           enumerate(["what is the capital", "write a poem", "the cat and the dog", "hello there"])))
+    study = tmp_path / "study.jsonl"
+    study.write_text(json.dumps({"id": "m1", "category": "math", "messages": [{"role": "user", "content": "two plus two"}]})
+                     + "\n" + json.dumps({"id": "m1-p", "category": "math", "twin_of": "m1", "distractor": "filler",
+                                          "messages": [{"role": "user", "content": "the the the the the the\n\ntwo plus two"}]})
+                     + "\n")
+    assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
+                     "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    (report,) = (tmp_path / "out").iterdir()
+    data = json.loads((report / "calibration.json").read_text())
+    assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 8
+    assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][CHOSEN]["n_twins"] == 1
+    assert "Rule (stated before" in (report / "summary.md").read_text()
