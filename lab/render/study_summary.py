@@ -15,7 +15,8 @@ from lab.study import StudyResult, prompts_display
 FIGURES = {
     "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
                              "prompt (clean and poisoned marked apart), with the least-squares line and its 95% "
-                             "confidence band for the mean. H1 predicts a falling trend.",
+                             "confidence band for the mean. H1 predicts a falling trend over all dots, H1c over the "
+                             "clean dots alone.",
     "acceptance_vs_draft_entropy.png": "Acceptance rate of drafted tokens (y) in quantile bins of the draft's "
                                        "entropy in bits (x), each with its Wilson 95% interval; the dashed line is "
                                        "the overall alpha. H2 predicts a falling curve.",
