@@ -33,7 +33,9 @@ WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then re
 # speculative decode at each of these temperatures (the main run's alpha is reused
 # when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
 # prompts per category: 6 x 2 = 12 prompts x 2 extra runs of ~4 s (clean prompt,
-# 24 tokens, gamma 2, measured CPU time) = ~100 s added to the default study.
+# 24 tokens, gamma 2; measured 4.1-5.1 s CPU per extra run on 4 subset prompts, one
+# thread, on a busy machine) = ~110 s CPU added to the default study, whose estimate is
+# then ~780 s wall on 2 threads (680 s measured before) or ~860 s CPU on one thread.
 TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
 PER_PROMPT_FIELDS = (
