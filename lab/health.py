@@ -72,7 +72,11 @@ against 10 for ``content_sink_rate``. Chosen: ``content_entropy``. On clean
 calibration prompts it spans 9.06 to 9.96 (median 9.45): the scale keeps its
 meaning (10 = attention spread evenly over the content), so clean prompts sit
 high and close together; H1 uses ranks, so the compression does not matter
-there. ``content_entropy`` reads received attention and the content mask only,
+there. Checked afterwards on the study's default prompt set (``lab
+calibrate-health --study-set``, prefill only, after the choice): clean prompts span
+8.66 to 9.90 with 44 distinct values of 66, the largest tie 4 of 66 (6 %, target
+<= 10 %); twin pairs tied 0 of 18 (target 0), poisoned below clean 13 of 18.
+``content_entropy`` reads received attention and the content mask only,
 not z, so the sink detector's recency fix (new z baseline) does not move it;
 re-run ``lab calibrate-health`` after that fix lands all the same, since the
 other candidates' figures (and so the rule's outcome) may change.

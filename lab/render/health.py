@@ -41,6 +41,10 @@ def calibration_markdown(data: dict[str, Any]) -> str:
     ]
     for c in data["candidates"]:
         lines.append("| " + " | ".join(_row(c)) + f" | {c['median']:.2f} | {c['min']:.2f} to {c['max']:.2f} |")
+    lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
+              "'max tie' is the largest share of clean prompts sharing one value to 0.01; 'below' and 'tied' count "
+              "poisoned variants strictly below or equal (to 0.01) to their clean twin.", "",
+              "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
     if data.get("study_set"):
         lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
                   "Issue 9's targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",
@@ -50,8 +54,4 @@ def calibration_markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {name} | {f['n_clean']} | {f['max_tie_share']:.0%} | {f['n_distinct']} | "
                          f"{f['min']:.2f} to {f['max']:.2f} | {f['n_twins_below']}/{f['n_twins']} | "
                          f"{f['n_twins_tied']}/{f['n_twins']} |")
-    lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
-              "'max tie' is the largest share of clean prompts sharing one value to 0.01; 'twins below' counts "
-              "poisoned variants strictly below their clean twin.", "",
-              "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
     return "\n".join(lines) + "\n"
