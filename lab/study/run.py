@@ -193,7 +193,7 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
     dirs = [Path(d) for d in work_dirs]
     if not dirs:
         raise ValueError("merge needs at least one work directory")
-    configs = [config_from_work_dir(d, flag="merge", **overrides) for d in dirs]  # raises for a non-work dir
+    configs = [config_from_work_dir(d, flag="--merge", **overrides) for d in dirs]  # raises for a non-work dir
     settings = [json.loads((d / "settings.json").read_text(encoding="utf-8")) for d in dirs]
     for d, s in zip(dirs[1:], settings[1:]):
         if s != settings[0]:
