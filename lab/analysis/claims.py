@@ -86,7 +86,9 @@ def word_positions(pieces: Sequence[str]) -> list[str]:
             continue
         close()
         word = []
-        opens = (piece != stripped and _starts_letter(stripped)) or (_starts_letter(piece) and not (prev and prev[-1].isalpha()))
+        after_space = piece != stripped and _starts_letter(stripped)
+        after_non_letter = _starts_letter(piece) and not (prev and prev[-1].isalpha())
+        opens = after_space or after_non_letter
         if opens and piece[-1].isalpha():
             word = [i]
     close()

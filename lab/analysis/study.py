@@ -108,7 +108,8 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
 
     h5 = subword_test(decodes or {}, name="H5", seed=seed, n_resamples=n_resamples)
     h6_rows = [r for r in rows if r.get("variant", "clean") == "clean" and any(_finite(r.get(c)) for c in H6_COLUMNS)]
-    h6 = content_vs_temperature_test({r["id"]: [r[c] if _finite(r.get(c)) else math.nan for c in H6_COLUMNS] for r in h6_rows},
+    h6_alpha = {r["id"]: [r[c] if _finite(r.get(c)) else math.nan for c in H6_COLUMNS] for r in h6_rows}
+    h6 = content_vs_temperature_test(h6_alpha,
                                      {r["id"]: r["category"] for r in h6_rows}, name="H6", seed=seed,
                                      n_resamples=n_resamples)
 

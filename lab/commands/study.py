@@ -31,12 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
         description="Run the study on the prompt set: prefill sinks and context health, tracked decode entropy, "
-                    "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with power) and write a report directory.",
+                    "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with "
+                    "power) and write a report directory.",
     )
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
-    p.add_argument("--prompts", default=None, help="prompt file (JSONL; default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450)")
+    p.add_argument("--prompts", default=None,
+                   help="prompt file (JSONL; default: the embedded set of 84 prompts; "
+                        "lab/data/prompts_large.jsonl holds 450)")
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
