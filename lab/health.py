@@ -124,6 +124,7 @@ class HealthInputs:
     @classmethod
     def from_prefill(cls, pre: Any) -> "HealthInputs":
         """From a :class:`lab.prefill.PrefillAnalysis` (its public fields only)."""
+        # "content" is lab.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
         content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
         return cls(received=pre.received.detach().float().cpu(), content=content, z=pre.z.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
