@@ -47,3 +47,18 @@ def test_category_test_too_little_data_says_what_is_missing_in_words():
     assert r.note.startswith("no category has 2 or more clean prompts") and "needs at least 2 such categories" in r.note
     r = category_test([0.1, 0.2, 0.3], ["math", "math", "code"])
     assert r.note.startswith("only 1 category (math) has")
+
+
+def test_readme_lists_every_study_flag():
+    """Fault class: a flag added to `lab study` without documenting it (issue 11 item 6)."""
+    from pathlib import Path
+
+    from lab.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["study"]
+    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("Flags of `lab study`"):readme.index("### Calibrating context health")]
+    assert len(flags) >= 14
+    assert [f for f in flags if f"`{f}" not in section] == []
