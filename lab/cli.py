@@ -20,6 +20,7 @@ COMMANDS = (
     "lab.commands.bench_tracker",
     "lab.commands.sinks",
     "lab.commands.calibrate_sinks",
+    "lab.commands.calibrate_health",
     "lab.commands.bench_sinks",
     "lab.commands.speculate",
     "lab.commands.bench",

@@ -20,25 +20,11 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from lab.analysis import ALPHA, CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.analysis import CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.study import PER_PROMPT_FIELDS, PER_TOKEN_FIELDS, StudyResult, config_dict, summarize_prompts
-
-FIGURES = {
-    "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
-                             "prompt (clean and poisoned marked apart), with the least-squares line and its 95% "
-                             "confidence band for the mean. H1 predicts a falling trend.",
-    "acceptance_vs_draft_entropy.png": "Acceptance rate of drafted tokens (y) in quantile bins of the draft's "
-                                       "entropy in bits (x), each with its Wilson 95% interval; the dashed line is "
-                                       "the overall alpha. H2 predicts a falling curve.",
-    "category_boxplots.png": "Per-prompt alpha (left) and mean decode entropy (right) by category, clean prompts. "
-                             "H3 asks whether the alpha boxes differ.",
-    "clean_vs_poisoned.png": "Each twin pair as a line from its clean to its poisoned prompt: context health (left) "
-                             "and mean decode entropy (right). H4a predicts lines falling on the left, H4b rising "
-                             "on the right.",
-}
-
+from lab.render.study_summary import FIGURES, _fmt, _p, summary_markdown, test_line  # noqa: F401  (re-exported)
+from lab.study import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS, StudyResult, config_dict, summarize_prompts
 
 # --------------------------------------------------------------------------- progress
 
@@ -74,38 +60,19 @@ class StudyProgress:
 # --------------------------------------------------------------------------- numbers as text
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
-    return str(x)
-
-
-def _p(x: float) -> str:
-    if not math.isfinite(x):
-        return "n/a"
-    return f"{x:.2e}" if x < 1e-3 else f"{x:.4f}"
-
-
-def test_line(t: TestResult) -> str:
-    """One sentence with a test's numbers and verdict (summary.md and the console)."""
-    if not math.isfinite(t.p_value):
-        return f"**{t.name}: {t.verdict}** (not tested: {t.note}; n = {t.n})"
-    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {_fmt(t.effect)} "
-            f"(95% CI {_fmt(t.ci_low)} to {_fmt(t.ci_high)}), p = {_p(t.p_value)}, "
-            f"Holm-corrected p = {_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
-
-
 def verdict_table(result: StudyResult) -> Table:
     """The verdicts as a Rich table (printed to stdout by the command)."""
-    table = Table(title="Study verdicts (Holm-corrected across H1-H4)")
-    for col in ("test", "effect", "95% CI", "p (Holm)", "n", "verdict"):
-        table.add_column(col)
+    tests = result.analysis.tests
+    table = Table(title="Study verdicts (Holm-corrected across the family)",
+                  caption="effect: " + "; ".join(dict.fromkeys(f"{t.name} {t.effect_name}" for t in tests))
+                  + ". pred: the sign the hypothesis predicts.")
+    for col in ("test", "effect", "pred", "95% CI", "p (Holm)", "n", "verdict"):
+        table.add_column(col, no_wrap=True)
     colors = {"supported": "green", "not supported": "red", "inconclusive": "yellow"}
-    for t in result.analysis.tests:
-        table.add_row(t.name, f"{t.effect_name} {_fmt(t.effect)}", f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]",
-                      _p(t.p_holm), str(t.n), f"[{colors[t.verdict]}]{t.verdict}[/]")
+    for t in tests:
+        ci = f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
+        table.add_row(t.name, _fmt(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, _p(t.p_holm), str(t.n),
+                      f"[{colors[t.verdict]}]{t.verdict}[/]")
     return table
 
 
@@ -138,8 +105,9 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         f = a.health_entropy_fit
         ax.plot(f.grid, f.fit, color="black", lw=1.2, label=f"OLS fit, slope {f.slope:.3f}")
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
-    h1 = a.tests[0]
-    ax.set_title(f"H1: rho = {_fmt(h1.effect)} [{_fmt(h1.ci_low)}, {_fmt(h1.ci_high)}], {h1.verdict}", fontsize=10)
+    h1, h1c = a.test("H1"), a.test("H1c")
+    ax.set_title(f"H1: rho = {_fmt(h1.effect)}, p(Holm) = {_p(h1.p_holm)}, {h1.verdict}; "
+                 f"H1c (clean): rho = {_fmt(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("context health (0..10)")
     ax.set_ylabel("mean decode entropy (bits)")
     ax.legend(fontsize=8)
@@ -161,8 +129,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.axhline(total_k / total_n, ls="--", color="gray", label=f"overall alpha {total_k / total_n:.3f}")
         for m, b in zip(mids, bins):
             ax.annotate(f"n={b.n}", (m, b.ci_low), textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
-    h2 = a.tests[1]
-    ax.set_title(f"H2: r_pb = {_fmt(h2.effect)} [{_fmt(h2.ci_low)}, {_fmt(h2.ci_high)}], {h2.verdict}", fontsize=10)
+    h2 = a.test("H2")
+    ax.set_title(f"H2: r_pb = {_fmt(h2.effect)}, p(Holm) = {_p(h2.p_holm)}, {h2.verdict}", fontsize=10)
     ax.set_xlabel("draft entropy (bits)")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.05, 1.05)
@@ -185,23 +153,37 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
             ax.set_xticks(range(1, len(keep) + 1), [c for c, _ in keep])
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
-    h3 = a.tests[2]
-    fig.suptitle(f"H3: eta^2_H = {_fmt(h3.effect)}, Kruskal-Wallis p = {_p(h3.p_value)}, {h3.verdict}", fontsize=10)
+    h3 = a.test("H3")
+    fig.suptitle(f"H3: eta^2_H = {_fmt(h3.effect)}, Kruskal-Wallis p(Holm) = {_p(h3.p_holm)}, {h3.verdict}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(folder / "category_boxplots.png", dpi=110)
     plt.close(fig)
     names.append("category_boxplots.png")
 
-    # 4. clean vs poisoned, one line per pair
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-    for ax, key, label, t in ((axes[0], "context_health", "context health (0..10)", a.tests[3]),
-                              (axes[1], "mean_entropy_bits", "mean decode entropy (bits)", a.tests[4])):
-        for p in a.pairs:
-            c, q = p[f"{key}_clean"], p[f"{key}_poisoned"]
-            if _finite(c, q):
-                ax.plot([0, 1], [c, q], "-o", color="tab:red" if q > c else "tab:blue", alpha=0.6)
+    # 4. clean vs poisoned, one line per pair; tied pairs dashed grey and nudged apart so they can be counted
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
+    for ax, key, label, t in ((axes[0], "context_health", "context health (0..10)", a.test("H4a")),
+                              (axes[1], "mean_entropy_bits", "mean decode entropy (bits)", a.test("H4b"))):
+        counts = {"rises": 0, "falls": 0, "tied": 0}
+        pairs = [(p[f"{key}_clean"], p[f"{key}_poisoned"]) for p in a.pairs]
+        pairs = [(c, q) for c, q in pairs if _finite(c, q)]
+        for i, (c, q) in enumerate(pairs):
+            kind = "rises" if q > c else "falls" if q < c else "tied"
+            counts[kind] += 1
+            if kind == "tied":
+                dx = 0.04 * (counts["tied"] - 1)  # each tied pair its own column, so n tied = n lines
+                ax.plot([dx, 1 + dx], [c, q], "--s", color="tab:gray", alpha=0.9, ms=4)
+            else:
+                ax.plot([0, 1], [c, q], "-o", color="tab:red" if kind == "rises" else "tab:blue", alpha=0.6)
+        ax.legend(handles=[Line2D([], [], color="tab:red", marker="o", label=f"poisoned higher ({counts['rises']})"),
+                           Line2D([], [], color="tab:blue", marker="o", label=f"poisoned lower ({counts['falls']})"),
+                           Line2D([], [], color="tab:gray", ls="--", marker="s",
+                                  label=f"tied, difference 0 ({counts['tied']})")], fontsize=8, loc="best")
         ax.set_xticks([0, 1], ["clean", "poisoned"])
-        ax.set_xlim(-0.3, 1.3)
+        ax.set_xlim(-0.3, 1.5)
         ax.set_ylabel(label)
         ax.set_title(f"{t.name}: r_rb = {_fmt(t.effect)}, p(Holm) = {_p(t.p_holm)}, {t.verdict}", fontsize=10)
     fig.tight_layout()
@@ -209,78 +191,6 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     plt.close(fig)
     names.append("clean_vs_poisoned.png")
     return names
-
-
-# --------------------------------------------------------------------------- summary.md
-
-
-def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
-    """The experiment log a user reads: hypotheses, rule, verdicts with numbers, figures."""
-    a, plan = result.analysis, result.plan
-    s = plan.settings
-    env = study["environment"]
-    lines = [
-        f"# Study: {s['model']} with draft {s['draft']}",
-        "",
-        "The lab's thesis: context quality shapes attention during prefill, attention shapes the model's "
-        "confidence (entropy) during decode, and confidence decides how well speculative decoding works.",
-        "",
-        "## Set-up",
-        "",
-        f"- Prompts: {study['prompts']['n_prompts']} ({', '.join(f'{k} {v}' for k, v in study['prompts']['by_category'].items())}),"
-        f" of which {study['prompts']['n_poisoned']} poisoned twins; file `{s['prompts_file']}`.",
-        f"- Decoding: sampling at temperature {s['temperature']} (no top-k/top-p), seed {s['seed']} (each prompt's "
-        f"seed derived from it and the prompt id), max_new_tokens {s['max_new_tokens']}; speculative decoding "
-        f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023).",
-        f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
-        f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "
-        f"({study['timing']['n_resumed']} prompts resumed from an earlier run; "
-        f"{study['timing']['compute_s_prompts']:.1f} s of per-prompt compute in all).",
-        f"- Versions: {', '.join(f'{k} {v}' for k, v in env['libraries'].items() if v)}; Python {env['python']}.",
-        "",
-        "## Pre-stated hypotheses and the verdict rule",
-        "",
-    ]
-    for t in a.tests:
-        lines.append(f"- **{t.name}**: {t.hypothesis} Test: {t.test}.")
-    lines += [
-        "",
-        f"The five p-values are Holm-corrected together. With the effect oriented so the predicted direction "
-        f"is positive: **supported** if corrected p < {ALPHA}, the effect is in the predicted direction and its "
-        f"95% CI lies entirely on that side of 0; **not supported** if corrected p < {ALPHA} with the effect "
-        f"in the opposite direction, or the CI's upper end is below the smallest effect of interest "
-        f"({SMALLEST_EFFECT} for correlations and rank-biserial r, {SMALLEST_ETA_SQ} for eta^2_H); "
-        f"**inconclusive** otherwise (including too little data).",
-        "",
-        "## Verdicts",
-        "",
-    ]
-    lines += [f"- {test_line(t)}" for t in a.tests]
-    h2 = a.tests[1]
-    lines += [
-        "",
-        "Notes: H2 counts only drafted tokens the target tested "
-        f"({h2.details.get('n_accepted', 'n/a')} accepted of {h2.n}); its p-value treats tokens as independent, "
-        "its CI resamples whole prompts. H3 uses clean prompts only; H1 uses all prompts.",
-    ]
-    pw = a.tests[2].details.get("pairwise") or []
-    sig = [r for r in pw if r["p_holm"] < ALPHA]
-    if pw:
-        lines += ["", f"H3 pairwise Mann-Whitney (Holm within {len(pw)} pairs): "
-                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {_p(r['p_holm'])}"
-                               for r in sig) if sig else "no pair differs at the corrected level") + "."]
-    lines += ["", "## Per category (clean prompts)", "", "| category | n | median alpha | median mean entropy (bits) |",
-              "|---|---|---|---|"]
-    for cat, d in a.categories.items():
-        lines.append(f"| {cat} | {d['n']} | {_fmt(d['median_alpha'])} | {_fmt(d['median_mean_entropy_bits'])} |")
-    lines += ["", "## Figures", ""]
-    for name, text in FIGURES.items():
-        lines += [f"![{name}]({name})", "", text, ""]
-    lines += ["## Files", "",
-              "- `study.json`: settings, environment, timing, every test with its numbers and verdict.",
-              "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures).",
-              "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).", ""]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- the report
@@ -308,6 +218,8 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
         "health_entropy_fit": to_jsonable(a.health_entropy_fit),
         "categories": to_jsonable(a.categories),
         "pairs": to_jsonable(a.pairs),
+        "missing_prompts": list(result.missing),
+        "merged_from": list(result.merged_from),
         "figures": FIGURES,
     }
 
@@ -327,7 +239,7 @@ def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
     """
     root = Path(out) if out is not None else Path(result.plan.config.out)
     with report_dir(root, "study", name=f"{timestamp()}-study") as rd:
-        rd.write_csv("per_prompt.csv", result.per_prompt, PER_PROMPT_FIELDS)
+        rd.write_csv("per_prompt.csv", result.per_prompt, PER_PROMPT_COLUMNS)
         rd.write_csv("per_token.csv", result.per_token, PER_TOKEN_FIELDS)
         write_plots(result, rd.path)
         # study.json last, so its wall time covers the plots too

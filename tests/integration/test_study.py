@@ -75,6 +75,8 @@ def test_study_json_matches_csvs(study_report):
         if int(r["n_drafted_tested"]):
             assert float(r["alpha"]) == pytest.approx(int(r["n_accepted"]) / int(r["n_drafted_tested"]), abs=ALPHA_TOL)
         assert 0.0 <= float(r["context_health"]) <= 10.0
+        assert 0.0 <= float(r["content_sink_health"]) <= 10.0
+        assert int(r["n_multi_token_words"]) >= 0
         assert 0.0 <= float(r["position0_share"]) <= 1.0
         assert float(r["mean_entropy_bits"]) >= 0.0
     h2 = next(t for t in study["tests"] if t["name"] == "H2")
@@ -90,7 +92,7 @@ def test_study_summary_states_the_json_verdicts(study_report):
     _, path = study_report
     study = read_json(path / "study.json")
     summary = (path / "summary.md").read_text(encoding="utf-8")
-    assert set(study["verdicts"]) == {"H1", "H2", "H3", "H4a", "H4b"}
+    assert set(study["verdicts"]) == {"H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6"}
     for name, verdict in study["verdicts"].items():
         assert verdict in VERDICTS
         assert f"**{name}: {verdict}**" in summary
@@ -111,3 +113,26 @@ def test_study_environment_records_model_draft_seed_and_time(study_report):
     assert settings["seed"] == 0 and settings["temperature"] == 1.0
     assert env["libraries"]["torch"] and env["libraries"]["transformers"]
     assert study["timing"]["wall_s_total"] > 0 and math.isfinite(study["timing"]["compute_s_prompts"])
+
+
+def test_study_h6_runs_the_subset_at_every_design_temperature(study_report):
+    result, _ = study_report
+    subset = result.plan.temperature_ids
+    assert subset and all(r["variant"] == "clean" for r in result.per_prompt if r["id"] in subset)
+    for r in result.per_prompt:
+        if r["id"] in subset:
+            assert all(0.0 <= r[c] <= 1.0 for c in ("alpha_t0.3", "alpha_t0.7", "alpha_t1"))
+            assert r["alpha_t1"] == r["alpha"]
+    assert result.analysis.test("H6").n == len(subset)
+
+
+def test_word_positions_from_the_real_tokenizer(smollm2):
+    """Word boundaries come from the tokenizer's decoding: a long rare word splits into an initial
+    sub-token and continuations; common one-token words get no label."""
+    from lab.analysis.claims import word_positions
+
+    _, tok = smollm2
+    ids = tok(" the incomprehensibilities of the cat", add_special_tokens=False)["input_ids"]
+    labels = word_positions([tok.decode([i]) for i in ids])
+    assert labels[0] == "" and labels[-1] == ""  # " the" ... " cat": one-token words
+    assert labels.count("initial") == 1 and labels.count("continuation") >= 1

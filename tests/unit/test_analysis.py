@@ -302,11 +302,12 @@ def test_analyze_planted_study_supports_h1_h2_h4():
     rows, tokens = _synthetic_study(12, planted=True)
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
     verdicts = a.verdicts()
-    assert list(verdicts) == ["H1", "H2", "H3", "H4a", "H4b"]
-    assert verdicts["H1"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
+    assert list(verdicts) == ["H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6"]
+    assert verdicts["H1"] == verdicts["H1c"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
+    assert verdicts["H5"] == verdicts["H6"] == INCONCLUSIVE  # no decodes, no temperature runs: untested
     assert verdicts["H3"] != SUPPORTED  # alpha was drawn independently of category
     assert len(a.pairs) == 12
-    h2 = a.tests[1]
+    h2 = a.test("H2")
     assert h2.n == sum(t["tested"] for t in tokens)  # untested draft tokens are left out
     ps = [t.p_value for t in a.tests]
     assert [t.p_holm for t in a.tests] == pytest.approx(holm(ps), nan_ok=True)
@@ -323,5 +324,5 @@ def test_analyze_nonfinite_rows_are_left_out_of_that_test_only():
     rows[0]["alpha"] = math.nan
     rows[1]["context_health"] = None
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
-    assert a.tests[0].n == len(rows) - 1
-    assert a.tests[2].n == sum(r["variant"] == "clean" for r in rows) - 1
+    assert a.test("H1").n == len(rows) - 1
+    assert a.test("H3").n == sum(r["variant"] == "clean" for r in rows) - 1

@@ -1,56 +1,23 @@
-"""Statistics of the study: the four pre-stated hypotheses, their tests and verdicts.
+"""The hypothesis tests of the study, Holm's correction and the verdict rule.
 
-Pure functions on numbers (no model, no files, no Rich). Every test statistic,
-p-value and confidence interval comes from :mod:`scipy.stats`; the lab's own math
-here is limited to effect sizes (matched-pairs rank-biserial, eta-squared_H),
-Holm's step-down correction, a least-squares confidence band and the verdict rule.
-
-The thesis (issue 5): context quality shapes attention during prefill, attention
-shapes the model's confidence (entropy) during decode, and confidence decides how
-well speculative decoding works. The pre-stated hypotheses, one family:
-
-* **H1** lower context health goes with higher mean decode entropy:
-  Spearman rho(health, mean entropy) < 0, over all prompts; CI by
-  ``scipy.stats.bootstrap`` (BCa, paired resampling of prompts).
-* **H2** higher draft entropy goes with lower acceptance, per drafted token:
-  point-biserial r(draft entropy, accepted) < 0 (``scipy.stats.pointbiserialr``)
-  over the tokens the target tested. Tokens of one prompt are not independent,
-  so the CI is a *cluster* bootstrap over prompts (percentile); binned acceptance
-  rates with Wilson intervals (``binomtest(...).proportion_ci``) describe the curve.
-* **H3** acceptance differs by category: Kruskal-Wallis on per-prompt alpha
-  (clean prompts), effect eta-squared_H = (H - k + 1) / (n - k) for k groups (Cohen
-  2008, as given by Tomczak & Tomczak 2014), about 0 when the groups do not differ
-  (unlike epsilon-squared = H / (n - 1), whose null expectation is (k - 1) / (n - 1));
-  then pairwise Mann-Whitney U with Holm correction inside the pairwise family.
-* **H4** poisoned twins have lower health (H4a) and higher mean entropy (H4b) than
-  their clean twins: paired Wilcoxon signed-rank on poisoned - clean, effect the
-  matched-pairs rank-biserial correlation (Kerby 2014).
-
-The five p-values (H1, H2, H3, H4a, H4b) are Holm-corrected together
-(:func:`holm`; Holm 1979). The verdict rule (:func:`verdict`) is, with the effect
-and its CI oriented so that the predicted direction is positive:
-
-* ``supported``: corrected p < :data:`ALPHA`, effect > 0, and the CI (when it
-  could be computed) lies entirely above 0;
-* ``not supported``: corrected p < :data:`ALPHA` with effect < 0 (the opposite
-  direction), or the CI's upper end is below :data:`SMALLEST_EFFECT` (the data
-  rule out an effect of interest in the predicted direction);
-* ``inconclusive``: anything else, including too little data to test.
+Pure functions on numbers (no model, no files, no Rich). Every test statistic and
+p-value comes from :mod:`scipy.stats`; effect sizes and intervals from
+:mod:`lab.analysis.effects`. The rule itself is stated in :mod:`lab.analysis`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
+from lab.analysis.effects import bootstrap_ci, eta_squared_h, pearson_r, rank_biserial_paired
+
 ALPHA = 0.05  # family-wise error rate across H1-H4 after Holm correction
-CI_LEVEL = 0.95
 # Smallest effects worth finding. Correlations and rank-biserial r: 0.1 is Cohen's
 # (1988) "small" r. Eta-squared_H: 0.01 is Cohen's "small" for eta^2.
 SMALLEST_EFFECT = 0.1
@@ -66,6 +33,8 @@ VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
 HYPOTHESES = {
     "H1": "Prompts with lower context health have higher mean decode entropy "
           "(Spearman rho(context health, mean entropy) < 0).",
+    "H1c": "Among clean prompts, lower context health goes with higher mean decode entropy "
+           "(Spearman rho(context health, mean entropy) < 0, clean prompts only).",
     "H2": "Drafted tokens with higher draft entropy are accepted less often "
           "(point-biserial r(draft entropy, accepted) < 0).",
     "H3": "The acceptance rate alpha differs between prompt categories "
@@ -74,6 +43,10 @@ HYPOTHESES = {
            "(paired Wilcoxon, poisoned - clean < 0).",
     "H4b": "A poisoned twin has higher mean decode entropy than its clean twin "
            "(paired Wilcoxon, poisoned - clean > 0).",
+    "H5": "Within a multi-token word the first sub-token has higher decode entropy than its continuations "
+          "(paired Wilcoxon over prompts, initial - continuation > 0).",
+    "H6": "Prompt category explains more of the variance in per-prompt alpha than temperature does "
+          "(eta^2_category - eta^2_temperature > 0 over temperatures 0.3, 0.7, 1.0, balanced clean subset).",
 }
 
 
@@ -87,7 +60,7 @@ class TestResult:
         test: The test used, in words.
         effect_name: What ``effect`` is (``"spearman_rho"``, ...).
         effect: The effect size (NaN if it could not be computed).
-        ci_low, ci_high: Its :data:`CI_LEVEL` bootstrap interval (NaN if unavailable).
+        ci_low, ci_high: Its :data:`lab.analysis.effects.CI_LEVEL` bootstrap interval (NaN if unavailable).
         p_value: Raw two-sided p-value (NaN: not tested).
         n: Observations (prompts, tokens or pairs) the test used.
         predicted_sign: +1 or -1, the predicted direction of ``effect``.
@@ -177,56 +150,6 @@ def verdict(effect: float, ci_low: float, ci_high: float, p_corrected: float, pr
     return INCONCLUSIVE
 
 
-# --------------------------------------------------------------------------- effect sizes
-
-
-def rank_biserial_paired(diffs: Sequence[float]) -> float:
-    """Matched-pairs rank-biserial correlation of paired differences (Kerby 2014).
-
-    ``r = (R+ - R-) / (R+ + R-)`` with R+/R- the sums of the ranks of |d| over
-    positive/negative differences; zero differences are dropped (Wilcoxon's
-    convention). In [-1, 1]; NaN when every difference is zero.
-    """
-    d = np.asarray(diffs, dtype=float)
-    d = d[d != 0]
-    if d.size == 0:
-        return math.nan
-    ranks = stats.rankdata(np.abs(d))
-    return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
-
-
-def eta_squared_h(h_statistic: float, n: int, k: int) -> float:
-    """Kruskal-Wallis effect size eta^2_H = (H - k + 1) / (n - k) for n values in k groups.
-
-    Cohen (2008), in Tomczak & Tomczak (2014). H's null expectation is k - 1, so
-    eta^2_H is about 0 without an effect and can be slightly negative; NaN if n <= k.
-    """
-    return float((h_statistic - k + 1) / (n - k)) if n > k else math.nan
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def _bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., float], *, paired: bool,
-                  method: str, seed: int, n_resamples: int) -> tuple[float, float]:
-    """``scipy.stats.bootstrap`` CI; falls back from BCa to percentile if BCa is NaN."""
-    rng = np.random.default_rng(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate resamples warn; NaN is handled below
-        try:
-            res = stats.bootstrap(data, statistic, paired=paired, vectorized=False, method=method,
-                                  confidence_level=CI_LEVEL, n_resamples=n_resamples, rng=rng)
-            lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-        except ValueError:
-            lo = hi = math.nan
-        if method == "BCa" and not (math.isfinite(lo) and math.isfinite(hi)):
-            return _bootstrap_ci(data, statistic, paired=paired, method="percentile", seed=seed,
-                                 n_resamples=n_resamples)
-    return lo, hi
-
 
 def _untested(name: str, test: str, effect_name: str, n: int, sign: int, smallest: float, note: str) -> TestResult:
     return TestResult(name, HYPOTHESES.get(name, ""), test, effect_name, math.nan, math.nan, math.nan,
@@ -270,7 +193,7 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
     def rho(a, b):
         return float(stats.spearmanr(a, b).statistic)
 
-    lo, hi = _bootstrap_ci((xa, ya), rho, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
+    lo, hi = bootstrap_ci((xa, ya), rho, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
     return TestResult(name, HYPOTHESES.get(name, ""), test, "spearman_rho", float(res.statistic), lo, hi,
                       float(res.pvalue), int(xa.size), predicted_sign, SMALLEST_EFFECT)
 
@@ -313,9 +236,9 @@ def acceptance_entropy_test(entropy_bits: Sequence[float], accepted: Sequence[bo
     if len(groups) >= 2:
         def r_of_clusters(sel):
             idx = np.concatenate([groups[int(i)] for i in sel])
-            return _pearson(a[idx].astype(float), h[idx])
+            return pearson_r(a[idx].astype(float), h[idx])
 
-        lo, hi = _bootstrap_ci((np.arange(len(groups)),), r_of_clusters, paired=False, method="percentile",
+        lo, hi = bootstrap_ci((np.arange(len(groups)),), r_of_clusters, paired=False, method="percentile",
                                seed=seed, n_resamples=n_resamples)
     else:
         lo = hi = math.nan
@@ -355,8 +278,11 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
     test = "Kruskal-Wallis H; pairwise Mann-Whitney U with Holm correction"
     group_info = {u: {"n": int((g == u).sum()), "median": float(np.median(v[g == u]))} for u in labels}
     if len(labels) < 2 or v.size < MIN_N:
+        have = ("no category has" if not labels else f"only {len(labels)} category ({labels[0]}) has"
+                if len(labels) == 1 else f"{len(labels)} categories have")
         r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
-                      f"{len(labels)} categories with >= 2 prompts and {v.size} prompts; need 2 and {MIN_N}")
+                      f"{have} 2 or more clean prompts with an alpha ({v.size} prompts in them); the test needs "
+                      f"at least 2 such categories and {MIN_N} prompts in them")
         r.details["groups"] = group_info
         return r
     if np.ptp(v) == 0:
@@ -374,7 +300,7 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
         return eta_squared_h(float(stats.kruskal(*present).statistic), len(vals), len(present))
 
     codes = np.unique(g, return_inverse=True)[1].astype(float)  # paired resampling stacks arrays: numeric only
-    lo, hi = _bootstrap_ci((v, codes), eta_of, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
+    lo, hi = bootstrap_ci((v, codes), eta_of, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
     pairs = []
     for u1, u2 in combinations(labels, 2):
         a, b = v[g == u1], v[g == u2]
@@ -421,7 +347,7 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
         return _untested(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
                          "every pair has difference 0")
     res = stats.wilcoxon(d)
-    lo, hi = _bootstrap_ci((d,), rank_biserial_paired, paired=False, method="BCa", seed=seed,
+    lo, hi = bootstrap_ci((d,), rank_biserial_paired, paired=False, method="BCa", seed=seed,
                            n_resamples=n_resamples)
     n_tied = int((d == 0).sum())
     note = (f"{n_tied} of {d.size} pairs tied (difference 0) and are dropped by the Wilcoxon test and r"
@@ -441,180 +367,3 @@ def judge(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResul
         r.verdict = verdict(r.effect, r.ci_low, r.ci_high, p_adj, r.predicted_sign, r.smallest_effect, alpha)
     return list(results)
 
-
-# --------------------------------------------------------------------------- description
-
-
-@dataclass(frozen=True)
-class AcceptanceBin:
-    """Acceptance of drafted tokens whose draft entropy lies in ``[low, high]``.
-
-    ``k`` of ``n`` accepted; ``rate`` = k / n with a Wilson score interval.
-    """
-
-    low: float
-    high: float
-    n: int
-    k: int
-    rate: float
-    ci_low: float
-    ci_high: float
-
-
-def binned_acceptance(entropy_bits: Sequence[float], accepted: Sequence[bool], n_bins: int = 8) -> list[AcceptanceBin]:
-    """Acceptance rate by draft-entropy bin, with Wilson 95% intervals.
-
-    Bins are quantile bins (about equal token counts); repeated quantiles merge.
-
-    Raises:
-        ValueError: ``n_bins`` < 1 or lengths differ.
-    """
-    if not isinstance(n_bins, int) or n_bins < 1:
-        raise ValueError(f"n_bins={n_bins!r} must be a positive integer")
-    h = np.asarray(entropy_bits, dtype=float)
-    a = np.asarray(accepted, dtype=bool)
-    if h.shape != a.shape:
-        raise ValueError(f"entropy_bits and accepted differ in length: {h.shape} vs {a.shape}")
-    if h.size == 0:
-        return []
-    edges = np.unique(np.quantile(h, np.linspace(0, 1, n_bins + 1)))
-    if edges.size == 1:
-        edges = np.array([edges[0], edges[0]])
-    which = np.clip(np.searchsorted(edges, h, side="right") - 1, 0, edges.size - 2)
-    out = []
-    for b in range(edges.size - 1):
-        sel = which == b
-        n, k = int(sel.sum()), int(a[sel].sum())
-        if n == 0:
-            continue
-        ci = stats.binomtest(k, n).proportion_ci(confidence_level=CI_LEVEL, method="wilson")
-        out.append(AcceptanceBin(float(edges[b]), float(edges[b + 1]), n, k, k / n, float(ci.low), float(ci.high)))
-    return out
-
-
-@dataclass(frozen=True)
-class LinearFit:
-    """Least-squares line y = intercept + slope x with a pointwise CI band on the mean."""
-
-    slope: float
-    intercept: float
-    grid: list[float]
-    fit: list[float]
-    band_low: list[float]
-    band_high: list[float]
-
-
-def linear_fit_band(x: Sequence[float], y: Sequence[float], n_grid: int = 50, level: float = CI_LEVEL) -> LinearFit | None:
-    """OLS fit (``scipy.stats.linregress``) with the t-based confidence band of the mean.
-
-    The band at g is ``fit(g) +- t_{(1+level)/2, n-2} * s * sqrt(1/n + (g - xbar)^2 / Sxx)``
-    with s the residual standard error. Returns ``None`` for fewer than 3 points or
-    constant x.
-    """
-    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xa.size < 3 or np.ptp(xa) == 0:
-        return None
-    lr = stats.linregress(xa, ya)
-    resid = ya - (lr.intercept + lr.slope * xa)
-    s = math.sqrt(float(resid @ resid) / (xa.size - 2))
-    sxx = float(((xa - xa.mean()) ** 2).sum())
-    grid = np.linspace(xa.min(), xa.max(), n_grid)
-    fit = lr.intercept + lr.slope * grid
-    half = stats.t.ppf((1 + level) / 2, xa.size - 2) * s * np.sqrt(1 / xa.size + (grid - xa.mean()) ** 2 / sxx)
-    return LinearFit(float(lr.slope), float(lr.intercept), grid.tolist(), fit.tolist(),
-                     (fit - half).tolist(), (fit + half).tolist())
-
-
-# --------------------------------------------------------------------------- the study
-
-
-@dataclass
-class StudyAnalysis:
-    """Everything computed from the per-prompt and per-token tables.
-
-    Attributes:
-        tests: H1, H2, H3, H4a, H4b, judged (Holm across the five).
-        acceptance_bins: :func:`binned_acceptance` of tested draft tokens.
-        health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
-        categories: Per category: n, median alpha, median mean-entropy (clean prompts).
-        pairs: Twin pairs ``{"clean", "poisoned", health/entropy/alpha of each}``.
-    """
-
-    tests: list[TestResult]
-    acceptance_bins: list[AcceptanceBin]
-    health_entropy_fit: LinearFit | None
-    categories: dict[str, dict[str, float]]
-    pairs: list[dict[str, Any]]
-
-    def verdicts(self) -> dict[str, str]:
-        return {t.name: t.verdict for t in self.tests}
-
-
-def _finite(*vals: Any) -> bool:
-    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals)
-
-
-def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
-            n_resamples: int = N_RESAMPLES, n_bins: int = 8) -> StudyAnalysis:
-    """Run H1-H4 on the study's tables and judge them together.
-
-    Args:
-        per_prompt: One row per prompt with ``id``, ``category``, ``variant``,
-            ``twin_of``, ``context_health``, ``mean_entropy_bits``, ``alpha``.
-            Rows whose needed numbers are missing or non-finite are left out of
-            that test only.
-        per_token: One row per drafted token with ``prompt_id``,
-            ``draft_entropy_bits``, ``accepted``, ``tested``; only tested tokens count.
-        seed: Seed for every bootstrap.
-        n_resamples: Bootstrap resamples.
-        n_bins: Bins of the acceptance curve.
-
-    Returns:
-        A :class:`StudyAnalysis`.
-    """
-    rows = list(per_prompt)
-    h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"))]
-    h1 = correlation_test([r["context_health"] for r in h1_rows], [r["mean_entropy_bits"] for r in h1_rows],
-                          name="H1", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
-
-    toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
-    h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
-                                 [t["prompt_id"] for t in toks], name="H2", seed=seed, n_resamples=n_resamples)
-
-    clean = [r for r in rows if r.get("variant", "clean") == "clean" and _finite(r.get("alpha"))]
-    h3 = category_test([r["alpha"] for r in clean], [r["category"] for r in clean], name="H3", seed=seed,
-                       n_resamples=n_resamples)
-
-    by_id = {r["id"]: r for r in rows}
-    pairs = []
-    for r in rows:
-        c = by_id.get(r.get("twin_of")) if r.get("twin_of") else None
-        if c is None:
-            continue
-        pairs.append({"clean": c["id"], "poisoned": r["id"], "category": r["category"],
-                      **{f"{k}_{side}": src.get(k) for k in ("context_health", "mean_entropy_bits", "alpha")
-                         for side, src in (("clean", c), ("poisoned", r))}})
-    hp = [p for p in pairs if _finite(p["context_health_clean"], p["context_health_poisoned"])]
-    ep = [p for p in pairs if _finite(p["mean_entropy_bits_clean"], p["mean_entropy_bits_poisoned"])]
-    h4a = paired_test([p["context_health_clean"] for p in hp], [p["context_health_poisoned"] for p in hp],
-                      name="H4a", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
-    h4b = paired_test([p["mean_entropy_bits_clean"] for p in ep], [p["mean_entropy_bits_poisoned"] for p in ep],
-                      name="H4b", predicted_sign=1, seed=seed, n_resamples=n_resamples)
-
-    categories: dict[str, dict[str, float]] = {}
-    for cat in dict.fromkeys(r["category"] for r in rows):
-        cr = [r for r in rows if r["category"] == cat and r.get("variant", "clean") == "clean"]
-        alphas = [r["alpha"] for r in cr if _finite(r.get("alpha"))]
-        ents = [r["mean_entropy_bits"] for r in cr if _finite(r.get("mean_entropy_bits"))]
-        categories[cat] = {"n": len(cr), "median_alpha": float(np.median(alphas)) if alphas else math.nan,
-                           "median_mean_entropy_bits": float(np.median(ents)) if ents else math.nan}
-
-    return StudyAnalysis(
-        tests=judge([h1, h2, h3, h4a, h4b]),
-        acceptance_bins=binned_acceptance([t["draft_entropy_bits"] for t in toks],
-                                          [bool(t["accepted"]) for t in toks], n_bins=n_bins),
-        health_entropy_fit=linear_fit_band([r["context_health"] for r in h1_rows],
-                                           [r["mean_entropy_bits"] for r in h1_rows]),
-        categories=categories,
-        pairs=pairs,
-    )

@@ -1,0 +1,128 @@
+"""Power of each study test: the smallest effect detectable at 80 % power with its n and alpha.
+
+Every hypothesis reports what it could have detected (issue 9): a null result is a
+result only when the study could have seen an effect of interest. Two-sided tests
+at ``alpha / m`` (the Bonferroni bound of Holm's first step, m = the family's
+tested hypotheses), power :data:`POWER`, normal approximations under the null's
+standard error:
+
+* Spearman rho (H1, H1c): Fisher z with Bonett & Wright's (2000) variance
+  1.06 / (n - 3): ``rho_min = tanh((z_{1-a/2} + z_{power}) sqrt(1.06 / (n - 3)))``.
+* matched-pairs rank-biserial r (H4a, H4b, H5): under the null the signed-rank sum
+  has variance n(n+1)(2n+1)/24, so r has SD ``sqrt(2 (2n + 1) / (3 n (n + 1)))``;
+  ``r_min = (z_{1-a/2} + z_{power}) SD``.
+* eta^2_H (H3): H ~ noncentral chi^2(k - 1, lambda) with E[eta^2_H] ~ lambda / (n - k);
+  lambda solved from ``scipy.stats.ncx2`` so that P(H > crit) = power.
+* H2 (clustered tokens) and H6 (bootstrap): the bootstrap CI's standard error
+  ``SE = (hi - lo) / (2 z_{0.975})``; ``min = (z_{1-a/2} + z_{power}) SE``, scaling as
+  1 / sqrt(n) for the prompts needed.
+
+"Prompts needed" is the n at which the smallest detectable effect equals the
+smallest effect of interest (:data:`lab.analysis.SMALLEST_EFFECT`, or
+:data:`lab.analysis.SMALLEST_ETA_SQ` for eta^2), in the test's own unit (prompts,
+pairs or prompts of the subset; for H2, prompts = clusters).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scipy import stats
+from scipy.optimize import brentq
+
+POWER = 0.8
+
+
+def _z_sum(alpha: float, power: float) -> float:
+    return float(stats.norm.isf(alpha / 2) + stats.norm.ppf(power))
+
+
+def spearman_min_effect(n: int, alpha: float, power: float = POWER) -> float:
+    """Smallest |rho| detectable (Fisher z, variance 1.06 / (n - 3)); NaN for n <= 3."""
+    return math.tanh(_z_sum(alpha, power) * math.sqrt(1.06 / (n - 3))) if n > 3 else math.nan
+
+
+def spearman_n_needed(effect: float, alpha: float, power: float = POWER) -> int:
+    """Observations needed for :func:`spearman_min_effect` to reach ``effect``."""
+    return math.ceil(1.06 * (_z_sum(alpha, power) / math.atanh(effect)) ** 2 + 3)
+
+
+def _rank_biserial_sd(n: int) -> float:
+    return math.sqrt(2 * (2 * n + 1) / (3 * n * (n + 1)))
+
+
+def rank_biserial_min_effect(n: int, alpha: float, power: float = POWER) -> float:
+    """Smallest |r| (matched-pairs rank-biserial) detectable with n pairs; capped at 1."""
+    return min(1.0, _z_sum(alpha, power) * _rank_biserial_sd(n)) if n >= 1 else math.nan
+
+
+def rank_biserial_n_needed(effect: float, alpha: float, power: float = POWER) -> int:
+    """Pairs needed for :func:`rank_biserial_min_effect` to reach ``effect``."""
+    n = 1
+    while rank_biserial_min_effect(n, alpha, power) > effect:
+        n = n * 2 if rank_biserial_min_effect(n * 2, alpha, power) > effect else n + 1
+    return n
+
+
+def _ncx2_lambda(df: int, alpha: float, power: float) -> float:
+    crit = stats.chi2.isf(alpha, df)
+    return float(brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 1e-9, 1e4))
+
+
+def eta_sq_min_effect(n: int, k: int, alpha: float, power: float = POWER) -> float:
+    """Smallest eta^2_H detectable by Kruskal-Wallis with n values in k groups."""
+    return min(1.0, _ncx2_lambda(k - 1, alpha, power) / (n - k)) if n > k >= 2 else math.nan
+
+
+def eta_sq_n_needed(effect: float, k: int, alpha: float, power: float = POWER) -> int:
+    return math.ceil(k + _ncx2_lambda(k - 1, alpha, power) / effect)
+
+
+def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> dict[str, Any]:
+    """Power figures of one :class:`lab.analysis.TestResult`.
+
+    Args:
+        result: The test (its ``effect_name``, ``n``, CI, ``smallest_effect``, ``details``).
+        m: Tested hypotheses in the Holm family (>= 1).
+        alpha: The family-wise alpha.
+        power: Target power.
+
+    Returns:
+        ``{"alpha": alpha / m, "power", "n", "unit", "min_detectable", "smallest_effect",
+        "underpowered", "n_needed"}``; NaN / None where the test could not run.
+    """
+    a = alpha / max(1, m)
+    name, n, s = result.effect_name, int(result.n), result.smallest_effect
+    unit, min_det, needed = "prompts", math.nan, None
+    if name == "spearman_rho" and n > 3:
+        min_det, needed = spearman_min_effect(n, a, power), spearman_n_needed(s, a, power)
+    elif name == "rank_biserial_r" and n >= 1:
+        unit = "pairs" if result.name.startswith("H4") else "prompts"
+        min_det, needed = rank_biserial_min_effect(n, a, power), rank_biserial_n_needed(s, a, power)
+    elif name == "eta_squared_h":
+        k = len(result.details.get("groups", {}))
+        if n > k >= 2:
+            min_det, needed = eta_sq_min_effect(n, k, a, power), eta_sq_n_needed(s, k, a, power)
+    elif math.isfinite(result.ci_low) and math.isfinite(result.ci_high) and result.ci_high > result.ci_low:
+        se = (result.ci_high - result.ci_low) / (2 * stats.norm.isf(0.025))
+        min_det = _z_sum(a, power) * se
+        n = int(result.details.get("n_clusters", n))  # H2: tokens cluster in prompts; prompts are the unit
+        unit = "prompts" if name != "eta_sq_difference" else "prompts of the temperature subset"
+        needed = math.ceil(n * (min_det / s) ** 2)
+    underpowered = bool(math.isfinite(min_det) and min_det > s) if math.isfinite(min_det) else None
+    return {"alpha": a, "power": power, "n": n, "unit": unit, "min_detectable": min_det, "smallest_effect": s,
+            "underpowered": underpowered, "n_needed": needed}
+
+
+def power_note(p: dict[str, Any]) -> str:
+    """One sentence for an inconclusive verdict: underpowered or not, and what would settle it."""
+    if not math.isfinite(p["min_detectable"]):
+        return "power not computable (too little data)"
+    head = (f"smallest effect detectable at {p['power']:.0%} power with n = {p['n']} at alpha = {p['alpha']:.3g}: "
+            f"{p['min_detectable']:.3g}")
+    if p["underpowered"]:
+        return (f"underpowered ({head}, above the smallest effect of interest {p['smallest_effect']:g}); "
+                f"about {p['n_needed']} {p['unit']} would detect {p['smallest_effect']:g}")
+    return (f"not underpowered ({head}); the CI still reaches both sides of the decision, "
+            f"so the true effect is likely below {p['smallest_effect']:g} or near it")

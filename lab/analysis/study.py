@@ -1,0 +1,150 @@
+"""The study's analysis: H1-H6 on the per-prompt and per-token tables, judged together, with power."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
+from lab.analysis.claims import H6_COLUMNS, content_vs_temperature_test, subword_test
+from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
+                                     category_test, correlation_test, judge, paired_test)
+from lab.analysis.power import power_note, power_summary
+
+@dataclass
+class StudyAnalysis:
+    """Everything computed from the per-prompt and per-token tables.
+
+    Attributes:
+        tests: H1, H1c, H2, H3, H4a, H4b, H5, H6, judged (Holm across the family);
+            each has ``details["power"]`` (:func:`lab.analysis.power.power_summary`).
+        acceptance_bins: :func:`binned_acceptance` of tested draft tokens.
+        health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
+        categories: Per category: n, median alpha, median mean-entropy (clean prompts).
+        pairs: Twin pairs ``{"clean", "poisoned", health/entropy/alpha of each}``.
+    """
+
+    tests: list[TestResult]
+    acceptance_bins: list[AcceptanceBin]
+    health_entropy_fit: LinearFit | None
+    categories: dict[str, dict[str, float]]
+    pairs: list[dict[str, Any]]
+
+    def verdicts(self) -> dict[str, str]:
+        return {t.name: t.verdict for t in self.tests}
+
+    def test(self, name: str) -> TestResult:
+        """The test called ``name`` (``"H1"`` ...).
+
+        Raises:
+            KeyError: no such test.
+        """
+        for t in self.tests:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _finite(*vals: Any) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals)
+
+
+def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
+            n_resamples: int = N_RESAMPLES, n_bins: int = 8,
+            decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None) -> StudyAnalysis:
+    """Run H1-H6 on the study's tables and judge them together (one Holm family).
+
+    Args:
+        per_prompt: One row per prompt with ``id``, ``category``, ``variant``,
+            ``twin_of``, ``context_health``, ``mean_entropy_bits``, ``alpha``.
+            Rows whose needed numbers are missing or non-finite are left out of
+            that test only.
+        per_token: One row per drafted token with ``prompt_id``,
+            ``draft_entropy_bits``, ``accepted``, ``tested``; only tested tokens count.
+        seed: Seed for every bootstrap.
+        n_resamples: Bootstrap resamples.
+        n_bins: Bins of the acceptance curve.
+        decodes: Per prompt id, the tracked decode's ``entropy_bits`` and ``word``
+            labels (H5); ``None`` or empty leaves H5 untested. H6 reads the
+            ``alpha_t*`` columns of ``per_prompt`` (clean prompts of the subset).
+
+    Returns:
+        A :class:`StudyAnalysis`.
+    """
+    rows = list(per_prompt)
+    h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"))]
+    h1 = correlation_test([r["context_health"] for r in h1_rows], [r["mean_entropy_bits"] for r in h1_rows],
+                          name="H1", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+    h1c_rows = [r for r in h1_rows if r.get("variant", "clean") == "clean"]
+    h1c = correlation_test([r["context_health"] for r in h1c_rows], [r["mean_entropy_bits"] for r in h1c_rows],
+                           name="H1c", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+
+    toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
+    h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
+                                 [t["prompt_id"] for t in toks], name="H2", seed=seed, n_resamples=n_resamples)
+
+    clean = [r for r in rows if r.get("variant", "clean") == "clean" and _finite(r.get("alpha"))]
+    h3 = category_test([r["alpha"] for r in clean], [r["category"] for r in clean], name="H3", seed=seed,
+                       n_resamples=n_resamples)
+
+    by_id = {r["id"]: r for r in rows}
+    pairs = []
+    for r in rows:
+        c = by_id.get(r.get("twin_of")) if r.get("twin_of") else None
+        if c is None:
+            continue
+        pairs.append({"clean": c["id"], "poisoned": r["id"], "category": r["category"],
+                      **{f"{k}_{side}": src.get(k) for k in ("context_health", "mean_entropy_bits", "alpha")
+                         for side, src in (("clean", c), ("poisoned", r))}})
+    hp = [p for p in pairs if _finite(p["context_health_clean"], p["context_health_poisoned"])]
+    ep = [p for p in pairs if _finite(p["mean_entropy_bits_clean"], p["mean_entropy_bits_poisoned"])]
+    h4a = paired_test([p["context_health_clean"] for p in hp], [p["context_health_poisoned"] for p in hp],
+                      name="H4a", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+    h4b = paired_test([p["mean_entropy_bits_clean"] for p in ep], [p["mean_entropy_bits_poisoned"] for p in ep],
+                      name="H4b", predicted_sign=1, seed=seed, n_resamples=n_resamples)
+
+    h5 = subword_test(decodes or {}, name="H5", seed=seed, n_resamples=n_resamples)
+    h6_rows = [r for r in rows if r.get("variant", "clean") == "clean" and any(_finite(r.get(c)) for c in H6_COLUMNS)]
+    h6_alpha = {r["id"]: [r[c] if _finite(r.get(c)) else math.nan for c in H6_COLUMNS] for r in h6_rows}
+    h6 = content_vs_temperature_test(h6_alpha,
+                                     {r["id"]: r["category"] for r in h6_rows}, name="H6", seed=seed,
+                                     n_resamples=n_resamples)
+
+    categories: dict[str, dict[str, float]] = {}
+    for cat in dict.fromkeys(r["category"] for r in rows):
+        cr = [r for r in rows if r["category"] == cat and r.get("variant", "clean") == "clean"]
+        alphas = [r["alpha"] for r in cr if _finite(r.get("alpha"))]
+        ents = [r["mean_entropy_bits"] for r in cr if _finite(r.get("mean_entropy_bits"))]
+        categories[cat] = {"n": len(cr), "median_alpha": float(np.median(alphas)) if alphas else math.nan,
+                           "median_mean_entropy_bits": float(np.median(ents)) if ents else math.nan}
+
+    return StudyAnalysis(
+        tests=judge_with_power([h1, h1c, h2, h3, h4a, h4b, h5, h6]),
+        acceptance_bins=binned_acceptance([t["draft_entropy_bits"] for t in toks],
+                                          [bool(t["accepted"]) for t in toks], n_bins=n_bins),
+        health_entropy_fit=linear_fit_band([r["context_health"] for r in h1_rows],
+                                           [r["mean_entropy_bits"] for r in h1_rows]),
+        categories=categories,
+        pairs=pairs,
+    )
+
+
+def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:
+    """:func:`lab.analysis.judge`, then the H5 control rule and each test's power.
+
+    H5 whose shuffled-label control rejects is ``inconclusive`` (the test found a
+    difference where there is none by construction). Every test gets
+    ``details["power"]``; an inconclusive one gets the power sentence in its note.
+    """
+    judged = judge(results, alpha)
+    m = sum(math.isfinite(r.p_value) for r in judged)
+    for r in judged:
+        if r.details.get("control_rejects"):
+            r.verdict = INCONCLUSIVE
+        r.details["power"] = power_summary(r, m, alpha)
+        if r.verdict == INCONCLUSIVE:
+            r.note = "; ".join(x for x in (r.note, power_note(r.details["power"])) if x)
+    return judged

@@ -1,0 +1,92 @@
+"""``lab calibrate-health``: evaluate the graded context-health candidates and apply the choice rule.
+
+For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``) and
+one poisoned variant of each (distractors from the study's prompt set), one
+streaming prefill gives every candidate of :mod:`lab.health`; the rule of
+:mod:`lab.health` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
+with ``calibration.json``, ``prompts.csv`` and ``summary.md``. Re-run it after a
+change to the sink detector (:mod:`lab.sinks`, :mod:`lab.prefill`) and set
+:data:`lab.health.CHOSEN` to what it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lab.commands.common import add_model_args, add_out_arg, check_model_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
+        description="Score the graded context-health candidates on clean calibration prompts and poisoned variants "
+                    "of them; choose by the rule stated in lab.health; write a report directory.",
+    )
+    p.add_argument("--prompts", default=None,
+                   help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
+                        "(default: the packaged lab/data/calibration_prompts.jsonl)")
+    p.add_argument("--distractors", default=None,
+                   help="study prompt file whose poisoned twins supply the distractor texts "
+                        "(default: the embedded lab/data/prompts.jsonl)")
+    p.add_argument("--study-set", action="store_true",
+                   help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
+                        "report issue 9's targets there: no value shared by > 10%% of clean prompts, no tied twins")
+    add_model_args(p)
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab import health
+    from lab.calibration import load_prompts
+    from lab.health_calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
+                                        study_set_figures)
+    from lab.models import load_model
+    from lab.prompts import load_prompts as load_study_prompts
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.health import calibration_markdown, candidates_table
+    from lab.reports import environment, report_dir
+
+    # 1. Validate before loading.
+    clean = load_prompts(args.prompts)
+    study_prompts = load_study_prompts(args.distractors)
+    poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
+    device = check_model_args(args)
+
+    # 2. One prefill per prompt (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    prompts = clean + poisoned
+    with err.status("scoring prompts") as status:
+        values = score_candidates(model, tokenizer, prompts,
+                                  progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
+
+        study_values = {}
+        if args.study_set:
+            study_values = score_candidates(model, tokenizer, study_prompts, progress=lambda i, n, pid: status.update(
+                f"study prompt {i + 1}/{n}: {pid}"))
+
+    # 3. Figures and the rule's choice.
+    data = calibrate(values, clean, poisoned)
+    if study_values:
+        data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
+                             for name in health.CANDIDATES}
+        data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
+    info = dict(model.lab_source)
+    data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
+                 "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
+                 "distractors_file": args.distractors or "lab/data/prompts.jsonl",
+                 "n_clean": len(clean), "current_chosen": health.CHOSEN})
+    if data["chosen"] != health.CHOSEN:
+        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but lab.health.CHOSEN is "
+                  f"{health.CHOSEN!r}; update it", markup=False, highlight=False)
+
+    # 4. Show and write.
+    stdout_console().print(candidates_table(data))
+    with report_dir(args.out, "calibrate-health", info["model"]) as rd:
+        rd.write_json("calibration.json", data)
+        rd.write_csv("prompts.csv", data["prompts"])
+        rd.write_text("summary.md", calibration_markdown(data))
+    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

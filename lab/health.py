@@ -1,0 +1,283 @@
+"""Graded context health: candidate measures, their properties, and the calibrated choice.
+
+Context health keeps its scale and meaning (issue 9): 0..10, where 10 means the
+attention a prompt's content receives flows the way it does in a clean prompt
+and lower values mean more of it pooled on positions that carry no content. The
+count-based score of :func:`lab.sinks.context_health` is 10 for every clean prompt
+of the study (no clean prompt has a content sink at the calibrated threshold), so
+it cannot rank clean prompts; it stays in the study as ``content_sink_health``.
+
+Pure functions on a prompt's prefill outputs (:class:`HealthInputs`, built from a
+:class:`lab.prefill.PrefillAnalysis`); no model code. Shapes: ``S`` prompt
+positions, ``N`` content positions. Received attention is Gu et al.'s importance
+score (arXiv:2410.10781, Sec. 3): mean attention per observing query, averaged
+over layers and heads.
+
+Candidates (:data:`CANDIDATES`), all on 0..10:
+
+* ``soft_penalty`` -- a continuous version of the count penalty: each observed
+  content position contributes ``sigmoid((z - threshold) / SOFT_WIDTH) *
+  (1 + max(0, z - threshold) / SEVERITY_SCALE)``; health = ``10 exp(-HEALTH_RATE *
+  mean)``. Reads the sink detector's z, so it moves when the z baseline changes.
+* ``content_share`` -- 10 x (1 - the share of received attention absorbed by
+  structural positions and flagged sinks).
+* ``content_entropy`` -- 10 x the normalized Shannon entropy of the received
+  attention over content positions, ``H(p) / log N`` with ``p_k = r_k / sum r``;
+  10 when ``N <= 1`` (one token cannot pool attention away from the others).
+* ``content_sink_rate`` -- 10 x (1 - Gu et al.'s sink rate averaged over content
+  positions) at epsilon = 0.3.
+
+Choice rule, stated before any study entropy was looked at, and applied on the
+calibration prompts only (``lab/data/calibration_prompts.jsonl``; the study's
+prompt set is never used), by ``lab calibrate-health``:
+
+1. *eligible*: the candidate has the five properties below (checked on
+   :data:`PROPERTY_CASES` fixed random cases by :func:`check_properties`);
+2. *admissible*: it ranks every poisoned calibration variant strictly below its
+   clean twin (variants built as the study's twins are: one of the study's six
+   distractor texts, then a blank line, then the clean question;
+   :func:`lab.health_calibration.poisoned_variants`), and no value (to 0.01) is
+   shared by more than 10 % of the clean calibration prompts;
+3. among admissible candidates the one with the largest spread over the clean
+   calibration prompts wins, spread = interquartile range on the 0..10 scale;
+4. if none is admissible: the eligible candidate with the most correctly ordered
+   twin pairs, ties broken by spread.
+
+Properties (tested with hypothesis in ``tests/unit/test_health.py``): bounded in
+[0, 10]; non-increasing when attention mass moves from a content position onto a
+content position holding at least as much (a sink forming among the content);
+invariant to the values at structural positions; defined and finite for 1-token
+content; equal for equal inputs.
+
+Calibration result (``lab calibrate-health``, 2026-11-30; embedded
+SmolLM2-135M-Instruct, float32, CPU; 36 clean calibration prompts and their 36
+poisoned variants; sink detector as of this commit). Clean-prompt IQR / SD /
+distinct values (to 0.01) / largest tie share / poisoned below clean / twins tied:
+
+=================  ===============  ====  ====  ========  =====  =====  ====
+candidate          properties       IQR   SD    distinct  tie    below  tied
+=================  ===============  ====  ====  ========  =====  =====  ====
+soft_penalty       non-increasing   0.32  1.45  32/36     6 %    33/36  0/36
+                   fails
+content_share      non-increasing,  1.09  0.97  36/36     3 %    1/36   0/36
+                   invariance fail
+content_entropy    all hold         0.45  0.27  26/36     8 %    33/36  0/36
+content_sink_rate  all hold         0.10  0.07  17/36     28 %   10/36  8/36
+=================  ===============  ====  ====  ========  =====  =====  ====
+
+No candidate orders all 36 twins (step 2 fails for all), so step 4 decides:
+of the two eligible candidates ``content_entropy`` orders 33 of 36 (the three
+exceptions, history-rome, physics-gravity and shell-command, are within 0.11)
+against 10 for ``content_sink_rate``. Chosen: ``content_entropy``. On clean
+calibration prompts it spans 9.06 to 9.96 (median 9.45): the scale keeps its
+meaning (10 = attention spread evenly over the content), so clean prompts sit
+high and close together; H1 uses ranks, so the compression does not matter
+there. Checked afterwards on the study's default prompt set (``lab
+calibrate-health --study-set``, prefill only, after the choice): clean prompts span
+8.66 to 9.90 with 44 distinct values of 66, the largest tie 4 of 66 (6 %, target
+<= 10 %); twin pairs tied 0 of 18 (target 0), poisoned below clean 13 of 18.
+``content_entropy`` reads received attention and the content mask only,
+not z, so the sink detector's recency fix (new z baseline) does not move it;
+re-run ``lab calibrate-health`` after that fix lands all the same, since the
+other candidates' figures (and so the rule's outcome) may change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+# soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
+# (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are
+# those of lab.sinks.context_health, so a clear sink costs what it costs there.
+SOFT_WIDTH = 0.5
+SEVERITY_SCALE = 2.0
+HEALTH_RATE = 10.0
+SINK_RATE_EPSILON = 0.3  # Gu et al. 2024's epsilon; the sink_rate field of the prefill uses it
+
+
+@dataclass(frozen=True)
+class HealthInputs:
+    """What a health measure may read from one prompt's prefill analysis.
+
+    Attributes:
+        received: Float ``[S]`` mean received attention per observing query (probabilities).
+        content: Bool ``[S]``, True at content positions (not template, not injected system prompt).
+        z: Float ``[S]`` robust z of the sink detector (whatever its baseline).
+        is_sink: Bool ``[S]`` sink flags.
+        observed: Bool ``[S]`` observed by enough queries to be flagged.
+        sink_rate: Float ``[S]`` Gu et al.'s sink rate per position, in [0, 1].
+        threshold: The z threshold the flags used.
+    """
+
+    received: torch.Tensor
+    content: torch.Tensor
+    z: torch.Tensor
+    is_sink: torch.Tensor
+    observed: torch.Tensor
+    sink_rate: torch.Tensor
+    threshold: float
+
+    @classmethod
+    def from_prefill(cls, pre: Any) -> "HealthInputs":
+        """From a :class:`lab.prefill.PrefillAnalysis` (its public fields only)."""
+        # "content" is lab.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
+        content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
+        return cls(received=pre.received.detach().float().cpu(), content=content, z=pre.z.detach().float().cpu(),
+                   is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
+                   sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold))
+
+
+def _clamp10(x: float) -> float:
+    return float(min(10.0, max(0.0, x)))
+
+
+def soft_penalty(h: HealthInputs) -> float:
+    """Continuous content-sink penalty on 0..10 (module docstring); 10 without observed content."""
+    sel = h.content & h.observed
+    if not bool(sel.any()):
+        return 10.0
+    excess = h.z[sel].double() - h.threshold
+    weight = torch.sigmoid(excess / SOFT_WIDTH) * (1.0 + excess.clamp_min(0.0) / SEVERITY_SCALE)
+    return _clamp10(10.0 * math.exp(-HEALTH_RATE * float(weight.mean())))
+
+
+def content_share(h: HealthInputs) -> float:
+    """10 x the share of received attention on content positions that are not flagged sinks."""
+    r = h.received.double().clamp_min(0.0)
+    total = float(r.sum())
+    if total <= 0.0:
+        return 10.0
+    kept = float(r[h.content & ~h.is_sink].sum())
+    return _clamp10(10.0 * kept / total)
+
+
+def content_entropy(h: HealthInputs) -> float:
+    """10 x normalized Shannon entropy of received attention over content positions.
+
+    ``p_k = r_k / sum_content r``; ``H(p) / log N`` in [0, 1] (Schur-concave, so moving
+    mass from a poorer content position to a richer one never raises it). 10 when
+    ``N <= 1`` or no content position receives anything.
+    """
+    r = h.received.double()[h.content].clamp_min(0.0)
+    n = int(r.numel())
+    total = float(r.sum())
+    if n <= 1 or total <= 0.0:
+        return 10.0
+    p = r / total
+    ent = float(-(p[p > 0] * p[p > 0].log()).sum())
+    return _clamp10(10.0 * ent / math.log(n))
+
+
+def content_sink_rate(h: HealthInputs) -> float:
+    """10 x (1 - mean sink rate over content positions); 10 without content."""
+    if not bool(h.content.any()):
+        return 10.0
+    return _clamp10(10.0 * (1.0 - float(h.sink_rate.double()[h.content].mean())))
+
+
+CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
+    "soft_penalty": soft_penalty,
+    "content_share": content_share,
+    "content_entropy": content_entropy,
+    "content_sink_rate": content_sink_rate,
+}
+
+# The calibrated choice (`lab calibrate-health`, rule in the module docstring).
+CHOSEN = "content_entropy"
+
+
+def graded_health(h: HealthInputs) -> float:
+    """The study's context health: the calibrated candidate :data:`CHOSEN`, on 0..10."""
+    return CANDIDATES[CHOSEN](h)
+
+
+# --------------------------------------------------------------------------- properties
+
+PROPERTY_CASES = 200  # random cases per property in check_properties (fixed seed)
+
+
+def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
+    """A random but valid :class:`HealthInputs`: ``s`` positions, the last ``n_content`` before 2 template ones."""
+    received = torch.rand(s, generator=gen, dtype=torch.float64) ** 3
+    received[0] = 0.5 + 0.5 * float(torch.rand(1, generator=gen))  # a position-0 sink, as in real prompts
+    content = torch.zeros(s, dtype=torch.bool)
+    start = max(1, s - 2 - n_content)
+    content[start:start + n_content] = True
+    z = torch.randn(s, generator=gen, dtype=torch.float64) * 2
+    threshold = 3.5
+    observed = torch.arange(s, 0, -1) >= 2
+    return HealthInputs(received=received, content=content, z=z, is_sink=(z > threshold) & observed,
+                        observed=observed, sink_rate=torch.rand(s, generator=gen, dtype=torch.float64) ** 4,
+                        threshold=threshold)
+
+
+def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
+    """Move ``frac`` of the poorest content position's received attention to the richest one.
+
+    The receiving position's z rises and the giver's falls in step (log-scale, as the
+    detector's z does for a fixed baseline), and the richest becomes a flagged sink
+    with all heads above epsilon once it holds most of the content's attention.
+    """
+    idx = torch.nonzero(h.content).flatten()
+    r = h.received.clone()
+    vals = r[idx]
+    rich, poor = int(idx[int(vals.argmax())]), int(idx[int(vals.argmin())])
+    if rich == poor:
+        return h
+    delta = frac * float(r[poor])
+    z = h.z.clone()
+    sink_rate = h.sink_rate.clone()
+    is_sink = h.is_sink.clone()
+    if r[rich] > 0 and r[poor] > delta:
+        z[rich] = z[rich] + math.log((float(r[rich]) + delta) / float(r[rich]))
+        z[poor] = z[poor] + math.log((float(r[poor]) - delta) / float(r[poor]))
+    r[rich] += delta
+    r[poor] -= delta
+    sink_rate[rich] = max(float(sink_rate[rich]), float(sink_rate[poor]))
+    sink_rate[poor] = min(float(sink_rate[rich]), float(sink_rate[poor]))
+    is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (z[rich] > h.threshold and h.observed[rich]))
+    is_sink[poor] = bool(is_sink[poor] and z[poor] > h.threshold)
+    return HealthInputs(r, h.content, z, is_sink, h.observed, sink_rate, h.threshold)
+
+
+def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
+    """Redraw every value at structural (non-content) positions."""
+    s = h.received.numel()
+    st = ~h.content
+    r, z, rate = h.received.clone(), h.z.clone(), h.sink_rate.clone()
+    r[st] = torch.rand(s, generator=gen, dtype=r.dtype)[st]
+    z[st] = (torch.randn(s, generator=gen, dtype=z.dtype) * 3)[st]
+    rate[st] = torch.rand(s, generator=gen, dtype=rate.dtype)[st]
+    is_sink = h.is_sink.clone()
+    is_sink[st] = z[st] > h.threshold
+    return HealthInputs(r, h.content, z, is_sink, h.observed, rate, h.threshold)
+
+
+def check_properties(measure: Callable[[HealthInputs], float], cases: int = PROPERTY_CASES,
+                     seed: int = 0) -> dict[str, bool]:
+    """Check the five properties of the module docstring on ``cases`` fixed random inputs.
+
+    Returns:
+        ``{"bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"}``
+        each True when no case violated it. Used by the calibration's eligibility
+        step; the unit tests check the chosen measure with hypothesis as well.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    ok = dict.fromkeys(("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"), True)
+    for _ in range(cases):
+        s = int(torch.randint(6, 40, (1,), generator=gen))
+        n = int(torch.randint(2, s - 3, (1,), generator=gen))
+        h = random_inputs(gen, s, n)
+        v = measure(h)
+        ok["bounded"] &= math.isfinite(v) and 0.0 <= v <= 10.0
+        ok["deterministic"] &= measure(h) == v
+        ok["non_increasing"] &= measure(move_to_content_sink(h, 0.5)) <= v + 1e-9
+        ok["structural_invariant"] &= abs(measure(perturb_structural(h, gen)) - v) <= 1e-9
+        one = random_inputs(gen, s, 1)
+        w = measure(one)
+        ok["one_token"] &= math.isfinite(w) and 0.0 <= w <= 10.0
+    return ok

@@ -1,0 +1,57 @@
+"""Rendering of the context-health calibration: the candidates table and summary.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+_COLS = ("candidate", "props", "IQR", "SD", "distinct", "max tie", "below", "tied")
+
+
+def _row(c: dict[str, Any], compact: bool = False) -> tuple[str, ...]:
+    props = "all" if c["eligible"] else "fails " + ", ".join(k for k, v in c["properties"].items() if not v)
+    if compact:
+        props = "all" if c["eligible"] else f"{sum(not v for v in c['properties'].values())} fail"
+    return (c["name"], props, f"{c['iqr']:.2f}", f"{c['std']:.2f}", f"{c['n_distinct']}/{c['n_pairs']}",
+            f"{c['max_tie_share']:.0%}", f"{c['n_pairs_below']}/{c['n_pairs']}", f"{c['n_pairs_tied']}/{c['n_pairs']}")
+
+
+def candidates_table(data: dict[str, Any]) -> Table:
+    """The candidates' figures as a Rich table (clean calibration prompts; twins = poisoned variants)."""
+    table = Table(title=f"Context-health candidates (chosen: {data['chosen']})",
+                  caption="props: the five properties; below / tied: poisoned variants vs their clean twin")
+    for col in _COLS:
+        table.add_column(col, no_wrap=col == "candidate", overflow="fold")
+    for c in data["candidates"]:
+        table.add_row(*_row(c, compact=True))
+    return table
+
+
+def calibration_markdown(data: dict[str, Any]) -> str:
+    """summary.md of ``lab calibrate-health``."""
+    lines = [
+        "# Context-health calibration", "",
+        f"Model: {data['model'].get('model', '?')}. Prompts: {data['n_clean']} clean calibration prompts "
+        f"({data['prompts_file']}) and one poisoned variant of each, built like the study's twins from the "
+        f"distractors of {data['distractors_file']}.", "",
+        f"**Rule (stated before the study's entropy was looked at):** {data['rule']}.", "",
+        f"**Chosen: `{data['chosen']}`** ({data['decided_by']}).", "",
+        "| " + " | ".join(_COLS) + " | median | range |", "|" + "---|" * (len(_COLS) + 2),
+    ]
+    for c in data["candidates"]:
+        lines.append("| " + " | ".join(_row(c)) + f" | {c['median']:.2f} | {c['min']:.2f} to {c['max']:.2f} |")
+    lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
+              "'max tie' is the largest share of clean prompts sharing one value to 0.01; 'below' and 'tied' count "
+              "poisoned variants strictly below or equal (to 0.01) to their clean twin.", "",
+              "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
+    if data.get("study_set"):
+        lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
+                  "Issue 9's targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",
+                  "| candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, f in data["study_set"].items():
+            lines.append(f"| {name} | {f['n_clean']} | {f['max_tie_share']:.0%} | {f['n_distinct']} | "
+                         f"{f['min']:.2f} to {f['max']:.2f} | {f['n_twins_below']}/{f['n_twins']} | "
+                         f"{f['n_twins_tied']}/{f['n_twins']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""summary.md of the study: the experiment log a user reads (hypotheses, rule, verdicts, power, figures).
+
+Consumes :class:`lab.study.StudyResult`; computes no statistics (power figures come
+from :mod:`lab.analysis.power` via each test's ``details``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lab.analysis import ALPHA, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.study import StudyResult, prompts_display
+
+FIGURES = {
+    "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
+                             "prompt (clean and poisoned marked apart), with the least-squares line and its 95% "
+                             "confidence band for the mean. H1 predicts a falling trend over all dots, H1c over the "
+                             "clean dots alone.",
+    "acceptance_vs_draft_entropy.png": "Acceptance rate of drafted tokens (y) in quantile bins of the draft's "
+                                       "entropy in bits (x), each with its Wilson 95% interval; the dashed line is "
+                                       "the overall alpha. H2 predicts a falling curve.",
+    "category_boxplots.png": "Per-prompt alpha (left) and mean decode entropy (right) by category, clean prompts. "
+                             "H3 asks whether the alpha boxes differ.",
+    "clean_vs_poisoned.png": "Each twin pair as a line from its clean to its poisoned prompt: context health (left) "
+                             "and mean decode entropy (right); red lines rise, blue lines fall, grey dashed lines "
+                             "are tied pairs (difference 0), counted in the legend. H4a predicts lines falling on "
+                             "the left, H4b rising on the right.",
+}
+
+_SIGN_WORD = {1: "> 0", -1: "< 0"}
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
+    return str(x)
+
+
+def _p(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.2e}" if x < 1e-3 else f"{x:.4f}"
+
+
+def _ci_text(t: TestResult) -> str:
+    if math.isfinite(t.ci_low) and math.isfinite(t.ci_high):
+        return f"95% CI {_fmt(t.ci_low)} to {_fmt(t.ci_high)}"
+    return "no CI (the bootstrap had too few distinct resamples)"
+
+
+def test_line(t: TestResult) -> str:
+    """One sentence with a test's numbers and verdict (summary.md and the console).
+
+    Effects and CIs are printed with their raw signs, next to the sign the
+    hypothesis predicts, so the verdict rule can be read off directly.
+    """
+    if not math.isfinite(t.p_value):
+        return f"**{t.name}: {t.verdict}** (not tested: {t.note}; n = {t.n})"
+    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {_fmt(t.effect)} (predicted "
+            f"{_SIGN_WORD[t.predicted_sign]}; {_ci_text(t)}), p = {_p(t.p_value)}, "
+            f"Holm-corrected p = {_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
+
+
+def _power_row(t: TestResult) -> str:
+    pw = t.details.get("power") or {}
+    md = pw.get("min_detectable", math.nan)
+    if not isinstance(md, float) or not math.isfinite(md):
+        return f"| {t.name} | {t.n} | n/a | n/a | {t.smallest_effect:g} | too little data |"
+    state = "underpowered" if pw.get("underpowered") else "adequate"
+    return (f"| {t.name} | {pw['n']} {pw['unit']} | {pw['alpha']:.3g} | {md:.3g} | {t.smallest_effect:g} | "
+            f"{state}; {pw['n_needed']} {pw['unit']} detect {t.smallest_effect:g} |")
+
+
+def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
+    """The experiment log a user reads: hypotheses, rule, verdicts with numbers, power, figures."""
+    a, plan = result.analysis, result.plan
+    s = plan.settings
+    env = study["environment"]
+    m = sum(math.isfinite(t.p_value) for t in a.tests)
+    lines = [
+        f"# Study: {s['model']} with draft {s['draft']}",
+        "",
+        "The lab's thesis: context quality shapes attention during prefill, attention shapes the model's "
+        "confidence (entropy) during decode, and confidence decides how well speculative decoding works.",
+        "",
+        "## Set-up",
+        "",
+        f"- Prompts: {study['prompts']['n_prompts']} ({', '.join(f'{k} {v}' for k, v in study['prompts']['by_category'].items())}),"
+        f" of which {study['prompts']['n_poisoned']} poisoned twins; file `{prompts_display(s['prompts_file'])}`.",
+        f"- Decoding: sampling at temperature {s['temperature']} (no top-k/top-p), seed {s['seed']} (each prompt's "
+        f"seed derived from it and the prompt id), max_new_tokens {s['max_new_tokens']}; speculative decoding "
+        f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023). "
+        f"H6 subset: {len(s.get('temperature_subset', []))} clean prompts also decoded speculatively at "
+        f"temperatures {', '.join(f'{t:g}' for t in s.get('design_temperatures', []))}.",
+        "- Context health: the graded measure of `lab.health` (chosen by `lab calibrate-health` on the calibration "
+        "prompts); the count-based score is kept as `content_sink_health` in per_prompt.csv.",
+        f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
+        f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "
+        f"({study['timing']['n_resumed']} prompts resumed or merged from earlier runs; "
+        f"{study['timing']['compute_s_prompts']:.1f} s of per-prompt compute in all).",
+        f"- Versions: {', '.join(f'{k} {v}' for k, v in env['libraries'].items() if v)}; Python {env['python']}.",
+    ]
+    if result.merged_from:
+        lines.append(f"- Merged from {len(result.merged_from)} shard work directories: "
+                     + ", ".join(f"`{d}`" for d in result.merged_from) + ".")
+    if result.missing:
+        lines.append(f"- **{len(result.missing)} prompts of the plan have no finished result and are left out:** "
+                     + ", ".join(result.missing[:20]) + (" ..." if len(result.missing) > 20 else "") + ".")
+    lines += ["", "## Pre-stated hypotheses and the verdict rule", ""]
+    for t in a.tests:
+        lines.append(f"- **{t.name}**: {t.hypothesis} Test: {t.test}.")
+    lines += [
+        "",
+        f"The {m} tested p-values are Holm-corrected together (untested hypotheses do not count). Effects are "
+        f"printed with their raw signs beside the sign each hypothesis predicts; the rule reads them in the "
+        f"predicted direction: **supported** if corrected p < {ALPHA}, the effect has the predicted sign and its "
+        f"95% CI lies entirely on that side of 0; **not supported** if corrected p < {ALPHA} with the opposite "
+        f"sign, or the whole CI falls short of the smallest effect of interest in the predicted direction "
+        f"({SMALLEST_EFFECT} for correlations and rank-biserial r, {SMALLEST_ETA_SQ} for eta^2); "
+        f"**inconclusive** otherwise (including too little data). H5 is inconclusive whenever its negative "
+        f"control (labels shuffled within each prompt) is rejected.",
+        "",
+        "## Verdicts",
+        "",
+    ]
+    lines += [f"- {test_line(t)}" for t in a.tests]
+    h2, h5, h6 = a.test("H2"), a.test("H5"), a.test("H6")
+    lines += [
+        "",
+        "Notes: H2 counts only drafted tokens the target tested "
+        f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}); its p-value treats tokens as independent, "
+        "its CI resamples whole prompts. H3 uses clean prompts only; H1 uses all prompts, H1c clean prompts only.",
+    ]
+    if "control_p" in h5.details:
+        lines.append(f"H5 negative control (shuffled labels): r = {_fmt(h5.details['control_r'])}, "
+                     f"p = {_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
+    if "eta_sq_category" in h6.details:
+        d = h6.details
+        lines.append(f"H6: eta^2_category = {_fmt(d['eta_sq_category'])} (95% CI {_fmt(d['eta_sq_category_ci'][0])} "
+                     f"to {_fmt(d['eta_sq_category_ci'][1])}), eta^2_temperature = {_fmt(d['eta_sq_temperature'])} "
+                     f"(95% CI {_fmt(d['eta_sq_temperature_ci'][0])} to {_fmt(d['eta_sq_temperature_ci'][1])}); "
+                     "mean alpha by temperature " + ", ".join(_fmt(x) for x in d["mean_alpha_by_temperature"]) + ".")
+    pw = a.test("H3").details.get("pairwise") or []
+    sig = [r for r in pw if r["p_holm"] < ALPHA]
+    if pw:
+        lines += ["", f"H3 pairwise Mann-Whitney (Holm within {len(pw)} pairs): "
+                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {_p(r['p_holm'])}"
+                               for r in sig) if sig else "no pair differs at the corrected level") + "."]
+    lines += ["", "## What the study could detect", "",
+              f"Smallest effect detectable at 80% power, two-sided at alpha / {max(m, 1)} (Holm's strictest step):", "",
+              "| test | n | alpha | detectable | of interest | |", "|---|---|---|---|---|---|"]
+    lines += [_power_row(t) for t in a.tests]
+    lines += ["", "## Per category (counts are clean prompts)", "",
+              "| category | clean prompts | median alpha | median mean entropy (bits) |", "|---|---|---|---|"]
+    for cat, d in a.categories.items():
+        lines.append(f"| {cat} | {d['n']} | {_fmt(d['median_alpha'])} | {_fmt(d['median_mean_entropy_bits'])} |")
+    lines += ["", "## Figures", ""]
+    for name, text in FIGURES.items():
+        lines += [f"![{name}]({name})", "", text, ""]
+    lines += ["## Files", "",
+              "- `study.json`: settings, environment, timing, every test with its numbers, power and verdict.",
+              "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures; "
+              "`content_sink_health` is the old count-based health; `alpha_t*` the H6 runs).",
+              "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).", ""]
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""The empirical study: prefill -> decode -> speculative decoding, per prompt, with resume.
+
+The lab's thesis (issue 5): context quality shapes attention during prefill,
+attention shapes the model's confidence (entropy) during decode, and confidence
+decides how well speculative decoding works. For every prompt of the prompt set
+(:mod:`lab.prompts`) one pipeline measures, with the lab's own modules:
+
+1. **prefill** (:func:`lab.prefill.analyze_prefill`): the graded context health
+   (0..10, :func:`lab.health.graded_health`) and the count-based one it replaced
+   (``content_sink_health``), the sink rate at position 0 and its mean over
+   content positions, the share of attention received by position 0, and the
+   number of content sinks;
+2. **decode** (:func:`lab.tracker.track_generate`): mean, max and variance of the
+   per-step entropy (bits), the mean varentropy (bits^2), and each generated
+   token's entropy with its word position from the tokenizer's decoding (H5);
+3. **speculative decoding** (:func:`lab.speculative.speculative_generate`) with the
+   draft (``--draft`` or the profile's, :attr:`lab.models.ModelProfile.draft`;
+   nothing assumes an early-exit draft): alpha, tau, and for every drafted token
+   its draft entropy and whether the target accepted it; for the H6 subset
+   (:func:`lab.study.work.temperature_subset`) also alpha at the other design
+   temperatures.
+
+Sampling mode, consistently: both decodes sample at ``temperature`` (default 1.0,
+no top-k/top-p) with a seed derived from the study seed and the prompt id
+(:func:`prompt_seed`), so acceptance is the probabilistic alpha of Leviathan et
+al. (2023) (p = target, q = draft; a drafted token is kept with probability
+min(1, p/q)), a prompt's numbers do not depend on the order prompts run in, and
+a resumed study equals an uninterrupted one.
+
+Resume: each finished prompt is written to ``<out>/.study-work-<key>/<id>.json``
+(temp file + ``os.replace``, so a file is either complete or absent); ``<key>`` is
+a hash of every setting that changes the numbers (:func:`settings_key`). A rerun
+with the same settings, or ``--resume <work dir>``, loads the finished prompts and
+runs only the rest; a work file that does not parse or does not match is ignored
+and its prompt redone. The final report is written atomically by
+:mod:`lab.render.study` via :func:`lab.reports.report_dir`, after which the work
+directory is removed (:func:`discard_work`).
+
+Shards (:func:`lab.study.work.shard_prompts`, :func:`merge_study`): ``--shard K/N``
+runs a disjoint, category-balanced slice into the same work directory (the shard
+is not a setting, so all shards share the key); ``--merge`` assembles one study
+from the shards' finished prompts and refuses shards whose settings differ.
+
+Modules: :mod:`lab.study.config` (settings, outcome, interfaces),
+:mod:`lab.study.runner` (the real runner), :mod:`lab.study.work` (plan, work
+directory, shards), :mod:`lab.study.run` (running, merging, tables).
+
+The per-prompt runner is injectable (:data:`Runner`): tests pass a fake;
+:class:`ModelRunner` is the real one.
+"""
+
+
+from lab.study.config import (DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DESIGN_TEMPERATURES,
+                              OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, PER_TOKEN_FIELDS,
+                              TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, Progress, PromptOutcome,
+                              Runner, StudyConfig, prompt_seed)
+from lab.study.run import StudyResult, assemble, config_dict, merge_study, run_study, summarize_prompts
+from lab.study.runner import ModelRunner
+from lab.study.work import (StudyPlan, config_from_work_dir, discard_work, load_finished, plan_study,
+                            prompts_display, save_finished, settings_key, shard_prompts, temperature_subset,
+                            work_file)
+
+__all__ = [
+    "DEFAULT_GAMMA", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DESIGN_TEMPERATURES", "OPTIONAL_FIELDS",
+    "PER_PROMPT_COLUMNS", "PER_PROMPT_FIELDS", "PER_TOKEN_FIELDS", "TEMPERATURE_SUBSET_PER_CATEGORY",
+    "WORK_FORMAT", "WORK_PREFIX", "ModelRunner", "Progress", "PromptOutcome", "Runner", "StudyConfig", "StudyPlan",
+    "StudyResult", "assemble", "config_dict", "merge_study", "prompts_display", "shard_prompts",
+    "temperature_subset", "config_from_work_dir", "discard_work", "load_finished", "plan_study",
+    "prompt_seed", "run_study", "save_finished", "settings_key", "summarize_prompts", "work_file",
+]

@@ -1,0 +1,179 @@
+"""The study's settings, per-prompt outcome and the runner / progress interfaces."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lab import models as lab_models
+from lab.analysis import N_RESAMPLES
+from lab.analysis.claims import DESIGN_TEMPERATURES, H6_COLUMNS  # noqa: F401  (DESIGN_TEMPERATURES re-exported)
+from lab.prompts import StudyPrompt
+
+
+# Defaults of the full study (`make study`), chosen so its 84 prompts fit the 15-minute
+# budget on 2 CPU cores. Measured with the embedded model, one thread, as CPU time per
+# prompt (a load-independent upper bound on unloaded wall time): ~8 s for a clean
+# prompt and 11-14 s for a poisoned one at 24 tokens and gamma 2, so ~13 min in all;
+# at 32 tokens and gamma 4 it was ~13 s and ~20 s (over budget). The speculative run
+# dominates: with the early-exit draft sampling at T = 1 alpha is ~0.1, so nearly only
+# the first drafted token of a round is ever tested, and gamma 2 loses almost no
+# per-token data while drafting half as much. Measured full default study on 2 CPU
+# cores (torch's 2 threads, machine lightly shared, load ~1.9): 680 s wall (11.3 min);
+# with one thread under heavier sharing 845 s wall, 752 s CPU. Both runs gave the
+# same numbers. The report records each run's real wall time.
+DEFAULT_MAX_NEW_TOKENS = 24
+DEFAULT_GAMMA = 2
+DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
+WORK_PREFIX = ".study-work-"
+WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then redone
+# H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
+# speculative decode at each of these temperatures (the main run's alpha is reused
+# when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
+# prompts per category: 6 x 2 = 12 prompts x 2 extra runs of ~4 s (clean prompt,
+# 24 tokens, gamma 2; measured 4.1-5.1 s CPU per extra run on 4 subset prompts, one
+# thread, on a busy machine) = ~110 s CPU added to the default study, whose estimate is
+# then ~780 s wall on 2 threads (680 s measured before) or ~860 s CPU on one thread.
+TEMPERATURE_SUBSET_PER_CATEGORY = 2
+
+PER_PROMPT_FIELDS = (
+    "id", "category", "variant", "twin_of", "n_prompt_tokens",
+    "context_health", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", "n_content_sinks",
+    "mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "n_new_tokens",
+    "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
+    "prefill_s", "decode_s", "speculative_s", "wall_s", "text",
+)
+# Left None (empty in the CSV) when a runner does not report them (older or fake runners): the
+# count-based health (issue 9 keeps it for comparison), the subword summary of the
+# tracked decode (H5) and alpha at the design temperatures (H6, subset only).
+OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
+                   "n_multi_token_words", *H6_COLUMNS, "temperature_s")
+PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
+PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
+                    "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
+_TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Settings of one study; the CLI maps its flags onto this.
+
+    Attributes:
+        model: Target profile, path or hub id.
+        draft: Draft spec for :func:`lab.speculative.make_draft`; ``None`` = the
+            profile's (``early-exit:24`` for smollm2, the 0.5B model for qwen2.5).
+        prompts: Prompt file; ``None`` = the embedded set.
+        limit: Take at most this many prompts (balanced, twins kept together).
+        shard: ``(K, N)``: run only the K-th (1-based) of N disjoint, category-balanced
+            slices of the selected prompts (:func:`lab.study.work.shard_prompts`);
+            ``None`` runs them all. Not part of the settings key: every shard of one
+            study shares its work-directory name, so shards can be merged.
+        max_new_tokens: Budget of each decode and each speculative run.
+        gamma: Draft tokens per speculative round.
+        seed: Study seed; each prompt's seed is derived from it (:func:`prompt_seed`).
+        temperature: Sampling temperature of both decodes (> 0: sampling mode).
+        device, dtype: As :func:`lab.models.load_model`.
+        out: Reports root; the work directory lives inside it too.
+        n_resamples: Bootstrap resamples of the analysis.
+    """
+
+    model: str = lab_models.DEFAULT_PROFILE
+    draft: str | None = None
+    prompts: str | None = None
+    limit: int | None = None
+    shard: tuple[int, int] | None = None
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    gamma: int = DEFAULT_GAMMA
+    seed: int = 0
+    temperature: float = DEFAULT_TEMPERATURE
+    device: str | None = None
+    dtype: str | None = None
+    out: str = "reports"
+    n_resamples: int = N_RESAMPLES
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "gamma", "n_resamples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r} must be a positive integer")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
+            raise ValueError(f"limit={self.limit!r} must be a positive integer")
+        if self.shard is not None:
+            ok = (isinstance(self.shard, tuple) and len(self.shard) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in self.shard))
+            if not ok or not 1 <= self.shard[0] <= self.shard[1]:
+                raise ValueError(f"shard={self.shard!r} must be (K, N) with 1 <= K <= N")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature <= 0:
+            raise ValueError(f"temperature={self.temperature!r} must be > 0: the study runs in sampling mode")
+
+    def draft_spec(self) -> str:
+        """The draft spec in force.
+
+        Raises:
+            ValueError: no ``draft`` given and ``model`` is not a profile with one.
+        """
+        if self.draft:
+            return self.draft
+        profile = lab_models.PROFILES.get(self.model)
+        if profile is None or not profile.draft:
+            raise ValueError(f"model={self.model!r} has no profile draft; pass --draft (early-exit:N, "
+                             "prompt-lookup or a model name)")
+        return profile.draft
+
+
+@dataclass
+class PromptOutcome:
+    """What the runner measured for one prompt.
+
+    Attributes:
+        row: Per-prompt numbers, keys :data:`PER_PROMPT_FIELDS` (``id`` ...
+            ``twin_of`` may be left out; the pipeline fills them from the prompt).
+        tokens: One dict per drafted token with ``round``, ``index``,
+            ``draft_entropy_bits``, ``draft_normalized_entropy``, ``accepted``, ``tested``.
+        decode: Per generated token of the tracked decode: ``entropy_bits`` and
+            ``word`` (``"initial"``, ``"continuation"`` or ``""``;
+            :func:`lab.analysis.subwords.word_positions`); empty if not reported.
+    """
+
+    row: dict[str, Any]
+    tokens: list[dict[str, Any]]
+    decode: dict[str, list[Any]] = field(default_factory=dict)
+
+
+class Runner(Protocol):
+    """Measures one prompt; ``info`` describes the models (for the report)."""
+
+    info: dict[str, Any]
+
+    def __call__(self, prompt: StudyPrompt) -> PromptOutcome: ...
+
+    # Optional: ``alpha_at(prompt, temperature) -> float``, the speculative decode's
+    # alpha at another temperature (H6); runners without it leave H6 untested.
+
+
+class Progress(Protocol):
+    """Receives progress events (the Rich bar in :mod:`lab.render.study` is one)."""
+
+    def start(self, total: int, done: int) -> None: ...
+
+    def advance(self, prompt_id: str, wall_s: float) -> None: ...
+
+
+class _NoProgress:
+    def start(self, total: int, done: int) -> None:
+        pass
+
+    def advance(self, prompt_id: str, wall_s: float) -> None:
+        pass
+
+
+def prompt_seed(study_seed: int, prompt_id: str) -> int:
+    """The sampling seed of one prompt: 62 bits of sha256(f"{study_seed}:{prompt_id}")."""
+    digest = hashlib.sha256(f"{study_seed}:{prompt_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
+
+

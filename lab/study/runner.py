@@ -1,0 +1,132 @@
+"""The real per-prompt runner: prefill analysis, tracked decode and speculative decoding."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from lab import models as lab_models
+from lab.study.config import _TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
+from lab.prompts import StudyPrompt
+
+def _count(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return int(value.bool().sum()) if value.dtype == torch.bool else int(value.numel())
+    return len(value) if value is not None else 0
+
+
+class ModelRunner:
+    """The real per-prompt runner: target, tokenizer and draft, loaded once.
+
+    Args:
+        target: The target causal LM (eval mode).
+        tokenizer: Its tokenizer.
+        draft: A drafter from :func:`lab.speculative.make_draft`.
+        config: The study settings (decode budget, gamma, temperature, seed).
+        info: Description of the models for the report.
+    """
+
+    def __init__(self, target: Any, tokenizer: Any, draft: Any, config: StudyConfig, info: dict[str, Any]):
+        self.target, self.tokenizer, self.draft, self.config, self.info = target, tokenizer, draft, config, info
+
+    @classmethod
+    def load(cls, config: StudyConfig) -> "ModelRunner":
+        """Load the target (``lab.models.load_model``) and build the profile's draft.
+
+        Raises:
+            ValueError, lab.models.ModelUnavailableError: as the loaders do.
+        """
+        from lab.speculative import make_draft
+
+        spec = config.draft_spec()
+        t0 = time.perf_counter()
+        target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype)
+        draft = make_draft(target, spec, target_tokenizer=tokenizer)
+        info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
+                "draft": spec, "draft_name": getattr(draft, "name", type(draft).__name__),
+                "load_s": time.perf_counter() - t0}
+        return cls(target, tokenizer, draft, config, info)
+
+    def _speculative(self, input_ids: Any, temperature: float, seed: int) -> Any:
+        """One seeded speculative decode of the prompt (public :func:`speculative_generate`)."""
+        import torch
+
+        from lab.speculative import speculative_generate
+
+        device = next(self.target.parameters()).device
+        gen = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(seed)
+        return speculative_generate(self.target, self.draft, input_ids.to(device), gamma=self.config.gamma,
+                                    max_new_tokens=self.config.max_new_tokens, temperature=temperature,
+                                    generator=gen, eos_token_ids=lab_models.eos_token_ids(self.target, self.tokenizer))
+
+    def alpha_at(self, prompt: StudyPrompt, temperature: float) -> float:
+        """alpha of the prompt's speculative decode at another temperature (H6), same seed and budget."""
+        input_ids = lab_models.encode_chat(self.tokenizer, [dict(m) for m in prompt.messages])
+        return float(self._speculative(input_ids, temperature, prompt_seed(self.config.seed, prompt.id)).alpha)
+
+    def __call__(self, prompt: StudyPrompt) -> PromptOutcome:
+        import torch
+
+        from lab.analysis.claims import word_positions
+        from lab.health import HealthInputs, graded_health
+        from lab.prefill import analyze_prefill
+        from lab.tracker import track_generate
+
+        cfg = self.config
+        seed = prompt_seed(cfg.seed, prompt.id)
+        messages = [dict(m) for m in prompt.messages]
+        input_ids = lab_models.encode_chat(self.tokenizer, messages)
+        t_start = time.perf_counter()
+
+        # 1. prefill: where attention goes, and how healthy the context is
+        pre = analyze_prefill(self.target, self.tokenizer, messages)
+        t_pre = time.perf_counter()
+        rates = [float(v) for v in torch.as_tensor(pre.sink_rate).reshape(-1).tolist()]
+        content = [r for r, role in zip(rates, pre.roles) if role == "content"]
+
+        # 2. decode with the entropy tracker (sampling, seeded); word positions from the tokenizer
+        track = track_generate(self.target, self.tokenizer, input_ids, max_new_tokens=cfg.max_new_tokens,
+                               temperature=cfg.temperature, seed=seed)
+        t_dec = time.perf_counter()
+        entropies = [float(s.entropy_bits) for s in track.steps]
+        pieces = [self.tokenizer.decode([int(t)]) for t in track.new_token_ids[:len(entropies)]]
+        words = word_positions(pieces)
+        initial = [h for h, w in zip(entropies, words) if w == "initial"]
+        continuation = [h for h, w in zip(entropies, words) if w == "continuation"]
+
+        # 3. speculative decoding with the draft (same sampling, own seeded generator)
+        spec = self._speculative(input_ids, cfg.temperature, seed)
+        t_spec = time.perf_counter()
+
+        row = {
+            "n_prompt_tokens": int(input_ids.shape[1]),
+            "context_health": graded_health(HealthInputs.from_prefill(pre)),
+            "content_sink_health": float(pre.context_health),
+            "sink_rate_pos0": rates[0] if rates else math.nan,
+            "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,
+            "position0_share": float(pre.position0_share),
+            "n_content_sinks": _count(pre.content_sinks),
+            "mean_entropy_bits": track.mean_entropy_bits,
+            "max_entropy_bits": track.max_entropy_bits,
+            "var_entropy_bits": track.var_entropy_bits,
+            "mean_varentropy_bits2": track.mean_varentropy_bits2,
+            "n_new_tokens": len(track.new_token_ids),
+            "initial_entropy_bits": sum(initial) / len(initial) if initial else math.nan,
+            "continuation_entropy_bits": sum(continuation) / len(continuation) if continuation else math.nan,
+            "n_multi_token_words": len(initial),
+            "alpha": spec.alpha,
+            "tau": spec.tau,
+            "n_drafted": spec.n_drafted,
+            "n_drafted_tested": spec.n_drafted_tested,
+            "n_accepted": spec.n_accepted,
+            "n_rounds": len(spec.rounds),
+            "prefill_s": t_pre - t_start,
+            "decode_s": t_dec - t_pre,
+            "speculative_s": t_spec - t_dec,
+            "text": track.text,
+        }
+        tokens = [{k: t[k] for k in _TOKEN_KEYS} for t in spec.per_token()]
+        return PromptOutcome(row=row, tokens=tokens, decode={"entropy_bits": entropies, "word": words})

@@ -1,0 +1,214 @@
+"""The study's plan and its work directory: settings key, atomic per-prompt work files, resume."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab import models as lab_models
+from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, select_prompts
+from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
+                              WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig)
+
+logger = logging.getLogger(__name__)
+
+@dataclass
+class StudyPlan:
+    """A study ready to run: its prompts, settings and work directory.
+
+    Attributes:
+        config: The settings.
+        prompts: The prompts this invocation runs (the shard's slice when sharded).
+        settings: Everything that changes the numbers (hashed into ``key``).
+        key: :func:`settings_key` of ``settings``.
+        work_dir: ``<out>/.study-work-<key>``.
+        all_prompts: The whole selection (equals ``prompts`` unless sharded).
+        temperature_ids: Clean prompts of the H6 subset (chosen on ``all_prompts``).
+    """
+
+    config: StudyConfig
+    prompts: list[StudyPrompt]
+    settings: dict[str, Any]
+    key: str
+    work_dir: Path
+    all_prompts: list[StudyPrompt] = field(default_factory=list)
+    temperature_ids: frozenset[str] = frozenset()
+
+
+def prompts_display(path: str | Path | None) -> str:
+    """How a prompt file is named in reports: relative to the working directory when
+    inside it, ``lab/data/...`` for the embedded set, else as given (never made absolute)."""
+    if path is None or Path(path).resolve() == default_prompts_path().resolve():
+        return "lab/data/prompts.jsonl"
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _units(prompts: list[StudyPrompt], category: str) -> list[list[StudyPrompt]]:
+    """A category's units in file order: a clean prompt with its poisoned twin, or a single clean prompt."""
+    twin = {p.twin_of: p for p in prompts if p.twin_of is not None}
+    return [[p, twin[p.id]] if p.id in twin else [p] for p in prompts if p.category == category
+            and p.variant == "clean"]
+
+
+def shard_prompts(prompts: list[StudyPrompt], k: int, n: int) -> list[StudyPrompt]:
+    """The K-th (1-based) of N disjoint, category-balanced slices; twin pairs stay together.
+
+    Units (:func:`_units`) are dealt round robin: going through the categories in
+    :data:`lab.prompts.CATEGORIES` order and each category's units in file order,
+    the j-th unit overall goes to shard ``j mod N``, so every shard gets about the
+    same number of units of every category. The slices cover ``prompts`` exactly.
+
+    Raises:
+        ValueError: not ``1 <= k <= n``.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"shard={k}/{n} must have 1 <= K <= N")
+    chosen: set[str] = set()
+    j = 0
+    for cat in CATEGORIES:
+        for unit in _units(prompts, cat):
+            if j % n == k - 1:
+                chosen.update(p.id for p in unit)
+            j += 1
+    return [p for p in prompts if p.id in chosen]
+
+
+def temperature_subset(prompts: list[StudyPrompt], per_category: int = TEMPERATURE_SUBSET_PER_CATEGORY) -> frozenset[str]:
+    """H6's balanced subset: the first ``per_category`` clean prompts of each category (file order)."""
+    out: list[str] = []
+    for cat in CATEGORIES:
+        out += [p.id for p in prompts if p.category == cat and p.variant == "clean"][:per_category]
+    return frozenset(out)
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """16 hex digits of sha256 over the canonical JSON of the settings."""
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def plan_study(config: StudyConfig) -> StudyPlan:
+    """Load and select the prompts, fix the settings and the work directory.
+
+    Everything is validated here, before any model work.
+
+    Raises:
+        ValueError: a bad prompt file (naming the line), bad settings, or a device /
+            dtype that is not available.
+    """
+    prompts_path = Path(config.prompts) if config.prompts else default_prompts_path()
+    prompts = select_prompts(load_prompts(prompts_path), config.limit)
+    temps = temperature_subset(prompts)
+    device = lab_models.resolve_device(config.device)
+    dtype = str(lab_models.parse_dtype(config.dtype, device)).removeprefix("torch.")
+    lab_models.check_model_name(config.model)  # an unknown model is named as such, not as a missing draft
+    from lab.speculative import check_draft_spec
+
+    check_draft_spec(config.draft_spec())  # N against the depth is checked once the target loads
+    prompt_digest = hashlib.sha256(
+        json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()
+    settings = {
+        "format": WORK_FORMAT,
+        "model": config.model, "draft": config.draft_spec(), "device": str(device), "dtype": dtype,
+        "prompts_file": config.prompts, "prompts_sha256": prompt_digest, "n_prompts": len(prompts),
+        "limit": config.limit, "max_new_tokens": config.max_new_tokens, "gamma": config.gamma,
+        "seed": config.seed, "temperature": float(config.temperature),
+        "design_temperatures": list(DESIGN_TEMPERATURES), "temperature_subset": sorted(temps),
+    }
+    key = settings_key(settings)
+    mine = shard_prompts(prompts, *config.shard) if config.shard else prompts
+    return StudyPlan(config, mine, settings, key, Path(config.out) / f"{WORK_PREFIX}{key}", all_prompts=prompts,
+                     temperature_ids=temps)
+
+
+def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overrides: Any) -> StudyConfig:
+    """The settings stored in a work directory, as a :class:`StudyConfig` (for ``--resume``).
+
+    Args:
+        work_dir: A ``.study-work-<key>`` directory left by an interrupted study.
+        flag: How errors name the argument (``"resume"``, ``"merge"``).
+        overrides: Fields that do not change the numbers (``n_resamples``, ``out``).
+
+    Raises:
+        ValueError: the directory or its ``settings.json`` is missing or unreadable.
+    """
+    path = Path(work_dir)
+    settings_file = path / "settings.json"
+    if not settings_file.is_file():
+        raise ValueError(f"{flag}={str(path)!r} is not a study work directory (no settings.json)")
+    try:
+        s = json.loads(settings_file.read_text(encoding="utf-8"))
+        cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
+                          max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
+                          temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
+                          **{"out": str(path.parent), **overrides})
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc})") from exc
+    return cfg
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, allow_nan=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def work_file(plan: StudyPlan, prompt: StudyPrompt) -> Path:
+    """Where a finished prompt's outcome is kept."""
+    return plan.work_dir / f"{prompt.id}.json"
+
+
+def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
+    """A finished prompt's outcome from the work directory, or ``None`` if absent or unusable.
+
+    A file that does not parse, was written under other settings or for another
+    prompt, or lacks a field is ignored (with a warning) and the prompt is redone.
+    """
+    path = work_file(plan, prompt)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ok = (isinstance(data, dict) and data.get("key") == plan.key and data.get("prompt") == prompt.to_json()
+              and isinstance(data.get("row"), dict) and all(k in data["row"] for k in PER_PROMPT_FIELDS)
+              and isinstance(data.get("tokens"), list)
+              and all(isinstance(t, dict) and all(k in t for k in _TOKEN_KEYS) for t in data["tokens"])
+              and isinstance(data.get("decode", {}), dict))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        ok = False
+    if not ok:
+        logger.warning("ignoring unusable work file %s; %s will be redone", path, prompt.id)
+        return None
+    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data.get("decode", {}))
+
+
+def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
+    """Write a finished prompt's outcome atomically (temp file + ``os.replace``)."""
+    path = work_file(plan, prompt)
+    _write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row,
+                              "tokens": outcome.tokens, "decode": outcome.decode})
+    return path
+
+
+def discard_work(plan: StudyPlan) -> None:
+    """Remove the work directory (after the final report is in place)."""
+    shutil.rmtree(plan.work_dir, ignore_errors=True)
+

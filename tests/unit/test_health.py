@@ -1,0 +1,156 @@
+"""Graded context health (lab.health) and its calibration rule (lab.health_calibration), no weights."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lab import health
+from lab.health import (CANDIDATES, CHOSEN, HealthInputs, check_properties, content_entropy, graded_health,
+                        move_to_content_sink, perturb_structural, random_inputs)
+from lab.health_calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
+from lab.calibration import CalibrationPrompt
+from lab.prompts import load_prompts
+
+
+@st.composite
+def health_inputs(draw, min_content: int = 1):
+    """Valid HealthInputs: S positions, a random content block, non-negative received attention."""
+    s = draw(st.integers(min_content + 3, 40))
+    n = draw(st.integers(min_content, s - 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return random_inputs(torch.Generator().manual_seed(seed), s, n)
+
+
+@given(health_inputs())
+def test_graded_health_bounded_in_0_10(h):
+    """0 <= health <= 10 and finite."""
+    v = graded_health(h)
+    assert math.isfinite(v) and 0.0 <= v <= 10.0
+
+
+@given(health_inputs(min_content=2), st.floats(0.01, 1.0))
+def test_graded_health_mass_moving_onto_content_sink_never_raises(h, frac):
+    """health(after moving mass from the poorest content position to the richest) <= health(before)."""
+    assert graded_health(move_to_content_sink(h, frac)) <= graded_health(h) + 1e-9
+
+
+@given(health_inputs(), st.integers(0, 2**31 - 1))
+def test_graded_health_invariant_to_structural_positions(h, seed):
+    """Redrawing every value at structural positions leaves health unchanged."""
+    other = perturb_structural(h, torch.Generator().manual_seed(seed))
+    assert graded_health(other) == pytest.approx(graded_health(h), abs=1e-12)
+
+
+@given(health_inputs(min_content=1))
+def test_graded_health_one_token_content_defined(h):
+    """A prompt whose content is one token gets a finite health in [0, 10]."""
+    idx = int(torch.nonzero(h.content)[0])
+    one = torch.zeros_like(h.content)
+    one[idx] = True
+    v = graded_health(HealthInputs(h.received, one, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold))
+    assert math.isfinite(v) and 0.0 <= v <= 10.0
+
+
+@given(health_inputs())
+def test_graded_health_deterministic(h):
+    """The same prompt analysed twice (equal inputs, fresh tensors) gives the same health."""
+    copy = HealthInputs(*(x.clone() if isinstance(x, torch.Tensor) else x for x in
+                          (h.received, h.content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)))
+    assert graded_health(copy) == graded_health(h)
+
+
+def test_content_entropy_uniform_is_10_and_one_sink_is_low():
+    content = torch.tensor([False] + [True] * 10 + [False])
+    base = dict(z=torch.zeros(12), is_sink=torch.zeros(12, dtype=torch.bool),
+                observed=torch.ones(12, dtype=torch.bool), sink_rate=torch.zeros(12), threshold=3.5)
+    uniform = HealthInputs(received=torch.tensor([0.9] + [0.1] * 10 + [0.5]), content=content, **base)
+    pooled = HealthInputs(received=torch.tensor([0.9, 0.99] + [1e-6] * 9 + [0.5]), content=content, **base)
+    assert content_entropy(uniform) == pytest.approx(10.0)
+    assert content_entropy(pooled) < 1.0
+
+
+def test_check_properties_chosen_passes_and_broken_measure_is_caught():
+    """Negative control: a measure that rewards pooling (10 - entropy) fails non_increasing."""
+    assert all(check_properties(CANDIDATES[CHOSEN], cases=60).values())
+    broken = check_properties(lambda h: 10.0 - content_entropy(h), cases=60)
+    assert not broken["non_increasing"]
+    reads_structure = check_properties(lambda h: 10 * float(h.received[h.content].sum() / h.received.sum()),
+                                       cases=60)
+    assert not reads_structure["structural_invariant"]
+
+
+def test_distractors_recovered_from_the_study_twins_and_variants_built_alike():
+    prompts = load_prompts()
+    d = distractor_texts(prompts)
+    assert len(d) == 6 and all(len(t) > 300 for t in d.values())
+    cal = [CalibrationPrompt("a", "What is 2 + 2?"), CalibrationPrompt("b", "Name a colour.", system="Be brief.")]
+    out = poisoned_variants(cal, d)
+    assert [p.id for p in out] == ["a-poisoned", "b-poisoned"]
+    assert out[0].prompt.endswith("\n\nWhat is 2 + 2?") and out[1].system == "Be brief."
+    assert out[0].prompt[: -len("\n\nWhat is 2 + 2?")] in d.values()
+
+
+def test_choose_prefers_admissible_with_largest_iqr_else_most_ordered():
+    props = dict.fromkeys(("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"), True)
+    clean = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 9.5]
+    wide = figures("wide", [2 * c - 9 for c in clean], [2 * c - 10 for c in clean], props)
+    narrow = figures("narrow", clean, [c - 0.5 for c in clean], props)
+    tied = figures("tied", [5.0] * 10, [4.0] * 10, props)
+    assert tied.max_tie_share == 1.0 > MAX_TIE_SHARE and not tied.admissible
+    assert choose([narrow, wide, tied])[0] == "wide"
+    misordered = figures("mis", [2 * c - 9 for c in clean], [2 * c - 8 for c in clean], props)
+    assert choose([narrow, misordered])[0] == "narrow"
+    bad_props = figures("bad", clean, [c - 1 for c in clean], {**props, "non_increasing": False})
+    assert choose([bad_props, misordered])[0] == "mis"  # ineligible never wins, even fully ordered
+    with pytest.raises(ValueError, match="no candidate"):
+        choose([bad_props])
+
+
+def test_chosen_is_a_candidate():
+    assert health.CHOSEN in CANDIDATES
+
+
+def test_study_set_figures_counts_ties_and_twins():
+    from lab.health_calibration import study_set_figures
+    from lab.prompts import StudyPrompt
+
+    msgs = ({"role": "user", "content": "q"},)
+    prompts = [StudyPrompt(f"c{i}", "math", msgs) for i in range(10)]
+    prompts += [StudyPrompt("c0-p", "math", msgs, "poisoned", "c0"), StudyPrompt("c1-p", "math", msgs, "poisoned", "c1")]
+    values = {f"c{i}": 9.0 + i / 10 for i in range(10)} | {"c0-p": 9.0, "c1-p": 8.0, "c2": 9.0}
+    f = study_set_figures(values, prompts)
+    assert f["max_tie_share"] == pytest.approx(0.2)  # c0 and c2 share 9.00
+    assert (f["n_twins"], f["n_twins_tied"], f["n_twins_below"]) == (2, 1, 1)
+
+
+def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(tmp_path, monkeypatch, capsys):
+    import json
+
+    import lab.models
+    from lab import cli
+    from tests import support
+
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok))
+    model.lab_source = {"model": "tiny"}
+    monkeypatch.setattr(lab.models, "load_model", lambda name, **k: (model, tok))
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text("".join(json.dumps({"id": f"p{i}", "prompt": q}) + "\n" for i, q in
+                           enumerate(["what is the capital", "write a poem", "the cat and the dog", "hello there"])))
+    study = tmp_path / "study.jsonl"
+    study.write_text(json.dumps({"id": "m1", "category": "math", "messages": [{"role": "user", "content": "two plus two"}]})
+                     + "\n" + json.dumps({"id": "m1-p", "category": "math", "twin_of": "m1", "distractor": "filler",
+                                          "messages": [{"role": "user", "content": "the the the the the the\n\ntwo plus two"}]})
+                     + "\n")
+    assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
+                     "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    (report,) = (tmp_path / "out").iterdir()
+    data = json.loads((report / "calibration.json").read_text())
+    assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 8
+    assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][CHOSEN]["n_twins"] == 1
+    assert "Rule (stated before" in (report / "summary.md").read_text()

@@ -1,0 +1,35 @@
+"""The larger prompt set (lab/data/prompts_large.jsonl) and its generator stay in sync and balanced."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from lab.data import make_prompts_large as gen
+from lab.health_calibration import distractor_texts
+from lab.prompts import CATEGORIES, load_prompts
+
+LARGE = Path(gen.__file__).with_name("prompts_large.jsonl")
+
+
+def test_prompts_large_file_equals_generator_output():
+    """Regenerating gives the committed file byte for byte (fault class: hand edits or a stale file)."""
+    records = gen.build(distractor_texts(load_prompts()))
+    expected = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    assert LARGE.read_text(encoding="utf-8") == expected
+
+
+def test_prompts_large_balanced_with_twins_built_like_the_embedded_set():
+    prompts = load_prompts(LARGE)
+    counts = Counter((p.category, p.variant) for p in prompts)
+    for cat in CATEGORIES:
+        assert counts[(cat, "clean")] == gen.PER_CATEGORY and counts[(cat, "poisoned")] == gen.TWINS_PER_CATEGORY
+    by_id = {p.id: p for p in prompts}
+    distractors = set(distractor_texts(load_prompts()).values())
+    for p in prompts:
+        if p.twin_of:
+            clean = by_id[p.twin_of].messages[-1]["content"]
+            head = p.messages[-1]["content"][: -len("\n\n" + clean)]
+            assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors
+    assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)  # no duplicate prompt
