@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from lab.attention_capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
-from lab.sinks import DEFAULT_EPSILON, LOG_FLOOR, context_health, robust_z, sink_rate
+from lab.sinks import DEFAULT_EPSILON, LOG_FLOOR, context_health, observer_matched_z, sink_rate
 from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,8 @@ def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
     baseline = observed & prose
     if not baseline.any():  # a prompt that is all template: fall back to every observed position
         baseline = observed
-    return SinkScores(received=received, typical=typical, z=robust_z(typical, exclude=~baseline), observed=observed)
+    z = observer_matched_z(typical, exclude=~baseline)
+    return SinkScores(received=received, typical=typical, z=z, observed=observed)
 
 
 def _check_threshold(threshold: float, epsilon: float) -> None:

@@ -7,9 +7,11 @@ Consumes :class:`lab.speculative.SpeculativeResult` and the dict from
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -27,9 +29,18 @@ STYLES = {
 
 
 def visible(text: str) -> str:
-    """Token text with control characters shown (``\\n`` -> ``⏎``); no Rich markup is interpreted."""
+    """Token text with control characters shown (``\\n`` -> ``⏎``); no Rich markup is interpreted.
+
+    Unicode spaces (no-break space U+00A0 and the other ``Zs`` characters) show as a
+    plain space, as they look in the answer; other unprintable characters as ``\\xNN``.
+    """
     out = text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
-    return "".join(ch if ch.isprintable() or ch in "⏎⇥␍" else f"\\x{ord(ch):02x}" for ch in out)
+    return "".join(ch if ch.isprintable() or ch in "⏎⇥␍" else " " if unicodedata.category(ch) == "Zs"
+                   else f"\\x{ord(ch):02x}" for ch in out)
+
+
+def _special_ids(tokenizer: Any) -> frozenset[int]:
+    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
 
 def _tok(tokenizer: Any, token_id: int) -> str:
@@ -38,13 +49,22 @@ def _tok(tokenizer: Any, token_id: int) -> str:
     return visible(tokenizer.decode([token_id]))
 
 
+def answer_text(tokenizer: Any, token_ids: list[int]) -> str:
+    """The generated text as a user reads it: special tokens (``<|im_end|>``) kept in the ids, not shown."""
+    if tokenizer is None:
+        return " ".join(map(str, token_ids))
+    return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
 def replay_text(result: SpeculativeResult, tokenizer: Any) -> Text:
-    """The generated text, each token styled by how it was produced."""
+    """The generated text, each token styled by how it was produced; special tokens are not shown."""
     text = Text()
+    special = _special_ids(tokenizer)
     for r in result.rounds:
         for t in r.proposed[: r.n_accepted]:
-            text.append(_tok(tokenizer, t), style=STYLES["accepted"])
-        if r.next_token is not None:
+            if t not in special:
+                text.append(_tok(tokenizer, t), style=STYLES["accepted"])
+        if r.next_token is not None and r.next_token not in special:
             text.append(_tok(tokenizer, r.next_token), style=STYLES[r.next_kind])
         if r.stop_reason in ("entropy", "pmin"):
             text.append("¦", style=STYLES["early-stop"])
@@ -63,23 +83,40 @@ def legend() -> Text:
     return t
 
 
+# Short names for the next-token kind in the rounds table (legend in its caption).
+NEXT_KIND_SHORT = {"correction": "corr", "bonus": "bonus"}
+
+
 def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -> Table:
-    table = Table(title="rounds", show_lines=False)
-    for col in ("#", "proposed", "kept", "next", "stop", "H draft (bits)", "draft ms", "verify ms"):
-        table.add_column(col, overflow="fold")
+    """One row per round, legible at 80 columns: tokens wrap between tokens, never inside one."""
+    table = Table(title="rounds", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("proposed (green kept, struck rejected)", ratio=3)
+    table.add_column("kept", justify="right", no_wrap=True)
+    table.add_column("next", ratio=1, min_width=12)
+    table.add_column("stop", no_wrap=True)
+    table.add_column("H bits", justify="right", no_wrap=True)
+    table.add_column("ms d/v", justify="right", no_wrap=True)
     for r in result.rounds[:max_rows]:
         proposed = Text()
         for i, t in enumerate(r.proposed):
+            if i:
+                proposed.append(" ")
             proposed.append(_tok(tokenizer, t), style=STYLES["accepted"] if r.accepted_mask[i] else
                             ("strike dim" if r.tested_mask[i] else "dim"))
-            proposed.append(" ")
-        nxt = Text("-") if r.next_token is None else Text(f"{r.next_kind}: {_tok(tokenizer, r.next_token)}",
-                                                          style=STYLES[r.next_kind])
+        nxt = Text("-") if r.next_token is None else Text(
+            f"{NEXT_KIND_SHORT.get(r.next_kind, r.next_kind)} {_tok(tokenizer, r.next_token)}",
+            style=STYLES[r.next_kind])
         h = (sum(r.draft_entropies) / len(r.draft_entropies)) if r.draft_entropies else float("nan")
         table.add_row(str(r.round), proposed, f"{r.n_accepted}/{len(r.proposed)}", nxt, r.stop_reason,
-                      "-" if math.isnan(h) else f"{h:.2f}", f"{r.draft_time_s * 1e3:.1f}", f"{r.verify_time_s * 1e3:.1f}")
+                      "-" if math.isnan(h) else f"{h:.2f}",
+                      f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}")
+    caption = ("next: corr = correction, bonus = bonus token; H bits: mean draft entropy; "
+               "ms d/v: draft / verify milliseconds")
     if len(result.rounds) > max_rows:
-        table.caption = f"{len(result.rounds) - max_rows} more rounds in rounds.csv"
+        caption += f"; {len(result.rounds) - max_rows} more rounds in rounds.csv"
+    table.caption = caption
+    table.caption_justify = "left"
     return table
 
 
@@ -118,8 +155,9 @@ def acceptance_panel(result: SpeculativeResult) -> Panel:
         f"accepted-length histogram   {s['accepted_length_histogram']}   (full-gamma rounds)",
         f"truncated geometric         [{', '.join(_fmt(e, '.1f') for e in s['geometric_expected'])}]   "
         f"chi-square p = {_fmt(s['geometric_p_value'], '.3g')}",
-        f"time: prefill {s['prefill_time_s']:.3f}s  draft {s['draft_time_s']:.3f}s  verify {s['verify_time_s']:.3f}s  "
-        f"overhead {s['overhead_time_s']:.3f}s  ({_fmt(s['tokens_per_s'], '.1f')} tokens/s)",
+        f"time (s)                    prefill {s['prefill_time_s']:.3f}  draft {s['draft_time_s']:.3f}  "
+        f"verify {s['verify_time_s']:.3f}",
+        f"                            overhead {s['overhead_time_s']:.3f}  ({_fmt(s['tokens_per_s'], '.1f')} tokens/s)",
     ]
     return Panel("\n".join(lines), title=f"acceptance: {result.draft_name}, gamma={result.gamma}"
                  + (f", adaptive {result.adaptive}" if result.adaptive else ""), expand=False)
@@ -173,7 +211,7 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
 def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, model_info: dict[str, Any],
                      seed: int | None) -> str:
     s = acceptance_summary(result)
-    text = tokenizer.decode(result.tokens) if tokenizer is not None else " ".join(map(str, result.tokens))
+    text = answer_text(tokenizer, result.tokens)
     lines = [
         f"# lab speculate: {visible(prompt)[:80]}",
         "",
@@ -214,30 +252,76 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
 # --------------------------------------------------------------------------- bench
 
 
-def bench_table(bench: dict[str, Any]) -> Table:
-    table = Table(title=f"lab bench: draft {bench['draft']}")
-    for col in ("method", "tok/s median", "min", "max", "speedup", "alpha", "tau", "predicted", "efficiency",
-                "overhead", "same tokens"):
-        table.add_column(col, justify="right" if col != "method" else "left")
+def method_label(name: str) -> str:
+    """Short method name for 80-column tables (:data:`METHOD_LEGEND` explains them)."""
+    if name == "target-only (lab loop)":
+        return "target lab"
+    if name == "target-only (transformers generate)":
+        return "target hf"
+    if name.startswith("transformers assisted gamma="):
+        return "hf assist g" + name.split("=", 1)[1]
+    if name.startswith("speculative gamma="):
+        rest = name[len("speculative gamma="):]
+        gamma, _, adaptive = rest.partition(" adaptive=")
+        return f"spec g{gamma}" + (f" {adaptive}" if adaptive else "")
+    return name
+
+
+METHOD_LEGEND = ("target lab / target hf: target-only decoding, the lab's KV-cache loop / transformers generate; "
+                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named); "
+                 "hf assist gN: transformers' assisted generation at gamma=N")
+
+
+def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
+    """Throughput of every method, and the speculative figures, each fitting 80 columns."""
+    speed = Table(title=f"lab bench: draft {bench['draft']}", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption="tok/s: decode tokens/s, median and min-max over repeats; speedup: over target lab; "
+                          "same: same tokens as target lab", caption_justify="left")
+    speed.add_column("method", no_wrap=True)
+    for col in ("tok/s", "min", "max", "speedup", "same"):
+        speed.add_column(col, justify="right", no_wrap=True)
+    spec = Table(title="speculative methods", title_justify="left", box=box.SIMPLE_HEAD,
+                 caption="predicted: speedup from the measured alpha and step times; efficiency = speedup / "
+                         "predicted; overhead: share of decode time outside forward passes", caption_justify="left")
+    spec.add_column("method", no_wrap=True)
+    for col in ("alpha", "tau", "predicted", "efficiency", "overhead"):
+        spec.add_column(col, justify="right", no_wrap=True)
     for name, m in bench["methods"].items():
         t = m["tokens_per_s"]
-        table.add_row(name, _fmt(t["median"], ".1f"), _fmt(t["min"], ".1f"), _fmt(t["max"], ".1f"),
-                      _fmt(m.get("measured_speedup"), ".2f"), _fmt(m.get("alpha")), _fmt(m.get("tau"), ".2f"),
-                      _fmt(m.get("speedup_predicted_from_measured_times"), ".2f"), _fmt(m.get("efficiency"), ".2f"),
-                      _fmt(m.get("overhead_fraction"), ".1%"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
-    return table
+        speed.add_row(method_label(name), _fmt(t["median"], ".1f"), _fmt(t["min"], ".1f"), _fmt(t["max"], ".1f"),
+                      _fmt(m.get("measured_speedup"), ".2f"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
+        if "alpha" in m:
+            spec.add_row(method_label(name), _fmt(m.get("alpha")), _fmt(m.get("tau"), ".2f"),
+                         _fmt(m.get("speedup_predicted_from_measured_times"), ".2f"),
+                         _fmt(m.get("efficiency"), ".2f"), _fmt(m.get("overhead_fraction"), ".1%"))
+    return speed, (spec if spec.row_count else None)
 
 
-def targets_panel(bench: dict[str, Any]) -> Panel:
-    lines = [f"{'met ' if t['met'] else 'MISS'}  {t['target']}: {_fmt(t['value'], '.2f')}" for t in bench["targets"]]
+def bench_table(bench: dict[str, Any]) -> Table:
+    """The throughput table (see :func:`render_bench` for the full view)."""
+    return _bench_tables(bench)[0]
+
+
+def comparisons_panel(bench: dict[str, Any]) -> Panel:
+    """The comparisons stated as measured (no pass/fail against internal targets)."""
+    lines = [c["text"] for c in bench.get("comparisons", [])]
     for name, err in bench["assisted_errors"].items():
-        lines.append(f"refused  {name}: {err}")
-    return Panel("\n".join(lines) or "no targets", title="targets", expand=False)
+        lines.append(f"transformers refused {name}: {err}")
+    return Panel("\n".join(lines) or "nothing to compare", title="comparisons", title_align="left")
 
 
 def render_bench(bench: dict[str, Any], console: Console) -> None:
-    console.print(bench_table(bench))
-    console.print(targets_panel(bench))
+    from lab.machine import busy_warning
+
+    speed, spec = _bench_tables(bench)
+    console.print(speed)
+    if spec is not None:
+        console.print(spec)
+    console.print(Text(METHOD_LEGEND, style="dim"))
+    console.print(comparisons_panel(bench))
+    warning = busy_warning(bench.get("machine_load") or {})
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
 
 
 def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
@@ -279,14 +363,22 @@ def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
 
 
 def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) -> str:
+    from lab.machine import busy_warning
+
     cfg = bench["config"]
+    load = bench.get("machine_load") or {}
+    warning = busy_warning(load)
     lines = [
         "# lab bench: speculative decoding on this machine",
         "",
+        *([f"> **{warning}**", ""] if warning else []),
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}); draft "
         f"{bench['draft']}; greedy; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
         f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
         f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
+        *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
+           f"{_fmt(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+          if load else []),
         "",
         "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
         "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | same tokens |",
@@ -303,9 +395,8 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
             f"{_fmt(m.get('speedup_theory_time_ratio'), '.2f')} | {_fmt(m.get('speedup_theory_flops'), '.2f')} | "
             f"{_fmt(m.get('efficiency'), '.2f')} | {_fmt(m.get('overhead_fraction'), '.1%')} | "
             f"{_fmt(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
-    lines += ["", "## Targets", ""]
-    for t in bench["targets"]:
-        lines.append(f"- {'met' if t['met'] else '**missed**'}: {t['target']} (measured {_fmt(t['value'], '.2f')})")
+    lines += ["", "## Comparisons", ""]
+    lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
     for name, err in bench["assisted_errors"].items():
         lines.append(f"- transformers refused {name}: {err}")
     lines += [
