@@ -21,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.machine import busy_warning
 from lab.tracker import StepRecord, TrackResult
 
 
@@ -303,27 +304,38 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
     for name, value in _bench_rows(report):
         table.add_row(Text(name), Text(value))
     console.print(table)
-    verdict = report["overhead_pct_median"] < report["goal_pct"]
-    console.print(Text(f"goal < {report['goal_pct']:g} % (medians): {'met' if verdict else 'NOT met'}",
-                       style="green" if verdict else "red"))
+    console.print(Text(overhead_sentence(report)))
+    warning = busy_warning(report.get("machine_load") or {})
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
+
+
+def overhead_sentence(report: dict[str, Any]) -> str:
+    """The measured overhead in words (medians, with the minima beside)."""
+    return (f"The tracker adds {report['overhead_pct_median']:+.2f} % to decode time (medians; "
+            f"{report['overhead_pct_min']:+.2f} % between the fastest runs), "
+            f"{report['torch_threads']} torch thread(s).")
 
 
 def bench_markdown(report: dict[str, Any]) -> str:
     """``summary.md`` of a bench-tracker run."""
     model, st = report["model"], report["settings"]
     mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
-    met = report["overhead_pct_median"] < report["goal_pct"]
+    load = report.get("machine_load") or {}
+    warning = busy_warning(load)
     lines = [
         "# Entropy tracker overhead", "",
+        *([f"> **{warning}**", ""] if warning else []),
         f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
         f"- **runs**: {report['repeats']} alternating off/on pairs after one warm-up pair; "
         f"{report['tokens_per_run']} new tokens each (EOS ignored), {mode}; prompt of "
         f"{report['prompt_tokens']} tokens, V = {report['vocab_size']}",
         f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs, "
-        f"torch threads {report.get('torch_threads')}", "",
+        f"torch threads {report.get('torch_threads')}"
+        + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
         "| measure | value |", "|---|---:|",
         *[f"| {name} | {value} |" for name, value in _bench_rows(report)], "",
-        f"**Goal** (overhead of medians < {report['goal_pct']:g} %): {'met' if met else 'not met'}.", "",
+        overhead_sentence(report), "",
         "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",
         "spread (min to max) shows how much load noise there is; the statistics-alone line is",
         "measured without the model and is the tracker's own cost per step.", "",

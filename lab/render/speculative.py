@@ -91,7 +91,7 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
     """One row per round, legible at 80 columns: tokens wrap between tokens, never inside one."""
     table = Table(title="rounds", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("proposed (green kept, struck rejected)", ratio=3)
+    table.add_column("proposed", ratio=3)
     table.add_column("kept", justify="right", no_wrap=True)
     table.add_column("next", ratio=1, min_width=12)
     table.add_column("stop", no_wrap=True)
@@ -111,8 +111,8 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
         table.add_row(str(r.round), proposed, f"{r.n_accepted}/{len(r.proposed)}", nxt, r.stop_reason,
                       "-" if math.isnan(h) else f"{h:.2f}",
                       f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}")
-    caption = ("next: corr = correction, bonus = bonus token; H bits: mean draft entropy; "
-               "ms d/v: draft / verify milliseconds")
+    caption = ("proposed: green kept, struck rejected, dim untested; next: corr = correction, bonus = bonus "
+               "token; H bits: mean draft entropy; ms d/v: draft / verify milliseconds")
     if len(result.rounds) > max_rows:
         caption += f"; {len(result.rounds) - max_rows} more rounds in rounds.csv"
     table.caption = caption

@@ -90,4 +90,6 @@ def test_cli_bench_sinks_short_lengths_writes_report(tmp_path):
     data = read_json(_only_report(out) / "bench.json")
     assert [r["mode"] for r in data["results"]] == ["sdpa", "capture", "eager"]
     assert all("error" not in r and r["seconds"] > 0 for r in data["results"]), data["results"]
-    assert data["targets"]["length"] == 64
+    assert data["comparison"]["length"] == 64 and data["comparison"]["time_ratio"] > 0
+    assert data["machine_load"]["threads"] == data["torch_threads"]
+    assert len(data["machine_load"]["samples"]) == 2 * len(data["results"])
