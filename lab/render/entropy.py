@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -85,11 +85,16 @@ def sparkline(values: Sequence[float], *, hi: float | None = None, width: int = 
     return "".join(SPARK_BLOCKS[min(n, max(0, int(round(v / top * n))))] for v in vals)
 
 
-def coloured_text(result: TrackResult) -> Text:
-    """The generated text, each token styled by its entropy bucket (no markup parsing)."""
+def coloured_text(result: TrackResult, special_ids: Collection[int] = ()) -> Text:
+    """The generated text, each token styled by its entropy bucket (no markup parsing).
+
+    Tokens in ``special_ids`` (``<|im_end|>`` and the like) stay in the ids and the
+    tables but are not shown in the answer, as ``result.text`` leaves them out.
+    """
     text = Text()
     for s in result.steps:
-        text.append(s.token_text, style=bucket_for(s.normalized_entropy).style)
+        if s.token_id not in special_ids:
+            text.append(s.token_text, style=bucket_for(s.normalized_entropy).style)
     return text
 
 
@@ -145,14 +150,18 @@ def settings_line(result: TrackResult) -> str:
     return f"{mode}, max_new_tokens={st.max_new_tokens}, stop={result.stop_reason}"
 
 
-def render_result(result: TrackResult, console: Console, *, prompt: str | None = None, model_name: str = "") -> None:
-    """Print the full terminal view of a tracked decode to ``console`` (stdout)."""
+def render_result(result: TrackResult, console: Console, *, prompt: str | None = None, model_name: str = "",
+                  special_ids: Collection[int] = ()) -> None:
+    """Print the full terminal view of a tracked decode to ``console`` (stdout).
+
+    ``special_ids``: token ids not shown in the answer (the tokenizer's ``all_special_ids``).
+    """
     header = Text()
     if prompt is not None:
         header.append("prompt: ", style="bold")
         header.append(prompt + "\n")
     header.append(f"{model_name}  {settings_line(result)}", style="dim")
-    console.print(Panel(Group(header, Text(""), coloured_text(result)), title="lab entropy", title_align="left"))
+    console.print(Panel(Group(header, Text(""), coloured_text(result, frozenset(special_ids))), title="lab entropy", title_align="left"))
     console.print(legend())
     console.print(entropy_strip(result))
     summary = result.summary()
