@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -80,13 +81,21 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     return Panel(body, title="context health", expand=False)
 
 
+# Short role names for the 80-column positions table (its caption explains them).
+ROLE_LABEL = {"system-default": "system"}
+
+
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("mean attn", "right"),
-                      ("z", "right"), ("sink rate", "right"), ("sink?", "center")):
-        t.add_column(col, justify=just, no_wrap=col in ("role", "z"))
+    """One row per position, legible at 80 columns: short headers, a caption for the legend."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+              caption="attn: mean attention received per observing query; z: robust z against positions seen by as "
+                      "many queries; rate: share of heads with attn > epsilon; role system: the template's own "
+                      "system prompt; sink tail: too few observers to flag")
+    for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("attn", "right"),
+                      ("z", "right"), ("rate", "right"), ("sink", "center")):
+        t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
-        t.add_row(str(i), Text(repr(a.tokens[i])), a.roles[i], f"{float(a.received[i]):.4f}",
+        t.add_row(str(i), Text(repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
                   f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
@@ -287,7 +296,7 @@ def _gib(n: float) -> str:
 def bench_table(data: dict[str, Any]) -> Table:
     t = Table(title=f"sink capture benchmark ({data['model']})", title_justify="left")
     for col in ("method", "tokens", "seconds", "peak beyond model"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="left" if col == "method" else "right", no_wrap=col != "seconds")
     names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
     for r in data["results"]:
         if "error" in r:
