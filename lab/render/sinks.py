@@ -231,14 +231,18 @@ def calibration_table(data: dict[str, Any]) -> Table:
     t = Table(title=f"sink threshold calibration ({data['n_prompts']} prompts, "
                     f"{data['n_content_tokens']} content tokens); chosen: {data['chosen_threshold']}",
               title_justify="left")
-    for col in ("z threshold", "position 0 flagged", "content flagged", "feasible"):
-        t.add_column(col, justify="right")
+    has_long = any(r.get("long_n_prompts") for r in data["sweep"])
+    cols = ("z", "position 0", "content flagged", *(("long: pos 0", "long: content") if has_long else ()), "feasible")
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
     for r in data["sweep"]:
         if r["threshold"] * 4 % 2 and not r["feasible"]:
             continue  # keep the table short: every 0.5 outside the feasible range
+        long_cells = (f"{r['long_position0_flagged']}/{r['long_n_prompts']}",
+                      f"{r['long_content_flagged']}/{r['long_n_content']}") if has_long else ()
         t.add_row(f"{r['threshold']:.2f}", f"{r['position0_flagged']}/{r['n_prompts']}",
                   f"{r['content_flagged']}/{r['n_content']} ({r['content_flagged'] / max(1, r['n_content']):.2%})",
-                  "yes" if r["feasible"] else "")
+                  *long_cells, "yes" if r["feasible"] else "")
     return t
 
 
@@ -255,10 +259,19 @@ def calibration_markdown(data: dict[str, Any]) -> str:
         f"(current default: {data['current_default_threshold']})",
         f"- lowest position-0 z: {data['position0_z_min']:.2f}; highest content z: "
         f"{data['content_z_max'] if data['content_z_max'] is None else round(data['content_z_max'], 2)}",
-        "", "| z | position 0 flagged | content flagged | feasible |", "|---:|---:|---:|:---:|",
     ]
+    for p in data.get("long_prompts", []):
+        lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 z {p['position0_z']:.2f}; "
+                     f"highest content z {p['max_content_z']:.2f}; at the chosen threshold "
+                     f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
+                     f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
+                     f"{data['trailing_fraction']:.0%} of the queries)")
+    lines += ["", "| z | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
+              "|---:|---:|---:|---:|---:|:---:|"]
     lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
-              f"{r['content_flagged']}/{r['n_content']} | {'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
+              f"{r['content_flagged']}/{r['n_content']} | {r.get('long_position0_flagged', 0)}/"
+              f"{r.get('long_n_prompts', 0)} | {r.get('long_content_flagged', 0)}/{r.get('long_n_content', 0)} | "
+              f"{'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
     return "\n".join(lines) + "\n"
 
 
@@ -275,6 +288,9 @@ def plot_sweep(data: dict[str, Any], path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
     ax.plot(xs, p0, label="position 0 flagged (share of prompts)")
     ax.plot(xs, ct, label="content tokens flagged (share)")
+    if any(r.get("long_n_prompts") for r in data["sweep"]):
+        ax.plot(xs, [r["long_content_flagged"] / max(1, r["long_n_content"]) for r in data["sweep"]], ls="--",
+                label="content tokens flagged, long prompts (share)")
     ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
     ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
     if data["chosen_threshold"] is not None:

@@ -185,9 +185,11 @@ def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
 
     cal = {"n_prompts": 36, "n_content_tokens": 765, "chosen_threshold": 3.75,
            "sweep": [{"threshold": t / 4, "position0_flagged": 36, "n_prompts": 36, "content_flagged": 3,
-                      "n_content": 765, "feasible": t % 2 == 0} for t in range(4, 30)]}
+                      "n_content": 765, "long_position0_flagged": 1, "long_n_prompts": 1, "long_content_flagged": 12,
+                      "long_n_content": 2019, "feasible": t % 2 == 0} for t in range(4, 30)]}
     text = _render(lambda d, c: c.print(calibration_table(d)), cal)
-    assert_legible(text, "z threshold", "position 0 flagged", "content flagged", "feasible", "36/36", "3/765 (0.39%)")
+    assert_legible(text, "z", "position 0", "content flagged", "long: pos 0", "long: content", "feasible", "36/36",
+                   "3/765 (0.39%)", "12/2019")
     bench = {"model": "smollm2", "results": [
         {"mode": "sdpa", "length": 8192, "seconds": 12.3, "extra_bytes": 3e8},
         {"mode": "capture", "length": 8192, "seconds": 25.6, "extra_bytes": 6e8},

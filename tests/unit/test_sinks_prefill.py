@@ -116,6 +116,33 @@ def test_calibration_sweep_counts_and_middle_of_feasible_range():
     assert choose_threshold(rows) == 3.0  # middle of 1.0 .. 5.0
 
 
+def test_calibration_sweep_long_prompts_must_meet_the_criteria_too():
+    """A threshold that passes the short set but flags >= 1 % of a long prompt's content is infeasible."""
+    short = [_scores(6.0, [0.0] * 100)]
+    long = [_scores(9.0, [0.0] * 90 + [2.5] * 10)]  # 10 % of the long prompt's content at z = 2.5
+    rows = sweep(short, thresholds=[1.0, 2.0, 3.0], long_scores=long)
+    assert [(r.long_position0_flagged, r.long_content_flagged, r.long_n_content) for r in rows] == [
+        (1, 10, 100), (1, 10, 100), (1, 0, 100)]
+    assert [r.feasible for r in rows] == [False, False, True]
+    assert [r.feasible for r in sweep(short, thresholds=[1.0, 2.0, 3.0])] == [True, True, True]  # control
+
+
+def test_calibration_trailing_flagged_counts_only_the_last_positions():
+    z = torch.zeros(100)
+    z[95], z[50] = 9.0, 9.0
+    ps = PromptScores(id="p", z=z, observed=torch.ones(100, dtype=torch.bool), content=torch.ones(100, dtype=torch.bool))
+    assert ps.trailing_flagged(3.0) == 1 and ps.trailing_flagged(10.0) == 0
+
+
+def test_calibration_long_prompts_reach_the_length(chatml_tokenizer):
+    from lab.calibration import long_prompts
+
+    (p,) = long_prompts(chatml_tokenizer, [300])
+    assert p.id == "long-300" and len(chatml_tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) >= 290
+    with pytest.raises(ValueError, match="64"):
+        long_prompts(chatml_tokenizer, [10])
+
+
 def test_calibration_no_feasible_threshold_raises():
     rows = [SweepRow(threshold=1.0, position0_flagged=1, n_prompts=10, content_flagged=0, n_content=100)]
     with pytest.raises(ValueError, match="no threshold"):
