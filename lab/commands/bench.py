@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog, set_threads
     from lab.models import build_messages, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
-    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
     from lab.speculative import make_draft
     from lab.speculative.bench import BenchConfig, run_bench

@@ -124,7 +124,7 @@ def _bench_data(busy: bool) -> dict:
 
 
 def test_bench_view_legible_at_80_columns_and_states_comparisons():
-    from lab.render.speculative import method_label, render_bench
+    from lab.render.bench import method_label, render_bench
 
     data = _bench_data(busy=True)
     text = _render(render_bench, data)
@@ -136,7 +136,7 @@ def test_bench_view_legible_at_80_columns_and_states_comparisons():
 
 
 def test_bench_view_quiet_machine_has_no_warning():
-    from lab.render.speculative import render_bench
+    from lab.render.bench import render_bench
 
     assert "WARNING" not in _render(render_bench, _bench_data(busy=False))
 

@@ -29,7 +29,7 @@ def test_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
 
 def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     from lab.reports import report_dir, to_jsonable
-    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.render.console import stdout_console
     from lab.speculative import make_draft
     from lab.speculative.bench import BenchConfig, run_bench
