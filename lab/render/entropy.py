@@ -12,6 +12,7 @@ mean the same thing for models with different vocabulary sizes.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Sequence
@@ -62,8 +63,9 @@ def bucket_for(normalized: float) -> EntropyBucket:
 
 
 def visible(text: str) -> str:
-    """Token text with whitespace made visible, for tables (``\\n`` -> ``⏎``, space -> ``·``)."""
-    return text.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·") or "∅"
+    """Token text with whitespace made visible, for tables (``\\n`` -> ``⏎``, any space, no-break included, -> ``·``)."""
+    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
+    return text.replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
 def sparkline(values: Sequence[float], *, hi: float | None = None, width: int = SPARK_WIDTH) -> str:

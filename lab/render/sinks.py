@@ -6,6 +6,7 @@ prompt containing ``[bold]`` or ``<|im_start|>`` shows literally.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from rich import box
@@ -81,6 +82,11 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     return Panel(body, title="context health", expand=False)
 
 
+def token_repr(token: str) -> str:
+    """``repr`` of a token for tables, Unicode spaces (no-break space U+00A0 ...) shown as a space, not ``\\xa0``."""
+    return repr("".join(" " if unicodedata.category(ch) == "Zs" else ch for ch in token))
+
+
 # Short role names for the 80-column positions table (its caption explains them).
 ROLE_LABEL = {"system-default": "system"}
 
@@ -95,7 +101,7 @@ def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
                       ("z", "right"), ("rate", "right"), ("sink", "center")):
         t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
-        t.add_row(str(i), Text(repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
+        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
                   f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
