@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 POSITION0_MIN_RATE = 0.95   # issue: position 0 flagged on >= 95 % of prompts
 CONTENT_MAX_RATE = 0.01     # issue: < 1 % of content tokens flagged
 THRESHOLD_GRID = tuple(x / 4 for x in range(4, 81))  # 1.0 .. 20.0, step 0.25
+# Packaged prompt sets: the calibration set, and a held-out set the threshold is checked
+# on (also the statistical tier's set, tests/statistical/test_sinks_real.py).
+CALIBRATION_SET = "calibration_prompts.jsonl"
+HELD_OUT_SET = "sinks_held_out.jsonl"
 # Long calibration prompts: one of 2,048 tokens is where the recency artifact first
 # showed on SmolLM2 (22 trailing positions flagged by the pre-fix baseline) while one
 # prefill still takes about a minute on 2 CPU cores.
@@ -50,15 +54,15 @@ class CalibrationPrompt:
         return build_messages(self.prompt, self.system)
 
 
-def load_prompts(path: str | Path | None = None) -> list[CalibrationPrompt]:
-    """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged set.
+def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET) -> list[CalibrationPrompt]:
+    """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged ``packaged`` set.
 
     Raises:
         ValueError: a line is not valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
     """
     if path is None:
-        text = resources.files("lab").joinpath("data/calibration_prompts.jsonl").read_text(encoding="utf-8")
-        where = "lab/data/calibration_prompts.jsonl"
+        text = resources.files("lab").joinpath(f"data/{packaged}").read_text(encoding="utf-8")
+        where = f"lab/data/{packaged}"
     else:
         where = str(path)
         try:
@@ -199,6 +203,15 @@ def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOL
                      long_position0_flagged=int((long_pos0 > t).sum()), long_n_prompts=len(long_scores),
                      long_content_flagged=int((long_content > t).sum()), long_n_content=int(long_content.numel()))
             for t in thresholds]
+
+
+def evaluate(scores: Sequence[PromptScores], threshold: float) -> dict[str, int]:
+    """Raw counts at one threshold: position 0 flagged, content flagged, trailing content flagged."""
+    content = [s.candidate_content_z for s in scores]
+    return {"position0_flagged": sum(int(s.position0_z > threshold) for s in scores), "n_prompts": len(scores),
+            "content_flagged": sum(int((z > threshold).sum()) for z in content),
+            "n_content": sum(int(z.numel()) for z in content),
+            "trailing_flagged": sum(s.trailing_flagged(threshold) for s in scores)}
 
 
 def choose_threshold(rows: Sequence[SweepRow]) -> float:

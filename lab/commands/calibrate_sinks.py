@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", default=None,
                    help="JSONL prompt set, one {\"id\", \"prompt\", \"system\"?} per line "
                         "(default: the packaged lab/data/calibration_prompts.jsonl)")
+    p.add_argument("--held-out", default=None,
+                   help="JSONL prompt set the chosen threshold is checked on, with its long prompts too "
+                        "(default: the packaged lab/data/sinks_held_out.jsonl; 'none' to skip)")
     p.add_argument("--long-lengths", default="2048",
                    help="comma-separated token lengths of long uniform prompts built from the set's text, scored "
                         "too (default: 2048; 'none' to skip)")
@@ -49,8 +52,8 @@ def _long_lengths(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, TRAILING_FRACTION, choose_threshold,
-                                 load_prompts, long_prompts, score_prompts, sweep)
+    from lab.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
+                                 choose_threshold, evaluate, load_prompts, long_prompts, score_prompts, sweep)
     from lab.models import load_model
     from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES
     from lab.render.console import stderr_console, stdout_console
@@ -60,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)
     lengths = _long_lengths(args.long_lengths)
+    skip_held = args.held_out is not None and args.held_out.strip().lower() == "none"
+    held = [] if skip_held else load_prompts(args.held_out, packaged=HELD_OUT_SET)
     device = check_model_args(args)
 
     # 2. Score every prompt (progress on stderr).
@@ -71,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
                                progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
         long_scores = score_prompts(model, tokenizer, long_prompts(tokenizer, lengths, prompts),
                                     progress=lambda i, n, pid: status.update(f"long prompt {i + 1}/{n}: {pid}"))
+        held_scores = score_prompts(model, tokenizer, held,
+                                    progress=lambda i, n, pid: status.update(f"held-out prompt {i + 1}/{n}: {pid}"))
+        held_long = score_prompts(model, tokenizer, long_prompts(tokenizer, lengths, held) if held else [],
+                                  progress=lambda i, n, pid: status.update(f"held-out long prompt {i + 1}/{n}"))
 
     # 3. Sweep and choose; an infeasible set still gets its report (chosen = None).
     rows = sweep(scores, long_scores=long_scores)
@@ -100,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
                    "long_content_flagged": r.long_content_flagged, "long_n_content": r.long_n_content,
                    "feasible": r.feasible} for r in rows],
         "trailing_fraction": TRAILING_FRACTION,
+        "held_out": None if chosen is None or not held else {
+            "prompts": args.held_out or f"lab/data/{HELD_OUT_SET}", "threshold": chosen,
+            "short": evaluate(held_scores, chosen), "long": evaluate(held_long, chosen) if held_long else None,
+            "long_n_tokens": [int(s.z.numel()) for s in held_long]},
         "long_prompts": [{"id": s.id, "n_tokens": int(s.z.numel()), "position0_z": s.position0_z,
                           "max_content_z": float(s.candidate_content_z.max()),
                           "n_content": int(s.candidate_content_z.numel()),

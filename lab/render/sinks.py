@@ -272,6 +272,17 @@ def calibration_markdown(data: dict[str, Any]) -> str:
                      f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
                      f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
                      f"{data['trailing_fraction']:.0%} of the queries)")
+    held = data.get("held_out")
+    if held:
+        h = held["short"]
+        lines.append(f"- held-out set ({held['prompts']}) at {held['threshold']}: position 0 flagged on "
+                     f"{h['position0_flagged']}/{h['n_prompts']} prompts; content {h['content_flagged']}/"
+                     f"{h['n_content']} flagged")
+        if held.get("long"):
+            hl = held["long"]
+            lines.append(f"- held-out long prompts ({', '.join(map(str, held['long_n_tokens']))} tokens): position 0 "
+                         f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
+                         f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
     lines += ["", "| z | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
               "|---:|---:|---:|---:|---:|:---:|"]
     lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "

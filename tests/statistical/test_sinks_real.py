@@ -1,7 +1,7 @@
 """Sink detection on the embedded model over held-out prompts: count-based acceptance criteria.
 
-The prompts below are NOT in the calibration set (lab/data/calibration_prompts.jsonl),
-so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
+The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
+(lab/data/calibration_prompts.jsonl), so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
 is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
@@ -28,6 +28,7 @@ import torch
 from scipy.stats import binom
 
 from lab.attention_capture import capture_received
+from lab.calibration import HELD_OUT_SET, load_prompts
 from lab.models import build_messages
 from lab.prefill import DEFAULT_THRESHOLD, score_positions
 from lab.structure import ROLE_CONTENT, analyze_structure
@@ -38,34 +39,8 @@ CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
 CONTROL_LOW_THRESHOLD = 0.5
 CONTROL_HIGH_THRESHOLD = 50.0
 
-HELD_OUT = [
-    ("Name three rivers in Africa.", None),
-    ("How does a refrigerator keep food cold?", None),
-    ("Write a limerick about a cat who loves coffee.", None),
-    ("What's the difference between a virus and a bacterium?", None),
-    ("Convert 72 degrees Fahrenheit to Celsius and show the formula.", None),
-    ("Suggest a name for a bakery that specializes in sourdough.", None),
-    ("Explain what a hash table is, with a short example in JavaScript.", None),
-    ("Who painted the Mona Lisa, and roughly when?", None),
-    ("Give two arguments for and two against nuclear power.", None),
-    ("Rewrite this sentence in the passive voice: The committee approved the budget.", None),
-    ("What should I pack for a three-day hiking trip in the mountains?", None),
-    ("Why is the sky blue during the day but red at sunset?", None),
-    ("Count the vowels in the word 'encyclopedia'.", None),
-    ("Describe the water cycle in four steps.", None),
-    ("What does HTTP status code 404 mean?", None),
-    ("Tell me a fun fact about octopuses.", None),
-    ("Write a regular expression that matches a US ZIP code.", None),
-    ("How many minutes are there in a week?", None),
-    ("Qual è la capitale del Portogallo?", None),
-    ("Summarize the plot of Romeo and Juliet in two sentences.", None),
-    ("What is 15% of 240?", "You are a calculator. Reply with the number only."),
-    ("Recommend a book for someone who liked The Hobbit.", "You are a friendly librarian."),
-    ("Explain recursion.", "Explain like I'm five."),
-    ("The meeting moved from Monday to Thursday because the client's flight was delayed by the storm. "
-     "Please draft a short note to the team explaining the change and asking them to update their calendars.",
-     None),
-]
+# The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
+HELD_OUT = [(p.prompt, p.system) for p in load_prompts(packaged=HELD_OUT_SET)]
 
 
 @pytest.fixture(scope="module")

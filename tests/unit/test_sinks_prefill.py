@@ -143,6 +143,16 @@ def test_calibration_long_prompts_reach_the_length(chatml_tokenizer):
         long_prompts(chatml_tokenizer, [10])
 
 
+def test_calibration_packaged_held_out_set_is_disjoint_from_calibration_set():
+    from lab.calibration import HELD_OUT_SET, evaluate
+
+    held, cal = load_prompts(packaged=HELD_OUT_SET), load_prompts()
+    assert len(held) >= 20 and not {p.prompt for p in held} & {p.prompt for p in cal}
+    counts = evaluate([_scores(6.0, [0.0] * 99 + [4.0]), _scores(2.0, [0.0] * 100)], 3.0)
+    assert counts == {"position0_flagged": 1, "n_prompts": 2, "content_flagged": 1, "n_content": 200,
+                      "trailing_flagged": 0}
+
+
 def test_calibration_no_feasible_threshold_raises():
     rows = [SweepRow(threshold=1.0, position0_flagged=1, n_prompts=10, content_flagged=0, n_content=100)]
     with pytest.raises(ValueError, match="no threshold"):
