@@ -148,9 +148,9 @@ def test_calibration_packaged_held_out_set_is_disjoint_from_calibration_set():
 
     held, cal = load_prompts(packaged=HELD_OUT_SET), load_prompts()
     assert len(held) >= 20 and not {p.prompt for p in held} & {p.prompt for p in cal}
-    counts = evaluate([_scores(6.0, [0.0] * 99 + [4.0]), _scores(2.0, [0.0] * 100)], 3.0)
-    assert counts == {"position0_flagged": 1, "n_prompts": 2, "content_flagged": 1, "n_content": 200,
-                      "trailing_flagged": 0}
+    counts = evaluate([_scores(6.0, [4.0] + [0.0] * 99), _scores(2.0, [0.0] * 99 + [4.0])], 3.0)
+    assert counts == {"position0_flagged": 1, "n_prompts": 2, "content_flagged": 2, "n_content": 200,
+                      "trailing_flagged": 1}
 
 
 def test_calibration_no_feasible_threshold_raises():
