@@ -160,8 +160,10 @@ def observer_matched_z(values: torch.Tensor, exclude=(), *, bin_ratio: float = O
     bins ``[n0 * r^j, n0 * r^(j+1))`` (``r = bin_ratio``, ``n0`` the smallest ``n`` in
     ``B``), neighbouring bins merged until each holds ``>= min_bin`` positions. Each
     bin gives a point ``(median log n, median log v)``; ``c(n)`` is the piecewise-linear
-    interpolation of those points in ``log n`` (extended linearly past the end points,
-    so it is exact for any power law ``v = a * n^b``). Then, with residuals
+    interpolation of those points in ``log n``; past the outer points it is the higher
+    of the end value and the end segment's straight line, so extrapolation never lowers
+    the bar. A power law ``v = a * n^b`` is reproduced exactly between the points and,
+    for ``b <= 0`` (late keys get more), below the first one. Then, with residuals
     ``r_k = log v_k - c(n_k)``,
 
     ``z_k = (r_k - median_B(r)) / max(MAD_B(r), mad_floor)`` (normal-consistent MAD).
