@@ -1,9 +1,12 @@
 """Calibrating the sink threshold on a prompt set (model-facing; no rendering).
 
-Criteria (issue 3, Part 2): at the default threshold, position 0 is flagged on at
-least 95 % of prompts and fewer than 1 % of content tokens are flagged. The sweep
-keeps raw counts per threshold (flagged prompts, flagged content tokens and their
-totals); rates are derived from them. :func:`choose_threshold` takes the middle of
+Criteria (issue 3, Part 2; issue 11, item 2): at the default threshold, position 0
+is flagged on at least 95 % of prompts and fewer than 1 % of content tokens are
+flagged, both on the short prompt set and on long prompts (:func:`long_prompts`: the
+set's text repeated to a few thousand tokens, where a baseline blind to the number of
+observing queries flagged the trailing positions). The sweep keeps raw counts per
+threshold (flagged prompts, flagged content tokens and their totals, short and long
+apart); rates are derived from them. :func:`choose_threshold` takes the middle of
 the feasible range of grid values (those meeting both criteria), which leaves the
 largest margin to both criteria on prompts unlike the calibration set.
 """
@@ -29,6 +32,16 @@ logger = logging.getLogger(__name__)
 POSITION0_MIN_RATE = 0.95   # issue: position 0 flagged on >= 95 % of prompts
 CONTENT_MAX_RATE = 0.01     # issue: < 1 % of content tokens flagged
 THRESHOLD_GRID = tuple(x / 4 for x in range(4, 81))  # 1.0 .. 20.0, step 0.25
+# Packaged prompt sets: the calibration set, and a held-out set the threshold is checked
+# on (also the statistical tier's set, tests/statistical/test_sinks_real.py).
+CALIBRATION_SET = "calibration_prompts.jsonl"
+HELD_OUT_SET = "sinks_held_out.jsonl"
+# Long calibration prompts: one of 2,048 tokens is where the recency artifact first
+# showed on SmolLM2 (22 trailing positions flagged by the pre-fix baseline) while one
+# prefill still takes about a minute on 2 CPU cores.
+LONG_LENGTHS = (2048,)
+# "Trailing" positions, for the report: those seen by fewer than this share of the queries.
+TRAILING_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -41,15 +54,15 @@ class CalibrationPrompt:
         return build_messages(self.prompt, self.system)
 
 
-def load_prompts(path: str | Path | None = None) -> list[CalibrationPrompt]:
-    """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged set.
+def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET) -> list[CalibrationPrompt]:
+    """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged ``packaged`` set.
 
     Raises:
         ValueError: a line is not valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
     """
     if path is None:
-        text = resources.files("lab").joinpath("data/calibration_prompts.jsonl").read_text(encoding="utf-8")
-        where = "lab/data/calibration_prompts.jsonl"
+        text = resources.files("lab").joinpath(f"data/{packaged}").read_text(encoding="utf-8")
+        where = f"lab/data/{packaged}"
     else:
         where = str(path)
         try:
@@ -72,6 +85,24 @@ def load_prompts(path: str | Path | None = None) -> list[CalibrationPrompt]:
         out.append(CalibrationPrompt(id=row["id"], prompt=row["prompt"], system=row.get("system")))
     if not out:
         raise ValueError(f"{where} holds no prompts")
+    return out
+
+
+def long_prompts(tokenizer: Any, lengths: Sequence[int] = LONG_LENGTHS,
+                 prompts: Sequence[CalibrationPrompt] | None = None) -> list[CalibrationPrompt]:
+    """Long, uniform prompts: the prompt set's text joined and repeated to about ``length`` tokens each.
+
+    Raises:
+        ValueError: a length below 64 tokens.
+    """
+    if any(n < 64 for n in lengths):
+        raise ValueError(f"long lengths={list(lengths)!r} must each be >= 64 tokens")
+    text = " ".join(p.prompt for p in (prompts or load_prompts()))
+    piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+    out = []
+    for n in lengths:
+        ids = (piece * (n // len(piece) + 1))[:n]
+        out.append(CalibrationPrompt(id=f"long-{n}", prompt=tokenizer.decode(ids)))
     return out
 
 
@@ -100,6 +131,12 @@ class PromptScores:
         """z of content positions that may be flagged (observed)."""
         return self.z[self.content & self.observed]
 
+    def trailing_flagged(self, threshold: float) -> int:
+        """Observed content positions seen by < TRAILING_FRACTION of the queries with z > threshold."""
+        s = self.z.numel()
+        trailing = torch.arange(s, 0, -1) < TRAILING_FRACTION * s
+        return int((self.content & self.observed & trailing & (self.z > threshold)).sum())
+
 
 def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
                   min_observers: int = MIN_OBSERVING_QUERIES,
@@ -119,13 +156,17 @@ def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPromp
 
 @dataclass(frozen=True)
 class SweepRow:
-    """Raw counts at one threshold."""
+    """Raw counts at one threshold (``long_*``: the long prompts, 0 when none were scored)."""
 
     threshold: float
     position0_flagged: int
     n_prompts: int
     content_flagged: int
     n_content: int
+    long_position0_flagged: int = 0
+    long_n_prompts: int = 0
+    long_content_flagged: int = 0
+    long_n_content: int = 0
 
     @property
     def position0_rate(self) -> float:
@@ -137,11 +178,16 @@ class SweepRow:
 
     @property
     def feasible(self) -> bool:
-        return self.position0_rate >= POSITION0_MIN_RATE and self.content_rate < CONTENT_MAX_RATE
+        short = self.position0_rate >= POSITION0_MIN_RATE and self.content_rate < CONTENT_MAX_RATE
+        if not self.long_n_prompts:
+            return short
+        return (short and self.long_position0_flagged / self.long_n_prompts >= POSITION0_MIN_RATE
+                and self.long_content_flagged / max(1, self.long_n_content) < CONTENT_MAX_RATE)
 
 
-def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOLD_GRID) -> list[SweepRow]:
-    """Counts of flagged position-0s and content tokens at each threshold.
+def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOLD_GRID,
+          long_scores: Sequence[PromptScores] = ()) -> list[SweepRow]:
+    """Counts of flagged position-0s and content tokens at each threshold, short and long prompts apart.
 
     Raises:
         ValueError: no scores or no thresholds.
@@ -150,9 +196,22 @@ def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOL
         raise ValueError("sweep needs at least one prompt's scores and one threshold")
     pos0 = torch.tensor([s.position0_z for s in scores])
     content = torch.cat([s.candidate_content_z for s in scores])
+    long_pos0 = torch.tensor([s.position0_z for s in long_scores])
+    long_content = torch.cat([s.candidate_content_z for s in long_scores]) if long_scores else torch.empty(0)
     return [SweepRow(threshold=float(t), position0_flagged=int((pos0 > t).sum()), n_prompts=len(scores),
-                     content_flagged=int((content > t).sum()), n_content=int(content.numel()))
+                     content_flagged=int((content > t).sum()), n_content=int(content.numel()),
+                     long_position0_flagged=int((long_pos0 > t).sum()), long_n_prompts=len(long_scores),
+                     long_content_flagged=int((long_content > t).sum()), long_n_content=int(long_content.numel()))
             for t in thresholds]
+
+
+def evaluate(scores: Sequence[PromptScores], threshold: float) -> dict[str, int]:
+    """Raw counts at one threshold: position 0 flagged, content flagged, trailing content flagged."""
+    content = [s.candidate_content_z for s in scores]
+    return {"position0_flagged": sum(int(s.position0_z > threshold) for s in scores), "n_prompts": len(scores),
+            "content_flagged": sum(int((z > threshold).sum()) for z in content),
+            "n_content": sum(int(z.numel()) for z in content),
+            "trailing_flagged": sum(s.trailing_flagged(threshold) for s in scores)}
 
 
 def choose_threshold(rows: Sequence[SweepRow]) -> float:

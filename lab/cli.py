@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 
 # Subcommand modules, in the order `lab --help` lists them.
@@ -40,6 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def flag_names(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """``{dest: "--flag"}`` for the options of one subcommand (``max_new_tokens`` -> ``--max-new-tokens``)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: max(a.option_strings, key=len) for a in sub.choices[command]._actions
+            if a.option_strings and a.dest not in ("help", "worker")}
+
+
+def as_typed(message: str, flags: dict[str, str]) -> str:
+    """Name arguments in an error as the user typed them: ``max_new_tokens=0`` -> ``--max-new-tokens=0``.
+
+    The library's ``ValueError`` messages name Python parameters (``name=value``); at the
+    CLI boundary every parameter that is also one of the command's flags is rewritten to
+    the flag. Names already written as flags, and parameters that are no flag, are kept.
+    """
+    if not flags:
+        return message
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")=")
+    return pattern.sub(lambda m: flags[m.group(1)] + "=", message)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
@@ -56,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ValueError, ModelUnavailableError, FileExistsError) as exc:
         logging.getLogger("lab").debug("failed", exc_info=True)
-        print(f"lab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"lab {args.command}: error: {as_typed(str(exc), flag_names(parser, args.command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted; no report was written", file=sys.stderr)

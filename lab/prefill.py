@@ -10,17 +10,26 @@ Decision rule. Let ``per_head[l, h, k]`` be the attention key ``k`` receives per
 observing query in layer ``l``, head ``h``; ``received[k]`` its arithmetic mean over
 layers and heads (reported) and ``typical[k]`` its geometric mean (scored). Then
 
-* ``z = robust_z(typical, exclude=...)``: log-scale robust z against a baseline of
-  the *prose* positions (content and any template-injected system prompt), leaving
-  out template markers (expected sinks) and the tail (below);
+* ``z = observer_matched_z(typical, exclude=...)``: the robust log-MAD z of
+  :func:`lab.sinks.robust_z`, but against a baseline that depends on how many
+  queries see the position: key ``k`` is seen by ``S - k`` queries, all within
+  ``S - k`` tokens, and queries attend mostly to their recent past, so late keys get
+  a higher mean score from position alone. The baseline at ``k`` interpolates the
+  medians of *prose* positions (content and any template-injected system prompt)
+  binned by observer count (one octave per bin, >= 32 positions each), leaving out
+  template markers (expected sinks) and the tail (below). A prompt with at most 32
+  baseline positions has one bin: the plain global median of the robust log-MAD z.
+  Before this (issue 11), a 7,974-token uniform prompt had 94 "content sinks", all
+  among its last 181 positions.
 * a position is a sink when ``z > threshold`` and it is observed by at least
   :data:`MIN_OBSERVING_QUERIES` queries.
 
 The tail: position ``k`` is seen by only ``S - k`` queries, so the last few scores
-average one to a handful of rows, are noisy and are inflated by each query's
-attention to itself and its neighbours. Positions with fewer than
-:data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of the
+average one to a handful of rows and are too noisy to judge. Positions with fewer
+than :data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of the
 baseline; their scores are still reported.
+
+Calibration (``lab calibrate-sinks``; figures in :data:`DEFAULT_THRESHOLD`'s comment).
 """
 
 from __future__ import annotations
@@ -33,18 +42,27 @@ from typing import Any, Sequence
 import torch
 
 from lab.attention_capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
-from lab.sinks import DEFAULT_EPSILON, LOG_FLOOR, context_health, robust_z, sink_rate
+from lab.sinks import DEFAULT_EPSILON, LOG_FLOOR, context_health, observer_matched_z, sink_rate
 from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
 
 logger = logging.getLogger(__name__)
 
 # Calibrated with `lab calibrate-sinks` on the embedded model (SmolLM2-135M-Instruct,
 # float32, CPU) over the 36 prompts of lab/data/calibration_prompts.jsonl (765
-# observed content tokens): thresholds 2.25..5.0 meet both criteria (position 0
-# flagged on >= 95 % of prompts, < 1 % of content tokens flagged); 3.5 is the middle
-# of that range. At 3.5: position 0 flagged on 36/36 prompts (its lowest z is 4.90),
-# content tokens flagged 0/765 (highest content z 2.89).
-DEFAULT_THRESHOLD = 3.5
+# observed content tokens) and one 2,078-token uniform prompt built from them:
+# thresholds 2.5..5.0 meet both criteria on both (position 0 flagged on >= 95 % of
+# prompts, < 1 % of content tokens flagged); 3.75 is the middle of that range. At 3.75:
+# - calibration set: position 0 flagged on 36/36 prompts (lowest z 4.90), content
+#   0/765 (highest content z 3.64);
+# - long calibration prompt: position 0 flagged (z 14.7), content 0/2,047, trailing 0;
+# - held-out set (tests/statistical/test_sinks_real.py): position 0 24/24 (lowest z
+#   5.24), content 0/289 (highest 2.98); its 2,030-token repetition: content 1/1,999
+#   (an early repetition), trailing 0 (the pre-fix baseline flagged 22 trailing);
+# - long prompts, not used for calibration: a 7,980-token repetition of one sentence:
+#   content 25/7,949 (0.3 %, all among the first 12 repetitions of the sentence, which
+#   later copies attend to), trailing 0 (pre-fix: 77, all trailing); 7,930 tokens of
+#   the study prompts' text: content 0/7,899 (pre-fix: 159, 158 trailing).
+DEFAULT_THRESHOLD = 3.75
 
 # A position must be observed by at least this many queries (S - k >= 8) to be
 # flagged or to enter the baseline; below that its score averages < 8 rows.
@@ -157,7 +175,8 @@ def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
     baseline = observed & prose
     if not baseline.any():  # a prompt that is all template: fall back to every observed position
         baseline = observed
-    return SinkScores(received=received, typical=typical, z=robust_z(typical, exclude=~baseline), observed=observed)
+    z = observer_matched_z(typical, exclude=~baseline)
+    return SinkScores(received=received, typical=typical, z=z, observed=observed)
 
 
 def _check_threshold(threshold: float, epsilon: float) -> None:

@@ -17,9 +17,9 @@ import math
 import os
 import platform
 import re
+import secrets
 import shutil
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -149,6 +149,23 @@ class ReportDir:
         return self.path / name
 
 
+def _make_staging(root: Path, dirname: str) -> Path:
+    """A new hidden ``.<dirname>.partial-XXXXXXXX`` directory with the user's normal permissions.
+
+    ``os.mkdir`` applies the process umask (0o777 & ~umask, e.g. 0o755), unlike
+    ``tempfile.mkdtemp``, which always gives 0o700: the staging directory becomes the
+    report, and a report is a folder the user shares like any other.
+    """
+    for _ in range(100):
+        path = root / f".{dirname}.partial-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a staging directory for {dirname} in {root}")
+
+
 @contextmanager
 def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
     """Write a report directory atomically.
@@ -173,7 +190,7 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
     final = root / dirname
     if final.exists():
         raise FileExistsError(f"report directory {final} already exists")
-    staging = Path(tempfile.mkdtemp(prefix=f".{dirname}.partial-", dir=root))
+    staging = _make_staging(root, dirname)
     report = ReportDir(staging, final)
     try:
         yield report

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg
+from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
+    add_threads_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -73,9 +74,10 @@ def run(args: argparse.Namespace) -> int:
     from lab.commands.speculate import _draft_spec
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
+    from lab.machine import LoadLog, set_threads
     from lab.models import build_messages, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
-    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
     from lab.speculative import make_draft
     from lab.speculative.bench import BenchConfig, run_bench
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                          repeats=args.repeats, assisted=not args.no_assisted)
     prompts = _prompts(args.prompts)
     device = check_model_args(args)
+    threads = set_threads(args.threads)
     draft_spec = _draft_spec(args)
     check_draft_spec(draft_spec)  # syntax and model name, before the target loads
 
@@ -97,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
     for prompt_ids in ids:  # before any decoding
         check_context(model, prompt_ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
+    load_log = LoadLog(threads=threads)
     with err.status("benchmarking") as status:
         bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
-                          progress=lambda msg: status.update(msg))
+                          progress=lambda msg: status.update(msg), load_log=load_log)
 
     # 3. Show, then 4. write the report atomically.
     from lab.reports import to_jsonable

@@ -21,10 +21,8 @@ import argparse
 import statistics
 import time
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg
+from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
 
-# The goal for the tracker's overhead on decode time, in percent.
-OVERHEAD_GOAL_PCT = 3.0
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
@@ -44,9 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (default: 1 = off)")
     p.add_argument("--stats-iterations", type=int, default=200,
                    help="iterations of the statistics-only timing on one logits row (default: 200)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads for the whole benchmark (default: torch's choice); 1 is "
-                        "steadier on a machine shared with other jobs")
+    add_threads_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -94,16 +90,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"repeats={args.repeats!r} must be >= 1")
     if args.stats_iterations < 1:
         raise ValueError(f"stats_iterations={args.stats_iterations!r} must be >= 1")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"threads={args.threads!r} must be >= 1")
     messages = build_messages(args.prompt)
     device = check_model_args(args)
 
     # 2. Load.
     import torch
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    from lab.machine import LoadLog, set_threads
+
+    load_log = LoadLog(threads=set_threads(args.threads))
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
@@ -123,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
             for record in order:
                 arm = "on" if record else "off"
                 status.update(f"pair {r + 1}/{args.repeats}, tracker {arm}")
-                run_result = one(record)
+                with load_log.around(f"tracker {arm}"):
+                    run_result = one(record)
                 times[arm].append(run_result.elapsed_s)
                 outputs.append(run_result.new_token_ids)
     identical = all(o == outputs[0] for o in outputs)
@@ -156,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
         "per_token_ms_off": per_token_off * 1e3,
         "statistics_us_per_step": stats_s * 1e6,
         "statistics_pct_of_decode_step": stats_s / per_token_off * 100.0,
-        "goal_pct": OVERHEAD_GOAL_PCT,
         "identical_tokens": identical,
         "torch_threads": torch.get_num_threads(),
+        "machine_load": load_log.summary(),
     }
     render_bench(result, stdout_console())
     with report_dir(args.out, "bench-tracker") as rd:

@@ -25,6 +25,12 @@ def add_out_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports", help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")
 
 
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads for the whole benchmark (default: torch's choice); the report "
+                        "records them with the load average and warns when the machine was busy")
+
+
 def check_model_args(args: argparse.Namespace) -> torch.device:
     """Validate ``--model``, ``--device`` and ``--dtype`` before any model loads.
 

@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     # 3. Show the result on stdout.
     info = dict(model.lab_source)
     render_result(result, stdout_console(), prompt=args.prompt, model_name=f"{info['model']} ({info['device']}, "
-                                                                           f"{info['dtype']})")
+                                                                           f"{info['dtype']})",
+                  special_ids=tokenizer.all_special_ids)
 
     # 4. Write the report atomically.
     with report_dir(args.out, "entropy", args.prompt) as rd:

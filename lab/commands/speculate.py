@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.speculative import check_draft_spec
     from lab.models import (build_messages, encode_chat, eos_token_ids, load_model)
     from lab.render.console import stderr_console, stdout_console
-    from lab.render.speculative import (acceptance_summary, plot_histogram, render_speculation, round_rows,
-                                        summary_markdown)
+    from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
+                                        round_rows, summary_markdown)
     from lab.reports import environment, report_dir
     from lab.speculative import AdaptiveDraftLength, SamplingConfig, make_draft, speculative_generate
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                          "max_new_tokens": args.max_new_tokens, "sampling": sampling, "seed": seed},
             "model": info, "environment": environment(model),
             "acceptance": acceptance_summary(result),
-            "text": tokenizer.decode(result.tokens), "new_token_ids": result.tokens,
+            "text": answer_text(tokenizer, result.tokens), "new_token_ids": result.tokens,
             "rounds": result.rounds, "per_token": result.per_token(),
         })
         rd.write_csv("rounds.csv", round_rows(result, tokenizer))

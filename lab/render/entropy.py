@@ -12,15 +12,17 @@ mean the same thing for models with different vocabulary sizes.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.machine import busy_warning
 from lab.tracker import StepRecord, TrackResult
 
 
@@ -61,8 +63,9 @@ def bucket_for(normalized: float) -> EntropyBucket:
 
 
 def visible(text: str) -> str:
-    """Token text with whitespace made visible, for tables (``\\n`` -> ``⏎``, space -> ``·``)."""
-    return text.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·") or "∅"
+    """Token text with whitespace made visible, for tables (``\\n`` -> ``⏎``, any space, no-break included, -> ``·``)."""
+    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
+    return text.replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
 def sparkline(values: Sequence[float], *, hi: float | None = None, width: int = SPARK_WIDTH) -> str:
@@ -84,11 +87,16 @@ def sparkline(values: Sequence[float], *, hi: float | None = None, width: int = 
     return "".join(SPARK_BLOCKS[min(n, max(0, int(round(v / top * n))))] for v in vals)
 
 
-def coloured_text(result: TrackResult) -> Text:
-    """The generated text, each token styled by its entropy bucket (no markup parsing)."""
+def coloured_text(result: TrackResult, special_ids: Collection[int] = ()) -> Text:
+    """The generated text, each token styled by its entropy bucket (no markup parsing).
+
+    Tokens in ``special_ids`` (``<|im_end|>`` and the like) stay in the ids and the
+    tables but are not shown in the answer, as ``result.text`` leaves them out.
+    """
     text = Text()
     for s in result.steps:
-        text.append(s.token_text, style=bucket_for(s.normalized_entropy).style)
+        if s.token_id not in special_ids:
+            text.append(s.token_text, style=bucket_for(s.normalized_entropy).style)
     return text
 
 
@@ -144,14 +152,18 @@ def settings_line(result: TrackResult) -> str:
     return f"{mode}, max_new_tokens={st.max_new_tokens}, stop={result.stop_reason}"
 
 
-def render_result(result: TrackResult, console: Console, *, prompt: str | None = None, model_name: str = "") -> None:
-    """Print the full terminal view of a tracked decode to ``console`` (stdout)."""
+def render_result(result: TrackResult, console: Console, *, prompt: str | None = None, model_name: str = "",
+                  special_ids: Collection[int] = ()) -> None:
+    """Print the full terminal view of a tracked decode to ``console`` (stdout).
+
+    ``special_ids``: token ids not shown in the answer (the tokenizer's ``all_special_ids``).
+    """
     header = Text()
     if prompt is not None:
         header.append("prompt: ", style="bold")
         header.append(prompt + "\n")
     header.append(f"{model_name}  {settings_line(result)}", style="dim")
-    console.print(Panel(Group(header, Text(""), coloured_text(result)), title="lab entropy", title_align="left"))
+    console.print(Panel(Group(header, Text(""), coloured_text(result, frozenset(special_ids))), title="lab entropy", title_align="left"))
     console.print(legend())
     console.print(entropy_strip(result))
     summary = result.summary()
@@ -303,27 +315,38 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
     for name, value in _bench_rows(report):
         table.add_row(Text(name), Text(value))
     console.print(table)
-    verdict = report["overhead_pct_median"] < report["goal_pct"]
-    console.print(Text(f"goal < {report['goal_pct']:g} % (medians): {'met' if verdict else 'NOT met'}",
-                       style="green" if verdict else "red"))
+    console.print(Text(overhead_sentence(report)))
+    warning = busy_warning(report.get("machine_load") or {})
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
+
+
+def overhead_sentence(report: dict[str, Any]) -> str:
+    """The measured overhead in words (medians, with the minima beside)."""
+    return (f"The tracker adds {report['overhead_pct_median']:+.2f} % to decode time (medians; "
+            f"{report['overhead_pct_min']:+.2f} % between the fastest runs), "
+            f"{report['torch_threads']} torch thread(s).")
 
 
 def bench_markdown(report: dict[str, Any]) -> str:
     """``summary.md`` of a bench-tracker run."""
     model, st = report["model"], report["settings"]
     mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
-    met = report["overhead_pct_median"] < report["goal_pct"]
+    load = report.get("machine_load") or {}
+    warning = busy_warning(load)
     lines = [
         "# Entropy tracker overhead", "",
+        *([f"> **{warning}**", ""] if warning else []),
         f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
         f"- **runs**: {report['repeats']} alternating off/on pairs after one warm-up pair; "
         f"{report['tokens_per_run']} new tokens each (EOS ignored), {mode}; prompt of "
         f"{report['prompt_tokens']} tokens, V = {report['vocab_size']}",
         f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs, "
-        f"torch threads {report.get('torch_threads')}", "",
+        f"torch threads {report.get('torch_threads')}"
+        + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
         "| measure | value |", "|---|---:|",
         *[f"| {name} | {value} |" for name, value in _bench_rows(report)], "",
-        f"**Goal** (overhead of medians < {report['goal_pct']:g} %): {'met' if met else 'not met'}.", "",
+        overhead_sentence(report), "",
         "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",
         "spread (min to max) shows how much load noise there is; the statistics-alone line is",
         "measured without the model and is the tracker's own cost per step.", "",

@@ -6,8 +6,10 @@ prompt containing ``[bold]`` or ``<|im_start|>`` shows literally.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -80,13 +82,26 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     return Panel(body, title="context health", expand=False)
 
 
+def token_repr(token: str) -> str:
+    """``repr`` of a token for tables, Unicode spaces (no-break space U+00A0 ...) shown as a space, not ``\\xa0``."""
+    return repr("".join(" " if unicodedata.category(ch) == "Zs" else ch for ch in token))
+
+
+# Short role names for the 80-column positions table (its caption explains them).
+ROLE_LABEL = {"system-default": "system"}
+
+
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("mean attn", "right"),
-                      ("z", "right"), ("sink rate", "right"), ("sink?", "center")):
-        t.add_column(col, justify=just, no_wrap=col in ("role", "z"))
+    """One row per position, legible at 80 columns: short headers, a caption for the legend."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+              caption="attn: mean attention received per observing query; z: robust z against positions seen by as "
+                      "many queries; rate: share of heads with attn > epsilon; role system: the template's own "
+                      "system prompt; sink tail: too few observers to flag")
+    for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("attn", "right"),
+                      ("z", "right"), ("rate", "right"), ("sink", "center")):
+        t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
-        t.add_row(str(i), Text(repr(a.tokens[i])), a.roles[i], f"{float(a.received[i]):.4f}",
+        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
                   f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
@@ -222,14 +237,18 @@ def calibration_table(data: dict[str, Any]) -> Table:
     t = Table(title=f"sink threshold calibration ({data['n_prompts']} prompts, "
                     f"{data['n_content_tokens']} content tokens); chosen: {data['chosen_threshold']}",
               title_justify="left")
-    for col in ("z threshold", "position 0 flagged", "content flagged", "feasible"):
-        t.add_column(col, justify="right")
+    has_long = any(r.get("long_n_prompts") for r in data["sweep"])
+    cols = ("z", "position 0", "content flagged", *(("long: pos 0", "long: content") if has_long else ()), "feasible")
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
     for r in data["sweep"]:
         if r["threshold"] * 4 % 2 and not r["feasible"]:
             continue  # keep the table short: every 0.5 outside the feasible range
+        long_cells = (f"{r['long_position0_flagged']}/{r['long_n_prompts']}",
+                      f"{r['long_content_flagged']}/{r['long_n_content']}") if has_long else ()
         t.add_row(f"{r['threshold']:.2f}", f"{r['position0_flagged']}/{r['n_prompts']}",
                   f"{r['content_flagged']}/{r['n_content']} ({r['content_flagged'] / max(1, r['n_content']):.2%})",
-                  "yes" if r["feasible"] else "")
+                  *long_cells, "yes" if r["feasible"] else "")
     return t
 
 
@@ -246,10 +265,30 @@ def calibration_markdown(data: dict[str, Any]) -> str:
         f"(current default: {data['current_default_threshold']})",
         f"- lowest position-0 z: {data['position0_z_min']:.2f}; highest content z: "
         f"{data['content_z_max'] if data['content_z_max'] is None else round(data['content_z_max'], 2)}",
-        "", "| z | position 0 flagged | content flagged | feasible |", "|---:|---:|---:|:---:|",
     ]
+    for p in data.get("long_prompts", []):
+        lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 z {p['position0_z']:.2f}; "
+                     f"highest content z {p['max_content_z']:.2f}; at the chosen threshold "
+                     f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
+                     f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
+                     f"{data['trailing_fraction']:.0%} of the queries)")
+    held = data.get("held_out")
+    if held:
+        h = held["short"]
+        lines.append(f"- held-out set ({held['prompts']}) at {held['threshold']}: position 0 flagged on "
+                     f"{h['position0_flagged']}/{h['n_prompts']} prompts; content {h['content_flagged']}/"
+                     f"{h['n_content']} flagged")
+        if held.get("long"):
+            hl = held["long"]
+            lines.append(f"- held-out long prompts ({', '.join(map(str, held['long_n_tokens']))} tokens): position 0 "
+                         f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
+                         f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
+    lines += ["", "| z | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
+              "|---:|---:|---:|---:|---:|:---:|"]
     lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
-              f"{r['content_flagged']}/{r['n_content']} | {'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
+              f"{r['content_flagged']}/{r['n_content']} | {r.get('long_position0_flagged', 0)}/"
+              f"{r.get('long_n_prompts', 0)} | {r.get('long_content_flagged', 0)}/{r.get('long_n_content', 0)} | "
+              f"{'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
     return "\n".join(lines) + "\n"
 
 
@@ -266,6 +305,9 @@ def plot_sweep(data: dict[str, Any], path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
     ax.plot(xs, p0, label="position 0 flagged (share of prompts)")
     ax.plot(xs, ct, label="content tokens flagged (share)")
+    if any(r.get("long_n_prompts") for r in data["sweep"]):
+        ax.plot(xs, [r["long_content_flagged"] / max(1, r["long_n_content"]) for r in data["sweep"]], ls="--",
+                label="content tokens flagged, long prompts (share)")
     ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
     ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
     if data["chosen_threshold"] is not None:
@@ -287,36 +329,44 @@ def _gib(n: float) -> str:
 def bench_table(data: dict[str, Any]) -> Table:
     t = Table(title=f"sink capture benchmark ({data['model']})", title_justify="left")
     for col in ("method", "tokens", "seconds", "peak beyond model"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="left" if col == "method" else "right", no_wrap=col != "seconds")
     names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
     for r in data["results"]:
         if "error" in r:
             t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), Text(f"failed: {r['error']}"), "")
         else:
             t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
-    tg = data.get("targets")
-    if tg:
-        t.caption = (f"at {tg['length']} tokens: capture/plain time {tg['time_ratio']:.2f}x "
-                     f"(target <= {tg['max_time_ratio']:g}x: {'ok' if tg['time_ok'] else 'MISSED'}); "
-                     f"extra memory {_gib(tg['capture_extra_bytes'])} "
-                     f"(target < {_gib(tg['max_extra_bytes'])}: {'ok' if tg['memory_ok'] else 'MISSED'})")
+    cmp_ = data.get("comparison")
+    if cmp_:
+        t.caption = comparison_sentence(cmp_)
+        t.caption_justify = "left"
     return t
 
 
+def comparison_sentence(cmp_: dict[str, Any]) -> str:
+    """The capture against plain prefill at the longest length, as measured."""
+    return (f"At {cmp_['length']} tokens the streaming capture takes {cmp_['time_ratio']:.2f}x the plain prefill's "
+            f"time and {_gib(cmp_['capture_extra_bytes'])} beyond the model (plain: "
+            f"{_gib(cmp_['plain_extra_bytes'])}).")
+
+
 def bench_markdown(data: dict[str, Any]) -> str:
-    lines = ["# Sink capture benchmark", "", f"- model: {data['model']}",
+    from lab.machine import busy_warning
+
+    warning = busy_warning(data.get("machine_load") or {})
+    lines = ["# Sink capture benchmark", "", *([f"> **{warning}**", ""] if warning else []),
+             f"- model: {data['model']}",
              f"- machine: {data['environment'].get('platform')}, {data['environment'].get('cpu_count')} CPUs",
              "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
+             f"- torch threads: {data.get('torch_threads')}; 1-minute load average up to "
+             f"{(data.get('machine_load') or {}).get('max_load_1m', float('nan')):.2f} "
+             f"({(data.get('machine_load') or {}).get('rule', 'not recorded')})",
              "", "| method | tokens | seconds | peak beyond model |", "|---|---:|---:|---:|"]
     for r in data["results"]:
         if "error" in r:
             lines.append(f"| {r['mode']} | {r['length']} | failed: {r['error']} | |")
         else:
             lines.append(f"| {r['mode']} | {r['length']} | {r['seconds']:.2f} | {_gib(r['extra_bytes'])} |")
-    tg = data.get("targets")
-    if tg:
-        lines += ["", f"At {tg['length']} tokens: capture takes {tg['time_ratio']:.2f}x the plain prefill "
-                      f"(target <= {tg['max_time_ratio']:g}x: {'met' if tg['time_ok'] else 'missed'}) and "
-                      f"{_gib(tg['capture_extra_bytes'])} beyond the model "
-                      f"(target < {_gib(tg['max_extra_bytes'])}: {'met' if tg['memory_ok'] else 'missed'})."]
+    if data.get("comparison"):
+        lines += ["", comparison_sentence(data["comparison"])]
     return "\n".join(lines) + "\n"

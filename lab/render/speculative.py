@@ -7,9 +7,11 @@ Consumes :class:`lab.speculative.SpeculativeResult` and the dict from
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -26,9 +28,18 @@ STYLES = {
 
 
 def visible(text: str) -> str:
-    """Token text with control characters shown (``\\n`` -> ``⏎``); no Rich markup is interpreted."""
+    """Token text with control characters shown (``\\n`` -> ``⏎``); no Rich markup is interpreted.
+
+    Unicode spaces (no-break space U+00A0 and the other ``Zs`` characters) show as a
+    plain space, as they look in the answer; other unprintable characters as ``\\xNN``.
+    """
     out = text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
-    return "".join(ch if ch.isprintable() or ch in "⏎⇥␍" else f"\\x{ord(ch):02x}" for ch in out)
+    return "".join(ch if ch.isprintable() or ch in "⏎⇥␍" else " " if unicodedata.category(ch) == "Zs"
+                   else f"\\x{ord(ch):02x}" for ch in out)
+
+
+def _special_ids(tokenizer: Any) -> frozenset[int]:
+    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
 
 def _tok(tokenizer: Any, token_id: int) -> str:
@@ -37,13 +48,22 @@ def _tok(tokenizer: Any, token_id: int) -> str:
     return visible(tokenizer.decode([token_id]))
 
 
+def answer_text(tokenizer: Any, token_ids: list[int]) -> str:
+    """The generated text as a user reads it: special tokens (``<|im_end|>``) kept in the ids, not shown."""
+    if tokenizer is None:
+        return " ".join(map(str, token_ids))
+    return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
 def replay_text(result: SpeculativeResult, tokenizer: Any) -> Text:
-    """The generated text, each token styled by how it was produced."""
+    """The generated text, each token styled by how it was produced; special tokens are not shown."""
     text = Text()
+    special = _special_ids(tokenizer)
     for r in result.rounds:
         for t in r.proposed[: r.n_accepted]:
-            text.append(_tok(tokenizer, t), style=STYLES["accepted"])
-        if r.next_token is not None:
+            if t not in special:
+                text.append(_tok(tokenizer, t), style=STYLES["accepted"])
+        if r.next_token is not None and r.next_token not in special:
             text.append(_tok(tokenizer, r.next_token), style=STYLES[r.next_kind])
         if r.stop_reason in ("entropy", "pmin"):
             text.append("¦", style=STYLES["early-stop"])
@@ -62,23 +82,40 @@ def legend() -> Text:
     return t
 
 
+# Short names for the next-token kind in the rounds table (legend in its caption).
+NEXT_KIND_SHORT = {"correction": "corr", "bonus": "bonus"}
+
+
 def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -> Table:
-    table = Table(title="rounds", show_lines=False)
-    for col in ("#", "proposed", "kept", "next", "stop", "H draft (bits)", "draft ms", "verify ms"):
-        table.add_column(col, overflow="fold")
+    """One row per round, legible at 80 columns: tokens wrap between tokens, never inside one."""
+    table = Table(title="rounds", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("proposed", ratio=3)
+    table.add_column("kept", justify="right", no_wrap=True)
+    table.add_column("next", ratio=1, min_width=12)
+    table.add_column("stop", no_wrap=True)
+    table.add_column("H bits", justify="right", no_wrap=True)
+    table.add_column("ms d/v", justify="right", no_wrap=True)
     for r in result.rounds[:max_rows]:
         proposed = Text()
         for i, t in enumerate(r.proposed):
+            if i:
+                proposed.append(" ")
             proposed.append(_tok(tokenizer, t), style=STYLES["accepted"] if r.accepted_mask[i] else
                             ("strike dim" if r.tested_mask[i] else "dim"))
-            proposed.append(" ")
-        nxt = Text("-") if r.next_token is None else Text(f"{r.next_kind}: {_tok(tokenizer, r.next_token)}",
-                                                          style=STYLES[r.next_kind])
+        nxt = Text("-") if r.next_token is None else Text(
+            f"{NEXT_KIND_SHORT.get(r.next_kind, r.next_kind)} {_tok(tokenizer, r.next_token)}",
+            style=STYLES[r.next_kind])
         h = (sum(r.draft_entropies) / len(r.draft_entropies)) if r.draft_entropies else float("nan")
         table.add_row(str(r.round), proposed, f"{r.n_accepted}/{len(r.proposed)}", nxt, r.stop_reason,
-                      "-" if math.isnan(h) else f"{h:.2f}", f"{r.draft_time_s * 1e3:.1f}", f"{r.verify_time_s * 1e3:.1f}")
+                      "-" if math.isnan(h) else f"{h:.2f}",
+                      f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}")
+    caption = ("proposed: green kept, struck rejected, dim untested; next: corr = correction, bonus = bonus "
+               "token; H bits: mean draft entropy; ms d/v: draft / verify milliseconds")
     if len(result.rounds) > max_rows:
-        table.caption = f"{len(result.rounds) - max_rows} more rounds in rounds.csv"
+        caption += f"; {len(result.rounds) - max_rows} more rounds in rounds.csv"
+    table.caption = caption
+    table.caption_justify = "left"
     return table
 
 
@@ -115,8 +152,9 @@ def acceptance_panel(result: SpeculativeResult) -> Panel:
         f"accepted-length histogram   {s['accepted_length_histogram']}   (full-gamma rounds)",
         f"truncated geometric         [{', '.join(_fmt(e, '.1f') for e in s['geometric_expected'])}]   "
         f"chi-square p = {_fmt(s['geometric_p_value'], '.3g')}",
-        f"time: prefill {s['prefill_time_s']:.3f}s  draft {s['draft_time_s']:.3f}s  verify {s['verify_time_s']:.3f}s  "
-        f"overhead {s['overhead_time_s']:.3f}s  ({_fmt(s['tokens_per_s'], '.1f')} tokens/s)",
+        f"time (s)                    prefill {s['prefill_time_s']:.3f}  draft {s['draft_time_s']:.3f}  "
+        f"verify {s['verify_time_s']:.3f}",
+        f"                            overhead {s['overhead_time_s']:.3f}  ({_fmt(s['tokens_per_s'], '.1f')} tokens/s)",
     ]
     return Panel("\n".join(lines), title=f"acceptance: {result.draft_name}, gamma={result.gamma}"
                  + (f", adaptive {result.adaptive}" if result.adaptive else ""), expand=False)
@@ -170,7 +208,7 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
 def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, model_info: dict[str, Any],
                      seed: int | None) -> str:
     s = acceptance_summary(result)
-    text = tokenizer.decode(result.tokens) if tokenizer is not None else " ".join(map(str, result.tokens))
+    text = answer_text(tokenizer, result.tokens)
     lines = [
         f"# lab speculate: {visible(prompt)[:80]}",
         "",
@@ -203,122 +241,6 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "```text",
         text.replace("```", "'''"),
         "```",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- bench
-
-
-def bench_table(bench: dict[str, Any]) -> Table:
-    table = Table(title=f"lab bench: draft {bench['draft']}")
-    for col in ("method", "tok/s median", "min", "max", "speedup", "alpha", "tau", "predicted", "efficiency",
-                "overhead", "same tokens"):
-        table.add_column(col, justify="right" if col != "method" else "left")
-    for name, m in bench["methods"].items():
-        t = m["tokens_per_s"]
-        table.add_row(name, _fmt(t["median"], ".1f"), _fmt(t["min"], ".1f"), _fmt(t["max"], ".1f"),
-                      _fmt(m.get("measured_speedup"), ".2f"), _fmt(m.get("alpha")), _fmt(m.get("tau"), ".2f"),
-                      _fmt(m.get("speedup_predicted_from_measured_times"), ".2f"), _fmt(m.get("efficiency"), ".2f"),
-                      _fmt(m.get("overhead_fraction"), ".1%"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
-    return table
-
-
-def targets_panel(bench: dict[str, Any]) -> Panel:
-    lines = [f"{'met ' if t['met'] else 'MISS'}  {t['target']}: {_fmt(t['value'], '.2f')}" for t in bench["targets"]]
-    for name, err in bench["assisted_errors"].items():
-        lines.append(f"refused  {name}: {err}")
-    return Panel("\n".join(lines) or "no targets", title="targets", expand=False)
-
-
-def render_bench(bench: dict[str, Any], console: Console) -> None:
-    console.print(bench_table(bench))
-    console.print(targets_panel(bench))
-
-
-def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
-    """Left: tokens/s per method (median, min-max bars). Right: speedup vs gamma, measured and predicted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = bench["methods"]
-    names = list(methods)
-    med = [methods[n]["tokens_per_s"]["median"] for n in names]
-    lo = [m - methods[n]["tokens_per_s"]["min"] for n, m in zip(names, med)]
-    hi = [methods[n]["tokens_per_s"]["max"] - m for n, m in zip(names, med)]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    a1.barh(range(len(names)), med, xerr=[lo, hi], color=["tab:gray" if "target-only" in n else
-                                                          "tab:orange" if "assisted" in n else "tab:blue" for n in names])
-    a1.set_yticks(range(len(names)))
-    a1.set_yticklabels(names, fontsize=8)
-    a1.invert_yaxis()
-    a1.set_xlabel("tokens/s (median; bars: min-max over repeats)")
-    fixed = [(m["gamma"], m) for n, m in methods.items() if "gamma" in m and not m.get("adaptive")]
-    fixed.sort(key=lambda x: x[0])
-    if fixed:
-        gs = [g for g, _ in fixed]
-        for key, label in (("measured_speedup", "measured"),
-                           ("speedup_predicted_from_measured_times", "predicted: measured alpha, draft and verify times"),
-                           ("speedup_theory_time_ratio", "Leviathan Thm 3.8, c from time"),
-                           ("speedup_theory_flops", "Leviathan Thm 3.8, c from FLOPs")):
-            a2.plot(gs, [m.get(key) if m.get(key) is not None else float("nan") for _, m in fixed], marker="o",
-                    label=label)
-        a2.axhline(1.0, color="black", lw=0.8, ls="--")
-        a2.set_xlabel("gamma")
-        a2.set_ylabel("speedup over target-only (lab loop)")
-        a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) -> str:
-    cfg = bench["config"]
-    lines = [
-        "# lab bench: speculative decoding on this machine",
-        "",
-        f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}); draft "
-        f"{bench['draft']}; greedy; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
-        f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
-        f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
-        "",
-        "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
-        "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | same tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, m in bench["methods"].items():
-        t = m["tokens_per_s"]
-        lines.append(
-            f"| {name} | {_fmt(t['median'], '.1f')} ({_fmt(t['min'], '.1f')}-{_fmt(t['max'], '.1f')}) | "
-            f"{_fmt(m.get('measured_speedup'), '.2f')} | {_fmt(m.get('alpha'))} | {_fmt(m.get('tau'), '.2f')} | "
-            f"{_fmt(m.get('cost_ratio_time'))} | {_fmt(m.get('cost_ratio_flops'))} | "
-            f"{_fmt(m.get('verify_over_target_step'), '.2f')} | "
-            f"{_fmt(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
-            f"{_fmt(m.get('speedup_theory_time_ratio'), '.2f')} | {_fmt(m.get('speedup_theory_flops'), '.2f')} | "
-            f"{_fmt(m.get('efficiency'), '.2f')} | {_fmt(m.get('overhead_fraction'), '.1%')} | "
-            f"{_fmt(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
-    lines += ["", "## Targets", ""]
-    for t in bench["targets"]:
-        lines.append(f"- {'met' if t['met'] else '**missed**'}: {t['target']} (measured {_fmt(t['value'], '.2f')})")
-    for name, err in bench["assisted_errors"].items():
-        lines.append(f"- transformers refused {name}: {err}")
-    lines += [
-        "",
-        "## How to read this",
-        "",
-        "- *speedup*: decode tokens/s (prefill excluded) over the lab's own target-only loop.",
-        "- *predicted*: E[tokens per round] at the measured alpha (Leviathan et al. 2023, Eq. 1) times one target "
-        "step, over gamma draft steps plus one measured verify pass of gamma + 1 tokens; the loop's ceiling.",
-        "- *Thm 3.8*: the paper's formula, which assumes a verify pass costs one target step; *verify / step* "
-        "shows how far that is from true here (on a CPU, a pass over gamma + 1 tokens costs more).",
-        "- *efficiency* = speedup / predicted; *overhead* = share of decode time outside forward passes "
-        "(bookkeeping, sampling, cache rollback).",
-        "- *breakeven alpha*: the acceptance rate at which Thm 3.8 with the time ratio c gives speedup 1.",
-        "",
-        "`bench.png`: left, tokens/s per method; right, speedup against gamma, measured and predicted.",
         "",
     ]
     return "\n".join(lines)

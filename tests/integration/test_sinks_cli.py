@@ -73,10 +73,17 @@ def test_cli_calibrate_sinks_small_set_writes_report(tmp_path):
         {"id": "b", "prompt": "List two primary colours.", "system": "Be brief."},
     ]) + "\n", encoding="utf-8")
     out = tmp_path / "reports"
-    assert cli.main(["calibrate-sinks", "--prompts", str(prompts), "--device", "cpu", "--out", str(out)]) == 0
+    assert cli.main(["calibrate-sinks", "--prompts", str(prompts), "--held-out", str(prompts), "--long-lengths", "128",
+                     "--device", "cpu", "--out", str(out)]) == 0
     rd = _only_report(out)
     data = read_json(rd / "calibration.json")
     assert data["n_prompts"] == 2 and len(data["sweep"]) == len(rows_from_csv(rd / "sweep.csv"))
+    (long,) = data["long_prompts"]
+    assert long["id"] == "long-128" and long["n_tokens"] > 128 and data["sweep"][0]["long_n_prompts"] == 1
+    if data["chosen_threshold"] is not None:
+        held = data["held_out"]
+        assert held["short"]["n_prompts"] == 2 and held["long"]["n_prompts"] == 1
+        assert "held-out set" in (rd / "summary.md").read_text()
     assert {p.name for p in rd.iterdir()} == {"calibration.json", "sweep.csv", "prompts.csv", "summary.md",
                                              "sweep.png"}
 
@@ -90,4 +97,6 @@ def test_cli_bench_sinks_short_lengths_writes_report(tmp_path):
     data = read_json(_only_report(out) / "bench.json")
     assert [r["mode"] for r in data["results"]] == ["sdpa", "capture", "eager"]
     assert all("error" not in r and r["seconds"] > 0 for r in data["results"]), data["results"]
-    assert data["targets"]["length"] == 64
+    assert data["comparison"]["length"] == 64 and data["comparison"]["time_ratio"] > 0
+    assert data["machine_load"]["threads"] == data["torch_threads"]
+    assert len(data["machine_load"]["samples"]) == 2 * len(data["results"])

@@ -1,7 +1,7 @@
 """Sink detection on the embedded model over held-out prompts: count-based acceptance criteria.
 
-The prompts below are NOT in the calibration set (lab/data/calibration_prompts.jsonl),
-so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
+The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
+(lab/data/calibration_prompts.jsonl), so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
 is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
@@ -28,44 +28,19 @@ import torch
 from scipy.stats import binom
 
 from lab.attention_capture import capture_received
+from lab.calibration import HELD_OUT_SET, load_prompts
 from lab.models import build_messages
 from lab.prefill import DEFAULT_THRESHOLD, score_positions
 from lab.structure import ROLE_CONTENT, analyze_structure
 
 POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
 CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
-# Controls: far below the calibrated range (2.25..5.0) and far above position 0's z.
+# Controls: far below the calibrated range (2.5..5.0) and far above position 0's z.
 CONTROL_LOW_THRESHOLD = 0.5
 CONTROL_HIGH_THRESHOLD = 50.0
 
-HELD_OUT = [
-    ("Name three rivers in Africa.", None),
-    ("How does a refrigerator keep food cold?", None),
-    ("Write a limerick about a cat who loves coffee.", None),
-    ("What's the difference between a virus and a bacterium?", None),
-    ("Convert 72 degrees Fahrenheit to Celsius and show the formula.", None),
-    ("Suggest a name for a bakery that specializes in sourdough.", None),
-    ("Explain what a hash table is, with a short example in JavaScript.", None),
-    ("Who painted the Mona Lisa, and roughly when?", None),
-    ("Give two arguments for and two against nuclear power.", None),
-    ("Rewrite this sentence in the passive voice: The committee approved the budget.", None),
-    ("What should I pack for a three-day hiking trip in the mountains?", None),
-    ("Why is the sky blue during the day but red at sunset?", None),
-    ("Count the vowels in the word 'encyclopedia'.", None),
-    ("Describe the water cycle in four steps.", None),
-    ("What does HTTP status code 404 mean?", None),
-    ("Tell me a fun fact about octopuses.", None),
-    ("Write a regular expression that matches a US ZIP code.", None),
-    ("How many minutes are there in a week?", None),
-    ("Qual è la capitale del Portogallo?", None),
-    ("Summarize the plot of Romeo and Juliet in two sentences.", None),
-    ("What is 15% of 240?", "You are a calculator. Reply with the number only."),
-    ("Recommend a book for someone who liked The Hobbit.", "You are a friendly librarian."),
-    ("Explain recursion.", "Explain like I'm five."),
-    ("The meeting moved from Monday to Thursday because the client's flight was delayed by the storm. "
-     "Please draft a short note to the team explaining the change and asking them to update their calendars.",
-     None),
-]
+# The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
+HELD_OUT = [(p.prompt, p.system) for p in load_prompts(packaged=HELD_OUT_SET)]
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +104,55 @@ def test_sinks_real_high_threshold_control_fails_position0_criterion(held_out_sc
     """Negative control: a detector that flags nothing must fail the position-0 criterion."""
     ok, msg = _position0_ok(held_out_scores, CONTROL_HIGH_THRESHOLD)
     assert not ok, "position-0 criterion did not reject a detector at z > 50: " + msg
+
+
+# --------------------------------------------------------------------------- long uniform prompt (issue 11, item 2)
+
+# The held-out prompts joined and repeated to this many tokens: long, uniform text on
+# which the pre-fix baseline flagged 22 trailing positions (all seen by < 80 queries).
+LONG_TOKENS = 2000
+# Trailing positions: seen by fewer than this share of the queries (the last ~200).
+TRAILING_FRACTION = 0.1
+
+
+@pytest.fixture(scope="module")
+def long_uniform(smollm2):
+    """(scores, content [S]) of one streaming prefill over ~2,000 tokens of repeated held-out text."""
+    model, tok = smollm2
+    piece = tok(" ".join(p for p, _ in HELD_OUT), add_special_tokens=False)["input_ids"]
+    text = tok.decode((piece * (LONG_TOKENS // len(piece) + 1))[:LONG_TOKENS])
+    structure = analyze_structure(tok, build_messages(text))
+    scores = score_positions(capture_received(model, structure.input_ids).per_head, structure.roles)
+    return scores, torch.tensor([r == ROLE_CONTENT for r in structure.roles])
+
+
+def _trailing(s: int) -> torch.Tensor:
+    return torch.arange(s, 0, -1) < TRAILING_FRACTION * s
+
+
+def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
+    """Regression (issue 11, item 2; fault class: a baseline blind to how many queries see a position).
+
+    A fixed prompt on a deterministic model, so this is a regression check, not a draw:
+    no trailing content position is flagged (measured: highest trailing z 2.2 against
+    the threshold), position 0 is, and under 1 % of content tokens are (measured 1 of
+    ~2,000, an early repetition of the text)."""
+    scores, content = long_uniform
+    flagged = scores.observed & (scores.z > DEFAULT_THRESHOLD)
+    s = flagged.numel()
+    trailing = torch.nonzero(flagged & content & _trailing(s)).flatten().tolist()
+    assert not trailing, f"trailing positions flagged: {trailing} of S = {s}"
+    assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
+    k, n = int((flagged & content).sum()), int((content & scores.observed).sum())
+    assert k < CONTENT_MAX_RATE * n, f"content flagged {k}/{n}"
+
+
+def test_sinks_real_long_uniform_prompt_global_baseline_flags_tail_negative_control(long_uniform):
+    """Control: the same scores against one global median (robust_z, the pre-fix baseline) flag
+    trailing positions, so the test above can fail."""
+    from lab.sinks import robust_z
+
+    scores, content = long_uniform
+    z_global = robust_z(scores.typical, exclude=~(scores.observed & content))
+    s = z_global.numel()
+    assert int((scores.observed & content & _trailing(s) & (z_global > DEFAULT_THRESHOLD)).sum()) > 0

@@ -47,17 +47,17 @@ def tiny_backend(monkeypatch):
 @pytest.mark.parametrize("argv, names", [
     (["", "--max-new-tokens", "4"], "prompt=''"),
     (["   "], "prompt='   '"),
-    (["hi", "--system", " "], "system=' '"),
-    (["hi", "--max-new-tokens", "0"], "max_new_tokens=0"),
-    (["hi", "--temperature", "-0.5"], "temperature=-0.5"),
-    (["hi", "--top-p", "0"], "top_p=0.0"),
-    (["hi", "--top-p", "1.5"], "top_p=1.5"),
-    (["hi", "--top-k", "0"], "top_k=0"),
-    (["hi", "--seed", "-3"], "seed=-3"),
-    (["hi", "--top-alternatives", "0"], "top_alternatives=0"),
-    (["hi", "--model", "no-such-profile"], "model='no-such-profile'"),
-    (["hi", "--device", "banana"], "device='banana'"),
-    (["hi", "--dtype", "int8"], "dtype='int8'"),
+    (["hi", "--system", " "], "--system=' '"),
+    (["hi", "--max-new-tokens", "0"], "--max-new-tokens=0"),
+    (["hi", "--temperature", "-0.5"], "--temperature=-0.5"),
+    (["hi", "--top-p", "0"], "--top-p=0.0"),
+    (["hi", "--top-p", "1.5"], "--top-p=1.5"),
+    (["hi", "--top-k", "0"], "--top-k=0"),
+    (["hi", "--seed", "-3"], "--seed=-3"),
+    (["hi", "--top-alternatives", "0"], "--top-alternatives=0"),
+    (["hi", "--model", "no-such-profile"], "--model='no-such-profile'"),
+    (["hi", "--device", "banana"], "--device='banana'"),
+    (["hi", "--dtype", "int8"], "--dtype='int8'"),
 ])
 def test_cli_entropy_bad_argument_exits_2_names_it_writes_nothing(tmp_path, capsys, no_model_loading, argv, names):
     """Each bad argument: exit code 2, one error line naming the argument and value, no report,
@@ -215,14 +215,19 @@ def test_cli_bench_tracker_tiny_model_writes_report(tmp_path, capsys, tiny_backe
     expected = (data["on_s"]["median"] - data["off_s"]["median"]) / data["off_s"]["median"] * 100
     assert data["overhead_pct_median"] == pytest.approx(expected)
     assert "overhead of medians" in (report / "summary.md").read_text()
-    assert "goal < 3 %" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "The tracker adds" in out and "goal" not in out and "met" not in out.split()
+    load = data["machine_load"]
+    assert load["threads"] == data["torch_threads"] and load["rule"].startswith("busy when")
+    assert set(load["per_method"]) == {"tracker on", "tracker off"}
+    assert all(len(m["load_1m_before"]) == 2 for m in load["per_method"].values())
 
 
-@pytest.mark.parametrize("argv, names", [(["--repeats", "0"], "repeats=0"),
-                                         (["--max-new-tokens", "0"], "max_new_tokens=0"),
-                                         (["--stats-iterations", "0"], "stats_iterations=0"),
-                                         (["--threads", "0"], "threads=0"),
-                                         (["--device", "banana"], "device='banana'")])
+@pytest.mark.parametrize("argv, names", [(["--repeats", "0"], "--repeats=0"),
+                                         (["--max-new-tokens", "0"], "--max-new-tokens=0"),
+                                         (["--stats-iterations", "0"], "--stats-iterations=0"),
+                                         (["--threads", "0"], "--threads=0"),
+                                         (["--device", "banana"], "--device='banana'")])
 def test_cli_bench_tracker_bad_argument_exits_2(tmp_path, capsys, no_model_loading, argv, names):
     rc = cli.main(["bench-tracker", *argv, "--out", str(tmp_path)])
     assert rc == 2 and names in capsys.readouterr().err

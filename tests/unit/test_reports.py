@@ -152,3 +152,20 @@ def test_check_reports_root_uncreatable_raises(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="--out=.*cannot be created"):
         check_reports_root(tmp_path / "f" / "sub")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_report_dir_has_the_users_normal_permissions(tmp_path, umask):
+    """Regression (issue 11, item 6; fault class: tempfile.mkdtemp's fixed 0700): the report
+    folder gets 0777 & ~umask like any folder the user creates, and so do its files."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        with report_dir(tmp_path, "kind", "slug") as rd:
+            rd.write_text("a.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(rd.final.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((rd.final / "a.txt").stat().st_mode) == 0o666 & ~umask

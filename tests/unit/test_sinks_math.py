@@ -13,7 +13,8 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.sinks import (MAD_FLOOR, attention_received, context_health, robust_z, sink_rate)
+from lab.sinks import (MAD_FLOOR, MIN_BIN_POSITIONS, attention_received, context_health, observer_matched_z,
+                       robust_z, sink_rate)
 
 # float32 sums of <= 64 terms of size <= 1: rounding stays below 1e-5.
 SUM_ATOL = 1e-5
@@ -173,6 +174,78 @@ def test_robust_z_zero_value_is_finite():
 def test_robust_z_bad_input_raises(values, exclude, match):
     with pytest.raises(ValueError, match=match):
         robust_z(values, exclude=exclude)
+
+
+# --------------------------------------------------------------------------- observer_matched_z
+
+
+def _observers(s: int) -> torch.Tensor:
+    """n_k = S - k, the number of queries that see key k: float64 [S]."""
+    return torch.arange(s, 0, -1, dtype=torch.float64)
+
+
+@given(positive_vectors(min_size=2, max_size=MIN_BIN_POSITIONS))
+def test_observer_matched_z_short_prompt_equals_robust_z(values):
+    """With at most MIN_BIN_POSITIONS baseline positions there is one bin: z = robust_z (the log-MAD z)."""
+    torch.testing.assert_close(observer_matched_z(values), robust_z(values), atol=Z_ATOL, rtol=0)
+
+
+@given(positive_vectors(min_size=40, max_size=200), st.floats(1e-3, 1e3))
+def test_observer_matched_z_scaling_values_leaves_z_unchanged(values, c):
+    """z(c * v) = z(v) for c > 0: every bin median and the residuals shift by log c."""
+    torch.testing.assert_close(observer_matched_z(values * c), observer_matched_z(values), atol=Z_ATOL, rtol=0)
+
+
+@given(positive_vectors(min_size=40, max_size=200), st.data())
+def test_observer_matched_z_excluded_positions_do_not_move_baseline(values, data):
+    """Changing an excluded value changes only its own z."""
+    k = data.draw(st.integers(0, len(values) - 1))
+    other = values.clone()
+    other[k] = data.draw(st.floats(1e-6, 1.0))
+    a, b = observer_matched_z(values, exclude=[k]), observer_matched_z(other, exclude=[k])
+    keep = torch.arange(len(values)) != k
+    torch.testing.assert_close(a[keep], b[keep], atol=Z_ATOL, rtol=0)
+
+
+@given(st.integers(4 * MIN_BIN_POSITIONS, 3000), st.floats(-1.5, 0.0), st.floats(-8.0, -1.0))
+def test_observer_matched_z_power_law_recency_trend_has_no_positive_z(s, b, log_a):
+    """v_k = a * n_k^b (b <= 0: late keys, seen by few queries, get more): no position scores z > 0.
+
+    With at least two bins (S >= 4 * MIN_BIN_POSITIONS) the baseline is exact for a power
+    law between and below the bin medians and never lower than it beyond the head, so a
+    pure recency trend is never a sink. (With one bin it is robust_z's global median.)"""
+    v = (log_a + b * _observers(s).log()).exp()
+    assert float(observer_matched_z(v).max()) <= Z_ATOL
+
+
+@pytest.mark.parametrize("s", [600, 3000])
+def test_robust_z_power_law_recency_trend_flags_tail_negative_control(s):
+    """Control: the global-median baseline flags the trailing positions of the same trend."""
+    v = (-4.0 - 0.8 * _observers(s).log()).exp()
+    assert bool((robust_z(v)[-8:] > 3.5).all())
+
+
+@given(st.integers(100, 2000), st.floats(-1.5, 0.0), st.integers(0, 2**31 - 1), st.data())
+def test_observer_matched_z_spike_on_recency_trend_is_flagged(s, b, seed, data):
+    """A position receiving 10x its neighbours' attention on top of noise and a power-law trend scores z > 3.5."""
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(s, generator=g, dtype=torch.float64) * 0.2  # log-normal noise, SD 0.2 in log units
+    v = (-5.0 + b * _observers(s).log() + noise).exp()
+    k = data.draw(st.integers(0, s - MIN_BIN_POSITIONS))
+    v[k] = v[k] * 10 * (-noise[k]).exp()  # exactly 10x the trend at k
+    assert float(observer_matched_z(v)[k]) > 3.5
+
+
+@pytest.mark.parametrize("kwargs, match", [({"bin_ratio": 1.0}, "bin_ratio"), ({"min_bin": 0}, "min_bin"),
+                                           ({"min_bin": 2.5}, "min_bin"), ({"mad_floor": 0.0}, "mad_floor")])
+def test_observer_matched_z_bad_settings_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        observer_matched_z(torch.rand(50) + 0.1, **kwargs)
+
+
+def test_observer_matched_z_bad_values_raise_as_robust_z():
+    with pytest.raises(ValueError, match="non-negative"):
+        observer_matched_z(torch.tensor([0.1, -0.2]))
 
 
 # --------------------------------------------------------------------------- sink_rate

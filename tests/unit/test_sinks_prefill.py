@@ -116,6 +116,43 @@ def test_calibration_sweep_counts_and_middle_of_feasible_range():
     assert choose_threshold(rows) == 3.0  # middle of 1.0 .. 5.0
 
 
+def test_calibration_sweep_long_prompts_must_meet_the_criteria_too():
+    """A threshold that passes the short set but flags >= 1 % of a long prompt's content is infeasible."""
+    short = [_scores(6.0, [0.0] * 100)]
+    long = [_scores(9.0, [0.0] * 90 + [2.5] * 10)]  # 10 % of the long prompt's content at z = 2.5
+    rows = sweep(short, thresholds=[1.0, 2.0, 3.0], long_scores=long)
+    assert [(r.long_position0_flagged, r.long_content_flagged, r.long_n_content) for r in rows] == [
+        (1, 10, 100), (1, 10, 100), (1, 0, 100)]
+    assert [r.feasible for r in rows] == [False, False, True]
+    assert [r.feasible for r in sweep(short, thresholds=[1.0, 2.0, 3.0])] == [True, True, True]  # control
+
+
+def test_calibration_trailing_flagged_counts_only_the_last_positions():
+    z = torch.zeros(100)
+    z[95], z[50] = 9.0, 9.0
+    ps = PromptScores(id="p", z=z, observed=torch.ones(100, dtype=torch.bool), content=torch.ones(100, dtype=torch.bool))
+    assert ps.trailing_flagged(3.0) == 1 and ps.trailing_flagged(10.0) == 0
+
+
+def test_calibration_long_prompts_reach_the_length(chatml_tokenizer):
+    from lab.calibration import long_prompts
+
+    (p,) = long_prompts(chatml_tokenizer, [300])
+    assert p.id == "long-300" and len(chatml_tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) >= 290
+    with pytest.raises(ValueError, match="64"):
+        long_prompts(chatml_tokenizer, [10])
+
+
+def test_calibration_packaged_held_out_set_is_disjoint_from_calibration_set():
+    from lab.calibration import HELD_OUT_SET, evaluate
+
+    held, cal = load_prompts(packaged=HELD_OUT_SET), load_prompts()
+    assert len(held) >= 20 and not {p.prompt for p in held} & {p.prompt for p in cal}
+    counts = evaluate([_scores(6.0, [4.0] + [0.0] * 99), _scores(2.0, [0.0] * 99 + [4.0])], 3.0)
+    assert counts == {"position0_flagged": 1, "n_prompts": 2, "content_flagged": 2, "n_content": 200,
+                      "trailing_flagged": 1}
+
+
 def test_calibration_no_feasible_threshold_raises():
     rows = [SweepRow(threshold=1.0, position0_flagged=1, n_prompts=10, content_flagged=0, n_content=100)]
     with pytest.raises(ValueError, match="no threshold"):
@@ -175,3 +212,57 @@ def test_cli_sinks_bad_input_exits_2_without_report(argv, match, tmp_path, capsy
     assert code == 2
     assert match in capsys.readouterr().err
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+
+
+# --------------------------------------------------------------------------- recency artifact (issue 11, item 2)
+
+
+def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -> torch.Tensor:
+    """Causal attention ``[L, H, S, S]`` of queries that attend mostly to their recent past, plus a sink at 0.
+
+    Logit of query i for key k: ``-(i - k) / tau`` (tau drawn per head in [2, 20] tokens)
+    plus log-normal noise, plus a bonus ``beta`` on key 0 (the sink). Uniform text: no
+    content position is special, so any content position flagged is a false positive.
+    """
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(s, dtype=torch.float64)
+    dist = (i[:, None] - i[None, :])  # [S, S], query minus key
+    tau = 2.0 + 18.0 * torch.rand(n_layers, n_heads, 1, 1, generator=g, dtype=torch.float64)
+    logits = -dist / tau + 0.5 * torch.randn(n_layers, n_heads, s, s, generator=g, dtype=torch.float64)
+    logits[..., 0] += 6.0  # beta: key 0 draws attention from every query
+    logits = logits.masked_fill(dist < 0, float("-inf"))
+    return logits.softmax(dim=-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
+    """Regression (issue 11, item 2; fault class: baseline blind to how many queries see a position).
+
+    On uniform text read by local-attention heads, the last positions get a high mean
+    received attention only because the few queries that see them are near. None of
+    them may be flagged; position 0 must be; content false positives stay under 1 %."""
+    from lab.prefill import DEFAULT_THRESHOLD
+    from lab.sinks import attention_received
+
+    s = 1200
+    per_head = attention_received(_recency_attention(s, seed)).float()  # [L, H, S]
+    roles = [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1)
+    scores = score_positions(per_head, roles)
+    flagged = scores.observed & (scores.z > DEFAULT_THRESHOLD)
+    assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
+    assert not bool(flagged[-200:].any()), f"trailing flagged: {torch.nonzero(flagged[-200:]).flatten().tolist()}"
+    n_content_flagged = int(flagged[1:].sum())
+    assert n_content_flagged < 0.01 * (s - 1), n_content_flagged
+
+
+def test_score_positions_recency_trend_global_baseline_flags_tail_negative_control():
+    """Control: the same data scored against one global median (robust_z, the pre-fix baseline)
+    flags trailing positions, so the test above can fail."""
+    from lab.prefill import DEFAULT_THRESHOLD
+    from lab.sinks import attention_received, robust_z
+
+    s = 1200
+    per_head = attention_received(_recency_attention(s, 0)).float()
+    scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1))
+    z_global = robust_z(scores.typical, exclude=[0, *range(s - MIN_OBSERVING_QUERIES + 1, s)])
+    assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > DEFAULT_THRESHOLD).sum()) > 0

@@ -6,17 +6,18 @@ import pytest
 import torch
 
 from lab.cli import main
+from lab.machine import LoadLog
 
 
 @pytest.mark.parametrize("argv,needle", [
     (["speculate", "hi", "--gamma", "0"], "--gamma=0"),
-    (["speculate", "hi", "--adaptive", "foo:1"], "adaptive='foo:1'"),
-    (["speculate", "hi", "--temperature", "-1"], "temperature=-1"),
-    (["speculate", "hi", "--top-p", "0"], "top_p=0"),
+    (["speculate", "hi", "--adaptive", "foo:1"], "--adaptive='foo:1'"),
+    (["speculate", "hi", "--temperature", "-1"], "--temperature=-1"),
+    (["speculate", "hi", "--top-p", "0"], "--top-p=0"),
     (["speculate", "hi", "--model", "no-such-model"], "no-such-model"),
     (["bench", "--gammas", "0,2"], "--gammas"),
     (["bench", "--gammas", "a"], "--gammas"),
-    (["bench", "--repeats", "0"], "repeats=0"),
+    (["bench", "--repeats", "0"], "--repeats=0"),
     (["bench", "--prompts", "@/no/such/file"], "not a file"),
 ])
 def test_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
@@ -28,7 +29,7 @@ def test_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
 
 def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     from lab.reports import report_dir, to_jsonable
-    from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
+    from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.render.console import stdout_console
     from lab.speculative import make_draft
     from lab.speculative.bench import BenchConfig, run_bench
@@ -39,9 +40,10 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     try:
         target = tiny_llama_untied()
         prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        load_log = LoadLog(threads=1)
         bench = to_jsonable(run_bench(target, make_draft(target, "early-exit:2"), prompts,
                                       BenchConfig(gammas=(1, 3), adaptive=("pmin:0.5",), max_new_tokens=8,
-                                                  repeats=2, warmup_tokens=2)))
+                                                  repeats=2, warmup_tokens=2), load_log=load_log))
     finally:
         torch.set_num_threads(before)
     methods = bench["methods"]
@@ -51,8 +53,11 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     spec = methods["speculative gamma=3"]
     assert spec["n_rounds"] > 0 and 0.0 <= spec["alpha"] <= 1.0 and spec["efficiency"] > 0
     assert sum(spec["accepted_length_histogram"]) <= spec["n_rounds"]
-    assert any("assisted" in t["target"] for t in bench["targets"])
+    assert any("assisted" in c["against"] for c in bench["comparisons"])
     assert len(bench["runs"]) == 2 * 2 * len(methods)
+    load = bench["machine_load"]  # a sample before and after every timed run, per method
+    assert len(load["samples"]) == 2 * len(bench["runs"]) and set(load["per_method"]) == set(methods)
+    assert all(s["torch_threads"] == 1 for s in load["samples"]) and load["threads"] == 1
     with report_dir(tmp_path, "bench", "tiny") as rd:
         rd.write_json("report.json", bench)
         plot_bench(bench, rd.file("bench.png"))

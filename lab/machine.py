@@ -1,0 +1,156 @@
+"""How busy the machine was while a benchmark ran: load average and torch threads.
+
+Every bench (``lab bench``, ``lab bench-tracker``, ``lab bench-sinks``, and any new
+one) samples the machine before and after each timed method with
+:func:`sample_load`, keeps the samples in a :class:`LoadLog`, writes
+:meth:`LoadLog.summary` into its report and shows :func:`busy_warning` on the
+terminal and in ``summary.md`` when the machine was busy.
+
+The rule (:func:`is_busy`): the machine counts as busy when a sample's 1-minute load
+average exceeds the number of torch threads the bench itself uses plus
+:data:`BUSY_MARGIN`. The bench's own threads explain up to that many runnable
+tasks; anything beyond is another process competing for the cores, and on a
+shared CPU that can make each torch thread several times slower (seen: a verify
+pass costing 6-8 decode steps instead of 1.7-1.9). The load average is a
+1-minute exponential average of runnable tasks (Linux ``/proc/loadavg``), so it
+lags a sudden change by tens of seconds; it is a flag, not a measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+# Half a runnable task of slack: a load of threads + 0.5 means another process has
+# been runnable at least half of the last minute.
+BUSY_MARGIN = 0.5
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """One reading of the machine.
+
+    Attributes:
+        label: What was about to run / had just run (``"before <method>"``).
+        load_1m, load_5m, load_15m: ``os.getloadavg()`` (runnable tasks; NaN where
+            the platform has none).
+        torch_threads: ``torch.get_num_threads()`` at that moment.
+        cpu_count: ``os.cpu_count()``.
+        wall_s: ``time.time()`` (seconds since the epoch).
+    """
+
+    label: str
+    load_1m: float
+    load_5m: float
+    load_15m: float
+    torch_threads: int
+    cpu_count: int
+    wall_s: float
+
+
+def sample_load(label: str = "") -> LoadSample:
+    """Read the load average and torch's intra-op thread count now."""
+    import torch
+
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:  # pragma: no cover - platforms without a load average
+        one = five = fifteen = float("nan")
+    return LoadSample(label=label, load_1m=one, load_5m=five, load_15m=fifteen,
+                      torch_threads=torch.get_num_threads(), cpu_count=os.cpu_count() or 1, wall_s=time.time())
+
+
+def is_busy(sample: LoadSample, threads: int | None = None) -> bool:
+    """``load_1m > threads + BUSY_MARGIN`` (``threads``: the bench's; default the sample's torch threads)."""
+    used = sample.torch_threads if threads is None else threads
+    return sample.load_1m > used + BUSY_MARGIN
+
+
+def set_threads(threads: int | None) -> int:
+    """Apply ``--threads`` (None keeps torch's choice) and return the threads in use.
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer.
+    """
+    import torch
+
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"--threads={threads!r} must be an integer >= 1")
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+@dataclass
+class LoadLog:
+    """Load samples taken around each method of a benchmark.
+
+    Attributes:
+        threads: The torch threads the bench uses (the busy rule's allowance).
+        samples: Every :class:`LoadSample`, in order.
+        methods: Per method name, the labels' indices into ``samples`` (before, after).
+    """
+
+    threads: int
+    samples: list[LoadSample] = field(default_factory=list)
+    methods: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def add(self, sample: LoadSample) -> LoadSample:
+        self.samples.append(sample)
+        return sample
+
+    @contextmanager
+    def around(self, method: str) -> Iterator[None]:
+        """Sample before and after one run of ``method``."""
+        before = len(self.samples)
+        self.add(sample_load(f"before {method}"))
+        try:
+            yield
+        finally:
+            self.add(sample_load(f"after {method}"))
+            self.methods.setdefault(method, []).append((before, len(self.samples) - 1))
+
+    def busy_samples(self) -> list[LoadSample]:
+        return [s for s in self.samples if is_busy(s, self.threads)]
+
+    def busy_methods(self) -> list[str]:
+        """Methods with a busy sample before or after at least one of their runs."""
+        return [m for m, pairs in self.methods.items()
+                if any(is_busy(self.samples[i], self.threads) for pair in pairs for i in pair)]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: the rule, the threads, max 1-min load, busy flag and methods, per-method loads, samples."""
+        loads = [s.load_1m for s in self.samples]
+        per_method = {m: {"load_1m_before": [self.samples[b].load_1m for b, _ in pairs],
+                          "load_1m_after": [self.samples[a].load_1m for _, a in pairs],
+                          "torch_threads": sorted({self.samples[i].torch_threads for p in pairs for i in p})}
+                      for m, pairs in self.methods.items()}
+        return {
+            "rule": busy_rule(self.threads),
+            "threads": self.threads,
+            "cpu_count": os.cpu_count(),
+            "busy": bool(self.busy_samples()),
+            "max_load_1m": max(loads) if loads else None,
+            "busy_methods": self.busy_methods(),
+            "per_method": per_method,
+            "samples": [asdict(s) for s in self.samples],
+        }
+
+
+def busy_rule(threads: int) -> str:
+    return f"busy when the 1-minute load average exceeds the bench's {threads} torch thread(s) + {BUSY_MARGIN:g}"
+
+
+def busy_warning(summary: dict[str, Any]) -> str | None:
+    """One paragraph for the terminal and ``summary.md``, or None when the machine was quiet."""
+    if not summary.get("busy"):
+        return None
+    methods = summary.get("busy_methods") or []
+    which = f" (around {len(methods)} of {len(summary.get('per_method') or {})} methods)" if methods else ""
+    return (f"WARNING: the machine was busy during this benchmark{which}: 1-minute load average up to "
+            f"{summary['max_load_1m']:.2f} with {summary['threads']} torch thread(s) on {summary['cpu_count']} CPUs "
+            f"({summary['rule']}). Other processes competed for the cores, so times and speedups are inflated "
+            "and noisy; re-run on a quiet machine before trusting them.")

@@ -1,0 +1,181 @@
+"""Rendering ``lab bench``: 80-column tables, the comparisons, the busy-machine warning, plot, summary.
+
+Consumes the dict from :func:`lab.speculative.bench.run_bench` (after
+:func:`lab.reports.to_jsonable`); computes nothing new except formatting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from lab.machine import busy_warning
+from lab.render.speculative import _fmt
+
+
+def method_label(name: str) -> str:
+    """Short method name for 80-column tables (:data:`METHOD_LEGEND` explains them)."""
+    if name == "target-only (lab loop)":
+        return "target lab"
+    if name == "target-only (transformers generate)":
+        return "target hf"
+    if name.startswith("transformers assisted gamma="):
+        return "hf assist g" + name.split("=", 1)[1]
+    if name.startswith("speculative gamma="):
+        rest = name[len("speculative gamma="):]
+        gamma, _, adaptive = rest.partition(" adaptive=")
+        return f"spec g{gamma}" + (f" {adaptive}" if adaptive else "")
+    return name
+
+
+METHOD_LEGEND = ("target lab / target hf: target-only decoding, the lab's KV-cache loop / transformers generate; "
+                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named); "
+                 "hf assist gN: transformers' assisted generation at gamma=N")
+
+
+def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
+    """Throughput of every method, and the speculative figures, each fitting 80 columns."""
+    speed = Table(title=f"lab bench: draft {bench['draft']}", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption="tok/s: decode tokens/s, median and min-max over repeats; speedup: over target lab; "
+                          "same: same tokens as target lab", caption_justify="left")
+    speed.add_column("method", no_wrap=True)
+    for col in ("tok/s", "min", "max", "speedup", "same"):
+        speed.add_column(col, justify="right", no_wrap=True)
+    spec = Table(title="speculative methods", title_justify="left", box=box.SIMPLE_HEAD,
+                 caption="predicted: speedup from the measured alpha and step times; efficiency = speedup / "
+                         "predicted; overhead: share of decode time outside forward passes", caption_justify="left")
+    spec.add_column("method", no_wrap=True)
+    for col in ("alpha", "tau", "predicted", "efficiency", "overhead"):
+        spec.add_column(col, justify="right", no_wrap=True)
+    for name, m in bench["methods"].items():
+        t = m["tokens_per_s"]
+        speed.add_row(method_label(name), _fmt(t["median"], ".1f"), _fmt(t["min"], ".1f"), _fmt(t["max"], ".1f"),
+                      _fmt(m.get("measured_speedup"), ".2f"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
+        if "alpha" in m:
+            spec.add_row(method_label(name), _fmt(m.get("alpha")), _fmt(m.get("tau"), ".2f"),
+                         _fmt(m.get("speedup_predicted_from_measured_times"), ".2f"),
+                         _fmt(m.get("efficiency"), ".2f"), _fmt(m.get("overhead_fraction"), ".1%"))
+    return speed, (spec if spec.row_count else None)
+
+
+def bench_table(bench: dict[str, Any]) -> Table:
+    """The throughput table (see :func:`render_bench` for the full view)."""
+    return _bench_tables(bench)[0]
+
+
+def comparisons_panel(bench: dict[str, Any]) -> Panel:
+    """The comparisons stated as measured (no pass/fail against internal targets)."""
+    lines = [c["text"] for c in bench.get("comparisons", [])]
+    for name, err in bench["assisted_errors"].items():
+        lines.append(f"transformers refused {name}: {err}")
+    return Panel("\n".join(lines) or "nothing to compare", title="comparisons", title_align="left")
+
+
+def render_bench(bench: dict[str, Any], console: Console) -> None:
+    speed, spec = _bench_tables(bench)
+    console.print(speed)
+    if spec is not None:
+        console.print(spec)
+    console.print(Text(METHOD_LEGEND, style="dim"))
+    console.print(comparisons_panel(bench))
+    warning = busy_warning(bench.get("machine_load") or {})
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
+
+
+def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
+    """Left: tokens/s per method (median, min-max bars). Right: speedup vs gamma, measured and predicted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = bench["methods"]
+    names = list(methods)
+    med = [methods[n]["tokens_per_s"]["median"] for n in names]
+    lo = [m - methods[n]["tokens_per_s"]["min"] for n, m in zip(names, med)]
+    hi = [methods[n]["tokens_per_s"]["max"] - m for n, m in zip(names, med)]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    a1.barh(range(len(names)), med, xerr=[lo, hi], color=["tab:gray" if "target-only" in n else
+                                                          "tab:orange" if "assisted" in n else "tab:blue" for n in names])
+    a1.set_yticks(range(len(names)))
+    a1.set_yticklabels(names, fontsize=8)
+    a1.invert_yaxis()
+    a1.set_xlabel("tokens/s (median; bars: min-max over repeats)")
+    fixed = [(m["gamma"], m) for n, m in methods.items() if "gamma" in m and not m.get("adaptive")]
+    fixed.sort(key=lambda x: x[0])
+    if fixed:
+        gs = [g for g, _ in fixed]
+        for key, label in (("measured_speedup", "measured"),
+                           ("speedup_predicted_from_measured_times", "predicted: measured alpha, draft and verify times"),
+                           ("speedup_theory_time_ratio", "Leviathan Thm 3.8, c from time"),
+                           ("speedup_theory_flops", "Leviathan Thm 3.8, c from FLOPs")):
+            a2.plot(gs, [m.get(key) if m.get(key) is not None else float("nan") for _, m in fixed], marker="o",
+                    label=label)
+        a2.axhline(1.0, color="black", lw=0.8, ls="--")
+        a2.set_xlabel("gamma")
+        a2.set_ylabel("speedup over target-only (lab loop)")
+        a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) -> str:
+    cfg = bench["config"]
+    load = bench.get("machine_load") or {}
+    warning = busy_warning(load)
+    lines = [
+        "# lab bench: speculative decoding on this machine",
+        "",
+        *([f"> **{warning}**", ""] if warning else []),
+        f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}); draft "
+        f"{bench['draft']}; greedy; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
+        f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
+        f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
+        *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
+           f"{_fmt(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+          if load else []),
+        "",
+        "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
+        "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | same tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in bench["methods"].items():
+        t = m["tokens_per_s"]
+        lines.append(
+            f"| {name} | {_fmt(t['median'], '.1f')} ({_fmt(t['min'], '.1f')}-{_fmt(t['max'], '.1f')}) | "
+            f"{_fmt(m.get('measured_speedup'), '.2f')} | {_fmt(m.get('alpha'))} | {_fmt(m.get('tau'), '.2f')} | "
+            f"{_fmt(m.get('cost_ratio_time'))} | {_fmt(m.get('cost_ratio_flops'))} | "
+            f"{_fmt(m.get('verify_over_target_step'), '.2f')} | "
+            f"{_fmt(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
+            f"{_fmt(m.get('speedup_theory_time_ratio'), '.2f')} | {_fmt(m.get('speedup_theory_flops'), '.2f')} | "
+            f"{_fmt(m.get('efficiency'), '.2f')} | {_fmt(m.get('overhead_fraction'), '.1%')} | "
+            f"{_fmt(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
+    lines += ["", "## Comparisons", ""]
+    lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
+    for name, err in bench["assisted_errors"].items():
+        lines.append(f"- transformers refused {name}: {err}")
+    lines += [
+        "",
+        "## How to read this",
+        "",
+        "- *speedup*: decode tokens/s (prefill excluded) over the lab's own target-only loop.",
+        "- *predicted*: E[tokens per round] at the measured alpha (Leviathan et al. 2023, Eq. 1) times one target "
+        "step, over gamma draft steps plus one measured verify pass of gamma + 1 tokens; the loop's ceiling.",
+        "- *Thm 3.8*: the paper's formula, which assumes a verify pass costs one target step; *verify / step* "
+        "shows how far that is from true here (on a CPU, a pass over gamma + 1 tokens costs more).",
+        "- *efficiency* = speedup / predicted; *overhead* = share of decode time outside forward passes "
+        "(bookkeeping, sampling, cache rollback).",
+        "- *breakeven alpha*: the acceptance rate at which Thm 3.8 with the time ratio c gives speedup 1.",
+        "",
+        "`bench.png`: left, tokens/s per method; right, speedup against gamma, measured and predicted.",
+        "",
+    ]
+    return "\n".join(lines)
