@@ -24,6 +24,7 @@ COMMANDS = (
     "lab.commands.speculate",
     "lab.commands.bench",
     "lab.commands.study",
+    "lab.commands.stream",
 )
 
 

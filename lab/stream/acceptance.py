@@ -148,3 +148,54 @@ class EvictingDraft:
     def cache_size(self) -> int:
         """Entries per layer now held (at most the budget after a commit)."""
         return int(self.positions.numel())
+
+
+def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg: Any,
+                       detected: tuple[int, ...] | None, *, progress: Any = lambda msg: None) -> list[dict[str, Any]]:
+    """alpha per policy: speculative decoding after a long prompt, greedy and sampled (seeded).
+
+    The target sees everything; the draft (``cfg.draft``: early-exit or a separate
+    model, built once by :func:`lab.speculative.make_draft`) sees only the policy's
+    visible positions. ``recompute`` policies are skipped (no cache to evict).
+
+    Args:
+        target: The target causal LM.
+        tokenizer: Its tokenizer (for a separate draft's vocabulary check, and EOS).
+        input_ids: int64 ``[1, S]``; the prompt is its first ``cfg.prompt_tokens``.
+        cfg: A :class:`lab.stream.experiment.StreamConfig` (prompt_tokens, gamma,
+            max_new_tokens, temperature, seed, draft).
+        detected: Ranked detector positions for ``detected`` policies.
+
+    Returns:
+        One dict per (policy, mode) with raw counts (``n_accepted``, ``n_tested``)
+        and ``alpha`` = accepted / tested, ``tau``, the draft's cache size at the end.
+
+    Raises:
+        ValueError: a draft that is not a model (``prompt-lookup`` has no KV cache).
+    """
+    from lab.models import eos_token_ids
+    from lab.speculative import make_draft, speculative_generate
+
+    base = make_draft(target, cfg.draft, target_tokenizer=tokenizer)
+    if not isinstance(base, ModelDraft):
+        raise ValueError(f"--draft={cfg.draft!r} has no KV cache to evict; use early-exit:N or a draft model")
+    prompt = input_ids[:, : cfg.prompt_tokens]
+    eos = eos_token_ids(target, tokenizer)
+    rows = []
+    for policy in [p for p in cfg.policies if p.kind != "recompute"]:
+        for mode, temperature in (("greedy", 0.0), ("sampled", cfg.temperature)):
+            progress(f"acceptance: draft under {policy.spec}, {mode}")
+            draft = EvictingDraft(base, policy, detected)
+            gen = torch.Generator(device=draft.device).manual_seed(cfg.seed)
+            t0 = time.perf_counter()
+            res = speculative_generate(target, draft, prompt.to(draft.device), gamma=cfg.gamma,
+                                       max_new_tokens=cfg.max_new_tokens, temperature=temperature,
+                                       generator=gen, eos_token_ids=eos)
+            n_acc = sum(r.n_accepted for r in res.rounds)
+            n_tested = sum(sum(r.tested_mask) for r in res.rounds)
+            rows.append({"policy": policy.spec, "budget": policy.budget, "mode": mode, "temperature": temperature,
+                         "alpha": n_acc / n_tested if n_tested else float("nan"), "n_accepted": n_acc,
+                         "n_tested": n_tested, "n_rounds": len(res.rounds), "tau": res.tau,
+                         "new_tokens": len(res.tokens), "draft_cache_size": draft.cache_size,
+                         "wall_s": time.perf_counter() - t0, "tokens": list(res.tokens)})
+    return rows
