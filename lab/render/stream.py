@@ -93,7 +93,8 @@ def _bench_line(result: StreamResult) -> str:
     b = result.bench
     n = len(result.input_ids)
     load = b["before"]["load_average"]
-    line = (f"{len(result.runs)} policies over {n} tokens: {b['scoring_wall_s']:.1f} s scoring; peak memory beyond "
+    line = (f"{len(result.runs)} policies over {n} tokens: {b['scoring_wall_s']:.1f} s scoring (sink detector "
+            f"{b['detect_wall_s']:.1f} s, acceptance runs {b['acceptance_wall_s']:.1f} s); peak memory beyond "
             f"the model {b['peak_rss_beyond_model_mb']:.0f} MB; torch threads {b['before']['torch_threads']}, "
             f"load average {load[0]:.2f} (before) / {b['after']['load_average'][0]:.2f} (after) on "
             f"{b['before']['cpu_count']} cores.")

@@ -173,13 +173,15 @@ def run_stream(model: Any, tokenizer: Any, text: str, cfg: StreamConfig, *,
 
     before = machine_state()
     # 1. tokenize; the text must fit the context (positions stay its own)
+    check_fits(model, cfg.n_tokens, what=f"--tokens={cfg.n_tokens}")
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=True)["input_ids"][:, : cfg.n_tokens]
-    check_fits(model, ids.shape[1], what=f"--tokens={cfg.n_tokens}")
     if ids.shape[1] < cfg.n_tokens:
         raise ValueError(f"the text has {ids.shape[1]} tokens, fewer than --tokens={cfg.n_tokens}")
     # 2. the sink detector on the first chunk
     progress(f"sink detector on the first {cfg.detect_tokens} tokens")
+    t0 = time.perf_counter()
     detection = detect_sinks(model, ids, cfg.detect_tokens)
+    detect_wall = time.perf_counter() - t0
     # 3. one pass per policy, timed, with its peak memory
     runs = []
     for policy in cfg.policies:
@@ -194,13 +196,16 @@ def run_stream(model: Any, tokenizer: Any, text: str, cfg: StreamConfig, *,
     summary, tests, recompute_check = summarize(runs, cfg)
     # 4. acceptance with an evicting draft
     acceptance = []
+    t0 = time.perf_counter()
     if cfg.acceptance:
         acceptance = measure_acceptance(model, tokenizer, ids, cfg, detection.ranked, progress=progress)
+    acceptance_wall = time.perf_counter() - t0
     after = machine_state()
     bench = {"before": before, "after": after, "busy": before["busy"] or after["busy"],
-             "scoring_wall_s": sum(r.wall_s for r in runs),
+             "scoring_wall_s": sum(r.wall_s for r in runs), "detect_wall_s": detect_wall,
+             "acceptance_wall_s": acceptance_wall,
              "peak_rss_beyond_model_mb": max((r.peak_rss_mb or 0.0) for r in runs),
-             "model_rss_mb_at_start": _rss_mb("VmRSS")}
+             "rss_mb_at_end": _rss_mb("VmRSS")}
     rolling = {r.policy.spec: analysis.rolling_mean(r.nll, ROLLING_WIDTH if r.policy.kind != "recompute"
                                                      else max(1, ROLLING_WIDTH // cfg.recompute_every))
                for r in runs}

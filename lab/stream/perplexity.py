@@ -53,8 +53,8 @@ def check_fits(model: Any, n_tokens: int, what: str = "the text") -> None:
     """
     ctx = context_length(model)
     if n_tokens > ctx:
-        raise ValueError(f"{what} has {n_tokens} tokens, more than the model's context of {ctx} positions; "
-                         "positions stay the text's own, so it must fit (use --tokens to cut it)")
+        raise ValueError(f"{what}: {n_tokens} tokens is more than the model's context of {ctx} positions; "
+                         "positions stay the text's own, so the text must fit (cut it with --tokens)")
 
 
 def _sliding_window(model: Any) -> int | None:
