@@ -42,6 +42,7 @@ def _models():
     return {
         "llama-sdpa": lambda: support.tiny_llama_untied(vocab_size=64),
         "llama-eager": lambda: _eager(support.tiny_llama_untied(vocab_size=64)),
+        "qwen2-sdpa": lambda: support.tiny_qwen2(vocab_size=64),  # the Qwen pair's architecture
         "gemma3-sdpa": tiny_gemma3,
         "gemma3-eager": lambda: tiny_gemma3("eager"),
     }
