@@ -87,9 +87,9 @@ def retention_policies(draw, max_window: int = 24, max_keep: int = 6):
 
 
 @st.composite
-def detector_rankings(draw, n_keep: int = 6, max_position: int = MAX_STREAM_POSITIONS):
-    """Distinct positions ranked best first, as ``lab.stream.policies.rank_detected`` returns them."""
-    return tuple(draw(st.lists(st.integers(0, max_position - 1), min_size=n_keep, max_size=n_keep, unique=True)))
+def detector_rankings(draw, max_flagged: int = 8, max_position: int = MAX_STREAM_POSITIONS):
+    """0 to ``max_flagged`` distinct flagged positions, best first, as ``rank_detected`` returns them."""
+    return tuple(draw(st.lists(st.integers(0, max_position - 1), max_size=max_flagged, unique=True)))
 
 
 def sequence_lengths(max_size: int = MAX_STREAM_POSITIONS):

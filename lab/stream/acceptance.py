@@ -30,7 +30,7 @@ import torch
 
 from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig, sampling_probs
 from lab.stream.perplexity import model_attention_mask
-from lab.stream.policies import Policy, kept_positions, visibility
+from lab.stream.policies import Policy, kept_positions, policy_window, visibility
 
 
 def _entropy_bits(logits: torch.Tensor) -> torch.Tensor:
@@ -45,10 +45,10 @@ class EvictingDraft:
         base: A :class:`~lab.speculative.ModelDraft` (early-exit or a separate model);
             its model and vocabulary width are used, its own cache is not.
         policy: The retention policy (``recompute`` is refused: it has no cache).
-        detected: Ranked detector positions, for ``detected`` policies.
+        detected: Flagged detector positions (best first), for ``detected`` policies.
 
     Raises:
-        ValueError: a ``recompute`` policy or a ``detected`` one without positions.
+        ValueError: a ``recompute`` policy.
     """
 
     def __init__(self, base: ModelDraft, policy: Policy, detected: tuple[int, ...] | None = None):
@@ -59,6 +59,7 @@ class EvictingDraft:
         self.model_vocab = int(self.model.config.vocab_size)
         self.policy = policy
         self.keep = kept_positions(policy, detected)
+        self.window = policy_window(policy, detected)
         self.name = f"{base.name}|{policy.spec}"
         self.device = next(self.model.parameters()).device
         self.reset()
@@ -72,7 +73,7 @@ class EvictingDraft:
         self._committed_len = 0
 
     def _visible(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        return visibility(query_pos, key_pos, self.policy.window, self.keep)
+        return visibility(query_pos, key_pos, self.window, self.keep)
 
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Feed ``ids`` ``[n]`` at positions ``_fed ..``; return the last position's logits ``[V]``."""

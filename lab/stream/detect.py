@@ -4,9 +4,9 @@ Reuses :mod:`lab.prefill`'s decision rule on a plain text (no chat template, so
 every position is content): one streaming capture of received attention
 (:func:`lab.attention_capture.capture_received`), the robust log-MAD z-score
 (:func:`lab.prefill.score_positions`) and the calibrated threshold
-(:data:`lab.prefill.DEFAULT_THRESHOLD`). The policy keeps the K best-ranked
-positions: flagged sinks first, then the highest z (so the budget always equals
-``sinks:K+W``'s); the report says which were flagged.
+(:data:`lab.prefill.DEFAULT_THRESHOLD`). The policy keeps up to K flagged
+positions, highest z first; spare slots go to its window, so its budget always
+equals ``sinks:K+W``'s (see :func:`lab.stream.policies.policy_window`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Detection:
     Attributes:
         n_tokens: Length of the chunk analysed.
         flagged: Positions with ``z > threshold`` (observed by enough queries).
-        ranked: Observed positions, flagged first, then by z descending.
+        ranked: The flagged positions, highest z first.
         z: Float32 ``[n_tokens]`` robust z of received attention.
         received: Float32 ``[n_tokens]`` mean received attention (probability).
         threshold: The z threshold used.

@@ -12,6 +12,7 @@ measures; PPL over all targets is reported too.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -236,6 +237,13 @@ def summarize(runs: list[PolicyRun], cfg: StreamConfig) -> tuple[list[dict], lis
                                                                             start, chunk), seed)
             row.update(ratio_to_dense=ratio.value, ratio_low=ratio.low, ratio_high=ratio.high)
         summary.append(row)
+    for row, r in zip(summary, runs):  # share of window:W's excess log-PPL over dense that kept positions win back
+        w = next((x for x in summary if x["kind"] == "window" and x["budget"] == r.policy.window), None)
+        if r.policy.kind in ("sinks", "detected") and w is not None and dense is not None:
+            d = next(x for x in summary if x["kind"] == "dense")
+            excess = math.log(w["ppl"]) - math.log(d["ppl"])
+            row["window_excess_recovered"] = ((math.log(w["ppl"]) - math.log(row["ppl"])) / excess
+                                              if excess > 0 else None)
     tests = []
     for w in [r for r in runs if r.policy.kind == "window"]:
         sinks = _find(runs, "sinks", n_keep=4, window=w.policy.window)

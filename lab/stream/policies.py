@@ -12,9 +12,10 @@ Policies (``spec`` as typed on the command line):
 * ``window:W``: the W most recent keys, the query itself included:
   ``q - W < k <= q``. Budget W.
 * ``sinks:K+W``: the first K positions plus the W most recent. Budget K + W.
-* ``detected:K+W`` (``detected:W`` means ``detected:4+W``): the K positions the
-  lab's sink detector ranks highest on the text's first chunk, plus the W most
-  recent, the same budget as ``sinks:K+W``.
+* ``detected:K+W`` (``detected:W`` means ``detected:4+W``): the positions the
+  lab's sink detector flags on the text's first chunk (at most K, highest z
+  first), plus the most recent keys, the same total budget as ``sinks:K+W``:
+  when the detector flags n < K positions, the window gets the K - n spare slots.
 * ``recompute:W``: sliding window with re-computation: each token is scored by a
   fresh forward over its last W tokens (the paper's quality oracle). Its
   visibility is the window's; what differs is that the kept keys are recomputed
@@ -112,20 +113,21 @@ def kept_positions(policy: Policy, detected: tuple[int, ...] | None = None) -> t
 
     Args:
         policy: The policy.
-        detected: For ``detected``, the detector's positions ranked best first; the
-            first ``policy.n_keep`` are kept.
-
-    Raises:
-        ValueError: ``detected`` policy without enough detected positions.
+        detected: For ``detected``, the flagged positions ranked best first; at most
+            the first ``policy.n_keep`` are kept (None or empty: none flagged).
     """
     if policy.kind == "sinks":
         return torch.arange(policy.n_keep)
-    if policy.kind == "detected":
-        if detected is None or len(detected) < policy.n_keep:
-            raise ValueError(f"policy {policy.spec} needs {policy.n_keep} ranked positions from the detector, "
-                             f"got {0 if detected is None else len(detected)}")
+    if policy.kind == "detected" and detected:
         return torch.tensor(sorted(detected[: policy.n_keep]), dtype=torch.long)
     return torch.zeros(0, dtype=torch.long)
+
+
+def policy_window(policy: Policy, detected: tuple[int, ...] | None = None) -> int | None:
+    """The window W a policy applies; a ``detected`` policy adds the slots its detector left unused."""
+    if policy.kind == "detected":
+        return policy.window + policy.n_keep - int(kept_positions(policy, detected).numel())
+    return policy.window
 
 
 def visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None,
@@ -158,7 +160,7 @@ def visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | Non
 def policy_visibility(policy: Policy, query_pos: torch.Tensor, key_pos: torch.Tensor,
                       detected: tuple[int, ...] | None = None) -> torch.Tensor:
     """:func:`visibility` for a :class:`Policy`; bool ``[Q, K]`` (see there)."""
-    return visibility(query_pos, key_pos, policy.window, kept_positions(policy, detected))
+    return visibility(query_pos, key_pos, policy_window(policy, detected), kept_positions(policy, detected))
 
 
 def sliding_visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window: int) -> torch.Tensor:
@@ -172,7 +174,11 @@ def sliding_visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_w
 
 
 def rank_detected(z: torch.Tensor, observed: torch.Tensor, flagged: torch.Tensor) -> tuple[int, ...]:
-    """Rank positions for ``detected``: flagged sinks first, then the rest, each by z descending.
+    """The flagged positions for ``detected``, highest z first.
+
+    Unflagged positions are never ranked: the highest z below the threshold sit in
+    the chunk's last few dozen positions (seen by few queries, inflated by recency),
+    not at sinks; a policy's spare slots go to its window instead.
 
     Args:
         z: Float ``[S]`` robust z of received attention (``lab.prefill.score_positions``).
@@ -180,8 +186,8 @@ def rank_detected(z: torch.Tensor, observed: torch.Tensor, flagged: torch.Tensor
         flagged: Bool ``[S]``: the detector's sink flags.
 
     Returns:
-        Observed positions, best first.
+        Flagged, observed positions, best first.
     """
-    order = sorted((i for i in range(z.numel()) if bool(observed[i])),
-                   key=lambda i: (not bool(flagged[i]), -float(z[i]), i))
+    order = sorted((i for i in range(z.numel()) if bool(observed[i]) and bool(flagged[i])),
+                   key=lambda i: (-float(z[i]), i))
     return tuple(order)

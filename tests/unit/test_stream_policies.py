@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.stream.policies import (kept_positions, parse_policies, parse_policy, policy_visibility, rank_detected,
-                                 sliding_visibility, visibility)
+from lab.stream.policies import (kept_positions, parse_policies, parse_policy, policy_visibility, policy_window,
+                                 rank_detected, sliding_visibility, visibility)
 from tests.strategies import detector_rankings, retention_policies, sequence_lengths
 
 
@@ -43,15 +43,17 @@ def test_parse_policies_duplicate_raises():
 @settings(max_examples=200, deadline=None)
 def test_visibility_is_causal_within_budget_and_keeps_sinks(policy, ranking, s):
     """For every query q: keys seen are <= q; at most K + W of them; every kept position <= q is seen;
-    the W most recent (itself included) are seen; and nothing else is."""
+    the window's most recent keys (itself included) are seen; and nothing else is."""
     pos = torch.arange(s)
     vis = policy_visibility(policy, pos, pos, ranking)  # [S, S]
     keep = kept_positions(policy, ranking)
+    window = policy_window(policy, ranking)
+    assert window + keep.numel() == policy.budget  # spare detected slots go to the window
     assert not vis.triu(1).any()  # causal
     assert bool((vis.sum(1) <= policy.budget).all())  # budget respected
     for q in range(s):
         seen = set(torch.nonzero(vis[q]).flatten().tolist())
-        recent = set(range(max(0, q - policy.window + 1), q + 1))
+        recent = set(range(max(0, q - window + 1), q + 1))
         sinks = {int(k) for k in keep if k <= q}
         assert seen == recent | sinks
 
@@ -102,13 +104,21 @@ def test_visibility_window_one_sees_only_itself():
     assert torch.equal(visibility(pos, pos, 1), torch.eye(5, dtype=torch.bool))
 
 
-def test_kept_positions_detected_without_enough_positions_raises():
-    with pytest.raises(ValueError, match="detected:4\\+8"):
-        kept_positions(parse_policy("detected:4+8"), (0, 1))
+@pytest.mark.parametrize("flagged,keep,window", [((0, 1), [0, 1], 10), ((), [], 12), ((7, 0, 3, 5, 9), [0, 3, 5, 7], 8)])
+def test_detected_fewer_flagged_than_k_gives_spare_slots_to_the_window(flagged, keep, window):
+    p = parse_policy("detected:4+8")
+    assert kept_positions(p, flagged).tolist() == keep and policy_window(p, flagged) == window
 
 
-def test_rank_detected_puts_flagged_first_then_z():
+def test_detected_with_only_position_zero_flagged_equals_sinks_one():
+    """detected:4+W with the detector flagging only position 0 is sinks:1+(W+3)."""
+    pos = torch.arange(40)
+    assert torch.equal(policy_visibility(parse_policy("detected:4+8"), pos, pos, (0,)),
+                       policy_visibility(parse_policy("sinks:1+11"), pos, pos))
+
+
+def test_rank_detected_keeps_flagged_only_by_z():
     z = torch.tensor([9.0, 1.0, 5.0, 2.0, 8.0])
     observed = torch.tensor([True, True, True, True, False])
-    flagged = torch.tensor([True, False, False, True, False])
-    assert rank_detected(z, observed, flagged) == (0, 3, 2, 1)  # 4 is unobserved: never ranked
+    flagged = torch.tensor([True, False, True, True, True])
+    assert rank_detected(z, observed, flagged) == (0, 2, 3)  # 4 is unobserved: never ranked
