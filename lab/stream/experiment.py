@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_POLICIES = "dense,window:252,sinks:1+252,sinks:4+252,detected:4+252,recompute:256"
 # Tokens per rolling-mean point in the plot.
 ROLLING_WIDTH = 64
+# Scored points per rolling-mean point of the sparse recompute oracle.
+RECOMPUTE_ROLLING_POINTS = 16
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,9 @@ def run_stream(model: Any, tokenizer: Any, text: str, cfg: StreamConfig, *,
              "acceptance_wall_s": acceptance_wall,
              "peak_rss_beyond_model_mb": max((r.peak_rss_mb or 0.0) for r in runs),
              "rss_mb_at_end": _rss_mb("VmRSS")}
+    # the oracle's sparse sample: a trailing mean over 16 of its points (not 64 // every), or it is all noise
     rolling = {r.policy.spec: analysis.rolling_mean(r.nll, ROLLING_WIDTH if r.policy.kind != "recompute"
-                                                     else max(1, ROLLING_WIDTH // cfg.recompute_every))
+                                                     else RECOMPUTE_ROLLING_POINTS)
                for r in runs}
     return StreamResult(cfg, ids[0], detection, runs, summary, tests, recompute_check, acceptance, bench, rolling)
 
