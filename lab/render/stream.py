@@ -121,6 +121,8 @@ def streamingllm_words(result: StreamResult) -> list[str]:
         elif ratio > 1.1 and h1 is not None and h1.reject:
             shape = ("degrades clearly (same direction as the paper, by the pre-stated test), but by a factor "
                      "of a few, not the paper's thousands")
+        elif ratio > 1.1 and h1 is None:
+            shape = "degrades (the pre-stated test was not run: no sinks:4+W policy with the same W)"
         else:
             shape = "does not degrade clearly; the paper's shape is not reproduced on this text"
         out.append(f"Here, window ({w['policy']}): PPL {w['ppl']:.2f}, {ratio:.2f}x dense: it {shape}.")
