@@ -26,6 +26,7 @@ COMMANDS = (
     "lab.commands.speculate",
     "lab.commands.bench",
     "lab.commands.study",
+    "lab.commands.stream",
 )
 
 

@@ -67,3 +67,31 @@ def fp16_extreme_logit_vectors(max_size: int = MAX_VOCAB):
                         st.floats(-100, 100, allow_nan=False, allow_subnormal=False, width=16))
     return st.lists(element, min_size=1, max_size=max_size).map(
         lambda v: torch.tensor(v, dtype=torch.float16))
+
+
+# --------------------------------------------------------------------------- lab stream
+
+MAX_STREAM_POSITIONS = 64
+
+
+@st.composite
+def retention_policies(draw, max_window: int = 24, max_keep: int = 6):
+    """A parsed non-dense policy spec (window, sinks, detected or recompute) with small W and K."""
+    from lab.stream.policies import parse_policy
+
+    kind = draw(st.sampled_from(["window", "sinks", "detected", "recompute"]))
+    w = draw(st.integers(1, max_window))
+    if kind in ("window", "recompute"):
+        return parse_policy(f"{kind}:{w}")
+    return parse_policy(f"{kind}:{draw(st.integers(1, max_keep))}+{w}")
+
+
+@st.composite
+def detector_rankings(draw, max_flagged: int = 8, max_position: int = MAX_STREAM_POSITIONS):
+    """0 to ``max_flagged`` distinct flagged positions, best first, as ``rank_detected`` returns them."""
+    return tuple(draw(st.lists(st.integers(0, max_position - 1), max_size=max_flagged, unique=True)))
+
+
+def sequence_lengths(max_size: int = MAX_STREAM_POSITIONS):
+    """A text length S >= 1 in tokens."""
+    return st.integers(min_value=1, max_value=max_size)

@@ -1,0 +1,140 @@
+"""``lab stream``: KV-cache eviction and attention sinks (StreamingLLM), measured.
+
+Scores a long text under each retention policy in one masked forward pass per
+policy, tests window vs sinks as stated in advance, measures draft acceptance
+when the draft's cache is evicted, and writes ``<out>/<timestamp>-stream-<slug>/``
+(``report.json``, ``policies.csv``, ``tokens.csv``, ``summary.md``,
+``rolling_nll.png``), which appears only when all are written. Every flag is
+checked before the model loads; the text's length against the model's context as
+soon as it is loaded (a bad value exits 2 with one line and writes no report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+from lab.commands.common import add_model_args, add_out_arg, check_model_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lab.stream.experiment import DEFAULT_POLICIES
+
+    p = subparsers.add_parser(
+        "stream", help="KV-cache eviction and attention sinks: perplexity and acceptance per retention policy",
+        description="Score a long text under KV-cache retention policies (dense, window:W, sinks:K+W, detected:K+W, "
+                    "recompute:W) with one masked forward pass each, test window vs sinks, measure speculative "
+                    "acceptance with an evicting draft, and write a report (StreamingLLM, Xiao et al. 2023).",
+    )
+    add_model_args(p)
+    p.add_argument("--text-file", default=None,
+                   help="UTF-8 text to score (default: CPython's pydoc_data.topics, the help() topics)")
+    p.add_argument("--tokens", type=int, default=4096, help="score the text's first N tokens (default: 4096)")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated policies (default: {DEFAULT_POLICIES})")
+    p.add_argument("--chunk-tokens", type=int, default=128,
+                   help="targets per chunk, the unit of the bootstrap and the paired test (default: 128)")
+    p.add_argument("--detect-tokens", type=int, default=512,
+                   help="the first chunk the sink detector analyses for detected:K+W (default: 512)")
+    p.add_argument("--recompute-every", type=int, default=16,
+                   help="the recompute oracle scores every N-th target, each exactly (default: 16)")
+    p.add_argument("--recompute-batch", type=int, default=16, help="oracle windows per forward pass (default: 16)")
+    p.add_argument("--no-acceptance", action="store_true", help="skip the speculative-decoding acceptance runs")
+    p.add_argument("--prompt-tokens", type=int, default=1024,
+                   help="acceptance runs: prompt = the text's first N tokens (default: 1024)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="acceptance runs: new tokens (default: 32)")
+    p.add_argument("--gamma", type=int, default=4, help="acceptance runs: draft tokens per round (default: 4)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="acceptance runs: temperature of the sampled run, > 0; a greedy run is always made (default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled run and the bootstrap (default: 0)")
+    p.add_argument("--draft", default=None,
+                   help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def _read_text(path: str | None) -> tuple[str, str, str]:
+    """``(text, description, slug)``; the default text when ``path`` is None."""
+    from lab.stream.experiment import default_text
+
+    if path is None:
+        text, source = default_text()
+        return text, source, "pydoc-topics"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--text-file={path!r} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"--text-file={path!r} cannot be read ({exc.strerror})") from None
+    if not text.strip():
+        raise ValueError(f"--text-file={path!r} is empty")
+    return text, f"--text-file {path}", Path(path).stem
+
+
+def _draft_spec(args: argparse.Namespace) -> str | None:
+    from lab.models import PROFILES
+    from lab.speculative import check_draft_spec
+
+    if args.no_acceptance:
+        return None
+    spec = args.draft
+    if spec is None:
+        profile = PROFILES.get(args.model)
+        if profile is None or profile.draft is None:
+            raise ValueError(f"--model {args.model!r} has no default draft; pass --draft or --no-acceptance")
+        spec = profile.draft
+    check_draft_spec(spec)
+    if spec == "prompt-lookup":
+        raise ValueError("--draft='prompt-lookup' has no KV cache to evict; use early-exit:N or a draft model")
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.models import load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
+    from lab.reports import environment, report_dir
+    from lab.stream.experiment import StreamConfig, run_stream
+    from lab.stream.policies import parse_policies
+
+    # 1. Validate everything before loading anything.
+    cfg = StreamConfig(policies=parse_policies(args.policies), n_tokens=args.tokens, chunk_tokens=args.chunk_tokens,
+                       detect_tokens=args.detect_tokens, recompute_every=args.recompute_every,
+                       recompute_batch=args.recompute_batch, acceptance=not args.no_acceptance,
+                       prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
+                       temperature=args.temperature, seed=args.seed, draft=_draft_spec(args))
+    text, source, slug = _read_text(args.text_file)
+    device = check_model_args(args)
+
+    # 2. Load and run (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}") as status:
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        result = run_stream(model, tokenizer, text, cfg, progress=lambda msg: status.update(msg))
+
+    # 3. Show the result on stdout.
+    out = stdout_console()
+    render_stream(result, out)
+
+    # 4. Write the report atomically.
+    info = dict(model.lab_source)
+    det = result.detection
+    with report_dir(args.out, "stream", slug) as rd:
+        rd.write_json("report.json", {
+            "kind": "stream", "model": info, "environment": environment(model),
+            "text": {"source": source, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                     "n_tokens": len(result.input_ids), "input_ids": result.input_ids},
+            "settings": {**{k: v for k, v in vars(cfg).items() if k != "policies"},
+                         "policies": [p.spec for p in cfg.policies], "eval_start": cfg.eval_start},
+            "detection": None if det is None else {"n_tokens": det.n_tokens, "threshold": det.threshold,
+                                                   "flagged": det.flagged, "ranked": det.ranked[:32],
+                                                   "z_first_32": det.z[:32]},
+            "policies": result.summary, "tests": result.tests, "recompute_check": result.recompute_check,
+            "acceptance": result.acceptance, "benchmark": result.bench,
+        })
+        rd.write_csv("policies.csv", policy_rows(result))
+        rd.write_csv("tokens.csv", token_rows(result, tokenizer))
+        plot_rolling(result, rd.file("rolling_nll.png"))
+        rd.write_text("summary.md", summary_markdown(result, model_info=info, text_source=source))
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

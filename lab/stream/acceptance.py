@@ -1,0 +1,202 @@
+"""Acceptance under eviction: a draft that sees only a policy's visible positions.
+
+The target verifies with its full KV cache; the draft keeps its own cache pruned
+to what the retention policy lets its next query see (StreamingLLM, Xiao et al.
+2023, applied to the draft side of speculative decoding, Leviathan et al. 2023).
+The lab's question: does a draft that has lost its sinks get accepted less (lower
+alpha), and does keeping the detector's positions help?
+
+Draft cache invariant (tested): between rounds the draft cache holds, for every
+layer, exactly the committed positions that the first position the next
+``propose`` feeds may see under the policy (at least the last committed token is
+still to be fed), each
+computed when its token was fed, with RoPE applied at the text's own position.
+Inside a round every forward also passes the policy's mask over the cache, so a
+query never sees an entry its own window has left even before the commit-time
+prune; entries beyond the window are dropped only at commit, when no rollback can
+need them again (windows only move forward). Dropping a cache entry therefore
+equals masking it, and the draft's q rows equal a masked one-pass forward (tested).
+
+p = target, q = draft throughout. Batch size 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig, sampling_probs
+from lab.stream.perplexity import model_attention_mask
+from lab.stream.policies import Policy, kept_positions, policy_window, visibility
+
+
+def _entropy_bits(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits.float(), -1)
+    return -(logp.exp() * logp).nansum() / math.log(2)
+
+
+class EvictingDraft:
+    """A model draft whose KV cache follows a retention policy (a :class:`~lab.speculative.Drafter`).
+
+    Args:
+        base: A :class:`~lab.speculative.ModelDraft` (early-exit or a separate model);
+            its model and vocabulary width are used, its own cache is not.
+        policy: The retention policy (``recompute`` is refused: it has no cache).
+        detected: Flagged detector positions (best first), for ``detected`` policies.
+
+    Raises:
+        ValueError: a ``recompute`` policy.
+    """
+
+    def __init__(self, base: ModelDraft, policy: Policy, detected: tuple[int, ...] | None = None):
+        if policy.kind == "recompute":
+            raise ValueError(f"policy {policy.spec}: a recompute draft has no cache to evict; use window/sinks/detected")
+        self.model = base.model
+        self.vocab_size = int(base.vocab_size)
+        self.model_vocab = int(self.model.config.vocab_size)
+        self.policy = policy
+        self.keep = kept_positions(policy, detected)
+        self.window = policy_window(policy, detected)
+        self.name = f"{base.name}|{policy.spec}"
+        self.device = next(self.model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()  # full layers only: the masks carry any sliding window
+        self.positions = torch.zeros(0, dtype=torch.long)  # original position of each cache entry
+        self._fed = 0  # positions 0.._fed-1 have been fed (some since evicted)
+        self._committed_len = 0
+
+    def _visible(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        return visibility(query_pos, key_pos, self.window, self.keep)
+
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids`` ``[n]`` at positions ``_fed ..``; return the last position's logits ``[V]``."""
+        pos = torch.arange(self._fed, self._fed + ids.numel())
+        keys = torch.cat([self.positions, pos])
+        mask = model_attention_mask(self.model, self._visible(pos, keys), pos, keys)
+        out = self.model(input_ids=ids.reshape(1, -1).to(self.device), attention_mask=mask,
+                         position_ids=pos[None].to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+        self.positions, self._fed = keys, self._fed + ids.numel()
+        logits = out.logits[0, -1]
+        if self.model_vocab > self.vocab_size:
+            logits = logits[: self.vocab_size]
+        elif self.model_vocab < self.vocab_size:
+            logits = torch.nn.functional.pad(logits, (0, self.vocab_size - self.model_vocab), value=float("-inf"))
+        return logits
+
+    def _select(self, index: torch.Tensor) -> None:
+        """Keep only cache entries ``index`` (int64 into the cache order) in every layer."""
+        idx = index.to(self.device)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, idx)
+                layer.values = layer.values.index_select(-2, idx)
+        self.positions = self.positions[index]
+
+    def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
+                generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
+                eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
+        """Draft up to ``gamma`` tokens after ``prefix_ids`` (int64 ``[L]``); see ``Drafter``."""
+        v = self.vocab_size
+        if gamma < 1:
+            z = torch.zeros(0)
+            return Proposal(torch.zeros(0, dtype=torch.long), torch.zeros(0, v), z, z.clone(), "budget")
+        self._committed_len = prefix_ids.shape[0]
+        assert self._fed < self._committed_len, "draft cache must lack at least the last committed token"
+        feed = prefix_ids[self._fed:]
+        tokens, rows, ents, norms = [], [], [], []
+        stop_reason, elapsed, log2v = "gamma", 0.0, math.log2(v)
+        for j in range(gamma):
+            t0 = time.perf_counter()
+            logits = self._forward(feed)  # [V]
+            elapsed += time.perf_counter() - t0
+            h_bits = _entropy_bits(logits)
+            if adaptive is not None and j > 0:
+                top = float(logits.float().softmax(-1).max())
+                reason = adaptive.stop(float(h_bits) / log2v, top)
+                if reason is not None:
+                    stop_reason = reason
+                    break
+            q = sampling_probs(logits, sampling)  # [V]
+            tok = q.argmax() if sampling.greedy else torch.multinomial(q, 1, generator=generator)[0]
+            tokens.append(tok.reshape(1))
+            rows.append(q)
+            ents.append(h_bits)
+            norms.append(h_bits / log2v)
+            feed = tok.reshape(1)
+            if int(tok) in eos_token_ids:
+                stop_reason = "eos"
+                break
+        n_fw = len(tokens) + (1 if stop_reason in ("entropy", "pmin") else 0)
+        return Proposal(torch.cat(tokens), torch.stack(rows), torch.stack(ents).float(), torch.stack(norms).float(),
+                        stop_reason, elapsed, n_fw)
+
+    def commit(self, n_kept: int) -> None:
+        """Roll back rejected tokens, then evict what the next query can no longer see."""
+        self._fed = min(self._fed, self._committed_len + n_kept)
+        alive = self.positions < self._fed  # 1. rollback: drop fed-but-rejected draft tokens
+        # 2. eviction: keep what the next query (position _fed) may see; later queries see no more
+        alive &= self._visible(torch.tensor([self._fed]), self.positions)[0]
+        self._select(torch.nonzero(alive).flatten())
+
+    @property
+    def cache_size(self) -> int:
+        """Entries per layer now held (at most the budget after a commit)."""
+        return int(self.positions.numel())
+
+
+def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg: Any,
+                       detected: tuple[int, ...] | None, *, progress: Any = lambda msg: None) -> list[dict[str, Any]]:
+    """alpha per policy: speculative decoding after a long prompt, greedy and sampled (seeded).
+
+    The target sees everything; the draft (``cfg.draft``: early-exit or a separate
+    model, built once by :func:`lab.speculative.make_draft`) sees only the policy's
+    visible positions. ``recompute`` policies are skipped (no cache to evict).
+
+    Args:
+        target: The target causal LM.
+        tokenizer: Its tokenizer (for a separate draft's vocabulary check, and EOS).
+        input_ids: int64 ``[1, S]``; the prompt is its first ``cfg.prompt_tokens``.
+        cfg: A :class:`lab.stream.experiment.StreamConfig` (prompt_tokens, gamma,
+            max_new_tokens, temperature, seed, draft).
+        detected: Ranked detector positions for ``detected`` policies.
+
+    Returns:
+        One dict per (policy, mode) with raw counts (``n_accepted``, ``n_tested``)
+        and ``alpha`` = accepted / tested, ``tau``, the draft's cache size at the end.
+
+    Raises:
+        ValueError: a draft that is not a model (``prompt-lookup`` has no KV cache).
+    """
+    from lab.models import eos_token_ids
+    from lab.speculative import make_draft, speculative_generate
+
+    base = make_draft(target, cfg.draft, target_tokenizer=tokenizer)
+    if not isinstance(base, ModelDraft):
+        raise ValueError(f"--draft={cfg.draft!r} has no KV cache to evict; use early-exit:N or a draft model")
+    prompt = input_ids[:, : cfg.prompt_tokens]
+    eos = eos_token_ids(target, tokenizer)
+    rows = []
+    for policy in [p for p in cfg.policies if p.kind != "recompute"]:
+        for mode, temperature in (("greedy", 0.0), ("sampled", cfg.temperature)):
+            progress(f"acceptance: draft under {policy.spec}, {mode}")
+            draft = EvictingDraft(base, policy, detected)
+            gen = torch.Generator(device=draft.device).manual_seed(cfg.seed)
+            t0 = time.perf_counter()
+            res = speculative_generate(target, draft, prompt.to(draft.device), gamma=cfg.gamma,
+                                       max_new_tokens=cfg.max_new_tokens, temperature=temperature,
+                                       generator=gen, eos_token_ids=eos)
+            n_acc = sum(r.n_accepted for r in res.rounds)
+            n_tested = sum(sum(r.tested_mask) for r in res.rounds)
+            rows.append({"policy": policy.spec, "budget": policy.budget, "mode": mode, "temperature": temperature,
+                         "alpha": n_acc / n_tested if n_tested else float("nan"), "n_accepted": n_acc,
+                         "n_tested": n_tested, "n_rounds": len(res.rounds), "tau": res.tau,
+                         "new_tokens": len(res.tokens), "draft_cache_size": draft.cache_size,
+                         "wall_s": time.perf_counter() - t0, "tokens": list(res.tokens)})
+    return rows

@@ -1,0 +1,64 @@
+"""Which positions a ``detected`` policy keeps: the lab's sink detector on the text's first chunk.
+
+Reuses :mod:`lab.prefill`'s decision rule on a plain text (no chat template, so
+every position is content): one streaming capture of received attention
+(:func:`lab.attention_capture.capture_received`), the robust log-MAD z-score
+(:func:`lab.prefill.score_positions`) and the calibrated threshold
+(:data:`lab.prefill.DEFAULT_THRESHOLD`). The policy keeps up to K flagged
+positions, highest z first; spare slots go to its window, so its budget always
+equals ``sinks:K+W``'s (see :func:`lab.stream.policies.policy_window`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lab.attention_capture import capture_received
+from lab.prefill import DEFAULT_THRESHOLD, score_positions
+from lab.stream.policies import rank_detected
+from lab.structure import ROLE_CONTENT
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The detector's verdict on the first chunk.
+
+    Attributes:
+        n_tokens: Length of the chunk analysed.
+        flagged: Positions with ``z > threshold`` (observed by enough queries).
+        ranked: The flagged positions, highest z first.
+        z: Float32 ``[n_tokens]`` robust z of received attention.
+        received: Float32 ``[n_tokens]`` mean received attention (probability).
+        threshold: The z threshold used.
+    """
+
+    n_tokens: int
+    flagged: tuple[int, ...]
+    ranked: tuple[int, ...]
+    z: torch.Tensor
+    received: torch.Tensor
+    threshold: float
+
+
+@torch.no_grad()
+def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
+                 threshold: float = DEFAULT_THRESHOLD) -> Detection:
+    """Run the sink detector on the first ``n_tokens`` tokens of ``input_ids`` ``[1, S]``.
+
+    Raises:
+        ValueError: ``n_tokens`` < 2, or the capture's own errors (an attention
+            implementation that cannot be captured).
+    """
+    n = min(int(n_tokens), input_ids.shape[1])
+    if n < 2:
+        raise ValueError(f"n_tokens={n_tokens} must be >= 2")
+    ids = input_ids[:, :n].to(next(model.parameters()).device)
+    per_head = capture_received(model, ids).per_head  # [L, H, n]
+    scores = score_positions(per_head, [ROLE_CONTENT] * n)
+    flagged = scores.observed & (scores.z > threshold)
+    return Detection(n_tokens=n, flagged=tuple(int(i) for i in torch.nonzero(flagged).flatten()),
+                     ranked=rank_detected(scores.z, scores.observed, flagged), z=scores.z,
+                     received=scores.received, threshold=float(threshold))

@@ -1,0 +1,69 @@
+"""The evicting draft: dropping cache entries equals masking them, and the loop stays lossless."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.speculative import SamplingConfig, early_exit_draft, speculative_generate, target_generate
+from lab.stream.acceptance import EvictingDraft
+from lab.stream.perplexity import model_attention_mask
+from lab.stream.policies import parse_policy, policy_visibility
+from tests import support
+from tests.unit.test_stream_masked import NLL_ATOL, tiny_gemma3
+
+T1 = SamplingConfig(temperature=1.0)
+
+
+def _masked_probs(model, ids: torch.Tensor, policy, detected=None) -> torch.Tensor:
+    """softmax of a one-pass masked forward over ``ids`` ``[S]``: ``[S, V]``."""
+    pos = torch.arange(ids.numel())
+    mask = model_attention_mask(model, policy_visibility(policy, pos, pos, detected), pos, pos)
+    with torch.no_grad():
+        logits = model(input_ids=ids[None], attention_mask=mask, position_ids=pos[None]).logits[0]
+    return logits.float().softmax(-1)
+
+
+@pytest.mark.parametrize("make", [lambda: support.tiny_llama_untied(vocab_size=64), tiny_gemma3],
+                         ids=["llama", "gemma3"])
+@pytest.mark.parametrize("spec", ["window:4", "sinks:2+4", "detected:2+4", "dense"])
+def test_evicting_draft_pruned_cache_equals_masked_pass(make, spec):
+    """Over several rounds with rejections, the draft's q rows equal a masked full forward."""
+    target = make()
+    policy = parse_policy(spec)
+    detected = (0, 3, 1)
+    draft = EvictingDraft(early_exit_draft(target, 2), policy, detected)
+    g = torch.Generator().manual_seed(0)
+    seq = torch.randint(3, target.config.vocab_size, (9,), generator=g)
+    for n_kept in (0, 2, 1, 3, 0):
+        prop = draft.propose(seq, 3, sampling=T1, generator=g)
+        full = torch.cat([seq, prop.tokens])
+        want = _masked_probs(draft.model, full, policy, detected)[seq.numel() - 1: full.numel() - 1]
+        torch.testing.assert_close(prop.probs, want, atol=NLL_ATOL, rtol=0)
+        draft.commit(n_kept)
+        correction = torch.randint(3, target.config.vocab_size, (1,), generator=g)
+        seq = torch.cat([seq, prop.tokens[:n_kept], correction])
+        # the invariant: the cache holds exactly the committed positions that the first
+        # position the next propose feeds may see (never a rejected token)
+        nxt = draft._fed
+        assert nxt <= seq.numel() - 1
+        visible = policy_visibility(policy, torch.tensor([nxt]), torch.arange(nxt), detected)[0]
+        assert draft.positions.tolist() == torch.nonzero(visible).flatten().tolist()
+        if policy.budget is not None:
+            assert draft.cache_size <= policy.budget
+
+
+def test_evicting_draft_recompute_policy_raises():
+    target = support.tiny_llama_untied(vocab_size=64)
+    with pytest.raises(ValueError, match="recompute:4"):
+        EvictingDraft(early_exit_draft(target, 2), parse_policy("recompute:4"))
+
+
+def test_evicting_draft_greedy_speculation_equals_target_greedy():
+    """The evicting draft changes alpha only: greedy output is the target's own."""
+    target = support.tiny_llama_untied(vocab_size=64)
+    ids = torch.randint(3, 64, (1, 12), generator=torch.Generator().manual_seed(3))
+    draft = EvictingDraft(early_exit_draft(target, 2), parse_policy("sinks:1+3"))
+    spec = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=16)
+    plain = target_generate(target, ids, max_new_tokens=16)
+    assert spec.tokens == plain.tokens

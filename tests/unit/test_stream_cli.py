@@ -1,0 +1,117 @@
+"""``lab stream``: bad input exits 2 with one line and no report; a tiny-model run writes a consistent report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from lab.cli import main
+from tests import support
+
+TINY_ARGS = ["--tokens", "160", "--policies", "dense,window:12,sinks:4+12,detected:4+12,recompute:16",
+             "--chunk-tokens", "16", "--detect-tokens", "32", "--recompute-every", "2", "--prompt-tokens", "40",
+             "--max-new-tokens", "6", "--gamma", "2", "--draft", "early-exit:1"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--policies", "window:0"], "window:0"),
+    (["--policies", "sinks:252"], "sinks:252"),
+    (["--policies", "dense,dense"], "dense twice"),
+    (["--policies", "nope"], "'nope'"),
+    (["--tokens", "0"], "--tokens=0"),
+    (["--tokens", "300"], "--tokens=300"),
+    (["--chunk-tokens", "0"], "--chunk-tokens=0"),
+    (["--recompute-every", "0"], "--recompute-every=0"),
+    (["--gamma", "0"], "--gamma=0"),
+    (["--temperature", "0"], "--temperature=0"),
+    (["--prompt-tokens", "9999"], "--prompt-tokens=9999"),
+    (["--draft", "prompt-lookup"], "prompt-lookup"),
+    (["--draft", "early-exit:x"], "early-exit:x"),
+    (["--text-file", "/no/such/file.txt"], "/no/such/file.txt"),
+    (["--model", "no-such-model"], "no-such-model"),
+    (["--model", "some/hub-id"], "--no-acceptance"),
+])
+def test_stream_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
+    out = tmp_path / "reports"
+    rc = main(["stream", *argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_stream_cli_non_utf8_text_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 au lait".encode("latin-1"))
+    assert main(["stream", "--text-file", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+@pytest.fixture
+def tiny_loader(monkeypatch):
+    model, tok = support.tiny_llama(max_positions=512), support.base_tokenizer()
+    monkeypatch.setattr("lab.models.load_model", lambda *a, **k: (model, tok))
+    return model, tok
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    rng = random.Random(0)
+    words = [w for w in support.WORDS if w.isalpha()]
+    path = tmp_path / "text.txt"
+    path.write_text(" ".join(rng.choice(words) for _ in range(900)), encoding="utf-8")
+    return path
+
+
+def test_stream_cli_text_longer_than_context_exits_2_naming_it(tmp_path, capsys, tiny_loader, text_file):
+    out = tmp_path / "r"
+    rc = main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--tokens", "600", "--out", str(out)])
+    assert rc == 2
+    assert "context of 512" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+
+
+def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loader, text_file):
+    torch.set_num_threads(1)
+    out = tmp_path / "r"
+    assert main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--out", str(out)]) == 0
+    (rd,) = list(out.iterdir())
+    assert rd.name.endswith("-stream-text")
+    assert {p.name for p in rd.iterdir()} == {"report.json", "policies.csv", "tokens.csv", "summary.md",
+                                               "rolling_nll.png"}
+    report = json.loads((rd / "report.json").read_text())
+    specs = ["dense", "window:12", "sinks:4+12", "detected:4+12", "recompute:16"]
+    assert [p["policy"] for p in report["policies"]] == specs
+    assert report["settings"]["eval_start"] == 16
+    # PPL in report.json equals exp(mean NLL) recomputed from tokens.csv over the evaluation region
+    with (rd / "tokens.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 159
+    n_chunks = (160 - 16) // 16
+    for p in report["policies"]:
+        vals = [float(r[f"nll_{p['policy']}"]) for r in rows[15:15 + n_chunks * 16] if r[f"nll_{p['policy']}"]]
+        chunks = np.array([float(r[f"nll_{p['policy']}"] or "nan") for r in rows[15:15 + n_chunks * 16]])
+        chunk_means = np.nanmean(chunks.reshape(n_chunks, 16), axis=1)
+        assert math.isclose(p["ppl"], math.exp(chunk_means.mean()), rel_tol=1e-9)
+        assert p["ppl_low"] <= p["ppl"] <= p["ppl_high"]
+        assert len(vals) == (n_chunks * 16 if p["kind"] != "recompute" else n_chunks * 8)
+    dense = {r["position"]: r["nll_dense"] for r in rows}
+    assert all(r["nll_window:12"] == dense[r["position"]] for r in rows[:11])  # no eviction before the window fills
+    assert [t["a"] for t in report["tests"]] == ["window:12", "window:12"]
+    acc = report["acceptance"]
+    assert {(a["policy"], a["mode"]) for a in acc} == {(s, m) for s in specs[:4] for m in ("greedy", "sampled")}
+    greedy = [a["tokens"] for a in acc if a["mode"] == "greedy"]
+    assert all(g == greedy[0] for g in greedy)  # the target decides: greedy output is policy-independent
+    assert all(0 <= a["n_accepted"] <= a["n_tested"] for a in acc)
+    summary = (rd / "summary.md").read_text()
+    assert "Pre-stated test" in summary and "negative control" in summary and "StreamingLLM" in summary
+    with (rd / "policies.csv").open() as fh:
+        assert [r["policy"] for r in csv.DictReader(fh)] == specs
+    assert (rd / "rolling_nll.png").read_bytes()[:4] == b"\x89PNG"
+    assert "report:" in capsys.readouterr().out
