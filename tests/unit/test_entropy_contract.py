@@ -79,3 +79,19 @@ def test_normalized_entropy_single_entry_any_leading_shape_zero():
     x = torch.randn(3, 1, generator=torch.Generator().manual_seed(0))
     out = normalized_entropy(x)
     assert out.shape == (3,) and torch.equal(out, torch.zeros(3))
+
+
+@pytest.mark.parametrize("n", [2, 7, 12, 19, 31, 32, 64, 1000])
+def test_normalized_entropy_uniform_logits_is_one_not_above(n):
+    """Uniform logits have H = log V exactly in theory; float32 rounding alone puts H / log V
+    above 1 for many V (7, 12, 19, ...), and the documented range [0, 1] must still hold."""
+    out = normalized_entropy(torch.zeros(n))
+    assert float(out) <= 1.0 and math.isclose(float(out), 1.0, rel_tol=1e-6)
+
+
+def test_top_k_alternatives_last_dim_as_positive_index_equals_minus_one():
+    """``dim`` may name the last dimension either way (``-1`` or ``ndim - 1``)."""
+    x = torch.randn(3, 7, generator=torch.Generator().manual_seed(1))
+    a, b = top_k_alternatives(x, 3, dim=1), top_k_alternatives(x, 3, dim=-1)
+    assert torch.equal(a.token_ids, b.token_ids) and torch.equal(a.probs, b.probs)
+    assert torch.equal(a.token_ids, x.softmax(-1).topk(3, dim=-1).indices)

@@ -108,3 +108,19 @@ def test_robust_z_bad_input_raises_naming_it(values, kwargs, match):
 def test_attention_received_bad_input_raises_naming_it(bad, match):
     with pytest.raises(ValueError, match=match):
         attention_received(bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_received_half_input_computed_and_returned_in_float32(dtype):
+    """Half-precision attention is summed in float32 (a long column of small fp16 values
+    loses mass otherwise) and returned as float32, as documented."""
+    s = 5
+    attn = torch.tril(torch.ones(s, s)) / torch.arange(1, s + 1).unsqueeze(-1)  # uniform causal rows
+    out = attention_received(attn.to(dtype))
+    ref = attention_received(attn.to(dtype).float())
+    assert out.dtype == torch.float32 and torch.equal(out, ref)
+
+
+def test_attention_received_empty_leading_dimension_kept():
+    """Leading dimensions are kept even when one is empty (no heads selected)."""
+    assert attention_received(torch.zeros(2, 0, 3, 3)).shape == (2, 0, 3)

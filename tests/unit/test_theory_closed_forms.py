@@ -254,3 +254,23 @@ def test_geometric_fit_degenerate_input_has_no_statistic(histogram, alpha):
     """gamma < 1, no rounds, or an undefined alpha: no statistic, zero bins, zero expected counts."""
     fit = geometric_fit(histogram, alpha)
     assert fit == {"expected": [0.0] * len(histogram), "chi2": None, "p_value": None, "bins": 0}
+
+
+def test_geometric_fit_expected_count_exactly_five_is_its_own_bin():
+    """The pooling rule is ``expected >= 5``: with alpha = 0.5, gamma = 3 and 20 rounds the
+    expected counts are exactly 10, 5, 2.5, 2.5, giving bins 10 | 5 | 2.5 + 2.5."""
+    histogram = [9, 6, 3, 2]
+    fit = geometric_fit(histogram, 0.5)
+    expected, stat, p_value, bins = _reference_fit(histogram, 0.5)
+    assert fit["expected"] == expected == [20 * p for p in accepted_length_pmf(0.5, 3)]
+    assert fit["bins"] == bins == 3
+    assert math.isclose(fit["chi2"], stat, rel_tol=1e-12) and math.isclose(fit["p_value"], p_value, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("histogram", [[1, 0, 0], [0, 1], [1, 1, 1], [2, 0, 1, 1]])
+def test_geometric_fit_fewer_than_five_rounds_has_expected_but_no_statistic(histogram):
+    """A handful of rounds: expected counts are n x pmf (no bin reaches 5), no statistic."""
+    fit = geometric_fit(histogram, 0.4)
+    n, gamma = sum(histogram), len(histogram) - 1
+    assert fit["expected"] == [n * p for p in accepted_length_pmf(0.4, gamma)]
+    assert fit["chi2"] is None and fit["p_value"] is None and fit["bins"] == 0
