@@ -124,3 +124,20 @@ def test_attention_received_half_input_computed_and_returned_in_float32(dtype):
 def test_attention_received_empty_leading_dimension_kept():
     """Leading dimensions are kept even when one is empty (no heads selected)."""
     assert attention_received(torch.zeros(2, 0, 3, 3)).shape == (2, 0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_robust_z_half_input_returns_float32_equal_to_float32_input(dtype):
+    """Documented: float32 z-scores for non-float64 input (logs of fp16 values lose ~3 digits)."""
+    values = torch.tensor([0.9, 0.01, 0.02, 0.015, 0.03, 0.012], dtype=dtype)
+    z = robust_z(values)
+    assert z.dtype == torch.float32 and torch.equal(z, robust_z(values.float()))
+
+
+def test_robust_z_exclude_as_int_tensor_or_negative_index_equals_list():
+    """``exclude`` accepts ints (negative ones count from the end, -S included) or an int tensor."""
+    values = torch.tensor([0.9, 0.01, 0.02, 0.015, 0.03, 0.2])
+    s = values.numel()
+    by_list = robust_z(values, exclude=[0, 5])
+    assert torch.equal(robust_z(values, exclude=torch.tensor([0, 5])), by_list)
+    assert torch.equal(robust_z(values, exclude=[-s, -1]), by_list)
