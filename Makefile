@@ -37,7 +37,7 @@ unit: setup
 # results in mutants/ and only re-runs what changed; `make clean-mutants` starts afresh.
 mutation: setup
 	test -x $(BIN)/mutmut || $(BIN)/python -m pip install --quiet -e '.[mutation]'
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children $${MUTMUT_CHILDREN:-1}; \
+	HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children $${MUTMUT_CHILDREN:-1}; \
 	status=$$?; $(BIN)/mutmut results; exit $$status
 
 clean-mutants:
