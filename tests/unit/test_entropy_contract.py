@@ -95,3 +95,11 @@ def test_top_k_alternatives_last_dim_as_positive_index_equals_minus_one():
     a, b = top_k_alternatives(x, 3, dim=1), top_k_alternatives(x, 3, dim=-1)
     assert torch.equal(a.token_ids, b.token_ids) and torch.equal(a.probs, b.probs)
     assert torch.equal(a.token_ids, x.softmax(-1).topk(3, dim=-1).indices)
+
+
+@pytest.mark.parametrize("fn", [entropy, varentropy, normalized_entropy])
+@pytest.mark.parametrize("shape", [(4,), (2, 4)])
+def test_entropy_dim_equal_to_ndim_raises_value_error_naming_it(fn, shape):
+    """The first out-of-range dim (``dim == ndim``) is a ValueError, not an IndexError."""
+    with pytest.raises(ValueError, match=f"dim={len(shape)}"):
+        fn(torch.zeros(shape), dim=len(shape))
