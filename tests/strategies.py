@@ -6,6 +6,8 @@ lab), NaN and infinities are drawn only where a strategy's name says so.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from hypothesis import strategies as st
 
@@ -95,3 +97,72 @@ def detector_rankings(draw, max_flagged: int = 8, max_position: int = MAX_STREAM
 def sequence_lengths(max_size: int = MAX_STREAM_POSITIONS):
     """A text length S >= 1 in tokens."""
     return st.integers(min_value=1, max_value=max_size)
+
+
+# --------------------------------------------------------------------------- speculative verification
+
+# Weights that make exact zeros, exact ties and exactly representable ratios likely,
+# mixed with arbitrary ones; normalized in float64 by the strategies below.
+_BOUNDARY_WEIGHTS = st.one_of(st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0, 2.0]),
+                              st.floats(1e-3, 1.0, allow_nan=False, allow_subnormal=False))
+
+
+@st.composite
+def probability_rows(draw, n_rows: int, vocab: int) -> torch.Tensor:
+    """A float64 ``[n_rows, V]`` tensor of probability rows (each sums to 1), often with exact zeros."""
+    rows = []
+    for _ in range(n_rows):
+        w = draw(st.lists(_BOUNDARY_WEIGHTS, min_size=vocab, max_size=vocab))
+        w[draw(st.integers(0, vocab - 1))] += 1.0  # at least one positive entry
+        rows.append(w)
+    t = torch.tensor(rows, dtype=torch.float64)
+    return t / t.sum(dim=-1, keepdim=True)
+
+
+@st.composite
+def speculative_rounds(draw, max_gamma: int = 4, max_vocab: int = 8):
+    """``(draft_tokens int64 [gamma], draft_probs [gamma, V], target_probs [gamma + 1, V])``.
+
+    Float64 probability rows; each draft token lies in its own q's support; a target
+    row sometimes equals its draft row (p = q: acceptance ratio 1, residual all zero)
+    and a target row sometimes gives the draft token p = 0.
+    """
+    gamma = draw(st.integers(1, max_gamma))
+    vocab = draw(st.integers(2, max_vocab))
+    q = draw(probability_rows(gamma, vocab))
+    p = draw(probability_rows(gamma + 1, vocab))
+    tokens = []
+    for i in range(gamma):
+        support = q[i].nonzero().flatten().tolist()
+        tokens.append(draw(st.sampled_from(support)))
+        kind = draw(st.sampled_from(["free", "equal", "zero"]))
+        if kind == "equal":
+            p[i] = q[i]
+        elif kind == "zero" and float(p[i, tokens[-1]]) < 1.0:
+            p[i, tokens[-1]] = 0.0
+            p[i] = p[i] / p[i].sum()
+    return torch.tensor(tokens, dtype=torch.int64), q, p
+
+
+@st.composite
+def uniforms_around(draw, ratio: float) -> float:
+    """A float64 uniform in [0, 1): 0, the largest float below 1, ``ratio`` itself or one of
+    its float neighbours (when in range), or an arbitrary value."""
+    largest = math.nextafter(1.0, 0.0)
+    candidates = [0.0, largest]
+    for r in (ratio, math.nextafter(ratio, 0.0), math.nextafter(ratio, 2.0)):
+        if 0.0 <= r < 1.0:
+            candidates.append(r)
+    return draw(st.one_of(st.sampled_from(candidates),
+                          st.floats(0.0, largest, allow_nan=False, allow_subnormal=False)))
+
+
+@st.composite
+def tied_logit_rows(draw, n_rows: int, max_vocab: int = 8) -> torch.Tensor:
+    """A float32 ``[n_rows, V]`` logits tensor whose row maxima are often tied (2+ entries)."""
+    vocab = draw(st.integers(2, max_vocab))
+    rows = []
+    for _ in range(n_rows):
+        row = draw(st.lists(st.sampled_from([-1.0, 0.0, 1.5, 3.0]), min_size=vocab, max_size=vocab))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)

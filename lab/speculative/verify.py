@@ -9,10 +9,20 @@ norm(max(0, p - q)); when every draft token is kept, a bonus token is drawn from
 target's distribution after the last one. The emitted tokens are then distributed
 exactly as sampling the target alone (Leviathan et al., Theorem 3.5 / appendix A.1).
 
+Randomness comes from a :class:`RandomSource`: the ratio test's uniforms and the final
+categorical draw. The default, :class:`TorchRandom`, draws both from a
+``torch.Generator``; tests pass a stub that returns exact boundary values (a uniform of
+exactly 0, the largest float64 below 1, or exactly ``p/q``), which a seeded generator
+practically never produces, so boundary faults such as accepting a token the target
+gives p = 0 when u = 0 (vLLM PR #23803) become visible.
+
 Shapes: gamma = number of draft tokens, V = vocabulary size.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -32,9 +42,9 @@ def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> tor
         draft_probs: q, float ``[..., V]`` probabilities, same shape.
 
     Returns:
-        Float ``[..., V]`` probabilities. A row whose residual mass is below
-        :data:`RESIDUAL_MASS_FLOOR` (p == q up to rounding) returns p for that row,
-        never NaN. Inputs are not modified.
+        Float ``[..., V]`` probabilities. A row whose residual mass is at or below
+        :data:`RESIDUAL_MASS_FLOOR` (p == q up to rounding, including an all-zero
+        ``max(0, p - q)``) returns p for that row, never NaN. Inputs are not modified.
 
     Raises:
         ValueError: shapes differ.
@@ -45,6 +55,35 @@ def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> tor
     mass = diff.sum(dim=-1, keepdim=True)
     usable = mass > RESIDUAL_MASS_FLOOR
     return torch.where(usable, diff / mass.clamp_min(RESIDUAL_MASS_FLOOR), target_probs)
+
+
+class RandomSource(Protocol):
+    """Where :func:`verify` gets its randomness; :class:`TorchRandom` is the default."""
+
+    def uniforms(self, n: int, device: torch.device) -> torch.Tensor:
+        """float64 ``[n]`` draws from U[0, 1) on ``device``, one per draft token."""
+        ...
+
+    def categorical(self, probs: torch.Tensor) -> int:
+        """One index drawn from ``probs`` (float ``[V]`` probabilities summing to 1)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TorchRandom:
+    """The default :class:`RandomSource`: ``torch.rand`` and ``torch.multinomial``.
+
+    Attributes:
+        generator: The ``torch.Generator`` to draw from; None = torch's global one.
+    """
+
+    generator: torch.Generator | None = None
+
+    def uniforms(self, n: int, device: torch.device) -> torch.Tensor:
+        return torch.rand(n, generator=self.generator, dtype=torch.float64, device=device)
+
+    def categorical(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
 def _check_rows(draft_tokens: torch.Tensor, draft_rows: int, target_rows: int, vocab: int) -> int:
@@ -67,6 +106,7 @@ def verify(
     target_probs: torch.Tensor,
     *,
     generator: torch.Generator | None = None,
+    random_source: RandomSource | None = None,
 ) -> tuple[int, int]:
     """Speculative sampling's accept/resample step (Leviathan et al. 2023, Algorithm 1).
 
@@ -83,23 +123,32 @@ def verify(
             (greedy draft, prompt lookup) is a valid q.
         target_probs: float ``[gamma + 1, V]``: p, the target's probabilities after the
             same sampling filter, row i conditioned on the prefix plus drafts < i.
-        generator: Random source for the uniforms and the final draw.
+        generator: ``torch.Generator`` for the uniforms and the final draw (the
+            default path, :class:`TorchRandom`).
+        random_source: Instead of ``generator``, any :class:`RandomSource`; tests use
+            it to feed exact boundary uniforms (0, ``p/q``) and to see which row the
+            final token is drawn from. Its uniforms must be float ``[gamma]`` in [0, 1).
 
     Returns:
         ``(n_accepted, next_token)``: how many leading draft tokens are kept (0..gamma)
         and the correction (n_accepted < gamma) or bonus (n_accepted == gamma) token.
 
     Raises:
-        ValueError: wrong shapes, ids out of range, or a draft token that its own
-            q gives probability 0 (it cannot have been sampled from q).
+        ValueError: wrong shapes, ids out of range, a draft token that its own
+            q gives probability 0 (it cannot have been sampled from q), both
+            ``generator`` and ``random_source`` given, or uniforms from
+            ``random_source`` of the wrong shape or outside [0, 1).
     """
+    if generator is not None and random_source is not None:
+        raise ValueError("pass generator or random_source, not both")
+    source = TorchRandom(generator) if random_source is None else random_source
     vocab = target_probs.shape[-1]
     if target_probs.dim() != 2 or draft_probs.dim() != 2 or draft_probs.shape[-1] != vocab:
         raise ValueError(f"target_probs {tuple(target_probs.shape)} and draft_probs {tuple(draft_probs.shape)} "
                          "must be [gamma + 1, V] and [gamma, V]")
     gamma = _check_rows(draft_tokens, draft_probs.shape[0], target_probs.shape[0], vocab)
     if gamma == 0:
-        return 0, int(torch.multinomial(target_probs[0], 1, generator=generator))
+        return 0, source.categorical(target_probs[0])
     idx = draft_tokens.long().unsqueeze(-1)
     p = target_probs[:gamma].gather(-1, idx).squeeze(-1).double()  # [gamma]
     q = draft_probs.gather(-1, idx).squeeze(-1).double()  # [gamma]
@@ -107,14 +156,16 @@ def verify(
         bad = int((q <= 0).nonzero()[0])
         raise ValueError(f"draft_probs gives draft_tokens[{bad}]={int(draft_tokens[bad])} probability 0; "
                          "q must be the distribution the draft token was sampled from")
-    u = torch.rand(gamma, generator=generator, dtype=torch.float64, device=p.device)
+    u = source.uniforms(gamma, p.device).double()  # [gamma]
+    if u.shape != (gamma,) or not bool(((u >= 0) & (u < 1)).all()):
+        raise ValueError(f"random_source.uniforms({gamma}) returned {u.tolist()}; need float [gamma] in [0, 1)")
     accepted = u * q < p  # u < p/q without dividing; p = 0 -> never accepted
     n_accepted = int(accepted.long().cumprod(0).sum())
     if n_accepted < gamma:
         row = residual_probs(target_probs[n_accepted], draft_probs[n_accepted])
     else:
         row = target_probs[gamma]
-    return n_accepted, int(torch.multinomial(row, 1, generator=generator))
+    return n_accepted, source.categorical(row)
 
 
 def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
