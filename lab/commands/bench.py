@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.commands.speculate import _draft_spec
     from lab.speculative import check_draft_spec
-    from lab.models import build_messages, encode_chat, eos_token_ids, load_model
+    from lab.models import build_messages, check_model_available, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = _prompts(args.prompts)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
-    check_draft_spec(draft_spec)  # syntax and model name, before the target loads
+    if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
+        check_model_available(draft_spec)
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()

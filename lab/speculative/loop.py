@@ -469,8 +469,9 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             must be equal).
 
     Raises:
-        ValueError: a malformed spec, N out of range, a vocabulary mismatch, or a
-            draft deeper than the target.
+        ValueError: a malformed spec, N out of range, or a vocabulary mismatch
+            (decided from the draft's tokenizer before its weights load). A draft
+            model of any depth or cost is admitted; see ``.cost`` on the result.
         lab.models.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
@@ -478,8 +479,11 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
-    from lab.models import load_model
+    from lab.models import load_model, load_tokenizer
+    from lab.speculative.admission import check_tokenizer_vocab
 
+    if target_tokenizer is not None:  # vocabulary from metadata, before any draft weights load
+        check_tokenizer_vocab(target_tokenizer, load_tokenizer(spec), spec)
     dev = device or _device(target)
     dtype = next(target.parameters()).dtype
     draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
