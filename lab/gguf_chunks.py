@@ -241,6 +241,9 @@ def assemble(spec: ChunkedGGUF, dest_dir: Path, chunks: list[Chunk] | None = Non
         with open(tmp, "rb") as fh:
             if fh.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
                 raise ChunkError(f"the joined {spec.filename} does not start with the GGUF magic {GGUF_MAGIC!r}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; the user's normal permissions instead
         os.replace(tmp, final)  # atomic on one filesystem
     except BaseException:
         tmp.unlink(missing_ok=True)

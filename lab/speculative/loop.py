@@ -117,6 +117,7 @@ class SpeculativeResult:
     draft_name: str
     sampling: SamplingConfig
     adaptive: str | None = None
+    gamma_policy: str | None = None
 
     @property
     def alpha(self) -> float:
@@ -291,6 +292,7 @@ def speculative_generate(
     logits_processor: Any = None,
     eos_token_ids: Iterable[int] | int | None = None,
     on_round: Callable[[RoundRecord, torch.Tensor, Any], None] | None = None,
+    gamma_policy: Any = None,
 ) -> SpeculativeResult:
     """Generate with speculative decoding; the output is distributed as sampling the target alone.
 
@@ -312,6 +314,9 @@ def speculative_generate(
             it there: no bonus token, later draft tokens untested and uncounted.
         on_round: Called after each round with ``(record, committed_ids [n], target_cache)``
             (for streaming and for tests of the cache invariant); must not modify them.
+        gamma_policy: A draft-length policy (:mod:`lab.speculative.policies`) that sets
+            each round's gamma from the last round's counts, capped at ``gamma``;
+            None = ``gamma`` every round.
 
     Returns:
         :class:`SpeculativeResult`.
@@ -344,6 +349,7 @@ def speculative_generate(
     draft_s = verify_s = 0.0
     stopped_by = "max_new_tokens"
     draft.reset()
+    current = gamma if gamma_policy is None else min(gamma, gamma_policy.initial)
     t_start = time.perf_counter()
     with torch.inference_mode():
         cache = _new_cache(target)
@@ -353,7 +359,7 @@ def speculative_generate(
             _, prefill_s = _timed_forward(target, seq[: prompt_len - 1], cache, logits_to_keep=1)
         while n - prompt_len < max_new_tokens:
             remaining = max_new_tokens - (n - prompt_len)
-            g = min(gamma, remaining - 1)  # accepted + 1 must fit the budget
+            g = min(current, remaining - 1)  # accepted + 1 must fit the budget
             # 1. draft: up to g tokens from the drafter's own distribution q
             if g >= 1:
                 prop = draft.propose(seq[:n], g, sampling=sampling, generator=generator, adaptive=adaptive,
@@ -388,6 +394,8 @@ def speculative_generate(
             # roll both caches back to the committed sequence minus its last token
             rollback_cache(cache, n - 1)
             draft.commit(n_acc)
+            if gamma_policy is not None:  # gamma for the next round, from this round's counts
+                current = min(gamma, gamma_policy.next_gamma(current, k, n_acc))
             tested = min(k, n_acc + 1) if next_kind != "none" else n_acc
             n_drafted += k
             n_tested += tested
@@ -415,7 +423,8 @@ def speculative_generate(
         accepted_length_histogram=hist, all_rounds_histogram=hist_all, stopped_by=stopped_by,
         prefill_time_s=prefill_s, draft_time_s=draft_s, verify_time_s=verify_s, total_time_s=total,
         draft_name=getattr(draft, "name", type(draft).__name__), sampling=sampling,
-        adaptive=adaptive.describe() if adaptive is not None else None)
+        adaptive=adaptive.describe() if adaptive is not None else None,
+        gamma_policy=gamma_policy.describe() if gamma_policy is not None else None)
 
 
 def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
