@@ -34,6 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
+    p.add_argument("--dynamic", action="append", default=None,
+                   help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
+                        "rejection); repeatable (default: off; --levers adds dynamic:4:12)")
+    p.add_argument("--draft-dtype", action="append", default=None,
+                   help="also run the model draft cast to this dtype (bfloat16, float16); repeatable (default: off; "
+                        "--levers adds bfloat16)")
+    p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
+    p.add_argument("--levers", action="store_true",
+                   help="all speed levers: --dynamic dynamic:4:12 --draft-dtype bfloat16 --prompt-lookup, and code "
+                        "prompts (one a code-editing prompt) unless --prompts is given")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -48,11 +58,12 @@ def _parse_gammas(text: str) -> tuple[int, ...]:
     return gammas
 
 
-def _prompts(values: list[str] | None) -> list[str]:
+def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     from lab.speculative.bench import DEFAULT_PROMPTS
+    from lab.speculative.levers import CODE_PROMPTS
 
     if not values:
-        return list(DEFAULT_PROMPTS)
+        return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
     out: list[str] = []
     for v in values:
         if v.startswith("@"):
@@ -81,11 +92,16 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
+    dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
+    dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
-                         repeats=args.repeats, assisted=not args.no_assisted)
-    prompts = _prompts(args.prompts)
+                         repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,
+                         prompt_lookup=args.prompt_lookup or args.levers)
+    prompts = _prompts(args.prompts, code=args.levers)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
+    if config.draft_dtypes and draft_spec == "prompt-lookup":
+        raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
         check_model_available(draft_spec)
 

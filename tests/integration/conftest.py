@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from lab.reports import slugify, timestamp, to_jsonable
 
 _LOG_KEY = pytest.StashKey["LabLogSession"]()
+_HERE = Path(__file__).resolve().parent
 
 
 class LabLogSession:
@@ -63,7 +64,8 @@ class LabLogSession:
             return
         rows = list(self.rows.values())
         counts = {k: sum(r["outcome"] == k for r in rows) for k in ("passed", "failed", "skipped", "running")}
-        data = {"folder": str(self.folder), "torch_threads": torch.get_num_threads(),
+        torch = sys.modules.get("torch")  # not imported here: the log itself needs no torch
+        data = {"folder": str(self.folder), "torch_threads": torch.get_num_threads() if torch else None,
                 "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                 "counts": counts, "tests": rows}
         tmp = self.folder / ".index.json.partial"
@@ -72,7 +74,7 @@ class LabLogSession:
         lines = [f"# Integration run {self.folder.name}", "",
                  f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
                  + (f", {counts['running']} unfinished" if counts["running"] else "")
-                 + f"; torch threads {data['torch_threads']}; load average at the last test "
+                 + f"; torch threads {data['torch_threads'] or 'n/a'}; load average at the last test "
                  + (", ".join(f"{x:.2f}" for x in data["load_average"]) if data["load_average"] else "n/a") + ".",
                  "", "| test | outcome | time (s) | reports | key figures |", "|---|---|---|---|---|"]
         for r in rows:
@@ -153,7 +155,14 @@ def lab_log(request) -> LabLog:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Every integration test gets an index row (outcome and time), written as it finishes."""
+    """Every integration test gets an index row (outcome and time), written as it finishes.
+
+    pytest calls this hook for every item of the session, wherever its conftest is,
+    so items outside this directory (the unit and statistical tiers) are passed over.
+    """
+    if not Path(str(item.fspath)).resolve().is_relative_to(_HERE):
+        yield
+        return
     log = _session_log(item.config)
     log.ensure_folder()
     log.row(item.nodeid)
@@ -189,6 +198,6 @@ def qwen_pair():
     """
     from lab.models import load_model
 
-    target, tok = load_model("qwen2.5-coder", device="cpu")
+    target, tok = load_model("qwen2.5-coder", device="cpu")  # noqa: the tier's one load of the pair
     draft, dtok = load_model("qwen2.5-coder-0.5b", device="cpu")
     return target, tok, draft, dtok
