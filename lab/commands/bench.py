@@ -110,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
         draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+    cost = getattr(draft, "cost", None)
+    if cost is not None and cost.note:
+        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
     with err.status("benchmarking") as status:
         bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
@@ -125,8 +128,12 @@ def run(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
                                       "torch_threads": torch.get_num_threads(), "environment": environment(model),
+                                      "draft_cost": cost,
                                       **data})
         plot_bench(data, rd.file("bench.png"))
-        rd.write_text("summary.md", bench_summary_markdown(data, info))
+        summary = bench_summary_markdown(data, info)
+        if cost is not None and cost.note:
+            summary += f"\n**Draft cost.** {cost.note}.\n"
+        rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

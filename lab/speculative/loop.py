@@ -488,11 +488,14 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
-    from lab.models import load_model, load_tokenizer
+    from lab.models import ModelUnavailableError, load_model, load_tokenizer
     from lab.speculative.admission import check_tokenizer_vocab
 
     if target_tokenizer is not None:  # vocabulary from metadata, before any draft weights load
-        check_tokenizer_vocab(target_tokenizer, load_tokenizer(spec), spec)
+        try:
+            check_tokenizer_vocab(target_tokenizer, load_tokenizer(spec), spec)
+        except ModelUnavailableError:
+            pass  # load_model below says why the draft is unavailable, in the same words
     dev = device or _device(target)
     dtype = next(target.parameters()).dtype
     draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
