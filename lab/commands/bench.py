@@ -35,6 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="prompts to generate from, or @FILE with one prompt per line (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
     add_threads_arg(p)
+    p.add_argument("--dynamic", action="append", default=None,
+                   help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
+                        "rejection); repeatable (default: off; --levers adds dynamic:4:12)")
+    p.add_argument("--draft-dtype", action="append", default=None,
+                   help="also run the model draft cast to this dtype (bfloat16, float16); repeatable (default: off; "
+                        "--levers adds bfloat16)")
+    p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
+    p.add_argument("--levers", action="store_true",
+                   help="all speed levers: --dynamic dynamic:4:12 --draft-dtype bfloat16 --prompt-lookup, and code "
+                        "prompts (one a code-editing prompt) unless --prompts is given")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -49,11 +59,12 @@ def _parse_gammas(text: str) -> tuple[int, ...]:
     return gammas
 
 
-def _prompts(values: list[str] | None) -> list[str]:
+def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     from lab.speculative.bench import DEFAULT_PROMPTS
+    from lab.speculative.levers import CODE_PROMPTS
 
     if not values:
-        return list(DEFAULT_PROMPTS)
+        return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
     out: list[str] = []
     for v in values:
         if v.startswith("@"):
@@ -75,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
     from lab.machine import LoadLog, set_threads
-    from lab.models import build_messages, encode_chat, eos_token_ids, load_model
+    from lab.models import build_messages, check_model_available, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
@@ -84,19 +95,28 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
+    dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
+    dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
-                         repeats=args.repeats, assisted=not args.no_assisted)
-    prompts = _prompts(args.prompts)
+                         repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,
+                         prompt_lookup=args.prompt_lookup or args.levers)
+    prompts = _prompts(args.prompts, code=args.levers)
     device = check_model_args(args)
     threads = set_threads(args.threads)
     draft_spec = _draft_spec(args)
-    check_draft_spec(draft_spec)  # syntax and model name, before the target loads
+    if config.draft_dtypes and draft_spec == "prompt-lookup":
+        raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
+    if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
+        check_model_available(draft_spec)
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
         draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+    cost = getattr(draft, "cost", None)
+    if cost is not None and cost.note:
+        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
     for prompt_ids in ids:  # before any decoding
         check_context(model, prompt_ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
@@ -115,8 +135,12 @@ def run(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
                                       "torch_threads": torch.get_num_threads(), "environment": environment(model),
+                                      "draft_cost": cost,
                                       **data})
         plot_bench(data, rd.file("bench.png"))
-        rd.write_text("summary.md", bench_summary_markdown(data, info))
+        summary = bench_summary_markdown(data, info)
+        if cost is not None and cost.note:
+            summary += f"\n**Draft cost.** {cost.note}.\n"
+        rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

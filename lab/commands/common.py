@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-from lab.models import DEFAULT_PROFILE, PROFILES, check_model_name, parse_dtype, resolve_device
+from lab.models import DEFAULT_PROFILE, PROFILES, check_model_available, parse_dtype, resolve_device
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -40,9 +40,10 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
     Raises:
         ValueError: an unavailable device, an unknown dtype, or a model name that is
             neither a profile, a path nor a hub id.
-        ModelUnavailableError: an embedded model's package is missing.
+        ModelUnavailableError: an embedded model's package is missing, or a hub model
+            is neither cached nor fetchable (offline mode, hub unreachable).
     """
     device = resolve_device(args.device)
     parse_dtype(args.dtype, device)
-    check_model_name(args.model)
+    check_model_available(args.model)
     return device

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
-    from lab.models import (build_messages, encode_chat, eos_token_ids, load_model)
+    from lab.models import build_messages, check_model_available, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
                                         round_rows, summary_markdown)
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
-    check_draft_spec(draft_spec)  # syntax and model name, before the target loads
+    if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
+        check_model_available(draft_spec)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     # 2. Load, build the draft, decode (progress on stderr).
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
         draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+    cost = getattr(draft, "cost", None)
+    if cost is not None and cost.note:
+        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     input_ids = encode_chat(tokenizer, messages).to(device)
     check_context(model, input_ids.shape[1], args.max_new_tokens, arg="--max-new-tokens")  # before any decoding
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -102,12 +106,15 @@ def run(args: argparse.Namespace) -> int:
             "settings": {"draft": draft_spec, "gamma": args.gamma, "adaptive": args.adaptive,
                          "max_new_tokens": args.max_new_tokens, "sampling": sampling, "seed": seed},
             "model": info, "environment": environment(model),
-            "acceptance": acceptance_summary(result),
+            "acceptance": acceptance_summary(result), "draft_cost": cost,
             "text": answer_text(tokenizer, result.tokens), "new_token_ids": result.tokens,
             "rounds": result.rounds, "per_token": result.per_token(),
         })
         rd.write_csv("rounds.csv", round_rows(result, tokenizer))
         plot_histogram(result, rd.file("accepted_length.png"))
-        rd.write_text("summary.md", summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info, seed=seed))
+        summary = summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info, seed=seed)
+        if cost is not None and cost.note:
+            summary += f"\n**Draft cost.** {cost.note}.\n"
+        rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -31,7 +31,9 @@ import torch
 
 from lab.machine import LoadLog
 from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft
+from lab.speculative.levers import assistant_settings, lever_methods
 from lab.speculative.loop import SpeculativeResult, speculative_generate, target_generate
+from lab.speculative.policies import DynamicGamma
 from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
                                     flops_per_token)
 
@@ -63,6 +65,10 @@ class BenchConfig:
     repeats: int = 3
     assisted: bool = True
     warmup_tokens: int = 8
+    # Levers (lab.speculative.levers), each one more method in the same alternating run:
+    dynamic: tuple[str, ...] = ()  # draft-length policies, "dynamic:START:MAX"
+    draft_dtypes: tuple[str, ...] = ()  # the model draft cast to these dtypes ("bfloat16")
+    prompt_lookup: bool = False  # prompt lookup at max(gammas) and each dynamic policy
 
     def __post_init__(self) -> None:
         if not self.gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gammas):
@@ -73,6 +79,11 @@ class BenchConfig:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be >= 2")
         if self.repeats < 1:
             raise ValueError(f"repeats={self.repeats!r} must be >= 1")
+        for spec in self.dynamic:
+            DynamicGamma.parse(spec)
+        for dtype in self.draft_dtypes:
+            if dtype not in ("bfloat16", "float16", "float32"):
+                raise ValueError(f"--draft-dtype={dtype!r} must be bfloat16, float16 or float32")
 
 
 @dataclass
@@ -174,13 +185,15 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
             extra: dict[str, Any]
+            settings: dict[str, Any] = {}
             if isinstance(draft, PromptLookupDraft):
                 extra = dict(prompt_lookup_num_tokens=gamma)
-            else:
-                extra = dict(assistant_model=assistant, num_assistant_tokens=gamma,
-                             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+            else:  # read from the assistant's own generation config, not from generate()'s kwargs
+                extra = dict(assistant_model=assistant)
+                settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
+                                assistant_confidence_threshold=0.0)
             t0 = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), assistant_settings(assistant, **settings):
                 out = target.generate(ids, max_new_tokens=budget, **extra, **_hf_kwargs(ids, eos, pad))
             dt = time.perf_counter() - t0
             toks = out[0, ids.shape[1]:].tolist()
@@ -193,6 +206,8 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             methods.append(assisted_method(g))
     for spec in config.adaptive:
         methods.append(spec_method(max(config.gammas), spec))
+    methods += lever_methods(target, draft, config, eos=eos, hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad),
+                             make_run=Run)
 
     # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
     usable = []
@@ -232,7 +247,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     base_decode_tps = sum(r.n_tokens - 1 for r in base_runs) / sum(r.decode_time_s for r in base_runs)
     mean_prompt = sum(p.shape[1] for p in prompts) / len(prompts)
     context = int(mean_prompt + config.max_new_tokens / 2)
-    c_flops = _cost_ratio_flops(target, draft, context)
+    c_flops_draft = _cost_ratio_flops(target, draft, context)
 
     def per_repeat_tps(rs: list[Run]) -> list[float]:
         out = []
@@ -251,6 +266,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             "same_tokens_as_lab_target_loop": all(r.tokens == reference.get((r.repeat, r.prompt)) for r in rs),
         }
         specs = [r.spec for r in rs if r.spec is not None]
+        c_flops = 0.0 if name.startswith("prompt-lookup") else c_flops_draft  # a lookup draft has no model
         if specs:
             tested = sum(s.n_drafted_tested for s in specs)
             alpha = sum(s.n_accepted for s in specs) / tested if tested else float("nan")
@@ -268,7 +284,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             c_time = t_draft / t_step
             decode_tps = sum(len(s.tokens) for s in specs) / decode_s
             measured_speedup = decode_tps / base_decode_tps
-            fixed = specs[0].adaptive is None
+            fixed = specs[0].adaptive is None and specs[0].gamma_policy is None
             if fixed and not math.isnan(alpha):
                 e_tokens = expected_tokens_per_round(alpha, gamma)
                 predicted = e_tokens * t_step / (gamma * t_draft + t_verify)
@@ -277,7 +293,8 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                 predicted = tau * t_step / (draft_fw / n_rounds * t_draft + t_verify)
             hist = [sum(s.accepted_length_histogram[k] for s in specs) for k in range(gamma + 1)]
             m.update({
-                "gamma": gamma, "adaptive": specs[0].adaptive, "alpha": alpha, "tau": tau,
+                "gamma": gamma, "adaptive": specs[0].adaptive, "gamma_policy": specs[0].gamma_policy,
+                "alpha": alpha, "tau": tau,
                 "n_drafted_tested": tested, "n_accepted": sum(s.n_accepted for s in specs), "n_rounds": n_rounds,
                 "accepted_length_histogram": hist,
                 "draft_step_s": t_draft, "verify_s": t_verify, "target_step_s": t_step,

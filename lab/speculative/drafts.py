@@ -251,14 +251,18 @@ def model_draft(target: Any, draft: Any, *, target_tokenizer: Any = None, draft_
                 name: str = "draft-model") -> ModelDraft:
     """Wrap a separate draft model after checking it fits the target.
 
+    Admission is by vocabulary only; the draft's FLOP cost ratio c is attached as
+    ``.cost`` (:func:`lab.speculative.admission.draft_cost`), with a note when c >= 1:
+    such a draft is run, never refused (layer count is not cost).
+
     Raises:
-        ValueError: the vocabularies differ (naming both), or the draft has more
-            layers than the target (``draft`` deeper than the target).
+        ValueError: the vocabularies differ (naming both).
     """
-    lt, ld = int(target.config.num_hidden_layers), int(draft.config.num_hidden_layers)
-    if ld > lt:
-        raise ValueError(f"draft has num_hidden_layers={ld}, deeper than the target's {lt}; a draft must be cheaper")
-    return ModelDraft(draft, _check_vocab(target, draft, target_tokenizer, draft_tokenizer), name)
+    from lab.speculative.admission import draft_cost
+
+    drafter = ModelDraft(draft, _check_vocab(target, draft, target_tokenizer, draft_tokenizer), name)
+    drafter.cost = draft_cost(target.config, draft.config)
+    return drafter
 
 
 def early_exit_model(target: Any, num_layers: int) -> Any:

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -37,34 +36,13 @@ from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, PromptLookupDr
                                     empty_proposal, model_draft)
 from lab.speculative.results import RoundRecord, SpeculativeResult, TargetOnlyResult
 from lab.speculative.sampling import SamplingConfig, apply_processors, sampling_probs
+from lab.speculative.policies import FixedGamma, GammaPolicy
 from lab.speculative.verify import verify, verify_greedy
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["FixedGamma", "GammaPolicy", "RoundRecord", "SpeculativeResult", "TargetOnlyResult", "check_draft_spec",
            "make_draft", "speculative_generate", "target_generate"]
-
-
-class GammaPolicy(Protocol):
-    """Decides how many tokens the next round may draft (its gamma), from the rounds so far.
-
-    The per-token early stop of :class:`~lab.speculative.drafts.AdaptiveDraftLength`
-    acts inside a round, after this choice. A policy may read only what the loop has
-    already committed (finished rounds), never the coming target distribution, so
-    the output distribution is unchanged.
-    """
-
-    def next_gamma(self, rounds: list[RoundRecord], max_gamma: int) -> int:
-        """Gamma for the next round, in ``[1, max_gamma]``."""
-        ...
-
-
-@dataclass(frozen=True)
-class FixedGamma:
-    """The default policy: every round may draft ``max_gamma`` tokens."""
-
-    def next_gamma(self, rounds: list[RoundRecord], max_gamma: int) -> int:
-        return max_gamma
 
 
 def target_generate(target: Any, input_ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 0.0,
@@ -240,7 +218,8 @@ def speculative_generate(
         accepted_length_histogram=hist, all_rounds_histogram=hist_all, stopped_by=stopped_by,
         prefill_time_s=prefill_s, draft_time_s=draft_s, verify_time_s=verify_s, total_time_s=total,
         draft_name=getattr(draft, "name", type(draft).__name__), sampling=sampling,
-        adaptive=adaptive.describe() if adaptive is not None else None)
+        adaptive=adaptive.describe() if adaptive is not None else None,
+        gamma_policy=policy.describe() if gamma_policy is not None and hasattr(policy, "describe") else None)
 
 
 def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
@@ -294,8 +273,9 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             must be equal).
 
     Raises:
-        ValueError: a malformed spec, N out of range, a vocabulary mismatch, or a
-            draft deeper than the target.
+        ValueError: a malformed spec, N out of range, or a vocabulary mismatch
+            (decided from the draft's tokenizer before its weights load). A draft
+            model of any depth or cost is admitted; see ``.cost`` on the result.
         lab.models.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
@@ -303,7 +283,14 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
-    from lab.models import load_model
+    from lab.models import ModelUnavailableError, load_model, load_tokenizer
+    from lab.speculative.admission import check_tokenizer_vocab
+
+    if target_tokenizer is not None:  # vocabulary from metadata, before any draft weights load
+        try:
+            check_tokenizer_vocab(target_tokenizer, load_tokenizer(spec), spec)
+        except ModelUnavailableError:
+            pass  # load_model below says why the draft is unavailable, in the same words
 
     dev = device or model_device(target)
     dtype = next(target.parameters()).dtype

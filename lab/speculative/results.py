@@ -101,6 +101,7 @@ class SpeculativeResult:
     draft_name: str
     sampling: SamplingConfig
     adaptive: str | None = None
+    gamma_policy: str | None = None
 
     @property
     def alpha(self) -> float:

@@ -112,10 +112,11 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     temps = temperature_subset(prompts)
     device = lab_models.resolve_device(config.device)
     dtype = str(lab_models.parse_dtype(config.dtype, device)).removeprefix("torch.")
-    lab_models.check_model_name(config.model)  # an unknown model is named as such, not as a missing draft
+    lab_models.check_model_available(config.model)  # an unknown model is named as such, not as a missing draft
     from lab.speculative import check_draft_spec
 
-    check_draft_spec(config.draft_spec())  # N against the depth is checked once the target loads
+    if check_draft_spec(config.draft_spec()) == "model":  # N against the depth is checked once the target loads
+        lab_models.check_model_available(config.draft_spec())
     prompt_digest = hashlib.sha256(
         json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()
     settings = {

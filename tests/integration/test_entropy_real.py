@@ -69,23 +69,24 @@ def test_tracker_real_model_entropies_match_full_forward(smollm2, kwargs):
         assert all(0 <= s.sampled_entropy_bits <= math.log2(40) + 1e-4 for s in r.steps)
 
 
-def _run_cli(tmp_path, *extra):
-    rc = cli.main(["entropy", "Give me a word that rhymes with [cat].", "--max-new-tokens", "12",
-                   "--device", "cpu", "--out", str(tmp_path), *extra])
-    assert rc == 0
-    (report,) = list(tmp_path.iterdir())
+def _run_cli(lab_log, *extra):
+    rc, report = lab_log.cli(["entropy", "Give me a word that rhymes with [cat].", "--max-new-tokens", "12",
+                              "--device", "cpu", *extra])
+    assert rc == 0 and report is not None
     return report
 
 
 @pytest.mark.parametrize("extra", [(), ("--temperature", "0.9", "--top-p", "0.95", "--seed", "3")],
                          ids=["greedy", "sampled"])
-def test_cli_entropy_real_model_writes_parsable_complete_report(tmp_path, capsys, smollm2, extra):
+def test_cli_entropy_real_model_writes_parsable_complete_report(lab_log, capsys, smollm2, extra):
     """`lab entropy` end to end: all four files exist, JSON parses, CSV matches JSON, settings recorded."""
-    report = _run_cli(tmp_path, *extra)
+    report = _run_cli(lab_log, *extra)
     assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "report.json", "summary.md", "tokens.csv"]
     data = json.loads((report / "report.json").read_text())
     assert data["model"]["model"] == "smollm2" and data["vocab_size"] == 49152
     assert 1 <= len(data["steps"]) <= 12 and data["stop_reason"] in ("eos", "max_new_tokens")
+    lab_log.record(n_tokens=len(data["steps"]), stop=data["stop_reason"],
+                   mean_entropy_bits=sum(s["entropy_bits"] for s in data["steps"]) / len(data["steps"]))
     rows = rows_from_csv(report / "tokens.csv")
     assert [int(r["token_id"]) for r in rows] == data["new_token_ids"]
     assert [float(r["entropy_bits"]) for r in rows] == pytest.approx([s["entropy_bits"] for s in data["steps"]])

@@ -28,20 +28,13 @@ def test_capture_real_model_equals_eager_output_attentions(smollm2):
     assert model.config._attn_implementation == "sdpa"
 
 
-def _only_report(root):
-    dirs = [p for p in root.iterdir() if not p.name.startswith(".")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
-def test_cli_sinks_writes_report_that_parses(tmp_path, capsys):
+def test_cli_sinks_writes_report_that_parses(tmp_path, capsys, lab_log):
     prompt_file = tmp_path / "prompt.txt"
     prompt_file.write_text("Explain <|im_start|> tokens and [bold]markup[/bold] in one sentence.", encoding="utf-8")
-    out = tmp_path / "reports"
-    assert cli.main(["sinks", "--prompt-file", str(prompt_file), "--device", "cpu", "--out", str(out)]) == 0
+    rc, rd = lab_log.cli(["sinks", "--prompt-file", str(prompt_file), "--device", "cpu"])
+    assert rc == 0 and rd is not None
     stdout = capsys.readouterr().out
     assert "context health" in stdout and "[bold]markup[/bold]" in stdout
-    rd = _only_report(out)
     assert "-sinks-prompt" in rd.name
     assert {p.name for p in rd.iterdir()} == {"report.json", "positions.csv", "summary.md", "heatmap.png"}
     report = read_json(rd / "report.json")
@@ -52,6 +45,7 @@ def test_cli_sinks_writes_report_that_parses(tmp_path, capsys):
     assert a["is_sink"][0] and 0 in a["structural_sinks"]  # position 0 is the sink on this model
     typed = [i for i, t in enumerate(a["tokens"]) if t == "<|im_start|>"]
     assert [a["roles"][i] for i in typed] == ["template", "template", "content", "template"]
+    lab_log.record(n_tokens=s, position0_sink=bool(a["is_sink"][0]))
     rows = rows_from_csv(rd / "positions.csv")
     assert len(rows) == s and rows[0]["is_sink"] == "True"
     assert (rd / "heatmap.png").stat().st_size > 1000
@@ -66,16 +60,15 @@ def test_cli_sinks_prompt_longer_than_context_exits_2_without_report(tmp_path, c
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_cli_calibrate_sinks_small_set_writes_report(tmp_path):
+def test_cli_calibrate_sinks_small_set_writes_report(tmp_path, lab_log):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps(r) for r in [
         {"id": "a", "prompt": "What is the tallest mountain in Europe?"},
         {"id": "b", "prompt": "List two primary colours.", "system": "Be brief."},
     ]) + "\n", encoding="utf-8")
-    out = tmp_path / "reports"
-    assert cli.main(["calibrate-sinks", "--prompts", str(prompts), "--held-out", str(prompts), "--long-lengths", "128",
-                     "--device", "cpu", "--out", str(out)]) == 0
-    rd = _only_report(out)
+    rc, rd = lab_log.cli(["calibrate-sinks", "--prompts", str(prompts), "--held-out", str(prompts),
+                          "--long-lengths", "128", "--device", "cpu"])
+    assert rc == 0 and rd is not None
     data = read_json(rd / "calibration.json")
     assert data["n_prompts"] == 2 and len(data["sweep"]) == len(rows_from_csv(rd / "sweep.csv"))
     (long,) = data["long_prompts"]
@@ -89,12 +82,11 @@ def test_cli_calibrate_sinks_small_set_writes_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_bench_sinks_short_lengths_writes_report(tmp_path):
+def test_cli_bench_sinks_short_lengths_writes_report(lab_log):
     """The benchmark's plumbing (subprocess workers, peak-memory reading) at toy lengths."""
-    out = tmp_path / "reports"
-    assert cli.main(["bench-sinks", "--lengths", "64", "--eager-length", "64", "--device", "cpu",
-                     "--out", str(out)]) == 0
-    data = read_json(_only_report(out) / "bench.json")
+    rc, rd = lab_log.cli(["bench-sinks", "--lengths", "64", "--eager-length", "64", "--device", "cpu"])
+    assert rc == 0 and rd is not None
+    data = read_json(rd / "bench.json")
     assert [r["mode"] for r in data["results"]] == ["sdpa", "capture", "eager"]
     assert all("error" not in r and r["seconds"] > 0 for r in data["results"]), data["results"]
     assert data["comparison"]["length"] == 64 and data["comparison"]["time_ratio"] > 0

@@ -28,7 +28,7 @@ def pair(smollm2):
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_speculative_real_greedy_equals_target_greedy(pair, prompt):
+def test_speculative_real_greedy_equals_target_greedy(pair, prompt, lab_log):
     model, tok, draft = pair
     ids = encode_chat(tok, build_messages(prompt))
     eos = eos_token_ids(model, tok)
@@ -36,6 +36,8 @@ def test_speculative_real_greedy_equals_target_greedy(pair, prompt):
     for gamma in GAMMAS:
         res = speculative_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
         assert res.tokens == ref, f"prompt={prompt!r} gamma={gamma}: {res.tokens} != {ref}"
+        lab_log.record(**{f"alpha_gamma{gamma}": res.alpha})
+    lab_log.record(n_tokens=len(ref), identical=True)
 
 
 def test_speculative_real_prompt_lookup_greedy_equals_target(pair):
@@ -51,7 +53,7 @@ def _pooled_pvalue(counts: Counter, probs: torch.Tensor) -> float:
     return chisq_pvalue(counts, {t: float(probs[t]) for t in probs.nonzero().flatten().tolist()})
 
 
-def test_speculative_real_sampling_first_token_matches_target(pair):
+def test_speculative_real_sampling_first_token_matches_target(pair, lab_log):
     """Seeded sampling runs: the first emitted token follows the target's filtered distribution.
 
     Control (same counts, same test): the draft's own distribution q is rejected, so
@@ -71,21 +73,21 @@ def test_speculative_real_sampling_first_token_matches_target(pair):
         counts[res.tokens[0]] += 1
         accepted += res.rounds[0].n_accepted > 0
     pv = _pooled_pvalue(counts, p)
+    lab_log.record(n=N_SAMPLED, p_value_vs_target=pv, p_value_vs_draft_control=_pooled_pvalue(counts, q),
+                   accepted_first=accepted)
     assert 0 < accepted < N_SAMPLED, "both the accept and the reject path must occur"
     assert pv >= P_THRESHOLD, f"T=1 top_k=8 n={N_SAMPLED}: p-value {pv:.2e}, counts {dict(counts)}"
     assert _pooled_pvalue(counts, q) < P_THRESHOLD, "control: counts must reject the draft's distribution"
 
 
-def test_lab_speculate_writes_complete_report(tmp_path, capsys):
-    from lab.cli import main
-
-    rc = main(["speculate", "What is the capital of France?", "--max-new-tokens", "8", "--gamma", "3",
-               "--temperature", "0.7", "--seed", "3", "--device", "cpu", "--out", str(tmp_path)])
-    assert rc == 0
-    (report,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+def test_lab_speculate_writes_complete_report(lab_log, capsys):
+    rc, report = lab_log.cli(["speculate", "What is the capital of France?", "--max-new-tokens", "8", "--gamma", "3",
+                              "--temperature", "0.7", "--seed", "3", "--device", "cpu"])
+    assert rc == 0 and report is not None
     assert report.name.endswith("-speculate-what-is-the-capital-of-france")
     assert {p.name for p in report.iterdir()} == {"report.json", "rounds.csv", "summary.md", "accepted_length.png"}
     data = json.loads((report / "report.json").read_text())
+    lab_log.record(alpha=data["acceptance"].get("alpha"), n_tokens=len(data["new_token_ids"]))
     assert len(data["new_token_ids"]) <= 8 and data["settings"]["seed"] == 3
     rows = (report / "rounds.csv").read_text().strip().splitlines()
     assert len(rows) - 1 == len(data["rounds"]) == data["acceptance"]["n_rounds"]

@@ -22,13 +22,13 @@ ALPHA_TOL = 1e-12  # alpha is a ratio of two counts; only float rounding may dif
 
 
 @pytest.fixture(scope="module")
-def study_report(smollm2, tmp_path_factory):
+def study_report(smollm2, lab_log_dir):
     from lab.render.study import write_report
     from lab.speculative import make_draft
     from lab.study import ModelRunner, StudyConfig, discard_work, plan_study, run_study
 
     model, tok = smollm2
-    out = tmp_path_factory.mktemp("study")
+    out = lab_log_dir
     config = StudyConfig(model="smollm2", device="cpu", limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS,
                          out=str(out), n_resamples=RESAMPLES)
     plan = plan_study(config)
@@ -40,12 +40,14 @@ def study_report(smollm2, tmp_path_factory):
     return result, path
 
 
-def test_study_report_has_every_file_and_pngs_open(study_report):
+def test_study_report_has_every_file_and_pngs_open(study_report, lab_log):
     import matplotlib.image as mpimg
 
     from lab.render.study import FIGURES
 
-    _, path = study_report
+    result, path = study_report
+    lab_log.add_report(path)
+    lab_log.record(n_prompts=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
     for name in ("study.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
         assert (path / name).is_file(), name
     for name in FIGURES:

@@ -180,3 +180,18 @@ def test_capture_sliding_window_mask_equals_naive_on_gemma3():
     ids = _ids(23, vocab=128)
     torch.testing.assert_close(capture_received(model, ids, chunk_size=4).per_head, eager_received(model, ids),
                                atol=PARITY_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_capture_output_check_scales_with_value_magnitude(scale):
+    """Large value vectors (Qwen2.5-Coder-1.5B's) pass the P @ V check at any scale, and
+    the non-causal fault is still rejected at that scale (fault class: a fixed absolute
+    tolerance refusing a correct model whose float32 rounding grows with |V|)."""
+    module, q, k, v, acc = _layer_inputs()
+    v = v * scale
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    out = out + 2e-7 * scale * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))  # rounding-size noise
+    attention_capture._received_one_layer(module, q, k, v, None, None, out, acc)
+    non_causal_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=False).transpose(1, 2)
+    with pytest.raises(CaptureError, match="SDPA output"):
+        attention_capture._received_one_layer(module, q, k, v, None, None, non_causal_out, acc)

