@@ -67,3 +67,34 @@ def test_evicting_draft_greedy_speculation_equals_target_greedy():
     spec = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=16)
     plain = target_generate(target, ids, max_new_tokens=16)
     assert spec.tokens == plain.tokens
+
+
+def _greedy_rounds(target, draft, ids, n=16):
+    sizes: list[int] = []
+    res = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=n,
+                               on_round=lambda rec, committed, cache: sizes.append(draft.cache_size))
+    return [r.proposed for r in res.rounds], sizes, res
+
+
+@pytest.mark.parametrize("spec", ["window:4", "sinks:2+4"])
+def test_evicting_draft_evicts_during_acceptance_and_changes_greedy_proposals(spec):
+    """On a prompt longer than the budget the draft really evicts, and its greedy proposals change.
+
+    Guards against an acceptance run whose draft silently sees everything (a prompt
+    shorter than the budget, a mask the model ignores, a prune that drops nothing):
+    then every policy's greedy alpha would equal dense's by construction.
+    Negative control: a window wider than the whole sequence proposes exactly as dense.
+    """
+    target = support.tiny_llama_untied(vocab_size=64)
+    ids = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(5))
+    base = early_exit_draft(target, 2)
+    policy = parse_policy(spec)
+    dense, dense_sizes, dense_res = _greedy_rounds(target, EvictingDraft(base, parse_policy("dense")), ids)
+    evict, sizes, res = _greedy_rounds(target, EvictingDraft(base, policy), ids)
+    assert res.tokens == dense_res.tokens  # greedy output is the target's either way
+    # the cache after every commit holds budget - 1 entries (the next fed token is the last visible key)
+    assert sizes == [policy.budget - 1] * len(sizes)
+    assert dense_sizes == sorted(dense_sizes) and dense_sizes[0] >= ids.shape[1] - 1  # dense never evicts
+    assert evict != dense, "an evicting draft proposed exactly what the dense draft proposed in every round"
+    wide, _, _ = _greedy_rounds(target, EvictingDraft(base, parse_policy("window:64")), ids)
+    assert wide == dense  # negative control: nothing evicted, nothing changes
