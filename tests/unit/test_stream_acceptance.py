@@ -98,3 +98,41 @@ def test_evicting_draft_evicts_during_acceptance_and_changes_greedy_proposals(sp
     assert evict != dense, "an evicting draft proposed exactly what the dense draft proposed in every round"
     wide, _, _ = _greedy_rounds(target, EvictingDraft(base, parse_policy("window:64")), ids)
     assert wide == dense  # negative control: nothing evicted, nothing changes
+
+
+def test_draft_top1_full_depth_dense_draft_is_the_target_and_window_differs():
+    """draft_top1 on a constructed case: a draft with every layer and no eviction is the target.
+
+    Negative control for the counts: the same draft under window:4 is not.
+    """
+    from lab.stream.acceptance import draft_top1
+
+    target = support.tiny_llama_untied(vocab_size=64)
+    prompt = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(7))
+    full = early_exit_draft(target, target.config.num_hidden_layers).model
+    policies = [parse_policy("window:4"), parse_policy("dense")]  # dense scored first whatever the order
+    got = draft_top1(target, full, prompt, policies, None)
+    d, w = got["dense"], got["window:4"]
+    assert d["top1_n"] == w["top1_n"] == 24 - 4
+    assert d["top1_agree_target"] == d["top1_n"] == d["top1_agree_dense_draft"]
+    assert d["mean_overlap"] == pytest.approx(1.0, abs=1e-5)
+    assert w["top1_agree_dense_draft"] == w["top1_agree_target"] < w["top1_n"]
+    assert w["mean_overlap"] < 1.0 - 1e-3
+
+
+def test_compare_greedy_rounds_counts_differences_at_the_same_committed_prefix():
+    from lab.stream.acceptance import _compare_greedy_rounds
+
+    def row(policy, rounds):
+        return {"policy": policy, "mode": "greedy", "rounds": [
+            {"start": s, "proposed": p, "n_accepted": a, "n_tested": t} for s, p, a, t in rounds]}
+
+    dense = row("dense", [(10, [1, 2, 3], 0, 1), (11, [4, 5, 6], 3, 3), (15, [7, 8, 9], 1, 2)])
+    other = row("window:4", [(10, [1, 9, 9], 0, 1), (11, [5, 5, 6], 0, 1), (12, [7, 7, 7], 2, 3)])
+    sampled = {"policy": "window:4", "mode": "sampled", "rounds": []}
+    rows = [dense, other, sampled]
+    _compare_greedy_rounds(rows)
+    assert (other["rounds_compared"], other["rounds_proposals_differ"], other["rounds_tested_differ"],
+            other["rounds_accepted_differ"]) == (2, 2, 1, 1)
+    assert (dense["rounds_compared"], dense["rounds_proposals_differ"]) == (3, 0)
+    assert "rounds_compared" not in sampled
