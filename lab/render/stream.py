@@ -229,7 +229,7 @@ def plot_rolling(result: StreamResult, path: str | Path) -> None:
 
 
 def acceptance_detail_lines(acceptance: list[dict]) -> list[str]:
-    """Markdown: how each greedy draft's proposals differ from dense's, the large-sample top-1, and what equal alphas mean."""
+    """Markdown: how greedy drafts' proposals differ from dense's, the large-sample top-1, what equal alphas mean."""
     greedy = [a for a in acceptance if a["mode"] == "greedy"]
     if not greedy or "top1_n" not in greedy[0]:
         return []
@@ -267,4 +267,10 @@ def acceptance_detail_lines(acceptance: list[dict]) -> list[str]:
                   f"none: over {greedy[0]['top1_n']} prompt positions the drafts' top-1 matches the target's at "
                   f"{lo} to {hi} of them. Read the large-sample columns, not greedy alpha, for the effect of eviction.")
         lines += ["", words]
+    sampled = [a for a in acceptance if a["mode"] == "sampled"]
+    if sampled:
+        lines += ["", f"Sampled alpha also rests on about {sampled[0]['n_tested']} tested tokens, along a path that "
+                  "differs per policy once one draw differs; its large-sample expectation per token is the overlap "
+                  "column: " + ", ".join(f"`{a['policy']}` sampled alpha {a['n_accepted']}/{a['n_tested']} vs overlap "
+                                         f"{a['mean_overlap']:.3f}" for a in sampled) + "."]
     return lines
