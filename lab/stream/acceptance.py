@@ -30,7 +30,7 @@ import torch
 
 from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig, sampling_probs
 from lab.stream.perplexity import model_attention_mask
-from lab.stream.policies import Policy, kept_positions, policy_window, visibility
+from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
 
 
 def _entropy_bits(logits: torch.Tensor) -> torch.Tensor:
@@ -194,9 +194,92 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
                                        generator=gen, eos_token_ids=eos)
             n_acc = sum(r.n_accepted for r in res.rounds)
             n_tested = sum(sum(r.tested_mask) for r in res.rounds)
+            starts = [prompt.shape[1] + sum(len(q.emitted) for q in res.rounds[:i]) for i in range(len(res.rounds))]
             rows.append({"policy": policy.spec, "budget": policy.budget, "mode": mode, "temperature": temperature,
                          "alpha": n_acc / n_tested if n_tested else float("nan"), "n_accepted": n_acc,
                          "n_tested": n_tested, "n_rounds": len(res.rounds), "tau": res.tau,
                          "new_tokens": len(res.tokens), "draft_cache_size": draft.cache_size,
-                         "wall_s": time.perf_counter() - t0, "tokens": list(res.tokens)})
+                         "wall_s": time.perf_counter() - t0, "tokens": list(res.tokens),
+                         "rounds": [{"start": s, "proposed": list(r.proposed), "n_accepted": r.n_accepted,
+                                     "n_tested": int(sum(r.tested_mask))} for s, r in zip(starts, res.rounds)]})
+    _compare_greedy_rounds(rows)
+    progress("acceptance: draft top-1 over the prompt, one masked pass per policy")
+    top1 = draft_top1(target, base.model, prompt, [p for p in cfg.policies if p.kind != "recompute"], detected)
+    for row in rows:
+        row.update(top1[row["policy"]])
     return rows
+
+
+def _compare_greedy_rounds(rows: list[dict[str, Any]]) -> None:
+    """Add, to each greedy row, how its proposals differ from the dense draft's at the same committed prefix.
+
+    Greedy runs commit the target's own tokens under every policy, so a round that
+    starts at the same committed length drafts after the same prefix in both runs:
+    ``rounds_compared`` such rounds, ``rounds_proposals_differ`` of them with any
+    proposed token different, ``rounds_tested_differ`` with a different token among
+    those the target tested (accepted ones plus the first rejected one),
+    ``rounds_accepted_differ`` with a different accepted count. Rows stay
+    unchanged when there is no greedy dense run.
+    """
+    dense = next((r for r in rows if r["policy"] == "dense" and r["mode"] == "greedy"), None)
+    if dense is None:
+        return
+    by_start = {r["start"]: r for r in dense["rounds"]}
+    for row in rows:
+        if row["mode"] != "greedy":
+            continue
+        pairs = [(r, by_start[r["start"]]) for r in row["rounds"] if r["start"] in by_start]
+        row["rounds_compared"] = len(pairs)
+        row["rounds_proposals_differ"] = sum(a["proposed"] != b["proposed"] for a, b in pairs)
+        row["rounds_tested_differ"] = sum(a["proposed"][: a["n_tested"]] != b["proposed"][: a["n_tested"]]
+                                          for a, b in pairs)
+        row["rounds_accepted_differ"] = sum(a["n_accepted"] != b["n_accepted"] for a, b in pairs)
+
+
+@torch.inference_mode()
+def draft_top1(target: Any, draft_model: Any, prompt: torch.Tensor, policies: list[Policy],
+               detected: tuple[int, ...] | None) -> dict[str, dict[str, Any]]:
+    """The draft's next-token prediction at every prompt position with a full budget, per policy.
+
+    A large-sample companion to alpha (which rests on ``max_new_tokens`` tested tokens):
+    one masked forward of the draft over the prompt per policy (equal to what the
+    evicting draft's pruned cache computes, tested), scored at positions ``B - 1 ..
+    S - 2`` where B is the largest budget (every evicting cache is full there).
+
+    Args:
+        target: The target causal LM (dense, unmasked).
+        draft_model: The draft causal LM (same vocabulary).
+        prompt: int64 ``[1, S]``.
+        policies: Policies to score (no ``recompute``).
+        detected: Ranked detector positions for ``detected`` policies.
+
+    Returns:
+        Per policy spec: ``top1_n`` positions; counts ``top1_agree_target`` (draft argmax =
+        target argmax: a greedy draft token the target would accept) and
+        ``top1_agree_dense_draft`` (= the dense draft's argmax; ``None`` without a
+        ``dense`` policy); ``mean_overlap`` = mean over positions of sum_x min(p(x), q(x))
+        at temperature 1 (the expected acceptance of one sampled draft token).
+    """
+    s = prompt.shape[1]
+    start = max([p.budget for p in policies if p.budget is not None] or [1]) - 1
+    if start >= s - 1:
+        start = 0
+    pos = torch.arange(s)
+    dev = next(draft_model.parameters()).device
+    ids = prompt.to(dev)
+    p_t = target(input_ids=ids, use_cache=False).logits[0, start: s - 1].float().softmax(-1)  # [n, V]
+    v = min(p_t.shape[-1], int(draft_model.config.vocab_size))
+    t_arg = p_t.argmax(-1)
+    out, dense_arg = {}, None
+    for policy in sorted(policies, key=lambda p: p.kind != "dense"):  # dense first
+        mask = model_attention_mask(draft_model, policy_visibility(policy, pos, pos, detected), pos, pos)
+        logits = draft_model(input_ids=ids, attention_mask=mask, position_ids=pos[None].to(dev),
+                             use_cache=False).logits[0, start: s - 1, :v].float()
+        q = logits.softmax(-1)  # [n, v]
+        arg = q.argmax(-1)
+        if policy.kind == "dense":
+            dense_arg = arg
+        out[policy.spec] = {"top1_n": int(arg.numel()), "top1_agree_target": int((arg == t_arg).sum()),
+                            "top1_agree_dense_draft": None if dense_arg is None else int((arg == dense_arg).sum()),
+                            "mean_overlap": float(torch.minimum(q, p_t[:, :v]).sum(-1).mean())}
+    return out

@@ -109,8 +109,18 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
     greedy = [a["tokens"] for a in acc if a["mode"] == "greedy"]
     assert all(g == greedy[0] for g in greedy)  # the target decides: greedy output is policy-independent
     assert all(0 <= a["n_accepted"] <= a["n_tested"] for a in acc)
+    for a in acc:  # per-round records add up to the totals; the large-sample top-1 counts are counts
+        assert sum(r["n_tested"] for r in a["rounds"]) == a["n_tested"]
+        assert sum(r["n_accepted"] for r in a["rounds"]) == a["n_accepted"]
+        assert 0 <= a["top1_agree_target"] <= a["top1_n"] and 0 < a["mean_overlap"] <= 1 + 1e-6
+        if a["mode"] == "greedy":
+            assert a["rounds_tested_differ"] <= a["rounds_proposals_differ"] <= a["rounds_compared"] <= a["n_rounds"]
+    dense_greedy = next(a for a in acc if a["policy"] == "dense" and a["mode"] == "greedy")
+    assert dense_greedy["rounds_proposals_differ"] == 0
+    assert dense_greedy["top1_agree_dense_draft"] == dense_greedy["top1_n"]
     summary = (rd / "summary.md").read_text()
     assert "Pre-stated test" in summary and "negative control" in summary and "StreamingLLM" in summary
+    assert "Large-sample check" in summary
     with (rd / "policies.csv").open() as fh:
         assert [r["policy"] for r in csv.DictReader(fh)] == specs
     assert (rd / "rolling_nll.png").read_bytes()[:4] == b"\x89PNG"
