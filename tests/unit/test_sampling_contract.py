@@ -200,3 +200,17 @@ def test_apply_processors_in_place_processor_does_not_touch_input():
     logits = torch.zeros(2, 3)
     out = apply_processors(in_place, torch.tensor([1]), torch.tensor([2]), logits)
     assert torch.equal(logits, torch.zeros(2, 3)) and torch.isinf(out[:, 0]).all()
+
+
+def test_apply_processors_draft_tokens_moved_to_the_prefix_device():
+    """Draft tokens from another device join the prefix on the prefix's device (meta stands in for
+    an accelerator: it has shapes but no data, and mixing it with CPU tensors raises)."""
+    seen = []
+
+    def record(input_ids, scores):
+        seen.append((input_ids.device.type, input_ids.shape[-1]))
+        return scores
+
+    prefix = torch.empty(3, dtype=torch.long, device="meta")
+    apply_processors(record, prefix, torch.tensor([1, 2]), torch.empty(3, 4, device="meta"))
+    assert seen == [("meta", 3), ("meta", 4), ("meta", 5)]

@@ -106,5 +106,14 @@ def test_filter_logits_greedy_raises_and_input_unchanged():
     before = x.clone()
     filter_logits(x, SamplingConfig(0.7, top_k=1, top_p=0.5))
     assert torch.equal(x, before)
-    with pytest.raises(ValueError, match="temperature > 0"):
+    with pytest.raises(ValueError, match="^filter_logits needs temperature > 0"):
         filter_logits(x, SamplingConfig(0.0))
+
+
+def test_filter_logits_top_p_one_leaves_every_logit_finite_even_if_its_probability_underflows():
+    """top_p = 1 keeps all tokens: the result is exactly logits / temperature, no -inf, even for a token
+    whose float32 softmax is 0 (a cumulative-mass cut at 1 - top_p = 0 would drop it)."""
+    x = torch.tensor([[0.0, -200.0, 3.0, -150.0]])
+    config = SamplingConfig(0.5, top_p=1.0)
+    assert float(torch.softmax(x / config.temperature, dim=-1)[0, 1]) == 0.0  # the case is the intended one
+    assert torch.equal(filter_logits(x, config), x / config.temperature)

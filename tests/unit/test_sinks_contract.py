@@ -1,18 +1,20 @@
-"""lab/sinks.py through its public functions only (the baseline is being reworked, so nothing
-here depends on how robust_z builds it): the strict thresholds of sink_rate and
-context_health, their free parameters, and one-line errors that name the argument."""
+"""lab/sinks.py through its public functions only: the strict thresholds of sink_rate and
+context_health, their free parameters, one-line errors that name the argument, and
+observer_matched_z against a reference written from its docstring."""
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.sinks import attention_received, context_health, robust_z, sink_rate
+from lab.sinks import (MAD_FLOOR, MIN_BIN_POSITIONS, OBSERVER_BIN_RATIO, attention_received, context_health,
+                       observer_matched_z, robust_z, sink_rate)
 
 # context_health works in float64 on float32 z-scores: 1e-9 relative is rounding only.
 HEALTH_RTOL = 1e-9
@@ -75,9 +77,9 @@ def test_context_health_nonpositive_or_nonfinite_parameter_raises_naming_it(kwar
         context_health(torch.tensor([0.0, 5.0]), threshold, **kw)
 
 
-@pytest.mark.parametrize("bad,match", [([0.0, 5.0], "content_z"), (torch.zeros(2, 2), "content_z"),
-                                       (torch.tensor([1, 2]), "content_z"),
-                                       (torch.tensor([0.0, float("nan")]), "content_z contains NaN")])
+@pytest.mark.parametrize("bad,match", [([0.0, 5.0], "^content_z"), (torch.zeros(2, 2), "^content_z"),
+                                       (torch.tensor([1, 2]), "^content_z"),
+                                       (torch.tensor([0.0, float("nan")]), "^content_z contains NaN$")])
 def test_context_health_bad_content_z_raises_naming_it(bad, match):
     with pytest.raises(ValueError, match=match):
         context_health(bad, 3.5)
@@ -91,8 +93,8 @@ def test_context_health_bad_content_z_raises_naming_it(bad, match):
     (torch.ones(2, 2), {}, r"values must be a non-empty 1-D tensor, got \(2, 2\)"),
     (torch.ones(0), {}, r"got \(0,\)"),
     (torch.tensor([1, 2]), {}, "floating point"),
-    (torch.tensor([1.0, -1.0]), {}, "non-negative"),
-    (torch.tensor([1.0, float("inf")]), {}, "finite"),
+    (torch.tensor([1.0, -1.0]), {}, "^values must be finite and non-negative$"),
+    (torch.tensor([1.0, float("inf")]), {}, "^values must be finite"),
     (torch.ones(3), dict(mad_floor=0.0), "mad_floor"),
     (torch.ones(3), dict(exclude=[0, 1, 2]), "exclude"),
     (torch.ones(3), dict(exclude=[3]), r"position 3, outside \[0, 3\)"),
@@ -141,3 +143,128 @@ def test_robust_z_exclude_as_int_tensor_or_negative_index_equals_list():
     by_list = robust_z(values, exclude=[0, 5])
     assert torch.equal(robust_z(values, exclude=torch.tensor([0, 5])), by_list)
     assert torch.equal(robust_z(values, exclude=[-s, -1]), by_list)
+
+
+# --------------------------------------------------------------------------- observer_matched_z
+
+# Both sides compute in float64 on logs of magnitude <= ~70, divided by a spread >= 0.01:
+# the two interpolation formulas differ by rounding only.
+OBSERVER_Z_ATOL = 1e-8
+# scipy's normal-consistent MAD scale, 1 / Phi^-1(3/4).
+MAD_NORMAL_SCALE = 1.0 / statistics.NormalDist().inv_cdf(0.75)
+
+
+def reference_observer_matched_z(values: list[float], exclude: list[int], bin_ratio: float, min_bin: int,
+                                 mad_floor: float) -> list[float]:
+    """observer_matched_z written out from its docstring, one position at a time.
+
+    Key k of S is seen by n_k = S - k queries. Baseline positions B (not excluded) fall in
+    bins [n0 r^j, n0 r^(j+1)) by n, i.e. log n >= log n0 + j log r; walking the bins from
+    the smallest n, a group closes once it holds >= min_bin positions, and a short last
+    group joins the one before. Each group gives (median log n, median log v); the
+    baseline c(log n) is linear between those points and, past either end, the larger of
+    the end value and the end segment's line. z = robust log-MAD z of log v - c."""
+    s = len(values)
+    logv = [math.log(max(v, 1e-30)) for v in values]
+    logn = [math.log(s - k) for k in range(s)]
+    dropped = {p % s for p in exclude}
+    base = sorted((k for k in range(s) if k not in dropped), key=lambda k: s - k)  # by n, ascending
+    x0, lr = logn[base[0]], math.log(bin_ratio)
+
+    def bin_of(k: int) -> int:
+        j = 0
+        while logn[k] >= x0 + lr * (j + 1):
+            j += 1
+        return j
+
+    groups, current = [], []
+    for j in range(bin_of(base[-1]) + 1):
+        current += [k for k in base if bin_of(k) == j]
+        if len(current) >= min_bin:
+            groups.append(current)
+            current = []
+    if current:
+        if groups:
+            groups[-1] = groups[-1] + current
+        else:
+            groups.append(current)
+    px = [statistics.median(logn[k] for k in g) for g in groups]
+    py = [statistics.median(logv[k] for k in g) for g in groups]
+
+    def line(i: int, t: float) -> float:  # through (px[i], py[i]) and (px[i + 1], py[i + 1])
+        return py[i] + (t - px[i]) * (py[i + 1] - py[i]) / (px[i + 1] - px[i])
+
+    def c(t: float) -> float:
+        if len(px) == 1:
+            return py[0]
+        if t < px[0]:
+            return max(py[0], line(0, t))
+        if t > px[-1]:
+            return max(py[-1], line(len(px) - 2, t))
+        i = max(i for i in range(len(px)) if px[i] <= t)
+        return py[i] if i == len(px) - 1 else line(i, t)
+
+    resid = [logv[k] - c(logn[k]) for k in range(s)]
+    med = statistics.median(resid[k] for k in base)
+    mad = MAD_NORMAL_SCALE * statistics.median(abs(resid[k] - med) for k in base)
+    return [(r - med) / max(mad, mad_floor) for r in resid]
+
+
+@st.composite
+def received_with_zeros(draw) -> list[float]:
+    """Received-attention-like values: log-uniform noise on a power law in n_k, some exactly 0 (softmax underflow)."""
+    s = draw(st.integers(2, 260))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.rand(s, generator=g, dtype=torch.float64) * -draw(st.floats(0.0, 8.0))
+    trend = draw(st.floats(-1.5, 1.5)) * torch.arange(s, 0, -1, dtype=torch.float64).log()  # b log n_k, either sign
+    logs = noise + trend - 2.0
+    v = logs.exp()
+    v[torch.rand(s, generator=g) < draw(st.sampled_from([0.0, 0.05]))] = 0.0
+    return v.tolist()
+
+
+@given(received_with_zeros(), st.data(), st.floats(1.05, 4.0), st.integers(1, 40), st.floats(0.01, 1.0))
+def test_observer_matched_z_any_settings_match_reference(values, data, bin_ratio, min_bin, mad_floor):
+    """observer_matched_z equals its definition (binning, merging, interpolation, extrapolation, MAD),
+    for any exclusion, bin width, bin size and MAD floor; float64 in, float64 out."""
+    s = len(values)
+    exclude = data.draw(st.lists(st.integers(-s, s - 1), max_size=s // 2))
+    assume(len({p % s for p in exclude}) < s)
+    z = observer_matched_z(torch.tensor(values, dtype=torch.float64), exclude, bin_ratio=bin_ratio,
+                           min_bin=min_bin, mad_floor=mad_floor)
+    assert z.dtype == torch.float64
+    expected = torch.tensor(reference_observer_matched_z(values, exclude, bin_ratio, min_bin, mad_floor),
+                            dtype=torch.float64)
+    torch.testing.assert_close(z, expected, atol=OBSERVER_Z_ATOL, rtol=0)
+
+
+@given(received_with_zeros())
+def test_observer_matched_z_defaults_and_float32_match_reference(values):
+    """Defaults are OBSERVER_BIN_RATIO, MIN_BIN_POSITIONS, MAD_FLOOR; float32 in gives float32 out."""
+    z = observer_matched_z(torch.tensor(values, dtype=torch.float32))
+    assert z.dtype == torch.float32
+    values32 = torch.tensor(values, dtype=torch.float32).double().tolist()
+    expected = reference_observer_matched_z(values32, [], OBSERVER_BIN_RATIO, MIN_BIN_POSITIONS, MAD_FLOOR)
+    torch.testing.assert_close(z.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-4, rtol=0)
+
+
+def test_observer_matched_z_bool_mask_exclude_equals_index_exclude():
+    values = torch.rand(120, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.01
+    mask = torch.zeros(120, dtype=torch.bool)
+    mask[[0, 7, 119]] = True
+    assert torch.equal(observer_matched_z(values, mask), observer_matched_z(values, [0, 7, 119]))
+
+
+def test_observer_matched_z_min_bin_one_is_valid_and_matches_reference():
+    """min_bin = 1 (every nonempty octave its own bin) is the documented lower bound, not an error."""
+    values = (torch.rand(90, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * -6.0).exp()
+    expected = reference_observer_matched_z(values.tolist(), [], OBSERVER_BIN_RATIO, 1, MAD_FLOOR)
+    torch.testing.assert_close(observer_matched_z(values, min_bin=1), torch.tensor(expected, dtype=torch.float64),
+                               atol=OBSERVER_Z_ATOL, rtol=0)
+
+
+def test_attention_received_stays_on_the_input_device():
+    """No tensor is made on the default device: a meta-device input (shapes only) gives a meta output."""
+    out = attention_received(torch.empty(2, 5, 5, device="meta"))
+    assert out.device.type == "meta" and out.shape == (2, 5)
