@@ -264,6 +264,18 @@ def test_observer_matched_z_min_bin_one_is_valid_and_matches_reference():
                                atol=OBSERVER_Z_ATOL, rtol=0)
 
 
+def test_observer_matched_z_late_keys_excluded_short_last_group_matches_reference():
+    """With the latest keys excluded, the fewest observers n0 is > 1 and the octaves start at n0;
+    a last group shorter than min_bin still joins the one before (here: one group, robust_z's baseline)."""
+    values = (torch.rand(100, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * -6.0).exp()
+    exclude = [97, 98, 99]  # n0 = 4: octaves [4, 8), [8, 16), [16, 32), [32, 64), [64, 128) hold 4, 8, 16, 32, 37
+    expected = reference_observer_matched_z(values.tolist(), exclude, 2.0, 40, MAD_FLOOR)
+    torch.testing.assert_close(observer_matched_z(values, exclude, bin_ratio=2.0, min_bin=40),
+                               torch.tensor(expected, dtype=torch.float64), atol=OBSERVER_Z_ATOL, rtol=0)
+    torch.testing.assert_close(observer_matched_z(values, exclude, bin_ratio=2.0, min_bin=40),
+                               robust_z(values, exclude), atol=OBSERVER_Z_ATOL, rtol=0)
+
+
 def test_attention_received_stays_on_the_input_device():
     """No tensor is made on the default device: a meta-device input (shapes only) gives a meta output."""
     out = attention_received(torch.empty(2, 5, 5, device="meta"))
