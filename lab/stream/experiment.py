@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -145,11 +144,13 @@ def _reset_peak_rss() -> bool:
 
 
 def machine_state() -> dict[str, Any]:
-    """Load average, CPU count and torch threads, with a busy flag (1-min load > half the cores)."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    cpus = os.cpu_count() or 1
-    return {"load_average": list(load), "cpu_count": cpus, "torch_threads": torch.get_num_threads(),
-            "busy": bool(load[0] > 0.5 * cpus)}
+    """Load average, CPU count and torch threads, with the busy flag of every lab bench
+    (:func:`lab.machine.is_busy`: 1-min load above the torch threads in use + its margin)."""
+    from lab.machine import is_busy, sample_load
+
+    sample = sample_load()
+    return {"load_average": [sample.load_1m, sample.load_5m, sample.load_15m], "cpu_count": sample.cpu_count,
+            "torch_threads": sample.torch_threads, "busy": bool(is_busy(sample))}
 
 
 def _score(model: Any, ids: torch.Tensor, policy: Policy, cfg: StreamConfig,
