@@ -26,7 +26,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -142,6 +142,54 @@ class Drafter(Protocol):
         ...
 
 
+def draft_loop(forward: Callable[[torch.Tensor], torch.Tensor], feed: torch.Tensor, gamma: int, vocab_size: int,
+               device: Any, *, sampling: SamplingConfig, generator: torch.Generator | None = None,
+               adaptive: AdaptiveDraftLength | None = None, eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
+    """Draft up to ``gamma`` >= 1 tokens autoregressively with a model draft's one-step ``forward``.
+
+    Shared by every drafter that owns a model and a KV cache (:class:`ModelDraft`, and
+    ``lab.stream``'s evicting draft), which differ only in how ``forward`` feeds the cache.
+
+    Args:
+        forward: ``ids`` (int64 ``[T]``) -> next-token logits ``[vocab_size]`` after them.
+        feed: int64 ``[T]``, the committed tokens the draft's cache still lacks (T >= 1).
+        gamma, vocab_size, device: at most ``gamma`` tokens over ``vocab_size`` ids; ``device`` to sync timing.
+        sampling, generator, adaptive, eos_token_ids: as in :meth:`Drafter.propose`.
+
+    Returns:
+        :class:`Proposal` with the draft's filtered probs per token and its raw (T = 1) entropy in bits.
+    """
+    tokens, rows, ents, norms = [], [], [], []
+    stop_reason = "gamma"
+    elapsed = 0.0
+    log2v = math.log2(vocab_size)
+    for j in range(gamma):
+        t0 = time.perf_counter()
+        logits = forward(feed)  # [V]
+        sync(device)
+        elapsed += time.perf_counter() - t0
+        h_bits = entropy(logits)  # bits, of the draft's own temperature-1 distribution
+        if adaptive is not None and j > 0:
+            top = float(logits.float().softmax(-1).max()) if adaptive.pmin is not None else 1.0
+            reason = adaptive.stop(float(h_bits) / log2v, top)
+            if reason is not None:
+                stop_reason = reason
+                break
+        q = sampling_probs(logits, sampling)  # [V]
+        tok = q.argmax() if sampling.greedy else sample(q, generator)
+        tokens.append(tok.reshape(1))
+        rows.append(q)
+        ents.append(h_bits)
+        norms.append(h_bits / log2v)
+        feed = tok.reshape(1)
+        if int(tok) in eos_token_ids:
+            stop_reason = "eos"
+            break
+    n_fw = len(tokens) + (1 if stop_reason in ("entropy", "pmin") else 0)
+    return Proposal(torch.cat(tokens), torch.stack(rows), torch.stack(ents).float(), torch.stack(norms).float(),
+                    stop_reason, elapsed, n_fw)
+
+
 class ModelDraft:
     """A causal LM as the draft, with its own KV cache.
 
@@ -193,36 +241,8 @@ class ModelDraft:
         self._committed_len = prefix_ids.shape[0]
         cached = self.cache.get_seq_length()
         assert cached < self._committed_len, "draft cache must lack at least the last committed token"
-        tokens, rows, ents, norms = [], [], [], []
-        feed = prefix_ids[cached:]
-        stop_reason = "gamma"
-        elapsed = 0.0
-        log2v = math.log2(self.vocab_size)
-        for j in range(gamma):
-            t0 = time.perf_counter()
-            logits = self._forward(feed)  # [V]
-            sync(self.device)
-            elapsed += time.perf_counter() - t0
-            h_bits = entropy(logits)  # bits, of the draft's own temperature-1 distribution
-            if adaptive is not None and j > 0:
-                top = float(logits.float().softmax(-1).max()) if adaptive.pmin is not None else 1.0
-                reason = adaptive.stop(float(h_bits) / log2v, top)
-                if reason is not None:
-                    stop_reason = reason
-                    break
-            q = sampling_probs(logits, sampling)  # [V]
-            tok = q.argmax() if sampling.greedy else sample(q, generator)
-            tokens.append(tok.reshape(1))
-            rows.append(q)
-            ents.append(h_bits)
-            norms.append(h_bits / log2v)
-            feed = tok.reshape(1)
-            if int(tok) in eos_token_ids:
-                stop_reason = "eos"
-                break
-        n_fw = len(tokens) + (1 if stop_reason in ("entropy", "pmin") else 0)
-        return Proposal(torch.cat(tokens), torch.stack(rows), torch.stack(ents).float(), torch.stack(norms).float(),
-                        stop_reason, elapsed, n_fw)
+        return draft_loop(self._forward, prefix_ids[cached:], gamma, self.vocab_size, self.device, sampling=sampling,
+                          generator=generator, adaptive=adaptive, eos_token_ids=eos_token_ids)
 
     def commit(self, n_kept: int) -> None:
         """Crop the cache to the committed prefix plus the kept draft tokens it holds."""

@@ -22,20 +22,15 @@ p = target, q = draft throughout. Batch size 1.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import torch
 
-from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig, sampling_probs
+from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig
+from lab.speculative.drafts import draft_loop
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
-
-
-def _entropy_bits(logits: torch.Tensor) -> torch.Tensor:
-    logp = torch.log_softmax(logits.float(), -1)
-    return -(logp.exp() * logp).nansum() / math.log(2)
 
 
 class EvictingDraft:
@@ -109,33 +104,8 @@ class EvictingDraft:
             return Proposal(torch.zeros(0, dtype=torch.long), torch.zeros(0, v), z, z.clone(), "budget")
         self._committed_len = prefix_ids.shape[0]
         assert self._fed < self._committed_len, "draft cache must lack at least the last committed token"
-        feed = prefix_ids[self._fed:]
-        tokens, rows, ents, norms = [], [], [], []
-        stop_reason, elapsed, log2v = "gamma", 0.0, math.log2(v)
-        for j in range(gamma):
-            t0 = time.perf_counter()
-            logits = self._forward(feed)  # [V]
-            elapsed += time.perf_counter() - t0
-            h_bits = _entropy_bits(logits)
-            if adaptive is not None and j > 0:
-                top = float(logits.float().softmax(-1).max())
-                reason = adaptive.stop(float(h_bits) / log2v, top)
-                if reason is not None:
-                    stop_reason = reason
-                    break
-            q = sampling_probs(logits, sampling)  # [V]
-            tok = q.argmax() if sampling.greedy else torch.multinomial(q, 1, generator=generator)[0]
-            tokens.append(tok.reshape(1))
-            rows.append(q)
-            ents.append(h_bits)
-            norms.append(h_bits / log2v)
-            feed = tok.reshape(1)
-            if int(tok) in eos_token_ids:
-                stop_reason = "eos"
-                break
-        n_fw = len(tokens) + (1 if stop_reason in ("entropy", "pmin") else 0)
-        return Proposal(torch.cat(tokens), torch.stack(rows), torch.stack(ents).float(), torch.stack(norms).float(),
-                        stop_reason, elapsed, n_fw)
+        return draft_loop(self._forward, prefix_ids[self._fed:], gamma, v, self.device, sampling=sampling,
+                          generator=generator, adaptive=adaptive, eos_token_ids=eos_token_ids)
 
     def commit(self, n_kept: int) -> None:
         """Roll back rejected tokens, then evict what the next query can no longer see."""
