@@ -42,24 +42,72 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "lab/data/prompts_large.jsonl holds 450)")
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
-    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+    p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"new tokens per decode and per speculative run (default: {DEFAULT_MAX_NEW_TOKENS})")
-    p.add_argument("--gamma", type=int, default=DEFAULT_GAMMA,
+    p.add_argument("--gamma", type=int, default=None,
                    help=f"draft tokens per speculative round (default: {DEFAULT_GAMMA})")
-    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+    p.add_argument("--temperature", type=float, default=None,
                    help=f"sampling temperature of both decodes, > 0 (default: {DEFAULT_TEMPERATURE})")
-    p.add_argument("--seed", type=int, default=0, help="study seed; each prompt's seed derives from it (default: 0)")
+    p.add_argument("--seed", type=int, default=None, help="study seed; each prompt's seed derives from it (default: 0)")
     p.add_argument("--resamples", type=int, default=N_RESAMPLES,
                    help=f"bootstrap resamples for the confidence intervals (default: {N_RESAMPLES})")
     p.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the interrupted study in this .study-work-* directory, with its stored settings")
+                   help="continue the interrupted study in this work directory (renamed or copied ones too), with "
+                        "its stored settings and prompt set; flags that change the numbers are refused unless they "
+                        "equal DIR's; the report goes beside DIR unless --out is given")
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="run only the K-th of N disjoint, category-balanced slices (twin pairs kept together) into "
                         "the work directory, without a report; merge the shards with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree)")
     add_out_arg(p)
-    p.set_defaults(func=run)
+    # None = not typed, so that --resume can tell a flag typed by the user from a default
+    # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
+    p.set_defaults(func=run, model=None, out=None)
+
+
+# Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.
+RESUME_FIXED = {"model": "model", "draft": "draft", "device": "device", "dtype": "dtype", "prompts": "prompts_sha256",
+                "limit": "limit", "max_new_tokens": "max_new_tokens", "gamma": "gamma", "seed": "seed",
+                "temperature": "temperature"}
+
+
+def _fresh_config(args: argparse.Namespace):
+    from lab.models import DEFAULT_PROFILE
+    from lab.study import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, StudyConfig
+
+    pick = lambda v, default: default if v is None else v  # noqa: E731
+    return StudyConfig(model=pick(args.model, DEFAULT_PROFILE), draft=args.draft, prompts=args.prompts,
+                       limit=args.limit, max_new_tokens=pick(args.max_new_tokens, DEFAULT_MAX_NEW_TOKENS),
+                       gamma=pick(args.gamma, DEFAULT_GAMMA), seed=pick(args.seed, 0),
+                       temperature=pick(args.temperature, DEFAULT_TEMPERATURE), device=args.device,
+                       dtype=args.dtype, out=pick(args.out, "reports"), n_resamples=args.resamples)
+
+
+def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
+    """The typed flags whose values differ from the settings DIR was started with."""
+    from lab.models import parse_dtype, resolve_device
+    from lab.prompts import load_prompts, select_prompts
+    from lab.study.work import prompts_digest
+
+    out = []
+    for dest, key in RESUME_FIXED.items():
+        typed = getattr(args, dest)
+        if typed is None:
+            continue
+        value = typed
+        if dest == "device":
+            value = str(resolve_device(typed))
+        elif dest == "dtype":
+            value = str(parse_dtype(typed, resolve_device(settings.get("device")))).removeprefix("torch.")
+        elif dest == "prompts":
+            value = prompts_digest(select_prompts(load_prompts(typed), settings.get("limit")))
+        elif dest == "temperature":
+            value = float(typed)
+        if value != settings.get(key):
+            was = "another prompt set" if dest == "prompts" else repr(settings.get(key))
+            out.append(f"--{dest.replace('_', '-')} {typed!r} (DIR has {was})")
+    return out
 
 
 def checked_runner_factory(plan):
@@ -84,24 +132,31 @@ def checked_runner_factory(plan):
 def run(args: argparse.Namespace) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
-    from lab.study import StudyConfig, config_from_work_dir, discard_work, plan_study, run_study
+    from lab.reports import check_reports_root
+    from lab.study import discard_work, plan_from_work_dir, plan_study, run_study
+    from lab.study.work import read_settings
 
     # 1. Validate everything (flags, prompt file, device) before loading a model.
     if args.merge:
         return _merge(args)
     shard = parse_shard(args.shard) if args.shard else None
-    if args.resume:
-        config = config_from_work_dir(args.resume, n_resamples=args.resamples)
+    if args.resume:  # DIR fixes everything that changes the numbers; --out only moves the report
+        conflicts = _resume_conflicts(args, read_settings(args.resume))
+        if conflicts:
+            raise ValueError(f"--resume {args.resume!r} continues with the settings it was started with; "
+                             f"drop {', '.join(conflicts)}, or start a new study without --resume")
+        overrides = {"n_resamples": args.resamples, "shard": shard}
+        if args.out is not None:
+            overrides["out"] = str(check_reports_root(args.out))
+        plan = plan_from_work_dir(args.resume, **overrides)
     else:
-        config = StudyConfig(model=args.model, draft=args.draft, prompts=args.prompts, limit=args.limit,
-                             max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed,
-                             temperature=args.temperature, device=args.device, dtype=args.dtype, out=args.out,
-                             n_resamples=args.resamples)
-    if shard is not None:
-        import dataclasses
+        check_reports_root(args.out or "reports")
+        config = _fresh_config(args)
+        if shard is not None:
+            import dataclasses
 
-        config = dataclasses.replace(config, shard=shard)
-    plan = plan_study(config)
+            config = dataclasses.replace(config, shard=shard)
+        plan = plan_study(config)
     logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
 
     # 2. Run (or resume), with a progress bar on stderr.
@@ -146,7 +201,9 @@ def _merge(args: argparse.Namespace) -> int:
 
     if args.resume or args.shard:
         raise ValueError("--merge cannot be combined with --resume or --shard")
-    result = merge_study(args.merge, n_resamples=args.resamples, out=args.out)
+    from lab.reports import check_reports_root
+
+    result = merge_study(args.merge, n_resamples=args.resamples, out=str(check_reports_root(args.out or "reports")))
     path = write_report(result)
     out = stdout_console()
     out.print(verdict_table(result))

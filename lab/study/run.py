@@ -17,8 +17,8 @@ from lab.prompts import StudyPrompt
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS,
                               PER_PROMPT_FIELDS, Progress, PromptOutcome, Runner, StudyConfig, _NoProgress)
 from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, _write_json_atomic, config_from_work_dir, load_finished, plan_study,
-                            save_finished)
+from lab.study.work import (StudyPlan, _write_json_atomic, load_finished, plan_from_work_dir, plan_study,
+                            read_settings, save_finished, write_prompt_set)
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
     # 1. settle the work directory and what is already finished there
     created = not plan.work_dir.exists()
     plan.work_dir.mkdir(parents=True, exist_ok=True)
+    write_prompt_set(plan)  # before settings.json, which marks a work directory: a resume reads both
     settings_file = plan.work_dir / "settings.json"
     if not settings_file.is_file():
         _write_json_atomic(settings_file, plan.settings)
@@ -177,9 +178,10 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
     """One study from the finished prompts of several shards' work directories.
 
     Every directory must hold the same ``settings.json`` (the shard is not part of
-    it); the prompt file is re-read and must still match. Prompts finished in no
-    directory are listed in ``missing``. Each prompt's numbers come from its seed
-    alone, so the merge of all shards equals an unsharded run with the same seed.
+    it) and the prompt set it was started with (:func:`plan_from_work_dir`).
+    Prompts finished in no directory are listed in ``missing``. Each prompt's
+    numbers come from its seed alone, so the merge of all shards equals an
+    unsharded run with the same seed.
 
     Args:
         work_dirs: ``.study-work-<key>`` directories (one per shard, or shared).
@@ -187,23 +189,19 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
 
     Raises:
         ValueError: no directory, a directory without settings, settings that
-            differ (naming the keys), a changed prompt file, or no finished prompt.
+            differ (naming the keys), a changed prompt set, or no finished prompt.
     """
     started = time.perf_counter()
     dirs = [Path(d) for d in work_dirs]
     if not dirs:
         raise ValueError("merge needs at least one work directory")
-    configs = [config_from_work_dir(d, flag="--merge", **overrides) for d in dirs]  # raises for a non-work dir
-    settings = [json.loads((d / "settings.json").read_text(encoding="utf-8")) for d in dirs]
+    settings = [read_settings(d, flag="--merge") for d in dirs]  # raises for a non-work dir
     for d, s in zip(dirs[1:], settings[1:]):
         if s != settings[0]:
             keys = sorted(k for k in set(s) | set(settings[0]) if s.get(k) != settings[0].get(k))
             raise ValueError(f"merge: {str(d)!r} was run with other settings than {str(dirs[0])!r} "
                              f"(differ in {', '.join(keys)}); shards of one study must share every setting")
-    plan = plan_study(configs[0])
-    if plan.settings != settings[0]:
-        keys = sorted(k for k in plan.settings if plan.settings[k] != settings[0].get(k))
-        raise ValueError(f"merge: the prompt file or settings changed since the shards ran (differ in {', '.join(keys)})")
+    plan = plan_from_work_dir(dirs[0], flag="--merge", **overrides)
     outcomes: dict[str, PromptOutcome] = {}
     info: dict[str, Any] = {}
     for d in dirs:

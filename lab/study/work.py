@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import models as lab_models
-from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, select_prompts
+from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, parse_prompts, select_prompts
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
                               WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig)
 
@@ -98,6 +98,14 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+PROMPTS_FILE = "prompts.json"  # the selected prompt set, stored beside settings.json so a resume needs no file
+
+
+def prompts_digest(prompts: list[StudyPrompt]) -> str:
+    """sha256 over the canonical JSON of the prompts (``settings["prompts_sha256"]``)."""
+    return hashlib.sha256(json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()
+
+
 def plan_study(config: StudyConfig) -> StudyPlan:
     """Load and select the prompts, fix the settings and the work directory.
 
@@ -108,7 +116,11 @@ def plan_study(config: StudyConfig) -> StudyPlan:
             dtype that is not available.
     """
     prompts_path = Path(config.prompts) if config.prompts else default_prompts_path()
-    prompts = select_prompts(load_prompts(prompts_path), config.limit)
+    return _plan(config, select_prompts(load_prompts(prompts_path), config.limit))
+
+
+def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:
+    """The plan for these selected prompts; ``work_dir`` defaults to ``<out>/.study-work-<key>``."""
     temps = temperature_subset(prompts)
     device = lab_models.resolve_device(config.device)
     dtype = str(lab_models.parse_dtype(config.dtype, device)).removeprefix("torch.")
@@ -117,46 +129,129 @@ def plan_study(config: StudyConfig) -> StudyPlan:
 
     if check_draft_spec(config.draft_spec()) == "model":  # N against the depth is checked once the target loads
         lab_models.check_model_available(config.draft_spec())
-    prompt_digest = hashlib.sha256(
-        json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()
     settings = {
         "format": WORK_FORMAT,
         "model": config.model, "draft": config.draft_spec(), "device": str(device), "dtype": dtype,
-        "prompts_file": config.prompts, "prompts_sha256": prompt_digest, "n_prompts": len(prompts),
+        "prompts_file": config.prompts, "prompts_sha256": prompts_digest(prompts), "n_prompts": len(prompts),
         "limit": config.limit, "max_new_tokens": config.max_new_tokens, "gamma": config.gamma,
         "seed": config.seed, "temperature": float(config.temperature),
         "design_temperatures": list(DESIGN_TEMPERATURES), "temperature_subset": sorted(temps),
     }
     key = settings_key(settings)
     mine = shard_prompts(prompts, *config.shard) if config.shard else prompts
-    return StudyPlan(config, mine, settings, key, Path(config.out) / f"{WORK_PREFIX}{key}", all_prompts=prompts,
-                     temperature_ids=temps)
+    work_dir = Path(config.out) / f"{WORK_PREFIX}{key}" if work_dir is None else Path(work_dir)
+    return StudyPlan(config, mine, settings, key, work_dir, all_prompts=prompts, temperature_ids=temps)
 
 
-def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overrides: Any) -> StudyConfig:
-    """The settings stored in a work directory, as a :class:`StudyConfig` (for ``--resume``).
-
-    Args:
-        work_dir: A ``.study-work-<key>`` directory left by an interrupted study.
-        flag: How errors name the argument (``"resume"``, ``"merge"``).
-        overrides: Fields that do not change the numbers (``n_resamples``, ``out``).
+def read_settings(work_dir: str | Path, *, flag: str = "--resume") -> dict[str, Any]:
+    """``settings.json`` of a work directory.
 
     Raises:
-        ValueError: the directory or its ``settings.json`` is missing or unreadable.
+        ValueError: no ``settings.json`` there, or one that does not parse (naming ``flag``).
     """
     path = Path(work_dir)
     settings_file = path / "settings.json"
     if not settings_file.is_file():
         raise ValueError(f"{flag}={str(path)!r} is not a study work directory (no settings.json)")
     try:
-        s = json.loads(settings_file.read_text(encoding="utf-8"))
+        settings = json.loads(settings_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{flag}={str(path)!r}: settings.json is not a JSON object")
+    return settings
+
+
+def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overrides: Any) -> StudyConfig:
+    """The settings stored in a work directory, as a :class:`StudyConfig`.
+
+    To resume the directory itself (its stored prompt set, its own path) use
+    :func:`plan_from_work_dir`; a plan built from this config names the
+    directory by its settings key, under ``out``.
+
+    Args:
+        work_dir: A ``.study-work-<key>`` directory left by an interrupted study.
+        flag: How errors name the argument (``"resume"``, ``"merge"``).
+        overrides: Fields that do not change the numbers (``n_resamples``, ``out``, ``shard``).
+
+    Raises:
+        ValueError: the directory or its ``settings.json`` is missing or unreadable.
+    """
+    path = Path(work_dir)
+    s = read_settings(path, flag=flag)
+    try:
         cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
                           max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
                           **{"out": str(path.parent), **overrides})
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc})") from exc
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None
     return cfg
+
+
+def _stored_prompts(path: Path, settings: dict[str, Any], flag: str) -> list[StudyPrompt]:
+    """The prompt set a work directory was started with: its ``prompts.json``, or (a directory
+    from before it was stored) its prompt file re-read, which must hash to the stored digest."""
+    stored = path / PROMPTS_FILE
+    if stored.is_file():
+        try:
+            records = json.loads(stored.read_text(encoding="utf-8"))
+            prompts = parse_prompts([json.dumps(r) for r in records], source=str(stored))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise ValueError(f"{flag}={str(path)!r}: {PROMPTS_FILE} is unreadable ({exc})") from None
+        if prompts_digest(prompts) != settings.get("prompts_sha256"):
+            raise ValueError(f"{flag}={str(path)!r}: {PROMPTS_FILE} does not match the prompt digest in "
+                             "settings.json (edited?); the study cannot be continued from it")
+        return prompts
+    file = settings.get("prompts_file")
+    where = repr(file) if file else "the embedded prompt set"
+    if file and not Path(file).is_file():
+        raise ValueError(f"{flag}={str(path)!r} was started with the prompt file {file!r}, which is not found from "
+                         f"{str(Path.cwd())!r}; run from the directory the study was started in")
+    try:
+        prompts = select_prompts(load_prompts(file), settings.get("limit"))
+    except ValueError as exc:
+        raise ValueError(f"{flag}={str(path)!r}: its prompt file {where} no longer loads ({exc})") from None
+    if prompts_digest(prompts) != settings.get("prompts_sha256"):
+        raise ValueError(f"{flag}={str(path)!r}: the prompts in {where} differ from those it was started with "
+                         f"(sha256 {prompts_digest(prompts)[:12]}, started with "
+                         f"{str(settings.get('prompts_sha256'))[:12]}); restore that file or start a new study")
+    return prompts
+
+
+def plan_from_work_dir(work_dir: str | Path, *, flag: str = "--resume", **overrides: Any) -> StudyPlan:
+    """A plan that continues the work directory itself (``--resume DIR``, ``--merge DIR``).
+
+    Everything that changes the numbers comes from DIR: the settings (``settings.json``),
+    the prompt set (``prompts.json``, checked against the stored sha256) and hence every
+    prompt's seed. The plan's work directory is DIR as given, whatever its name.
+
+    Args:
+        work_dir: A study work directory (renamed or copied ones included).
+        flag: How errors name the argument.
+        overrides: Fields that do not change the numbers (``n_resamples``, ``out``, ``shard``);
+            ``out`` defaults to DIR's parent.
+
+    Raises:
+        ValueError: not a work directory, unreadable settings or prompts, a prompt set that
+            differs from the one DIR was started with, or settings this lab would not
+            reproduce (another work format, an unavailable device), naming what differs.
+    """
+    path = Path(work_dir)
+    settings = read_settings(path, flag=flag)
+    config = config_from_work_dir(path, flag=flag, **overrides)
+    plan = _plan(config, _stored_prompts(path, settings, flag), work_dir=path)
+    if plan.settings != settings:
+        keys = sorted(k for k in set(plan.settings) | set(settings) if plan.settings.get(k) != settings.get(k))
+        raise ValueError(f"{flag}={str(path)!r}: its settings.json differs from what this lab would run "
+                         f"(in {', '.join(keys)}); it cannot be continued here")
+    return plan
+
+
+def write_prompt_set(plan: StudyPlan) -> None:
+    """Store the selected prompt set in the work directory (once; it never changes)."""
+    if not (plan.work_dir / PROMPTS_FILE).is_file():
+        _write_json_atomic(plan.work_dir / PROMPTS_FILE, [p.to_json() for p in plan.all_prompts])
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:

@@ -64,7 +64,7 @@ def test_run_study_interrupted_after_k_rerun_runs_only_the_rest(tmp_path):
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=first)
     plan = plan_study(cfg)
-    finished = sorted(p.name for p in plan.work_dir.glob("*.json") if p.name not in ("settings.json", "runner.json"))
+    finished = sorted(p.name for p in plan.work_dir.glob("*.json") if p.name not in ("settings.json", "runner.json", "prompts.json"))
     assert finished == sorted(f"{pid}.json" for pid in first.calls)
     second = FakeRunner()
     result = run_study(cfg, runner=second)

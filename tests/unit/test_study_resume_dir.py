@@ -1,0 +1,131 @@
+"""``lab study --resume DIR`` resumes DIR itself, and overlapping studies lose nothing (fake runner, no weights).
+
+Fault classes guarded here: a resume that rebuilt its settings and work-directory
+name instead of reading the directory it was given (issue 18, fault 1), and two
+runs in one work directory where the first deleted it under the second (fault 2).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.prompts import default_prompts_path
+from lab.reports import rows_from_csv
+from lab.study import StudyConfig, plan_study, run_study
+from tests.unit.test_study_resume import FakeRunner, InterruptAfter, _config
+
+CLI_RESAMPLES = ["--resamples", "99"]
+
+
+def _use_runner(monkeypatch, runner):
+    from lab import study as study_mod
+
+    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: runner))
+
+
+def _interrupted(tmp_path, after=3, **kw):
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, **kw) if "prompts" in kw else _config(tmp_path)
+    first = FakeRunner(fail_after=after)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=first)
+    return plan_study(cfg), first
+
+
+def _prompt_file(path: Path, lines: slice, edit: str = "") -> Path:
+    """Some lines of the embedded prompt file; ``edit`` is appended to the first prompt's last message."""
+    records = [json.loads(line) for line in default_prompts_path().read_text(encoding="utf-8").splitlines()[lines]]
+    records[0]["messages"][-1]["content"] += edit
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_resume_renamed_work_dir_continues_it_and_creates_no_other(tmp_path, monkeypatch):
+    """Fault 1: a copied or renamed work directory was ignored and every prompt rerun elsewhere."""
+    from lab import cli
+
+    plan, first = _interrupted(tmp_path / "out")
+    mywork = tmp_path / "mywork"
+    shutil.move(str(plan.work_dir), mywork)
+    second = FakeRunner()
+    _use_runner(monkeypatch, second)
+    assert cli.main(["study", "--resume", str(mywork), *CLI_RESAMPLES]) == 0
+    assert sorted(second.calls) == sorted(set(p.id for p in plan.prompts) - set(first.calls))
+    assert not list((tmp_path / "out").glob(".study-work-*"))
+    assert not list(tmp_path.glob(".study-work-*"))
+    assert len(list(tmp_path.glob("*-study"))) == 1  # the report goes beside DIR
+
+
+def test_resume_from_another_cwd_runs_the_prompts_dir_was_started_with(tmp_path, monkeypatch):
+    """Fault 1: a relative --prompts was re-read from the new working directory (another prompt set)."""
+    from lab import cli
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _prompt_file(a / "p.jsonl", slice(0, 6))
+    _prompt_file(b / "p.jsonl", slice(6, 12))  # same name, other prompts
+    monkeypatch.chdir(a)
+    plan, first = _interrupted(a, after=2, prompts="p.jsonl")
+    monkeypatch.chdir(b)
+    second = FakeRunner()
+    _use_runner(monkeypatch, second)
+    assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 0
+    (report,) = a.glob("*-study")
+    ids = [r["id"] for r in rows_from_csv(report / "per_prompt.csv")]
+    assert ids == [p.id for p in plan.prompts]
+    assert sorted(second.calls + first.calls) == sorted(ids)
+
+
+def test_resume_old_dir_without_stored_prompts_and_other_file_refuses_naming_it(tmp_path, monkeypatch, capsys):
+    """Fault 1: without the stored prompt set, a prompt file whose content differs is refused, naming it."""
+    from lab import cli
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _prompt_file(a / "p.jsonl", slice(0, 6))
+    _prompt_file(b / "p.jsonl", slice(0, 6), edit=" Answer briefly.")  # same ids, one prompt changed
+    monkeypatch.chdir(a)
+    plan, _ = _interrupted(a, after=2, prompts="p.jsonl")
+    (plan.work_dir / "prompts.json").unlink()  # a work directory from before the prompt set was stored
+    monkeypatch.chdir(b)
+    _use_runner(monkeypatch, FakeRunner())
+    assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "'p.jsonl'" in err and "differ" in err and "--prompts" not in err
+    assert not list(a.glob("*-study")) and not list(b.glob("*-study"))
+    (b / "p.jsonl").unlink()
+    assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "not found" in err and "--prompts=" not in err
+
+
+@pytest.mark.parametrize("flags,named", [(["--max-new-tokens", "8"], "--max-new-tokens"),
+                                         (["--limit", "4"], "--limit"), (["--gamma", "3"], "--gamma"),
+                                         (["--seed", "5"], "--seed"), (["--temperature", "0.5"], "--temperature"),
+                                         (["--draft", "early-exit:6"], "--draft")])
+def test_resume_with_flag_dir_fixes_differently_is_refused_naming_it(tmp_path, monkeypatch, capsys, flags, named):
+    """Fault 1: flags that DIR fixes were silently ignored next to --resume."""
+    from lab import cli
+
+    plan, _ = _interrupted(tmp_path)
+    runner = FakeRunner()
+    _use_runner(monkeypatch, runner)
+    assert cli.main(["study", "--resume", str(plan.work_dir), *flags, *CLI_RESAMPLES]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "--resume" in err and err.count("\n") == 1
+    assert runner.calls == []
+
+
+def test_resume_with_flag_equal_to_dir_setting_runs(tmp_path, monkeypatch):
+    from lab import cli
+
+    plan, first = _interrupted(tmp_path)
+    runner = FakeRunner()
+    _use_runner(monkeypatch, runner)
+    argv = ["study", "--resume", str(plan.work_dir), "--limit", str(len(plan.prompts)), "--seed", "0",
+            "--gamma", str(plan.settings["gamma"]), *CLI_RESAMPLES]
+    assert cli.main(argv) == 0
+    assert sorted(runner.calls) == sorted(set(p.id for p in plan.prompts) - set(first.calls))
