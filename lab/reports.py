@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as _dt
+import errno
 import json
 import math
 import os
@@ -166,6 +167,31 @@ def _make_staging(root: Path, dirname: str) -> Path:
     raise FileExistsError(f"could not create a staging directory for {dirname} in {root}")
 
 
+_MAX_NAME_TRIES = 1000  # report names <dirname>, <dirname>-2 ... before giving up (a thousand runs in one second)
+
+
+def _rename_to_free_name(staging: Path, final: Path) -> Path:
+    """Rename ``staging`` to ``final``, or to ``final-2``, ``final-3`` ... when another run took the name.
+
+    Overlapping runs of one command in one second share a timestamp, hence a name: the
+    rename is retried under the next free name instead of failing (or, with
+    ``os.replace``, failing with Errno 39 onto the other run's finished report). A name
+    that exists is skipped before trying; the rename itself refuses a non-empty target
+    (EEXIST / ENOTEMPTY), which settles the race between two runs picking the same one.
+    """
+    for i in range(1, _MAX_NAME_TRIES + 1):
+        candidate = final if i == 1 else final.with_name(f"{final.name}-{i}")
+        if candidate.exists():
+            continue
+        try:
+            os.rename(staging, candidate)
+            return candidate
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    raise FileExistsError(f"no free report name for {final} after {_MAX_NAME_TRIES} tries")
+
+
 @contextmanager
 def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
     """Write a report directory atomically.
@@ -178,24 +204,23 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
 
     Yields:
         A :class:`ReportDir`; write into ``.path``. On normal exit the directory is
-        renamed to ``.final``; on any exception it is deleted and the exception
-        propagates.
+        renamed to ``.final``, which is ``<name>`` or, when another run already took
+        that name, ``<name>-2``, ``<name>-3`` ... (read ``.final`` after the block);
+        on any exception it is deleted and the exception propagates.
 
     Raises:
-        FileExistsError: the final directory already exists.
+        FileExistsError: no free name among a thousand.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     dirname = name or "-".join(p for p in (timestamp(), kind, slugify(slug) if slug else "") if p)
     final = root / dirname
-    if final.exists():
-        raise FileExistsError(f"report directory {final} already exists")
     staging = _make_staging(root, dirname)
     report = ReportDir(staging, final)
     try:
         yield report
-        os.replace(staging, final)  # atomic on one filesystem; final must not exist
-        report.path = final
+        report.final = _rename_to_free_name(staging, final)  # atomic on one filesystem
+        report.path = report.final
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

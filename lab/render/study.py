@@ -234,8 +234,8 @@ def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
     Returns:
         The report directory.
 
-    Raises:
-        FileExistsError: a report of the same second already exists.
+    Another study's report of the same second makes this one ``<timestamp>-study-2``
+    (:func:`lab.reports.report_dir`).
     """
     root = Path(out) if out is not None else Path(result.plan.config.out)
     with report_dir(root, "study", name=f"{timestamp()}-study") as rd:

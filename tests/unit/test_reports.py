@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,12 +51,48 @@ def test_report_dir_exception_removes_everything(tmp_path, exc):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_report_dir_existing_final_raises_and_leaves_no_staging(tmp_path):
+def test_report_dir_existing_final_goes_to_next_free_name_and_leaves_no_staging(tmp_path):
     (tmp_path / "fixed").mkdir()
-    with pytest.raises(FileExistsError):
-        with report_dir(tmp_path, "entropy", name="fixed"):
-            pass
-    assert [p.name for p in tmp_path.iterdir()] == ["fixed"]
+    (tmp_path / "fixed" / "keep.txt").write_text("old")
+    with report_dir(tmp_path, "entropy", name="fixed") as rd:
+        rd.write_text("new.txt", "new")
+    assert rd.final == tmp_path / "fixed-2" and rd.path == rd.final
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixed", "fixed-2"]
+    assert [p.name for p in (tmp_path / "fixed").iterdir()] == ["keep.txt"]
+
+
+_RACER = """
+import pathlib, sys, time
+import lab.reports as reports
+reports.timestamp = lambda: "20260101-000000"  # every racer gets the same name
+go = pathlib.Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.005)
+with reports.report_dir(sys.argv[2], "entropy", "race test") as rd:
+    rd.write_text("report.json", sys.argv[3])
+    time.sleep(0.05)
+print(rd.final)
+"""
+
+
+def test_report_dir_concurrent_runs_with_one_name_keep_every_report(tmp_path):
+    """Fault class (issue 18, fault 2): overlapping runs with the same report name lost all but one
+    report (``os.replace`` onto a finished report: Errno 39, or FileExistsError)."""
+    import os
+    import subprocess
+    import sys
+
+    go, root = tmp_path / "go", tmp_path / "reports"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), str(root), str(i)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    go.touch()
+    results = [r.communicate(timeout=60) + (r.returncode,) for r in racers]
+    assert [rc for _, _, rc in results] == [0] * 4, [err for _, err, _ in results]
+    finals = [out.strip() for out, _, _ in results]
+    assert len(set(finals)) == 4
+    assert sorted(Path(f, "report.json").read_text() for f in finals) == ["0", "1", "2", "3"]
+    assert not [p for p in root.iterdir() if ".partial-" in p.name]
 
 
 def test_report_dir_creates_missing_root(tmp_path):
