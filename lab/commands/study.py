@@ -130,11 +130,9 @@ def checked_runner_factory(plan):
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.render.console import stdout_console
-    from lab.render.study import StudyProgress, verdict_table, write_report
     from lab.reports import check_reports_root
-    from lab.study import discard_work, plan_from_work_dir, plan_study, run_study
-    from lab.study.work import read_settings
+    from lab.study import plan_from_work_dir, plan_study
+    from lab.study.work import hold_work_dir, read_settings
 
     # 1. Validate everything (flags, prompt file, device) before loading a model.
     if args.merge:
@@ -157,7 +155,16 @@ def run(args: argparse.Namespace) -> int:
 
             config = dataclasses.replace(config, shard=shard)
         plan = plan_study(config)
-    logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
+
+    with hold_work_dir(plan):  # another run in this work directory is refused here, in one line
+        logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
+        return _run_and_report(plan, shard)
+
+
+def _run_and_report(plan, shard: tuple[int, int] | None) -> int:
+    from lab.render.console import stdout_console
+    from lab.render.study import StudyProgress, verdict_table, write_report
+    from lab.study import discard_work, run_study
 
     # 2. Run (or resume), with a progress bar on stderr.
     with StudyProgress() as progress:

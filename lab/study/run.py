@@ -17,8 +17,8 @@ from lab.prompts import StudyPrompt
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS,
                               PER_PROMPT_FIELDS, Progress, PromptOutcome, Runner, StudyConfig, _NoProgress)
 from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, _write_json_atomic, load_finished, plan_from_work_dir, plan_study,
-                            read_settings, save_finished, write_prompt_set)
+from lab.study.work import (StudyPlan, _write_json_atomic, hold_work_dir, load_finished, plan_from_work_dir,
+                            plan_study, read_settings, save_finished, write_prompt_set)
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,18 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
 
     Raises:
         ValueError: bad settings or prompt file (before any model work).
+        WorkDirBusyError: another process runs this study in the same work directory
+            (:func:`lab.study.work.hold_work_dir`; held here unless the caller holds it).
     """
-    started = time.perf_counter()
     plan = config_or_plan if isinstance(config_or_plan, StudyPlan) else plan_study(config_or_plan)
+    with hold_work_dir(plan):
+        return _run_held(plan, runner=runner, runner_factory=runner_factory, progress=progress)
+
+
+def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callable[[StudyConfig], Runner] | None,
+              progress: Progress | None) -> StudyResult:
+    """:func:`run_study` with the work directory held."""
+    started = time.perf_counter()
     progress = progress or _NoProgress()
     # 1. settle the work directory and what is already finished there
     created = not plan.work_dir.exists()

@@ -129,3 +129,85 @@ def test_resume_with_flag_equal_to_dir_setting_runs(tmp_path, monkeypatch):
             "--gamma", str(plan.settings["gamma"]), *CLI_RESAMPLES]
     assert cli.main(argv) == 0
     assert sorted(runner.calls) == sorted(set(p.id for p in plan.prompts) - set(first.calls))
+
+
+_BLOCKED_STUDY = """
+import pathlib, sys, time
+from lab import cli, study
+from tests.unit.test_study_resume import FakeRunner
+
+started, release = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+
+class Blocked(FakeRunner):
+    def __call__(self, prompt):
+        if len(self.calls) == 2:  # two prompts finished: say so, then wait to be released
+            started.touch()
+            while not release.exists():
+                time.sleep(0.01)
+        return super().__call__(prompt)
+
+study.ModelRunner.load = classmethod(lambda cls, cfg: Blocked())
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def _start_blocked(tmp_path, argv):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    started, release = tmp_path / "started", tmp_path / "release"
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_STUDY, str(started), str(release), *argv], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the blocked study never started"
+        time.sleep(0.05)
+    return proc, release
+
+
+def test_two_identical_studies_at_once_second_refused_in_one_line_first_finishes(tmp_path, monkeypatch, capsys):
+    """Fault 2: the first study deleted the shared work directory and the second died (FileNotFoundError)."""
+    from lab import cli
+
+    argv = ["study", "--limit", "8", "--out", str(tmp_path / "out"), "--device", "cpu", *CLI_RESAMPLES]
+    first, release = _start_blocked(tmp_path, argv)
+    second = FakeRunner()
+    _use_runner(monkeypatch, second)
+    try:
+        rc = cli.main(argv)
+    finally:
+        release.touch()
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    line = capsys.readouterr().err
+    assert rc == 2 and line.count("\n") == 1 and "already running" in line and ".study-work-" in line, line
+    assert second.calls == []
+    assert len(list((tmp_path / "out").glob("*-study"))) == 1
+    assert not list((tmp_path / "out").glob(".study-work-*"))
+
+
+def test_shards_run_at_once_in_one_work_dir_but_not_beside_a_whole_run(tmp_path, monkeypatch, capsys):
+    """Shards share a work directory on purpose: they may overlap; a second copy of a shard, or an unsharded
+    run (which would delete the directory when done), is refused while a shard runs."""
+    from lab import cli
+
+    common = ["study", "--limit", "12", "--out", str(tmp_path / "out"), "--device", "cpu", *CLI_RESAMPLES]
+    first, release = _start_blocked(tmp_path, [*common, "--shard", "1/2"])
+    _use_runner(monkeypatch, FakeRunner())
+    try:
+        rc_other_shard = cli.main([*common, "--shard", "2/2"])
+        rc_same_shard = cli.main([*common, "--shard", "1/2"])
+        rc_whole = cli.main(common)
+    finally:
+        release.touch()
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert (rc_other_shard, rc_same_shard, rc_whole) == (0, 2, 2), capsys.readouterr().err
+    assert cli.main(["study", "--merge", *map(str, (tmp_path / "out").glob(".study-work-*")), *CLI_RESAMPLES,
+                     "--out", str(tmp_path / "out")]) == 0
+    assert json.loads(next((tmp_path / "out").glob("*-study/study.json")).read_text())["missing_prompts"] == []
