@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.verbose)
     try:
+        from lab.commands.common import check_bounds
+
+        check_bounds(args)
         if getattr(args, "out", None) is not None:
             from lab.reports import check_reports_root
 

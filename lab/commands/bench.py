@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
+from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,12 +51,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _parse_gammas(text: str) -> tuple[int, ...]:
     try:
-        gammas = tuple(int(g) for g in text.split(",") if g.strip())
+        gammas = tuple(int(g) for g in text.split(","))  # an empty item ("1,,2") is an error, not skipped
     except ValueError:
-        raise ValueError(f"--gammas={text!r} must be comma-separated integers") from None
-    if not gammas or min(gammas) < 1:
-        raise ValueError(f"--gammas={text!r} must list integers >= 1")
+        raise ValueError(f"--gammas={text!r} must be comma-separated integers, e.g. 1,2,4") from None
+    if min(gammas) < 1 or max(gammas) > MAX_GAMMA:
+        raise ValueError(f"--gammas={text!r} must list integers in [1, {MAX_GAMMA}]")
     return gammas
+
+
+def _check_dynamic(specs: tuple[str, ...]) -> None:
+    from lab.speculative.policies import DynamicGamma
+
+    for spec in specs:
+        try:
+            policy = DynamicGamma.parse(spec)
+        except ValueError as exc:
+            raise ValueError(f"--dynamic {spec!r}: {exc}") from None
+        if policy.max_gamma > MAX_GAMMA:
+            raise ValueError(f"--dynamic {spec!r}: MAX={policy.max_gamma} must be <= {MAX_GAMMA}")
 
 
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
@@ -96,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
     dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
+    _check_dynamic(dynamic)
     dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
                          repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg, add_prompt_args
+from lab.commands.common import add_model_args, add_out_arg, add_prompt_args, check_model_args
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg, add_prompt_args
+from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None,
                    help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
                         "(default: the profile's draft, early-exit:24 for smollm2)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per round, >= 1 (default: 4)")
+    p.add_argument("--gamma", type=int, default=4,
+                   help=f"draft tokens per round, 1..{MAX_GAMMA} (default: 4)")
     p.add_argument("--adaptive", default=None,
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
                         "probability below X) (default: off)")
