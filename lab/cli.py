@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from lab.render.console import setup_logging
     from lab.models import ModelUnavailableError
+    from lab.reports import ReportWriteError
 
     setup_logging(args.verbose)
     try:
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("lab").debug("failed", exc_info=True)
         print(f"lab {args.command}: error: {as_typed(str(exc), flag_names(parser, args.command))}", file=sys.stderr)
         return 2
+    except ReportWriteError as exc:  # after the work: not bad input (2), a failure (1)
+        logging.getLogger("lab").debug("failed", exc_info=True)
+        print(f"lab {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted; no report was written", file=sys.stderr)
         return 130

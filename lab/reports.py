@@ -14,6 +14,7 @@ import dataclasses
 import datetime as _dt
 import errno
 import json
+import logging
 import math
 import os
 import platform
@@ -21,10 +22,13 @@ import re
 import secrets
 import shutil
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+
+logger = logging.getLogger(__name__)
 
 _LIBRARIES = ("lab", "torch", "transformers", "numpy", "scipy", "gguf", "rich", "matplotlib")
 
@@ -192,6 +196,35 @@ def _rename_to_free_name(staging: Path, final: Path) -> Path:
     raise FileExistsError(f"no free report name for {final} after {_MAX_NAME_TRIES} tries")
 
 
+class ReportWriteError(RuntimeError):
+    """The report could not be written (an ``OSError`` at report time); the message names the path."""
+
+
+def fallback_root() -> Path:
+    """Where a report goes when its root refuses it at report time: ``<tempdir>/lab-reports``."""
+    return Path(tempfile.gettempdir()) / "lab-reports"
+
+
+def _staging_with_fallback(root: Path, dirname: str) -> tuple[Path, Path]:
+    """``(root, staging)``: staged under ``root``, else (an ``OSError``: permission, read-only
+    filesystem, a pseudo-filesystem such as /sys, which ``os.access`` calls writable for root)
+    under :func:`fallback_root`, with a warning naming both."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return root, _make_staging(root, dirname)
+    except OSError as exc:
+        fallback = fallback_root()
+        try:
+            fallback.mkdir(parents=True, exist_ok=True)
+            staging = _make_staging(fallback, dirname)
+        except OSError as exc2:
+            raise ReportWriteError(f"cannot write the report under {str(root)!r} ({exc.strerror}) nor under "
+                                   f"{str(fallback)!r} ({exc2.strerror})") from exc2
+        logger.warning("cannot write the report under %s (%s); writing it under %s instead", root,
+                       exc.strerror or exc, fallback)
+        return fallback, staging
+
+
 @contextmanager
 def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
     """Write a report directory atomically.
@@ -206,24 +239,35 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
         A :class:`ReportDir`; write into ``.path``. On normal exit the directory is
         renamed to ``.final``, which is ``<name>`` or, when another run already took
         that name, ``<name>-2``, ``<name>-3`` ... (read ``.final`` after the block);
-        on any exception it is deleted and the exception propagates.
+        on any exception it is deleted and the exception propagates. When ``root``
+        refuses the report at this point (it was checked writable when the run
+        started), the report goes under :func:`fallback_root` instead, with a warning,
+        and ``.final`` says where.
 
     Raises:
-        FileExistsError: no free name among a thousand.
+        ReportWriteError: an ``OSError`` while writing (disk full ...; nothing is kept),
+            neither ``root`` nor the fallback accepts the report, or the finished report
+            could not be renamed into place (it is kept in its staging directory, named).
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     dirname = name or "-".join(p for p in (timestamp(), kind, slugify(slug) if slug else "") if p)
-    final = root / dirname
-    staging = _make_staging(root, dirname)
-    report = ReportDir(staging, final)
+    root, staging = _staging_with_fallback(root, dirname)
+    report = ReportDir(staging, root / dirname)
     try:
         yield report
-        report.final = _rename_to_free_name(staging, final)  # atomic on one filesystem
-        report.path = report.final
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ReportWriteError(f"writing the report to {str(report.final)!r} failed "
+                               f"({exc.strerror or exc}: {exc.filename or ''}); nothing of it was kept") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    try:
+        report.final = _rename_to_free_name(staging, report.final)  # atomic on one filesystem
+    except OSError as exc:
+        raise ReportWriteError(f"the report is complete in {str(staging)!r} but could not be renamed to "
+                               f"{str(report.final)!r} ({exc.strerror or exc})") from exc
+    report.path = report.final
 
 
 def read_json(path: str | Path) -> Any:

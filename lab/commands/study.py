@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_and_report(plan, shard: tuple[int, int] | None) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
+    from lab.reports import ReportWriteError
     from lab.study import discard_work, run_study
 
     # 2. Run (or resume), with a progress bar on stderr.
@@ -177,8 +178,12 @@ def _run_and_report(plan, shard: tuple[int, int] | None) -> int:
                                markup=False, highlight=False, soft_wrap=True)
         return 0
 
-    # 4. Report atomically, then drop the work directory.
-    path = write_report(result)
+    # 4. Report atomically, then drop the work directory (kept when the report fails).
+    try:
+        path = write_report(result)
+    except ReportWriteError as exc:
+        raise ReportWriteError(f"{exc}; the finished prompts are kept in {plan.work_dir}: "
+                               f"lab study --resume {plan.work_dir} --out DIR writes the report") from exc
     discard_work(plan)
     out = stdout_console()
     out.print(verdict_table(result))

@@ -8,6 +8,7 @@ runs in one work directory where the first deleted it under the second (fault 2)
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -211,3 +212,63 @@ def test_shards_run_at_once_in_one_work_dir_but_not_beside_a_whole_run(tmp_path,
     assert cli.main(["study", "--merge", *map(str, (tmp_path / "out").glob(".study-work-*")), *CLI_RESAMPLES,
                      "--out", str(tmp_path / "out")]) == 0
     assert json.loads(next((tmp_path / "out").glob("*-study/study.json")).read_text())["missing_prompts"] == []
+
+
+def _block_reports_root(monkeypatch, blocked: Path):
+    """Staging a report under ``blocked`` fails as /sys/kernel does for root (EPERM); elsewhere it works."""
+    import errno
+
+    from lab import reports
+
+    real = reports._make_staging
+
+    def make_staging(root, dirname):
+        if Path(root).resolve() == blocked.resolve():
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(root / dirname))
+        return real(root, dirname)
+
+    monkeypatch.setattr(reports, "_make_staging", make_staging)
+
+
+def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp_path, monkeypatch, capsys):
+    """Fault 6: a PermissionError while writing the report ended in a traceback after all the work."""
+    import tempfile
+
+    from lab import cli
+
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    _block_reports_root(monkeypatch, out)
+    _use_runner(monkeypatch, FakeRunner())
+    assert cli.main(["study", "--limit", "4", "--out", str(out), "--device", "cpu", *CLI_RESAMPLES]) == 0
+    captured = capsys.readouterr()
+    (report,) = (tmp / "lab-reports").glob("*-study")
+    assert (report / "study.json").is_file()
+    assert f"report: {report}" in captured.out.replace("\n", "")
+    err = re.sub(r"\s+", "", captured.err)  # Rich wraps log lines at the terminal width
+    assert "Operationnotpermitted" in err and f"{out}(" in err and "instead" in err, captured.err
+    assert not list(out.glob(".study-work-*"))  # the report exists, so the work directory went as usual
+
+
+def test_report_write_failing_midway_exits_1_naming_path_and_keeps_work_dir(tmp_path, monkeypatch, capsys):
+    """Fault 6: a write error mid-report (disk full) lost the run; now the finished prompts stay, with the
+    command to write the report from them."""
+    import errno
+
+    from lab import cli
+    from lab.reports import ReportDir
+
+    def full(self, name, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path / name))
+
+    monkeypatch.setattr(ReportDir, "write_json", full)
+    _use_runner(monkeypatch, FakeRunner())
+    out = tmp_path / "out"
+    assert cli.main(["study", "--limit", "4", "--out", str(out), "--device", "cpu", *CLI_RESAMPLES]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "--resume" in lines[0], err
+    (work,) = out.glob(".study-work-*")
+    assert str(work) in lines[0]
+    assert not [p for p in out.iterdir() if ".partial-" in p.name or p.name.endswith("-study")]
