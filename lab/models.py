@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from lab import hub
+from lab import hub, model_cache
 from lab.chat import build_messages, encode_chat, eos_token_ids  # noqa: F401  (re-exported)
 from lab.devices import default_dtype, parse_dtype, resolve_device  # noqa: F401  (re-exported)
 from lab.gguf_chunks import ChunkedGGUF, ChunkError, assemble, missing_parts
@@ -183,14 +183,20 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     """Dequantize a GGUF profile once into a safetensors directory; return that directory.
 
     The directory is written under a temporary name and renamed into place, so an
-    interrupted first load never leaves a half-written cache.
+    interrupted first load never leaves a half-written cache; a manifest of its files'
+    sizes and sha256 goes with it. An existing cache is checked first
+    (:func:`lab.model_cache.cache_problem`); a damaged one is rebuilt, with a warning.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = cache_dir() / profile.name
-    if (target / "config.json").exists():
+    problem = model_cache.cache_problem(target) if target.exists() else None  # checked on every use
+    if target.exists() and problem is None:
         return target
     src = gguf_path(profile)
+    if problem is not None:
+        logger.warning("the model cache %s is damaged (%s); rebuilding it from %s", target, problem, src.name)
+        model_cache.discard(target)
     logger.info("dequantizing %s once into %s (later loads are fast)", src.name, target)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
@@ -204,6 +210,7 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        model_cache.write_manifest(staging, src.name)
         try:
             staging.rename(target)
         except OSError:  # another process won the race; its copy is complete
@@ -344,17 +351,17 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **kwargs)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: transformers' multi-line "Couldn't instantiate" for a dir
+        if not is_local and isinstance(exc, ValueError):
+            raise
         if is_local:
             why = f"the directory {source} holds no loadable model ({type(exc).__name__})"
         elif local_only:
             why = "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so nothing is downloaded"
         else:
             why = f"it could not be fetched from the hub ({type(exc).__name__})"
-        raise ModelUnavailableError(
-            f"model {name_or_path!r} ({source}) is not available on this machine: {why}; "
-            f"use the embedded default instead: --model {DEFAULT_PROFILE}"
-        ) from exc
+        raise ModelUnavailableError(f"model {name_or_path!r} ({source}) is not available on this machine: {why}"
+                                    f"{_instead(name_or_path, profile, source)}") from exc
     if profile is not None and profile.eos_token_ids:
         model.generation_config.eos_token_id = list(profile.eos_token_ids)
     model.to(dev)
@@ -376,6 +383,13 @@ def load_model(
     return model, tokenizer
 
 
+def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
+    """The way out of an unloadable model: the embedded default, unless that is the one failing."""
+    if profile is not None and profile.source != "hub":
+        return f"; delete {source} to rebuild it from the GGUF file"
+    return "" if name == DEFAULT_PROFILE else f"; use the embedded default instead: --model {DEFAULT_PROFILE}"
+
+
 def load_tokenizer(name_or_path: str) -> Any:
     """Load only a model's tokenizer: no weights are loaded or dequantized.
 
@@ -394,7 +408,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     profile = PROFILES.get(name_or_path)
     if profile is not None and profile.source in ("gguf-package", "gguf-chunks"):
         cached = cache_dir() / profile.name
-        if (cached / "config.json").exists():
+        if cached.exists() and model_cache.cache_problem(cached) is None:  # a damaged one: the GGUF header's
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
         src = gguf_path(profile)
         return AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)

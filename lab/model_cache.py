@@ -1,0 +1,135 @@
+"""The dequantized-model cache's integrity: a manifest written with it, checked on every use.
+
+A GGUF profile is dequantized once into ``<cache>/<profile>/`` (:mod:`lab.models`). A
+truncated or overwritten ``model.safetensors`` there used to reach safetensors and end
+in ``SafetensorError ... incomplete metadata``. Now the cache is checked when it is used:
+
+* ``lab-cache.json`` (:data:`MANIFEST`), written with the cache, records every file's
+  size, sha256 and modification time. On use, sizes must match; a file whose
+  modification time changed since it was written is hashed again and must match
+  (hashing 0.5 GB takes about a second, so an untouched cache costs nothing);
+* every ``*.safetensors`` file is checked structurally (the format's 8-byte header
+  length, a JSON header, tensors whose data ends exactly at the end of the file), which
+  catches truncation and garbage in caches written before the manifest existed.
+
+:func:`cache_problem` says what is wrong, or ``None``; :mod:`lab.models` then rebuilds
+the cache from the GGUF source, saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+MANIFEST = "lab-cache.json"
+MANIFEST_FORMAT = 1
+# A safetensors header is a JSON index of tensor names, dtypes, shapes and offsets:
+# kilobytes for these models. A "length" past this is garbage, not a header.
+MAX_SAFETENSORS_HEADER = 100 * 2**20
+_READ_BLOCK = 1 << 22
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(_READ_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path, source: str) -> Path:
+    """Record size, sha256 and mtime of every file in ``folder`` (call before it is renamed into place).
+
+    Args:
+        folder: The finished cache directory (its staging name).
+        source: What it was built from (the GGUF file name), for the record.
+    """
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and p.name != MANIFEST:
+            st = p.stat()
+            files[p.name] = {"size": st.st_size, "sha256": file_sha256(p), "mtime_ns": st.st_mtime_ns}
+    path = folder / MANIFEST
+    path.write_text(json.dumps({"format": MANIFEST_FORMAT, "source": source, "files": files}, indent=1) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is structurally wrong with a safetensors file, or ``None``.
+
+    The format: 8 bytes little-endian header length N, N bytes of JSON mapping each
+    tensor to ``data_offsets`` [begin, end) into the data that follows; the data ends
+    where the last tensor does, which must be the end of the file.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"{path.name} has {size} bytes, too short for a safetensors header"
+        (n,) = struct.unpack("<Q", head)
+        if n > min(MAX_SAFETENSORS_HEADER, size - 8):
+            return f"{path.name}: header length {n} does not fit its {size} bytes (truncated or not safetensors)"
+        try:
+            header = json.loads(fh.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return f"{path.name}: its header is not a safetensors index (garbage?)"
+    expected = 8 + n + max(ends, default=0)
+    if expected != size:
+        return f"{path.name} has {size} bytes where its header says {expected} (truncated or overwritten)"
+    return None
+
+
+def cache_problem(folder: Path) -> str | None:
+    """What is wrong with a cached model directory, or ``None`` when it can be used.
+
+    Checks, in order: ``config.json`` parses; with a manifest, every recorded file
+    exists with its size, and one modified since it was written still has its sha256;
+    every ``*.safetensors`` file is structurally whole (:func:`safetensors_problem`).
+    """
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    try:
+        json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "config.json is missing or unreadable"
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            return f"{MANIFEST} is unreadable"
+        for name, rec in files.items():
+            p = folder / name
+            if not p.is_file():
+                return f"{name} is missing"
+            st = p.stat()
+            if st.st_size != rec["size"]:
+                return f"{name} has {st.st_size} bytes, {rec['size']} when written"
+            if st.st_mtime_ns != rec["mtime_ns"] and file_sha256(p) != rec["sha256"]:
+                return f"{name} was modified since it was written (its sha256 differs)"
+    for p in sorted(folder.glob("*.safetensors")):
+        problem = safetensors_problem(p)
+        if problem:
+            return problem
+    if not any(folder.glob("*.safetensors")):
+        return "no model.safetensors"
+    return None
+
+
+def discard(folder: Path) -> None:
+    """Move a damaged cache aside (atomically, so no reader sees it half-deleted), then delete it."""
+    import secrets
+    import shutil
+
+    aside = folder.with_name(f".{folder.name}.damaged-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
