@@ -11,7 +11,10 @@ So draft and target go through :func:`sampling_probs` with the same
 :class:`SamplingConfig`, and so does every target-only decode (the entropy tracker
 and the baseline of ``lab bench``, through :mod:`lab.decode`): there is one filter
 in the lab. Temperature 0 means greedy: the result is the one-hot argmax (no
-division by zero). Top-k then top-p (nucleus, Holtzman et al. 2020) are applied to
+division by zero). A tiny positive temperature whose scaled logits overflow float32
+is handled exactly, as its limit: the row is shifted by its maximum before dividing,
+which leaves the distribution unchanged and makes it uniform over the tied maxima
+(:func:`_scale`). Top-k then top-p (nucleus, Holtzman et al. 2020) are applied to
 the temperature-scaled logits, in that order, as transformers' ``generate`` does.
 
 :func:`filter_logits` performs exactly the tensor operations of transformers 5.24's
@@ -73,7 +76,9 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
 
     Returns:
         float32 ``[..., V]`` temperature-scaled logits with ``-inf`` at every token
-        the filters drop (at least one token per row is kept). The input is not
+        the filters drop (at least one token per row is kept). In a row where the
+        division by a tiny temperature overflows, the scaled logits are shifted by the
+        row's maximum first (same distribution; see :func:`_scale`). The input is not
         modified.
 
     Raises:
@@ -81,7 +86,7 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """
     if config.greedy:
         raise ValueError("filter_logits needs temperature > 0; greedy decoding takes the argmax of the raw logits")
-    x = logits.float() / config.temperature
+    x = _scale(logits.float(), config.temperature)
     if config.top_k is not None:
         k = min(config.top_k, x.shape[-1])
         kth = x.topk(k, dim=-1).values[..., -1:]  # [..., 1]
@@ -94,6 +99,28 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         x = x.masked_fill(drop, float("-inf"))
     return x
+
+
+def _scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``, exactly as transformers divides, except in rows where that overflows.
+
+    A tiny positive temperature (1e-38, say) turns finite logits into +-inf, and softmax
+    of +inf is NaN. There the row is shifted by its maximum first: ``(logits - max) /
+    temperature`` lies in [-inf, 0], so the maximum stays 0 and the rest may only
+    underflow to -inf (computed in float64, so that temperatures below float32's
+    smallest subnormal do not round to 0 and give 0/0). Softmax is shift-invariant and top-k / top-p only compare and
+    softmax, so this is the same distribution, now computable: as temperature -> 0+ it
+    is uniform over the tied maxima (the greedy limit). Rows that do not overflow keep
+    the plain division (shifting rounds, and could merge logits transformers keeps apart).
+    """
+    x = logits / temperature
+    overflow = (~torch.isfinite(x) & torch.isfinite(logits)).any(dim=-1, keepdim=True)  # [..., 1]
+    if not bool(overflow.any()):
+        return x
+    # float64: a temperature below float32's smallest subnormal (~1.4e-45) would round to 0 in float32
+    top = logits.amax(dim=-1, keepdim=True)  # [..., 1]
+    shifted = ((logits.double() - top.double()) / temperature).float()  # [..., V], <= 0 where logits are finite
+    return torch.where(overflow, shifted, x)
 
 
 def sampling_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:

@@ -166,3 +166,11 @@ def tied_logit_rows(draw, n_rows: int, max_vocab: int = 8) -> torch.Tensor:
         row = draw(st.lists(st.sampled_from([-1.0, 0.0, 1.5, 3.0]), min_size=vocab, max_size=vocab))
         rows.append(row)
     return torch.tensor(rows, dtype=torch.float32)
+
+
+def overflowing_temperatures():
+    """Positive float temperatures so small that finite logits of a few units divided by them overflow
+    float32 (max ~3.4e38): from the smallest float64 subnormal up to 1e-38. Subnormals are drawn on
+    purpose here: a user can type ``--temperature 5e-324``."""
+    return st.one_of(st.sampled_from([5e-324, 1e-45, 1e-40, 1e-38]),
+                     st.floats(min_value=5e-324, max_value=1e-38, allow_nan=False, allow_subnormal=True))
