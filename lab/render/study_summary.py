@@ -80,8 +80,11 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     s = plan.settings
     env = study["environment"]
     m = sum(math.isfinite(t.p_value) for t in a.tests)
+    total = len(result.per_prompt) + len(result.missing)
+    incomplete = (f" — INCOMPLETE: results for {len(result.per_prompt)} of {total} prompts"
+                  if result.missing else "")  # on the first line, where a reader cannot miss it
     lines = [
-        f"# Study: {s['model']} with draft {s['draft']}",
+        f"# Study: {s['model']} with draft {s['draft']}{incomplete}",
         "",
         "The lab's thesis: context quality shapes attention during prefill, attention shapes the model's "
         "confidence (entropy) during decode, and confidence decides how well speculative decoding works.",

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from lab import models as lab_models
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, parse_prompts, select_prompts
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
-                              WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig)
+                              WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +280,9 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     """A finished prompt's outcome from the work directory, or ``None`` if absent or unusable.
 
     A file that does not parse, was written under other settings or for another
-    prompt, or lacks a field is ignored (with a warning) and the prompt is redone.
+    prompt, lacks a field, or holds a value out of range
+    (:func:`lab.study.config.outcome_problem`: alpha = 7, say) is ignored (with a
+    warning) and the prompt is redone.
     """
     path = work_file(plan, prompt)
     if not path.is_file():
@@ -296,6 +298,10 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
         ok = False
     if not ok:
         logger.warning("ignoring unusable work file %s; %s will be redone", path, prompt.id)
+        return None
+    problem = outcome_problem(data["row"], data["tokens"])
+    if problem:
+        logger.warning("ignoring work file %s (%s); %s will be redone", path, problem, prompt.id)
         return None
     return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data.get("decode", {}))
 

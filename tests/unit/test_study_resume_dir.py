@@ -272,3 +272,45 @@ def test_report_write_failing_midway_exits_1_naming_path_and_keeps_work_dir(tmp_
     (work,) = out.glob(".study-work-*")
     assert str(work) in lines[0]
     assert not [p for p in out.iterdir() if ".partial-" in p.name or p.name.endswith("-study")]
+
+
+@pytest.mark.parametrize("field,value", [("alpha", 7), ("context_health", -3.0), ("n_accepted", 10**6),
+                                         ("mean_entropy_bits", float("inf")), ("sink_rate_pos0", 1.5)])
+def test_work_file_with_out_of_range_value_is_redone_not_reported(tmp_path, field, value):
+    """Poor case (work files trusted as they are): a per-prompt JSON edited to alpha = 7 went into the report."""
+    plan, first = _interrupted(tmp_path)
+    victim = next(p for p in plan.prompts if p.id == first.calls[0])
+    path = plan.work_dir / f"{victim.id}.json"
+    data = json.loads(path.read_text())
+    data["row"][field] = value
+    path.write_text(json.dumps(data))
+    rerun = FakeRunner()
+    result = run_study(plan, runner=rerun)
+    assert victim.id in rerun.calls and not set(rerun.calls) & (set(first.calls) - {victim.id})
+    row = next(r for r in result.per_prompt if r["id"] == victim.id)
+    assert row[field] != value
+
+
+def test_work_file_token_out_of_range_is_redone(tmp_path):
+    plan, first = _interrupted(tmp_path)
+    path = plan.work_dir / f"{first.calls[0]}.json"
+    data = json.loads(path.read_text())
+    data["tokens"][0]["draft_normalized_entropy"] = 3.0
+    path.write_text(json.dumps(data))
+    rerun = FakeRunner()
+    run_study(plan, runner=rerun)
+    assert first.calls[0] in rerun.calls
+
+
+def test_merge_of_half_the_prompts_says_incomplete_on_the_report_first_line(tmp_path, monkeypatch):
+    """Poor case: a merge missing half the prompts exited 0 with a warning only."""
+    from lab import cli
+
+    _use_runner(monkeypatch, FakeRunner())
+    common = ["study", "--limit", "12", "--device", "cpu", *CLI_RESAMPLES, "--out", str(tmp_path)]
+    assert cli.main([*common, "--shard", "1/2"]) == 0
+    (work,) = tmp_path.glob(".study-work-*")
+    assert cli.main(["study", "--merge", str(work), *CLI_RESAMPLES, "--out", str(tmp_path)]) == 0
+    (report,) = tmp_path.glob("*-study")
+    first = (report / "summary.md").read_text().splitlines()[0]
+    assert "INCOMPLETE" in first and "of 12 prompts" in first, first
