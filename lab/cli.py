@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
-    from lab.render.console import setup_logging
+    from lab.render.console import printable, setup_logging
     from lab.models import ModelUnavailableError
     from lab.reports import ReportWriteError
 
@@ -82,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ValueError, ModelUnavailableError, FileExistsError) as exc:
         logging.getLogger("lab").debug("failed", exc_info=True)
-        print(f"lab {args.command}: error: {as_typed(str(exc), flag_names(parser, args.command))}", file=sys.stderr)
+        message = printable(as_typed(str(exc), flag_names(parser, args.command)))
+        print(f"lab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except ReportWriteError as exc:  # after the work: not bad input (2), a failure (1)
         logging.getLogger("lab").debug("failed", exc_info=True)
-        print(f"lab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"lab {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted; no report was written", file=sys.stderr)

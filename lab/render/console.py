@@ -1,21 +1,60 @@
-"""Shared Rich consoles: results to stdout, progress and logs to stderr."""
+"""Shared Rich consoles: results to stdout, progress and logs to stderr.
+
+Terminal safety: prompts, file names and model output are echoed everywhere, and any
+of them may hold an escape sequence (``ESC [2J`` clears the screen, ``ESC ]0;...``
+retitles the window) or Rich markup (``[bold]``). Every console made here
+(:class:`SafeConsole`) therefore parses no markup in strings (styles come from
+``Text`` objects and ``style=``) and shows every control character of the text it
+prints as ``\\xNN`` (:func:`printable`), while the escape sequences Rich itself emits
+for styles and cursor control are untouched.
+"""
 
 from __future__ import annotations
 
 import logging
+import unicodedata
+from typing import Iterable
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.segment import Segment
+
+_KEEP = frozenset("\n\t")  # layout, not terminal commands
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character (Unicode category Cc: C0, DEL, C1) but newline
+    and tab written as ``\\xNN``; everything else, Unicode included, unchanged."""
+    if text.isprintable() or not any(unicodedata.category(c) == "Cc" and c not in _KEEP for c in text):
+        return text
+    return "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" and c not in _KEEP else c for c in text)
+
+
+class SafeConsole(Console):
+    """A Rich console that cannot be driven by the text it prints (see the module docstring)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("markup", False)
+        kwargs.setdefault("highlight", False)
+        super().__init__(**kwargs)
+
+    # Rich turns everything into segments of (text, style, control) and renders the styles to
+    # escape sequences here; escaping the text of non-control segments just before that is the one
+    # place every path (print, log, tables, panels, progress) goes through. A private hook of Rich
+    # (stable since 10.x); tests/unit/test_terminal_safety.py fails if it stops being called.
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(seg if seg.control else Segment(printable(seg.text), seg.style, seg.control)
+                                      for seg in buffer)
 
 
 def stdout_console() -> Console:
     """Console for results (the coloured decode, tables, panels)."""
-    return Console(highlight=False)
+    return SafeConsole()
 
 
 def stderr_console() -> Console:
     """Console for progress bars and logs, so results on stdout stay pipeable."""
-    return Console(stderr=True, highlight=False)
+    return SafeConsole(stderr=True)
 
 
 def setup_logging(verbose: bool = False) -> None:

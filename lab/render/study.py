@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from lab.analysis import CI_LEVEL
 from lab.render.console import stderr_console
@@ -72,7 +73,7 @@ def verdict_table(result: StudyResult) -> Table:
     for t in tests:
         ci = f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
         table.add_row(t.name, _fmt(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, _p(t.p_holm), str(t.n),
-                      f"[{colors[t.verdict]}]{t.verdict}[/]")
+                      Text(t.verdict, style=colors[t.verdict]))
     return table
 
 
