@@ -53,6 +53,16 @@ def token_rows(result: StreamResult, tokenizer: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _region(result: StreamResult) -> str:
+    """Which targets the chunked PPL covers, in words: whole chunks only, the trailing partial one named."""
+    first, last = result.config.eval_start, result.summary[0]["last_target"]
+    n_targets = len(result.input_ids) - 1
+    words = f"targets {first}..{last}, {last - first + 1} in whole chunks"
+    if last < n_targets:
+        words += f"; the last {n_targets - last} targets ({last + 1}..{n_targets}, a partial chunk) are left out"
+    return words
+
+
 def _ppl(s: dict) -> str:
     return f"{s['ppl']:.2f} [{s['ppl_low']:.2f}, {s['ppl_high']:.2f}]"
 
@@ -60,8 +70,8 @@ def _ppl(s: dict) -> str:
 def render_stream(result: StreamResult, console: Console) -> None:
     """Policy table, the pre-stated test with its control, the recompute check and the benchmark."""
     cfg = result.config
-    table = Table(title=f"Perplexity under KV-cache eviction (targets {cfg.eval_start}..{len(result.input_ids) - 1}, "
-                        f"95% bootstrap CI over {result.summary[0]['n_chunks']} chunks of {cfg.chunk_tokens})")
+    table = Table(title=f"Perplexity under KV-cache eviction ({_region(result)}; 95% bootstrap CI over "
+                        f"{result.summary[0]['n_chunks']} chunks of {cfg.chunk_tokens})")
     for col in ("policy", "keys/query", "PPL [95% CI]", "x dense", "alpha greedy", "alpha sampled", "wall s",
                 "peak MB"):
         table.add_column(col, justify="left" if col == "policy" else "right")
@@ -149,9 +159,9 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
              f"{model_info.get('device')}, attention `{model_info.get('attn_implementation')}`.",
              f"Text: {text_source}; first {n} tokens. Positions are the text's own (valid: the text fits the context).",
              "", "## Perplexity per policy", "",
-             f"Evaluation region: targets {cfg.eval_start}..{n - 1} (from the largest budget on, every evicting "
+             f"Evaluation region: {_region(result)} (from the largest budget on, every evicting "
              f"policy's cache is full); 95% BCa bootstrap CI over {result.summary[0]['n_chunks']} chunks of "
-             f"{cfg.chunk_tokens} targets. `recompute` scores one target in {cfg.recompute_every} (an exact fresh "
+             f"{cfg.chunk_tokens} targets; 'PPL all targets' covers every scored target. `recompute` scores one target in {cfg.recompute_every} (an exact fresh "
              "forward over its last W tokens each); its ratio to dense is on the same targets.", "",
              "| policy | keys/query | PPL [95% CI] | x dense | PPL all targets | alpha greedy | alpha sampled | wall s | peak MB |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

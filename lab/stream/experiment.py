@@ -234,6 +234,9 @@ def summarize(runs: list[PolicyRun], cfg: StreamConfig) -> tuple[list[dict], lis
         ci = analysis.ppl_interval(means, seed)
         row = {"policy": r.policy.spec, "kind": r.policy.kind, "budget": r.policy.budget,
                "ppl": ci.value, "ppl_low": ci.low, "ppl_high": ci.high, "n_chunks": int(means.size),
+               # the PPL and its CI cover whole chunks only: targets start..last_target, n_targets_ppl scored there
+               "last_target": start + int(means.size) * chunk - 1,
+               "n_targets_ppl": int(np.isfinite(r.nll[start - 1: start - 1 + int(means.size) * chunk]).sum()),
                "n_scored": r.n_scored, "ppl_all_targets": perplexity(torch.from_numpy(r.nll)),
                "wall_s": r.wall_s, "peak_rss_mb": r.peak_rss_mb}
         if dense is not None:  # on the same targets as this policy

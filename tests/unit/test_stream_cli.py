@@ -78,9 +78,11 @@ def test_stream_cli_text_longer_than_context_exits_2_naming_it(tmp_path, capsys,
 
 
 def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loader, text_file):
+    """170 tokens: 169 targets, 9 whole chunks of 16 from target 16 (16..159), and a partial chunk of 10
+    targets that the chunked PPL leaves out, as the summary must say (issue 18: it said "targets 16..169")."""
     torch.set_num_threads(1)
     out = tmp_path / "r"
-    assert main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--out", str(out)]) == 0
+    assert main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--tokens", "170", "--out", str(out)]) == 0
     (rd,) = list(out.iterdir())
     assert rd.name.endswith("-stream-text")
     assert {p.name for p in rd.iterdir()} == {"report.json", "policies.csv", "tokens.csv", "summary.md",
@@ -92,8 +94,8 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
     # PPL in report.json equals exp(mean NLL) recomputed from tokens.csv over the evaluation region
     with (rd / "tokens.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 159
-    n_chunks = (160 - 16) // 16
+    assert len(rows) == 169
+    n_chunks = (170 - 16) // 16
     for p in report["policies"]:
         vals = [float(r[f"nll_{p['policy']}"]) for r in rows[15:15 + n_chunks * 16] if r[f"nll_{p['policy']}"]]
         chunks = np.array([float(r[f"nll_{p['policy']}"] or "nan") for r in rows[15:15 + n_chunks * 16]])
@@ -101,6 +103,7 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
         assert math.isclose(p["ppl"], math.exp(chunk_means.mean()), rel_tol=1e-9)
         assert p["ppl_low"] <= p["ppl"] <= p["ppl_high"]
         assert len(vals) == (n_chunks * 16 if p["kind"] != "recompute" else n_chunks * 8)
+        assert p["last_target"] == 16 + n_chunks * 16 - 1 == 159 and p["n_targets_ppl"] == len(vals)
     dense = {r["position"]: r["nll_dense"] for r in rows}
     assert all(r["nll_window:12"] == dense[r["position"]] for r in rows[:11])  # no eviction before the window fills
     assert [t["a"] for t in report["tests"]] == ["window:12", "window:12"]
@@ -119,6 +122,8 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
     assert dense_greedy["rounds_proposals_differ"] == 0
     assert dense_greedy["top1_agree_dense_draft"] == dense_greedy["top1_n"]
     summary = (rd / "summary.md").read_text()
+    assert "targets 16..159, 144 in whole chunks; the last 10 targets (160..169, a partial chunk) are left out" \
+        in summary and "16..169" not in summary
     assert "Pre-stated test" in summary and "negative control" in summary and "StreamingLLM" in summary
     assert "Large-sample check" in summary
     with (rd / "policies.csv").open() as fh:
