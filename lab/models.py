@@ -225,11 +225,30 @@ def _offline() -> bool:
     return hub.offline()
 
 
+_USE_DEFAULT = f"use the embedded default instead: --model {DEFAULT_PROFILE}"
+_USE_MODEL_FREE_DRAFT = "use a draft that needs no other model instead: --draft early-exit:N or --draft prompt-lookup"
+
+
 def _raise_if_hub_unavailable(name: str, repo_id: str) -> None:
     why = hub.unavailable_reason(repo_id)
     if why is not None:
         raise ModelUnavailableError(f"model {name!r} ({repo_id}) is not available on this machine: {why}; "
-                                    f"use the embedded default instead: --model {DEFAULT_PROFILE}")
+                                    f"{_USE_DEFAULT}")
+
+
+def check_draft_available(spec: str) -> None:
+    """:func:`check_model_available` for a draft model, with errors that name ``--draft`` and
+    point to the drafts that need no model, not to ``--model``.
+
+    Raises:
+        ValueError, ModelUnavailableError: as :func:`check_model_available`, prefixed ``--draft 'SPEC':``.
+    """
+    try:
+        check_model_available(spec)
+    except ModelUnavailableError as exc:
+        raise ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(_USE_DEFAULT, _USE_MODEL_FREE_DRAFT)}") from None
+    except ValueError as exc:
+        raise ValueError(f"--draft {spec!r}: {exc}") from None
 
 
 def check_model_available(name_or_path: str) -> None:
@@ -354,7 +373,9 @@ def load_model(
     except (OSError, ValueError) as exc:  # ValueError: transformers' multi-line "Couldn't instantiate" for a dir
         if not is_local and isinstance(exc, ValueError):
             raise
-        if is_local:
+        if is_local and Path(source).is_file():
+            why = f"{source} is a file, not a model directory (config.json, weights and tokenizer files)"
+        elif is_local:
             why = f"the directory {source} holds no loadable model ({type(exc).__name__})"
         elif local_only:
             why = "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so nothing is downloaded"
@@ -387,7 +408,7 @@ def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
     """The way out of an unloadable model: the embedded default, unless that is the one failing."""
     if profile is not None and profile.source != "hub":
         return f"; delete {source} to rebuild it from the GGUF file"
-    return "" if name == DEFAULT_PROFILE else f"; use the embedded default instead: --model {DEFAULT_PROFILE}"
+    return "" if name == DEFAULT_PROFILE else f"; {_USE_DEFAULT}"
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -418,6 +439,8 @@ def load_tokenizer(name_or_path: str) -> Any:
         _raise_if_hub_unavailable(name_or_path, source)
     try:
         return AutoTokenizer.from_pretrained(source, local_files_only=is_local or _offline() or hub.in_local_cache(source))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: transformers' multi-line "Couldn't instantiate" for a dir
+        if isinstance(exc, ValueError) and not is_local:
+            raise
         raise ModelUnavailableError(f"model {name_or_path!r} ({source}): its tokenizer cannot be loaded "
-                                    f"({type(exc).__name__}); use the embedded default instead: --model {DEFAULT_PROFILE}") from exc
+                                    f"({type(exc).__name__}){_instead(name_or_path, profile, source)}") from exc

@@ -106,21 +106,28 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def check_reports_root(root: str | Path) -> Path:
-    """Check that ``root`` can hold report directories, before any work starts.
+    """Check that ``root`` can hold report directories, before any work starts; create nothing.
+
+    The folder (and any missing parents) is created only when something is written
+    into it, so a run refused for a bad argument leaves no directory tree behind.
 
     Raises:
-        ValueError: ``root`` exists but is not a directory, cannot be created, or is
-            not writable.
+        ValueError: ``root`` is empty, exists but is not a directory, lies under a file,
+            or its nearest existing folder is not writable.
     """
+    if not str(root).strip():
+        raise ValueError(f"--out={str(root)!r} is empty; give a folder (default: reports)")
     path = Path(root).expanduser()
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out={str(root)!r} exists and is not a directory")
-    try:  # the reports root itself is created now (an empty folder), so a bad path fails before any work
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"--out={str(root)!r} cannot be created ({exc.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"--out={str(root)!r} is not writable")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out={str(root)!r} cannot be created: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out={str(root)!r} is not writable" if existing == path else
+                         f"--out={str(root)!r} cannot be created: {str(existing)!r} is not writable")
     return path
 
 

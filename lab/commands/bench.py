@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args
+from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
     from lab.machine import LoadLog, set_threads
-    from lab.models import build_messages, check_model_available, encode_chat, eos_token_ids, load_model
+    from lab.models import build_messages, check_draft_available, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
+    for spec in adaptive:
+        parse_adaptive(spec)  # errors name --adaptive as typed
     dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
     _check_dynamic(dynamic)
     dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if config.draft_dtypes and draft_spec == "prompt-lookup":
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
-        check_model_available(draft_spec)
+        check_draft_available(draft_spec)
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()

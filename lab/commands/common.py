@@ -19,6 +19,9 @@ MAX_GAMMA = 64
 # Bootstrap resamples. The Monte Carlo error of a percentile CI endpoint shrinks as 1/sqrt(B): at B = 100,000
 # (50x the default 1,999) it is ~0.07 percentage points of coverage; the analysis time grows linearly with B.
 MAX_RESAMPLES = 100_000
+# Alternatives recorded per decode step: a table for reading, saved per step in report.json
+# (1,000 x 64 steps is already 64,000 records); the full distribution is not what it is for.
+MAX_TOP_ALTERNATIVES = 1000
 
 
 # dest -> (flag, low, high, why): checked for every command that has the flag, before it runs.
@@ -26,6 +29,7 @@ _BOUNDS = {
     "seed": ("--seed", 0, SEED_MAX, " (2**64 - 1, what torch's generator takes)"),
     "gamma": ("--gamma", 1, MAX_GAMMA, f": beyond {MAX_GAMMA} drafted tokens a round gains nothing measurable"),
     "resamples": ("--resamples", 1, MAX_RESAMPLES, " (50x the default; the CI's Monte Carlo error is negligible there)"),
+    "top_alternatives": ("--top-alternatives", 1, MAX_TOP_ALTERNATIVES, " (alternatives shown and saved per step)"),
 }
 
 
@@ -34,12 +38,30 @@ def check_bounds(args: argparse.Namespace) -> None:
 
     Raises:
         ValueError: ``--seed`` outside [0, 2**64 - 1], ``--gamma`` outside [1, :data:`MAX_GAMMA`],
-            ``--resamples`` outside [1, :data:`MAX_RESAMPLES`], naming the flag as typed.
+            ``--resamples`` outside [1, :data:`MAX_RESAMPLES`], ``--top-alternatives`` outside
+            [1, :data:`MAX_TOP_ALTERNATIVES`], naming the flag as typed.
     """
     for dest, (flag, lo, hi, why) in _BOUNDS.items():
         value = getattr(args, dest, None)
         if isinstance(value, int) and not lo <= value <= hi:
             raise ValueError(f"{flag}={value} must be in [{lo}, {hi}]{why}")
+
+
+def parse_adaptive(text: str):
+    """``--adaptive entropy:X`` / ``pmin:X`` as a :class:`lab.speculative.AdaptiveDraftLength`.
+
+    Raises:
+        ValueError: a bad spec, naming ``--adaptive`` as typed and the threshold as X.
+    """
+    import re
+
+    from lab.speculative import AdaptiveDraftLength
+
+    try:
+        return AdaptiveDraftLength.parse(text)
+    except ValueError as exc:
+        message = re.sub(r"^(entropy_threshold|pmin)=", "X=", str(exc))  # the README's name for the threshold
+        raise ValueError(f"--adaptive {text!r}: {message}") from None
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

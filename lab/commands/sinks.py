@@ -49,7 +49,9 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--prompt-file={prompt_file!r} cannot be read: {exc}") from exc
     if not prompt.strip():
-        raise ValueError(f"prompt={prompt[:40]!r} is empty")
+        if prompt_file is not None:
+            raise ValueError(f"--prompt-file={prompt_file!r} holds no prompt (it is empty or only whitespace)")
+        raise ValueError(f"PROMPT {prompt[:40]!r} is empty")
     return prompt
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args
+from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args, parse_adaptive
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,12 +55,12 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
-    from lab.models import build_messages, check_model_available, encode_chat, eos_token_ids, load_model
+    from lab.models import build_messages, check_draft_available, encode_chat, eos_token_ids, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
                                         round_rows, summary_markdown)
     from lab.reports import environment, report_dir
-    from lab.speculative import AdaptiveDraftLength, SamplingConfig, make_draft, speculative_generate
+    from lab.speculative import SamplingConfig, make_draft, speculative_generate
 
     # 1. Validate everything before loading anything.
     if args.gamma < 1:
@@ -68,12 +68,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1")
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    adaptive = AdaptiveDraftLength.parse(args.adaptive) if args.adaptive else None
+    adaptive = parse_adaptive(args.adaptive) if args.adaptive else None
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
     draft_spec = _draft_spec(args)
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
-        check_model_available(draft_spec)
+        check_draft_available(draft_spec)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     # 2. Load, build the draft, decode (progress on stderr).

@@ -65,6 +65,11 @@ def _units(prompts: list[StudyPrompt], category: str) -> list[list[StudyPrompt]]
             and p.variant == "clean"]
 
 
+def count_units(prompts: list[StudyPrompt]) -> int:
+    """How many units (:func:`_units`) the prompts form: the most shards that each get one."""
+    return sum(len(_units(prompts, cat)) for cat in CATEGORIES)
+
+
 def shard_prompts(prompts: list[StudyPrompt], k: int, n: int) -> list[StudyPrompt]:
     """The K-th (1-based) of N disjoint, category-balanced slices; twin pairs stay together.
 
@@ -132,7 +137,7 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
     from lab.speculative import check_draft_spec
 
     if check_draft_spec(config.draft_spec()) == "model":  # N against the depth is checked once the target loads
-        lab_models.check_model_available(config.draft_spec())
+        lab_models.check_draft_available(config.draft_spec())
     settings = {
         "format": WORK_FORMAT,
         "model": config.model, "draft": config.draft_spec(), "device": str(device), "dtype": dtype,

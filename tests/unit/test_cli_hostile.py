@@ -74,3 +74,55 @@ def test_check_bounds_accepts_the_bounds_and_refuses_one_past():
 def test_cli_bench_gammas_with_empty_item_exits_2(text, tmp_path, capsys, no_model):
     """Poor case: --gammas 1,,2 was accepted (the empty item silently dropped)."""
     _exit_2_naming(["bench", "--gammas", text], "--gammas", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["speculate", "hi", "--adaptive", "entropy:2"], "--adaptive 'entropy:2'"),
+    (["speculate", "hi", "--adaptive", "pmin:-1"], "--adaptive 'pmin:-1'"),
+    (["bench", "--adaptive", "entropy:7"], "--adaptive 'entropy:7'"),
+    (["sinks", "--prompt-file", "EMPTY"], "--prompt-file="),
+    (["entropy", "hi", "--top-alternatives", "1000000"], "--top-alternatives=1000000"),
+    (["study", "--limit", "4", "--shard", "5/1000"], "--shard 5/1000"),
+], ids=["adaptive-entropy", "adaptive-pmin", "bench-adaptive", "empty-prompt-file", "top-alternatives", "empty-shard"])
+def test_cli_error_names_the_flag_as_typed(argv, needle, tmp_path, capsys, no_model):
+    """Poor case: errors named Python parameters (entropy_threshold=, pmin=, prompt='') or ran nothing with
+    exit 0 (--shard 5/1000), or recorded a value larger than what was stored (--top-alternatives)."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    line = _exit_2_naming([str(empty) if a == "EMPTY" else a for a in argv], needle, tmp_path, capsys)
+    assert "entropy_threshold=" not in line and "pmin=" not in line and "prompt=''" not in line
+
+
+@pytest.mark.parametrize("argv", [["entropy", "hi", "--max-new-tokens", "0"], ["study", "--gamma", "0"],
+                                  ["speculate", "hi", "--seed", "-1"]])
+def test_cli_bad_argument_creates_no_out_tree(argv, tmp_path, capsys, no_model):
+    """Poor case: bad arguments still created the --out directory tree."""
+    out = tmp_path / "a" / "b" / "c"
+    rc = cli.main([*argv, "--device", "cpu", "--out", str(out)])
+    assert rc == 2 and not (tmp_path / "a").exists(), capsys.readouterr().err
+
+
+def test_cli_empty_out_is_refused(tmp_path, capsys, no_model, monkeypatch):
+    """Poor case: --out "" wrote into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["entropy", "hi", "--out", ""]) == 2
+    assert "--out" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_cli_draft_model_unavailable_names_draft_not_model(tmp_path, capsys, no_model, monkeypatch):
+    """Poor case: a --draft that is not available was answered with "use ... --model smollm2"."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc = cli.main(["speculate", "hi", "--draft", "some-owner/no-such-draft", "--device", "cpu",
+                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--draft 'some-owner/no-such-draft'" in err and "--model smollm2" not in err, err
+
+
+def test_load_model_file_path_is_called_a_file(tmp_path):
+    """Poor case: a file given as a model was called "the directory"."""
+    from lab import models
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(models.ModelUnavailableError, match="is a file, not a model directory"):
+        models.load_model(str(f), device="cpu")

@@ -176,11 +176,16 @@ def test_check_reports_root_file_in_the_way_raises(tmp_path):
         check_reports_root(f)
 
 
-def test_check_reports_root_missing_nested_dir_is_created_empty(tmp_path):
+def test_check_reports_root_missing_nested_dir_is_accepted_and_not_created(tmp_path):
+    """Issue 18: a run refused for a bad argument must not leave the --out tree behind; report_dir
+    creates the folder when it writes."""
     from lab.reports import check_reports_root
 
     assert check_reports_root(tmp_path / "a" / "b") == tmp_path / "a" / "b"
-    assert list((tmp_path / "a" / "b").iterdir()) == []
+    assert not (tmp_path / "a").exists()
+    with report_dir(tmp_path / "a" / "b", "k") as rd:
+        rd.write_text("f.txt", "x")
+    assert rd.final.parent == tmp_path / "a" / "b"
 
 
 def test_check_reports_root_uncreatable_raises(tmp_path):
