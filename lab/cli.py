@@ -13,7 +13,10 @@ import importlib
 import logging
 import os
 import re
+import signal
 import sys
+import threading
+from typing import Any
 
 # Subcommand modules, in the order `lab --help` lists them.
 COMMANDS = (
@@ -62,10 +65,34 @@ def as_typed(message: str, flags: dict[str, str]) -> str:
     return pattern.sub(lambda m: flags[m.group(1)] + "=", message)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that the cleanup of an interrupt runs (a report's
+    staging directory removed, a study's finished prompts kept) instead of dying mid-write."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``lab`` command; SIGTERM is handled as an interrupt while it runs (then restored)."""
+    if threading.current_thread() is not threading.main_thread():  # signals can only be set there
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the parser imports the commands (torch, transformers: seconds) is an interrupt too
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt as exc:
+        print("lab: interrupted", file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     from lab.render.console import printable, setup_logging
     from lab.models import ModelUnavailableError
     from lab.reports import ReportWriteError
@@ -89,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("lab").debug("failed", exc_info=True)
         print(f"lab {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"lab {args.command}: interrupted; no report was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated); a command may say what it kept
+        kept = next((a for a in exc.args if isinstance(a, str)), "")
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"lab {args.command}: {what}; no report was written" + (f"; {printable(kept)}" if kept else ""),
+              file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -163,7 +163,16 @@ def run(args: argparse.Namespace) -> int:
 
     with hold_work_dir(plan):  # another run in this work directory is refused here, in one line
         logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
-        return _run_and_report(plan, shard)
+        try:
+            return _run_and_report(plan, shard)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what is kept and how to go on
+            from lab.study import load_finished
+
+            if plan.work_dir.is_dir():
+                n = sum(load_finished(plan, p) is not None for p in plan.prompts)
+                exc.args = (f"{n} finished prompts are kept in {plan.work_dir}; continue with: "
+                            f"lab study --resume {plan.work_dir}",)
+            raise
 
 
 def _run_and_report(plan, shard: tuple[int, int] | None) -> int:

@@ -314,3 +314,63 @@ def test_merge_of_half_the_prompts_says_incomplete_on_the_report_first_line(tmp_
     (report,) = tmp_path.glob("*-study")
     first = (report / "summary.md").read_text().splitlines()[0]
     assert "INCOMPLETE" in first and "of 12 prompts" in first, first
+
+
+_TERMINATED_WHILE_REPORTING = """
+import pathlib, sys, time
+from lab import cli, reports, study
+from tests.unit.test_study_resume import FakeRunner
+
+started = pathlib.Path(sys.argv[1])
+
+def slow_json(self, name, data):
+    started.touch()
+    time.sleep(60)
+
+reports.ReportDir.write_json = slow_json
+study.ModelRunner.load = classmethod(lambda cls, cfg: FakeRunner())
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_sigterm_while_the_report_is_written_leaves_no_partial_dir_and_keeps_the_work(tmp_path):
+    """Poor case (interrupts): SIGTERM while a report was written left .partial-* directories."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    started, out = tmp_path / "started", tmp_path / "out"
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-c", _TERMINATED_WHILE_REPORTING, str(started), "study", "--limit", "4",
+                             "--out", str(out), "--device", "cpu", *CLI_RESAMPLES], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not [p for p in out.iterdir() if ".partial-" in p.name or p.name.endswith("-study")]
+    (work,) = out.glob(".study-work-*")
+    assert f"--resume {work}" in re.sub(r"\s*\n\s*", "", err) and "4 finished prompts" in err, err
+
+
+def test_ctrl_c_during_a_study_says_what_is_kept_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    """Poor case: Ctrl-C said "no report was written" but not that finished prompts are kept."""
+    from lab import cli
+
+    class CtrlC(FakeRunner):
+        def __call__(self, prompt):
+            if len(self.calls) >= 3:
+                raise KeyboardInterrupt
+            return super().__call__(prompt)
+
+    _use_runner(monkeypatch, CtrlC())
+    assert cli.main(["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", *CLI_RESAMPLES]) == 130
+    (work,) = tmp_path.glob(".study-work-*")
+    err = capsys.readouterr().err
+    assert "3 finished prompts" in err and f"lab study --resume {work}" in err, err
