@@ -44,7 +44,9 @@ def row_statistics(logits: torch.Tensor, *, with_varentropy: bool = True) -> tup
     x = logits if logits.dtype == torch.float64 else logits.float()
     log_p = torch.log_softmax(x, dim=-1).clamp_min(LOG_PROB_FLOOR)  # [V]
     p = log_p.exp()
-    h = -torch.dot(p, log_p)  # one fused multiply-add pass
+    # one fused multiply-add pass; + 0.0 turns the -0.0 of a point mass (-(1 * 0)) into 0.0, which
+    # a report would otherwise store as "-0.0"; clamp: H >= 0, and rounding can dip just below
+    h = (-torch.dot(p, log_p)).clamp_min(0.0) + 0.0
     if not with_varentropy:
         return h, torch.zeros_like(h), log_p
     varent = torch.dot(p, (log_p + h).square())  # (-log p - H)^2 = (log p + H)^2

@@ -126,3 +126,15 @@ def test_load_model_file_path_is_called_a_file(tmp_path):
     f.write_bytes(b"x")
     with pytest.raises(models.ModelUnavailableError, match="is a file, not a model directory"):
         models.load_model(str(f), device="cpu")
+
+
+def test_row_statistics_point_mass_entropy_is_plus_zero():
+    """Poor case: the sampled entropy was stored as -0.0 with top-k 1 (-(1 * log 1) = -0.0)."""
+    import math
+
+    import torch
+
+    from lab.tracker.stats import row_statistics
+
+    h, _, _ = row_statistics(torch.tensor([2.0, float("-inf"), float("-inf")]), with_varentropy=False)
+    assert float(h) == 0.0 and math.copysign(1.0, float(h)) == 1.0
