@@ -30,6 +30,7 @@ set (the tests set it), and a model that is not available gets a
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -409,6 +410,24 @@ def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
     if profile is not None and profile.source != "hub":
         return f"; delete {source} to rebuild it from the GGUF file"
     return "" if name == DEFAULT_PROFILE else f"; {_USE_DEFAULT}"
+
+
+def known_context_length(name_or_path: str) -> int | None:
+    """The model's context length (``max_position_embeddings``) when it can be read without loading
+    or dequantizing anything: a GGUF profile's intact cache or a local directory's ``config.json``;
+    else ``None`` (check after loading)."""
+    profile = PROFILES.get(name_or_path)
+    if profile is not None and profile.source in ("gguf-package", "gguf-chunks"):
+        folder = cache_dir() / profile.name
+        if not folder.exists() or model_cache.cache_problem(folder) is not None:
+            return None
+    else:
+        folder = Path(name_or_path).expanduser()
+    try:
+        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
                                  choose_threshold, evaluate, load_prompts, long_prompts, score_prompts, sweep)
-    from lab.models import load_model
+    from lab.models import known_context_length, load_model
     from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import calibration_markdown, calibration_table, plot_sweep
@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     skip_held = args.held_out is not None and args.held_out.strip().lower() == "none"
     held = [] if skip_held else load_prompts(args.held_out, packaged=HELD_OUT_SET)
     device = check_model_args(args)
+    context = known_context_length(args.model)  # a long prompt past it failed only after the model loaded
+    if lengths and context is not None and max(lengths) > context:
+        raise ValueError(f"--long-lengths={args.long_lengths!r}: {max(lengths)} tokens exceed the model's context "
+                         f"of {context}")
 
     # 2. Score every prompt (progress on stderr).
     err = stderr_console()

@@ -138,3 +138,21 @@ def test_row_statistics_point_mass_entropy_is_plus_zero():
 
     h, _, _ = row_statistics(torch.tensor([2.0, float("-inf"), float("-inf")]), with_varentropy=False)
     assert float(h) == 0.0 and math.copysign(1.0, float(h)) == 1.0
+
+
+def test_cli_calibrate_sinks_long_length_past_context_exits_2_before_model_loads(tmp_path, capsys, no_model,
+                                                                                 monkeypatch):
+    """Poor case: --long-lengths 100000 failed only after the model loaded, as "prompt has 100030 tokens"."""
+    from lab import models
+
+    monkeypatch.setattr(models, "known_context_length", lambda name: 8192)
+    line = _exit_2_naming(["calibrate-sinks", "--long-lengths", "2048,100000"], "--long-lengths", tmp_path, capsys)
+    assert "8192" in line and "100000" in line
+
+
+def test_known_context_length_reads_a_local_config_without_loading(tmp_path):
+    from lab.models import known_context_length
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 77}')
+    assert known_context_length(str(tmp_path)) == 77
+    assert known_context_length(str(tmp_path / "missing")) is None
