@@ -247,9 +247,14 @@ def check_draft_available(spec: str) -> None:
     try:
         check_model_available(spec)
     except ModelUnavailableError as exc:
-        raise ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(_USE_DEFAULT, _USE_MODEL_FREE_DRAFT)}") from None
+        raise as_draft_error(exc, spec) from None
     except ValueError as exc:
         raise ValueError(f"--draft {spec!r}: {exc}") from None
+
+
+def as_draft_error(exc: ModelUnavailableError, spec: str) -> ModelUnavailableError:
+    """A model error about a draft, reworded: names ``--draft`` and the drafts that need no model."""
+    return ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(_USE_DEFAULT, _USE_MODEL_FREE_DRAFT)}")
 
 
 def check_model_available(name_or_path: str) -> None:

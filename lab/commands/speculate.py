@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.decode import check_context
     from lab.speculative import check_draft_spec
-    from lab.models import build_messages, check_draft_available, encode_chat, eos_token_ids, load_model
+    from lab.models import (ModelUnavailableError, as_draft_error, build_messages, check_draft_available, encode_chat,
+                            eos_token_ids, load_model)
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
                                         round_rows, summary_markdown)
@@ -80,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
-        draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
+            raise as_draft_error(exc, draft_spec) from None
     cost = getattr(draft, "cost", None)
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)

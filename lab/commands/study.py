@@ -4,8 +4,12 @@ Runs every prompt of the prompt set through prefill analysis, the entropy tracke
 and speculative decoding (:mod:`lab.study`), tests the four pre-stated hypotheses
 (:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
 Bad flags or a bad prompt file exit 2 before any model loads. An interrupted study
-(Ctrl-C) keeps its finished prompts in ``<out>/.study-work-<key>/``; the same
-command, or ``--resume`` with that directory, continues where it stopped.
+(Ctrl-C, SIGTERM) keeps its finished prompts in ``<out>/.study-work-<key>/`` and says
+so; the same command, or ``--resume DIR``, continues where it stopped. ``--resume``
+takes everything that changes the numbers from DIR (settings, stored prompt set,
+hence seeds) and works on DIR itself, renamed or copied; a typed flag that DIR fixes
+is refused unless it equals DIR's value. A work directory is locked while a study
+runs in it (:func:`lab.study.work.hold_work_dir`): a second run is refused in one line.
 
 Big studies: ``--shard K/N`` runs only the K-th of N disjoint, category-balanced
 slices into the same work-directory layout (and writes no report); ``--merge

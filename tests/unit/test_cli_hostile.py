@@ -156,3 +156,28 @@ def test_known_context_length_reads_a_local_config_without_loading(tmp_path):
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 77}')
     assert known_context_length(str(tmp_path)) == 77
     assert known_context_length(str(tmp_path / "missing")) is None
+
+
+def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, monkeypatch):
+    """Poor case: a --draft model that failed to load (after the target) was answered about --model."""
+    from lab import models, speculative
+    from tests import support
+
+    tok = support.chatml_tokenizer()
+
+    def tiny_load(name, **kw):
+        model = support.tiny_llama(vocab_size=len(tok))
+        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
+        return model, tok
+
+    def failing_draft(target, spec, **kw):
+        raise models.ModelUnavailableError(f"model {spec!r} ({spec}) is not available on this machine: the "
+                                           f"directory holds no loadable model; {models._USE_DEFAULT}")
+
+    draft_dir = tmp_path / "draft"
+    draft_dir.mkdir()
+    monkeypatch.setattr(models, "load_model", tiny_load)
+    monkeypatch.setattr(speculative, "make_draft", failing_draft)
+    rc = cli.main(["speculate", "hi", "--draft", str(draft_dir), "--device", "cpu", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--draft {str(draft_dir)!r}" in err and "--model smollm2" not in err, err
