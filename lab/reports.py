@@ -4,7 +4,9 @@ Every command writes ``<root>/<timestamp>-<kind>-<slug>/``. The files go to a hi
 staging directory beside it (``.<name>.partial-XXXX``) and the directory is renamed
 into place only after every file is written, so a visible report directory is
 always complete: an interrupted or failed run leaves none (the staging directory
-is removed on any exception, KeyboardInterrupt included).
+is removed on any exception, KeyboardInterrupt included, and the CLI turns SIGTERM
+into one); a staging directory left by a killed process is removed by the next
+report written in that root once it is :data:`STALE_STAGING_S` old.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -212,12 +215,31 @@ def fallback_root() -> Path:
     return Path(tempfile.gettempdir()) / "lab-reports"
 
 
+# A staging directory is written for seconds (a report's files); one older than this was left by a
+# process killed without cleanup (SIGKILL, power loss) and is removed by the next report in that root.
+STALE_STAGING_S = 6 * 3600
+
+
+def _sweep_stale_staging(root: Path) -> None:
+    now = time.time()
+    try:
+        for p in root.glob(".*.partial-*"):
+            try:
+                if p.is_dir() and now - p.stat().st_mtime > STALE_STAGING_S:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                continue
+    except OSError:
+        pass
+
+
 def _staging_with_fallback(root: Path, dirname: str) -> tuple[Path, Path]:
     """``(root, staging)``: staged under ``root``, else (an ``OSError``: permission, read-only
     filesystem, a pseudo-filesystem such as /sys, which ``os.access`` calls writable for root)
     under :func:`fallback_root`, with a warning naming both."""
     try:
         root.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_staging(root)
         return root, _make_staging(root, dirname)
     except OSError as exc:
         fallback = fallback_root()

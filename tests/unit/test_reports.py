@@ -211,3 +211,21 @@ def test_report_dir_has_the_users_normal_permissions(tmp_path, umask):
         os.umask(old)
     assert stat.S_IMODE(rd.final.stat().st_mode) == 0o777 & ~umask
     assert stat.S_IMODE((rd.final / "a.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_report_dir_removes_stale_staging_left_by_a_killed_run_and_keeps_fresh_ones(tmp_path):
+    """Poor case (issue 18): .partial-* directories of killed runs were never cleaned up."""
+    import os
+    import time
+
+    from lab.reports import STALE_STAGING_S
+
+    stale, fresh = tmp_path / ".old-entropy-x.partial-0000", tmp_path / ".now-entropy-x.partial-1111"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "report.json").write_text("{}")
+    old = time.time() - STALE_STAGING_S - 60
+    os.utime(stale, (old, old))
+    with report_dir(tmp_path, "entropy", "x") as rd:
+        rd.write_text("f.txt", "x")
+    assert not stale.exists() and fresh.exists() and rd.final.is_dir()
