@@ -162,8 +162,9 @@ def run(args: argparse.Namespace) -> int:
     if shard is not None and not plan.prompts:
         from lab.study.work import count_units
 
-        raise ValueError(f"--shard {args.shard} selects no prompt: the {len(plan.all_prompts)} selected prompts form "
-                         f"{count_units(plan.all_prompts)} units (a twin pair or a single prompt), so N must be at most that")
+        raise ValueError(f"--shard {args.shard} selects no prompt: the {len(plan.all_prompts)} selected prompts "
+                         f"form {count_units(plan.all_prompts)} units (a twin pair or a single prompt), so N must "
+                         "be at most that")
 
     with hold_work_dir(plan):  # another run in this work directory is refused here, in one line
         logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)

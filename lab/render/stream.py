@@ -161,7 +161,8 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
              "", "## Perplexity per policy", "",
              f"Evaluation region: {_region(result)} (from the largest budget on, every evicting "
              f"policy's cache is full); 95% BCa bootstrap CI over {result.summary[0]['n_chunks']} chunks of "
-             f"{cfg.chunk_tokens} targets; 'PPL all targets' covers every scored target. `recompute` scores one target in {cfg.recompute_every} (an exact fresh "
+             f"{cfg.chunk_tokens} targets; 'PPL all targets' covers every scored target. `recompute` scores "
+             f"one target in {cfg.recompute_every} (an exact fresh "
              "forward over its last W tokens each); its ratio to dense is on the same targets.", "",
              "| policy | keys/query | PPL [95% CI] | x dense | PPL all targets | alpha greedy | alpha sampled | wall s | peak MB |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

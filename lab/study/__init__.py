@@ -32,7 +32,8 @@ Resume: each finished prompt is written to ``<out>/.study-work-<key>/<id>.json``
 a hash of every setting that changes the numbers (:func:`settings_key`). A rerun
 with the same settings loads the finished prompts and runs only the rest;
 ``--resume <work dir>`` (:func:`plan_from_work_dir`) continues that directory
-itself, whatever its name, with its stored settings and prompt set (``prompts.json``); a work file that does not parse or does not match is ignored
+itself, whatever its name, with its stored settings and prompt set (``prompts.json``);
+a work file that does not parse or does not match is ignored
 and its prompt redone. The final report is written atomically by
 :mod:`lab.render.study` via :func:`lab.reports.report_dir`, after which the work
 directory is removed (:func:`discard_work`).
@@ -57,7 +58,8 @@ from lab.study.config import (DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEM
                               Runner, StudyConfig, prompt_seed)
 from lab.study.run import StudyResult, assemble, config_dict, merge_study, run_study, summarize_prompts
 from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, config_from_work_dir, discard_work, load_finished, plan_from_work_dir, plan_study,
+from lab.study.work import (StudyPlan, config_from_work_dir, discard_work, load_finished, plan_from_work_dir,
+                            plan_study,
                             prompts_display, save_finished, settings_key, shard_prompts, temperature_subset,
                             work_file)
 
@@ -66,6 +68,7 @@ __all__ = [
     "PER_PROMPT_COLUMNS", "PER_PROMPT_FIELDS", "PER_TOKEN_FIELDS", "TEMPERATURE_SUBSET_PER_CATEGORY",
     "WORK_FORMAT", "WORK_PREFIX", "ModelRunner", "Progress", "PromptOutcome", "Runner", "StudyConfig", "StudyPlan",
     "StudyResult", "assemble", "config_dict", "merge_study", "prompts_display", "shard_prompts",
-    "temperature_subset", "config_from_work_dir", "discard_work", "load_finished", "plan_from_work_dir", "plan_study",
+    "temperature_subset", "config_from_work_dir", "discard_work", "load_finished", "plan_from_work_dir",
+    "plan_study",
     "prompt_seed", "run_study", "save_finished", "settings_key", "summarize_prompts", "work_file",
 ]
