@@ -12,6 +12,12 @@ slices into the same work-directory layout (and writes no report); ``--merge
 DIR...`` builds one report from the shards' work directories, refusing shards
 whose settings differ. Any scheduler (a Slurm array, GNU parallel, several
 machines with a shared disk) can run the shards.
+
+On a Ray cluster: ``--ray [ADDRESS]`` runs the prompts on actors that each hold
+the models (:mod:`lab.study.cluster`), into the same work directory, so
+``--resume`` and ``--merge`` work as for a serial run. Without an address a local
+cluster is started on this machine; ``--ray auto`` joins a running one. Prompts
+that fail after Ray's retries are named, and no report is written without them.
 """
 
 from __future__ import annotations
@@ -58,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the work directory, without a report; merge the shards with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' or host:port joins a "
+                        "running cluster; no address starts a local one on this machine, sized to it")
+    p.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                   help="with --ray: actors to start, each holding the target and draft (default: one per GPU, "
+                        "else one per --threads CPUs of the cluster)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads: of this process (default: torch's choice), or with --ray of each actor, "
+                        "which reserves as many CPUs (default 1); the numbers equal across runs with equal threads")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -84,11 +99,16 @@ def checked_runner_factory(plan):
 def run(args: argparse.Namespace) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
+    from lab.machine import set_threads
     from lab.study import StudyConfig, config_from_work_dir, discard_work, plan_study, run_study
+    from lab.study.cluster import RayExecutor
 
-    # 1. Validate everything (flags, prompt file, device) before loading a model.
+    # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     if args.merge:
         return _merge(args)
+    cluster = cluster_config(args)
+    if cluster is None:
+        set_threads(args.threads)
     shard = parse_shard(args.shard) if args.shard else None
     if args.resume:
         config = config_from_work_dir(args.resume, n_resamples=args.resamples)
@@ -105,8 +125,12 @@ def run(args: argparse.Namespace) -> int:
     logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
 
     # 2. Run (or resume), with a progress bar on stderr.
+    factory = checked_runner_factory(plan)
+    executor = RayExecutor(cluster, factory) if cluster is not None else None
     with StudyProgress() as progress:
-        result = run_study(plan, progress=progress, runner_factory=checked_runner_factory(plan))
+        result = run_study(plan, progress=progress, runner_factory=factory, executor=executor)
+    if result.failed:
+        return _report_failed(result)
 
     # 3. A shard stops here: its prompts are in the work directory, for --merge.
     if shard is not None:
@@ -122,6 +146,42 @@ def run(args: argparse.Namespace) -> int:
     out.print(verdict_table(result))
     out.print(f"report: {path}")
     return 0
+
+
+def cluster_config(args: argparse.Namespace):
+    """The :class:`lab.study.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
+
+    Raises:
+        ValueError: ``--ray-actors`` without ``--ray``, a count below 1, or Ray not
+            installed (naming the ``lab[cluster]`` extra to install).
+    """
+    if args.ray is None:
+        if args.ray_actors is not None:
+            raise ValueError("--ray-actors needs --ray")
+        return None
+    from lab.study.cluster import ClusterConfig, require_ray
+
+    for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag}={v} must be an integer >= 1")
+    require_ray()
+    return ClusterConfig(address=args.ray or None, n_actors=args.ray_actors, threads=args.threads or 1)
+
+
+def _report_failed(result) -> int:
+    """No report for a study that lacks prompts: name them and say how to finish (exit 1)."""
+    import sys
+
+    plan = result.plan
+    n = len(result.missing)
+    lines = [f"lab study: {len(result.failed)} of {len(plan.prompts)} prompts failed on the cluster; "
+             f"the study lacks {n} prompt{'s' if n != 1 else ''}, so no report was written:"]
+    lines += [f"  {pid}: {error}" for pid, error in result.failed.items()]
+    lines.append(f"the {len(plan.prompts) - len(result.missing)} finished prompts are kept in {plan.work_dir}; "
+                 f"rerun the failed ones with: lab study --resume {plan.work_dir} --ray ..., or report without "
+                 f"them with: lab study --merge {plan.work_dir}")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -144,8 +204,8 @@ def _merge(args: argparse.Namespace) -> int:
     from lab.render.study import verdict_table, write_report
     from lab.study import merge_study
 
-    if args.resume or args.shard:
-        raise ValueError("--merge cannot be combined with --resume or --shard")
+    if args.resume or args.shard or args.ray is not None:
+        raise ValueError("--merge cannot be combined with --resume, --shard or --ray")
     result = merge_study(args.merge, n_resamples=args.resamples, out=args.out)
     path = write_report(result)
     out = stdout_console()
