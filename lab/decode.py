@@ -14,7 +14,7 @@ fix lands once:
   forward under both (and under the speculative loop's verify pass);
 * :func:`generate` is the one target-only decode loop (prefill, then one token per
   forward, EOS and budget stops), choosing each token with the lab's one sampling
-  filter (:mod:`lab.speculative.sampling`). The entropy tracker observes its steps
+  filter (:mod:`lab.sampling`). The entropy tracker observes its steps
   through ``on_step``; the baseline of ``lab bench`` is this loop unobserved.
 
 Rollback (speculative decoding). A sliding-window layer of transformers 5.24
@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
-if TYPE_CHECKING:  # lab.speculative's package imports this module; see generate()
-    from lab.speculative.sampling import SamplingConfig
+from lab import sampling as filters
+from lab.sampling import SamplingConfig
+
 
 # Layer kinds whose cached state is a recurrence over all past tokens: cropping
 # cannot restore an earlier state (transformers' `is_croppable` is False for them).
@@ -267,7 +268,7 @@ def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampli
         model: A transformers causal LM in eval mode.
         input_ids: int64 ``[1, S]`` (or ``[S]``) prompt ids.
         max_new_tokens: Budget of new tokens, >= 1; prompt + budget must fit the context.
-        sampling: A :class:`~lab.speculative.sampling.SamplingConfig` (default greedy).
+        sampling: A :class:`~lab.sampling.SamplingConfig` (default greedy).
         generator: Random source for sampling (on the model's device); seed it to
             reproduce a run. The same generator state gives the same tokens as any
             other caller of this loop.
@@ -283,10 +284,7 @@ def generate(model: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampli
     Raises:
         ValueError: bad ids, budget or context (see :func:`check_decode_input`).
     """
-    # Imported here: lab.speculative's package imports this module.
-    from lab.speculative import sampling as filters
-
-    sampling = sampling if sampling is not None else filters.SamplingConfig()
+    sampling = sampling if sampling is not None else SamplingConfig()
     ids = check_decode_input(model, input_ids, max_new_tokens)
     eos = eos_set(eos_token_ids)
     ids = ids.to(model_device(model))

@@ -1,7 +1,7 @@
 """Speculative decoding: a draft proposes gamma tokens, the target verifies them in one pass.
 
 Modules, in dependency order: :mod:`.verify` and :mod:`.theory` (pure math),
-:mod:`.sampling` (the lab's one sampling filter), :mod:`.drafts` (candidate
+the lab's one sampling filter (:mod:`lab.sampling`, re-exported as :mod:`.sampling`), :mod:`.drafts` (candidate
 generation), :mod:`.results` (result types and the statistics derived from them),
 :mod:`.loop` (the decode loop, on the decode core :mod:`lab.decode`) and
 :mod:`.bench` (measurements).
@@ -13,7 +13,7 @@ from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, ModelDraft, Pr
 from lab.speculative.loop import (FixedGamma, GammaPolicy, check_draft_spec, make_draft, speculative_generate,
                                   target_generate)
 from lab.speculative.results import RoundRecord, SpeculativeResult, TargetOnlyResult
-from lab.speculative.sampling import SamplingConfig, filter_logits, sampling_probs
+from lab.sampling import SamplingConfig, filter_logits, sampling_probs
 from lab.speculative.theory import (accepted_length_pmf, acceptance_probability, breakeven_alpha,
                                     expected_speedup, expected_tokens_per_round, flops_per_token)
 from lab.speculative.verify import residual_probs, verify, verify_greedy

@@ -32,7 +32,7 @@ import torch
 
 from lab.decode import check_rollback_supported, enable_rollback, new_cache, rollback_cache, sync
 from lab.entropy import entropy
-from lab.speculative.sampling import SamplingConfig, sample, sampling_probs
+from lab.sampling import SamplingConfig, sample, sampling_probs
 
 STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget")
 

@@ -35,7 +35,7 @@ from lab.decode import (check_decode_input, check_rollback_supported, enable_rol
 from lab.speculative.drafts import (AdaptiveDraftLength, Drafter, PromptLookupDraft, Proposal, early_exit_draft,
                                     empty_proposal, model_draft)
 from lab.speculative.results import RoundRecord, SpeculativeResult, TargetOnlyResult
-from lab.speculative.sampling import SamplingConfig, apply_processors, sampling_probs
+from lab.sampling import SamplingConfig, apply_processors, sampling_probs
 from lab.speculative.policies import FixedGamma, GammaPolicy
 from lab.speculative.verify import verify, verify_greedy
 
@@ -91,7 +91,7 @@ def speculative_generate(
             ``remaining - 1`` tokens so the emitted tokens never exceed the budget.
         max_new_tokens: Budget of new tokens, >= 1.
         temperature / top_p / top_k: The sampling filter for both sides
-            (:class:`~lab.speculative.sampling.SamplingConfig`); temperature 0 = greedy.
+            (:class:`~lab.sampling.SamplingConfig`); temperature 0 = greedy.
         generator: Random source (sampling mode); seed it for reproducible runs.
         adaptive: An :class:`~lab.speculative.drafts.AdaptiveDraftLength` or its
             string form ``"entropy:X"`` / ``"pmin:X"``; None = always gamma.

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab.speculative.sampling import SamplingConfig
+from lab.sampling import SamplingConfig
 from lab.speculative.theory import accepted_length_pmf, expected_tokens_per_round, geometric_fit
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lab import models as lab_models
-from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, select_prompts
+from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, select_prompts
+from lab.sources import load_prompt_set
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
                               WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig)
 
@@ -107,8 +108,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         ValueError: a bad prompt file (naming the line), bad settings, or a device /
             dtype that is not available.
     """
-    prompts_path = Path(config.prompts) if config.prompts else default_prompts_path()
-    prompts = select_prompts(load_prompts(prompts_path), config.limit)
+    prompts = select_prompts(load_prompt_set(config.prompts or default_prompts_path()), config.limit)  # file or source
     temps = temperature_subset(prompts)
     device = lab_models.resolve_device(config.device)
     dtype = str(lab_models.parse_dtype(config.dtype, device)).removeprefix("torch.")

@@ -16,7 +16,7 @@ The tracker owns no loop. It decodes with the lab's decode core,
 in the style of gpt-fast; the same loop is the target-only baseline of ``lab
 bench``), and observes each step through the core's ``on_step`` hook with a
 :class:`~lab.tracker.stats.StepRecorder`. Tokens are chosen by the lab's one
-sampling filter (:func:`lab.speculative.sampling.filter_logits`: temperature ->
+sampling filter (:func:`lab.sampling.filter_logits`: temperature ->
 top-k -> top-p, the operations of transformers' warpers, in the order
 ``generate`` applies them), so "the distribution sampled from" here is exactly the
 distribution speculative decoding verifies against.

@@ -63,8 +63,8 @@ class DecodeSettings:
 
     @property
     def sampling(self):
-        """The same filter as a :class:`~lab.speculative.sampling.SamplingConfig` (the lab's one filter)."""
-        from lab.speculative.sampling import SamplingConfig
+        """The same filter as a :class:`~lab.sampling.SamplingConfig` (the lab's one filter)."""
+        from lab.sampling import SamplingConfig
 
         return SamplingConfig(temperature=float(self.temperature), top_k=self.top_k, top_p=float(self.top_p))
 
@@ -180,7 +180,7 @@ def build_warpers(settings: DecodeSettings):
     """transformers' sampling warpers for ``settings``, in the order ``generate`` applies them.
 
     The decode loop does not use them: it applies the lab's one filter,
-    :func:`lab.speculative.sampling.filter_logits`, which the unit tests check
+    :func:`lab.sampling.filter_logits`, which the unit tests check
     against these warpers (same kept tokens, same probabilities).
 
     Returns:

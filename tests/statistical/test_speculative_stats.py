@@ -24,7 +24,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
 
-from lab.speculative.sampling import SamplingConfig, sampling_probs
+from lab.sampling import SamplingConfig, sampling_probs
 from lab.speculative.theory import accepted_length_pmf, acceptance_probability
 from lab.speculative.verify import residual_probs, verify
 from tests.support import chisq_pvalue

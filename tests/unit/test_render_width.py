@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 
 from lab.speculative.loop import RoundRecord, SpeculativeResult
-from lab.speculative.sampling import SamplingConfig
+from lab.sampling import SamplingConfig
 
 WIDTH = 80
 ELLIPSIS = "…"

@@ -1,4 +1,4 @@
-"""The shared sampling filter (lab/speculative/sampling.py) against its public contract.
+"""The shared sampling filter (lab/sampling.py) against its public contract.
 
 Expected distributions come from a float64 reference written from the definitions in
 :class:`SamplingConfig`'s docstring (temperature, then top-k with ties at the k-th value
@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.speculative.sampling import SamplingConfig, apply_processors, sample, sampling_probs
+from lab.sampling import SamplingConfig, apply_processors, sample, sampling_probs
 from tests.strategies import logit_vectors
 
 # sampling_probs returns float32 probabilities; against a float64 reference 1e-5 covers
@@ -214,3 +214,23 @@ def test_apply_processors_draft_tokens_moved_to_the_prefix_device():
     prefix = torch.empty(3, dtype=torch.long, device="meta")
     apply_processors(record, prefix, torch.tensor([1, 2]), torch.empty(3, 4, device="meta"))
     assert seen == [("meta", 3), ("meta", 4), ("meta", 5)]
+
+
+def test_sampling_module_ground_floor_decode_core_does_not_import_speculative():
+    """Guards the upward import (decode core -> lab.speculative) the filter's move removed.
+
+    A fresh interpreter imports ``lab.decode``: neither it nor ``lab.sampling`` may pull
+    in ``lab.speculative``, and the old path still re-exports the very same objects.
+    """
+    import subprocess
+    import sys
+
+    code = ("import sys, lab.decode, lab.sampling; "
+            "print(sorted(m for m in sys.modules if m.startswith('lab.speculative')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"lab.decode imported {out}"
+    import lab.sampling as ground
+    import lab.speculative.sampling as old
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(ground, name), name

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from lab.speculative.sampling import SamplingConfig, filter_logits, sampling_probs
+from lab.sampling import SamplingConfig, filter_logits, sampling_probs
 from lab.tracker import DecodeSettings, build_warpers
 from tests.strategies import finite_floats
 

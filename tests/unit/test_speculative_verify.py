@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from lab.speculative.sampling import SamplingConfig, sampling_probs
+from lab.sampling import SamplingConfig, sampling_probs
 from lab.speculative.theory import (accepted_length_pmf, acceptance_probability, breakeven_alpha, expected_speedup,
                                     expected_tokens_per_round, flops_per_token)
 from lab.speculative.verify import residual_probs, verify, verify_greedy

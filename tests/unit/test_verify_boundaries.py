@@ -18,7 +18,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.speculative.sampling import SamplingConfig, sampling_probs
+from lab.sampling import SamplingConfig, sampling_probs
 from lab.speculative.verify import RESIDUAL_MASS_FLOOR, TorchRandom, residual_probs, verify, verify_greedy
 from tests.random_sources import LARGEST_UNIFORM, StubRandom
 from tests.strategies import speculative_rounds, tied_logit_rows, uniforms_around
