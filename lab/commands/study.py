@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
-                        "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450")
+                        "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450, "
+                        "lab/data/prompts_power.jsonl 1,440 (the size the power table asks for)")
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
