@@ -164,9 +164,7 @@ def build(distractors: dict[str, str], real: dict[str, list[dict]]) -> list[dict
         for c in clean[::PER_CATEGORY // TWINS_PER_CATEGORY][:TWINS_PER_CATEGORY]:
             label = labels[turn % len(labels)]
             turn += 1
-            records.append({"id": f"{c['id']}-poisoned", "category": cat, "twin_of": c["id"], "variant": "poisoned",
-                            "distractor": label, "messages": [{"role": "user", "content": distractors[label]
-                                                                + "\n\n" + c["messages"][0]["content"]}]})
+            records.append(large.twin_record(c, label, distractors[label]))
     return records
 
 

@@ -15,6 +15,7 @@ import pytest
 from lab.data import make_prompts_power as gen
 from lab.health_calibration import distractor_texts
 from lab.prompts import CATEGORIES, load_prompts
+from tests.unit.test_prompts_large import assert_twins_built_like_the_embedded_set
 
 POWER_SET = Path(gen.__file__).with_name("prompts_power.jsonl")
 README = Path(__file__).parents[2] / "README.md"
@@ -38,14 +39,7 @@ def test_prompts_power_size_balance_and_twins_built_like_the_embedded_set(prompt
     counts = Counter((p.category, p.variant) for p in prompts)
     for cat in CATEGORIES:
         assert counts[(cat, "clean")] == gen.PER_CATEGORY and counts[(cat, "poisoned")] == gen.TWINS_PER_CATEGORY
-    by_id = {p.id: p for p in prompts}
-    distractors = set(distractor_texts(load_prompts()).values())
-    for p in prompts:
-        if p.twin_of:
-            clean = by_id[p.twin_of].messages[-1]["content"]
-            head = p.messages[-1]["content"][: -len("\n\n" + clean)]
-            assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors
-    assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)  # no duplicate prompt
+    assert_twins_built_like_the_embedded_set(prompts)
 
 
 def test_prompts_power_holds_every_distinct_real_source_prompt(prompts):
