@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-actors", type=int, default=None, metavar="N",
                    help="with --ray: actors to start, each holding the target and draft (default: one per GPU, "
                         "else one per --threads CPUs of the cluster)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads: of this process (default: torch's choice), or with --ray of each actor, "
                         "which reserves as many CPUs (default 1); the numbers equal across runs with equal threads")
     add_out_arg(p)
