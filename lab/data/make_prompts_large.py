@@ -196,10 +196,16 @@ def build(distractors: dict[str, str]) -> list[dict]:
         for c in clean[::step][:TWINS_PER_CATEGORY]:
             label = labels[turn % len(labels)]
             turn += 1
-            records.append({"id": f"{c['id']}-poisoned", "category": cat, "twin_of": c["id"], "variant": "poisoned",
-                            "distractor": label, "messages": [{"role": "user", "content": distractors[label]
-                                                                + "\n\n" + c["messages"][0]["content"]}]})
+            records.append(twin_record(c, label, distractors[label]))
     return records
+
+
+def twin_record(clean: dict, label: str, distractor: str) -> dict:
+    """The poisoned twin of a clean record, built as the embedded set's twins are: the
+    distractor text, a blank line, then the clean prompt."""
+    return {"id": f"{clean['id']}-poisoned", "category": clean["category"], "twin_of": clean["id"],
+            "variant": "poisoned", "distractor": label,
+            "messages": [{"role": "user", "content": distractor + "\n\n" + clean["messages"][0]["content"]}]}
 
 
 def main() -> None:

@@ -31,7 +31,8 @@ from lab.study import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS, StudyResult, config_
 
 
 class StudyProgress:
-    """A Rich progress bar on stderr: prompts done, elapsed and time left.
+    """A Rich progress bar on stderr: prompts done, elapsed and time left; on a cluster
+    also the prompts in flight and failed (``status``, from :mod:`lab.study.cluster`).
 
     Use as a context manager and pass it as ``progress`` to :func:`lab.study.run_study`.
     """
@@ -39,7 +40,8 @@ class StudyProgress:
     def __init__(self) -> None:
         self._progress = Progress(
             TextColumn("[bold]study[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("prompts"),
-            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[counts]}"),
+            TextColumn("{task.fields[last]}"),
             console=stderr_console(), transient=False,
         )
         self._task: Any = None
@@ -52,7 +54,10 @@ class StudyProgress:
         self._progress.stop()
 
     def start(self, total: int, done: int) -> None:
-        self._task = self._progress.add_task("study", total=total, completed=done, last="")
+        self._task = self._progress.add_task("study", total=total, completed=done, last="", counts="")
+
+    def status(self, in_flight: int, failed: int) -> None:
+        self._progress.update(self._task, counts=f"{in_flight} in flight, {failed} failed")
 
     def advance(self, prompt_id: str, wall_s: float) -> None:
         self._progress.update(self._task, advance=1, last=f"{prompt_id} ({wall_s:.1f} s)")
@@ -204,6 +209,8 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
     if result.info.get("model"):
         env["model"] = result.info["model"]
     env["draft"] = result.info.get("draft", result.plan.settings["draft"])
+    if result.info.get("cluster"):
+        env["cluster"] = result.info["cluster"]
     return {
         "kind": "study",
         "settings": result.plan.settings,

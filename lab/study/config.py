@@ -215,6 +215,9 @@ class Progress(Protocol):
 
     def advance(self, prompt_id: str, wall_s: float) -> None: ...
 
+    # Optional: ``status(in_flight: int, failed: int)``, called by executors that run
+    # several prompts at once (:mod:`lab.study.cluster`) whenever either count changes.
+
 
 class _NoProgress:
     def start(self, total: int, done: int) -> None:

@@ -9,7 +9,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from lab.analysis import StudyAnalysis, analyze
 from lab.analysis.claims import temperature_column
@@ -36,7 +36,10 @@ class StudyResult:
         n_resumed: Prompts loaded from the work directory instead of run.
         wall_s: Wall time of this invocation up to the analysis (model loading included).
         started: ``time.perf_counter()`` at the start, so the report can add its own time.
-        missing: Prompts of the plan with no finished outcome (a merge of incomplete shards).
+        missing: Prompts of the plan with no finished outcome (a merge of incomplete shards,
+            or prompts the executor gave up on).
+        failed: Prompt id -> why the executor gave up on it (empty for a serial run, which
+            stops at a runner's error instead).
         merged_from: Work directories a merged report was built from (empty otherwise).
     """
 
@@ -50,6 +53,7 @@ class StudyResult:
     started: float = field(default=0.0, repr=False)
     missing: list[str] = field(default_factory=list)
     merged_from: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def compute_s(self) -> float:
@@ -59,7 +63,7 @@ class StudyResult:
 
 def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None = None,
               runner_factory: Callable[[StudyConfig], Runner] | None = None,
-              progress: Progress | None = None) -> StudyResult:
+              progress: Progress | None = None, executor: Executor | None = None) -> StudyResult:
     """Run (or resume) the study and analyze it; the report is written by the caller.
 
     Args:
@@ -69,6 +73,9 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
             ``None`` (default :meth:`ModelRunner.load`); called only when some
             prompt is left to run, so a finished work directory loads no model.
         progress: Progress events (``start`` once, ``advance`` per prompt run).
+        executor: Where the prompts run (:class:`Executor`); default a
+            :class:`SerialExecutor` over ``runner`` / ``runner_factory``. Prompts it
+            gives up on are in ``failed`` and ``missing`` of the result.
 
     Returns:
         A :class:`StudyResult`.
@@ -80,11 +87,11 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
     """
     plan = config_or_plan if isinstance(config_or_plan, StudyPlan) else plan_study(config_or_plan)
     with hold_work_dir(plan):
-        return _run_held(plan, runner=runner, runner_factory=runner_factory, progress=progress)
+        return _run_held(plan, runner=runner, runner_factory=runner_factory, progress=progress, executor=executor)
 
 
 def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callable[[StudyConfig], Runner] | None,
-              progress: Progress | None) -> StudyResult:
+              progress: Progress | None, executor: Executor | None) -> StudyResult:
     """:func:`run_study` with the work directory held."""
     started = time.perf_counter()
     progress = progress or _NoProgress()
@@ -105,40 +112,118 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
     if n_resumed:
         logger.info("resuming %s: %d of %d prompts already finished", plan.work_dir, n_resumed, len(plan.prompts))
 
-    # 2. run what is left, one atomic work file per finished prompt
+    # 2. run what is left through the executor (here, or on a cluster), one atomic work file per finished prompt
     info_file = plan.work_dir / "runner.json"
     info: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     if todo:
-        if runner is None:
-            try:
-                runner = (runner_factory or ModelRunner.load)(plan.config)
-            except BaseException:  # e.g. a draft deeper than the target: leave nothing behind
-                if created:
-                    shutil.rmtree(plan.work_dir, ignore_errors=True)
-                raise
-        info = dict(getattr(runner, "info", {}) or {})
+        executor = executor or SerialExecutor(runner, runner_factory)
+        try:
+            info = executor.start(plan)
+        except BaseException:  # e.g. a draft deeper than the target: leave nothing behind
+            executor.close()
+            if created:
+                shutil.rmtree(plan.work_dir, ignore_errors=True)
+            raise
         _write_json_atomic(info_file, info)
     elif info_file.is_file():
         info = json.loads(info_file.read_text(encoding="utf-8"))
     progress.start(len(plan.prompts), n_resumed)
-    for p in todo:
-        t0 = time.perf_counter()
-        outcome = runner(p)
-        missing = [k for k in PER_PROMPT_FIELDS if k not in outcome.row and k not in _PIPELINE_FIELDS]
-        if missing:
-            raise ValueError(f"runner returned no {missing} for prompt {p.id!r}")
-        for k in OPTIONAL_FIELDS:
-            outcome.row.setdefault(k, None)  # not measured by this runner (None survives JSON, unlike NaN)
-        if p.id in plan.temperature_ids:
-            _temperature_runs(runner, p, outcome, plan.config.temperature)
-        outcome.row["wall_s"] = time.perf_counter() - t0
-        outcome.row.update({"id": p.id, "category": p.category, "variant": p.variant, "twin_of": p.twin_of})
-        save_finished(plan, p, outcome)
-        outcomes[p.id] = outcome
-        progress.advance(p.id, outcome.row["wall_s"])
+    if todo:
+        try:
+            for p, got in executor.run(todo, progress):  # in the order they finish
+                if isinstance(got, PromptFailure):
+                    failed[p.id] = got.error
+                    continue
+                save_finished(plan, p, got)
+                outcomes[p.id] = got
+                progress.advance(p.id, got.row["wall_s"])
+        finally:
+            executor.close()
 
     # 3. tables in prompt order, then the analysis
-    return assemble(plan, outcomes, info, n_resumed=n_resumed, started=started)
+    result = assemble(plan, outcomes, info, n_resumed=n_resumed, started=started)
+    result.failed = failed
+    return result
+
+
+def measure(runner: Runner, prompt: StudyPrompt, plan: StudyPlan) -> PromptOutcome:
+    """One prompt's full outcome: the runner's numbers, the H6 temperature runs, its wall time and ids.
+
+    The unit of work of every executor (run here by :class:`SerialExecutor`, inside
+    an actor by :mod:`lab.study.cluster`); a prompt's numbers depend only on the
+    settings and its seed, never on where or in which order it runs.
+
+    Raises:
+        ValueError: the runner left out a field of :data:`PER_PROMPT_FIELDS`.
+    """
+    t0 = time.perf_counter()
+    outcome = runner(prompt)
+    missing = [k for k in PER_PROMPT_FIELDS if k not in outcome.row and k not in _PIPELINE_FIELDS]
+    if missing:
+        raise ValueError(f"runner returned no {missing} for prompt {prompt.id!r}")
+    for k in OPTIONAL_FIELDS:
+        outcome.row.setdefault(k, None)  # not measured by this runner (None survives JSON, unlike NaN)
+    if prompt.id in plan.temperature_ids:
+        _temperature_runs(runner, prompt, outcome, plan.config.temperature)
+    outcome.row["wall_s"] = time.perf_counter() - t0
+    outcome.row.update({"id": prompt.id, "category": prompt.category, "variant": prompt.variant,
+                        "twin_of": prompt.twin_of})
+    return outcome
+
+
+@dataclass(frozen=True)
+class PromptFailure:
+    """A prompt an executor gave up on (after its own retries): ``error`` says why, in one line."""
+
+    error: str
+
+
+class Executor(Protocol):
+    """Where the study's prompts run: :class:`SerialExecutor` here, :class:`lab.study.cluster.RayExecutor` on Ray.
+
+    ``run_study`` calls ``start`` once (it loads the models and returns the runner's
+    ``info``), then iterates ``run``, which yields ``(prompt, outcome)`` for every
+    prompt in the order they finish, the outcome being :func:`measure`'s or a
+    :class:`PromptFailure`; ``close`` is always called last. The driver alone writes
+    the work directory, so an executor never touches files.
+    """
+
+    def start(self, plan: StudyPlan) -> dict[str, Any]: ...
+
+    def run(self, prompts: Sequence[StudyPrompt],
+            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]: ...
+
+    def close(self) -> None: ...
+
+
+class SerialExecutor:
+    """The prompts one after another in this process, with one runner (the default executor).
+
+    Args:
+        runner: A :data:`Runner` (tests pass a fake); ``None`` builds one in ``start``.
+        runner_factory: Builds it from the config (default :meth:`ModelRunner.load`).
+
+    A runner's exception is not caught: it stops the study (finished prompts stay in
+    the work directory), as a serial run always has.
+    """
+
+    def __init__(self, runner: Runner | None = None, runner_factory: Callable[[StudyConfig], Runner] | None = None):
+        self.runner, self.runner_factory, self.plan = runner, runner_factory, None
+
+    def start(self, plan: StudyPlan) -> dict[str, Any]:
+        if self.runner is None:
+            self.runner = (self.runner_factory or ModelRunner.load)(plan.config)
+        self.plan = plan
+        return dict(getattr(self.runner, "info", {}) or {})
+
+    def run(self, prompts: Sequence[StudyPrompt],
+            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]:
+        for p in prompts:
+            yield p, measure(self.runner, p, self.plan)
+
+    def close(self) -> None:
+        pass
 
 
 _PIPELINE_FIELDS = ("id", "category", "variant", "twin_of", "wall_s")  # filled by run_study, not the runner

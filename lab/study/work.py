@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lab import models as lab_models
-from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, load_prompts, parse_prompts, select_prompts
+from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
+from lab.sources import SOURCES, load_prompt_set
 from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
                               WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
 
@@ -124,8 +125,8 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         ValueError: a bad prompt file (naming the line), bad settings, or a device /
             dtype that is not available.
     """
-    prompts_path = Path(config.prompts) if config.prompts else default_prompts_path()
-    return _plan(config, select_prompts(load_prompts(prompts_path), config.limit))
+    prompts = select_prompts(load_prompt_set(config.prompts or default_prompts_path()), config.limit)  # file or source
+    return _plan(config, prompts)
 
 
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:
@@ -214,11 +215,11 @@ def _stored_prompts(path: Path, settings: dict[str, Any], flag: str) -> list[Stu
         return prompts
     file = settings.get("prompts_file")
     where = repr(file) if file else "the embedded prompt set"
-    if file and not Path(file).is_file():
+    if file and not Path(file).is_file() and file not in SOURCES:
         raise ValueError(f"{flag}={str(path)!r} was started with the prompt file {file!r}, which is not found from "
                          f"{str(Path.cwd())!r}; run from the directory the study was started in")
     try:
-        prompts = select_prompts(load_prompts(file), settings.get("limit"))
+        prompts = select_prompts(load_prompt_set(file), settings.get("limit"))
     except ValueError as exc:
         raise ValueError(f"{flag}={str(path)!r}: its prompt file {where} no longer loads ({exc})") from None
     if prompts_digest(prompts) != settings.get("prompts_sha256"):

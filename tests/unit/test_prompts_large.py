@@ -25,6 +25,11 @@ def test_prompts_large_balanced_with_twins_built_like_the_embedded_set():
     counts = Counter((p.category, p.variant) for p in prompts)
     for cat in CATEGORIES:
         assert counts[(cat, "clean")] == gen.PER_CATEGORY and counts[(cat, "poisoned")] == gen.TWINS_PER_CATEGORY
+    assert_twins_built_like_the_embedded_set(prompts)
+
+
+def assert_twins_built_like_the_embedded_set(prompts):
+    """Every twin is one of the embedded set's distractors, a blank line, its clean twin; no prompt twice."""
     by_id = {p.id: p for p in prompts}
     distractors = set(distractor_texts(load_prompts()).values())
     for p in prompts:

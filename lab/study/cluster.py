@@ -1,0 +1,319 @@
+"""The study on a Ray cluster: one actor per worker slot holds the models, prompts are tasks.
+
+:class:`RayExecutor` is an :class:`lab.study.run.Executor`: ``run_study`` drives it
+exactly as it drives the serial one, and the driver alone writes each finished
+prompt into the study's work directory as it arrives (so ``--resume`` and
+``--merge`` work unchanged, and a restarted driver never recomputes a stored
+prompt). Each prompt is :func:`lab.study.run.measure` run inside an actor; its
+numbers depend only on the settings, its seed and the torch thread count, so a
+cluster run equals a serial run with the same threads.
+
+Layout (Ray's documented patterns, https://docs.ray.io/en/latest/ray-core/actors.html):
+
+* **Actors, one per worker slot.** With GPUs in the cluster a slot is one GPU
+  (``num_gpus=1``) plus ``threads`` CPUs; without, it is ``threads`` CPUs. Each
+  actor sets ``torch.set_num_threads(threads)`` and loads the target and draft
+  once, in its constructor (the runner factory, default
+  :meth:`lab.study.ModelRunner.load`), with the device and dtype the driver
+  fixed in the study's settings.
+* **Prompts are actor tasks**, at most :data:`IN_FLIGHT_PER_ACTOR` per actor, the
+  next sent when one finishes, so a slow actor never holds a queue of its own.
+* **Faults are Ray's business** (https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html):
+  an actor whose process dies is restarted by Ray (``max_restarts``) and its
+  unfinished prompts are resent by Ray (``max_task_retries``); this module
+  retries nothing itself. A prompt whose retries are used up, or that raises a
+  Python error (deterministic: it would raise again, so Ray does not retry it),
+  comes back as a :class:`lab.study.run.PromptFailure` naming it, and the study
+  then lacks it (``StudyResult.failed``). An actor that stays dead after its
+  restarts gets no more prompts; when none is left the rest fail as well.
+
+The cluster: ``address=None`` starts a local one on this machine (dashboard off,
+sized by Ray to the CPUs and GPUs it detects) and stops it at the end; ``"auto"``
+or ``host:port`` / ``ray://host:port`` connects to a running cluster
+(``ray start --head``) and only disconnects. A driver already connected
+(``ray.is_initialized()``) is used as it is. Every node needs the lab installed
+(``pip install 'lab[cluster]'``) and the models in its cache.
+
+Ray is an optional dependency (the ``lab[cluster]`` extra): it is imported only
+here, only when a cluster run starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from lab.prompts import StudyPrompt
+from lab.study.config import Progress, PromptOutcome, Runner, StudyConfig
+from lab.study.run import PromptFailure, measure
+from lab.study.runner import ModelRunner
+from lab.study.work import StudyPlan
+
+logger = logging.getLogger(__name__)
+
+RAY_EXTRA = "lab[cluster]"
+# An actor's process may die (OOM killer, a node lost, a crashed kernel) several times
+# in a long study; three restarts cover that without looping forever on a node that
+# cannot load the models at all.
+DEFAULT_MAX_RESTARTS = 3
+# A prompt is resent after its actor died at most twice: a prompt that kills its
+# actor three times (e.g. runs it out of memory) is a property of the prompt, and is
+# reported rather than allowed to use up every actor's restarts.
+DEFAULT_MAX_TASK_RETRIES = 2
+# One prompt running and one queued behind it per actor: the actor never idles while
+# the driver saves a result, and no actor holds more than one prompt in reserve.
+IN_FLIGHT_PER_ACTOR = 2
+
+
+def require_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        ValueError: Ray is not installed, naming the extra that installs it (the
+            CLI turns this into exit status 2 before any model loads).
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(f"--ray needs Ray, which is not installed: pip install '{RAY_EXTRA}' "
+                         "(make setup installs it)") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where and how wide a cluster study runs.
+
+    Attributes:
+        address: ``None`` starts a local cluster on this machine; ``"auto"``,
+            ``host:port`` or ``ray://host:port`` joins a running one.
+        n_actors: Actors to start; ``None`` = one per worker slot of the cluster.
+        threads: CPUs each actor reserves, and its torch threads.
+        max_restarts: Ray's ``max_restarts`` of each actor.
+        max_task_retries: Ray's ``max_task_retries`` of each prompt.
+    """
+
+    address: str | None = None
+    n_actors: int | None = None
+    threads: int = 1  # one thread per actor: on CPUs, more actors beat more threads per decode
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    max_task_retries: int = DEFAULT_MAX_TASK_RETRIES
+
+    def __post_init__(self) -> None:
+        if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
+            raise ValueError(f"address={self.address!r} must be 'auto', host:port or ray://host:port")
+        for name in ("n_actors", "threads", "max_restarts", "max_task_retries"):
+            v = getattr(self, name)
+            if v is None and name == "n_actors":
+                continue
+            low = 1 if name in ("n_actors", "threads") else 0
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{name}={v!r} must be an integer >= {low}")
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How the actors are placed: ``n_actors`` of ``num_cpus`` CPUs and ``num_gpus`` GPUs each."""
+
+    n_actors: int
+    num_cpus: int
+    num_gpus: int
+    capacity: int  # slots the cluster has now
+
+
+def plan_slots(resources: dict[str, float], config: ClusterConfig, *, local: bool) -> Slots:
+    """One actor per worker slot of ``resources`` (``ray.cluster_resources()``).
+
+    A slot is one GPU and ``threads`` CPUs where the cluster has GPUs, else
+    ``threads`` CPUs.
+
+    Raises:
+        ValueError: no slot at all, or (on a local cluster, which cannot grow) more
+            ``n_actors`` than slots. A remote cluster may be autoscaling: there the
+            extra actors wait for nodes, with a warning.
+    """
+    cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+    num_gpus = 1 if gpus else 0
+    capacity = min(gpus, cpus // config.threads) if gpus else cpus // config.threads
+    if capacity < 1:
+        raise ValueError(f"threads={config.threads} per actor: the cluster has only {cpus} CPUs")
+    n = config.n_actors or capacity
+    if n > capacity:
+        what = f"{capacity} slots ({cpus} CPUs, {gpus} GPUs, {config.threads} threads per actor)"
+        if local:
+            raise ValueError(f"n_actors={n}: this machine's cluster has {what}")
+        logger.warning("n_actors=%d but the cluster has %s now; the rest wait for nodes", n, what)
+    return Slots(n, config.threads, num_gpus, capacity)
+
+
+class PromptActor:
+    """Inside one Ray actor: the runner, loaded once, and :func:`measure` per prompt.
+
+    A load error is kept and raised by :meth:`ready` (so the driver shows the
+    cause, not a dead actor) and by every :meth:`measure`.
+    """
+
+    def __init__(self, plan: StudyPlan, runner_factory: Callable[[StudyConfig], Runner] | None, threads: int):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.plan, self.runner, self.error = plan, None, None
+        try:
+            self.runner = (runner_factory or ModelRunner.load)(plan.config)
+        except Exception as exc:  # noqa: BLE001 - re-raised by ready() and measure()
+            self.error = exc
+
+    def ready(self) -> dict[str, Any]:
+        import torch
+
+        if self.error is not None:
+            raise self.error
+        return {"info": dict(getattr(self.runner, "info", {}) or {}), "pid": os.getpid(),
+                "torch_threads": torch.get_num_threads()}
+
+    def measure(self, prompt: StudyPrompt) -> PromptOutcome:
+        if self.runner is None:
+            raise RuntimeError(f"this actor could not load the models: {self.error!r}")
+        return measure(self.runner, prompt, self.plan)
+
+
+class RayExecutor:
+    """Runs the study's prompts on a Ray cluster (:class:`lab.study.run.Executor`).
+
+    Args:
+        config: Address, actors, threads and Ray's retry limits.
+        runner_factory: Builds each actor's runner from the study config (default
+            :meth:`ModelRunner.load`); pickled to the actors, so it must be
+            importable there or defined locally (cloudpickle sends it by value).
+
+    Raises:
+        ValueError: Ray not installed (:func:`require_ray`), a cluster without room
+            (:func:`plan_slots`), or the runner factory's own error in an actor
+            (re-raised as itself, e.g. a prompt too long for the target).
+    """
+
+    def __init__(self, config: ClusterConfig, runner_factory: Callable[[StudyConfig], Runner] | None = None):
+        self.config, self.runner_factory = config, runner_factory
+        self.ray = require_ray()
+        self.actors: list[Any] = []
+        self._plan_ref: Any = None
+        self._owns_cluster = False
+
+    def start(self, plan: StudyPlan) -> dict[str, Any]:
+        ray = self.ray
+        # 1. join or start the cluster
+        if not ray.is_initialized():
+            kw = {"include_dashboard": False} if self.config.address is None else {"address": self.config.address}
+            ray.init(log_to_driver=False, logging_level=logging.WARNING, **kw)
+            self._owns_cluster = True
+        resources = ray.cluster_resources()
+        slots = plan_slots(resources, self.config, local=self.config.address is None)
+        if slots.num_gpus and plan.settings["device"] == "cpu":
+            logger.warning("the cluster has GPUs but the study's device is cpu; pass --device cuda to use them")
+
+        # 2. one actor per slot, each loading the models once, with the device the settings fixed
+        pinned = dataclasses.replace(plan.config, device=plan.settings["device"], dtype=plan.settings["dtype"])
+        # Held for the executor's life: Ray rebuilds a restarted actor from these arguments
+        # (Ray warns once per actor that they live in the object store; this reference keeps them).
+        self._plan_ref = ray.put(dataclasses.replace(plan, config=pinned))
+        actor_cls = ray.remote(num_cpus=slots.num_cpus, num_gpus=slots.num_gpus,
+                               max_restarts=self.config.max_restarts,
+                               max_task_retries=self.config.max_task_retries)(PromptActor)
+        logger.info("starting %d actors (%d CPUs, %d GPUs each); each loads the models",
+                    slots.n_actors, slots.num_cpus, slots.num_gpus)
+        self.actors = [actor_cls.remote(self._plan_ref, self.runner_factory, self.config.threads)
+                       for _ in range(slots.n_actors)]
+        try:
+            ready = ray.get([a.ready.remote() for a in self.actors])
+        except ray.exceptions.RayTaskError as exc:  # the factory's own error, e.g. a too-long prompt
+            raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
+
+        # 3. what the report records: the runner's info plus the cluster's shape
+        info = dict(ready[0]["info"])
+        if any("load_s" in r["info"] for r in ready):  # the actors load in parallel: the slowest counts
+            info["load_s"] = max(float(r["info"].get("load_s") or 0.0) for r in ready)
+        info["cluster"] = {"address": self.config.address or "local", "ray": ray.__version__,
+                           "n_actors": slots.n_actors, "cpus_per_actor": slots.num_cpus,
+                           "gpus_per_actor": slots.num_gpus, "torch_threads_per_actor": ready[0]["torch_threads"],
+                           "nodes": sum(1 for n in ray.nodes() if n.get("Alive")),
+                           "max_restarts": self.config.max_restarts,
+                           "max_task_retries": self.config.max_task_retries}
+        return info
+
+    def run(self, prompts: Sequence[StudyPrompt],
+            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]:
+        ray = self.ray
+        queue = deque(prompts)
+        pending: dict[Any, tuple[StudyPrompt, int]] = {}  # object ref -> (prompt, actor index)
+        load = [0] * len(self.actors)
+        alive = set(range(len(self.actors)))
+        n_failed = 0
+        status = getattr(progress, "status", None)
+
+        def feed() -> None:
+            for i in sorted(alive):
+                while queue and load[i] < IN_FLIGHT_PER_ACTOR:
+                    p = queue.popleft()
+                    pending[self.actors[i].measure.remote(p)] = (p, i)
+                    load[i] += 1
+
+        feed()
+        while pending:
+            if status is not None:
+                status(len(pending), n_failed)
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            p, i = pending.pop(ref)
+            load[i] -= 1
+            actor_died = False
+            try:
+                got: PromptOutcome | PromptFailure = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # a Python error in the task: not retried
+                got = PromptFailure(_one_line(exc.cause or exc))
+            except ray.exceptions.RayError as exc:  # the actor died and Ray's retries are used up
+                got = PromptFailure(f"its actor died {self.config.max_task_retries + 1} times ({_one_line(exc)})")
+                actor_died = True
+            if isinstance(got, PromptFailure):
+                n_failed += 1
+                logger.warning("prompt %s failed: %s", p.id, got.error)
+            yield p, got
+            if actor_died and i in alive and not self._still_alive(i):
+                alive.discard(i)
+                logger.warning("actor %d is dead after its %d restarts; %d actors left",
+                               i, self.config.max_restarts, len(alive))
+            if not alive:
+                while queue:
+                    n_failed += 1
+                    yield queue.popleft(), PromptFailure("no live actor was left to run it")
+            feed()
+        if status is not None:
+            status(0, n_failed)
+
+    def _still_alive(self, i: int) -> bool:
+        """Whether actor ``i`` answers (Ray restarts it first if it has restarts left)."""
+        try:
+            self.ray.get(self.actors[i].ready.remote())
+            return True
+        except self.ray.exceptions.RayError:
+            return False
+
+    def close(self) -> None:
+        """Stop the actors; stop the local cluster if this executor started it (disconnect otherwise)."""
+        ray = self.ray
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors, self._plan_ref = [], None
+        if self._owns_cluster and ray.is_initialized():
+            ray.shutdown()
+        self._owns_cluster = False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
