@@ -28,7 +28,8 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
-WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then redone
+WORK_FORMAT = 3  # bump when the work-file layout or the pipeline changes; old files are then redone
+# (3: one target decode per prompt, issue 16; decode_s is no longer measured)
 # H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
 # speculative decode at each of these temperatures (the main run's alpha is reused
 # when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
@@ -43,13 +44,14 @@ PER_PROMPT_FIELDS = (
     "context_health", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", "n_content_sinks",
     "mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "n_new_tokens",
     "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
-    "prefill_s", "decode_s", "speculative_s", "wall_s", "text",
+    "prefill_s", "speculative_s", "wall_s", "text",
 )
 # Left None (empty in the CSV) when a runner does not report them (older or fake runners): the
 # count-based health (issue 9 keeps it for comparison), the subword summary of the
-# tracked decode (H5) and alpha at the design temperatures (H6, subset only).
+# tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time
+# of a separate tracked decode (decode_s: runners before issue 16; the real runner has none).
 OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
-                   "n_multi_token_words", *H6_COLUMNS, "temperature_s")
+                   "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s")
 PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
