@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
+    p.add_argument("--draft-dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                   help="dtype of a draft model (default: the study's measured choice for the profile, "
+                        "else the target's dtype)")
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         config = StudyConfig(model=args.model, draft=args.draft, prompts=args.prompts, limit=args.limit,
                              max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed,
                              temperature=args.temperature, device=args.device, dtype=args.dtype, out=args.out,
-                             n_resamples=args.resamples)
+                             n_resamples=args.resamples, draft_dtype=args.draft_dtype)
     if shard is not None:
         import dataclasses
 

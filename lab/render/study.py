@@ -203,6 +203,9 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
     if result.info.get("model"):
         env["model"] = result.info["model"]
     env["draft"] = result.info.get("draft", result.plan.settings["draft"])
+    for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # ModelRunner's (issue 16)
+        if key in result.info:
+            env[key] = result.info[key]
     return {
         "kind": "study",
         "settings": result.plan.settings,

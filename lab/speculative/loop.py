@@ -287,7 +287,8 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
     return "model"
 
 
-def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None) -> Drafter:
+def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None,
+               dtype: Any = None) -> Drafter:
     """Build a drafter from a spec string.
 
     Args:
@@ -298,14 +299,26 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         target_tokenizer: The target's tokenizer, to check a separate draft's
             vocabulary token by token (without it, the two ``vocab_size`` values
             must be equal).
+        device: Where a draft model goes (default: the target's device).
+        dtype: A draft model's dtype (``"bfloat16"``, ``torch.float32`` ...; default:
+            the target's). Early-exit drafts share the target's weights and dtype:
+            asking another dtype for one is an error.
 
     Raises:
-        ValueError: a malformed spec, N out of range, or a vocabulary mismatch
+        ValueError: a malformed spec, N out of range, a dtype for a draft without its
+            own weights, or a vocabulary mismatch
             (decided from the draft's tokenizer before its weights load). A draft
             model of any depth or cost is admitted; see ``.cost`` on the result.
         lab.models.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    target_dtype = next(target.parameters()).dtype
+    if dtype is not None and kind != "model":
+        from lab.devices import parse_dtype
+
+        if parse_dtype(dtype, model_device(target)) != target_dtype:
+            raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own "
+                             f"(it runs in the target's {str(target_dtype).removeprefix('torch.')})")
     if kind == "early-exit":
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
@@ -320,8 +333,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             pass  # load_model below says why the draft is unavailable, in the same words
 
     dev = device or model_device(target)
-    dtype = next(target.parameters()).dtype
-    draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
+    draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype)
     if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
         return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)

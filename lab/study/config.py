@@ -39,6 +39,14 @@ WORK_FORMAT = 3  # bump when the work-file layout or the pipeline changes; old f
 # then ~780 s wall on 2 threads (680 s measured before) or ~860 s CPU on one thread.
 TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
+# The draft's dtype in the study, per target profile whose profile draft is a separate
+# model: chosen by a measured end-to-end comparison on the study's own prompts (issue 16,
+# item 2; the figures are beside each entry), since a half-precision draft can be faster
+# per step yet slower to prefill, depending on the CPU. (dtype, where the choice came
+# from); a profile not listed runs its draft in the target's dtype.
+STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {}
+DRAFT_DTYPES = ("float32", "float16", "bfloat16")
+
 PER_PROMPT_FIELDS = (
     "id", "category", "variant", "twin_of", "n_prompt_tokens",
     "context_health", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", "n_content_sinks",
@@ -79,6 +87,9 @@ class StudyConfig:
         device, dtype: As :func:`lab.models.load_model`.
         out: Reports root; the work directory lives inside it too.
         n_resamples: Bootstrap resamples of the analysis.
+        draft_dtype: The draft model's dtype (one of :data:`DRAFT_DTYPES`); ``None`` =
+            the study's measured choice for the profile (:data:`STUDY_DRAFT_DTYPES`),
+            else the target's dtype. Only a draft with its own weights has one.
     """
 
     model: str = lab_models.DEFAULT_PROFILE
@@ -94,8 +105,11 @@ class StudyConfig:
     dtype: str | None = None
     out: str = "reports"
     n_resamples: int = N_RESAMPLES
+    draft_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPES:
+            raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPES)}")
         for name in ("max_new_tokens", "gamma", "n_resamples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -125,6 +139,21 @@ class StudyConfig:
             raise ValueError(f"model={self.model!r} has no profile draft; pass --draft (early-exit:N, "
                              "prompt-lookup or a model name)")
         return profile.draft
+
+    def draft_dtype_choice(self) -> tuple[str | None, str]:
+        """The draft's dtype in force and where it came from.
+
+        Returns:
+            ``(dtype, source)``: ``dtype`` None means the target's; ``source`` says
+            whether the flag, the study's measured choice for the profile
+            (:data:`STUDY_DRAFT_DTYPES`) or the default set it.
+        """
+        if self.draft_dtype is not None:
+            return self.draft_dtype, "--draft-dtype"
+        if self.draft is None and self.model in STUDY_DRAFT_DTYPES:
+            dtype, why = STUDY_DRAFT_DTYPES[self.model]
+            return dtype, f"the study's measured choice for {self.model} (lab.study.config.STUDY_DRAFT_DTYPES): {why}"
+        return None, "the target's dtype (the default: no measured choice for this draft)"
 
 
 @dataclass

@@ -31,6 +31,20 @@ def _count(value: Any) -> int:
     return len(value) if value is not None else 0
 
 
+PIPELINE = ("one target prefill (the attention capture's, which fills the KV cache) and one target decode "
+            "(speculative; the tracker's statistics read off its verify passes: lab.tracker.track_speculative)")
+
+
+def model_dtypes(target: Any, draft: Any, draft_dtype_source: str) -> dict[str, Any]:
+    """Each model's dtype for the report, and where the draft's came from."""
+    target_dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+    draft_model = getattr(draft, "model", None)
+    own = draft_model is not None and draft_model is not target
+    draft_dtype = str(next(draft_model.parameters()).dtype).removeprefix("torch.") if own else target_dtype
+    return {"target_dtype": target_dtype, "draft_dtype": draft_dtype, "draft_dtype_source": draft_dtype_source,
+            "pipeline": PIPELINE}
+
+
 class ModelRunner:
     """The real per-prompt runner: target, tokenizer and draft, loaded once.
 
@@ -54,13 +68,18 @@ class ModelRunner:
         """
         from lab.speculative import make_draft
 
+        from lab.speculative import check_draft_spec
+
         spec = config.draft_spec()
+        dtype, source = config.draft_dtype_choice()
+        if check_draft_spec(spec) != "model":  # early-exit / prompt lookup: no weights of their own
+            dtype, source = None, "the target's (the draft shares its weights or has none)"
         t0 = time.perf_counter()
         target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype)
-        draft = make_draft(target, spec, target_tokenizer=tokenizer)
+        draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype)
         info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
                 "draft": spec, "draft_name": getattr(draft, "name", type(draft).__name__),
-                "load_s": time.perf_counter() - t0}
+                "load_s": time.perf_counter() - t0, **model_dtypes(target, draft, source)}
         return cls(target, tokenizer, draft, config, info)
 
     def _speculative(self, input_ids: Any, temperature: float, seed: int) -> Any:
