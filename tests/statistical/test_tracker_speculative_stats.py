@@ -40,10 +40,9 @@ MIN_POOLED = 10  # runs per pooled column over both arms: expected >= 5 per cell
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(one_torch_thread):
     """A 2-layer random Llama with a large init (peaked, prefix-dependent distributions) and its
     1-layer early-exit draft (alpha ~0.4: rounds commit one, two or three tokens)."""
-    torch.set_num_threads(1)
     tok = support.chatml_tokenizer()
     model = support.tiny_llama_untied(vocab_size=len(tok), num_layers=2, seed=0, init_std=1.0)
     ids = encode_chat(tok, [{"role": "user", "content": "what is the capital of france ?"}])

@@ -24,22 +24,16 @@ from tests import support
 MAX_NEW = 24
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine are far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return support.chatml_tokenizer()
+def tok(chatml_tokenizer):
+    return chatml_tokenizer
 
 
 @pytest.fixture(scope="module")
-def llama(tok, one_thread):
+def llama(tok):
     """Read-only random Llama whose greedy output varies (drafts get rejected)."""
     return support.tiny_llama_untied(vocab_size=len(tok), num_layers=4, seed=0)
 
