@@ -44,7 +44,20 @@ TEMPERATURE_SUBSET_PER_CATEGORY = 2
 # item 2; the figures are beside each entry), since a half-precision draft can be faster
 # per step yet slower to prefill, depending on the CPU. (dtype, where the choice came
 # from); a profile not listed runs its draft in the target's dtype.
-STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {}
+#
+# qwen2.5-coder (0.5B draft): measured 2026-12-01 on 6 study prompts (--limit 6: three
+# clean/poisoned twin pairs), one-decode pipeline, float32 target, one torch thread, on a
+# busy machine (load 8.2-9.6 on 2 cores): bfloat16 draft 93.5 s CPU / 221 s wall, float32
+# draft 94.4 s / 303 s, the same alphas. CPU is a tie (1 %), the wall favours bfloat16, and
+# on this CPU (AMX-BF16) the bfloat16 draft alone prefills 40 tokens in 0.28 s vs 0.62 s
+# and steps in 0.168 s vs 0.176 s (one thread); `lab bench` on 2 quiet threads measured
+# its cost ratio c at 0.20 vs 0.43. So bfloat16: no slower anywhere measured, lossless
+# (the float32 target verifies every token). Re-measure on another CPU (an AVX2-only one
+# was reported to prefill bfloat16 several times slower): --draft-dtype float32|bfloat16.
+STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {
+    "qwen2.5-coder": ("bfloat16", "6 study prompts, 2026-12-01: 93.5 s CPU / 221 s wall vs float32 94.4 s / "
+                                  "303 s (one thread, busy machine), same alphas; see lab/study/config.py"),
+}
 DRAFT_DTYPES = ("float32", "float16", "bfloat16")
 
 PER_PROMPT_FIELDS = (
