@@ -1,8 +1,9 @@
 """``lab study``: the lab's main job, the empirical study of prefill -> entropy -> acceptance.
 
-Runs every prompt of the prompt set through prefill analysis, the entropy tracker
-and speculative decoding (:mod:`lab.study`), tests the four pre-stated hypotheses
-(:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
+Runs every prompt of the prompt set (a JSONL file or a named source of real prompts,
+:mod:`lab.sources`) through one target prefill (the attention capture) and one
+speculative decode whose verify passes give the entropy tracker's statistics
+(:mod:`lab.study`), tests the pre-stated hypotheses (:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
 Bad flags or a bad prompt file exit 2 before any model loads. An interrupted study
 (Ctrl-C) keeps its finished prompts in ``<out>/.study-work-<key>/``; the same
 command, or ``--resume`` with that directory, continues where it stopped.
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
-        description="Run the study on the prompt set: prefill sinks and context health, tracked decode entropy, "
+        description="Run the study on the prompt set: prefill sinks and context health, decode entropy, "
                     "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with "
                     "power) and write a report directory.",
     )
