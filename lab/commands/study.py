@@ -3,7 +3,8 @@
 Runs every prompt of the prompt set (a JSONL file or a named source of real prompts,
 :mod:`lab.sources`) through one target prefill (the attention capture) and one
 speculative decode whose verify passes give the entropy tracker's statistics
-(:mod:`lab.study`), tests the pre-stated hypotheses (:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
+(:mod:`lab.study`), tests the pre-stated hypotheses (:mod:`lab.analysis`) and writes
+``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
 Bad flags or a bad prompt file exit 2 before any model loads. An interrupted study
 (Ctrl-C) keeps its finished prompts in ``<out>/.study-work-<key>/``; the same
 command, or ``--resume`` with that directory, continues where it stopped.
@@ -48,11 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
-                   help=f"new tokens per decode and per speculative run (default: {DEFAULT_MAX_NEW_TOKENS})")
+                   help=f"new tokens per prompt's decode (default: {DEFAULT_MAX_NEW_TOKENS})")
     p.add_argument("--gamma", type=int, default=DEFAULT_GAMMA,
                    help=f"draft tokens per speculative round (default: {DEFAULT_GAMMA})")
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
-                   help=f"sampling temperature of both decodes, > 0 (default: {DEFAULT_TEMPERATURE})")
+                   help=f"sampling temperature of the (speculative) decode, > 0 (default: {DEFAULT_TEMPERATURE})")
     p.add_argument("--seed", type=int, default=0, help="study seed; each prompt's seed derives from it (default: 0)")
     p.add_argument("--resamples", type=int, default=N_RESAMPLES,
                    help=f"bootstrap resamples for the confidence intervals (default: {N_RESAMPLES})")
