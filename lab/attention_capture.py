@@ -254,7 +254,7 @@ def _check_capturable(model: Any, input_ids: torch.Tensor) -> None:
 
 
 def capture_received(model: Any, input_ids: torch.Tensor, *, max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
-                     chunk_size: int | None = None) -> CapturedAttention:
+                     chunk_size: int | None = None, cache: Any = None) -> CapturedAttention:
     """Run one prefill and return every layer's received attention, without S x S storage.
 
     Args:
@@ -263,6 +263,9 @@ def capture_received(model: Any, input_ids: torch.Tensor, *, max_chunk_bytes: in
         max_chunk_bytes: Budget for one chunk of float32 scores ``[H, c, S]``.
         chunk_size: Force this many query rows per chunk (tests use it to exercise
             chunking); ``None`` derives it from ``max_chunk_bytes``.
+        cache: An empty transformers KV cache for the prefill to fill (its keys and
+            values are those of a plain SDPA prefill, so a decode can go on from it:
+            the study's speculative run does); None = no cache.
 
     Returns:
         :class:`CapturedAttention` with ``per_head`` ``[L, H, S]``.
@@ -294,7 +297,10 @@ def capture_received(model: Any, input_ids: torch.Tensor, *, max_chunk_bytes: in
         with torch.no_grad():
             # logits_to_keep=1: only the last position's logits; [S, V] logits would
             # cost S * V * 4 bytes (1.6 GB at 8,192 tokens on a 49k vocabulary).
-            out = model(input_ids.to(device), use_cache=False, logits_to_keep=1)
+            if cache is None:
+                out = model(input_ids.to(device), use_cache=False, logits_to_keep=1)
+            else:
+                out = model(input_ids.to(device), cache=cache, use_cache=True, logits_to_keep=1)
     finally:
         _ACTIVE.reset(token)
         model.set_attn_implementation(original)

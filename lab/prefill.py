@@ -189,7 +189,7 @@ def _check_threshold(threshold: float, epsilon: float) -> None:
 def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str]], *,
                     threshold: float = DEFAULT_THRESHOLD, epsilon: float = DEFAULT_EPSILON,
                     min_observers: int = MIN_OBSERVING_QUERIES,
-                    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> PrefillAnalysis:
+                    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, cache: Any = None) -> PrefillAnalysis:
     """Find the attention sinks of a chat prompt in one streaming prefill.
 
     Args:
@@ -201,6 +201,9 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         epsilon: Received-attention level for the sink rate and sink heads (Gu et al.: 0.3).
         min_observers: See :data:`MIN_OBSERVING_QUERIES`.
         max_chunk_bytes: Budget for one chunk of attention scores in the capture.
+        cache: An empty KV cache the capture's prefill fills
+            (:func:`lab.attention_capture.capture_received`), so a decode can go on
+            from this prefill instead of running its own; None = no cache.
 
     Returns:
         :class:`PrefillAnalysis`.
@@ -217,7 +220,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
     structure = analyze_structure(tokenizer, messages)
     ids = structure.input_ids
     # 2. one streaming prefill: received attention per layer and head
-    captured = capture_received(model, ids, max_chunk_bytes=max_chunk_bytes)
+    captured = capture_received(model, ids, max_chunk_bytes=max_chunk_bytes, cache=cache)
     per_head = captured.per_head
     # 3. scores and flags
     scores = score_positions(per_head, structure.roles, min_observers=min_observers)

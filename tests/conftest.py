@@ -14,6 +14,16 @@ def tiny_model():
     return support.tiny_llama()
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module: tiny models run fastest so, and two threads on a busy 2-core
+    machine are far slower. The previous count is restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def chatml_tokenizer():
     return support.chatml_tokenizer()

@@ -178,3 +178,24 @@ def tiny_gemma3(vocab_size: int = 64, num_layers: int = 4, sliding_window: int =
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     return Gemma3ForCausalLM(cfg).eval()
+
+
+def assert_same_track_steps(ref, got) -> dict:
+    """Two tracked decodes (``TrackResult``) agree step by step, within the greedy tolerances of
+    :mod:`lab.tracker.speculative`: same tokens, positions, alternatives (ids), text and stop,
+    entropy, normalized entropy, varentropy and chosen probability. Returns the max differences."""
+    from lab.tracker.speculative import GREEDY_ENTROPY_ATOL_BITS, GREEDY_PROB_ATOL, GREEDY_VARENTROPY_ATOL_BITS2
+
+    assert got.new_token_ids == ref.new_token_ids
+    assert [s.position for s in got.steps] == [s.position for s in ref.steps]
+    worst = {"entropy_bits": 0.0, "varentropy_bits2": 0.0, "chosen_prob": 0.0}
+    for a, b in zip(ref.steps, got.steps):
+        for key in worst:
+            worst[key] = max(worst[key], abs(getattr(a, key) - getattr(b, key)))
+        assert abs(a.entropy_bits - b.entropy_bits) <= GREEDY_ENTROPY_ATOL_BITS, (a.position, a.entropy_bits, b.entropy_bits)
+        assert abs(a.normalized_entropy - b.normalized_entropy) <= GREEDY_ENTROPY_ATOL_BITS, a.position
+        assert abs(a.varentropy_bits2 - b.varentropy_bits2) <= GREEDY_VARENTROPY_ATOL_BITS2, a.position
+        assert abs(a.chosen_prob - b.chosen_prob) <= GREEDY_PROB_ATOL, a.position
+        assert [t for t, _, _ in a.alternatives] == [t for t, _, _ in b.alternatives], a.position
+    assert got.text == ref.text and got.stop_reason == ref.stop_reason
+    return worst

@@ -1,8 +1,10 @@
 """``lab study``: the lab's main job, the empirical study of prefill -> entropy -> acceptance.
 
-Runs every prompt of the prompt set through prefill analysis, the entropy tracker
-and speculative decoding (:mod:`lab.study`), tests the four pre-stated hypotheses
-(:mod:`lab.analysis`) and writes ``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
+Runs every prompt of the prompt set (a JSONL file or a named source of real prompts,
+:mod:`lab.sources`) through one target prefill (the attention capture) and one
+speculative decode whose verify passes give the entropy tracker's statistics
+(:mod:`lab.study`), tests the pre-stated hypotheses (:mod:`lab.analysis`) and writes
+``<out>/<timestamp>-study/`` (:mod:`lab.render.study`).
 Bad flags or a bad prompt file exit 2 before any model loads. An interrupted study
 (Ctrl-C, SIGTERM) keeps its finished prompts in ``<out>/.study-work-<key>/`` and says
 so; the same command, or ``--resume DIR``, continues where it stopped. ``--resume``
@@ -40,13 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
-        description="Run the study on the prompt set: prefill sinks and context health, tracked decode entropy, "
+        description="Run the study on the prompt set: prefill sinks and context health, decode entropy, "
                     "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with "
                     "power) and write a report directory.",
     )
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
+    p.add_argument("--draft-dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                   help="dtype of a draft model (default: the study's measured choice for the profile, "
+                        "else the target's dtype)")
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
@@ -55,11 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per decode and per speculative run (default: {DEFAULT_MAX_NEW_TOKENS})")
+                   help=f"new tokens per prompt's decode (default: {DEFAULT_MAX_NEW_TOKENS})")
     p.add_argument("--gamma", type=int, default=None,
                    help=f"draft tokens per speculative round (default: {DEFAULT_GAMMA})")
     p.add_argument("--temperature", type=float, default=None,
-                   help=f"sampling temperature of both decodes, > 0 (default: {DEFAULT_TEMPERATURE})")
+                   help=f"sampling temperature of the (speculative) decode, > 0 (default: {DEFAULT_TEMPERATURE})")
     p.add_argument("--seed", type=int, default=None, help="study seed; each prompt's seed derives from it (default: 0)")
     p.add_argument("--resamples", type=int, default=N_RESAMPLES,
                    help=f"bootstrap resamples for the confidence intervals (default: {N_RESAMPLES})")
@@ -90,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.
 RESUME_FIXED = {"model": "model", "draft": "draft", "device": "device", "dtype": "dtype", "prompts": "prompts_sha256",
                 "limit": "limit", "max_new_tokens": "max_new_tokens", "gamma": "gamma", "seed": "seed",
-                "temperature": "temperature"}
+                "temperature": "temperature", "draft_dtype": "draft_dtype_flag"}
 
 
 def _fresh_config(args: argparse.Namespace):
@@ -102,7 +107,8 @@ def _fresh_config(args: argparse.Namespace):
                        limit=args.limit, max_new_tokens=pick(args.max_new_tokens, DEFAULT_MAX_NEW_TOKENS),
                        gamma=pick(args.gamma, DEFAULT_GAMMA), seed=pick(args.seed, 0),
                        temperature=pick(args.temperature, DEFAULT_TEMPERATURE), device=args.device,
-                       dtype=args.dtype, out=pick(args.out, "reports"), n_resamples=args.resamples)
+                       dtype=args.dtype, out=pick(args.out, "reports"), n_resamples=args.resamples,
+                       draft_dtype=args.draft_dtype)
 
 
 def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:

@@ -80,6 +80,8 @@ def speculative_generate(
     eos_token_ids: Iterable[int] | int | None = None,
     on_round: Callable[[RoundRecord, torch.Tensor, Any], None] | None = None,
     gamma_policy: GammaPolicy | None = None,
+    on_commit: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    target_cache: Any = None,
 ) -> SpeculativeResult:
     """Generate with speculative decoding; the output is distributed as sampling the target alone.
 
@@ -103,6 +105,17 @@ def speculative_generate(
             (for streaming and for tests of the cache invariant); must not modify them.
         gamma_policy: Chooses each round's gamma in ``[1, gamma]`` (:class:`GammaPolicy`);
             None = :class:`FixedGamma` (always ``gamma``).
+        on_commit: Called once per round with ``(target_logits [m, V], tokens [m])``: the
+            target's raw logits (before ``logits_processor``, T = 1) at each of the m
+            positions the round committed, row j predicting ``tokens[j]`` from the
+            committed prefix, so the rows are the target's own next-token distributions
+            along the emitted sequence (the entropy tracker's view of a plain decode,
+            :func:`lab.tracker.track_speculative`); must not modify them.
+        target_cache: A target KV cache that already holds the prompt (all S positions,
+            or the first S - 1), e.g. filled by the attention capture's prefill; the
+            loop crops it to S - 1 and skips its own prefill. Fill it with past
+            recording on (:func:`lab.decode.enable_rollback` before the prefill), so a
+            sliding-window layer can be cropped. None = a new cache and a prefill.
 
     Returns:
         :class:`SpeculativeResult`.
@@ -111,7 +124,8 @@ def speculative_generate(
         ValueError: gamma < 1, batch size > 1, an empty prompt, max_new_tokens < 1,
             prompt + max_new_tokens past the target's context, bad sampling
             settings, a draft whose vocabulary width differs, or a target whose KV
-            cache cannot be rolled back (recurrent layers).
+            cache cannot be rolled back (recurrent layers), or a ``target_cache`` that
+            does not hold S or S - 1 positions.
     """
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
@@ -141,13 +155,23 @@ def speculative_generate(
     draft.reset()
     t_start = time.perf_counter()
     with torch.inference_mode():
-        cache = new_cache(target)
         # 0. prefill the target with all but the last prompt token (the first verify feeds it);
-        #    from then on the cache records what a rollback needs
+        #    from then on the cache records what a rollback needs. A given cache holds the
+        #    prompt already: only its last position, if there, is dropped.
         prefill_s = 0.0
-        if prompt_len > 1:
-            _, prefill_s = prefill(target, seq[: prompt_len - 1].unsqueeze(0), cache)
-        enable_rollback(cache)
+        if target_cache is not None:
+            cache = target_cache
+            held = cache.get_seq_length()
+            if held not in (prompt_len, prompt_len - 1):
+                raise ValueError(f"target_cache holds {held} positions; it must hold the prompt's {prompt_len} "
+                                 f"(or {prompt_len - 1})")
+            enable_rollback(cache)
+            rollback_cache(cache, prompt_len - 1)
+        else:
+            cache = new_cache(target)
+            if prompt_len > 1:
+                _, prefill_s = prefill(target, seq[: prompt_len - 1].unsqueeze(0), cache)
+            enable_rollback(cache)
         while n - prompt_len < max_new_tokens:
             remaining = max_new_tokens - (n - prompt_len)
             # 0'. gamma for this round, from the policy (finished rounds only)
@@ -172,6 +196,7 @@ def speculative_generate(
             # 2. verify: one target forward over the last committed token and the k drafts
             logits, dt = forward(target, torch.cat([seq[n - 1 : n], prop.tokens.to(dev)]).unsqueeze(0), cache,
                                  logits_to_keep=0)
+            raw_logits = logits  # [k + 1, Vt], what on_commit sees
             logits = apply_processors(logits_processor, seq[:n], prop.tokens, logits)  # [k + 1, Vt]
             # 3. accept / resample
             if sampling.greedy:
@@ -185,6 +210,8 @@ def speculative_generate(
                 next_token, next_kind = None, "none"
             emitted = kept + ([next_token] if next_token is not None else [])
             seq[n : n + len(emitted)] = torch.tensor(emitted, dtype=torch.long, device=dev)
+            if on_commit is not None:  # row j predicted emitted[j] from the committed prefix
+                on_commit(raw_logits[: len(emitted)], seq[n : n + len(emitted)])
             n += len(emitted)
             # roll both caches back to the committed sequence minus its last token
             rollback_cache(cache, n - 1)
@@ -260,7 +287,8 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
     return "model"
 
 
-def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None) -> Drafter:
+def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None,
+               dtype: Any = None) -> Drafter:
     """Build a drafter from a spec string.
 
     Args:
@@ -271,14 +299,26 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         target_tokenizer: The target's tokenizer, to check a separate draft's
             vocabulary token by token (without it, the two ``vocab_size`` values
             must be equal).
+        device: Where a draft model goes (default: the target's device).
+        dtype: A draft model's dtype (``"bfloat16"``, ``torch.float32`` ...; default:
+            the target's). Early-exit drafts share the target's weights and dtype:
+            asking another dtype for one is an error.
 
     Raises:
-        ValueError: a malformed spec, N out of range, or a vocabulary mismatch
+        ValueError: a malformed spec, N out of range, a dtype for a draft without its
+            own weights, or a vocabulary mismatch
             (decided from the draft's tokenizer before its weights load). A draft
             model of any depth or cost is admitted; see ``.cost`` on the result.
         lab.models.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    target_dtype = next(target.parameters()).dtype
+    if dtype is not None and kind != "model":
+        from lab.devices import parse_dtype
+
+        if parse_dtype(dtype, model_device(target)) != target_dtype:
+            raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own "
+                             f"(it runs in the target's {str(target_dtype).removeprefix('torch.')})")
     if kind == "early-exit":
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
@@ -293,8 +333,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             pass  # load_model below says why the draft is unavailable, in the same words
 
     dev = device or model_device(target)
-    dtype = next(target.parameters()).dtype
-    draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype)
+    draft_model, draft_tok = load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype)
     if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
         return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)

@@ -10,9 +10,11 @@ decides how well speculative decoding works. For every prompt of the prompt set
    (``content_sink_health``), the sink rate at position 0 and its mean over
    content positions, the share of attention received by position 0, and the
    number of content sinks;
-2. **decode** (:func:`lab.tracker.track_generate`): mean, max and variance of the
-   per-step entropy (bits), the mean varentropy (bits^2), and each generated
-   token's entropy with its word position from the tokenizer's decoding (H5);
+2. **decode**: mean, max and variance of the per-step entropy (bits), the mean
+   varentropy (bits^2), and each generated token's entropy with its word position
+   from the tokenizer's decoding (H5), read off step 3's verify passes
+   (:func:`lab.tracker.track_speculative`; one target decode per prompt, going on
+   from step 1's KV cache, since issue 16);
 3. **speculative decoding** (:func:`lab.speculative.speculative_generate`) with the
    draft (``--draft`` or the profile's, :attr:`lab.models.ModelProfile.draft`;
    nothing assumes an early-exit draft): alpha, tau, and for every drafted token
@@ -20,7 +22,7 @@ decides how well speculative decoding works. For every prompt of the prompt set
    (:func:`lab.study.work.temperature_subset`) also alpha at the other design
    temperatures.
 
-Sampling mode, consistently: both decodes sample at ``temperature`` (default 1.0,
+Sampling mode, consistently: the decode samples at ``temperature`` (default 1.0,
 no top-k/top-p) with a seed derived from the study seed and the prompt id
 (:func:`prompt_seed`), so acceptance is the probabilistic alpha of Leviathan et
 al. (2023) (p = target, q = draft; a drafted token is kept with probability

@@ -28,7 +28,8 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
-WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then redone
+WORK_FORMAT = 3  # bump when the work-file layout or the pipeline changes; old files are then redone
+# (3: one target decode per prompt, issue 16; decode_s is no longer measured)
 # H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
 # speculative decode at each of these temperatures (the main run's alpha is reused
 # when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
@@ -38,18 +39,40 @@ WORK_FORMAT = 2  # bump when the work-file layout changes; old files are then re
 # then ~780 s wall on 2 threads (680 s measured before) or ~860 s CPU on one thread.
 TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
+# The draft's dtype in the study, per target profile whose profile draft is a separate
+# model: chosen by a measured end-to-end comparison on the study's own prompts (issue 16,
+# item 2; the figures are beside each entry), since a half-precision draft can be faster
+# per step yet slower to prefill, depending on the CPU. (dtype, where the choice came
+# from); a profile not listed runs its draft in the target's dtype.
+#
+# qwen2.5-coder (0.5B draft): measured 2026-12-01 on 6 study prompts (--limit 6: three
+# clean/poisoned twin pairs), one-decode pipeline, float32 target, one torch thread, on a
+# busy machine (load 8.2-9.6 on 2 cores): bfloat16 draft 93.5 s CPU / 221 s wall, float32
+# draft 94.4 s / 303 s, the same alphas. CPU is a tie (1 %), the wall favours bfloat16, and
+# on this CPU (AMX-BF16) the bfloat16 draft alone prefills 40 tokens in 0.28 s vs 0.62 s
+# and steps in 0.168 s vs 0.176 s (one thread); `lab bench` on 2 quiet threads measured
+# its cost ratio c at 0.20 vs 0.43. So bfloat16: no slower anywhere measured, lossless
+# (the float32 target verifies every token). Re-measure on another CPU (an AVX2-only one
+# was reported to prefill bfloat16 several times slower): --draft-dtype float32|bfloat16.
+STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {
+    "qwen2.5-coder": ("bfloat16", "6 study prompts, 2026-12-01: 93.5 s CPU / 221 s wall vs float32 94.4 s / "
+                                  "303 s (one thread, busy machine), same alphas; see lab/study/config.py"),
+}
+DRAFT_DTYPES = ("float32", "float16", "bfloat16")
+
 PER_PROMPT_FIELDS = (
     "id", "category", "variant", "twin_of", "n_prompt_tokens",
     "context_health", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", "n_content_sinks",
     "mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "n_new_tokens",
     "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
-    "prefill_s", "decode_s", "speculative_s", "wall_s", "text",
+    "prefill_s", "speculative_s", "wall_s", "text",
 )
 # Left None (empty in the CSV) when a runner does not report them (older or fake runners): the
 # count-based health (issue 9 keeps it for comparison), the subword summary of the
-# tracked decode (H5) and alpha at the design temperatures (H6, subset only).
+# tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time
+# of a separate tracked decode (decode_s: runners before issue 16; the real runner has none).
 OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
-                   "n_multi_token_words", *H6_COLUMNS, "temperature_s")
+                   "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s")
 PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
@@ -130,6 +153,9 @@ class StudyConfig:
         device, dtype: As :func:`lab.models.load_model`.
         out: Reports root; the work directory lives inside it too.
         n_resamples: Bootstrap resamples of the analysis.
+        draft_dtype: The draft model's dtype (one of :data:`DRAFT_DTYPES`); ``None`` =
+            the study's measured choice for the profile (:data:`STUDY_DRAFT_DTYPES`),
+            else the target's dtype. Only a draft with its own weights has one.
     """
 
     model: str = lab_models.DEFAULT_PROFILE
@@ -145,8 +171,11 @@ class StudyConfig:
     dtype: str | None = None
     out: str = "reports"
     n_resamples: int = N_RESAMPLES
+    draft_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPES:
+            raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPES)}")
         for name in ("max_new_tokens", "gamma", "n_resamples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -176,6 +205,21 @@ class StudyConfig:
             raise ValueError(f"model={self.model!r} has no profile draft; pass --draft (early-exit:N, "
                              "prompt-lookup or a model name)")
         return profile.draft
+
+    def draft_dtype_choice(self) -> tuple[str | None, str]:
+        """The draft's dtype in force and where it came from.
+
+        Returns:
+            ``(dtype, source)``: ``dtype`` None means the target's; ``source`` says
+            whether the flag, the study's measured choice for the profile
+            (:data:`STUDY_DRAFT_DTYPES`) or the default set it.
+        """
+        if self.draft_dtype is not None:
+            return self.draft_dtype, "--draft-dtype"
+        if self.draft is None and self.model in STUDY_DRAFT_DTYPES:
+            dtype, why = STUDY_DRAFT_DTYPES[self.model]
+            return dtype, f"the study's measured choice for {self.model} (lab.study.config.STUDY_DRAFT_DTYPES): {why}"
+        return None, "the target's dtype (the default: no measured choice for this draft)"
 
 
 @dataclass

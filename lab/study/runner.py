@@ -1,7 +1,17 @@
-"""The real per-prompt runner: prefill analysis, tracked decode and speculative decoding."""
+"""The real per-prompt runner: one target prefill (the attention capture's) and one target decode.
+
+Per prompt: the prefill analysis fills the target's KV cache while it captures the
+attention; the speculative decode goes on from that cache, and the entropy
+tracker's statistics are read off its verify passes at every committed position
+(:func:`lab.tracker.track_speculative`). Before issue 16 a tracked target-only
+decode ran too, so the target decoded every prompt twice and prefilled it three
+times; the statistics are the same (greedy: equal to float tolerance; sampling:
+the same distribution; both tested).
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -10,12 +20,29 @@ from lab import models as lab_models
 from lab.study.config import _TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
 from lab.prompts import StudyPrompt
 
+logger = logging.getLogger(__name__)
+
+
 def _count(value: Any) -> int:
     import torch
 
     if isinstance(value, torch.Tensor):
         return int(value.bool().sum()) if value.dtype == torch.bool else int(value.numel())
     return len(value) if value is not None else 0
+
+
+PIPELINE = ("one target prefill (the attention capture's, which fills the KV cache) and one target decode "
+            "(speculative; the tracker's statistics read off its verify passes: lab.tracker.track_speculative)")
+
+
+def model_dtypes(target: Any, draft: Any, draft_dtype_source: str) -> dict[str, Any]:
+    """Each model's dtype for the report, and where the draft's came from."""
+    target_dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+    draft_model = getattr(draft, "model", None)
+    own = draft_model is not None and draft_model is not target
+    draft_dtype = str(next(draft_model.parameters()).dtype).removeprefix("torch.") if own else target_dtype
+    return {"target_dtype": target_dtype, "draft_dtype": draft_dtype, "draft_dtype_source": draft_dtype_source,
+            "pipeline": PIPELINE}
 
 
 class ModelRunner:
@@ -41,13 +68,18 @@ class ModelRunner:
         """
         from lab.speculative import make_draft
 
+        from lab.speculative import check_draft_spec
+
         spec = config.draft_spec()
+        dtype, source = config.draft_dtype_choice()
+        if check_draft_spec(spec) != "model":  # early-exit / prompt lookup: no weights of their own
+            dtype, source = None, "the target's (the draft shares its weights or has none)"
         t0 = time.perf_counter()
         target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype)
-        draft = make_draft(target, spec, target_tokenizer=tokenizer)
+        draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype)
         info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
                 "draft": spec, "draft_name": getattr(draft, "name", type(draft).__name__),
-                "load_s": time.perf_counter() - t0}
+                "load_s": time.perf_counter() - t0, **model_dtypes(target, draft, source)}
         return cls(target, tokenizer, draft, config, info)
 
     def _speculative(self, input_ids: Any, temperature: float, seed: int) -> Any:
@@ -71,9 +103,10 @@ class ModelRunner:
         import torch
 
         from lab.analysis.claims import word_positions
+        from lab.decode import enable_rollback, new_cache
         from lab.health import HealthInputs, graded_health
         from lab.prefill import analyze_prefill
-        from lab.tracker import track_generate
+        from lab.tracker import track_speculative
 
         cfg = self.config
         seed = prompt_seed(cfg.seed, prompt.id)
@@ -81,25 +114,31 @@ class ModelRunner:
         input_ids = lab_models.encode_chat(self.tokenizer, messages)
         t_start = time.perf_counter()
 
-        # 1. prefill: where attention goes, and how healthy the context is
-        pre = analyze_prefill(self.target, self.tokenizer, messages)
+        # 1. prefill, once: where attention goes and how healthy the context is; the capture
+        #    fills the target's KV cache (past recording on, so the decode can crop it)
+        cache = new_cache(self.target)
+        enable_rollback(cache)
+        pre = analyze_prefill(self.target, self.tokenizer, messages, cache=cache)
+        if not torch.equal(pre.input_ids.cpu(), input_ids[0].cpu()):  # the capture tokenized differently
+            logger.warning("prompt %s: the prefill's tokens differ from the chat encoding; prefilling again", prompt.id)
+            cache = None
         t_pre = time.perf_counter()
         rates = [float(v) for v in torch.as_tensor(pre.sink_rate).reshape(-1).tolist()]
         content = [r for r, role in zip(rates, pre.roles) if role == "content"]
 
-        # 2. decode with the entropy tracker (sampling, seeded); word positions from the tokenizer
-        track = track_generate(self.target, self.tokenizer, input_ids, max_new_tokens=cfg.max_new_tokens,
-                               temperature=cfg.temperature, seed=seed)
-        t_dec = time.perf_counter()
+        # 2. one target decode: speculative (same sampling, seeded), with the tracker's per-step
+        #    statistics read off the verify passes at every committed position
+        track, spec = track_speculative(self.target, self.draft, self.tokenizer, input_ids, gamma=cfg.gamma,
+                                        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
+                                        target_cache=cache)
+        t_spec = time.perf_counter()
+
+        # 3. word positions (H5) from the tokenizer, per generated token
         entropies = [float(s.entropy_bits) for s in track.steps]
         pieces = [self.tokenizer.decode([int(t)]) for t in track.new_token_ids[:len(entropies)]]
         words = word_positions(pieces)
         initial = [h for h, w in zip(entropies, words) if w == "initial"]
         continuation = [h for h, w in zip(entropies, words) if w == "continuation"]
-
-        # 3. speculative decoding with the draft (same sampling, own seeded generator)
-        spec = self._speculative(input_ids, cfg.temperature, seed)
-        t_spec = time.perf_counter()
 
         row = {
             "n_prompt_tokens": int(input_ids.shape[1]),
@@ -124,8 +163,7 @@ class ModelRunner:
             "n_accepted": spec.n_accepted,
             "n_rounds": len(spec.rounds),
             "prefill_s": t_pre - t_start,
-            "decode_s": t_dec - t_pre,
-            "speculative_s": t_spec - t_dec,
+            "speculative_s": t_spec - t_pre,
             "text": track.text,
         }
         tokens = [{k: t[k] for k in _TOKEN_KEYS} for t in spec.per_token()]

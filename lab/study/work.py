@@ -146,6 +146,7 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
         "limit": config.limit, "max_new_tokens": config.max_new_tokens, "gamma": config.gamma,
         "seed": config.seed, "temperature": float(config.temperature),
         "design_temperatures": list(DESIGN_TEMPERATURES), "temperature_subset": sorted(temps),
+        "draft_dtype": config.draft_dtype_choice()[0], "draft_dtype_flag": config.draft_dtype,
     }
     key = settings_key(settings)
     mine = shard_prompts(prompts, *config.shard) if config.shard else prompts
@@ -193,6 +194,7 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
                           max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
+                          draft_dtype=s.get("draft_dtype_flag"),
                           **{"out": str(path.parent), **overrides})
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None

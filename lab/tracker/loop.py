@@ -184,6 +184,19 @@ def track_generate(model: Any, tokenizer: Any, input_ids: torch.Tensor, *, max_n
     if settings.do_sample:
         used_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
     run = run_decode(model, ids, settings, eos_ids=eos_token_ids(model, tokenizer), record=True, seed=used_seed)
+    return build_track_result(tokenizer, ids, run, settings, used_seed)
+
+
+def build_track_result(tokenizer: Any, ids: torch.Tensor, run: DecodeRun, settings: DecodeSettings,
+                       seed: int | None) -> TrackResult:
+    """A :class:`TrackResult` from a recorded run: NaN check, token texts, one record per step.
+
+    Shared by :func:`track_generate` and :func:`lab.tracker.track_speculative`, so both
+    turn the recorder's rows into steps the same way.
+
+    Raises:
+        RuntimeError: NaN or +inf logits at some step (the entropy there is undefined).
+    """
     new_ids, rows, alt_ids, alt_probs = run.new_token_ids, run.stats, run.alt_ids, run.alt_probs
     assert rows is not None and alt_ids is not None and alt_probs is not None
     assert len(rows) == len(new_ids), f"{len(rows)} records for {len(new_ids)} tokens"
@@ -210,7 +223,7 @@ def track_generate(model: Any, tokenizer: Any, input_ids: torch.Tensor, *, max_n
     return TrackResult(
         steps=steps, prompt_ids=ids.cpu(), new_token_ids=new_ids,
         text=tokenizer.decode(new_ids, skip_special_tokens=True), settings=settings,
-        stop_reason=run.stop_reason, elapsed_s=run.elapsed_s, seed=used_seed, vocab_size=vocab_size,
+        stop_reason=run.stop_reason, elapsed_s=run.elapsed_s, seed=seed, vocab_size=vocab_size,
     )
 
 
