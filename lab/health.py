@@ -191,8 +191,19 @@ CHOSEN = "content_entropy"
 
 
 def graded_health(h: HealthInputs) -> float:
-    """The study's context health: the calibrated candidate :data:`CHOSEN`, on 0..10."""
+    """The lab's one context health: the calibrated candidate :data:`CHOSEN` on 0..10, ``NaN`` if not measurable.
+
+    Not measurable: no content position is observed by enough queries to be judged
+    (an empty message, or one whose every token lies in the tail), so there is no
+    content whose attention could be pooled away. ``lab sinks``, the study and the
+    calibrations all report this value (issue 15: one measure everywhere).
+    """
+    if not bool((h.content & h.observed).any()):
+        return math.nan
     return CANDIDATES[CHOSEN](h)
+
+
+
 
 
 # --------------------------------------------------------------------------- properties

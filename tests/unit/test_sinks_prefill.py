@@ -12,7 +12,7 @@ from rich.console import Console
 
 from lab import cli
 from lab.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
-from lab.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
+from lab.prefill import MIN_OBSERVING_QUERIES, STATISTIC, analyze_prefill, score_positions
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
 from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
@@ -58,7 +58,7 @@ def test_analyze_prefill_threshold_below_all_flags_every_observed_position(tiny_
     a = analyze_prefill(model, tok, [{"role": "user", "content": "the capital of france is paris , you know ."}],
                         threshold=-1e9)
     torch.testing.assert_close(a.is_sink, a.observed)
-    assert a.content_sinks and a.context_health == 0.0
+    assert a.content_sinks and a.content_sink_health == 0.0
 
 
 @pytest.mark.parametrize("kwargs, match", [({"threshold": float("nan")}, "threshold"),
@@ -104,7 +104,7 @@ def test_score_positions_shape_mismatch_raises():
 def _scores(pos0_z, content_z):
     z = torch.tensor([pos0_z, *content_z], dtype=torch.float32)
     content = torch.tensor([False] + [True] * len(content_z))
-    return PromptScores(id="p", z=z, observed=torch.ones(len(z), dtype=torch.bool), content=content)
+    return PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(len(z), dtype=torch.bool), content=content)
 
 
 def test_calibration_sweep_counts_and_middle_of_feasible_range():
@@ -130,7 +130,8 @@ def test_calibration_sweep_long_prompts_must_meet_the_criteria_too():
 def test_calibration_trailing_flagged_counts_only_the_last_positions():
     z = torch.zeros(100)
     z[95], z[50] = 9.0, 9.0
-    ps = PromptScores(id="p", z=z, observed=torch.ones(100, dtype=torch.bool), content=torch.ones(100, dtype=torch.bool))
+    ps = PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(100, dtype=torch.bool),
+                      content=torch.ones(100, dtype=torch.bool))
     assert ps.trailing_flagged(3.0) == 1 and ps.trailing_flagged(10.0) == 0
 
 
