@@ -18,7 +18,8 @@ statistic across models, stated before the four profiles' figures were all in:
 departure from the SmolLM2-calibrated detector first), that has a feasible threshold
 on the calibration prompts (short and long) of every calibrated profile**; its
 per-model thresholds go to ``lab/data/calibration/<profile>.json`` and the middle of
-the thresholds feasible on all of them becomes the default for uncalibrated models.
+the thresholds feasible on all of them (else the smallest per-model threshold)
+becomes the default for uncalibrated models.
 Held-out prompts never enter the choice: they check it.
 """
 
@@ -279,8 +280,11 @@ def choose_statistic(feasible: dict[str, dict[str, Sequence[float]]]) -> tuple[s
 
     Returns:
         The first statistic of :data:`lab.prefill.STATISTICS` feasible on every model, and
-        the middle of the thresholds feasible on all of them (``None`` when no single
-        threshold is: each model then needs its own).
+        the default threshold for uncalibrated models: the middle of the thresholds
+        feasible on all of them, or, when no single threshold is, the smallest of the
+        models' own thresholds (the middle of each one's range): missing position 0 is
+        the failure this detector exists to avoid, so an uncalibrated model errs toward
+        flagging (and says it is not calibrated).
 
     Raises:
         ValueError: no model given, or no statistic is feasible on every model.
@@ -291,5 +295,7 @@ def choose_statistic(feasible: dict[str, dict[str, Sequence[float]]]) -> tuple[s
         per_model = [set(f.get(name) or ()) for f in feasible.values()]
         if all(per_model):
             common = set.intersection(*per_model)
-            return name, (round(_middle(sorted(common), GRID_STEP[name]), 6) if common else None)
+            if common:
+                return name, round(_middle(sorted(common), GRID_STEP[name]), 6)
+            return name, round(min(_middle(sorted(f), GRID_STEP[name]) for f in per_model), 6)
     raise ValueError(f"no candidate statistic is feasible on every model ({', '.join(feasible)})")

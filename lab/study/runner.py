@@ -104,7 +104,7 @@ class ModelRunner:
         row = {
             "n_prompt_tokens": int(input_ids.shape[1]),
             "context_health": graded_health(HealthInputs.from_prefill(pre)),
-            "content_sink_health": float(pre.context_health),
+            "content_sink_health": float(pre.content_sink_health),
             "sink_rate_pos0": rates[0] if rates else math.nan,
             "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,
             "position0_share": float(pre.position0_share),

@@ -90,9 +90,9 @@ def test_choose_statistic_first_feasible_on_every_model_in_order():
     assert choose_statistic(feasible) == ("gm_content", 3.5)  # gm_prose fails on b; only 3.5 is common
 
 
-def test_choose_statistic_no_common_threshold_gives_none_default():
-    feasible = {"a": {"gm_prose": [2.0, 2.25]}, "b": {"gm_prose": [4.0]}}
-    assert choose_statistic(feasible) == ("gm_prose", None)
+def test_choose_statistic_no_common_threshold_defaults_to_the_smallest_model_threshold():
+    feasible = {"a": {"gm_prose": [2.0, 2.25, 2.5]}, "b": {"gm_prose": [4.0]}}
+    assert choose_statistic(feasible) == ("gm_prose", 2.25)
 
 
 def test_choose_statistic_order_decides_negative_control():
