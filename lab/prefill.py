@@ -7,34 +7,35 @@ Model-facing loop tying :mod:`lab.structure` (template positions),
 for the importance score and sink rate.
 
 Decision rule. Let ``per_head[l, h, k]`` be the attention key ``k`` receives per
-observing query in layer ``l``, head ``h``; ``received[k]`` its arithmetic mean over
-layers and heads (reported) and ``typical[k]`` its geometric mean. The score is
-:data:`STATISTIC` of the candidates in :data:`STATISTICS` (chosen by the rule of
-:func:`lab.calibration.choose_statistic` across the four profiles, issue 15):
+observing query in layer ``l``, head ``h`` (Gu et al.'s importance score);
+``received[k]`` its arithmetic mean over layers and heads (reported) and
+``typical[k]`` its geometric mean. The detector's score is :data:`STATISTIC`, one of
+the candidates in :data:`STATISTICS`, chosen by the rule of
+:func:`lab.calibration.choose_statistic` across the four profiles (issue 15):
 
-* ``gm_content`` (the chosen one): ``z = observer_matched_z(typical, exclude=...)``,
-  the robust log-MAD z of :func:`lab.sinks.robust_z` against a baseline that depends
-  on how many queries see the position (late keys get a higher mean score from
-  position alone, as queries attend mostly to their recent past). The baseline
-  positions are the prompt's observed *content* positions, binned by observer count
-  (one octave per bin, >= 32 positions each; a prompt with at most 32 has one bin,
-  the plain global median). Template markers (expected sinks), the template-injected
-  system prompt and the tail stay out of it. Before issue 15 the injected system
-  prompt was in the baseline (``gm_prose``): on Qwen2.5 its ~20 tokens ("You are
-  Qwen, created by Alibaba Cloud ...") outnumber a short question's content and are
-  heavily attended, so they widened the MAD and position 0's z fell to 2.6-3.9. When
-  no content position is observed, the injected system prompt, then every observed
-  position, is the baseline (:func:`baseline_mask`).
-* a position is a sink when ``z > threshold`` and it is observed by at least
-  :data:`MIN_OBSERVING_QUERIES` queries. The threshold belongs to the model: the
-  profile's calibration (``lab/data/calibration/<profile>.json``, written by ``lab
-  calibrate-sinks``) via :func:`lab.sink_profiles.calibration_for`, else
-  :data:`DEFAULT_THRESHOLD`, and the analysis then says it is not calibrated.
+* ``sink_rate`` (the rule's choice): Gu et al.'s sink rate, the fraction of the
+  ``L x H`` (layer, head) pairs in which ``per_head[l, h, k] > epsilon`` (0.3). A
+  position is a sink when its rate exceeds the model's threshold and it is observed
+  by at least :data:`MIN_OBSERVING_QUERIES` queries. The z candidates compare a
+  position with the prompt's other positions, and failed where there are few to
+  compare with: on Qwen2.5's chat prompts the template-injected system prompt ("You
+  are Qwen, created by Alibaba Cloud ...") outnumbers a short question's content and
+  is heavily attended, so the old baseline (``gm_prose``) put position 0 at z 2.6-3.9;
+  on Gemma-3 (no template) a short prompt has one or two observed content tokens.
+  The rate needs no baseline.
+* the threshold belongs to the model: the profile's calibration
+  (``lab/data/calibration/<profile>.json``, written by ``lab calibrate-sinks``) via
+  :func:`lab.sink_profiles.resolve_threshold`, else :data:`DEFAULT_THRESHOLD`, and
+  the analysis then says it is not calibrated for the model.
+* ``robust_z`` is reported beside it: the robust log-MAD z of the geometric mean
+  against observed content positions seen by as many queries (``gm_content``,
+  :func:`lab.sinks.observer_matched_z`), how far a position stands out.
 
-Sink levels across layers: ``layer_z[l]`` is the same z on layer ``l``'s geometric
-mean over heads, against the same baseline; a position is a sink in layer ``l`` when
-``layer_z[l] > threshold`` (and observed). :func:`lab.sinks.layer_sink_spans` gives
-the first and last layer of each and the number of layers it holds in.
+Sink levels across layers: ``layer_scores[l]`` is the statistic on layer ``l`` alone
+(for ``sink_rate``: the fraction of the layer's heads above epsilon); a position is a
+sink in layer ``l`` when ``layer_scores[l] > threshold`` (and observed).
+:func:`lab.sinks.layer_sink_spans` gives the first and last layer of each and the
+number of layers it holds in.
 
 The tail: position ``k`` is seen by only ``S - k`` queries, so the last few scores
 average one to a handful of rows and are too noisy to judge. Positions with fewer
@@ -77,13 +78,13 @@ logger = logging.getLogger(__name__)
 STATISTICS = ("gm_prose", "gm_content", "layer_median", "am_content", "sink_rate")
 # How a threshold on each statistic reads ("z > 3.5", "sink rate > 0.07").
 STATISTIC_LABEL = {name: ("sink rate" if name == "sink_rate" else "z") for name in STATISTICS}
-STATISTIC = "gm_content"  # the rule's choice (figures: lab/data/calibration/*.json, README)
+STATISTIC = "sink_rate"  # the rule's choice (figures: lab/data/calibration/*.json, README)
 
 # The threshold for a model without a calibration file (a hub id, a local path): the
 # middle of the thresholds that meet the criteria on all four calibrated profiles
 # (figures in lab/data/calibration/*.json and the README); such a model runs with it
 # and the analysis says it is not calibrated for the model.
-DEFAULT_THRESHOLD = 3.75
+DEFAULT_THRESHOLD = 0.04
 
 # A position must be observed by at least this many queries (S - k >= 8) to be
 # flagged or to enter the baseline; below that its score averages < 8 rows.
@@ -105,7 +106,8 @@ class PrefillAnalysis:
             system prompt).
         received: Float32 ``[S]``, mean over layers and heads of ``per_head``.
         per_head: Float32 ``[L, H, S]`` (Gu et al. importance score per head).
-        z: Float32 ``[S]`` robust z of the log geometric-mean score (see module docstring).
+        z: Float32 ``[S]`` the detector's score, :data:`STATISTIC` (module docstring).
+        robust_z: Float32 ``[S]`` robust z of the log geometric-mean score, content baseline.
         is_sink: Bool ``[S]``: ``z > threshold`` and observed by enough queries.
         observed: Bool ``[S]``: observed by >= ``min_observers`` queries.
         sink_rate: Float32 ``[S]``: fraction of (layer, head) with score > ``epsilon``.
@@ -138,6 +140,7 @@ class PrefillAnalysis:
     received: torch.Tensor
     per_head: torch.Tensor
     z: torch.Tensor
+    robust_z: torch.Tensor
     is_sink: torch.Tensor
     observed: torch.Tensor
     sink_rate: torch.Tensor
@@ -180,11 +183,13 @@ class SinkScores:
     Attributes:
         received: ``[S]`` arithmetic mean over layers and heads of received attention.
         typical: ``[S]`` geometric mean over layers and heads.
-        z: ``[S]`` the detector's score, :data:`STATISTIC` (a robust z).
+        z: ``[S]`` the detector's score, :data:`STATISTIC` (a rate in ``[0, 1]`` for
+            ``sink_rate``, else a robust z).
         observed: Bool ``[S]``, observed by enough queries to be flagged.
         layer_scores: ``[L, S]`` the statistic per layer (for the sink levels across
             layers): for ``sink_rate`` the fraction of the layer's heads above epsilon,
             else the robust z of the layer's geometric mean over heads (content baseline).
+        robust_z: ``[S]`` the ``gm_content`` z, reported whatever the statistic.
         statistic: Which candidate ``z`` is.
     """
 
@@ -193,6 +198,7 @@ class SinkScores:
     z: torch.Tensor
     observed: torch.Tensor
     layer_scores: torch.Tensor
+    robust_z: torch.Tensor
     statistic: str = STATISTIC
 
 
@@ -275,6 +281,7 @@ def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
     return SinkScores(received=per_head.float().mean(dim=(0, 1)), typical=head_geometric_mean(per_head),
                       z=cands[statistic], observed=_observed(len(roles), min_observers),
                       layer_scores=cands["layer_sink_rate" if statistic == "sink_rate" else "layer_z"],
+                      robust_z=cands["gm_content"],
                       statistic=statistic)
 
 
@@ -351,6 +358,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         received=scores.received,
         per_head=per_head,
         z=scores.z,
+        robust_z=scores.robust_z,
         is_sink=is_sink,
         observed=scores.observed,
         sink_rate=rates,

@@ -12,7 +12,7 @@ def calibration_table(data: dict[str, Any]) -> Table:
                     f"{data['n_content_tokens']} content tokens); chosen: {data['chosen_threshold']}",
               title_justify="left")
     has_long = any(r.get("long_n_prompts") for r in data["sweep"])
-    cols = ("z", "position 0", "content flagged", *(("long: pos 0", "long: content") if has_long else ()), "feasible")
+    cols = ("rate" if data.get("statistic") == "sink_rate" else "z", "position 0", "content flagged", *(("long: pos 0", "long: content") if has_long else ()), "feasible")
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     for r in data["sweep"]:

@@ -144,15 +144,15 @@ ROLE_LABEL = {"system-default": "system"}
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
     """One row per position, legible at 80 columns: short headers, a caption for the legend."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-              caption="attn: mean attention received per observing query; z: robust z against positions seen by as "
-                      "many queries; rate: share of heads with attn > epsilon; role system: the template's own "
-                      "system prompt; sink tail: too few observers to flag")
+              caption="attn: mean attention received per observing query; z: robust z against content positions "
+                      "seen by as many queries; rate: share of heads with attn > epsilon; role system: the "
+                      "template's own system prompt; sink tail: too few observers to flag")
     for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("attn", "right"),
                       ("z", "right"), ("rate", "right"), ("sink", "center")):
         t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
         t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
-                  f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
+                  f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
 
@@ -192,7 +192,8 @@ def position_rows(a: PrefillAnalysis) -> list[dict[str, Any]]:
     s = len(a.tokens)
     return [{
         "position": i, "token_id": int(a.input_ids[i]), "token": visible(a.tokens[i]), "role": a.roles[i],
-        "received": float(a.received[i]), "z": float(a.z[i]), "sink_rate": float(a.sink_rate[i]),
+        "received": float(a.received[i]), "score": float(a.z[i]), "z": float(a.robust_z[i]),
+        "sink_rate": float(a.sink_rate[i]),
         "observers": s - i, "observed": bool(a.observed[i]), "is_sink": bool(a.is_sink[i]),
     } for i in range(s)]
 
@@ -221,7 +222,8 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "tokens": list(a.tokens),
         "roles": list(a.roles),
         "received": a.received.tolist(),
-        "z": a.z.tolist(),
+        "score": a.z.tolist(),  # the detector's statistic (see "statistic")
+        "z": a.robust_z.tolist(),
         "sink_rate": a.sink_rate.tolist(),
         "is_sink": a.is_sink.tolist(),
         "observed": a.observed.tolist(),
@@ -255,16 +257,16 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         f"- structural sinks: {len(a.structural_sinks)}; content sinks: {len(a.content_sinks)}; "
         f"sink heads: {len(a.sink_heads)}",
         "", "## Structural positions", "",
-        "| pos | token | role | mean attn | z | sink? |", "|---:|---|---|---:|---:|:---:|",
+        "| pos | token | role | mean attn | z | sink rate | sink? |", "|---:|---|---|---:|---:|---:|:---:|",
     ]
     for i in a.structural:
         lines.append(f"| {i} | {_md(a.tokens[i])} | {a.roles[i]} | {float(a.received[i]):.4f} | "
-                     f"{float(a.z[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
+                     f"{float(a.robust_z[i]):.2f} | {float(a.sink_rate[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
     lines += ["", "## Content sinks", ""]
     if a.content_sinks:
-        lines += ["| pos | token | mean attn | z |", "|---:|---|---:|---:|"]
-        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.z[i]):.2f} |"
-                  for i in a.content_sinks]
+        lines += ["| pos | token | mean attn | z | sink rate |", "|---:|---|---:|---:|---:|"]
+        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.robust_z[i]):.2f} | "
+                  f"{float(a.sink_rate[i]):.2f} |" for i in a.content_sinks]
     else:
         lines.append("None.")
     levels = level_rows(a)

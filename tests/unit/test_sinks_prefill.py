@@ -18,6 +18,10 @@ from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
 
 
+# The z threshold SmolLM2 was calibrated to before issue 15 (gm_prose; gm_content's range there: 3.0 .. 6.75).
+Z_THRESHOLD = 3.75
+
+
 @pytest.fixture(scope="module")
 def tiny_chatml():
     tok = support.chatml_tokenizer()
@@ -241,15 +245,16 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
 
     On uniform text read by local-attention heads, the last positions get a high mean
     received attention only because the few queries that see them are near. None of
-    them may be flagged; position 0 must be; content false positives stay under 1 %."""
-    from lab.prefill import DEFAULT_THRESHOLD
+    them may be flagged; position 0 must be; content false positives stay under 1 %.
+    The z candidate (``gm_content``) at the z threshold SmolLM2 was calibrated to before
+    issue 15: the observer-matched baseline is what is tested."""
     from lab.sinks import attention_received
 
     s = 1200
     per_head = attention_received(_recency_attention(s, seed)).float()  # [L, H, S]
     roles = [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1)
-    scores = score_positions(per_head, roles)
-    flagged = scores.observed & (scores.z > DEFAULT_THRESHOLD)
+    scores = score_positions(per_head, roles, statistic="gm_content")
+    flagged = scores.observed & (scores.z > Z_THRESHOLD)
     assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
     assert not bool(flagged[-200:].any()), f"trailing flagged: {torch.nonzero(flagged[-200:]).flatten().tolist()}"
     n_content_flagged = int(flagged[1:].sum())
@@ -259,11 +264,10 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
 def test_score_positions_recency_trend_global_baseline_flags_tail_negative_control():
     """Control: the same data scored against one global median (robust_z, the pre-fix baseline)
     flags trailing positions, so the test above can fail."""
-    from lab.prefill import DEFAULT_THRESHOLD
     from lab.sinks import attention_received, robust_z
 
     s = 1200
     per_head = attention_received(_recency_attention(s, 0)).float()
-    scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1))
+    scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1), statistic="gm_content")
     z_global = robust_z(scores.typical, exclude=[0, *range(s - MIN_OBSERVING_QUERIES + 1, s)])
-    assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > DEFAULT_THRESHOLD).sum()) > 0
+    assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > Z_THRESHOLD).sum()) > 0
