@@ -248,9 +248,7 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         "# Attention sinks (prefill)", "",
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
         f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
-        f"- context health: **{health_text(a)}** (lab.health.graded_health; the count-based score: "
-        f"{a.content_sink_health:.1f})" if math.isfinite(a.content_sink_health) else
-        f"- context health: **{health_text(a)}**",
+        f"- context health: **{health_text(a)}** (lab.health.graded_health, as in the study)",
         f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
         f"- threshold: {threshold_text(a)} on `{a.statistic}`; positions observed by < {a.min_observers} "
         "queries are not flagged",

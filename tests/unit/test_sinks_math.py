@@ -402,3 +402,11 @@ def test_layer_sink_spans_bad_input_raises(bad):
 
     with pytest.raises(ValueError, match="layer_flags"):
         layer_sink_spans(bad)
+
+
+def test_sink_rate_per_layer_is_each_layers_head_fraction_and_averages_to_the_overall_rate():
+    received = torch.tensor([[[0.5, 0.1], [0.2, 0.4], [0.9, 0.0]],   # layer 0: 2/3 and 1/3 heads > 0.3
+                             [[0.1, 0.1], [0.1, 0.1], [0.31, 0.3]]])  # layer 1: 1/3 and 0/3 (0.3 is not > 0.3)
+    per_layer = sink_rate(received, 0.3, per_layer=True)
+    torch.testing.assert_close(per_layer, torch.tensor([[2 / 3, 1 / 3], [1 / 3, 0.0]]))
+    torch.testing.assert_close(per_layer.mean(dim=0), sink_rate(received, 0.3))
