@@ -297,7 +297,7 @@ def plot_heatmap(a: PrefillAnalysis, path) -> None:
                    norm=LogNorm(vmin=max(1e-6, float(data.min())), vmax=max(float(data.max()), 2e-6)))
     ax.set_xlabel("key position")
     ax.set_ylabel("layer")
-    ax.set_title("mean attention received per observing query (mean over heads); squares: sink in that layer")
+    ax.set_title("attention received per observing query, mean over heads\n(squares: a sink in that layer)", fontsize=9)
     for i in range(len(a.tokens)):
         if bool(a.is_sink[i]):
             ax.axvline(i, color="red" if a.roles[i] == ROLE_CONTENT else "cyan", lw=0.6, alpha=0.6, ymax=0.03)
