@@ -80,11 +80,14 @@ STATISTICS = ("gm_prose", "gm_content", "layer_median", "am_content", "sink_rate
 STATISTIC_LABEL = {name: ("sink rate" if name == "sink_rate" else "z") for name in STATISTICS}
 STATISTIC = "sink_rate"  # the rule's choice (figures: lab/data/calibration/*.json, README)
 
-# The threshold for a model without a calibration file (a hub id, a local path): the
-# middle of the thresholds that meet the criteria on all four calibrated profiles
-# (figures in lab/data/calibration/*.json and the README); such a model runs with it
-# and the analysis says it is not calibrated for the model.
-DEFAULT_THRESHOLD = 0.04
+# The threshold for a model without a calibration file (a hub id, a local path), on
+# STATISTIC's scale; such a model runs with it and the analysis says it is not
+# calibrated for the model. By the rule (lab.calibration.choose_statistic): no single
+# sink-rate threshold is feasible on all four profiles (smollm2 0.19..0.51, gemma3-270m
+# 0.02..0.13, qwen2.5-coder 0.01..0.05, qwen2.5-coder-0.5b 0.01..0.02), so the default
+# is the smallest per-model threshold, qwen2.5-coder-0.5b's 0.02: it never misses
+# position 0 on a calibrated profile, and flags content on SmolLM2-like models.
+DEFAULT_THRESHOLD = 0.02
 
 # A position must be observed by at least this many queries (S - k >= 8) to be
 # flagged or to enter the baseline; below that its score averages < 8 rows.
