@@ -49,11 +49,11 @@ def test_qwen_sinks_position0_flagged_with_calibrated_threshold(qwen_analyses, l
 
 
 def test_qwen_sinks_primary_sink_holds_across_most_layers(qwen_analyses):
-    """Position 0 is a sink from an early layer to the last in every prompt (the primary sink)."""
+    """Position 0 is a sink from an early layer on, in at least half the layers, in every prompt (the primary sink)."""
     for a in qwen_analyses:
         span = next(r for r in a.layer_spans() if r["position"] == 0)
         n_layers = a.layer_scores.shape[0]
-        assert span["last_layer"] == n_layers - 1 and span["n_layers"] >= n_layers // 2, span
+        assert span["first_layer"] < n_layers // 4 and span["n_layers"] >= n_layers // 2, span
 
 
 def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses):
