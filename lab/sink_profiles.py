@@ -10,9 +10,12 @@ id, a local path, a profile not yet calibrated) gets
 :data:`lab.prefill.DEFAULT_THRESHOLD` and a warning that the threshold is not
 calibrated for it; the analysis records which case applied.
 
-A file is only used if it was calibrated for the statistic the detector computes
-(:data:`lab.prefill.STATISTIC`); one written for another statistic raises, since its
-threshold would be on another scale.
+A file holds a threshold for every candidate statistic (``thresholds``), all swept on
+the same prefills; the one read is :data:`lab.prefill.STATISTIC`'s, and a file without
+it raises, since another candidate's threshold is on another scale. Its ``statistic``
+field records what the detector used when the file was written (three of the four
+shipped files were written while it was still ``gm_content``; their ``sink_rate``
+thresholds come from the same sweep).
 """
 
 from __future__ import annotations
