@@ -9,6 +9,18 @@ threshold (flagged prompts, flagged content tokens and their totals, short and l
 apart); rates are derived from them. :func:`choose_threshold` takes the middle of
 the feasible range of grid values (those meeting both criteria), which leaves the
 largest margin to both criteria on prompts unlike the calibration set.
+
+Every candidate statistic of :data:`lab.prefill.STATISTICS` is swept on the same
+prefills (each on its own grid, :data:`GRIDS`), so each model's report holds every
+candidate's counts. :func:`choose_statistic` is the rule that picks the detector's
+statistic across models, stated before the four profiles' figures were all in:
+**the first candidate, in the order of** :data:`lab.prefill.STATISTICS` **(least
+departure from the SmolLM2-calibrated detector first), that has a feasible threshold
+on the calibration prompts (short and long) of every calibrated profile**; its
+per-model thresholds go to ``lab/data/calibration/<profile>.json`` and the middle of
+the thresholds feasible on all of them (else the smallest per-model threshold)
+becomes the default for uncalibrated models.
+Held-out prompts never enter the choice: they check it.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import torch
 
 from lab.attention_capture import capture_received
 from lab.models import build_messages
-from lab.prefill import MIN_OBSERVING_QUERIES, score_positions
+from lab.prefill import MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS, candidate_scores
 from lab.structure import ROLE_CONTENT, analyze_structure
 
 logger = logging.getLogger(__name__)
@@ -32,6 +44,9 @@ logger = logging.getLogger(__name__)
 POSITION0_MIN_RATE = 0.95   # issue: position 0 flagged on >= 95 % of prompts
 CONTENT_MAX_RATE = 0.01     # issue: < 1 % of content tokens flagged
 THRESHOLD_GRID = tuple(x / 4 for x in range(4, 81))  # 1.0 .. 20.0, step 0.25
+RATE_GRID = tuple(x / 100 for x in range(1, 100))  # sink rate: 0.01 .. 0.99, step 0.01
+GRIDS = {name: (RATE_GRID if name == "sink_rate" else THRESHOLD_GRID) for name in STATISTICS}
+GRID_STEP = {name: grid[1] - grid[0] for name, grid in GRIDS.items()}
 # Packaged prompt sets: the calibration set, and a held-out set the threshold is checked
 # on (also the statistical tier's set, tests/statistical/test_sinks_real.py).
 CALIBRATION_SET = "calibration_prompts.jsonl"
@@ -108,19 +123,31 @@ def long_prompts(tokenizer: Any, lengths: Sequence[int] = LONG_LENGTHS,
 
 @dataclass(frozen=True)
 class PromptScores:
-    """Threshold-independent scores of one prompt.
+    """Threshold-independent scores of one prompt, for every candidate statistic.
 
     Attributes:
         id: Prompt id.
-        z: Float32 ``[S]`` robust z (:func:`lab.prefill.score_positions`).
+        scores: ``{statistic: float32 [S]}`` (:func:`lab.prefill.candidate_scores`).
         observed: Bool ``[S]``.
         content: Bool ``[S]``: content positions.
+        statistic: The statistic the properties below read (default :data:`lab.prefill.STATISTIC`).
     """
 
     id: str
-    z: torch.Tensor
+    scores: dict[str, torch.Tensor]
     observed: torch.Tensor
     content: torch.Tensor
+    statistic: str = STATISTIC
+
+    def using(self, statistic: str) -> "PromptScores":
+        """The same prompt read through another statistic."""
+        if statistic not in self.scores:
+            raise ValueError(f"statistic={statistic!r} was not scored (have {', '.join(self.scores)})")
+        return PromptScores(self.id, self.scores, self.observed, self.content, statistic)
+
+    @property
+    def z(self) -> torch.Tensor:
+        return self.scores[self.statistic]
 
     @property
     def position0_z(self) -> float:
@@ -128,11 +155,11 @@ class PromptScores:
 
     @property
     def candidate_content_z(self) -> torch.Tensor:
-        """z of content positions that may be flagged (observed)."""
+        """Scores of content positions that may be flagged (observed)."""
         return self.z[self.content & self.observed]
 
     def trailing_flagged(self, threshold: float) -> int:
-        """Observed content positions seen by < TRAILING_FRACTION of the queries with z > threshold."""
+        """Observed content positions seen by < TRAILING_FRACTION of the queries with a score > threshold."""
         s = self.z.numel()
         trailing = torch.arange(s, 0, -1) < TRAILING_FRACTION * s
         return int((self.content & self.observed & trailing & (self.z > threshold)).sum())
@@ -141,16 +168,18 @@ class PromptScores:
 def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
                   min_observers: int = MIN_OBSERVING_QUERIES,
                   progress: Callable[[int, int, str], None] | None = None) -> list[PromptScores]:
-    """Run the streaming capture on every prompt and keep its z-scores."""
+    """Run the streaming capture on every prompt and keep every candidate's scores."""
     out = []
     for i, p in enumerate(prompts):
         if progress is not None:
             progress(i, len(prompts), p.id)
         structure = analyze_structure(tokenizer, p.messages())
         per_head = capture_received(model, structure.input_ids).per_head
-        scores = score_positions(per_head, structure.roles, min_observers=min_observers)
+        cands = candidate_scores(per_head, structure.roles, min_observers=min_observers)
+        s = len(structure.roles)
         content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
-        out.append(PromptScores(id=p.id, z=scores.z, observed=scores.observed, content=content))
+        out.append(PromptScores(id=p.id, scores={k: cands[k] for k in STATISTICS},
+                                observed=torch.arange(s, 0, -1) >= min(min_observers, s), content=content))
     return out
 
 
@@ -214,8 +243,13 @@ def evaluate(scores: Sequence[PromptScores], threshold: float) -> dict[str, int]
             "trailing_flagged": sum(s.trailing_flagged(threshold) for s in scores)}
 
 
-def choose_threshold(rows: Sequence[SweepRow]) -> float:
-    """Middle of the feasible threshold range, rounded to the 0.25 grid.
+def _middle(values: Sequence[float], step: float) -> float:
+    """Middle of ``[min, max]`` rounded to the grid ``step``."""
+    return round((min(values) + max(values)) / 2 / step) * step
+
+
+def choose_threshold(rows: Sequence[SweepRow], step: float = 0.25) -> float:
+    """Middle of the feasible threshold range, rounded to the grid ``step`` (0.25 for z, 0.01 for a rate).
 
     Raises:
         ValueError: no threshold on the grid meets both criteria.
@@ -224,4 +258,44 @@ def choose_threshold(rows: Sequence[SweepRow]) -> float:
     if not feasible:
         raise ValueError("no threshold meets both criteria (position 0 >= 95 %, content < 1 %); "
                          "the detector cannot separate sinks on this prompt set")
-    return round((min(feasible) + max(feasible)) / 2 * 4) / 4
+    return round(_middle(feasible, step), 6)
+
+
+def sweep_candidates(scores: Sequence[PromptScores], long_scores: Sequence[PromptScores] = ()) -> dict[str, dict]:
+    """Per candidate statistic: its sweep rows, feasible thresholds and chosen threshold (None if infeasible)."""
+    out = {}
+    for name in STATISTICS:
+        rows = sweep([s.using(name) for s in scores], GRIDS[name], [s.using(name) for s in long_scores])
+        feasible = [r.threshold for r in rows if r.feasible]
+        out[name] = {"rows": rows, "feasible": feasible,
+                     "chosen": choose_threshold(rows, GRID_STEP[name]) if feasible else None}
+    return out
+
+
+def choose_statistic(feasible: dict[str, dict[str, Sequence[float]]]) -> tuple[str, float | None]:
+    """The rule of the module docstring across models: ``(statistic, default threshold or None)``.
+
+    Args:
+        feasible: ``{model: {statistic: feasible thresholds on its calibration prompts}}``.
+
+    Returns:
+        The first statistic of :data:`lab.prefill.STATISTICS` feasible on every model, and
+        the default threshold for uncalibrated models: the middle of the thresholds
+        feasible on all of them, or, when no single threshold is, the smallest of the
+        models' own thresholds (the middle of each one's range): missing position 0 is
+        the failure this detector exists to avoid, so an uncalibrated model errs toward
+        flagging (and says it is not calibrated).
+
+    Raises:
+        ValueError: no model given, or no statistic is feasible on every model.
+    """
+    if not feasible:
+        raise ValueError("choose_statistic needs at least one model's calibration")
+    for name in STATISTICS:
+        per_model = [set(f.get(name) or ()) for f in feasible.values()]
+        if all(per_model):
+            common = set.intersection(*per_model)
+            if common:
+                return name, round(_middle(sorted(common), GRID_STEP[name]), 6)
+            return name, round(min(_middle(sorted(f), GRID_STEP[name]) for f in per_model), 6)
+    raise ValueError(f"no candidate statistic is feasible on every model ({', '.join(feasible)})")

@@ -1,5 +1,9 @@
 """Graded context health: candidate measures, their properties, and the calibrated choice.
 
+One measure everywhere (issue 15): :func:`graded_health` is what ``lab sinks``, the
+study and the calibrations all report, ``NaN`` ("not measurable") when no content
+position is observed by enough queries to judge.
+
 Context health keeps its scale and meaning (issue 9): 0..10, where 10 means the
 attention a prompt's content receives flows the way it does in a clean prompt
 and lower values mean more of it pooled on positions that carry no content. The
@@ -18,7 +22,9 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
 * ``soft_penalty`` -- a continuous version of the count penalty: each observed
   content position contributes ``sigmoid((z - threshold) / SOFT_WIDTH) *
   (1 + max(0, z - threshold) / SEVERITY_SCALE)``; health = ``10 exp(-HEALTH_RATE *
-  mean)``. Reads the sink detector's z, so it moves when the z baseline changes.
+  mean)``. Reads the sink detector's score and threshold (designed on the z scale;
+  since issue 15 the detector's score is the sink rate, so its width is in rate units
+  there), so it moves with the detector.
 * ``content_share`` -- 10 x (1 - the share of received attention absorbed by
   structural positions and flagged sinks).
 * ``content_entropy`` -- 10 x the normalized Shannon entropy of the received
@@ -191,8 +197,19 @@ CHOSEN = "content_entropy"
 
 
 def graded_health(h: HealthInputs) -> float:
-    """The study's context health: the calibrated candidate :data:`CHOSEN`, on 0..10."""
+    """The lab's one context health: the calibrated candidate :data:`CHOSEN` on 0..10, ``NaN`` if not measurable.
+
+    Not measurable: no content position is observed by enough queries to be judged
+    (an empty message, or one whose every token lies in the tail), so there is no
+    content whose attention could be pooled away. ``lab sinks``, the study and the
+    calibrations all report this value (issue 15: one measure everywhere).
+    """
+    if not bool((h.content & h.observed).any()):
+        return math.nan
     return CANDIDATES[CHOSEN](h)
+
+
+
 
 
 # --------------------------------------------------------------------------- properties

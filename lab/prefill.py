@@ -7,29 +7,44 @@ Model-facing loop tying :mod:`lab.structure` (template positions),
 for the importance score and sink rate.
 
 Decision rule. Let ``per_head[l, h, k]`` be the attention key ``k`` receives per
-observing query in layer ``l``, head ``h``; ``received[k]`` its arithmetic mean over
-layers and heads (reported) and ``typical[k]`` its geometric mean (scored). Then
+observing query in layer ``l``, head ``h`` (Gu et al.'s importance score);
+``received[k]`` its arithmetic mean over layers and heads (reported) and
+``typical[k]`` its geometric mean. The detector's score is :data:`STATISTIC`, one of
+the candidates in :data:`STATISTICS`, chosen by the rule of
+:func:`lab.calibration.choose_statistic` across the four profiles (issue 15):
 
-* ``z = observer_matched_z(typical, exclude=...)``: the robust log-MAD z of
-  :func:`lab.sinks.robust_z`, but against a baseline that depends on how many
-  queries see the position: key ``k`` is seen by ``S - k`` queries, all within
-  ``S - k`` tokens, and queries attend mostly to their recent past, so late keys get
-  a higher mean score from position alone. The baseline at ``k`` interpolates the
-  medians of *prose* positions (content and any template-injected system prompt)
-  binned by observer count (one octave per bin, >= 32 positions each), leaving out
-  template markers (expected sinks) and the tail (below). A prompt with at most 32
-  baseline positions has one bin: the plain global median of the robust log-MAD z.
-  Before this (issue 11), a 7,974-token uniform prompt had 94 "content sinks", all
-  among its last 181 positions.
-* a position is a sink when ``z > threshold`` and it is observed by at least
-  :data:`MIN_OBSERVING_QUERIES` queries.
+* ``sink_rate`` (the rule's choice): Gu et al.'s sink rate, the fraction of the
+  ``L x H`` (layer, head) pairs in which ``per_head[l, h, k] > epsilon`` (0.3). A
+  position is a sink when its rate exceeds the model's threshold and it is observed
+  by at least :data:`MIN_OBSERVING_QUERIES` queries. The z candidates compare a
+  position with the prompt's other positions, and failed where there are few to
+  compare with: on Qwen2.5's chat prompts the template-injected system prompt ("You
+  are Qwen, created by Alibaba Cloud ...") outnumbers a short question's content and
+  is heavily attended, so the old baseline (``gm_prose``) put position 0 at z 2.6-3.9;
+  on Gemma-3 (no template) a short prompt has one or two observed content tokens.
+  The rate needs no baseline.
+* the threshold belongs to the model: the profile's calibration
+  (``lab/data/calibration/<profile>.json``, written by ``lab calibrate-sinks``) via
+  :func:`lab.sink_profiles.resolve_threshold`, else :data:`DEFAULT_THRESHOLD`, and
+  the analysis then says it is not calibrated for the model.
+* ``robust_z`` is reported beside it: the robust log-MAD z of the geometric mean
+  against observed content positions seen by as many queries (``gm_content``,
+  :func:`lab.sinks.observer_matched_z`), how far a position stands out.
+
+Sink levels across layers: ``layer_scores[l]`` is the statistic on layer ``l`` alone
+(for ``sink_rate``: the fraction of the layer's heads above epsilon); a position is a
+sink in layer ``l`` when ``layer_scores[l] > threshold`` (and observed).
+:func:`lab.sinks.layer_sink_spans` gives the first and last layer of each and the
+number of layers it holds in.
 
 The tail: position ``k`` is seen by only ``S - k`` queries, so the last few scores
 average one to a handful of rows and are too noisy to judge. Positions with fewer
 than :data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of the
 baseline; their scores are still reported.
 
-Calibration (``lab calibrate-sinks``; figures in :data:`DEFAULT_THRESHOLD`'s comment).
+Context health: :func:`lab.health.graded_health` (the graded measure the study
+uses), ``NaN`` ("not measurable") when no content position is observed; the older
+count-based :func:`lab.sinks.context_health` is kept as ``content_sink_health``.
 """
 
 from __future__ import annotations
@@ -42,27 +57,37 @@ from typing import Any, Sequence
 import torch
 
 from lab.attention_capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
-from lab.sinks import DEFAULT_EPSILON, LOG_FLOOR, context_health, observer_matched_z, sink_rate
+from lab.health import HealthInputs, graded_health
+from lab.sinks import (DEFAULT_EPSILON, context_health, head_geometric_mean, layer_sink_spans, observer_matched_z,
+                       sink_rate)
 from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
 
 logger = logging.getLogger(__name__)
 
-# Calibrated with `lab calibrate-sinks` on the embedded model (SmolLM2-135M-Instruct,
-# float32, CPU) over the 36 prompts of lab/data/calibration_prompts.jsonl (765
-# observed content tokens) and one 2,078-token uniform prompt built from them:
-# thresholds 2.5..5.0 meet both criteria on both (position 0 flagged on >= 95 % of
-# prompts, < 1 % of content tokens flagged); 3.75 is the middle of that range. At 3.75:
-# - calibration set: position 0 flagged on 36/36 prompts (lowest z 4.90), content
-#   0/765 (highest content z 3.64);
-# - long calibration prompt: position 0 flagged (z 14.7), content 0/2,047, trailing 0;
-# - held-out set (tests/statistical/test_sinks_real.py): position 0 24/24 (lowest z
-#   5.24), content 0/289 (highest 2.98); its 2,030-token repetition: content 1/1,999
-#   (an early repetition), trailing 0 (the pre-fix baseline flagged 22 trailing);
-# - long prompts, not used for calibration: a 7,980-token repetition of one sentence:
-#   content 25/7,949 (0.3 %, all among the first 12 repetitions of the sentence, which
-#   later copies attend to), trailing 0 (pre-fix: 77, all trailing); 7,930 tokens of
-#   the study prompts' text: content 0/7,899 (pre-fix: 159, 158 trailing).
-DEFAULT_THRESHOLD = 3.75
+# The candidate sink statistics (issue 15), in the order of preference of the rule that
+# chooses among them (lab.calibration.choose_statistic: the first candidate whose
+# per-model calibration meets the criteria on every profile): the least departure from
+# the SmolLM2-calibrated detector first.
+#   gm_prose      robust z of the geometric mean over (layer, head), baseline content +
+#                 injected system prompt (the detector before issue 15);
+#   gm_content    the same z, baseline content only;
+#   layer_median  median over layers of the per-layer z (geometric mean over heads,
+#                 content baseline): a sink stands out in most layers;
+#   am_content    robust z of the arithmetic mean, content baseline;
+#   sink_rate     Gu et al.'s fraction of (layer, head) with received attention > 0.3.
+STATISTICS = ("gm_prose", "gm_content", "layer_median", "am_content", "sink_rate")
+# How a threshold on each statistic reads ("z > 3.5", "sink rate > 0.07").
+STATISTIC_LABEL = {name: ("sink rate" if name == "sink_rate" else "z") for name in STATISTICS}
+STATISTIC = "sink_rate"  # the rule's choice (figures: lab/data/calibration/*.json, README)
+
+# The threshold for a model without a calibration file (a hub id, a local path), on
+# STATISTIC's scale; such a model runs with it and the analysis says it is not
+# calibrated for the model. By the rule (lab.calibration.choose_statistic): no single
+# sink-rate threshold is feasible on all four profiles (smollm2 0.19..0.51, gemma3-270m
+# 0.02..0.13, qwen2.5-coder 0.01..0.05, qwen2.5-coder-0.5b 0.01..0.02), so the default
+# is the smallest per-model threshold, qwen2.5-coder-0.5b's 0.02: it never misses
+# position 0 on a calibrated profile, and flags content on SmolLM2-like models.
+DEFAULT_THRESHOLD = 0.02
 
 # A position must be observed by at least this many queries (S - k >= 8) to be
 # flagged or to enter the baseline; below that its score averages < 8 rows.
@@ -84,7 +109,8 @@ class PrefillAnalysis:
             system prompt).
         received: Float32 ``[S]``, mean over layers and heads of ``per_head``.
         per_head: Float32 ``[L, H, S]`` (Gu et al. importance score per head).
-        z: Float32 ``[S]`` robust z of the log geometric-mean score (see module docstring).
+        z: Float32 ``[S]`` the detector's score, :data:`STATISTIC` (module docstring).
+        robust_z: Float32 ``[S]`` robust z of the log geometric-mean score, content baseline.
         is_sink: Bool ``[S]``: ``z > threshold`` and observed by enough queries.
         observed: Bool ``[S]``: observed by >= ``min_observers`` queries.
         sink_rate: Float32 ``[S]``: fraction of (layer, head) with score > ``epsilon``.
@@ -94,9 +120,19 @@ class PrefillAnalysis:
         structural_sinks: Structural positions flagged as sinks.
         sink_heads: ``(layer, head)`` pairs whose score at some flagged sink exceeds
             ``epsilon``.
-        context_health: ``[0, 10]``, :func:`lab.sinks.context_health` over observed
-            content positions.
+        context_health: The graded context health on ``[0, 10]``
+            (:func:`lab.health.graded_health`, what the study reports), ``NaN`` when
+            not measurable (no observed content position).
+        content_sink_health: The count-based score of :func:`lab.sinks.context_health`
+            over observed content positions (``NaN`` when there are none).
         threshold, epsilon, min_observers: The settings used.
+        statistic: Which candidate statistic ``z`` is (:data:`STATISTICS`).
+        calibrated_for: The profile whose calibration file gave ``threshold``; ``None``
+            when the threshold was given by the caller or is the uncalibrated default.
+        threshold_source: ``"calibrated"``, ``"default (not calibrated for this model)"``
+            or ``"given"``.
+        layer_scores: Float32 ``[L, S]``: the statistic per layer (:class:`SinkScores`).
+        layer_sinks: Bool ``[L, S]``: ``layer_scores > threshold`` at observed positions.
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
     """
 
@@ -107,6 +143,7 @@ class PrefillAnalysis:
     received: torch.Tensor
     per_head: torch.Tensor
     z: torch.Tensor
+    robust_z: torch.Tensor
     is_sink: torch.Tensor
     observed: torch.Tensor
     sink_rate: torch.Tensor
@@ -115,10 +152,27 @@ class PrefillAnalysis:
     structural_sinks: tuple[int, ...]
     sink_heads: tuple[tuple[int, int], ...]
     context_health: float
+    content_sink_health: float
     threshold: float
     epsilon: float
     min_observers: int
+    statistic: str
+    calibrated_for: str | None
+    threshold_source: str
+    layer_scores: torch.Tensor
+    layer_sinks: torch.Tensor
     last_logits: torch.Tensor
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the threshold comes from this model's own calibration."""
+        return self.calibrated_for is not None
+
+    def layer_spans(self) -> list[dict[str, int]]:
+        """Each position that is a sink in some layer: first and last such layer, and in how many."""
+        first, last, count = layer_sink_spans(self.layer_sinks)
+        return [{"position": k, "first_layer": int(first[k]), "last_layer": int(last[k]),
+                 "n_layers": int(count[k])} for k in torch.nonzero(count).flatten().tolist()]
 
     @property
     def content_positions(self) -> tuple[int, ...]:
@@ -127,56 +181,111 @@ class PrefillAnalysis:
 
 @dataclass(frozen=True)
 class SinkScores:
-    """The threshold-independent part of a detection (all ``[S]``).
+    """The threshold-independent part of a detection.
 
     Attributes:
-        received: Arithmetic mean over layers and heads of received attention.
-        typical: Geometric mean over layers and heads (what ``z`` is computed on).
-        z: Robust z of ``log typical``.
-        observed: Bool, observed by enough queries to be flagged.
+        received: ``[S]`` arithmetic mean over layers and heads of received attention.
+        typical: ``[S]`` geometric mean over layers and heads.
+        z: ``[S]`` the detector's score, :data:`STATISTIC` (a rate in ``[0, 1]`` for
+            ``sink_rate``, else a robust z).
+        observed: Bool ``[S]``, observed by enough queries to be flagged.
+        layer_scores: ``[L, S]`` the statistic per layer (for the sink levels across
+            layers): for ``sink_rate`` the fraction of the layer's heads above epsilon,
+            else the robust z of the layer's geometric mean over heads (content baseline).
+        robust_z: ``[S]`` the ``gm_content`` z, reported whatever the statistic.
+        statistic: Which candidate ``z`` is.
     """
 
     received: torch.Tensor
     typical: torch.Tensor
     z: torch.Tensor
     observed: torch.Tensor
+    layer_scores: torch.Tensor
+    robust_z: torch.Tensor
+    statistic: str = STATISTIC
 
 
-def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
-                    min_observers: int = MIN_OBSERVING_QUERIES) -> SinkScores:
-    """Robust z of received attention with the lab's baseline and tail rule.
+def _observed(s: int, min_observers: int) -> torch.Tensor:
+    return torch.arange(s, 0, -1) >= min(min_observers, s)  # position 0 always observed
+
+
+def baseline_mask(roles: Sequence[str], observed: torch.Tensor, pool: str) -> torch.Tensor:
+    """Bool ``[S]``: the positions a z is measured against.
+
+    ``pool="content"``: observed content positions; ``"prose"``: observed content and
+    injected system-prompt positions. Template markers (expected sinks) and the tail are
+    never in it. Falls back to observed prose, then to every observed position, when
+    the pool is empty (a prompt whose content all lies in the tail, or all template).
+    """
+    content = torch.tensor([r == ROLE_CONTENT for r in roles], dtype=torch.bool)
+    prose = torch.tensor([r != ROLE_TEMPLATE for r in roles], dtype=torch.bool)
+    for mask in ((content if pool == "content" else prose), prose):
+        if (observed & mask).any():
+            return observed & mask
+    return observed.clone()
+
+
+def candidate_scores(per_head: torch.Tensor, roles: Sequence[str], *,
+                     min_observers: int = MIN_OBSERVING_QUERIES) -> dict[str, torch.Tensor]:
+    """Every candidate statistic of :data:`STATISTICS` at every position (``[S]`` each), plus per-layer scores.
+
+    ``layer_z`` ``[L, S]``: the robust z (content baseline) of each layer's geometric
+    mean over heads; ``layer_sink_rate`` ``[L, S]``: the fraction of each layer's heads
+    above epsilon (0.3).
 
     Args:
-        per_head: Float ``[L, H, S]`` received attention.
+        per_head: Float ``[L, H, S]`` received attention (probabilities).
         roles: ``S`` role strings (see :mod:`lab.structure`).
         min_observers: Minimum observing queries for a position to count.
-
-    Returns:
-        :class:`SinkScores` with ``received`` ``[S]``, ``z`` ``[S]``, ``observed`` ``[S]``.
 
     Raises:
         ValueError: shapes disagree or ``min_observers < 1``.
     """
     if per_head.dim() != 3 or per_head.shape[-1] != len(roles):
         raise ValueError(f"per_head {tuple(per_head.shape)} does not match {len(roles)} roles")
-    if not isinstance(min_observers, int) or min_observers < 1:
+    if isinstance(min_observers, bool) or not isinstance(min_observers, int) or min_observers < 1:
         raise ValueError(f"min_observers={min_observers!r} must be a positive integer")
-    s = len(roles)
-    received = per_head.float().mean(dim=(0, 1))
-    # z is taken on the geometric mean over (layer, head), i.e. the mean log score:
-    # a position one or two heads single out (previous-token or delimiter heads on
-    # ordinary words) moves the arithmetic mean a lot but the geometric mean little,
-    # while a sink draws attention across the network. On the calibration set this
-    # separates position 0 from content far better (see `lab calibrate-sinks`).
-    typical = per_head.float().clamp_min(LOG_FLOOR).log().mean(dim=(0, 1)).exp()
-    observers = torch.arange(s, 0, -1)
-    observed = observers >= min(min_observers, s)  # position 0 always observed
-    prose = torch.tensor([r != ROLE_TEMPLATE for r in roles])
-    baseline = observed & prose
-    if not baseline.any():  # a prompt that is all template: fall back to every observed position
-        baseline = observed
-    z = observer_matched_z(typical, exclude=~baseline)
-    return SinkScores(received=received, typical=typical, z=z, observed=observed)
+    observed = _observed(len(roles), min_observers)
+    prose, content = baseline_mask(roles, observed, "prose"), baseline_mask(roles, observed, "content")
+    typical = head_geometric_mean(per_head)  # [S]
+    per_layer = head_geometric_mean(per_head, dims=1)  # [L, S]
+    layer_z = torch.stack([observer_matched_z(row, exclude=~content) for row in per_layer]) \
+        if per_layer.shape[0] else per_layer
+    return {
+        "gm_prose": observer_matched_z(typical, exclude=~prose),
+        "gm_content": observer_matched_z(typical, exclude=~content),
+        "layer_median": layer_z.quantile(0.5, dim=0) if layer_z.shape[0] else typical * 0,
+        "am_content": observer_matched_z(per_head.float().mean(dim=(0, 1)), exclude=~content),
+        "sink_rate": sink_rate(per_head.float(), DEFAULT_EPSILON),
+        "layer_z": layer_z,
+        "layer_sink_rate": sink_rate(per_head.float(), DEFAULT_EPSILON, per_layer=True),
+    }
+
+
+def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
+                    min_observers: int = MIN_OBSERVING_QUERIES, statistic: str = STATISTIC) -> SinkScores:
+    """The detector's score (:data:`STATISTIC` by default) with the lab's baseline and tail rule.
+
+    Args:
+        per_head: Float ``[L, H, S]`` received attention.
+        roles: ``S`` role strings (see :mod:`lab.structure`).
+        min_observers: Minimum observing queries for a position to count.
+        statistic: One of :data:`STATISTICS`.
+
+    Returns:
+        :class:`SinkScores` with ``received``, ``z``, ``observed`` ``[S]`` and ``layer_scores`` ``[L, S]``.
+
+    Raises:
+        ValueError: shapes disagree, ``min_observers < 1`` or an unknown ``statistic``.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
+    cands = candidate_scores(per_head, roles, min_observers=min_observers)
+    return SinkScores(received=per_head.float().mean(dim=(0, 1)), typical=head_geometric_mean(per_head),
+                      z=cands[statistic], observed=_observed(len(roles), min_observers),
+                      layer_scores=cands["layer_sink_rate" if statistic == "sink_rate" else "layer_z"],
+                      robust_z=cands["gm_content"],
+                      statistic=statistic)
 
 
 def _check_threshold(threshold: float, epsilon: float) -> None:
@@ -187,7 +296,7 @@ def _check_threshold(threshold: float, epsilon: float) -> None:
 
 
 def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str]], *,
-                    threshold: float = DEFAULT_THRESHOLD, epsilon: float = DEFAULT_EPSILON,
+                    threshold: float | None = None, epsilon: float = DEFAULT_EPSILON,
                     min_observers: int = MIN_OBSERVING_QUERIES,
                     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, cache: Any = None) -> PrefillAnalysis:
     """Find the attention sinks of a chat prompt in one streaming prefill.
@@ -196,8 +305,10 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         model: A transformers causal LM (batch 1; attention via ``AttentionInterface``).
         tokenizer: Its fast tokenizer, with the chat template if the model has one.
         messages: Non-empty chat messages (``lab.models.build_messages``).
-        threshold: z above which an observed position is a sink
-            (:data:`DEFAULT_THRESHOLD`, calibrated on the embedded model).
+        threshold: Score above which an observed position is a sink. ``None`` (default):
+            the model's calibrated threshold (:func:`lab.sink_profiles.calibration_for`,
+            by ``model.lab_source["profile"]``), else :data:`DEFAULT_THRESHOLD` with a
+            warning that it is not calibrated for this model.
         epsilon: Received-attention level for the sink rate and sink heads (Gu et al.: 0.3).
         min_observers: See :data:`MIN_OBSERVING_QUERIES`.
         max_chunk_bytes: Budget for one chunk of attention scores in the capture.
@@ -211,21 +322,25 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
     Raises:
         ValueError: empty or malformed messages, a prompt longer than the model's
             context, a bad threshold/epsilon/min_observers, a template whose
-            positions cannot be attributed.
+            positions cannot be attributed, a calibration file that does not parse.
         lab.attention_capture.CaptureError (a ValueError): the model's attention
             cannot be captured, or the capture failed validation.
     """
-    _check_threshold(threshold, epsilon)
+    from lab.sink_profiles import resolve_threshold
+
+    _check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold, epsilon)
+    threshold, calibrated_for, source = resolve_threshold(model, threshold)
     # 1. tokenize and attribute positions to the template or the content
     structure = analyze_structure(tokenizer, messages)
     ids = structure.input_ids
     # 2. one streaming prefill: received attention per layer and head
     captured = capture_received(model, ids, max_chunk_bytes=max_chunk_bytes, cache=cache)
     per_head = captured.per_head
-    # 3. scores and flags
+    # 3. scores and flags, overall and per layer
     scores = score_positions(per_head, structure.roles, min_observers=min_observers)
     is_sink = scores.observed & (scores.z > threshold)
-    content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
+    layer_sinks = scores.observed.unsqueeze(0) & (scores.layer_scores > threshold)  # [L, S]
+    content = torch.tensor([r == ROLE_CONTENT for r in structure.roles], dtype=torch.bool)
     content_sinks = tuple(int(i) for i in torch.nonzero(is_sink & content).flatten())
     structural_sinks = tuple(int(i) for i in torch.nonzero(is_sink & ~content).flatten())
     # 4. heads that put more than epsilon on some sink
@@ -234,7 +349,12 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
     if flagged.numel():
         heavy = per_head[:, :, flagged].amax(dim=-1) > epsilon  # [L, H]
         sink_heads = tuple((int(l), int(h)) for l, h in torch.nonzero(heavy))
-    health = context_health(scores.z[content & scores.observed], threshold)
+    # 5. context health: the graded measure; the count-based one kept beside it
+    rates = sink_rate(per_head, epsilon)
+    health = graded_health(HealthInputs(received=scores.received, content=content, z=scores.z, is_sink=is_sink,
+                                          observed=scores.observed, sink_rate=rates, threshold=float(threshold)))
+    observed_content = content & scores.observed
+    count_health = context_health(scores.z[observed_content], threshold) if observed_content.any() else math.nan
     ids_list = ids[0].tolist()
     return PrefillAnalysis(
         input_ids=ids[0],
@@ -244,16 +364,23 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         received=scores.received,
         per_head=per_head,
         z=scores.z,
+        robust_z=scores.robust_z,
         is_sink=is_sink,
         observed=scores.observed,
-        sink_rate=sink_rate(per_head, epsilon),
+        sink_rate=rates,
         position0_share=float(per_head[:, :, 0].mean()),
         content_sinks=content_sinks,
         structural_sinks=structural_sinks,
         sink_heads=sink_heads,
         context_health=health,
+        content_sink_health=count_health,
         threshold=float(threshold),
         epsilon=float(epsilon),
         min_observers=min_observers,
+        statistic=scores.statistic,
+        calibrated_for=calibrated_for,
+        threshold_source=source,
+        layer_scores=scores.layer_scores,
+        layer_sinks=layer_sinks,
         last_logits=captured.last_logits,
     )

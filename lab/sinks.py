@@ -28,6 +28,13 @@ above the diagonal for causal attention).
   long uniform prompt all looked like sinks.
 * :func:`sink_rate` -- Gu et al.'s metric: the fraction of (layer, head) pairs
   whose score at a position exceeds ``epsilon`` (0.3 in the paper).
+* :func:`head_geometric_mean` -- the geometric mean of received attention over
+  heads (and layers, if asked): the "typical" score a sink must raise across the
+  network, not in one or two heads.
+* :func:`layer_sink_spans` -- from per-layer sink flags ``[L, S]``, the first and
+  last layer where each position is a sink and in how many layers it is one: the
+  primary sink at position 0 holds from an early layer to the last, "secondary"
+  sinks hold over a band of middle layers (Gu et al. 2024; Xiao et al. 2023).
 * :func:`context_health` -- a 0-10 summary of how many *content* positions are
   sinks and how strongly (formula in its docstring).
 """
@@ -244,7 +251,7 @@ def _keep_mask(exclude, s: int) -> torch.Tensor:
     return keep
 
 
-def sink_rate(received: torch.Tensor, epsilon: float = DEFAULT_EPSILON) -> torch.Tensor:
+def sink_rate(received: torch.Tensor, epsilon: float = DEFAULT_EPSILON, *, per_layer: bool = False) -> torch.Tensor:
     """Fraction of (layer, head) pairs whose received attention at a position exceeds ``epsilon``.
 
     Gu et al. 2024 (arXiv:2410.10781, Sec. 3.1) call a position a sink in head
@@ -255,9 +262,10 @@ def sink_rate(received: torch.Tensor, epsilon: float = DEFAULT_EPSILON) -> torch
         received: Float tensor ``[L, H, S]`` of mean received attention
             (:func:`attention_received` per layer and head).
         epsilon: Threshold in ``(0, 1)`` on received attention (a probability).
+        per_layer: Keep layers apart: the fraction of each layer's heads, ``[L, S]``.
 
     Returns:
-        Float32 tensor ``[S]`` in ``[0, 1]``.
+        Float32 tensor ``[S]`` (``[L, S]`` with ``per_layer``) in ``[0, 1]``.
 
     Raises:
         ValueError: ``received`` is not 3-D floating, or ``epsilon`` outside ``(0, 1)``.
@@ -267,7 +275,53 @@ def sink_rate(received: torch.Tensor, epsilon: float = DEFAULT_EPSILON) -> torch
                          f"{tuple(received.shape) if isinstance(received, torch.Tensor) else type(received).__name__}")
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
-    return (received > epsilon).float().mean(dim=(0, 1))
+    return (received > epsilon).float().mean(dim=1 if per_layer else (0, 1))
+
+
+def head_geometric_mean(per_head: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
+    """Geometric mean of received attention over ``dims``: ``exp(mean(log max(x, LOG_FLOOR)))``.
+
+    Args:
+        per_head: Non-negative float tensor ``[L, H, S]`` (received attention, probabilities).
+        dims: Dimensions averaged in log space: ``(0, 1)`` layers and heads -> ``[S]``;
+            ``1`` heads only -> ``[L, S]``.
+
+    Returns:
+        Float32 tensor (float64 for float64 input), ``per_head``'s shape without ``dims``.
+
+    Raises:
+        ValueError: ``per_head`` is not a 3-D floating tensor.
+    """
+    if not isinstance(per_head, torch.Tensor) or per_head.dim() != 3 or not per_head.is_floating_point():
+        raise ValueError(f"per_head must be a float tensor [L, H, S], got "
+                         f"{tuple(per_head.shape) if isinstance(per_head, torch.Tensor) else type(per_head).__name__}")
+    x = per_head if per_head.dtype == torch.float64 else per_head.float()
+    return x.clamp_min(LOG_FLOOR).log().mean(dim=dims).exp()
+
+
+def layer_sink_spans(layer_flags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per position, the first and last layer where it is flagged, and the number of flagged layers.
+
+    Args:
+        layer_flags: Bool tensor ``[L, S]``: position ``k`` is a sink in layer ``l``.
+
+    Returns:
+        ``(first, last, count)``, int64 tensors ``[S]``; ``first = last = -1`` and
+        ``count = 0`` where a position is flagged in no layer. ``count`` may be below
+        ``last - first + 1``: a sink that lapses in some layers between the two.
+
+    Raises:
+        ValueError: ``layer_flags`` is not a 2-D bool tensor.
+    """
+    if not isinstance(layer_flags, torch.Tensor) or layer_flags.dim() != 2 or layer_flags.dtype != torch.bool:
+        raise ValueError("layer_flags must be a bool tensor [L, S]")
+    n_layers = layer_flags.shape[0]
+    layer = torch.arange(n_layers).unsqueeze(1).expand_as(layer_flags)  # [L, S]
+    count = layer_flags.sum(dim=0)
+    first = torch.where(layer_flags, layer, n_layers).amin(dim=0) if n_layers else count
+    last = torch.where(layer_flags, layer, -1).amax(dim=0) if n_layers else count
+    none = count == 0
+    return first.masked_fill(none, -1), last.masked_fill(none, -1), count
 
 
 def context_health(content_z: torch.Tensor, threshold: float, *,

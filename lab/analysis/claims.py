@@ -3,9 +3,9 @@
 * **H5** subword commitment points: within a word made of several sub-tokens, the
   first sub-token carries more decode entropy than the sub-tokens completing it.
   Word boundaries come from the tokenizer's own decoding of each generated token
-  (:func:`word_positions`: a piece starting with whitespace, or with a letter after
-  a non-letter, opens a word; a letter-initial piece glued to a letter continues
-  it); never from a vocabulary list. Per prompt, the mean entropy (bits) at
+  (:func:`word_positions`: a piece ending in letters opens a word; a piece glued to
+  it, starting with a letter, digit, ``_`` or a byte fragment, continues it); never
+  from a vocabulary list. Per prompt, the mean entropy (bits) at
   word-initial sub-tokens of multi-token words and at their continuations; paired
   Wilcoxon signed-rank on initial - continuation over prompts, effect the
   matched-pairs rank-biserial r with a BCa CI, predicted > 0. **Negative control**:
@@ -46,19 +46,43 @@ def temperature_column(temperature: float) -> str:
 H6_COLUMNS = tuple(temperature_column(t) for t in DESIGN_TEMPERATURES)
 
 
-def _starts_letter(piece: str) -> bool:
-    return bool(piece) and piece[0].isalpha()
+# A byte-level BPE (Qwen2.5, GPT-2) splits a multi-byte UTF-8 character over tokens;
+# decoded alone, each such token gives U+FFFD. It is part of the character (and so of
+# the word) its neighbours complete, so it counts as a letter here.
+BYTE_FRAGMENT = "\ufffd"
+
+
+def _letter(ch: str) -> bool:
+    return ch.isalpha() or ch == BYTE_FRAGMENT
+
+
+def _word_char(ch: str) -> bool:
+    """Characters that keep a word going when glued to it: letters, byte fragments, and the
+    digits and underscores of code identifiers (``values_list``, ``utf8``)."""
+    return _letter(ch) or ch.isdigit() or ch == "_"
+
+
+def _opens(piece: str) -> bool:
+    """The piece ends in a run of word characters holding a letter: a word may start there."""
+    run = len(piece)
+    while run > 0 and _word_char(piece[run - 1]):
+        run -= 1
+    return run < len(piece) and any(_letter(ch) for ch in piece[run:])
 
 
 def word_positions(pieces: Sequence[str]) -> list[str]:
     """Label each decoded token piece ``"initial"``, ``"continuation"`` or ``""``.
 
-    A piece *opens* a word when it is whitespace followed by a letter, or starts
-    with a letter while the previous piece does not end with one; it *continues*
-    the word when it starts with a letter and the previous piece ends with one
-    (no space between: the tokenizer split the word). Only words of two or more
-    pieces are labelled (opener ``"initial"``, the rest ``"continuation"``); other
-    pieces (single-piece words, punctuation, digits, newlines) get ``""``.
+    A piece *continues* the open word when it starts with a word character (a letter,
+    a byte fragment U+FFFD, a digit or ``_``) and no whitespace: the tokenizer split the
+    word (``" unbelie" + "vably"``, ``" snake" + "_case"``, ``" �" + "�" + "mega"`` for
+    ``Ωmega``). Otherwise a piece *opens* a word when it ends in a run of word
+    characters holding a letter (``" compute"``, ``"(values"``); a piece ending in
+    anything else (``"):\n"``, ``"."``) closes it. Only words of two or more pieces
+    are labelled (opener ``"initial"``, the rest ``"continuation"``); other pieces
+    (single-piece words, punctuation, numbers, newlines) get ``""``. Works on the
+    tokenizer's own decoding, for SentencePiece (``▁``) and byte-level BPE (``Ġ``)
+    alike, since both decode a word-initial token to a leading space.
 
     Args:
         pieces: ``tokenizer.decode([id])`` of each generated token, in order.
@@ -74,23 +98,19 @@ def word_positions(pieces: Sequence[str]) -> list[str]:
             labels[word[0]] = INITIAL
             for j in word[1:]:
                 labels[j] = CONTINUATION
+        word.clear()
 
     for i, piece in enumerate(pieces):
-        prev = pieces[i - 1] if i else ""
-        stripped = piece.lstrip()
-        if _starts_letter(piece) and prev and prev[-1].isalpha() and word:
-            word.append(i)  # glued to a letter: the same word goes on
-            if not piece[-1].isalpha():
+        if not piece:
+            continue  # decodes to nothing: neither opens nor closes a word
+        if word and _word_char(piece[0]):
+            word.append(i)  # glued: the same word goes on
+            if not _word_char(piece[-1]):
                 close()
-                word = []
             continue
         close()
-        word = []
-        after_space = piece != stripped and _starts_letter(stripped)
-        after_non_letter = _starts_letter(piece) and not (prev and prev[-1].isalpha())
-        opens = after_space or after_non_letter
-        if opens and piece[-1].isalpha():
-            word = [i]
+        if _opens(piece):
+            word.append(i)
     close()
     return labels
 

@@ -8,6 +8,12 @@ long prompts apart (both must meet the criteria). The report
 ``<out>/<timestamp>-calibrate-sinks-<model>/`` holds ``calibration.json`` (criteria,
 chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv``,
 ``summary.md`` and ``sweep.png``.
+
+Every candidate statistic of :data:`lab.prefill.STATISTICS` is swept on the same
+prefills; for a named profile the per-candidate thresholds and counts are written to
+``lab/data/calibration/<profile>.json`` (``--no-save`` to skip), which every command
+then reads, and the statistic rule (:func:`lab.calibration.choose_statistic`) is
+applied over all the profiles calibrated so far.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--long-lengths", default="2048",
                    help="comma-separated token lengths of long uniform prompts built from the set's text, scored "
                         "too (default: 2048; 'none' to skip)")
+    p.add_argument("--no-save", dest="save", action="store_false",
+                   help="do not write the profile's packaged calibration lab/data/calibration/<profile>.json "
+                        "(default: write it when --model is a named profile and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -49,16 +58,67 @@ def _long_lengths(text: str) -> tuple[int, ...]:
     return lengths
 
 
+def _candidate_figures(res: dict, scores, long_scores, held, held_long) -> dict:
+    """Every candidate's feasible range, chosen threshold and counts there (calibration and held-out)."""
+    from lab.calibration import evaluate
+
+    out = {}
+    for name, r in res.items():
+        t = r["chosen"]
+        counts = {} if t is None else {
+            label: evaluate([s.using(name) for s in sc], t)
+            for label, sc in (("calibration", scores), ("calibration_long", long_scores), ("held_out", held),
+                              ("held_out_long", held_long)) if sc}
+        out[name] = {"feasible": [min(r["feasible"]), max(r["feasible"])] if r["feasible"] else None,
+                     "feasible_thresholds": r["feasible"], "chosen": t, "counts": counts,
+                     "position0_lowest": min(s.using(name).position0_z for s in scores),
+                     "content_highest": max((float(s.using(name).candidate_content_z.max()) for s in scores
+                                             if s.using(name).candidate_content_z.numel()), default=None)}
+    return out
+
+
+def _cross_model(err) -> dict | None:
+    """The statistic rule over every packaged profile calibration (None until one exists)."""
+    import json
+
+    from lab.calibration import choose_statistic
+    from lab.models import PROFILES
+    from lab.prefill import STATISTIC
+    from lab.sink_profiles import calibration_path
+
+    feasible = {}
+    for name in PROFILES:
+        path = calibration_path(name)
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            feasible[name] = {k: v.get("feasible_thresholds") or [] for k, v in data["candidates"].items()}
+    if not feasible:
+        return None
+    try:
+        chosen, default = choose_statistic(feasible)
+    except ValueError as exc:
+        err.print(f"calibrate-sinks: {exc}", markup=False, highlight=False)
+        return {"profiles": sorted(feasible), "chosen": None, "default_threshold": None}
+    if chosen != STATISTIC:
+        err.print(f"calibrate-sinks: over the calibrated profiles ({', '.join(sorted(feasible))}) the rule chooses "
+                  f"{chosen!r} but lab.prefill.STATISTIC is {STATISTIC!r}; update it", markup=False, highlight=False)
+    return {"profiles": sorted(feasible), "chosen": chosen, "default_threshold": default}
+
+
 def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
     import torch
 
     from lab.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
-                                 choose_threshold, evaluate, load_prompts, long_prompts, score_prompts, sweep)
-    from lab.models import known_context_length, load_model
-    from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES
+                                 evaluate, load_prompts, long_prompts, score_prompts, sweep_candidates)
+    from lab.models import PROFILES, known_context_length, load_model
+    from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS
     from lab.render.console import stderr_console, stdout_console
-    from lab.render.sinks import calibration_markdown, calibration_table, plot_sweep
-    from lab.reports import environment, report_dir
+    from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
+    from lab.reports import environment, report_dir, to_jsonable
+    from lab.sink_profiles import calibration_path
 
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)
@@ -70,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if lengths and context is not None and max(lengths) > context:
         raise ValueError(f"--long-lengths={args.long_lengths!r}: {max(lengths)} tokens exceed the model's context "
                          f"of {context}")
+    save = args.save and args.model in PROFILES and args.prompts is None
 
     # 2. Score every prompt (progress on stderr).
     err = stderr_console()
@@ -85,24 +146,28 @@ def run(args: argparse.Namespace) -> int:
         held_long = score_prompts(model, tokenizer, long_prompts(tokenizer, lengths, held) if held else [],
                                   progress=lambda i, n, pid: status.update(f"held-out long prompt {i + 1}/{n}"))
 
-    # 3. Sweep and choose; an infeasible set still gets its report (chosen = None).
-    rows = sweep(scores, long_scores=long_scores)
-    try:
-        chosen = choose_threshold(rows)
-    except ValueError as exc:
-        chosen = None
-        err.print(f"calibration: {exc}", markup=False, highlight=False)
+    # 3. Sweep every candidate and choose its threshold; the detector's statistic is reported
+    #    as before (an infeasible set still gets its report, chosen = None).
+    res = sweep_candidates(scores, long_scores)
+    rows, chosen = res[STATISTIC]["rows"], res[STATISTIC]["chosen"]
+    if chosen is None:
+        err.print(f"calibration: no threshold of {STATISTIC} meets both criteria on this prompt set",
+                  markup=False, highlight=False)
     content_z = torch.cat([s.candidate_content_z for s in scores])
     info = dict(model.lab_source)
+    candidates = _candidate_figures(res, scores, long_scores, held_scores, held_long)
     data = {
         "kind": "calibrate-sinks",
         "model": info,
         "environment": environment(model),
         "criteria": {"position0_min_rate": POSITION0_MIN_RATE, "content_max_rate": CONTENT_MAX_RATE},
         "min_observers": MIN_OBSERVING_QUERIES,
+        "statistic": STATISTIC,
+        "statistics": list(STATISTICS),
+        "candidates": candidates,
         "chosen_threshold": chosen,
         "current_default_threshold": DEFAULT_THRESHOLD,
-        "feasible_thresholds": [r.threshold for r in rows if r.feasible],
+        "feasible_thresholds": res[STATISTIC]["feasible"],
         "n_prompts": len(scores),
         "n_content_tokens": int(content_z.numel()),
         "position0_z_min": min(s.position0_z for s in scores),
@@ -124,18 +189,35 @@ def run(args: argparse.Namespace) -> int:
                                                         if chosen is not None else None),
                           "trailing_flagged_at_chosen": s.trailing_flagged(chosen) if chosen is not None else None}
                          for s in long_scores],
-        "prompts": [{"id": s.id, "n_tokens": int(s.z.numel()), "position0_z": s.position0_z,
+        "prompts": [{"id": s.id, "n_tokens": int(s.z.numel()),
+                     **{f"position0_{k}": float(s.scores[k][0]) for k in STATISTICS},
                      "max_content_z": float(s.candidate_content_z.max()) if s.candidate_content_z.numel() else None,
                      "n_content": int(s.candidate_content_z.numel())} for s in scores],
     }
 
-    # 4. Show and write.
+    # 4. The profile's packaged calibration (every command reads it), then the rule across profiles.
+    if save:
+        path = calibration_path(args.model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        packaged = {"profile": args.model, "model": info, "statistic": STATISTIC,
+                    "thresholds": {k: v["chosen"] for k, v in candidates.items()}, "candidates": candidates,
+                    "criteria": data["criteria"], "n_prompts": len(scores), "n_held_out": len(held_scores),
+                    "long_lengths": list(lengths), "calibrated_at": data["environment"].get("created"),
+                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+        path.write_text(json.dumps(to_jsonable(packaged), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        err.print(f"calibration written: {path}", markup=False, highlight=False)
+    elif args.save and args.model not in PROFILES:
+        err.print(f"calibrate-sinks: {args.model!r} is not a named profile; its calibration stays in the report "
+                  "(commands run it with the default threshold)", markup=False, highlight=False)
+    data["cross_model"] = _cross_model(err)
+
+    # 5. Show and write.
     stdout_console().print(calibration_table(data))
     with report_dir(args.out, "calibrate-sinks", info["model"]) as rd:
         rd.write_json("calibration.json", data)
         rd.write_csv("sweep.csv", data["sweep"])
         rd.write_csv("prompts.csv", data["prompts"])
-        rd.write_text("summary.md", calibration_markdown(data))
+        rd.write_text("summary.md", calibration_markdown(data) + candidates_markdown(data))
         plot_sweep(data, rd.file("sweep.png"))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

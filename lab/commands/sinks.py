@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from pathlib import Path
 
 from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.prefill import DEFAULT_THRESHOLD
+    from lab.prefill import STATISTIC, STATISTIC_LABEL
 
     p = subparsers.add_parser(
         "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
@@ -27,9 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-file", default=None, help="read the user message from this UTF-8 text file")
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
     add_model_args(p)
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help=f"robust z above which a position is a sink (default: {DEFAULT_THRESHOLD}, calibrated "
-                        "on the embedded model with `lab calibrate-sinks`)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help=f"{STATISTIC_LABEL[STATISTIC]} ({STATISTIC}) above which a position is a sink (default: the "
+                        "model's own calibration, lab/data/calibration/<profile>.json, written by `lab "
+                        "calibrate-sinks`; a model without one runs with the uncalibrated default and says so)")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate everything before loading anything.
     prompt = read_prompt(args.prompt, args.prompt_file)
-    if not math.isfinite(args.threshold):
+    if args.threshold is not None and not math.isfinite(args.threshold):
         raise ValueError(f"--threshold={args.threshold!r} must be a finite number")
     messages = build_messages(prompt, args.system)
     device = check_model_args(args)
@@ -73,8 +75,13 @@ def run(args: argparse.Namespace) -> int:
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
-    with err.status("prefill with streaming attention capture"):
+    with err.status("prefill with streaming attention capture"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the uncalibrated notice is printed below, once
         analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold)
+    if analysis.threshold_source not in ("calibrated", "given"):
+        err.print(f"warning: the sink threshold is not calibrated for {args.model!r}; using the default "
+                  f"{analysis.threshold:g} (run `lab calibrate-sinks --model PROFILE` for a named profile)",
+                  style="bold yellow", markup=False, highlight=False)
 
     # 3. Show the result on stdout.
     info = dict(model.lab_source)

@@ -6,6 +6,7 @@ prompt containing ``[bold]`` or ``<|im_start|>`` shows literally.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from typing import Any
 
@@ -15,7 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.prefill import PrefillAnalysis
+from lab.prefill import STATISTIC_LABEL, PrefillAnalysis
+from lab.render.sink_calibration import calibration_markdown, calibration_table, plot_sweep  # noqa: F401
 from lab.structure import ROLE_CONTENT
 
 STYLE_STRUCTURAL = "cyan"
@@ -69,17 +71,65 @@ def legend() -> Text:
     return t
 
 
+# Sink levels table: at most this many positions, those holding in the most layers first.
+MAX_LEVEL_ROWS = 12
+
+
+def health_text(a: PrefillAnalysis) -> str:
+    """The one context health as shown everywhere: ``"9.3 / 10"`` or ``"not measurable"``."""
+    if not math.isfinite(a.context_health):
+        return "not measurable (no content token is seen by enough queries to judge)"
+    return f"{a.context_health:.1f} / 10"
+
+
+def threshold_text(a: PrefillAnalysis) -> str:
+    """Where the threshold came from, said plainly (issue 15: uncalibrated models say so)."""
+    rule = f"{STATISTIC_LABEL.get(a.statistic, a.statistic)} > {a.threshold:g}"
+    if a.calibrated_for:
+        return f"{rule} (calibrated for {a.calibrated_for})"
+    if a.threshold_source == "given":
+        return f"{rule} (given with --threshold)"
+    return f"{rule}: NOT calibrated for this model (the default; run `lab calibrate-sinks` on a profile)"
+
+
 def health_panel(a: PrefillAnalysis) -> Panel:
     n_content = sum(1 for i in a.content_positions if bool(a.observed[i]))
-    colour = "green" if a.context_health >= 8 else "yellow" if a.context_health >= 5 else "red"
+    h = a.context_health
+    colour = "dim" if not math.isfinite(h) else "green" if h >= 8 else "yellow" if h >= 5 else "red"
     body = Text()
-    body.append(f"{a.context_health:.1f} / 10\n", style=f"bold {colour}")
+    body.append(health_text(a) + "\n", style=f"bold {colour}")
+    body.append("(how evenly the content's received attention spreads over it; lab.health)\n", style="dim")
     body.append(f"content sinks: {len(a.content_sinks)} of {n_content} observed content tokens\n")
     body.append(f"structural sinks: {len(a.structural_sinks)} of {len(a.structural)} structural positions\n")
     body.append(f"attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)\n")
-    body.append(f"threshold z > {a.threshold:g}; sink rate epsilon {a.epsilon:g}; "
-                f"last {a.min_observers - 1} positions not flagged")
+    uncalibrated = a.calibrated_for is None and a.threshold_source != "given"
+    body.append(f"threshold {threshold_text(a)}\n", style="bold yellow" if uncalibrated else "")
+    body.append(f"sink rate epsilon {a.epsilon:g}; last {a.min_observers - 1} positions not flagged")
     return Panel(body, title="context health", expand=False)
+
+
+def level_rows(a: PrefillAnalysis) -> list[dict[str, Any]]:
+    """Sink levels across layers, positions holding in the most layers first (all of them)."""
+    spans = sorted(a.layer_spans(), key=lambda r: (-r["n_layers"], r["position"]))
+    return [{**r, "token": visible(a.tokens[r["position"]]), "role": a.roles[r["position"]],
+             "sink_overall": bool(a.is_sink[r["position"]])} for r in spans]
+
+
+def levels_table(a: PrefillAnalysis) -> Table:
+    """Per position: from which layer to which it is a sink (per-layer z > threshold), and in how many layers."""
+    n_layers = a.layer_scores.shape[0]
+    rows = level_rows(a)
+    t = Table(title=f"sink levels across {n_layers} layers", title_justify="left", box=box.SIMPLE_HEAD,
+              caption_justify="left", caption=f"{a.statistic} per layer > the threshold; "
+                                              f"{max(0, len(rows) - MAX_LEVEL_ROWS)} more in report.json")
+    for col in ("pos", "token", "role", "layers", "n", "sink"):
+        t.add_column(col, justify="left" if col in ("token", "role") else "right", no_wrap=col != "token",
+                     overflow="fold")
+    for r in rows[:MAX_LEVEL_ROWS]:
+        t.add_row(str(r["position"]), Text(token_repr(a.tokens[r["position"]])),
+                  ROLE_LABEL.get(r["role"], r["role"]), f"{r['first_layer']}-{r['last_layer']}",
+                  f"{r['n_layers']}/{n_layers}", "yes" if r["sink_overall"] else "")
+    return t
 
 
 def token_repr(token: str) -> str:
@@ -94,15 +144,15 @@ ROLE_LABEL = {"system-default": "system"}
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
     """One row per position, legible at 80 columns: short headers, a caption for the legend."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-              caption="attn: mean attention received per observing query; z: robust z against positions seen by as "
-                      "many queries; rate: share of heads with attn > epsilon; role system: the template's own "
-                      "system prompt; sink tail: too few observers to flag")
+              caption="attn: mean attention received per observing query; z: robust z against content positions "
+                      "seen by as many queries; rate: share of heads with attn > epsilon; role system: the "
+                      "template's own system prompt; sink tail: too few observers to flag")
     for col, just in (("pos", "right"), ("token", "left"), ("role", "left"), ("attn", "right"),
                       ("z", "right"), ("rate", "right"), ("sink", "center")):
         t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
         t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
-                  f"{float(a.z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
+                  f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
 
@@ -133,6 +183,7 @@ def render_analysis(a: PrefillAnalysis, console: Console, *, model_name: str = "
         console.print(positions_table(a, a.content_sinks, "content sinks"))
     else:
         console.print(Text("content sinks: none"))
+    console.print(levels_table(a))
     console.print(sink_heads_text(a))
 
 
@@ -141,7 +192,8 @@ def position_rows(a: PrefillAnalysis) -> list[dict[str, Any]]:
     s = len(a.tokens)
     return [{
         "position": i, "token_id": int(a.input_ids[i]), "token": visible(a.tokens[i]), "role": a.roles[i],
-        "received": float(a.received[i]), "z": float(a.z[i]), "sink_rate": float(a.sink_rate[i]),
+        "received": float(a.received[i]), "score": float(a.z[i]), "z": float(a.robust_z[i]),
+        "sink_rate": float(a.sink_rate[i]),
         "observers": s - i, "observed": bool(a.observed[i]), "is_sink": bool(a.is_sink[i]),
     } for i in range(s)]
 
@@ -153,8 +205,15 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "threshold": a.threshold,
         "epsilon": a.epsilon,
         "min_observers": a.min_observers,
-        "context_health": a.context_health,
+        "statistic": a.statistic,
+        "threshold_source": a.threshold_source,
+        "calibrated_for": a.calibrated_for,
+        "context_health": a.context_health,  # null: not measurable
+        "context_health_measure": "lab.health.graded_health",
+        "content_sink_health": a.content_sink_health,
         "position0_share": a.position0_share,
+        "layer_levels": level_rows(a),
+        "layer_sinks": [torch_nonzero_list(row) for row in a.layer_sinks],  # per layer: its sink positions
         "structural": list(a.structural),
         "structural_sinks": list(a.structural_sinks),
         "content_sinks": list(a.content_sinks),
@@ -163,7 +222,8 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "tokens": list(a.tokens),
         "roles": list(a.roles),
         "received": a.received.tolist(),
-        "z": a.z.tolist(),
+        "score": a.z.tolist(),  # the detector's statistic (see "statistic")
+        "z": a.robust_z.tolist(),
         "sink_rate": a.sink_rate.tolist(),
         "is_sink": a.is_sink.tolist(),
         "observed": a.observed.tolist(),
@@ -171,6 +231,11 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         # [L, H, S]; omitted for long prompts (8,192 tokens would be ~40 MB of JSON)
         "per_head": a.per_head.tolist() if a.per_head.numel() <= MAX_PER_HEAD_IN_JSON else None,
     }
+
+
+def torch_nonzero_list(row) -> list[int]:
+    """Indices of the True entries of a bool ``[S]`` tensor."""
+    return [int(i) for i in row.nonzero().flatten()]
 
 
 def _md(token: str) -> str:
@@ -183,22 +248,34 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         "# Attention sinks (prefill)", "",
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
         f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
-        f"- context health: **{a.context_health:.1f} / 10**",
+        f"- context health: **{health_text(a)}** (lab.health.graded_health, as in the study)",
         f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
-        f"- threshold: z > {a.threshold:g}; positions observed by < {a.min_observers} queries are not flagged",
+        f"- threshold: {threshold_text(a)} on `{a.statistic}`; positions observed by < {a.min_observers} "
+        "queries are not flagged",
         f"- structural sinks: {len(a.structural_sinks)}; content sinks: {len(a.content_sinks)}; "
         f"sink heads: {len(a.sink_heads)}",
         "", "## Structural positions", "",
-        "| pos | token | role | mean attn | z | sink? |", "|---:|---|---|---:|---:|:---:|",
+        "| pos | token | role | mean attn | z | sink rate | sink? |", "|---:|---|---|---:|---:|---:|:---:|",
     ]
     for i in a.structural:
         lines.append(f"| {i} | {_md(a.tokens[i])} | {a.roles[i]} | {float(a.received[i]):.4f} | "
-                     f"{float(a.z[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
+                     f"{float(a.robust_z[i]):.2f} | {float(a.sink_rate[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
     lines += ["", "## Content sinks", ""]
     if a.content_sinks:
-        lines += ["| pos | token | mean attn | z |", "|---:|---|---:|---:|"]
-        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.z[i]):.2f} |"
-                  for i in a.content_sinks]
+        lines += ["| pos | token | mean attn | z | sink rate |", "|---:|---|---:|---:|---:|"]
+        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.robust_z[i]):.2f} | "
+                  f"{float(a.sink_rate[i]):.2f} |" for i in a.content_sinks]
+    else:
+        lines.append("None.")
+    levels = level_rows(a)
+    lines += ["", f"## Sink levels across {a.layer_scores.shape[0]} layers", "",
+              f"`{a.statistic}` computed per layer, above the threshold.", ""]
+    if levels:
+        lines += ["| pos | token | role | first layer | last layer | layers | sink overall |",
+                  "|---:|---|---|---:|---:|---:|:---:|"]
+        lines += [f"| {r['position']} | {_md(a.tokens[r['position']])} | {r['role']} | {r['first_layer']} | "
+                  f"{r['last_layer']} | {r['n_layers']} | {'yes' if r['sink_overall'] else ''} |"
+                  for r in levels[:50]]
     else:
         lines.append("None.")
     head = prompt if len(prompt) <= 500 else prompt[:500] + " …"
@@ -220,101 +297,16 @@ def plot_heatmap(a: PrefillAnalysis, path) -> None:
                    norm=LogNorm(vmin=max(1e-6, float(data.min())), vmax=max(float(data.max()), 2e-6)))
     ax.set_xlabel("key position")
     ax.set_ylabel("layer")
-    ax.set_title("mean attention received per observing query (mean over heads)")
+    ax.set_title("attention received per observing query, mean over heads\n(squares: a sink in that layer)", fontsize=9)
     for i in range(len(a.tokens)):
         if bool(a.is_sink[i]):
             ax.axvline(i, color="red" if a.roles[i] == ROLE_CONTENT else "cyan", lw=0.6, alpha=0.6, ymax=0.03)
+    layer, pos = (x.numpy() for x in a.layer_sinks.nonzero(as_tuple=True))  # flagged (layer, position) cells
+    if layer.size:
+        ax.scatter(pos, layer, s=6 if len(a.tokens) > 200 else 14, marker="s", facecolors="none",
+                   edgecolors="lime", linewidths=0.6, label="sink in this layer")
+        ax.legend(loc="upper right", fontsize=7)
     fig.colorbar(im, ax=ax, label="attention (log scale)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# --------------------------------------------------------------------------- calibration
-
-
-def calibration_table(data: dict[str, Any]) -> Table:
-    """Sweep rows around the feasible range: counts and rates per threshold."""
-    t = Table(title=f"sink threshold calibration ({data['n_prompts']} prompts, "
-                    f"{data['n_content_tokens']} content tokens); chosen: {data['chosen_threshold']}",
-              title_justify="left")
-    has_long = any(r.get("long_n_prompts") for r in data["sweep"])
-    cols = ("z", "position 0", "content flagged", *(("long: pos 0", "long: content") if has_long else ()), "feasible")
-    for col in cols:
-        t.add_column(col, justify="right", no_wrap=True)
-    for r in data["sweep"]:
-        if r["threshold"] * 4 % 2 and not r["feasible"]:
-            continue  # keep the table short: every 0.5 outside the feasible range
-        long_cells = (f"{r['long_position0_flagged']}/{r['long_n_prompts']}",
-                      f"{r['long_content_flagged']}/{r['long_n_content']}") if has_long else ()
-        t.add_row(f"{r['threshold']:.2f}", f"{r['position0_flagged']}/{r['n_prompts']}",
-                  f"{r['content_flagged']}/{r['n_content']} ({r['content_flagged'] / max(1, r['n_content']):.2%})",
-                  *long_cells, "yes" if r["feasible"] else "")
-    return t
-
-
-def calibration_markdown(data: dict[str, Any]) -> str:
-    feas = data["feasible_thresholds"]
-    lines = [
-        "# Sink threshold calibration", "",
-        f"- model: {data['model'].get('model')} ({data['model'].get('device')}, {data['model'].get('dtype')})",
-        f"- prompts: {data['n_prompts']}; observed content tokens: {data['n_content_tokens']}",
-        f"- criteria: position 0 flagged on >= {data['criteria']['position0_min_rate']:.0%} of prompts; "
-        f"< {data['criteria']['content_max_rate']:.0%} of content tokens flagged",
-        f"- feasible thresholds: {f'{min(feas):g} .. {max(feas):g}' if feas else 'none'}",
-        f"- chosen (middle of the feasible range): **{data['chosen_threshold']}** "
-        f"(current default: {data['current_default_threshold']})",
-        f"- lowest position-0 z: {data['position0_z_min']:.2f}; highest content z: "
-        f"{data['content_z_max'] if data['content_z_max'] is None else round(data['content_z_max'], 2)}",
-    ]
-    for p in data.get("long_prompts", []):
-        lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 z {p['position0_z']:.2f}; "
-                     f"highest content z {p['max_content_z']:.2f}; at the chosen threshold "
-                     f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
-                     f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
-                     f"{data['trailing_fraction']:.0%} of the queries)")
-    held = data.get("held_out")
-    if held:
-        h = held["short"]
-        lines.append(f"- held-out set ({held['prompts']}) at {held['threshold']}: position 0 flagged on "
-                     f"{h['position0_flagged']}/{h['n_prompts']} prompts; content {h['content_flagged']}/"
-                     f"{h['n_content']} flagged")
-        if held.get("long"):
-            hl = held["long"]
-            lines.append(f"- held-out long prompts ({', '.join(map(str, held['long_n_tokens']))} tokens): position 0 "
-                         f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
-                         f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
-    lines += ["", "| z | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
-              "|---:|---:|---:|---:|---:|:---:|"]
-    lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
-              f"{r['content_flagged']}/{r['n_content']} | {r.get('long_position0_flagged', 0)}/"
-              f"{r.get('long_n_prompts', 0)} | {r.get('long_content_flagged', 0)}/{r.get('long_n_content', 0)} | "
-              f"{'yes' if r['feasible'] else ''} |" for r in data["sweep"]]
-    return "\n".join(lines) + "\n"
-
-
-def plot_sweep(data: dict[str, Any], path) -> None:
-    """Position-0 flag rate and content flag rate against the threshold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = [r["threshold"] for r in data["sweep"]]
-    p0 = [r["position0_flagged"] / r["n_prompts"] for r in data["sweep"]]
-    ct = [r["content_flagged"] / max(1, r["n_content"]) for r in data["sweep"]]
-    fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
-    ax.plot(xs, p0, label="position 0 flagged (share of prompts)")
-    ax.plot(xs, ct, label="content tokens flagged (share)")
-    if any(r.get("long_n_prompts") for r in data["sweep"]):
-        ax.plot(xs, [r["long_content_flagged"] / max(1, r["long_n_content"]) for r in data["sweep"]], ls="--",
-                label="content tokens flagged, long prompts (share)")
-    ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
-    ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
-    if data["chosen_threshold"] is not None:
-        ax.axvline(data["chosen_threshold"], color="black", lw=1, label=f"chosen z = {data['chosen_threshold']}")
-    ax.set_xlabel("z threshold")
-    ax.set_ylabel("rate")
-    ax.legend()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -3,8 +3,9 @@
 Reuses :mod:`lab.prefill`'s decision rule on a plain text (no chat template, so
 every position is content): one streaming capture of received attention
 (:func:`lab.attention_capture.capture_received`), the robust log-MAD z-score
-(:func:`lab.prefill.score_positions`) and the calibrated threshold
-(:data:`lab.prefill.DEFAULT_THRESHOLD`). The policy keeps up to K flagged
+(:func:`lab.prefill.score_positions`) and the model's calibrated threshold
+(:func:`lab.sink_profiles.resolve_threshold`; the uncalibrated default, with a
+warning, for a model without a calibration file). The policy keeps up to K flagged
 positions, highest z first; spare slots go to its window, so its budget always
 equals ``sinks:K+W``'s (see :func:`lab.stream.policies.policy_window`).
 """
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 
 from lab.attention_capture import capture_received
-from lab.prefill import DEFAULT_THRESHOLD, score_positions
+from lab.prefill import score_positions
+from lab.sink_profiles import resolve_threshold
 from lab.stream.policies import rank_detected
 from lab.structure import ROLE_CONTENT
 
@@ -45,8 +47,11 @@ class Detection:
 
 @torch.no_grad()
 def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
-                 threshold: float = DEFAULT_THRESHOLD) -> Detection:
+                 threshold: float | None = None) -> Detection:
     """Run the sink detector on the first ``n_tokens`` tokens of ``input_ids`` ``[1, S]``.
+
+    ``threshold``: the detector's score above which a position is flagged; ``None``
+    (default) reads the model's calibration (:func:`lab.sink_profiles.resolve_threshold`).
 
     Raises:
         ValueError: ``n_tokens`` < 2, or the capture's own errors (an attention
@@ -55,6 +60,7 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
     n = min(int(n_tokens), input_ids.shape[1])
     if n < 2:
         raise ValueError(f"n_tokens={n_tokens} must be >= 2")
+    threshold, _, _ = resolve_threshold(model, threshold)
     ids = input_ids[:, :n].to(next(model.parameters()).device)
     per_head = capture_received(model, ids).per_head  # [L, H, n]
     scores = score_positions(per_head, [ROLE_CONTENT] * n)

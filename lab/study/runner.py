@@ -104,7 +104,6 @@ class ModelRunner:
 
         from lab.analysis.claims import word_positions
         from lab.decode import enable_rollback, new_cache
-        from lab.health import HealthInputs, graded_health
         from lab.prefill import analyze_prefill
         from lab.tracker import track_speculative
 
@@ -142,8 +141,8 @@ class ModelRunner:
 
         row = {
             "n_prompt_tokens": int(input_ids.shape[1]),
-            "context_health": graded_health(HealthInputs.from_prefill(pre)),
-            "content_sink_health": float(pre.context_health),
+            "context_health": float(pre.context_health),  # graded (lab.health), NaN = not measurable
+            "content_sink_health": float(pre.content_sink_health),
             "sink_rate_pos0": rates[0] if rates else math.nan,
             "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,
             "position0_share": float(pre.position0_share),

@@ -144,7 +144,12 @@ def test_qwen_lab_sinks_end_to_end(shared_loads, lab_log):
     assert rc == 0 and report is not None
     a = json.loads((report / "report.json").read_text())["analysis"]
     assert a["per_head_shape"][0] == 28 and len(a["z"]) == a["n_tokens"]
-    lab_log.record(n_tokens=a["n_tokens"], position0_sink=bool(a["is_sink"][0]))
+    lab_log.record(n_tokens=a["n_tokens"], position0_sink=bool(a["is_sink"][0]), threshold=a["threshold"],
+                   calibrated_for=a["calibrated_for"], content_sinks=len(a["content_sinks"]),
+                   context_health=a["context_health"])
+    # issue 15: position 0 (<|im_start|>) is the sink on Qwen too, with Qwen's own threshold
+    assert a["is_sink"][0] and a["calibrated_for"] == "qwen2.5-coder", a["score"][0]
+    assert a["context_health"] is not None and a["context_health"] < 10.0
 
 
 def test_qwen_lab_speculate_end_to_end(shared_loads, lab_log):

@@ -1,8 +1,9 @@
 """Sink detection on the embedded model over held-out prompts: count-based acceptance criteria.
 
 The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
-(lab/data/calibration_prompts.jsonl), so these tests check that the calibrated DEFAULT_THRESHOLD generalizes. The model
-is deterministic (float32, CPU), so the randomness is in the choice of prompts.
+(lab/data/calibration_prompts.jsonl), so these tests check that SmolLM2's calibrated threshold
+(lab/data/calibration/smollm2.json, on the detector's statistic, lab.prefill.STATISTIC) generalizes.
+The model is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
 fails here, treating the prompts as a random draw):
@@ -13,7 +14,8 @@ fails here, treating the prompts as a random draw):
 * content tokens: fails if >= 1 % are flagged. If the true rate is 0.2 %
   (calibration: 0/765; its 95 % Clopper-Pearson upper bound is 0.48 %),
   P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 2.1 % at the n = 289 observed
-  content tokens of these prompts (measured: 24/24 position 0, 0/289 content).
+  content tokens of these prompts (measured with sink_rate > 0.35, issue 15: 24/24
+  position 0, 0/289 content; with the z detector before it: the same counts).
 
 Both figures are recomputed with scipy in the failure messages. Each criterion has
 a negative control: a deliberately mis-set detector that the same check rejects.
@@ -30,14 +32,20 @@ from scipy.stats import binom
 from lab.attention_capture import capture_received
 from lab.calibration import HELD_OUT_SET, load_prompts
 from lab.models import build_messages
-from lab.prefill import DEFAULT_THRESHOLD, score_positions
+from lab.prefill import score_positions
+from lab.sink_profiles import load_calibration
 from lab.structure import ROLE_CONTENT, analyze_structure
 
 POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
 CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
-# Controls: far below the calibrated range (2.5..5.0) and far above position 0's z.
-CONTROL_LOW_THRESHOLD = 0.5
-CONTROL_HIGH_THRESHOLD = 50.0
+# SmolLM2's own calibrated threshold (a calibrated constant belongs to its model).
+THRESHOLD = load_calibration("smollm2").threshold
+# Controls on the sink-rate scale: 0 flags every token some head attends to above
+# epsilon (many content tokens on SmolLM2); no position's rate can exceed 1.
+CONTROL_LOW_THRESHOLD = 0.0
+CONTROL_HIGH_THRESHOLD = 1.0
+# The pre-issue-15 z threshold, for the z-baseline control below.
+Z_THRESHOLD = 3.75
 
 # The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
 HELD_OUT = [(p.prompt, p.system) for p in load_prompts(packaged=HELD_OUT_SET)]
@@ -85,25 +93,25 @@ def test_sinks_real_enough_held_out_prompts():
 
 
 def test_sinks_real_position0_flagged_on_95_percent_of_prompts(held_out_scores):
-    ok, msg = _position0_ok(held_out_scores, DEFAULT_THRESHOLD)
+    ok, msg = _position0_ok(held_out_scores, THRESHOLD)
     assert ok, msg
 
 
 def test_sinks_real_content_false_positive_rate_under_1_percent(held_out_scores):
-    ok, msg = _content_ok(held_out_scores, DEFAULT_THRESHOLD)
+    ok, msg = _content_ok(held_out_scores, THRESHOLD)
     assert ok, msg
 
 
 def test_sinks_real_low_threshold_control_fails_content_criterion(held_out_scores):
     """Negative control: a threshold far below calibration flags ordinary words; the check must reject it."""
     ok, msg = _content_ok(held_out_scores, CONTROL_LOW_THRESHOLD)
-    assert not ok, "content criterion did not reject a detector at z > 0.5: " + msg
+    assert not ok, "content criterion did not reject a detector at rate > 0: " + msg
 
 
 def test_sinks_real_high_threshold_control_fails_position0_criterion(held_out_scores):
     """Negative control: a detector that flags nothing must fail the position-0 criterion."""
     ok, msg = _position0_ok(held_out_scores, CONTROL_HIGH_THRESHOLD)
-    assert not ok, "position-0 criterion did not reject a detector at z > 50: " + msg
+    assert not ok, "position-0 criterion did not reject a detector at rate > 1: " + msg
 
 
 # --------------------------------------------------------------------------- long uniform prompt (issue 11, item 2)
@@ -134,11 +142,11 @@ def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
     """Regression (issue 11, item 2; fault class: a baseline blind to how many queries see a position).
 
     A fixed prompt on a deterministic model, so this is a regression check, not a draw:
-    no trailing content position is flagged (measured: highest trailing z 2.2 against
-    the threshold), position 0 is, and under 1 % of content tokens are (measured 1 of
-    ~2,000, an early repetition of the text)."""
+    no trailing content position is flagged, position 0 is, and under 1 % of content
+    tokens are (calibration, issue 15: sink_rate > 0.35 flags 0 of 2,047 content
+    tokens of this prompt, none trailing)."""
     scores, content = long_uniform
-    flagged = scores.observed & (scores.z > DEFAULT_THRESHOLD)
+    flagged = scores.observed & (scores.z > THRESHOLD)
     s = flagged.numel()
     trailing = torch.nonzero(flagged & content & _trailing(s)).flatten().tolist()
     assert not trailing, f"trailing positions flagged: {trailing} of S = {s}"
@@ -155,4 +163,4 @@ def test_sinks_real_long_uniform_prompt_global_baseline_flags_tail_negative_cont
     scores, content = long_uniform
     z_global = robust_z(scores.typical, exclude=~(scores.observed & content))
     s = z_global.numel()
-    assert int((scores.observed & content & _trailing(s) & (z_global > DEFAULT_THRESHOLD)).sum()) > 0
+    assert int((scores.observed & content & _trailing(s) & (z_global > Z_THRESHOLD)).sum()) > 0

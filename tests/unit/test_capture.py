@@ -195,3 +195,21 @@ def test_capture_output_check_scales_with_value_magnitude(scale):
     non_causal_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=False).transpose(1, 2)
     with pytest.raises(CaptureError, match="SDPA output"):
         attention_capture._received_one_layer(module, q, k, v, None, None, non_causal_out, acc)
+
+
+def test_check_output_allows_logit_rounding_but_not_a_wrong_result():
+    """Regression (issue 15; fault class: a fixed tolerance refusing a real model): Qwen2.5-Coder-1.5B's first
+    layer has logits of 1.3e4, whose float32 rounding moved P @ V by 4.5e-4; that passes, an O(|V|) error does not."""
+    from lab.attention_capture import CaptureError, _check_output
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.randn(2, 4, 4, generator=g).tril().masked_fill(torch.ones(4, 4).triu(1).bool(), float("-inf"))
+    probs = probs.softmax(dim=-1)  # [H, c, S]
+    v = 2.3 * torch.rand(2, 4, 8, generator=g)  # [H, S, Dv], max |V| ~ 2.3 as in that layer
+    exact = torch.matmul(probs, v).transpose(0, 1)  # [c, H, Dv]
+    rounded = exact + 4.5e-4
+    with pytest.raises(CaptureError, match="does not reproduce"):
+        _check_output(probs, v, rounded, torch.float32)  # control: without the logit term it is refused
+    _check_output(probs, v, rounded, torch.float32, max_logit=1.3e4)
+    with pytest.raises(CaptureError, match="does not reproduce"):
+        _check_output(probs, v, exact + 0.5, torch.float32, max_logit=1.3e4)

@@ -132,3 +132,17 @@ def test_power_summary_and_note_for_inconclusive():
         assert "underpowered" in judged.note and str(pw["n_needed"]) in judged.note
     assert "underpowered" in power_note(pw)
     assert power_summary(r, 8, 0.05)["alpha"] == pytest.approx(0.05 / 8)
+
+
+def test_word_positions_byte_level_fragments_identifiers_and_punctuation():
+    """Byte fragments (U+FFFD) glue to their word; identifiers go on over '_' and digits; '(' opens, '):' closes."""
+    pieces = [" \ufffd", "\ufffd", "mega", " compute", "_average", "(values", "_list", "):\n", " utf", "8",
+              " e", ".g", ".", " 42", "7"]
+    assert word_positions(pieces) == ["initial", "continuation", "continuation", "initial", "continuation",
+                                      "initial", "continuation", "", "initial", "continuation",
+                                      "", "", "", "", ""]
+
+
+def test_word_positions_empty_piece_neither_opens_nor_closes():
+    assert word_positions([" un", "", "believ"]) == ["initial", "", "continuation"]
+    assert word_positions(["", ""]) == ["", ""]

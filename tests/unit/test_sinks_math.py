@@ -333,3 +333,80 @@ def test_context_health_formula_on_hand_case():
 def test_context_health_bad_parameters_raise(kwargs):
     with pytest.raises(ValueError):
         context_health(torch.zeros(3), **kwargs)
+
+
+# --------------------------------------------------------------------------- head_geometric_mean, layer_sink_spans
+
+
+@st.composite
+def layer_flag_grids(draw, max_layers: int = 8, max_s: int = 12) -> torch.Tensor:
+    """A random bool grid ``[L, S]`` of per-layer sink flags."""
+    n_layers, s = draw(st.integers(1, max_layers)), draw(st.integers(1, max_s))
+    bits = draw(st.lists(st.booleans(), min_size=n_layers * s, max_size=n_layers * s))
+    return torch.tensor(bits, dtype=torch.bool).reshape(n_layers, s)
+
+
+def test_head_geometric_mean_hand_case_and_floor():
+    """exp(mean log): [1e-2, 1e-4] -> 1e-3; an exact zero is floored at LOG_FLOOR, not -inf."""
+    from lab.sinks import LOG_FLOOR, head_geometric_mean
+
+    x = torch.tensor([[[1e-2, 0.5], [1e-4, 0.5]]], dtype=torch.float64)  # [L=1, H=2, S=2]
+    torch.testing.assert_close(head_geometric_mean(x), torch.tensor([1e-3, 0.5], dtype=torch.float64))
+    z = torch.tensor([[[0.0], [1.0]]])  # one head gives exactly 0
+    assert float(head_geometric_mean(z)) == pytest.approx(math.sqrt(LOG_FLOOR), rel=1e-3)
+
+
+def test_head_geometric_mean_per_layer_shape_and_never_above_arithmetic_mean():
+    from lab.sinks import head_geometric_mean
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(4, 3, 7, generator=g)
+    per_layer = head_geometric_mean(x, dims=1)
+    assert per_layer.shape == (4, 7) and per_layer.dtype == torch.float32
+    assert bool((per_layer <= x.mean(dim=1) + 1e-6).all())  # AM-GM
+    torch.testing.assert_close(per_layer[2], x[2].log().mean(dim=0).exp())
+
+
+@pytest.mark.parametrize("bad", [torch.ones(2, 3), torch.ones(1, 2, 3, dtype=torch.int64), "x"])
+def test_head_geometric_mean_bad_input_raises(bad):
+    from lab.sinks import head_geometric_mean
+
+    with pytest.raises(ValueError, match="per_head"):
+        head_geometric_mean(bad)
+
+
+def test_layer_sink_spans_hand_case():
+    """Position 0: layers 1..3; position 1: layers 0 and 3 (a lapse); position 2: none."""
+    from lab.sinks import layer_sink_spans
+
+    flags = torch.tensor([[False, True, False], [True, False, False], [True, False, False], [True, True, False]])
+    first, last, count = layer_sink_spans(flags)
+    assert first.tolist() == [1, 0, -1] and last.tolist() == [3, 3, -1] and count.tolist() == [3, 2, 0]
+
+
+@given(layer_flag_grids())
+def test_layer_sink_spans_match_brute_force(flags):
+    """first / last are the smallest / largest flagged layer, count the number flagged; -1, -1, 0 when none."""
+    from lab.sinks import layer_sink_spans
+
+    first, last, count = layer_sink_spans(flags)
+    for k in range(flags.shape[1]):
+        layers = [l for l in range(flags.shape[0]) if bool(flags[l, k])]
+        assert (int(first[k]), int(last[k]), int(count[k])) == \
+            ((layers[0], layers[-1], len(layers)) if layers else (-1, -1, 0))
+
+
+@pytest.mark.parametrize("bad", [torch.ones(3, dtype=torch.bool), torch.ones(2, 3), "x"])
+def test_layer_sink_spans_bad_input_raises(bad):
+    from lab.sinks import layer_sink_spans
+
+    with pytest.raises(ValueError, match="layer_flags"):
+        layer_sink_spans(bad)
+
+
+def test_sink_rate_per_layer_is_each_layers_head_fraction_and_averages_to_the_overall_rate():
+    received = torch.tensor([[[0.5, 0.1], [0.2, 0.4], [0.9, 0.0]],   # layer 0: 2/3 and 1/3 heads > 0.3
+                             [[0.1, 0.1], [0.1, 0.1], [0.31, 0.3]]])  # layer 1: 1/3 and 0/3 (0.3 is not > 0.3)
+    per_layer = sink_rate(received, 0.3, per_layer=True)
+    torch.testing.assert_close(per_layer, torch.tensor([[2 / 3, 1 / 3], [1 / 3, 0.0]]))
+    torch.testing.assert_close(per_layer.mean(dim=0), sink_rate(received, 0.3))

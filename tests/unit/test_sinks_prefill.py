@@ -12,10 +12,14 @@ from rich.console import Console
 
 from lab import cli
 from lab.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
-from lab.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
+from lab.prefill import MIN_OBSERVING_QUERIES, STATISTIC, analyze_prefill, score_positions
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
 from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
+
+
+# The z threshold SmolLM2 was calibrated to before issue 15 (gm_prose; gm_content's range there: 3.0 .. 6.75).
+Z_THRESHOLD = 3.75
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def test_analyze_prefill_threshold_below_all_flags_every_observed_position(tiny_
     a = analyze_prefill(model, tok, [{"role": "user", "content": "the capital of france is paris , you know ."}],
                         threshold=-1e9)
     torch.testing.assert_close(a.is_sink, a.observed)
-    assert a.content_sinks and a.context_health == 0.0
+    assert a.content_sinks and a.content_sink_health == 0.0
 
 
 @pytest.mark.parametrize("kwargs, match", [({"threshold": float("nan")}, "threshold"),
@@ -104,7 +108,7 @@ def test_score_positions_shape_mismatch_raises():
 def _scores(pos0_z, content_z):
     z = torch.tensor([pos0_z, *content_z], dtype=torch.float32)
     content = torch.tensor([False] + [True] * len(content_z))
-    return PromptScores(id="p", z=z, observed=torch.ones(len(z), dtype=torch.bool), content=content)
+    return PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(len(z), dtype=torch.bool), content=content)
 
 
 def test_calibration_sweep_counts_and_middle_of_feasible_range():
@@ -130,7 +134,8 @@ def test_calibration_sweep_long_prompts_must_meet_the_criteria_too():
 def test_calibration_trailing_flagged_counts_only_the_last_positions():
     z = torch.zeros(100)
     z[95], z[50] = 9.0, 9.0
-    ps = PromptScores(id="p", z=z, observed=torch.ones(100, dtype=torch.bool), content=torch.ones(100, dtype=torch.bool))
+    ps = PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(100, dtype=torch.bool),
+                      content=torch.ones(100, dtype=torch.bool))
     assert ps.trailing_flagged(3.0) == 1 and ps.trailing_flagged(10.0) == 0
 
 
@@ -240,15 +245,16 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
 
     On uniform text read by local-attention heads, the last positions get a high mean
     received attention only because the few queries that see them are near. None of
-    them may be flagged; position 0 must be; content false positives stay under 1 %."""
-    from lab.prefill import DEFAULT_THRESHOLD
+    them may be flagged; position 0 must be; content false positives stay under 1 %.
+    The z candidate (``gm_content``) at the z threshold SmolLM2 was calibrated to before
+    issue 15: the observer-matched baseline is what is tested."""
     from lab.sinks import attention_received
 
     s = 1200
     per_head = attention_received(_recency_attention(s, seed)).float()  # [L, H, S]
     roles = [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1)
-    scores = score_positions(per_head, roles)
-    flagged = scores.observed & (scores.z > DEFAULT_THRESHOLD)
+    scores = score_positions(per_head, roles, statistic="gm_content")
+    flagged = scores.observed & (scores.z > Z_THRESHOLD)
     assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
     assert not bool(flagged[-200:].any()), f"trailing flagged: {torch.nonzero(flagged[-200:]).flatten().tolist()}"
     n_content_flagged = int(flagged[1:].sum())
@@ -258,11 +264,10 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
 def test_score_positions_recency_trend_global_baseline_flags_tail_negative_control():
     """Control: the same data scored against one global median (robust_z, the pre-fix baseline)
     flags trailing positions, so the test above can fail."""
-    from lab.prefill import DEFAULT_THRESHOLD
     from lab.sinks import attention_received, robust_z
 
     s = 1200
     per_head = attention_received(_recency_attention(s, 0)).float()
-    scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1))
+    scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1), statistic="gm_content")
     z_global = robust_z(scores.typical, exclude=[0, *range(s - MIN_OBSERVING_QUERIES + 1, s)])
-    assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > DEFAULT_THRESHOLD).sum()) > 0
+    assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > Z_THRESHOLD).sum()) > 0

@@ -1,0 +1,159 @@
+"""Issue 15: the candidate sink statistics, the rule choosing among them, per-model calibrations (no weights)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+
+from lab import sink_profiles
+from lab.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
+from lab.health import HealthInputs, graded_health
+from lab.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTICS, baseline_mask, candidate_scores, score_positions
+from lab.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
+
+# A ChatML-like prompt: position 0 marker, 20 injected system-prompt tokens, 3 markers,
+# 12 content tokens, 5 markers of the generation prompt.
+ROLES = ([ROLE_TEMPLATE] + [ROLE_SYSTEM_DEFAULT] * 20 + [ROLE_TEMPLATE] * 3 + [ROLE_CONTENT] * 12
+         + [ROLE_TEMPLATE] * 5)
+S = len(ROLES)
+
+
+def _per_head(system_level: float, seed: int = 0) -> torch.Tensor:
+    """``[L=2, H=3, S]`` received attention: a position-0 sink, content ~1e-2, system prompt at ``system_level``."""
+    g = torch.Generator().manual_seed(seed)
+    x = 1e-2 * torch.exp(0.3 * torch.randn(2, 3, S, generator=g))
+    x[:, :, 0] = 0.4
+    x[:, :, 1:21] = system_level * torch.exp(1.0 * torch.randn(2, 3, 20, generator=g))
+    return x
+
+
+def test_baseline_mask_content_only_then_prose_then_observed():
+    observed = torch.ones(S, dtype=torch.bool)
+    content = torch.tensor([r == ROLE_CONTENT for r in ROLES])
+    assert torch.equal(baseline_mask(ROLES, observed, "content"), content)
+    prose = torch.tensor([r != ROLE_TEMPLATE for r in ROLES])
+    assert torch.equal(baseline_mask(ROLES, observed, "prose"), prose)
+    none_content = observed & ~content  # content all in the tail: the system prompt is the baseline
+    assert torch.equal(baseline_mask(ROLES, none_content, "content"), prose & ~content)
+    only_template = [ROLE_TEMPLATE] * 4
+    assert torch.equal(baseline_mask(only_template, torch.ones(4, dtype=torch.bool), "content"),
+                       torch.ones(4, dtype=torch.bool))
+
+
+def test_candidate_gm_content_blind_to_system_prompt_gm_prose_not():
+    """A heavy, spread-out injected system prompt lowers position 0's gm_prose z (the Qwen failure); gm_content holds."""
+    quiet, loud = candidate_scores(_per_head(1e-2), ROLES), candidate_scores(_per_head(0.1), ROLES)
+    assert float(loud["gm_content"][0]) == pytest.approx(float(quiet["gm_content"][0]), rel=1e-5)
+    assert float(loud["gm_prose"][0]) < float(quiet["gm_prose"][0]) - 1.0  # negative control: prose moves
+    assert float(loud["gm_content"][0]) > DEFAULT_THRESHOLD
+
+
+def test_candidate_scores_shapes_and_sink_rate_is_gu_fraction():
+    ph = _per_head(1e-2)
+    c = candidate_scores(ph, ROLES)
+    assert set(STATISTICS) <= set(c) and c["layer_z"].shape == (2, S)
+    assert all(c[k].shape == (S,) for k in STATISTICS)
+    assert float(c["sink_rate"][0]) == 1.0 and float(c["sink_rate"][30]) == 0.0
+    torch.testing.assert_close(c["layer_median"], c["layer_z"].quantile(0.5, dim=0))
+
+
+def test_score_positions_uses_the_chosen_statistic_and_rejects_unknown():
+    ph = _per_head(1e-2)
+    sc = score_positions(ph, ROLES)
+    assert sc.statistic == STATISTIC
+    torch.testing.assert_close(sc.z, candidate_scores(ph, ROLES)[STATISTIC])
+    with pytest.raises(ValueError, match="statistic"):
+        score_positions(ph, ROLES, statistic="mean")
+
+
+def _prompt(p0: dict[str, float], content: dict[str, float]) -> PromptScores:
+    scores = {k: torch.tensor([p0[k]] + [content[k]] * 99, dtype=torch.float32) for k in STATISTICS}
+    return PromptScores("p", scores, torch.ones(100, dtype=torch.bool), torch.tensor([False] + [True] * 99))
+
+
+def test_sweep_candidates_each_on_its_own_grid():
+    p = _prompt(dict.fromkeys(STATISTICS, 5.0) | {"sink_rate": 0.5}, dict.fromkeys(STATISTICS, 0.0) | {"sink_rate": 0.1})
+    res = sweep_candidates([p])
+    assert res["gm_content"]["feasible"] == [t for t in GRIDS["gm_content"] if t < 5.0]
+    assert res["sink_rate"]["feasible"] == [t for t in GRIDS["sink_rate"] if 0.1 <= t < 0.5]
+    assert res["gm_content"]["chosen"] == 3.0  # middle of 1.0 .. 4.75, on the 0.25 grid
+    assert res["sink_rate"]["chosen"] == pytest.approx(0.295, abs=0.0051)  # middle of 0.10 .. 0.49, 0.01 grid
+
+
+def test_choose_statistic_first_feasible_on_every_model_in_order():
+    feasible = {"a": {"gm_prose": [3.0], "gm_content": [3.0, 3.25, 3.5], "layer_median": [2.0]},
+                "b": {"gm_prose": [], "gm_content": [3.5, 3.75], "layer_median": [1.0, 2.0]}}
+    assert choose_statistic(feasible) == ("gm_content", 3.5)  # gm_prose fails on b; only 3.5 is common
+
+
+def test_choose_statistic_no_common_threshold_defaults_to_the_smallest_model_threshold():
+    feasible = {"a": {"gm_prose": [2.0, 2.25, 2.5]}, "b": {"gm_prose": [4.0]}}
+    assert choose_statistic(feasible) == ("gm_prose", 2.25)
+
+
+def test_choose_statistic_order_decides_negative_control():
+    """Both feasible everywhere: the earlier in STATISTICS wins, whatever the ranges' widths."""
+    feasible = {"a": {"gm_content": [3.0], "layer_median": [1.0, 2.0, 3.0, 4.0]}}
+    assert choose_statistic(feasible)[0] == "gm_content"
+    with pytest.raises(ValueError, match="no candidate"):
+        choose_statistic({"a": {"gm_content": []}, "b": {"gm_content": [3.0]}})
+    with pytest.raises(ValueError, match="at least one"):
+        choose_statistic({})
+
+
+@pytest.fixture
+def calibration_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(sink_profiles, "calibration_path", lambda profile: tmp_path / f"{profile}.json")
+    return tmp_path
+
+
+class _Model:
+    def __init__(self, profile):
+        self.lab_source = {"model": profile or "some/hub-id", "profile": profile}
+
+
+def test_resolve_threshold_reads_the_profile_calibration(calibration_dir):
+    (calibration_dir / "qwen.json").write_text(json.dumps({"profile": "qwen", "thresholds": {STATISTIC: 3.25}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sink_profiles.resolve_threshold(_Model("qwen"), None) == (3.25, "qwen", "calibrated")
+    assert sink_profiles.resolve_threshold(_Model("qwen"), 7.0) == (7.0, None, "given")
+
+
+def test_resolve_threshold_uncalibrated_model_gets_default_and_a_warning(calibration_dir):
+    with pytest.warns(UserWarning, match="not calibrated for model 'some/hub-id'"):
+        t, cal, source = sink_profiles.resolve_threshold(_Model(None), None)
+    assert (t, cal) == (DEFAULT_THRESHOLD, None) and "not calibrated" in source
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"profile": "qwen", "thresholds": {"other": 1.0}}),
+                                     json.dumps({"profile": "gemma", "thresholds": {STATISTIC: 3.0}}),
+                                     json.dumps({"profile": "qwen", "thresholds": {STATISTIC: None}})])
+def test_load_calibration_bad_file_raises_naming_it(calibration_dir, content):
+    (calibration_dir / "qwen.json").write_text(content)
+    with pytest.raises(ValueError, match="qwen.json"):
+        sink_profiles.load_calibration("qwen")
+
+
+def test_packaged_calibrations_are_for_the_detector_statistic():
+    """Every shipped lab/data/calibration/<profile>.json loads and names a profile the lab knows."""
+    from lab.models import PROFILES
+
+    for name in PROFILES:
+        cal = sink_profiles.load_calibration(name)
+        if cal is not None:
+            assert cal.statistic == STATISTIC and math.isfinite(cal.threshold)
+
+
+def test_graded_health_not_measurable_without_observed_content():
+    """No observed content token: NaN ("not measurable"), never a perfect 10 (issue 15)."""
+    s = 6
+    content = torch.tensor([False, False, False, True, True, False])
+    base = dict(received=torch.full((s,), 0.1), content=content, z=torch.zeros(s), is_sink=torch.zeros(s, dtype=bool),
+                sink_rate=torch.zeros(s), threshold=3.0)
+    assert math.isnan(graded_health(HealthInputs(observed=torch.tensor([True] * 3 + [False] * 3), **base)))
+    assert graded_health(HealthInputs(observed=torch.ones(s, dtype=torch.bool), **base)) == pytest.approx(10.0)
