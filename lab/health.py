@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -274,6 +274,21 @@ def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
     return HealthInputs(r, h.content, z, is_sink, h.observed, rate, h.threshold)
 
 
+PROPERTIES = ("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic")
+
+
+def _check_case(measure: Callable[[HealthInputs], float], h: HealthInputs, one: HealthInputs,
+                gen: torch.Generator, ok: dict[str, bool]) -> None:
+    """Fold one input's five property checks into ``ok`` (``one``: the input with 1 content token)."""
+    v = measure(h)
+    ok["bounded"] &= math.isfinite(v) and 0.0 <= v <= 10.0
+    ok["deterministic"] &= measure(h) == v
+    ok["non_increasing"] &= measure(move_to_content_sink(h, 0.5)) <= v + 1e-9
+    ok["structural_invariant"] &= abs(measure(perturb_structural(h, gen)) - v) <= 1e-9
+    w = measure(one)
+    ok["one_token"] &= math.isfinite(w) and 0.0 <= w <= 10.0
+
+
 def check_properties(measure: Callable[[HealthInputs], float], cases: int = PROPERTY_CASES,
                      seed: int = 0) -> dict[str, bool]:
     """Check the five properties of the module docstring on ``cases`` fixed random inputs.
@@ -284,17 +299,43 @@ def check_properties(measure: Callable[[HealthInputs], float], cases: int = PROP
         step; the unit tests check the chosen measure with hypothesis as well.
     """
     gen = torch.Generator().manual_seed(seed)
-    ok = dict.fromkeys(("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"), True)
+    ok = dict.fromkeys(PROPERTIES, True)
     for _ in range(cases):
         s = int(torch.randint(6, 40, (1,), generator=gen))
         n = int(torch.randint(2, s - 3, (1,), generator=gen))
         h = random_inputs(gen, s, n)
-        v = measure(h)
-        ok["bounded"] &= math.isfinite(v) and 0.0 <= v <= 10.0
-        ok["deterministic"] &= measure(h) == v
-        ok["non_increasing"] &= measure(move_to_content_sink(h, 0.5)) <= v + 1e-9
-        ok["structural_invariant"] &= abs(measure(perturb_structural(h, gen)) - v) <= 1e-9
-        one = random_inputs(gen, s, 1)
-        w = measure(one)
-        ok["one_token"] &= math.isfinite(w) and 0.0 <= w <= 10.0
+        _check_case(measure, h, random_inputs(gen, s, 1), gen, ok)
     return ok
+
+
+def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequence[HealthInputs],
+                        seed: int = 0) -> dict[str, Any]:
+    """The five properties checked on real prefills (one model's prompts) instead of random inputs.
+
+    Each input is taken as measured (received attention, z, sink flags of the model's
+    own prefill); the moves are :func:`move_to_content_sink` and
+    :func:`perturb_structural` as in :func:`check_properties`, and the one-token case
+    keeps only the input's first observed content position. An input with no observed
+    content is not measurable (:func:`graded_health` gives NaN) and is counted, not checked.
+
+    Args:
+        measure: A candidate of :data:`CANDIDATES`.
+        inputs: ``HealthInputs.from_prefill`` of each prompt (issue 15: Qwen's as well as SmolLM2's).
+        seed: Seed of the structural perturbation.
+
+    Returns:
+        ``{property: bool for each of PROPERTIES, "n_checked": int, "n_not_measurable": int}``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    ok = dict.fromkeys(PROPERTIES, True)
+    checked = 0
+    for h in inputs:
+        judged = torch.nonzero(h.content & h.observed).flatten()
+        if judged.numel() == 0:
+            continue
+        content = torch.zeros_like(h.content)
+        content[int(judged[0])] = True
+        one = HealthInputs(h.received, content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)
+        _check_case(measure, h, one, gen, ok)
+        checked += 1
+    return {**ok, "n_checked": checked, "n_not_measurable": len(inputs) - checked}

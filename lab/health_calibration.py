@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from lab.calibration import CalibrationPrompt
-from lab.health import CANDIDATES, HealthInputs, check_properties
+from lab.health import CANDIDATES, HealthInputs, check_properties, check_properties_on
 from lab.prompts import StudyPrompt
 
 MAX_TIE_SHARE = 0.10  # issue 9: no value shared by more than 10 % of clean prompts
@@ -113,10 +113,13 @@ def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
 
 
 def score_candidates(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
-                     progress: Callable[[int, int, str], None] | None = None) -> dict[str, dict[str, float]]:
+                     progress: Callable[[int, int, str], None] | None = None,
+                     keep_inputs: dict[str, HealthInputs] | None = None) -> dict[str, dict[str, float]]:
     """Every candidate's value for every prompt: ``{prompt id: {candidate: value}}``.
 
-    ``prompts`` are calibration prompts (``messages()``) or study prompts (``messages``).
+    ``prompts`` are calibration prompts (``messages()``) or study prompts (``messages``);
+    ``keep_inputs``, when given, receives each prompt's :class:`HealthInputs` (for
+    :func:`lab.health.check_properties_on`, without a second prefill).
     """
     from lab.prefill import analyze_prefill
 
@@ -127,12 +130,20 @@ def score_candidates(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPr
         messages = p.messages() if callable(p.messages) else [dict(m) for m in p.messages]
         h = HealthInputs.from_prefill(analyze_prefill(model, tokenizer, messages))
         out[p.id] = {name: fn(h) for name, fn in CANDIDATES.items()}
+        if keep_inputs is not None:
+            keep_inputs[p.id] = h
     return out
 
 
 def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],
-              poisoned: Sequence[CalibrationPrompt]) -> dict[str, Any]:
-    """Figures of every candidate and the rule's choice, as a JSON-ready dict."""
+              poisoned: Sequence[CalibrationPrompt], inputs: dict[str, HealthInputs] | None = None) -> dict[str, Any]:
+    """Figures of every candidate and the rule's choice, as a JSON-ready dict.
+
+    With ``inputs`` (the prompts' :class:`HealthInputs`), every candidate's five
+    properties are also checked on this model's own prefills
+    (``properties_on_prompts``); eligibility stays the pre-stated check on fixed random
+    inputs, and ``chosen_holds_on_prompts`` says whether the choice holds on the model.
+    """
     cands = [figures(name, [values[c.id][name] for c in clean], [values[p.id][name] for p in poisoned],
                      check_properties(fn)) for name, fn in CANDIDATES.items()]
     chosen, step = choose(cands)
@@ -148,7 +159,17 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
                        for c in cands],
         "prompts": [{"id": c.id, "variant": "clean", **values[c.id]} for c in clean]
                    + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned],
+        **(_on_prompts(inputs, [*clean, *poisoned], chosen) if inputs else {}),
     }
+
+
+def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPrompt],
+                chosen: str) -> dict[str, Any]:
+    """Every candidate's properties on the model's own prefills (issue 15), and whether the choice holds there."""
+    real = [inputs[p.id] for p in prompts]
+    on = {name: check_properties_on(fn, real) for name, fn in CANDIDATES.items()}
+    return {"properties_on_prompts": on,
+            "chosen_holds_on_prompts": all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
 
 
 def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:

@@ -58,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     prompts = clean + poisoned
+    inputs: dict = {}  # each prompt's HealthInputs: the properties are checked on this model's prefills too
     with err.status("scoring prompts") as status:
-        values = score_candidates(model, tokenizer, prompts,
+        values = score_candidates(model, tokenizer, prompts, keep_inputs=inputs,
                                   progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
 
         study_values = {}
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 f"study prompt {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
-    data = calibrate(values, clean, poisoned)
+    data = calibrate(values, clean, poisoned, inputs)
     if study_values:
         data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
                              for name in health.CANDIDATES}
@@ -81,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     if data["chosen"] != health.CHOSEN:
         err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but lab.health.CHOSEN is "
                   f"{health.CHOSEN!r}; update it", markup=False, highlight=False)
+    if not data["chosen_holds_on_prompts"]:
+        failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
+        err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "
+                  f"{info['model']}'s own prompts (see summary.md)", markup=False, highlight=False)
 
     # 4. Show and write.
     stdout_console().print(candidates_table(data))

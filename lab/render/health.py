@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from lab.health import PROPERTIES as _PROPS
+
 _COLS = ("candidate", "props", "IQR", "SD", "distinct", "max tie", "below", "tied")
 
 
@@ -45,6 +47,19 @@ def calibration_markdown(data: dict[str, Any]) -> str:
               "'max tie' is the largest share of clean prompts sharing one value to 0.01; 'below' and 'tied' count "
               "poisoned variants strictly below or equal (to 0.01) to their clean twin.", "",
               "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
+    if data.get("properties_on_prompts"):
+        on = data["properties_on_prompts"]
+        n = next(iter(on.values()))
+        lines += ["", f"## The five properties on this model's own prefills ({n['n_checked']} prompts checked, "
+                  f"{n['n_not_measurable']} not measurable)", "",
+                  "Eligibility above is the pre-stated check on fixed random inputs; here each property is checked "
+                  "on the received attention, z and sink flags this model actually produced.", "",
+                  "| candidate | " + " | ".join(_PROPS) + " |", "|" + "---|" * (len(_PROPS) + 1)]
+        for name, f in on.items():
+            lines.append(f"| {name} | " + " | ".join("holds" if f[k] else "fails" for k in _PROPS) + " |")
+        lines += ["", f"The chosen measure (`{data['chosen']}`) "
+                  + ("holds all five on this model's prompts." if data["chosen_holds_on_prompts"]
+                     else "does **not** hold all five on this model's prompts.")]
     if data.get("study_set"):
         lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
                   "Issue 9's targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",

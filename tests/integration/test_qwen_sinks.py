@@ -61,6 +61,16 @@ def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses
         assert 0.0 <= a.context_health < 10.0
 
 
+def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
+    """Issue 15: the chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
+    from lab.health import CANDIDATES, CHOSEN, HealthInputs, check_properties_on
+
+    got = check_properties_on(CANDIDATES[CHOSEN], [HealthInputs.from_prefill(a) for a in qwen_analyses])
+    lab_log.record(measure=CHOSEN, properties=got)
+    assert got["n_checked"] == len(PROMPTS), got
+    assert all(got[k] for k in got if not k.startswith("n_")), got
+
+
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
     """The pre-issue detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
     from lab.prefill import candidate_scores

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab import health
-from lab.health import (CANDIDATES, CHOSEN, HealthInputs, check_properties, content_entropy, graded_health,
+from lab.health import (CANDIDATES, CHOSEN, PROPERTIES, HealthInputs, check_properties, check_properties_on,
+                        content_entropy, graded_health,
                         move_to_content_sink, perturb_structural, random_inputs)
 from lab.health_calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
 from lab.calibration import CalibrationPrompt
@@ -154,3 +155,44 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 8
     assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][CHOSEN]["n_twins"] == 1
     assert "Rule (stated before" in (report / "summary.md").read_text()
+
+
+def _real_like(n: int, seed: int = 3) -> list[HealthInputs]:
+    gen = torch.Generator().manual_seed(seed)
+    return [random_inputs(gen, int(torch.randint(8, 30, (1,), generator=gen)), 4) for _ in range(n)]
+
+
+def test_check_properties_on_inputs_chosen_measure_holds_and_counts_them():
+    got = check_properties_on(CANDIDATES[CHOSEN], _real_like(12))
+    assert got["n_checked"] == 12 and got["n_not_measurable"] == 0
+    assert all(got[k] for k in PROPERTIES), got
+
+
+def test_check_properties_on_inputs_counts_unobserved_content_as_not_measurable():
+    h = _real_like(1)[0]
+    blind = HealthInputs(h.received, h.content, h.z, h.is_sink, torch.zeros_like(h.observed), h.sink_rate, h.threshold)
+    got = check_properties_on(graded_health, [blind, h])
+    assert got["n_checked"] == 1 and got["n_not_measurable"] == 1
+
+
+def test_check_properties_on_inputs_negative_control_structural_reader_fails():
+    """Control: a measure that reads a structural position (position 0's share) fails structural_invariant."""
+    def reads_structure(h: HealthInputs) -> float:
+        r = h.received.double().clamp_min(0.0)
+        return 10.0 * (1.0 - float(r[0] / r.sum()))
+
+    got = check_properties_on(reads_structure, _real_like(12))
+    assert not got["structural_invariant"] and got["bounded"], got
+
+
+def test_calibrate_with_inputs_reports_properties_on_the_prompts():
+    from lab.health_calibration import calibrate
+
+    clean = [CalibrationPrompt(id=f"c{i}", prompt=f"q{i}") for i in range(4)]
+    poisoned = [CalibrationPrompt(id=f"p{i}", prompt=f"x q{i}") for i in range(4)]
+    inputs = dict(zip([p.id for p in clean + poisoned], _real_like(8)))
+    values = {k: {name: fn(h) for name, fn in CANDIDATES.items()} for k, h in inputs.items()}
+    data = calibrate(values, clean, poisoned, inputs)
+    assert set(data["properties_on_prompts"]) == set(CANDIDATES)
+    assert data["chosen_holds_on_prompts"] is all(data["properties_on_prompts"][data["chosen"]][k] for k in PROPERTIES)
+    assert "properties_on_prompts" not in calibrate(values, clean, poisoned)
