@@ -183,15 +183,27 @@ def enable_rollback(cache: Any) -> None:
                          "needs a cache that can")
 
 
-def rollback_cache(cache: Any, keep_len: int) -> None:
+def rollback_cache(cache: Any, keep_len: int, *, num_layers: int | None = None) -> None:
     """Drop cached positions beyond ``keep_len``.
 
     transformers' ``Cache.crop`` takes minus the count. ``crop`` is called even with
     nothing to drop: a past-recording sliding layer then trims back to its window.
+
+    Args:
+        cache: A transformers cache.
+        keep_len: Positions to keep.
+        num_layers: Crop only the first N layers, each by its own excess (an early-exit
+            draft extends only the target's first N layers of a shared cache); None = all.
     """
-    extra = cache.get_seq_length() - keep_len
-    assert extra >= 0, f"cache holds {cache.get_seq_length()} positions, fewer than keep_len={keep_len}"
-    cache.crop(-extra)
+    if num_layers is None:
+        extra = cache.get_seq_length() - keep_len
+        assert extra >= 0, f"cache holds {cache.get_seq_length()} positions, fewer than keep_len={keep_len}"
+        cache.crop(-extra)
+        return
+    for i, layer in enumerate(cache.layers[:num_layers]):
+        extra = layer.get_seq_length() - keep_len
+        assert extra >= 0, f"cache layer {i} holds {layer.get_seq_length()} positions, fewer than keep_len={keep_len}"
+        layer.crop(-extra)
 
 
 # --------------------------------------------------------------------------- forward passes

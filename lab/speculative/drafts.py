@@ -8,8 +8,9 @@ knows who drafted. Three kinds:
 * :class:`ModelDraft`: a separate causal LM with the same vocabulary (sizes that
   differ only by padding rows are zero-padded);
 * :func:`early_exit_draft`: the target's first N layers plus its final norm and LM
-  head, sharing the target's weights (self-speculation in the style of LayerSkip,
-  Elhoushi et al. 2024, without its training);
+  head, sharing the target's weights and, in the decode loop, its KV cache
+  (self-speculation in the style of LayerSkip, Elhoushi et al. 2024, without its
+  training; :mod:`lab.speculative.self_draft`);
 * :class:`PromptLookupDraft`: n-gram continuation copied from earlier in the
   sequence (Saxena 2023, "prompt lookup decoding"); no model, q is one-hot, which
   is a valid draft distribution, so min(1, p/q) and the residual stay lossless.
@@ -319,8 +320,11 @@ def early_exit_model(target: Any, num_layers: int) -> Any:
 
 
 def early_exit_draft(target: Any, num_layers: int) -> ModelDraft:
-    """The target's first ``num_layers`` layers as a draft (shared weights); see :func:`early_exit_model`."""
-    return ModelDraft(early_exit_model(target, num_layers), int(target.config.vocab_size), f"early-exit:{num_layers}")
+    """The target's first ``num_layers`` layers as a draft (shared weights, and the target's KV cache when
+    the loop lends it); see :func:`early_exit_model` and :class:`lab.speculative.self_draft.EarlyExitDraft`."""
+    from lab.speculative.self_draft import EarlyExitDraft  # it builds on ModelDraft, defined here
+
+    return EarlyExitDraft(target, num_layers)
 
 
 class PromptLookupDraft:

@@ -16,7 +16,9 @@ The target's prefill, forwards, input checks and KV cache come from the decode c
 KV-cache invariant (tested): between rounds the target's cache holds exactly the
 committed sequence except its last token, whose key/value is computed by the next
 verify pass (so feeding that token reproduces a full recomputation). No rejected
-draft token is ever left in a cache. Sliding-window layers stay croppable past
+draft token is ever left in a cache. A drafter that runs on the target's own first
+layers (:class:`~lab.speculative.self_draft.EarlyExitDraft`) is lent this cache and
+returns it as lent, n - 1 positions (asserted after every proposal). Sliding-window layers stay croppable past
 their window through transformers' past recording (:func:`lab.decode.enable_rollback`).
 
 Batch size 1 only. p = target, q = draft throughout.
@@ -172,6 +174,9 @@ def speculative_generate(
             if prompt_len > 1:
                 _, prefill_s = prefill(target, seq[: prompt_len - 1].unsqueeze(0), cache)
             enable_rollback(cache)
+        lend = getattr(draft, "use_target_cache", None)
+        if lend is not None:  # an early-exit draft drafts on the target's first layers of this cache
+            lend(cache)
         while n - prompt_len < max_new_tokens:
             remaining = max_new_tokens - (n - prompt_len)
             # 0'. gamma for this round, from the policy (finished rounds only)
@@ -184,6 +189,8 @@ def speculative_generate(
                                      eos_token_ids=eos)
             else:
                 prop = empty_proposal(width, "budget", dev)
+            assert cache.get_seq_length() == n - 1, (f"the drafter left the target's cache at "
+                                                     f"{cache.get_seq_length()} positions, not {n - 1}")
             k = int(prop.tokens.shape[0])
             if eos and k:  # nothing after an EOS is ever tested, whoever drafted it
                 cut = next((i for i, t in enumerate(prop.tokens.tolist()) if t in eos), k - 1)

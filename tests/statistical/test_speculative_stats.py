@@ -233,12 +233,18 @@ N_LOOP = 1500  # runs of the full decode loop
 LOOP_SAMPLING = SamplingConfig(temperature=1.0, top_k=6)  # top-k keeps the two-token outcome space small
 
 
-def _loop_two_token_counts(seed: int) -> tuple[Counter, dict]:
-    from lab.speculative import model_draft, speculative_generate
+LOOP_DRAFTS = ("model", "early-exit")  # a separate draft model on its own cache; the target's first layer on the target's cache
+
+
+def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counter, dict]:
+    from lab.speculative import early_exit_draft, model_draft, speculative_generate
     from tests.support import tiny_llama_untied
 
     target = tiny_llama_untied(vocab_size=16, num_layers=2, seed=0, init_std=0.1)
-    draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))
+    if draft_kind == "early-exit":  # lab.speculative.self_draft: drafts on the loop's (lent) target cache
+        draft = early_exit_draft(target, 1)
+    else:
+        draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))
     prompt = torch.tensor([[3, 7, 5, 9]])
     with torch.inference_mode():
         p1 = sampling_probs(target(prompt).logits[0, -1], LOOP_SAMPLING)
@@ -265,18 +271,21 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_speculative_loop_first_two_tokens_match_target_sampling(one_thread):
+@pytest.mark.parametrize("draft_kind", LOOP_DRAFTS)
+def test_speculative_loop_first_two_tokens_match_target_sampling(one_thread, draft_kind):
     """The whole loop (draft cache, verify pass, rollback) in sampling mode: two-token law equals the target's."""
-    counts, exact = _loop_two_token_counts(seed=5)
+    counts, exact = _loop_two_token_counts(seed=5, draft_kind=draft_kind)
     pv = chisq_pvalue(counts, exact)
-    assert pv >= P_THRESHOLD, f"tiny loop, T=1 top_k=6 gamma=3 n={N_LOOP}: p-value {pv:.2e}"
+    assert pv >= P_THRESHOLD, f"tiny loop, {draft_kind} draft, T=1 top_k=6 gamma=3 n={N_LOOP}: p-value {pv:.2e}"
 
 
-def test_speculative_loop_control_residual_without_q_is_rejected(one_thread, monkeypatch):
+@pytest.mark.parametrize("draft_kind", LOOP_DRAFTS)
+def test_speculative_loop_control_residual_without_q_is_rejected(one_thread, monkeypatch, draft_kind):
     """The same loop test with the loop's verify swapped for the residual-without-q fault."""
     import lab.speculative.loop as loop
 
     monkeypatch.setattr(loop, "verify", verify_residual_without_q)
-    counts, exact = _loop_two_token_counts(seed=5)
+    counts, exact = _loop_two_token_counts(seed=5, draft_kind=draft_kind)
     pv = chisq_pvalue(counts, exact)
-    assert pv < P_THRESHOLD, f"loop control not rejected (p-value {pv:.2e})"
+    assert pv < P_THRESHOLD, f"loop control, {draft_kind} draft, not rejected (p-value {pv:.2e})"
+
