@@ -58,6 +58,7 @@ class ModelRunner:
 
     def __init__(self, target: Any, tokenizer: Any, draft: Any, config: StudyConfig, info: dict[str, Any]):
         self.target, self.tokenizer, self.draft, self.config, self.info = target, tokenizer, draft, config, info
+        self._prefilled: tuple[str | None, Any] = (None, None)  # (prompt id, its capture cache) for alpha_at
 
     @classmethod
     def load(cls, config: StudyConfig) -> "ModelRunner":
@@ -82,7 +83,7 @@ class ModelRunner:
                 "load_s": time.perf_counter() - t0, **model_dtypes(target, draft, source)}
         return cls(target, tokenizer, draft, config, info)
 
-    def _speculative(self, input_ids: Any, temperature: float, seed: int) -> Any:
+    def _speculative(self, input_ids: Any, temperature: float, seed: int, target_cache: Any = None) -> Any:
         """One seeded speculative decode of the prompt (public :func:`speculative_generate`)."""
         import torch
 
@@ -92,14 +93,25 @@ class ModelRunner:
         gen = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(seed)
         return speculative_generate(self.target, self.draft, input_ids.to(device), gamma=self.config.gamma,
                                     max_new_tokens=self.config.max_new_tokens, temperature=temperature,
-                                    generator=gen, eos_token_ids=lab_models.eos_token_ids(self.target, self.tokenizer))
+                                    generator=gen, eos_token_ids=lab_models.eos_token_ids(self.target, self.tokenizer),
+                                    target_cache=target_cache)
 
     def alpha_at(self, prompt: StudyPrompt, temperature: float) -> float:
-        """alpha of the prompt's speculative decode at another temperature (H6), same seed and budget."""
+        """alpha of the prompt's speculative decode at another temperature (H6), same seed and budget.
+
+        The prompt's KV cache does not depend on the temperature: right after the prompt's own
+        run (:meth:`__call__`) a copy of its capture prefill is decoded from, so H6 adds no prefill.
+        """
+        import copy
+
         input_ids = lab_models.encode_chat(self.tokenizer, [dict(m) for m in prompt.messages])
-        return float(self._speculative(input_ids, temperature, prompt_seed(self.config.seed, prompt.id)).alpha)
+        stored_id, stored = self._prefilled
+        cache = copy.deepcopy(stored) if stored_id == prompt.id else None  # the decode crops and extends its cache
+        return float(self._speculative(input_ids, temperature, prompt_seed(self.config.seed, prompt.id), cache).alpha)
 
     def __call__(self, prompt: StudyPrompt) -> PromptOutcome:
+        import copy
+
         import torch
 
         from lab.analysis.claims import word_positions
@@ -121,6 +133,9 @@ class ModelRunner:
         if not torch.equal(pre.input_ids.cpu(), input_ids[0].cpu()):  # the capture tokenized differently
             logger.warning("prompt %s: the prefill's tokens differ from the chat encoding; prefilling again", prompt.id)
             cache = None
+        # the prefilled prompt, kept for this prompt's H6 runs at other temperatures (alpha_at); a
+        # few MB at the study's prompt lengths, replaced by the next prompt's
+        self._prefilled = (prompt.id, copy.deepcopy(cache) if cache is not None else None)
         t_pre = time.perf_counter()
         rates = [float(v) for v in torch.as_tensor(pre.sink_rate).reshape(-1).tolist()]
         content = [r for r, role in zip(rates, pre.roles) if role == "content"]
