@@ -101,6 +101,12 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     return x
 
 
+# Half of float32's largest value: a logit below temperature * this bound divides to at most
+# half the maximum in exact arithmetic, so the float32 quotient cannot round to inf.
+NO_OVERFLOW_BOUND = float(torch.finfo(torch.float32).max) / 2
+_FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)  # smallest normal float32
+
+
 def _scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / temperature``, exactly as transformers divides, except in rows where that overflows.
 
@@ -112,8 +118,17 @@ def _scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     softmax, so this is the same distribution, now computable: as temperature -> 0+ it
     is uniform over the tied maxima (the greedy limit). Rows that do not overflow keep
     the plain division (shifting rounds, and could merge logits transformers keeps apart).
+
+    The overflow test (two passes over V and a reduction, per row of every decode step) is
+    skipped where no row can overflow: temperature >= 1 (``|x / t| <= |x|``), or a normal float32
+    temperature and every logit finite and below ``t * NO_OVERFLOW_BOUND`` in magnitude (one pass). Same result, fewer passes.
     """
     x = logits / temperature
+    if temperature >= 1.0:
+        return x
+    # a temperature below float32's smallest normal may round to 0 (0 / 0): always the full test
+    if temperature >= _FLOAT32_TINY and float(logits.abs().amax()) < temperature * NO_OVERFLOW_BOUND:
+        return x  # (a NaN or inf logit makes the comparison False: the full test below)
     overflow = (~torch.isfinite(x) & torch.isfinite(logits)).any(dim=-1, keepdim=True)  # [..., 1]
     if not bool(overflow.any()):
         return x

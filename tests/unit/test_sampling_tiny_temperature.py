@@ -73,3 +73,28 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     spec = speculative_generate(model, make_draft(model, "early-exit:1"), ids, gamma=2, max_new_tokens=4,
                                 temperature=TINY, generator=torch.Generator().manual_seed(3))
     assert spec.tokens == greedy
+
+
+def _scale_full_test(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The filter's scaling with its overflow test always run (before the fast paths)."""
+    x = logits / temperature
+    overflow = (~torch.isfinite(x) & torch.isfinite(logits)).any(dim=-1, keepdim=True)
+    if not bool(overflow.any()):
+        return x
+    top = logits.amax(dim=-1, keepdim=True)
+    return torch.where(overflow, ((logits.double() - top.double()) / temperature).float(), x)
+
+
+@given(logits=tied_logit_rows(n_rows=2),
+       temperature=st.one_of(overflowing_temperatures(), st.floats(1e-30, 10.0), st.sampled_from([0.3, 0.7, 1.0])),
+       masked=st.booleans())
+def test_scale_fast_paths_equal_the_full_overflow_test(logits, temperature, masked):
+    """Regression (fault class: a shortcut that skips the overflow test where it matters, e.g. a
+    temperature that rounds to 0 in float32): _scale equals the always-tested scaling bit for bit."""
+    from lab.sampling import _scale
+
+    if masked:
+        logits = logits.clone()
+        logits[0, 0] = float("-inf")
+    torch.testing.assert_close(_scale(logits, temperature), _scale_full_test(logits, temperature), rtol=0, atol=0,
+                               equal_nan=True)
