@@ -64,6 +64,27 @@ def test_model_runner_one_target_prefill_and_no_tracked_decode(tiny_pair, monkey
     assert outcome.row.get("decode_s") is None  # no separate tracked decode to time
 
 
+def test_model_runner_h6_runs_decode_from_the_prompt_prefill(tiny_pair):
+    """Regression (fault class: the H6 runs prefill the prompt again): after the prompt's run, alpha
+    at another temperature runs the target only over verify passes (at most gamma + 1 positions),
+    twice with the same alpha (the kept prefill is copied, never consumed), and equals a run that
+    prefills for itself to the last draw (the same cache up to float rounding)."""
+    runner = ModelRunner.load(StudyConfig(model="qwen2.5", device="cpu", max_new_tokens=6, gamma=2))
+    prompt = next(p for p in load_prompts() if p.id == "factual-06")
+    runner(prompt)
+    widths = []
+    hook = runner.target.register_forward_pre_hook(
+        lambda m, a, kw: widths.append((kw["input_ids"] if "input_ids" in kw else a[0]).shape[1]), with_kwargs=True)
+    try:
+        first, second = runner.alpha_at(prompt, 0.7), runner.alpha_at(prompt, 0.7)
+    finally:
+        hook.remove()
+    assert widths and max(widths) <= 3, widths  # verify passes only: no prefill over the prompt
+    assert first == second
+    runner._prefilled = (None, None)  # forget it: the run prefills for itself
+    assert runner.alpha_at(prompt, 0.7) == first
+
+
 def test_model_runner_records_each_models_dtype_and_the_source(tiny_pair, monkeypatch):
     monkeypatch.setitem(study_config.STUDY_DRAFT_DTYPES, "qwen2.5", ("bfloat16", "measured in a test"))
     runner = ModelRunner.load(StudyConfig(model="qwen2.5", device="cpu", max_new_tokens=4))
