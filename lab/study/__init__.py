@@ -47,7 +47,7 @@ from the shards' finished prompts and refuses shards whose settings differ.
 
 Modules: :mod:`lab.study.config` (settings, outcome, interfaces),
 :mod:`lab.study.runner` (the real runner), :mod:`lab.study.work` (plan, work
-directory, shards), :mod:`lab.study.run` (running through an executor, merging,
+directory, shards), :mod:`lab.study.locks` (the work directory's lock), :mod:`lab.study.run` (running through an executor, merging,
 tables), :mod:`lab.study.cluster` (the prompts on a Ray cluster, ``lab study --ray``).
 
 The per-prompt runner is injectable (:data:`Runner`): tests pass a fake;

@@ -6,7 +6,8 @@ tracker's statistics are read off its verify passes at every committed position
 (:func:`lab.tracker.track_speculative`). Before issue 16 a tracked target-only
 decode ran too, so the target decoded every prompt twice and prefilled it three
 times; the statistics are the same (greedy: equal to float tolerance; sampling:
-the same distribution; both tested).
+the same distribution; both tested). A prompt of the H6 subset runs again at the other
+design temperatures from a copy of the same prefill (:meth:`ModelRunner.alpha_at`).
 """
 
 from __future__ import annotations
