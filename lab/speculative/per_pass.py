@@ -154,7 +154,8 @@ def per_pass_draft(draft: ModelDraft, spec: str) -> ModelDraft:
     if prefill == step:
         cast = ModelDraft(step_model, draft.vocab_size, f"{draft.name} ({step})")
     else:
-        long_model = copy.deepcopy(draft.model).to(DTYPES[prefill])
+        same = next(draft.model.parameters()).dtype == DTYPES[prefill]
+        long_model = draft.model if same else copy.deepcopy(draft.model).to(DTYPES[prefill])  # shared: read-only
         cast = PerPassDraft(long_model, step_model, draft.vocab_size, f"{draft.name} ({prefill}:{step})")
     cast.cost = getattr(draft, "cost", None)
     return cast
