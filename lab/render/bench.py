@@ -28,13 +28,17 @@ def method_label(name: str) -> str:
     if name.startswith("transformers assisted gamma="):
         return "hf assist g" + name.split("=", 1)[1]
     if name.startswith("speculative "):  # e.g. "speculative dynamic:4:12 adaptive=pmin:0.6 draft=bfloat16"
-        rest = name[len("speculative "):].replace("gamma=", "g").replace("adaptive=", "").replace("draft=", "")
+        rest = name[len("speculative "):]
+        for long, short in (("gamma=", "g"), ("adaptive=", ""), ("draft=", ""), ("dynamic:", "dyn"),
+                            ("bfloat16", "bf16"), ("float32", "f32"), ("float16", "f16")):
+            rest = rest.replace(long, short)
         return "spec " + rest
     return name
 
 
 METHOD_LEGEND = ("target lab / target hf: target-only decoding, the lab's KV-cache loop / transformers generate; "
-                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named); "
+                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named; dynA:B a "
+                 "dynamic gamma policy; bf16, f32, f32:bf16, per-pass: the draft's dtype); "
                  "hf assist gN: transformers' assisted generation at gamma=N")
 
 
