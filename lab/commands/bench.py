@@ -32,19 +32,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per generation (default: 64)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of the whole schedule (default: 3)")
     p.add_argument("--prompts", nargs="+", default=None,
-                   help="prompts to generate from, or @FILE with one prompt per line (default: three built-in)")
+                   help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
+                        "--humaneval prompts) (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
     add_threads_arg(p)
     p.add_argument("--dynamic", action="append", default=None,
                    help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
                         "rejection); repeatable (default: off; --levers adds dynamic:4:12)")
     p.add_argument("--draft-dtype", action="append", default=None,
-                   help="also run the model draft cast to this dtype (bfloat16, float16); repeatable (default: off; "
-                        "--levers adds bfloat16)")
+                   help="also run the model draft cast to this dtype (bfloat16, float16), or per pass shape: "
+                        "PREFILL:STEP (e.g. float32:bfloat16: the prompt's pass in float32, one-token steps and "
+                        "short catch-ups in bfloat16) or per-pass (= float32:bfloat16); each also runs with every "
+                        "--adaptive stop and --dynamic policy; repeatable (default: off; --levers adds bfloat16)")
+    p.add_argument("--humaneval", default=None, metavar="SPLIT[:N]",
+                   help="add the first N HumanEval problems of a fixed split (tuning or held-back; "
+                        "lab.speculative.prompt_split) beside the short prompts, reported as their own group; "
+                        "'none' to skip (default: tuning:2 with --levers and no --prompts, else none)")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated substrings: run only the methods whose name contains one (the lab's "
+                        "target-only loop, the baseline, always runs), e.g. 'generate,assisted gamma=5,"
+                        "adaptive=pmin:0.6 draft=bfloat16' (default: all)")
     p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
     p.add_argument("--levers", action="store_true",
                    help="all speed levers: --dynamic dynamic:4:12 --draft-dtype bfloat16 --prompt-lookup, and code "
-                        "prompts (one a code-editing prompt) unless --prompts is given")
+                        "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
+                        "is given")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -105,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.reports import environment, report_dir
     from lab.speculative import make_draft
     from lab.speculative.bench import BenchConfig, run_bench
+    from lab.speculative.per_pass import parse_draft_dtype
+    from lab.speculative.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
@@ -113,10 +127,21 @@ def run(args: argparse.Namespace) -> int:
     dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
     _check_dynamic(dynamic)
     dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
+    for dtype in dtypes:
+        parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
+    wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
                          repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,
-                         prompt_lookup=args.prompt_lookup or args.levers)
-    prompts = _prompts(args.prompts, code=args.levers)
+                         prompt_lookup=args.prompt_lookup or args.levers, methods=wanted)
+    prompts = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
+    groups = [GROUP_SHORT] * len(prompts)
+    he_spec = args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none")
+    if he_spec != "none":
+        problems = humaneval_prompts(*parse_humaneval(he_spec))  # before any model loads
+        prompts += [text for _, text in problems]
+        groups += [GROUP_HUMANEVAL] * len(problems)
+    if not prompts:
+        raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N]")
     device = check_model_args(args)
     threads = set_threads(args.threads)
     draft_spec = _draft_spec(args)
@@ -142,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     load_log = LoadLog(threads=threads)
     with err.status("benchmarking") as status:
         bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
-                          progress=lambda msg: status.update(msg), load_log=load_log)
+                          progress=lambda msg: status.update(msg), load_log=load_log, prompt_groups=groups)
 
     # 3. Show, then 4. write the report atomically.
     from lab.reports import to_jsonable
@@ -153,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     info = dict(model.lab_source)
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
+                                      "prompt_groups": groups, "humaneval": he_spec,
                                       "torch_threads": torch.get_num_threads(), "environment": environment(model),
                                       "draft_cost": cost,
                                       **data})

@@ -49,9 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
-    p.add_argument("--draft-dtype", default=None, choices=("float32", "float16", "bfloat16"),
-                   help="dtype of a draft model (default: the study's measured choice for the profile, "
-                        "else the target's dtype)")
+    p.add_argument("--draft-dtype", default=None,
+                   choices=("float32", "float16", "bfloat16", "float32:bfloat16", "per-pass"),
+                   help="dtype of a draft model, or per pass shape (float32:bfloat16 = per-pass: prefill in "
+                        "float32, steps in bfloat16; lab.speculative.per_pass) (default: the study's measured "
+                        "choice for the profile, else the target's dtype)")
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "

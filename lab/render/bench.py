@@ -27,15 +27,18 @@ def method_label(name: str) -> str:
         return "target hf"
     if name.startswith("transformers assisted gamma="):
         return "hf assist g" + name.split("=", 1)[1]
-    if name.startswith("speculative gamma="):
-        rest = name[len("speculative gamma="):]
-        gamma, _, adaptive = rest.partition(" adaptive=")
-        return f"spec g{gamma}" + (f" {adaptive}" if adaptive else "")
+    if name.startswith("speculative "):  # e.g. "speculative dynamic:4:12 adaptive=pmin:0.6 draft=bfloat16"
+        rest = name[len("speculative "):]
+        for long, short in (("gamma=", "g"), ("adaptive=", ""), ("draft=", ""), ("dynamic:", "dyn"),
+                            ("bfloat16", "bf16"), ("float32", "f32"), ("float16", "f16")):
+            rest = rest.replace(long, short)
+        return "spec " + rest
     return name
 
 
 METHOD_LEGEND = ("target lab / target hf: target-only decoding, the lab's KV-cache loop / transformers generate; "
-                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named); "
+                 "spec gN: the lab's speculative decoding at gamma=N (with its adaptive rule, if named; dynA:B a "
+                 "dynamic gamma policy; bf16, f32, f32:bf16, per-pass: the draft's dtype); "
                  "hf assist gN: transformers' assisted generation at gamma=N")
 
 
@@ -64,6 +67,35 @@ def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
     return speed, (spec if spec.row_count else None)
 
 
+def _groups(bench: dict[str, Any]) -> list[str]:
+    """The prompt groups of a bench, "all" last (alone when there is one group)."""
+    named = [g for g in (bench.get("by_group") or {}) if g != "all"]
+    return named + ["all"] if len(named) > 1 else ["all"]
+
+
+def phase_table(bench: dict[str, Any]) -> Table | None:
+    """End-to-end and decode-only speedups over target lab, per prompt group (:mod:`lab.speculative.phases`)."""
+    by = bench.get("by_group") or {}
+    if not by:
+        return None
+    groups = [g for g in _groups(bench) if g != "all"] or ["all"]  # 80 columns: "all" is in summary.md
+    short = {"humaneval": "HE"}
+    t = Table(title="speedup over target lab: end to end (e2e) and decode-only (dec), per prompt group",
+              title_justify="left", box=box.SIMPLE_HEAD, caption="e2e: all time, prefill included; dec: after the "
+              "first new token(s); see summary.md", caption_justify="left")
+    t.add_column("method", no_wrap=True)
+    for g in groups:
+        t.add_column(f"e2e {short.get(g, g)}", justify="right", no_wrap=True)
+        t.add_column(f"dec {short.get(g, g)}", justify="right", no_wrap=True)
+    for name in by["all"]:
+        cells = []
+        for g in groups:
+            row = by.get(g, {}).get(name, {})
+            cells += [_fmt(row.get("e2e_speedup"), ".2f"), _fmt(row.get("decode_speedup"), ".2f")]
+        t.add_row(method_label(name), *cells)
+    return t
+
+
 def bench_table(bench: dict[str, Any]) -> Table:
     """The throughput table (see :func:`render_bench` for the full view)."""
     return _bench_tables(bench)[0]
@@ -82,6 +114,9 @@ def render_bench(bench: dict[str, Any], console: Console) -> None:
     console.print(speed)
     if spec is not None:
         console.print(spec)
+    phases = phase_table(bench)
+    if phases is not None:
+        console.print(phases)
     console.print(Text(METHOD_LEGEND, style="dim"))
     console.print(comparisons_panel(bench))
     warning = busy_warning(bench.get("machine_load") or {})
@@ -158,6 +193,7 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
             f"{_fmt(m.get('speedup_theory_time_ratio'), '.2f')} | {_fmt(m.get('speedup_theory_flops'), '.2f')} | "
             f"{_fmt(m.get('efficiency'), '.2f')} | {_fmt(m.get('overhead_fraction'), '.1%')} | "
             f"{_fmt(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
+    lines += _phase_markdown(bench) + _passes_markdown(bench)
     lines += ["", "## Comparisons", ""]
     lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
     for name, err in bench["assisted_errors"].items():
@@ -166,7 +202,12 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
         "## How to read this",
         "",
-        "- *speedup*: decode tokens/s (prefill excluded) over the lab's own target-only loop.",
+        "- *speedup* (first table): speculative methods' tokens/s after the target's prefill (the draft's prefill "
+        "included) over the lab's own target-only loop's decode tokens/s; *tok/s* is end to end.",
+        "- *end to end* / *decode-only* (per-group table): tokens/s over all the time, prefill included / after the "
+        "first committed new token(s), over the same for the lab's target-only loop. The first tokens come from "
+        "the prefill (target alone), the first round (the lab's speculative loop: target and draft prefill, one "
+        "draft, one verify) or the first streamer chunk (transformers generate and assisted generation).",
         "- *predicted*: E[tokens per round] at the measured alpha (Leviathan et al. 2023, Eq. 1) times one target "
         "step, over gamma draft steps plus one measured verify pass of gamma + 1 tokens; the loop's ceiling.",
         "- *Thm 3.8*: the paper's formula, which assumes a verify pass costs one target step; *verify / step* "
@@ -179,3 +220,30 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
     ]
     return "\n".join(lines)
+
+
+def _phase_markdown(bench: dict[str, Any]) -> list[str]:
+    by = bench.get("by_group") or {}
+    if not by:
+        return []
+    lines = ["", "## End to end and decode-only, per prompt group", "",
+             "| group | method | tok/s e2e | speedup e2e | tok/s decode-only | speedup decode-only | "
+             "prefill phase s (mean) | runs |", "|---|---|---|---|---|---|---|---|"]
+    for g in _groups(bench):
+        for name, row in by.get(g, {}).items():
+            lines.append(f"| {g} | {name} | {_fmt(row['e2e_tokens_per_s'], '.2f')} | {_fmt(row['e2e_speedup'], '.2f')} | "
+                         f"{_fmt(row['decode_tokens_per_s'], '.2f')} | {_fmt(row['decode_speedup'], '.2f')} | "
+                         f"{_fmt(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
+    return lines
+
+
+def _passes_markdown(bench: dict[str, Any]) -> list[str]:
+    rows = [(name, shape, p) for name, m in bench["methods"].items() for shape, p in (m.get("draft_passes") or {}).items()]
+    if not rows:
+        return []
+    lines = ["", "## Draft forward passes by shape", "",
+             "| method | pass shape | dtype | passes | tokens | total s | mean s |", "|---|---|---|---|---|---|---|"]
+    for name, shape, p in rows:
+        lines.append(f"| {name} | {shape} | {', '.join(p['dtypes']) or '-'} | {p['n']} | {p['tokens']} | "
+                     f"{_fmt(p['time_s'], '.2f')} | {_fmt(p['mean_s'], '.4f')} |")
+    return lines

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -31,8 +30,10 @@ import torch
 
 from lab.machine import LoadLog
 from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft
-from lab.speculative.levers import assistant_settings, lever_methods
-from lab.speculative.loop import SpeculativeResult, speculative_generate, target_generate
+from lab.speculative.levers import assistant_settings, lever_methods, select_methods, timed_speculative
+from lab.speculative.loop import SpeculativeResult, target_generate
+from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
+from lab.speculative.phases import FirstTokenClock, group_speedups
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
                                     flops_per_token)
@@ -69,6 +70,9 @@ class BenchConfig:
     dynamic: tuple[str, ...] = ()  # draft-length policies, "dynamic:START:MAX"
     draft_dtypes: tuple[str, ...] = ()  # the model draft cast to these dtypes ("bfloat16")
     prompt_lookup: bool = False  # prompt lookup at max(gammas) and each dynamic policy
+    # Keep only methods whose name contains one of these (the lab's target loop, the baseline,
+    # always runs); () = every method. For a short check of one chosen configuration.
+    methods: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gammas):
@@ -82,13 +86,20 @@ class BenchConfig:
         for spec in self.dynamic:
             DynamicGamma.parse(spec)
         for dtype in self.draft_dtypes:
-            if dtype not in ("bfloat16", "float16", "float32"):
-                raise ValueError(f"--draft-dtype={dtype!r} must be bfloat16, float16 or float32")
+            parse_draft_dtype(dtype)
+        if any(not str(m).strip() for m in self.methods):
+            raise ValueError(f"--methods={','.join(self.methods)!r} holds an empty name")
 
 
 @dataclass
 class Run:
-    """One timed generation."""
+    """One timed generation.
+
+    ``first_token_s`` / ``n_first``: seconds to the first committed new token(s) and how many
+    arrived then (:mod:`lab.speculative.phases`); ``group``: the prompt's group
+    (:mod:`lab.speculative.prompt_split`); ``draft_passes``: the draft's forwards by shape
+    (:func:`lab.speculative.per_pass.pass_shapes`), for model drafts.
+    """
 
     method: str
     repeat: int
@@ -99,6 +110,10 @@ class Run:
     tokens: list[int] = field(default_factory=list)
     spec: SpeculativeResult | None = None
     target_step_s: float | None = None
+    first_token_s: float | None = None
+    n_first: int = 1
+    group: str = "short"
+    draft_passes: dict[str, Any] | None = None
 
 
 def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
@@ -123,7 +138,7 @@ def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int) -> dict
 def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
-              load_log: LoadLog | None = None) -> dict[str, Any]:
+              load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the alternating benchmark and derive the figures (see the module docstring).
 
     Args:
@@ -135,19 +150,25 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         progress: Called with a short description before each timed run.
         load_log: Receives a load-average / torch-threads sample before and after
             every timed run (:mod:`lab.machine`); its summary goes in the result.
+        prompt_groups: One group name per prompt (``"short"``, ``"humaneval"``); None = all ``"short"``.
 
     Returns:
         A JSON-ready dict: ``methods`` (per method: tokens/s min/median/max over repeats
         and the speculative figures), ``comparisons`` (each speculative method
         against transformers' assisted generation at the same gamma, and against the
         speedup predicted from its measured times), ``runs`` (raw timings),
-        ``assisted_errors`` and ``machine_load`` (None without ``load_log``).
+        ``assisted_errors``, ``machine_load`` (None without ``load_log``) and ``by_group``
+        (end-to-end and decode-only speedups per prompt group, :func:`group_speedups`).
 
     Raises:
-        ValueError: no prompts, or a prompt of batch size > 1.
+        ValueError: no prompts, a prompt of batch size > 1, ``prompt_groups`` of another
+            length, or a ``config.methods`` name that matches no method.
     """
     if not prompts:
         raise ValueError("prompts=[] is empty")
+    groups = list(prompt_groups) if prompt_groups is not None else ["short"] * len(prompts)
+    if len(groups) != len(prompts):
+        raise ValueError(f"prompt_groups has {len(groups)} names for {len(prompts)} prompts")
     eos = sorted(set(eos_token_ids or []))
     pad = eos[0] if eos else 0
     n_new = config.max_new_tokens
@@ -158,15 +179,16 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
         r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos)
         return Run("target-only (lab loop)", 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
-                   r.tokens, target_step_s=r.decode_step_time_s)
+                   r.tokens, target_step_s=r.decode_step_time_s, first_token_s=r.prefill_time_s)  # token 1: prefill
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
-        t0 = time.perf_counter()
+        clock = FirstTokenClock()
         with torch.inference_mode():
-            out = target.generate(ids, max_new_tokens=budget, **_hf_kwargs(ids, eos, pad))
-        dt = time.perf_counter() - t0
+            out = target.generate(ids, max_new_tokens=budget, streamer=clock, **_hf_kwargs(ids, eos, pad))
+        dt = clock.elapsed()
         toks = out[0, ids.shape[1]:].tolist()
-        return Run("target-only (transformers generate)", 0, 0, len(toks), dt, None, toks)
+        return Run("target-only (transformers generate)", 0, 0, len(toks), dt, None, toks,
+                   first_token_s=clock.first_token_s, n_first=clock.n_first)
 
     methods.append(("target-only (lab loop)", lab_target))
     methods.append(("target-only (transformers generate)", hf_target))
@@ -175,9 +197,8 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
-            r = speculative_generate(target, draft, ids, gamma=gamma, max_new_tokens=budget, adaptive=adaptive,
-                                     eos_token_ids=eos)
-            return Run(name, 0, 0, len(r.tokens), r.total_time_s, r.decode_time_s, r.tokens, spec=r)
+            return timed_speculative(name, target, draft, ids, Run, gamma=gamma, max_new_tokens=budget,
+                                     adaptive=adaptive, eos_token_ids=eos)
         return name, fn
 
     def assisted_method(gamma: int) -> Callable[[torch.Tensor, int], Run]:
@@ -192,12 +213,12 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                 extra = dict(assistant_model=assistant)
                 settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0.0)
-            t0 = time.perf_counter()
+            clock = FirstTokenClock()
             with torch.inference_mode(), assistant_settings(assistant, **settings):
-                out = target.generate(ids, max_new_tokens=budget, **extra, **_hf_kwargs(ids, eos, pad))
-            dt = time.perf_counter() - t0
+                out = target.generate(ids, max_new_tokens=budget, streamer=clock, **extra, **_hf_kwargs(ids, eos, pad))
+            dt = clock.elapsed()
             toks = out[0, ids.shape[1]:].tolist()
-            return Run(name, 0, 0, len(toks), dt, None, toks)
+            return Run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
         return name, fn
 
     for g in config.gammas:
@@ -208,6 +229,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         methods.append(spec_method(max(config.gammas), spec))
     methods += lever_methods(target, draft, config, eos=eos, hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad),
                              make_run=Run)
+    methods = select_methods(methods, config.methods)
 
     # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
     usable = []
@@ -229,7 +251,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                     progress(f"repeat {rep + 1}/{config.repeats} prompt {pi + 1}/{len(prompts)}: {name}")
                 with load_log.around(name) if load_log is not None else nullcontext():
                     run = fn(ids, n_new)
-                run.repeat, run.prompt = rep, pi
+                run.repeat, run.prompt, run.group = rep, pi, groups[pi]
                 runs.append(run)
     bench = summarize(target, draft, prompts, config, runs, assisted_errors)
     bench["machine_load"] = load_log.summary() if load_log is not None else None
@@ -265,6 +287,9 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             "n_tokens": sum(r.n_tokens for r in rs),
             "same_tokens_as_lab_target_loop": all(r.tokens == reference.get((r.repeat, r.prompt)) for r in rs),
         }
+        passes = [r.draft_passes for r in rs if r.draft_passes]
+        if passes:  # which dtype each pass shape ran in, and what it cost
+            m["draft_passes"] = merge_pass_shapes(passes)
         specs = [r.spec for r in rs if r.spec is not None]
         c_flops = 0.0 if name.startswith("prompt-lookup") else c_flops_draft  # a lookup draft has no model
         if specs:
@@ -329,6 +354,9 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                                 "text": f"{name}: measured speedup {m['measured_speedup']:.2f}x is "
                                         f"{m['efficiency']:.0%} of the {m['speedup_predicted_from_measured_times']:.2f}x "
                                         "predicted from its alpha and measured step times"})
+    raw = [{"method": r.method, "repeat": r.repeat, "prompt": r.prompt, "group": r.group, "n_tokens": r.n_tokens,
+            "time_s": r.time_s, "decode_time_s": r.decode_time_s, "first_token_s": r.first_token_s,
+            "n_first": r.n_first} for r in runs]
     return {
         "config": config,
         "draft": getattr(draft, "name", type(draft).__name__),
@@ -339,6 +367,6 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         "methods": methods,
         "comparisons": comparisons,
         "assisted_errors": assisted_errors,
-        "runs": [{"method": r.method, "repeat": r.repeat, "prompt": r.prompt, "n_tokens": r.n_tokens,
-                  "time_s": r.time_s, "decode_time_s": r.decode_time_s} for r in runs],
+        "by_group": group_speedups(raw, "target-only (lab loop)"),
+        "runs": raw,
     }

@@ -220,9 +220,18 @@ class ModelDraft:
         self.cache = new_cache(self.model)  # the decode core's cache; croppable after the first forward
         self._rollback_on = False
         self._committed_len = 0
+        self.passes: list[tuple[int, str, float]] = []  # (tokens fed, weight dtype, seconds) per forward
+
+    def _pass_model(self, n_tokens: int) -> Any:
+        """The model that runs a pass of ``n_tokens`` (one here; :class:`~lab.speculative.per_pass.PerPassDraft` picks)."""
+        return self.model
 
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=ids.unsqueeze(0).to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+        model = self._pass_model(int(ids.shape[0]))
+        t0 = time.perf_counter()
+        out = model(input_ids=ids.unsqueeze(0).to(self.device), cache=self.cache, use_cache=True, logits_to_keep=1)
+        sync(self.device)
+        self.passes.append((int(ids.shape[0]), str(model.dtype).removeprefix("torch."), time.perf_counter() - t0))
         if not self._rollback_on:  # the first forward is the draft's prefill: nothing before it is ever cropped
             enable_rollback(self.cache)
             self._rollback_on = True

@@ -6,8 +6,12 @@ than assumed:
 * **dynamic draft length** (:class:`~lab.speculative.policies.DynamicGamma`): grow
   gamma after a fully accepted round, shrink it after a rejection;
 * **a cheaper draft**: the same draft model cast to another dtype (bfloat16 halves
-  the bytes a memory-bound draft step reads). Lossless: the float32 target still
-  verifies every token, so only alpha and c move;
+  the bytes a memory-bound draft step reads), or per pass shape
+  (:mod:`lab.speculative.per_pass`, ``PREFILL:STEP`` such as ``float32:bfloat16``).
+  Lossless: the float32 target still verifies every token, so only alpha and c
+  move. Each cast draft also runs with every adaptive stop (``pmin:X``, llama.cpp's
+  draft-confidence stop) at the largest gamma and with every dynamic policy, so the
+  levers combine in the same alternating run;
 * **prompt lookup** (:class:`~lab.speculative.drafts.PromptLookupDraft`): no draft
   model; shines when the answer copies the prompt, as in a code-editing prompt;
 * **transformers' assisted generation at its own defaults** (``assistant_model``
@@ -28,6 +32,8 @@ import torch
 
 from lab.speculative.drafts import ModelDraft, PromptLookupDraft
 from lab.speculative.loop import speculative_generate
+from lab.speculative.per_pass import pass_shapes, per_pass_draft
+from lab.speculative.phases import FirstTokenClock
 from lab.speculative.policies import DynamicGamma
 
 CODE_PROMPTS = (
@@ -37,8 +43,6 @@ CODE_PROMPTS = (
     "def find_max(values):\n    best = values[0]\n    for v in values[1:]:\n        if v > best:\n"
     "            best = v\n    return best\n",
 )
-
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @contextmanager
@@ -63,19 +67,58 @@ def assistant_settings(assistant: Any, **settings: Any) -> Iterator[None]:
 
 
 def cast_draft(draft: ModelDraft, dtype: str) -> ModelDraft:
-    """A copy of a model draft in another dtype (its probabilities stay float32).
+    """A copy of a model draft in another dtype, or per pass shape (its probabilities stay float32).
+
+    ``dtype``: ``bfloat16`` / ``float16`` / ``float32``, ``PREFILL:STEP`` or ``per-pass``
+    (:func:`lab.speculative.per_pass.per_pass_draft`).
 
     Raises:
-        ValueError: ``dtype`` is not bfloat16, float16 or float32, or ``draft`` is not a model draft.
+        ValueError: a bad ``dtype``, or ``draft`` is not a model draft.
     """
-    if dtype not in _DTYPES:
-        raise ValueError(f"draft dtype={dtype!r} must be one of {sorted(_DTYPES)}")
-    if not isinstance(draft, ModelDraft):
-        raise ValueError(f"draft dtype={dtype!r} needs a model draft, not {getattr(draft, 'name', draft)!r}")
-    model = copy.deepcopy(draft.model).to(_DTYPES[dtype])
-    cast = ModelDraft(model, draft.vocab_size, f"{draft.name} ({dtype})")
-    cast.cost = getattr(draft, "cost", None)
-    return cast
+    return per_pass_draft(draft, dtype)
+
+
+def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, make_run: Callable[..., Any],
+                      **kwargs: Any) -> Any:
+    """One speculative generation as a bench ``Run``, with its first-token time and draft pass shapes.
+
+    The first round's end (``on_round``) marks the first committed tokens
+    (:mod:`lab.speculative.phases`); the time runs from this call, so it includes the
+    target's prefill and the draft's. ``kwargs`` go to :func:`speculative_generate`.
+    """
+    first: dict[str, Any] = {}
+    t0 = time.perf_counter()
+
+    def on_round(record: Any, committed: Any, cache: Any) -> None:
+        if not first:
+            first["s"] = time.perf_counter() - t0
+            first["n"] = record.n_accepted + (record.next_token is not None)
+
+    r = speculative_generate(target, drafter, ids, on_round=on_round, **kwargs)
+    total = time.perf_counter() - t0
+    run = make_run(name, 0, 0, len(r.tokens), total, r.decode_time_s, r.tokens, spec=r,
+                   first_token_s=first.get("s"), n_first=first.get("n", 0))
+    if getattr(drafter, "passes", None):
+        run.draft_passes = pass_shapes(drafter.passes)
+        if getattr(drafter, "n_casts", 0):
+            run.draft_passes["cache cast"] = {"dtypes": [], "n": drafter.n_casts, "tokens": 0,
+                                              "time_s": drafter.cast_time_s}
+    return run
+
+
+def select_methods(methods: list[tuple[str, Any]], wanted: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """Keep the baseline and the methods whose name contains one of ``wanted`` (() = all).
+
+    Raises:
+        ValueError: a wanted name that matches no method (naming ``--methods`` and the choices).
+    """
+    if not wanted:
+        return methods
+    names = [n for n, _ in methods]
+    missing = [w for w in wanted if not any(w in n for n in names)]
+    if missing:
+        raise ValueError(f"--methods {','.join(missing)!r} matches no method; the methods are: {'; '.join(names)}")
+    return [(n, f) for n, f in methods if n == "target-only (lab loop)" or any(w in n for w in wanted)]
 
 
 def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kwargs: Callable[..., dict],
@@ -94,11 +137,10 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
     policies = [DynamicGamma.parse(s) for s in config.dynamic]
     methods: list[tuple[str, Callable[[torch.Tensor, int], Any]]] = []
 
-    def spec(name: str, drafter: Any, gamma: int, policy: DynamicGamma | None) -> None:
+    def spec(name: str, drafter: Any, gamma: int, policy: DynamicGamma | None, adaptive: str | None = None) -> None:
         def fn(ids: torch.Tensor, budget: int) -> Any:
-            r = speculative_generate(target, drafter, ids, gamma=gamma, max_new_tokens=budget, eos_token_ids=eos,
-                                     gamma_policy=policy)
-            return make_run(name, 0, 0, len(r.tokens), r.total_time_s, r.decode_time_s, r.tokens, spec=r)
+            return timed_speculative(name, target, drafter, ids, make_run, gamma=gamma, max_new_tokens=budget,
+                                     eos_token_ids=eos, gamma_policy=policy, adaptive=adaptive)
         methods.append((name, fn))
 
     for p in policies:
@@ -108,6 +150,10 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         spec(f"speculative gamma={g_max} draft={dtype}", cast, g_max, None)
         for p in policies:
             spec(f"speculative {p.describe()} draft={dtype}", cast, p.max_gamma, p)
+        for a in config.adaptive:  # the levers combined: a cheaper draft with a confidence stop
+            spec(f"speculative gamma={g_max} adaptive={a} draft={dtype}", cast, g_max, None, a)
+            for p in policies:
+                spec(f"speculative {p.describe()} adaptive={a} draft={dtype}", cast, p.max_gamma, p, a)
     if config.prompt_lookup and not isinstance(draft, PromptLookupDraft):
         lookup = PromptLookupDraft(int(target.config.vocab_size))
         spec(f"prompt-lookup gamma={g_max}", lookup, g_max, None)
@@ -118,10 +164,12 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         name = "transformers assisted (its defaults)"
 
         def assisted_defaults(ids: torch.Tensor, budget: int) -> Any:
-            t0 = time.perf_counter()
+            clock = FirstTokenClock()
             with torch.inference_mode(), assistant_settings(assistant):  # restore what the run may change
-                out = target.generate(ids, max_new_tokens=budget, assistant_model=assistant, **hf_kwargs(ids, eos))
+                out = target.generate(ids, max_new_tokens=budget, assistant_model=assistant, streamer=clock,
+                                      **hf_kwargs(ids, eos))
             toks = out[0, ids.shape[1]:].tolist()
-            return make_run(name, 0, 0, len(toks), time.perf_counter() - t0, None, toks)
+            return make_run(name, 0, 0, len(toks), clock.elapsed(), None, toks, first_token_s=clock.first_token_s,
+                            n_first=clock.n_first)
         methods.append((name, assisted_defaults))
     return methods

@@ -308,8 +308,9 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             must be equal).
         device: Where a draft model goes (default: the target's device).
         dtype: A draft model's dtype (``"bfloat16"``, ``torch.float32`` ...; default:
-            the target's). Early-exit drafts share the target's weights and dtype:
-            asking another dtype for one is an error.
+            the target's), or per pass shape: ``"PREFILL:STEP"`` / ``"per-pass"``
+            (:class:`~lab.speculative.per_pass.PerPassDraft`). Early-exit drafts share
+            the target's weights and dtype: asking another dtype for one is an error.
 
     Raises:
         ValueError: a malformed spec, N out of range, a dtype for a draft without its
@@ -320,6 +321,14 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
     target_dtype = next(target.parameters()).dtype
+    if isinstance(dtype, str) and (":" in dtype or dtype == "per-pass"):
+        from lab.speculative.per_pass import parse_draft_dtype, per_pass_draft
+
+        prefill_dtype, _ = parse_draft_dtype(dtype)
+        if kind != "model":
+            raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own")
+        return per_pass_draft(make_draft(target, spec, target_tokenizer=target_tokenizer, device=device,
+                                         dtype=prefill_dtype), dtype)
     if dtype is not None and kind != "model":
         from lab.devices import parse_dtype
 

