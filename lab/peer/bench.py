@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerUnavailableError, bench_command,
-                               completion_command, speculative_command, version_command)
+                               completion_command, prompt_file_text, speculative_command, version_command)
 from lab.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
 from lab.speculative.theory import expected_tokens_per_round
 
@@ -76,7 +76,7 @@ class LlamaCppPeer:
         self._files: dict[tuple[int, ...], Path] = {}
         for i, (key, text) in enumerate(self.prompt_texts.items()):
             path = Path(self._dir.name) / f"prompt-{i}.txt"
-            path.write_text(text, encoding="utf-8")
+            path.write_text(prompt_file_text(text), encoding="utf-8")
             self._files[key] = path
         self.commands: dict[str, str] = {}
         self.version = parse_version(self.runner(version_command(bins))[1], "--version")

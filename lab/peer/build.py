@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -55,8 +56,7 @@ TARGETS = ("llama-speculative-simple", "llama-completion", "llama-bench")
 MANIFEST = "lab-peer.json"
 # Release, CPU only, statically linked (the binaries survive the rename out of the build
 # tree), nothing that reaches the network (OpenSSL, the prebuilt web UI), no tests,
-# server, unified app or web UI. GGML_NATIVE stays on (its default): the cache is per
-# machine, and -march=native is what makes llama.cpp's kernels fast on this CPU.
+# server, unified app or web UI.
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -71,6 +71,31 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=ON",
     f"-DLLAMA_BUILD_COMMIT={LLAMA_CPP_COMMIT}",
 )
+# x86-64: not GGML_NATIVE. On the lab's machines (a Xeon whose cpuinfo lists AMX and
+# AVX-512) -march=native builds binaries that die with SIGILL as soon as they compute
+# (measured 2026-12-01: an AMX tile instruction raises SIGILL there, AVX-512 runs), so the
+# flags are explicit: AVX2, FMA, F16C, BMI2 (ggml's defaults once native is off), AVX-512
+# where torch's own runtime check (``torch.backends.cpu.get_cpu_capability()``, which asks
+# the OS, not cpuinfo) reports it, never AMX. Elsewhere (arm64) the native default stays.
+X86_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+
+
+def _x86_avx512() -> bool:
+    try:
+        import torch
+    except ImportError:  # the lab always has torch; without it, stay on AVX2
+        return False
+    return torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+def cmake_flags(machine: str | None = None, avx512: bool | None = None) -> tuple[str, ...]:
+    """The configure flags for this machine (``platform.machine()``; AVX-512 as torch sees it)."""
+    machine = machine or platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return CMAKE_FLAGS
+    avx512 = _x86_avx512() if avx512 is None else avx512
+    return CMAKE_FLAGS + X86_FLAGS + (f"-DGGML_AVX512={'ON' if avx512 else 'OFF'}",)
 
 
 class BuildError(RuntimeError):
@@ -100,11 +125,14 @@ class BuildConfig:
 def installed(install_dir: Path) -> dict | None:
     """The manifest of a complete install in ``install_dir``, or None.
 
-    Complete means: the manifest parses and every binary it lists exists with the size it
-    records (a binary deleted or truncated since makes the install incomplete).
+    Complete means: the manifest parses, records the flags this machine builds with, and
+    every binary it lists exists with the size it records (a binary deleted or truncated
+    since, or a build made with other flags, makes the install incomplete).
     """
     try:
         manifest = json.loads((install_dir / MANIFEST).read_text())
+        if manifest["cmake_flags"] != list(cmake_flags()):
+            return None
         for name, size in manifest["binaries"].items():
             if (install_dir / "bin" / name).stat().st_size != size:
                 return None
@@ -174,8 +202,8 @@ def _run(cmd: list[str], log_file: Path) -> None:
 
 
 def compile_targets(src: Path, build: Path, jobs: int, log_file: Path) -> None:
-    """Configure with ``CMAKE_FLAGS`` and build ``TARGETS`` with ninja."""
-    _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS], log_file)
+    """Configure with :func:`cmake_flags` and build ``TARGETS`` with ninja."""
+    _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_flags()], log_file)
     _run(["cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS], log_file)
 
 
@@ -225,7 +253,7 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
         sizes[name] = (out / "bin" / name).stat().st_size
     manifest = {
         "sdist": f"{SDIST_NAME}=={SDIST_VERSION}", "sdist_sha256": SDIST_SHA256,
-        "llama_cpp_commit": LLAMA_CPP_COMMIT, "cmake_flags": list(CMAKE_FLAGS),
+        "llama_cpp_commit": LLAMA_CPP_COMMIT, "cmake_flags": list(cmake_flags()),
         "targets": list(TARGETS), "binaries": sizes,
         "build_seconds": round(time.monotonic() - started, 1),
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "jobs": config.jobs,

@@ -105,6 +105,16 @@ class PeerRunConfig:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be >= 2")
 
 
+def prompt_file_text(prompt: str) -> str:
+    """What to write into the ``-f`` file so the binary reads back exactly ``prompt``.
+
+    llama.cpp's ``-f`` drops one trailing newline of the file (common/arg.cpp), and a
+    ChatML prompt ends with ``<|im_start|>assistant\n``: without the extra newline the
+    binaries would decode from a different last token than the lab.
+    """
+    return prompt + "\n"
+
+
 def _common_args(model: Path, prompt_file: Path, cfg: PeerRunConfig, n_predict: int) -> list[str]:
     return ["-m", str(model), "-f", str(prompt_file), "-n", str(n_predict), "-c", str(cfg.ctx_size),
             "-t", str(cfg.threads), "-tb", str(cfg.threads), "--temp", "0", "--top-k", "1",

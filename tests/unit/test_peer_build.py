@@ -116,3 +116,25 @@ def test_build_main_reports_failure_with_exit_1(fake_build, capsys, monkeypatch)
     calls["fail"] = peer_build.BuildError("ninja exited 1")
     rc = peer_build.main(["--root", str(config.root), "--sdist", str(config.sdist), "--jobs", "1"])
     assert rc == 1 and "ninja exited 1" in capsys.readouterr().err
+
+
+def test_cmake_flags_never_native_or_amx_on_x86_and_native_elsewhere():
+    """Fault class: -march=native on a CPU whose cpuinfo lists AMX the OS does not grant (SIGILL)."""
+    for avx512 in (True, False):
+        flags = peer_build.cmake_flags("x86_64", avx512=avx512)
+        assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags
+        assert not any(f.startswith("-DGGML_AMX") and f.endswith("=ON") for f in flags)
+        assert f"-DGGML_AVX512={'ON' if avx512 else 'OFF'}" in flags
+    arm = peer_build.cmake_flags("aarch64")
+    assert not any(f.startswith(("-DGGML_NATIVE", "-DGGML_AVX")) for f in arm)
+    assert "-DLLAMA_BUILD_SERVER=OFF" in arm and "-DLLAMA_OPENSSL=OFF" in arm and "-DLLAMA_BUILD_TESTS=OFF" in arm
+
+
+def test_build_made_with_other_flags_is_rebuilt(fake_build):
+    config, calls = fake_build
+    peer_build.build(config)
+    path = config.install_dir / peer_build.MANIFEST
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "cmake_flags": manifest["cmake_flags"] + ["-DGGML_NATIVE=ON"]}))
+    assert peer_build.installed(config.install_dir) is None
+    assert peer_build.build(config)["built"] is True and calls["n"] == 2
