@@ -67,11 +67,11 @@ def parse_perf(stderr: str, where: str) -> PerfCounters:
                         float(total), float(u_ms), float(u_pct))
 
 
-def parse_version(stderr: str, where: str) -> dict[str, str]:
-    """``build: 0 (0c1e57098) with <compiler> for <target>`` (printed at start-up) or
-    ``version: 0 (0c1e57098)`` (``--version``)."""
-    number, commit = _find(stderr, "build", r"(?:build|version): (\d+) \(([0-9a-zA-Z]+)\)", where)
-    return {"build_number": number, "commit": commit}
+def parse_version(stderr: str, where: str = "--version") -> dict[str, str]:
+    """``version: 0.5.0-dev (build 0, commit 0c1e57098)`` (what ``--version`` prints)."""
+    version, number, commit = _find(stderr, "version", r"version: (\S+) \(build (\d+), commit ([0-9a-zA-Z]+)\)",
+                                    where)
+    return {"version": version, "build_number": number, "commit": commit}
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class CompletionOutput:
 
     Attributes:
         text: the generated text (stdout; the prompt is not echoed: ``--no-display-prompt``).
-        perf: the target's counters. ``n_sampled`` is the number of generated tokens;
-            ``n_prompt_eval`` the prompt's length in llama.cpp's tokens.
+        perf: the target's counters; ``n_prompt_eval`` is the prompt's length in llama.cpp's
+            tokens. (``n_sampled`` counts the prompt's tokens too: the sampler is fed them.)
     """
 
     text: str
@@ -93,7 +93,9 @@ class CompletionOutput:
 
     @property
     def n_generated(self) -> int:
-        return self.perf.n_sampled
+        """Tokens generated: every one but the last is evaluated as a one-token pass (the
+        last, budget-ending or end-of-generation, is sampled and not evaluated)."""
+        return self.perf.n_eval + 1
 
     @property
     def prompt_s(self) -> float:
@@ -133,6 +135,8 @@ class SpeculativeOutput:
         text: the generated text (stdout after the echoed prompt).
         n_prompt: prompt tokens (``encoded``); ``encode_s`` includes the draft's prefill.
         n_predict: tokens emitted; ``decode_s`` the whole generation loop (draft and verify).
+            It stops at the first round that takes ``n_predict`` past ``-n`` and drafts full
+            rounds regardless, so it emits between ``-n + 1`` and ``-n + gamma + 1`` tokens.
         n_drafted, n_accepted: drafted and accepted tokens over all rounds.
         perf: the target context's counters (``unaccounted`` holds the draft's passes).
     """

@@ -19,7 +19,7 @@ def peer_summary_markdown(peer: dict[str, Any]) -> str:
     cal = peer["calibration"]
     lines = [
         "", "## llama.cpp on the same GGUF pair", "",
-        f"llama.cpp build {v['build_number']} (commit {v['commit']}), binaries in `{peer['binaries']}` "
+        f"llama.cpp {v['version']} (build {v['build_number']}, commit {v['commit']}), binaries in `{peer['binaries']}` "
         f"(from {peer['binaries_from']}); {peer['threads']} threads, greedy; target `{peer['target_gguf']}`, "
         f"draft `{peer['draft_gguf']}`. Prompt tokens: lab {peer['lab_prompt_tokens']}, llama.cpp "
         f"{sorted({n for m in peer['methods'].values() for n in m['prompt_tokens']})}. "

@@ -47,11 +47,13 @@ def test_parse_recorded_completion(recorded):
 def test_parse_recorded_speculative_equals_its_target_alone(recorded):
     spec = parse_speculative(recorded["speculative.stdout"], recorded["speculative.stderr"], recorded["prompt.txt"])
     alone = parse_completion(recorded["completion.stdout"], recorded["completion.stderr"])
-    assert spec.n_predict == N_TOKENS and spec.gamma == 5
+    # -n 15: it stops at the first round past 15, so 16 to 21 tokens; the target alone emits 16
+    assert N_TOKENS <= spec.n_predict <= N_TOKENS + spec.gamma and spec.gamma == 5
     assert 0 < spec.n_accepted <= spec.n_drafted and spec.alpha == spec.n_accepted / spec.n_drafted
     assert spec.n_prompt == alone.n_prompt  # both tokenized the same templated text
     assert spec.encode_s > 0 and spec.decode_s > 0
-    assert spec.text == alone.text
+    assert spec.text.startswith(alone.text)  # greedy: the longer run continues the shorter
+    assert (len(spec.text) > len(alone.text)) == (spec.n_predict > N_TOKENS)
 
 
 def test_parse_recorded_bench_and_version(recorded):
@@ -59,8 +61,10 @@ def test_parse_recorded_bench_and_version(recorded):
         rows = parse_bench_json(recorded[name])
         assert {(r.n_prompt > 0, r.n_gen > 0) for r in rows} == {(True, False), (False, True)}
         assert all(r.avg_ts > 0 and r.n_threads == 2 and r.build_commit.startswith("0c1e570") for r in rows)
-    assert parse_version(recorded["version.stderr"], "--version")["commit"].startswith("0c1e570")
-    assert parse_version(recorded["speculative.stderr"], "start-up")["commit"].startswith("0c1e570")
+    version = parse_version(recorded["version.stderr"])
+    assert version["commit"].startswith("0c1e570") and version["build_number"] == "0"
+    with pytest.raises(PeerOutputError, match="no 'version' field"):
+        parse_version(recorded["version.stderr"].replace("version:", "v:"))
 
 
 PERF_LINES = {  # field named in the error -> the recorded line that carries it
@@ -68,7 +72,7 @@ PERF_LINES = {  # field named in the error -> the recorded line that carries it
     "prompt eval time": r"prompt eval time =", "eval time": r":\s+eval time =", "total time": r"total time =",
     "unaccounted time": r"unaccounted time =",
 }
-SPEC_LINES = {"encoded": r"^encoded ", "decoded": r"^decoded ", "n_draft": r"n_draft\s+=",
+SPEC_LINES = {"encoded": r"\bencoded ", "decoded": r"\bdecoded ", "n_draft": r"n_draft\s+=",
               "n_drafted": r"n_drafted\s+=", "n_accept": r"n_accept\s+="}
 
 
