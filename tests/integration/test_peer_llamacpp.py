@@ -30,7 +30,7 @@ def peer_setup(tmp_path_factory):
     except PeerUnavailableError as exc:
         pytest.skip(f"llama.cpp peer binaries not built ({exc})")
     from lab.models import PROFILES, ModelUnavailableError, gguf_path, load_tokenizer
-    from lab.chat import build_messages
+    from lab.chat import build_messages, encode_chat
 
     try:
         target, draft = gguf_path(PROFILES["qwen2.5-coder"]), gguf_path(PROFILES["qwen2.5-coder-0.5b"])
@@ -39,7 +39,7 @@ def peer_setup(tmp_path_factory):
         pytest.skip(f"the Qwen pair's GGUF files are not installed ({exc})")
     messages = build_messages(PROMPT)
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    n_lab = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    n_lab = encode_chat(tokenizer, messages).shape[1]  # what the lab's bench feeds its own methods
     prompt_file = tmp_path_factory.mktemp("peer") / "prompt.txt"
     prompt_file.write_text(prompt_file_text(text), encoding="utf-8")
     return bins, target, draft, prompt_file, text, n_lab
