@@ -182,7 +182,10 @@ class LlamaCppPeer:
                 "prompt_texts": list(self.prompt_texts.values()),
                 "lab_prompt_tokens": [len(k) for k in self.prompt_texts],
                 "same_text_as_lab_target": _same_as_lab(base, lab_runs, self.decode),
-                "texts": {name: [r.peer.text for r in rs if r.repeat == 0] for name, rs in by.items()}}
+                "texts": {name: [r.peer.text for r in rs if r.repeat == 0] for name, rs in by.items()},
+                "lab_target_texts": ([self.decode(r.tokens) for r in lab_runs
+                                      if r.method == "target-only (lab loop)" and r.repeat == 0]
+                                     if self.decode is not None else None)}
 
 
 def _agree(text: str, other: str | None) -> bool:

@@ -33,7 +33,7 @@ def peer_summary_markdown(peer: dict[str, Any]) -> str:
         lines.append(f"| {name} | {_f(m['tokens_per_s'])} | {_f(m['decode_tokens_per_s'])} | "
                      f"{_f(m['prompt_tokens_per_s'], '.1f')} | {_f(m.get('alpha'))} | {m.get('n_drafted', '-')} | "
                      f"{m.get('n_accepted', '-')} | {_f(m['unaccounted_pct_median'], '.1f', ' %')} | "
-                     f"{_f(m.get('speedup_end_to_end'))}x | {_f(m.get('speedup_decode'))}x | "
+                     f"{_f(m.get('speedup_end_to_end'), suffix='x')} | {_f(m.get('speedup_decode'), suffix='x')} | "
                      f"{m.get('same_text_as_own_target_only', '-')} |")
     lines += [
         "", f"llama-bench, each model alone: target {_f(cal['target_generation_tokens_per_s'], '.1f')} tok/s, "
