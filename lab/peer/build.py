@@ -202,7 +202,15 @@ def _run(cmd: list[str], log_file: Path) -> None:
 
 
 def compile_targets(src: Path, build: Path, jobs: int, log_file: Path) -> None:
-    """Configure with :func:`cmake_flags` and build ``TARGETS`` with ninja."""
+    """Configure with :func:`cmake_flags` and build ``TARGETS`` with ninja.
+
+    Raises:
+        BuildError: cmake or ninja is not on PATH, or either exits non-zero.
+    """
+    missing = [tool for tool in ("cmake", "ninja") if shutil.which(tool) is None]
+    if missing:
+        raise BuildError(f"{' and '.join(missing)} not found on PATH; `make peer` needs cmake (>= 3.14) and ninja "
+                         "(e.g. apt-get install cmake ninja-build)")
     _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_flags()], log_file)
     _run(["cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS], log_file)
 

@@ -138,3 +138,9 @@ def test_build_made_with_other_flags_is_rebuilt(fake_build):
     path.write_text(json.dumps({**manifest, "cmake_flags": manifest["cmake_flags"] + ["-DGGML_NATIVE=ON"]}))
     assert peer_build.installed(config.install_dir) is None
     assert peer_build.build(config)["built"] is True and calls["n"] == 2
+
+
+def test_compile_without_cmake_or_ninja_names_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(peer_build.shutil, "which", lambda tool: None if tool == "ninja" else "/usr/bin/cmake")
+    with pytest.raises(peer_build.BuildError, match="ninja not found on PATH"):
+        peer_build.compile_targets(tmp_path, tmp_path / "build", 1, tmp_path / "log")
