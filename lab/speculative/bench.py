@@ -114,6 +114,7 @@ class Run:
     n_first: int = 1
     group: str = "short"
     draft_passes: dict[str, Any] | None = None
+    peer: Any = None  # a llama.cpp run's parsed output (lab.peer); such runs are summarized apart
 
 
 def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
@@ -138,7 +139,8 @@ def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int) -> dict
 def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
-              load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None) -> dict[str, Any]:
+              load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None,
+              peer: Any = None) -> dict[str, Any]:
     """Run the alternating benchmark and derive the figures (see the module docstring).
 
     Args:
@@ -151,6 +153,8 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         load_log: Receives a load-average / torch-threads sample before and after
             every timed run (:mod:`lab.machine`); its summary goes in the result.
         prompt_groups: One group name per prompt (``"short"``, ``"humaneval"``); None = all ``"short"``.
+        peer: A :class:`lab.peer.bench.LlamaCppPeer`: its methods join the same schedule,
+            its runs are summarized apart under ``peer``.
 
     Returns:
         A JSON-ready dict: ``methods`` (per method: tokens/s min/median/max over repeats
@@ -230,6 +234,8 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     methods += lever_methods(target, draft, config, eos=eos, hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad),
                              make_run=Run)
     methods = select_methods(methods, config.methods)
+    # the peer's methods always run with --peer (a --methods filter selects among the lab's)
+    methods += peer.methods(Run) if peer is not None else []
 
     # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
     usable = []
@@ -253,8 +259,19 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                     run = fn(ids, n_new)
                 run.repeat, run.prompt, run.group = rep, pi, groups[pi]
                 runs.append(run)
-    bench = summarize(target, draft, prompts, config, runs, assisted_errors)
+    bench = _summarize_with_peer(target, draft, prompts, config, runs, assisted_errors, peer)
     bench["machine_load"] = load_log.summary() if load_log is not None else None
+    return bench
+
+
+def _summarize_with_peer(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig,
+                         runs: list[Run], assisted_errors: dict[str, str], peer: Any) -> dict[str, Any]:
+    """The lab's runs summarized as always; a peer's runs apart, under ``peer`` (lab.peer)."""
+    lab_runs = [r for r in runs if r.peer is None]
+    bench = summarize(target, draft, prompts, config, lab_runs, assisted_errors)
+    if peer is not None:
+        bench["peer"] = peer.report([r for r in runs if r.peer is not None], lab_runs, bench["methods"],
+                                    config.max_new_tokens, config.repeats, lab_groups=bench["by_group"].get("all"))
     return bench
 
 

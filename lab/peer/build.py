@@ -1,0 +1,294 @@
+"""Build llama.cpp's peer binaries from the pinned ``llama-cpp-python`` sdist, once.
+
+``python -m lab.peer.build`` (what ``make peer`` runs) fetches the sdist with
+``pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36``, checks its sha256,
+unpacks only ``vendor/llama.cpp`` and builds, with cmake + ninja, Release, CPU only, no
+HTTPS/network code, no tests and no server, exactly the targets the lab runs:
+
+- ``llama-speculative-simple``: speculative decoding (target + draft) on one prompt;
+- ``llama-completion``: the target alone on the same prompt with the same common
+  arguments (threads, sampler, perf print). ``llama-simple`` would also decode greedily
+  but takes no thread count, and this version builds ``llama-cli`` only with the server;
+- ``llama-bench``: tokens/s of prompt processing and generation on synthetic tokens,
+  for each model alone (the draft's cost c).
+
+Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>`` and
+``<cache>/llama.cpp/<version>/lab-peer.json`` (the manifest), ``<cache>`` being
+:func:`lab.models.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
+staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
+included, in one ``os.rename``: an interrupted build leaves only a staging directory,
+which the next run deletes, never a directory that looks installed. A second run finds
+the manifest and its binaries and does nothing. Runs are serialized with a lock file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.models import cache_dir
+
+log = logging.getLogger(__name__)
+
+SDIST_NAME = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+# sha256 of llama_cpp_python-0.3.36.tar.gz as PyPI serves it (checked on every fetch).
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+# The llama.cpp commit this sdist vendors (its CHANGELOG: "update llama.cpp to
+# ggml-org/llama.cpp@0c1e57098"; checked against the submodule HEAD it ships). Passed to
+# cmake so the binaries print it; the build number stays 0: the sdist's submodule is a
+# shallow clone, whose commit count (1) would be no build number at all.
+LLAMA_CPP_COMMIT = "0c1e57098"
+TARGETS = ("llama-speculative-simple", "llama-completion", "llama-bench")
+MANIFEST = "lab-peer.json"
+# Release, CPU only, statically linked (the binaries survive the rename out of the build
+# tree), nothing that reaches the network (OpenSSL, the prebuilt web UI), no tests,
+# server, unified app or web UI.
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_BACKEND_DL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_EXAMPLES=ON",
+    f"-DLLAMA_BUILD_COMMIT={LLAMA_CPP_COMMIT}",
+)
+# x86-64: not GGML_NATIVE. On the lab's machines (a Xeon whose cpuinfo lists AMX and
+# AVX-512) -march=native builds binaries that die with SIGILL as soon as they compute
+# (measured 2026-12-01: an AMX tile instruction raises SIGILL there, AVX-512 runs), so the
+# flags are explicit: AVX2, FMA, F16C, BMI2 (ggml's defaults once native is off), AVX-512
+# where torch's own runtime check (``torch.backends.cpu.get_cpu_capability()``, which asks
+# the OS, not cpuinfo) reports it, never AMX. Elsewhere (arm64) the native default stays.
+X86_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+
+
+def _x86_avx512() -> bool:
+    try:
+        import torch
+    except ImportError:  # the lab always has torch; without it, stay on AVX2
+        return False
+    return torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+def cmake_flags(machine: str | None = None, avx512: bool | None = None) -> tuple[str, ...]:
+    """The configure flags for this machine (``platform.machine()``; AVX-512 as torch sees it)."""
+    machine = machine or platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return CMAKE_FLAGS
+    avx512 = _x86_avx512() if avx512 is None else avx512
+    return CMAKE_FLAGS + X86_FLAGS + (f"-DGGML_AVX512={'ON' if avx512 else 'OFF'}",)
+
+
+class BuildError(RuntimeError):
+    """The sdist could not be fetched or verified, or cmake/ninja failed."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Where and how to build.
+
+    Attributes:
+        root: the llama.cpp cache, ``<cache_dir()>/llama.cpp`` by default.
+        sdist: a local copy of the sdist to use instead of ``pip download`` (checked
+            against ``SDIST_SHA256`` all the same).
+        jobs: ninja's parallel jobs (default: the CPU count).
+    """
+
+    root: Path = field(default_factory=lambda: cache_dir() / "llama.cpp")
+    sdist: Path | None = None
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    @property
+    def install_dir(self) -> Path:
+        return self.root / SDIST_VERSION
+
+
+def installed(install_dir: Path) -> dict | None:
+    """The manifest of a complete install in ``install_dir``, or None.
+
+    Complete means: the manifest parses, records the flags this machine builds with, and
+    every binary it lists exists with the size it records (a binary deleted or truncated
+    since, or a build made with other flags, makes the install incomplete).
+    """
+    try:
+        manifest = json.loads((install_dir / MANIFEST).read_text())
+        if manifest["cmake_flags"] != list(cmake_flags()):
+            return None
+        for name, size in manifest["binaries"].items():
+            if (install_dir / "bin" / name).stat().st_size != size:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return manifest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_sdist(dest: Path) -> Path:
+    """``pip download`` the pinned sdist into ``dest``; returns the tarball's path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+           "--no-binary", ":all:", f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(dest)]
+    log.info("fetching the sdist: %s", " ".join(cmd))
+    if subprocess.run(cmd).returncode != 0:
+        raise BuildError(f"`{' '.join(cmd)}` failed (is PyPI reachable?)")
+    found = sorted(dest.glob(f"llama_cpp_python-{SDIST_VERSION}.tar.gz"))
+    if not found:
+        raise BuildError(f"pip download left no llama_cpp_python-{SDIST_VERSION}.tar.gz in {dest}")
+    return found[0]
+
+
+def unpack_vendor(sdist: Path, dest: Path) -> Path:
+    """Unpack only ``<top>/vendor/llama.cpp/`` of ``sdist`` into ``dest``; returns the source root.
+
+    Raises:
+        BuildError: the tarball's sha256 is not the pinned one, it has no vendored
+            llama.cpp, or its submodule HEAD is not ``LLAMA_CPP_COMMIT``.
+    """
+    if _sha256(sdist) != SDIST_SHA256:
+        raise BuildError(f"{sdist}: sha256 is not the pinned {SDIST_SHA256} (corrupt or wrong file)")
+    top = f"llama_cpp_python-{SDIST_VERSION}"
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/vendor/llama.cpp/")]
+        if not members:
+            raise BuildError(f"{sdist} has no {top}/vendor/llama.cpp/")
+        tar.extractall(dest, members=members, filter="data")
+        try:  # the submodule's git directory ships in the sdist: its HEAD names the commit
+            head = tar.extractfile(f"{top}/.git/modules/vendor/llama.cpp/HEAD").read().decode().strip()
+        except (KeyError, AttributeError):
+            head = ""
+    if not head.startswith(LLAMA_CPP_COMMIT):
+        raise BuildError(f"{sdist}: vendored llama.cpp is at {head or 'an unknown commit'!r}, "
+                         f"not the pinned {LLAMA_CPP_COMMIT}")
+    root = dest / top / "vendor" / "llama.cpp"
+    # Its .git file points into a git directory not unpacked; remove it so cmake's git
+    # probe cannot walk up into an unrelated repository around the cache (the commit is
+    # passed explicitly in CMAKE_FLAGS instead).
+    (root / ".git").unlink(missing_ok=True)
+    return root
+
+
+def _run(cmd: list[str], log_file: Path) -> None:
+    log.info("%s", " ".join(cmd))
+    with log_file.open("ab") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BuildError(f"`{' '.join(cmd)}` exited {code}; last output:\n{tail}")
+
+
+def compile_targets(src: Path, build: Path, jobs: int, log_file: Path) -> None:
+    """Configure with :func:`cmake_flags` and build ``TARGETS`` with ninja.
+
+    Raises:
+        BuildError: cmake or ninja is not on PATH, or either exits non-zero.
+    """
+    missing = [tool for tool in ("cmake", "ninja") if shutil.which(tool) is None]
+    if missing:
+        raise BuildError(f"{' and '.join(missing)} not found on PATH; `make peer` needs cmake (>= 3.14) and ninja "
+                         "(e.g. apt-get install cmake ninja-build)")
+    _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_flags()], log_file)
+    _run(["cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS], log_file)
+
+
+def build(config: BuildConfig | None = None) -> dict:
+    """Build and install the peer binaries unless a complete install exists.
+
+    Returns:
+        The install's manifest (``"built": false`` when it was already there).
+
+    Raises:
+        BuildError: fetching, verifying, configuring or compiling failed; nothing is
+            installed then.
+    """
+    config = config or BuildConfig()
+    config.root.mkdir(parents=True, exist_ok=True)
+    with (config.root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second waits, then finds it done
+        manifest = installed(config.install_dir)
+        if manifest is not None:
+            return {**manifest, "built": False}
+        for stale in config.root.glob(".staging-*"):  # interrupted builds' leftovers
+            shutil.rmtree(stale, ignore_errors=True)
+        if config.install_dir.exists():  # incomplete (a binary removed or truncated)
+            shutil.rmtree(config.install_dir)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=config.root))
+        try:
+            manifest = _build_in(staging, config)
+            os.rename(staging / "install", config.install_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return {**manifest, "built": True}
+
+
+def _build_in(staging: Path, config: BuildConfig) -> dict:
+    started, load_before = time.monotonic(), os.getloadavg()
+    sdist = config.sdist or fetch_sdist(staging / "sdist")
+    src = unpack_vendor(sdist, staging / "src")
+    compile_targets(src, staging / "build", config.jobs, staging / "build.log")
+    out = staging / "install"
+    (out / "bin").mkdir(parents=True)
+    sizes = {}
+    for name in TARGETS:
+        binary = staging / "build" / "bin" / name
+        if not binary.is_file():
+            raise BuildError(f"the build finished without {binary}")
+        shutil.copy2(binary, out / "bin" / name)
+        sizes[name] = (out / "bin" / name).stat().st_size
+    manifest = {
+        "sdist": f"{SDIST_NAME}=={SDIST_VERSION}", "sdist_sha256": SDIST_SHA256,
+        "llama_cpp_commit": LLAMA_CPP_COMMIT, "cmake_flags": list(cmake_flags()),
+        "targets": list(TARGETS), "binaries": sizes,
+        "build_seconds": round(time.monotonic() - started, 1),
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "jobs": config.jobs,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # written last
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.peer.build", description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, help="llama.cpp cache (default <cache_dir()>/llama.cpp)")
+    parser.add_argument("--sdist", type=Path, help="use this local sdist instead of pip download")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja jobs (default: CPU count)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    config = BuildConfig(**{k: v for k, v in (("root", args.root), ("sdist", args.sdist)) if v},
+                         jobs=args.jobs)
+    try:
+        manifest = build(config)
+    except BuildError as exc:
+        print(f"lab.peer.build: error: {exc}", file=sys.stderr)
+        return 1
+    state = "built" if manifest["built"] else "already installed"
+    print(f"llama.cpp {manifest['llama_cpp_commit']} ({manifest['sdist']}) {state}: "
+          f"{config.install_dir / 'bin'} ({manifest['build_seconds']} s to build)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""``--peer llama.cpp`` and ``--llama-cpp DIR`` for ``lab bench``: flags, checks, set-up.
+
+Everything here runs before any model loads: a missing binary or a model without a GGUF
+file exits 2 with the flag named (:class:`lab.peer.llamacpp.PeerUnavailableError` is a
+``ValueError``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from lab.peer.llamacpp import PeerBinaries, PeerUnavailableError, locate
+
+PEERS = ("llama.cpp",)
+CTX_MARGIN = 64  # -c above prompt + budget + gamma: room for the final verify batch's extra tokens
+
+
+def add_peer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peer", choices=PEERS, default=None,
+                   help="also run this runtime's target alone and its speculative decoding in the same "
+                        "alternating schedule, on the GGUF files the lab loaded (needs `make peer` or --llama-cpp)")
+    p.add_argument("--llama-cpp", default=None, metavar="DIR",
+                   help="a llama.cpp build's bin directory (or its root) holding llama-speculative-simple, "
+                        "llama-completion and llama-bench (default: the one `make peer` built in the lab's cache)")
+
+
+@dataclass(frozen=True)
+class PeerSetup:
+    bins: PeerBinaries
+    target_gguf: Path
+    draft_gguf: Path
+
+
+def _gguf(name: str, flag: str) -> Path:
+    from lab.models import PROFILES, gguf_path
+
+    profile = PROFILES.get(name)
+    if profile is None or profile.source == "hub":
+        gguf = [n for n, p in PROFILES.items() if p.source != "hub"]
+        raise ValueError(f"{flag} {name!r}: --peer llama.cpp runs on GGUF files; use a GGUF profile "
+                         f"({', '.join(gguf)})")
+    return gguf_path(profile)
+
+
+def check_peer_args(args: argparse.Namespace, draft_spec: str) -> PeerSetup | None:
+    """Validate ``--peer`` / ``--llama-cpp``; locate the binaries and both GGUF files.
+
+    Raises:
+        ValueError: ``--llama-cpp`` without ``--peer``, or a model/draft without a GGUF file.
+        PeerUnavailableError: a binary is missing (names ``make peer`` and ``--llama-cpp``).
+    """
+    if args.peer is None:
+        if args.llama_cpp is not None:
+            raise ValueError(f"--llama-cpp {args.llama_cpp!r} needs --peer llama.cpp")
+        return None
+    bins = locate(args.llama_cpp)
+    return PeerSetup(bins, _gguf(args.model, "--model"), _gguf(draft_spec, "--draft"))
+
+
+def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str, str]]], ids: Sequence[Any], *,
+              threads: int, gammas: Sequence[int], max_new_tokens: int) -> Any:
+    """The :class:`lab.peer.bench.LlamaCppPeer` for the loaded prompts.
+
+    Each prompt's text is the lab's chat template rendered to text (``tokenize=False``)
+    from the same messages it tokenized; llama.cpp tokenizes it with special tokens
+    parsed, so both start from the same tokens (their counts are reported side by side).
+    """
+    from lab.peer.bench import LlamaCppPeer
+
+    texts = {}
+    for msgs, prompt_ids in zip(messages, ids):
+        texts[tuple(prompt_ids[0].tolist())] = tokenizer.apply_chat_template(
+            list(msgs), add_generation_prompt=True, tokenize=False)
+    longest = max(t.shape[1] for t in ids)
+    ctx = longest + max_new_tokens + max(gammas) + CTX_MARGIN
+    return LlamaCppPeer(setup.bins, setup.target_gguf, setup.draft_gguf, texts, threads=threads, gammas=gammas,
+                        ctx_size=ctx, decode=lambda toks: tokenizer.decode(toks, skip_special_tokens=True))
+
+
+__all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "make_peer"]
