@@ -43,8 +43,11 @@ peer: setup
 study: setup
 	$(BIN)/lab study
 
+# The unit and statistical tiers on 2 xdist workers (fixed seeds, no shared state); the
+# integration tier serially (each test loads real models: two workers would hold two pairs).
 test: setup peer
-	$(BIN)/python -m pytest -m "unit or statistical or integration" -p no:cacheprovider
+	$(BIN)/python -m pytest -m "unit or statistical" -n 2 -p no:cacheprovider
+	$(BIN)/python -m pytest -m integration -p no:cacheprovider
 
 unit: setup
 	$(BIN)/python -m pytest -m unit -n 2 -p no:cacheprovider

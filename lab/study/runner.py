@@ -42,6 +42,10 @@ def model_dtypes(target: Any, draft: Any, draft_dtype_source: str) -> dict[str, 
     draft_model = getattr(draft, "model", None)
     own = draft_model is not None and draft_model is not target
     draft_dtype = str(next(draft_model.parameters()).dtype).removeprefix("torch.") if own else target_dtype
+    long_model = getattr(draft, "long_model", None)  # a per-pass draft (lab.speculative.per_pass): two copies
+    if own and long_model is not None and long_model is not draft_model:
+        long_dtype = str(next(long_model.parameters()).dtype).removeprefix("torch.")
+        draft_dtype = f"{long_dtype}:{draft_dtype}"  # PREFILL:STEP, as --draft-dtype spells it
     return {"target_dtype": target_dtype, "draft_dtype": draft_dtype, "draft_dtype_source": draft_dtype_source,
             "pipeline": PIPELINE}
 

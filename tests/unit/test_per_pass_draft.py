@@ -151,3 +151,16 @@ def test_pass_shapes_groups_by_shape():
     assert shapes["prefill"] == {"dtypes": ["float32"], "n": 1, "tokens": 30, "time_s": 2.0, "mean_s": 2.0}
     assert shapes["step"]["n"] == 2 and shapes["step"]["mean_s"] == pytest.approx(0.375)
     assert shapes["catch-up"]["tokens"] == 2 and shapes["long catch-up"]["dtypes"] == ["float32"]
+
+
+def test_study_report_names_both_dtypes_of_a_per_pass_draft(draft_model):
+    """The study's report (lab.study.runner.model_dtypes) spells a per-pass draft PREFILL:STEP,
+    a single-dtype cast by its one dtype, and an early-exit-like draft by the target's."""
+    from lab.study.runner import model_dtypes
+
+    target = tiny_llama_untied(num_layers=2, seed=1)
+    base = ModelDraft(draft_model, None, "tiny")
+    assert model_dtypes(target, per_pass_draft(base, "float32:bfloat16"), "test")["draft_dtype"] == "float32:bfloat16"
+    assert model_dtypes(target, per_pass_draft(base, "bfloat16"), "test")["draft_dtype"] == "bfloat16"
+    assert model_dtypes(target, base, "test")["draft_dtype"] == "float32"
+    assert model_dtypes(target, ModelDraft(target, None, "self"), "test")["draft_dtype"] == "float32"
