@@ -284,9 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as exc:
         print(f"lab.peer.build: error: {exc}", file=sys.stderr)
         return 1
-    state = "built" if manifest["built"] else "already installed"
-    print(f"llama.cpp {manifest['llama_cpp_commit']} ({manifest['sdist']}) {state}: "
-          f"{config.install_dir / 'bin'} ({manifest['build_seconds']} s to build)", file=sys.stderr)
+    state = (f"built in {manifest['build_seconds']} s" if manifest["built"]
+             else f"already installed (its build took {manifest['build_seconds']} s)")
+    print(f"llama.cpp {manifest['llama_cpp_commit']} ({manifest['sdist']}) {state}: {config.install_dir / 'bin'}",
+          file=sys.stderr)
     return 0
 
 
