@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from lab.speculative.drafts import ModelDraft, PromptLookupDraft
+from lab.speculative.drafts import PromptLookupDraft
 from lab.speculative.loop import speculative_generate
 from lab.speculative.per_pass import pass_shapes, per_pass_draft
 from lab.speculative.phases import FirstTokenClock
@@ -64,18 +64,6 @@ def assistant_settings(assistant: Any, **settings: Any) -> Iterator[None]:
         yield
     finally:
         assistant.generation_config = saved
-
-
-def cast_draft(draft: ModelDraft, dtype: str) -> ModelDraft:
-    """A copy of a model draft in another dtype, or per pass shape (its probabilities stay float32).
-
-    ``dtype``: ``bfloat16`` / ``float16`` / ``float32``, ``PREFILL:STEP`` or ``per-pass``
-    (:func:`lab.speculative.per_pass.per_pass_draft`).
-
-    Raises:
-        ValueError: a bad ``dtype``, or ``draft`` is not a model draft.
-    """
-    return per_pass_draft(draft, dtype)
 
 
 def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, make_run: Callable[..., Any],
@@ -146,7 +134,7 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
     for p in policies:
         spec(f"speculative {p.describe()}", draft, p.max_gamma, p)
     for dtype in config.draft_dtypes:
-        cast = cast_draft(draft, dtype)
+        cast = per_pass_draft(draft, dtype)
         spec(f"speculative gamma={g_max} draft={dtype}", cast, g_max, None)
         for p in policies:
             spec(f"speculative {p.describe()} draft={dtype}", cast, p.max_gamma, p)

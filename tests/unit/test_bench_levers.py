@@ -7,7 +7,8 @@ import torch
 
 from lab.speculative import make_draft
 from lab.speculative.bench import BenchConfig, run_bench
-from lab.speculative.levers import assistant_settings, cast_draft
+from lab.speculative.levers import assistant_settings
+from lab.speculative.per_pass import per_pass_draft
 from tests.support import tiny_llama_untied
 
 
@@ -78,13 +79,13 @@ def test_bench_levers_run_in_the_alternating_schedule_and_stay_lossless(target):
     assert m["prompt-lookup gamma=2"]["cost_ratio_flops"] == 0.0
 
 
-def test_cast_draft_bfloat16_keeps_float32_probabilities(target):
+def test_per_pass_draft_bfloat16_keeps_float32_probabilities(target):
     draft = make_draft(target, "early-exit:2")
-    cast = cast_draft(draft, "bfloat16")
+    cast = per_pass_draft(draft, "bfloat16")
     assert next(cast.model.parameters()).dtype == torch.bfloat16
     assert next(draft.model.parameters()).dtype == torch.float32, "the original draft is not modified"
     with pytest.raises(ValueError, match="dtype='int3'"):
-        cast_draft(draft, "int3")
+        per_pass_draft(draft, "int3")
 
 
 @pytest.mark.parametrize("kwargs,needle", [({"dynamic": ("dyn:1",)}, "policy="),
