@@ -94,7 +94,7 @@ def _main(argv: list[str] | None) -> int:
         print("lab: interrupted", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     from lab.render.console import printable, setup_logging
-    from lab.models import ModelUnavailableError
+    from lab.models.loading import ModelUnavailableError
     from lab.reports import ReportWriteError
 
     setup_logging(args.verbose)

@@ -28,11 +28,26 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from lab.models.chat import build_messages
+
 CATEGORIES = ("factual", "creative", "code", "math", "ambiguous", "summary")
 VARIANTS = ("clean", "poisoned")
 _ROLES = ("system", "user", "assistant")
 _REQUIRED = ("id", "category", "messages")
 _OPTIONAL = ("twin_of", "variant", "distractor", "note")
+
+
+@dataclass(frozen=True)
+class CalibrationPrompt:
+    """One prompt of a calibration set (``lab/data/calibration_prompts.jsonl``): a user message and an optional system prompt."""
+
+    id: str
+    prompt: str
+    system: str | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages (``build_messages``: the system prompt first, when given)."""
+        return build_messages(self.prompt, self.system)
 
 
 @dataclass(frozen=True)

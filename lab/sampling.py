@@ -2,7 +2,7 @@
 
 A ground-floor module: pure tensor math that imports nothing from the lab, so both
 the decode core (:mod:`lab.decode`) and speculative decoding (:mod:`lab.speculative`)
-stand on it (it lived in ``lab/speculative/sampling.py``, which now re-exports it).
+stand on it.
 
 Speculative sampling is lossless only if q is exactly the distribution the draft
 token was drawn from and p is exactly the distribution plain sampling would draw

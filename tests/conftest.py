@@ -32,7 +32,7 @@ def chatml_tokenizer():
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded default (SmolLM2-135M-Instruct), float32 on CPU: ``(model, tokenizer)``."""
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     return load_model("smollm2", device="cpu")

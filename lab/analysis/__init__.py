@@ -52,19 +52,3 @@ Module layout: :mod:`lab.analysis.hypotheses` (tests, Holm, verdict rule),
 :mod:`lab.analysis.claims` (H5, H6), :mod:`lab.analysis.power`,
 :mod:`lab.analysis.study` (:func:`analyze`). Public names are re-exported here.
 """
-
-from lab.analysis.effects import (CI_LEVEL, AcceptanceBin, LinearFit, binned_acceptance, bootstrap_ci,
-                                  eta_squared_h, linear_fit_band, pearson_r, rank_biserial_paired)
-from lab.analysis.hypotheses import (ALPHA, HYPOTHESES, INCONCLUSIVE, MIN_N, N_RESAMPLES, NOT_SUPPORTED,
-                                     SMALLEST_EFFECT, SMALLEST_ETA_SQ, SUPPORTED, VERDICTS, TestResult,
-                                     acceptance_entropy_test, category_test, correlation_test, holm, judge,
-                                     paired_test, verdict)
-from lab.analysis.study import StudyAnalysis, analyze
-
-__all__ = [
-    "ALPHA", "CI_LEVEL", "HYPOTHESES", "INCONCLUSIVE", "MIN_N", "N_RESAMPLES", "NOT_SUPPORTED", "SMALLEST_EFFECT",
-    "SMALLEST_ETA_SQ", "SUPPORTED", "VERDICTS", "AcceptanceBin", "LinearFit", "StudyAnalysis", "TestResult",
-    "acceptance_entropy_test", "analyze", "binned_acceptance", "bootstrap_ci", "category_test", "correlation_test",
-    "eta_squared_h", "holm", "judge", "linear_fit_band", "paired_test", "pearson_r", "rank_biserial_paired",
-    "verdict",
-]

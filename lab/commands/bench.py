@@ -3,7 +3,7 @@
 Runs target-only decoding (the lab's loop and transformers ``generate``),
 speculative decoding over a gamma sweep and adaptive lengths, and transformers'
 assisted generation with the same draft, alternating in one process; see
-:mod:`lab.speculative.bench`. Writes ``<out>/<timestamp>-bench-<draft>/`` with
+:mod:`lab.bench.run`. Writes ``<out>/<timestamp>-bench-<draft>/`` with
 ``report.json``, ``summary.md`` and ``bench.png``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.peer.cli import add_peer_args, check_peer_args, make_peer
+from lab.bench.peer.cli import add_peer_args, check_peer_args, make_peer
 from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--adaptive stop and --dynamic policy; repeatable (default: off; --levers adds bfloat16)")
     p.add_argument("--humaneval", default=None, metavar="SPLIT[:N]",
                    help="add the first N HumanEval problems of a fixed split (tuning or held-back; "
-                        "lab.speculative.prompt_split) beside the short prompts, reported as their own group; "
+                        "lab.bench.prompt_split) beside the short prompts, reported as their own group; "
                         "'none' to skip (default: tuning:2 with --levers and no --prompts, else none)")
     p.add_argument("--methods", default=None,
                    help="comma-separated substrings: run only the methods whose name contains one (the lab's "
@@ -86,8 +86,8 @@ def _check_dynamic(specs: tuple[str, ...]) -> None:
 
 
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
-    from lab.speculative.bench import DEFAULT_PROMPTS
-    from lab.speculative.levers import CODE_PROMPTS
+    from lab.bench.run import DEFAULT_PROMPTS
+    from lab.bench.levers import CODE_PROMPTS
 
     if not values:
         return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
@@ -110,18 +110,18 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.commands.speculate import _draft_spec
     from lab.decode import check_context
-    from lab.speculative import check_draft_spec
+    from lab.speculative.loop import check_draft_spec
     from lab.machine import LoadLog, set_threads
-    from lab.models import (ModelUnavailableError, as_draft_error, build_messages, check_draft_available, encode_chat,
-                            eos_token_ids, load_model)
+    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
-    from lab.speculative import make_draft
-    from lab.peer.report import peer_summary_markdown
-    from lab.speculative.bench import BenchConfig, run_bench
+    from lab.speculative.loop import make_draft
+    from lab.bench.peer.report import peer_summary_markdown
+    from lab.bench.run import BenchConfig, run_bench
     from lab.speculative.per_pass import parse_draft_dtype
-    from lab.speculative.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
+    from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
     # 1. Validate before loading.
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")

@@ -71,7 +71,7 @@ def bench_ids(tokenizer, length: int):
     """``[1, length]`` ids of varied natural text (the calibration prompts, repeated), BOS first."""
     import torch
 
-    from lab.calibration import load_prompts
+    from lab.sinks.calibration import load_prompts
 
     text = " ".join(p.prompt for p in load_prompts())
     piece = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -86,9 +86,9 @@ def _worker(args: argparse.Namespace) -> int:
 
     import torch
 
-    from lab.attention_capture import capture_received, eager_received
-    from lab.models import load_model
-    from lab.prefill import score_positions
+    from lab.sinks.capture import capture_received, eager_received
+    from lab.models.loading import load_model
+    from lab.sinks.prefill import score_positions
 
     from lab.machine import set_threads
 
@@ -137,7 +137,7 @@ def _measure(args: argparse.Namespace, mode: str, length: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker is not None:
         return _worker(args)
-    from lab.models import load_model
+    from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import bench_markdown, bench_table
     from lab.machine import LoadLog, busy_warning, set_threads

@@ -59,7 +59,7 @@ def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: 
     """Seconds per step of the tracker's statistics alone, on a random logits row ``[1, V]``."""
     import torch
 
-    from lab.tracker import StepRecorder as _Recorder
+    from lab.tracker.stats import StepRecorder as _Recorder
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     logits = (3.0 * torch.randn(1, vocab_size, generator=gen)).to(device)  # [1, V], realistic spread
@@ -76,12 +76,14 @@ def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, encode_chat, load_model
+    from lab.models.chat import build_messages, encode_chat
+    from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
     from lab.decode import check_context
-    from lab.tracker import DecodeSettings, run_decode
+    from lab.tracker.results import DecodeSettings
+    from lab.tracker.loop import run_decode
 
     # 1. Validate before loading.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,

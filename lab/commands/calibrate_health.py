@@ -2,11 +2,11 @@
 
 For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``) and
 one poisoned variant of each (distractors from the study's prompt set), one
-streaming prefill gives every candidate of :mod:`lab.health`; the rule of
-:mod:`lab.health` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
+streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule of
+:mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
 with ``calibration.json``, ``prompts.csv`` and ``summary.md``. Re-run it after a
-change to the sink detector (:mod:`lab.sinks`, :mod:`lab.prefill`) and set
-:data:`lab.health.CHOSEN` to what it reports.
+change to the sink detector (:mod:`lab.sinks.scores`, :mod:`lab.sinks.prefill`) and set
+:data:`lab.health.measures.CHOSEN` to what it reports.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
         description="Score the graded context-health candidates on clean calibration prompts and poisoned variants "
-                    "of them; choose by the rule stated in lab.health; write a report directory.",
+                    "of them; choose by the rule stated in lab.health.measures; write a report directory.",
     )
     p.add_argument("--prompts", default=None,
                    help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
@@ -37,13 +37,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab import health
-    from lab.calibration import load_prompts
-    from lab.health_calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
+    from lab.health import measures as health
+    from lab.sinks.calibration import load_prompts
+    from lab.health.calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
                                         study_set_figures)
-    from lab.models import load_model
+    from lab.models.loading import load_model
     from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
+    from lab.sinks.prefill import analyze_prefill
     from lab.render.health import calibration_markdown, candidates_table
     from lab.reports import environment, report_dir
 
@@ -58,14 +59,18 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     prompts = clean + poisoned
+
+    def analyze(messages):
+        return analyze_prefill(model, tokenizer, messages)
+
     inputs: dict = {}  # each prompt's HealthInputs: the properties are checked on this model's prefills too
     with err.status("scoring prompts") as status:
-        values = score_candidates(model, tokenizer, prompts, keep_inputs=inputs,
+        values = score_candidates(analyze, prompts, keep_inputs=inputs,
                                   progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
 
         study_values = {}
         if args.study_set:
-            study_values = score_candidates(model, tokenizer, study_prompts, progress=lambda i, n, pid: status.update(
+            study_values = score_candidates(analyze, study_prompts, progress=lambda i, n, pid: status.update(
                 f"study prompt {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
                  "n_clean": len(clean), "current_chosen": health.CHOSEN})
     if data["chosen"] != health.CHOSEN:
-        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but lab.health.CHOSEN is "
+        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but lab.health.measures.CHOSEN is "
                   f"{health.CHOSEN!r}; update it", markup=False, highlight=False)
     if not data["chosen_holds_on_prompts"]:
         failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]

@@ -9,10 +9,10 @@ long prompts apart (both must meet the criteria). The report
 chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv``,
 ``summary.md`` and ``sweep.png``.
 
-Every candidate statistic of :data:`lab.prefill.STATISTICS` is swept on the same
+Every candidate statistic of :data:`lab.sinks.prefill.STATISTICS` is swept on the same
 prefills; for a named profile the per-candidate thresholds and counts are written to
-``lab/data/calibration/<profile>.json`` (``--no-save`` to skip), which every command
-then reads, and the statistic rule (:func:`lab.calibration.choose_statistic`) is
+``lab/sinks/calibrations/<profile>.json`` (``--no-save`` to skip), which every command
+then reads, and the statistic rule (:func:`lab.sinks.calibration.choose_statistic`) is
 applied over all the profiles calibrated so far.
 """
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated token lengths of long uniform prompts built from the set's text, scored "
                         "too (default: 2048; 'none' to skip)")
     p.add_argument("--no-save", dest="save", action="store_false",
-                   help="do not write the profile's packaged calibration lab/data/calibration/<profile>.json "
+                   help="do not write the profile's packaged calibration lab/sinks/calibrations/<profile>.json "
                         "(default: write it when --model is a named profile and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
@@ -60,7 +60,7 @@ def _long_lengths(text: str) -> tuple[int, ...]:
 
 def _candidate_figures(res: dict, scores, long_scores, held, held_long) -> dict:
     """Every candidate's feasible range, chosen threshold and counts there (calibration and held-out)."""
-    from lab.calibration import evaluate
+    from lab.sinks.calibration import evaluate
 
     out = {}
     for name, r in res.items():
@@ -81,10 +81,10 @@ def _cross_model(err) -> dict | None:
     """The statistic rule over every packaged profile calibration (None until one exists)."""
     import json
 
-    from lab.calibration import choose_statistic
-    from lab.models import PROFILES
-    from lab.prefill import STATISTIC
-    from lab.sink_profiles import calibration_path
+    from lab.sinks.calibration import choose_statistic
+    from lab.models.profiles import PROFILES
+    from lab.sinks.prefill import STATISTIC
+    from lab.sinks.profiles import calibration_path
 
     feasible = {}
     for name in PROFILES:
@@ -101,7 +101,7 @@ def _cross_model(err) -> dict | None:
         return {"profiles": sorted(feasible), "chosen": None, "default_threshold": None}
     if chosen != STATISTIC:
         err.print(f"calibrate-sinks: over the calibrated profiles ({', '.join(sorted(feasible))}) the rule chooses "
-                  f"{chosen!r} but lab.prefill.STATISTIC is {STATISTIC!r}; update it", markup=False, highlight=False)
+                  f"{chosen!r} but lab.sinks.prefill.STATISTIC is {STATISTIC!r}; update it", markup=False, highlight=False)
     return {"profiles": sorted(feasible), "chosen": chosen, "default_threshold": default}
 
 
@@ -111,14 +111,15 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from lab.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
+    from lab.sinks.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
                                  evaluate, load_prompts, long_prompts, score_prompts, sweep_candidates)
-    from lab.models import PROFILES, known_context_length, load_model
-    from lab.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS
+    from lab.models.profiles import PROFILES
+    from lab.models.loading import known_context_length, load_model
+    from lab.sinks.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
     from lab.reports import environment, report_dir, to_jsonable
-    from lab.sink_profiles import calibration_path
+    from lab.sinks.profiles import calibration_path
 
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)

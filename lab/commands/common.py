@@ -6,7 +6,9 @@ import argparse
 
 import torch
 
-from lab.models import DEFAULT_PROFILE, PROFILES, check_model_available, parse_dtype, resolve_device
+from lab.models.profiles import DEFAULT_PROFILE, PROFILES
+from lab.models.loading import check_model_available
+from lab.models.devices import parse_dtype, resolve_device
 
 
 # Bounds on values that pass as integers but break, or run for hours, after the model loads.
@@ -55,7 +57,7 @@ def parse_adaptive(text: str):
     """
     import re
 
-    from lab.speculative import AdaptiveDraftLength
+    from lab.speculative.drafts import AdaptiveDraftLength
 
     try:
         return AdaptiveDraftLength.parse(text)

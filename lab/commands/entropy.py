@@ -36,12 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, encode_chat, load_model
+    from lab.models.chat import build_messages, encode_chat
+    from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
     from lab.decode import check_context
-    from lab.tracker import DecodeSettings, track_generate
+    from lab.tracker.results import DecodeSettings
+    from lab.tracker.loop import track_generate
 
     # 1. Validate everything before loading anything.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,

@@ -17,7 +17,7 @@ from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.prefill import STATISTIC, STATISTIC_LABEL
+    from lab.sinks.prefill import STATISTIC, STATISTIC_LABEL
 
     p = subparsers.add_parser(
         "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--threshold", type=float, default=None,
                    help=f"{STATISTIC_LABEL[STATISTIC]} ({STATISTIC}) above which a position is a sink (default: the "
-                        "model's own calibration, lab/data/calibration/<profile>.json, written by `lab "
+                        "model's own calibration, lab/sinks/calibrations/<profile>.json, written by `lab "
                         "calibrate-sinks`; a model without one runs with the uncalibrated default and says so)")
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -58,8 +58,9 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import build_messages, load_model
-    from lab.prefill import analyze_prefill
+    from lab.models.chat import build_messages
+    from lab.models.loading import load_model
+    from lab.sinks.prefill import analyze_prefill
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _draft_spec(args: argparse.Namespace) -> str:
-    from lab.models import PROFILES
+    from lab.models.profiles import PROFILES
 
     if args.draft:
         return args.draft
@@ -54,14 +54,15 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.decode import check_context
-    from lab.speculative import check_draft_spec
-    from lab.models import (ModelUnavailableError, as_draft_error, build_messages, check_draft_available, encode_chat,
-                            eos_token_ids, load_model)
+    from lab.speculative.loop import check_draft_spec
+    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
                                         round_rows, summary_markdown)
     from lab.reports import environment, report_dir
-    from lab.speculative import SamplingConfig, make_draft, speculative_generate
+    from lab.sampling import SamplingConfig
+    from lab.speculative.loop import make_draft, speculative_generate
 
     # 1. Validate everything before loading anything.
     if args.gamma < 1:

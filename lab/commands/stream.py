@@ -72,8 +72,8 @@ def _read_text(path: str | None) -> tuple[str, str, str]:
 
 
 def _draft_spec(args: argparse.Namespace) -> str | None:
-    from lab.models import PROFILES
-    from lab.speculative import check_draft_spec
+    from lab.models.profiles import PROFILES
+    from lab.speculative.loop import check_draft_spec
 
     if args.no_acceptance:
         return None
@@ -90,7 +90,7 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models import load_model
+    from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
     from lab.reports import environment, report_dir

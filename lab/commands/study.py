@@ -37,8 +37,8 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.analysis import N_RESAMPLES
-    from lab.study import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
+    from lab.analysis.hypotheses import N_RESAMPLES
+    from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
@@ -101,8 +101,8 @@ RESUME_FIXED = {"model": "model", "draft": "draft", "device": "device", "dtype":
 
 
 def _fresh_config(args: argparse.Namespace):
-    from lab.models import DEFAULT_PROFILE
-    from lab.study import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, StudyConfig
+    from lab.models.profiles import DEFAULT_PROFILE
+    from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, StudyConfig
 
     pick = lambda v, default: default if v is None else v  # noqa: E731
     return StudyConfig(model=pick(args.model, DEFAULT_PROFILE), draft=args.draft, prompts=args.prompts,
@@ -115,7 +115,7 @@ def _fresh_config(args: argparse.Namespace):
 
 def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
     """The typed flags whose values differ from the settings DIR was started with."""
-    from lab.models import parse_dtype, resolve_device
+    from lab.models.devices import parse_dtype, resolve_device
     from lab.prompts import select_prompts
     from lab.sources import load_prompt_set
     from lab.study.work import prompts_digest
@@ -144,8 +144,8 @@ def checked_runner_factory(plan):
     """A runner factory that loads the models, then checks every prompt's length + ``--max-new-tokens``
     against the target's context (:func:`lab.decode.check_context`) before any prompt runs."""
     from lab.decode import check_context
-    from lab.models import encode_chat
-    from lab.study import ModelRunner
+    from lab.models.chat import encode_chat
+    from lab.study.runner import ModelRunner
 
     def factory(config):
         runner = ModelRunner.load(config)
@@ -162,8 +162,9 @@ def checked_runner_factory(plan):
 def run(args: argparse.Namespace) -> int:
     from lab.machine import set_threads
     from lab.reports import check_reports_root
-    from lab.study import plan_from_work_dir, plan_study
-    from lab.study.work import hold_work_dir, read_settings
+    from lab.study.work import plan_from_work_dir, plan_study
+    from lab.study.locks import hold_work_dir
+    from lab.study.work import read_settings
 
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     if args.merge:
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return _run_and_report(plan, shard, cluster)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what is kept and how to go on
-            from lab.study import load_finished
+            from lab.study.work import load_finished
 
             if plan.work_dir.is_dir():
                 n = sum(load_finished(plan, p) is not None for p in plan.prompts)
@@ -214,7 +215,8 @@ def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
     from lab.reports import ReportWriteError
-    from lab.study import discard_work, run_study
+    from lab.study.work import discard_work
+    from lab.study.run import run_study
     from lab.study.cluster import RayExecutor
 
     # 2. Run (or resume), with a progress bar on stderr.
@@ -299,7 +301,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _merge(args: argparse.Namespace) -> int:
     from lab.render.console import stdout_console
     from lab.render.study import verdict_table, write_report
-    from lab.study import merge_study
+    from lab.study.run import merge_study
 
     if args.resume or args.shard or args.ray is not None:
         raise ValueError("--merge cannot be combined with --resume, --shard or --ray")

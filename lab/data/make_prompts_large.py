@@ -209,7 +209,7 @@ def twin_record(clean: dict, label: str, distractor: str) -> dict:
 
 
 def main() -> None:
-    from lab.health_calibration import distractor_texts
+    from lab.health.calibration import distractor_texts
     from lab.prompts import default_prompts_path, load_prompts
 
     records = build(distractor_texts(load_prompts(default_prompts_path())))

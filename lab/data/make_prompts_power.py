@@ -138,7 +138,7 @@ def build(distractors: dict[str, str], real: dict[str, list[dict]]) -> list[dict
     """Every record of the set: per category its clean prompts (shuffled), then its poisoned twins.
 
     Args:
-        distractors: Label -> distractor text (:func:`lab.health_calibration.distractor_texts`).
+        distractors: Label -> distractor text (:func:`lab.health.calibration.distractor_texts`).
         real: Category -> records of the named sources for it (:func:`real_records`).
 
     Raises:
@@ -197,7 +197,7 @@ def power_table(prompts: list) -> list[dict]:
     """
     import math
 
-    from lab.analysis import ALPHA, HYPOTHESES, SMALLEST_EFFECT, SMALLEST_ETA_SQ
+    from lab.analysis.hypotheses import ALPHA, HYPOTHESES, SMALLEST_EFFECT, SMALLEST_ETA_SQ
     from lab.analysis import power
     from lab.study.config import TEMPERATURE_SUBSET_PER_CATEGORY
 
@@ -222,7 +222,7 @@ def power_table(prompts: list) -> list[dict]:
 
 
 def main() -> None:
-    from lab.health_calibration import distractor_texts
+    from lab.health.calibration import distractor_texts
     from lab.prompts import default_prompts_path, load_prompts
 
     records = build(distractor_texts(load_prompts(default_prompts_path())), real_records())

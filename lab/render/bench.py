@@ -1,6 +1,6 @@
 """Rendering ``lab bench``: 80-column tables, the comparisons, the busy-machine warning, plot, summary.
 
-Consumes the dict from :func:`lab.speculative.bench.run_bench` (after
+Consumes the dict from :func:`lab.bench.run.run_bench` (after
 :func:`lab.reports.to_jsonable`); computes nothing new except formatting.
 """
 
@@ -74,7 +74,7 @@ def _groups(bench: dict[str, Any]) -> list[str]:
 
 
 def phase_table(bench: dict[str, Any]) -> Table | None:
-    """End-to-end and decode-only speedups over target lab, per prompt group (:mod:`lab.speculative.phases`)."""
+    """End-to-end and decode-only speedups over target lab, per prompt group (:mod:`lab.bench.phases`)."""
     by = bench.get("by_group") or {}
     if not by:
         return None

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.machine import busy_warning
-from lab.tracker import StepRecord, TrackResult
+from lab.tracker.results import StepRecord, TrackResult
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from lab.health import PROPERTIES as _PROPS
+from lab.health.measures import PROPERTIES as _PROPS
 
 _COLS = ("candidate", "props", "IQR", "SD", "distinct", "max tie", "below", "tied")
 

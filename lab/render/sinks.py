@@ -1,4 +1,4 @@
-"""Rendering a :class:`lab.prefill.PrefillAnalysis`: Rich terminal view, CSV rows, markdown, heatmap.
+"""Rendering a :class:`lab.sinks.prefill.PrefillAnalysis`: Rich terminal view, CSV rows, markdown, heatmap.
 
 Token text is always added to Rich as plain ``Text`` (never parsed as markup), so a
 prompt containing ``[bold]`` or ``<|im_start|>`` shows literally.
@@ -16,9 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.prefill import STATISTIC_LABEL, PrefillAnalysis
-from lab.render.sink_calibration import calibration_markdown, calibration_table, plot_sweep  # noqa: F401
-from lab.structure import ROLE_CONTENT
+from lab.sinks.prefill import STATISTIC_LABEL, PrefillAnalysis
+from lab.sinks.structure import ROLE_CONTENT
 
 STYLE_STRUCTURAL = "cyan"
 STYLE_STRUCTURAL_SINK = "bold black on cyan"
@@ -98,7 +97,7 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     colour = "dim" if not math.isfinite(h) else "green" if h >= 8 else "yellow" if h >= 5 else "red"
     body = Text()
     body.append(health_text(a) + "\n", style=f"bold {colour}")
-    body.append("(how evenly the content's received attention spreads over it; lab.health)\n", style="dim")
+    body.append("(how evenly the content's received attention spreads over it; lab.health.measures)\n", style="dim")
     body.append(f"content sinks: {len(a.content_sinks)} of {n_content} observed content tokens\n")
     body.append(f"structural sinks: {len(a.structural_sinks)} of {len(a.structural)} structural positions\n")
     body.append(f"attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)\n")
@@ -209,7 +208,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "threshold_source": a.threshold_source,
         "calibrated_for": a.calibrated_for,
         "context_health": a.context_health,  # null: not measurable
-        "context_health_measure": "lab.health.graded_health",
+        "context_health_measure": "lab.health.measures.graded_health",
         "content_sink_health": a.content_sink_health,
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),
@@ -248,7 +247,7 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         "# Attention sinks (prefill)", "",
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
         f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
-        f"- context health: **{health_text(a)}** (lab.health.graded_health, as in the study)",
+        f"- context health: **{health_text(a)}** (lab.health.measures.graded_health, as in the study)",
         f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
         f"- threshold: {threshold_text(a)} on `{a.statistic}`; positions observed by < {a.min_observers} "
         "queries are not flagged",

@@ -1,7 +1,7 @@
 """Rendering for speculative decoding: Rich replay, round table, acceptance panel, plots, summaries.
 
 Consumes :class:`lab.speculative.SpeculativeResult` and the dict from
-:func:`lab.speculative.bench.run_bench`; computes nothing new except formatting.
+:func:`lab.bench.run.run_bench`; computes nothing new except formatting.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.speculative.loop import SpeculativeResult
+from lab.speculative.results import SpeculativeResult
 
 STYLES = {
     "accepted": "green",

@@ -174,7 +174,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
                      f"{_f(s['peak_rss_mb'], '.0f')} |")
     det = result.detection
     if det is not None:
-        lines += ["", f"Sink detector (lab.prefill's rule, z > {det.threshold}) on the first {det.n_tokens} tokens: "
+        lines += ["", f"Sink detector (lab.sinks.prefill's rule, z > {det.threshold}) on the first {det.n_tokens} tokens: "
                   f"flagged {list(det.ranked) or 'none'} (highest z first). `detected:K+W` keeps up to K of them "
                   "plus the most recent keys; slots the detector leaves unused go to the window, so the budget "
                   "equals `sinks:K+W`'s."]

@@ -21,11 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from lab.analysis import CI_LEVEL
+from lab.analysis.effects import CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.render.study_summary import FIGURES, _fmt, _p, summary_markdown, test_line  # noqa: F401  (re-exported)
-from lab.study import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS, StudyResult, config_dict, summarize_prompts
+from lab.render.study_summary import FIGURES, _fmt, _p, summary_markdown
+from lab.study.config import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
+from lab.study.run import StudyResult, config_dict, summarize_prompts
 
 # --------------------------------------------------------------------------- progress
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.analysis import ALPHA, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
-from lab.study import StudyResult, prompts_display
+from lab.analysis.hypotheses import ALPHA, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.study.run import StudyResult
+from lab.study.work import prompts_display
 
 FIGURES = {
     "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
@@ -98,7 +99,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023). "
         f"H6 subset: {len(s.get('temperature_subset', []))} clean prompts also decoded speculatively at "
         f"temperatures {', '.join(f'{t:g}' for t in s.get('design_temperatures', []))}.",
-        "- Context health: the graded measure of `lab.health` (chosen by `lab calibrate-health` on the calibration "
+        "- Context health: the graded measure of `lab.health.measures` (chosen by `lab calibrate-health` on the calibration "
         "prompts); the count-based score is kept as `content_sink_health` in per_prompt.csv.",
         f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
         f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "

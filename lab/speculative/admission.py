@@ -5,7 +5,7 @@ Two checks, both before or without running the draft:
 * **Vocabulary** (:func:`check_tokenizer_vocab`): speculative decoding compares p
   and q token by token, so the draft's vocabulary must be the target's. It is
   decided from the two tokenizers alone (the draft's tokenizer loads from its
-  tokenizer files or GGUF header, :func:`lab.models.load_tokenizer`), so a draft that
+  tokenizer files or GGUF header, :func:`lab.models.loading.load_tokenizer`), so a draft that
   cannot match is refused before its weights are dequantized or loaded.
 * **Cost** (:func:`draft_cost`): a draft is useful only if a draft step is cheaper
   than a target step (Leviathan et al. 2023, Theorem 3.8: the speedup needs

@@ -285,7 +285,7 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
         return "early-exit"
     if spec == "prompt-lookup":
         return "prompt-lookup"
-    from lab.models import check_model_name
+    from lab.models.loading import check_model_name
 
     try:
         check_model_name(spec)
@@ -302,7 +302,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         target: The target model.
         spec: ``"early-exit:N"`` (the target's first N layers, shared weights),
             ``"prompt-lookup"`` (n-gram lookup, no model), or a model profile / path /
-            hub id loaded with :func:`lab.models.load_model` on the target's device.
+            hub id loaded with :func:`lab.models.loading.load_model` on the target's device.
         target_tokenizer: The target's tokenizer, to check a separate draft's
             vocabulary token by token (without it, the two ``vocab_size`` values
             must be equal).
@@ -317,7 +317,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             own weights, or a vocabulary mismatch
             (decided from the draft's tokenizer before its weights load). A draft
             model of any depth or cost is admitted; see ``.cost`` on the result.
-        lab.models.ModelUnavailableError: a draft model that cannot be loaded.
+        lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
     target_dtype = next(target.parameters()).dtype
@@ -330,7 +330,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return per_pass_draft(make_draft(target, spec, target_tokenizer=target_tokenizer, device=device,
                                          dtype=prefill_dtype), dtype)
     if dtype is not None and kind != "model":
-        from lab.devices import parse_dtype
+        from lab.models.devices import parse_dtype
 
         if parse_dtype(dtype, model_device(target)) != target_dtype:
             raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own "
@@ -339,7 +339,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         return early_exit_draft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
-    from lab.models import ModelUnavailableError, load_model, load_tokenizer
+    from lab.models.loading import ModelUnavailableError, load_model, load_tokenizer
     from lab.speculative.admission import check_tokenizer_vocab
 
     if target_tokenizer is not None:  # vocabulary from metadata, before any draft weights load

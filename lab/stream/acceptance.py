@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from lab.speculative import AdaptiveDraftLength, ModelDraft, Proposal, SamplingConfig
+from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal
+from lab.sampling import SamplingConfig
 from lab.speculative.drafts import draft_loop
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
@@ -144,8 +145,8 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
     Raises:
         ValueError: a draft that is not a model (``prompt-lookup`` has no KV cache).
     """
-    from lab.models import eos_token_ids
-    from lab.speculative import make_draft, speculative_generate
+    from lab.models.chat import eos_token_ids
+    from lab.speculative.loop import make_draft, speculative_generate
 
     base = make_draft(target, cfg.draft, target_tokenizer=tokenizer)
     if not isinstance(base, ModelDraft):

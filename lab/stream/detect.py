@@ -1,10 +1,10 @@
 """Which positions a ``detected`` policy keeps: the lab's sink detector on the text's first chunk.
 
-Reuses :mod:`lab.prefill`'s decision rule on a plain text (no chat template, so
+Reuses :mod:`lab.sinks.prefill`'s decision rule on a plain text (no chat template, so
 every position is content): one streaming capture of received attention
-(:func:`lab.attention_capture.capture_received`), the robust log-MAD z-score
-(:func:`lab.prefill.score_positions`) and the model's calibrated threshold
-(:func:`lab.sink_profiles.resolve_threshold`; the uncalibrated default, with a
+(:func:`lab.sinks.capture.capture_received`), the robust log-MAD z-score
+(:func:`lab.sinks.prefill.score_positions`) and the model's calibrated threshold
+(:func:`lab.sinks.profiles.resolve_threshold`; the uncalibrated default, with a
 warning, for a model without a calibration file). The policy keeps up to K flagged
 positions, highest z first; spare slots go to its window, so its budget always
 equals ``sinks:K+W``'s (see :func:`lab.stream.policies.policy_window`).
@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from lab.attention_capture import capture_received
-from lab.prefill import score_positions
-from lab.sink_profiles import resolve_threshold
+from lab.sinks.capture import capture_received
+from lab.sinks.prefill import score_positions
+from lab.sinks.profiles import resolve_threshold
 from lab.stream.policies import rank_detected
-from lab.structure import ROLE_CONTENT
+from lab.sinks.structure import ROLE_CONTENT
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
     """Run the sink detector on the first ``n_tokens`` tokens of ``input_ids`` ``[1, S]``.
 
     ``threshold``: the detector's score above which a position is flagged; ``None``
-    (default) reads the model's calibration (:func:`lab.sink_profiles.resolve_threshold`).
+    (default) reads the model's calibration (:func:`lab.sinks.profiles.resolve_threshold`).
 
     Raises:
         ValueError: ``n_tokens`` < 2, or the capture's own errors (an attention

@@ -181,7 +181,7 @@ def rank_detected(z: torch.Tensor, observed: torch.Tensor, flagged: torch.Tensor
     not at sinks; a policy's spare slots go to its window instead.
 
     Args:
-        z: Float ``[S]`` robust z of received attention (``lab.prefill.score_positions``).
+        z: Float ``[S]`` robust z of received attention (``lab.sinks.prefill.score_positions``).
         observed: Bool ``[S]``: observed by enough queries to be judged.
         flagged: Bool ``[S]``: the detector's sink flags.
 

@@ -5,8 +5,8 @@ attention shapes the model's confidence (entropy) during decode, and confidence
 decides how well speculative decoding works. For every prompt of the prompt set
 (:mod:`lab.prompts`) one pipeline measures, with the lab's own modules:
 
-1. **prefill** (:func:`lab.prefill.analyze_prefill`): the graded context health
-   (0..10, :func:`lab.health.graded_health`) and the count-based one it replaced
+1. **prefill** (:func:`lab.sinks.prefill.analyze_prefill`): the graded context health
+   (0..10, :func:`lab.health.measures.graded_health`) and the count-based one it replaced
    (``content_sink_health``), the sink rate at position 0 and its mean over
    content positions, the share of attention received by position 0, and the
    number of content sinks;
@@ -16,7 +16,7 @@ decides how well speculative decoding works. For every prompt of the prompt set
    (:func:`lab.tracker.track_speculative`; one target decode per prompt, going on
    from step 1's KV cache, since issue 16);
 3. **speculative decoding** (:func:`lab.speculative.speculative_generate`) with the
-   draft (``--draft`` or the profile's, :attr:`lab.models.ModelProfile.draft`;
+   draft (``--draft`` or the profile's, :attr:`lab.models.loading.ModelProfile.draft`;
    nothing assumes an early-exit draft): alpha, tau, and for every drafted token
    its draft entropy and whether the target accepted it; for the H6 subset
    (:func:`lab.study.work.temperature_subset`) also alpha at the other design
@@ -53,25 +53,3 @@ tables), :mod:`lab.study.cluster` (the prompts on a Ray cluster, ``lab study --r
 The per-prompt runner is injectable (:data:`Runner`): tests pass a fake;
 :class:`ModelRunner` is the real one.
 """
-
-
-from lab.study.config import (DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DESIGN_TEMPERATURES,
-                              OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, PER_TOKEN_FIELDS,
-                              TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, Progress, PromptOutcome,
-                              Runner, StudyConfig, prompt_seed)
-from lab.study.run import StudyResult, assemble, config_dict, merge_study, run_study, summarize_prompts
-from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, config_from_work_dir, discard_work, load_finished, plan_from_work_dir,
-                            plan_study,
-                            prompts_display, save_finished, settings_key, shard_prompts, temperature_subset,
-                            work_file)
-
-__all__ = [
-    "DEFAULT_GAMMA", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DESIGN_TEMPERATURES", "OPTIONAL_FIELDS",
-    "PER_PROMPT_COLUMNS", "PER_PROMPT_FIELDS", "PER_TOKEN_FIELDS", "TEMPERATURE_SUBSET_PER_CATEGORY",
-    "WORK_FORMAT", "WORK_PREFIX", "ModelRunner", "Progress", "PromptOutcome", "Runner", "StudyConfig", "StudyPlan",
-    "StudyResult", "assemble", "config_dict", "merge_study", "prompts_display", "shard_prompts",
-    "temperature_subset", "config_from_work_dir", "discard_work", "load_finished", "plan_from_work_dir",
-    "plan_study",
-    "prompt_seed", "run_study", "save_finished", "settings_key", "summarize_prompts", "work_file",
-]

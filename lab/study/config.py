@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lab import models as lab_models
-from lab.analysis import N_RESAMPLES
-from lab.analysis.claims import DESIGN_TEMPERATURES, H6_COLUMNS  # noqa: F401  (DESIGN_TEMPERATURES re-exported)
+from lab.models.profiles import DEFAULT_PROFILE, PROFILES
+from lab.analysis.hypotheses import N_RESAMPLES
+from lab.analysis.claims import H6_COLUMNS
 from lab.prompts import StudyPrompt
 
 
@@ -150,7 +150,7 @@ class StudyConfig:
         gamma: Draft tokens per speculative round.
         seed: Study seed; each prompt's seed is derived from it (:func:`prompt_seed`).
         temperature: Sampling temperature of both decodes (> 0: sampling mode).
-        device, dtype: As :func:`lab.models.load_model`.
+        device, dtype: As :func:`lab.models.loading.load_model`.
         out: Reports root; the work directory lives inside it too.
         n_resamples: Bootstrap resamples of the analysis.
         draft_dtype: The draft model's dtype (one of :data:`DRAFT_DTYPES`); ``None`` =
@@ -158,7 +158,7 @@ class StudyConfig:
             else the target's dtype. Only a draft with its own weights has one.
     """
 
-    model: str = lab_models.DEFAULT_PROFILE
+    model: str = DEFAULT_PROFILE
     draft: str | None = None
     prompts: str | None = None
     limit: int | None = None
@@ -200,7 +200,7 @@ class StudyConfig:
         """
         if self.draft:
             return self.draft
-        profile = lab_models.PROFILES.get(self.model)
+        profile = PROFILES.get(self.model)
         if profile is None or not profile.draft:
             raise ValueError(f"model={self.model!r} has no profile draft; pass --draft (early-exit:N, "
                              "prompt-lookup or a model name)")

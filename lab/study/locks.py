@@ -6,10 +6,15 @@ import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator, Protocol
 
-if TYPE_CHECKING:
-    from lab.study.work import StudyPlan
+
+class StudyPlan(Protocol):
+    """What the lock reads of a :class:`lab.study.work.StudyPlan` (the lock sits below the plan)."""
+
+    work_dir: Path
+    config: Any  # a StudyConfig; only ``config.shard`` is read
+    locked: bool
 
 
 class WorkDirBusyError(ValueError):

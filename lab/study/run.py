@@ -11,14 +11,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from lab.analysis import StudyAnalysis, analyze
+from lab.analysis.study import StudyAnalysis, analyze
 from lab.analysis.claims import temperature_column
 from lab.prompts import StudyPrompt
-from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS,
-                              PER_PROMPT_FIELDS, Progress, PromptOutcome, Runner, StudyConfig, _NoProgress)
+from lab.study.config import (_TOKEN_KEYS, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, Progress,
+                              PromptOutcome, Runner, StudyConfig, _NoProgress)
+from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, _write_json_atomic, hold_work_dir, load_finished, plan_from_work_dir,
-                            plan_study, read_settings, save_finished, write_prompt_set)
+from lab.study.work import (StudyPlan, _write_json_atomic, load_finished, plan_from_work_dir, plan_study,
+                            read_settings, save_finished, write_prompt_set)
+from lab.study.locks import hold_work_dir
 
 logger = logging.getLogger(__name__)
 

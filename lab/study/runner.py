@@ -17,7 +17,8 @@ import math
 import time
 from typing import Any
 
-from lab import models as lab_models
+from lab.models import loading as lab_models
+from lab.models.chat import encode_chat, eos_token_ids
 from lab.study.config import _TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
 from lab.prompts import StudyPrompt
 
@@ -67,14 +68,14 @@ class ModelRunner:
 
     @classmethod
     def load(cls, config: StudyConfig) -> "ModelRunner":
-        """Load the target (``lab.models.load_model``) and build the profile's draft.
+        """Load the target (``lab.models.loading.load_model``) and build the profile's draft.
 
         Raises:
-            ValueError, lab.models.ModelUnavailableError: as the loaders do.
+            ValueError, lab.models.loading.ModelUnavailableError: as the loaders do.
         """
-        from lab.speculative import make_draft
+        from lab.speculative.loop import make_draft
 
-        from lab.speculative import check_draft_spec
+        from lab.speculative.loop import check_draft_spec
 
         spec = config.draft_spec()
         dtype, source = config.draft_dtype_choice()
@@ -92,13 +93,13 @@ class ModelRunner:
         """One seeded speculative decode of the prompt (public :func:`speculative_generate`)."""
         import torch
 
-        from lab.speculative import speculative_generate
+        from lab.speculative.loop import speculative_generate
 
         device = next(self.target.parameters()).device
         gen = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(seed)
         return speculative_generate(self.target, self.draft, input_ids.to(device), gamma=self.config.gamma,
                                     max_new_tokens=self.config.max_new_tokens, temperature=temperature,
-                                    generator=gen, eos_token_ids=lab_models.eos_token_ids(self.target, self.tokenizer),
+                                    generator=gen, eos_token_ids=eos_token_ids(self.target, self.tokenizer),
                                     target_cache=target_cache)
 
     def alpha_at(self, prompt: StudyPrompt, temperature: float) -> float:
@@ -109,7 +110,7 @@ class ModelRunner:
         """
         import copy
 
-        input_ids = lab_models.encode_chat(self.tokenizer, [dict(m) for m in prompt.messages])
+        input_ids = encode_chat(self.tokenizer, [dict(m) for m in prompt.messages])
         stored_id, stored = self._prefilled
         cache = copy.deepcopy(stored) if stored_id == prompt.id else None  # the decode crops and extends its cache
         return float(self._speculative(input_ids, temperature, prompt_seed(self.config.seed, prompt.id), cache).alpha)
@@ -121,13 +122,13 @@ class ModelRunner:
 
         from lab.analysis.claims import word_positions
         from lab.decode import enable_rollback, new_cache
-        from lab.prefill import analyze_prefill
-        from lab.tracker import track_speculative
+        from lab.sinks.prefill import analyze_prefill
+        from lab.tracker.speculative import track_speculative
 
         cfg = self.config
         seed = prompt_seed(cfg.seed, prompt.id)
         messages = [dict(m) for m in prompt.messages]
-        input_ids = lab_models.encode_chat(self.tokenizer, messages)
+        input_ids = encode_chat(self.tokenizer, messages)
         t_start = time.perf_counter()
 
         # 1. prefill, once: where attention goes and how healthy the context is; the capture
@@ -161,7 +162,7 @@ class ModelRunner:
 
         row = {
             "n_prompt_tokens": int(input_ids.shape[1]),
-            "context_health": float(pre.context_health),  # graded (lab.health), NaN = not measurable
+            "context_health": float(pre.context_health),  # graded (lab.health.measures), NaN = not measurable
             "content_sink_health": float(pre.content_sink_health),
             "sink_rate_pos0": rates[0] if rates else math.nan,
             "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,

@@ -1,6 +1,6 @@
 """The study's plan and its work directory: settings key, atomic per-prompt work files, resume.
 
-The directory's lock lives in :mod:`lab.study.locks` (re-exported here)."""
+The directory's lock lives in :mod:`lab.study.locks`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab import models as lab_models
+from lab.models import loading as lab_models
+from lab.models.devices import parse_dtype, resolve_device
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
 from lab.sources import SOURCES, load_prompt_set
-from lab.study.config import (_TOKEN_KEYS, DESIGN_TEMPERATURES, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY,
-                              WORK_FORMAT, WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
-from lab.study.locks import LOCKS_DIR, WorkDirBusyError, hold_work_dir, lock_path  # noqa: F401  (re-exported)
+from lab.study.config import (_TOKEN_KEYS, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT,
+                              WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
+from lab.analysis.claims import DESIGN_TEMPERATURES
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class StudyPlan:
         work_dir: ``<out>/.study-work-<key>``.
         all_prompts: The whole selection (equals ``prompts`` unless sharded).
         temperature_ids: Clean prompts of the H6 subset (chosen on ``all_prompts``).
-        locked: Whether this process holds the work directory (:func:`hold_work_dir`).
+        locked: Whether this process holds the work directory (:func:`lab.study.locks.hold_work_dir`).
     """
 
     config: StudyConfig
@@ -133,10 +134,10 @@ def plan_study(config: StudyConfig) -> StudyPlan:
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:
     """The plan for these selected prompts; ``work_dir`` defaults to ``<out>/.study-work-<key>``."""
     temps = temperature_subset(prompts)
-    device = lab_models.resolve_device(config.device)
-    dtype = str(lab_models.parse_dtype(config.dtype, device)).removeprefix("torch.")
+    device = resolve_device(config.device)
+    dtype = str(parse_dtype(config.dtype, device)).removeprefix("torch.")
     lab_models.check_model_available(config.model)  # an unknown model is named as such, not as a missing draft
-    from lab.speculative import check_draft_spec
+    from lab.speculative.loop import check_draft_spec
 
     if check_draft_spec(config.draft_spec()) == "model":  # N against the depth is checked once the target loads
         lab_models.check_draft_available(config.draft_spec())

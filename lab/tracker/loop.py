@@ -158,13 +158,13 @@ def track_generate(model: Any, tokenizer: Any, input_ids: torch.Tensor, *, max_n
         model: A transformers causal LM in eval mode (any device).
         tokenizer: Its tokenizer (decodes token texts after the loop).
         input_ids: ``[1, S]`` (or ``[S]``) int64 prompt ids, e.g. from
-            :func:`lab.models.encode_chat`.
+            :func:`lab.models.loading.encode_chat`.
         max_new_tokens, temperature, top_p, top_k, seed, top_alternatives: See
             :class:`DecodeSettings`. ``temperature=0`` is greedy; top-p/top-k then
             have no effect.
 
     Returns:
-        A :class:`TrackResult`. Stops at an EOS id (:func:`lab.models.eos_token_ids`)
+        A :class:`TrackResult`. Stops at an EOS id (:func:`lab.models.loading.eos_token_ids`)
         or after ``max_new_tokens``.
 
     Raises:
@@ -172,7 +172,7 @@ def track_generate(model: Any, tokenizer: Any, input_ids: torch.Tensor, *, max_n
             the model's context (:func:`lab.decode.check_context`), or a setting out
             of range (the message names the argument and echoes the value).
     """
-    from lab.models import eos_token_ids
+    from lab.models.chat import eos_token_ids
 
     settings = DecodeSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               top_k=top_k, seed=seed, top_alternatives=top_alternatives)

@@ -100,8 +100,8 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
             :func:`lab.speculative.speculative_generate`.
         RuntimeError: NaN or +inf target logits at some step.
     """
-    from lab.models import eos_token_ids
-    from lab.speculative import speculative_generate
+    from lab.models.chat import eos_token_ids
+    from lab.speculative.loop import speculative_generate
 
     settings = DecodeSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                               seed=seed, top_alternatives=top_alternatives)

@@ -196,7 +196,7 @@ def qwen_pair():
     ``(target, tokenizer, draft_model, draft_tokenizer)``; read-only: tests must not
     modify them. About 9 GB of RAM together.
     """
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     target, tok = load_model("qwen2.5-coder", device="cpu")  # noqa: the tier's one load of the pair
     draft, dtok = load_model("qwen2.5-coder-0.5b", device="cpu")

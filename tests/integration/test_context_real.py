@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from lab import cli
-from lab.models import build_messages, encode_chat
+from lab.models.chat import build_messages, encode_chat
 
 CONTEXT = 8192
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lab import cli
-from lab.models import build_messages, encode_chat
+from lab.models.chat import build_messages, encode_chat
 from lab.reports import rows_from_csv
-from lab.tracker import track_generate
+from lab.tracker.loop import track_generate
 
 # A KV-cached decode and a full forward pass compute the same attention with a
 # different float32 summation order (30 layers, 576 hidden): logits then differ by

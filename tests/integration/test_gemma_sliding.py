@@ -15,8 +15,9 @@ import copy
 import pytest
 import torch
 
-from lab.models import eos_token_ids, load_model
-from lab.speculative import make_draft, speculative_generate, target_generate
+from lab.models.chat import eos_token_ids
+from lab.models.loading import load_model
+from lab.speculative.loop import make_draft, speculative_generate, target_generate
 
 MAX_NEW = 16
 # float32 on CPU: a cached decode and an uncached forward of 600+ positions differ by

@@ -9,7 +9,8 @@ def test_cli_speculate_gemma_draft_for_smollm2_refused_before_draft_weights_load
     """`--draft gemma3-270m` for `smollm2`: the vocabularies differ (49,152 vs 262,144
     tokens); the refusal comes from Gemma's tokenizer, and its weights (1.1 GB
     dequantized) are never loaded. Exit 2, one line, no report."""
-    from lab import cli, models
+    from lab import cli
+    from lab.models import loading as models
 
     loaded = []
     real = models.load_model
@@ -30,8 +31,8 @@ def test_cli_speculate_gemma_draft_for_smollm2_refused_before_draft_weights_load
 @pytest.mark.parametrize("spec", ["qwen2.5-coder-0.5b"])
 def test_make_draft_qwen_draft_for_smollm2_refused_from_tokenizer(smollm2, spec, monkeypatch):
     """The same check on the chunked profile: decided from the 0.5B's cached tokenizer."""
-    from lab import models
-    from lab.speculative import make_draft
+    from lab.models import loading as models
+    from lab.speculative.loop import make_draft
 
     model, tok = smollm2
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("draft weights loaded"))

@@ -13,10 +13,10 @@ import subprocess
 
 import pytest
 
-from lab.peer.bench import run_binary
-from lab.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, completion_command, locate,
+from lab.bench.peer.bench import run_binary
+from lab.bench.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, completion_command, locate,
                                prompt_file_text, speculative_command, version_command)
-from lab.peer.parse import parse_completion, parse_speculative, parse_version
+from lab.bench.peer.parse import parse_completion, parse_speculative, parse_version
 
 N_TOKENS = 16
 GAMMA = 5
@@ -33,8 +33,9 @@ def peer_setup(tmp_path_factory):
         bins = locate(None)
     except PeerUnavailableError as exc:
         pytest.skip(f"llama.cpp peer binaries not built ({exc})")
-    from lab.models import PROFILES, ModelUnavailableError, gguf_path, load_tokenizer
-    from lab.chat import build_messages, encode_chat
+    from lab.models.profiles import PROFILES
+    from lab.models.loading import ModelUnavailableError, gguf_path, load_tokenizer
+    from lab.models.chat import build_messages, encode_chat
 
     try:
         target, draft = gguf_path(PROFILES["qwen2.5-coder"]), gguf_path(PROFILES["qwen2.5-coder-0.5b"])

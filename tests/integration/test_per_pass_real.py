@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.models import build_messages, encode_chat, eos_token_ids
-from lab.speculative import model_draft, speculative_generate, target_generate
+from lab.models.chat import build_messages, encode_chat, eos_token_ids
+from lab.speculative.drafts import model_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.speculative.per_pass import PerPassDraft, cache_dtype, pass_shapes, per_pass_draft
-from lab.speculative.prompt_split import BENCH_TUNING, humaneval_prompts
+from lab.bench.prompt_split import BENCH_TUNING, humaneval_prompts
 
 NEW_TOKENS = 24
 GAMMA = 4

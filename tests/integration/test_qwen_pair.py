@@ -21,8 +21,10 @@ from collections import Counter
 import pytest
 import torch
 
-from lab.models import build_messages, encode_chat, eos_token_ids
-from lab.speculative import SamplingConfig, model_draft, sampling_probs, speculative_generate, target_generate
+from lab.models.chat import build_messages, encode_chat, eos_token_ids
+from lab.sampling import SamplingConfig, sampling_probs
+from lab.speculative.drafts import model_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from tests.support import chisq_pvalue
 
 GREEDY_PROMPTS = (
@@ -55,7 +57,7 @@ def pair(qwen_pair):
 @pytest.fixture
 def shared_loads(qwen_pair, monkeypatch):
     """Commands get the session's loaded pair instead of loading a second copy."""
-    from lab import models
+    from lab.models import loading as models
 
     target, tok, draft_model, dtok = qwen_pair
     loaded = {"qwen2.5-coder": (target, tok), "qwen2.5-coder-0.5b": (draft_model, dtok)}

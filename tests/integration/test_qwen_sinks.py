@@ -6,7 +6,7 @@ itself runs in ``lab calibrate-sinks``, not here. The word-split tests need only
 tokenizer.
 
 Position 0 must be flagged on every prompt here: the calibration flagged it on all
-calibration and held-out prompts of this model (``lab/data/calibration/qwen2.5-coder.json``),
+calibration and held-out prompts of this model (``lab/sinks/calibrations/qwen2.5-coder.json``),
 so a miss on these three is a regression, not chance. Content false positives: at
 most :data:`MAX_CONTENT_FLAGGED` of the prompts' observed content tokens.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 
 from lab.analysis.claims import word_positions
-from lab.models import build_messages
-from lab.prefill import analyze_prefill
+from lab.models.chat import build_messages
+from lab.sinks.prefill import analyze_prefill
 
 # Short prompts unlike the calibration and held-out sets (one code, one prose, one with a system prompt).
 PROMPTS = [("Explain list comprehensions in Python.", None),
@@ -63,7 +63,7 @@ def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses
 
 def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
     """Issue 15: the chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
-    from lab.health import CANDIDATES, CHOSEN, HealthInputs, check_properties_on
+    from lab.health.measures import CANDIDATES, CHOSEN, HealthInputs, check_properties_on
 
     got = check_properties_on(CANDIDATES[CHOSEN], [HealthInputs.from_prefill(a) for a in qwen_analyses])
     lab_log.record(measure=CHOSEN, properties=got)
@@ -73,7 +73,7 @@ def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_lo
 
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
     """The pre-issue detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
-    from lab.prefill import candidate_scores
+    from lab.sinks.prefill import candidate_scores
 
     old = [float(candidate_scores(a.per_head, a.roles)["gm_prose"][0]) for a in qwen_analyses]
     assert min(old) <= 3.75, old
@@ -102,7 +102,7 @@ LABEL = {"i": "initial", "c": "continuation", "-": ""}
 
 @pytest.fixture(scope="module")
 def qwen_tokenizer():
-    from lab.models import load_tokenizer
+    from lab.models.loading import load_tokenizer
 
     return load_tokenizer("qwen2.5-coder")
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from lab import cli
-from lab.attention_capture import capture_received, eager_received
-from lab.models import build_messages
+from lab.sinks.capture import capture_received, eager_received
+from lab.models.chat import build_messages
 from lab.reports import read_json, rows_from_csv
-from lab.structure import analyze_structure
+from lab.sinks.structure import analyze_structure
 
 # float32 on CPU, 30 layers: the streaming path and eager output_attentions differ
 # only by summation order and SDPA-vs-eager rounding of the hidden states (~1e-6).

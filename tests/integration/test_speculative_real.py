@@ -8,10 +8,11 @@ from collections import Counter
 import pytest
 import torch
 
-from lab.models import build_messages, encode_chat, eos_token_ids
+from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from tests.support import chisq_pvalue
-from lab.speculative import early_exit_draft, make_draft, sampling_probs, SamplingConfig, speculative_generate, \
-    target_generate
+from lab.speculative.drafts import early_exit_draft
+from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.sampling import sampling_probs, SamplingConfig
 
 PROMPTS = ("What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.")
 GAMMAS = (1, 3, 5)

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from lab.models import PROFILES
+from lab.models.profiles import PROFILES
 
 LIMIT = 14  # 6 twin pairs + 2 singles: every category, enough pairs for H4 to be tested
 MAX_NEW_TOKENS = 24  # keeps the study within ~1-2 minutes on 2 cores
@@ -24,8 +24,11 @@ ALPHA_TOL = 1e-12  # alpha is a ratio of two counts; only float rounding may dif
 @pytest.fixture(scope="module")
 def study_report(smollm2, lab_log_dir):
     from lab.render.study import write_report
-    from lab.speculative import make_draft
-    from lab.study import ModelRunner, StudyConfig, discard_work, plan_study, run_study
+    from lab.speculative.loop import make_draft
+    from lab.study.runner import ModelRunner
+    from lab.study.config import StudyConfig
+    from lab.study.work import discard_work, plan_study
+    from lab.study.run import run_study
 
     model, tok = smollm2
     out = lab_log_dir
@@ -43,7 +46,7 @@ def study_report(smollm2, lab_log_dir):
 def test_study_report_has_every_file_and_pngs_open(study_report, lab_log):
     import matplotlib.image as mpimg
 
-    from lab.render.study import FIGURES
+    from lab.render.study_summary import FIGURES
 
     result, path = study_report
     lab_log.add_report(path)
@@ -88,7 +91,7 @@ def test_study_json_matches_csvs(study_report):
 
 
 def test_study_summary_states_the_json_verdicts(study_report):
-    from lab.analysis import VERDICTS
+    from lab.analysis.hypotheses import VERDICTS
     from lab.reports import read_json
 
     _, path = study_report

@@ -33,7 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.study import ModelRunner, StudyConfig, discard_work, plan_study, run_study
+from lab.study.runner import ModelRunner
+from lab.study.config import StudyConfig
+from lab.study.work import discard_work, plan_study
+from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, RayExecutor
 from tests.unit.test_study_resume import FakeRunner
 
@@ -160,7 +163,7 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
 
     from lab.render.study import write_report
     from lab.reports import to_jsonable
-    from lab.speculative import make_draft
+    from lab.speculative.loop import make_draft
 
     model, tok = smollm2
     config = StudyConfig(model="smollm2", device="cpu", limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS,

@@ -13,10 +13,12 @@ from __future__ import annotations
 import pytest
 
 from lab.decode import enable_rollback, new_cache
-from lab.models import build_messages, encode_chat
-from lab.prefill import analyze_prefill
-from lab.speculative import make_draft, model_draft
-from lab.tracker import track_generate, track_speculative
+from lab.models.chat import build_messages, encode_chat
+from lab.sinks.prefill import analyze_prefill
+from lab.speculative.loop import make_draft
+from lab.speculative.drafts import model_draft
+from lab.tracker.loop import track_generate
+from lab.tracker.speculative import track_speculative
 from tests.support import assert_same_track_steps
 
 NEW_TOKENS = 24

@@ -22,8 +22,8 @@ import random
 import pytest
 import scipy.stats
 
-from lab.models import build_messages, encode_chat
-from lab.tracker import track_generate
+from lab.models.chat import build_messages, encode_chat
+from lab.tracker.loop import track_generate
 
 ALPHA = 0.05  # the test's false-positive rate (one-sided)
 NEW_TOKENS = 24

@@ -2,7 +2,7 @@
 
 The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
 (lab/data/calibration_prompts.jsonl), so these tests check that SmolLM2's calibrated threshold
-(lab/data/calibration/smollm2.json, on the detector's statistic, lab.prefill.STATISTIC) generalizes.
+(lab/sinks/calibrations/smollm2.json, on the detector's statistic, lab.sinks.prefill.STATISTIC) generalizes.
 The model is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
@@ -29,12 +29,12 @@ import pytest
 import torch
 from scipy.stats import binom
 
-from lab.attention_capture import capture_received
-from lab.calibration import HELD_OUT_SET, load_prompts
-from lab.models import build_messages
-from lab.prefill import score_positions
-from lab.sink_profiles import load_calibration
-from lab.structure import ROLE_CONTENT, analyze_structure
+from lab.sinks.capture import capture_received
+from lab.sinks.calibration import HELD_OUT_SET, load_prompts
+from lab.models.chat import build_messages
+from lab.sinks.prefill import score_positions
+from lab.sinks.profiles import load_calibration
+from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
 POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
 CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
@@ -158,7 +158,7 @@ def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
 def test_sinks_real_long_uniform_prompt_global_baseline_flags_tail_negative_control(long_uniform):
     """Control: the same scores against one global median (robust_z, the pre-fix baseline) flag
     trailing positions, so the test above can fail."""
-    from lab.sinks import robust_z
+    from lab.sinks.scores import robust_z
 
     scores, content = long_uniform
     z_global = robust_z(scores.typical, exclude=~(scores.observed & content))

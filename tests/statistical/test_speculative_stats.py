@@ -237,7 +237,8 @@ LOOP_DRAFTS = ("model", "early-exit")  # a separate draft model on its own cache
 
 
 def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counter, dict]:
-    from lab.speculative import early_exit_draft, model_draft, speculative_generate
+    from lab.speculative.drafts import early_exit_draft, model_draft
+    from lab.speculative.loop import speculative_generate
     from tests.support import tiny_llama_untied
 
     target = tiny_llama_untied(vocab_size=16, num_layers=2, seed=0, init_std=0.1)

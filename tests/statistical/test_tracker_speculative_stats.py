@@ -25,9 +25,12 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from lab.models import encode_chat
-from lab.speculative import make_draft, speculative_generate
-from lab.tracker import DecodeSettings, StepRecorder, commit_recorder, track_generate, track_speculative
+from lab.models.chat import encode_chat
+from lab.speculative.loop import make_draft, speculative_generate
+from lab.tracker.results import DecodeSettings
+from lab.tracker.stats import StepRecorder
+from lab.tracker.speculative import commit_recorder, track_speculative
+from lab.tracker.loop import track_generate
 from tests import support
 
 P_THRESHOLD = 1e-3  # family-wise false-positive rate of the test (two steps, Bonferroni)

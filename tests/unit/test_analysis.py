@@ -17,9 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from lab.analysis import (ALPHA, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT, SUPPORTED, acceptance_entropy_test,
-                          analyze, binned_acceptance, category_test, correlation_test, eta_squared_h, holm, judge,
-                          linear_fit_band, paired_test, rank_biserial_paired, verdict)
+from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT, SUPPORTED,
+                                     acceptance_entropy_test, category_test, correlation_test, holm, judge,
+                                     paired_test, verdict)
+from lab.analysis.study import analyze
+from lab.analysis.effects import binned_acceptance, eta_squared_h, linear_fit_band, rank_biserial_paired
 
 RESAMPLES = 199  # enough for a CI's sign on planted effects; keeps the unit tier fast
 TINY = 1e-9  # a step just across a verdict boundary

@@ -1,13 +1,13 @@
-"""The bench's levers (lab.speculative.levers) on tiny random models: no weights."""
+"""The bench's levers (lab.bench.levers) on tiny random models: no weights."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lab.speculative import make_draft
-from lab.speculative.bench import BenchConfig, run_bench
-from lab.speculative.levers import assistant_settings
+from lab.speculative.loop import make_draft
+from lab.bench.run import BenchConfig, run_bench
+from lab.bench.levers import assistant_settings
 from lab.speculative.per_pass import per_pass_draft
 from tests.support import tiny_llama_untied
 

@@ -1,5 +1,5 @@
-"""End-to-end vs decode-only speedups (lab.speculative.phases), the HumanEval split
-(lab.speculative.prompt_split) and the bench's per-pass / combined / selected methods."""
+"""End-to-end vs decode-only speedups (lab.bench.phases), the HumanEval split
+(lab.bench.prompt_split) and the bench's per-pass / combined / selected methods."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from lab.speculative.bench import BenchConfig, run_bench
+from lab.bench.run import BenchConfig, run_bench
 from lab.speculative.drafts import ModelDraft
-from lab.speculative.phases import FirstTokenClock, group_speedups, phase_totals
-from lab.speculative.prompt_split import (BENCH_TUNING, HELD_BACK, N_PROBLEMS, humaneval_prompts, parse_humaneval,
+from lab.bench.phases import FirstTokenClock, group_speedups, phase_totals
+from lab.bench.prompt_split import (BENCH_TUNING, HELD_BACK, N_PROBLEMS, humaneval_prompts, parse_humaneval,
                                           split_problems, tuning_pool)
 from tests.support import tiny_llama_untied
 

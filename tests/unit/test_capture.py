@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import attention_capture
-from lab.attention_capture import (CAPTURE_IMPLEMENTATION, CaptureError, capture_received, eager_received)
+from lab.sinks import capture as attention_capture
+from lab.sinks.capture import (CAPTURE_IMPLEMENTATION, CaptureError, capture_received, eager_received)
 from tests import support
 
 # Both paths are float32; the capture sums chunk column sums in a different order
@@ -200,7 +200,7 @@ def test_capture_output_check_scales_with_value_magnitude(scale):
 def test_check_output_allows_logit_rounding_but_not_a_wrong_result():
     """Regression (issue 15; fault class: a fixed tolerance refusing a real model): Qwen2.5-Coder-1.5B's first
     layer has logits of 1.3e4, whose float32 rounding moved P @ V by 4.5e-4; that passes, an O(|V|) error does not."""
-    from lab.attention_capture import CaptureError, _check_output
+    from lab.sinks.capture import CaptureError, _check_output
 
     g = torch.Generator().manual_seed(0)
     probs = torch.randn(2, 4, 4, generator=g).tril().masked_fill(torch.ones(4, 4).triu(1).bool(), float("-inf"))

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from lab.analysis import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, judge
+from lab.analysis.hypotheses import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, judge
 from lab.analysis.claims import content_vs_temperature_test, subword_test, word_positions
 from lab.analysis.power import (power_note, power_summary, rank_biserial_min_effect, rank_biserial_n_needed,
                                 spearman_min_effect, spearman_n_needed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lab.models
+import lab.models.loading
 from lab import cli
 from tests import support
 
@@ -31,8 +31,8 @@ def short_context_backend(monkeypatch):
     def no_forward(module, args, kwargs):
         raise AssertionError("a forward ran before the context check")
 
-    monkeypatch.setattr(lab.models, "load_model", fake_load)
-    monkeypatch.setattr(lab.models, "resolve_source", lambda name: (name, None))
+    monkeypatch.setattr(lab.models.loading, "load_model", fake_load)
+    monkeypatch.setattr(lab.models.loading, "resolve_source", lambda name: (name, None))
     handle = model.register_forward_pre_hook(no_forward, with_kwargs=True)
     yield model, tok, handle
     handle.remove()
@@ -66,7 +66,7 @@ def test_cli_entropy_prompt_plus_budget_within_context_runs(tmp_path, capsys, sh
     """Control: the same long prompt with a budget that fits decodes and writes its report."""
     model, tok, handle = short_context_backend
     handle.remove()  # this one decodes
-    from lab.models import build_messages, encode_chat
+    from lab.models.chat import build_messages, encode_chat
 
     n = encode_chat(tok, build_messages(LONG_PROMPT)).shape[1]
     assert n < CONTEXT

@@ -9,11 +9,11 @@ import pytest
 import torch
 from rich.console import Console
 
-import lab.models
+import lab.models.loading
 from lab import cli
 from lab.render.entropy import ENTROPY_BUCKETS, SPARK_BLOCKS, bucket_for, coloured_text, render_result, sparkline
 from lab.reports import rows_from_csv
-from lab.tracker import DecodeSettings, StepRecord, TrackResult
+from lab.tracker.results import DecodeSettings, StepRecord, TrackResult
 from tests import support
 
 
@@ -23,8 +23,8 @@ def no_model_loading(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the model was loaded before the arguments were validated")
 
-    monkeypatch.setattr(lab.models, "load_model", refuse)
-    monkeypatch.setattr(lab.models, "_materialize_gguf", refuse)
+    monkeypatch.setattr(lab.models.loading, "load_model", refuse)
+    monkeypatch.setattr(lab.models.loading, "_materialize_gguf", refuse)
 
 
 @pytest.fixture
@@ -36,8 +36,8 @@ def tiny_backend(monkeypatch):
     def fake_load(name, *, device=None, dtype=None, attn_implementation=None):
         return model, tok
 
-    monkeypatch.setattr(lab.models, "load_model", fake_load)
-    monkeypatch.setattr(lab.models, "resolve_source", lambda name: (name, None))
+    monkeypatch.setattr(lab.models.loading, "load_model", fake_load)
+    monkeypatch.setattr(lab.models.loading, "resolve_source", lambda name: (name, None))
     return model, tok
 
 

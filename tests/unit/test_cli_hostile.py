@@ -15,7 +15,7 @@ SEED_PAST_TORCH = str(2**64)  # torch.Generator.manual_seed takes [0, 2**64 - 1]
 
 @pytest.fixture
 def no_model(monkeypatch):
-    from lab import models
+    from lab.models import loading as models
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded despite a bad argument")
@@ -124,7 +124,7 @@ def test_cli_draft_model_unavailable_names_draft_not_model(tmp_path, capsys, no_
 
 def test_load_model_file_path_is_called_a_file(tmp_path):
     """Poor case: a file given as a model was called "the directory"."""
-    from lab import models
+    from lab.models import loading as models
 
     f = tmp_path / "weights.bin"
     f.write_bytes(b"x")
@@ -147,7 +147,7 @@ def test_row_statistics_point_mass_entropy_is_plus_zero():
 def test_cli_calibrate_sinks_long_length_past_context_exits_2_before_model_loads(tmp_path, capsys, no_model,
                                                                                  monkeypatch):
     """Poor case: --long-lengths 100000 failed only after the model loaded, as "prompt has 100030 tokens"."""
-    from lab import models
+    from lab.models import loading as models
 
     monkeypatch.setattr(models, "known_context_length", lambda name: 8192)
     line = _exit_2_naming(["calibrate-sinks", "--long-lengths", "2048,100000"], "--long-lengths", tmp_path, capsys)
@@ -155,7 +155,7 @@ def test_cli_calibrate_sinks_long_length_past_context_exits_2_before_model_loads
 
 
 def test_known_context_length_reads_a_local_config_without_loading(tmp_path):
-    from lab.models import known_context_length
+    from lab.models.loading import known_context_length
 
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 77}')
     assert known_context_length(str(tmp_path)) == 77
@@ -164,7 +164,8 @@ def test_known_context_length_reads_a_local_config_without_loading(tmp_path):
 
 def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, monkeypatch):
     """Poor case: a --draft model that failed to load (after the target) was answered about --model."""
-    from lab import models, speculative
+    from lab.speculative import loop as speculative
+    from lab.models import loading as models
     from tests import support
 
     tok = support.chatml_tokenizer()

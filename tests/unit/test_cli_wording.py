@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-import lab.models
+import lab.models.loading
 from lab import cli
 
 
@@ -21,8 +21,8 @@ def no_model_loading(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the model was loaded before the arguments were validated")
 
-    monkeypatch.setattr(lab.models, "load_model", refuse)
-    monkeypatch.setattr(lab.models, "_materialize_gguf", refuse)
+    monkeypatch.setattr(lab.models.loading, "load_model", refuse)
+    monkeypatch.setattr(lab.models.loading, "_materialize_gguf", refuse)
 
 
 def test_as_typed_rewrites_flags_only():

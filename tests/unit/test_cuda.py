@@ -41,8 +41,10 @@ def cuda_llama():
 
 
 def test_cuda_greedy_tracker_baseline_and_speculative_emit_the_same_tokens(cuda_llama):
-    from lab.speculative import make_draft, model_draft, speculative_generate, target_generate
-    from lab.tracker import DecodeSettings, run_decode
+    from lab.speculative.loop import make_draft, speculative_generate, target_generate
+    from lab.speculative.drafts import model_draft
+    from lab.tracker.results import DecodeSettings
+    from lab.tracker.loop import run_decode
 
     prompt = _prompt(141, 12).to("cuda")
     base = target_generate(cuda_llama, prompt, max_new_tokens=N_NEW).tokens
@@ -63,8 +65,9 @@ def test_cuda_greedy_tracker_baseline_and_speculative_emit_the_same_tokens(cuda_
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cuda_sampled_tracker_and_baseline_agree_from_one_device_generator(cuda_llama, seed):
-    from lab.speculative import target_generate
-    from lab.tracker import DecodeSettings, run_decode
+    from lab.speculative.loop import target_generate
+    from lab.tracker.results import DecodeSettings
+    from lab.tracker.loop import run_decode
 
     prompt = _prompt(141, 12).to("cuda")
     settings = DecodeSettings(max_new_tokens=N_NEW, temperature=0.9, top_k=20, top_p=0.9)
@@ -75,7 +78,7 @@ def test_cuda_sampled_tracker_and_baseline_agree_from_one_device_generator(cuda_
 
 
 def test_cuda_sampled_speculative_loop_runs_with_a_device_generator(cuda_llama):
-    from lab.speculative import make_draft, speculative_generate
+    from lab.speculative.loop import make_draft, speculative_generate
 
     prompt = _prompt(141, 12).to("cuda")
     result = speculative_generate(cuda_llama, make_draft(cuda_llama, "early-exit:2"), prompt, gamma=3,
@@ -87,7 +90,7 @@ def test_cuda_sampled_speculative_loop_runs_with_a_device_generator(cuda_llama):
 @pytest.mark.parametrize("prompt_len", [24, 5])  # past the window, and a generation that crosses it
 @pytest.mark.parametrize("spec", ["early-exit:2", "prompt-lookup"])
 def test_cuda_gemma3_sliding_window_speculative_equals_target_and_cache_equals_recompute(prompt_len, spec):
-    from lab.speculative import make_draft, speculative_generate, target_generate
+    from lab.speculative.loop import make_draft, speculative_generate, target_generate
 
     gemma = support.tiny_gemma3(sliding_window=8).to("cuda")
     ids = _prompt(64, prompt_len, seed=2).to("cuda")
@@ -116,7 +119,7 @@ def test_cuda_forward_timing_is_synchronised(cuda_llama):
 
 
 def test_cuda_attention_capture_equals_cpu_eager():
-    from lab.attention_capture import capture_received, eager_received
+    from lab.sinks.capture import capture_received, eager_received
 
     model = support.tiny_llama(num_layers=3, heads=4, kv_heads=2)
     ids = _prompt(256, 37)
@@ -141,8 +144,8 @@ def test_cuda_eviction_masked_nll_equals_cpu(spec, arch):
 
 
 def test_cuda_default_dtype_is_bfloat16_and_runs():
-    from lab.models import default_dtype
-    from lab.speculative import make_draft, speculative_generate
+    from lab.models.devices import default_dtype
+    from lab.speculative.loop import make_draft, speculative_generate
 
     dtype = default_dtype(torch.device("cuda"))
     assert dtype == (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)

@@ -22,8 +22,10 @@ import torch
 import lab.decode
 from lab.decode import (check_context, check_rollback_supported, enable_rollback, forward, generate, new_cache,
                         prefill, rollback_cache)
-from lab.speculative import SamplingConfig, make_draft, model_draft, speculative_generate, target_generate
-from lab.tracker import track_generate
+from lab.sampling import SamplingConfig
+from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.drafts import model_draft
+from lab.tracker.loop import track_generate
 from tests import support
 
 # Cached vs full-recompute logits of a float32 model differ only by the order of

@@ -1,4 +1,4 @@
-"""Chunked GGUF assembly (lab.gguf_chunks) on small fake chunk packages: no real weights.
+"""Chunked GGUF assembly (lab.models.gguf_chunks) on small fake chunk packages: no real weights.
 
 Each test builds installed-looking packages under a temporary ``sys.path`` entry
 (``<name>/data/partNN.bin`` plus a ``<name>-<version>.dist-info`` with METADATA and
@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from lab import gguf_chunks
-from lab.gguf_chunks import ChunkedGGUF, ChunkError, assemble, locate_chunks, verify_file
+from lab.models import gguf_chunks
+from lab.models.gguf_chunks import ChunkedGGUF, ChunkError, assemble, locate_chunks, verify_file
 
 N_PARTS = 3
 VERSION = "0.1.0"

@@ -1,4 +1,4 @@
-"""Graded context health (lab.health) and its calibration rule (lab.health_calibration), no weights."""
+"""Graded context health (lab.health.measures) and its calibration rule (lab.health.calibration), no weights."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab import health
-from lab.health import (CANDIDATES, CHOSEN, PROPERTIES, HealthInputs, check_properties, check_properties_on,
+from lab.health import measures as health
+from lab.health.measures import (CANDIDATES, CHOSEN, PROPERTIES, HealthInputs, check_properties, check_properties_on,
                         content_entropy, graded_health,
                         move_to_content_sink, perturb_structural, random_inputs)
-from lab.health_calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
-from lab.calibration import CalibrationPrompt
+from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
+from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
 
 
@@ -117,7 +117,7 @@ def test_chosen_is_a_candidate():
 
 
 def test_study_set_figures_counts_ties_and_twins():
-    from lab.health_calibration import study_set_figures
+    from lab.health.calibration import study_set_figures
     from lab.prompts import StudyPrompt
 
     msgs = ({"role": "user", "content": "q"},)
@@ -132,14 +132,14 @@ def test_study_set_figures_counts_ties_and_twins():
 def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(tmp_path, monkeypatch, capsys):
     import json
 
-    import lab.models
+    import lab.models.loading
     from lab import cli
     from tests import support
 
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok))
     model.lab_source = {"model": "tiny"}
-    monkeypatch.setattr(lab.models, "load_model", lambda name, **k: (model, tok))
+    monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
     cal = tmp_path / "cal.jsonl"
     cal.write_text("".join(json.dumps({"id": f"p{i}", "prompt": q}) + "\n" for i, q in
                            enumerate(["what is the capital", "write a poem", "the cat and the dog", "hello there"])))
@@ -186,7 +186,7 @@ def test_check_properties_on_inputs_negative_control_structural_reader_fails():
 
 
 def test_calibrate_with_inputs_reports_properties_on_the_prompts():
-    from lab.health_calibration import calibrate
+    from lab.health.calibration import calibrate
 
     clean = [CalibrationPrompt(id=f"c{i}", prompt=f"q{i}") for i in range(4)]
     poisoned = [CalibrationPrompt(id=f"p{i}", prompt=f"x q{i}") for i in range(4)]

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from lab import model_cache
+from lab.models import cache as model_cache
 from tests import support
 
 
@@ -61,7 +61,7 @@ def test_load_model_damaged_cache_rebuilds_from_gguf_saying_so(tmp_path, monkeyp
     dequantization is replaced by a tiny model), with a warning; the load then succeeds."""
     import transformers
 
-    from lab import models
+    from lab.models import loading as models
 
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
     _truncate(_tiny_cache(tmp_path / "smollm2", manifest=False) / "model.safetensors")
@@ -90,7 +90,7 @@ def test_load_model_damaged_cache_rebuilds_from_gguf_saying_so(tmp_path, monkeyp
 
 def test_load_model_unloadable_default_profile_does_not_suggest_itself(tmp_path, monkeypatch):
     """Poor case: "use the embedded default instead: --model smollm2" was said to a user already on it."""
-    from lab import models
+    from lab.models import loading as models
 
     monkeypatch.setattr(models, "resolve_source", lambda name: (str(tmp_path), models.PROFILES["smollm2"]))
     with pytest.raises(models.ModelUnavailableError) as info:

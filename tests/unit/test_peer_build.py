@@ -1,4 +1,4 @@
-"""``python -m lab.peer.build`` (``make peer``): installs once, idempotently, never half.
+"""``python -m lab.bench.peer.build`` (``make peer``): installs once, idempotently, never half.
 
 cmake/ninja are replaced by a fake that writes the binaries (or fails, or is interrupted);
 the sdist is a tiny tarball with the pinned layout. The real build is exercised by the
@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from lab.peer import build as peer_build
+from lab.bench.peer import build as peer_build
 
 
 def _fake_sdist(path, head=peer_build.LLAMA_CPP_COMMIT + "bba43ac29e6e3b677cdceebdd22334f"):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lab.cli import main
-from lab.peer.build import TARGETS
-from lab.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, bench_command, completion_command, locate,
+from lab.bench.peer.build import TARGETS
+from lab.bench.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, bench_command, completion_command, locate,
                                speculative_command)
 
 
@@ -75,12 +75,12 @@ def test_locate_missing_binary_names_it_make_peer_and_flag(tmp_path, monkeypatch
 
 def test_cli_peer_missing_binary_exits_2_before_loading(tmp_path, capsys, monkeypatch):
     """Fault class: a missing binary found only after minutes of model loading."""
-    import lab.models
+    import lab.models.loading
 
     def no_load(*args, **kwargs):
         raise AssertionError("a model was loaded before the peer check")
 
-    monkeypatch.setattr(lab.models, "load_model", no_load)
+    monkeypatch.setattr(lab.models.loading, "load_model", no_load)
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "empty-cache"))
     rc = main(["bench", "--model", "smollm2", "--draft", "early-exit:4", "--peer", "llama.cpp",
                "--out", str(tmp_path / "out")])

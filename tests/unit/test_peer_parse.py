@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.peer.llamacpp import PeerOutputError
-from lab.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
+from lab.bench.peer.llamacpp import PeerOutputError
+from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
 N_TOKENS = 16  # the recordings' budget
@@ -132,12 +132,12 @@ class _Replay:
 
 
 def test_peer_runs_inside_bench_schedule_and_reports_both_runtimes(recorded, tmp_path):
-    from lab.peer.bench import LlamaCppPeer, TARGET_METHOD
-    from lab.peer.llamacpp import locate
-    from lab.peer.report import peer_summary_markdown
+    from lab.bench.peer.bench import LlamaCppPeer, TARGET_METHOD
+    from lab.bench.peer.llamacpp import locate
+    from lab.bench.peer.report import peer_summary_markdown
     from lab.reports import to_jsonable
-    from lab.speculative import make_draft
-    from lab.speculative.bench import BenchConfig, run_bench
+    from lab.speculative.loop import make_draft
+    from lab.bench.run import BenchConfig, run_bench
     from tests.support import tiny_llama_untied
     from tests.unit.test_peer_commands import _fake_bins
 

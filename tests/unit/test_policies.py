@@ -76,7 +76,8 @@ def test_fixed_gamma_never_changes():
 def test_speculative_generate_with_dynamic_policy_is_lossless_and_varies_gamma():
     """Greedy output with the policy equals the target alone; the rounds' draft
     lengths follow the policy (checked round by round against next_gamma)."""
-    from lab.speculative import early_exit_draft, speculative_generate, target_generate
+    from lab.speculative.drafts import early_exit_draft
+    from lab.speculative.loop import speculative_generate, target_generate
     from tests.support import tiny_llama_untied
 
     before = torch.get_num_threads()

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from lab.data import make_prompts_large as gen
-from lab.health_calibration import distractor_texts
+from lab.health.calibration import distractor_texts
 from lab.prompts import CATEGORIES, load_prompts
 
 LARGE = Path(gen.__file__).with_name("prompts_large.jsonl")

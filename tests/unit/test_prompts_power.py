@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.data import make_prompts_power as gen
-from lab.health_calibration import distractor_texts
+from lab.health.calibration import distractor_texts
 from lab.prompts import CATEGORIES, load_prompts
 from tests.unit.test_prompts_large import assert_twins_built_like_the_embedded_set
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from lab.speculative.loop import RoundRecord, SpeculativeResult
+from lab.speculative.results import RoundRecord, SpeculativeResult
 from lab.sampling import SamplingConfig
 
 WIDTH = 80
@@ -163,7 +163,7 @@ def test_bench_tracker_view_legible_at_80_columns():
 
 @pytest.fixture(scope="module")
 def all_flagged_analysis():
-    from lab.prefill import analyze_prefill
+    from lab.sinks.prefill import analyze_prefill
     from tests import support
 
     tok = support.chatml_tokenizer()
@@ -189,7 +189,8 @@ def test_sinks_token_repr_shows_no_break_space_as_space():
 
 
 def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
-    from lab.render.sinks import bench_table, calibration_table
+    from lab.render.sinks import bench_table
+    from lab.render.sink_calibration import calibration_table
 
     cal = {"n_prompts": 36, "n_content_tokens": 765, "chosen_threshold": 3.75,
            "sweep": [{"threshold": t / 4, "position0_flagged": 36, "n_prompts": 36, "content_flagged": 3,
@@ -213,7 +214,7 @@ def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
 
 
 def _track_result():
-    from lab.tracker import DecodeSettings, StepRecord, TrackResult
+    from lab.tracker.results import DecodeSettings, StepRecord, TrackResult
 
     texts = [(" The", 5), (" capital", 6), (" of", 7), (" France", 8), (" is", 9), ("\xa0Paris", 10), (".", 11),
              ("<|im_end|>", 2)]

@@ -221,11 +221,8 @@ def test_apply_processors_draft_tokens_moved_to_the_prefix_device():
 
 
 def test_sampling_module_ground_floor_decode_core_does_not_import_speculative():
-    """Guards the upward import (decode core -> lab.speculative) the filter's move removed.
-
-    A fresh interpreter imports ``lab.decode``: neither it nor ``lab.sampling`` may pull
-    in ``lab.speculative``, and the old path still re-exports the very same objects.
-    """
+    """Guards an upward import (decode core -> lab.speculative): a fresh interpreter imports
+    ``lab.decode``, and neither it nor ``lab.sampling`` may pull in ``lab.speculative``."""
     import subprocess
     import sys
 
@@ -233,8 +230,3 @@ def test_sampling_module_ground_floor_decode_core_does_not_import_speculative():
             "print(sorted(m for m in sys.modules if m.startswith('lab.speculative')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"lab.decode imported {out}"
-    import lab.sampling as ground
-    import lab.speculative.sampling as old
-
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(ground, name), name

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from lab.sampling import SamplingConfig, filter_logits, sampling_probs
-from lab.tracker import DecodeSettings, build_warpers
+from lab.tracker.results import DecodeSettings, build_warpers
 from tests.strategies import finite_floats
 
 

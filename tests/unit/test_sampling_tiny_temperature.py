@@ -59,9 +59,9 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     """End to end: the tracker and speculative decoding at a temperature that overflows the tiny model's
     logits (of order 0.1, so 1e-45 here, where a real model's logits of order 10 overflow at 1e-38)
     emit the greedy tokens."""
-    from lab.models import build_messages, encode_chat
-    from lab.speculative import make_draft, speculative_generate
-    from lab.tracker import track_generate
+    from lab.models.chat import build_messages, encode_chat
+    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.tracker.loop import track_generate
     from tests import support
 
     tok = support.chatml_tokenizer()

@@ -15,7 +15,8 @@ import torch
 
 from lab.decode import enable_rollback, new_cache, prefill
 from lab.sampling import SamplingConfig
-from lab.speculative import ModelDraft, early_exit_model, make_draft, speculative_generate, target_generate
+from lab.speculative.drafts import ModelDraft, early_exit_model
+from lab.speculative.loop import make_draft, speculative_generate, target_generate
 from lab.speculative.self_draft import EarlyExitDraft
 from tests import support
 

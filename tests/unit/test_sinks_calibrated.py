@@ -9,11 +9,11 @@ import warnings
 import pytest
 import torch
 
-from lab import sink_profiles
-from lab.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
-from lab.health import HealthInputs, graded_health
-from lab.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTICS, baseline_mask, candidate_scores, score_positions
-from lab.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
+from lab.sinks import profiles as sink_profiles
+from lab.sinks.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
+from lab.health.measures import HealthInputs, graded_health
+from lab.sinks.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTICS, baseline_mask, candidate_scores, score_positions
+from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
 
 # A ChatML-like prompt: position 0 marker, 20 injected system-prompt tokens, 3 markers,
 # 12 content tokens, 5 markers of the generation prompt.
@@ -140,8 +140,8 @@ def test_load_calibration_bad_file_raises_naming_it(calibration_dir, content):
 
 
 def test_packaged_calibrations_are_for_the_detector_statistic():
-    """Every shipped lab/data/calibration/<profile>.json loads and names a profile the lab knows."""
-    from lab.models import PROFILES
+    """Every shipped lab/sinks/calibrations/<profile>.json loads and names a profile the lab knows."""
+    from lab.models.profiles import PROFILES
 
     for name in PROFILES:
         cal = sink_profiles.load_calibration(name)

@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.sinks import (MAD_FLOOR, MIN_BIN_POSITIONS, OBSERVER_BIN_RATIO, attention_received, context_health,
+from lab.sinks.scores import (MAD_FLOOR, MIN_BIN_POSITIONS, OBSERVER_BIN_RATIO, attention_received, context_health,
                        observer_matched_z, robust_z, sink_rate)
 
 # context_health works in float64 on float32 z-scores: 1e-9 relative is rounding only.

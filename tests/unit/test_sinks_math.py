@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.sinks import (MAD_FLOOR, MIN_BIN_POSITIONS, attention_received, context_health, observer_matched_z,
+from lab.sinks.scores import (MAD_FLOOR, MIN_BIN_POSITIONS, attention_received, context_health, observer_matched_z,
                        robust_z, sink_rate)
 
 # float32 sums of <= 64 terms of size <= 1: rounding stays below 1e-5.
@@ -348,7 +348,7 @@ def layer_flag_grids(draw, max_layers: int = 8, max_s: int = 12) -> torch.Tensor
 
 def test_head_geometric_mean_hand_case_and_floor():
     """exp(mean log): [1e-2, 1e-4] -> 1e-3; an exact zero is floored at LOG_FLOOR, not -inf."""
-    from lab.sinks import LOG_FLOOR, head_geometric_mean
+    from lab.sinks.scores import LOG_FLOOR, head_geometric_mean
 
     x = torch.tensor([[[1e-2, 0.5], [1e-4, 0.5]]], dtype=torch.float64)  # [L=1, H=2, S=2]
     torch.testing.assert_close(head_geometric_mean(x), torch.tensor([1e-3, 0.5], dtype=torch.float64))
@@ -357,7 +357,7 @@ def test_head_geometric_mean_hand_case_and_floor():
 
 
 def test_head_geometric_mean_per_layer_shape_and_never_above_arithmetic_mean():
-    from lab.sinks import head_geometric_mean
+    from lab.sinks.scores import head_geometric_mean
 
     g = torch.Generator().manual_seed(3)
     x = torch.rand(4, 3, 7, generator=g)
@@ -369,7 +369,7 @@ def test_head_geometric_mean_per_layer_shape_and_never_above_arithmetic_mean():
 
 @pytest.mark.parametrize("bad", [torch.ones(2, 3), torch.ones(1, 2, 3, dtype=torch.int64), "x"])
 def test_head_geometric_mean_bad_input_raises(bad):
-    from lab.sinks import head_geometric_mean
+    from lab.sinks.scores import head_geometric_mean
 
     with pytest.raises(ValueError, match="per_head"):
         head_geometric_mean(bad)
@@ -377,7 +377,7 @@ def test_head_geometric_mean_bad_input_raises(bad):
 
 def test_layer_sink_spans_hand_case():
     """Position 0: layers 1..3; position 1: layers 0 and 3 (a lapse); position 2: none."""
-    from lab.sinks import layer_sink_spans
+    from lab.sinks.scores import layer_sink_spans
 
     flags = torch.tensor([[False, True, False], [True, False, False], [True, False, False], [True, True, False]])
     first, last, count = layer_sink_spans(flags)
@@ -387,7 +387,7 @@ def test_layer_sink_spans_hand_case():
 @given(layer_flag_grids())
 def test_layer_sink_spans_match_brute_force(flags):
     """first / last are the smallest / largest flagged layer, count the number flagged; -1, -1, 0 when none."""
-    from lab.sinks import layer_sink_spans
+    from lab.sinks.scores import layer_sink_spans
 
     first, last, count = layer_sink_spans(flags)
     for k in range(flags.shape[1]):
@@ -398,7 +398,7 @@ def test_layer_sink_spans_match_brute_force(flags):
 
 @pytest.mark.parametrize("bad", [torch.ones(3, dtype=torch.bool), torch.ones(2, 3), "x"])
 def test_layer_sink_spans_bad_input_raises(bad):
-    from lab.sinks import layer_sink_spans
+    from lab.sinks.scores import layer_sink_spans
 
     with pytest.raises(ValueError, match="layer_flags"):
         layer_sink_spans(bad)

@@ -11,10 +11,10 @@ import torch
 from rich.console import Console
 
 from lab import cli
-from lab.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
-from lab.prefill import MIN_OBSERVING_QUERIES, STATISTIC, analyze_prefill, score_positions
+from lab.sinks.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
+from lab.sinks.prefill import MIN_OBSERVING_QUERIES, STATISTIC, analyze_prefill, score_positions
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
-from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE
+from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
 
 
@@ -140,7 +140,7 @@ def test_calibration_trailing_flagged_counts_only_the_last_positions():
 
 
 def test_calibration_long_prompts_reach_the_length(chatml_tokenizer):
-    from lab.calibration import long_prompts
+    from lab.sinks.calibration import long_prompts
 
     (p,) = long_prompts(chatml_tokenizer, [300])
     assert p.id == "long-300" and len(chatml_tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) >= 290
@@ -149,7 +149,7 @@ def test_calibration_long_prompts_reach_the_length(chatml_tokenizer):
 
 
 def test_calibration_packaged_held_out_set_is_disjoint_from_calibration_set():
-    from lab.calibration import HELD_OUT_SET, evaluate
+    from lab.sinks.calibration import HELD_OUT_SET, evaluate
 
     held, cal = load_prompts(packaged=HELD_OUT_SET), load_prompts()
     assert len(held) >= 20 and not {p.prompt for p in held} & {p.prompt for p in cal}
@@ -248,7 +248,7 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
     them may be flagged; position 0 must be; content false positives stay under 1 %.
     The z candidate (``gm_content``) at the z threshold SmolLM2 was calibrated to before
     issue 15: the observer-matched baseline is what is tested."""
-    from lab.sinks import attention_received
+    from lab.sinks.scores import attention_received
 
     s = 1200
     per_head = attention_received(_recency_attention(s, seed)).float()  # [L, H, S]
@@ -264,7 +264,7 @@ def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
 def test_score_positions_recency_trend_global_baseline_flags_tail_negative_control():
     """Control: the same data scored against one global median (robust_z, the pre-fix baseline)
     flags trailing positions, so the test above can fail."""
-    from lab.sinks import attention_received, robust_z
+    from lab.sinks.scores import attention_received, robust_z
 
     s = 1200
     per_head = attention_received(_recency_attention(s, 0)).float()

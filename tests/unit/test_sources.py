@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import lab.models
+import lab.models.loading
 from lab import cli, sources
 from lab.prompts import CATEGORIES, parse_prompts, select_prompts
 from lab.sources import SOURCES, first_paragraphs, load_prompt_set, load_source
@@ -130,14 +130,15 @@ def test_select_prompts_on_a_source_keeps_source_order():
 
 
 def test_cli_study_unknown_source_exits_2_before_loading(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(lab.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(lab.models.loading, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     rc = cli.main(["study", "--prompts", "humanevil", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and "--prompts='humanevil'" in err and "humaneval" in err, err
 
 
 def test_plan_study_named_source_selects_it(tmp_path):
-    from lab.study import StudyConfig, plan_study
+    from lab.study.config import StudyConfig
+    from lab.study.work import plan_study
 
     plan = plan_study(StudyConfig(prompts="humaneval", limit=4, out=str(tmp_path)))
     assert [p.id for p in plan.prompts] == [f"humaneval-{i:03d}" for i in range(4)]

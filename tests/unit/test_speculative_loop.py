@@ -7,9 +7,11 @@ import copy
 import pytest
 import torch
 
-from lab.speculative import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft, early_exit_model,
-                             make_draft, model_draft, speculative_generate, target_generate)
+from lab.speculative.drafts import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft,
+                                    early_exit_model, model_draft)
+from lab.speculative.loop import make_draft, speculative_generate, target_generate
 from lab.speculative.drafts import empty_proposal
+from lab.sampling import SamplingConfig
 from tests.support import tiny_llama_untied
 
 # Cached vs full-recompute logits of a float32 model differ only by the order of
@@ -176,7 +178,7 @@ def test_speculative_target_cache_after_rejections_equals_full_recompute(target,
 
 def test_model_draft_cache_after_commit_holds_only_committed_tokens(target, prompt):
     draft = early_exit_draft(target, 2)
-    prop = draft.propose(prompt[0], 4, sampling=__import__("lab.speculative", fromlist=["SamplingConfig"]).SamplingConfig())
+    prop = draft.propose(prompt[0], 4, sampling=SamplingConfig())
     assert draft.cache.get_seq_length() == prompt.shape[1] + 3  # last draft token not fed
     draft.commit(1)
     assert draft.cache.get_seq_length() == prompt.shape[1] + 1
@@ -196,7 +198,7 @@ def test_early_exit_model_shares_target_weights(target):
 
 def test_prompt_lookup_proposes_continuation_of_latest_match():
     d = PromptLookupDraft(vocab_size=20)
-    from lab.speculative import SamplingConfig
+    from lab.sampling import SamplingConfig
     prop = d.propose(torch.tensor([5, 6, 7, 8, 9, 1, 5, 6, 7, 3, 4, 5, 6]), 3, sampling=SamplingConfig())
     assert prop.tokens.tolist() == [7, 3, 4]  # latest earlier "5 6" is followed by 7 3 4
     assert torch.equal(prop.probs, torch.nn.functional.one_hot(prop.tokens, 20).float())
@@ -258,7 +260,7 @@ def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt
 def test_make_draft_vocab_mismatch_caught_from_tokenizer_before_weights(monkeypatch):
     """A draft whose vocabulary cannot match is refused from its tokenizer alone; its
     weights are never loaded (issue 11 item 5: gemma3-270m for smollm2 dequantized 1.1 GB first)."""
-    from lab import models
+    from lab.models import loading as models
     from tests.support import chatml_tokenizer, gemma_tokenizer
 
     target_tok, draft_tok = chatml_tokenizer(), gemma_tokenizer()

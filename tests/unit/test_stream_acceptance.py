@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.speculative import SamplingConfig, early_exit_draft, speculative_generate, target_generate
+from lab.sampling import SamplingConfig
+from lab.speculative.drafts import early_exit_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.stream.acceptance import EvictingDraft
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import parse_policy, policy_visibility

@@ -56,7 +56,7 @@ def test_stream_cli_non_utf8_text_file_exits_2(tmp_path, capsys):
 @pytest.fixture
 def tiny_loader(monkeypatch):
     model, tok = support.tiny_llama(max_positions=512), support.base_tokenizer()
-    monkeypatch.setattr("lab.models.load_model", lambda *a, **k: (model, tok))
+    monkeypatch.setattr("lab.models.loading.load_model", lambda *a, **k: (model, tok))
     return model, tok
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.models import encode_chat
-from lab.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE, analyze_structure
+from lab.models.chat import encode_chat
+from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE, analyze_structure
 from tests import support
 
 

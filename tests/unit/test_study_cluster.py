@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from lab.study import plan_study, run_study, work_file
+from lab.study.work import plan_study, work_file
+from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, plan_slots
 from lab.study.run import PromptFailure, measure
 from tests.unit.test_study_resume import FakeRunner, _config
@@ -124,7 +125,7 @@ def test_cluster_config_bad_value_raises_naming_it(field, value):
 
 
 def _no_model(monkeypatch):
-    from lab import models
+    from lab.models import loading as models
     from lab.study import runner
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded despite bad input"))

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import models
+from lab.models import loading as models
 from lab.prompts import load_prompts
-from lab.speculative import make_draft
-from lab.study import ModelRunner, StudyConfig
+from lab.speculative.loop import make_draft
+from lab.study.runner import ModelRunner
+from lab.study.config import StudyConfig
 from lab.study import config as study_config
 from tests import support
 
@@ -41,12 +42,12 @@ def test_model_runner_one_target_prefill_and_no_tracked_decode(tiny_pair, monkey
     """Regression (fault class: the target decodes a prompt twice): per prompt the target sees the
     whole prompt in one forward (the capture's), never a tracked target-only decode."""
     import lab.decode
-    import lab.tracker
+    import lab.tracker.loop
 
     def refuse(*a, **k):
         raise AssertionError("the study ran a target-only decode")
 
-    monkeypatch.setattr(lab.tracker, "track_generate", refuse)
+    monkeypatch.setattr(lab.tracker.loop, "track_generate", refuse)
     monkeypatch.setattr(lab.decode, "generate", refuse)
     runner = ModelRunner.load(StudyConfig(model="qwen2.5", device="cpu", max_new_tokens=6, gamma=2))
     prompt = next(p for p in load_prompts() if p.id == "factual-06")
@@ -124,7 +125,7 @@ def test_make_draft_dtype_for_a_shared_weight_draft_raises():
 
 
 def test_plan_study_settings_key_changes_with_the_draft_dtype(tmp_path):
-    from lab.study import plan_study
+    from lab.study.work import plan_study
 
     a = plan_study(StudyConfig(out=str(tmp_path), limit=2))
     b = plan_study(StudyConfig(out=str(tmp_path), limit=2, draft_dtype="bfloat16"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
-from lab.analysis import correlation_test, judge
+from lab.analysis.hypotheses import correlation_test, judge
 from lab.render.study import write_report
 from lab.render import study_summary
-from lab.study import prompts_display, run_study
+from lab.study.work import prompts_display
+from lab.study.run import run_study
 from tests.unit.test_study_shards import FakeRunner, _config
 
 
@@ -41,7 +42,7 @@ def test_test_line_prints_raw_sign_with_predicted_sign_and_words_for_missing_ci(
 
 
 def test_category_test_too_little_data_says_what_is_missing_in_words():
-    from lab.analysis import category_test
+    from lab.analysis.hypotheses import category_test
 
     r = category_test([0.1, 0.2, 0.3], ["math", "code", "summary"])
     assert r.note.startswith("no category has 2 or more clean prompts") and "needs at least 2 such categories" in r.note

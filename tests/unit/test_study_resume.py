@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from lab.prompts import load_prompts
-from lab.study import (PER_PROMPT_FIELDS, PromptOutcome, StudyConfig, config_from_work_dir, discard_work,
-                       plan_study, prompt_seed, run_study, work_file)
+from lab.study.config import PER_PROMPT_FIELDS, PromptOutcome, StudyConfig, prompt_seed
+from lab.study.work import config_from_work_dir, discard_work, plan_study, work_file
+from lab.study.run import run_study
 from tests import support
 
 FAST_RESAMPLES = 99  # the bookkeeping is under test here, not the CI's precision
@@ -171,7 +172,8 @@ def test_study_config_model_without_draft_raises():
 
 
 def test_write_report_files_and_consistency(tmp_path):
-    from lab.render.study import FIGURES, write_report
+    from lab.render.study_summary import FIGURES
+    from lab.render.study import write_report
     from lab.reports import read_json, rows_from_csv
 
     cfg = _config(tmp_path)
@@ -194,7 +196,8 @@ def test_write_report_files_and_consistency(tmp_path):
 
 
 def test_cli_study_bad_prompt_file_exits_2_before_model_work(tmp_path, capsys, monkeypatch):
-    from lab import cli, models
+    from lab import cli
+    from lab.models import loading as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded despite bad input"))
     bad = tmp_path / "p.jsonl"
@@ -208,7 +211,7 @@ def test_cli_study_bad_prompt_file_exits_2_before_model_work(tmp_path, capsys, m
 
 def test_cli_study_fake_runner_writes_report(tmp_path, capsys, monkeypatch):
     from lab import cli
-    from lab import study as study_mod
+    from lab.study import runner as study_mod
 
     monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: FakeRunner()))
     code = cli.main(["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", "--resamples", "99"])
@@ -222,8 +225,8 @@ def test_cli_study_fake_runner_writes_report(tmp_path, capsys, monkeypatch):
 def test_model_runner_qwen25_profile_with_tiny_models(monkeypatch):
     """Wiring of the qwen2.5 profile (3B target, 0.5B draft from the hub) without downloads:
     the loader is replaced by tiny random Qwen2 models sharing a ChatML tokenizer."""
-    from lab import models
-    from lab.study import ModelRunner
+    from lab.models import loading as models
+    from lab.study.runner import ModelRunner
 
     tok = support.chatml_tokenizer()
     loaded = []
@@ -248,7 +251,7 @@ def test_model_runner_qwen25_profile_with_tiny_models(monkeypatch):
 
 def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, capsys, monkeypatch):
     from lab import cli
-    from lab import study as study_mod
+    from lab.study import runner as study_mod
 
     class CtrlC(FakeRunner):
         def __call__(self, prompt):

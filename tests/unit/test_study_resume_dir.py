@@ -16,14 +16,16 @@ import pytest
 
 from lab.prompts import default_prompts_path
 from lab.reports import rows_from_csv
-from lab.study import StudyConfig, plan_study, run_study
+from lab.study.config import StudyConfig
+from lab.study.work import plan_study
+from lab.study.run import run_study
 from tests.unit.test_study_resume import FakeRunner, InterruptAfter, _config
 
 CLI_RESAMPLES = ["--resamples", "99"]
 
 
 def _use_runner(monkeypatch, runner):
-    from lab import study as study_mod
+    from lab.study import runner as study_mod
 
     monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: runner))
 
@@ -134,7 +136,8 @@ def test_resume_with_flag_equal_to_dir_setting_runs(tmp_path, monkeypatch):
 
 _BLOCKED_STUDY = """
 import pathlib, sys, time
-from lab import cli, study
+from lab import cli
+from lab.study import runner as study
 from tests.unit.test_study_resume import FakeRunner
 
 started, release = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -318,7 +321,8 @@ def test_merge_of_half_the_prompts_says_incomplete_on_the_report_first_line(tmp_
 
 _TERMINATED_WHILE_REPORTING = """
 import pathlib, sys, time
-from lab import cli, reports, study
+from lab import cli, reports
+from lab.study import runner as study
 from tests.unit.test_study_resume import FakeRunner
 
 started = pathlib.Path(sys.argv[1])

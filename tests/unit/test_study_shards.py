@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 
 from lab.prompts import load_prompts
-from lab.study import (PromptOutcome, StudyConfig, merge_study, plan_study, prompt_seed, run_study, shard_prompts,
-                       temperature_subset)
-from lab.study.config import DESIGN_TEMPERATURES
+from lab.study.config import PromptOutcome, StudyConfig, prompt_seed
+from lab.study.run import merge_study, run_study
+from lab.study.work import plan_study, shard_prompts, temperature_subset
+from lab.analysis.claims import DESIGN_TEMPERATURES
 
 FAST_RESAMPLES = 99
 TIMING = ("wall_s", "prefill_s", "decode_s", "speculative_s", "temperature_s")
@@ -137,7 +138,7 @@ def test_merge_of_one_shard_reports_missing_prompts(tmp_path):
 
 def test_cli_study_shards_then_merge_writes_one_report(tmp_path, capsys, monkeypatch):
     from lab import cli
-    from lab import study as study_mod
+    from lab.study import runner as study_mod
 
     monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: FakeRunner()))
     common = ["study", "--limit", "12", "--device", "cpu", "--resamples", "99", "--out", str(tmp_path)]

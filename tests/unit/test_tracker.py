@@ -15,15 +15,10 @@ import torch
 from hypothesis import given
 
 from lab.entropy import entropy, varentropy
-from lab.models import build_messages, encode_chat
-from lab.tracker import (
-    DecodeSettings,
-    _token_pieces,
-    build_warpers,
-    row_statistics,
-    run_decode,
-    track_generate,
-)
+from lab.models.chat import build_messages, encode_chat
+from lab.tracker.results import DecodeSettings, build_warpers
+from lab.tracker.loop import _token_pieces, run_decode, track_generate
+from lab.tracker.stats import row_statistics
 from tests import support
 from tests.strategies import logit_vectors, masked_logit_vectors
 

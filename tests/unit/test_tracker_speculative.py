@@ -14,10 +14,12 @@ import pytest
 import torch
 
 from lab.decode import enable_rollback, new_cache
-from lab.models import encode_chat
-from lab.prefill import analyze_prefill
-from lab.speculative import make_draft, model_draft, speculative_generate
-from lab.tracker import track_generate, track_speculative
+from lab.models.chat import encode_chat
+from lab.sinks.prefill import analyze_prefill
+from lab.speculative.loop import make_draft, speculative_generate
+from lab.speculative.drafts import model_draft
+from lab.tracker.loop import track_generate
+from lab.tracker.speculative import track_speculative
 from lab.tracker.speculative import GREEDY_ENTROPY_ATOL_BITS
 from tests import support
 

@@ -14,9 +14,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from lab.chat import build_messages
-from lab.models import PROFILES, gguf_path, load_tokenizer
-from lab.peer.llamacpp import (PeerRunConfig, bench_command, completion_command, locate, prompt_file_text,
+from lab.models.chat import build_messages
+from lab.models.profiles import PROFILES
+from lab.models.loading import gguf_path, load_tokenizer
+from lab.bench.peer.llamacpp import (PeerRunConfig, bench_command, completion_command, locate, prompt_file_text,
                                speculative_command, version_command)
 
 HERE = Path(__file__).parent

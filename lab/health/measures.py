@@ -7,12 +7,12 @@ position is observed by enough queries to judge.
 Context health keeps its scale and meaning (issue 9): 0..10, where 10 means the
 attention a prompt's content receives flows the way it does in a clean prompt
 and lower values mean more of it pooled on positions that carry no content. The
-count-based score of :func:`lab.sinks.context_health` is 10 for every clean prompt
+count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
 of the study (no clean prompt has a content sink at the calibrated threshold), so
 it cannot rank clean prompts; it stays in the study as ``content_sink_health``.
 
 Pure functions on a prompt's prefill outputs (:class:`HealthInputs`, built from a
-:class:`lab.prefill.PrefillAnalysis`); no model code. Shapes: ``S`` prompt
+:class:`lab.sinks.prefill.PrefillAnalysis`); no model code. Shapes: ``S`` prompt
 positions, ``N`` content positions. Received attention is Gu et al.'s importance
 score (arXiv:2410.10781, Sec. 3): mean attention per observing query, averaged
 over layers and heads.
@@ -42,7 +42,7 @@ prompt set is never used), by ``lab calibrate-health``:
 2. *admissible*: it ranks every poisoned calibration variant strictly below its
    clean twin (variants built as the study's twins are: one of the study's six
    distractor texts, then a blank line, then the clean question;
-   :func:`lab.health_calibration.poisoned_variants`), and no value (to 0.01) is
+   :func:`lab.health.calibration.poisoned_variants`), and no value (to 0.01) is
    shared by more than 10 % of the clean calibration prompts;
 3. among admissible candidates the one with the largest spread over the clean
    calibration prompts wins, spread = interquartile range on the 0..10 scale;
@@ -98,7 +98,7 @@ import torch
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
 # (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are
-# those of lab.sinks.context_health, so a clear sink costs what it costs there.
+# those of lab.sinks.scores.context_health, so a clear sink costs what it costs there.
 SOFT_WIDTH = 0.5
 SEVERITY_SCALE = 2.0
 HEALTH_RATE = 10.0
@@ -129,8 +129,8 @@ class HealthInputs:
 
     @classmethod
     def from_prefill(cls, pre: Any) -> "HealthInputs":
-        """From a :class:`lab.prefill.PrefillAnalysis` (its public fields only)."""
-        # "content" is lab.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
+        """From a :class:`lab.sinks.prefill.PrefillAnalysis` (its public fields only)."""
+        # "content" is lab.sinks.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
         content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
         return cls(received=pre.received.detach().float().cpu(), content=content, z=pre.z.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),

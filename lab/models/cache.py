@@ -1,6 +1,6 @@
 """The dequantized-model cache's integrity: a manifest written with it, checked on every use.
 
-A GGUF profile is dequantized once into ``<cache>/<profile>/`` (:mod:`lab.models`). A
+A GGUF profile is dequantized once into ``<cache>/<profile>/`` (:mod:`lab.models.loading`). A
 truncated or overwritten ``model.safetensors`` there used to reach safetensors and end
 in ``SafetensorError ... incomplete metadata``. Now the cache is checked when it is used:
 
@@ -12,7 +12,7 @@ in ``SafetensorError ... incomplete metadata``. Now the cache is checked when it
   length, a JSON header, tensors whose data ends exactly at the end of the file), which
   catches truncation and garbage in caches written before the manifest existed.
 
-:func:`cache_problem` says what is wrong, or ``None``; :mod:`lab.models` then rebuilds
+:func:`cache_problem` says what is wrong, or ``None``; :mod:`lab.models.loading` then rebuilds
 the cache from the GGUF source, saying so.
 """
 

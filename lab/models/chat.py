@@ -1,6 +1,6 @@
 """Chat prompts: messages, the tokenizer's own chat template, and stop tokens.
 
-Used by every command that prompts a chat model; :mod:`lab.models` re-exports these.
+Used by every command that prompts a chat model; :mod:`lab.models.loading` re-exports these.
 """
 
 from __future__ import annotations

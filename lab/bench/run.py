@@ -30,10 +30,11 @@ import torch
 
 from lab.machine import LoadLog
 from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft
-from lab.speculative.levers import assistant_settings, lever_methods, select_methods, timed_speculative
-from lab.speculative.loop import SpeculativeResult, target_generate
+from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
+from lab.speculative.results import SpeculativeResult
+from lab.speculative.loop import target_generate
 from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
-from lab.speculative.phases import FirstTokenClock, group_speedups
+from lab.bench.phases import FirstTokenClock, group_speedups
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
                                     flops_per_token)
@@ -66,7 +67,7 @@ class BenchConfig:
     repeats: int = 3
     assisted: bool = True
     warmup_tokens: int = 8
-    # Levers (lab.speculative.levers), each one more method in the same alternating run:
+    # Levers (lab.bench.levers), each one more method in the same alternating run:
     dynamic: tuple[str, ...] = ()  # draft-length policies, "dynamic:START:MAX"
     draft_dtypes: tuple[str, ...] = ()  # the model draft cast to these dtypes ("bfloat16")
     prompt_lookup: bool = False  # prompt lookup at max(gammas) and each dynamic policy
@@ -96,8 +97,8 @@ class Run:
     """One timed generation.
 
     ``first_token_s`` / ``n_first``: seconds to the first committed new token(s) and how many
-    arrived then (:mod:`lab.speculative.phases`); ``group``: the prompt's group
-    (:mod:`lab.speculative.prompt_split`); ``draft_passes``: the draft's forwards by shape
+    arrived then (:mod:`lab.bench.phases`); ``group``: the prompt's group
+    (:mod:`lab.bench.prompt_split`); ``draft_passes``: the draft's forwards by shape
     (:func:`lab.speculative.per_pass.pass_shapes`), for model drafts.
     """
 
@@ -114,7 +115,7 @@ class Run:
     n_first: int = 1
     group: str = "short"
     draft_passes: dict[str, Any] | None = None
-    peer: Any = None  # a llama.cpp run's parsed output (lab.peer); such runs are summarized apart
+    peer: Any = None  # a llama.cpp run's parsed output (lab.bench.peer); such runs are summarized apart
 
 
 def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
@@ -153,7 +154,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
         load_log: Receives a load-average / torch-threads sample before and after
             every timed run (:mod:`lab.machine`); its summary goes in the result.
         prompt_groups: One group name per prompt (``"short"``, ``"humaneval"``); None = all ``"short"``.
-        peer: A :class:`lab.peer.bench.LlamaCppPeer`: its methods join the same schedule,
+        peer: A :class:`lab.bench.peer.bench.LlamaCppPeer`: its methods join the same schedule,
             its runs are summarized apart under ``peer``.
 
     Returns:
@@ -266,7 +267,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
 
 def _summarize_with_peer(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig,
                          runs: list[Run], assisted_errors: dict[str, str], peer: Any) -> dict[str, Any]:
-    """The lab's runs summarized as always; a peer's runs apart, under ``peer`` (lab.peer)."""
+    """The lab's runs summarized as always; a peer's runs apart, under ``peer`` (lab.bench.peer)."""
     lab_runs = [r for r in runs if r.peer is None]
     bench = summarize(target, draft, prompts, config, lab_runs, assisted_errors)
     if peer is not None:

@@ -1,8 +1,8 @@
 """Prefill analysis: which prompt positions are attention sinks, and how healthy the context is.
 
-Model-facing loop tying :mod:`lab.structure` (template positions),
-:mod:`lab.attention_capture` (streaming received attention, no S x S storage) and
-:mod:`lab.sinks` (scores, z, sink rate, health) together. References: Xiao et al.
+Model-facing loop tying :mod:`lab.sinks.structure` (template positions),
+:mod:`lab.sinks.capture` (streaming received attention, no S x S storage) and
+:mod:`lab.sinks.scores` (scores, z, sink rate, health) together. References: Xiao et al.
 2023 (StreamingLLM, arXiv:2309.17453) for sinks; Gu et al. 2024 (arXiv:2410.10781)
 for the importance score and sink rate.
 
@@ -11,7 +11,7 @@ observing query in layer ``l``, head ``h`` (Gu et al.'s importance score);
 ``received[k]`` its arithmetic mean over layers and heads (reported) and
 ``typical[k]`` its geometric mean. The detector's score is :data:`STATISTIC`, one of
 the candidates in :data:`STATISTICS`, chosen by the rule of
-:func:`lab.calibration.choose_statistic` across the four profiles (issue 15):
+:func:`lab.sinks.calibration.choose_statistic` across the four profiles (issue 15):
 
 * ``sink_rate`` (the rule's choice): Gu et al.'s sink rate, the fraction of the
   ``L x H`` (layer, head) pairs in which ``per_head[l, h, k] > epsilon`` (0.3). A
@@ -24,17 +24,17 @@ the candidates in :data:`STATISTICS`, chosen by the rule of
   on Gemma-3 (no template) a short prompt has one or two observed content tokens.
   The rate needs no baseline.
 * the threshold belongs to the model: the profile's calibration
-  (``lab/data/calibration/<profile>.json``, written by ``lab calibrate-sinks``) via
-  :func:`lab.sink_profiles.resolve_threshold`, else :data:`DEFAULT_THRESHOLD`, and
+  (``lab/sinks/calibrations/<profile>.json``, written by ``lab calibrate-sinks``) via
+  :func:`lab.sinks.profiles.resolve_threshold`, else :data:`DEFAULT_THRESHOLD`, and
   the analysis then says it is not calibrated for the model.
 * ``robust_z`` is reported beside it: the robust log-MAD z of the geometric mean
   against observed content positions seen by as many queries (``gm_content``,
-  :func:`lab.sinks.observer_matched_z`), how far a position stands out.
+  :func:`lab.sinks.scores.observer_matched_z`), how far a position stands out.
 
 Sink levels across layers: ``layer_scores[l]`` is the statistic on layer ``l`` alone
 (for ``sink_rate``: the fraction of the layer's heads above epsilon); a position is a
 sink in layer ``l`` when ``layer_scores[l] > threshold`` (and observed).
-:func:`lab.sinks.layer_sink_spans` gives the first and last layer of each and the
+:func:`lab.sinks.scores.layer_sink_spans` gives the first and last layer of each and the
 number of layers it holds in.
 
 The tail: position ``k`` is seen by only ``S - k`` queries, so the last few scores
@@ -42,9 +42,9 @@ average one to a handful of rows and are too noisy to judge. Positions with fewe
 than :data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of the
 baseline; their scores are still reported.
 
-Context health: :func:`lab.health.graded_health` (the graded measure the study
+Context health: :func:`lab.health.measures.graded_health` (the graded measure the study
 uses), ``NaN`` ("not measurable") when no content position is observed; the older
-count-based :func:`lab.sinks.context_health` is kept as ``content_sink_health``.
+count-based :func:`lab.sinks.scores.context_health` is kept as ``content_sink_health``.
 """
 
 from __future__ import annotations
@@ -56,16 +56,16 @@ from typing import Any, Sequence
 
 import torch
 
-from lab.attention_capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
-from lab.health import HealthInputs, graded_health
-from lab.sinks import (DEFAULT_EPSILON, context_health, head_geometric_mean, layer_sink_spans, observer_matched_z,
+from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
+from lab.health.measures import HealthInputs, graded_health
+from lab.sinks.scores import (DEFAULT_EPSILON, context_health, head_geometric_mean, layer_sink_spans, observer_matched_z,
                        sink_rate)
-from lab.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
+from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
 
 logger = logging.getLogger(__name__)
 
 # The candidate sink statistics (issue 15), in the order of preference of the rule that
-# chooses among them (lab.calibration.choose_statistic: the first candidate whose
+# chooses among them (lab.sinks.calibration.choose_statistic: the first candidate whose
 # per-model calibration meets the criteria on every profile): the least departure from
 # the SmolLM2-calibrated detector first.
 #   gm_prose      robust z of the geometric mean over (layer, head), baseline content +
@@ -78,11 +78,11 @@ logger = logging.getLogger(__name__)
 STATISTICS = ("gm_prose", "gm_content", "layer_median", "am_content", "sink_rate")
 # How a threshold on each statistic reads ("z > 3.5", "sink rate > 0.07").
 STATISTIC_LABEL = {name: ("sink rate" if name == "sink_rate" else "z") for name in STATISTICS}
-STATISTIC = "sink_rate"  # the rule's choice (figures: lab/data/calibration/*.json, README)
+STATISTIC = "sink_rate"  # the rule's choice (figures: lab/sinks/calibrations/*.json, README)
 
 # The threshold for a model without a calibration file (a hub id, a local path), on
 # STATISTIC's scale; such a model runs with it and the analysis says it is not
-# calibrated for the model. By the rule (lab.calibration.choose_statistic): no single
+# calibrated for the model. By the rule (lab.sinks.calibration.choose_statistic): no single
 # sink-rate threshold is feasible on all four profiles (smollm2 0.19..0.51, gemma3-270m
 # 0.02..0.13, qwen2.5-coder 0.01..0.05, qwen2.5-coder-0.5b 0.01..0.02), so the default
 # is the smallest per-model threshold, qwen2.5-coder-0.5b's 0.02: it never misses
@@ -121,9 +121,9 @@ class PrefillAnalysis:
         sink_heads: ``(layer, head)`` pairs whose score at some flagged sink exceeds
             ``epsilon``.
         context_health: The graded context health on ``[0, 10]``
-            (:func:`lab.health.graded_health`, what the study reports), ``NaN`` when
+            (:func:`lab.health.measures.graded_health`, what the study reports), ``NaN`` when
             not measurable (no observed content position).
-        content_sink_health: The count-based score of :func:`lab.sinks.context_health`
+        content_sink_health: The count-based score of :func:`lab.sinks.scores.context_health`
             over observed content positions (``NaN`` when there are none).
         threshold, epsilon, min_observers: The settings used.
         statistic: Which candidate statistic ``z`` is (:data:`STATISTICS`).
@@ -235,7 +235,7 @@ def candidate_scores(per_head: torch.Tensor, roles: Sequence[str], *,
 
     Args:
         per_head: Float ``[L, H, S]`` received attention (probabilities).
-        roles: ``S`` role strings (see :mod:`lab.structure`).
+        roles: ``S`` role strings (see :mod:`lab.sinks.structure`).
         min_observers: Minimum observing queries for a position to count.
 
     Raises:
@@ -268,7 +268,7 @@ def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
 
     Args:
         per_head: Float ``[L, H, S]`` received attention.
-        roles: ``S`` role strings (see :mod:`lab.structure`).
+        roles: ``S`` role strings (see :mod:`lab.sinks.structure`).
         min_observers: Minimum observing queries for a position to count.
         statistic: One of :data:`STATISTICS`.
 
@@ -304,16 +304,16 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
     Args:
         model: A transformers causal LM (batch 1; attention via ``AttentionInterface``).
         tokenizer: Its fast tokenizer, with the chat template if the model has one.
-        messages: Non-empty chat messages (``lab.models.build_messages``).
+        messages: Non-empty chat messages (``lab.models.loading.build_messages``).
         threshold: Score above which an observed position is a sink. ``None`` (default):
-            the model's calibrated threshold (:func:`lab.sink_profiles.calibration_for`,
+            the model's calibrated threshold (:func:`lab.sinks.profiles.calibration_for`,
             by ``model.lab_source["profile"]``), else :data:`DEFAULT_THRESHOLD` with a
             warning that it is not calibrated for this model.
         epsilon: Received-attention level for the sink rate and sink heads (Gu et al.: 0.3).
         min_observers: See :data:`MIN_OBSERVING_QUERIES`.
         max_chunk_bytes: Budget for one chunk of attention scores in the capture.
         cache: An empty KV cache the capture's prefill fills
-            (:func:`lab.attention_capture.capture_received`), so a decode can go on
+            (:func:`lab.sinks.capture.capture_received`), so a decode can go on
             from this prefill instead of running its own; None = no cache.
 
     Returns:
@@ -323,10 +323,10 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         ValueError: empty or malformed messages, a prompt longer than the model's
             context, a bad threshold/epsilon/min_observers, a template whose
             positions cannot be attributed, a calibration file that does not parse.
-        lab.attention_capture.CaptureError (a ValueError): the model's attention
+        lab.sinks.capture.CaptureError (a ValueError): the model's attention
             cannot be captured, or the capture failed validation.
     """
-    from lab.sink_profiles import resolve_threshold
+    from lab.sinks.profiles import resolve_threshold
 
     _check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold, epsilon)
     threshold, calibrated_for, source = resolve_threshold(model, threshold)

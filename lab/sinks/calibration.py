@@ -10,14 +10,14 @@ apart); rates are derived from them. :func:`choose_threshold` takes the middle o
 the feasible range of grid values (those meeting both criteria), which leaves the
 largest margin to both criteria on prompts unlike the calibration set.
 
-Every candidate statistic of :data:`lab.prefill.STATISTICS` is swept on the same
+Every candidate statistic of :data:`lab.sinks.prefill.STATISTICS` is swept on the same
 prefills (each on its own grid, :data:`GRIDS`), so each model's report holds every
 candidate's counts. :func:`choose_statistic` is the rule that picks the detector's
 statistic across models, stated before the four profiles' figures were all in:
-**the first candidate, in the order of** :data:`lab.prefill.STATISTICS` **(least
+**the first candidate, in the order of** :data:`lab.sinks.prefill.STATISTICS` **(least
 departure from the SmolLM2-calibrated detector first), that has a feasible threshold
 on the calibration prompts (short and long) of every calibrated profile**; its
-per-model thresholds go to ``lab/data/calibration/<profile>.json`` and the middle of
+per-model thresholds go to ``lab/sinks/calibrations/<profile>.json`` and the middle of
 the thresholds feasible on all of them (else the smallest per-model threshold)
 becomes the default for uncalibrated models.
 Held-out prompts never enter the choice: they check it.
@@ -34,10 +34,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.attention_capture import capture_received
-from lab.models import build_messages
-from lab.prefill import MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS, candidate_scores
-from lab.structure import ROLE_CONTENT, analyze_structure
+from lab.sinks.capture import capture_received
+from lab.sinks.prefill import MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS, candidate_scores
+from lab.prompts import CalibrationPrompt
+from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +57,6 @@ HELD_OUT_SET = "sinks_held_out.jsonl"
 LONG_LENGTHS = (2048,)
 # "Trailing" positions, for the report: those seen by fewer than this share of the queries.
 TRAILING_FRACTION = 0.1
-
-
-@dataclass(frozen=True)
-class CalibrationPrompt:
-    id: str
-    prompt: str
-    system: str | None = None
-
-    def messages(self) -> list[dict[str, str]]:
-        return build_messages(self.prompt, self.system)
 
 
 def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET) -> list[CalibrationPrompt]:
@@ -127,10 +117,10 @@ class PromptScores:
 
     Attributes:
         id: Prompt id.
-        scores: ``{statistic: float32 [S]}`` (:func:`lab.prefill.candidate_scores`).
+        scores: ``{statistic: float32 [S]}`` (:func:`lab.sinks.prefill.candidate_scores`).
         observed: Bool ``[S]``.
         content: Bool ``[S]``: content positions.
-        statistic: The statistic the properties below read (default :data:`lab.prefill.STATISTIC`).
+        statistic: The statistic the properties below read (default :data:`lab.sinks.prefill.STATISTIC`).
     """
 
     id: str
@@ -279,7 +269,7 @@ def choose_statistic(feasible: dict[str, dict[str, Sequence[float]]]) -> tuple[s
         feasible: ``{model: {statistic: feasible thresholds on its calibration prompts}}``.
 
     Returns:
-        The first statistic of :data:`lab.prefill.STATISTICS` feasible on every model, and
+        The first statistic of :data:`lab.sinks.prefill.STATISTICS` feasible on every model, and
         the default threshold for uncalibrated models: the middle of the thresholds
         feasible on all of them, or, when no single threshold is, the smallest of the
         models' own thresholds (the middle of each one's range): missing position 0 is

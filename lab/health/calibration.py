@@ -1,8 +1,8 @@
 """Calibrating the graded context-health measure (model-facing; no rendering).
 
-Scores every candidate of :mod:`lab.health` on the calibration prompts and on one
+Scores every candidate of :mod:`lab.health.measures` on the calibration prompts and on one
 poisoned variant of each, then applies the choice rule stated in
-:mod:`lab.health` (:func:`choose`). The poisoned variants are built the way the
+:mod:`lab.health.measures` (:func:`choose`). The poisoned variants are built the way the
 study's twins are (:func:`poisoned_variants`): one of the distractor texts the
 study's poisoned twins use (taken from the embedded prompt set, so the two cannot
 drift apart), a blank line, then the clean question. Raw values are kept per
@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from lab.calibration import CalibrationPrompt
-from lab.health import CANDIDATES, HealthInputs, check_properties, check_properties_on
+from lab.prompts import CalibrationPrompt
+from lab.health.measures import CANDIDATES, HealthInputs, check_properties, check_properties_on
 from lab.prompts import StudyPrompt
 
 MAX_TIE_SHARE = 0.10  # issue 9: no value shared by more than 10 % of clean prompts
@@ -96,7 +96,7 @@ def figures(name: str, clean: Sequence[float], poisoned: Sequence[float],
 
 
 def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
-    """Apply the rule of :mod:`lab.health`; returns ``(name, which step decided)``.
+    """Apply the rule of :mod:`lab.health.measures`; returns ``(name, which step decided)``.
 
     Raises:
         ValueError: no candidate is eligible.
@@ -112,23 +112,25 @@ def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
     return best.name, "no candidate admissible: most twins ordered, then largest IQR"
 
 
-def score_candidates(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
+def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
+                     prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
                      progress: Callable[[int, int, str], None] | None = None,
                      keep_inputs: dict[str, HealthInputs] | None = None) -> dict[str, dict[str, float]]:
     """Every candidate's value for every prompt: ``{prompt id: {candidate: value}}``.
 
+    ``analyze`` maps a prompt's chat messages to its prefill analysis (in the lab,
+    :func:`lab.sinks.prefill.analyze_prefill` bound to a model and its tokenizer; the
+    measures read only what :meth:`HealthInputs.from_prefill` takes from it).
     ``prompts`` are calibration prompts (``messages()``) or study prompts (``messages``);
     ``keep_inputs``, when given, receives each prompt's :class:`HealthInputs` (for
-    :func:`lab.health.check_properties_on`, without a second prefill).
+    :func:`lab.health.measures.check_properties_on`, without a second prefill).
     """
-    from lab.prefill import analyze_prefill
-
     out: dict[str, dict[str, float]] = {}
     for i, p in enumerate(prompts):
         if progress is not None:
             progress(i, len(prompts), p.id)
         messages = p.messages() if callable(p.messages) else [dict(m) for m in p.messages]
-        h = HealthInputs.from_prefill(analyze_prefill(model, tokenizer, messages))
+        h = HealthInputs.from_prefill(analyze(messages))
         out[p.id] = {name: fn(h) for name, fn in CANDIDATES.items()}
         if keep_inputs is not None:
             keep_inputs[p.id] = h

@@ -1,13 +1,13 @@
 """The lab's named model set-ups (:data:`PROFILES`): where each model comes from and which draft it uses.
 
-Pure data, no loading: :mod:`lab.models` loads a profile (and re-exports these names).
+Pure data, no loading: :mod:`lab.models.loading` loads a profile (and re-exports these names).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.gguf_chunks import ChunkedGGUF
+from lab.models.gguf_chunks import ChunkedGGUF
 
 DEFAULT_PROFILE = "smollm2"
 
@@ -20,7 +20,7 @@ class ModelProfile:
         name: Profile name as typed on the command line.
         source: ``"gguf-package"`` (a GGUF file shipped in a PyPI package),
             ``"gguf-chunks"`` (a GGUF file split over chunk packages, see
-            :mod:`lab.gguf_chunks`) or ``"hub"``.
+            :mod:`lab.models.gguf_chunks`) or ``"hub"``.
         repo: Hub id (``source == "hub"``) or a human-readable origin.
         package: Import name of the PyPI package holding the GGUF file.
         draft: How the speculative-decoding draft is built: ``"early-exit:N"`` (the

@@ -1,6 +1,6 @@
 """Build llama.cpp's peer binaries from the pinned ``llama-cpp-python`` sdist, once.
 
-``python -m lab.peer.build`` (what ``make peer`` runs) fetches the sdist with
+``python -m lab.bench.peer.build`` (what ``make peer`` runs) fetches the sdist with
 ``pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36``, checks its sha256,
 unpacks only ``vendor/llama.cpp`` and builds, with cmake + ninja, Release, CPU only, no
 HTTPS/network code, no tests and no server, exactly the targets the lab runs:
@@ -14,7 +14,7 @@ HTTPS/network code, no tests and no server, exactly the targets the lab runs:
 
 Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>`` and
 ``<cache>/llama.cpp/<version>/lab-peer.json`` (the manifest), ``<cache>`` being
-:func:`lab.models.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
+:func:`lab.models.loading.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
 staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
 included, in one ``os.rename``: an interrupted build leaves only a staging directory,
 which the next run deletes, never a directory that looks installed. A second run finds
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.models import cache_dir
+from lab.models.loading import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.peer.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.bench.peer.build", description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, help="llama.cpp cache (default <cache_dir()>/llama.cpp)")
     parser.add_argument("--sdist", type=Path, help="use this local sdist instead of pip download")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja jobs (default: CPU count)")
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = build(config)
     except BuildError as exc:
-        print(f"lab.peer.build: error: {exc}", file=sys.stderr)
+        print(f"lab.bench.peer.build: error: {exc}", file=sys.stderr)
         return 1
     state = (f"built in {manifest['build_seconds']} s" if manifest["built"]
              else f"already installed (its build took {manifest['build_seconds']} s)")

@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from lab.peer.llamacpp import PeerOutputError
+from lab.bench.peer.llamacpp import PeerOutputError
 
 _NUM = r"(-?[0-9.]+|nan|-?inf)"
 

@@ -1,7 +1,7 @@
 """``--peer llama.cpp`` and ``--llama-cpp DIR`` for ``lab bench``: flags, checks, set-up.
 
 Everything here runs before any model loads: a missing binary or a model without a GGUF
-file exits 2 with the flag named (:class:`lab.peer.llamacpp.PeerUnavailableError` is a
+file exits 2 with the flag named (:class:`lab.bench.peer.llamacpp.PeerUnavailableError` is a
 ``ValueError``).
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.peer.llamacpp import PeerBinaries, PeerUnavailableError, locate
+from lab.bench.peer.llamacpp import PeerBinaries, PeerUnavailableError, locate
 
 PEERS = ("llama.cpp",)
 CTX_MARGIN = 64  # -c above prompt + budget + gamma: room for the final verify batch's extra tokens
@@ -35,7 +35,8 @@ class PeerSetup:
 
 
 def _gguf(name: str, flag: str) -> Path:
-    from lab.models import PROFILES, gguf_path
+    from lab.models.profiles import PROFILES
+    from lab.models.loading import gguf_path
 
     profile = PROFILES.get(name)
     if profile is None or profile.source == "hub":
@@ -62,13 +63,13 @@ def check_peer_args(args: argparse.Namespace, draft_spec: str) -> PeerSetup | No
 
 def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str, str]]], ids: Sequence[Any], *,
               threads: int, gammas: Sequence[int], max_new_tokens: int) -> Any:
-    """The :class:`lab.peer.bench.LlamaCppPeer` for the loaded prompts.
+    """The :class:`lab.bench.peer.bench.LlamaCppPeer` for the loaded prompts.
 
     Each prompt's text is the lab's chat template rendered to text (``tokenize=False``)
     from the same messages it tokenized; llama.cpp tokenizes it with special tokens
     parsed, so both start from the same tokens (their counts are reported side by side).
     """
-    from lab.peer.bench import LlamaCppPeer
+    from lab.bench.peer.bench import LlamaCppPeer
 
     texts = {}
     for msgs, prompt_ids in zip(messages, ids):

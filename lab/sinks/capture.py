@@ -3,7 +3,7 @@
 ``output_attentions=True`` with eager attention keeps every layer's ``[H, S, S]``
 probability matrix: on SmolLM2-135M (30 layers, 9 heads) about 4.5 GB at 2,048
 tokens and 72 GB at 8,192. Sink detection needs only one reduction of each matrix,
-the mean attention each key receives (:func:`lab.sinks.attention_received`), so
+the mean attention each key receives (:func:`lab.sinks.scores.attention_received`), so
 this module reduces each layer while it runs and keeps ``[H, S]`` per layer.
 
 How: a custom attention function is registered with transformers'
@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from lab.sinks import attention_received
+from lab.sinks.scores import attention_received
 
 logger = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ the template renders, never by its token id alone:
 * ``"template"`` -- everything else the template adds: BOS, turn markers, role
   names, newlines, the generation prompt. For a model without a chat template
   only the tokenizer's own special tokens (BOS) and the blank lines joining
-  messages (see :func:`lab.models.encode_chat`).
+  messages (see :func:`lab.models.loading.encode_chat`).
 
 How: the template is rendered once with each message's content replaced by a
 unique sentinel; the text between sentinels is the template's own. The real
 rendering is then walked segment by segment (so a marker typed inside content
 cannot be mistaken for the template's), the rendered text is tokenized with
-character offsets, and the ids are checked to equal :func:`lab.models.encode_chat`.
+character offsets, and the ids are checked to equal :func:`lab.models.loading.encode_chat`.
 The injected system prompt is found by rendering once more with an explicit
 (sentinel) system message and comparing the two prefixes.
 
@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
-from lab.models import encode_chat
+from lab.models.chat import encode_chat
 
 ROLE_TEMPLATE = "template"
 ROLE_SYSTEM_DEFAULT = "system-default"
@@ -48,7 +48,7 @@ class PromptStructure:
     """A tokenized chat prompt with each position's origin.
 
     Attributes:
-        input_ids: int64 ``[1, S]``, identical to :func:`lab.models.encode_chat`.
+        input_ids: int64 ``[1, S]``, identical to :func:`lab.models.loading.encode_chat`.
         roles: ``S`` strings, one of ``"template"``, ``"system-default"``, ``"content"``.
         message_index: ``S`` ints: the message a content position belongs to, else -1.
         text: The rendered prompt text that was tokenized.
@@ -76,7 +76,7 @@ def analyze_structure(tokenizer: Any, messages: Sequence[dict[str, str]], *,
     Args:
         tokenizer: A fast transformers tokenizer (character offsets are needed).
         messages: ``[{"role": ..., "content": ...}, ...]``, non-empty.
-        add_generation_prompt: As in :func:`lab.models.encode_chat`.
+        add_generation_prompt: As in :func:`lab.models.loading.encode_chat`.
 
     Returns:
         :class:`PromptStructure`.

@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerUnavailableError, bench_command,
+from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerUnavailableError, bench_command,
                                completion_command, prompt_file_text, speculative_command, version_command)
-from lab.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
+from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
 from lab.speculative.theory import expected_tokens_per_round
 
 TARGET_METHOD = "llama.cpp target-only"
@@ -52,7 +52,7 @@ class LlamaCppPeer:
     """llama.cpp's target alone and speculative decoding as bench methods.
 
     Args:
-        bins: from :func:`lab.peer.llamacpp.locate`.
+        bins: from :func:`lab.bench.peer.llamacpp.locate`.
         target_gguf, draft_gguf: the GGUF files the lab's target and draft were loaded from.
         prompt_texts: per prompt, the chat-templated text the lab tokenized, keyed by the
             token ids it produced (the bench passes the ids; llama.cpp gets the text).

@@ -1,17 +1,17 @@
 """Per-model sink calibrations: the threshold a model's own calibration chose.
 
 A calibrated constant belongs to the model it was calibrated on. ``lab
-calibrate-sinks --model PROFILE`` writes ``lab/data/calibration/<profile>.json``
+calibrate-sinks --model PROFILE`` writes ``lab/sinks/calibrations/<profile>.json``
 (shipped with the package); every command that flags sinks (``lab sinks``, the
 study, ``lab stream``'s ``detected`` policy, ``lab calibrate-health``) reads the
 threshold from there through :func:`resolve_threshold`, keyed by the profile the
 model was loaded as (``model.lab_source["profile"]``). A model without a file (a hub
 id, a local path, a profile not yet calibrated) gets
-:data:`lab.prefill.DEFAULT_THRESHOLD` and a warning that the threshold is not
+:data:`lab.sinks.prefill.DEFAULT_THRESHOLD` and a warning that the threshold is not
 calibrated for it; the analysis records which case applied.
 
 A file holds a threshold for every candidate statistic (``thresholds``), all swept on
-the same prefills; the one read is :data:`lab.prefill.STATISTIC`'s, and a file without
+the same prefills; the one read is :data:`lab.sinks.prefill.STATISTIC`'s, and a file without
 it raises, since another candidate's threshold is on another scale. Its ``statistic``
 field records what the detector used when the file was written (three of the four
 shipped files were written while it was still ``gm_content``; their ``sink_rate``
@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-CALIBRATION_DIR = "data/calibration"  # inside the lab package
+CALIBRATION_DIR = "sinks/calibrations"  # inside the lab package
 SOURCE_CALIBRATED = "calibrated"
 SOURCE_DEFAULT = "default (not calibrated for this model)"
 SOURCE_GIVEN = "given"
@@ -39,7 +39,7 @@ class SinkCalibration:
     """One profile's calibrated sink threshold.
 
     Attributes:
-        profile: The profile name (``lab.models.PROFILES``).
+        profile: The profile name (``lab.models.loading.PROFILES``).
         statistic: The statistic the threshold applies to.
         threshold: The chosen threshold (middle of the feasible range).
         path: Where it was read from.
@@ -61,9 +61,9 @@ def load_calibration(profile: str | None) -> SinkCalibration | None:
 
     Raises:
         ValueError: the file exists but does not parse, lacks a finite ``threshold``
-            for :data:`lab.prefill.STATISTIC`, or was calibrated for another profile.
+            for :data:`lab.sinks.prefill.STATISTIC`, or was calibrated for another profile.
     """
-    from lab.prefill import STATISTIC
+    from lab.sinks.prefill import STATISTIC
 
     if not profile:
         return None
@@ -85,10 +85,10 @@ def resolve_threshold(model: Any, threshold: float | None) -> tuple[float, str |
     """``(threshold, calibrated_for, source)`` for an analysis of ``model``.
 
     A given ``threshold`` wins (``source = "given"``); else the model's profile
-    calibration; else :data:`lab.prefill.DEFAULT_THRESHOLD`, with a ``UserWarning``
+    calibration; else :data:`lab.sinks.prefill.DEFAULT_THRESHOLD`, with a ``UserWarning``
     naming the model.
     """
-    from lab.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTIC_LABEL
+    from lab.sinks.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTIC_LABEL
 
     if threshold is not None:
         return float(threshold), None, SOURCE_GIVEN

@@ -1,6 +1,6 @@
 """llama.cpp as a second runtime: locate its binaries, build command lines, parse output.
 
-The lab runs three binaries of the pinned llama.cpp (``make peer``, :mod:`lab.peer.build`)
+The lab runs three binaries of the pinned llama.cpp (``make peer``, :mod:`lab.bench.peer.build`)
 or of a user's own build (``--llama-cpp DIR``):
 
 - ``llama-completion``: the target alone, greedy, on one prompt (``-no-cnv``: the prompt
@@ -21,13 +21,10 @@ beside the lab's). The parsers read the lines these binaries print in the pinned
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.peer.build import TARGETS, BuildConfig
+from lab.bench.peer.build import TARGETS, BuildConfig
 
 SPECULATIVE, COMPLETION, BENCH = TARGETS
 
