@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
-from lab.speculative.drafts import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft,
-                                    early_exit_model, model_draft)
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft, Proposal, model_draft
+from lab.speculative.self_draft import EarlyExitDraft, early_exit_model
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.speculative.drafts import empty_proposal
 from lab.sampling import SamplingConfig
 from tests.support import tiny_llama_untied
@@ -59,6 +60,9 @@ class ScriptedDraft:
 
     def commit(self, n_kept):
         pass
+
+    def use_target_cache(self, cache):
+        pass  # a script needs no cache
 
     def propose(self, prefix_ids, gamma, *, sampling, generator=None, adaptive=None, eos_token_ids=frozenset()):
         if self.start is None:
@@ -171,13 +175,13 @@ def test_speculative_target_cache_after_rejections_equals_full_recompute(target,
         _check_cache_against_recompute(target, committed.clone(), cache)
         seen.append(record.n_accepted < len(record.proposed))
 
-    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW, temperature=temperature,
-                         generator=torch.Generator().manual_seed(3), on_round=on_round)
+    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW,
+                         sampling=SamplingConfig(temperature=temperature), generator=torch.Generator().manual_seed(3), on_round=on_round)
     assert sum(seen) >= 2, "the test needs rounds with rejections"
 
 
 def test_model_draft_cache_after_commit_holds_only_committed_tokens(target, prompt):
-    draft = early_exit_draft(target, 2)
+    draft = EarlyExitDraft(target, 2)
     prop = draft.propose(prompt[0], 4, sampling=SamplingConfig())
     assert draft.cache.get_seq_length() == prompt.shape[1] + 3  # last draft token not fed
     draft.commit(1)
@@ -300,7 +304,7 @@ def test_empty_proposal_has_matching_shapes():
 
 def test_speculative_result_per_token_rows_match_rounds(target, prompt):
     res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW,
-                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(0))
     rows = res.per_token()
     assert len(rows) == res.n_drafted
     assert sum(r["accepted"] for r in rows) == res.n_accepted
