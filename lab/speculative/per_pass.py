@@ -46,7 +46,7 @@ PER_PASS_SPEC = ":".join(PER_PASS_DEFAULT)  # "float32:bfloat16", the alias spel
 # only these, `lab bench` any PREFILL:STEP pair of DTYPES (parse_draft_dtype).
 DRAFT_DTYPE_CHOICES = (*DTYPES, PER_PASS_SPEC, PER_PASS_ALIAS)
 # The commands' help for --draft-dtype, after their own first words.
-DRAFT_DTYPE_HELP = (f"a dtype ({', '.join(DTYPES)}), or per pass shape PREFILL:STEP (e.g. {PER_PASS_SPEC}: the "
+DRAFT_DTYPE_HELP = (f"one dtype ({', '.join(DTYPES)}), or per pass shape PREFILL:STEP (e.g. {PER_PASS_SPEC}: the "
                     f"prompt's pass in {PER_PASS_DEFAULT[0]}, one-token steps and short catch-ups in "
                     f"{PER_PASS_DEFAULT[1]}) or {PER_PASS_ALIAS} (= {PER_PASS_SPEC}; lab.speculative.per_pass)")
 # Passes of this many tokens or more run in the prefill dtype. The speculative loop's

@@ -42,7 +42,7 @@ from lab.tracker.stats import StepRecorder
 # k + 1 positions and k + 1 one-token steps compute the same float32 logits in another
 # summation order (matmul blocking, SDPA over 1 vs k + 1 queries), and the prefill of
 # S - 1 positions is part of one over S when the capture fills the cache. Measured max
-# |difference| over 24-32 greedy tokens, float32 on CPU (issue 16): entropy 2.4e-6 bits
+# |difference| over 24-32 greedy tokens, float32 on CPU: entropy 2.4e-6 bits
 # (tiny Llama, V = 230), 7.6e-6 (SmolLM2-135M, V = 49,152), 4.3e-6 (Qwen2.5-Coder-1.5B
 # with its 0.5B draft, V = 151,936); varentropy 1.0e-5, 1.4e-5 and 1.8e-5 bits^2. The
 # tolerances are >= 13x and >= 27x those, and 1e-4 bits is far below any effect the study

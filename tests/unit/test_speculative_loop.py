@@ -200,6 +200,23 @@ def test_early_exit_model_shares_target_weights(target):
     assert target.config.num_hidden_layers == 4
 
 
+def test_drafters_declare_their_capabilities(target):
+    """What a draft can do is read off the Drafter protocol, never off its type or model."""
+    early, lookup = make_draft(target, "early-exit:2"), make_draft(target, "prompt-lookup")
+    model = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
+    assert (early.weight_dtype, lookup.weight_dtype, model.weight_dtype) == (None, None, "float32")
+    assert early.assistant_model is early.model and lookup.assistant_model is None and model.assistant_model is model.model
+    assert early.cost is None and lookup.cost is None and model.cost is not None and model.cost.ratio < 1.0
+    assert lookup.flops_per_token(64) == 0.0 < model.flops_per_token(64) < early.flops_per_token(64)
+    lent = object()
+    for d in (early, lookup, model):  # every drafter is offered the loop's cache; only the early exit takes it
+        d.reset()
+        d.use_target_cache(lent)
+    assert early.lent_cache is lent and model.cache is not lent
+    early.reset()
+    assert early.lent_cache is None, "a lent cache is given back at reset"
+
+
 def test_prompt_lookup_proposes_continuation_of_latest_match():
     d = PromptLookupDraft(vocab_size=20)
     from lab.sampling import SamplingConfig
@@ -238,7 +255,7 @@ def test_model_draft_vocab_mismatch_raises_naming_both(target):
 
 
 def test_model_draft_deeper_but_cheaper_than_target_is_admitted_without_note(prompt):
-    """Admission is by cost, not layer count (issue 8 part 2): a draft with more but
+    """Admission is by cost, not layer count: a draft with more but
     narrower layers (cheaper per token) runs, with no cost note, and stays lossless."""
     tgt = tiny_llama_untied(num_layers=2, hidden=64, seed=0)
     drf = tiny_llama_untied(num_layers=3, hidden=16, seed=5)
@@ -263,7 +280,8 @@ def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt
 
 def test_make_draft_vocab_mismatch_caught_from_tokenizer_before_weights(monkeypatch):
     """A draft whose vocabulary cannot match is refused from its tokenizer alone; its
-    weights are never loaded (issue 11 item 5: gemma3-270m for smollm2 dequantized 1.1 GB first)."""
+    weights are never loaded (fault class: a mismatched draft, e.g. gemma3-270m for smollm2,
+    dequantized 1.1 GB before it was refused)."""
     from lab.models import loading as models
     from tests.support import chatml_tokenizer, gemma_tokenizer
 
