@@ -112,16 +112,17 @@ class HealthInputs:
     Attributes:
         received: Float ``[S]`` mean received attention per observing query (probabilities).
         content: Bool ``[S]``, True at content positions (not template, not injected system prompt).
-        z: Float ``[S]`` robust z of the sink detector (whatever its baseline).
+        score: Float ``[S]`` the sink detector's score (its statistic: a sink rate in
+            ``[0, 1]`` for ``sink_rate``, else a robust z).
         is_sink: Bool ``[S]`` sink flags.
         observed: Bool ``[S]`` observed by enough queries to be flagged.
         sink_rate: Float ``[S]`` Gu et al.'s sink rate per position, in [0, 1].
-        threshold: The z threshold the flags used.
+        threshold: The threshold on ``score`` the flags used.
     """
 
     received: torch.Tensor
     content: torch.Tensor
-    z: torch.Tensor
+    score: torch.Tensor
     is_sink: torch.Tensor
     observed: torch.Tensor
     sink_rate: torch.Tensor
@@ -132,7 +133,7 @@ class HealthInputs:
         """From a :class:`lab.sinks.prefill.PrefillAnalysis` (its public fields only)."""
         # "content" is lab.sinks.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
         content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
-        return cls(received=pre.received.detach().float().cpu(), content=content, z=pre.z.detach().float().cpu(),
+        return cls(received=pre.received.detach().float().cpu(), content=content, score=pre.score.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
                    sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold))
 
@@ -146,7 +147,7 @@ def soft_penalty(h: HealthInputs) -> float:
     sel = h.content & h.observed
     if not bool(sel.any()):
         return 10.0
-    excess = h.z[sel].double() - h.threshold
+    excess = h.score[sel].double() - h.threshold
     weight = torch.sigmoid(excess / SOFT_WIDTH) * (1.0 + excess.clamp_min(0.0) / SEVERITY_SCALE)
     return _clamp10(10.0 * math.exp(-HEALTH_RATE * float(weight.mean())))
 
@@ -224,10 +225,10 @@ def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
     content = torch.zeros(s, dtype=torch.bool)
     start = max(1, s - 2 - n_content)
     content[start:start + n_content] = True
-    z = torch.randn(s, generator=gen, dtype=torch.float64) * 2
+    score = torch.randn(s, generator=gen, dtype=torch.float64) * 2
     threshold = 3.5
     observed = torch.arange(s, 0, -1) >= 2
-    return HealthInputs(received=received, content=content, z=z, is_sink=(z > threshold) & observed,
+    return HealthInputs(received=received, content=content, score=score, is_sink=(score > threshold) & observed,
                         observed=observed, sink_rate=torch.rand(s, generator=gen, dtype=torch.float64) ** 4,
                         threshold=threshold)
 
@@ -246,32 +247,32 @@ def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
     if rich == poor:
         return h
     delta = frac * float(r[poor])
-    z = h.z.clone()
+    score = h.score.clone()
     sink_rate = h.sink_rate.clone()
     is_sink = h.is_sink.clone()
     if r[rich] > 0 and r[poor] > delta:
-        z[rich] = z[rich] + math.log((float(r[rich]) + delta) / float(r[rich]))
-        z[poor] = z[poor] + math.log((float(r[poor]) - delta) / float(r[poor]))
+        score[rich] = score[rich] + math.log((float(r[rich]) + delta) / float(r[rich]))
+        score[poor] = score[poor] + math.log((float(r[poor]) - delta) / float(r[poor]))
     r[rich] += delta
     r[poor] -= delta
     sink_rate[rich] = max(float(sink_rate[rich]), float(sink_rate[poor]))
     sink_rate[poor] = min(float(sink_rate[rich]), float(sink_rate[poor]))
-    is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (z[rich] > h.threshold and h.observed[rich]))
-    is_sink[poor] = bool(is_sink[poor] and z[poor] > h.threshold)
-    return HealthInputs(r, h.content, z, is_sink, h.observed, sink_rate, h.threshold)
+    is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (score[rich] > h.threshold and h.observed[rich]))
+    is_sink[poor] = bool(is_sink[poor] and score[poor] > h.threshold)
+    return HealthInputs(r, h.content, score, is_sink, h.observed, sink_rate, h.threshold)
 
 
 def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
     """Redraw every value at structural (non-content) positions."""
     s = h.received.numel()
     st = ~h.content
-    r, z, rate = h.received.clone(), h.z.clone(), h.sink_rate.clone()
+    r, score, rate = h.received.clone(), h.score.clone(), h.sink_rate.clone()
     r[st] = torch.rand(s, generator=gen, dtype=r.dtype)[st]
-    z[st] = (torch.randn(s, generator=gen, dtype=z.dtype) * 3)[st]
+    score[st] = (torch.randn(s, generator=gen, dtype=score.dtype) * 3)[st]
     rate[st] = torch.rand(s, generator=gen, dtype=rate.dtype)[st]
     is_sink = h.is_sink.clone()
-    is_sink[st] = z[st] > h.threshold
-    return HealthInputs(r, h.content, z, is_sink, h.observed, rate, h.threshold)
+    is_sink[st] = score[st] > h.threshold
+    return HealthInputs(r, h.content, score, is_sink, h.observed, rate, h.threshold)
 
 
 PROPERTIES = ("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic")
@@ -335,7 +336,7 @@ def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequen
             continue
         content = torch.zeros_like(h.content)
         content[int(judged[0])] = True
-        one = HealthInputs(h.received, content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)
+        one = HealthInputs(h.received, content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)
         _check_case(measure, h, one, gen, ok)
         checked += 1
     return {**ok, "n_checked": checked, "n_not_measurable": len(inputs) - checked}

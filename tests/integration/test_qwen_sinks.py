@@ -36,14 +36,14 @@ def qwen_analyses(qwen_pair):
 
 def test_qwen_sinks_position0_flagged_with_calibrated_threshold(qwen_analyses, lab_log):
     """The issue's failure (position 0 missed on Qwen, health 10.0) does not recur."""
-    rows = [{"prompt": p, "position0_score": float(a.z[0]), "threshold": a.threshold,
+    rows = [{"prompt": p, "position0_score": float(a.score[0]), "threshold": a.threshold,
              "content_flagged": len(a.content_sinks),
              "n_content": int(sum(1 for i in a.content_positions if bool(a.observed[i]))),
              "context_health": a.context_health} for (p, _), a in zip(PROMPTS, qwen_analyses)]
     lab_log.record(statistic=qwen_analyses[0].statistic, prompts=rows)
     for a in qwen_analyses:
         assert a.calibrated_for == "qwen2.5-coder" and a.threshold_source == "calibrated"
-        assert bool(a.is_sink[0]), f"position 0 not flagged: score {float(a.z[0]):.3f} <= {a.threshold}"
+        assert bool(a.is_sink[0]), f"position 0 not flagged: score {float(a.score[0]):.3f} <= {a.threshold}"
     flagged = sum(r["content_flagged"] for r in rows)
     assert flagged <= MAX_CONTENT_FLAGGED, f"{flagged} content tokens flagged: {rows}"
 

@@ -2,7 +2,7 @@
 
 The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
 (lab/data/calibration_prompts.jsonl), so these tests check that SmolLM2's calibrated threshold
-(lab/sinks/calibrations/smollm2.json, on the detector's statistic, lab.sinks.prefill.STATISTIC) generalizes.
+(lab/sinks/calibrations/smollm2.json, on the detector's statistic, lab.sinks.profiles.load_choice) generalizes.
 The model is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
@@ -60,7 +60,7 @@ def held_out_scores(smollm2):
         structure = analyze_structure(tok, build_messages(prompt, system))
         scores = score_positions(capture_received(model, structure.input_ids).per_head, structure.roles)
         content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
-        out.append((scores.z, scores.observed, content))
+        out.append((scores.score, scores.observed, content))
     return out
 
 
@@ -146,11 +146,11 @@ def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
     tokens are (calibration, issue 15: sink_rate > 0.35 flags 0 of 2,047 content
     tokens of this prompt, none trailing)."""
     scores, content = long_uniform
-    flagged = scores.observed & (scores.z > THRESHOLD)
+    flagged = scores.observed & (scores.score > THRESHOLD)
     s = flagged.numel()
     trailing = torch.nonzero(flagged & content & _trailing(s)).flatten().tolist()
     assert not trailing, f"trailing positions flagged: {trailing} of S = {s}"
-    assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
+    assert bool(flagged[0]), f"position 0 z = {float(scores.score[0]):.2f}"
     k, n = int((flagged & content).sum()), int((content & scores.observed).sum())
     assert k < CONTENT_MAX_RATE * n, f"content flagged {k}/{n}"
 

@@ -53,7 +53,7 @@ def test_graded_health_one_token_content_defined(h):
     idx = int(torch.nonzero(h.content)[0])
     one = torch.zeros_like(h.content)
     one[idx] = True
-    v = graded_health(HealthInputs(h.received, one, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold))
+    v = graded_health(HealthInputs(h.received, one, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold))
     assert math.isfinite(v) and 0.0 <= v <= 10.0
 
 
@@ -61,13 +61,13 @@ def test_graded_health_one_token_content_defined(h):
 def test_graded_health_deterministic(h):
     """The same prompt analysed twice (equal inputs, fresh tensors) gives the same health."""
     copy = HealthInputs(*(x.clone() if isinstance(x, torch.Tensor) else x for x in
-                          (h.received, h.content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)))
+                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)))
     assert graded_health(copy) == graded_health(h)
 
 
 def test_content_entropy_uniform_is_10_and_one_sink_is_low():
     content = torch.tensor([False] + [True] * 10 + [False])
-    base = dict(z=torch.zeros(12), is_sink=torch.zeros(12, dtype=torch.bool),
+    base = dict(score=torch.zeros(12), is_sink=torch.zeros(12, dtype=torch.bool),
                 observed=torch.ones(12, dtype=torch.bool), sink_rate=torch.zeros(12), threshold=3.5)
     uniform = HealthInputs(received=torch.tensor([0.9] + [0.1] * 10 + [0.5]), content=content, **base)
     pooled = HealthInputs(received=torch.tensor([0.9, 0.99] + [1e-6] * 9 + [0.5]), content=content, **base)
@@ -170,7 +170,7 @@ def test_check_properties_on_inputs_chosen_measure_holds_and_counts_them():
 
 def test_check_properties_on_inputs_counts_unobserved_content_as_not_measurable():
     h = _real_like(1)[0]
-    blind = HealthInputs(h.received, h.content, h.z, h.is_sink, torch.zeros_like(h.observed), h.sink_rate, h.threshold)
+    blind = HealthInputs(h.received, h.content, h.score, h.is_sink, torch.zeros_like(h.observed), h.sink_rate, h.threshold)
     got = check_properties_on(graded_health, [blind, h])
     assert got["n_checked"] == 1 and got["n_not_measurable"] == 1
 
