@@ -1,10 +1,13 @@
 """Graded context health: candidate measures, their properties, and the calibrated choice.
 
-One measure everywhere (issue 15): :func:`graded_health` is what ``lab sinks``, the
-study and the calibrations all report, ``NaN`` ("not measurable") when no content
-position is observed by enough queries to judge.
+One measure everywhere, so that figures from different commands compare:
+:func:`graded_health` is what ``lab sinks``, the study and the calibrations all
+report, ``NaN`` ("not measurable") when no content position is observed by enough
+queries to judge. Which candidate it applies is packaged data
+(``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), written by
+``lab calibrate-health --save``.
 
-Context health keeps its scale and meaning (issue 9): 0..10, where 10 means the
+Context health keeps one scale and meaning: 0..10, where 10 means the
 attention a prompt's content receives flows the way it does in a clean prompt
 and lower values mean more of it pooled on positions that carry no content. The
 count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
@@ -23,8 +26,8 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
   content position contributes ``sigmoid((z - threshold) / SOFT_WIDTH) *
   (1 + max(0, z - threshold) / SEVERITY_SCALE)``; health = ``10 exp(-HEALTH_RATE *
   mean)``. Reads the sink detector's score and threshold (designed on the z scale;
-  since issue 15 the detector's score is the sink rate, so its width is in rate units
-  there), so it moves with the detector.
+  with ``sink_rate`` as the detector's statistic its width is in rate units), so it
+  moves with the detector.
 * ``content_share`` -- 10 x (1 - the share of received attention absorbed by
   structural positions and flagged sinks).
 * ``content_entropy`` -- 10 x the normalized Shannon entropy of the received
@@ -82,10 +85,10 @@ there. Checked afterwards on the study's default prompt set (``lab
 calibrate-health --study-set``, prefill only, after the choice): clean prompts span
 8.66 to 9.90 with 44 distinct values of 66, the largest tie 4 of 66 (6 %, target
 <= 10 %); twin pairs tied 0 of 18 (target 0), poisoned below clean 13 of 18.
-``content_entropy`` reads received attention and the content mask only,
-not z, so the sink detector's recency fix (new z baseline) does not move it;
-re-run ``lab calibrate-health`` after that fix lands all the same, since the
-other candidates' figures (and so the rule's outcome) may change.
+``content_entropy`` reads received attention and the content mask only, not
+the detector's score, so a change to the sink detector does not move it;
+re-run ``lab calibrate-health`` after one all the same, since the other
+candidates' figures (and so the rule's outcome) may change.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+
+from lab.health.choice import load_chosen
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
 # (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are
@@ -193,21 +198,34 @@ CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
     "content_sink_rate": content_sink_rate,
 }
 
-# The calibrated choice (`lab calibrate-health`, rule in the module docstring).
-CHOSEN = "content_entropy"
+
+
+def chosen_measure() -> Callable[[HealthInputs], float]:
+    """The candidate the packaged choice names (:func:`lab.health.choice.load_chosen`).
+
+    Raises:
+        ValueError: the packaged choice names no candidate of :data:`CANDIDATES`, or cannot be read.
+    """
+    name = load_chosen()
+    if name not in CANDIDATES:
+        raise ValueError(f"the packaged context-health choice {name!r} is not one of {', '.join(CANDIDATES)}")
+    return CANDIDATES[name]
 
 
 def graded_health(h: HealthInputs) -> float:
-    """The lab's one context health: the calibrated candidate :data:`CHOSEN` on 0..10, ``NaN`` if not measurable.
+    """The lab's one context health: the calibrated candidate (:func:`chosen_measure`) on 0..10, ``NaN`` if not measurable.
 
     Not measurable: no content position is observed by enough queries to be judged
     (an empty message, or one whose every token lies in the tail), so there is no
     content whose attention could be pooled away. ``lab sinks``, the study and the
-    calibrations all report this value (issue 15: one measure everywhere).
+    calibrations all report this value, so their figures compare.
+
+    Raises:
+        ValueError: the packaged choice cannot be read or names no candidate.
     """
     if not bool((h.content & h.observed).any()):
         return math.nan
-    return CANDIDATES[CHOSEN](h)
+    return chosen_measure()(h)
 
 
 
@@ -321,7 +339,7 @@ def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequen
 
     Args:
         measure: A candidate of :data:`CANDIDATES`.
-        inputs: ``HealthInputs.from_prefill`` of each prompt (issue 15: Qwen's as well as SmolLM2's).
+        inputs: ``HealthInputs.from_prefill`` of each prompt (any model's, Qwen's as well as SmolLM2's).
         seed: Seed of the structural perturbation.
 
     Returns:

@@ -63,10 +63,12 @@ def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses
 
 def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
     """Issue 15: the chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
-    from lab.health.measures import CANDIDATES, CHOSEN, HealthInputs, check_properties_on
+    from lab.health.choice import load_chosen
+    from lab.health.measures import CANDIDATES, HealthInputs, check_properties_on
 
-    got = check_properties_on(CANDIDATES[CHOSEN], [HealthInputs.from_prefill(a) for a in qwen_analyses])
-    lab_log.record(measure=CHOSEN, properties=got)
+    chosen = load_chosen()
+    got = check_properties_on(CANDIDATES[chosen], [HealthInputs.from_prefill(a) for a in qwen_analyses])
+    lab_log.record(measure=chosen, properties=got)
     assert got["n_checked"] == len(PROMPTS), got
     assert all(got[k] for k in got if not k.startswith("n_")), got
 
