@@ -83,7 +83,7 @@ def health_text(a: PrefillAnalysis) -> str:
 
 
 def threshold_text(a: PrefillAnalysis) -> str:
-    """Where the threshold came from, said plainly (issue 15: uncalibrated models say so)."""
+    """Where the threshold came from, said plainly (an uncalibrated model says so)."""
     rule = f"{STATISTIC_LABEL.get(a.statistic, a.statistic)} > {a.threshold:g}"
     if a.calibrated_for:
         return f"{rule} (calibrated for {a.calibrated_for})"

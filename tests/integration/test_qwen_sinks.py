@@ -1,4 +1,4 @@
-"""Issue 15 on the users' model family: the sink detector and the word split on Qwen2.5-Coder.
+"""On the users' model family: the sink detector and the word split on Qwen2.5-Coder.
 
 The sink tests reuse the tier's one load of the Qwen pair (``qwen_pair``) and run a
 few short prompts (one prefill each, a few seconds on 2 CPU cores): the calibration
@@ -35,7 +35,7 @@ def qwen_analyses(qwen_pair):
 
 
 def test_qwen_sinks_position0_flagged_with_calibrated_threshold(qwen_analyses, lab_log):
-    """The issue's failure (position 0 missed on Qwen, health 10.0) does not recur."""
+    """Regression (fault class: a baseline swamped by the injected system prompt): position 0 is flagged on Qwen."""
     rows = [{"prompt": p, "position0_score": float(a.score[0]), "threshold": a.threshold,
              "content_flagged": len(a.content_sinks),
              "n_content": int(sum(1 for i in a.content_positions if bool(a.observed[i]))),
@@ -62,7 +62,7 @@ def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses
 
 
 def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
-    """Issue 15: the chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
+    """The chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
     from lab.health.choice import load_chosen
     from lab.health.measures import CANDIDATES, HealthInputs, check_properties_on
 
@@ -74,7 +74,7 @@ def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_lo
 
 
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
-    """The pre-issue detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
+    """Negative control: the prose-baseline detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
     from lab.sinks.prefill import candidate_scores
 
     old = [float(candidate_scores(a.per_head, a.roles)["gm_prose"][0]) for a in qwen_analyses]

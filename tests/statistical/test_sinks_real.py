@@ -14,8 +14,8 @@ fails here, treating the prompts as a random draw):
 * content tokens: fails if >= 1 % are flagged. If the true rate is 0.2 %
   (calibration: 0/765; its 95 % Clopper-Pearson upper bound is 0.48 %),
   P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 2.1 % at the n = 289 observed
-  content tokens of these prompts (measured with sink_rate > 0.35, issue 15: 24/24
-  position 0, 0/289 content; with the z detector before it: the same counts).
+  content tokens of these prompts (measured with sink_rate > 0.35: 24/24
+  position 0, 0/289 content; with the gm_content z detector: the same counts).
 
 Both figures are recomputed with scipy in the failure messages. Each criterion has
 a negative control: a deliberately mis-set detector that the same check rejects.
@@ -36,15 +36,15 @@ from lab.sinks.prefill import score_positions
 from lab.sinks.profiles import load_calibration
 from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
-POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
-CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
+POSITION0_MIN_RATE = 0.95   # the detector's acceptance criterion (lab.sinks.calibration)
+CONTENT_MAX_RATE = 0.01     # the detector's acceptance criterion (lab.sinks.calibration)
 # SmolLM2's own calibrated threshold (a calibrated constant belongs to its model).
 THRESHOLD = load_calibration("smollm2").threshold
 # Controls on the sink-rate scale: 0 flags every token some head attends to above
 # epsilon (many content tokens on SmolLM2); no position's rate can exceed 1.
 CONTROL_LOW_THRESHOLD = 0.0
 CONTROL_HIGH_THRESHOLD = 1.0
-# The pre-issue-15 z threshold, for the z-baseline control below.
+# SmolLM2's calibrated gm_prose z threshold, for the z-baseline control below.
 Z_THRESHOLD = 3.75
 
 # The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
@@ -114,7 +114,7 @@ def test_sinks_real_high_threshold_control_fails_position0_criterion(held_out_sc
     assert not ok, "position-0 criterion did not reject a detector at rate > 1: " + msg
 
 
-# --------------------------------------------------------------------------- long uniform prompt (issue 11, item 2)
+# --------------------------------------------------------------------------- long uniform prompt
 
 # The held-out prompts joined and repeated to this many tokens: long, uniform text on
 # which the pre-fix baseline flagged 22 trailing positions (all seen by < 80 queries).
@@ -139,11 +139,11 @@ def _trailing(s: int) -> torch.Tensor:
 
 
 def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
-    """Regression (issue 11, item 2; fault class: a baseline blind to how many queries see a position).
+    """Regression (fault class: a baseline blind to how many queries see a position).
 
     A fixed prompt on a deterministic model, so this is a regression check, not a draw:
     no trailing content position is flagged, position 0 is, and under 1 % of content
-    tokens are (calibration, issue 15: sink_rate > 0.35 flags 0 of 2,047 content
+    tokens are (calibration: sink_rate > 0.35 flags 0 of 2,047 content
     tokens of this prompt, none trailing)."""
     scores, content = long_uniform
     flagged = scores.observed & (scores.score > THRESHOLD)

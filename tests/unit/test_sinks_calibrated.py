@@ -1,4 +1,4 @@
-"""Issue 15: the candidate sink statistics, the rule choosing among them, per-model calibrations (no weights)."""
+"""The candidate sink statistics, the rule choosing among them, the packaged calibrations and their loader (no weights)."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def test_loader_sits_below_the_prefill_analysis():
 
 
 def test_graded_health_not_measurable_without_observed_content():
-    """No observed content token: NaN ("not measurable"), never a perfect 10 (issue 15)."""
+    """No observed content token: NaN ("not measurable"), never a perfect 10."""
     s = 6
     content = torch.tensor([False, False, False, True, True, False])
     base = dict(received=torch.full((s,), 0.1), content=content, score=torch.zeros(s), is_sink=torch.zeros(s, dtype=bool),

@@ -19,7 +19,8 @@ from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
 
 
-# The z threshold SmolLM2 was calibrated to before issue 15 (gm_prose; gm_content's range there: 3.0 .. 6.75).
+# SmolLM2's calibrated threshold for the z candidate gm_prose (lab/sinks/calibrations/smollm2.json: 3.75;
+# gm_content's feasible range there: 3.0 .. 6.75).
 Z_THRESHOLD = 3.75
 
 
@@ -220,7 +221,7 @@ def test_cli_sinks_bad_input_exits_2_without_report(argv, match, tmp_path, capsy
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
 
 
-# --------------------------------------------------------------------------- recency artifact (issue 11, item 2)
+# --------------------------------------------------------------------------- recency artifact
 
 
 def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -> torch.Tensor:
@@ -242,13 +243,13 @@ def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
-    """Regression (issue 11, item 2; fault class: baseline blind to how many queries see a position).
+    """Regression (fault class: baseline blind to how many queries see a position).
 
     On uniform text read by local-attention heads, the last positions get a high mean
     received attention only because the few queries that see them are near. None of
     them may be flagged; position 0 must be; content false positives stay under 1 %.
-    The z candidate (``gm_content``) at the z threshold SmolLM2 was calibrated to before
-    issue 15: the observer-matched baseline is what is tested."""
+    The z candidate (``gm_content``) at SmolLM2's gm_prose threshold (:data:`Z_THRESHOLD`):
+    the observer-matched baseline is what is tested."""
     from lab.sinks.scores import attention_received
 
     s = 1200
