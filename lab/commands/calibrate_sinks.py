@@ -30,7 +30,8 @@ from lab.commands.common import check_model_args, add_model_args, add_out_arg
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate-sinks", help="calibrate the attention-sink threshold on a prompt set and write a report",
-        description="Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be flagged on >= 95% of prompts "
+        description="Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be "
+                    "flagged on >= 95% of prompts "
                     "and < 1% of content tokens flagged; report the feasible range and its middle.",
     )
     p.add_argument("--prompts", default=None,

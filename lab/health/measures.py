@@ -99,6 +99,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+# The one packaged datum these pure measures read (which candidate is the lab's health),
+# through a stdlib-only loader: one source of truth without every caller passing it.
 from lab.health.choice import load_chosen
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
@@ -138,7 +140,8 @@ class HealthInputs:
         """From a :class:`lab.sinks.prefill.PrefillAnalysis` (its public fields only)."""
         # "content" is lab.sinks.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
         content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
-        return cls(received=pre.received.detach().float().cpu(), content=content, score=pre.score.detach().float().cpu(),
+        return cls(received=pre.received.detach().float().cpu(), content=content,
+                   score=pre.score.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
                    sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold))
 
@@ -213,7 +216,9 @@ def chosen_measure() -> Callable[[HealthInputs], float]:
 
 
 def graded_health(h: HealthInputs) -> float:
-    """The lab's one context health: the calibrated candidate (:func:`chosen_measure`) on 0..10, ``NaN`` if not measurable.
+    """The lab's one context health: the calibrated candidate on 0..10, ``NaN`` if not measurable.
+
+    The candidate is the packaged choice (:func:`chosen_measure`).
 
     Not measurable: no content position is observed by enough queries to be judged
     (an empty message, or one whose every token lies in the tail), so there is no

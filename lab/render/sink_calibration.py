@@ -49,7 +49,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
     ]
     for p in data.get("long_prompts", []):
         lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 {label} "
-                     f"{p['position0_score']:.2f}; highest content {label} {p['max_content_score']:.2f}; at the chosen threshold "
+                     f"{p['position0_score']:.2f}; highest content {label} {p['max_content_score']:.2f}; "
+                     "at the chosen threshold "
                      f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
                      f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
                      f"{data['trailing_fraction']:.0%} of the queries)")
@@ -64,7 +65,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
             lines.append(f"- held-out long prompts ({', '.join(map(str, held['long_n_tokens']))} tokens): position 0 "
                          f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
                          f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
-    lines += ["", f"| {label} | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
+    lines += ["", f"| {label} | position 0 flagged | content flagged | long: position 0 | long: content flagged "
+                  "| feasible |",
               "|---:|---:|---:|---:|---:|:---:|"]
     lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
               f"{r['content_flagged']}/{r['n_content']} | {r.get('long_position0_flagged', 0)}/"
@@ -92,7 +94,8 @@ def plot_sweep(data: dict[str, Any], path) -> None:
     ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
     ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
     if data["chosen_threshold"] is not None:
-        ax.axvline(data["chosen_threshold"], color="black", lw=1, label=f"chosen {_label(data)} = {data['chosen_threshold']}")
+        ax.axvline(data["chosen_threshold"], color="black", lw=1,
+                   label=f"chosen {_label(data)} = {data['chosen_threshold']}")
     ax.set_xlabel(f"{_label(data)} threshold")
     ax.set_ylabel("rate")
     ax.legend()

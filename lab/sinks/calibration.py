@@ -166,7 +166,10 @@ class PromptScores:
 def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
                   min_observers: int = MIN_OBSERVING_QUERIES,
                   progress: Callable[[int, int, str], None] | None = None) -> list[PromptScores]:
-    """Run the streaming capture on every prompt and keep every candidate's scores (read through the packaged choice)."""
+    """Run the streaming capture on every prompt and keep every candidate's scores.
+
+    Each :class:`PromptScores` reads the packaged choice's statistic (:func:`lab.sinks.profiles.load_choice`).
+    """
     statistic = load_choice().statistic
     out = []
     for i, p in enumerate(prompts):

@@ -207,7 +207,7 @@ def baseline_mask(roles: Sequence[str], observed: torch.Tensor, pool: str) -> to
 
 def candidate_scores(per_head: torch.Tensor, roles: Sequence[str], *,
                      min_observers: int = MIN_OBSERVING_QUERIES) -> dict[str, torch.Tensor]:
-    """Every candidate statistic of :data:`lab.sinks.candidates.STATISTICS` at every position (``[S]`` each), plus per-layer scores.
+    """Every candidate of :data:`lab.sinks.candidates.STATISTICS` at every position (``[S]`` each), and per-layer scores.
 
     ``layer_z`` ``[L, S]``: the robust z (content baseline) of each layer's geometric
     mean over heads; ``layer_sink_rate`` ``[L, S]``: the fraction of each layer's heads

@@ -74,7 +74,7 @@ def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_lo
 
 
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
-    """Negative control: the prose-baseline detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
+    """Negative control: the prose-baseline detector (gm_prose at z > 3.75) misses position 0 on at least one prompt here."""
     from lab.sinks.prefill import candidate_scores
 
     old = [float(candidate_scores(a.per_head, a.roles)["gm_prose"][0]) for a in qwen_analyses]

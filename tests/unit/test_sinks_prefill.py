@@ -110,7 +110,8 @@ def test_score_positions_shape_mismatch_raises():
 def _scores(pos0_z, content_z):
     z = torch.tensor([pos0_z, *content_z], dtype=torch.float32)
     content = torch.tensor([False] + [True] * len(content_z))
-    return PromptScores(id="p", scores={load_choice().statistic: z}, observed=torch.ones(len(z), dtype=torch.bool), content=content)
+    return PromptScores(id="p", scores={load_choice().statistic: z}, observed=torch.ones(len(z), dtype=torch.bool),
+                        content=content)
 
 
 def test_calibration_sweep_counts_and_middle_of_feasible_range():
