@@ -257,3 +257,40 @@ def test_graded_health_not_measurable_without_observed_content():
                 sink_rate=torch.zeros(s), threshold=3.0)
     assert math.isnan(graded_health(HealthInputs(observed=torch.tensor([True] * 3 + [False] * 3), **base)))
     assert graded_health(HealthInputs(observed=torch.ones(s, dtype=torch.bool), **base)) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("rule_gives", [None, ("sink_rate", 0.05)])
+def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(tmp_path, monkeypatch, capsys,
+                                                                               rule_gives):
+    """calibrate-sinks on a named profile rewrites its file, then choice.json by the rule over every file's
+    recorded figures (``rule_gives`` None: the real rule, which finds nothing feasible on every file once the
+    tiny random model's figures are in, so the packaged choice stays); every file names the chosen statistic."""
+    import shutil
+
+    import lab.commands.common
+    import lab.models.loading
+    import lab.sinks.calibration
+    from lab import cli
+    from tests import support
+
+    for path in sink_profiles.calibration_dir().glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(sink_profiles, "calibration_dir", lambda: tmp_path)
+    if rule_gives is not None:
+        monkeypatch.setattr(lab.sinks.calibration, "choose_statistic", lambda feasible: rule_gives)
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok))
+    model.lab_source = {"model": "smollm2", "profile": "smollm2"}
+    monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
+    monkeypatch.setattr(lab.commands.common, "check_model_available", lambda name: None)
+    assert cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
+                     "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    written = json.loads((tmp_path / "smollm2.json").read_text())
+    assert written["profile"] == "smollm2" and written["long_lengths"] == []
+    choice = sink_profiles.load_choice()
+    expected = rule_gives or (CHOICE.statistic, CHOICE.default_threshold)
+    assert (choice.statistic, choice.default_threshold) == expected
+    assert ("detector choice written" in err) == (rule_gives is not None), err
+    for path in _packaged_profile_files():
+        assert json.loads(path.read_text())["statistic"] == choice.statistic, path.name
