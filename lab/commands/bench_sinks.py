@@ -10,7 +10,7 @@ used and the report says so), runs one prefill, and reports wall time and
 Measurements (defaults): plain SDPA prefill and streaming capture at 2,048 and
 8,192 tokens; eager ``output_attentions=True`` at 2,048 tokens. Every prefill
 computes only the last position's logits (``logits_to_keep=1``, as generation
-does), so the ``[S, V]`` logits do not dominate the memory. Targets (issue 3):
+does), so the ``[S, V]`` logits do not dominate the memory. Targets (what makes the capture usable on a laptop):
 capture at 8,192 tokens under 2 GB beyond the model and at most 3x the plain
 prefill's time; the report states the measured ratio and memory (no pass/fail).
 The load average and torch threads are sampled before and after each subprocess

@@ -4,9 +4,11 @@ For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``) a
 one poisoned variant of each (distractors from the study's prompt set), one
 streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule of
 :mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
-with ``calibration.json``, ``prompts.csv`` and ``summary.md``. Re-run it after a
-change to the sink detector (:mod:`lab.sinks.scores`, :mod:`lab.sinks.prefill`) and set
-:data:`lab.health.measures.CHOSEN` to what it reports.
+with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
+rule's choice goes to the packaged ``lab/health/chosen.json``
+(:mod:`lab.health.choice`), which :func:`lab.health.measures.graded_health` applies.
+Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
+:mod:`lab.sinks.prefill`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: the embedded lab/data/prompts.jsonl)")
     p.add_argument("--study-set", action="store_true",
                    help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
-                        "report issue 9's targets there: no value shared by > 10%% of clean prompts, no tied twins")
+                        "report the ranking targets there: no value shared by > 10%% of clean prompts, no tied twins")
+    p.add_argument("--save", action="store_true",
+                   help="write the rule's choice to the packaged lab/health/chosen.json, which every command's "
+                        "context health then applies (default: report only)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -38,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lab.health import measures as health
+    from lab.health.choice import load_chosen, write_chosen
     from lab.sinks.calibration import load_prompts
     from lab.health.calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
                                         study_set_figures)
@@ -74,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 f"study prompt {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
+    current = load_chosen()
     data = calibrate(values, clean, poisoned, inputs)
     if study_values:
         data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
@@ -83,10 +90,14 @@ def run(args: argparse.Namespace) -> int:
     data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
-                 "n_clean": len(clean), "current_chosen": health.CHOSEN})
-    if data["chosen"] != health.CHOSEN:
-        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but lab.health.measures.CHOSEN is "
-                  f"{health.CHOSEN!r}; update it", markup=False, highlight=False)
+                 "n_clean": len(clean), "current_chosen": current})
+    if args.save:
+        path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
+                            chosen_at=data["environment"].get("created"))
+        err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
+    elif data["chosen"] != current:
+        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the packaged choice "
+                  f"(lab/health/chosen.json) is {current!r}; run with --save to write it", markup=False, highlight=False)
     if not data["chosen_holds_on_prompts"]:
         failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
         err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "

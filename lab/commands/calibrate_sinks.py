@@ -2,18 +2,22 @@
 
 For every prompt (default: the packaged ``lab/data/calibration_prompts.jsonl``) and
 for long uniform prompts built from the same text (``--long-lengths``, default 2048
-tokens) one streaming prefill gives the z-scores; the sweep counts, per threshold,
+tokens) one streaming prefill gives every candidate statistic's scores; the sweep counts, per threshold,
 the prompts whose position 0 is flagged and the content tokens flagged, short and
 long prompts apart (both must meet the criteria). The report
 ``<out>/<timestamp>-calibrate-sinks-<model>/`` holds ``calibration.json`` (criteria,
 chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv``,
 ``summary.md`` and ``sweep.png``.
 
-Every candidate statistic of :data:`lab.sinks.prefill.STATISTICS` is swept on the same
+Every candidate statistic of :data:`lab.sinks.candidates.STATISTICS` is swept on the same
 prefills; for a named profile the per-candidate thresholds and counts are written to
 ``lab/sinks/calibrations/<profile>.json`` (``--no-save`` to skip), which every command
-then reads, and the statistic rule (:func:`lab.sinks.calibration.choose_statistic`) is
-applied over all the profiles calibrated so far.
+then reads. The statistic rule (:func:`lab.sinks.calibration.choose_statistic`) is then
+applied over the recorded figures of all the profiles calibrated so far, and its
+choice and default threshold are written to ``lab/sinks/calibrations/choice.json``;
+when it chooses another statistic than the packaged one, every profile file's
+``statistic`` field is migrated to it (:func:`lab.sinks.profiles.migrate_statistic`).
+The layout of both files is in :mod:`lab.sinks.profiles`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from lab.commands.common import check_model_args, add_model_args, add_out_arg
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate-sinks", help="calibrate the attention-sink threshold on a prompt set and write a report",
-        description="Sweep the sink z-threshold over a prompt set: position 0 must be flagged on >= 95% of prompts "
+        description="Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be "
+                    "flagged on >= 95% of prompts "
                     "and < 1% of content tokens flagged; report the feasible range and its middle.",
     )
     p.add_argument("--prompts", default=None,
@@ -40,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "too (default: 2048; 'none' to skip)")
     p.add_argument("--no-save", dest="save", action="store_false",
                    help="do not write the profile's packaged calibration lab/sinks/calibrations/<profile>.json "
-                        "(default: write it when --model is a named profile and --prompts is the packaged set)")
+                        "nor the cross-profile choice.json (default: write them when --model is a named profile "
+                        "and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -71,27 +77,23 @@ def _candidate_figures(res: dict, scores, long_scores, held, held_long) -> dict:
                               ("held_out_long", held_long)) if sc}
         out[name] = {"feasible": [min(r["feasible"]), max(r["feasible"])] if r["feasible"] else None,
                      "feasible_thresholds": r["feasible"], "chosen": t, "counts": counts,
-                     "position0_lowest": min(s.using(name).position0_z for s in scores),
-                     "content_highest": max((float(s.using(name).candidate_content_z.max()) for s in scores
-                                             if s.using(name).candidate_content_z.numel()), default=None)}
+                     "position0_lowest": min(s.using(name).position0_score for s in scores),
+                     "content_highest": max((float(s.using(name).candidate_content_scores.max()) for s in scores
+                                             if s.using(name).candidate_content_scores.numel()), default=None)}
     return out
 
 
-def _cross_model(err) -> dict | None:
-    """The statistic rule over every packaged profile calibration (None until one exists)."""
-    import json
+def _cross_model(err, *, save: bool, at: str | None) -> dict | None:
+    """The statistic rule over every packaged profile calibration (None until one exists).
 
-    from lab.sinks.calibration import choose_statistic
+    With ``save``, the rule's choice and default go to the packaged ``choice.json`` and
+    each profile file's ``statistic`` field follows the choice.
+    """
     from lab.models.profiles import PROFILES
-    from lab.sinks.prefill import STATISTIC
-    from lab.sinks.profiles import calibration_path
+    from lab.sinks.calibration import choose_statistic
+    from lab.sinks.profiles import load_choice, migrate_statistic, recorded_feasible, write_choice
 
-    feasible = {}
-    for name in PROFILES:
-        path = calibration_path(name)
-        if path.is_file():
-            data = json.loads(path.read_text(encoding="utf-8"))
-            feasible[name] = {k: v.get("feasible_thresholds") or [] for k, v in data["candidates"].items()}
+    feasible = recorded_feasible(PROFILES)
     if not feasible:
         return None
     try:
@@ -99,9 +101,21 @@ def _cross_model(err) -> dict | None:
     except ValueError as exc:
         err.print(f"calibrate-sinks: {exc}", markup=False, highlight=False)
         return {"profiles": sorted(feasible), "chosen": None, "default_threshold": None}
-    if chosen != STATISTIC:
+    packaged = load_choice()
+    if save:
+        path = write_choice(chosen, default, feasible, chosen_at=at)
+        err.print(f"detector choice written: {path} ({chosen}, default {default:g})", markup=False, highlight=False)
+        if chosen != packaged.statistic:
+            reason = (f"the cross-profile rule (lab.sinks.calibration.choose_statistic) chose {chosen} over the "
+                      f"profiles' recorded feasible thresholds ({', '.join(sorted(feasible))}); this file's "
+                      f"thresholds.{chosen} comes from the same sweep")
+            for name in sorted(feasible):
+                migrate_statistic(name, chosen, reason=reason, at=at or "")
+    elif (chosen, default) != (packaged.statistic, packaged.default_threshold):
         err.print(f"calibrate-sinks: over the calibrated profiles ({', '.join(sorted(feasible))}) the rule chooses "
-                  f"{chosen!r} but lab.sinks.prefill.STATISTIC is {STATISTIC!r}; update it", markup=False, highlight=False)
+                  f"{chosen!r} (default {default:g}) but {packaged.path} holds {packaged.statistic!r} (default "
+                  f"{packaged.default_threshold:g}); run with the packaged prompts and without --no-save to write it",
+                  markup=False, highlight=False)
     return {"profiles": sorted(feasible), "chosen": chosen, "default_threshold": default}
 
 
@@ -111,15 +125,16 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from lab.sinks.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
-                                 evaluate, load_prompts, long_prompts, score_prompts, sweep_candidates)
-    from lab.models.profiles import PROFILES
     from lab.models.loading import known_context_length, load_model
-    from lab.sinks.prefill import DEFAULT_THRESHOLD, MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS
+    from lab.models.profiles import PROFILES
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
     from lab.reports import environment, report_dir, to_jsonable
-    from lab.sinks.profiles import calibration_path
+    from lab.sinks.calibration import (CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, TRAILING_FRACTION,
+                                       evaluate, load_prompts, long_prompts, score_prompts, sweep_candidates)
+    from lab.sinks.candidates import STATISTICS
+    from lab.sinks.prefill import MIN_OBSERVING_QUERIES
+    from lab.sinks.profiles import calibration_path, load_choice
 
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)
@@ -147,14 +162,16 @@ def run(args: argparse.Namespace) -> int:
         held_long = score_prompts(model, tokenizer, long_prompts(tokenizer, lengths, held) if held else [],
                                   progress=lambda i, n, pid: status.update(f"held-out long prompt {i + 1}/{n}"))
 
-    # 3. Sweep every candidate and choose its threshold; the detector's statistic is reported
-    #    as before (an infeasible set still gets its report, chosen = None).
+    # 3. Sweep every candidate and choose its threshold; the report's headline is the packaged
+    #    choice's statistic (an infeasible set still gets its report, chosen = None).
+    choice = load_choice()
+    statistic = choice.statistic
     res = sweep_candidates(scores, long_scores)
-    rows, chosen = res[STATISTIC]["rows"], res[STATISTIC]["chosen"]
+    rows, chosen = res[statistic]["rows"], res[statistic]["chosen"]
     if chosen is None:
-        err.print(f"calibration: no threshold of {STATISTIC} meets both criteria on this prompt set",
+        err.print(f"calibration: no threshold of {statistic} meets both criteria on this prompt set",
                   markup=False, highlight=False)
-    content_z = torch.cat([s.candidate_content_z for s in scores])
+    content_scores = torch.cat([s.candidate_content_scores for s in scores])
     info = dict(model.lab_source)
     candidates = _candidate_figures(res, scores, long_scores, held_scores, held_long)
     data = {
@@ -163,16 +180,16 @@ def run(args: argparse.Namespace) -> int:
         "environment": environment(model),
         "criteria": {"position0_min_rate": POSITION0_MIN_RATE, "content_max_rate": CONTENT_MAX_RATE},
         "min_observers": MIN_OBSERVING_QUERIES,
-        "statistic": STATISTIC,
+        "statistic": statistic,
         "statistics": list(STATISTICS),
         "candidates": candidates,
         "chosen_threshold": chosen,
-        "current_default_threshold": DEFAULT_THRESHOLD,
-        "feasible_thresholds": res[STATISTIC]["feasible"],
+        "current_default_threshold": choice.default_threshold,
+        "feasible_thresholds": res[statistic]["feasible"],
         "n_prompts": len(scores),
-        "n_content_tokens": int(content_z.numel()),
-        "position0_z_min": min(s.position0_z for s in scores),
-        "content_z_max": float(content_z.max()) if content_z.numel() else None,
+        "n_content_tokens": int(content_scores.numel()),
+        "position0_score_min": min(s.position0_score for s in scores),
+        "content_score_max": float(content_scores.max()) if content_scores.numel() else None,
         "sweep": [{"threshold": r.threshold, "position0_flagged": r.position0_flagged, "n_prompts": r.n_prompts,
                    "content_flagged": r.content_flagged, "n_content": r.n_content,
                    "long_position0_flagged": r.long_position0_flagged, "long_n_prompts": r.long_n_prompts,
@@ -182,25 +199,27 @@ def run(args: argparse.Namespace) -> int:
         "held_out": None if chosen is None or not held else {
             "prompts": args.held_out or f"lab/data/{HELD_OUT_SET}", "threshold": chosen,
             "short": evaluate(held_scores, chosen), "long": evaluate(held_long, chosen) if held_long else None,
-            "long_n_tokens": [int(s.z.numel()) for s in held_long]},
-        "long_prompts": [{"id": s.id, "n_tokens": int(s.z.numel()), "position0_z": s.position0_z,
-                          "max_content_z": float(s.candidate_content_z.max()),
-                          "n_content": int(s.candidate_content_z.numel()),
-                          "content_flagged_at_chosen": (int((s.candidate_content_z > chosen).sum())
+            "long_n_tokens": [int(s.score.numel()) for s in held_long]},
+        "long_prompts": [{"id": s.id, "n_tokens": int(s.score.numel()), "position0_score": s.position0_score,
+                          "max_content_score": float(s.candidate_content_scores.max()),
+                          "n_content": int(s.candidate_content_scores.numel()),
+                          "content_flagged_at_chosen": (int((s.candidate_content_scores > chosen).sum())
                                                         if chosen is not None else None),
                           "trailing_flagged_at_chosen": s.trailing_flagged(chosen) if chosen is not None else None}
                          for s in long_scores],
-        "prompts": [{"id": s.id, "n_tokens": int(s.z.numel()),
+        "prompts": [{"id": s.id, "n_tokens": int(s.score.numel()),
                      **{f"position0_{k}": float(s.scores[k][0]) for k in STATISTICS},
-                     "max_content_z": float(s.candidate_content_z.max()) if s.candidate_content_z.numel() else None,
-                     "n_content": int(s.candidate_content_z.numel())} for s in scores],
+                     "max_content_score": (float(s.candidate_content_scores.max())
+                                           if s.candidate_content_scores.numel() else None),
+                     "n_content": int(s.candidate_content_scores.numel())} for s in scores],
     }
 
-    # 4. The profile's packaged calibration (every command reads it), then the rule across profiles.
+    # 4. The profile's packaged calibration (every command reads it), then the rule across profiles
+    #    (its choice.json, and the profile files' statistic field when the choice moves).
     if save:
         path = calibration_path(args.model)
         path.parent.mkdir(parents=True, exist_ok=True)
-        packaged = {"profile": args.model, "model": info, "statistic": STATISTIC,
+        packaged = {"profile": args.model, "model": info, "statistic": statistic,
                     "thresholds": {k: v["chosen"] for k, v in candidates.items()}, "candidates": candidates,
                     "criteria": data["criteria"], "n_prompts": len(scores), "n_held_out": len(held_scores),
                     "long_lengths": list(lengths), "calibrated_at": data["environment"].get("created"),
@@ -210,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.save and args.model not in PROFILES:
         err.print(f"calibrate-sinks: {args.model!r} is not a named profile; its calibration stays in the report "
                   "(commands run it with the default threshold)", markup=False, highlight=False)
-    data["cross_model"] = _cross_model(err)
+    data["cross_model"] = _cross_model(err, save=save, at=data["environment"].get("created"))
 
     # 5. Show and write.
     stdout_console().print(calibration_table(data))

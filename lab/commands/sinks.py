@@ -17,7 +17,9 @@ from lab.commands.common import check_model_args, add_model_args, add_out_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.sinks.prefill import STATISTIC, STATISTIC_LABEL
+    from lab.sinks.profiles import load_choice
+
+    choice = load_choice()
 
     p = subparsers.add_parser(
         "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
@@ -29,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
     add_model_args(p)
     p.add_argument("--threshold", type=float, default=None,
-                   help=f"{STATISTIC_LABEL[STATISTIC]} ({STATISTIC}) above which a position is a sink (default: the "
+                   help=f"{choice.label} ({choice.statistic}) above which a position is a sink (default: the "
                         "model's own calibration, lab/sinks/calibrations/<profile>.json, written by `lab "
                         "calibrate-sinks`; a model without one runs with the uncalibrated default and says so)")
     add_out_arg(p)

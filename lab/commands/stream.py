@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                          "policies": [p.spec for p in cfg.policies], "eval_start": cfg.eval_start},
             "detection": None if det is None else {"n_tokens": det.n_tokens, "threshold": det.threshold,
                                                    "flagged": det.flagged, "ranked": det.ranked[:32],
-                                                   "z_first_32": det.z[:32]},
+                                                   "score_first_32": det.score[:32]},
             "policies": result.summary, "tests": result.tests, "recompute_check": result.recompute_check,
             "acceptance": result.acceptance, "benchmark": result.bench,
         })

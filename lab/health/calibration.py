@@ -20,7 +20,7 @@ from lab.prompts import CalibrationPrompt
 from lab.health.measures import CANDIDATES, HealthInputs, check_properties, check_properties_on
 from lab.prompts import StudyPrompt
 
-MAX_TIE_SHARE = 0.10  # issue 9: no value shared by more than 10 % of clean prompts
+MAX_TIE_SHARE = 0.10  # a measure must rank clean prompts: no value shared by more than 10 % of them
 TIE_DECIMALS = 2  # values are compared as reported (0.01 on the 0..10 scale)
 DISTRACTOR_JOIN = "\n\n"  # the study's twins: distractor, blank line, clean question
 
@@ -167,7 +167,11 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
 
 def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPrompt],
                 chosen: str) -> dict[str, Any]:
-    """Every candidate's properties on the model's own prefills (issue 15), and whether the choice holds there."""
+    """Every candidate's properties on the model's own prefills, and whether the choice holds there.
+
+    Random inputs can miss the shapes of a real model's attention, so the properties
+    are checked on the prefills as well.
+    """
     real = [inputs[p.id] for p in prompts]
     on = {name: check_properties_on(fn, real) for name, fn in CANDIDATES.items()}
     return {"properties_on_prompts": on,
@@ -175,7 +179,7 @@ def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPr
 
 
 def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:
-    """Issue 9's targets for the chosen measure on a study prompt set (prefill only, no decode).
+    """The ranking targets (ties, twins) for the chosen measure on a study prompt set (prefill only, no decode).
 
     Args:
         values: The chosen measure per prompt id.

@@ -1,10 +1,13 @@
 """Graded context health: candidate measures, their properties, and the calibrated choice.
 
-One measure everywhere (issue 15): :func:`graded_health` is what ``lab sinks``, the
-study and the calibrations all report, ``NaN`` ("not measurable") when no content
-position is observed by enough queries to judge.
+One measure everywhere, so that figures from different commands compare:
+:func:`graded_health` is what ``lab sinks``, the study and the calibrations all
+report, ``NaN`` ("not measurable") when no content position is observed by enough
+queries to judge. Which candidate it applies is packaged data
+(``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), written by
+``lab calibrate-health --save``.
 
-Context health keeps its scale and meaning (issue 9): 0..10, where 10 means the
+Context health keeps one scale and meaning: 0..10, where 10 means the
 attention a prompt's content receives flows the way it does in a clean prompt
 and lower values mean more of it pooled on positions that carry no content. The
 count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
@@ -23,8 +26,8 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
   content position contributes ``sigmoid((z - threshold) / SOFT_WIDTH) *
   (1 + max(0, z - threshold) / SEVERITY_SCALE)``; health = ``10 exp(-HEALTH_RATE *
   mean)``. Reads the sink detector's score and threshold (designed on the z scale;
-  since issue 15 the detector's score is the sink rate, so its width is in rate units
-  there), so it moves with the detector.
+  with ``sink_rate`` as the detector's statistic its width is in rate units), so it
+  moves with the detector.
 * ``content_share`` -- 10 x (1 - the share of received attention absorbed by
   structural positions and flagged sinks).
 * ``content_entropy`` -- 10 x the normalized Shannon entropy of the received
@@ -82,10 +85,10 @@ there. Checked afterwards on the study's default prompt set (``lab
 calibrate-health --study-set``, prefill only, after the choice): clean prompts span
 8.66 to 9.90 with 44 distinct values of 66, the largest tie 4 of 66 (6 %, target
 <= 10 %); twin pairs tied 0 of 18 (target 0), poisoned below clean 13 of 18.
-``content_entropy`` reads received attention and the content mask only,
-not z, so the sink detector's recency fix (new z baseline) does not move it;
-re-run ``lab calibrate-health`` after that fix lands all the same, since the
-other candidates' figures (and so the rule's outcome) may change.
+``content_entropy`` reads received attention and the content mask only, not
+the detector's score, so a change to the sink detector does not move it;
+re-run ``lab calibrate-health`` after one all the same, since the other
+candidates' figures (and so the rule's outcome) may change.
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+
+# The one packaged datum these pure measures read (which candidate is the lab's health),
+# through a stdlib-only loader: one source of truth without every caller passing it.
+from lab.health.choice import load_chosen
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
 # (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are
@@ -112,16 +119,17 @@ class HealthInputs:
     Attributes:
         received: Float ``[S]`` mean received attention per observing query (probabilities).
         content: Bool ``[S]``, True at content positions (not template, not injected system prompt).
-        z: Float ``[S]`` robust z of the sink detector (whatever its baseline).
+        score: Float ``[S]`` the sink detector's score (its statistic: a sink rate in
+            ``[0, 1]`` for ``sink_rate``, else a robust z).
         is_sink: Bool ``[S]`` sink flags.
         observed: Bool ``[S]`` observed by enough queries to be flagged.
         sink_rate: Float ``[S]`` Gu et al.'s sink rate per position, in [0, 1].
-        threshold: The z threshold the flags used.
+        threshold: The threshold on ``score`` the flags used.
     """
 
     received: torch.Tensor
     content: torch.Tensor
-    z: torch.Tensor
+    score: torch.Tensor
     is_sink: torch.Tensor
     observed: torch.Tensor
     sink_rate: torch.Tensor
@@ -132,7 +140,8 @@ class HealthInputs:
         """From a :class:`lab.sinks.prefill.PrefillAnalysis` (its public fields only)."""
         # "content" is lab.sinks.structure.ROLE_CONTENT; spelled out so this math module imports no tokenizer code
         content = torch.tensor([r == "content" for r in pre.roles], dtype=torch.bool)
-        return cls(received=pre.received.detach().float().cpu(), content=content, z=pre.z.detach().float().cpu(),
+        return cls(received=pre.received.detach().float().cpu(), content=content,
+                   score=pre.score.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
                    sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold))
 
@@ -146,7 +155,7 @@ def soft_penalty(h: HealthInputs) -> float:
     sel = h.content & h.observed
     if not bool(sel.any()):
         return 10.0
-    excess = h.z[sel].double() - h.threshold
+    excess = h.score[sel].double() - h.threshold
     weight = torch.sigmoid(excess / SOFT_WIDTH) * (1.0 + excess.clamp_min(0.0) / SEVERITY_SCALE)
     return _clamp10(10.0 * math.exp(-HEALTH_RATE * float(weight.mean())))
 
@@ -192,21 +201,36 @@ CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
     "content_sink_rate": content_sink_rate,
 }
 
-# The calibrated choice (`lab calibrate-health`, rule in the module docstring).
-CHOSEN = "content_entropy"
+
+
+def chosen_measure() -> Callable[[HealthInputs], float]:
+    """The candidate the packaged choice names (:func:`lab.health.choice.load_chosen`).
+
+    Raises:
+        ValueError: the packaged choice names no candidate of :data:`CANDIDATES`, or cannot be read.
+    """
+    name = load_chosen()
+    if name not in CANDIDATES:
+        raise ValueError(f"the packaged context-health choice {name!r} is not one of {', '.join(CANDIDATES)}")
+    return CANDIDATES[name]
 
 
 def graded_health(h: HealthInputs) -> float:
-    """The lab's one context health: the calibrated candidate :data:`CHOSEN` on 0..10, ``NaN`` if not measurable.
+    """The lab's one context health: the calibrated candidate on 0..10, ``NaN`` if not measurable.
+
+    The candidate is the packaged choice (:func:`chosen_measure`).
 
     Not measurable: no content position is observed by enough queries to be judged
     (an empty message, or one whose every token lies in the tail), so there is no
     content whose attention could be pooled away. ``lab sinks``, the study and the
-    calibrations all report this value (issue 15: one measure everywhere).
+    calibrations all report this value, so their figures compare.
+
+    Raises:
+        ValueError: the packaged choice cannot be read or names no candidate.
     """
     if not bool((h.content & h.observed).any()):
         return math.nan
-    return CANDIDATES[CHOSEN](h)
+    return chosen_measure()(h)
 
 
 
@@ -224,10 +248,10 @@ def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
     content = torch.zeros(s, dtype=torch.bool)
     start = max(1, s - 2 - n_content)
     content[start:start + n_content] = True
-    z = torch.randn(s, generator=gen, dtype=torch.float64) * 2
+    score = torch.randn(s, generator=gen, dtype=torch.float64) * 2
     threshold = 3.5
     observed = torch.arange(s, 0, -1) >= 2
-    return HealthInputs(received=received, content=content, z=z, is_sink=(z > threshold) & observed,
+    return HealthInputs(received=received, content=content, score=score, is_sink=(score > threshold) & observed,
                         observed=observed, sink_rate=torch.rand(s, generator=gen, dtype=torch.float64) ** 4,
                         threshold=threshold)
 
@@ -246,32 +270,32 @@ def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
     if rich == poor:
         return h
     delta = frac * float(r[poor])
-    z = h.z.clone()
+    score = h.score.clone()
     sink_rate = h.sink_rate.clone()
     is_sink = h.is_sink.clone()
     if r[rich] > 0 and r[poor] > delta:
-        z[rich] = z[rich] + math.log((float(r[rich]) + delta) / float(r[rich]))
-        z[poor] = z[poor] + math.log((float(r[poor]) - delta) / float(r[poor]))
+        score[rich] = score[rich] + math.log((float(r[rich]) + delta) / float(r[rich]))
+        score[poor] = score[poor] + math.log((float(r[poor]) - delta) / float(r[poor]))
     r[rich] += delta
     r[poor] -= delta
     sink_rate[rich] = max(float(sink_rate[rich]), float(sink_rate[poor]))
     sink_rate[poor] = min(float(sink_rate[rich]), float(sink_rate[poor]))
-    is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (z[rich] > h.threshold and h.observed[rich]))
-    is_sink[poor] = bool(is_sink[poor] and z[poor] > h.threshold)
-    return HealthInputs(r, h.content, z, is_sink, h.observed, sink_rate, h.threshold)
+    is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (score[rich] > h.threshold and h.observed[rich]))
+    is_sink[poor] = bool(is_sink[poor] and score[poor] > h.threshold)
+    return HealthInputs(r, h.content, score, is_sink, h.observed, sink_rate, h.threshold)
 
 
 def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
     """Redraw every value at structural (non-content) positions."""
     s = h.received.numel()
     st = ~h.content
-    r, z, rate = h.received.clone(), h.z.clone(), h.sink_rate.clone()
+    r, score, rate = h.received.clone(), h.score.clone(), h.sink_rate.clone()
     r[st] = torch.rand(s, generator=gen, dtype=r.dtype)[st]
-    z[st] = (torch.randn(s, generator=gen, dtype=z.dtype) * 3)[st]
+    score[st] = (torch.randn(s, generator=gen, dtype=score.dtype) * 3)[st]
     rate[st] = torch.rand(s, generator=gen, dtype=rate.dtype)[st]
     is_sink = h.is_sink.clone()
-    is_sink[st] = z[st] > h.threshold
-    return HealthInputs(r, h.content, z, is_sink, h.observed, rate, h.threshold)
+    is_sink[st] = score[st] > h.threshold
+    return HealthInputs(r, h.content, score, is_sink, h.observed, rate, h.threshold)
 
 
 PROPERTIES = ("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic")
@@ -320,7 +344,7 @@ def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequen
 
     Args:
         measure: A candidate of :data:`CANDIDATES`.
-        inputs: ``HealthInputs.from_prefill`` of each prompt (issue 15: Qwen's as well as SmolLM2's).
+        inputs: ``HealthInputs.from_prefill`` of each prompt (any model's, Qwen's as well as SmolLM2's).
         seed: Seed of the structural perturbation.
 
     Returns:
@@ -335,7 +359,7 @@ def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequen
             continue
         content = torch.zeros_like(h.content)
         content[int(judged[0])] = True
-        one = HealthInputs(h.received, content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)
+        one = HealthInputs(h.received, content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)
         _check_case(measure, h, one, gen, ok)
         checked += 1
     return {**ok, "n_checked": checked, "n_not_measurable": len(inputs) - checked}

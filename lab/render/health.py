@@ -62,7 +62,7 @@ def calibration_markdown(data: dict[str, Any]) -> str:
                      else "does **not** hold all five on this model's prompts.")]
     if data.get("study_set"):
         lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
-                  "Issue 9's targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",
+                  "The ranking targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",
                   "| candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied |",
                   "|---|---|---|---|---|---|---|"]
         for name, f in data["study_set"].items():

@@ -6,6 +6,13 @@ from typing import Any
 
 from rich.table import Table
 
+from lab.sinks.candidates import STATISTIC_LABEL
+
+
+def _label(data: dict[str, Any]) -> str:
+    """How the report's statistic reads ("sink rate" or "z"); a report without one is on the z scale."""
+    return STATISTIC_LABEL.get(data.get("statistic"), "z")
+
 def calibration_table(data: dict[str, Any]) -> Table:
     """Sweep rows around the feasible range: counts and rates per threshold."""
     t = Table(title=f"sink threshold calibration ({data['n_prompts']} prompts, "
@@ -27,7 +34,7 @@ def calibration_table(data: dict[str, Any]) -> Table:
 
 
 def calibration_markdown(data: dict[str, Any]) -> str:
-    feas = data["feasible_thresholds"]
+    feas, label = data["feasible_thresholds"], _label(data)
     lines = [
         "# Sink threshold calibration", "",
         f"- model: {data['model'].get('model')} ({data['model'].get('device')}, {data['model'].get('dtype')})",
@@ -37,12 +44,13 @@ def calibration_markdown(data: dict[str, Any]) -> str:
         f"- feasible thresholds: {f'{min(feas):g} .. {max(feas):g}' if feas else 'none'}",
         f"- chosen (middle of the feasible range): **{data['chosen_threshold']}** "
         f"(current default: {data['current_default_threshold']})",
-        f"- lowest position-0 z: {data['position0_z_min']:.2f}; highest content z: "
-        f"{data['content_z_max'] if data['content_z_max'] is None else round(data['content_z_max'], 2)}",
+        f"- lowest position-0 {label}: {data['position0_score_min']:.2f}; highest content {label}: "
+        f"{data['content_score_max'] if data['content_score_max'] is None else round(data['content_score_max'], 2)}",
     ]
     for p in data.get("long_prompts", []):
-        lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 z {p['position0_z']:.2f}; "
-                     f"highest content z {p['max_content_z']:.2f}; at the chosen threshold "
+        lines.append(f"- long prompt `{p['id']}` ({p['n_tokens']} tokens): position-0 {label} "
+                     f"{p['position0_score']:.2f}; highest content {label} {p['max_content_score']:.2f}; "
+                     "at the chosen threshold "
                      f"{p['content_flagged_at_chosen']}/{p['n_content']} content tokens flagged, "
                      f"{p['trailing_flagged_at_chosen']} of them among the trailing positions (seen by < "
                      f"{data['trailing_fraction']:.0%} of the queries)")
@@ -57,7 +65,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
             lines.append(f"- held-out long prompts ({', '.join(map(str, held['long_n_tokens']))} tokens): position 0 "
                          f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
                          f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
-    lines += ["", "| z | position 0 flagged | content flagged | long: position 0 | long: content flagged | feasible |",
+    lines += ["", f"| {label} | position 0 flagged | content flagged | long: position 0 | long: content flagged "
+                  "| feasible |",
               "|---:|---:|---:|---:|---:|:---:|"]
     lines += [f"| {r['threshold']:.2f} | {r['position0_flagged']}/{r['n_prompts']} | "
               f"{r['content_flagged']}/{r['n_content']} | {r.get('long_position0_flagged', 0)}/"
@@ -85,8 +94,9 @@ def plot_sweep(data: dict[str, Any], path) -> None:
     ax.axhline(data["criteria"]["position0_min_rate"], ls=":", color="grey")
     ax.axhline(data["criteria"]["content_max_rate"], ls=":", color="grey")
     if data["chosen_threshold"] is not None:
-        ax.axvline(data["chosen_threshold"], color="black", lw=1, label=f"chosen z = {data['chosen_threshold']}")
-    ax.set_xlabel("z threshold")
+        ax.axvline(data["chosen_threshold"], color="black", lw=1,
+                   label=f"chosen {_label(data)} = {data['chosen_threshold']}")
+    ax.set_xlabel(f"{_label(data)} threshold")
     ax.set_ylabel("rate")
     ax.legend()
     fig.savefig(path, dpi=110)

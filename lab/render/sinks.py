@@ -16,7 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.sinks.prefill import STATISTIC_LABEL, PrefillAnalysis
+from lab.sinks.candidates import STATISTIC_LABEL
+from lab.sinks.prefill import PrefillAnalysis
 from lab.sinks.structure import ROLE_CONTENT
 
 STYLE_STRUCTURAL = "cyan"
@@ -82,7 +83,7 @@ def health_text(a: PrefillAnalysis) -> str:
 
 
 def threshold_text(a: PrefillAnalysis) -> str:
-    """Where the threshold came from, said plainly (issue 15: uncalibrated models say so)."""
+    """Where the threshold came from, said plainly (an uncalibrated model says so)."""
     rule = f"{STATISTIC_LABEL.get(a.statistic, a.statistic)} > {a.threshold:g}"
     if a.calibrated_for:
         return f"{rule} (calibrated for {a.calibrated_for})"
@@ -191,7 +192,7 @@ def position_rows(a: PrefillAnalysis) -> list[dict[str, Any]]:
     s = len(a.tokens)
     return [{
         "position": i, "token_id": int(a.input_ids[i]), "token": visible(a.tokens[i]), "role": a.roles[i],
-        "received": float(a.received[i]), "score": float(a.z[i]), "z": float(a.robust_z[i]),
+        "received": float(a.received[i]), "score": float(a.score[i]), "z": float(a.robust_z[i]),
         "sink_rate": float(a.sink_rate[i]),
         "observers": s - i, "observed": bool(a.observed[i]), "is_sink": bool(a.is_sink[i]),
     } for i in range(s)]
@@ -221,7 +222,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "tokens": list(a.tokens),
         "roles": list(a.roles),
         "received": a.received.tolist(),
-        "score": a.z.tolist(),  # the detector's statistic (see "statistic")
+        "score": a.score.tolist(),  # the detector's statistic (see "statistic")
         "z": a.robust_z.tolist(),
         "sink_rate": a.sink_rate.tolist(),
         "is_sink": a.is_sink.tolist(),

@@ -1,25 +1,27 @@
 """Calibrating the sink threshold on a prompt set (model-facing; no rendering).
 
-Criteria (issue 3, Part 2; issue 11, item 2): at the default threshold, position 0
+Criteria: at the chosen threshold, position 0
 is flagged on at least 95 % of prompts and fewer than 1 % of content tokens are
 flagged, both on the short prompt set and on long prompts (:func:`long_prompts`: the
 set's text repeated to a few thousand tokens, where a baseline blind to the number of
-observing queries flagged the trailing positions). The sweep keeps raw counts per
+observing queries flags the trailing positions). The sweep keeps raw counts per
 threshold (flagged prompts, flagged content tokens and their totals, short and long
 apart); rates are derived from them. :func:`choose_threshold` takes the middle of
 the feasible range of grid values (those meeting both criteria), which leaves the
 largest margin to both criteria on prompts unlike the calibration set.
 
-Every candidate statistic of :data:`lab.sinks.prefill.STATISTICS` is swept on the same
+Every candidate statistic of :data:`lab.sinks.candidates.STATISTICS` is swept on the same
 prefills (each on its own grid, :data:`GRIDS`), so each model's report holds every
 candidate's counts. :func:`choose_statistic` is the rule that picks the detector's
 statistic across models, stated before the four profiles' figures were all in:
-**the first candidate, in the order of** :data:`lab.sinks.prefill.STATISTICS` **(least
+**the first candidate, in the order of** :data:`lab.sinks.candidates.STATISTICS` **(least
 departure from the SmolLM2-calibrated detector first), that has a feasible threshold
 on the calibration prompts (short and long) of every calibrated profile**; its
 per-model thresholds go to ``lab/sinks/calibrations/<profile>.json`` and the middle of
 the thresholds feasible on all of them (else the smallest per-model threshold)
-becomes the default for uncalibrated models.
+becomes the default for uncalibrated models. ``lab calibrate-sinks`` writes the
+choice and the default to ``lab/sinks/calibrations/choice.json``; the layout of both
+files and their one loader are in :mod:`lab.sinks.profiles`.
 Held-out prompts never enter the choice: they check it.
 """
 
@@ -27,22 +29,26 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.sinks.capture import capture_received
-from lab.sinks.prefill import MIN_OBSERVING_QUERIES, STATISTIC, STATISTICS, candidate_scores
 from lab.prompts import CalibrationPrompt
+from lab.sinks.candidates import STATISTICS
+from lab.sinks.capture import capture_received
+from lab.sinks.prefill import MIN_OBSERVING_QUERIES, candidate_scores
+from lab.sinks.profiles import load_choice
 from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
 logger = logging.getLogger(__name__)
 
-POSITION0_MIN_RATE = 0.95   # issue: position 0 flagged on >= 95 % of prompts
-CONTENT_MAX_RATE = 0.01     # issue: < 1 % of content tokens flagged
+# The detector's purpose: position 0, the sink every model has, must not be missed, while
+# content tokens are rarely flagged.
+POSITION0_MIN_RATE = 0.95   # position 0 flagged on >= 95 % of prompts
+CONTENT_MAX_RATE = 0.01     # < 1 % of content tokens flagged
 THRESHOLD_GRID = tuple(x / 4 for x in range(4, 81))  # 1.0 .. 20.0, step 0.25
 RATE_GRID = tuple(x / 100 for x in range(1, 100))  # sink rate: 0.01 .. 0.99, step 0.01
 GRIDS = {name: (RATE_GRID if name == "sink_rate" else THRESHOLD_GRID) for name in STATISTICS}
@@ -51,9 +57,9 @@ GRID_STEP = {name: grid[1] - grid[0] for name, grid in GRIDS.items()}
 # on (also the statistical tier's set, tests/statistical/test_sinks_real.py).
 CALIBRATION_SET = "calibration_prompts.jsonl"
 HELD_OUT_SET = "sinks_held_out.jsonl"
-# Long calibration prompts: one of 2,048 tokens is where the recency artifact first
-# showed on SmolLM2 (22 trailing positions flagged by the pre-fix baseline) while one
-# prefill still takes about a minute on 2 CPU cores.
+# Long calibration prompts: 2,048 tokens is long enough for the recency artifact to show
+# on SmolLM2 (a baseline blind to the number of observers flags 22 trailing positions)
+# while one prefill still takes about a minute on 2 CPU cores.
 LONG_LENGTHS = (2048,)
 # "Trailing" positions, for the report: those seen by fewer than this share of the queries.
 TRAILING_FRACTION = 0.1
@@ -120,14 +126,15 @@ class PromptScores:
         scores: ``{statistic: float32 [S]}`` (:func:`lab.sinks.prefill.candidate_scores`).
         observed: Bool ``[S]``.
         content: Bool ``[S]``: content positions.
-        statistic: The statistic the properties below read (default :data:`lab.sinks.prefill.STATISTIC`).
+        statistic: The statistic the properties below read (default: the packaged
+            choice, :func:`lab.sinks.profiles.load_choice`).
     """
 
     id: str
     scores: dict[str, torch.Tensor]
     observed: torch.Tensor
     content: torch.Tensor
-    statistic: str = STATISTIC
+    statistic: str = field(default_factory=lambda: load_choice().statistic)
 
     def using(self, statistic: str) -> "PromptScores":
         """The same prompt read through another statistic."""
@@ -136,29 +143,34 @@ class PromptScores:
         return PromptScores(self.id, self.scores, self.observed, self.content, statistic)
 
     @property
-    def z(self) -> torch.Tensor:
+    def score(self) -> torch.Tensor:
+        """Float32 ``[S]``: the scores of ``statistic``."""
         return self.scores[self.statistic]
 
     @property
-    def position0_z(self) -> float:
-        return float(self.z[0])
+    def position0_score(self) -> float:
+        return float(self.score[0])
 
     @property
-    def candidate_content_z(self) -> torch.Tensor:
+    def candidate_content_scores(self) -> torch.Tensor:
         """Scores of content positions that may be flagged (observed)."""
-        return self.z[self.content & self.observed]
+        return self.score[self.content & self.observed]
 
     def trailing_flagged(self, threshold: float) -> int:
         """Observed content positions seen by < TRAILING_FRACTION of the queries with a score > threshold."""
-        s = self.z.numel()
+        s = self.score.numel()
         trailing = torch.arange(s, 0, -1) < TRAILING_FRACTION * s
-        return int((self.content & self.observed & trailing & (self.z > threshold)).sum())
+        return int((self.content & self.observed & trailing & (self.score > threshold)).sum())
 
 
 def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt], *,
                   min_observers: int = MIN_OBSERVING_QUERIES,
                   progress: Callable[[int, int, str], None] | None = None) -> list[PromptScores]:
-    """Run the streaming capture on every prompt and keep every candidate's scores."""
+    """Run the streaming capture on every prompt and keep every candidate's scores.
+
+    Each :class:`PromptScores` reads the packaged choice's statistic (:func:`lab.sinks.profiles.load_choice`).
+    """
+    statistic = load_choice().statistic
     out = []
     for i, p in enumerate(prompts):
         if progress is not None:
@@ -168,7 +180,7 @@ def score_prompts(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPromp
         cands = candidate_scores(per_head, structure.roles, min_observers=min_observers)
         s = len(structure.roles)
         content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
-        out.append(PromptScores(id=p.id, scores={k: cands[k] for k in STATISTICS},
+        out.append(PromptScores(id=p.id, scores={k: cands[k] for k in STATISTICS}, statistic=statistic,
                                 observed=torch.arange(s, 0, -1) >= min(min_observers, s), content=content))
     return out
 
@@ -213,10 +225,10 @@ def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOL
     """
     if not scores or not thresholds:
         raise ValueError("sweep needs at least one prompt's scores and one threshold")
-    pos0 = torch.tensor([s.position0_z for s in scores])
-    content = torch.cat([s.candidate_content_z for s in scores])
-    long_pos0 = torch.tensor([s.position0_z for s in long_scores])
-    long_content = torch.cat([s.candidate_content_z for s in long_scores]) if long_scores else torch.empty(0)
+    pos0 = torch.tensor([s.position0_score for s in scores])
+    content = torch.cat([s.candidate_content_scores for s in scores])
+    long_pos0 = torch.tensor([s.position0_score for s in long_scores])
+    long_content = torch.cat([s.candidate_content_scores for s in long_scores]) if long_scores else torch.empty(0)
     return [SweepRow(threshold=float(t), position0_flagged=int((pos0 > t).sum()), n_prompts=len(scores),
                      content_flagged=int((content > t).sum()), n_content=int(content.numel()),
                      long_position0_flagged=int((long_pos0 > t).sum()), long_n_prompts=len(long_scores),
@@ -226,10 +238,10 @@ def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOL
 
 def evaluate(scores: Sequence[PromptScores], threshold: float) -> dict[str, int]:
     """Raw counts at one threshold: position 0 flagged, content flagged, trailing content flagged."""
-    content = [s.candidate_content_z for s in scores]
-    return {"position0_flagged": sum(int(s.position0_z > threshold) for s in scores), "n_prompts": len(scores),
-            "content_flagged": sum(int((z > threshold).sum()) for z in content),
-            "n_content": sum(int(z.numel()) for z in content),
+    content = [s.candidate_content_scores for s in scores]
+    return {"position0_flagged": sum(int(s.position0_score > threshold) for s in scores), "n_prompts": len(scores),
+            "content_flagged": sum(int((c > threshold).sum()) for c in content),
+            "n_content": sum(int(c.numel()) for c in content),
             "trailing_flagged": sum(s.trailing_flagged(threshold) for s in scores)}
 
 
@@ -269,7 +281,7 @@ def choose_statistic(feasible: dict[str, dict[str, Sequence[float]]]) -> tuple[s
         feasible: ``{model: {statistic: feasible thresholds on its calibration prompts}}``.
 
     Returns:
-        The first statistic of :data:`lab.sinks.prefill.STATISTICS` feasible on every model, and
+        The first statistic of :data:`lab.sinks.candidates.STATISTICS` feasible on every model, and
         the default threshold for uncalibrated models: the middle of the thresholds
         feasible on all of them, or, when no single threshold is, the smallest of the
         models' own thresholds (the middle of each one's range): missing position 0 is

@@ -9,24 +9,26 @@ for the importance score and sink rate.
 Decision rule. Let ``per_head[l, h, k]`` be the attention key ``k`` receives per
 observing query in layer ``l``, head ``h`` (Gu et al.'s importance score);
 ``received[k]`` its arithmetic mean over layers and heads (reported) and
-``typical[k]`` its geometric mean. The detector's score is :data:`STATISTIC`, one of
-the candidates in :data:`STATISTICS`, chosen by the rule of
-:func:`lab.sinks.calibration.choose_statistic` across the four profiles (issue 15):
+``typical[k]`` its geometric mean. The detector's score is one of the candidates in
+:data:`lab.sinks.candidates.STATISTICS`, the one the rule of
+:func:`lab.sinks.calibration.choose_statistic` chose across the calibrated profiles
+(packaged data, :func:`lab.sinks.profiles.load_choice`):
 
-* ``sink_rate`` (the rule's choice): Gu et al.'s sink rate, the fraction of the
+* ``sink_rate`` (the rule's choice on the four shipped profiles): Gu et al.'s sink rate, the fraction of the
   ``L x H`` (layer, head) pairs in which ``per_head[l, h, k] > epsilon`` (0.3). A
   position is a sink when its rate exceeds the model's threshold and it is observed
   by at least :data:`MIN_OBSERVING_QUERIES` queries. The z candidates compare a
   position with the prompt's other positions, and failed where there are few to
   compare with: on Qwen2.5's chat prompts the template-injected system prompt ("You
   are Qwen, created by Alibaba Cloud ...") outnumbers a short question's content and
-  is heavily attended, so the old baseline (``gm_prose``) put position 0 at z 2.6-3.9;
+  is heavily attended, so the prose baseline (``gm_prose``) puts position 0 at z 2.6-3.9;
   on Gemma-3 (no template) a short prompt has one or two observed content tokens.
   The rate needs no baseline.
 * the threshold belongs to the model: the profile's calibration
   (``lab/sinks/calibrations/<profile>.json``, written by ``lab calibrate-sinks``) via
-  :func:`lab.sinks.profiles.resolve_threshold`, else :data:`DEFAULT_THRESHOLD`, and
-  the analysis then says it is not calibrated for the model.
+  :func:`lab.sinks.profiles.resolve_threshold`, else the packaged default
+  (``lab/sinks/calibrations/choice.json``), and the analysis then says it is not
+  calibrated for the model.
 * ``robust_z`` is reported beside it: the robust log-MAD z of the geometric mean
   against observed content positions seen by as many queries (``gm_content``,
   :func:`lab.sinks.scores.observer_matched_z`), how far a position stands out.
@@ -43,7 +45,7 @@ than :data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of t
 baseline; their scores are still reported.
 
 Context health: :func:`lab.health.measures.graded_health` (the graded measure the study
-uses), ``NaN`` ("not measurable") when no content position is observed; the older
+uses), ``NaN`` ("not measurable") when no content position is observed; the
 count-based :func:`lab.sinks.scores.context_health` is kept as ``content_sink_health``.
 """
 
@@ -56,38 +58,15 @@ from typing import Any, Sequence
 
 import torch
 
-from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
 from lab.health.measures import HealthInputs, graded_health
+from lab.sinks.candidates import STATISTICS
+from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
+from lab.sinks.profiles import load_choice, resolve_threshold
 from lab.sinks.scores import (DEFAULT_EPSILON, context_health, head_geometric_mean, layer_sink_spans, observer_matched_z,
-                       sink_rate)
+                              sink_rate)
 from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE, analyze_structure
 
 logger = logging.getLogger(__name__)
-
-# The candidate sink statistics (issue 15), in the order of preference of the rule that
-# chooses among them (lab.sinks.calibration.choose_statistic: the first candidate whose
-# per-model calibration meets the criteria on every profile): the least departure from
-# the SmolLM2-calibrated detector first.
-#   gm_prose      robust z of the geometric mean over (layer, head), baseline content +
-#                 injected system prompt (the detector before issue 15);
-#   gm_content    the same z, baseline content only;
-#   layer_median  median over layers of the per-layer z (geometric mean over heads,
-#                 content baseline): a sink stands out in most layers;
-#   am_content    robust z of the arithmetic mean, content baseline;
-#   sink_rate     Gu et al.'s fraction of (layer, head) with received attention > 0.3.
-STATISTICS = ("gm_prose", "gm_content", "layer_median", "am_content", "sink_rate")
-# How a threshold on each statistic reads ("z > 3.5", "sink rate > 0.07").
-STATISTIC_LABEL = {name: ("sink rate" if name == "sink_rate" else "z") for name in STATISTICS}
-STATISTIC = "sink_rate"  # the rule's choice (figures: lab/sinks/calibrations/*.json, README)
-
-# The threshold for a model without a calibration file (a hub id, a local path), on
-# STATISTIC's scale; such a model runs with it and the analysis says it is not
-# calibrated for the model. By the rule (lab.sinks.calibration.choose_statistic): no single
-# sink-rate threshold is feasible on all four profiles (smollm2 0.19..0.51, gemma3-270m
-# 0.02..0.13, qwen2.5-coder 0.01..0.05, qwen2.5-coder-0.5b 0.01..0.02), so the default
-# is the smallest per-model threshold, qwen2.5-coder-0.5b's 0.02: it never misses
-# position 0 on a calibrated profile, and flags content on SmolLM2-like models.
-DEFAULT_THRESHOLD = 0.02
 
 # A position must be observed by at least this many queries (S - k >= 8) to be
 # flagged or to enter the baseline; below that its score averages < 8 rows.
@@ -109,9 +88,10 @@ class PrefillAnalysis:
             system prompt).
         received: Float32 ``[S]``, mean over layers and heads of ``per_head``.
         per_head: Float32 ``[L, H, S]`` (Gu et al. importance score per head).
-        z: Float32 ``[S]`` the detector's score, :data:`STATISTIC` (module docstring).
+        score: Float32 ``[S]`` the detector's score, the statistic named by ``statistic``
+            (a rate in ``[0, 1]`` for ``sink_rate``, else a robust z; module docstring).
         robust_z: Float32 ``[S]`` robust z of the log geometric-mean score, content baseline.
-        is_sink: Bool ``[S]``: ``z > threshold`` and observed by enough queries.
+        is_sink: Bool ``[S]``: ``score > threshold`` and observed by enough queries.
         observed: Bool ``[S]``: observed by >= ``min_observers`` queries.
         sink_rate: Float32 ``[S]``: fraction of (layer, head) with score > ``epsilon``.
         position0_share: Attention mass on position 0, averaged over all queries,
@@ -126,7 +106,7 @@ class PrefillAnalysis:
         content_sink_health: The count-based score of :func:`lab.sinks.scores.context_health`
             over observed content positions (``NaN`` when there are none).
         threshold, epsilon, min_observers: The settings used.
-        statistic: Which candidate statistic ``z`` is (:data:`STATISTICS`).
+        statistic: Which candidate statistic ``score`` is (:data:`lab.sinks.candidates.STATISTICS`).
         calibrated_for: The profile whose calibration file gave ``threshold``; ``None``
             when the threshold was given by the caller or is the uncalibrated default.
         threshold_source: ``"calibrated"``, ``"default (not calibrated for this model)"``
@@ -142,7 +122,7 @@ class PrefillAnalysis:
     structural: tuple[int, ...]
     received: torch.Tensor
     per_head: torch.Tensor
-    z: torch.Tensor
+    score: torch.Tensor
     robust_z: torch.Tensor
     is_sink: torch.Tensor
     observed: torch.Tensor
@@ -186,23 +166,23 @@ class SinkScores:
     Attributes:
         received: ``[S]`` arithmetic mean over layers and heads of received attention.
         typical: ``[S]`` geometric mean over layers and heads.
-        z: ``[S]`` the detector's score, :data:`STATISTIC` (a rate in ``[0, 1]`` for
-            ``sink_rate``, else a robust z).
+        score: ``[S]`` the detector's score, the statistic named by ``statistic`` (a rate
+            in ``[0, 1]`` for ``sink_rate``, else a robust z).
         observed: Bool ``[S]``, observed by enough queries to be flagged.
         layer_scores: ``[L, S]`` the statistic per layer (for the sink levels across
             layers): for ``sink_rate`` the fraction of the layer's heads above epsilon,
             else the robust z of the layer's geometric mean over heads (content baseline).
         robust_z: ``[S]`` the ``gm_content`` z, reported whatever the statistic.
-        statistic: Which candidate ``z`` is.
+        statistic: Which candidate ``score`` is.
     """
 
     received: torch.Tensor
     typical: torch.Tensor
-    z: torch.Tensor
+    score: torch.Tensor
     observed: torch.Tensor
     layer_scores: torch.Tensor
     robust_z: torch.Tensor
-    statistic: str = STATISTIC
+    statistic: str
 
 
 def _observed(s: int, min_observers: int) -> torch.Tensor:
@@ -227,7 +207,7 @@ def baseline_mask(roles: Sequence[str], observed: torch.Tensor, pool: str) -> to
 
 def candidate_scores(per_head: torch.Tensor, roles: Sequence[str], *,
                      min_observers: int = MIN_OBSERVING_QUERIES) -> dict[str, torch.Tensor]:
-    """Every candidate statistic of :data:`STATISTICS` at every position (``[S]`` each), plus per-layer scores.
+    """Every candidate of :data:`lab.sinks.candidates.STATISTICS` at every position (``[S]`` each), and per-layer scores.
 
     ``layer_z`` ``[L, S]``: the robust z (content baseline) of each layer's geometric
     mean over heads; ``layer_sink_rate`` ``[L, S]``: the fraction of each layer's heads
@@ -263,33 +243,38 @@ def candidate_scores(per_head: torch.Tensor, roles: Sequence[str], *,
 
 
 def score_positions(per_head: torch.Tensor, roles: Sequence[str], *,
-                    min_observers: int = MIN_OBSERVING_QUERIES, statistic: str = STATISTIC) -> SinkScores:
-    """The detector's score (:data:`STATISTIC` by default) with the lab's baseline and tail rule.
+                    min_observers: int = MIN_OBSERVING_QUERIES, statistic: str | None = None) -> SinkScores:
+    """The detector's score with the lab's baseline and tail rule.
 
     Args:
         per_head: Float ``[L, H, S]`` received attention.
         roles: ``S`` role strings (see :mod:`lab.sinks.structure`).
         min_observers: Minimum observing queries for a position to count.
-        statistic: One of :data:`STATISTICS`.
+        statistic: One of :data:`lab.sinks.candidates.STATISTICS`; ``None`` (default): the
+            packaged choice (:func:`lab.sinks.profiles.load_choice`).
 
     Returns:
-        :class:`SinkScores` with ``received``, ``z``, ``observed`` ``[S]`` and ``layer_scores`` ``[L, S]``.
+        :class:`SinkScores` with ``received``, ``score``, ``observed`` ``[S]`` and ``layer_scores`` ``[L, S]``.
 
     Raises:
-        ValueError: shapes disagree, ``min_observers < 1`` or an unknown ``statistic``.
+        ValueError: shapes disagree, ``min_observers < 1`` or an unknown ``statistic``;
+            the choice file's own errors when ``statistic`` is None.
     """
+    statistic = load_choice().statistic if statistic is None else statistic
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
     cands = candidate_scores(per_head, roles, min_observers=min_observers)
     return SinkScores(received=per_head.float().mean(dim=(0, 1)), typical=head_geometric_mean(per_head),
-                      z=cands[statistic], observed=_observed(len(roles), min_observers),
+                      score=cands[statistic], observed=_observed(len(roles), min_observers),
                       layer_scores=cands["layer_sink_rate" if statistic == "sink_rate" else "layer_z"],
                       robust_z=cands["gm_content"],
                       statistic=statistic)
 
 
-def _check_threshold(threshold: float, epsilon: float) -> None:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+def _check_threshold(threshold: float | None, epsilon: float) -> None:
+    """``threshold`` None (read from the calibration later) or a finite number; ``epsilon`` in (0, 1)."""
+    bad = isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)
+    if threshold is not None and bad:
         raise ValueError(f"threshold={threshold!r} must be a finite number")
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
@@ -306,9 +291,9 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         tokenizer: Its fast tokenizer, with the chat template if the model has one.
         messages: Non-empty chat messages (``lab.models.loading.build_messages``).
         threshold: Score above which an observed position is a sink. ``None`` (default):
-            the model's calibrated threshold (:func:`lab.sinks.profiles.calibration_for`,
-            by ``model.lab_source["profile"]``), else :data:`DEFAULT_THRESHOLD` with a
-            warning that it is not calibrated for this model.
+            the model's calibrated threshold (:func:`lab.sinks.profiles.load_calibration`,
+            by ``model.lab_source["profile"]``), else the packaged default
+            (:func:`lab.sinks.profiles.load_choice`) with a warning that it is not calibrated for this model.
         epsilon: Received-attention level for the sink rate and sink heads (Gu et al.: 0.3).
         min_observers: See :data:`MIN_OBSERVING_QUERIES`.
         max_chunk_bytes: Budget for one chunk of attention scores in the capture.
@@ -326,9 +311,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         lab.sinks.capture.CaptureError (a ValueError): the model's attention
             cannot be captured, or the capture failed validation.
     """
-    from lab.sinks.profiles import resolve_threshold
-
-    _check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold, epsilon)
+    _check_threshold(threshold, epsilon)
     threshold, calibrated_for, source = resolve_threshold(model, threshold)
     # 1. tokenize and attribute positions to the template or the content
     structure = analyze_structure(tokenizer, messages)
@@ -338,7 +321,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
     per_head = captured.per_head
     # 3. scores and flags, overall and per layer
     scores = score_positions(per_head, structure.roles, min_observers=min_observers)
-    is_sink = scores.observed & (scores.z > threshold)
+    is_sink = scores.observed & (scores.score > threshold)
     layer_sinks = scores.observed.unsqueeze(0) & (scores.layer_scores > threshold)  # [L, S]
     content = torch.tensor([r == ROLE_CONTENT for r in structure.roles], dtype=torch.bool)
     content_sinks = tuple(int(i) for i in torch.nonzero(is_sink & content).flatten())
@@ -351,10 +334,10 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         sink_heads = tuple((int(l), int(h)) for l, h in torch.nonzero(heavy))
     # 5. context health: the graded measure; the count-based one kept beside it
     rates = sink_rate(per_head, epsilon)
-    health = graded_health(HealthInputs(received=scores.received, content=content, z=scores.z, is_sink=is_sink,
+    health = graded_health(HealthInputs(received=scores.received, content=content, score=scores.score, is_sink=is_sink,
                                           observed=scores.observed, sink_rate=rates, threshold=float(threshold)))
     observed_content = content & scores.observed
-    count_health = context_health(scores.z[observed_content], threshold) if observed_content.any() else math.nan
+    count_health = context_health(scores.score[observed_content], threshold) if observed_content.any() else math.nan
     ids_list = ids[0].tolist()
     return PrefillAnalysis(
         input_ids=ids[0],
@@ -363,7 +346,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         structural=structure.structural,
         received=scores.received,
         per_head=per_head,
-        z=scores.z,
+        score=scores.score,
         robust_z=scores.robust_z,
         is_sink=is_sink,
         observed=scores.observed,

@@ -1,21 +1,31 @@
-"""Per-model sink calibrations: the threshold a model's own calibration chose.
+"""The sink detector's calibrations as packaged data: one loader, below the prefill analysis.
 
-A calibrated constant belongs to the model it was calibrated on. ``lab
-calibrate-sinks --model PROFILE`` writes ``lab/sinks/calibrations/<profile>.json``
-(shipped with the package); every command that flags sinks (``lab sinks``, the
-study, ``lab stream``'s ``detected`` policy, ``lab calibrate-health``) reads the
-threshold from there through :func:`resolve_threshold`, keyed by the profile the
-model was loaded as (``model.lab_source["profile"]``). A model without a file (a hub
-id, a local path, a profile not yet calibrated) gets
-:data:`lab.sinks.prefill.DEFAULT_THRESHOLD` and a warning that the threshold is not
-calibrated for it; the analysis records which case applied.
+A calibrated constant belongs to the data it was calibrated on, so none is copied
+into code. ``lab calibrate-sinks`` writes two kinds of file under
+``lab/sinks/calibrations/`` (shipped with the package):
 
-A file holds a threshold for every candidate statistic (``thresholds``), all swept on
-the same prefills; the one read is :data:`lab.sinks.prefill.STATISTIC`'s, and a file without
-it raises, since another candidate's threshold is on another scale. Its ``statistic``
-field records what the detector used when the file was written (three of the four
-shipped files were written while it was still ``gm_content``; their ``sink_rate``
-thresholds come from the same sweep).
+* ``<profile>.json``, one per calibrated profile (``lab calibrate-sinks --model
+  PROFILE``): a threshold for every candidate statistic (``thresholds``, all swept
+  on the same prefills), each candidate's feasible thresholds and counts
+  (``candidates``), and ``statistic``, the detector statistic the file is read for.
+  A file whose ``statistic`` was rewritten without re-running the sweep records
+  why in ``migrated`` (:func:`migrate_statistic`).
+* ``choice.json``, across profiles: the statistic the rule of
+  :func:`lab.sinks.calibration.choose_statistic` chose over the ``profiles``' own
+  recorded feasible thresholds, and ``default_threshold``, the threshold on that
+  statistic's scale for a model without a file. Read by :func:`load_choice`.
+
+Every command that flags sinks (``lab sinks``, the study, ``lab stream``'s
+``detected`` policy, ``lab calibrate-health``) gets its threshold through
+:func:`resolve_threshold`, keyed by the profile the model was loaded as
+(``model.lab_source["profile"]``): the profile file's threshold for the chosen
+statistic; for a model without a file (a hub id, a local path, a profile not yet
+calibrated) the default, with a warning that the threshold is not calibrated for
+it. A profile file without a finite threshold for the chosen statistic raises,
+since another candidate's threshold is on another scale.
+
+The candidate statistics themselves (:data:`lab.sinks.candidates.STATISTICS`) are
+the rule's definitions and stay code.
 """
 
 from __future__ import annotations
@@ -26,9 +36,12 @@ import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
 
 CALIBRATION_DIR = "sinks/calibrations"  # inside the lab package
+CHOICE_FILE = "choice.json"  # the cross-profile choice, beside the profile files
 SOURCE_CALIBRATED = "calibrated"
 SOURCE_DEFAULT = "default (not calibrated for this model)"
 SOURCE_GIVEN = "given"
@@ -39,8 +52,8 @@ class SinkCalibration:
     """One profile's calibrated sink threshold.
 
     Attributes:
-        profile: The profile name (``lab.models.loading.PROFILES``).
-        statistic: The statistic the threshold applies to.
+        profile: The profile name (``lab.models.profiles.PROFILES``).
+        statistic: The statistic the threshold applies to (the packaged choice).
         threshold: The chosen threshold (middle of the feasible range).
         path: Where it was read from.
     """
@@ -51,52 +64,187 @@ class SinkCalibration:
     path: str
 
 
+@dataclass(frozen=True)
+class DetectorChoice:
+    """The detector's statistic and the default threshold, as the cross-profile rule chose them.
+
+    Attributes:
+        statistic: One of :data:`lab.sinks.candidates.STATISTICS`.
+        default_threshold: The threshold for a model without a calibration file, on
+            ``statistic``'s scale (a rate in ``[0, 1]`` for ``sink_rate``, else a z).
+        profiles: The profiles whose calibration files the rule read.
+        path: Where it was read from.
+    """
+
+    statistic: str
+    default_threshold: float
+    profiles: tuple[str, ...]
+    path: str
+
+    @property
+    def label(self) -> str:
+        """How a threshold on the statistic reads: ``"sink rate"`` or ``"z"``."""
+        return STATISTIC_LABEL[self.statistic]
+
+
+def calibration_dir() -> Path:
+    """The packaged calibrations folder."""
+    return Path(str(resources.files("lab").joinpath(CALIBRATION_DIR)))
+
+
 def calibration_path(profile: str) -> Path:
     """Where the packaged calibration of ``profile`` lives (it may not exist)."""
-    return Path(str(resources.files("lab").joinpath(CALIBRATION_DIR))) / f"{profile}.json"
+    return calibration_dir() / f"{profile}.json"
+
+
+def choice_path() -> Path:
+    """Where the packaged cross-profile choice lives."""
+    return calibration_dir() / CHOICE_FILE
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what} {path} cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path} holds {type(data).__name__}, not a JSON object")
+    return data
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def load_choice() -> DetectorChoice:
+    """The packaged choice of the detector's statistic and default threshold (``choice.json``).
+
+    Raises:
+        ValueError: the file is missing or does not parse, names a statistic outside
+            :data:`lab.sinks.candidates.STATISTICS`, or lacks a finite ``default_threshold``.
+    """
+    path = choice_path()
+    data = _read_json(path, "sink detector choice")
+    statistic, default = data.get("statistic"), data.get("default_threshold")
+    if statistic not in STATISTICS or not _finite(default):
+        raise ValueError(f"sink detector choice {path} needs a statistic in {', '.join(STATISTICS)} and a finite "
+                         f"default_threshold, got statistic={statistic!r}, default_threshold={default!r}; "
+                         "re-run `lab calibrate-sinks`")
+    return DetectorChoice(statistic=statistic, default_threshold=float(default),
+                          profiles=tuple(data.get("profiles") or ()), path=str(path))
 
 
 def load_calibration(profile: str | None) -> SinkCalibration | None:
-    """The packaged calibration of ``profile``, or ``None`` when there is none.
+    """The packaged calibration of ``profile`` for the chosen statistic, or ``None`` when there is none.
 
     Raises:
         ValueError: the file exists but does not parse, lacks a finite ``threshold``
-            for :data:`lab.sinks.prefill.STATISTIC`, or was calibrated for another profile.
+            for the chosen statistic (:func:`load_choice`), or was calibrated for
+            another profile; the choice file's own errors.
     """
-    from lab.sinks.prefill import STATISTIC
-
     if not profile:
         return None
     path = calibration_path(profile)
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"sink calibration {path} cannot be read: {exc}") from exc
-    chosen = (data.get("thresholds") or {}).get(STATISTIC) if isinstance(data, dict) else None
-    if data.get("profile") != profile or not isinstance(chosen, (int, float)) or not math.isfinite(chosen):
-        raise ValueError(f"sink calibration {path} has no finite threshold for statistic {STATISTIC!r} "
+    statistic = load_choice().statistic
+    data = _read_json(path, "sink calibration")
+    chosen = (data.get("thresholds") or {}).get(statistic)
+    if data.get("profile") != profile or not _finite(chosen):
+        raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r} "
                          f"of profile {profile!r}; re-run `lab calibrate-sinks --model {profile}`")
-    return SinkCalibration(profile=profile, statistic=STATISTIC, threshold=float(chosen), path=str(path))
+    return SinkCalibration(profile=profile, statistic=statistic, threshold=float(chosen), path=str(path))
 
 
 def resolve_threshold(model: Any, threshold: float | None) -> tuple[float, str | None, str]:
     """``(threshold, calibrated_for, source)`` for an analysis of ``model``.
 
     A given ``threshold`` wins (``source = "given"``); else the model's profile
-    calibration; else :data:`lab.sinks.prefill.DEFAULT_THRESHOLD`, with a ``UserWarning``
-    naming the model.
+    calibration; else the packaged default (:func:`load_choice`), with a
+    ``UserWarning`` naming the model.
     """
-    from lab.sinks.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTIC_LABEL
-
     if threshold is not None:
         return float(threshold), None, SOURCE_GIVEN
     info = getattr(model, "lab_source", None) or {}
     cal = load_calibration(info.get("profile"))
     if cal is not None:
         return cal.threshold, cal.profile, SOURCE_CALIBRATED
+    choice = load_choice()
     warnings.warn(f"sink threshold not calibrated for model {info.get('model', type(model).__name__)!r}: "
-                  f"using the default {STATISTIC_LABEL[STATISTIC]} > {DEFAULT_THRESHOLD:g} (run `lab calibrate-sinks` on a profile)",
-                  UserWarning, stacklevel=3)
-    return float(DEFAULT_THRESHOLD), None, SOURCE_DEFAULT
+                  f"using the default {choice.label} > {choice.default_threshold:g} "
+                  "(run `lab calibrate-sinks` on a profile)", UserWarning, stacklevel=3)
+    return choice.default_threshold, None, SOURCE_DEFAULT
+
+
+def recorded_feasible(profiles: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """``{profile: {statistic: feasible thresholds}}`` as recorded in each packaged profile file.
+
+    Profiles without a file are left out; this is the input of
+    :func:`lab.sinks.calibration.choose_statistic`.
+
+    Raises:
+        ValueError: a file does not parse or lacks ``candidates``.
+    """
+    out = {}
+    for name in profiles:
+        path = calibration_path(name)
+        if not path.is_file():
+            continue
+        data = _read_json(path, "sink calibration")
+        if not isinstance(data.get("candidates"), dict):
+            raise ValueError(f"sink calibration {path} has no 'candidates'; re-run `lab calibrate-sinks --model {name}`")
+        out[name] = {k: list(v.get("feasible_thresholds") or []) for k, v in data["candidates"].items()}
+    return out
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def write_choice(statistic: str, default_threshold: float, profiles: Sequence[str], *, chosen_at: str | None) -> Path:
+    """Write the packaged ``choice.json`` (what :func:`load_choice` reads); returns its path.
+
+    Raises:
+        ValueError: ``statistic`` outside :data:`lab.sinks.candidates.STATISTICS` or a
+            non-finite ``default_threshold``.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
+    if not _finite(default_threshold):
+        raise ValueError(f"default_threshold={default_threshold!r} must be a finite number")
+    path = choice_path()
+    _write_json(path, {"rule": "lab.sinks.calibration.choose_statistic", "statistic": statistic,
+                       "default_threshold": float(default_threshold), "profiles": sorted(profiles),
+                       "chosen_at": chosen_at})
+    return path
+
+
+def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> bool:
+    """Rewrite the ``statistic`` field of ``profile``'s packaged file without re-running its sweep.
+
+    For when the cross-profile rule chose another statistic than the one a file was
+    written for: its ``thresholds`` hold every candidate's threshold from the same
+    sweep, so only the field naming the detector's statistic changes. The change is
+    recorded in the file's ``migrated`` list (``{"field", "from", "to", "reason", "at"}``).
+
+    Returns:
+        Whether the file changed (``False`` when it already names ``statistic``).
+
+    Raises:
+        ValueError: no file for ``profile``, or the file has no finite threshold for ``statistic``.
+    """
+    path = calibration_path(profile)
+    if not path.is_file():
+        raise ValueError(f"profile={profile!r} has no packaged sink calibration ({path})")
+    data = _read_json(path, "sink calibration")
+    if not _finite((data.get("thresholds") or {}).get(statistic)):
+        raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r}: "
+                         f"re-run `lab calibrate-sinks --model {profile}` instead of migrating it")
+    if data.get("statistic") == statistic:
+        return False
+    data.setdefault("migrated", []).append({"field": "statistic", "from": data.get("statistic"), "to": statistic,
+                                            "reason": reason, "at": at})
+    data["statistic"] = statistic
+    _write_json(path, data)
+    return True

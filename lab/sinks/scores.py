@@ -324,7 +324,7 @@ def layer_sink_spans(layer_flags: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return first.masked_fill(none, -1), last.masked_fill(none, -1), count
 
 
-def context_health(content_z: torch.Tensor, threshold: float, *,
+def context_health(content_scores: torch.Tensor, threshold: float, *,
                    severity_scale: float = SEVERITY_SCALE, rate: float = HEALTH_RATE) -> float:
     """Context health in ``[0, 10]``: 10 when no content position is a sink.
 
@@ -336,33 +336,35 @@ def context_health(content_z: torch.Tensor, threshold: float, *,
     ``K`` is empty (or there is no content). A lab formula, not from a paper.
 
     Args:
-        content_z: Float tensor ``[N]`` of robust z-scores of content positions only
-            (structural positions excluded by the caller).
-        threshold: The z above which a position is a sink.
-        severity_scale: z units per extra unit of penalty (> 0).
+        content_scores: Float tensor ``[N]``: the sink detector's scores of content
+            positions only (structural positions excluded by the caller); a robust z
+            or a sink rate, whichever statistic the detector uses (the formula was
+            designed on the z scale).
+        threshold: The score above which a position is a sink.
+        severity_scale: Score units per extra unit of penalty (> 0).
         rate: Penalty-to-score rate (> 0).
 
     Returns:
         A Python float in ``[0, 10]``.
 
     Raises:
-        ValueError: ``content_z`` is not 1-D floating or has NaN, or the threshold,
+        ValueError: ``content_scores`` is not 1-D floating or has NaN, or the threshold,
             severity_scale or rate is not finite / positive.
     """
-    if not isinstance(content_z, torch.Tensor) or content_z.dim() != 1 or not content_z.is_floating_point():
-        raise ValueError("content_z must be a 1-D float tensor")
-    if torch.isnan(content_z).any():
-        raise ValueError("content_z contains NaN")
+    if not isinstance(content_scores, torch.Tensor) or content_scores.dim() != 1 or not content_scores.is_floating_point():
+        raise ValueError("content_scores must be a 1-D float tensor")
+    if torch.isnan(content_scores).any():
+        raise ValueError("content_scores contains NaN")
     if not math.isfinite(threshold):
         raise ValueError(f"threshold={threshold!r} must be finite")
     if not severity_scale > 0 or not rate > 0:
         raise ValueError(f"severity_scale={severity_scale!r} and rate={rate!r} must be positive")
-    n = content_z.numel()
+    n = content_scores.numel()
     if n == 0:
         return 10.0
-    # The sink test runs in the input's dtype, as `is_sink` does elsewhere, so a z that
+    # The sink test runs in the input's dtype, as `is_sink` does elsewhere, so a score that
     # equals the threshold after rounding to float32 is a sink in neither place.
-    is_sink = content_z > threshold
-    excess = content_z.double()[is_sink] - threshold
+    is_sink = content_scores > threshold
+    excess = content_scores.double()[is_sink] - threshold
     penalty = float((1.0 + excess / severity_scale).sum()) / n
     return float(min(10.0, max(0.0, 10.0 * math.exp(-rate * penalty))))

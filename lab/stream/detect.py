@@ -2,11 +2,11 @@
 
 Reuses :mod:`lab.sinks.prefill`'s decision rule on a plain text (no chat template, so
 every position is content): one streaming capture of received attention
-(:func:`lab.sinks.capture.capture_received`), the robust log-MAD z-score
-(:func:`lab.sinks.prefill.score_positions`) and the model's calibrated threshold
+(:func:`lab.sinks.capture.capture_received`), the detector's score (its chosen
+statistic, :func:`lab.sinks.prefill.score_positions`) and the model's calibrated threshold
 (:func:`lab.sinks.profiles.resolve_threshold`; the uncalibrated default, with a
 warning, for a model without a calibration file). The policy keeps up to K flagged
-positions, highest z first; spare slots go to its window, so its budget always
+positions, highest score first; spare slots go to its window, so its budget always
 equals ``sinks:K+W``'s (see :func:`lab.stream.policies.policy_window`).
 """
 
@@ -30,17 +30,18 @@ class Detection:
 
     Attributes:
         n_tokens: Length of the chunk analysed.
-        flagged: Positions with ``z > threshold`` (observed by enough queries).
-        ranked: The flagged positions, highest z first.
-        z: Float32 ``[n_tokens]`` robust z of received attention.
+        flagged: Positions with ``score > threshold`` (observed by enough queries).
+        ranked: The flagged positions, highest score first.
+        score: Float32 ``[n_tokens]`` the detector's score (its statistic,
+            :func:`lab.sinks.prefill.score_positions`).
         received: Float32 ``[n_tokens]`` mean received attention (probability).
-        threshold: The z threshold used.
+        threshold: The threshold on ``score`` used.
     """
 
     n_tokens: int
     flagged: tuple[int, ...]
     ranked: tuple[int, ...]
-    z: torch.Tensor
+    score: torch.Tensor
     received: torch.Tensor
     threshold: float
 
@@ -64,7 +65,7 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
     ids = input_ids[:, :n].to(next(model.parameters()).device)
     per_head = capture_received(model, ids).per_head  # [L, H, n]
     scores = score_positions(per_head, [ROLE_CONTENT] * n)
-    flagged = scores.observed & (scores.z > threshold)
+    flagged = scores.observed & (scores.score > threshold)
     return Detection(n_tokens=n, flagged=tuple(int(i) for i in torch.nonzero(flagged).flatten()),
-                     ranked=rank_detected(scores.z, scores.observed, flagged), z=scores.z,
+                     ranked=rank_detected(scores.score, scores.observed, flagged), score=scores.score,
                      received=scores.received, threshold=float(threshold))

@@ -1,9 +1,8 @@
-"""The issue's input on the real SmolLM2 (context 8,192): a prompt of ~8,170 tokens plus 60 new tokens.
+"""A prompt at the context limit on the real SmolLM2 (context 8,192): ~8,170 prompt tokens plus 60 new tokens.
 
-Regression (fault class: silent decode past the context window, issue 11 item 1):
-``lab entropy`` decoded 8,234 positions and wrote a normal-looking report, while
-``lab speculate`` refused the same input. Both now refuse it with the same line,
-before any decoding, and write nothing.
+Regression (fault class: silent decode past the context window, which writes a
+normal-looking report of 8,234 positions): ``lab entropy`` and ``lab speculate``
+both refuse the input with the same line, before any decoding, and write nothing.
 """
 
 from __future__ import annotations

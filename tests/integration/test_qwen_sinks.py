@@ -1,4 +1,4 @@
-"""Issue 15 on the users' model family: the sink detector and the word split on Qwen2.5-Coder.
+"""On the users' model family: the sink detector and the word split on Qwen2.5-Coder.
 
 The sink tests reuse the tier's one load of the Qwen pair (``qwen_pair``) and run a
 few short prompts (one prefill each, a few seconds on 2 CPU cores): the calibration
@@ -35,15 +35,15 @@ def qwen_analyses(qwen_pair):
 
 
 def test_qwen_sinks_position0_flagged_with_calibrated_threshold(qwen_analyses, lab_log):
-    """The issue's failure (position 0 missed on Qwen, health 10.0) does not recur."""
-    rows = [{"prompt": p, "position0_score": float(a.z[0]), "threshold": a.threshold,
+    """Regression (fault class: a baseline swamped by the injected system prompt): position 0 is flagged on Qwen."""
+    rows = [{"prompt": p, "position0_score": float(a.score[0]), "threshold": a.threshold,
              "content_flagged": len(a.content_sinks),
              "n_content": int(sum(1 for i in a.content_positions if bool(a.observed[i]))),
              "context_health": a.context_health} for (p, _), a in zip(PROMPTS, qwen_analyses)]
     lab_log.record(statistic=qwen_analyses[0].statistic, prompts=rows)
     for a in qwen_analyses:
         assert a.calibrated_for == "qwen2.5-coder" and a.threshold_source == "calibrated"
-        assert bool(a.is_sink[0]), f"position 0 not flagged: score {float(a.z[0]):.3f} <= {a.threshold}"
+        assert bool(a.is_sink[0]), f"position 0 not flagged: score {float(a.score[0]):.3f} <= {a.threshold}"
     flagged = sum(r["content_flagged"] for r in rows)
     assert flagged <= MAX_CONTENT_FLAGGED, f"{flagged} content tokens flagged: {rows}"
 
@@ -62,17 +62,19 @@ def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses
 
 
 def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
-    """Issue 15: the chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
-    from lab.health.measures import CANDIDATES, CHOSEN, HealthInputs, check_properties_on
+    """The chosen health measure's five properties hold on Qwen's own prefills, not only on random inputs."""
+    from lab.health.choice import load_chosen
+    from lab.health.measures import CANDIDATES, HealthInputs, check_properties_on
 
-    got = check_properties_on(CANDIDATES[CHOSEN], [HealthInputs.from_prefill(a) for a in qwen_analyses])
-    lab_log.record(measure=CHOSEN, properties=got)
+    chosen = load_chosen()
+    got = check_properties_on(CANDIDATES[chosen], [HealthInputs.from_prefill(a) for a in qwen_analyses])
+    lab_log.record(measure=chosen, properties=got)
     assert got["n_checked"] == len(PROMPTS), got
     assert all(got[k] for k in got if not k.startswith("n_")), got
 
 
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
-    """The pre-issue detector (gm_prose at z > 3.75) misses position 0 on at least one of these prompts."""
+    """Negative control: the prose-baseline detector (gm_prose at z > 3.75) misses position 0 on at least one prompt here."""
     from lab.sinks.prefill import candidate_scores
 
     old = [float(candidate_scores(a.per_head, a.roles)["gm_prose"][0]) for a in qwen_analyses]

@@ -2,7 +2,7 @@
 
 The prompts of lab/data/sinks_held_out.jsonl are NOT in the calibration set
 (lab/data/calibration_prompts.jsonl), so these tests check that SmolLM2's calibrated threshold
-(lab/sinks/calibrations/smollm2.json, on the detector's statistic, lab.sinks.prefill.STATISTIC) generalizes.
+(lab/sinks/calibrations/smollm2.json, on the detector's statistic, lab.sinks.profiles.load_choice) generalizes.
 The model is deterministic (float32, CPU), so the randomness is in the choice of prompts.
 
 False-positive rates (the chance that a detector meeting the calibration targets
@@ -14,8 +14,8 @@ fails here, treating the prompts as a random draw):
 * content tokens: fails if >= 1 % are flagged. If the true rate is 0.2 %
   (calibration: 0/765; its 95 % Clopper-Pearson upper bound is 0.48 %),
   P(fail) = binom.sf(ceil(0.01 n) - 1, n, 0.002) ~= 2.1 % at the n = 289 observed
-  content tokens of these prompts (measured with sink_rate > 0.35, issue 15: 24/24
-  position 0, 0/289 content; with the z detector before it: the same counts).
+  content tokens of these prompts (measured with sink_rate > 0.35: 24/24
+  position 0, 0/289 content; with the gm_content z detector: the same counts).
 
 Both figures are recomputed with scipy in the failure messages. Each criterion has
 a negative control: a deliberately mis-set detector that the same check rejects.
@@ -36,15 +36,15 @@ from lab.sinks.prefill import score_positions
 from lab.sinks.profiles import load_calibration
 from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
-POSITION0_MIN_RATE = 0.95   # the issue's acceptance criterion
-CONTENT_MAX_RATE = 0.01     # the issue's acceptance criterion
+POSITION0_MIN_RATE = 0.95   # the detector's acceptance criterion (lab.sinks.calibration)
+CONTENT_MAX_RATE = 0.01     # the detector's acceptance criterion (lab.sinks.calibration)
 # SmolLM2's own calibrated threshold (a calibrated constant belongs to its model).
 THRESHOLD = load_calibration("smollm2").threshold
 # Controls on the sink-rate scale: 0 flags every token some head attends to above
 # epsilon (many content tokens on SmolLM2); no position's rate can exceed 1.
 CONTROL_LOW_THRESHOLD = 0.0
 CONTROL_HIGH_THRESHOLD = 1.0
-# The pre-issue-15 z threshold, for the z-baseline control below.
+# SmolLM2's calibrated gm_prose z threshold, for the z-baseline control below.
 Z_THRESHOLD = 3.75
 
 # The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
@@ -60,7 +60,7 @@ def held_out_scores(smollm2):
         structure = analyze_structure(tok, build_messages(prompt, system))
         scores = score_positions(capture_received(model, structure.input_ids).per_head, structure.roles)
         content = torch.tensor([r == ROLE_CONTENT for r in structure.roles])
-        out.append((scores.z, scores.observed, content))
+        out.append((scores.score, scores.observed, content))
     return out
 
 
@@ -114,7 +114,7 @@ def test_sinks_real_high_threshold_control_fails_position0_criterion(held_out_sc
     assert not ok, "position-0 criterion did not reject a detector at rate > 1: " + msg
 
 
-# --------------------------------------------------------------------------- long uniform prompt (issue 11, item 2)
+# --------------------------------------------------------------------------- long uniform prompt
 
 # The held-out prompts joined and repeated to this many tokens: long, uniform text on
 # which the pre-fix baseline flagged 22 trailing positions (all seen by < 80 queries).
@@ -139,18 +139,18 @@ def _trailing(s: int) -> torch.Tensor:
 
 
 def test_sinks_real_long_uniform_prompt_no_trailing_sink(long_uniform):
-    """Regression (issue 11, item 2; fault class: a baseline blind to how many queries see a position).
+    """Regression (fault class: a baseline blind to how many queries see a position).
 
     A fixed prompt on a deterministic model, so this is a regression check, not a draw:
     no trailing content position is flagged, position 0 is, and under 1 % of content
-    tokens are (calibration, issue 15: sink_rate > 0.35 flags 0 of 2,047 content
+    tokens are (calibration: sink_rate > 0.35 flags 0 of 2,047 content
     tokens of this prompt, none trailing)."""
     scores, content = long_uniform
-    flagged = scores.observed & (scores.z > THRESHOLD)
+    flagged = scores.observed & (scores.score > THRESHOLD)
     s = flagged.numel()
     trailing = torch.nonzero(flagged & content & _trailing(s)).flatten().tolist()
     assert not trailing, f"trailing positions flagged: {trailing} of S = {s}"
-    assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
+    assert bool(flagged[0]), f"position 0 z = {float(scores.score[0]):.2f}"
     k, n = int((flagged & content).sum()), int((content & scores.observed).sum())
     assert k < CONTENT_MAX_RATE * n, f"content flagged {k}/{n}"
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.health import measures as health
-from lab.health.measures import (CANDIDATES, CHOSEN, PROPERTIES, HealthInputs, check_properties, check_properties_on,
+from lab.health.choice import load_chosen
+from lab.health.measures import (CANDIDATES, PROPERTIES, HealthInputs, check_properties, check_properties_on,
                         content_entropy, graded_health,
                         move_to_content_sink, perturb_structural, random_inputs)
 from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
@@ -53,7 +54,7 @@ def test_graded_health_one_token_content_defined(h):
     idx = int(torch.nonzero(h.content)[0])
     one = torch.zeros_like(h.content)
     one[idx] = True
-    v = graded_health(HealthInputs(h.received, one, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold))
+    v = graded_health(HealthInputs(h.received, one, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold))
     assert math.isfinite(v) and 0.0 <= v <= 10.0
 
 
@@ -61,13 +62,13 @@ def test_graded_health_one_token_content_defined(h):
 def test_graded_health_deterministic(h):
     """The same prompt analysed twice (equal inputs, fresh tensors) gives the same health."""
     copy = HealthInputs(*(x.clone() if isinstance(x, torch.Tensor) else x for x in
-                          (h.received, h.content, h.z, h.is_sink, h.observed, h.sink_rate, h.threshold)))
+                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)))
     assert graded_health(copy) == graded_health(h)
 
 
 def test_content_entropy_uniform_is_10_and_one_sink_is_low():
     content = torch.tensor([False] + [True] * 10 + [False])
-    base = dict(z=torch.zeros(12), is_sink=torch.zeros(12, dtype=torch.bool),
+    base = dict(score=torch.zeros(12), is_sink=torch.zeros(12, dtype=torch.bool),
                 observed=torch.ones(12, dtype=torch.bool), sink_rate=torch.zeros(12), threshold=3.5)
     uniform = HealthInputs(received=torch.tensor([0.9] + [0.1] * 10 + [0.5]), content=content, **base)
     pooled = HealthInputs(received=torch.tensor([0.9, 0.99] + [1e-6] * 9 + [0.5]), content=content, **base)
@@ -77,7 +78,7 @@ def test_content_entropy_uniform_is_10_and_one_sink_is_low():
 
 def test_check_properties_chosen_passes_and_broken_measure_is_caught():
     """Negative control: a measure that rewards pooling (10 - entropy) fails non_increasing."""
-    assert all(check_properties(CANDIDATES[CHOSEN], cases=60).values())
+    assert all(check_properties(CANDIDATES[load_chosen()], cases=60).values())
     broken = check_properties(lambda h: 10.0 - content_entropy(h), cases=60)
     assert not broken["non_increasing"]
     reads_structure = check_properties(lambda h: 10 * float(h.received[h.content].sum() / h.received.sum()),
@@ -113,7 +114,27 @@ def test_choose_prefers_admissible_with_largest_iqr_else_most_ordered():
 
 
 def test_chosen_is_a_candidate():
-    assert health.CHOSEN in CANDIDATES
+    """The packaged choice (lab/health/chosen.json) names an existing candidate, the one graded_health applies."""
+    assert load_chosen() in CANDIDATES
+    assert health.chosen_measure() is CANDIDATES[load_chosen()]
+
+
+def test_packaged_chosen_unchanged():
+    """Regression (a calibrated value lost in moving it from code to data): the shipped choice."""
+    assert load_chosen() == "content_entropy"
+
+
+def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
+    from lab.health import choice
+
+    monkeypatch.setattr(choice, "chosen_path", lambda: tmp_path / "chosen.json")
+    with pytest.raises(ValueError, match="chosen.json"):
+        load_chosen()
+    choice.write_chosen("content_share", decided_by="step", model="m", chosen_at="t")
+    assert load_chosen() == "content_share"
+    (tmp_path / "chosen.json").write_text('{"measure": ""}')
+    with pytest.raises(ValueError, match="chosen.json"):
+        load_chosen()
 
 
 def test_study_set_figures_counts_ties_and_twins():
@@ -153,7 +174,7 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 8
-    assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][CHOSEN]["n_twins"] == 1
+    assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][load_chosen()]["n_twins"] == 1
     assert "Rule (stated before" in (report / "summary.md").read_text()
 
 
@@ -163,14 +184,14 @@ def _real_like(n: int, seed: int = 3) -> list[HealthInputs]:
 
 
 def test_check_properties_on_inputs_chosen_measure_holds_and_counts_them():
-    got = check_properties_on(CANDIDATES[CHOSEN], _real_like(12))
+    got = check_properties_on(CANDIDATES[load_chosen()], _real_like(12))
     assert got["n_checked"] == 12 and got["n_not_measurable"] == 0
     assert all(got[k] for k in PROPERTIES), got
 
 
 def test_check_properties_on_inputs_counts_unobserved_content_as_not_measurable():
     h = _real_like(1)[0]
-    blind = HealthInputs(h.received, h.content, h.z, h.is_sink, torch.zeros_like(h.observed), h.sink_rate, h.threshold)
+    blind = HealthInputs(h.received, h.content, h.score, h.is_sink, torch.zeros_like(h.observed), h.sink_rate, h.threshold)
     got = check_properties_on(graded_health, [blind, h])
     assert got["n_checked"] == 1 and got["n_not_measurable"] == 1
 

@@ -1,4 +1,4 @@
-"""Issue 15: the candidate sink statistics, the rule choosing among them, per-model calibrations (no weights)."""
+"""The candidate sink statistics, the rule choosing among them, the packaged calibrations and their loader (no weights)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import torch
 from lab.sinks import profiles as sink_profiles
 from lab.sinks.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
 from lab.health.measures import HealthInputs, graded_health
-from lab.sinks.prefill import DEFAULT_THRESHOLD, STATISTIC, STATISTICS, baseline_mask, candidate_scores, score_positions
+from lab.sinks.candidates import STATISTICS
+from lab.sinks.prefill import baseline_mask, candidate_scores, score_positions
 from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
+
+CHOICE = sink_profiles.load_choice()  # the packaged detector choice
+STATISTIC, DEFAULT_THRESHOLD = CHOICE.statistic, CHOICE.default_threshold
 
 # A ChatML-like prompt: position 0 marker, 20 injected system-prompt tokens, 3 markers,
 # 12 content tokens, 5 markers of the generation prompt.
@@ -65,7 +69,7 @@ def test_score_positions_uses_the_chosen_statistic_and_rejects_unknown():
     ph = _per_head(1e-2)
     sc = score_positions(ph, ROLES)
     assert sc.statistic == STATISTIC
-    torch.testing.assert_close(sc.z, candidate_scores(ph, ROLES)[STATISTIC])
+    torch.testing.assert_close(sc.score, candidate_scores(ph, ROLES)[STATISTIC])
     with pytest.raises(ValueError, match="statistic"):
         score_positions(ph, ROLES, statistic="mean")
 
@@ -149,11 +153,144 @@ def test_packaged_calibrations_are_for_the_detector_statistic():
             assert cal.statistic == STATISTIC and math.isfinite(cal.threshold)
 
 
+def _packaged_profile_files():
+    return sorted(p for p in sink_profiles.calibration_dir().glob("*.json") if p.name != sink_profiles.CHOICE_FILE)
+
+
+def test_every_packaged_calibration_file_agrees_with_the_loader_and_the_detector():
+    """Each shipped <profile>.json: a known profile, loaded by the loader, for the statistic the detector scores.
+
+    Guards data that records a choice the code no longer makes (a file naming another
+    statistic than the one the detector reads it for).
+    """
+    from lab.models.profiles import PROFILES
+
+    files = _packaged_profile_files()
+    assert files, "no packaged sink calibration"
+    detector = score_positions(_per_head(1e-2), ROLES).statistic
+    assert detector == CHOICE.statistic
+    for path in files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert path.stem in PROFILES and data["profile"] == path.stem, path.name
+        cal = sink_profiles.load_calibration(path.stem)
+        assert cal is not None and cal.statistic == detector, path.name
+        assert data["statistic"] == detector, f"{path.name} names {data['statistic']!r}, the detector uses {detector!r}"
+        assert cal.threshold == data["thresholds"][detector] == data["candidates"][detector]["chosen"], path.name
+        for m in data.get("migrated", []):
+            assert m["field"] == "statistic" and m["reason"] and m["to"] == detector, path.name
+
+
+def test_packaged_choice_is_the_rule_on_the_files_recorded_figures():
+    """choice.json holds what choose_statistic gives on the profile files' own feasible thresholds."""
+    from lab.models.profiles import PROFILES
+
+    feasible = sink_profiles.recorded_feasible(PROFILES)
+    assert set(CHOICE.profiles) == set(feasible) == {p.stem for p in _packaged_profile_files()}
+    assert choose_statistic(feasible) == (CHOICE.statistic, CHOICE.default_threshold)
+
+
+def test_packaged_thresholds_and_default_unchanged():
+    """Regression (a calibrated value lost in moving it between code and data): the shipped thresholds."""
+    got = {p.stem: sink_profiles.load_calibration(p.stem).threshold for p in _packaged_profile_files()}
+    assert got == {"gemma3-270m": 0.08, "qwen2.5-coder": 0.03, "qwen2.5-coder-0.5b": 0.02, "smollm2": 0.35}
+    assert (CHOICE.statistic, CHOICE.default_threshold, CHOICE.label) == ("sink_rate", 0.02, "sink rate")
+
+
+def test_resolve_threshold_warning_names_the_packaged_default(calibration_dir):
+    with pytest.warns(UserWarning, match=r"using the default sink rate > 0.02 \(run `lab calibrate-sinks`"):
+        sink_profiles.resolve_threshold(_Model(None), None)
+
+
+@pytest.fixture
+def packaged_dir(tmp_path, monkeypatch):
+    """The loader's packaged folder redirected to an empty tmp folder."""
+    monkeypatch.setattr(sink_profiles, "calibration_dir", lambda: tmp_path)
+    return tmp_path
+
+
+def test_write_choice_then_load_choice_round_trips(packaged_dir):
+    sink_profiles.write_choice("gm_content", 3.5, ["b", "a"], chosen_at="t")
+    choice = sink_profiles.load_choice()
+    assert (choice.statistic, choice.default_threshold, choice.profiles) == ("gm_content", 3.5, ("a", "b"))
+    with pytest.raises(ValueError, match="statistic"):
+        sink_profiles.write_choice("mean", 3.5, ["a"], chosen_at="t")
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"statistic": "mean", "default_threshold": 0.1}),
+                                     json.dumps({"statistic": "sink_rate", "default_threshold": None})])
+def test_load_choice_bad_file_raises_naming_it(packaged_dir, content):
+    (packaged_dir / sink_profiles.CHOICE_FILE).write_text(content)
+    with pytest.raises(ValueError, match="choice.json"):
+        sink_profiles.load_choice()
+
+
+def test_migrate_statistic_rewrites_the_field_and_records_why(packaged_dir):
+    path = packaged_dir / "qwen.json"
+    path.write_text(json.dumps({"profile": "qwen", "statistic": "gm_content",
+                                "thresholds": {"gm_content": 3.5, "sink_rate": 0.03}}))
+    assert sink_profiles.migrate_statistic("qwen", "sink_rate", reason="why", at="t")
+    data = json.loads(path.read_text())
+    assert data["statistic"] == "sink_rate" and data["thresholds"] == {"gm_content": 3.5, "sink_rate": 0.03}
+    assert data["migrated"] == [{"field": "statistic", "from": "gm_content", "to": "sink_rate", "reason": "why",
+                                 "at": "t"}]
+    assert not sink_profiles.migrate_statistic("qwen", "sink_rate", reason="again", at="t")  # nothing to do
+    with pytest.raises(ValueError, match="no finite threshold"):
+        sink_profiles.migrate_statistic("qwen", "layer_median", reason="why", at="t")
+
+
+def test_loader_sits_below_the_prefill_analysis():
+    """Regression (an import circle hidden in function-local imports): the loader imports no analysis module."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(sink_profiles))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("lab.")} - {"lab.sinks.candidates"}
+
+
 def test_graded_health_not_measurable_without_observed_content():
-    """No observed content token: NaN ("not measurable"), never a perfect 10 (issue 15)."""
+    """No observed content token: NaN ("not measurable"), never a perfect 10."""
     s = 6
     content = torch.tensor([False, False, False, True, True, False])
-    base = dict(received=torch.full((s,), 0.1), content=content, z=torch.zeros(s), is_sink=torch.zeros(s, dtype=bool),
+    base = dict(received=torch.full((s,), 0.1), content=content, score=torch.zeros(s), is_sink=torch.zeros(s, dtype=bool),
                 sink_rate=torch.zeros(s), threshold=3.0)
     assert math.isnan(graded_health(HealthInputs(observed=torch.tensor([True] * 3 + [False] * 3), **base)))
     assert graded_health(HealthInputs(observed=torch.ones(s, dtype=torch.bool), **base)) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("rule_gives", [None, ("sink_rate", 0.05)])
+def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(tmp_path, monkeypatch, capsys,
+                                                                               rule_gives):
+    """calibrate-sinks on a named profile rewrites its file, then choice.json by the rule over every file's
+    recorded figures (``rule_gives`` None: the real rule, which finds nothing feasible on every file once the
+    tiny random model's figures are in, so the packaged choice stays); every file names the chosen statistic."""
+    import shutil
+
+    import lab.commands.common
+    import lab.models.loading
+    import lab.sinks.calibration
+    from lab import cli
+    from tests import support
+
+    for path in sink_profiles.calibration_dir().glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(sink_profiles, "calibration_dir", lambda: tmp_path)
+    if rule_gives is not None:
+        monkeypatch.setattr(lab.sinks.calibration, "choose_statistic", lambda feasible: rule_gives)
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok))
+    model.lab_source = {"model": "smollm2", "profile": "smollm2"}
+    monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
+    monkeypatch.setattr(lab.commands.common, "check_model_available", lambda name: None)
+    assert cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
+                     "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    written = json.loads((tmp_path / "smollm2.json").read_text())
+    assert written["profile"] == "smollm2" and written["long_lengths"] == []
+    choice = sink_profiles.load_choice()
+    expected = rule_gives or (CHOICE.statistic, CHOICE.default_threshold)
+    assert (choice.statistic, choice.default_threshold) == expected
+    assert ("detector choice written" in err) == (rule_gives is not None), err
+    for path in _packaged_profile_files():
+        assert json.loads(path.read_text())["statistic"] == choice.statistic, path.name

@@ -77,9 +77,9 @@ def test_context_health_nonpositive_or_nonfinite_parameter_raises_naming_it(kwar
         context_health(torch.tensor([0.0, 5.0]), threshold, **kw)
 
 
-@pytest.mark.parametrize("bad,match", [([0.0, 5.0], "^content_z"), (torch.zeros(2, 2), "^content_z"),
-                                       (torch.tensor([1, 2]), "^content_z"),
-                                       (torch.tensor([0.0, float("nan")]), "^content_z contains NaN$")])
+@pytest.mark.parametrize("bad,match", [([0.0, 5.0], "^content_scores"), (torch.zeros(2, 2), "^content_scores"),
+                                       (torch.tensor([1, 2]), "^content_scores"),
+                                       (torch.tensor([0.0, float("nan")]), "^content_scores contains NaN$")])
 def test_context_health_bad_content_z_raises_naming_it(bad, match):
     with pytest.raises(ValueError, match=match):
         context_health(bad, 3.5)

@@ -12,13 +12,15 @@ from rich.console import Console
 
 from lab import cli
 from lab.sinks.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
-from lab.sinks.prefill import MIN_OBSERVING_QUERIES, STATISTIC, analyze_prefill, score_positions
+from lab.sinks.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
+from lab.sinks.profiles import load_choice
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
 from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
 
 
-# The z threshold SmolLM2 was calibrated to before issue 15 (gm_prose; gm_content's range there: 3.0 .. 6.75).
+# SmolLM2's calibrated threshold for the z candidate gm_prose (lab/sinks/calibrations/smollm2.json: 3.75;
+# gm_content's feasible range there: 3.0 .. 6.75).
 Z_THRESHOLD = 3.75
 
 
@@ -38,7 +40,7 @@ def analysis(tiny_chatml):
 def test_analyze_prefill_shapes_and_consistency(analysis):
     s = len(analysis.tokens)
     assert analysis.per_head.shape == (2, 4, s)
-    for name in ("received", "z", "is_sink", "observed", "sink_rate"):
+    for name in ("received", "score", "is_sink", "observed", "sink_rate"):
         assert getattr(analysis, name).shape == (s,), name
     torch.testing.assert_close(analysis.received, analysis.per_head.mean(dim=(0, 1)))
     assert analysis.position0_share == pytest.approx(float(analysis.received[0]), abs=1e-6)
@@ -93,8 +95,8 @@ def test_score_positions_template_markers_excluded_from_baseline():
     other = per_head.clone()
     other[:, :, 0] = 0.9
     a, b = score_positions(per_head, roles), score_positions(other, roles)
-    torch.testing.assert_close(a.z[1:], b.z[1:])
-    assert float(b.z[0]) > float(a.z[0])
+    torch.testing.assert_close(a.score[1:], b.score[1:])
+    assert float(b.score[0]) > float(a.score[0])
 
 
 def test_score_positions_shape_mismatch_raises():
@@ -108,7 +110,8 @@ def test_score_positions_shape_mismatch_raises():
 def _scores(pos0_z, content_z):
     z = torch.tensor([pos0_z, *content_z], dtype=torch.float32)
     content = torch.tensor([False] + [True] * len(content_z))
-    return PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(len(z), dtype=torch.bool), content=content)
+    return PromptScores(id="p", scores={load_choice().statistic: z}, observed=torch.ones(len(z), dtype=torch.bool),
+                        content=content)
 
 
 def test_calibration_sweep_counts_and_middle_of_feasible_range():
@@ -134,7 +137,7 @@ def test_calibration_sweep_long_prompts_must_meet_the_criteria_too():
 def test_calibration_trailing_flagged_counts_only_the_last_positions():
     z = torch.zeros(100)
     z[95], z[50] = 9.0, 9.0
-    ps = PromptScores(id="p", scores={STATISTIC: z}, observed=torch.ones(100, dtype=torch.bool),
+    ps = PromptScores(id="p", scores={load_choice().statistic: z}, observed=torch.ones(100, dtype=torch.bool),
                       content=torch.ones(100, dtype=torch.bool))
     assert ps.trailing_flagged(3.0) == 1 and ps.trailing_flagged(10.0) == 0
 
@@ -219,7 +222,7 @@ def test_cli_sinks_bad_input_exits_2_without_report(argv, match, tmp_path, capsy
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
 
 
-# --------------------------------------------------------------------------- recency artifact (issue 11, item 2)
+# --------------------------------------------------------------------------- recency artifact
 
 
 def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -> torch.Tensor:
@@ -241,21 +244,21 @@ def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
-    """Regression (issue 11, item 2; fault class: baseline blind to how many queries see a position).
+    """Regression (fault class: baseline blind to how many queries see a position).
 
     On uniform text read by local-attention heads, the last positions get a high mean
     received attention only because the few queries that see them are near. None of
     them may be flagged; position 0 must be; content false positives stay under 1 %.
-    The z candidate (``gm_content``) at the z threshold SmolLM2 was calibrated to before
-    issue 15: the observer-matched baseline is what is tested."""
+    The z candidate (``gm_content``) at SmolLM2's gm_prose threshold (:data:`Z_THRESHOLD`):
+    the observer-matched baseline is what is tested."""
     from lab.sinks.scores import attention_received
 
     s = 1200
     per_head = attention_received(_recency_attention(s, seed)).float()  # [L, H, S]
     roles = [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1)
     scores = score_positions(per_head, roles, statistic="gm_content")
-    flagged = scores.observed & (scores.z > Z_THRESHOLD)
-    assert bool(flagged[0]), f"position 0 z = {float(scores.z[0]):.2f}"
+    flagged = scores.observed & (scores.score > Z_THRESHOLD)
+    assert bool(flagged[0]), f"position 0 z = {float(scores.score[0]):.2f}"
     assert not bool(flagged[-200:].any()), f"trailing flagged: {torch.nonzero(flagged[-200:]).flatten().tolist()}"
     n_content_flagged = int(flagged[1:].sum())
     assert n_content_flagged < 0.01 * (s - 1), n_content_flagged
