@@ -13,7 +13,7 @@ The lab runs real models on the user's own machine. Three kinds of source:
 * a **local path** to a directory saved with ``save_pretrained``.
 
 GGUF weights are dequantized by transformers at load time (tens of seconds), so the
-dequantized model is cached once as safetensors under :func:`cache_dir`
+dequantized model is cached once as safetensors under :func:`lab.models.cache.cache_dir`
 (``$LAB_CACHE_DIR``, default ``~/.cache/lab/models``); later loads take well under a
 second.
 
@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from lab.models import cache as model_cache
+from lab.models.cache import cache_dir
 from lab.models import hub
 from lab.models.devices import parse_dtype, resolve_device
 from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
@@ -54,12 +55,6 @@ class ModelUnavailableError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- sources
-
-
-def cache_dir() -> Path:
-    """Where dequantized GGUF models are cached: ``$LAB_CACHE_DIR`` or ``~/.cache/lab/models``."""
-    root = os.environ.get("LAB_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "lab" / "models"
 
 
 def gguf_path(profile: ModelProfile) -> Path:
