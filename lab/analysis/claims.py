@@ -1,4 +1,4 @@
-"""The seed's other two claims as pre-stated hypotheses (issue 9, part 4): H5 and H6.
+"""The seed's other two claims as pre-stated hypotheses: H5 and H6.
 
 * **H5** subword commitment points: within a word made of several sub-tokens, the
   first sub-token carries more decode entropy than the sub-tokens completing it.
@@ -35,7 +35,7 @@ from lab.analysis.hypotheses import (ALPHA, HYPOTHESES, MIN_N, N_RESAMPLES, SMAL
                                      _untested)
 
 INITIAL, CONTINUATION = "initial", "continuation"
-DESIGN_TEMPERATURES = (0.3, 0.7, 1.0)  # H6: stated in advance (issue 9 suggests these three)
+DESIGN_TEMPERATURES = (0.3, 0.7, 1.0)  # H6: stated in advance, low / middle / the study's own
 
 
 def temperature_column(temperature: float) -> str:

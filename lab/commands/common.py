@@ -40,7 +40,7 @@ _BOUNDS = {
 
 
 def check_bounds(args: argparse.Namespace) -> None:
-    """Check the integer flags whose out-of-range values used to fail only after the model loaded.
+    """Check the integer flags whose out-of-range values would otherwise fail only after the model loaded.
 
     Raises:
         ValueError: ``--seed`` outside [0, 2**64 - 1], ``--gamma`` outside [1, :data:`MAX_GAMMA`],

@@ -212,7 +212,7 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
     env["draft"] = result.info.get("draft", result.plan.settings["draft"])
     if result.info.get("cluster"):
         env["cluster"] = result.info["cluster"]
-    for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # ModelRunner's (issue 16)
+    for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # what ModelRunner reports
         if key in result.info:
             env[key] = result.info[key]
     return {

@@ -205,7 +205,7 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
 
 def _stored_prompts(path: Path, settings: dict[str, Any], flag: str) -> list[StudyPrompt]:
     """The prompt set a work directory was started with: its ``prompts.json``, or (a directory
-    from before it was stored) its prompt file re-read, which must hash to the stored digest."""
+    that holds none) its prompt file re-read, which must hash to the stored digest."""
     stored = path / PROMPTS_FILE
     if stored.is_file():
         try:
