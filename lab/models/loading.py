@@ -32,7 +32,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -137,7 +136,7 @@ def _offline() -> bool:
     return hub.offline()
 
 
-_USE_DEFAULT = f"use the embedded default instead: --model {DEFAULT_PROFILE}"
+USE_DEFAULT_HINT = f"use the embedded default instead: --model {DEFAULT_PROFILE}"
 _USE_MODEL_FREE_DRAFT = "use a draft that needs no other model instead: --draft early-exit:N or --draft prompt-lookup"
 
 
@@ -145,7 +144,7 @@ def _raise_if_hub_unavailable(name: str, repo_id: str) -> None:
     why = hub.unavailable_reason(repo_id)
     if why is not None:
         raise ModelUnavailableError(f"model {name!r} ({repo_id}) is not available on this machine: {why}; "
-                                    f"{_USE_DEFAULT}")
+                                    f"{USE_DEFAULT_HINT}")
 
 
 def check_draft_available(spec: str) -> None:
@@ -165,7 +164,7 @@ def check_draft_available(spec: str) -> None:
 
 def as_draft_error(exc: ModelUnavailableError, spec: str) -> ModelUnavailableError:
     """A model error about a draft, reworded: names ``--draft`` and the drafts that need no model."""
-    return ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(_USE_DEFAULT, _USE_MODEL_FREE_DRAFT)}")
+    return ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(USE_DEFAULT_HINT, _USE_MODEL_FREE_DRAFT)}")
 
 
 def check_model_available(name_or_path: str) -> None:
@@ -325,7 +324,7 @@ def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
     """The way out of an unloadable model: the embedded default, unless that is the one failing."""
     if profile is not None and profile.source != "hub":
         return f"; delete {source} to rebuild it from the GGUF file"
-    return "" if name == DEFAULT_PROFILE else f"; {_USE_DEFAULT}"
+    return "" if name == DEFAULT_PROFILE else f"; {USE_DEFAULT_HINT}"
 
 
 def known_context_length(name_or_path: str) -> int | None:

@@ -78,7 +78,7 @@ OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_
 PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
-_TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
+TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
 
 
 # Ranges of a finished prompt's numbers, checked when a work file is loaded (a file edited
@@ -265,7 +265,9 @@ class Progress(Protocol):
     # several prompts at once (:mod:`lab.study.cluster`) whenever either count changes.
 
 
-class _NoProgress:
+class NoProgress:
+    """A :class:`Progress` that reports nothing (the default of :func:`lab.study.run.run_study`)."""
+
     def start(self, total: int, done: int) -> None:
         pass
 
