@@ -196,7 +196,7 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
                           max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
-                          draft_dtype=s.get("draft_dtype_flag"),
+                          draft_dtype=s["draft_dtype_flag"],
                           **{"out": str(path.parent), **overrides})
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None
@@ -304,7 +304,7 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
               and isinstance(data.get("row"), dict) and all(k in data["row"] for k in PER_PROMPT_FIELDS)
               and isinstance(data.get("tokens"), list)
               and all(isinstance(t, dict) and all(k in t for k in TOKEN_KEYS) for t in data["tokens"])
-              and isinstance(data.get("decode", {}), dict))
+              and isinstance(data.get("decode"), dict))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         ok = False
     if not ok:
@@ -314,7 +314,7 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     if problem:
         logger.warning("ignoring work file %s (%s); %s will be redone", path, problem, prompt.id)
         return None
-    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data.get("decode", {}))
+    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data["decode"])
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
