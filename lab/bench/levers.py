@@ -1,4 +1,4 @@
-"""The bench's speed levers beyond a fixed-gamma model draft (issue 8 part 5).
+"""The bench's speed levers beyond a fixed-gamma model draft.
 
 Each lever is one more method in ``lab bench``'s alternating run, measured rather
 than assumed:
@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from lab.speculative.drafts import PromptLookupDraft
-from lab.speculative.loop import speculative_generate
-from lab.speculative.per_pass import pass_shapes, per_pass_draft
 from lab.bench.phases import FirstTokenClock
+from lab.speculative.drafts import ModelDraft, PromptLookupDraft
+from lab.speculative.loop import speculative_generate
+from lab.speculative.per_pass import PerPassDraft, pass_shapes, per_pass_draft
 from lab.speculative.policies import DynamicGamma
 
 CODE_PROMPTS = (
@@ -72,7 +72,9 @@ def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, m
 
     The first round's end (``on_round``) marks the first committed tokens
     (:mod:`lab.bench.phases`); the time runs from this call, so it includes the
-    target's prefill and the draft's. ``kwargs`` go to :func:`speculative_generate`.
+    target's prefill and the draft's. ``kwargs`` go to :func:`speculative_generate`. A model
+    draft's logged forwards (:attr:`~lab.speculative.drafts.ModelDraft.passes`) are grouped by
+    shape, with a per-pass draft's cache casts beside them.
     """
     first: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -86,9 +88,9 @@ def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, m
     total = time.perf_counter() - t0
     run = make_run(name, 0, 0, len(r.tokens), total, r.decode_time_s, r.tokens, spec=r,
                    first_token_s=first.get("s"), n_first=first.get("n", 0))
-    if getattr(drafter, "passes", None):
+    if isinstance(drafter, ModelDraft) and drafter.passes:
         run.draft_passes = pass_shapes(drafter.passes)
-        if getattr(drafter, "n_casts", 0):
+        if isinstance(drafter, PerPassDraft) and drafter.n_casts:
             run.draft_passes["cache cast"] = {"dtypes": [], "n": drafter.n_casts, "tokens": 0,
                                               "time_s": drafter.cast_time_s}
     return run
@@ -147,7 +149,7 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         spec(f"prompt-lookup gamma={g_max}", lookup, g_max, None)
         for p in policies:
             spec(f"prompt-lookup {p.describe()}", lookup, p.max_gamma, p)
-    assistant = getattr(draft, "model", None)
+    assistant = draft.assistant_model
     if config.assisted and assistant is not None:
         name = "transformers assisted (its defaults)"
 

@@ -29,13 +29,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from lab.machine import LoadLog
-from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
-from lab.speculative.results import SpeculativeResult
+from lab.bench.phases import FirstTokenClock, group_speedups
+from lab.speculative.drafts import AdaptiveDraftLength, Drafter, PromptLookupDraft
 from lab.speculative.loop import target_generate
 from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
-from lab.bench.phases import FirstTokenClock, group_speedups
 from lab.speculative.policies import DynamicGamma
+from lab.speculative.results import SpeculativeResult
 from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
                                     flops_per_token)
 
@@ -118,11 +118,8 @@ class Run:
     peer: Any = None  # a llama.cpp run's parsed output (lab.bench.peer); such runs are summarized apart
 
 
-def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
-    if isinstance(draft, PromptLookupDraft):
-        return 0.0
-    dcfg = draft.model.config
-    return flops_per_token(dcfg, context) / flops_per_token(target.config, context)
+def _cost_ratio_flops(target: Any, draft: Drafter, context: int) -> float:
+    return draft.flops_per_token(context) / flops_per_token(target.config, context)
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
@@ -137,7 +134,7 @@ def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int) -> dict
                 pad_token_id=pad, temperature=None, top_p=None, top_k=None)
 
 
-def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
+def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
               load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None,
@@ -146,7 +143,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
 
     Args:
         target: The target model.
-        draft: A drafter from :func:`lab.speculative.make_draft`.
+        draft: A drafter from :func:`lab.speculative.draft_specs.make_draft`.
         prompts: int64 ``[1, S]`` prompt ids each.
         config: :class:`BenchConfig`.
         eos_token_ids: End-of-sequence ids (all methods use the same).
@@ -178,7 +175,7 @@ def run_bench(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     pad = eos[0] if eos else 0
     n_new = config.max_new_tokens
     methods: list[tuple[str, Callable[[torch.Tensor, int], Run]]] = []
-    assistant = getattr(draft, "model", None)
+    assistant = draft.assistant_model
     assisted_errors: dict[str, str] = {}
 
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
@@ -377,7 +374,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             "n_first": r.n_first} for r in runs]
     return {
         "config": config,
-        "draft": getattr(draft, "name", type(draft).__name__),
+        "draft": draft.name,
         "mean_prompt_tokens": mean_prompt,
         "flops_context": context,
         "target_flops_per_token": flops_per_token(target.config, context),

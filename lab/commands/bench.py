@@ -16,7 +16,12 @@ from lab.bench.peer.cli import add_peer_args, check_peer_args, make_peer
 from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
+LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a memory-bound draft step reads
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lab.speculative.per_pass import DRAFT_DTYPE_HELP
+
     p = subparsers.add_parser(
         "bench", help="benchmark speculative decoding against target-only and transformers' assisted generation",
         description="Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft "
@@ -41,10 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
                         "rejection); repeatable (default: off; --levers adds dynamic:4:12)")
     p.add_argument("--draft-dtype", action="append", default=None,
-                   help="also run the model draft cast to this dtype (bfloat16, float16), or per pass shape: "
-                        "PREFILL:STEP (e.g. float32:bfloat16: the prompt's pass in float32, one-token steps and "
-                        "short catch-ups in bfloat16) or per-pass (= float32:bfloat16); each also runs with every "
-                        "--adaptive stop and --dynamic policy; repeatable (default: off; --levers adds bfloat16)")
+                   help=f"also run the model draft cast to {DRAFT_DTYPE_HELP}; each also runs with every "
+                        f"--adaptive stop and --dynamic policy; repeatable (default: off; --levers adds {LEVER_DTYPE})")
     p.add_argument("--humaneval", default=None, metavar="SPLIT[:N]",
                    help="add the first N HumanEval problems of a fixed split (tuning or held-back; "
                         "lab.bench.prompt_split) beside the short prompts, reported as their own group; "
@@ -55,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "adaptive=pmin:0.6 draft=bfloat16' (default: all)")
     p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
     p.add_argument("--levers", action="store_true",
-                   help="all speed levers: --dynamic dynamic:4:12 --draft-dtype bfloat16 --prompt-lookup, and code "
+                   help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
     add_peer_args(p)
@@ -108,18 +111,17 @@ def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.commands.speculate import _draft_spec
+    from lab.commands.speculate import resolve_draft_spec
     from lab.decode import check_context
-    from lab.speculative.loop import check_draft_spec
     from lab.machine import LoadLog, set_threads
     from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
-    from lab.speculative.loop import make_draft
     from lab.bench.peer.report import peer_summary_markdown
     from lab.bench.run import BenchConfig, run_bench
+    from lab.speculative.draft_specs import check_draft_spec, make_draft
     from lab.speculative.per_pass import parse_draft_dtype
     from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         parse_adaptive(spec)  # errors name --adaptive as typed
     dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
     _check_dynamic(dynamic)
-    dtypes = tuple(args.draft_dtype or (["bfloat16"] if args.levers else []))
+    dtypes = tuple(args.draft_dtype or ([LEVER_DTYPE] if args.levers else []))
     for dtype in dtypes:
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N]")
     device = check_model_args(args)
     threads = set_threads(args.threads)
-    draft_spec = _draft_spec(args)
+    draft_spec = resolve_draft_spec(args)
     if config.draft_dtypes and draft_spec == "prompt-lookup":
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
@@ -162,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
-    cost = getattr(draft, "cost", None)
+    cost = draft.cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]

@@ -39,7 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _draft_spec(args: argparse.Namespace) -> str:
+def resolve_draft_spec(args: argparse.Namespace) -> str:
+    """``--draft`` as typed, else the ``--model`` profile's draft (``lab speculate`` and ``lab bench``).
+
+    Raises:
+        ValueError: no ``--draft`` and a model without a profile draft.
+    """
     from lab.models.profiles import PROFILES
 
     if args.draft:
@@ -54,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.decode import check_context
-    from lab.speculative.loop import check_draft_spec
     from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                                         round_rows, summary_markdown)
     from lab.reports import environment, report_dir
     from lab.sampling import SamplingConfig
-    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.speculative.draft_specs import check_draft_spec, make_draft  # at call time: tests stand in for make_draft
+    from lab.speculative.loop import speculative_generate
 
     # 1. Validate everything before loading anything.
     if args.gamma < 1:
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     adaptive = parse_adaptive(args.adaptive) if args.adaptive else None
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
-    draft_spec = _draft_spec(args)
+    draft_spec = resolve_draft_spec(args)
     if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
         check_draft_available(draft_spec)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
-    cost = getattr(draft, "cost", None)
+    cost = draft.cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     input_ids = encode_chat(tokenizer, messages).to(device)
@@ -94,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
     generator = torch.Generator(device=device).manual_seed(seed)
     with err.status(f"speculating up to {args.max_new_tokens} tokens (gamma={args.gamma}, draft {draft_spec})"):
         result = speculative_generate(model, draft, input_ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                                      temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                      generator=generator, adaptive=adaptive,
+                                      sampling=sampling, generator=generator, adaptive=adaptive,
                                       eos_token_ids=eos_token_ids(model, tokenizer))
 
     # 3. Show the result on stdout.

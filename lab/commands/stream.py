@@ -73,7 +73,7 @@ def _read_text(path: str | None) -> tuple[str, str, str]:
 
 def _draft_spec(args: argparse.Namespace) -> str | None:
     from lab.models.profiles import PROFILES
-    from lab.speculative.loop import check_draft_spec
+    from lab.speculative.draft_specs import check_draft_spec
 
     if args.no_acceptance:
         return None

@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.analysis.hypotheses import N_RESAMPLES
+    from lab.speculative.per_pass import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
     from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 
     p = subparsers.add_parser(
@@ -49,10 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
-    p.add_argument("--draft-dtype", default=None,
-                   choices=("float32", "float16", "bfloat16", "float32:bfloat16", "per-pass"),
-                   help="dtype of a draft model, or per pass shape (float32:bfloat16 = per-pass: prefill in "
-                        "float32, steps in bfloat16; lab.speculative.per_pass) (default: the study's measured "
+    p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
+                   help=f"a draft model's dtype: {DRAFT_DTYPE_HELP} (default: the study's measured "
                         "choice for the profile, else the target's dtype)")
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.machine import busy_warning
-from lab.render.speculative import _fmt
+from lab.render.speculative import fmt_number
 
 
 def method_label(name: str) -> str:
@@ -58,12 +58,12 @@ def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
         spec.add_column(col, justify="right", no_wrap=True)
     for name, m in bench["methods"].items():
         t = m["tokens_per_s"]
-        speed.add_row(method_label(name), _fmt(t["median"], ".1f"), _fmt(t["min"], ".1f"), _fmt(t["max"], ".1f"),
-                      _fmt(m.get("measured_speedup"), ".2f"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
+        speed.add_row(method_label(name), fmt_number(t["median"], ".1f"), fmt_number(t["min"], ".1f"), fmt_number(t["max"], ".1f"),
+                      fmt_number(m.get("measured_speedup"), ".2f"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
         if "alpha" in m:
-            spec.add_row(method_label(name), _fmt(m.get("alpha")), _fmt(m.get("tau"), ".2f"),
-                         _fmt(m.get("speedup_predicted_from_measured_times"), ".2f"),
-                         _fmt(m.get("efficiency"), ".2f"), _fmt(m.get("overhead_fraction"), ".1%"))
+            spec.add_row(method_label(name), fmt_number(m.get("alpha")), fmt_number(m.get("tau"), ".2f"),
+                         fmt_number(m.get("speedup_predicted_from_measured_times"), ".2f"),
+                         fmt_number(m.get("efficiency"), ".2f"), fmt_number(m.get("overhead_fraction"), ".1%"))
     return speed, (spec if spec.row_count else None)
 
 
@@ -91,7 +91,7 @@ def phase_table(bench: dict[str, Any]) -> Table | None:
         cells = []
         for g in groups:
             row = by.get(g, {}).get(name, {})
-            cells += [_fmt(row.get("e2e_speedup"), ".2f"), _fmt(row.get("decode_speedup"), ".2f")]
+            cells += [fmt_number(row.get("e2e_speedup"), ".2f"), fmt_number(row.get("decode_speedup"), ".2f")]
         t.add_row(method_label(name), *cells)
     return t
 
@@ -175,7 +175,7 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
         f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
-           f"{_fmt(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+           f"{fmt_number(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
           if load else []),
         "",
         "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
@@ -185,14 +185,14 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
     for name, m in bench["methods"].items():
         t = m["tokens_per_s"]
         lines.append(
-            f"| {name} | {_fmt(t['median'], '.1f')} ({_fmt(t['min'], '.1f')}-{_fmt(t['max'], '.1f')}) | "
-            f"{_fmt(m.get('measured_speedup'), '.2f')} | {_fmt(m.get('alpha'))} | {_fmt(m.get('tau'), '.2f')} | "
-            f"{_fmt(m.get('cost_ratio_time'))} | {_fmt(m.get('cost_ratio_flops'))} | "
-            f"{_fmt(m.get('verify_over_target_step'), '.2f')} | "
-            f"{_fmt(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
-            f"{_fmt(m.get('speedup_theory_time_ratio'), '.2f')} | {_fmt(m.get('speedup_theory_flops'), '.2f')} | "
-            f"{_fmt(m.get('efficiency'), '.2f')} | {_fmt(m.get('overhead_fraction'), '.1%')} | "
-            f"{_fmt(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
+            f"| {name} | {fmt_number(t['median'], '.1f')} ({fmt_number(t['min'], '.1f')}-{fmt_number(t['max'], '.1f')}) | "
+            f"{fmt_number(m.get('measured_speedup'), '.2f')} | {fmt_number(m.get('alpha'))} | {fmt_number(m.get('tau'), '.2f')} | "
+            f"{fmt_number(m.get('cost_ratio_time'))} | {fmt_number(m.get('cost_ratio_flops'))} | "
+            f"{fmt_number(m.get('verify_over_target_step'), '.2f')} | "
+            f"{fmt_number(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
+            f"{fmt_number(m.get('speedup_theory_time_ratio'), '.2f')} | {fmt_number(m.get('speedup_theory_flops'), '.2f')} | "
+            f"{fmt_number(m.get('efficiency'), '.2f')} | {fmt_number(m.get('overhead_fraction'), '.1%')} | "
+            f"{fmt_number(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
     lines += _phase_markdown(bench) + _passes_markdown(bench)
     lines += ["", "## Comparisons", ""]
     lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
@@ -231,9 +231,9 @@ def _phase_markdown(bench: dict[str, Any]) -> list[str]:
              "prefill phase s (mean) | runs |", "|---|---|---|---|---|---|---|---|"]
     for g in _groups(bench):
         for name, row in by.get(g, {}).items():
-            lines.append(f"| {g} | {name} | {_fmt(row['e2e_tokens_per_s'], '.2f')} | {_fmt(row['e2e_speedup'], '.2f')} | "
-                         f"{_fmt(row['decode_tokens_per_s'], '.2f')} | {_fmt(row['decode_speedup'], '.2f')} | "
-                         f"{_fmt(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
+            lines.append(f"| {g} | {name} | {fmt_number(row['e2e_tokens_per_s'], '.2f')} | {fmt_number(row['e2e_speedup'], '.2f')} | "
+                         f"{fmt_number(row['decode_tokens_per_s'], '.2f')} | {fmt_number(row['decode_speedup'], '.2f')} | "
+                         f"{fmt_number(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
     return lines
 
 
@@ -245,5 +245,5 @@ def _passes_markdown(bench: dict[str, Any]) -> list[str]:
              "| method | pass shape | dtype | passes | tokens | total s | mean s |", "|---|---|---|---|---|---|---|"]
     for name, shape, p in rows:
         lines.append(f"| {name} | {shape} | {', '.join(p['dtypes']) or '-'} | {p['n']} | {p['tokens']} | "
-                     f"{_fmt(p['time_s'], '.2f')} | {_fmt(p['mean_s'], '.4f')} |")
+                     f"{fmt_number(p['time_s'], '.2f')} | {fmt_number(p['mean_s'], '.4f')} |")
     return lines

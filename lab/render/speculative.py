@@ -1,6 +1,6 @@
 """Rendering for speculative decoding: Rich replay, round table, acceptance panel, plots, summaries.
 
-Consumes :class:`lab.speculative.SpeculativeResult` and the dict from
+Consumes :class:`lab.speculative.results.SpeculativeResult` and the dict from
 :func:`lab.bench.run.run_bench`; computes nothing new except formatting.
 """
 
@@ -136,7 +136,8 @@ def acceptance_summary(result: SpeculativeResult) -> dict[str, Any]:
     }
 
 
-def _fmt(x: Any, spec: str = ".3f") -> str:
+def fmt_number(x: Any, spec: str = ".3f") -> str:
+    """``x`` in format ``spec``, or ``"n/a"`` for None or NaN (a figure that could not be measured)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return format(x, spec)
@@ -145,16 +146,16 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 def acceptance_panel(result: SpeculativeResult) -> Panel:
     s = acceptance_summary(result)
     lines = [
-        f"alpha (accepted / tested)   {_fmt(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
+        f"alpha (accepted / tested)   {fmt_number(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
         f"{s['n_drafted']} drafted)",
-        f"tau (tokens per round)      {_fmt(s['tau'], '.2f')}   (i.i.d. law at this alpha: "
-        f"{_fmt(s['expected_tokens_per_round_at_alpha'], '.2f')})",
+        f"tau (tokens per round)      {fmt_number(s['tau'], '.2f')}   (i.i.d. law at this alpha: "
+        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')})",
         f"accepted-length histogram   {s['accepted_length_histogram']}   (full-gamma rounds)",
-        f"truncated geometric         [{', '.join(_fmt(e, '.1f') for e in s['geometric_expected'])}]   "
-        f"chi-square p = {_fmt(s['geometric_p_value'], '.3g')}",
+        f"truncated geometric         [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}]   "
+        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')}",
         f"time (s)                    prefill {s['prefill_time_s']:.3f}  draft {s['draft_time_s']:.3f}  "
         f"verify {s['verify_time_s']:.3f}",
-        f"                            overhead {s['overhead_time_s']:.3f}  ({_fmt(s['tokens_per_s'], '.1f')} tokens/s)",
+        f"                            overhead {s['overhead_time_s']:.3f}  ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s)",
     ]
     return Panel("\n".join(lines), title=f"acceptance: {result.draft_name}, gamma={result.gamma}"
                  + (f", adaptive {result.adaptive}" if result.adaptive else ""), expand=False)
@@ -194,11 +195,11 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     ks = list(range(len(hist)))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar([k - 0.2 for k in ks], hist, width=0.4, label="observed rounds")
-    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={_fmt(result.alpha)}")
+    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={fmt_number(result.alpha)}")
     ax.set_xlabel("draft tokens accepted per round")
     ax.set_ylabel("rounds")
     ax.set_xticks(ks)
-    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {_fmt(fit['p_value'], '.3g')})")
+    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {fmt_number(fit['p_value'], '.3g')})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -220,13 +221,13 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         "## Acceptance",
         "",
-        f"- alpha = {_fmt(s['alpha'])} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
+        f"- alpha = {fmt_number(s['alpha'])} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
         f"{s['n_drafted']} drafted, untested ones after a rejection are not counted)",
-        f"- tau = {_fmt(s['tau'], '.2f')} tokens per round; the i.i.d. law at this alpha predicts "
-        f"{_fmt(s['expected_tokens_per_round_at_alpha'], '.2f')} (Leviathan et al. 2023, Eq. 1)",
+        f"- tau = {fmt_number(s['tau'], '.2f')} tokens per round; the i.i.d. law at this alpha predicts "
+        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')} (Leviathan et al. 2023, Eq. 1)",
         f"- accepted-length histogram (rounds that drafted all gamma tokens): {s['accepted_length_histogram']}; "
-        f"truncated geometric expectation [{', '.join(_fmt(e, '.1f') for e in s['geometric_expected'])}], "
-        f"chi-square p = {_fmt(s['geometric_p_value'], '.3g')} (small p: acceptances are not i.i.d.)",
+        f"truncated geometric expectation [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}], "
+        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')} (small p: acceptances are not i.i.d.)",
         "",
         "`accepted_length.png` shows the observed histogram beside that law.",
         "",
@@ -234,7 +235,7 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         f"- prefill {s['prefill_time_s']:.3f} s, draft forwards {s['draft_time_s']:.3f} s, verify forwards "
         f"{s['verify_time_s']:.3f} s, orchestration overhead {s['overhead_time_s']:.3f} s; total "
-        f"{s['total_time_s']:.3f} s ({_fmt(s['tokens_per_s'], '.1f')} tokens/s). For speedups run `lab bench`.",
+        f"{s['total_time_s']:.3f} s ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s). For speedups run `lab bench`.",
         "",
         "## Output",
         "",

@@ -7,10 +7,10 @@ knows who drafted. Three kinds:
 
 * :class:`ModelDraft`: a separate causal LM with the same vocabulary (sizes that
   differ only by padding rows are zero-padded);
-* :func:`early_exit_draft`: the target's first N layers plus its final norm and LM
-  head, sharing the target's weights and, in the decode loop, its KV cache
-  (self-speculation in the style of LayerSkip, Elhoushi et al. 2024, without its
-  training; :mod:`lab.speculative.self_draft`);
+* :class:`~lab.speculative.self_draft.EarlyExitDraft`: the target's first N layers
+  plus its final norm and LM head, a :class:`ModelDraft` sharing the target's
+  weights and, in the decode loop, its KV cache (self-speculation in the style of
+  LayerSkip, Elhoushi et al. 2024, without its training);
 * :class:`PromptLookupDraft`: n-gram continuation copied from earlier in the
   sequence (Saxena 2023, "prompt lookup decoding"); no model, q is one-hot, which
   is a valid draft distribution, so min(1, p/q) and the residual stay lossless.
@@ -19,11 +19,15 @@ Adaptive draft length (:class:`AdaptiveDraftLength`) stops drafting when the dra
 own next-token distribution is too uncertain. The decision uses only the draft's
 distribution, never the target's or the sampled token, so the output distribution
 is unchanged (the stopping rule is a stopping time of the draft's process).
+
+What a drafter can do beyond proposing is declared by :class:`Drafter` too (borrow
+the target's KV cache, the dtype of its own weights, its cost, a transformers model
+for assisted generation), so callers ask the drafter, never its type or its model.
+Drafters are built from spec strings in :mod:`lab.speculative.draft_specs`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ import torch
 from lab.decode import check_rollback_supported, enable_rollback, new_cache, rollback_cache, sync
 from lab.entropy import entropy
 from lab.sampling import SamplingConfig, sample, sampling_probs
+from lab.speculative.admission import DraftCost, draft_cost
+from lab.speculative.theory import flops_per_token
 
 STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget")
 
@@ -123,10 +129,26 @@ class AdaptiveDraftLength:
 
 
 class Drafter(Protocol):
-    """The candidate-generation interface the decode loop codes against."""
+    """The candidate-generation interface the decode loop codes against, and what a draft declares about itself.
+
+    Attributes:
+        name: For reports.
+        vocab_size: Width V of the q rows (the target's vocabulary size).
+        cost: The FLOP cost ratio c against the target stated at admission
+            (:func:`lab.speculative.admission.draft_cost`; a separate model draft), else None.
+        assistant_model: A transformers causal LM that drafts as this drafter does, for
+            transformers' assisted generation (``generate(assistant_model=...)``); None when
+            there is none (prompt lookup, a draft with an evicting cache).
+        weight_dtype: The dtype of the draft's own weights as ``--draft-dtype`` spells it
+            (``"bfloat16"``, or ``"float32:bfloat16"`` for a per-pass draft); None when it
+            has no weights of its own (prompt lookup) or runs on the target's (early exit).
+    """
 
     name: str
     vocab_size: int
+    cost: DraftCost | None
+    assistant_model: Any
+    weight_dtype: str | None
 
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
@@ -140,6 +162,20 @@ class Drafter(Protocol):
 
     def reset(self) -> None:
         """Forget all state (a new sequence starts)."""
+        ...
+
+    def use_target_cache(self, cache: Any) -> None:
+        """Take the decode loop's target KV cache for this sequence (until :meth:`reset`).
+
+        A drafter that runs on the target's own layers drafts on it and must leave it as
+        lent (n - 1 positions, asserted by the loop); one with its own cache, or none,
+        ignores it.
+        """
+        ...
+
+    def flops_per_token(self, context: int) -> float:
+        """Forward FLOPs of one draft step at ``context`` cached positions
+        (:func:`lab.speculative.theory.flops_per_token`); 0.0 for a drafter without a model."""
         ...
 
 
@@ -205,7 +241,12 @@ class ModelDraft:
             cut to V or padded with -inf (probability 0) up to V, so no padding id
             is ever proposed.
         name: For reports.
+
+    Attributes:
+        cost: Set by :func:`model_draft` (None until then); see :class:`Drafter`.
     """
+
+    cost: DraftCost | None = None
 
     def __init__(self, model: Any, vocab_size: int | None = None, name: str = "draft-model"):
         check_rollback_supported(model)
@@ -215,6 +256,20 @@ class ModelDraft:
         self.vocab_size = int(vocab_size or self.model_vocab)
         self.device = next(model.parameters()).device
         self.reset()
+
+    @property
+    def assistant_model(self) -> Any:
+        return self.model
+
+    @property
+    def weight_dtype(self) -> str | None:
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    def flops_per_token(self, context: int) -> float:
+        return flops_per_token(self.model.config, context)
+
+    def use_target_cache(self, cache: Any) -> None:
+        """Ignored: this draft keeps its own cache."""
 
     def reset(self) -> None:
         self.cache = new_cache(self.model)  # the decode core's cache; croppable after the first forward
@@ -288,52 +343,9 @@ def model_draft(target: Any, draft: Any, *, target_tokenizer: Any = None, draft_
     Raises:
         ValueError: the vocabularies differ (naming both).
     """
-    from lab.speculative.admission import draft_cost
-
     drafter = ModelDraft(draft, _check_vocab(target, draft, target_tokenizer, draft_tokenizer), name)
     drafter.cost = draft_cost(target.config, draft.config)
     return drafter
-
-
-def early_exit_model(target: Any, num_layers: int) -> Any:
-    """A causal LM made of the target's first ``num_layers`` layers, final norm and head.
-
-    Shares the target's parameters (no copy, nothing downloaded): the shell is built
-    on the meta device and its submodules replaced by the target's own. It is a
-    regular transformers model, so it also serves as ``assistant_model`` for
-    transformers' assisted generation.
-
-    Raises:
-        ValueError: ``num_layers`` not in [1, target layers].
-    """
-    total = int(target.config.num_hidden_layers)
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= total:
-        raise ValueError(f"num_layers={num_layers!r} must be in [1, {total}] (the target has {total} layers)")
-    cfg = copy.deepcopy(target.config)
-    cfg.num_hidden_layers = num_layers
-    if isinstance(getattr(cfg, "layer_types", None), list):
-        cfg.layer_types = cfg.layer_types[:num_layers]
-    with torch.device("meta"):
-        shell = type(target)(cfg)
-    for name, module in target.model.named_children():
-        if name == "layers":
-            shell.model.layers = torch.nn.ModuleList(list(target.model.layers[:num_layers]))
-        else:
-            setattr(shell.model, name, module)
-    shell.lm_head = target.lm_head
-    shell.generation_config = copy.deepcopy(target.generation_config)
-    shell.eval()
-    assert not any(p.is_meta for p in shell.parameters()), "early-exit shell kept a meta parameter"
-    shell.lab_source = dict(getattr(target, "lab_source", {}) or {}, draft=f"early-exit:{num_layers}")
-    return shell
-
-
-def early_exit_draft(target: Any, num_layers: int) -> ModelDraft:
-    """The target's first ``num_layers`` layers as a draft (shared weights, and the target's KV cache when
-    the loop lends it); see :func:`early_exit_model` and :class:`lab.speculative.self_draft.EarlyExitDraft`."""
-    from lab.speculative.self_draft import EarlyExitDraft  # it builds on ModelDraft, defined here
-
-    return EarlyExitDraft(target, num_layers)
 
 
 class PromptLookupDraft:
@@ -355,6 +367,16 @@ class PromptLookupDraft:
         self.vocab_size = int(vocab_size)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = "prompt-lookup"
+
+    cost: DraftCost | None = None  # no model: nothing to weigh against the target
+    assistant_model = None  # transformers runs prompt lookup itself (prompt_lookup_num_tokens)
+    weight_dtype = None  # no weights
+
+    def flops_per_token(self, context: int) -> float:
+        return 0.0  # a lookup, no forward pass
+
+    def use_target_cache(self, cache: Any) -> None:
+        """Ignored: no model, no cache."""
 
     def reset(self) -> None:
         pass

@@ -1,6 +1,6 @@
 """A draft that runs each kind of forward pass in the dtype that is cheapest for it.
 
-A model draft makes three shapes of forward pass (issue 17, item 2):
+A model draft makes three shapes of forward pass:
 
 * **prefill**: the whole prompt, once per sequence (hundreds of tokens: compute-bound);
 * **catch-up**: the committed tokens the draft's cache lacks at the start of a round
@@ -19,6 +19,11 @@ dtype, and the KV cache is cast to the dtype of the pass about to read it.
 Lossless whatever the dtypes: the draft only proposes; the target (in its own dtype)
 verifies every token, so only alpha and the draft's cost c move (Leviathan et al.
 2023: the output distribution does not depend on q).
+
+The draft dtype vocabulary of the whole lab lives here (:data:`DTYPES`,
+:data:`PER_PASS_ALIAS`, :data:`DRAFT_DTYPE_CHOICES`, :data:`DRAFT_DTYPE_HELP`,
+:func:`parse_draft_dtype`): the study's settings, the commands' ``--draft-dtype`` and
+their help text read it.
 """
 
 from __future__ import annotations
@@ -32,10 +37,18 @@ import torch
 from lab.decode import sync
 from lab.speculative.drafts import ModelDraft
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # `--draft-dtype per-pass`: float32 prefill (fast on a CPU without bf16 arithmetic), bfloat16 steps.
 PER_PASS_ALIAS = "per-pass"
 PER_PASS_DEFAULT = ("float32", "bfloat16")
+PER_PASS_SPEC = ":".join(PER_PASS_DEFAULT)  # "float32:bfloat16", the alias spelled PREFILL:STEP
+# The named choices (one dtype, or the per-pass default under both spellings); the study accepts
+# only these, `lab bench` any PREFILL:STEP pair of DTYPES (parse_draft_dtype).
+DRAFT_DTYPE_CHOICES = (*DTYPES, PER_PASS_SPEC, PER_PASS_ALIAS)
+# The commands' help for --draft-dtype, after their own first words.
+DRAFT_DTYPE_HELP = (f"one dtype ({', '.join(DTYPES)}), or per pass shape PREFILL:STEP (e.g. {PER_PASS_SPEC}: the "
+                    f"prompt's pass in {PER_PASS_DEFAULT[0]}, one-token steps and short catch-ups in "
+                    f"{PER_PASS_DEFAULT[1]}) or {PER_PASS_ALIAS} (= {PER_PASS_SPEC}; lab.speculative.per_pass)")
 # Passes of this many tokens or more run in the prefill dtype. The speculative loop's
 # catch-ups feed at most 2 tokens and a prompt has more than 16 (the bench's shortest
 # code prompt is ~40 with the chat template), so any value in 3..40 splits them alike;
@@ -45,6 +58,9 @@ LONG_PASS_TOKENS = 16
 
 def parse_draft_dtype(spec: str) -> tuple[str, str]:
     """``"bfloat16"`` -> ``("bfloat16", "bfloat16")``; ``"float32:bfloat16"`` or ``"per-pass"`` -> per-pass dtypes.
+
+    Args:
+        spec: A name from :data:`DTYPES`, ``PREFILL:STEP`` of two such names, or :data:`PER_PASS_ALIAS`.
 
     Returns:
         ``(prefill_dtype, step_dtype)``, names from :data:`DTYPES`.
@@ -58,7 +74,7 @@ def parse_draft_dtype(spec: str) -> tuple[str, str]:
     parts = text.split(":")
     if len(parts) > 2 or any(p not in DTYPES for p in parts):
         raise ValueError(f"--draft-dtype={spec!r} must be a dtype ({', '.join(DTYPES)}), PREFILL:STEP "
-                         f"(e.g. float32:bfloat16) or {PER_PASS_ALIAS!r}")
+                         f"(e.g. {PER_PASS_SPEC}) or {PER_PASS_ALIAS!r}")
     return (parts[0], parts[-1])
 
 
@@ -117,6 +133,13 @@ class PerPassDraft(ModelDraft):
         self.long_pass_tokens = long_pass_tokens
         super().__init__(step_model, vocab_size, name)
 
+    @property
+    def weight_dtype(self) -> str | None:
+        step = super().weight_dtype
+        if self.long_model is self.model:
+            return step
+        return f"{str(next(self.long_model.parameters()).dtype).removeprefix('torch.')}:{step}"  # PREFILL:STEP
+
     def reset(self) -> None:
         super().reset()
         self.cast_time_s = 0.0
@@ -140,8 +163,8 @@ class PerPassDraft(ModelDraft):
 def per_pass_draft(draft: ModelDraft, spec: str) -> ModelDraft:
     """A copy of a model draft for a ``--draft-dtype`` spec (see :func:`parse_draft_dtype`).
 
-    A single dtype gives a plain :class:`ModelDraft` cast to it (the lever issue 8 added);
-    ``PREFILL:STEP`` with two different dtypes gives a :class:`PerPassDraft`. The
+    A single dtype gives a plain :class:`ModelDraft` cast to it (the cheaper-draft lever
+    of ``lab bench``); ``PREFILL:STEP`` with two different dtypes gives a :class:`PerPassDraft`. The
     copies' probabilities stay float32 (the draft loop's ``sampling_probs``).
 
     Raises:
@@ -149,7 +172,7 @@ def per_pass_draft(draft: ModelDraft, spec: str) -> ModelDraft:
     """
     prefill, step = parse_draft_dtype(spec)
     if not isinstance(draft, ModelDraft):
-        raise ValueError(f"draft dtype={spec!r} needs a model draft, not {getattr(draft, 'name', draft)!r}")
+        raise ValueError(f"draft dtype={spec!r} needs a model draft, not {draft.name!r}")
     step_model = copy.deepcopy(draft.model).to(DTYPES[step])
     if prefill == step:
         cast = ModelDraft(step_model, draft.vocab_size, f"{draft.name} ({step})")
@@ -157,7 +180,7 @@ def per_pass_draft(draft: ModelDraft, spec: str) -> ModelDraft:
         same = next(draft.model.parameters()).dtype == DTYPES[prefill]
         long_model = draft.model if same else copy.deepcopy(draft.model).to(DTYPES[prefill])  # shared: read-only
         cast = PerPassDraft(long_model, step_model, draft.vocab_size, f"{draft.name} ({prefill}:{step})")
-    cast.cost = getattr(draft, "cost", None)
+    cast.cost = draft.cost
     return cast
 
 

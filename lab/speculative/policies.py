@@ -45,6 +45,10 @@ class GammaPolicy(Protocol):
         """Gamma for the next round, in ``[1, max_gamma]``."""
         ...
 
+    def describe(self) -> str:
+        """The policy as its spec string, for reports (``"fixed"``, ``"dynamic:4:12"``)."""
+        ...
+
 
 def _check_int(name: str, value: object, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:

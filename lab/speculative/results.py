@@ -58,50 +58,83 @@ class RoundRecord:
         kept = self.proposed[: self.n_accepted]
         return kept + ([self.next_token] if self.next_token is not None else [])
 
+    @property
+    def n_tested(self) -> int:
+        """Proposed tokens the target tested."""
+        return sum(self.tested_mask)
+
+    def follows_geometric_law(self, gamma: int) -> bool:
+        """Whether the truncated geometric law at maximum draft length ``gamma`` describes this round:
+        the full ``gamma`` tokens drafted (a gamma policy's shorter rounds follow another truncation),
+        not cut by EOS, the budget or an adaptive stop."""
+        return len(self.proposed) == gamma and self.stop_reason == "gamma" and self.next_kind != "none"
+
 
 @dataclass
 class SpeculativeResult:
-    """The outcome of :func:`speculative_generate`.
+    """The outcome of :func:`lab.speculative.loop.speculative_generate`.
 
-    Acceptance figures are raw counts first, rates derived: ``alpha`` =
-    ``n_accepted / n_drafted_tested`` (only tokens the target actually tested),
-    ``tau`` = mean tokens emitted per round (accepted + correction/bonus; compare with
-    :func:`lab.speculative.theory.expected_tokens_per_round`).
+    The rounds are the record; every count is derived from them, then the rates:
+    ``alpha`` = ``n_accepted / n_drafted_tested`` (only tokens the target actually
+    tested), ``tau`` = mean tokens emitted per round (accepted + correction/bonus;
+    compare with :func:`lab.speculative.theory.expected_tokens_per_round`).
 
     Attributes:
         tokens: new token ids (the prompt excluded), at most max_new_tokens.
         rounds: per-round records.
         gamma: the maximum draft length.
         prompt_length: prompt tokens.
-        n_drafted: tokens proposed; n_drafted_tested: of those, tested; n_accepted: kept.
-        accepted_length_histogram: ``[gamma + 1]`` counts of rounds by n_accepted, over
-            rounds that drafted the full gamma tokens and were not cut by EOS or the
-            budget (the rounds the truncated geometric law describes).
-        all_rounds_histogram: the same over every round.
         stopped_by: ``"eos"`` or ``"max_new_tokens"``.
-        prefill_time_s, draft_time_s, verify_time_s, total_time_s: wall times; the
-            orchestration overhead is ``total - prefill - draft - verify``.
-        draft_name, sampling: what was run.
+        prefill_time_s, total_time_s: wall times (the rounds hold the draft and verify
+            times); the orchestration overhead is ``total - prefill - draft - verify``.
+        draft_name, sampling, adaptive, gamma_policy: what was run.
     """
 
     tokens: list[int]
     rounds: list[RoundRecord]
     gamma: int
     prompt_length: int
-    n_drafted: int
-    n_drafted_tested: int
-    n_accepted: int
-    accepted_length_histogram: list[int]
-    all_rounds_histogram: list[int]
     stopped_by: str
     prefill_time_s: float
-    draft_time_s: float
-    verify_time_s: float
     total_time_s: float
     draft_name: str
     sampling: SamplingConfig
     adaptive: str | None = None
     gamma_policy: str | None = None
+
+    @property
+    def n_drafted(self) -> int:
+        """Tokens proposed."""
+        return sum(len(r.proposed) for r in self.rounds)
+
+    @property
+    def n_drafted_tested(self) -> int:
+        """Proposed tokens the target tested."""
+        return sum(r.n_tested for r in self.rounds)
+
+    @property
+    def n_accepted(self) -> int:
+        """Proposed tokens kept."""
+        return sum(r.n_accepted for r in self.rounds)
+
+    @property
+    def accepted_length_histogram(self) -> list[int]:
+        """``[gamma + 1]`` counts of rounds by n_accepted, over the rounds the truncated geometric
+        law describes (:meth:`RoundRecord.follows_geometric_law`)."""
+        return _histogram([r for r in self.rounds if r.follows_geometric_law(self.gamma)], self.gamma)
+
+    @property
+    def all_rounds_histogram(self) -> list[int]:
+        """The same over every round."""
+        return _histogram(self.rounds, self.gamma)
+
+    @property
+    def draft_time_s(self) -> float:
+        return sum(r.draft_time_s for r in self.rounds)
+
+    @property
+    def verify_time_s(self) -> float:
+        return sum(r.verify_time_s for r in self.rounds)
 
     @property
     def alpha(self) -> float:
@@ -155,6 +188,13 @@ class SpeculativeResult:
                              "draft_normalized_entropy": r.draft_normalized_entropies[i],
                              "accepted": r.accepted_mask[i], "tested": r.tested_mask[i]})
         return rows
+
+
+def _histogram(rounds: list[RoundRecord], gamma: int) -> list[int]:
+    counts = [0] * (gamma + 1)
+    for r in rounds:
+        counts[r.n_accepted] += 1
+    return counts
 
 
 @dataclass

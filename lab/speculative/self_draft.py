@@ -1,7 +1,7 @@
 """The early-exit draft on the target's own KV cache (self-speculative decoding).
 
 An early-exit draft is the target's first N layers, final norm and LM head
-(:func:`lab.speculative.drafts.early_exit_model`). Its keys and values at layers
+(:func:`early_exit_model`). Its keys and values at layers
 0..N-1 are, at every committed position, the ones the target computes there (the
 same weights over the same inputs), so it needs no cache of its own: it borrows
 the target's, as in self-speculative decoding (Zhang et al. 2023, "Draft & Verify",
@@ -10,7 +10,7 @@ draft reads the target's cache of its early layers). That saves, per decode,
 the draft's own prefill of the prompt (N / L of a target prefill) and its own
 cache's copies.
 
-Cache contract (asserted by :func:`lab.speculative.speculative_generate`, tested):
+Cache contract (asserted by :func:`lab.speculative.loop.speculative_generate`, tested):
 the loop lends its cache (:meth:`EarlyExitDraft.use_target_cache`) holding the
 committed sequence except its last token, n - 1 positions, in every layer.
 :meth:`EarlyExitDraft.propose` feeds the last committed token and the draft tokens
@@ -35,14 +35,47 @@ its own cache, exactly as :class:`~lab.speculative.drafts.ModelDraft`.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
 
 from lab.decode import rollback_cache
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import (AdaptiveDraftLength, ModelDraft, Proposal, draft_loop, early_exit_model,
-                                    empty_proposal)
+from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal, draft_loop, empty_proposal
+
+
+def early_exit_model(target: Any, num_layers: int) -> Any:
+    """A causal LM made of the target's first ``num_layers`` layers, final norm and head.
+
+    Shares the target's parameters (no copy, nothing downloaded): the shell is built
+    on the meta device and its submodules replaced by the target's own. It is a
+    regular transformers model, so it also serves as ``assistant_model`` for
+    transformers' assisted generation.
+
+    Raises:
+        ValueError: ``num_layers`` not in [1, target layers].
+    """
+    total = int(target.config.num_hidden_layers)
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= total:
+        raise ValueError(f"num_layers={num_layers!r} must be in [1, {total}] (the target has {total} layers)")
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = num_layers
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = cfg.layer_types[:num_layers]
+    with torch.device("meta"):
+        shell = type(target)(cfg)
+    for name, module in target.model.named_children():
+        if name == "layers":
+            shell.model.layers = torch.nn.ModuleList(list(target.model.layers[:num_layers]))
+        else:
+            setattr(shell.model, name, module)
+    shell.lm_head = target.lm_head
+    shell.generation_config = copy.deepcopy(target.generation_config)
+    shell.eval()
+    assert not any(p.is_meta for p in shell.parameters()), "early-exit shell kept a meta parameter"
+    shell.lab_source = dict(getattr(target, "lab_source", {}) or {}, draft=f"early-exit:{num_layers}")
+    return shell
 
 
 class EarlyExitDraft(ModelDraft):
@@ -61,12 +94,19 @@ class EarlyExitDraft(ModelDraft):
                          f"early-exit:{num_layers}")
         self.num_layers = int(num_layers)
 
+    @property
+    def weight_dtype(self) -> str | None:
+        return None  # the target's own weights, in the target's dtype
+
     def reset(self) -> None:
         super().reset()
         self.lent_cache: Any = None
 
     def use_target_cache(self, cache: Any) -> None:
-        """Draft on the target's ``cache`` (past recording on) until :meth:`reset`; see the module docstring."""
+        """Draft on the target's ``cache`` (past recording on) until :meth:`reset`; see the module docstring.
+
+        A caller that drives :meth:`propose` itself and lends nothing gets a draft on its own cache.
+        """
         self.lent_cache = cache
 
     def _forward_lent(self, ids: torch.Tensor) -> torch.Tensor:

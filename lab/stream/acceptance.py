@@ -27,18 +27,18 @@ from typing import Any
 
 import torch
 
-from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import draft_loop
+from lab.speculative.admission import DraftCost
+from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal, draft_loop
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
 
 
 class EvictingDraft:
-    """A model draft whose KV cache follows a retention policy (a :class:`~lab.speculative.Drafter`).
+    """A model draft whose KV cache follows a retention policy (a :class:`~lab.speculative.drafts.Drafter`).
 
     Args:
-        base: A :class:`~lab.speculative.ModelDraft` (early-exit or a separate model);
+        base: A :class:`~lab.speculative.drafts.ModelDraft` (early-exit or a separate model);
             its model and vocabulary width are used, its own cache is not.
         policy: The retention policy (``recompute`` is refused: it has no cache).
         detected: Flagged detector positions (best first), for ``detected`` policies.
@@ -58,7 +58,18 @@ class EvictingDraft:
         self.window = policy_window(policy, detected)
         self.name = f"{base.name}|{policy.spec}"
         self.device = next(self.model.parameters()).device
+        self.cost: DraftCost | None = base.cost
+        self.weight_dtype = base.weight_dtype
+        self._base_flops = base.flops_per_token  # the same model: the same FLOPs per step
         self.reset()
+
+    assistant_model = None  # transformers' assisted generation cannot evict as the policy does
+
+    def flops_per_token(self, context: int) -> float:
+        return self._base_flops(context)
+
+    def use_target_cache(self, cache: Any) -> None:
+        """Ignored: this draft keeps its own, evicting cache."""
 
     def reset(self) -> None:
         from transformers import DynamicCache
@@ -127,7 +138,7 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
     """alpha per policy: speculative decoding after a long prompt, greedy and sampled (seeded).
 
     The target sees everything; the draft (``cfg.draft``: early-exit or a separate
-    model, built once by :func:`lab.speculative.make_draft`) sees only the policy's
+    model, built once by :func:`lab.speculative.draft_specs.make_draft`) sees only the policy's
     visible positions. ``recompute`` policies are skipped (no cache to evict).
 
     Args:
@@ -146,7 +157,8 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
         ValueError: a draft that is not a model (``prompt-lookup`` has no KV cache).
     """
     from lab.models.chat import eos_token_ids
-    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate
 
     base = make_draft(target, cfg.draft, target_tokenizer=tokenizer)
     if not isinstance(base, ModelDraft):
@@ -161,7 +173,7 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
             gen = torch.Generator(device=draft.device).manual_seed(cfg.seed)
             t0 = time.perf_counter()
             res = speculative_generate(target, draft, prompt.to(draft.device), gamma=cfg.gamma,
-                                       max_new_tokens=cfg.max_new_tokens, temperature=temperature,
+                                       max_new_tokens=cfg.max_new_tokens, sampling=SamplingConfig(temperature=temperature),
                                        generator=gen, eos_token_ids=eos)
             n_acc = sum(r.n_accepted for r in res.rounds)
             n_tested = sum(sum(r.tested_mask) for r in res.rounds)

@@ -11,6 +11,7 @@ from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
 from lab.analysis.claims import H6_COLUMNS
 from lab.prompts import StudyPrompt
+from lab.speculative.per_pass import DRAFT_DTYPE_CHOICES
 
 
 # Defaults of the full study (`make study`), chosen so its 84 prompts fit the 15-minute
@@ -41,8 +42,8 @@ WORK_FORMAT = 3
 TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
 # The draft's dtype in the study, per target profile whose profile draft is a separate
-# model: chosen by a measured end-to-end comparison on the study's own prompts (issue 16,
-# item 2; the figures are beside each entry), since a half-precision draft can be faster
+# model: chosen by a measured end-to-end comparison on the study's own prompts (the
+# figures are beside each entry), since a half-precision draft can be faster
 # per step yet slower to prefill, depending on the CPU. (dtype, where the choice came
 # from); a profile not listed runs its draft in the target's dtype.
 #
@@ -59,7 +60,6 @@ STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {
     "qwen2.5-coder": ("bfloat16", "6 study prompts, 2026-12-01: 93.5 s CPU / 221 s wall vs float32 94.4 s / "
                                   "303 s (one thread, busy machine), same alphas; see lab/study/config.py"),
 }
-DRAFT_DTYPES = ("float32", "float16", "bfloat16", "float32:bfloat16", "per-pass")  # the last two: per pass shape
 
 PER_PROMPT_FIELDS = (
     "id", "category", "variant", "twin_of", "n_prompt_tokens",
@@ -140,7 +140,7 @@ class StudyConfig:
 
     Attributes:
         model: Target profile, path or hub id.
-        draft: Draft spec for :func:`lab.speculative.make_draft`; ``None`` = the
+        draft: Draft spec for :func:`lab.speculative.draft_specs.make_draft`; ``None`` = the
             profile's (``early-exit:24`` for smollm2, the 0.5B model for qwen2.5).
         prompts: Prompt file; ``None`` = the embedded set.
         limit: Take at most this many prompts (balanced, twins kept together).
@@ -155,7 +155,8 @@ class StudyConfig:
         device, dtype: As :func:`lab.models.loading.load_model`.
         out: Reports root; the work directory lives inside it too.
         n_resamples: Bootstrap resamples of the analysis.
-        draft_dtype: The draft model's dtype (one of :data:`DRAFT_DTYPES`); ``None`` =
+        draft_dtype: The draft model's dtype (one of
+            :data:`lab.speculative.per_pass.DRAFT_DTYPE_CHOICES`); ``None`` =
             the study's measured choice for the profile (:data:`STUDY_DRAFT_DTYPES`),
             else the target's dtype. Only a draft with its own weights has one.
     """
@@ -176,8 +177,8 @@ class StudyConfig:
     draft_dtype: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPES:
-            raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPES)}")
+        if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPE_CHOICES:
+            raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPE_CHOICES)}")
         for name in ("max_new_tokens", "gamma", "n_resamples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -3,10 +3,10 @@
 Per prompt: the prefill analysis fills the target's KV cache while it captures the
 attention; the speculative decode goes on from that cache, and the entropy
 tracker's statistics are read off its verify passes at every committed position
-(:func:`lab.tracker.track_speculative`). Before issue 16 a tracked target-only
-decode ran too, so the target decoded every prompt twice and prefilled it three
-times; the statistics are the same (greedy: equal to float tolerance; sampling:
-the same distribution; both tested). A prompt of the H6 subset runs again at the other
+(:func:`lab.tracker.speculative.track_speculative`), so the target prefills and
+decodes each prompt once. The statistics equal those of a separate tracked
+target-only decode (greedy: to float tolerance; sampling: the same distribution;
+both tested). A prompt of the H6 subset runs again at the other
 design temperatures from a copy of the same prefill (:meth:`ModelRunner.alpha_at`).
 """
 
@@ -21,6 +21,7 @@ from lab.models import loading as lab_models
 from lab.models.chat import encode_chat, eos_token_ids
 from lab.study.config import TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
 from lab.prompts import StudyPrompt
+from lab.speculative.drafts import Drafter
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +38,14 @@ PIPELINE = ("one target prefill (the attention capture's, which fills the KV cac
             "(speculative; the tracker's statistics read off its verify passes: lab.tracker.track_speculative)")
 
 
-def model_dtypes(target: Any, draft: Any, draft_dtype_source: str) -> dict[str, Any]:
-    """Each model's dtype for the report, and where the draft's came from."""
+def model_dtypes(target: Any, draft: Drafter, draft_dtype_source: str) -> dict[str, Any]:
+    """Each model's dtype for the report (a per-pass draft's as PREFILL:STEP), and where the draft's came from.
+
+    A draft without weights of its own (prompt lookup, early exit) is reported in the target's dtype.
+    """
     target_dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
-    draft_model = getattr(draft, "model", None)
-    own = draft_model is not None and draft_model is not target
-    draft_dtype = str(next(draft_model.parameters()).dtype).removeprefix("torch.") if own else target_dtype
-    long_model = getattr(draft, "long_model", None)  # a per-pass draft (lab.speculative.per_pass): two copies
-    if own and long_model is not None and long_model is not draft_model:
-        long_dtype = str(next(long_model.parameters()).dtype).removeprefix("torch.")
-        draft_dtype = f"{long_dtype}:{draft_dtype}"  # PREFILL:STEP, as --draft-dtype spells it
-    return {"target_dtype": target_dtype, "draft_dtype": draft_dtype, "draft_dtype_source": draft_dtype_source,
-            "pipeline": PIPELINE}
+    return {"target_dtype": target_dtype, "draft_dtype": draft.weight_dtype or target_dtype,
+            "draft_dtype_source": draft_dtype_source, "pipeline": PIPELINE}
 
 
 class ModelRunner:
@@ -57,12 +54,12 @@ class ModelRunner:
     Args:
         target: The target causal LM (eval mode).
         tokenizer: Its tokenizer.
-        draft: A drafter from :func:`lab.speculative.make_draft`.
+        draft: A drafter from :func:`lab.speculative.draft_specs.make_draft`.
         config: The study settings (decode budget, gamma, temperature, seed).
         info: Description of the models for the report.
     """
 
-    def __init__(self, target: Any, tokenizer: Any, draft: Any, config: StudyConfig, info: dict[str, Any]):
+    def __init__(self, target: Any, tokenizer: Any, draft: Drafter, config: StudyConfig, info: dict[str, Any]):
         self.target, self.tokenizer, self.draft, self.config, self.info = target, tokenizer, draft, config, info
         self._prefilled: tuple[str | None, Any] = (None, None)  # (prompt id, its capture cache) for alpha_at
 
@@ -73,9 +70,7 @@ class ModelRunner:
         Raises:
             ValueError, lab.models.loading.ModelUnavailableError: as the loaders do.
         """
-        from lab.speculative.loop import make_draft
-
-        from lab.speculative.loop import check_draft_spec
+        from lab.speculative.draft_specs import check_draft_spec, make_draft
 
         spec = config.draft_spec()
         dtype, source = config.draft_dtype_choice()
@@ -85,20 +80,22 @@ class ModelRunner:
         target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype)
         draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype)
         info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
-                "draft": spec, "draft_name": getattr(draft, "name", type(draft).__name__),
+                "draft": spec, "draft_name": draft.name,
                 "load_s": time.perf_counter() - t0, **model_dtypes(target, draft, source)}
         return cls(target, tokenizer, draft, config, info)
 
     def _speculative(self, input_ids: Any, temperature: float, seed: int, target_cache: Any = None) -> Any:
-        """One seeded speculative decode of the prompt (public :func:`speculative_generate`)."""
+        """One seeded speculative decode of the prompt (:func:`lab.speculative.loop.speculative_generate`)."""
         import torch
 
+        from lab.sampling import SamplingConfig
         from lab.speculative.loop import speculative_generate
 
         device = next(self.target.parameters()).device
         gen = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(seed)
         return speculative_generate(self.target, self.draft, input_ids.to(device), gamma=self.config.gamma,
-                                    max_new_tokens=self.config.max_new_tokens, temperature=temperature,
+                                    max_new_tokens=self.config.max_new_tokens,
+                                    sampling=SamplingConfig(temperature=temperature),
                                     generator=gen, eos_token_ids=eos_token_ids(self.target, self.tokenizer),
                                     target_cache=target_cache)
 

@@ -42,7 +42,7 @@ from lab.tracker.stats import StepRecorder
 # k + 1 positions and k + 1 one-token steps compute the same float32 logits in another
 # summation order (matmul blocking, SDPA over 1 vs k + 1 queries), and the prefill of
 # S - 1 positions is part of one over S when the capture fills the cache. Measured max
-# |difference| over 24-32 greedy tokens, float32 on CPU (issue 16): entropy 2.4e-6 bits
+# |difference| over 24-32 greedy tokens, float32 on CPU: entropy 2.4e-6 bits
 # (tiny Llama, V = 230), 7.6e-6 (SmolLM2-135M, V = 49,152), 4.3e-6 (Qwen2.5-Coder-1.5B
 # with its 0.5B draft, V = 151,936); varentropy 1.0e-5, 1.4e-5 and 1.8e-5 bits^2. The
 # tolerances are >= 13x and >= 27x those, and 1e-4 bits is far below any effect the study
@@ -53,7 +53,7 @@ GREEDY_PROB_ATOL = 1e-5  # chosen-token probability: measured up to 1.9e-6 (Smol
 
 
 def commit_recorder(recorder: StepRecorder, settings: DecodeSettings):
-    """An ``on_commit`` hook for :func:`lab.speculative.speculative_generate` feeding ``recorder``.
+    """An ``on_commit`` hook for :func:`lab.speculative.loop.speculative_generate` feeding ``recorder``.
 
     Each committed row ``[V]`` (raw logits) goes to :meth:`StepRecorder.record` as a
     one-token decode step would: the raw row, the filtered row the token would be
@@ -79,7 +79,7 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
 
     Args:
         target: The target causal LM (p), eval mode.
-        draft: A drafter (:func:`lab.speculative.make_draft`).
+        draft: A drafter (:func:`lab.speculative.draft_specs.make_draft`).
         tokenizer: The target's tokenizer (token texts, after the loop).
         input_ids: ``[1, S]`` (or ``[S]``) int64 prompt ids.
         gamma: Draft tokens per round, >= 1.
@@ -88,16 +88,16 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
             seeds one ``torch.Generator`` on the target's device (the CPU for MPS)
             that drafting and verification share.
         target_cache: A KV cache already holding the prompt (see
-            :func:`lab.speculative.speculative_generate`), or None for a fresh prefill.
+            :func:`lab.speculative.loop.speculative_generate`), or None for a fresh prefill.
 
     Returns:
         ``(track, spec)``: a :class:`TrackResult` with one step per emitted token
         (``elapsed_s`` is the speculative run's, statistics included) and the
-        :class:`~lab.speculative.SpeculativeResult` (alpha, rounds, per-token draft data).
+        :class:`~lab.speculative.results.SpeculativeResult` (alpha, rounds, per-token draft data).
 
     Raises:
         ValueError: as :func:`lab.tracker.track_generate` and
-            :func:`lab.speculative.speculative_generate`.
+            :func:`lab.speculative.loop.speculative_generate`.
         RuntimeError: NaN or +inf target logits at some step.
     """
     from lab.models.chat import eos_token_ids
@@ -115,8 +115,7 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
     recorder = StepRecorder(settings.top_alternatives, settings.do_sample)
     start = time.perf_counter()
     spec = speculative_generate(target, draft, ids.to(model_device(target)), gamma=gamma,
-                                max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                                top_p=settings.top_p, top_k=settings.top_k, generator=generator,
+                                max_new_tokens=settings.max_new_tokens, sampling=settings.sampling, generator=generator,
                                 eos_token_ids=eos_token_ids(target, tokenizer),
                                 on_commit=commit_recorder(recorder, settings), target_cache=target_cache)
     stats = recorder.finish()  # statistics to the host, once

@@ -17,7 +17,8 @@ import torch
 
 from lab.models.chat import eos_token_ids
 from lab.models.loading import load_model
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate, target_generate
 
 MAX_NEW = 16
 # float32 on CPU: a cached decode and an uncached forward of 600+ positions differ by

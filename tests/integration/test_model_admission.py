@@ -32,7 +32,7 @@ def test_cli_speculate_gemma_draft_for_smollm2_refused_before_draft_weights_load
 def test_make_draft_qwen_draft_for_smollm2_refused_from_tokenizer(smollm2, spec, monkeypatch):
     """The same check on the chunked profile: decided from the 0.5B's cached tokenizer."""
     from lab.models import loading as models
-    from lab.speculative.loop import make_draft
+    from lab.speculative.draft_specs import make_draft
 
     model, tok = smollm2
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("draft weights loaded"))

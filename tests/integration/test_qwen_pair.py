@@ -115,8 +115,8 @@ def test_qwen_pair_sampling_first_token_follows_target(pair, lab_log):
     unchecked: Counter = Counter()  # the broken variant: the draft's token, emitted without the test
     accepted = 0
     for _ in range(N_SAMPLED):
-        res = speculative_generate(target, draft, ids, gamma=1, max_new_tokens=2, temperature=1.0,
-                                   top_k=FIRST_TOKEN_SAMPLING.top_k, generator=g)
+        res = speculative_generate(target, draft, ids, gamma=1, max_new_tokens=2, sampling=FIRST_TOKEN_SAMPLING,
+                                   generator=g)
         emitted[res.tokens[0]] += 1
         unchecked[res.rounds[0].proposed[0]] += 1
         accepted += res.rounds[0].n_accepted > 0

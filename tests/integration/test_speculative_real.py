@@ -10,8 +10,9 @@ import torch
 
 from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from tests.support import chisq_pvalue
-from lab.speculative.drafts import early_exit_draft
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.self_draft import EarlyExitDraft
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.sampling import sampling_probs, SamplingConfig
 
 PROMPTS = ("What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.")
@@ -25,7 +26,7 @@ FIRST_TOKEN_SAMPLING = SamplingConfig(temperature=1.0, top_k=8)
 @pytest.fixture(scope="module")
 def pair(smollm2):
     model, tok = smollm2
-    return model, tok, early_exit_draft(model, 12)
+    return model, tok, EarlyExitDraft(model, 12)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -61,7 +62,7 @@ def test_speculative_real_sampling_first_token_matches_target(pair, lab_log):
     the test has the power to tell the two apart.
     """
     model, tok, _ = pair
-    draft = early_exit_draft(model, 24)  # accepts often enough that both paths are exercised
+    draft = EarlyExitDraft(model, 24)  # accepts often enough that both paths are exercised
     ids = tok("The best thing about the ocean is", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         p = sampling_probs(model(ids).logits[0, -1], FIRST_TOKEN_SAMPLING)
@@ -70,7 +71,8 @@ def test_speculative_real_sampling_first_token_matches_target(pair, lab_log):
     counts: Counter = Counter()
     accepted = 0
     for _ in range(N_SAMPLED):
-        res = speculative_generate(model, draft, ids, gamma=2, max_new_tokens=2, temperature=1.0, top_k=8, generator=g)
+        res = speculative_generate(model, draft, ids, gamma=2, max_new_tokens=2, sampling=FIRST_TOKEN_SAMPLING,
+                                   generator=g)
         counts[res.tokens[0]] += 1
         accepted += res.rounds[0].n_accepted > 0
     pv = _pooled_pvalue(counts, p)

@@ -24,7 +24,7 @@ ALPHA_TOL = 1e-12  # alpha is a ratio of two counts; only float rounding may dif
 @pytest.fixture(scope="module")
 def study_report(smollm2, lab_log_dir):
     from lab.render.study import write_report
-    from lab.speculative.loop import make_draft
+    from lab.speculative.draft_specs import make_draft
     from lab.study.runner import ModelRunner
     from lab.study.config import StudyConfig
     from lab.study.work import discard_work, plan_study

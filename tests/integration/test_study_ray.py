@@ -163,7 +163,7 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
 
     from lab.render.study import write_report
     from lab.reports import to_jsonable
-    from lab.speculative.loop import make_draft
+    from lab.speculative.draft_specs import make_draft
 
     model, tok = smollm2
     config = StudyConfig(model="smollm2", device="cpu", limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS,

@@ -15,7 +15,7 @@ import pytest
 from lab.decode import enable_rollback, new_cache
 from lab.models.chat import build_messages, encode_chat
 from lab.sinks.prefill import analyze_prefill
-from lab.speculative.loop import make_draft
+from lab.speculative.draft_specs import make_draft
 from lab.speculative.drafts import model_draft
 from lab.tracker.loop import track_generate
 from lab.tracker.speculative import track_speculative

@@ -237,13 +237,14 @@ LOOP_DRAFTS = ("model", "early-exit")  # a separate draft model on its own cache
 
 
 def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counter, dict]:
-    from lab.speculative.drafts import early_exit_draft, model_draft
+    from lab.speculative.drafts import model_draft
+    from lab.speculative.self_draft import EarlyExitDraft
     from lab.speculative.loop import speculative_generate
     from tests.support import tiny_llama_untied
 
     target = tiny_llama_untied(vocab_size=16, num_layers=2, seed=0, init_std=0.1)
     if draft_kind == "early-exit":  # lab.speculative.self_draft: drafts on the loop's (lent) target cache
-        draft = early_exit_draft(target, 1)
+        draft = EarlyExitDraft(target, 1)
     else:
         draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))
     prompt = torch.tensor([[3, 7, 5, 9]])
@@ -257,7 +258,7 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
     g = torch.Generator().manual_seed(seed)
     counts: Counter = Counter()
     for _ in range(N_LOOP):
-        res = speculative_generate(target, draft, prompt, gamma=3, max_new_tokens=2, temperature=1.0, top_k=6,
+        res = speculative_generate(target, draft, prompt, gamma=3, max_new_tokens=2, sampling=LOOP_SAMPLING,
                                    generator=g)
         counts[tuple(res.tokens)] += 1
     return counts, exact

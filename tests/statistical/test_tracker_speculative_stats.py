@@ -26,7 +26,9 @@ import torch
 from scipy.stats import chi2_contingency
 
 from lab.models.chat import encode_chat
-from lab.speculative.loop import make_draft, speculative_generate
+from lab.sampling import SamplingConfig
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate
 from lab.tracker.results import DecodeSettings
 from lab.tracker.stats import StepRecorder
 from lab.tracker.speculative import commit_recorder, track_speculative
@@ -98,8 +100,8 @@ def _shifted_row_runs(setup) -> list[list[float]]:
     for seed in range(N_RUNS, 2 * N_RUNS):
         recorder = StepRecorder(5, True)
         hook = commit_recorder(recorder, DecodeSettings(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed))
-        speculative_generate(model, draft, ids, gamma=GAMMA, max_new_tokens=MAX_NEW, temperature=1.0,
-                             generator=torch.Generator().manual_seed(seed),
+        speculative_generate(model, draft, ids, gamma=GAMMA, max_new_tokens=MAX_NEW,
+                             sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(seed),
                              on_commit=lambda logits, tokens: hook(logits.roll(1, 0), tokens))
         runs.append([row[0] for row in recorder.finish()[0]])
     return runs

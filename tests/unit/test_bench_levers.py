@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.speculative.loop import make_draft
+from lab.speculative.draft_specs import make_draft
 from lab.bench.run import BenchConfig, run_bench
 from lab.bench.levers import assistant_settings
 from lab.speculative.per_pass import per_pass_draft

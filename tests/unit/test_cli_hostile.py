@@ -164,7 +164,7 @@ def test_known_context_length_reads_a_local_config_without_loading(tmp_path):
 
 def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, monkeypatch):
     """Poor case: a --draft model that failed to load (after the target) was answered about --model."""
-    from lab.speculative import loop as speculative
+    from lab.speculative import draft_specs
     from lab.models import loading as models
     from tests import support
 
@@ -182,7 +182,7 @@ def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, mo
     draft_dir = tmp_path / "draft"
     draft_dir.mkdir()
     monkeypatch.setattr(models, "load_model", tiny_load)
-    monkeypatch.setattr(speculative, "make_draft", failing_draft)
+    monkeypatch.setattr(draft_specs, "make_draft", failing_draft)
     rc = cli.main(["speculate", "hi", "--draft", str(draft_dir), "--device", "cpu", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and f"--draft {str(draft_dir)!r}" in err and "--model smollm2" not in err, err

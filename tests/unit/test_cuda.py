@@ -17,6 +17,7 @@ import copy
 import pytest
 import torch
 
+from lab.sampling import SamplingConfig
 from tests import support
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -41,7 +42,8 @@ def cuda_llama():
 
 
 def test_cuda_greedy_tracker_baseline_and_speculative_emit_the_same_tokens(cuda_llama):
-    from lab.speculative.loop import make_draft, speculative_generate, target_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate, target_generate
     from lab.speculative.drafts import model_draft
     from lab.tracker.results import DecodeSettings
     from lab.tracker.loop import run_decode
@@ -72,17 +74,18 @@ def test_cuda_sampled_tracker_and_baseline_agree_from_one_device_generator(cuda_
     prompt = _prompt(141, 12).to("cuda")
     settings = DecodeSettings(max_new_tokens=N_NEW, temperature=0.9, top_k=20, top_p=0.9)
     tracked = run_decode(cuda_llama, prompt, settings, eos_ids=set(), record=True, seed=seed).new_token_ids
-    base = target_generate(cuda_llama, prompt, max_new_tokens=N_NEW, temperature=0.9, top_k=20, top_p=0.9,
+    base = target_generate(cuda_llama, prompt, max_new_tokens=N_NEW, sampling=settings.sampling,
                            generator=torch.Generator(device="cuda").manual_seed(seed)).tokens
     assert tracked == base
 
 
 def test_cuda_sampled_speculative_loop_runs_with_a_device_generator(cuda_llama):
-    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate
 
     prompt = _prompt(141, 12).to("cuda")
     result = speculative_generate(cuda_llama, make_draft(cuda_llama, "early-exit:2"), prompt, gamma=3,
-                                  max_new_tokens=N_NEW, temperature=1.0,
+                                  max_new_tokens=N_NEW, sampling=SamplingConfig(temperature=1.0),
                                   generator=torch.Generator(device="cuda").manual_seed(0))
     assert len(result.tokens) == N_NEW and all(0 <= t < 141 for t in result.tokens)
 
@@ -90,7 +93,8 @@ def test_cuda_sampled_speculative_loop_runs_with_a_device_generator(cuda_llama):
 @pytest.mark.parametrize("prompt_len", [24, 5])  # past the window, and a generation that crosses it
 @pytest.mark.parametrize("spec", ["early-exit:2", "prompt-lookup"])
 def test_cuda_gemma3_sliding_window_speculative_equals_target_and_cache_equals_recompute(prompt_len, spec):
-    from lab.speculative.loop import make_draft, speculative_generate, target_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate, target_generate
 
     gemma = support.tiny_gemma3(sliding_window=8).to("cuda")
     ids = _prompt(64, prompt_len, seed=2).to("cuda")
@@ -145,12 +149,14 @@ def test_cuda_eviction_masked_nll_equals_cpu(spec, arch):
 
 def test_cuda_default_dtype_is_bfloat16_and_runs():
     from lab.models.devices import default_dtype
-    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate
 
     dtype = default_dtype(torch.device("cuda"))
     assert dtype == (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
     model = support.tiny_llama_untied(vocab_size=141, num_layers=4, seed=0).to("cuda", dtype)
     prompt = _prompt(141, 12).to("cuda")
     result = speculative_generate(model, make_draft(model, "early-exit:2"), prompt, gamma=3, max_new_tokens=N_NEW,
-                                  temperature=1.0, generator=torch.Generator(device="cuda").manual_seed(0))
+                                  sampling=SamplingConfig(temperature=1.0),
+                                  generator=torch.Generator(device="cuda").manual_seed(0))
     assert len(result.tokens) == N_NEW

@@ -23,7 +23,8 @@ import lab.decode
 from lab.decode import (check_context, check_rollback_supported, enable_rollback, forward, generate, new_cache,
                         prefill, rollback_cache)
 from lab.sampling import SamplingConfig
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.speculative.drafts import model_draft
 from lab.tracker.loop import track_generate
 from tests import support
@@ -88,11 +89,12 @@ def test_sampling_tracker_and_baseline_same_generator_state_same_tokens(llama, t
     """Sampling: the tracker with seed s and the baseline with a generator seeded s emit the same tokens."""
     tracked = track_generate(llama, tok, prompt, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k,
                              top_p=top_p, seed=seed).new_token_ids
-    baseline = target_generate(llama, prompt, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k,
-                               top_p=top_p, generator=torch.Generator().manual_seed(seed)).tokens
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+    baseline = target_generate(llama, prompt, max_new_tokens=MAX_NEW, sampling=sampling,
+                               generator=torch.Generator().manual_seed(seed)).tokens
     assert tracked == baseline
-    other = target_generate(llama, prompt, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k,
-                            top_p=top_p, generator=torch.Generator().manual_seed(seed + 100)).tokens
+    other = target_generate(llama, prompt, max_new_tokens=MAX_NEW, sampling=sampling,
+                            generator=torch.Generator().manual_seed(seed + 100)).tokens
     assert other != baseline, "the generator state must matter, or the equality above proves nothing"
 
 
@@ -277,6 +279,9 @@ class _AlternatingGamma:
         self.calls.append(len(rounds))
         return 1 if len(rounds) % 2 == 0 else min(3, max_gamma)
 
+    def describe(self):
+        return "alternating:1:3"
+
 
 def test_gamma_policy_sets_each_rounds_draft_length_output_unchanged(llama, prompt):
     """The round structure asks a policy for each round's gamma from the finished rounds; greedy output
@@ -315,5 +320,6 @@ def test_gemma_speculative_sampling_past_window_cache_equals_recompute(gemma):
         rejected.append(record.n_accepted < len(record.proposed))
 
     res = speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids, gamma=4, max_new_tokens=MAX_NEW,
-                               temperature=1.0, generator=torch.Generator().manual_seed(0), on_round=on_round)
+                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(0),
+                               on_round=on_round)
     assert len(res.tokens) == MAX_NEW and any(rejected)

@@ -136,7 +136,7 @@ def test_peer_runs_inside_bench_schedule_and_reports_both_runtimes(recorded, tmp
     from lab.bench.peer.llamacpp import locate
     from lab.bench.peer.report import peer_summary_markdown
     from lab.reports import to_jsonable
-    from lab.speculative.loop import make_draft
+    from lab.speculative.draft_specs import make_draft
     from lab.bench.run import BenchConfig, run_bench
     from tests.support import tiny_llama_untied
     from tests.unit.test_peer_commands import _fake_bins

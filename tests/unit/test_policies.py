@@ -76,7 +76,7 @@ def test_fixed_gamma_never_changes():
 def test_speculative_generate_with_dynamic_policy_is_lossless_and_varies_gamma():
     """Greedy output with the policy equals the target alone; the rounds' draft
     lengths follow the policy (checked round by round against next_gamma)."""
-    from lab.speculative.drafts import early_exit_draft
+    from lab.speculative.self_draft import EarlyExitDraft
     from lab.speculative.loop import speculative_generate, target_generate
     from tests.support import tiny_llama_untied
 
@@ -87,7 +87,7 @@ def test_speculative_generate_with_dynamic_policy_is_lossless_and_varies_gamma()
         ids = torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(0))
         policy = DynamicGamma(initial=2, max_gamma=6)
         ref = target_generate(target, ids, max_new_tokens=30).tokens
-        res = speculative_generate(target, early_exit_draft(target, 3), ids, gamma=6, max_new_tokens=30,
+        res = speculative_generate(target, EarlyExitDraft(target, 3), ids, gamma=6, max_new_tokens=30,
                                    gamma_policy=policy)
     finally:
         torch.set_num_threads(before)

@@ -66,10 +66,8 @@ def _spec_result() -> SpeculativeResult:
     rounds = [_round(0, [4, 5, 6, 7], 2, 1, "correction"), _round(1, [2, 3, 8, 9], 4, 10, "bonus"),
               _round(2, [11, 12, 14, 13], 1, 6, "correction", stop="entropy"), _round(3, [0], 1, None, "none", "eos")]
     tokens = [t for r in rounds for t in r.emitted]
-    return SpeculativeResult(tokens=tokens, rounds=rounds, gamma=4, prompt_length=12, n_drafted=13,
-                             n_drafted_tested=10, n_accepted=8, accepted_length_histogram=[0, 1, 1, 0, 1],
-                             all_rounds_histogram=[0, 2, 1, 0, 1], stopped_by="eos", prefill_time_s=0.1,
-                             draft_time_s=0.2, verify_time_s=0.3, total_time_s=0.7, draft_name="early-exit:24",
+    return SpeculativeResult(tokens=tokens, rounds=rounds, gamma=4, prompt_length=12, stopped_by="eos",
+                             prefill_time_s=0.1, total_time_s=0.7, draft_name="early-exit:24",
                              sampling=SamplingConfig(), adaptive="entropy:0.3")
 
 

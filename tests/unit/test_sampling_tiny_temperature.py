@@ -60,7 +60,8 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     logits (of order 0.1, so 1e-45 here, where a real model's logits of order 10 overflow at 1e-38)
     emit the greedy tokens."""
     from lab.models.chat import build_messages, encode_chat
-    from lab.speculative.loop import make_draft, speculative_generate
+    from lab.speculative.draft_specs import make_draft
+    from lab.speculative.loop import speculative_generate
     from lab.tracker.loop import track_generate
     from tests import support
 
@@ -71,7 +72,7 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     tiny = track_generate(model, tok, ids, max_new_tokens=4, temperature=TINY, seed=3).new_token_ids
     assert tiny == greedy
     spec = speculative_generate(model, make_draft(model, "early-exit:1"), ids, gamma=2, max_new_tokens=4,
-                                temperature=TINY, generator=torch.Generator().manual_seed(3))
+                                sampling=SamplingConfig(temperature=TINY), generator=torch.Generator().manual_seed(3))
     assert spec.tokens == greedy
 
 

@@ -15,9 +15,10 @@ import torch
 
 from lab.decode import enable_rollback, new_cache, prefill
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import ModelDraft, early_exit_model
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
-from lab.speculative.self_draft import EarlyExitDraft
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.drafts import ModelDraft
+from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.self_draft import EarlyExitDraft, early_exit_model
 from tests import support
 
 # q on the lent cache vs on the draft's own cache: the prompt's states come from the

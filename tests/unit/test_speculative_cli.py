@@ -31,7 +31,7 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     from lab.reports import report_dir, to_jsonable
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.render.console import stdout_console
-    from lab.speculative.loop import make_draft
+    from lab.speculative.draft_specs import make_draft
     from lab.bench.run import BenchConfig, run_bench
     from tests.support import tiny_llama_untied
 
@@ -75,14 +75,14 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
 ])
 def test_check_draft_spec_bad_spec_raises_naming_draft(spec, match):
     """Regression (bad input): draft specs were checked only after the target had loaded."""
-    from lab.speculative.loop import check_draft_spec
+    from lab.speculative.draft_specs import check_draft_spec
 
     with pytest.raises(ValueError, match=match):
         check_draft_spec(spec, 30)
 
 
 def test_check_draft_spec_kinds():
-    from lab.speculative.loop import check_draft_spec
+    from lab.speculative.draft_specs import check_draft_spec
 
     assert check_draft_spec("early-exit:12", 30) == "early-exit"
     assert check_draft_spec("prompt-lookup") == "prompt-lookup"

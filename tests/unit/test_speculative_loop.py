@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
-from lab.speculative.drafts import (AdaptiveDraftLength, PromptLookupDraft, Proposal, early_exit_draft,
-                                    early_exit_model, model_draft)
-from lab.speculative.loop import make_draft, speculative_generate, target_generate
+from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft, Proposal, model_draft
+from lab.speculative.self_draft import EarlyExitDraft, early_exit_model
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate, target_generate
 from lab.speculative.drafts import empty_proposal
 from lab.sampling import SamplingConfig
 from tests.support import tiny_llama_untied
@@ -59,6 +60,9 @@ class ScriptedDraft:
 
     def commit(self, n_kept):
         pass
+
+    def use_target_cache(self, cache):
+        pass  # a script needs no cache
 
     def propose(self, prefix_ids, gamma, *, sampling, generator=None, adaptive=None, eos_token_ids=frozenset()):
         if self.start is None:
@@ -171,13 +175,13 @@ def test_speculative_target_cache_after_rejections_equals_full_recompute(target,
         _check_cache_against_recompute(target, committed.clone(), cache)
         seen.append(record.n_accepted < len(record.proposed))
 
-    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW, temperature=temperature,
-                         generator=torch.Generator().manual_seed(3), on_round=on_round)
+    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW,
+                         sampling=SamplingConfig(temperature=temperature), generator=torch.Generator().manual_seed(3), on_round=on_round)
     assert sum(seen) >= 2, "the test needs rounds with rejections"
 
 
 def test_model_draft_cache_after_commit_holds_only_committed_tokens(target, prompt):
-    draft = early_exit_draft(target, 2)
+    draft = EarlyExitDraft(target, 2)
     prop = draft.propose(prompt[0], 4, sampling=SamplingConfig())
     assert draft.cache.get_seq_length() == prompt.shape[1] + 3  # last draft token not fed
     draft.commit(1)
@@ -194,6 +198,23 @@ def test_early_exit_model_shares_target_weights(target):
     assert shell.lm_head.weight.data_ptr() == target.lm_head.weight.data_ptr()
     assert len(shell.model.layers) == 2 and shell.config.num_hidden_layers == 2
     assert target.config.num_hidden_layers == 4
+
+
+def test_drafters_declare_their_capabilities(target):
+    """What a draft can do is read off the Drafter protocol, never off its type or model."""
+    early, lookup = make_draft(target, "early-exit:2"), make_draft(target, "prompt-lookup")
+    model = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
+    assert (early.weight_dtype, lookup.weight_dtype, model.weight_dtype) == (None, None, "float32")
+    assert early.assistant_model is early.model and lookup.assistant_model is None and model.assistant_model is model.model
+    assert early.cost is None and lookup.cost is None and model.cost is not None and model.cost.ratio < 1.0
+    assert lookup.flops_per_token(64) == 0.0 < model.flops_per_token(64) < early.flops_per_token(64)
+    lent = object()
+    for d in (early, lookup, model):  # every drafter is offered the loop's cache; only the early exit takes it
+        d.reset()
+        d.use_target_cache(lent)
+    assert early.lent_cache is lent and model.cache is not lent
+    early.reset()
+    assert early.lent_cache is None, "a lent cache is given back at reset"
 
 
 def test_prompt_lookup_proposes_continuation_of_latest_match():
@@ -234,7 +255,7 @@ def test_model_draft_vocab_mismatch_raises_naming_both(target):
 
 
 def test_model_draft_deeper_but_cheaper_than_target_is_admitted_without_note(prompt):
-    """Admission is by cost, not layer count (issue 8 part 2): a draft with more but
+    """Admission is by cost, not layer count: a draft with more but
     narrower layers (cheaper per token) runs, with no cost note, and stays lossless."""
     tgt = tiny_llama_untied(num_layers=2, hidden=64, seed=0)
     drf = tiny_llama_untied(num_layers=3, hidden=16, seed=5)
@@ -259,7 +280,8 @@ def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt
 
 def test_make_draft_vocab_mismatch_caught_from_tokenizer_before_weights(monkeypatch):
     """A draft whose vocabulary cannot match is refused from its tokenizer alone; its
-    weights are never loaded (issue 11 item 5: gemma3-270m for smollm2 dequantized 1.1 GB first)."""
+    weights are never loaded (fault class: a mismatched draft, e.g. gemma3-270m for smollm2,
+    dequantized 1.1 GB before it was refused)."""
     from lab.models import loading as models
     from tests.support import chatml_tokenizer, gemma_tokenizer
 
@@ -300,7 +322,7 @@ def test_empty_proposal_has_matching_shapes():
 
 def test_speculative_result_per_token_rows_match_rounds(target, prompt):
     res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW,
-                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(0))
     rows = res.per_token()
     assert len(rows) == res.n_drafted
     assert sum(r["accepted"] for r in rows) == res.n_accepted

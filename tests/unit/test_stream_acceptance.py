@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import early_exit_draft
+from lab.speculative.self_draft import EarlyExitDraft
 from lab.speculative.loop import speculative_generate, target_generate
 from lab.stream.acceptance import EvictingDraft
 from lab.stream.perplexity import model_attention_mask
@@ -34,7 +34,7 @@ def test_evicting_draft_pruned_cache_equals_masked_pass(make, spec):
     target = make()
     policy = parse_policy(spec)
     detected = (0, 3, 1)
-    draft = EvictingDraft(early_exit_draft(target, 2), policy, detected)
+    draft = EvictingDraft(EarlyExitDraft(target, 2), policy, detected)
     g = torch.Generator().manual_seed(0)
     seq = torch.randint(3, target.config.vocab_size, (9,), generator=g)
     for n_kept in (0, 2, 1, 3, 0):
@@ -58,14 +58,14 @@ def test_evicting_draft_pruned_cache_equals_masked_pass(make, spec):
 def test_evicting_draft_recompute_policy_raises():
     target = support.tiny_llama_untied(vocab_size=64)
     with pytest.raises(ValueError, match="recompute:4"):
-        EvictingDraft(early_exit_draft(target, 2), parse_policy("recompute:4"))
+        EvictingDraft(EarlyExitDraft(target, 2), parse_policy("recompute:4"))
 
 
 def test_evicting_draft_greedy_speculation_equals_target_greedy():
     """The evicting draft changes alpha only: greedy output is the target's own."""
     target = support.tiny_llama_untied(vocab_size=64)
     ids = torch.randint(3, 64, (1, 12), generator=torch.Generator().manual_seed(3))
-    draft = EvictingDraft(early_exit_draft(target, 2), parse_policy("sinks:1+3"))
+    draft = EvictingDraft(EarlyExitDraft(target, 2), parse_policy("sinks:1+3"))
     spec = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=16)
     plain = target_generate(target, ids, max_new_tokens=16)
     assert spec.tokens == plain.tokens
@@ -89,7 +89,7 @@ def test_evicting_draft_evicts_during_acceptance_and_changes_greedy_proposals(sp
     """
     target = support.tiny_llama_untied(vocab_size=64)
     ids = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(5))
-    base = early_exit_draft(target, 2)
+    base = EarlyExitDraft(target, 2)
     policy = parse_policy(spec)
     dense, dense_sizes, dense_res = _greedy_rounds(target, EvictingDraft(base, parse_policy("dense")), ids)
     evict, sizes, res = _greedy_rounds(target, EvictingDraft(base, policy), ids)
@@ -111,7 +111,7 @@ def test_draft_top1_full_depth_dense_draft_is_the_target_and_window_differs():
 
     target = support.tiny_llama_untied(vocab_size=64)
     prompt = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(7))
-    full = early_exit_draft(target, target.config.num_hidden_layers).model
+    full = EarlyExitDraft(target, target.config.num_hidden_layers).model
     policies = [parse_policy("window:4"), parse_policy("dense")]  # dense scored first whatever the order
     got = draft_top1(target, full, prompt, policies, None)
     d, w = got["dense"], got["window:4"]

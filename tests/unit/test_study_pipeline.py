@@ -8,7 +8,7 @@ import torch
 
 from lab.models import loading as models
 from lab.prompts import load_prompts
-from lab.speculative.loop import make_draft
+from lab.speculative.draft_specs import make_draft
 from lab.study.runner import ModelRunner
 from lab.study.config import StudyConfig
 from lab.study import config as study_config

@@ -15,8 +15,10 @@ import torch
 
 from lab.decode import enable_rollback, new_cache
 from lab.models.chat import encode_chat
+from lab.sampling import SamplingConfig
 from lab.sinks.prefill import analyze_prefill
-from lab.speculative.loop import make_draft, speculative_generate
+from lab.speculative.draft_specs import make_draft
+from lab.speculative.loop import speculative_generate
 from lab.speculative.drafts import model_draft
 from lab.tracker.loop import track_generate
 from lab.tracker.speculative import track_speculative
@@ -98,7 +100,7 @@ def test_on_commit_rows_equal_a_full_recomputation(llama, tok):
     ids = encode_chat(tok, MESSAGES)
     rows, tokens = [], []
     res = speculative_generate(llama, make_draft(llama, "early-exit:1"), ids, gamma=3, max_new_tokens=MAX_NEW,
-                               temperature=1.0, generator=torch.Generator().manual_seed(3),
+                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(3),
                                on_commit=lambda logits, toks: (rows.append(logits.clone()), tokens.append(toks.clone())))
     committed = torch.cat(tokens).tolist()
     assert committed == res.tokens

@@ -1,0 +1,114 @@
+"""Drafters from spec strings: what ``--draft`` and ``--draft-dtype`` name, checked and built.
+
+A draft spec is ``"early-exit:N"`` (the target's first N layers:
+:class:`~lab.speculative.self_draft.EarlyExitDraft`), ``"prompt-lookup"``
+(:class:`~lab.speculative.drafts.PromptLookupDraft`) or a model profile / path / hub
+id (:func:`~lab.speculative.drafts.model_draft`, optionally cast per
+:mod:`lab.speculative.per_pass`). :func:`check_draft_spec` validates a spec without
+building anything, so the commands fail before any model loads;
+:func:`make_draft` builds the drafter. This module alone knows every kind of
+drafter, so the kinds' own modules (:mod:`.drafts`, :mod:`.self_draft`,
+:mod:`.per_pass`) import only downward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.decode import model_device
+from lab.models.devices import parse_dtype
+from lab.models import loading  # looked up at each call, so a test can stand in for the loaders
+from lab.speculative.admission import check_tokenizer_vocab
+from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
+from lab.speculative.per_pass import PER_PASS_ALIAS, parse_draft_dtype, per_pass_draft
+from lab.speculative.self_draft import EarlyExitDraft
+
+
+def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
+    """Validate a draft spec without building anything, so commands fail before loading.
+
+    Args:
+        spec: ``"early-exit:N"``, ``"prompt-lookup"``, or a model profile / path / hub id.
+        num_layers: The target's layer count, to check N; ``None`` skips that check.
+
+    Returns:
+        ``"early-exit"``, ``"prompt-lookup"`` or ``"model"``.
+
+    Raises:
+        ValueError: an empty or malformed spec, N out of range, or a model name that is
+            neither a profile, a path nor a hub id.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"draft={spec!r} is empty; use early-exit:N, prompt-lookup or a model name")
+    if spec.startswith("early-exit"):
+        head, _, value = spec.partition(":")
+        try:
+            layers = int(value)
+        except ValueError:
+            raise ValueError(f"draft={spec!r} must be early-exit:N with an integer N") from None
+        if head != "early-exit" or layers < 1:
+            raise ValueError(f"draft={spec!r} must be early-exit:N with N >= 1")
+        if num_layers is not None and layers >= num_layers:
+            raise ValueError(f"draft={spec!r}: N must be in [1, {num_layers - 1}] (the target has {num_layers} layers)")
+        return "early-exit"
+    if spec == "prompt-lookup":
+        return "prompt-lookup"
+    try:
+        loading.check_model_name(spec)
+    except ValueError as exc:
+        raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {exc}") from None
+    return "model"
+
+
+def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None,
+               dtype: Any = None) -> Drafter:
+    """Build a drafter from a spec string.
+
+    Args:
+        target: The target model.
+        spec: ``"early-exit:N"`` (the target's first N layers, shared weights),
+            ``"prompt-lookup"`` (n-gram lookup, no model), or a model profile / path /
+            hub id loaded with :func:`lab.models.loading.load_model` on the target's device.
+        target_tokenizer: The target's tokenizer, to check a separate draft's
+            vocabulary token by token (without it, the two ``vocab_size`` values
+            must be equal).
+        device: Where a draft model goes (default: the target's device).
+        dtype: A draft model's dtype (``"bfloat16"``, ``torch.float32`` ...; default:
+            the target's), or per pass shape: ``"PREFILL:STEP"`` / ``"per-pass"``
+            (:class:`~lab.speculative.per_pass.PerPassDraft`). Early-exit drafts share
+            the target's weights and dtype: asking another dtype for one is an error.
+
+    Raises:
+        ValueError: a malformed spec, N out of range, a dtype for a draft without its
+            own weights, or a vocabulary mismatch
+            (decided from the draft's tokenizer before its weights load). A draft
+            model of any depth or cost is admitted; see ``.cost`` on the result.
+        lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
+    """
+    kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    target_dtype = next(target.parameters()).dtype
+    if isinstance(dtype, str) and (":" in dtype or dtype == PER_PASS_ALIAS):
+        prefill_dtype, _ = parse_draft_dtype(dtype)
+        if kind != "model":
+            raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own")
+        return per_pass_draft(make_draft(target, spec, target_tokenizer=target_tokenizer, device=device,
+                                         dtype=prefill_dtype), dtype)
+    if dtype is not None and kind != "model":
+        if parse_dtype(dtype, model_device(target)) != target_dtype:
+            raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own "
+                             f"(it runs in the target's {str(target_dtype).removeprefix('torch.')})")
+    if kind == "early-exit":
+        return EarlyExitDraft(target, int(spec.partition(":")[2]))
+    if kind == "prompt-lookup":
+        return PromptLookupDraft(int(target.config.vocab_size))
+    if target_tokenizer is not None:  # vocabulary from metadata, before any draft weights load
+        try:
+            check_tokenizer_vocab(target_tokenizer, loading.load_tokenizer(spec), spec)
+        except loading.ModelUnavailableError:
+            pass  # load_model below says why the draft is unavailable, in the same words
+
+    dev = device or model_device(target)
+    draft_model, draft_tok = loading.load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype)
+    if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
+        return model_draft(target, draft_model, name=spec)
+    return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)
