@@ -2,7 +2,9 @@
 
 Subcommands live in :mod:`lab.commands`, one module each with
 ``register(subparsers)``; each sets ``func`` to a callable taking the parsed
-namespace and returning an exit code. Bad input (``ValueError``, an unavailable
+namespace and returning an exit code. Building the parser imports every command module, so
+their top-level imports and ``register`` stay light (no torch, no transformers: ``lab --help``
+answers at once); what a command needs to run is imported inside its ``run``. Bad input (``ValueError``, an unavailable
 model) prints one clear line to stderr and exits 2 without writing a report.
 """
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:  # Ctrl-C while the parser imports the commands (torch, transformers: seconds) is an interrupt too
+    try:  # Ctrl-C while the parser is built is an interrupt too
         parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt as exc:

@@ -164,7 +164,7 @@ class ReportDir:
         return self.path / name
 
 
-def _make_staging(root: Path, dirname: str) -> Path:
+def make_staging(root: Path, dirname: str) -> Path:
     """A new hidden ``.<dirname>.partial-XXXXXXXX`` directory with the user's normal permissions.
 
     ``os.mkdir`` applies the process umask (0o777 & ~umask, e.g. 0o755), unlike
@@ -240,12 +240,12 @@ def _staging_with_fallback(root: Path, dirname: str) -> tuple[Path, Path]:
     try:
         root.mkdir(parents=True, exist_ok=True)
         _sweep_stale_staging(root)
-        return root, _make_staging(root, dirname)
+        return root, make_staging(root, dirname)
     except OSError as exc:
         fallback = fallback_root()
         try:
             fallback.mkdir(parents=True, exist_ok=True)
-            staging = _make_staging(fallback, dirname)
+            staging = make_staging(fallback, dirname)
         except OSError as exc2:
             raise ReportWriteError(f"cannot write the report under {str(root)!r} ({exc.strerror}) nor under "
                                    f"{str(fallback)!r} ({exc2.strerror})") from exc2

@@ -5,7 +5,7 @@ p-value and confidence interval comes from :mod:`scipy.stats`; the lab's own mat
 here is limited to effect sizes (matched-pairs rank-biserial, eta-squared_H),
 Holm's step-down correction, a least-squares confidence band and the verdict rule.
 
-The thesis (issue 5): context quality shapes attention during prefill, attention
+The thesis: context quality shapes attention during prefill, attention
 shapes the model's confidence (entropy) during decode, and confidence decides how
 well speculative decoding works. The pre-stated hypotheses, one family:
 
@@ -26,7 +26,7 @@ well speculative decoding works. The pre-stated hypotheses, one family:
   their clean twins: paired Wilcoxon signed-rank on poisoned - clean, effect the
   matched-pairs rank-biserial correlation (Kerby 2014).
 
-Issue 9 adds, in the same family: **H1c** (H1 on clean prompts only, stated in
+In the same family: **H1c** (H1 on clean prompts only, stated in
 advance next to H1 on all prompts), **H5** (subword commitment points) and **H6**
 (content moves acceptance more than temperature), both in
 :mod:`lab.analysis.claims`. Every tested p-value (untested ones are NaN and do not
@@ -50,5 +50,6 @@ says whether it was underpowered and about how many prompts would settle it.
 Module layout: :mod:`lab.analysis.hypotheses` (tests, Holm, verdict rule),
 :mod:`lab.analysis.effects` (effect sizes, bootstrap, Wilson bins, fit band),
 :mod:`lab.analysis.claims` (H5, H6), :mod:`lab.analysis.power`,
-:mod:`lab.analysis.study` (:func:`analyze`). Public names are re-exported here.
+:mod:`lab.analysis.study` (:func:`~lab.analysis.study.analyze`). Nothing is re-exported here:
+import each name from its module.
 """

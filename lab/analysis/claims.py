@@ -1,4 +1,4 @@
-"""The seed's other two claims as pre-stated hypotheses (issue 9, part 4): H5 and H6.
+"""The seed's other two claims as pre-stated hypotheses: H5 and H6.
 
 * **H5** subword commitment points: within a word made of several sub-tokens, the
   first sub-token carries more decode entropy than the sub-tokens completing it.
@@ -32,10 +32,10 @@ from scipy import stats
 
 from lab.analysis.effects import CI_LEVEL, bootstrap_ci, rank_biserial_paired
 from lab.analysis.hypotheses import (ALPHA, HYPOTHESES, MIN_N, N_RESAMPLES, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult,
-                                     _untested)
+                                     untested_result)
 
 INITIAL, CONTINUATION = "initial", "continuation"
-DESIGN_TEMPERATURES = (0.3, 0.7, 1.0)  # H6: stated in advance (issue 9 suggests these three)
+DESIGN_TEMPERATURES = (0.3, 0.7, 1.0)  # H6: stated in advance, low / middle / the study's own
 
 
 def temperature_column(temperature: float) -> str:
@@ -168,12 +168,12 @@ def subword_test(decodes: Mapping[str, Mapping[str, Sequence[Any]]], *, name: st
         ini.append(a), con.append(b), ini_s.append(sa), con_s.append(sb)
     n = len(ini)
     if n < MIN_N:
-        return _untested(name, test, "rank_biserial_r", n, 1, SMALLEST_EFFECT,
+        return untested_result(name, test, "rank_biserial_r", n, 1, SMALLEST_EFFECT,
                          f"{n} prompts have both word-initial and continuation sub-tokens; need {MIN_N}")
     a, b = np.asarray(ini), np.asarray(con)
     r, p = _wilcoxon_paired(a, b)
     if not math.isfinite(p):
-        return _untested(name, test, "rank_biserial_r", n, 1, SMALLEST_EFFECT, "every difference is 0")
+        return untested_result(name, test, "rank_biserial_r", n, 1, SMALLEST_EFFECT, "every difference is 0")
     lo, hi = bootstrap_ci((a - b,), rank_biserial_paired, paired=False, method="BCa", seed=seed,
                           n_resamples=n_resamples)
     sa, sb = np.asarray(ini_s), np.asarray(con_s)
@@ -219,17 +219,17 @@ def content_vs_temperature_test(alpha_by_prompt: Mapping[str, Sequence[float]], 
     test = "eta^2 of category vs of temperature on alpha (prompts x temperatures); stratified cluster bootstrap"
     ids = [p for p in sorted(alpha_by_prompt) if np.all(np.isfinite(np.asarray(alpha_by_prompt[p], dtype=float)))]
     if not ids:
-        return _untested(name, test, "eta_sq_difference", 0, 1, SMALLEST_ETA_SQ, "no prompt ran at every temperature")
+        return untested_result(name, test, "eta_sq_difference", 0, 1, SMALLEST_ETA_SQ, "no prompt ran at every temperature")
     alpha = np.asarray([alpha_by_prompt[p] for p in ids], dtype=float)  # [n prompts, T temperatures]
     cats = np.asarray([categories[p] for p in ids])
     n_cat = len(np.unique(cats))
     if len(ids) < MIN_N or n_cat < 2 or alpha.shape[1] < 2:
-        return _untested(name, test, "eta_sq_difference", len(ids), 1, SMALLEST_ETA_SQ,
+        return untested_result(name, test, "eta_sq_difference", len(ids), 1, SMALLEST_ETA_SQ,
                          f"{len(ids)} prompts in {n_cat} categories at {alpha.shape[1]} temperatures; "
                          f"need {MIN_N} prompts, 2 categories and 2 temperatures")
     e_cat, e_temp = _eta_squares(alpha, cats)
     if not math.isfinite(e_cat):
-        return _untested(name, test, "eta_sq_difference", len(ids), 1, SMALLEST_ETA_SQ, "alpha is constant")
+        return untested_result(name, test, "eta_sq_difference", len(ids), 1, SMALLEST_ETA_SQ, "alpha is constant")
     rng = np.random.default_rng(seed)
     strata = [np.flatnonzero(cats == c) for c in np.unique(cats)]
     boot = np.empty((n_resamples, 2))

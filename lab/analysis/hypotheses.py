@@ -151,7 +151,8 @@ def verdict(effect: float, ci_low: float, ci_high: float, p_corrected: float, pr
 
 
 
-def _untested(name: str, test: str, effect_name: str, n: int, sign: int, smallest: float, note: str) -> TestResult:
+def untested_result(name: str, test: str, effect_name: str, n: int, sign: int, smallest: float, note: str) -> TestResult:
+    """A :class:`TestResult` for a test that could not run: effect, CI and p are NaN, ``note`` says why."""
     return TestResult(name, HYPOTHESES.get(name, ""), test, effect_name, math.nan, math.nan, math.nan,
                       math.nan, n, sign, smallest, note=note)
 
@@ -183,10 +184,10 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
         raise ValueError("x and y must be finite (a prompt without a measurement must be dropped first)")
     test = "Spearman rank correlation; paired BCa bootstrap CI"
     if xa.size < MIN_N:
-        return _untested(name, test, "spearman_rho", int(xa.size), predicted_sign, SMALLEST_EFFECT,
+        return untested_result(name, test, "spearman_rho", int(xa.size), predicted_sign, SMALLEST_EFFECT,
                          f"only {xa.size} observations (< {MIN_N})")
     if np.ptp(xa) == 0 or np.ptp(ya) == 0:
-        return _untested(name, test, "spearman_rho", int(xa.size), predicted_sign, SMALLEST_EFFECT,
+        return untested_result(name, test, "spearman_rho", int(xa.size), predicted_sign, SMALLEST_EFFECT,
                          "a variable is constant; rank correlation undefined")
     res = stats.spearmanr(xa, ya)
 
@@ -225,10 +226,10 @@ def acceptance_entropy_test(entropy_bits: Sequence[float], accepted: Sequence[bo
         raise ValueError("entropy_bits must be finite")
     test = "point-biserial correlation; cluster (per-prompt) percentile bootstrap CI"
     if h.size < MIN_N:
-        return _untested(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
+        return untested_result(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
                          f"only {h.size} tested draft tokens (< {MIN_N})")
     if a.all() or not a.any() or np.ptp(h) == 0:
-        return _untested(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
+        return untested_result(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
                          "acceptance or draft entropy is constant; correlation undefined")
     res = stats.pointbiserialr(a, h)
     groups = [np.flatnonzero(c == u) for u in np.unique(c)]
@@ -280,13 +281,13 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
     if len(labels) < 2 or v.size < MIN_N:
         have = ("no category has" if not labels else f"only {len(labels)} category ({labels[0]}) has"
                 if len(labels) == 1 else f"{len(labels)} categories have")
-        r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
+        r = untested_result(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
                       f"{have} 2 or more clean prompts with an alpha ({v.size} prompts in them); the test needs "
                       f"at least 2 such categories and {MIN_N} prompts in them")
         r.details["groups"] = group_info
         return r
     if np.ptp(v) == 0:
-        r = _untested(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
+        r = untested_result(name, test, "eta_squared_h", int(v.size), 1, SMALLEST_ETA_SQ,
                       "all values are equal; no ranks to compare")
         r.details["groups"] = group_info
         return r
@@ -341,10 +342,10 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
     d = p - c
     test = "paired Wilcoxon signed-rank (poisoned - clean); matched-pairs rank-biserial r, BCa bootstrap CI"
     if d.size < MIN_N:
-        return _untested(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
+        return untested_result(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
                          f"only {d.size} twin pairs (< {MIN_N})")
     if not np.any(d != 0):
-        return _untested(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
+        return untested_result(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
                          "every pair has difference 0")
     res = stats.wilcoxon(d)
     lo, hi = bootstrap_ci((d,), rank_biserial_paired, paired=False, method="BCa", seed=seed,

@@ -1,6 +1,6 @@
 """Power of each study test: the smallest effect detectable at 80 % power with its n and alpha.
 
-Every hypothesis reports what it could have detected (issue 9): a null result is a
+Every hypothesis reports what it could have detected: a null result is a
 result only when the study could have seen an effect of interest. Two-sided tests
 at ``alpha / m`` (the Bonferroni bound of Holm's first step, m = the family's
 tested hypotheses), power :data:`POWER`, normal approximations under the null's

@@ -59,15 +59,15 @@ def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: 
     """Seconds per step of the tracker's statistics alone, on a random logits row ``[1, V]``."""
     import torch
 
-    from lab.tracker.stats import StepRecorder as _Recorder
+    from lab.tracker.stats import StepRecorder
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     logits = (3.0 * torch.randn(1, vocab_size, generator=gen)).to(device)  # [1, V], realistic spread
     chosen = logits.argmax(dim=-1, keepdim=True)
-    recorder = _Recorder(top_alternatives, do_sample)
+    recorder = StepRecorder(top_alternatives, do_sample)
     for _ in range(10):  # warm-up
         recorder.record(logits, logits, chosen)
-    recorder = _Recorder(top_alternatives, do_sample)
+    recorder = StepRecorder(top_alternatives, do_sample)
     start = time.perf_counter()
     for _ in range(iterations):
         recorder.record(logits, logits, chosen)

@@ -1,14 +1,18 @@
-"""Flags shared by several subcommands, with the same names and help everywhere."""
+"""Flags shared by several subcommands, with the same names and help everywhere.
+
+Every command module imports this one while ``lab --help`` builds the parser, so it stays light:
+torch and the model loader are imported inside :func:`check_model_args`, which runs a command.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-import torch
+from typing import TYPE_CHECKING
 
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
-from lab.models.loading import check_model_available
-from lab.models.devices import parse_dtype, resolve_device
+
+if TYPE_CHECKING:
+    import torch
 
 
 # Bounds on values that pass as integers but break, or run for hours, after the model loads.
@@ -36,7 +40,7 @@ _BOUNDS = {
 
 
 def check_bounds(args: argparse.Namespace) -> None:
-    """Check the integer flags whose out-of-range values used to fail only after the model loaded.
+    """Check the integer flags whose out-of-range values would otherwise fail only after the model loaded.
 
     Raises:
         ValueError: ``--seed`` outside [0, 2**64 - 1], ``--gamma`` outside [1, :data:`MAX_GAMMA`],
@@ -100,6 +104,9 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
         ModelUnavailableError: an embedded model's package is missing, or a hub model
             is neither cached nor fetchable (offline mode, hub unreachable).
     """
+    from lab.models.devices import parse_dtype, resolve_device
+    from lab.models.loading import check_model_available
+
     device = resolve_device(args.device)
     parse_dtype(args.dtype, device)
     check_model_available(args.model)

@@ -19,7 +19,7 @@ from lab.commands.common import add_model_args, add_out_arg, check_model_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.stream.experiment import DEFAULT_POLICIES
+    from lab.stream.policies import DEFAULT_POLICIES
 
     p = subparsers.add_parser(
         "stream", help="KV-cache eviction and attention sinks: perplexity and acceptance per retention policy",

@@ -1,4 +1,4 @@
-"""Generate ``lab/data/prompts_large.jsonl``: the study's larger prompt set (issue 9, part 2).
+"""Generate ``lab/data/prompts_large.jsonl``: the study's larger prompt set.
 
 Written for this lab: per category, a handful of question templates filled from
 topic lists, so the set is large (360 clean prompts, 60 per category, and 90

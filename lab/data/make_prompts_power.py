@@ -1,4 +1,4 @@
-"""Generate ``lab/data/prompts_power.jsonl``: the study at the size its power table asks for (issue 19).
+"""Generate ``lab/data/prompts_power.jsonl``: the study at the size its power table asks for.
 
 The study's power table asks for about 1,350 prompts for H1 and far more twin pairs
 for H4 than the embedded set (84 prompts, 18 pairs) or ``prompts_large.jsonl`` (450

@@ -1,8 +1,8 @@
-"""The dequantized-model cache's integrity: a manifest written with it, checked on every use.
+"""The dequantized-model cache: where it lives, and a manifest written with it, checked on every use.
 
-A GGUF profile is dequantized once into ``<cache>/<profile>/`` (:mod:`lab.models.loading`). A
-truncated or overwritten ``model.safetensors`` there used to reach safetensors and end
-in ``SafetensorError ... incomplete metadata``. Now the cache is checked when it is used:
+A GGUF profile is dequantized once into ``<cache_dir()>/<profile>/`` (:mod:`lab.models.loading`).
+A truncated or overwritten ``model.safetensors`` there would reach safetensors and end in
+``SafetensorError ... incomplete metadata``, so the cache is checked when it is used:
 
 * ``lab-cache.json`` (:data:`MANIFEST`), written with the cache, records every file's
   size, sha256 and modification time. On use, sizes must match; a file whose
@@ -10,7 +10,7 @@ in ``SafetensorError ... incomplete metadata``. Now the cache is checked when it
   (hashing 0.5 GB takes about a second, so an untouched cache costs nothing);
 * every ``*.safetensors`` file is checked structurally (the format's 8-byte header
   length, a JSON header, tensors whose data ends exactly at the end of the file), which
-  catches truncation and garbage in caches written before the manifest existed.
+  catches truncation and garbage in a cache that has no manifest.
 
 :func:`cache_problem` says what is wrong, or ``None``; :mod:`lab.models.loading` then rebuilds
 the cache from the GGUF source, saying so.
@@ -30,6 +30,12 @@ MANIFEST_FORMAT = 1
 # kilobytes for these models. A "length" past this is garbage, not a header.
 MAX_SAFETENSORS_HEADER = 100 * 2**20
 _READ_BLOCK = 1 << 22
+
+
+def cache_dir() -> Path:
+    """Where dequantized GGUF models are cached: ``$LAB_CACHE_DIR`` or ``~/.cache/lab/models``."""
+    root = os.environ.get("LAB_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "lab" / "models"
 
 
 def file_sha256(path: Path) -> str:

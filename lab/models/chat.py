@@ -1,13 +1,15 @@
 """Chat prompts: messages, the tokenizer's own chat template, and stop tokens.
 
-Used by every command that prompts a chat model; :mod:`lab.models.loading` re-exports these.
+Used by every command that prompts a chat model, and by :mod:`lab.prompts`, which the parser of
+``lab study`` reads: torch is named only in annotations here, so building messages imports none.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def build_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
@@ -62,7 +64,7 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]], *, add_gener
     else:
         text = "\n\n".join(m["content"] for m in messages)
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=True)["input_ids"]
-    ids = ids.to(torch.long)
+    ids = ids.long()  # int64; the tokenizer's own tensor type
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is not None and ids.shape[1] >= 2 and ids[0, 0] == bos and ids[0, 1] == bos:
         raise ValueError("prompt encodes with two BOS tokens; the template and tokenizer both added one")

@@ -20,7 +20,7 @@ import socket
 from urllib.parse import urlparse
 
 # One connection attempt; a reachable hub answers a TCP handshake in well under a
-# second, and an unreachable one should fail "within a few seconds" (issue 11 item 5).
+# second, and an unreachable one should fail within a few seconds.
 HUB_PROBE_TIMEOUT_S = 3.0
 
 

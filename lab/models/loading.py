@@ -13,7 +13,7 @@ The lab runs real models on the user's own machine. Three kinds of source:
 * a **local path** to a directory saved with ``save_pretrained``.
 
 GGUF weights are dequantized by transformers at load time (tens of seconds), so the
-dequantized model is cached once as safetensors under :func:`cache_dir`
+dequantized model is cached once as safetensors under :func:`lab.models.cache.cache_dir`
 (``$LAB_CACHE_DIR``, default ``~/.cache/lab/models``); later loads take well under a
 second.
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 import torch
 
 from lab.models import cache as model_cache
+from lab.models.cache import cache_dir
 from lab.models import hub
 from lab.models.devices import parse_dtype, resolve_device
 from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
@@ -54,12 +54,6 @@ class ModelUnavailableError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- sources
-
-
-def cache_dir() -> Path:
-    """Where dequantized GGUF models are cached: ``$LAB_CACHE_DIR`` or ``~/.cache/lab/models``."""
-    root = os.environ.get("LAB_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "lab" / "models"
 
 
 def gguf_path(profile: ModelProfile) -> Path:
@@ -142,7 +136,7 @@ def _offline() -> bool:
     return hub.offline()
 
 
-_USE_DEFAULT = f"use the embedded default instead: --model {DEFAULT_PROFILE}"
+USE_DEFAULT_HINT = f"use the embedded default instead: --model {DEFAULT_PROFILE}"
 _USE_MODEL_FREE_DRAFT = "use a draft that needs no other model instead: --draft early-exit:N or --draft prompt-lookup"
 
 
@@ -150,7 +144,7 @@ def _raise_if_hub_unavailable(name: str, repo_id: str) -> None:
     why = hub.unavailable_reason(repo_id)
     if why is not None:
         raise ModelUnavailableError(f"model {name!r} ({repo_id}) is not available on this machine: {why}; "
-                                    f"{_USE_DEFAULT}")
+                                    f"{USE_DEFAULT_HINT}")
 
 
 def check_draft_available(spec: str) -> None:
@@ -170,7 +164,7 @@ def check_draft_available(spec: str) -> None:
 
 def as_draft_error(exc: ModelUnavailableError, spec: str) -> ModelUnavailableError:
     """A model error about a draft, reworded: names ``--draft`` and the drafts that need no model."""
-    return ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(_USE_DEFAULT, _USE_MODEL_FREE_DRAFT)}")
+    return ModelUnavailableError(f"--draft {spec!r}: {str(exc).replace(USE_DEFAULT_HINT, _USE_MODEL_FREE_DRAFT)}")
 
 
 def check_model_available(name_or_path: str) -> None:
@@ -330,7 +324,7 @@ def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
     """The way out of an unloadable model: the embedded default, unless that is the one failing."""
     if profile is not None and profile.source != "hub":
         return f"; delete {source} to rebuild it from the GGUF file"
-    return "" if name == DEFAULT_PROFILE else f"; {_USE_DEFAULT}"
+    return "" if name == DEFAULT_PROFILE else f"; {USE_DEFAULT_HINT}"
 
 
 def known_context_length(name_or_path: str) -> int | None:

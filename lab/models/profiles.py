@@ -1,6 +1,6 @@
 """The lab's named model set-ups (:data:`PROFILES`): where each model comes from and which draft it uses.
 
-Pure data, no loading: :mod:`lab.models.loading` loads a profile (and re-exports these names).
+Pure data, no loading: :mod:`lab.models.loading` loads a profile.
 """
 
 from __future__ import annotations

@@ -289,7 +289,8 @@ def step_dicts(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- bench-tracker
 
 
-def _bench_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def bench_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(measure, value)`` rows of a ``lab bench-tracker`` report, shared by the table and the markdown."""
     off, on = report["off_s"], report["on_s"]
     return [
         ("tracker off: min / median / max (s)", f"{off['min']:.3f} / {off['median']:.3f} / {off['max']:.3f}"),
@@ -312,7 +313,7 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
                   title_justify="left")  # Text: a model path with brackets is not markup
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name, value in _bench_rows(report):
+    for name, value in bench_rows(report):
         table.add_row(Text(name), Text(value))
     console.print(table)
     console.print(Text(overhead_sentence(report)))
@@ -345,7 +346,7 @@ def bench_markdown(report: dict[str, Any]) -> str:
         f"torch threads {report.get('torch_threads')}"
         + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
         "| measure | value |", "|---|---:|",
-        *[f"| {name} | {value} |" for name, value in _bench_rows(report)], "",
+        *[f"| {name} | {value} |" for name, value in bench_rows(report)], "",
         overhead_sentence(report), "",
         "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",
         "spread (min to max) shows how much load noise there is; the statistics-alone line is",

@@ -24,7 +24,7 @@ from rich.text import Text
 from lab.analysis.effects import CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.render.study_summary import FIGURES, _fmt, _p, summary_markdown
+from lab.render.study_summary import FIGURES, fmt_value, fmt_p, summary_markdown
 from lab.study.config import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
 
@@ -77,8 +77,8 @@ def verdict_table(result: StudyResult) -> Table:
         table.add_column(col, no_wrap=True)
     colors = {"supported": "green", "not supported": "red", "inconclusive": "yellow"}
     for t in tests:
-        ci = f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
-        table.add_row(t.name, _fmt(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, _p(t.p_holm), str(t.n),
+        ci = f"[{fmt_value(t.ci_low)}, {fmt_value(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
+        table.add_row(t.name, fmt_value(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, fmt_p(t.p_holm), str(t.n),
                       Text(t.verdict, style=colors[t.verdict]))
     return table
 
@@ -113,8 +113,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.plot(f.grid, f.fit, color="black", lw=1.2, label=f"OLS fit, slope {f.slope:.3f}")
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
     h1, h1c = a.test("H1"), a.test("H1c")
-    ax.set_title(f"H1: rho = {_fmt(h1.effect)}, p(Holm) = {_p(h1.p_holm)}, {h1.verdict}; "
-                 f"H1c (clean): rho = {_fmt(h1c.effect)}, {h1c.verdict}", fontsize=9)
+    ax.set_title(f"H1: rho = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}; "
+                 f"H1c (clean): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("context health (0..10)")
     ax.set_ylabel("mean decode entropy (bits)")
     ax.legend(fontsize=8)
@@ -137,7 +137,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         for m, b in zip(mids, bins):
             ax.annotate(f"n={b.n}", (m, b.ci_low), textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
     h2 = a.test("H2")
-    ax.set_title(f"H2: r_pb = {_fmt(h2.effect)}, p(Holm) = {_p(h2.p_holm)}, {h2.verdict}", fontsize=10)
+    ax.set_title(f"H2: r_pb = {fmt_value(h2.effect)}, p(Holm) = {fmt_p(h2.p_holm)}, {h2.verdict}", fontsize=10)
     ax.set_xlabel("draft entropy (bits)")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.05, 1.05)
@@ -161,7 +161,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
     h3 = a.test("H3")
-    fig.suptitle(f"H3: eta^2_H = {_fmt(h3.effect)}, Kruskal-Wallis p(Holm) = {_p(h3.p_holm)}, {h3.verdict}",
+    fig.suptitle(f"H3: eta^2_H = {fmt_value(h3.effect)}, Kruskal-Wallis p(Holm) = {fmt_p(h3.p_holm)}, {h3.verdict}",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(folder / "category_boxplots.png", dpi=110)
@@ -192,7 +192,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_xticks([0, 1], ["clean", "poisoned"])
         ax.set_xlim(-0.3, 1.5)
         ax.set_ylabel(label)
-        ax.set_title(f"{t.name}: r_rb = {_fmt(t.effect)}, p(Holm) = {_p(t.p_holm)}, {t.verdict}", fontsize=10)
+        ax.set_title(f"{t.name}: r_rb = {fmt_value(t.effect)}, p(Holm) = {fmt_p(t.p_holm)}, {t.verdict}", fontsize=10)
     fig.tight_layout()
     fig.savefig(folder / "clean_vs_poisoned.png", dpi=110)
     plt.close(fig)
@@ -212,7 +212,7 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
     env["draft"] = result.info.get("draft", result.plan.settings["draft"])
     if result.info.get("cluster"):
         env["cluster"] = result.info["cluster"]
-    for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # ModelRunner's (issue 16)
+    for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # what ModelRunner reports
         if key in result.info:
             env[key] = result.info[key]
     return {

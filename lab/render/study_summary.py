@@ -32,7 +32,8 @@ FIGURES = {
 _SIGN_WORD = {1: "> 0", -1: "< 0"}
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def fmt_value(x: Any, digits: int = 3) -> str:
+    """A table cell: ``n/a`` for None or a non-finite float, ``digits`` decimals (significant ones below 1e-3)."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
     if isinstance(x, float):
@@ -40,7 +41,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _p(x: float) -> str:
+def fmt_p(x: float) -> str:
+    """A p-value's cell: ``n/a`` when untested (NaN), scientific below 1e-3, else four decimals."""
     if not math.isfinite(x):
         return "n/a"
     return f"{x:.2e}" if x < 1e-3 else f"{x:.4f}"
@@ -48,7 +50,7 @@ def _p(x: float) -> str:
 
 def _ci_text(t: TestResult) -> str:
     if math.isfinite(t.ci_low) and math.isfinite(t.ci_high):
-        return f"95% CI {_fmt(t.ci_low)} to {_fmt(t.ci_high)}"
+        return f"95% CI {fmt_value(t.ci_low)} to {fmt_value(t.ci_high)}"
     return "no CI (the bootstrap had too few distinct resamples)"
 
 
@@ -60,9 +62,9 @@ def test_line(t: TestResult) -> str:
     """
     if not math.isfinite(t.p_value):
         return f"**{t.name}: {t.verdict}** (not tested: {t.note}; n = {t.n})"
-    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {_fmt(t.effect)} (predicted "
-            f"{_SIGN_WORD[t.predicted_sign]}; {_ci_text(t)}), p = {_p(t.p_value)}, "
-            f"Holm-corrected p = {_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
+    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {fmt_value(t.effect)} (predicted "
+            f"{_SIGN_WORD[t.predicted_sign]}; {_ci_text(t)}), p = {fmt_p(t.p_value)}, "
+            f"Holm-corrected p = {fmt_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
 
 
 def _power_row(t: TestResult) -> str:
@@ -139,19 +141,19 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         "its CI resamples whole prompts. H3 uses clean prompts only; H1 uses all prompts, H1c clean prompts only.",
     ]
     if "control_p" in h5.details:
-        lines.append(f"H5 negative control (shuffled labels): r = {_fmt(h5.details['control_r'])}, "
-                     f"p = {_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
+        lines.append(f"H5 negative control (shuffled labels): r = {fmt_value(h5.details['control_r'])}, "
+                     f"p = {fmt_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
     if "eta_sq_category" in h6.details:
         d = h6.details
-        lines.append(f"H6: eta^2_category = {_fmt(d['eta_sq_category'])} (95% CI {_fmt(d['eta_sq_category_ci'][0])} "
-                     f"to {_fmt(d['eta_sq_category_ci'][1])}), eta^2_temperature = {_fmt(d['eta_sq_temperature'])} "
-                     f"(95% CI {_fmt(d['eta_sq_temperature_ci'][0])} to {_fmt(d['eta_sq_temperature_ci'][1])}); "
-                     "mean alpha by temperature " + ", ".join(_fmt(x) for x in d["mean_alpha_by_temperature"]) + ".")
+        lines.append(f"H6: eta^2_category = {fmt_value(d['eta_sq_category'])} (95% CI {fmt_value(d['eta_sq_category_ci'][0])} "
+                     f"to {fmt_value(d['eta_sq_category_ci'][1])}), eta^2_temperature = {fmt_value(d['eta_sq_temperature'])} "
+                     f"(95% CI {fmt_value(d['eta_sq_temperature_ci'][0])} to {fmt_value(d['eta_sq_temperature_ci'][1])}); "
+                     "mean alpha by temperature " + ", ".join(fmt_value(x) for x in d["mean_alpha_by_temperature"]) + ".")
     pw = a.test("H3").details.get("pairwise") or []
     sig = [r for r in pw if r["p_holm"] < ALPHA]
     if pw:
         lines += ["", f"H3 pairwise Mann-Whitney (Holm within {len(pw)} pairs): "
-                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {_p(r['p_holm'])}"
+                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {fmt_p(r['p_holm'])}"
                                for r in sig) if sig else "no pair differs at the corrected level") + "."]
     lines += ["", "## What the study could detect", "",
               f"Smallest effect detectable at 80% power, two-sided at alpha / {max(m, 1)} (Holm's strictest step):", "",
@@ -160,7 +162,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     lines += ["", "## Per category (counts are clean prompts)", "",
               "| category | clean prompts | median alpha | median mean entropy (bits) |", "|---|---|---|---|"]
     for cat, d in a.categories.items():
-        lines.append(f"| {cat} | {d['n']} | {_fmt(d['median_alpha'])} | {_fmt(d['median_mean_entropy_bits'])} |")
+        lines.append(f"| {cat} | {d['n']} | {fmt_value(d['median_alpha'])} | {fmt_value(d['median_mean_entropy_bits'])} |")
     lines += ["", "## Figures", ""]
     for name, text in FIGURES.items():
         lines += [f"![{name}]({name})", "", text, ""]

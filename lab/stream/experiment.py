@@ -23,13 +23,10 @@ import torch
 from lab.stream import analysis
 from lab.stream.detect import Detection, detect_sinks
 from lab.stream.perplexity import check_fits, masked_nll, perplexity, recompute_nll, recompute_targets
-from lab.stream.policies import Policy, parse_policies
+from lab.stream.policies import DEFAULT_POLICIES, Policy, parse_policies
 
 logger = logging.getLogger(__name__)
 
-# Rows 0+W, 1+W and 4+W of StreamingLLM's Table 1, the detector's pick at the 4+W
-# budget, and the recompute oracle at that budget (W = 252 + 4 = 256).
-DEFAULT_POLICIES = "dense,window:252,sinks:1+252,sinks:4+252,detected:4+252,recompute:256"
 # Tokens per rolling-mean point in the plot.
 ROLLING_WIDTH = 64
 # Scored points per rolling-mean point of the sparse recompute oracle.

@@ -22,16 +22,24 @@ Policies (``spec`` as typed on the command line):
   from the window alone (see :mod:`lab.stream.perplexity`).
 
 The budget is the most keys one query sees. Shapes: ``Q`` queries, ``K`` keys.
+
+``lab stream --help`` reads :data:`DEFAULT_POLICIES` from here, so the module imports torch only
+inside the two functions that build tensors (:func:`kept_positions`, :func:`visibility`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 KINDS = ("dense", "window", "sinks", "detected", "recompute")
+# What `lab stream` compares by default: rows 0+W, 1+W and 4+W of StreamingLLM's Table 1, the
+# detector's pick at the 4+W budget, and the recompute oracle at that budget (W = 252 + 4 = 256).
+DEFAULT_POLICIES = "dense,window:252,sinks:1+252,sinks:4+252,detected:4+252,recompute:256"
 # `detected:W` keeps as many detected positions as the paper's main setting keeps sinks.
 DEFAULT_DETECTED_KEEP = 4
 
@@ -116,6 +124,8 @@ def kept_positions(policy: Policy, detected: tuple[int, ...] | None = None) -> t
         detected: For ``detected``, the flagged positions ranked best first; at most
             the first ``policy.n_keep`` are kept (None or empty: none flagged).
     """
+    import torch
+
     if policy.kind == "sinks":
         return torch.arange(policy.n_keep)
     if policy.kind == "detected" and detected:
@@ -146,6 +156,8 @@ def visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | Non
     Returns:
         Bool ``[Q, K]`` keep-mask (True = the query may attend to the key).
     """
+    import torch
+
     q = query_pos.reshape(-1, 1)  # [Q, 1]
     k = key_pos.reshape(1, -1)  # [1, K]
     causal = k <= q

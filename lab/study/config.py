@@ -29,8 +29,9 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
-WORK_FORMAT = 3  # bump when the work-file layout or the pipeline changes; old files are then redone
-# (3: one target decode per prompt, issue 16; decode_s is no longer measured)
+# Bump when the work-file layout or the pipeline changes: a work file of another format is redone.
+# Format 3: one target decode per prompt (read off the speculative run's verify passes; no decode_s).
+WORK_FORMAT = 3
 # H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
 # speculative decode at each of these temperatures (the main run's alpha is reused
 # when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
@@ -67,16 +68,17 @@ PER_PROMPT_FIELDS = (
     "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
     "prefill_s", "speculative_s", "wall_s", "text",
 )
-# Left None (empty in the CSV) when a runner does not report them (older or fake runners): the
-# count-based health (issue 9 keeps it for comparison), the subword summary of the
-# tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time
-# of a separate tracked decode (decode_s: runners before issue 16; the real runner has none).
+# Left None (empty in the CSV) when a runner does not report them (fake runners in tests): the
+# count-based health (reported beside the graded one, for comparison), the subword summary of the
+# tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time of a
+# separate tracked decode (decode_s: a runner that makes one; ModelRunner reads the decode off the
+# speculative run and reports none).
 OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
                    "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s")
 PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
-_TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
+TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
 
 
 # Ranges of a finished prompt's numbers, checked when a work file is loaded (a file edited
@@ -264,7 +266,9 @@ class Progress(Protocol):
     # several prompts at once (:mod:`lab.study.cluster`) whenever either count changes.
 
 
-class _NoProgress:
+class NoProgress:
+    """A :class:`Progress` that reports nothing (the default of :func:`lab.study.run.run_study`)."""
+
     def start(self, total: int, done: int) -> None:
         pass
 

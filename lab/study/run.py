@@ -14,11 +14,11 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 from lab.analysis.study import StudyAnalysis, analyze
 from lab.analysis.claims import temperature_column
 from lab.prompts import StudyPrompt
-from lab.study.config import (_TOKEN_KEYS, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, Progress,
-                              PromptOutcome, Runner, StudyConfig, _NoProgress)
+from lab.study.config import (TOKEN_KEYS, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, Progress,
+                              PromptOutcome, Runner, StudyConfig, NoProgress)
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
-from lab.study.work import (StudyPlan, _write_json_atomic, load_finished, plan_from_work_dir, plan_study,
+from lab.study.work import (StudyPlan, write_json_atomic, load_finished, plan_from_work_dir, plan_study,
                             read_settings, save_finished, write_prompt_set)
 from lab.study.locks import hold_work_dir
 
@@ -96,14 +96,14 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
               progress: Progress | None, executor: Executor | None) -> StudyResult:
     """:func:`run_study` with the work directory held."""
     started = time.perf_counter()
-    progress = progress or _NoProgress()
+    progress = progress or NoProgress()
     # 1. settle the work directory and what is already finished there
     created = not plan.work_dir.exists()
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     write_prompt_set(plan)  # before settings.json, which marks a work directory: a resume reads both
     settings_file = plan.work_dir / "settings.json"
     if not settings_file.is_file():
-        _write_json_atomic(settings_file, plan.settings)
+        write_json_atomic(settings_file, plan.settings)
     outcomes: dict[str, PromptOutcome] = {}
     for p in plan.prompts:
         done = load_finished(plan, p)
@@ -127,7 +127,7 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
             if created:
                 shutil.rmtree(plan.work_dir, ignore_errors=True)
             raise
-        _write_json_atomic(info_file, info)
+        write_json_atomic(info_file, info)
     elif info_file.is_file():
         info = json.loads(info_file.read_text(encoding="utf-8"))
     progress.start(len(plan.prompts), n_resumed)
@@ -262,7 +262,7 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     done = [p for p in order if p.id in outcomes]
     per_prompt = [{k: outcomes[p.id].row.get(k) for k in PER_PROMPT_COLUMNS} for p in done]
     per_token = [{"prompt_id": p.id, "category": p.category, "variant": p.variant,
-                  **{k: t[k] for k in _TOKEN_KEYS}} for p in done for t in outcomes[p.id].tokens]
+                  **{k: t[k] for k in TOKEN_KEYS}} for p in done for t in outcomes[p.id].tokens]
     decodes = {p.id: outcomes[p.id].decode for p in done if outcomes[p.id].decode}
     analysis = analyze(per_prompt, per_token, seed=plan.config.seed, n_resamples=plan.config.n_resamples,
                        decodes=decodes)

@@ -19,7 +19,7 @@ from typing import Any
 
 from lab.models import loading as lab_models
 from lab.models.chat import encode_chat, eos_token_ids
-from lab.study.config import _TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
+from lab.study.config import TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
 from lab.prompts import StudyPrompt
 from lab.speculative.drafts import Drafter
 
@@ -183,5 +183,5 @@ class ModelRunner:
             "speculative_s": t_spec - t_pre,
             "text": track.text,
         }
-        tokens = [{k: t[k] for k in _TOKEN_KEYS} for t in spec.per_token()]
+        tokens = [{k: t[k] for k in TOKEN_KEYS} for t in spec.per_token()]
         return PromptOutcome(row=row, tokens=tokens, decode={"entropy_bits": entropies, "word": words})

@@ -18,7 +18,7 @@ from lab.models import loading as lab_models
 from lab.models.devices import parse_dtype, resolve_device
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
 from lab.sources import SOURCES, load_prompt_set
-from lab.study.config import (_TOKEN_KEYS, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT,
+from lab.study.config import (TOKEN_KEYS, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT,
                               WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
 from lab.analysis.claims import DESIGN_TEMPERATURES
 
@@ -196,7 +196,7 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
                           max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
-                          draft_dtype=s.get("draft_dtype_flag"),
+                          draft_dtype=s["draft_dtype_flag"],
                           **{"out": str(path.parent), **overrides})
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None
@@ -205,7 +205,7 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
 
 def _stored_prompts(path: Path, settings: dict[str, Any], flag: str) -> list[StudyPrompt]:
     """The prompt set a work directory was started with: its ``prompts.json``, or (a directory
-    from before it was stored) its prompt file re-read, which must hash to the stored digest."""
+    that holds none) its prompt file re-read, which must hash to the stored digest."""
     stored = path / PROMPTS_FILE
     if stored.is_file():
         try:
@@ -265,10 +265,11 @@ def plan_from_work_dir(work_dir: str | Path, *, flag: str = "--resume", **overri
 def write_prompt_set(plan: StudyPlan) -> None:
     """Store the selected prompt set in the work directory (once; it never changes)."""
     if not (plan.work_dir / PROMPTS_FILE).is_file():
-        _write_json_atomic(plan.work_dir / PROMPTS_FILE, [p.to_json() for p in plan.all_prompts])
+        write_json_atomic(plan.work_dir / PROMPTS_FILE, [p.to_json() for p in plan.all_prompts])
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temp file and ``os.replace``: complete or absent."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -302,8 +303,8 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
         ok = (isinstance(data, dict) and data.get("key") == plan.key and data.get("prompt") == prompt.to_json()
               and isinstance(data.get("row"), dict) and all(k in data["row"] for k in PER_PROMPT_FIELDS)
               and isinstance(data.get("tokens"), list)
-              and all(isinstance(t, dict) and all(k in t for k in _TOKEN_KEYS) for t in data["tokens"])
-              and isinstance(data.get("decode", {}), dict))
+              and all(isinstance(t, dict) and all(k in t for k in TOKEN_KEYS) for t in data["tokens"])
+              and isinstance(data.get("decode"), dict))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         ok = False
     if not ok:
@@ -313,13 +314,13 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     if problem:
         logger.warning("ignoring work file %s (%s); %s will be redone", path, problem, prompt.id)
         return None
-    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data.get("decode", {}))
+    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data["decode"])
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
     """Write a finished prompt's outcome atomically (temp file + ``os.replace``)."""
     path = work_file(plan, prompt)
-    _write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row,
+    write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row,
                               "tokens": outcome.tokens, "decode": outcome.decode})
     return path
 

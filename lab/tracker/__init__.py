@@ -3,6 +3,6 @@
 Rooms: :mod:`.results` (settings and result types), :mod:`.stats` (the per-step
 statistics, the hook the decode core calls), :mod:`.loop` (``track_generate`` on
 the decode core :mod:`lab.decode`), :mod:`.speculative` (``track_speculative``: the same
-statistics read off a speculative decode's verify passes). The public names are re-exported here, so
-``lab.tracker.track_generate`` and ``lab.tracker.TrackResult`` keep working.
+statistics read off a speculative decode's verify passes). Nothing is re-exported here: import
+each name from its module (``lab.tracker.loop.track_generate``, ``lab.tracker.results.TrackResult``).
 """

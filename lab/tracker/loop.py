@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from lab.decode import check_decode_input, check_input_ids, generate, model_device
+from lab.decode import check_decode_input, generate, model_device
 from lab.tracker.results import DecodeSettings, StepRecord, TrackResult
 from lab.tracker.stats import StepRecorder
 
@@ -225,6 +225,3 @@ def build_track_result(tokenizer: Any, ids: torch.Tensor, run: DecodeRun, settin
         text=tokenizer.decode(new_ids, skip_special_tokens=True), settings=settings,
         stop_reason=run.stop_reason, elapsed_s=run.elapsed_s, seed=seed, vocab_size=vocab_size,
     )
-
-
-_check_input_ids = check_input_ids  # the name the tracker's tests and callers used

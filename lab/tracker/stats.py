@@ -93,8 +93,3 @@ class StepRecorder:
                             raw[:, 3].exp()], dim=1)  # [n, 5]
         return (rows.tolist(), torch.stack(self.alt_ids).cpu().tolist(),
                 torch.stack(self.alt_log_probs).double().cpu().exp().tolist())
-
-
-
-
-_Recorder = StepRecorder  # the name ``lab bench-tracker`` used

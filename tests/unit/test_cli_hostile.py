@@ -177,7 +177,7 @@ def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, mo
 
     def failing_draft(target, spec, **kw):
         raise models.ModelUnavailableError(f"model {spec!r} ({spec}) is not available on this machine: the "
-                                           f"directory holds no loadable model; {models._USE_DEFAULT}")
+                                           f"directory holds no loadable model; {models.USE_DEFAULT_HINT}")
 
     draft_dir = tmp_path / "draft"
     draft_dir.mkdir()

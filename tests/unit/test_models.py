@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
-from lab.models.loading import ModelUnavailableError, cache_dir, load_model, resolve_source
+from lab.models.cache import cache_dir
+from lab.models.loading import ModelUnavailableError, load_model, resolve_source
 from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from lab.models.devices import default_dtype, parse_dtype, resolve_device
 from tests import support

@@ -142,7 +142,7 @@ def test_bench_view_quiet_machine_has_no_warning():
 
 
 def test_bench_tracker_view_legible_at_80_columns():
-    from lab.render.entropy import _bench_rows, render_bench
+    from lab.render.entropy import bench_rows, render_bench
 
     report = {"model": {"model": "smollm2", "device": "cpu", "dtype": "float32"}, "repeats": 5,
               "tokens_per_run": 64, "off_s": {"min": 1.0, "median": 1.1, "max": 1.3},
@@ -152,7 +152,7 @@ def test_bench_tracker_view_legible_at_80_columns():
               "machine_load": {"busy": True, "max_load_1m": 2.5, "threads": 1, "cpu_count": 2, "rule": "r",
                                "busy_methods": [], "per_method": {}}}
     text = _render(render_bench, report)
-    assert_legible(text, "measure", "value", *(name for name, _ in _bench_rows(report)))
+    assert_legible(text, "measure", "value", *(name for name, _ in bench_rows(report)))
     assert "goal" not in text and "WARNING" in text
 
 

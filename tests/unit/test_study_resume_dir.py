@@ -223,14 +223,14 @@ def _block_reports_root(monkeypatch, blocked: Path):
 
     from lab import reports
 
-    real = reports._make_staging
+    real = reports.make_staging
 
     def make_staging(root, dirname):
         if Path(root).resolve() == blocked.resolve():
             raise PermissionError(errno.EPERM, "Operation not permitted", str(root / dirname))
         return real(root, dirname)
 
-    monkeypatch.setattr(reports, "_make_staging", make_staging)
+    monkeypatch.setattr(reports, "make_staging", make_staging)
 
 
 def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp_path, monkeypatch, capsys):

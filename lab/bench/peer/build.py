@@ -14,7 +14,7 @@ HTTPS/network code, no tests and no server, exactly the targets the lab runs:
 
 Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>`` and
 ``<cache>/llama.cpp/<version>/lab-peer.json`` (the manifest), ``<cache>`` being
-:func:`lab.models.loading.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
+:func:`lab.models.cache.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
 staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
 included, in one ``os.rename``: an interrupted build leaves only a staging directory,
 which the next run deletes, never a directory that looks installed. A second run finds
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.models.loading import cache_dir
+from lab.models.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
