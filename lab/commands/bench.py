@@ -20,7 +20,7 @@ LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a me
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.speculative.per_pass import DRAFT_DTYPE_HELP
+    from lab.speculative.draft_dtypes import DRAFT_DTYPE_HELP
 
     p = subparsers.add_parser(
         "bench", help="benchmark speculative decoding against target-only and transformers' assisted generation",

@@ -6,7 +6,7 @@ streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule 
 :mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
 with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
 rule's choice goes to the packaged ``lab/health/chosen.json``
-(:mod:`lab.health.choice`), which :func:`lab.health.measures.graded_health` applies.
+(:mod:`lab.health.choice`), which :func:`lab.health.graded.graded_health` applies.
 Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
 :mod:`lab.sinks.prefill`).
 """

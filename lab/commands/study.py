@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.analysis.hypotheses import N_RESAMPLES
-    from lab.speculative.per_pass import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
+    from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
     from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 
     p = subparsers.add_parser(

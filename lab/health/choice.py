@@ -2,7 +2,7 @@
 
 ``lab calibrate-health --save`` applies the rule of :mod:`lab.health.measures`
 (:func:`lab.health.calibration.choose`) and writes the file; :func:`load_chosen`
-reads it and :func:`lab.health.measures.graded_health` applies the measure it
+reads it and :func:`lab.health.graded.graded_health` applies the measure it
 names. Layout (one JSON object):
 
 * ``measure``: the chosen candidate, a key of :data:`lab.health.measures.CANDIDATES`;

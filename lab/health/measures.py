@@ -101,7 +101,6 @@ import torch
 
 # The one packaged datum these pure measures read (which candidate is the lab's health),
 # through a stdlib-only loader: one source of truth without every caller passing it.
-from lab.health.choice import load_chosen
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
 # (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are
@@ -203,44 +202,7 @@ CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
 
 
 
-def chosen_measure() -> Callable[[HealthInputs], float]:
-    """The candidate the packaged choice names (:func:`lab.health.choice.load_chosen`).
-
-    Raises:
-        ValueError: the packaged choice names no candidate of :data:`CANDIDATES`, or cannot be read.
-    """
-    name = load_chosen()
-    if name not in CANDIDATES:
-        raise ValueError(f"the packaged context-health choice {name!r} is not one of {', '.join(CANDIDATES)}")
-    return CANDIDATES[name]
-
-
-def graded_health(h: HealthInputs) -> float:
-    """The lab's one context health: the calibrated candidate on 0..10, ``NaN`` if not measurable.
-
-    The candidate is the packaged choice (:func:`chosen_measure`).
-
-    Not measurable: no content position is observed by enough queries to be judged
-    (an empty message, or one whose every token lies in the tail), so there is no
-    content whose attention could be pooled away. ``lab sinks``, the study and the
-    calibrations all report this value, so their figures compare.
-
-    Raises:
-        ValueError: the packaged choice cannot be read or names no candidate.
-    """
-    if not bool((h.content & h.observed).any()):
-        return math.nan
-    return chosen_measure()(h)
-
-
-
-
-
-# --------------------------------------------------------------------------- properties
-
 PROPERTY_CASES = 200  # random cases per property in check_properties (fixed seed)
-
-
 def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
     """A random but valid :class:`HealthInputs`: ``s`` positions, the last ``n_content`` before 2 template ones."""
     received = torch.rand(s, generator=gen, dtype=torch.float64) ** 3

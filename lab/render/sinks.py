@@ -209,7 +209,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "threshold_source": a.threshold_source,
         "calibrated_for": a.calibrated_for,
         "context_health": a.context_health,  # null: not measurable
-        "context_health_measure": "lab.health.measures.graded_health",
+        "context_health_measure": "lab.health.graded.graded_health",
         "content_sink_health": a.content_sink_health,
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),
@@ -248,7 +248,7 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         "# Attention sinks (prefill)", "",
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
         f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
-        f"- context health: **{health_text(a)}** (lab.health.measures.graded_health, as in the study)",
+        f"- context health: **{health_text(a)}** (lab.health.graded.graded_health, as in the study)",
         f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
         f"- threshold: {threshold_text(a)} on `{a.statistic}`; positions observed by < {a.min_observers} "
         "queries are not flagged",

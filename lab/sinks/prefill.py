@@ -44,7 +44,7 @@ average one to a handful of rows and are too noisy to judge. Positions with fewe
 than :data:`MIN_OBSERVING_QUERIES` observers are never flagged and stay out of the
 baseline; their scores are still reported.
 
-Context health: :func:`lab.health.measures.graded_health` (the graded measure the study
+Context health: :func:`lab.health.graded.graded_health` (the graded measure the study
 uses), ``NaN`` ("not measurable") when no content position is observed; the
 count-based :func:`lab.sinks.scores.context_health` is kept as ``content_sink_health``.
 """
@@ -58,7 +58,8 @@ from typing import Any, Sequence
 
 import torch
 
-from lab.health.measures import HealthInputs, graded_health
+from lab.health.measures import HealthInputs
+from lab.health.graded import graded_health
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
 from lab.sinks.profiles import load_choice, resolve_threshold
@@ -101,7 +102,7 @@ class PrefillAnalysis:
         sink_heads: ``(layer, head)`` pairs whose score at some flagged sink exceeds
             ``epsilon``.
         context_health: The graded context health on ``[0, 10]``
-            (:func:`lab.health.measures.graded_health`, what the study reports), ``NaN`` when
+            (:func:`lab.health.graded.graded_health`, what the study reports), ``NaN`` when
             not measurable (no observed content position).
         content_sink_health: The count-based score of :func:`lab.sinks.scores.context_health`
             over observed content positions (``NaN`` when there are none).

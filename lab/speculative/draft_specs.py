@@ -20,7 +20,8 @@ from lab.models.devices import parse_dtype
 from lab.models import loading  # looked up at each call, so a test can stand in for the loaders
 from lab.speculative.admission import check_tokenizer_vocab
 from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
-from lab.speculative.per_pass import PER_PASS_ALIAS, parse_draft_dtype, per_pass_draft
+from lab.speculative.draft_dtypes import PER_PASS_ALIAS
+from lab.speculative.per_pass import parse_draft_dtype, per_pass_draft
 from lab.speculative.self_draft import EarlyExitDraft
 
 

@@ -20,10 +20,9 @@ Lossless whatever the dtypes: the draft only proposes; the target (in its own dt
 verifies every token, so only alpha and the draft's cost c move (Leviathan et al.
 2023: the output distribution does not depend on q).
 
-The draft dtype vocabulary of the whole lab lives here (:data:`DTYPES`,
-:data:`PER_PASS_ALIAS`, :data:`DRAFT_DTYPE_CHOICES`, :data:`DRAFT_DTYPE_HELP`,
-:func:`parse_draft_dtype`): the study's settings, the commands' ``--draft-dtype`` and
-their help text read it.
+The draft dtype vocabulary's names live in :mod:`lab.speculative.draft_dtypes` (no
+torch, so the commands' help stays light); here they become torch dtypes
+(:data:`DTYPES`) and specs are parsed (:func:`parse_draft_dtype`).
 """
 
 from __future__ import annotations
@@ -35,20 +34,10 @@ from typing import Any
 import torch
 
 from lab.decode import sync
+from lab.speculative.draft_dtypes import DTYPE_NAMES, PER_PASS_ALIAS, PER_PASS_DEFAULT, PER_PASS_SPEC
 from lab.speculative.drafts import ModelDraft
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# `--draft-dtype per-pass`: float32 prefill (fast on a CPU without bf16 arithmetic), bfloat16 steps.
-PER_PASS_ALIAS = "per-pass"
-PER_PASS_DEFAULT = ("float32", "bfloat16")
-PER_PASS_SPEC = ":".join(PER_PASS_DEFAULT)  # "float32:bfloat16", the alias spelled PREFILL:STEP
-# The named choices (one dtype, or the per-pass default under both spellings); the study accepts
-# only these, `lab bench` any PREFILL:STEP pair of DTYPES (parse_draft_dtype).
-DRAFT_DTYPE_CHOICES = (*DTYPES, PER_PASS_SPEC, PER_PASS_ALIAS)
-# The commands' help for --draft-dtype, after their own first words.
-DRAFT_DTYPE_HELP = (f"one dtype ({', '.join(DTYPES)}), or per pass shape PREFILL:STEP (e.g. {PER_PASS_SPEC}: the "
-                    f"prompt's pass in {PER_PASS_DEFAULT[0]}, one-token steps and short catch-ups in "
-                    f"{PER_PASS_DEFAULT[1]}) or {PER_PASS_ALIAS} (= {PER_PASS_SPEC}; lab.speculative.per_pass)")
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # the vocabulary's names as torch dtypes
 # Passes of this many tokens or more run in the prefill dtype. The speculative loop's
 # catch-ups feed at most 2 tokens and a prompt has more than 16 (the bench's shortest
 # code prompt is ~40 with the chat template), so any value in 3..40 splits them alike;

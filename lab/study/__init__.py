@@ -6,7 +6,7 @@ decides how well speculative decoding works. For every prompt of the prompt set
 (:mod:`lab.prompts`) one pipeline measures, with the lab's own modules:
 
 1. **prefill** (:func:`lab.sinks.prefill.analyze_prefill`): the graded context health
-   (0..10, :func:`lab.health.measures.graded_health`) and the count-based one beside it
+   (0..10, :func:`lab.health.graded.graded_health`) and the count-based one beside it
    (``content_sink_health``), the sink rate at position 0 and its mean over
    content positions, the share of attention received by position 0, and the
    number of content sinks;

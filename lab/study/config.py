@@ -11,7 +11,7 @@ from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
 from lab.analysis.claims import H6_COLUMNS
 from lab.prompts import StudyPrompt
-from lab.speculative.per_pass import DRAFT_DTYPE_CHOICES
+from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
 
 # Defaults of the full study (`make study`), chosen so its 84 prompts fit the 15-minute
@@ -156,7 +156,7 @@ class StudyConfig:
         out: Reports root; the work directory lives inside it too.
         n_resamples: Bootstrap resamples of the analysis.
         draft_dtype: The draft model's dtype (one of
-            :data:`lab.speculative.per_pass.DRAFT_DTYPE_CHOICES`); ``None`` =
+            :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`); ``None`` =
             the study's measured choice for the profile (:data:`STUDY_DRAFT_DTYPES`),
             else the target's dtype. Only a draft with its own weights has one.
     """

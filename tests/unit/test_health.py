@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from lab.health import measures as health
 from lab.health.choice import load_chosen
+from lab.health.graded import graded_health
 from lab.health.measures import (CANDIDATES, PROPERTIES, HealthInputs, check_properties, check_properties_on,
-                        content_entropy, graded_health,
-                        move_to_content_sink, perturb_structural, random_inputs)
+                                 content_entropy, move_to_content_sink, perturb_structural, random_inputs)
 from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
 from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
@@ -116,7 +116,9 @@ def test_choose_prefers_admissible_with_largest_iqr_else_most_ordered():
 def test_chosen_is_a_candidate():
     """The packaged choice (lab/health/chosen.json) names an existing candidate, the one graded_health applies."""
     assert load_chosen() in CANDIDATES
-    assert health.chosen_measure() is CANDIDATES[load_chosen()]
+    from lab.health.graded import chosen_measure
+
+    assert chosen_measure() is CANDIDATES[load_chosen()]
 
 
 def test_packaged_chosen_unchanged():

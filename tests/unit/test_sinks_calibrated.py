@@ -11,7 +11,8 @@ import torch
 
 from lab.sinks import profiles as sink_profiles
 from lab.sinks.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
-from lab.health.measures import HealthInputs, graded_health
+from lab.health.measures import HealthInputs
+from lab.health.graded import graded_health
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.prefill import baseline_mask, candidate_scores, score_positions
 from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
@@ -282,7 +283,7 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     model = support.tiny_llama(vocab_size=len(tok))
     model.lab_source = {"model": "smollm2", "profile": "smollm2"}
     monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
-    monkeypatch.setattr(lab.commands.common, "check_model_available", lambda name: None)
+    monkeypatch.setattr(lab.models.loading, "check_model_available", lambda name: None)
     assert cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
                      "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err

@@ -59,7 +59,7 @@ def test_readme_lists_every_study_flag():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["study"]
     flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("Flags of `lab study`"):readme.index("### Calibrating context health")]
+    readme = (Path(__file__).parents[2] / "docs" / "commands.md").read_text(encoding="utf-8")
+    section = readme[readme.index("Flags of `lab study`"):readme.index("## `lab calibrate-health`")]
     assert len(flags) >= 14
     assert [f for f in flags if f"`{f}" not in section] == []

@@ -1,0 +1,44 @@
+"""The lab's one context health: the packaged choice of candidate applied to a prefill's inputs.
+
+:mod:`lab.health.measures` holds the candidates (pure math); :mod:`lab.health.choice` reads
+which one the calibration chose (``lab/health/chosen.json``); this module joins the two, so
+the math imports no file I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from lab.health.choice import load_chosen
+from lab.health.measures import CANDIDATES, HealthInputs
+
+
+def chosen_measure() -> Callable[[HealthInputs], float]:
+    """The candidate the packaged choice names (:func:`lab.health.choice.load_chosen`).
+
+    Raises:
+        ValueError: the packaged choice names no candidate of :data:`CANDIDATES`, or cannot be read.
+    """
+    name = load_chosen()
+    if name not in CANDIDATES:
+        raise ValueError(f"the packaged context-health choice {name!r} is not one of {', '.join(CANDIDATES)}")
+    return CANDIDATES[name]
+
+
+def graded_health(h: HealthInputs) -> float:
+    """The lab's one context health: the calibrated candidate on 0..10, ``NaN`` if not measurable.
+
+    The candidate is the packaged choice (:func:`chosen_measure`).
+
+    Not measurable: no content position is observed by enough queries to be judged
+    (an empty message, or one whose every token lies in the tail), so there is no
+    content whose attention could be pooled away. ``lab sinks``, the study and the
+    calibrations all report this value, so their figures compare.
+
+    Raises:
+        ValueError: the packaged choice cannot be read or names no candidate.
+    """
+    if not bool((h.content & h.observed).any()):
+        return math.nan
+    return chosen_measure()(h)
