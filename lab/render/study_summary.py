@@ -101,7 +101,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023). "
         f"H6 subset: {len(s.get('temperature_subset', []))} clean prompts also decoded speculatively at "
         f"temperatures {', '.join(f'{t:g}' for t in s.get('design_temperatures', []))}.",
-        "- Context health: the graded measure of `lab.health.measures` (chosen by `lab calibrate-health` on the calibration "
+        "- Context health: `lab.health.graded.graded_health`, the candidate of `lab.health.measures` named in "
+        "`lab/health/chosen.json` (chosen by `lab calibrate-health` on the calibration "
         "prompts); the count-based score is kept as `content_sink_health` in per_prompt.csv.",
         f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
         f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "
