@@ -31,7 +31,9 @@ DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptanc
 WORK_PREFIX = ".study-work-"
 # Bump when the work-file layout or the pipeline changes: a work file of another format is redone.
 # Format 3: one target decode per prompt (read off the speculative run's verify passes; no decode_s).
-WORK_FORMAT = 3
+# Format 4: finished prompts in outcomes/<stem>-<digest>.json (lab.study.work.work_file_name), so no
+# prompt id can overwrite the directory's own files or exceed a file name's length.
+WORK_FORMAT = 4
 # H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
 # speculative decode at each of these temperatures (the main run's alpha is reused
 # when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -133,6 +134,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
 
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:
     """The plan for these selected prompts; ``work_dir`` defaults to ``<out>/.study-work-<key>``."""
+    check_work_names(prompts)
     temps = temperature_subset(prompts)
     device = resolve_device(config.device)
     dtype = str(parse_dtype(config.dtype, device)).removeprefix("torch.")
@@ -160,7 +162,8 @@ def read_settings(work_dir: str | Path, *, flag: str = "--resume") -> dict[str, 
     """``settings.json`` of a work directory.
 
     Raises:
-        ValueError: no ``settings.json`` there, or one that does not parse (naming ``flag``).
+        ValueError: no ``settings.json`` there, one that does not parse, or one of another work
+            format (:data:`lab.study.config.WORK_FORMAT`), naming ``flag``.
     """
     path = Path(work_dir)
     settings_file = path / "settings.json"
@@ -172,6 +175,10 @@ def read_settings(work_dir: str | Path, *, flag: str = "--resume") -> dict[str, 
         raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc})") from None
     if not isinstance(settings, dict):
         raise ValueError(f"{flag}={str(path)!r}: settings.json is not a JSON object")
+    if settings.get("format") != WORK_FORMAT:
+        raise ValueError(f"{flag}={str(path)!r} was written in work format {settings.get('format')!r}, and this "
+                         f"lab reads only format {WORK_FORMAT}; finish it with the lab version that started it, "
+                         "or start the study again")
     return settings
 
 
@@ -282,9 +289,44 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+OUTCOMES_DIR = "outcomes"  # finished prompts, apart from the directory's own files (settings.json, ...)
+# Characters of a prompt id kept in its work file's name, for a reader; the digest beside them keeps
+# the name unique, and the bound keeps it far below NAME_MAX (255 bytes) on every file system.
+WORK_STEM_CHARS = 48
+WORK_DIGEST_HEX = 16  # 64 bits of sha256 over the full id: two ids of one study never meet by chance
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def work_file_name(prompt_id: str) -> str:
+    """The file name of a prompt's outcome: ``<stem>-<digest>.json``, safe and bounded for any id.
+
+    ``stem`` is the id with every character outside ``[A-Za-z0-9._-]`` replaced by ``_``, cut to
+    :data:`WORK_STEM_CHARS` and without leading dots; ``digest`` is :data:`WORK_DIGEST_HEX` hex digits
+    of sha256 over the whole id (UTF-8, lone surrogates kept), so ids that share a stem differ in it.
+    At most 70 ASCII characters, whatever the id.
+    """
+    stem = _UNSAFE.sub("_", prompt_id)[:WORK_STEM_CHARS].lstrip(".") or "prompt"
+    digest = hashlib.sha256(prompt_id.encode("utf-8", "surrogatepass")).hexdigest()[:WORK_DIGEST_HEX]
+    return f"{stem}-{digest}.json"
+
+
+def check_work_names(prompts: list[StudyPrompt]) -> None:
+    """Refuse a prompt set in which two ids would share one work file (:func:`work_file_name`).
+
+    Raises:
+        ValueError: naming both ids (never seen in practice: it needs a 64-bit digest collision).
+    """
+    seen: dict[str, str] = {}
+    for p in prompts:
+        name = work_file_name(p.id)
+        if name in seen:
+            raise ValueError(f"prompt ids {seen[name]!r} and {p.id!r} map to one work file {name!r}; rename one")
+        seen[name] = p.id
+
+
 def work_file(plan: StudyPlan, prompt: StudyPrompt) -> Path:
-    """Where a finished prompt's outcome is kept."""
-    return plan.work_dir / f"{prompt.id}.json"
+    """Where a finished prompt's outcome is kept: ``<work dir>/outcomes/<work_file_name(id)>``."""
+    return plan.work_dir / OUTCOMES_DIR / work_file_name(prompt.id)
 
 
 def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
@@ -320,6 +362,7 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
     """Write a finished prompt's outcome atomically (temp file + ``os.replace``)."""
     path = work_file(plan, prompt)
+    path.parent.mkdir(exist_ok=True)
     write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row,
                               "tokens": outcome.tokens, "decode": outcome.decode})
     return path

@@ -35,7 +35,7 @@ import pytest
 
 from lab.study.runner import ModelRunner
 from lab.study.config import StudyConfig
-from lab.study.work import discard_work, plan_study
+from lab.study.work import discard_work, plan_study, work_file
 from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, RayExecutor
 from tests.unit.test_study_resume import FakeRunner
@@ -236,7 +236,7 @@ def test_ray_resumed_driver_never_recomputes_a_stored_prompt(ray_cluster, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         run_study(plan, executor=RayExecutor(ClusterConfig(n_actors=ACTORS), FaultyFactory(str(tmp_path / "a.log"))),
                   progress=StopAfter(5))
-    stored = {p.id for p in plan.prompts if (plan.work_dir / f"{p.id}.json").is_file()}
+    stored = {p.id for p in plan.prompts if work_file(plan, p).is_file()}
     assert len(stored) == 5
     log = tmp_path / "b.log"
     result = run_study(cfg, executor=RayExecutor(ClusterConfig(n_actors=ACTORS), FaultyFactory(str(log))))

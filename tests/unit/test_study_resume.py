@@ -16,7 +16,7 @@ import pytest
 
 from lab.prompts import load_prompts
 from lab.study.config import PER_PROMPT_FIELDS, PromptOutcome, StudyConfig, prompt_seed
-from lab.study.work import config_from_work_dir, discard_work, plan_study, work_file
+from lab.study.work import OUTCOMES_DIR, config_from_work_dir, discard_work, plan_study, work_file, work_file_name
 from lab.study.run import run_study
 from tests import support
 
@@ -65,8 +65,8 @@ def test_run_study_interrupted_after_k_rerun_runs_only_the_rest(tmp_path):
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=first)
     plan = plan_study(cfg)
-    finished = sorted(p.name for p in plan.work_dir.glob("*.json") if p.name not in ("settings.json", "runner.json", "prompts.json"))
-    assert finished == sorted(f"{pid}.json" for pid in first.calls)
+    finished = sorted(p.name for p in (plan.work_dir / OUTCOMES_DIR).glob("*.json"))
+    assert finished == sorted(work_file_name(pid) for pid in first.calls)
     second = FakeRunner()
     result = run_study(cfg, runner=second)
     all_ids = [p.id for p in plan.prompts]
@@ -118,7 +118,8 @@ def test_run_study_leftover_temp_file_is_ignored(tmp_path):
     cfg = _config(tmp_path)
     plan = plan_study(cfg)
     plan.work_dir.mkdir(parents=True)
-    (plan.work_dir / f".{plan.prompts[0].id}.json.abc.tmp").write_text('{"key": "half')
+    (plan.work_dir / OUTCOMES_DIR).mkdir()
+    (plan.work_dir / OUTCOMES_DIR / f".{work_file_name(plan.prompts[0].id)}.abc.tmp").write_text('{"key": "half')
     runner = FakeRunner()
     result = run_study(cfg, runner=runner)
     assert plan.prompts[0].id in runner.calls

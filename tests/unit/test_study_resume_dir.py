@@ -17,7 +17,7 @@ import pytest
 from lab.prompts import default_prompts_path
 from lab.reports import rows_from_csv
 from lab.study.config import StudyConfig
-from lab.study.work import plan_study
+from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
 from tests.unit.test_study_resume import FakeRunner, InterruptAfter, _config
 
@@ -283,7 +283,7 @@ def test_work_file_with_out_of_range_value_is_redone_not_reported(tmp_path, fiel
     """Poor case (work files trusted as they are): a per-prompt JSON edited to alpha = 7 went into the report."""
     plan, first = _interrupted(tmp_path)
     victim = next(p for p in plan.prompts if p.id == first.calls[0])
-    path = plan.work_dir / f"{victim.id}.json"
+    path = work_file(plan, victim)
     data = json.loads(path.read_text())
     data["row"][field] = value
     path.write_text(json.dumps(data))
@@ -296,7 +296,7 @@ def test_work_file_with_out_of_range_value_is_redone_not_reported(tmp_path, fiel
 
 def test_work_file_token_out_of_range_is_redone(tmp_path):
     plan, first = _interrupted(tmp_path)
-    path = plan.work_dir / f"{first.calls[0]}.json"
+    path = work_file(plan, next(p for p in plan.prompts if p.id == first.calls[0]))
     data = json.loads(path.read_text())
     data["tokens"][0]["draft_normalized_entropy"] = 3.0
     path.write_text(json.dumps(data))

@@ -1,0 +1,122 @@
+"""Hostile inputs to ``lab study``'s work directory, reports root and merge (fake runner, no weights, no Ray).
+
+Fault classes guarded here: prompt ids used as file names as they were (an id
+``settings`` overwrote the directory's ``settings.json``; a 300-character id ended
+in ``OSError: File name too long``), an unwritable ``--out`` that ended in a
+``PermissionError`` traceback instead of the reports-root fallback, a merge that
+reported shards still running as an INCOMPLETE study with exit 0, and a prompt too
+long for the target refused without naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lab.prompts import default_prompts_path
+from lab.study.config import WORK_FORMAT
+from lab.study.run import run_study
+from lab.study.work import OUTCOMES_DIR, plan_study, work_file, work_file_name
+from tests.unit.test_study_resume import FakeRunner, InterruptAfter
+from tests.unit.test_study_resume_dir import CLI_RESAMPLES, _start_blocked, _use_runner
+
+LONG_ID = "x" * 300  # past NAME_MAX (255 bytes) as a file name
+# Ids a careless or hostile prompt file may hold: the work directory's own file names, a
+# long one, dots, spaces, shell and path characters, non-ASCII, and two that differ only
+# in characters a file name cannot keep.
+HOSTILE_IDS = ("settings", "prompts", "runner", LONG_ID, "..", ".hidden", "a b", "a?b", "a*b", "$(rm -rf ~)",
+               "ünïcødé-π", "日本語", "CON", "x" * 47 + "é", "x" * 47 + "è")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*\.json$")
+
+
+def _prompt_file(path: Path, ids: list[str]) -> Path:
+    """Clean prompts of the embedded set (no twins), renamed to ``ids``."""
+    records = [json.loads(line) for line in default_prompts_path().read_text(encoding="utf-8").splitlines()]
+    clean = [r for r in records if r.get("variant", "clean") == "clean"][:len(ids)]
+    for r, pid in zip(clean, ids):
+        r["id"] = pid
+    path.write_text("".join(json.dumps(r) + "\n" for r in clean), encoding="utf-8")
+    return path
+
+
+def test_work_file_name_any_id_safe_bounded_and_distinct():
+    """Every id maps to a plain ASCII file name of at most 70 characters, and distinct ids to distinct names."""
+    names = [work_file_name(i) for i in HOSTILE_IDS]
+    assert all(SAFE_NAME.match(n) and len(n) <= 70 for n in names), names
+    assert len(set(names)) == len(HOSTILE_IDS)
+    assert not {n.removesuffix(".json") for n in names} & {"settings", "prompts", "runner"}
+    assert work_file_name("math-03").startswith("math-03-")  # readable where the id allows
+
+
+def test_run_study_ids_named_like_its_own_files_keep_the_directory_resumable(tmp_path, monkeypatch, capsys):
+    """Data loss: prompts ``settings`` and ``prompts`` overwrote settings.json and prompts.json, and --resume
+    then failed (settings.json is unreadable)."""
+    from lab import cli
+
+    monkeypatch.chdir(tmp_path)
+    _prompt_file(tmp_path / "p.jsonl", ["settings", "prompts", "runner", "math-x", "code-x", "fact-x"])
+    argv = ["study", "--prompts", "p.jsonl", "--device", "cpu", "--out", str(tmp_path / "out"), *CLI_RESAMPLES]
+    first = FakeRunner(fail_after=4)
+    _use_runner(monkeypatch, first)
+    with pytest.raises(InterruptAfter):
+        cli.main(argv)
+    (work,) = (tmp_path / "out").glob(".study-work-*")
+    assert json.loads((work / "settings.json").read_text())["format"] == WORK_FORMAT
+    second = FakeRunner()
+    _use_runner(monkeypatch, second)
+    assert cli.main(["study", "--resume", str(work), *CLI_RESAMPLES]) == 0, capsys.readouterr().err
+    assert sorted(first.calls + second.calls) == sorted(["settings", "prompts", "runner", "math-x", "code-x", "fact-x"])
+    assert len(second.calls) == 2
+
+
+def test_run_study_300_character_prompt_id_runs_and_resumes(tmp_path):
+    """OSError: File name too long, with a work directory left behind, for a 300-character id."""
+    cfg_kw = dict(device="cpu", out=str(tmp_path / "out"), n_resamples=99,
+                  prompts=str(_prompt_file(tmp_path / "p.jsonl", [LONG_ID, "b", "c", "d"])))
+    from lab.study.config import StudyConfig
+
+    cfg = StudyConfig(**cfg_kw)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=FakeRunner(fail_after=1))  # LONG_ID is the first prompt: it is stored
+    plan = plan_study(cfg)
+    assert work_file(plan, plan.prompts[0]).is_file() and plan.prompts[0].id == LONG_ID
+    rerun = FakeRunner()
+    result = run_study(cfg, runner=rerun)
+    assert rerun.calls == ["b", "c", "d"] and result.missing == []
+    assert [r["id"] for r in result.per_prompt] == [LONG_ID, "b", "c", "d"]
+
+
+def test_resume_work_dir_of_an_older_format_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A work directory of an older layout (prompt files beside settings.json) is refused, naming the format."""
+    from lab import cli
+
+    from lab.study.config import StudyConfig
+
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, limit=4)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=FakeRunner(fail_after=2))
+    plan = plan_study(cfg)
+    settings = json.loads((plan.work_dir / "settings.json").read_text())
+    (plan.work_dir / "settings.json").write_text(json.dumps({**settings, "format": 3}))
+    runner = FakeRunner()
+    _use_runner(monkeypatch, runner)
+    for argv in (["--resume", str(plan.work_dir)], ["--merge", str(plan.work_dir)]):
+        assert cli.main(["study", *argv, *CLI_RESAMPLES]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "work format 3" in err and f"format {WORK_FORMAT}" in err, err
+    assert runner.calls == []
+
+
+def test_outcomes_live_apart_from_the_directory_files(tmp_path):
+    from lab.study.config import StudyConfig
+
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, limit=4)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=FakeRunner(fail_after=2))
+    plan = plan_study(cfg)
+    assert sorted(p.name for p in plan.work_dir.iterdir()) == sorted(["settings.json", "prompts.json",
+                                                                      "runner.json", OUTCOMES_DIR])
+    assert len(list((plan.work_dir / OUTCOMES_DIR).iterdir())) == 2
