@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from lab.commands.common import add_model_args, add_out_arg
 
@@ -189,6 +190,11 @@ def run(args: argparse.Namespace) -> int:
 
             config = dataclasses.replace(config, shard=shard)
         plan = plan_study(config)
+        out = usable_out(config.out)
+        if out != config.out:
+            import dataclasses
+
+            plan = plan_study(dataclasses.replace(config, out=out))
     if shard is not None and not plan.prompts:
         from lab.study.work import count_units
 
@@ -244,6 +250,32 @@ def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
     out.print(verdict_table(result))
     out.print(f"report: {path}")
     return 0
+
+
+def usable_out(out: str) -> str:
+    """``out``, or the reports fallback (:func:`lab.reports.fallback_root`) where ``out`` refuses a new folder.
+
+    The work directory and its lock live under ``out``, so a fresh study needs a folder it can
+    create there before it starts, not only when its report is written. The access bits that
+    :func:`lab.reports.check_reports_root` reads do not tell: as root, ``/sys/kernel`` passes
+    them and refuses ``mkdir`` (EPERM). So a folder is made and removed; where that fails the
+    study runs under the fallback, with a warning naming both, as every command's report does.
+    Creates ``out`` (and its parents) when it can.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from lab.reports import fallback_root
+
+    try:
+        Path(out).expanduser().mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".lab-probe-", dir=Path(out).expanduser()))
+        return out
+    except OSError as exc:
+        fallback = fallback_root()
+        logger.warning("cannot write the study under %s (%s); writing it under %s instead",
+                       out, exc.strerror or exc, fallback)
+        return str(fallback)
 
 
 def cluster_config(args: argparse.Namespace):

@@ -43,6 +43,7 @@ def hold_work_dir(plan: StudyPlan) -> Iterator[StudyPlan]:
 
     Raises:
         WorkDirBusyError: another study holds the directory (naming it, in one line).
+        ValueError: the folder of the lock cannot be written (naming it).
     """
     if plan.locked:
         yield plan
@@ -69,11 +70,14 @@ def hold_work_dir(plan: StudyPlan) -> Iterator[StudyPlan]:
 
 def _lock(path: Path, mode: int, plan: StudyPlan) -> int:
     for _ in range(100):
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:  # a finishing run removed the empty locks folder meanwhile
             continue
+        except OSError as exc:  # a read-only or refusing folder: bad input, not a crash
+            raise ValueError(f"cannot lock the study's work directory {str(plan.work_dir)!r}: {str(path.parent)!r} "
+                             f"refuses it ({exc.strerror or exc}); use another --out") from None
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:

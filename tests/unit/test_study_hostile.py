@@ -120,3 +120,48 @@ def test_outcomes_live_apart_from_the_directory_files(tmp_path):
     assert sorted(p.name for p in plan.work_dir.iterdir()) == sorted(["settings.json", "prompts.json",
                                                                       "runner.json", OUTCOMES_DIR])
     assert len(list((plan.work_dir / OUTCOMES_DIR).iterdir())) == 2
+
+
+def _refusing_mkdir(monkeypatch, root: Path) -> None:
+    """``os.mkdir`` refuses (EPERM) every new folder directly inside ``root``, as /sys/kernel does for root."""
+    import errno
+    import os
+
+    real = os.mkdir
+
+    def mkdir(path, *args, **kw):
+        if Path(path).parent == root:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+
+
+def test_study_out_that_refuses_folders_falls_back_like_other_commands(tmp_path, monkeypatch, capsys):
+    """PermissionError traceback (the lock folder) for an --out that passes the access check and refuses mkdir."""
+    import lab.reports
+    from lab import cli
+
+    refusing, fallback = tmp_path / "refusing", tmp_path / "fallback"
+    refusing.mkdir()
+    monkeypatch.setattr(lab.reports, "fallback_root", lambda: fallback)
+    _refusing_mkdir(monkeypatch, refusing)
+    _use_runner(monkeypatch, FakeRunner())
+    assert cli.main(["study", "--limit", "4", "--device", "cpu", "--out", str(refusing), *CLI_RESAMPLES]) == 0
+    assert "instead" in capsys.readouterr().err
+    assert list(refusing.iterdir()) == [] and len(list(fallback.glob("*-study"))) == 1
+
+
+def test_study_out_sys_kernel_as_root_falls_back(tmp_path, monkeypatch, capsys):
+    """The issue's case itself, where it can be tried: root, and a /sys/kernel that refuses folders."""
+    import os
+
+    import lab.reports
+    from lab import cli
+
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and Path("/sys/kernel").is_dir()):
+        pytest.skip("needs root and /sys/kernel (as another user, --out /sys/kernel is refused as not writable)")
+    monkeypatch.setattr(lab.reports, "fallback_root", lambda: tmp_path / "fallback")
+    _use_runner(monkeypatch, FakeRunner())
+    assert cli.main(["study", "--limit", "4", "--device", "cpu", "--out", "/sys/kernel", *CLI_RESAMPLES]) == 0
+    assert len(list((tmp_path / "fallback").glob("*-study"))) == 1
