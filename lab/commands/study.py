@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.analysis.hypotheses import N_RESAMPLES
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
-    from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
+    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
@@ -80,8 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' or host:port joins a "
-                        "running cluster; no address starts a local one on this machine, sized to it")
+                   help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' (the cluster ray "
+                        "start left running), host:port or ray://host:port joins a running cluster, which must "
+                        "answer within --ray-timeout; no address (or 'local') starts a local one on this machine, "
+                        "sized to it, its logs in a lab-ray-* temp folder")
+    p.add_argument("--ray-timeout", type=float, default=None, metavar="S",
+                   help=f"with --ray ADDRESS: seconds the cluster has to answer before the study gives up "
+                        f"(default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
     p.add_argument("--ray-actors", type=int, default=None, metavar="N",
                    help="with --ray: actors to start, each holding the target and draft (default: one per GPU, "
                         "else one per --threads CPUs of the cluster)")
@@ -282,20 +287,31 @@ def cluster_config(args: argparse.Namespace):
     """The :class:`lab.study.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
 
     Raises:
-        ValueError: ``--ray-actors`` without ``--ray``, a count below 1, or Ray not
-            installed (naming the ``lab[cluster]`` extra to install).
+        ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray``, a count below 1, a
+            timeout outside (0, 3600] s, an address of no accepted form
+            (:func:`lab.study.cluster.parse_address`), or Ray not installed (naming the
+            ``lab[cluster]`` extra to install).
     """
-    if args.ray is None:
-        if args.ray_actors is not None:
-            raise ValueError("--ray-actors needs --ray")
-        return None
-    from lab.study.cluster import ClusterConfig, require_ray
+    import math
 
+    from lab.study.cluster import ClusterConfig, parse_address, require_ray
+    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S
+
+    if args.ray is None:
+        for flag, v in (("--ray-actors", args.ray_actors), ("--ray-timeout", args.ray_timeout)):
+            if v is not None:
+                raise ValueError(f"{flag} needs --ray")
+        return None
     for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
         if v is not None and v < 1:
             raise ValueError(f"{flag}={v} must be an integer >= 1")
+    timeout = DEFAULT_CONNECT_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout
+    if not (math.isfinite(timeout) and 0 < timeout <= 3600):
+        raise ValueError(f"--ray-timeout={args.ray_timeout:g} must be in (0, 3600] seconds")
+    address = parse_address(args.ray)  # before Ray is imported: a bad address is bad input, Ray or not
     require_ray()
-    return ClusterConfig(address=args.ray or None, n_actors=args.ray_actors, threads=args.threads or 1)
+    return ClusterConfig(address=address, n_actors=args.ray_actors, threads=args.threads or 1,
+                         connect_timeout_s=timeout)
 
 
 def _report_failed(result) -> int:

@@ -43,12 +43,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from lab.prompts import StudyPrompt
-from lab.study.config import Progress, PromptOutcome, Runner, StudyConfig
+from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, Progress, PromptOutcome, Runner, StudyConfig
 from lab.study.run import PromptFailure, measure
 from lab.study.runner import ModelRunner
 from lab.study.work import StudyPlan
@@ -67,6 +73,94 @@ DEFAULT_MAX_TASK_RETRIES = 2
 # One prompt running and one queued behind it per actor: the actor never idles while
 # the driver saves a result, and no actor holds more than one prompt in reserve.
 IN_FLIGHT_PER_ACTOR = 2
+# The first bytes of every HTTP/2 connection (RFC 9113, section 3.4): the client's preface and an
+# empty SETTINGS frame. Ray's GCS and its client server speak gRPC, so they answer with a frame
+# of their own; a port held by anything else stays silent, closes, or answers in another protocol.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS = 4  # frame type of the server's first frame (RFC 9113, section 6.5)
+ADDRESS_FORMS = "'auto', 'local', host:port or ray://host:port (port 1-65535)"
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]+)$")
+
+
+def parse_address(text: str | None) -> str | None:
+    """``--ray``'s ADDRESS, checked before anything connects.
+
+    Returns:
+        ``None`` for a local cluster started for the run (no address, or ``"local"``),
+        else the address as given: ``"auto"``, ``host:port`` or ``ray://host:port``.
+
+    Raises:
+        ValueError: any other form, or a port outside 1-65535, naming the address.
+    """
+    if text is None or text.strip() in ("", "local"):
+        return None
+    if text == "auto":
+        return text
+    m = _HOST_PORT.match(text.removeprefix("ray://"))
+    if m is None:
+        raise ValueError(f"--ray {text!r} is not an address: give {ADDRESS_FORMS}")
+    if not 1 <= int(m["port"]) <= 65535:
+        raise ValueError(f"--ray {text!r}: port {m['port']} is outside 1-65535")
+    return text
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    m = _HOST_PORT.match(address.removeprefix("ray://"))
+    assert m is not None, f"unchecked address {address!r}"
+    return m["host"].strip("[]"), int(m["port"])
+
+
+def check_reachable(address: str, timeout_s: float, *, shown: str | None = None) -> None:
+    """Fail in at most about ``timeout_s`` seconds unless ``address`` answers as a gRPC server.
+
+    A TCP connect, then the HTTP/2 preface (:data:`_HTTP2_PREFACE`), whose answer must be a
+    SETTINGS frame: what Ray's GCS (``host:port``) and Ray Client server (``ray://``) send
+    first. With TLS (``RAY_USE_TLS``) only the connect is tried.
+
+    Args:
+        address: A ``host:port`` or ``ray://host:port`` checked by :func:`parse_address`.
+        timeout_s: Seconds for the connect, and again for the answer.
+        shown: How the error names the address (default ``address``).
+
+    Raises:
+        ValueError: refused, unreachable, unknown host, no answer within ``timeout_s``,
+            or an answer that is not HTTP/2, naming the address and the bound.
+    """
+    import socket
+
+    host, port = _host_port(address)
+    name = shown or address
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            if os.environ.get("RAY_USE_TLS", "0") not in ("0", ""):
+                return
+            sock.sendall(_HTTP2_PREFACE)
+            head = sock.recv(9)  # a frame header: length (3 bytes), type, flags, stream id
+    except socket.timeout:
+        raise ValueError(f"--ray {name!r}: no answer within {timeout_s:g} s (--ray-timeout); is the cluster's "
+                         "head node up, and the port its GCS port (ray start --head prints it)?") from None
+    except OSError as exc:
+        raise ValueError(f"--ray {name!r}: cannot connect ({exc.strerror or exc}); start the cluster with "
+                         "ray start --head, or drop the address to start a local one for this run") from None
+    if len(head) < 4 or head[3] != _HTTP2_SETTINGS:
+        raise ValueError(f"--ray {name!r}: something answers there, but not a Ray cluster (no gRPC greeting); "
+                         "give the head node's GCS port (ray start --head prints it)")
+
+
+def resolve_auto(ray: Any) -> str:
+    """The ``host:port`` that ``--ray auto`` joins: ``RAY_ADDRESS``, else the cluster ``ray start`` left running.
+
+    Raises:
+        ValueError: no running cluster, or several, in one line saying what to do.
+    """
+    from ray._private.services import canonicalize_bootstrap_address_or_die  # Ray is pinned (pyproject.toml)
+
+    try:
+        return canonicalize_bootstrap_address_or_die(os.environ.get("RAY_ADDRESS") or "auto")
+    except ConnectionError as exc:
+        found = "several running Ray clusters" if "multiple" in str(exc) else "no running Ray cluster"
+        raise ValueError(f"--ray auto found {found} on this machine; start one with ray start --head, give its "
+                         "address (--ray host:port), or drop the address to start a local one for this run") from None
 
 
 def require_ray() -> Any:
@@ -90,7 +184,10 @@ class ClusterConfig:
 
     Attributes:
         address: ``None`` starts a local cluster on this machine; ``"auto"``,
-            ``host:port`` or ``ray://host:port`` joins a running one.
+            ``host:port`` or ``ray://host:port`` joins a running one
+            (:func:`parse_address`).
+        connect_timeout_s: Seconds a running cluster has to answer
+            (:func:`check_reachable`) before the study gives up.
         n_actors: Actors to start; ``None`` = one per worker slot of the cluster.
         threads: CPUs each actor reserves, and its torch threads.
         max_restarts: Ray's ``max_restarts`` of each actor.
@@ -102,10 +199,14 @@ class ClusterConfig:
     threads: int = 1  # one thread per actor: on CPUs, more actors beat more threads per decode
     max_restarts: int = DEFAULT_MAX_RESTARTS
     max_task_retries: int = DEFAULT_MAX_TASK_RETRIES
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
-            raise ValueError(f"address={self.address!r} must be 'auto', host:port or ray://host:port")
+        if self.address is not None and (not isinstance(self.address, str) or parse_address(self.address) is None):
+            raise ValueError(f"address={self.address!r} must be {ADDRESS_FORMS} (None starts a local cluster)")
+        t = self.connect_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+            raise ValueError(f"connect_timeout_s={t!r} must be in (0, 3600] seconds")
         for name in ("n_actors", "threads", "max_restarts", "max_task_retries"):
             v = getattr(self, name)
             if v is None and name == "n_actors":
@@ -202,14 +303,16 @@ class RayExecutor:
         self.actors: list[Any] = []
         self._plan_ref: Any = None
         self._owns_cluster = False
+        self._session_dir: str | None = None  # Ray's files of a local cluster this executor started
+        self._n_failed = 0
+        self._sigterm_handler: Callable[[int, Any], Any] | None = None  # this process's, wrapped while Ray runs
+        self._sigterm_seen = False
 
     def start(self, plan: StudyPlan) -> dict[str, Any]:
         ray = self.ray
         # 1. join or start the cluster
         if not ray.is_initialized():
-            kw = {"include_dashboard": False} if self.config.address is None else {"address": self.config.address}
-            ray.init(log_to_driver=False, logging_level=logging.WARNING, **kw)
-            self._owns_cluster = True
+            self._init_cluster()
         resources = ray.cluster_resources()
         slots = plan_slots(resources, self.config, local=self.config.address is None)
         if slots.num_gpus and plan.settings["device"] == "cpu":
@@ -228,7 +331,8 @@ class RayExecutor:
         self.actors = [actor_cls.remote(self._plan_ref, self.runner_factory, self.config.threads)
                        for _ in range(slots.n_actors)]
         try:
-            ready = ray.get([a.ready.remote() for a in self.actors])
+            with self._signals_as_raised():
+                ready = ray.get([a.ready.remote() for a in self.actors])
         except ray.exceptions.RayTaskError as exc:  # the factory's own error, e.g. a too-long prompt
             raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
 
@@ -265,12 +369,14 @@ class RayExecutor:
         while pending:
             if status is not None:
                 status(len(pending), n_failed)
-            [ref], _ = ray.wait(list(pending), num_returns=1)
+            with self._signals_as_raised():
+                [ref], _ = ray.wait(list(pending), num_returns=1)
             p, i = pending.pop(ref)
             load[i] -= 1
             actor_died = False
             try:
-                got: PromptOutcome | PromptFailure = ray.get(ref)
+                with self._signals_as_raised():
+                    got: PromptOutcome | PromptFailure = ray.get(ref)
             except ray.exceptions.RayTaskError as exc:  # a Python error in the task: not retried
                 got = PromptFailure(_one_line(exc.cause or exc))
             except ray.exceptions.RayError as exc:  # the actor died and Ray's retries are used up
@@ -278,6 +384,7 @@ class RayExecutor:
                 actor_died = True
             if isinstance(got, PromptFailure):
                 n_failed += 1
+                self._n_failed = n_failed
                 logger.warning("prompt %s failed: %s", p.id, got.error)
             yield p, got
             if actor_died and i in alive and not self._still_alive(i):
@@ -287,15 +394,78 @@ class RayExecutor:
             if not alive:
                 while queue:
                     n_failed += 1
+                    self._n_failed = n_failed
                     yield queue.popleft(), PromptFailure("no live actor was left to run it")
             feed()
         if status is not None:
             status(0, n_failed)
 
+    def _init_cluster(self) -> None:
+        """``ray.init``: a local cluster whose files live in a folder of its own, or a running
+        cluster checked to answer within the bound first; this process's SIGTERM handler kept."""
+        ray, address = self.ray, self.config.address
+        if address is None:
+            # Ray's logs and sockets go to a folder the lab owns and names, not /tmp/ray; a
+            # short path, since Ray's Unix sockets inside it must fit in 107 bytes.
+            self._session_dir = tempfile.mkdtemp(prefix="lab-ray-")
+            logger.info("Ray's session files (logs, sockets) go to %s", self._session_dir)
+            kw: dict[str, Any] = {"include_dashboard": False, "_temp_dir": self._session_dir}
+        else:
+            target = resolve_auto(ray) if address == "auto" else address
+            check_reachable(target, self.config.connect_timeout_s,
+                            shown=f"auto ({target})" if address == "auto" else address)
+            kw = {"address": target}
+        # ray.init sets its own SIGTERM handler (sys.exit) and its core worker a native one that
+        # dumps a stack and aborts (exit 134): this process's handler (the CLI's, which keeps the
+        # finished prompts and prints the resume line) is put back, wrapped by _on_sigterm, and a
+        # SIGTERM that arrived meanwhile is delivered to it again.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.getsignal(signal.SIGTERM) if main else None
+        try:
+            ray.init(log_to_driver=False, logging_level=logging.WARNING, **kw)
+        except (ConnectionError, RuntimeError) as exc:
+            if address is None:
+                raise
+            # a gRPC server that is not a Ray cluster's GCS passes check_reachable; Ray gives
+            # up on it by itself (~20 s measured), and says so in a ConnectionError
+            raise ValueError(f"--ray {address!r}: a server answers there, but Ray could not join it as a "
+                             f"cluster ({_one_line(exc)}); give the head node's GCS port") from None
+        except SystemExit as exc:
+            if previous is None or exc.code != signal.SIGTERM:
+                raise
+            signal.signal(signal.SIGTERM, previous)
+            signal.raise_signal(signal.SIGTERM)
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        self._owns_cluster = True
+        if callable(previous):
+            self._sigterm_handler = previous
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """This process's SIGTERM handler, noting that it ran: Ray's blocking calls (``ray.wait``,
+        ``ray.get``) turn whatever a signal handler raises into a plain ``KeyboardInterrupt``."""
+        self._sigterm_seen = True
+        self._sigterm_handler(signum, frame)
+
+    @contextmanager
+    def _signals_as_raised(self) -> Iterator[None]:
+        """Re-raise a ``KeyboardInterrupt`` that Ray made of a SIGTERM as this process's handler raises it
+        (the CLI's ``Terminated``: exit 143 and the resume line, as without ``--ray``)."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self._sigterm_seen and self._sigterm_handler is not None:
+                self._sigterm_handler(signal.SIGTERM, None)
+            raise
+
     def _still_alive(self, i: int) -> bool:
         """Whether actor ``i`` answers (Ray restarts it first if it has restarts left)."""
         try:
-            self.ray.get(self.actors[i].ready.remote())
+            with self._signals_as_raised():
+                self.ray.get(self.actors[i].ready.remote())
             return True
         except self.ray.exceptions.RayError:
             return False
@@ -312,6 +482,15 @@ class RayExecutor:
         if self._owns_cluster and ray.is_initialized():
             ray.shutdown()
         self._owns_cluster = False
+        if self._sigterm_handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm_handler)
+            self._sigterm_handler = None
+        if self._session_dir is not None:
+            if self._n_failed:  # the actors' logs may say why
+                logger.warning("Ray's logs of this run are kept in %s", self._session_dir)
+            else:
+                shutil.rmtree(self._session_dir, ignore_errors=True)
+            self._session_dir = None
 
 
 def _one_line(exc: BaseException) -> str:

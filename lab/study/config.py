@@ -29,6 +29,11 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
+# Seconds `--ray ADDRESS` waits for a running cluster to answer before it gives up
+# (lab.study.cluster.check_reachable). Ray's own connect retries for minutes, printing GCS
+# time-outs; a head node that answers at all answers a TCP connect and an HTTP/2 greeting in
+# milliseconds on a LAN, so 10 s leave room for a busy one.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # Bump when the work-file layout or the pipeline changes: a work file of another format is redone.
 # Format 3: one target decode per prompt (read off the speculative run's verify passes; no decode_s).
 # Format 4: finished prompts in outcomes/<stem>-<digest>.json (lab.study.work.work_file_name), so no

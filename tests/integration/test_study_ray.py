@@ -97,6 +97,7 @@ class FaultyFactory:
     die_once: bool = True  # ... on its first attempt only (a marker file), else on every attempt
     raise_on: str | None = None  # a Python error on this prompt
     real: bool = False  # the embedded model (ModelRunner.load) instead of FakeRunner
+    stall_after: int | None = None  # after this many prompts in one actor, touch `log`.stalled and hang
 
     def __call__(self, config):
         return _Faulty(ModelRunner.load(config) if self.real else FakeRunner(), self)
@@ -112,6 +113,10 @@ class _Faulty:
     def __call__(self, prompt):
         with open(self.spec.log, "a", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()} {prompt.id}\n")
+        self.n = getattr(self, "n", 0) + 1
+        if self.spec.stall_after is not None and self.n > self.spec.stall_after:
+            Path(self.spec.log + ".stalled").touch()
+            time.sleep(3600)  # until the driver's signal takes the cluster down
         if prompt.id == self.spec.die_on:
             marker = Path(self.spec.log + ".died")
             if not (self.spec.die_once and marker.exists()):
@@ -137,15 +142,33 @@ def fake_config(tmp_path: Path) -> StudyConfig:
     return StudyConfig(device="cpu", out=str(tmp_path), limit=LIMIT, n_resamples=99)
 
 
+def short_tmpdir() -> Path:
+    """A fresh, short TMPDIR for a subprocess: Ray's Unix sockets under it must fit in 107 bytes."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="lt-", dir="/tmp"))
+
+
 def test_cli_study_ray_starts_and_stops_its_own_local_cluster(tmp_path, lab_log):
-    """No address: a local cluster sized to the machine, stopped at the end with every Ray process."""
+    """No address: a local cluster sized to the machine, stopped at the end with every Ray process, its
+    session files (logs, sockets) in a lab-ray-* folder that goes with it. Fault class: Ray's session
+    logs written to <TMPDIR>/ray, outside anything the lab names or removes."""
+    import shutil
+
     before = ray_processes()
     out = lab_log.out
     seen = {p.name for p in out.iterdir()}
-    proc = subprocess.run([sys.executable, "-m", "lab.cli", "study", "--ray", "--ray-actors", "1", "--limit", "2",
-                           "--max-new-tokens", str(MAX_NEW_TOKENS), "--resamples", "99", "--device", "cpu",
-                           "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    tmpdir = short_tmpdir()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "lab.cli", "study", "--ray", "--ray-actors", "1", "--limit", "2",
+                               "--max-new-tokens", str(MAX_NEW_TOKENS), "--resamples", "99", "--device", "cpu",
+                               "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                              env={**os.environ, "TMPDIR": str(tmpdir)})
+        left = sorted(p.name for p in tmpdir.iterdir())
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert left == [], f"Ray left {left} in TMPDIR"
     (report,) = [p for p in out.iterdir() if p.name not in seen and p.name.endswith("-study")]
     lab_log.add_report(report)
     study = json.loads((report / "study.json").read_text())
@@ -242,3 +265,4 @@ def test_ray_resumed_driver_never_recomputes_a_stored_prompt(ray_cluster, tmp_pa
     result = run_study(cfg, executor=RayExecutor(ClusterConfig(n_actors=ACTORS), FaultyFactory(str(log))))
     assert set(attempts(log)) == {p.id for p in plan.prompts} - stored
     assert result.n_resumed == 5 and result.failed == {} and len(result.per_prompt) == LIMIT
+
