@@ -147,7 +147,12 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
 
 def checked_runner_factory(plan):
     """A runner factory that loads the models, then checks every prompt's length + ``--max-new-tokens``
-    against the target's context (:func:`lab.decode.check_context`) before any prompt runs."""
+    against the target's context (:func:`lab.decode.check_context`) before any prompt runs.
+
+    Raises (from the factory):
+        ValueError: a prompt too long for the context, or one the chat template refuses,
+            naming the prompt's id.
+    """
     from lab.decode import check_context
     from lab.models.chat import encode_chat
     from lab.study.runner import ModelRunner
@@ -157,8 +162,11 @@ def checked_runner_factory(plan):
         if getattr(runner, "target", None) is None:  # a runner without a model (tests' fakes): nothing to check
             return runner
         for prompt in plan.prompts:
-            ids = encode_chat(runner.tokenizer, [dict(m) for m in prompt.messages])
-            check_context(runner.target, ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
+            try:
+                ids = encode_chat(runner.tokenizer, [dict(m) for m in prompt.messages])
+                check_context(runner.target, ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
+            except ValueError as exc:  # in a set of hundreds, say which prompt
+                raise ValueError(f"prompt {prompt.id!r}: {exc}") from None
         return runner
 
     return factory

@@ -96,3 +96,23 @@ def _lock(path: Path, mode: int, plan: StudyPlan) -> int:
             return fd
         os.close(fd)  # the lock file was removed by a run that finished meanwhile: lock the new one
     raise WorkDirBusyError(f"could not lock {str(path)!r}")
+
+
+def running_shards(work_dir: Path) -> list[str]:
+    """``K/N`` of each shard whose per-shard lock is held now (a shard running in ``work_dir``)."""
+    import re
+
+    held = []
+    for path in sorted((work_dir.parent / LOCKS_DIR).glob(f"{work_dir.name}.shard-*-of-*.lock")):
+        m = re.search(r"\.shard-(\d+)-of-(\d+)\.lock$", path.name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(f"{m[1]}/{m[2]}" if m else path.name)
+        finally:
+            os.close(fd)
+    return held

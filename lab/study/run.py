@@ -7,6 +7,7 @@ import logging
 import math
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
@@ -20,7 +21,7 @@ from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
 from lab.study.work import (StudyPlan, write_json_atomic, load_finished, plan_from_work_dir, plan_study,
                             read_settings, save_finished, write_prompt_set)
-from lab.study.locks import hold_work_dir
+from lab.study.locks import WorkDirBusyError, hold_work_dir, running_shards
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +287,9 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
     Raises:
         ValueError: no directory, a directory without settings, settings that
             differ (naming the keys), a changed prompt set, or no finished prompt.
+        WorkDirBusyError: a shard (or a whole run) still runs in one of the
+            directories, naming it and the shards: a report then would silently lack
+            their prompts. Each directory is held while it is read.
     """
     started = time.perf_counter()
     dirs = [Path(d) for d in work_dirs]
@@ -298,6 +302,20 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
             raise ValueError(f"merge: {str(d)!r} was run with other settings than {str(dirs[0])!r} "
                              f"(differ in {', '.join(keys)}); shards of one study must share every setting")
     plan = plan_from_work_dir(dirs[0], flag="--merge", **overrides)
+    with ExitStack() as held:
+        for d in {d.resolve(): d for d in dirs}.values():  # each directory once, by the path its shards lock
+            try:
+                held.enter_context(hold_work_dir(StudyPlan(plan.config, [], plan.settings, plan.key, d)))
+            except WorkDirBusyError:
+                shards = running_shards(d)
+                who = f"shard{'s' if len(shards) > 1 else ''} {', '.join(shards)}" if shards else "a study"
+                raise WorkDirBusyError(f"--merge: {who} still running in {str(d)!r}; merge when every shard has "
+                                       "finished (a report now would lack their prompts)") from None
+        return _merge_held(plan, dirs, started)
+
+
+def _merge_held(plan: StudyPlan, dirs: list[Path], started: float) -> StudyResult:
+    """:func:`merge_study` with every work directory held against running shards."""
     outcomes: dict[str, PromptOutcome] = {}
     info: dict[str, Any] = {}
     for d in dirs:

@@ -165,3 +165,50 @@ def test_study_out_sys_kernel_as_root_falls_back(tmp_path, monkeypatch, capsys):
     _use_runner(monkeypatch, FakeRunner())
     assert cli.main(["study", "--limit", "4", "--device", "cpu", "--out", "/sys/kernel", *CLI_RESAMPLES]) == 0
     assert len(list((tmp_path / "fallback").glob("*-study"))) == 1
+
+
+def test_merge_while_a_shard_runs_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """--merge while shards still ran exited 0 with a report marked INCOMPLETE (their prompts left out)."""
+    from lab import cli
+
+    out = tmp_path / "out"
+    shard, release = _start_blocked(tmp_path, ["study", "--limit", "8", "--shard", "1/2", "--out", str(out),
+                                               "--device", "cpu", *CLI_RESAMPLES])
+    try:
+        (work,) = out.glob(".study-work-*")
+        rc = cli.main(["study", "--merge", str(work), "--out", str(tmp_path / "reports"), *CLI_RESAMPLES])
+    finally:
+        release.touch()
+    shard.communicate(timeout=120)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "shard 1/2 still running" in err and str(work) in err, err
+    assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").iterdir())
+    assert shard.returncode == 0  # the shard, untouched, finished
+
+
+def test_prompt_too_long_for_the_context_refused_naming_its_id(tmp_path, monkeypatch):
+    """A prompt longer than the context (or 1 MB) was refused without naming which prompt of the set."""
+    import types
+
+    import torch
+
+    import lab.models.chat
+    from lab.commands.study import checked_runner_factory
+    from lab.study.config import StudyConfig
+
+    big = "word " * 200_000  # 1 MB
+    ids = ["a-1", "huge-one", "c-3"]
+    path = _prompt_file(tmp_path / "p.jsonl", ids)
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    records[1]["messages"][-1]["content"] = big
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    # a stand-in tokenizer: one token per word; a target with a 2,048-position context
+    monkeypatch.setattr(lab.models.chat, "encode_chat",
+                        lambda tok, messages: torch.zeros(1, sum(len(m["content"].split()) for m in messages)))
+    fake = types.SimpleNamespace(target=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=2048)),
+                                 tokenizer=None, info={})
+    _use_runner(monkeypatch, fake)
+    plan = plan_study(StudyConfig(device="cpu", out=str(tmp_path), prompts=str(path)))
+    with pytest.raises(ValueError, match=r"^prompt 'huge-one': --max-new-tokens=") as err:
+        checked_runner_factory(plan)(plan.config)
+    assert "\n" not in str(err.value)
