@@ -31,7 +31,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-settings.register_profile("default", max_examples=60, deadline=None)
+# No profile may depend on timing: no deadline, and no too_slow health check (it fails a test
+# whose data generation merely ran slowly on a busy machine).
+settings.register_profile("default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "ci",
     max_examples=300,
@@ -48,6 +50,7 @@ settings.register_profile(
     derandomize=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

@@ -47,7 +47,9 @@ LIMIT = 12  # 6 twin pairs, every category
 MAX_NEW_TOKENS = 2  # keeps the serial + cluster runs of the embedded model to ~1.5 min on 2 busy cores
 RESAMPLES = 499  # the CIs must be equal, not precise
 TIMING = ("prefill_s", "decode_s", "speculative_s", "wall_s", "temperature_s")  # differ run to run by nature
-RAY_GONE_S = 20.0  # Ray's processes exit within seconds of ray.shutdown(); allow a busy machine
+# Ray's processes exit within seconds of ray.shutdown(); the bound only ends the wait for a leftover
+# process, so it is set far above that, for a machine busy with other work.
+RAY_GONE_S = 120.0
 _RAY_PROCESS = re.compile(r"\b(raylet|gcs_server)\b|^ray::|ray/(_private|dashboard|autoscaler)/")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +183,14 @@ def test_cli_study_ray_starts_and_stops_its_own_local_cluster(tmp_path, lab_log)
 
 def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, smollm2, tmp_path, lab_log):
     """2 single-CPU actors, one killed by os._exit on a prompt mid-run: the report equals the serial
-    run's with one torch thread, and every prompt is in it once."""
+    run's with one torch thread, and every prompt is in it once.
+
+    Fault class: a test asserting more than Ray guarantees. Ray retries an actor's tasks at
+    least once (https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html): a prompt the
+    killed actor had finished, whose reply was lost with it, is run again, so attempts are only
+    bounded below (every prompt >= 1, the victim >= 2). What the lab guarantees is exact: each
+    prompt's result in the report once, and the report equal to the serial run. The duplicates
+    are recorded in the integration log (``duplicate_attempts``)."""
     import torch
 
     from lab.render.study import write_report
@@ -208,11 +217,14 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
                                                   FaultyFactory(str(log), die_on=victim, real=True)))
     ray_s = time.perf_counter() - t0
     lab_log.add_report(write_report(result, lab_log.out))
-    lab_log.record(serial_s=serial_s, ray_s=ray_s, actors=ACTORS, killed_on=victim, load_1m=os.getloadavg()[0])
+    tried = attempts(log)
+    duplicates = {pid: n - 1 - (pid == victim) for pid, n in tried.items() if n - 1 - (pid == victim) > 0}
+    lab_log.record(serial_s=serial_s, ray_s=ray_s, actors=ACTORS, killed_on=victim, load_1m=os.getloadavg()[0],
+                   duplicate_attempts=duplicates)
 
     assert result.failed == {} and result.missing == []
-    assert attempts(log) == Counter({**{p.id: 1 for p in plan.prompts}, victim: 2})
-    assert [r["id"] for r in result.per_prompt] == [p.id for p in plan.prompts]
+    assert all(tried[p.id] >= 1 for p in plan.prompts) and tried[victim] >= 2, tried
+    assert [r["id"] for r in result.per_prompt] == [p.id for p in plan.prompts]  # each once, in order
     assert strip(result.per_prompt) == strip(serial.per_prompt)
     assert strip(result.per_token) == strip(serial.per_token)
     assert to_jsonable(result.analysis.tests) == to_jsonable(serial.analysis.tests)  # effects, CIs, p, Holm p
@@ -231,7 +243,9 @@ def test_ray_prompts_that_keep_failing_are_named_and_the_rest_complete(ray_clust
     result = run_study(plan, executor=executor)
     assert result.failed[raises] == f"ValueError: cannot measure {raises}"
     assert result.failed[dies].startswith("its actor died 2 times")
-    assert attempts(log)[dies] == 2 and attempts(log)[raises] == 1  # Ray retries deaths only
+    # Ray retries deaths only: `dies` kills its actor on each of its 1 + max_task_retries attempts;
+    # `raises` runs again only if its reply was lost with an actor that `dies` killed (at least once)
+    assert attempts(log)[dies] == 2 and attempts(log)[raises] >= 1
     # the actor is dead after its one restart: at most the prompt queued behind `dies` fails with it
     others = set(result.failed) - {dies, raises}
     assert len(others) <= 1 and all("actor died" in result.failed[i] for i in others)
