@@ -29,7 +29,7 @@ al. (2023) (p = target, q = draft; a drafted token is kept with probability
 min(1, p/q)), a prompt's numbers do not depend on the order prompts run in, and
 a resumed study equals an uninterrupted one.
 
-Resume: each finished prompt is written to ``<out>/.study-work-<key>/<id>.json``
+Resume: each finished prompt is written to ``<out>/.study-work-<key>/outcomes/<stem>-<digest>.json``
 (temp file + ``os.replace``, so a file is either complete or absent); ``<key>`` is
 a hash of every setting that changes the numbers (:func:`lab.study.work.settings_key`). A rerun
 with the same settings loads the finished prompts and runs only the rest;
