@@ -207,7 +207,8 @@ def _rename_to_free_name(staging: Path, final: Path) -> Path:
 
 
 class ReportWriteError(RuntimeError):
-    """The report could not be written (an ``OSError`` at report time); the message names the path."""
+    """The report, or a file a command writes beside it once it is complete (a calibration), could
+    not be written (an ``OSError`` after the work); the message names the path. The CLI exits 1."""
 
 
 def fallback_root() -> Path:

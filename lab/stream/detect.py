@@ -61,7 +61,7 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
     n = min(int(n_tokens), input_ids.shape[1])
     if n < 2:
         raise ValueError(f"n_tokens={n_tokens} must be >= 2")
-    threshold, _, _ = resolve_threshold(model, threshold)
+    threshold, _, _, _ = resolve_threshold(model, threshold)
     ids = input_ids[:, :n].to(next(model.parameters()).device)
     per_head = capture_received(model, ids).per_head  # [L, H, n]
     scores = score_positions(per_head, [ROLE_CONTENT] * n)
