@@ -137,7 +137,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         print("lab: interrupted", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-    from lab.render.console import printable, setup_logging
+    from lab.render.console import setup_logging
+    from lab.safe_text import printable
     from lab.models.loading import ModelUnavailableError
     from lab.reports import ReportWriteError
     from lab.bench.peer.llamacpp import PeerRunError
