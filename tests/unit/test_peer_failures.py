@@ -57,20 +57,30 @@ def test_run_binary_hung_binary_is_killed_with_its_process_group(tmp_path):
 
     child_pid = tmp_path / "child.pid"
     script = _bins(tmp_path / "bin", f"sleep 600 &\necho $! > {child_pid}\nwait\n") / TARGETS[1]
-    start = time.monotonic()
     with pytest.raises(PeerRunError, match=r"did not finish within 1 s .* killed") as exc:
         peer_bench.run_binary([str(script), "--version"], timeout=1)
     assert str(script) in str(exc.value)
-    assert time.monotonic() - start < 60  # bounded, not 1,800 s (a loose bound: the machine may be busy)
     pid = int(child_pid.read_text())
-    for _ in range(100):  # the kernel reaps the killed child
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
+    # SIGKILL is delivered at once; the kernel may need a moment to end the process (a generous
+    # wait, not a timing assertion). A zombie (state Z, not yet reaped by its new parent) is dead.
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    else:
-        pytest.fail(f"the hung binary's child {pid} outlived the timeout")
+    assert not _alive(pid), f"the hung binary's child {pid} outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (state Z, not yet reaped by its new parent) counts as dead."""
+    if Path("/proc").is_dir():
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_call_timeout_sized_from_the_work_not_thirty_minutes():
