@@ -162,3 +162,11 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
     assert written["measure"] == data["chosen"] and data["saved_to"] == str(health_choice.user_path())
+
+
+def test_cli_stream_bad_calibration_file_exits_2_before_loading(tmp_path, capsys, monkeypatch):
+    _no_model(monkeypatch)
+    rc = cli.main(["stream", "--calibration", str(tmp_path / "missing.json"), "--device", "cpu",
+                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--calibration" in err and "missing.json" in err, err
