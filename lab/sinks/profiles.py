@@ -1,8 +1,8 @@
 """The sink detector's calibrations as packaged data: one loader, below the prefill analysis.
 
 A calibrated constant belongs to the data it was calibrated on, so none is copied
-into code. ``lab calibrate-sinks`` writes two kinds of file under
-``lab/sinks/calibrations/`` (shipped with the package):
+into code. Two kinds of file, shipped under ``lab/sinks/calibrations/`` and written by
+``lab calibrate-sinks`` into the user's folder (see the end of this docstring):
 
 * ``<profile>.json``, one per calibrated profile (``lab calibrate-sinks --model
   PROFILE``): a threshold for every candidate statistic (``thresholds``, all swept
@@ -39,6 +39,7 @@ rate in (0, 1), a z above 0.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -213,7 +214,7 @@ def load_calibration(profile: str | None, path: str | Path | None = None) -> Sin
     data = _read_json(path, "sink calibration")
     chosen = (data.get("thresholds") or {}).get(statistic)
     named = data.get("profile")
-    right_profile = isinstance(named, str) and named if given else named == profile
+    right_profile = (isinstance(named, str) and bool(named)) if given else named == profile
     if not right_profile or not _finite(chosen):
         raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r} "
                          f"of profile {profile or named!r}; re-run `lab calibrate-sinks --model {profile or named}`")
@@ -249,8 +250,12 @@ def resolve_threshold(model: Any, threshold: float | None,
     return choice.default_threshold, None, SOURCE_DEFAULT, choice.path
 
 
+@functools.lru_cache(maxsize=64)
 def _announce(message: str, path: str) -> None:
-    """A log line naming the file used: INFO for a user's or given file, DEBUG for the package's own."""
+    """A log line naming the file used: INFO for a user's or given file, DEBUG for the package's own.
+
+    Once per message and process (the cache): a study resolves the threshold for every prompt.
+    """
     logger.log(logging.DEBUG if is_packaged(path) else logging.INFO, message)
 
 
