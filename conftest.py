@@ -72,3 +72,12 @@ def pytest_addoption(parser):
     parser.addoption("--lab-reports", default=None, metavar="DIR",
                      help="root of the integration tier's experiment log (default: $LAB_TEST_REPORTS, else "
                           "reports/ in the repository); each run writes <DIR>/<timestamp>-integration/")
+
+
+@pytest.fixture(autouse=True)
+def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's own calibrations or logs (``~/.cache/lab/...``): each test
+    gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``; subprocesses inherit them)."""
+    root = tmp_path_factory.mktemp("lab-user")
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
+    monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))

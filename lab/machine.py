@@ -154,3 +154,34 @@ def busy_warning(summary: dict[str, Any]) -> str | None:
             f"{summary['max_load_1m']:.2f} with {summary['threads']} torch thread(s) on {summary['cpu_count']} CPUs "
             f"({summary['rule']}). Other processes competed for the cores, so times and speedups are inflated "
             "and noisy; re-run on a quiet machine before trusting them.")
+
+
+def _meminfo_kib(field_name: str) -> int | None:
+    """One field of Linux ``/proc/meminfo`` in KiB, or None (another platform, or no such field)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_text() -> str:
+    """The memory this process can have, in words: the machine's total and available memory and
+    the address-space limit (``ulimit -v``) when one is set. Parts it cannot read are left out."""
+    parts = []
+    total, available = _meminfo_kib("MemTotal"), _meminfo_kib("MemAvailable")
+    if total is not None:
+        parts.append(f"the machine has {total / 2**20:.1f} GiB"
+                     + (f", {available / 2**20:.1f} GiB available" if available is not None else ""))
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            parts.append(f"this process is limited to {soft / 2**30:.1f} GiB of address space (ulimit -v)")
+    except (ImportError, OSError, ValueError):  # not on every platform
+        pass
+    return "; ".join(parts) if parts else "the machine's memory could not be read"

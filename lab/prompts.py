@@ -188,6 +188,25 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
     return prompts
 
 
+def read_utf8(path: str | Path, what: str) -> str:
+    """The text of a UTF-8 file a user named; ``what`` is how the user named it (``--prompts 'x.jsonl'``).
+
+    Raises:
+        ValueError: the file cannot be read, or is not valid UTF-8 (naming ``what``, the
+            line and the byte offset of the first bad byte).
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(f"{what}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
     """Load and validate a prompt file (default: :func:`default_prompts_path`).
 
@@ -197,11 +216,7 @@ def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
     p = Path(path) if path is not None else default_prompts_path()
     if not p.is_file():
         raise ValueError(f"prompts={str(p)!r} is not a file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = p.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ValueError(f"prompts={str(p)!r}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    text = read_utf8(p, f"prompts={str(p)!r}")
     return parse_prompts(text.splitlines(), source=str(p))
 
 

@@ -7,6 +7,10 @@ always complete: an interrupted or failed run leaves none (the staging directory
 is removed on any exception, KeyboardInterrupt included, and the CLI turns SIGTERM
 into one); a staging directory left by a killed process is removed by the next
 report written in that root once it is :data:`STALE_STAGING_S` old.
+
+Text files and CSV cells are written with control, bidirectional and invisible
+characters escaped (:func:`lab.safe_text.printable`), so ``cat summary.md`` cannot
+drive a terminal; ``report.json`` keeps the exact text (JSON escapes those characters).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+
+from lab.safe_text import printable
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +140,10 @@ def check_reports_root(root: str | Path) -> Path:
     return path
 
 
+def _cell(value: Any) -> Any:
+    return printable(value) if isinstance(value, str) else value
+
+
 class ReportDir:
     """A report directory being written; see :func:`report_dir`."""
 
@@ -142,21 +152,27 @@ class ReportDir:
         self.final = final
 
     def write_text(self, name: str, text: str) -> Path:
+        """Write a text file (``summary.md``) with control, bidirectional and invisible characters
+        escaped (:func:`lab.safe_text.printable`): a report read in a terminal cannot drive it."""
         p = self.path / name
-        p.write_text(text, encoding="utf-8")
+        p.write_text(printable(text), encoding="utf-8")
         return p
 
     def write_json(self, name: str, data: Any) -> Path:
-        return self.write_text(name, json.dumps(to_jsonable(data), indent=2, allow_nan=False) + "\n")
+        """Write JSON as is: ``json.dumps`` already escapes every non-ASCII and control character."""
+        p = self.path / name
+        p.write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        return p
 
     def write_csv(self, name: str, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str] | None = None) -> Path:
+        """Write a CSV; string cells are escaped like :meth:`write_text` (the full text stays in the JSON)."""
         p = self.path / name
         fields = list(fieldnames or (rows[0].keys() if rows else []))
         with p.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=fields)
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: to_jsonable(row.get(k)) for k in fields})
+                writer.writerow({k: _cell(to_jsonable(row.get(k))) for k in fields})
         return p
 
     def file(self, name: str) -> Path:
@@ -207,7 +223,8 @@ def _rename_to_free_name(staging: Path, final: Path) -> Path:
 
 
 class ReportWriteError(RuntimeError):
-    """The report could not be written (an ``OSError`` at report time); the message names the path."""
+    """The report, or a file a command writes beside it once it is complete (a calibration), could
+    not be written (an ``OSError`` after the work); the message names the path. The CLI exits 1."""
 
 
 def fallback_root() -> Path:

@@ -91,6 +91,7 @@ def _check_dynamic(specs: tuple[str, ...]) -> None:
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     from lab.bench.run import DEFAULT_PROMPTS
     from lab.bench.levers import CODE_PROMPTS
+    from lab.prompts import read_utf8
 
     if not values:
         return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
@@ -100,7 +101,7 @@ def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
             path = Path(v[1:])
             if not path.is_file():
                 raise ValueError(f"--prompts {v!r}: {path} is not a file")
-            out += [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            out += [line.strip() for line in read_utf8(path, f"--prompts {v!r}").splitlines() if line.strip()]
         elif v.strip():
             out.append(v)
     if not out:

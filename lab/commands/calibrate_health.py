@@ -5,8 +5,10 @@ one poisoned variant of each (distractors from the study's prompt set), one
 streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule of
 :mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
 with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
-rule's choice goes to the packaged ``lab/health/chosen.json``
-(:mod:`lab.health.choice`), which :func:`lab.health.graded.graded_health` applies.
+rule's choice then goes, atomically, to ``health/chosen.json`` in the user's calibration
+folder (``$LAB_CALIBRATION_DIR``, default ``~/.cache/lab/calibrations``; never the installed
+package), which :func:`lab.health.graded.graded_health` reads before the packaged
+``lab/health/chosen.json`` (:mod:`lab.health.choice`).
 Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
 :mod:`lab.sinks.prefill`).
 """
@@ -34,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
                         "report the ranking targets there: no value shared by > 10%% of clean prompts, no tied twins")
     p.add_argument("--save", action="store_true",
-                   help="write the rule's choice to the packaged lab/health/chosen.json, which every command's "
-                        "context health then applies (default: report only)")
+                   help="after the report, write the rule's choice to $LAB_CALIBRATION_DIR/health/chosen.json "
+                        "(default ~/.cache/lab/calibrations/health/chosen.json), which every command's context "
+                        "health then applies before the packaged lab/health/chosen.json (default: report only)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -43,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lab.health import measures as health
-    from lab.health.choice import load_chosen, write_chosen
+    from lab.health.choice import chosen_path, load_chosen, user_path, write_chosen
     from lab.sinks.calibration import load_prompts
     from lab.health.calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
                                         study_set_figures)
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.sinks.prefill import analyze_prefill
     from lab.render.health import calibration_markdown, candidates_table
-    from lab.reports import environment, report_dir
+    from lab.reports import ReportWriteError, environment, report_dir
 
     # 1. Validate before loading.
     clean = load_prompts(args.prompts)
@@ -90,14 +93,11 @@ def run(args: argparse.Namespace) -> int:
     data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
-                 "n_clean": len(clean), "current_chosen": current})
-    if args.save:
-        path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
-                            chosen_at=data["environment"].get("created"))
-        err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
-    elif data["chosen"] != current:
-        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the packaged choice "
-                  f"(lab/health/chosen.json) is {current!r}; run with --save to write it", markup=False, highlight=False)
+                 "n_clean": len(clean), "current_chosen": current, "current_chosen_file": str(chosen_path()),
+                 "saved_to": str(user_path()) if args.save else None})
+    if not args.save and data["chosen"] != current:
+        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the current choice "
+                  f"({chosen_path()}) is {current!r}; run with --save to write it", markup=False, highlight=False)
     if not data["chosen_holds_on_prompts"]:
         failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
         err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "
@@ -110,4 +110,15 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("prompts.csv", data["prompts"])
         rd.write_text("summary.md", calibration_markdown(data))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+
+    # 5. Save the choice (after the report: a failure leaves neither half-written).
+    if args.save:
+        try:
+            path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
+                                chosen_at=data["environment"].get("created"))
+        except OSError as exc:
+            raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the choice could not be "
+                                   f"saved to {str(user_path())!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR "
+                                   "to a writable folder and re-run") from exc
+        err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
     return 0

@@ -11,13 +11,15 @@ chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv
 
 Every candidate statistic of :data:`lab.sinks.candidates.STATISTICS` is swept on the same
 prefills; for a named profile the per-candidate thresholds and counts are written to
-``lab/sinks/calibrations/<profile>.json`` (``--no-save`` to skip), which every command
-then reads. The statistic rule (:func:`lab.sinks.calibration.choose_statistic`) is then
-applied over the recorded figures of all the profiles calibrated so far, and its
-choice and default threshold are written to ``lab/sinks/calibrations/choice.json``;
-when it chooses another statistic than the packaged one, every profile file's
-``statistic`` field is migrated to it (:func:`lab.sinks.profiles.migrate_statistic`).
-The layout of both files is in :mod:`lab.sinks.profiles`.
+``<profile>.json`` in the user's calibration folder (``$LAB_CALIBRATION_DIR/sinks``, default
+``~/.cache/lab/calibrations/sinks``; ``--no-save`` to skip), which every command then reads
+before the packaged ``lab/sinks/calibrations/<profile>.json``. The statistic rule
+(:func:`lab.sinks.calibration.choose_statistic`) is applied over the recorded figures of all
+the profiles calibrated so far, and its choice and default threshold go to ``choice.json``
+beside it; when it chooses another statistic than the packaged one, every profile file's
+``statistic`` field is migrated to it (:func:`lab.sinks.profiles.migrate_statistic`). These
+files are written after the report, each atomically, never into the installed package. The
+layout of both files is in :mod:`lab.sinks.profiles`.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated token lengths of long uniform prompts built from the set's text, scored "
                         "too (default: 2048; 'none' to skip)")
     p.add_argument("--no-save", dest="save", action="store_false",
-                   help="do not write the profile's packaged calibration lab/sinks/calibrations/<profile>.json "
-                        "nor the cross-profile choice.json (default: write them when --model is a named profile "
-                        "and --prompts is the packaged set)")
+                   help="do not write the profile's calibration <profile>.json nor the cross-profile choice.json "
+                        "into $LAB_CALIBRATION_DIR/sinks/ (default ~/.cache/lab/calibrations/sinks/), which "
+                        "commands read before the packaged files (default: write them, after the report, when "
+                        "--model is a named profile and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -83,17 +86,14 @@ def _candidate_figures(res: dict, scores, long_scores, held, held_long) -> dict:
     return out
 
 
-def _cross_model(err, *, save: bool, at: str | None) -> dict | None:
-    """The statistic rule over every packaged profile calibration (None until one exists).
+def _cross_model(err, feasible: dict, packaged) -> dict | None:
+    """The statistic rule over every calibrated profile's recorded figures (None until one exists).
 
-    With ``save``, the rule's choice and default go to the packaged ``choice.json`` and
-    each profile file's ``statistic`` field follows the choice.
+    ``feasible`` is :func:`lab.sinks.profiles.recorded_feasible` with this run's profile in it
+    when it is saved; nothing is written here (see :func:`_save`).
     """
-    from lab.models.profiles import PROFILES
     from lab.sinks.calibration import choose_statistic
-    from lab.sinks.profiles import load_choice, migrate_statistic, recorded_feasible, write_choice
 
-    feasible = recorded_feasible(PROFILES)
     if not feasible:
         return None
     try:
@@ -101,22 +101,30 @@ def _cross_model(err, *, save: bool, at: str | None) -> dict | None:
     except ValueError as exc:
         err.print(f"calibrate-sinks: {exc}", markup=False, highlight=False)
         return {"profiles": sorted(feasible), "chosen": None, "default_threshold": None}
-    packaged = load_choice()
-    if save:
-        path = write_choice(chosen, default, feasible, chosen_at=at)
-        err.print(f"detector choice written: {path} ({chosen}, default {default:g})", markup=False, highlight=False)
-        if chosen != packaged.statistic:
-            reason = (f"the cross-profile rule (lab.sinks.calibration.choose_statistic) chose {chosen} over the "
-                      f"profiles' recorded feasible thresholds ({', '.join(sorted(feasible))}); this file's "
-                      f"thresholds.{chosen} comes from the same sweep")
-            for name in sorted(feasible):
-                migrate_statistic(name, chosen, reason=reason, at=at or "")
-    elif (chosen, default) != (packaged.statistic, packaged.default_threshold):
-        err.print(f"calibrate-sinks: over the calibrated profiles ({', '.join(sorted(feasible))}) the rule chooses "
-                  f"{chosen!r} (default {default:g}) but {packaged.path} holds {packaged.statistic!r} (default "
-                  f"{packaged.default_threshold:g}); run with the packaged prompts and without --no-save to write it",
-                  markup=False, highlight=False)
-    return {"profiles": sorted(feasible), "chosen": chosen, "default_threshold": default}
+    return {"profiles": sorted(feasible), "chosen": chosen, "default_threshold": default,
+            "moves_from": None if (chosen, default) == (packaged.statistic, packaged.default_threshold)
+            else {"statistic": packaged.statistic, "default_threshold": packaged.default_threshold,
+                  "path": packaged.path}}
+
+
+def _save(err, profile: str, calibration: dict, cross: dict | None, packaged_statistic: str, at: str | None) -> None:
+    """Write the profile's calibration, then the rule's choice (and each profile file's ``statistic``
+    when the choice moves), into the user's folder, each file atomically; never into the package."""
+    from lab.sinks.profiles import migrate_statistic, write_calibration, write_choice
+
+    path = write_calibration(profile, calibration)
+    err.print(f"calibration written: {path}", markup=False, highlight=False)
+    if cross is None or cross["chosen"] is None:
+        return
+    chosen, default = cross["chosen"], cross["default_threshold"]
+    path = write_choice(chosen, default, cross["profiles"], chosen_at=at)
+    err.print(f"detector choice written: {path} ({chosen}, default {default:g})", markup=False, highlight=False)
+    if chosen != packaged_statistic:
+        reason = (f"the cross-profile rule (lab.sinks.calibration.choose_statistic) chose {chosen} over the "
+                  f"profiles' recorded feasible thresholds ({', '.join(cross['profiles'])}); this file's "
+                  f"thresholds.{chosen} comes from the same sweep")
+        for name in cross["profiles"]:
+            migrate_statistic(name, chosen, reason=reason, at=at or "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
                                        evaluate, load_prompts, long_prompts, score_prompts, sweep_candidates)
     from lab.sinks.candidates import STATISTICS
     from lab.sinks.prefill import MIN_OBSERVING_QUERIES
-    from lab.sinks.profiles import calibration_path, load_choice
+    from lab.reports import ReportWriteError
+    from lab.sinks.profiles import load_choice, recorded_feasible, user_dir
 
     # 1. Validate before loading.
     prompts = load_prompts(args.prompts)
@@ -214,22 +223,28 @@ def run(args: argparse.Namespace) -> int:
                      "n_content": int(s.candidate_content_scores.numel())} for s in scores],
     }
 
-    # 4. The profile's packaged calibration (every command reads it), then the rule across profiles
-    #    (its choice.json, and the profile files' statistic field when the choice moves).
+    # 4. The profile's calibration and the rule across profiles, computed here and written after
+    #    the report (step 6), so a run that fails leaves neither half-written.
+    profile_file = None
+    feasible = recorded_feasible(PROFILES)
     if save:
-        path = calibration_path(args.model)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        packaged = {"profile": args.model, "model": info, "statistic": statistic,
-                    "thresholds": {k: v["chosen"] for k, v in candidates.items()}, "candidates": candidates,
-                    "criteria": data["criteria"], "n_prompts": len(scores), "n_held_out": len(held_scores),
-                    "long_lengths": list(lengths), "calibrated_at": data["environment"].get("created"),
-                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
-        path.write_text(json.dumps(to_jsonable(packaged), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        err.print(f"calibration written: {path}", markup=False, highlight=False)
+        profile_file = {"profile": args.model, "model": info, "statistic": statistic,
+                        "thresholds": {k: v["chosen"] for k, v in candidates.items()}, "candidates": candidates,
+                        "criteria": data["criteria"], "n_prompts": len(scores), "n_held_out": len(held_scores),
+                        "long_lengths": list(lengths), "calibrated_at": data["environment"].get("created"),
+                        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+        profile_file = json.loads(json.dumps(to_jsonable(profile_file), allow_nan=False))
+        feasible[args.model] = {k: list(v["feasible_thresholds"] or []) for k, v in candidates.items()}
     elif args.save and args.model not in PROFILES:
         err.print(f"calibrate-sinks: {args.model!r} is not a named profile; its calibration stays in the report "
                   "(commands run it with the default threshold)", markup=False, highlight=False)
-    data["cross_model"] = _cross_model(err, save=save, at=data["environment"].get("created"))
+    data["cross_model"] = cross = _cross_model(err, feasible, choice)
+    data["saved_to"] = str(user_dir()) if save else None
+    if cross is not None and cross.get("moves_from") and not save:
+        err.print(f"calibrate-sinks: over the calibrated profiles ({', '.join(cross['profiles'])}) the rule chooses "
+                  f"{cross['chosen']!r} (default {cross['default_threshold']:g}) but {choice.path} holds "
+                  f"{choice.statistic!r} (default {choice.default_threshold:g}); run with the packaged prompts and "
+                  "without --no-save to write it", markup=False, highlight=False)
 
     # 5. Show and write.
     stdout_console().print(calibration_table(data))
@@ -240,4 +255,13 @@ def run(args: argparse.Namespace) -> int:
         rd.write_text("summary.md", calibration_markdown(data) + candidates_markdown(data))
         plot_sweep(data, rd.file("sweep.png"))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+
+    # 6. Save the calibration for the commands that read it (the user's folder, never the package).
+    if save:
+        try:
+            _save(err, args.model, profile_file, cross, choice.statistic, data["environment"].get("created"))
+        except OSError as exc:
+            raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the calibration could not be "
+                                   f"saved under {str(user_dir())!r} ({exc.strerror or exc}); set "
+                                   "LAB_CALIBRATION_DIR to a writable folder and re-run") from exc
     return 0

@@ -9,7 +9,6 @@ report. The report directory ``<out>/<timestamp>-sinks-<slug>/`` holds
 from __future__ import annotations
 
 import argparse
-import math
 import warnings
 from pathlib import Path
 
@@ -31,9 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
     add_model_args(p)
     p.add_argument("--threshold", type=float, default=None,
-                   help=f"{choice.label} ({choice.statistic}) above which a position is a sink (default: the "
-                        "model's own calibration, lab/sinks/calibrations/<profile>.json, written by `lab "
-                        "calibrate-sinks`; a model without one runs with the uncalibrated default and says so)")
+                   help=f"{choice.label} ({choice.statistic}) above which a position is a sink"
+                        + (", in (0, 1)" if choice.statistic == "sink_rate" else ", above 0")
+                        + " (default: the model's own calibration: the one `lab calibrate-sinks` wrote into "
+                          "$LAB_CALIBRATION_DIR/sinks/ (~/.cache/lab/calibrations/sinks/), else the packaged "
+                          "lab/sinks/calibrations/<profile>.json; a model without one runs with the uncalibrated "
+                          "default and says so)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="read the threshold from this calibration file (a <profile>.json written by `lab "
+                        "calibrate-sinks`) instead of the model's own (default: the model's own)")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -66,11 +71,17 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
+    from lab.sinks.profiles import check_threshold, load_calibration, load_choice
 
     # 1. Validate everything before loading anything.
     prompt = read_prompt(args.prompt, args.prompt_file)
-    if args.threshold is not None and not math.isfinite(args.threshold):
-        raise ValueError(f"--threshold={args.threshold!r} must be a finite number")
+    statistic = load_choice().statistic
+    if args.threshold is not None:
+        check_threshold(statistic, args.threshold, "--threshold")
+        if args.calibration is not None:
+            raise ValueError(f"--threshold={args.threshold!r} and --calibration={args.calibration!r}: give one")
+    elif args.calibration is not None:
+        load_calibration(None, args.calibration)  # a bad file is named before the model loads
     messages = build_messages(prompt, args.system)
     device = check_model_args(args)
 
@@ -80,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     with err.status("prefill with streaming attention capture"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the uncalibrated notice is printed below, once
-        analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold)
+        analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold, calibration=args.calibration)
     if analysis.threshold_source not in ("calibrated", "given"):
         err.print(f"warning: the sink threshold is not calibrated for {args.model!r}; using the default "
                   f"{analysis.threshold:g} (run `lab calibrate-sinks --model PROFILE` for a named profile)",

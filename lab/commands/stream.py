@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="targets per chunk, the unit of the bootstrap and the paired test (default: 128)")
     p.add_argument("--detect-tokens", type=int, default=512,
                    help="the first chunk the sink detector analyses for detected:K+W (default: 512)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="the sink calibration file detected:K+W reads its threshold from (a <profile>.json written "
+                        "by `lab calibrate-sinks`) (default: the model's own, the user's before the packaged one)")
     p.add_argument("--recompute-every", type=int, default=16,
                    help="the recompute oracle scores every N-th target, each exactly (default: 16)")
     p.add_argument("--recompute-batch", type=int, default=16, help="oracle windows per forward pass (default: 16)")
@@ -102,7 +105,12 @@ def run(args: argparse.Namespace) -> int:
                        detect_tokens=args.detect_tokens, recompute_every=args.recompute_every,
                        recompute_batch=args.recompute_batch, acceptance=not args.no_acceptance,
                        prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                       temperature=args.temperature, seed=args.seed, draft=_draft_spec(args))
+                       temperature=args.temperature, seed=args.seed, draft=_draft_spec(args),
+                       calibration=args.calibration)
+    if args.calibration is not None:
+        from lab.sinks.profiles import load_calibration
+
+        load_calibration(None, args.calibration)  # a bad file is named before the model loads
     text, source, slug = _read_text(args.text_file)
     device = check_model_args(args)
 
@@ -127,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             "settings": {**{k: v for k, v in vars(cfg).items() if k != "policies"},
                          "policies": [p.spec for p in cfg.policies], "eval_start": cfg.eval_start},
             "detection": None if det is None else {"n_tokens": det.n_tokens, "threshold": det.threshold,
+                                                   "calibration_file": det.calibration_file,
                                                    "flagged": det.flagged, "ranked": det.ranked[:32],
                                                    "score_first_32": det.score[:32]},
             "policies": result.summary, "tests": result.tests, "recompute_check": result.recompute_check,

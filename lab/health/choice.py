@@ -11,7 +11,12 @@ names. Layout (one JSON object):
 * ``model``: the model whose calibration prompts the rule ran on;
 * ``chosen_at``: when.
 
-Stdlib only, so the pure measures can import it without importing model code.
+The package ships the file and nothing writes into the package: ``--save`` writes
+``health/chosen.json`` in the user's calibration folder (``$LAB_CALIBRATION_DIR``, default
+``~/.cache/lab/calibrations``), atomically, and the loader reads that file before the
+package's own (:func:`chosen_path` says which).
+
+Stdlib only (and :mod:`lab.user_dirs`), so the pure measures can import it without importing model code.
 """
 
 from __future__ import annotations
@@ -20,16 +25,29 @@ import json
 from importlib import resources
 from pathlib import Path
 
-CHOSEN_FILE = "health/chosen.json"  # inside the lab package
+from lab.user_dirs import calibration_dir, write_text_atomic
+
+CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
 
 
-def chosen_path() -> Path:
-    """Where the packaged choice lives."""
+def packaged_path() -> Path:
+    """Where the packaged choice lives (read only)."""
     return Path(str(resources.files("lab").joinpath(CHOSEN_FILE)))
 
 
+def user_path() -> Path:
+    """Where ``lab calibrate-health --save`` writes the user's choice."""
+    return calibration_dir() / CHOSEN_FILE
+
+
+def chosen_path() -> Path:
+    """The choice the loader reads: the user's, else the packaged one."""
+    user = user_path()
+    return user if user.is_file() else packaged_path()
+
+
 def load_chosen() -> str:
-    """The name of the packaged context-health measure.
+    """The name of the chosen context-health measure (the user's choice, else the packaged one).
 
     Raises:
         ValueError: the file is missing, does not parse, or lacks a non-empty ``measure``.
@@ -47,14 +65,14 @@ def load_chosen() -> str:
 
 
 def write_chosen(measure: str, *, decided_by: str, model: str, chosen_at: str | None) -> Path:
-    """Write the packaged choice (what :func:`load_chosen` reads); returns its path.
+    """Write the user's choice (what :func:`load_chosen` then reads), atomically; returns its path.
 
     Raises:
         ValueError: an empty ``measure``.
+        OSError: the user's calibration folder cannot be written.
     """
     if not isinstance(measure, str) or not measure:
         raise ValueError(f"measure={measure!r} must be a non-empty candidate name")
-    path = chosen_path()
-    path.write_text(json.dumps({"measure": measure, "rule": "lab.health.calibration.choose", "decided_by": decided_by,
-                                "model": model, "chosen_at": chosen_at}, indent=1) + "\n", encoding="utf-8")
-    return path
+    return write_text_atomic(user_path(), json.dumps(
+        {"measure": measure, "rule": "lab.health.calibration.choose", "decided_by": decided_by, "model": model,
+         "chosen_at": chosen_at}, indent=1) + "\n")

@@ -4,8 +4,8 @@ One measure everywhere, so that figures from different commands compare:
 :func:`graded_health` is what ``lab sinks``, the study and the calibrations all
 report, ``NaN`` ("not measurable") when no content position is observed by enough
 queries to judge. Which candidate it applies is packaged data
-(``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), written by
-``lab calibrate-health --save``.
+(``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), or the user's own
+choice written by ``lab calibrate-health --save``.
 
 Context health keeps one scale and meaning: 0..10, where 10 means the
 attention a prompt's content receives flows the way it does in a clean prompt

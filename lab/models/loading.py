@@ -299,9 +299,15 @@ def load_model(
             why = f"it could not be fetched from the hub ({type(exc).__name__})"
         raise ModelUnavailableError(f"model {name_or_path!r} ({source}) is not available on this machine: {why}"
                                     f"{_instead(name_or_path, profile, source)}") from exc
+    except MemoryError as exc:  # the CLI adds what the machine has and what to try
+        raise MemoryError(f"loading model {name_or_path!r}{_weights_size(source)} as {str(torch_dtype).removeprefix('torch.')}"
+                          f": {exc or 'no detail given'}") from exc
     if profile is not None and profile.eos_token_ids:
         model.generation_config.eos_token_id = list(profile.eos_token_ids)
-    model.to(dev)
+    try:
+        model.to(dev)
+    except MemoryError as exc:
+        raise MemoryError(f"moving model {name_or_path!r} to {dev}: {exc or 'no detail given'}") from exc
     model.eval()
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
@@ -318,6 +324,18 @@ def load_model(
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
     }
     return model, tokenizer
+
+
+def _weights_size(source: str) -> str:
+    """`` (N.N GiB of weights)`` for a local model folder, else ``""``."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return ""
+    try:
+        size = sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+    except OSError:
+        return ""
+    return f" ({size / 2**30:.2f} GiB of weights on disk)" if size else ""
 
 
 def _instead(name: str, profile: ModelProfile | None, source: str) -> str:

@@ -2,32 +2,24 @@
 
 Terminal safety: prompts, file names and model output are echoed everywhere, and any
 of them may hold an escape sequence (``ESC [2J`` clears the screen, ``ESC ]0;...``
-retitles the window) or Rich markup (``[bold]``). Every console made here
+retitles the window), a bidirectional control that reorders what is shown, an
+invisible character, or Rich markup (``[bold]``). Every console made here
 (:class:`SafeConsole`) therefore parses no markup in strings (styles come from
-``Text`` objects and ``style=``) and shows every control character of the text it
-prints as ``\\xNN`` (:func:`printable`), while the escape sequences Rich itself emits
-for styles and cursor control are untouched.
+``Text`` objects and ``style=``) and shows each such character of the text it
+prints as an escape (:func:`lab.safe_text.printable`), while the escape sequences Rich
+itself emits for styles and cursor control are untouched.
 """
 
 from __future__ import annotations
 
 import logging
-import unicodedata
 from typing import Iterable
 
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.segment import Segment
 
-_KEEP = frozenset("\n\t")  # layout, not terminal commands
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character (Unicode category Cc: C0, DEL, C1) but newline
-    and tab written as ``\\xNN``; everything else, Unicode included, unchanged."""
-    if text.isprintable() or not any(unicodedata.category(c) == "Cc" and c not in _KEEP for c in text):
-        return text
-    return "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" and c not in _KEEP else c for c in text)
+from lab.safe_text import printable
 
 
 class SafeConsole(Console):

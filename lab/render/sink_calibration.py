@@ -130,4 +130,7 @@ def candidates_markdown(data: dict[str, Any]) -> str:
         lines += ["", f"Rule across the calibrated profiles ({', '.join(cross['profiles'])}): the first statistic "
                   f"feasible on all of them is **{cross['chosen']}**; a threshold feasible on all: "
                   f"{cross['default_threshold']}."]
+    if data.get("saved_to"):
+        lines += ["", f"Saved for the commands that read it (after this report): `{data['saved_to']}` "
+                  "(the user's calibration folder, read before the packaged files)."]
     return "\n".join(lines) + "\n"

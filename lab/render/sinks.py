@@ -18,6 +18,7 @@ from rich.text import Text
 
 from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
+from lab.sinks.profiles import is_packaged
 from lab.sinks.structure import ROLE_CONTENT
 
 STYLE_STRUCTURAL = "cyan"
@@ -82,11 +83,18 @@ def health_text(a: PrefillAnalysis) -> str:
     return f"{a.context_health:.1f} / 10"
 
 
+def _file_text(path: str | None) -> str:
+    """Which calibration file: the packaged one, or the user's / a given one by its path."""
+    if path is None:
+        return "file unknown"
+    return "packaged" if is_packaged(path) else f"from {path}"
+
+
 def threshold_text(a: PrefillAnalysis) -> str:
     """Where the threshold came from, said plainly (an uncalibrated model says so)."""
     rule = f"{STATISTIC_LABEL.get(a.statistic, a.statistic)} > {a.threshold:g}"
     if a.calibrated_for:
-        return f"{rule} (calibrated for {a.calibrated_for})"
+        return f"{rule} (calibrated for {a.calibrated_for}, {_file_text(a.calibration_file)})"
     if a.threshold_source == "given":
         return f"{rule} (given with --threshold)"
     return f"{rule}: NOT calibrated for this model (the default; run `lab calibrate-sinks` on a profile)"
@@ -208,6 +216,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "statistic": a.statistic,
         "threshold_source": a.threshold_source,
         "calibrated_for": a.calibrated_for,
+        "calibration_file": a.calibration_file,
         "context_health": a.context_health,  # null: not measurable
         "context_health_measure": "lab.health.graded.graded_health",
         "content_sink_health": a.content_sink_health,

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.prompts import CalibrationPrompt
+from lab.prompts import CalibrationPrompt, read_utf8
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import capture_received
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, candidate_scores
@@ -69,17 +69,15 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
     """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged ``packaged`` set.
 
     Raises:
-        ValueError: a line is not valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
+        ValueError: the file cannot be read or is not UTF-8 (naming it and the line), a line is not
+            valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
     """
     if path is None:
         text = resources.files("lab").joinpath(f"data/{packaged}").read_text(encoding="utf-8")
         where = f"lab/data/{packaged}"
     else:
         where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"prompts={where!r} cannot be read: {exc}") from exc
+        text = read_utf8(path, f"prompts={where!r}")
     out, seen = [], set()
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -54,6 +54,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -112,6 +113,8 @@ class PrefillAnalysis:
             when the threshold was given by the caller or is the uncalibrated default.
         threshold_source: ``"calibrated"``, ``"default (not calibrated for this model)"``
             or ``"given"``.
+        calibration_file: The file the threshold (or the default) was read from: the
+            user's, the packaged one or ``--calibration``'s; ``None`` when given.
         layer_scores: Float32 ``[L, S]``: the statistic per layer (:class:`SinkScores`).
         layer_sinks: Bool ``[L, S]``: ``layer_scores > threshold`` at observed positions.
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
@@ -143,6 +146,7 @@ class PrefillAnalysis:
     layer_scores: torch.Tensor
     layer_sinks: torch.Tensor
     last_logits: torch.Tensor
+    calibration_file: str | None = None
 
     @property
     def calibrated(self) -> bool:
@@ -284,7 +288,8 @@ def _check_threshold(threshold: float | None, epsilon: float) -> None:
 def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str]], *,
                     threshold: float | None = None, epsilon: float = DEFAULT_EPSILON,
                     min_observers: int = MIN_OBSERVING_QUERIES,
-                    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, cache: Any = None) -> PrefillAnalysis:
+                    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, cache: Any = None,
+                    calibration: str | Path | None = None) -> PrefillAnalysis:
     """Find the attention sinks of a chat prompt in one streaming prefill.
 
     Args:
@@ -301,6 +306,8 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         cache: An empty KV cache the capture's prefill fills
             (:func:`lab.sinks.capture.capture_received`), so a decode can go on
             from this prefill instead of running its own; None = no cache.
+        calibration: A calibration file to read the threshold from instead of the
+            profile's (``--calibration FILE``); ignored when ``threshold`` is given.
 
     Returns:
         :class:`PrefillAnalysis`.
@@ -313,7 +320,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
             cannot be captured, or the capture failed validation.
     """
     _check_threshold(threshold, epsilon)
-    threshold, calibrated_for, source = resolve_threshold(model, threshold)
+    threshold, calibrated_for, source, calibration_file = resolve_threshold(model, threshold, calibration)
     # 1. tokenize and attribute positions to the template or the content
     structure = analyze_structure(tokenizer, messages)
     ids = structure.input_ids
@@ -364,6 +371,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         statistic=scores.statistic,
         calibrated_for=calibrated_for,
         threshold_source=source,
+        calibration_file=calibration_file,
         layer_scores=scores.layer_scores,
         layer_sinks=layer_sinks,
         last_logits=captured.last_logits,

@@ -1,8 +1,8 @@
 """The sink detector's calibrations as packaged data: one loader, below the prefill analysis.
 
 A calibrated constant belongs to the data it was calibrated on, so none is copied
-into code. ``lab calibrate-sinks`` writes two kinds of file under
-``lab/sinks/calibrations/`` (shipped with the package):
+into code. Two kinds of file, shipped under ``lab/sinks/calibrations/`` and written by
+``lab calibrate-sinks`` into the user's folder (see the end of this docstring):
 
 * ``<profile>.json``, one per calibrated profile (``lab calibrate-sinks --model
   PROFILE``): a threshold for every candidate statistic (``thresholds``, all swept
@@ -26,11 +26,22 @@ since another candidate's threshold is on another scale.
 
 The candidate statistics themselves (:data:`lab.sinks.candidates.STATISTICS`) are
 the rule's definitions and stay code.
+
+Where the files are read from and written to: the package ships them, and nothing
+writes into the package. ``lab calibrate-sinks`` writes its files, atomically, into the
+user's folder :func:`user_dir` (``$LAB_CALIBRATION_DIR/sinks``, default
+``~/.cache/lab/calibrations/sinks``). The loaders read a file there before the package's
+own (:func:`calibration_path`, :func:`choice_path`), and ``--calibration FILE`` (``lab
+sinks``) overrides both for one run; the file used is named in the report and in a log
+line. A threshold must lie in the statistic's range (:func:`check_threshold`): a sink
+rate in (0, 1), a z above 0.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import warnings
 from dataclasses import dataclass
@@ -39,8 +50,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
+from lab.user_dirs import calibration_dir as user_calibration_root
+from lab.user_dirs import write_text_atomic
+
+logger = logging.getLogger(__name__)
 
 CALIBRATION_DIR = "sinks/calibrations"  # inside the lab package
+USER_SUBDIR = "sinks"  # inside the user's calibration folder (lab.user_dirs.calibration_dir)
 CHOICE_FILE = "choice.json"  # the cross-profile choice, beside the profile files
 SOURCE_CALIBRATED = "calibrated"
 SOURCE_DEFAULT = "default (not calibrated for this model)"
@@ -62,6 +78,24 @@ class SinkCalibration:
     statistic: str
     threshold: float
     path: str
+
+
+def check_threshold(statistic: str, threshold: float, where: str) -> float:
+    """``threshold`` if it lies in ``statistic``'s range: a sink rate in (0, 1), a z above 0.
+
+    A rate of 0 or below flags every position any query attends to, a rate of 1 or above
+    none; a z at or below 0 flags at least half of them: neither finds sinks.
+
+    Raises:
+        ValueError: a non-finite or out-of-range value, naming ``where`` (a flag or a file) and the value.
+    """
+    if not _finite(threshold):
+        raise ValueError(f"{where}={threshold!r} must be a finite number")
+    if statistic == "sink_rate" and not 0 < threshold < 1:
+        raise ValueError(f"{where}={threshold!r} is a sink rate (a share of queries): it must lie in (0, 1)")
+    if statistic != "sink_rate" and threshold <= 0:
+        raise ValueError(f"{where}={threshold!r} is a z ({statistic}): it must be above 0")
+    return float(threshold)
 
 
 @dataclass(frozen=True)
@@ -88,18 +122,33 @@ class DetectorChoice:
 
 
 def calibration_dir() -> Path:
-    """The packaged calibrations folder."""
+    """The packaged calibrations folder (read only: nothing writes here)."""
     return Path(str(resources.files("lab").joinpath(CALIBRATION_DIR)))
 
 
+def user_dir() -> Path:
+    """The user's sink calibrations, written by ``lab calibrate-sinks`` (``$LAB_CALIBRATION_DIR/sinks``)."""
+    return user_calibration_root() / USER_SUBDIR
+
+
+def _read_first(name: str) -> Path:
+    user = user_dir() / name
+    return user if user.is_file() else calibration_dir() / name
+
+
 def calibration_path(profile: str) -> Path:
-    """Where the packaged calibration of ``profile`` lives (it may not exist)."""
-    return calibration_dir() / f"{profile}.json"
+    """The calibration file of ``profile`` the loader reads: the user's, else the packaged one (it may not exist)."""
+    return _read_first(f"{profile}.json")
 
 
 def choice_path() -> Path:
-    """Where the packaged cross-profile choice lives."""
-    return calibration_dir() / CHOICE_FILE
+    """The cross-profile choice the loader reads: the user's, else the packaged one."""
+    return _read_first(CHOICE_FILE)
+
+
+def is_packaged(path: str | Path) -> bool:
+    """Whether ``path`` is one of the package's own files (not a user's or a given one)."""
+    return Path(path).parent == calibration_dir()
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -130,54 +179,88 @@ def load_choice() -> DetectorChoice:
         raise ValueError(f"sink detector choice {path} needs a statistic in {', '.join(STATISTICS)} and a finite "
                          f"default_threshold, got statistic={statistic!r}, default_threshold={default!r}; "
                          "re-run `lab calibrate-sinks`")
+    check_threshold(statistic, default, f"sink detector choice {path}: default_threshold")
     return DetectorChoice(statistic=statistic, default_threshold=float(default),
                           profiles=tuple(data.get("profiles") or ()), path=str(path))
 
 
-def load_calibration(profile: str | None) -> SinkCalibration | None:
-    """The packaged calibration of ``profile`` for the chosen statistic, or ``None`` when there is none.
+def load_calibration(profile: str | None, path: str | Path | None = None) -> SinkCalibration | None:
+    """The calibration of ``profile`` for the chosen statistic, or ``None`` when there is none.
+
+    Args:
+        profile: The profile name; its file is the user's, else the packaged one
+            (:func:`calibration_path`).
+        path: A calibration file to read instead (``--calibration FILE``); it may have been
+            made for another profile (its own ``profile`` is returned).
 
     Raises:
         ValueError: the file exists but does not parse, lacks a finite ``threshold``
-            for the chosen statistic (:func:`load_choice`), or was calibrated for
-            another profile; the choice file's own errors.
+            for the chosen statistic (:func:`load_choice`) or holds one out of range
+            (:func:`check_threshold`), or (without ``path``) was calibrated for another
+            profile; a given ``path`` that is not a file; the choice file's own errors.
     """
-    if not profile:
+    given = path is not None
+    if given:
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise ValueError(f"--calibration={str(path)!r} is not a file")
+    elif not profile:
         return None
-    path = calibration_path(profile)
-    if not path.is_file():
-        return None
+    else:
+        path = calibration_path(profile)
+        if not path.is_file():
+            return None
     statistic = load_choice().statistic
     data = _read_json(path, "sink calibration")
     chosen = (data.get("thresholds") or {}).get(statistic)
-    if data.get("profile") != profile or not _finite(chosen):
+    named = data.get("profile")
+    right_profile = (isinstance(named, str) and bool(named)) if given else named == profile
+    if not right_profile or not _finite(chosen):
         raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r} "
-                         f"of profile {profile!r}; re-run `lab calibrate-sinks --model {profile}`")
-    return SinkCalibration(profile=profile, statistic=statistic, threshold=float(chosen), path=str(path))
+                         f"of profile {profile or named!r}; re-run `lab calibrate-sinks --model {profile or named}`")
+    check_threshold(statistic, chosen, f"sink calibration {path}: thresholds.{statistic}")
+    return SinkCalibration(profile=named, statistic=statistic, threshold=float(chosen), path=str(path))
 
 
-def resolve_threshold(model: Any, threshold: float | None) -> tuple[float, str | None, str]:
-    """``(threshold, calibrated_for, source)`` for an analysis of ``model``.
+def resolve_threshold(model: Any, threshold: float | None,
+                      calibration: str | Path | None = None) -> tuple[float, str | None, str, str | None]:
+    """``(threshold, calibrated_for, source, path)`` for an analysis of ``model``.
 
-    A given ``threshold`` wins (``source = "given"``); else the model's profile
-    calibration; else the packaged default (:func:`load_choice`), with a
-    ``UserWarning`` naming the model.
+    A given ``threshold`` wins (``source = "given"``); else ``calibration`` (a file given
+    with ``--calibration``); else the model's profile calibration (the user's file, else
+    the packaged one); else the default (:func:`load_choice`), with a ``UserWarning``
+    naming the model. ``path`` is the file the threshold came from (None: given); a file
+    other than the package's own is announced in a log line.
+
+    Raises:
+        ValueError: as :func:`load_calibration` and :func:`load_choice`.
     """
     if threshold is not None:
-        return float(threshold), None, SOURCE_GIVEN
+        return float(threshold), None, SOURCE_GIVEN, None
     info = getattr(model, "lab_source", None) or {}
-    cal = load_calibration(info.get("profile"))
+    cal = load_calibration(info.get("profile"), calibration)
     if cal is not None:
-        return cal.threshold, cal.profile, SOURCE_CALIBRATED
+        _announce(f"sink threshold {cal.threshold:g} (calibrated for {cal.profile}) from {cal.path}", cal.path)
+        return cal.threshold, cal.profile, SOURCE_CALIBRATED, cal.path
     choice = load_choice()
     warnings.warn(f"sink threshold not calibrated for model {info.get('model', type(model).__name__)!r}: "
                   f"using the default {choice.label} > {choice.default_threshold:g} "
                   "(run `lab calibrate-sinks` on a profile)", UserWarning, stacklevel=3)
-    return choice.default_threshold, None, SOURCE_DEFAULT
+    _announce(f"sink detector default from {choice.path}", choice.path)
+    return choice.default_threshold, None, SOURCE_DEFAULT, choice.path
+
+
+@functools.lru_cache(maxsize=64)
+def _announce(message: str, path: str) -> None:
+    """A log line naming the file used: INFO for a user's or given file, DEBUG for the package's own.
+
+    Once per message and process (the cache): a study resolves the threshold for every prompt.
+    """
+    logger.log(logging.DEBUG if is_packaged(path) else logging.INFO, message)
 
 
 def recorded_feasible(profiles: Sequence[str]) -> dict[str, dict[str, list[float]]]:
-    """``{profile: {statistic: feasible thresholds}}`` as recorded in each packaged profile file.
+    """``{profile: {statistic: feasible thresholds}}`` as recorded in each profile file (:func:`calibration_path`).
 
     Profiles without a file are left out; this is the input of
     :func:`lab.sinks.calibration.choose_statistic`.
@@ -198,22 +281,36 @@ def recorded_feasible(profiles: Sequence[str]) -> dict[str, dict[str, list[float
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def write_calibration(profile: str, data: dict) -> Path:
+    """Write ``profile``'s calibration into the user's folder, atomically; returns its path.
+
+    Raises:
+        ValueError: ``data`` names another profile.
+        OSError: the folder cannot be written.
+    """
+    if data.get("profile") != profile:
+        raise ValueError(f"data['profile']={data.get('profile')!r} is not profile={profile!r}")
+    path = user_dir() / f"{profile}.json"
+    _write_json(path, data)
+    return path
 
 
 def write_choice(statistic: str, default_threshold: float, profiles: Sequence[str], *, chosen_at: str | None) -> Path:
-    """Write the packaged ``choice.json`` (what :func:`load_choice` reads); returns its path.
+    """Write ``choice.json`` (what :func:`load_choice` reads) into the user's folder, atomically; returns its path.
 
     Raises:
         ValueError: ``statistic`` outside :data:`lab.sinks.candidates.STATISTICS` or a
             non-finite ``default_threshold``.
+        OSError: the folder cannot be written.
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
     if not _finite(default_threshold):
         raise ValueError(f"default_threshold={default_threshold!r} must be a finite number")
-    path = choice_path()
+    path = user_dir() / CHOICE_FILE
     _write_json(path, {"rule": "lab.sinks.calibration.choose_statistic", "statistic": statistic,
                        "default_threshold": float(default_threshold), "profiles": sorted(profiles),
                        "chosen_at": chosen_at})
@@ -221,7 +318,10 @@ def write_choice(statistic: str, default_threshold: float, profiles: Sequence[st
 
 
 def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> bool:
-    """Rewrite the ``statistic`` field of ``profile``'s packaged file without re-running its sweep.
+    """Rewrite the ``statistic`` field of ``profile``'s file without re-running its sweep.
+
+    The file read is :func:`calibration_path`'s (the user's, else the packaged one); the
+    rewritten file goes into the user's folder, atomically.
 
     For when the cross-profile rule chose another statistic than the one a file was
     written for: its ``thresholds`` hold every candidate's threshold from the same
@@ -236,7 +336,7 @@ def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> 
     """
     path = calibration_path(profile)
     if not path.is_file():
-        raise ValueError(f"profile={profile!r} has no packaged sink calibration ({path})")
+        raise ValueError(f"profile={profile!r} has no sink calibration ({path})")
     data = _read_json(path, "sink calibration")
     if not _finite((data.get("thresholds") or {}).get(statistic)):
         raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r}: "
@@ -246,5 +346,5 @@ def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> 
     data.setdefault("migrated", []).append({"field": "statistic", "from": data.get("statistic"), "to": statistic,
                                             "reason": reason, "at": at})
     data["statistic"] = statistic
-    _write_json(path, data)
+    _write_json(user_dir() / path.name, data)
     return True

@@ -36,6 +36,8 @@ class Detection:
             :func:`lab.sinks.prefill.score_positions`).
         received: Float32 ``[n_tokens]`` mean received attention (probability).
         threshold: The threshold on ``score`` used.
+        calibration_file: The file it was read from (the user's, the packaged one or
+            ``--calibration``'s; :func:`lab.sinks.profiles.resolve_threshold`); None when given.
     """
 
     n_tokens: int
@@ -44,15 +46,17 @@ class Detection:
     score: torch.Tensor
     received: torch.Tensor
     threshold: float
+    calibration_file: str | None = None
 
 
 @torch.no_grad()
 def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
-                 threshold: float | None = None) -> Detection:
+                 threshold: float | None = None, calibration: str | None = None) -> Detection:
     """Run the sink detector on the first ``n_tokens`` tokens of ``input_ids`` ``[1, S]``.
 
     ``threshold``: the detector's score above which a position is flagged; ``None``
-    (default) reads the model's calibration (:func:`lab.sinks.profiles.resolve_threshold`).
+    (default) reads the model's calibration (:func:`lab.sinks.profiles.resolve_threshold`),
+    or ``calibration``, a calibration file given instead.
 
     Raises:
         ValueError: ``n_tokens`` < 2, or the capture's own errors (an attention
@@ -61,11 +65,11 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
     n = min(int(n_tokens), input_ids.shape[1])
     if n < 2:
         raise ValueError(f"n_tokens={n_tokens} must be >= 2")
-    threshold, _, _ = resolve_threshold(model, threshold)
+    threshold, _, _, calibration_file = resolve_threshold(model, threshold, calibration)
     ids = input_ids[:, :n].to(next(model.parameters()).device)
     per_head = capture_received(model, ids).per_head  # [L, H, n]
     scores = score_positions(per_head, [ROLE_CONTENT] * n)
     flagged = scores.observed & (scores.score > threshold)
     return Detection(n_tokens=n, flagged=tuple(int(i) for i in torch.nonzero(flagged).flatten()),
                      ranked=rank_detected(scores.score, scores.observed, flagged), score=scores.score,
-                     received=scores.received, threshold=float(threshold))
+                     received=scores.received, threshold=float(threshold), calibration_file=calibration_file)

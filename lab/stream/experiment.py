@@ -50,6 +50,7 @@ class StreamConfig:
     temperature: float = 1.0  # of the sampled acceptance run (the greedy run uses 0)
     seed: int = 0
     draft: str | None = None  # None: the profile's draft
+    calibration: str | None = None  # a sink calibration file for detected:K+W; None: the model's own
 
     def __post_init__(self) -> None:
         for name in ("n_tokens", "chunk_tokens", "detect_tokens", "recompute_every", "recompute_batch",
@@ -181,7 +182,7 @@ def run_stream(model: Any, tokenizer: Any, text: str, cfg: StreamConfig, *,
     # 2. the sink detector on the first chunk
     progress(f"sink detector on the first {cfg.detect_tokens} tokens")
     t0 = time.perf_counter()
-    detection = detect_sinks(model, ids, cfg.detect_tokens)
+    detection = detect_sinks(model, ids, cfg.detect_tokens, calibration=cfg.calibration)
     detect_wall = time.perf_counter() - t0
     # 3. one pass per policy, timed, with its peak memory
     runs = []

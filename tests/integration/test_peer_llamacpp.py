@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from lab.bench.peer.bench import run_binary
+from lab.bench.peer.bench import call_timeout, run_binary
 from lab.bench.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, completion_command, locate,
                                prompt_file_text, speculative_command, version_command)
 from lab.bench.peer.parse import parse_completion, parse_speculative, parse_version
@@ -71,9 +71,12 @@ def test_peer_speculative_equals_its_target_alone_greedy(peer_setup, lab_log):
     bins, target, draft, prompt_file, text, n_lab = peer_setup
     cfg = PeerRunConfig(threads=THREADS, gamma=GAMMA, max_new_tokens=N_TOKENS, ctx_size=512)
     version = parse_version(run_binary(version_command(bins))[1])
-    spec = parse_speculative(*run_binary(speculative_command(bins, target, draft, prompt_file, cfg)), prompt=text)
+    spec_steps = 2 * n_lab + N_TOKENS * (GAMMA + 1)  # what LlamaCppPeer allows a speculative call
+    spec = parse_speculative(*run_binary(speculative_command(bins, target, draft, prompt_file, cfg),
+                                         timeout=call_timeout(spec_steps)), prompt=text)
     same_count = dataclasses.replace(cfg, max_new_tokens=spec.n_predict)
-    alone = parse_completion(*run_binary(completion_command(bins, target, prompt_file, same_count)))
+    alone = parse_completion(*run_binary(completion_command(bins, target, prompt_file, same_count),
+                                         timeout=call_timeout(n_lab + spec.n_predict)))
     lab_log.record(llama_cpp_commit=version["commit"], target_tokens_per_s=alone.n_generated / alone.decode_s,
                    speculative_tokens_per_s=spec.n_predict / spec.decode_s, alpha=spec.alpha,
                    n_drafted=spec.n_drafted, n_predict=spec.n_predict, unaccounted_pct=spec.perf.unaccounted_pct,

@@ -132,9 +132,9 @@ def test_cli_entropy_failure_while_writing_leaves_no_report(tmp_path, tiny_backe
         raise RuntimeError("plotting failed")
 
     monkeypatch.setattr(render, "plot_entropy", broken_plot)
-    with pytest.raises(RuntimeError, match="plotting failed"):
-        cli.main(["entropy", "hello", "--max-new-tokens", "2", "--device", "cpu", "--out", str(tmp_path)])
-    assert list(tmp_path.iterdir()) == []
+    rc = cli.main(["entropy", "hello", "--max-new-tokens", "2", "--device", "cpu", "--out", str(tmp_path / "out")])
+    assert rc == 1  # the last-resort handler: one line, the traceback in a file (test_cli_last_resort.py)
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 # --------------------------------------------------------------------------- rendering

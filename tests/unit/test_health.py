@@ -129,12 +129,12 @@ def test_packaged_chosen_unchanged():
 def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
     from lab.health import choice
 
-    monkeypatch.setattr(choice, "chosen_path", lambda: tmp_path / "chosen.json")
+    monkeypatch.setattr(choice, "packaged_path", lambda: tmp_path / "chosen.json")
     with pytest.raises(ValueError, match="chosen.json"):
         load_chosen()
     choice.write_chosen("content_share", decided_by="step", model="m", chosen_at="t")
-    assert load_chosen() == "content_share"
-    (tmp_path / "chosen.json").write_text('{"measure": ""}')
+    assert load_chosen() == "content_share" and choice.chosen_path() == choice.user_path()
+    choice.user_path().write_text('{"measure": ""}')
     with pytest.raises(ValueError, match="chosen.json"):
         load_chosen()
 

@@ -118,7 +118,7 @@ class _Replay:
     def __init__(self, recorded):
         self.recorded, self.calls = recorded, []
 
-    def __call__(self, cmd):
+    def __call__(self, cmd, timeout=None):
         self.calls.append(cmd)
         name, r = Path(cmd[0]).name, self.recorded
         if "--version" in cmd:

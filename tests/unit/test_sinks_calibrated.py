@@ -122,16 +122,17 @@ class _Model:
 
 
 def test_resolve_threshold_reads_the_profile_calibration(calibration_dir):
-    (calibration_dir / "qwen.json").write_text(json.dumps({"profile": "qwen", "thresholds": {STATISTIC: 3.25}}))
+    path = calibration_dir / "qwen.json"
+    path.write_text(json.dumps({"profile": "qwen", "thresholds": {STATISTIC: 0.25}}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert sink_profiles.resolve_threshold(_Model("qwen"), None) == (3.25, "qwen", "calibrated")
-    assert sink_profiles.resolve_threshold(_Model("qwen"), 7.0) == (7.0, None, "given")
+        assert sink_profiles.resolve_threshold(_Model("qwen"), None) == (0.25, "qwen", "calibrated", str(path))
+    assert sink_profiles.resolve_threshold(_Model("qwen"), 0.5) == (0.5, None, "given", None)
 
 
 def test_resolve_threshold_uncalibrated_model_gets_default_and_a_warning(calibration_dir):
     with pytest.warns(UserWarning, match="not calibrated for model 'some/hub-id'"):
-        t, cal, source = sink_profiles.resolve_threshold(_Model(None), None)
+        t, cal, source, _ = sink_profiles.resolve_threshold(_Model(None), None)
     assert (t, cal) == (DEFAULT_THRESHOLD, None) and "not calibrated" in source
 
 
@@ -229,8 +230,10 @@ def test_migrate_statistic_rewrites_the_field_and_records_why(packaged_dir):
     path = packaged_dir / "qwen.json"
     path.write_text(json.dumps({"profile": "qwen", "statistic": "gm_content",
                                 "thresholds": {"gm_content": 3.5, "sink_rate": 0.03}}))
+    before = path.read_text()
     assert sink_profiles.migrate_statistic("qwen", "sink_rate", reason="why", at="t")
-    data = json.loads(path.read_text())
+    assert path.read_text() == before  # the packaged file is read, never written
+    data = json.loads((sink_profiles.user_dir() / "qwen.json").read_text())
     assert data["statistic"] == "sink_rate" and data["thresholds"] == {"gm_content": 3.5, "sink_rate": 0.03}
     assert data["migrated"] == [{"field": "statistic", "from": "gm_content", "to": "sink_rate", "reason": "why",
                                  "at": "t"}]
@@ -247,7 +250,7 @@ def test_loader_sits_below_the_prefill_analysis():
     tree = ast.parse(inspect.getsource(sink_profiles))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not {m for m in imported if m and m.startswith("lab.")} - {"lab.sinks.candidates"}
+    assert not {m for m in imported if m and m.startswith("lab.")} - {"lab.sinks.candidates", "lab.user_dirs"}
 
 
 def test_graded_health_not_measurable_without_observed_content():
@@ -263,20 +266,19 @@ def test_graded_health_not_measurable_without_observed_content():
 @pytest.mark.parametrize("rule_gives", [None, ("sink_rate", 0.05)])
 def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(tmp_path, monkeypatch, capsys,
                                                                                rule_gives):
-    """calibrate-sinks on a named profile rewrites its file, then choice.json by the rule over every file's
+    """calibrate-sinks on a named profile writes its file, then choice.json by the rule over every file's
     recorded figures (``rule_gives`` None: the real rule, which finds nothing feasible on every file once the
-    tiny random model's figures are in, so the packaged choice stays); every file names the chosen statistic."""
-    import shutil
+    tiny random model's figures are in, so the packaged choice stays); every file names the chosen statistic.
 
+    Fault class (fault 8): the files went into the installed package, non-atomically, before the report.
+    Now they go to the user's calibration folder, after the report, and the package is left untouched."""
     import lab.commands.common
     import lab.models.loading
     import lab.sinks.calibration
     from lab import cli
     from tests import support
 
-    for path in sink_profiles.calibration_dir().glob("*.json"):
-        shutil.copy(path, tmp_path / path.name)
-    monkeypatch.setattr(sink_profiles, "calibration_dir", lambda: tmp_path)
+    packaged = {p.name: p.read_bytes() for p in sink_profiles.calibration_dir().glob("*.json")}
     if rule_gives is not None:
         monkeypatch.setattr(lab.sinks.calibration, "choose_statistic", lambda feasible: rule_gives)
     tok = support.chatml_tokenizer()
@@ -287,11 +289,17 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     assert cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
                      "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    written = json.loads((tmp_path / "smollm2.json").read_text())
+    assert {p.name: p.read_bytes() for p in sink_profiles.calibration_dir().glob("*.json")} == packaged
+    user = sink_profiles.user_dir()
+    written = json.loads((user / "smollm2.json").read_text())
     assert written["profile"] == "smollm2" and written["long_lengths"] == []
+    assert sink_profiles.calibration_path("smollm2") == user / "smollm2.json"  # the loader now reads it
+    assert not list(user.glob(".*.tmp"))  # atomic writes leave no temporary file
     choice = sink_profiles.load_choice()
     expected = rule_gives or (CHOICE.statistic, CHOICE.default_threshold)
     assert (choice.statistic, choice.default_threshold) == expected
     assert ("detector choice written" in err) == (rule_gives is not None), err
     for path in _packaged_profile_files():
-        assert json.loads(path.read_text())["statistic"] == choice.statistic, path.name
+        assert json.loads(sink_profiles.calibration_path(path.stem).read_text())["statistic"] == choice.statistic
+    report = next((tmp_path / "out").iterdir())
+    assert json.loads((report / "calibration.json").read_text())["saved_to"] == str(user)

@@ -14,7 +14,8 @@ import pytest
 from rich.table import Table
 from rich.text import Text
 
-from lab.render.console import SafeConsole, printable, stdout_console
+from lab.render.console import SafeConsole, stdout_console
+from lab.safe_text import printable
 
 HOSTILE = "a\x1b[2Jb\x1b]0;owned\x07c\x9bd[bold]e[/bold]"
 

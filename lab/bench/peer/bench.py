@@ -18,34 +18,102 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shlex
+import signal
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerUnavailableError, bench_command,
-                               completion_command, prompt_file_text, speculative_command, version_command)
+from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerRunError, PeerUnavailableError,
+                                     bench_command,
+                                     completion_command, prompt_file_text, speculative_command, version_command)
 from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
 from lab.speculative.theory import expected_tokens_per_round
 
 TARGET_METHOD = "llama.cpp target-only"
 PROMPT_PLACEHOLDER = "PROMPT_FILE"  # the per-prompt text file in recorded command lines
-RUN_TIMEOUT_S = 1800  # one generation; far above any bench budget, so only a hung binary trips it
+# Each call's timeout is sized from its work (:func:`call_timeout`): a floor for starting the binary
+# and mapping the GGUF files, plus a bound per forward step. A one-token step of the largest peer
+# model (1.5B parameters) takes well under a second on 2 CPU cores; a second per step leaves a busy
+# machine several times that, so only a binary that hangs trips it.
+LOAD_S = 60.0
+STEP_S = 1.0
+STDERR_TAIL_LINES = 3  # of a failed binary's stderr, in the one-line error
 
 
-def run_binary(cmd: Sequence[str], timeout: float = RUN_TIMEOUT_S) -> tuple[str, str]:
-    """Run one llama.cpp command; returns (stdout, stderr).
+def call_timeout(steps: int) -> float:
+    """Seconds one llama.cpp call may take for ``steps`` forward steps: ``LOAD_S + STEP_S * steps``."""
+    return LOAD_S + STEP_S * max(0, steps)
+
+
+def run_binary(cmd: Sequence[str], timeout: float = LOAD_S) -> tuple[str, str]:
+    """Run one llama.cpp command in its own process group; returns (stdout, stderr).
+
+    Output that is not UTF-8 is decoded with replacement characters (the parser then names
+    the field it cannot find).
 
     Raises:
-        PeerOutputError: it exited non-zero (the message holds its last stderr lines).
+        PeerRunError: it exited non-zero or died by a signal (the message holds the last
+            lines of its stderr), or it ran past ``timeout`` seconds (its whole process
+            group is killed); the message names the binary, in one line.
     """
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    name = cmd[0]
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", start_new_session=True)
+    except OSError as exc:
+        raise PeerRunError(f"llama.cpp binary {name} could not be started: {exc.strerror or exc}") from exc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise PeerRunError(f"llama.cpp binary {name} did not finish within {timeout:.0f} s (sized from the "
+                           "run's tokens) and was killed; it hangs, or the machine is far too busy") from None
+    except BaseException:  # Ctrl-C, SIGTERM: no orphan left running
+        _kill_group(proc)
+        raise
     if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.splitlines()[-8:])
-        raise PeerOutputError(f"`{shlex.join(cmd)}` exited {proc.returncode}:\n{tail}")
-    return proc.stdout, proc.stderr
+        tail = " | ".join(line.strip() for line in stderr.splitlines()[-STDERR_TAIL_LINES:] if line.strip())
+        if proc.returncode < 0:
+            try:
+                how = f"died by signal {signal.Signals(-proc.returncode).name}"
+            except ValueError:
+                how = f"died by signal {-proc.returncode}"
+        else:
+            how = f"exited {proc.returncode}"
+        raise PeerRunError(f"llama.cpp binary {name} {how}" + (f"; its stderr ends: {tail}" if tail else
+                                                                "; it printed nothing on stderr"))
+    return stdout, stderr
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone
+        pass
+    proc.communicate()
+
+
+def probe_version(bins: PeerBinaries, runner: Callable[..., tuple[str, str]] = run_binary) -> dict[str, str]:
+    """``llama-completion --version``, parsed: run before any model loads, so a binary that is
+    broken (dies, hangs, prints garbage) is named in seconds.
+
+    Raises:
+        PeerRunError: the binary failed or its output has no version line (naming the binary).
+    """
+    cmd = version_command(bins)
+    return _parse(cmd, parse_version, runner(cmd, timeout=call_timeout(0))[1])
+
+
+def _parse(cmd: Sequence[str], parse: Callable[..., Any], *outputs: str, **kwargs: Any) -> Any:
+    """``parse(*outputs)``; a :class:`PeerOutputError` is re-raised naming the binary and its command."""
+    try:
+        return parse(*outputs, **kwargs)
+    except PeerOutputError as exc:
+        raise PeerOutputError(f"llama.cpp binary {cmd[0]} printed output the lab cannot read: {exc}") from None
 
 
 class LlamaCppPeer:
@@ -59,14 +127,17 @@ class LlamaCppPeer:
         threads: the bench's thread count (``-t``/``-tb``, the draft the same).
         gammas: draft lengths (``--spec-draft-n-max``), the bench's sweep.
         ctx_size: ``-c`` for every run.
-        runner: runs a command and returns (stdout, stderr); tests pass a fake.
+        runner: ``runner(cmd, timeout=seconds)`` runs a command and returns (stdout, stderr);
+            tests pass a fake. Each call's timeout is :func:`call_timeout` of its steps.
         decode: the lab's tokenizer decode, to compare llama.cpp's text with the lab's tokens.
+        version: ``--version`` already parsed (:func:`probe_version`, before the models
+            loaded); None runs it here.
     """
 
     def __init__(self, bins: PeerBinaries, target_gguf: Path, draft_gguf: Path,
                  prompt_texts: dict[tuple[int, ...], str], *, threads: int, gammas: Sequence[int],
-                 ctx_size: int = 4096, runner: Callable[[Sequence[str]], tuple[str, str]] = run_binary,
-                 decode: Callable[[list[int]], str] | None = None):
+                 ctx_size: int = 4096, runner: Callable[..., tuple[str, str]] = run_binary,
+                 decode: Callable[[list[int]], str] | None = None, version: dict[str, str] | None = None):
         if not prompt_texts:
             raise ValueError("prompt_texts={} is empty")
         self.bins, self.target_gguf, self.draft_gguf = bins, Path(target_gguf), Path(draft_gguf)
@@ -79,7 +150,7 @@ class LlamaCppPeer:
             path.write_text(prompt_file_text(text), encoding="utf-8")
             self._files[key] = path
         self.commands: dict[str, str] = {}
-        self.version = parse_version(self.runner(version_command(bins))[1])
+        self.version = version if version is not None else probe_version(bins, self.runner)
 
     def close(self) -> None:
         self._dir.cleanup()
@@ -98,7 +169,8 @@ class LlamaCppPeer:
             key = tuple(ids[0].tolist())
             cmd = completion_command(self.bins, self.target_gguf, self._files[key], self._config(1, budget))
             self._record(TARGET_METHOD, cmd, self._files[key])
-            out = parse_completion(*self.runner(cmd))
+            steps = len(key) + budget  # the prompt's tokens, counted as steps (generous: a prefill batches them)
+            out = _parse(cmd, parse_completion, *self.runner(cmd, timeout=call_timeout(steps)))
             return make_run(TARGET_METHOD, 0, 0, out.n_generated, out.prompt_s + out.decode_s, out.decode_s,
                             peer=out)
 
@@ -110,7 +182,10 @@ class LlamaCppPeer:
                 cmd = speculative_command(self.bins, self.target_gguf, self.draft_gguf, self._files[key],
                                           self._config(gamma, budget))
                 self._record(name, cmd, self._files[key])
-                out = parse_speculative(*self.runner(cmd), prompt=self.prompt_texts[key])
+                # worst case: each round keeps one token after gamma draft steps and a verify; both models prefill
+                steps = 2 * len(key) + budget * (gamma + 1)
+                out = _parse(cmd, parse_speculative, *self.runner(cmd, timeout=call_timeout(steps)),
+                             prompt=self.prompt_texts[key])
                 return make_run(name, 0, 0, out.n_predict, out.encode_s + out.decode_s, out.decode_s, peer=out)
             return name, fn
 
@@ -124,7 +199,8 @@ class LlamaCppPeer:
             cmd = bench_command(self.bins, model, cfg, repeats)
             cmd[cmd.index("-p") + 1] = ",".join(str(g + 1) for g in self.gammas)
             self.commands[f"llama-bench {role}"] = shlex.join(cmd)
-            rows[role] = parse_bench_json(self.runner(cmd)[0])
+            steps = (repeats + 1) * (sum(g + 1 for g in self.gammas) + budget)  # llama-bench warms up once
+            rows[role] = _parse(cmd, parse_bench_json, self.runner(cmd, timeout=call_timeout(steps))[0])
         tg = {role: next((r.avg_ts for r in rs if r.n_gen > 0), None) for role, rs in rows.items()}
         if tg["target"] is None or tg["draft"] is None:
             raise PeerOutputError("llama-bench JSON has no generation (n_gen > 0) row")
@@ -240,4 +316,5 @@ def _side_by_side(peer_methods: dict[str, Any], lab_methods: dict[str, Any],
     return rows
 
 
-__all__ = ["LlamaCppPeer", "PeerUnavailableError", "TARGET_METHOD", "run_binary"]
+__all__ = ["LlamaCppPeer", "PeerRunError", "PeerUnavailableError", "TARGET_METHOD", "call_timeout", "probe_version",
+           "run_binary"]

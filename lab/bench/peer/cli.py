@@ -2,7 +2,8 @@
 
 Everything here runs before any model loads: a missing binary or a model without a GGUF
 file exits 2 with the flag named (:class:`lab.bench.peer.llamacpp.PeerUnavailableError` is a
-``ValueError``).
+``ValueError``); a binary that is there but broken (``--version`` dies, hangs or prints
+garbage) exits 1 naming it (:class:`lab.bench.peer.llamacpp.PeerRunError`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class PeerSetup:
     bins: PeerBinaries
     target_gguf: Path
     draft_gguf: Path
+    version: dict[str, str]  # ``--version``, parsed
 
 
 def _gguf(name: str, flag: str) -> Path:
@@ -47,18 +49,22 @@ def _gguf(name: str, flag: str) -> Path:
 
 
 def check_peer_args(args: argparse.Namespace, draft_spec: str) -> PeerSetup | None:
-    """Validate ``--peer`` / ``--llama-cpp``; locate the binaries and both GGUF files.
+    """Validate ``--peer`` / ``--llama-cpp``; locate the binaries and both GGUF files; run ``--version``.
 
     Raises:
         ValueError: ``--llama-cpp`` without ``--peer``, or a model/draft without a GGUF file.
         PeerUnavailableError: a binary is missing (names ``make peer`` and ``--llama-cpp``).
+        PeerRunError: ``llama-completion --version`` failed, hung or printed no version (names it).
     """
+    from lab.bench.peer.bench import probe_version
+
     if args.peer is None:
         if args.llama_cpp is not None:
             raise ValueError(f"--llama-cpp {args.llama_cpp!r} needs --peer llama.cpp")
         return None
     bins = locate(args.llama_cpp)
-    return PeerSetup(bins, _gguf(args.model, "--model"), _gguf(draft_spec, "--draft"))
+    target, draft = _gguf(args.model, "--model"), _gguf(draft_spec, "--draft")
+    return PeerSetup(bins, target, draft, probe_version(bins))
 
 
 def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str, str]]], ids: Sequence[Any], *,
@@ -78,7 +84,8 @@ def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str
     longest = max(t.shape[1] for t in ids)
     ctx = longest + max_new_tokens + max(gammas) + CTX_MARGIN
     return LlamaCppPeer(setup.bins, setup.target_gguf, setup.draft_gguf, texts, threads=threads, gammas=gammas,
-                        ctx_size=ctx, decode=lambda toks: tokenizer.decode(toks, skip_special_tokens=True))
+                        ctx_size=ctx, decode=lambda toks: tokenizer.decode(toks, skip_special_tokens=True),
+                        version=setup.version)
 
 
 __all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "make_peer"]

@@ -33,8 +33,14 @@ class PeerUnavailableError(ValueError):
     """A llama.cpp binary is missing (a ValueError: the CLI exits 2 on it, before any model loads)."""
 
 
-class PeerOutputError(RuntimeError):
-    """llama.cpp's output lacks a field the parser needs (its format moved)."""
+class PeerRunError(RuntimeError):
+    """A llama.cpp binary failed: it exited non-zero, died by a signal, ran past its timeout,
+    or printed what the parser cannot read. The message names the binary and the cause in
+    one line; the CLI prints it and exits 1."""
+
+
+class PeerOutputError(PeerRunError):
+    """llama.cpp's output lacks a field the parser needs (its format moved, or it printed garbage)."""
 
 
 @dataclass(frozen=True)

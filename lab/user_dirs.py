@@ -1,0 +1,75 @@
+"""The lab's per-user folders outside the installed package, and atomic writes into them.
+
+- :func:`calibration_dir`: calibrations a user made (``lab calibrate-sinks``, ``lab
+  calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
+  The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
+  the package's own; nothing ever writes into the package.
+- :func:`log_dir`: full tracebacks of errors the lab did not foresee (``lab.cli``):
+  ``$LAB_LOG_DIR``, else ``~/.cache/lab/logs``; when that cannot be written,
+  ``<tempdir>/lab-logs``.
+
+Stdlib only, and nothing from the rest of the lab: the math and data modules may import it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+CALIBRATION_ENV = "LAB_CALIBRATION_DIR"
+LOG_ENV = "LAB_LOG_DIR"
+
+
+def lab_home() -> Path:
+    """``~/.cache/lab``: the lab's per-user folder (the model cache is ``models/`` inside it)."""
+    return Path.home() / ".cache" / "lab"
+
+
+def calibration_dir() -> Path:
+    """Where the user's own calibrations go: ``$LAB_CALIBRATION_DIR`` or ``~/.cache/lab/calibrations``.
+
+    The folder may not exist yet; it is created by the first write.
+    """
+    root = os.environ.get(CALIBRATION_ENV)
+    return Path(root).expanduser() if root else lab_home() / "calibrations"
+
+
+def log_dir() -> Path:
+    """Where tracebacks go: ``$LAB_LOG_DIR`` or ``~/.cache/lab/logs`` (may not exist yet)."""
+    root = os.environ.get(LOG_ENV)
+    return Path(root).expanduser() if root else lab_home() / "logs"
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then ``os.replace``.
+
+    A reader sees the old file or the new one, never a half-written one; a failure leaves
+    the old file as it was and no temporary file behind.
+
+    Raises:
+        OSError: the folder cannot be created or written (the caller names what it was writing).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
