@@ -1,0 +1,130 @@
+"""GGUF 4-bit codes and the quantized linear layers, on synthetic blocks (no weights).
+
+The reference for decoding is gguf-py's own float32 dequantizer (``gguf.quants.dequantize``):
+the lab's codes, scales and offsets must reproduce it bit for bit. The layers are checked
+against a dense float32 matmul by the weight they report (:meth:`dequantized`), within the
+bfloat16 rounding of activations and scales that the kernels' fast path implies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from lab.models import gguf_blocks
+from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu
+from lab.models.weights import WEIGHTS, check_weights
+
+# bfloat16 keeps 8 significant bits: a dot product of bfloat16-rounded activations and
+# weights is within a few 2^-8 of the float32 one, relative to its norm.
+BF16_RELATIVE = 2.0 ** -6
+
+
+def _random_blocks(type_name: str, n_rows: int, blocks_per_row: int, seed: int) -> np.ndarray:
+    """``uint8 (n_rows, blocks_per_row * block_bytes)`` of valid blocks (finite float16 fields)."""
+    rng = np.random.default_rng(seed)
+    block_bytes = gguf_blocks.Q4_K_BYTES if type_name == "Q4_K" else gguf_blocks.Q4_1_BYTES
+    raw = rng.integers(0, 256, size=(n_rows * blocks_per_row, block_bytes), dtype=np.uint8)
+    halves = rng.normal(0, 0.05, size=(n_rows * blocks_per_row, 2)).astype(np.float16)
+    raw[:, 0:4] = halves.view(np.uint8).reshape(-1, 4)  # d, dmin (Q4_K) or d, m (Q4_1)
+    return raw.reshape(n_rows, blocks_per_row * block_bytes)
+
+
+@pytest.mark.parametrize("type_name", gguf_blocks.DECODABLE)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decode_random_blocks_reproduce_gguf_dequantization_bit_for_bit(type_name, seed):
+    """scale * codes + offset == gguf-py's float32 dequantization, for every weight."""
+    per_row = 2 if type_name == "Q4_K" else 8
+    raw = _random_blocks(type_name, n_rows=5, blocks_per_row=per_row, seed=seed)
+    codes, scale, offset = gguf_blocks.decode(type_name, raw)
+    reference = gguf_dequantize(raw, GGMLQuantizationType[type_name])
+    assert codes.dtype == np.uint8 and codes.max() <= 15
+    assert scale.shape == offset.shape == (5, codes.shape[1] // gguf_blocks.GROUP)
+    assert np.array_equal(gguf_blocks.dequantize(codes, scale, offset), reference)
+
+
+@pytest.mark.parametrize("type_name", gguf_blocks.DECODABLE)
+def test_decode_negative_control_swapped_nibbles_are_caught(type_name):
+    """The bit-for-bit comparison rejects a decoder that reads high nibbles before low ones."""
+    raw = _random_blocks(type_name, n_rows=3, blocks_per_row=2, seed=7)
+    codes, scale, offset = gguf_blocks.decode(type_name, raw)
+    half = 16 if type_name == "Q4_1" else 32
+    swapped = codes.reshape(3, -1, 2, half)[:, :, ::-1].reshape(codes.shape)
+    reference = gguf_dequantize(raw, GGMLQuantizationType[type_name])
+    assert not np.array_equal(gguf_blocks.dequantize(swapped, scale, offset), reference)
+
+
+def test_decode_bad_input_is_refused_naming_the_problem():
+    with pytest.raises(ValueError, match="whole number"):
+        gguf_blocks.decode_q4_k(np.zeros((2, 100), dtype=np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        gguf_blocks.decode_q4_1(np.zeros((2, 20), dtype=np.int16))
+    with pytest.raises(ValueError, match="Q6_K"):
+        gguf_blocks.decode("Q6_K", np.zeros((2, 210), dtype=np.uint8))
+
+
+def _relative_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y - ref).norm() / ref.norm())
+
+
+def test_int4_linear_from_gguf_codes_matches_dense_matmul_of_its_weight():
+    """Int4Linear(x) == x @ W^T + b within bfloat16 rounding, W the decoded codes' weight."""
+    raw = _random_blocks("Q4_K", n_rows=64, blocks_per_row=1, seed=3)
+    codes, scale, offset = gguf_blocks.decode("Q4_K", raw)
+    weight = torch.from_numpy(gguf_blocks.dequantize(codes, scale, offset))
+    bias = torch.randn(64)
+    layer = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(offset), bias)
+    x = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(0))
+    y = layer(x)
+    assert y.shape == (2, 3, 64) and y.dtype == torch.float32
+    assert _relative_error(y, x @ weight.T + bias) < BF16_RELATIVE
+    assert _relative_error(layer.dequantized(), weight) < BF16_RELATIVE
+
+
+def test_int4_linear_negative_control_wrong_zero_point_is_caught():
+    """The same tolerance rejects a layer built without the (q - 8) zero-point shift."""
+    raw = _random_blocks("Q4_1", n_rows=32, blocks_per_row=8, seed=4)
+    codes, scale, offset = gguf_blocks.decode("Q4_1", raw)
+    weight = torch.from_numpy(gguf_blocks.dequantize(codes, scale, offset))
+    broken = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale),
+                                   torch.from_numpy(offset - 8 * scale))
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+    assert _relative_error(broken(x), x @ weight.T) > BF16_RELATIVE
+
+
+def test_int4_linear_bad_codes_are_refused():
+    with pytest.raises(ValueError, match="0..15"):
+        Int4Linear.from_codes(torch.full((8, 32), 16), torch.ones(8, 1), torch.zeros(8, 1))
+    with pytest.raises(ValueError, match="multiple"):
+        Int4Linear.from_codes(torch.zeros(8, 48, dtype=torch.uint8), torch.ones(8, 1), torch.zeros(8, 1))
+
+
+def test_int8_linear_per_channel_error_bounded_by_half_a_step():
+    """Each weight of Int8Linear is within half a quantization step (absmax / 254) of the original."""
+    weight = torch.randn(48, 96, generator=torch.Generator().manual_seed(2))
+    layer = Int8Linear.from_weight(weight)
+    step = weight.abs().amax(dim=1, keepdim=True) / 127
+    # the scales are stored in bfloat16: allow their rounding on top of half a step
+    assert ((layer.dequantized() - weight).abs() <= step * (0.5 + 127 * 2.0 ** -8)).all()
+    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(3))
+    assert _relative_error(layer(x), x @ weight.T) < 4 * BF16_RELATIVE
+
+
+def test_cast_linear_holds_bfloat16_and_returns_input_dtype():
+    weight = torch.randn(16, 32)
+    layer = CastLinear(weight, torch.zeros(16))
+    x = torch.randn(3, 32)
+    assert layer.weight.dtype == torch.bfloat16 and layer(x).dtype == torch.float32
+    assert _relative_error(layer(x), x @ weight.T) < BF16_RELATIVE
+
+
+def test_weights_names_and_device_are_checked():
+    assert check_weights("q4") == "q4" and set(WEIGHTS) == {"float32", "bfloat16", "int8", "q4"}
+    with pytest.raises(ValueError, match="weights='int3'"):
+        check_weights("int3")
+    with pytest.raises(ValueError, match="CPU only"):
+        check_cpu("cuda:0")
+    check_cpu("cpu")
