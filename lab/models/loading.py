@@ -279,7 +279,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lab.models.qlinear import check_cpu
-    from lab.models.quantize import quantize_model
+    from lab.models.quantize import load_or_convert
     from lab.models.weights import check_weights
 
     dev = resolve_device(device)
@@ -315,8 +315,9 @@ def load_model(
     model.to(dev)
     model.eval()
     if weights != "float32":
-        gguf_file = gguf_path(profile) if profile is not None and profile.source != "hub" else None
-        summary = quantize_model(model, gguf_file, weights).as_dict()
+        gguf_model = profile is not None and profile.source in ("gguf-package", "gguf-chunks")
+        converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
+        summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted)
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
         if actual != attn_implementation:

@@ -128,3 +128,64 @@ def test_weights_names_and_device_are_checked():
     with pytest.raises(ValueError, match="CPU only"):
         check_cpu("cuda:0")
     check_cpu("cpu")
+
+
+def _tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("weights", ["int8", "bfloat16"])
+def test_converted_cache_round_trip_gives_the_same_logits(tmp_path, weights):
+    """A model rebuilt from the converted cache computes exactly what the converted model computed."""
+    from lab.models.quantize import load_or_convert
+
+    ids = torch.arange(10).unsqueeze(0)
+    first = _tiny_model()
+    summary = load_or_convert(first, None, weights, tmp_path / "tiny.weights")
+    assert summary["layers"] == {weights: 2 * 7 + 1}  # q, k, v, o, gate, up, down per layer; the LM head
+    second = _tiny_model()
+    assert load_or_convert(second, None, weights, tmp_path / "tiny.weights") == summary
+    with torch.no_grad():
+        assert torch.equal(first(ids).logits, second(ids).logits)
+        assert not torch.equal(first(ids).logits, _tiny_model()(ids).logits)  # control: it is not float32
+
+
+def test_converted_cache_damaged_is_rebuilt_with_a_warning(tmp_path, caplog):
+    """A corrupted cache file (same size, other bytes) is detected by the manifest, discarded and rebuilt."""
+    from lab.models.quantize import CACHE_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights"
+    load_or_convert(_tiny_model(), None, "int8", cache)
+    data = bytearray((cache / CACHE_FILE).read_bytes())
+    data[-5:] = b"\x00\x01\x02\x03\x04"
+    (cache / CACHE_FILE).write_bytes(bytes(data))
+    import os
+
+    os.utime(cache / CACHE_FILE, (1, 1))  # a changed mtime makes the manifest hash the file again
+    with caplog.at_level("WARNING"):
+        load_or_convert(_tiny_model(), None, "int8", cache)
+    assert "damaged" in caplog.text
+    assert load_or_convert(_tiny_model(), None, "int8", cache)["layers"] == {"int8": 15}
+
+
+def test_int4_layer_round_trips_through_portable_codes():
+    """Int4Linear -> portable nibbles -> Int4Linear gives the same outputs (the pack is rebuilt on load)."""
+    from torch import nn
+
+    from lab.models.quantize import install_portable, portable_tensors
+
+    raw = _random_blocks("Q4_1", n_rows=32, blocks_per_row=2, seed=5)
+    codes, scale, offset = gguf_blocks.decode("Q4_1", raw)
+    layer = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(offset))
+    layer.codes_for_cache = torch.from_numpy(codes[:, 0::2] | (codes[:, 1::2] << 4))
+    holder = nn.Sequential(layer)
+    tensors, kinds = portable_tensors(holder)
+    rebuilt = nn.Sequential(nn.Linear(64, 32, bias=False))
+    install_portable(rebuilt, tensors, kinds)
+    x = torch.randn(3, 64)
+    assert isinstance(rebuilt[0], Int4Linear) and torch.equal(rebuilt(x), holder(x))
