@@ -51,7 +51,7 @@ class QuantizeSummary:
                 "by_gguf_type": {t: dict(c) for t, c in sorted(self.by_type.items())}}
 
 
-def _linear_tensors(model: nn.Module, reader) -> dict[str, tuple[object, object]]:
+def linear_tensors(model: nn.Module, reader) -> dict[str, tuple[object, object]]:
     """``{module name: (gguf tensor, processor)}`` for every ``nn.Linear`` of ``model``."""
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
@@ -76,7 +76,7 @@ def _linear_tensors(model: nn.Module, reader) -> dict[str, tuple[object, object]
     return out
 
 
-def _q4_layer(name: str, module: nn.Linear, tensor, processor) -> Int4Linear:
+def q4_layer(name: str, module: nn.Linear, tensor, processor) -> Int4Linear:
     """The file's codes for one layer, checked against its loaded weight."""
     type_name = tensor.tensor_type.name
     codes, scale, offset = gguf_blocks.decode(type_name, np.asarray(tensor.data))
@@ -127,7 +127,7 @@ def quantize_model(model: nn.Module, gguf_file: str | Path | None, weights: str)
                              "(a profile such as smollm2 or qwen2.5-coder), not a hub id or a directory")
         from gguf import GGUFReader
 
-        layers = _linear_tensors(model, GGUFReader(str(gguf_file)))
+        layers = linear_tensors(model, GGUFReader(str(gguf_file)))
     else:
         layers = {name: (None, None) for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     for name, (tensor, processor) in layers.items():
@@ -137,7 +137,7 @@ def quantize_model(model: nn.Module, gguf_file: str | Path | None, weights: str)
             representation = "q4" if type_name in gguf_blocks.DECODABLE else Q4_FALLBACK.get(type_name, "bfloat16")
         else:
             representation = weights
-        new = _q4_layer(name, module, tensor, processor) if representation == "q4" else _replacement(representation, module)
+        new = q4_layer(name, module, tensor, processor) if representation == "q4" else _replacement(representation, module)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, new)
         summary.layers[representation] += 1

@@ -189,3 +189,37 @@ def test_int4_layer_round_trips_through_portable_codes():
     install_portable(rebuilt, tensors, kinds)
     x = torch.randn(3, 64)
     assert isinstance(rebuilt[0], Int4Linear) and torch.equal(rebuilt(x), holder(x))
+
+
+def test_compare_identical_log_probs_agree_everywhere_with_zero_kl():
+    from lab.bench.weights import compare
+
+    lp = [torch.log_softmax(torch.randn(5, 11, generator=torch.Generator().manual_seed(s)), -1) for s in (0, 1)]
+    row = compare(lp, [t.clone() for t in lp], "same")
+    assert (row.positions, row.top1_agree) == (10, 10)
+    assert row.mean_kl_nats == pytest.approx(0.0, abs=1e-7) and row.max_abs_entropy_shift_bits < 1e-6
+
+
+def test_compare_negative_control_reversed_vocabulary_disagrees_and_has_positive_kl():
+    """The same comparison reports a model whose logits are the reference's reversed as far off."""
+    from lab.bench.weights import compare
+
+    lp = [torch.log_softmax(3 * torch.randn(20, 9, generator=torch.Generator().manual_seed(2)), -1)]
+    row = compare(lp, [lp[0].flip(-1)], "reversed")
+    assert row.top1_agree < row.positions // 2 and row.mean_kl_nats > 0.1
+    with pytest.raises(ValueError, match="same texts and shapes"):
+        compare(lp, [lp[0][:3]], "short")
+
+
+def test_bench_weights_refuses_a_model_without_gguf_codes(capsys):
+    from lab import cli
+
+    assert cli.main(["bench-weights", "--model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 2
+    assert "GGUF profile" in capsys.readouterr().err
+
+
+def test_weights_q4_refused_for_a_hub_model_before_loading(capsys):
+    from lab import cli
+
+    assert cli.main(["entropy", "Hi", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--weights", "q4"]) == 2
+    assert "--weights q4" in capsys.readouterr().err
