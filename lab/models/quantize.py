@@ -242,7 +242,9 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
     from lab.models import cache as model_cache
 
     if cache is not None and cache.exists():
-        problem = model_cache.cache_problem(cache)
+        problem = model_cache.cache_problem(cache, index=LAYERS_FILE)
+        if problem is None and not (cache / model_cache.MANIFEST).is_file():
+            problem = f"no {model_cache.MANIFEST}"
         if problem is None:
             meta = json.loads((cache / LAYERS_FILE).read_text())
             install_portable(model, load_file(str(cache / CACHE_FILE)), meta["layers"])

@@ -140,14 +140,20 @@ def _tiny_model():
 
 
 @pytest.mark.parametrize("weights", ["int8", "bfloat16"])
-def test_converted_cache_round_trip_gives_the_same_logits(tmp_path, weights):
-    """A model rebuilt from the converted cache computes exactly what the converted model computed."""
+def test_converted_cache_round_trip_gives_the_same_logits(tmp_path, weights, monkeypatch):
+    """A model rebuilt from the converted cache (no conversion) computes exactly what the converted one did."""
+    from lab.models import quantize
     from lab.models.quantize import load_or_convert
 
     ids = torch.arange(10).unsqueeze(0)
     first = _tiny_model()
     summary = load_or_convert(first, None, weights, tmp_path / "tiny.weights")
     assert summary["layers"] == {weights: 2 * 7 + 1}  # q, k, v, o, gate, up, down per layer; the LM head
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the cache was not used: the model was converted again")
+
+    monkeypatch.setattr(quantize, "quantize_model", no_conversion)
     second = _tiny_model()
     assert load_or_convert(second, None, weights, tmp_path / "tiny.weights") == summary
     with torch.no_grad():
@@ -169,7 +175,7 @@ def test_converted_cache_damaged_is_rebuilt_with_a_warning(tmp_path, caplog):
     os.utime(cache / CACHE_FILE, (1, 1))  # a changed mtime makes the manifest hash the file again
     with caplog.at_level("WARNING"):
         load_or_convert(_tiny_model(), None, "int8", cache)
-    assert "damaged" in caplog.text
+    assert "damaged" in caplog.text and "was modified" in caplog.text
     assert load_or_convert(_tiny_model(), None, "int8", cache)["layers"] == {"int8": 15}
 
 
