@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                           "(median; default: 5)")
     p.add_argument("--problems", type=int, default=2,
                    help="held-back HumanEval problems for the numerics (default: 2; 0 with --text)")
+    p.add_argument("--skip-kernels", action="store_true", help="numerics only (the kernel times need a quiet machine)")
     p.add_argument("--text", action="append", default=None, help="held-out text for the numerics (repeatable)")
     add_threads_arg(p)
     add_out_arg(p)
@@ -88,8 +89,10 @@ def run(args: argparse.Namespace) -> int:
     with err.status(f"loading {args.model}"):
         model, tokenizer = load_model(args.model, device="cpu")
     env = environment(model)
-    with err.status("timing the kernels"), load_log.around("kernels"):
-        kernels = kernel_times(model, gguf_path(PROFILES[args.model]), gamma=args.gamma, repeats=args.repeats)
+    kernels = []
+    if not args.skip_kernels:
+        with err.status("timing the kernels"), load_log.around("kernels"):
+            kernels = kernel_times(model, gguf_path(PROFILES[args.model]), gamma=args.gamma, repeats=args.repeats)
     del model
 
     # 3. Numerics, one representation at a time.
