@@ -40,6 +40,7 @@ COMMANDS = (
     "lab.commands.calibrate_sinks",
     "lab.commands.calibrate_health",
     "lab.commands.bench_sinks",
+    "lab.commands.bench_weights",
     "lab.commands.speculate",
     "lab.commands.bench",
     "lab.commands.study",

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, make_peer
-from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
+from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
 LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a memory-bound draft step reads
@@ -29,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "theoretical speedups, overhead and breakeven alpha.",
     )
     add_model_args(p)
+    add_draft_weights_arg(p)
     p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
                                                  "(default: the profile's draft)")
     p.add_argument("--gammas", default="1,2,4,6", help="comma-separated draft lengths to sweep (default: 1,2,4,6)")
@@ -160,9 +161,9 @@ def run(args: argparse.Namespace) -> int:
     # 2. Load and run (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
     cost = draft.cost

@@ -94,7 +94,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     mode, length = args.worker[0], int(args.worker[1])
     set_threads(args.threads)
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     ids = bench_ids(tokenizer, length)
     with torch.no_grad():  # warm-up at a short length: first-call allocations are not the method's cost
         model(ids[:, :16], use_cache=False, logits_to_keep=1)
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--eager-length={args.eager_length!r} must be >= 0")
     device = check_model_args(args)
     threads = set_threads(args.threads)  # the workers use the same (torch's default is the same in each)
-    model, _ = load_model(args.model, device=device, dtype=args.dtype)
+    model, _ = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
     limit = model.config.max_position_embeddings
     if max(lengths + [args.eager_length]) > limit:
         raise ValueError(f"--lengths={args.lengths!r} / --eager-length exceed the model's context of {limit}")

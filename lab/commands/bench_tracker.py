@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     load_log = LoadLog(threads=set_threads(args.threads))
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
 

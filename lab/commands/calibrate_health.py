@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. One prefill per prompt (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
     prompts = clean + poisoned
 
     def analyze(messages):

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. Score every prompt (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
     with err.status("scoring prompts") as status:
         scores = score_prompts(model, tokenizer, prompts,
                                progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))

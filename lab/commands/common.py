@@ -10,6 +10,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
+from lab.models.weights import WEIGHTS
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +76,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"profile ({', '.join(PROFILES)}), local path or hub id (default: {DEFAULT_PROFILE})")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: mps, then cuda, then cpu)")
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on CPU, half on GPU)")
+    p.add_argument("--weights", default="float32", choices=WEIGHTS,
+                   help="the linear layers' weights: float32 (as dequantized), bfloat16, int8 (per channel) or q4 "
+                        "(a GGUF profile's own 4-bit codes through torch's CPU int4 kernel); CPU only unless "
+                        "float32 (default: float32)")
+
+
+def add_draft_weights_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft-weights", default="float32", choices=WEIGHTS,
+                   help="a draft model's linear-layer weights, as --weights (default: float32)")
 
 
 def add_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -105,9 +115,15 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
             is neither cached nor fetchable (offline mode, hub unreachable).
     """
     from lab.models.devices import parse_dtype, resolve_device
-    from lab.models.loading import check_model_available
+    from lab.models.loading import check_model_available, is_gguf_model
+    from lab.models.qlinear import check_cpu
 
     device = resolve_device(args.device)
     parse_dtype(args.dtype, device)
+    if getattr(args, "weights", "float32") != "float32":
+        check_cpu(device)
+        if args.weights == "q4" and not is_gguf_model(args.model):
+            raise ValueError(f"--weights q4 keeps a GGUF file's own 4-bit codes; {args.model!r} is not a GGUF profile "
+                             "(use bfloat16 or int8 for it)")
     check_model_available(args.model)
     return device

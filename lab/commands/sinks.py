@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. Load and run one streaming prefill (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
     with err.status("prefill with streaming attention capture"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the uncalibrated notice is printed below, once
         analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold, calibration=args.calibration)

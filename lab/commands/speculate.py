@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from lab.commands.common import MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args, parse_adaptive
+from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args, parse_adaptive
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_prompt_args(p)
     add_model_args(p)
+    add_draft_weights_arg(p)
     p.add_argument("--draft", default=None,
                    help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
                         "(default: the profile's draft, early-exit:24 for smollm2)")
@@ -86,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer)
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
     cost = draft.cost

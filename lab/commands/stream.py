@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. Load and run (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}") as status:
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         result = run_stream(model, tokenizer, text, cfg, progress=lambda msg: status.update(msg))
 
     # 3. Show the result on stdout.

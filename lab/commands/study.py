@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     if args.merge:
         return _merge(args)
+    if args.weights != "float32":  # the study's work files and resume do not record a representation yet
+        raise ValueError(f"--weights {args.weights}: the study runs float32 weights only for now; run the other "
+                         "commands with --weights, or the study without it")
     cluster = cluster_config(args)
     if cluster is None:
         set_threads(args.threads)

@@ -91,19 +91,19 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def cache_problem(folder: Path) -> str | None:
+def cache_problem(folder: Path, index: str = "config.json") -> str | None:
     """What is wrong with a cached model directory, or ``None`` when it can be used.
 
-    Checks, in order: ``config.json`` parses; with a manifest, every recorded file
+    Checks, in order: ``index`` (the folder's JSON description: ``config.json`` for a model) parses; with a manifest, every recorded file
     exists with its size, and one modified since it was written still has its sha256;
     every ``*.safetensors`` file is structurally whole (:func:`safetensors_problem`).
     """
     if not folder.is_dir():
         return f"{folder} is not a directory"
     try:
-        json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        json.loads((folder / index).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return "config.json is missing or unreadable"
+        return f"{index} is missing or unreadable"
     manifest = folder / MANIFEST
     if manifest.is_file():
         try:

@@ -250,6 +250,7 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     attn_implementation: str | None = None,
+    weights: str = "float32",
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer, in eval mode, on the chosen device.
 
@@ -261,20 +262,30 @@ def load_model(
         attn_implementation: ``"eager"``, ``"sdpa"`` or another registered attention
             function name, or ``None`` for transformers' default. Checked after
             loading, because transformers has silently fallen back before.
+        weights: the representation of the linear layers (:data:`lab.models.weights.WEIGHTS`):
+            ``"float32"`` (as loaded), ``"bfloat16"``, ``"int8"`` or ``"q4"`` (a GGUF profile's
+            own 4-bit codes through torch's CPU int4 kernel); CPU only unless ``"float32"``.
 
     Returns:
         ``(model, tokenizer)``; ``model.lab_source`` records what was loaded.
 
     Raises:
-        ValueError: a bad model name, device or dtype.
+        ValueError: a bad model name, device, dtype or weights (``q4`` without a GGUF profile,
+            a quantized representation off the CPU).
         ModelUnavailableError: the model is not available on this machine (offline
             hub id, missing package); the message names the embedded default.
         RuntimeError: the requested attention implementation did not take effect.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lab.models.qlinear import check_cpu
+    from lab.models.quantize import load_or_convert
+    from lab.models.weights import check_weights
+
     dev = resolve_device(device)
     torch_dtype = parse_dtype(dtype, dev)
+    if check_weights(weights) != "float32":
+        check_cpu(dev)
     source, profile = resolve_source(name_or_path)
     kwargs: dict[str, Any] = {"dtype": torch_dtype}
     if attn_implementation is not None:
@@ -309,6 +320,10 @@ def load_model(
     except MemoryError as exc:
         raise MemoryError(f"moving model {name_or_path!r} to {dev}: {exc or 'no detail given'}") from exc
     model.eval()
+    if weights != "float32":
+        gguf_model = profile is not None and profile.source in ("gguf-package", "gguf-chunks")
+        converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
+        summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted)
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
         if actual != attn_implementation:
@@ -322,7 +337,10 @@ def load_model(
         "device": str(dev),
         "dtype": str(torch_dtype).removeprefix("torch."),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "weights": weights,
     }
+    if weights != "float32":
+        model.lab_source["weights_layers"] = summary["by_gguf_type"]
     return model, tokenizer
 
 
@@ -343,6 +361,12 @@ def _instead(name: str, profile: ModelProfile | None, source: str) -> str:
     if profile is not None and profile.source != "hub":
         return f"; delete {source} to rebuild it from the GGUF file"
     return "" if name == DEFAULT_PROFILE else f"; {USE_DEFAULT_HINT}"
+
+
+def is_gguf_model(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` is a profile loaded from a GGUF file (whose codes ``weights="q4"`` keeps)."""
+    profile = PROFILES.get(name_or_path)
+    return profile is not None and profile.source in ("gguf-package", "gguf-chunks")
 
 
 def known_context_length(name_or_path: str) -> int | None:

@@ -62,7 +62,7 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
 
 
 def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None,
-               dtype: Any = None) -> Drafter:
+               dtype: Any = None, weights: str = "float32") -> Drafter:
     """Build a drafter from a spec string.
 
     Args:
@@ -93,11 +93,13 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         if kind != "model":
             raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own")
         return per_pass_draft(make_draft(target, spec, target_tokenizer=target_tokenizer, device=device,
-                                         dtype=prefill_dtype), dtype)
+                                         dtype=prefill_dtype, weights=weights), dtype)
     if dtype is not None and kind != "model":
         if parse_dtype(dtype, model_device(target)) != target_dtype:
             raise ValueError(f"draft dtype={dtype!r}: the {kind} draft {spec!r} has no weights of its own "
                              f"(it runs in the target's {str(target_dtype).removeprefix('torch.')})")
+    if weights != "float32" and kind != "model":
+        raise ValueError(f"draft weights={weights!r}: the {kind} draft {spec!r} has no weights of its own")
     if kind == "early-exit":
         return EarlyExitDraft(target, int(spec.partition(":")[2]))
     if kind == "prompt-lookup":
@@ -109,7 +111,8 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
             pass  # load_model below says why the draft is unavailable, in the same words
 
     dev = device or model_device(target)
-    draft_model, draft_tok = loading.load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype)
+    draft_model, draft_tok = loading.load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype,
+                                                weights=weights)
     if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
         return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)

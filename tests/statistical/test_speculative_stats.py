@@ -233,7 +233,9 @@ N_LOOP = 1500  # runs of the full decode loop
 LOOP_SAMPLING = SamplingConfig(temperature=1.0, top_k=6)  # top-k keeps the two-token outcome space small
 
 
-LOOP_DRAFTS = ("model", "early-exit")  # a separate draft model on its own cache; the target's first layer on the target's cache
+# a separate draft model on its own cache; the target's first layer on the target's cache; and both models
+# with int8 weight-only layers (lab.models.quantize): lossless relative to the target as loaded
+LOOP_DRAFTS = ("model", "early-exit", "model-int8")
 
 
 def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counter, dict]:
@@ -243,7 +245,13 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
     from tests.support import tiny_llama_untied
 
     target = tiny_llama_untied(vocab_size=16, num_layers=2, seed=0, init_std=0.1)
-    if draft_kind == "early-exit":  # lab.speculative.self_draft: drafts on the loop's (lent) target cache
+    if draft_kind == "model-int8":
+        from lab.models.quantize import quantize_model
+
+        quantize_model(target, None, "int8")
+        draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))
+        quantize_model(draft.model, None, "int8")
+    elif draft_kind == "early-exit":  # lab.speculative.self_draft: drafts on the loop's (lent) target cache
         draft = EarlyExitDraft(target, 1)
     else:
         draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))

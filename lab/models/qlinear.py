@@ -1,0 +1,161 @@
+"""Linear layers whose weights stay quantized: torch's CPU weight-only kernels.
+
+Three stand-ins for ``torch.nn.Linear`` (same ``in_features`` / ``out_features``, input
+``(..., K)``, output ``(..., N)`` in the input's dtype, bias kept in float32):
+
+* :class:`Int4Linear`: group-wise 4-bit weights, groups of 32 along K, through
+  ``aten._weight_int4pack_mm_for_cpu`` (the "tinygemm" layout: ``w = (q - 8) * s + z`` per
+  group, ``s`` and ``z`` stored as ``(K / 32, N, 2)``). Built from a GGUF ``Q4_K`` / ``Q4_1``
+  tensor's own codes (:mod:`lab.models.gguf_blocks`), so the codes are the file's; only ``s``
+  and ``z`` are rounded to bfloat16.
+* :class:`Int8Linear`: per-output-channel symmetric int8 (``w = s[n] * q``, ``q`` in
+  -127..127) through ``aten._weight_int8pack_mm``, quantized from a float weight.
+* :class:`CastLinear`: a dense weight held in bfloat16 (or any dtype), input cast to it.
+
+The kernels' fast paths take bfloat16 activations (their float32 paths are reference
+loops, several times slower than a dense float32 matmul), so each layer casts its input to
+bfloat16 and its output back: the rounding of activations to bfloat16 is part of what a
+quantized run measures against the float32 reference. CPU only: the ``_for_cpu`` kernel
+has no other backend here; :func:`check_cpu` says so.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GROUP = 32  # Q4_K and Q4_1 groups; the int4 kernel's qGroupSize
+INNER_K_TILES = 2  # the CPU packer's tile argument (K must then be a multiple of 32)
+INT4_MID = 8  # tinygemm's zero point: codes 0..15 are read as (q - 8)
+ACT_DTYPE = torch.bfloat16  # the dtype the kernels' fast paths take
+
+
+def check_cpu(device: torch.device | str) -> None:
+    """Raise ``ValueError`` unless ``device`` is the CPU (the quantized kernels' only backend)."""
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"quantized weights run on the CPU only (torch's _for_cpu kernels); got device={device}")
+
+
+def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
+    if x.shape[-1] != k:
+        raise ValueError(f"input has {x.shape[-1]} features, the layer takes {k}")
+    return x.reshape(-1, k).to(ACT_DTYPE)
+
+
+class Int4Linear(nn.Module):
+    """``y = x W^T + b`` with ``W`` as 4-bit codes in groups of 32 (tinygemm layout).
+
+    Buffers: ``packed`` ``uint8 (N, K / 2)`` (torch's CPU int4 pack), ``scale_zeros``
+    ``bfloat16 (K / 32, N, 2)``, ``bias`` ``float32 (N,)`` or None.
+    """
+
+    def __init__(self, packed: torch.Tensor, scale_zeros: torch.Tensor, bias: torch.Tensor | None,
+                 in_features: int, out_features: int):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("packed", packed)
+        self.register_buffer("scale_zeros", scale_zeros)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_codes(cls, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> "Int4Linear":
+        """From ``w = scale * codes + offset`` per group of 32 (:func:`lab.models.gguf_blocks.decode`).
+
+        Args:
+            codes: ``uint8`` or integer ``(N, K)`` in 0..15.
+            scale, offset: ``float32 (N, K / 32)``.
+            bias: ``(N,)`` or None.
+
+        Raises:
+            ValueError: shapes disagree, K is not a multiple of 32, or a code is outside 0..15.
+        """
+        n, k = codes.shape
+        if k % GROUP:  # also the packer's need: K a multiple of 16 * INNER_K_TILES
+            raise ValueError(f"K={k} is not a multiple of the group size {GROUP}")
+        if scale.shape != (n, k // GROUP) or offset.shape != scale.shape:
+            raise ValueError(f"scale and offset must be ({n}, {k // GROUP}); got {tuple(scale.shape)}, "
+                             f"{tuple(offset.shape)}")
+        if int(codes.min()) < 0 or int(codes.max()) > 15:
+            raise ValueError("int4 codes must lie in 0..15")
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), INNER_K_TILES)
+        # w = scale * q + offset = (q - 8) * scale + (offset + 8 * scale)
+        zeros = offset.float() + INT4_MID * scale.float()
+        scale_zeros = torch.stack([scale.float().t(), zeros.t()], dim=-1).to(ACT_DTYPE).contiguous()
+        return cls(packed, scale_zeros, None if bias is None else bias.detach().float().clone(), k, n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_flat(x, self.in_features), self.packed, GROUP,
+                                                       self.scale_zeros)
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def dequantized(self) -> torch.Tensor:
+        """``float32 (N, K)``: the weight this layer multiplies by (after the bfloat16 rounding of s, z)."""
+        eye = torch.eye(self.in_features, dtype=ACT_DTYPE)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scale_zeros).float().t()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
+
+
+class Int8Linear(nn.Module):
+    """``y = x W^T + b`` with ``W = scales[n] * q[n, k]``, ``q`` int8 in -127..127.
+
+    Buffers: ``weight_int8`` ``int8 (N, K)``, ``scales`` ``bfloat16 (N,)``, ``bias``.
+    """
+
+    def __init__(self, weight_int8: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight_int8.shape
+        self.register_buffer("weight_int8", weight_int8)
+        self.register_buffer("scales", scales)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Int8Linear":
+        """Per-output-channel symmetric quantization of a float ``(N, K)`` weight (absmax / 127).
+
+        Raises:
+            ValueError: ``weight`` is not 2-D or holds a non-finite value.
+        """
+        if weight.ndim != 2:
+            raise ValueError(f"weight must be (N, K); got shape {tuple(weight.shape)}")
+        w = weight.detach().float()
+        if not torch.isfinite(w).all():
+            raise ValueError("weight holds a non-finite value")
+        scales = (w.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+        q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(q.contiguous(), scales.to(ACT_DTYPE), None if bias is None else bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(_flat(x, self.in_features), self.weight_int8, self.scales)
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def dequantized(self) -> torch.Tensor:
+        """``float32 (N, K)``."""
+        return self.weight_int8.float() * self.scales.float()[:, None]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per channel"
+
+
+class CastLinear(nn.Module):
+    """``y = x W^T + b`` with ``W`` held in ``dtype`` (default bfloat16) and the input cast to it."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, dtype: torch.dtype = ACT_DTYPE):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight", weight.detach().to(dtype).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def dequantized(self) -> torch.Tensor:
+        return self.weight.float()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.weight.dtype}"

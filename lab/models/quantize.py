@@ -1,0 +1,273 @@
+"""A loaded GGUF model's linear layers swapped for quantized ones (:mod:`lab.models.qlinear`).
+
+``weights`` names the representation of the linear layers (the attention and MLP
+projections and the LM head; embeddings and norms stay as loaded):
+
+* ``float32``: as loaded (transformers' float32 dequantization of the GGUF file);
+* ``bfloat16``: every linear weight in bfloat16 (:class:`~lab.models.qlinear.CastLinear`);
+* ``int8``: every linear weight requantized per output channel (:class:`~lab.models.qlinear.Int8Linear`);
+* ``q4``: every linear weight the file stores as a 4-bit group-of-32 code (``Q4_K``,
+  ``Q4_1``) kept as the file's own codes (:class:`~lab.models.qlinear.Int4Linear`); the
+  others (``Q6_K``, ``Q8_0``, ``Q5_0`` ...) take the representation :data:`Q4_FALLBACK`
+  names for their type.
+
+The GGUF tensor behind each layer is found with transformers' own name map
+(``get_gguf_hf_weights_map``), and the codes are checked against the loaded float32
+weight before they replace it: their dequantization (rows permuted as transformers permutes
+llama's q/k projections) must equal it exactly, or :class:`QuantizeError` names the layer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab.models import gguf_blocks
+from lab.models.qlinear import INNER_K_TILES, CastLinear, Int4Linear, Int8Linear
+from lab.models.weights import Q4_FALLBACK, check_weights
+
+logger = logging.getLogger(__name__)
+
+class QuantizeError(RuntimeError):
+    """A layer's GGUF codes do not reproduce its loaded weight, or a layer has no GGUF tensor."""
+
+
+@dataclass
+class QuantizeSummary:
+    """What :func:`quantize_model` did: layers per representation and per GGUF type."""
+
+    weights: str
+    layers: Counter = field(default_factory=Counter)  # representation -> number of linear layers
+    by_type: dict[str, Counter] = field(default_factory=dict)  # GGUF type -> representation -> count
+
+    def as_dict(self) -> dict:
+        return {"weights": self.weights, "layers": dict(self.layers),
+                "by_gguf_type": {t: dict(c) for t, c in sorted(self.by_type.items())}}
+
+
+def linear_tensors(model: nn.Module, reader) -> dict[str, tuple[object, object]]:
+    """``{module name: (gguf tensor, processor)}`` for every ``nn.Linear`` of ``model``."""
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+
+    model_type = model.config.model_type
+    arch = {"gemma3_text": "gemma3"}.get(model_type, model_type)
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=model.config.to_dict())
+    hf_from_gguf = get_gguf_hf_weights_map(model, processor)
+    gguf_from_hf = {hf: g for g, hf in hf_from_gguf.items()}
+    tensors = {t.name: t for t in reader.tensors}
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    out = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        gguf_name = gguf_from_hf.get(f"{name}.weight")
+        if gguf_name is None or gguf_name not in tensors:
+            if tied and module.weight is model.get_input_embeddings().weight and "token_embd.weight" in tensors:
+                gguf_name = "token_embd.weight"
+            else:
+                raise QuantizeError(f"layer {name!r} has no tensor in the GGUF file")
+        out[name] = (tensors[gguf_name], processor)
+    return out
+
+
+def q4_layer(name: str, module: nn.Linear, tensor, processor) -> Int4Linear:
+    """The file's codes for one layer, checked against its loaded weight."""
+    type_name = tensor.tensor_type.name
+    codes, scale, offset = gguf_blocks.decode(type_name, np.asarray(tensor.data))
+    # transformers permutes some rows (llama's q/k) after dequantizing: permute codes the same way
+    codes, scale, offset = (processor.process(a, tensor.name).weights for a in (codes, scale, offset))
+    expected = module.weight.detach().float().numpy()
+    if codes.shape != expected.shape or not np.array_equal(gguf_blocks.dequantize(codes, scale, offset), expected):
+        raise QuantizeError(f"layer {name!r}: the {type_name} codes of {tensor.name!r} do not reproduce its "
+                            "loaded weight")
+    layer = Int4Linear.from_codes(torch.from_numpy(np.ascontiguousarray(codes)), torch.from_numpy(scale),
+                                  torch.from_numpy(offset), module.bias)
+    layer.codes_for_cache = torch.from_numpy(np.ascontiguousarray(codes[:, 0::2] | (codes[:, 1::2] << 4)))
+    return layer
+
+
+def _replacement(representation: str, module: nn.Linear) -> nn.Module:
+    if representation == "bfloat16":
+        return CastLinear(module.weight, module.bias)
+    if representation == "int8":
+        return Int8Linear.from_weight(module.weight, module.bias)
+    return module
+
+
+def quantize_model(model: nn.Module, gguf_file: str | Path | None, weights: str) -> QuantizeSummary:
+    """Replace ``model``'s linear layers in place by the representation ``weights`` names.
+
+    Args:
+        model: a float32 CPU model loaded from ``gguf_file`` (transformers' GGUF loader).
+        gguf_file: the GGUF file it was loaded from (needed by ``q4`` only; None for other sources).
+        weights: one of :data:`lab.models.weights.WEIGHTS`.
+
+    Returns:
+        A :class:`QuantizeSummary` (layers per representation and per GGUF type).
+
+    Raises:
+        ValueError: ``weights`` is unknown, the model is not on the CPU, or ``q4`` has no GGUF file.
+        QuantizeError: a layer has no GGUF tensor, or its codes do not reproduce its weight.
+    """
+    check_weights(weights)
+    summary = QuantizeSummary(weights)
+    if weights == "float32":
+        return summary
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("quantized weights run on the CPU only (torch's _for_cpu kernels)")
+    if weights == "q4":
+        if gguf_file is None:
+            raise ValueError("weights='q4' keeps a GGUF file's own 4-bit codes, so it needs a GGUF model "
+                             "(a profile such as smollm2 or qwen2.5-coder), not a hub id or a directory")
+        from gguf import GGUFReader
+
+        layers = linear_tensors(model, GGUFReader(str(gguf_file)))
+    else:
+        layers = {name: (None, None) for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    for name, (tensor, processor) in layers.items():
+        module = model.get_submodule(name)
+        type_name = tensor.tensor_type.name if tensor is not None else "dense"
+        if weights == "q4":
+            representation = "q4" if type_name in gguf_blocks.DECODABLE else Q4_FALLBACK.get(type_name, "bfloat16")
+        else:
+            representation = weights
+        new = q4_layer(name, module, tensor, processor) if representation == "q4" else _replacement(representation, module)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+        summary.layers[representation] += 1
+        summary.by_type.setdefault(type_name, Counter())[representation] += 1
+    logger.info("weights %s: %s", weights, dict(summary.layers))
+    return summary
+
+
+# --------------------------------------------------------------------------- the converted cache
+
+CACHE_FILE = "weights.safetensors"  # beside lab-cache.json (the manifest of lab.models.cache)
+LAYERS_FILE = "layers.json"  # module name -> representation, and the conversion summary
+
+
+def portable_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The converted layers in a machine-independent form, for the cache.
+
+    ``Int4Linear``: ``<name>.codes`` ``uint8 (N, K / 2)`` (code ``2j`` in the low nibble of byte
+    ``j``, ``2j + 1`` in the high one) and ``<name>.scale_zeros``; torch's int4 pack (whose layout
+    follows the CPU's vector width) is rebuilt from the codes on load. ``Int8Linear``:
+    ``weight_int8``, ``scales``; ``CastLinear``: ``weight``. Biases as ``<name>.bias``.
+
+    Returns:
+        ``(tensors, {module name: representation})``.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    kinds: dict[str, str] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, Int4Linear):
+            if not hasattr(m, "codes_for_cache"):
+                raise QuantizeError(f"layer {name!r} no longer holds its portable codes (only a fresh conversion does)")
+            tensors[f"{name}.codes"], tensors[f"{name}.scale_zeros"] = m.codes_for_cache, m.scale_zeros
+            kinds[name] = "q4"
+        elif isinstance(m, Int8Linear):
+            tensors[f"{name}.weight_int8"], tensors[f"{name}.scales"] = m.weight_int8, m.scales
+            kinds[name] = "int8"
+        elif isinstance(m, CastLinear):
+            tensors[f"{name}.weight"] = m.weight
+            kinds[name] = "bfloat16"
+        else:
+            continue
+        if m.bias is not None:
+            tensors[f"{name}.bias"] = m.bias
+    return {k: v.contiguous() for k, v in tensors.items()}, kinds
+
+
+def install_portable(model: nn.Module, tensors: dict[str, torch.Tensor], kinds: dict[str, str]) -> None:
+    """Replace ``model``'s linear layers by the cached converted ones (:func:`portable_tensors`).
+
+    Raises:
+        QuantizeError: a named module is missing, is not a linear layer, or its shapes disagree.
+    """
+    for name, kind in kinds.items():
+        try:
+            old = model.get_submodule(name)
+        except AttributeError:
+            raise QuantizeError(f"the cached layer {name!r} is not in the model") from None
+        if not isinstance(old, nn.Linear):
+            raise QuantizeError(f"the cached layer {name!r} replaces a {type(old).__name__}, not a linear layer")
+        bias = tensors.get(f"{name}.bias")
+        if kind == "q4":
+            packed = tensors[f"{name}.codes"]
+            codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
+            new: nn.Module = Int4Linear(
+                torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), INNER_K_TILES),
+                tensors[f"{name}.scale_zeros"], bias, codes.shape[1], codes.shape[0])
+        elif kind == "int8":
+            new = Int8Linear(tensors[f"{name}.weight_int8"], tensors[f"{name}.scales"], bias)
+        else:
+            new = CastLinear(tensors[f"{name}.weight"], bias, dtype=tensors[f"{name}.weight"].dtype)
+        if (new.out_features, new.in_features) != (old.out_features, old.in_features):
+            raise QuantizeError(f"the cached layer {name!r} is {new.out_features}x{new.in_features}, the model's "
+                                f"{old.out_features}x{old.in_features}")
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+
+
+def _drop_cache_codes(model: nn.Module) -> None:
+    """Free the portable copy of the codes that conversion keeps for the cache."""
+    for m in model.modules():
+        if isinstance(m, Int4Linear) and hasattr(m, "codes_for_cache"):
+            del m.codes_for_cache
+
+
+def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str, cache: Path | None) -> dict:
+    """Quantize ``model`` from the converted cache at ``cache`` if it is sound, else convert and write it.
+
+    The cache is a folder beside the float32 one (``<profile>.weights-<weights>``) holding
+    :data:`CACHE_FILE`, :data:`LAYERS_FILE` and the manifest of :mod:`lab.models.cache`
+    (sizes, sha256), written under a temporary name and renamed into place; a damaged one is
+    discarded and rebuilt, with a warning. ``cache=None`` converts without caching.
+
+    Returns:
+        The conversion summary (:meth:`QuantizeSummary.as_dict`).
+    """
+    import json
+    import shutil
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    from lab.models import cache as model_cache
+
+    if cache is not None and cache.exists():
+        problem = model_cache.cache_problem(cache, index=LAYERS_FILE)
+        if problem is None and not (cache / model_cache.MANIFEST).is_file():
+            problem = f"no {model_cache.MANIFEST}"
+        if problem is None:
+            meta = json.loads((cache / LAYERS_FILE).read_text())
+            install_portable(model, load_file(str(cache / CACHE_FILE)), meta["layers"])
+            return meta["summary"]
+        logger.warning("the converted-weights cache %s is damaged (%s); converting again", cache, problem)
+        model_cache.discard(cache)
+    summary = quantize_model(model, gguf_file, weights).as_dict()
+    if cache is None or weights == "float32":
+        _drop_cache_codes(model)
+        return summary
+    tensors, kinds = portable_tensors(model)
+    _drop_cache_codes(model)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+    try:
+        save_file(tensors, str(staging / CACHE_FILE))
+        (staging / LAYERS_FILE).write_text(json.dumps({"layers": kinds, "summary": summary}, indent=1))
+        model_cache.write_manifest(staging, Path(str(gguf_file)).name if gguf_file else weights)
+        try:
+            staging.rename(cache)
+        except OSError:  # another process won the race; its copy is complete
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return summary

@@ -1,0 +1,231 @@
+"""GGUF 4-bit codes and the quantized linear layers, on synthetic blocks (no weights).
+
+The reference for decoding is gguf-py's own float32 dequantizer (``gguf.quants.dequantize``):
+the lab's codes, scales and offsets must reproduce it bit for bit. The layers are checked
+against a dense float32 matmul by the weight they report (:meth:`dequantized`), within the
+bfloat16 rounding of activations and scales that the kernels' fast path implies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from lab.models import gguf_blocks
+from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu
+from lab.models.weights import WEIGHTS, check_weights
+
+# bfloat16 keeps 8 significant bits: a dot product of bfloat16-rounded activations and
+# weights is within a few 2^-8 of the float32 one, relative to its norm.
+BF16_RELATIVE = 2.0 ** -6
+
+
+def _random_blocks(type_name: str, n_rows: int, blocks_per_row: int, seed: int) -> np.ndarray:
+    """``uint8 (n_rows, blocks_per_row * block_bytes)`` of valid blocks (finite float16 fields)."""
+    rng = np.random.default_rng(seed)
+    block_bytes = gguf_blocks.Q4_K_BYTES if type_name == "Q4_K" else gguf_blocks.Q4_1_BYTES
+    raw = rng.integers(0, 256, size=(n_rows * blocks_per_row, block_bytes), dtype=np.uint8)
+    halves = rng.normal(0, 0.05, size=(n_rows * blocks_per_row, 2)).astype(np.float16)
+    raw[:, 0:4] = halves.view(np.uint8).reshape(-1, 4)  # d, dmin (Q4_K) or d, m (Q4_1)
+    return raw.reshape(n_rows, blocks_per_row * block_bytes)
+
+
+@pytest.mark.parametrize("type_name", gguf_blocks.DECODABLE)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decode_random_blocks_reproduce_gguf_dequantization_bit_for_bit(type_name, seed):
+    """scale * codes + offset == gguf-py's float32 dequantization, for every weight."""
+    per_row = 2 if type_name == "Q4_K" else 8
+    raw = _random_blocks(type_name, n_rows=5, blocks_per_row=per_row, seed=seed)
+    codes, scale, offset = gguf_blocks.decode(type_name, raw)
+    reference = gguf_dequantize(raw, GGMLQuantizationType[type_name])
+    assert codes.dtype == np.uint8 and codes.max() <= 15
+    assert scale.shape == offset.shape == (5, codes.shape[1] // gguf_blocks.GROUP)
+    assert np.array_equal(gguf_blocks.dequantize(codes, scale, offset), reference)
+
+
+@pytest.mark.parametrize("type_name", gguf_blocks.DECODABLE)
+def test_decode_negative_control_swapped_nibbles_are_caught(type_name):
+    """The bit-for-bit comparison rejects a decoder that reads high nibbles before low ones."""
+    raw = _random_blocks(type_name, n_rows=3, blocks_per_row=2, seed=7)
+    codes, scale, offset = gguf_blocks.decode(type_name, raw)
+    half = 16 if type_name == "Q4_1" else 32
+    swapped = codes.reshape(3, -1, 2, half)[:, :, ::-1].reshape(codes.shape)
+    reference = gguf_dequantize(raw, GGMLQuantizationType[type_name])
+    assert not np.array_equal(gguf_blocks.dequantize(swapped, scale, offset), reference)
+
+
+def test_decode_bad_input_is_refused_naming_the_problem():
+    with pytest.raises(ValueError, match="whole number"):
+        gguf_blocks.decode_q4_k(np.zeros((2, 100), dtype=np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        gguf_blocks.decode_q4_1(np.zeros((2, 20), dtype=np.int16))
+    with pytest.raises(ValueError, match="Q6_K"):
+        gguf_blocks.decode("Q6_K", np.zeros((2, 210), dtype=np.uint8))
+
+
+def _relative_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y - ref).norm() / ref.norm())
+
+
+def test_int4_linear_from_gguf_codes_matches_dense_matmul_of_its_weight():
+    """Int4Linear(x) == x @ W^T + b within bfloat16 rounding, W the decoded codes' weight."""
+    raw = _random_blocks("Q4_K", n_rows=64, blocks_per_row=1, seed=3)
+    codes, scale, offset = gguf_blocks.decode("Q4_K", raw)
+    weight = torch.from_numpy(gguf_blocks.dequantize(codes, scale, offset))
+    bias = torch.randn(64)
+    layer = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(offset), bias)
+    x = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(0))
+    y = layer(x)
+    assert y.shape == (2, 3, 64) and y.dtype == torch.float32
+    assert _relative_error(y, x @ weight.T + bias) < BF16_RELATIVE
+    assert _relative_error(layer.dequantized(), weight) < BF16_RELATIVE
+
+
+def test_int4_linear_negative_control_wrong_zero_point_is_caught():
+    """The same tolerance rejects a layer built without the (q - 8) zero-point shift."""
+    raw = _random_blocks("Q4_1", n_rows=32, blocks_per_row=8, seed=4)
+    codes, scale, offset = gguf_blocks.decode("Q4_1", raw)
+    weight = torch.from_numpy(gguf_blocks.dequantize(codes, scale, offset))
+    broken = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale),
+                                   torch.from_numpy(offset - 8 * scale))
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+    assert _relative_error(broken(x), x @ weight.T) > BF16_RELATIVE
+
+
+def test_int4_linear_bad_codes_are_refused():
+    with pytest.raises(ValueError, match="0..15"):
+        Int4Linear.from_codes(torch.full((8, 32), 16), torch.ones(8, 1), torch.zeros(8, 1))
+    with pytest.raises(ValueError, match="multiple"):
+        Int4Linear.from_codes(torch.zeros(8, 48, dtype=torch.uint8), torch.ones(8, 1), torch.zeros(8, 1))
+
+
+def test_int8_linear_per_channel_error_bounded_by_half_a_step():
+    """Each weight of Int8Linear is within half a quantization step (absmax / 254) of the original."""
+    weight = torch.randn(48, 96, generator=torch.Generator().manual_seed(2))
+    layer = Int8Linear.from_weight(weight)
+    step = weight.abs().amax(dim=1, keepdim=True) / 127
+    # the scales are stored in bfloat16: allow their rounding on top of half a step
+    assert ((layer.dequantized() - weight).abs() <= step * (0.5 + 127 * 2.0 ** -8)).all()
+    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(3))
+    assert _relative_error(layer(x), x @ weight.T) < 4 * BF16_RELATIVE
+
+
+def test_cast_linear_holds_bfloat16_and_returns_input_dtype():
+    weight = torch.randn(16, 32)
+    layer = CastLinear(weight, torch.zeros(16))
+    x = torch.randn(3, 32)
+    assert layer.weight.dtype == torch.bfloat16 and layer(x).dtype == torch.float32
+    assert _relative_error(layer(x), x @ weight.T) < BF16_RELATIVE
+
+
+def test_weights_names_and_device_are_checked():
+    assert check_weights("q4") == "q4" and set(WEIGHTS) == {"float32", "bfloat16", "int8", "q4"}
+    with pytest.raises(ValueError, match="weights='int3'"):
+        check_weights("int3")
+    with pytest.raises(ValueError, match="CPU only"):
+        check_cpu("cuda:0")
+    check_cpu("cpu")
+
+
+def _tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("weights", ["int8", "bfloat16"])
+def test_converted_cache_round_trip_gives_the_same_logits(tmp_path, weights, monkeypatch):
+    """A model rebuilt from the converted cache (no conversion) computes exactly what the converted one did."""
+    from lab.models import quantize
+    from lab.models.quantize import load_or_convert
+
+    ids = torch.arange(10).unsqueeze(0)
+    first = _tiny_model()
+    summary = load_or_convert(first, None, weights, tmp_path / "tiny.weights")
+    assert summary["layers"] == {weights: 2 * 7 + 1}  # q, k, v, o, gate, up, down per layer; the LM head
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the cache was not used: the model was converted again")
+
+    monkeypatch.setattr(quantize, "quantize_model", no_conversion)
+    second = _tiny_model()
+    assert load_or_convert(second, None, weights, tmp_path / "tiny.weights") == summary
+    with torch.no_grad():
+        assert torch.equal(first(ids).logits, second(ids).logits)
+        assert not torch.equal(first(ids).logits, _tiny_model()(ids).logits)  # control: it is not float32
+
+
+def test_converted_cache_damaged_is_rebuilt_with_a_warning(tmp_path, caplog):
+    """A corrupted cache file (same size, other bytes) is detected by the manifest, discarded and rebuilt."""
+    from lab.models.quantize import CACHE_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights"
+    load_or_convert(_tiny_model(), None, "int8", cache)
+    data = bytearray((cache / CACHE_FILE).read_bytes())
+    data[-5:] = b"\x00\x01\x02\x03\x04"
+    (cache / CACHE_FILE).write_bytes(bytes(data))
+    import os
+
+    os.utime(cache / CACHE_FILE, (1, 1))  # a changed mtime makes the manifest hash the file again
+    with caplog.at_level("WARNING"):
+        load_or_convert(_tiny_model(), None, "int8", cache)
+    assert "damaged" in caplog.text and "was modified" in caplog.text
+    assert load_or_convert(_tiny_model(), None, "int8", cache)["layers"] == {"int8": 15}
+
+
+def test_int4_layer_round_trips_through_portable_codes():
+    """Int4Linear -> portable nibbles -> Int4Linear gives the same outputs (the pack is rebuilt on load)."""
+    from torch import nn
+
+    from lab.models.quantize import install_portable, portable_tensors
+
+    raw = _random_blocks("Q4_1", n_rows=32, blocks_per_row=2, seed=5)
+    codes, scale, offset = gguf_blocks.decode("Q4_1", raw)
+    layer = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(offset))
+    layer.codes_for_cache = torch.from_numpy(codes[:, 0::2] | (codes[:, 1::2] << 4))
+    holder = nn.Sequential(layer)
+    tensors, kinds = portable_tensors(holder)
+    rebuilt = nn.Sequential(nn.Linear(64, 32, bias=False))
+    install_portable(rebuilt, tensors, kinds)
+    x = torch.randn(3, 64)
+    assert isinstance(rebuilt[0], Int4Linear) and torch.equal(rebuilt(x), holder(x))
+
+
+def test_compare_identical_log_probs_agree_everywhere_with_zero_kl():
+    from lab.bench.weights import compare
+
+    lp = [torch.log_softmax(torch.randn(5, 11, generator=torch.Generator().manual_seed(s)), -1) for s in (0, 1)]
+    row = compare(lp, [t.clone() for t in lp], "same")
+    assert (row.positions, row.top1_agree) == (10, 10)
+    assert row.mean_kl_nats == pytest.approx(0.0, abs=1e-7) and row.max_abs_entropy_shift_bits < 1e-6
+
+
+def test_compare_negative_control_reversed_vocabulary_disagrees_and_has_positive_kl():
+    """The same comparison reports a model whose logits are the reference's reversed as far off."""
+    from lab.bench.weights import compare
+
+    lp = [torch.log_softmax(3 * torch.randn(20, 9, generator=torch.Generator().manual_seed(2)), -1)]
+    row = compare(lp, [lp[0].flip(-1)], "reversed")
+    assert row.top1_agree < row.positions // 2 and row.mean_kl_nats > 0.1
+    with pytest.raises(ValueError, match="same texts and shapes"):
+        compare(lp, [lp[0][:3]], "short")
+
+
+def test_bench_weights_refuses_a_model_without_gguf_codes(capsys):
+    from lab import cli
+
+    assert cli.main(["bench-weights", "--model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 2
+    assert "GGUF profile" in capsys.readouterr().err
+
+
+def test_weights_q4_refused_for_a_hub_model_before_loading(capsys):
+    from lab import cli
+
+    assert cli.main(["entropy", "Hi", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--weights", "q4"]) == 2
+    assert "--weights q4" in capsys.readouterr().err
