@@ -25,7 +25,7 @@ def short_context_backend(monkeypatch):
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok), num_layers=2, max_positions=CONTEXT)
 
-    def fake_load(name, *, device=None, dtype=None, attn_implementation=None):
+    def fake_load(name, *, device=None, dtype=None, attn_implementation=None, weights="float32"):
         return model, tok
 
     def no_forward(module, args, kwargs):

@@ -33,7 +33,7 @@ def tiny_backend(monkeypatch):
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok))
 
-    def fake_load(name, *, device=None, dtype=None, attn_implementation=None):
+    def fake_load(name, *, device=None, dtype=None, attn_implementation=None, weights="float32"):
         return model, tok
 
     monkeypatch.setattr(lab.models.loading, "load_model", fake_load)
