@@ -10,7 +10,7 @@ from lab.render.study import write_report
 from lab.render import study_summary
 from lab.study.work import prompts_display
 from lab.study.run import run_study
-from tests.unit.test_study_shards import FakeRunner, _config
+from tests.integration.test_study_shards import FakeRunner, _config
 
 
 def test_summary_names_files_relative_labels_clean_counts_and_reports_power(tmp_path):

@@ -21,7 +21,7 @@ from lab.study.config import WORK_FORMAT
 from lab.study.run import run_study
 from lab.study.work import OUTCOMES_DIR, plan_study, work_file, work_file_name
 from tests.unit.test_study_resume import FakeRunner, InterruptAfter
-from tests.unit.test_study_resume_dir import CLI_RESAMPLES, _start_blocked, _use_runner
+from tests.integration.test_study_resume_dir import CLI_RESAMPLES, _start_blocked, _use_runner
 
 LONG_ID = "x" * 300  # past NAME_MAX (255 bytes) as a file name
 # Ids a careless or hostile prompt file may hold: the work directory's own file names, a
