@@ -247,7 +247,10 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
             problem = f"no {model_cache.MANIFEST}"
         if problem is None:
             meta = json.loads((cache / LAYERS_FILE).read_text())
-            install_portable(model, load_file(str(cache / CACHE_FILE)), meta["layers"])
+            # Fresh allocations: tensors read from the file may sit at addresses the kernels' vector
+            # loads cannot take (an unaligned int8 weight crashed _weight_int8pack_mm with SIGSEGV).
+            tensors = {k: v.clone() for k, v in load_file(str(cache / CACHE_FILE)).items()}
+            install_portable(model, tensors, meta["layers"])
             return meta["summary"]
         logger.warning("the converted-weights cache %s is damaged (%s); converting again", cache, problem)
         model_cache.discard(cache)

@@ -229,3 +229,20 @@ def test_weights_q4_refused_for_a_hub_model_before_loading(capsys):
 
     assert cli.main(["entropy", "Hi", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--weights", "q4"]) == 2
     assert "--weights q4" in capsys.readouterr().err
+
+
+def test_layers_from_the_cache_sit_on_aligned_memory(tmp_path):
+    """Fault class: a SIGSEGV in _weight_int8pack_mm on a weight read from the cache at an address 8 bytes off
+    a 64-byte boundary (safetensors' data offsets). Installed buffers are fresh, 64-byte aligned allocations."""
+    from safetensors.torch import load_file
+
+    from lab.models.quantize import CACHE_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights"
+    load_or_convert(_tiny_model(), None, "int8", cache)
+    raw = load_file(str(cache / CACHE_FILE))
+    assert any(t.data_ptr() % 64 for t in raw.values()), "precondition: the file's tensors are not all aligned"
+    model = _tiny_model()
+    load_or_convert(model, None, "int8", cache)
+    buffers = [m.weight_int8 for m in model.modules() if isinstance(m, Int8Linear)]
+    assert buffers and all(b.data_ptr() % 64 == 0 for b in buffers)
