@@ -77,7 +77,7 @@ def kernel_times(model: nn.Module, gguf_file: Any, *, gamma: int, repeats: int =
     from gguf import GGUFReader
 
     from lab.models import gguf_blocks
-    from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear
+    from lab.models.qlinear import CastLinear, Int8Linear
     from lab.models.quantize import linear_tensors, q4_layer
 
     if gamma < 1 or repeats < 1:

@@ -21,8 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 MANIFEST = "lab-cache.json"
 MANIFEST_FORMAT = 1
@@ -139,3 +143,30 @@ def discard(folder: Path) -> None:
     except FileNotFoundError:  # another process moved it first
         return
     shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def staged_cache(target: Path, source: str) -> Iterator[Path]:
+    """A temporary folder beside ``target`` to fill; on success its manifest is written and it is renamed
+    into place, so no reader ever sees a half-written cache.
+
+    Args:
+        target: the cache folder to create.
+        source: what it was made from, recorded in the manifest.
+
+    If ``target`` appeared meanwhile (another process won the race; its copy is complete), the staged
+    copy is dropped. On any exception, interrupts included, the staged folder is removed and the
+    exception propagates.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        yield staging
+        write_manifest(staging, source)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -32,8 +32,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -116,19 +114,9 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{profile.name}-", dir=target.parent))
-    try:
+    with model_cache.staged_cache(target, src.name) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        model_cache.write_manifest(staging, src.name)
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is complete
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return target
 
 

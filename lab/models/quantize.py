@@ -227,15 +227,13 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
 
     The cache is a folder beside the float32 one (``<profile>.weights-<weights>``) holding
     :data:`CACHE_FILE`, :data:`LAYERS_FILE` and the manifest of :mod:`lab.models.cache`
-    (sizes, sha256), written under a temporary name and renamed into place; a damaged one is
+    (sizes, sha256), staged and renamed into place (:func:`lab.models.cache.staged_cache`); a damaged one is
     discarded and rebuilt, with a warning. ``cache=None`` converts without caching.
 
     Returns:
         The conversion summary (:meth:`QuantizeSummary.as_dict`).
     """
     import json
-    import shutil
-    import tempfile
 
     from safetensors.torch import load_file, save_file
 
@@ -260,17 +258,7 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
         return summary
     tensors, kinds = portable_tensors(model)
     _drop_cache_codes(model)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
-    try:
+    with model_cache.staged_cache(cache, Path(str(gguf_file)).name if gguf_file else weights) as staging:
         save_file(tensors, str(staging / CACHE_FILE))
         (staging / LAYERS_FILE).write_text(json.dumps({"layers": kinds, "summary": summary}, indent=1))
-        model_cache.write_manifest(staging, Path(str(gguf_file)).name if gguf_file else weights)
-        try:
-            staging.rename(cache)
-        except OSError:  # another process won the race; its copy is complete
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return summary
