@@ -37,7 +37,7 @@ def distractor_texts(prompts: Sequence[StudyPrompt]) -> dict[str, str]:
     by_id = {p.id: p for p in prompts}
     out: dict[str, str] = {}
     for p in prompts:
-        if p.twin_of is None:
+        if p.variant != "poisoned":
             continue
         clean = by_id[p.twin_of].messages[-1]["content"]
         text = p.messages[-1]["content"]
