@@ -1,9 +1,10 @@
 """``lab calibrate-health``: evaluate the graded context-health candidates and apply the choice rule.
 
-For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``) and
-one poisoned variant of each (distractors from the study's prompt set), one
-streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule of
-:mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
+For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``), one
+poisoned variant of each (distractors from the study's prompt set) and one neutral
+variant of the same added length (``lab/data/calibration_neutral.jsonl``), one
+streaming prefill gives every candidate and control of :mod:`lab.health.measures`;
+the rule of :mod:`lab.health.measures` picks one and must reject the controls. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
 with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
 rule's choice goes to the packaged ``lab/health/chosen.json``
 (:mod:`lab.health.choice`), which :func:`lab.health.graded.graded_health` applies.
@@ -21,8 +22,9 @@ from lab.commands.common import add_model_args, add_out_arg, check_model_args
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
-        description="Score the graded context-health candidates on clean calibration prompts and poisoned variants "
-                    "of them; choose by the rule stated in lab.health.measures; write a report directory.",
+        description="Score the graded context-health candidates on clean calibration prompts, poisoned variants "
+                    "of them and neutral variants of the same length; choose by the rule stated in "
+                    "lab.health.measures (a length-only control must be rejected); write a report directory.",
     )
     p.add_argument("--prompts", default=None,
                    help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
@@ -30,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--distractors", default=None,
                    help="study prompt file whose poisoned twins supply the distractor texts "
                         "(default: the embedded lab/data/prompts.jsonl)")
+    p.add_argument("--neutral", default=None,
+                   help="JSONL of neutral variants, one {\"twin_of\", \"added\"} per calibration prompt "
+                        "(default: the packaged lab/data/calibration_neutral.jsonl)")
     p.add_argument("--study-set", action="store_true",
                    help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
                         "report the ranking targets there: no value shared by > 10%% of clean prompts, no tied twins")
@@ -45,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.health import measures as health
     from lab.health.choice import load_chosen, write_chosen
     from lab.sinks.calibration import load_prompts
-    from lab.health.calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
-                                        study_set_figures)
+    from lab.health.calibration import (calibrate, distractor_texts, neutral_variants, poisoned_variants,
+                                        score_candidates, study_set_figures)
     from lab.models.loading import load_model
     from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
@@ -58,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     clean = load_prompts(args.prompts)
     study_prompts = load_study_prompts(args.distractors)
     poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
+    neutral = neutral_variants(clean, args.neutral)
     device = check_model_args(args)
 
     # 2. One prefill per prompt (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
-    prompts = clean + poisoned
+    prompts = clean + poisoned + neutral
 
     def analyze(messages):
         return analyze_prefill(model, tokenizer, messages)
@@ -81,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Figures and the rule's choice.
     current = load_chosen()
-    data = calibrate(values, clean, poisoned, inputs)
+    data = calibrate(values, clean, poisoned, neutral, inputs)
     if study_values:
         data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
-                             for name in health.CANDIDATES}
+                             for name in {**health.CANDIDATES, **health.CONTROLS}}
         data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
     info = dict(model.lab_source)
     data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),

@@ -188,7 +188,8 @@ def power_table(prompts: list) -> list[dict]:
 
     Uses :mod:`lab.analysis.power` at alpha / m (m = the 8 hypotheses of the Holm
     family) with the n each test gets from the set's design: H1 every prompt, H1c and
-    H3 the clean prompts (H3: k = 6 categories), H4a/H4b the twin pairs, H5 at most
+    H3 the clean prompts (H1, H1c: partial Spearman given log length, one degree of
+    freedom fewer; H3: k = 6 categories), H4a/H4b the poisoned-neutral twin pairs, H5 at most
     every prompt (those with a multi-token word). H2 and H6 are bootstrap-based: their
     power comes from a run's CI, and H6's n is the fixed temperature subset.
 
@@ -204,11 +205,13 @@ def power_table(prompts: list) -> list[dict]:
 
     a = ALPHA / len(HYPOTHESES)
     n_all, n_clean = len(prompts), sum(p.variant == "clean" for p in prompts)
-    n_pairs = sum(p.variant == "poisoned" for p in prompts)
+    neutral_of = {p.twin_of for p in prompts if p.variant == "neutral"}
+    n_pairs = sum(p.variant == "poisoned" and p.twin_of in neutral_of for p in prompts)
     k = len({p.category for p in prompts})
-    rows = [("H1", n_all, "prompts", power.spearman_min_effect(n_all, a), power.spearman_n_needed(SMALLEST_EFFECT, a)),
-            ("H1c", n_clean, "clean prompts", power.spearman_min_effect(n_clean, a),
-             power.spearman_n_needed(SMALLEST_EFFECT, a)),
+    rows = [("H1", n_all, "prompts", power.partial_spearman_min_effect(n_all, a),
+             power.partial_spearman_n_needed(SMALLEST_EFFECT, a)),
+            ("H1c", n_clean, "clean prompts", power.partial_spearman_min_effect(n_clean, a),
+             power.partial_spearman_n_needed(SMALLEST_EFFECT, a)),
             ("H2", n_all, "prompts (token clusters)", math.nan, None),
             ("H3", n_clean, "clean prompts", power.eta_sq_min_effect(n_clean, k, a),
              power.eta_sq_n_needed(SMALLEST_ETA_SQ, k, a))]
@@ -235,7 +238,7 @@ def main() -> None:
     out = Path(__file__).with_name("prompts_power.jsonl")
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     prompts = load_prompts(out)  # validate what was written
-    print(f"wrote {len(prompts)} prompts ({sum(p.variant == "poisoned" for p in prompts)} twin triples) to {out}")
+    print(f"wrote {len(prompts)} prompts ({sum(p.variant == 'poisoned' for p in prompts)} twin triples) to {out}")
     for row in power_table(prompts):
         md = "from a run's CI" if row["n_needed"] is None else f"{row['min_detectable']:.3f}"
         print(f"{row['name']}: n = {row['n']} {row['unit']}, smallest effect detectable at 80 % power {md} "

@@ -193,12 +193,73 @@ def content_sink_rate(h: HealthInputs) -> float:
     return _clamp10(10.0 * (1.0 - float(h.sink_rate.double()[h.content].mean())))
 
 
+def uniform_baseline(s: int) -> torch.Tensor:
+    """Received attention each of ``s`` positions gets when every query attends uniformly.
+
+    Query ``i`` (0-based) spreads 1 over its ``i + 1`` keys, so key ``k`` receives, per
+    observing query, ``u_k = (1 / (S - k)) sum_{i=k}^{S-1} 1 / (i + 1)`` (the importance
+    score of :func:`lab.sinks.scores.attention_received` under uniform causal attention).
+    ``u`` is not flat (``u_0 ~ ln S / S`` against ``u_{S-1} = 1 / S``) and its unevenness
+    grows with S, so received attention is uneven by position alone, more so in a longer
+    prompt. Returns float64 ``[S]``; full causal attention (a sliding window, as in
+    Gemma-3's local layers, has another baseline).
+    """
+    inv = 1.0 / torch.arange(1, s + 1, dtype=torch.float64)  # 1 / (i + 1): [S]
+    tail = torch.flip(torch.cumsum(torch.flip(inv, [0]), 0), [0])  # sum_{i >= k} 1 / (i + 1): [S]
+    return tail / torch.arange(s, 0, -1, dtype=torch.float64)
+
+
+def _normalized_entropy(w: torch.Tensor) -> float:
+    """``H(w / sum w) / log N`` in [0, 1] for non-negative ``w`` of N > 1 entries with a positive sum."""
+    p = w / w.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum()) / math.log(int(w.numel()))
+
+
+def relative_entropy(h: HealthInputs) -> float:
+    """10 x normalized entropy over content positions of received attention relative to the uniform baseline.
+
+    ``w_k = r_k / u_k`` (:func:`uniform_baseline`), ``p_k = w_k / sum_content w``,
+    ``H(p) / log N``: 10 when every content position receives what uniform attention
+    would give it, whatever the prompt's length, so the position-driven unevenness that
+    grows with S is not read as pooling. 10 when ``N <= 1`` or no content position
+    receives anything.
+    """
+    r = h.received.double().clamp_min(0.0)
+    w = (r / uniform_baseline(int(r.numel())))[h.content]
+    if int(w.numel()) <= 1 or float(w.sum()) <= 0.0:
+        return 10.0
+    return _clamp10(10.0 * _normalized_entropy(w))
+
+
 CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
     "soft_penalty": soft_penalty,
     "content_share": content_share,
     "content_entropy": content_entropy,
     "content_sink_rate": content_sink_rate,
+    "relative_entropy": relative_entropy,
 }
+
+# The length-only control: 10 at one content token, 0 at LENGTH_CONTROL_MAX_N (past any
+# calibration prompt), log-linear between; what a measure that only reads length gives.
+LENGTH_CONTROL_MAX_N = 8192
+
+
+def length_only(h: HealthInputs) -> float:
+    """Negative control: ``10 (1 - log N / log LENGTH_CONTROL_MAX_N)``, N = content positions.
+
+    Reads no attention at all. It has the five random-input properties (bounded;
+    unchanged when mass moves, so non-increasing; blind to structure; 10 at N = 1;
+    deterministic) and orders every poisoned twin below its shorter clean twin, so a
+    rule that cannot reject it cannot tell a measure of the context from a measure of
+    its length. The choice rule must reject it (the sixth property).
+    """
+    n = int(h.content.sum())
+    return _clamp10(10.0 * (1.0 - math.log(max(n, 1)) / math.log(LENGTH_CONTROL_MAX_N)))
+
+
+# Controls the choice rule is run on beside the candidates and must reject; never chosen.
+CONTROLS: dict[str, Callable[[HealthInputs], float]] = {"length_only": length_only}
 
 
 
