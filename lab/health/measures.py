@@ -76,7 +76,7 @@ the Spearman correlation of the value with the content length N lies within
 alone span too few lengths (5 to 40 tokens) for a drift to show.
 
 CALIBRATION_RESULT
-""""""
+"""
 
 from __future__ import annotations
 
