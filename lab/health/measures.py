@@ -7,9 +7,12 @@ queries to judge. Which candidate it applies is packaged data
 (``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), written by
 ``lab calibrate-health --save``.
 
-Context health keeps one scale and meaning: 0..10, where 10 means the
-attention a prompt's content receives flows the way it does in a clean prompt
-and lower values mean more of it pooled on positions that carry no content. The
+Context health keeps one scale: 0..10, where 10 means the attention a prompt's
+content receives is spread evenly (at the chosen measure's scale) and lower values
+mean more of it pooled on a few positions. What it measures is the chosen
+candidate's reading (below): since the length-matched calibration it is local
+attention evenness, which does not drift with length and does not tell a
+distractor from relevant text of the same length. The
 count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
 of the study (no clean prompt has a content sink at the calibrated threshold), so
 it cannot rank clean prompts; it stays in the study as ``content_sink_health``.
@@ -75,7 +78,34 @@ the Spearman correlation of the value with the content length N lies within
 [-0.2, 0.2] (:data:`lab.health.calibration.LENGTH_RHO_TOLERANCE`). The clean prompts
 alone span too few lengths (5 to 40 tokens) for a drift to show.
 
-CALIBRATION_RESULT
+Calibration result (``lab calibrate-health --save``, 2026-12-02; embedded
+SmolLM2-135M-Instruct, float32, CPU; 36 clean calibration prompts, their 36 poisoned
+and 36 neutral variants; busy machine). rho N / clean-prompt IQR / largest tie share /
+poisoned below neutral / poisoned below (shorter) clean:
+
+=====================  =======================  =====  ====  ====  =====  =====
+candidate              properties               rho N  IQR   tie   <neut  <clean
+=====================  =======================  =====  ====  ====  =====  =====
+soft_penalty           non-increasing fails     +0.15  0.02  50 %  17/36  14/36
+content_share          3 fail                   +0.96  1.09  3 %   24/36  0/36
+content_entropy        length-neutral fails     -0.55  0.45  8 %   20/36  33/36
+content_sink_rate      length-neutral fails     +0.51  0.10  28 %  17/36  10/36
+relative_entropy       length-neutral fails     -0.78  0.41  6 %   27/36  35/36
+local_entropy          all six hold             +0.02  0.51  8 %   11/36  15/36
+length_only (control)  length-neutral fails     -1.00  0.66  11 %  15/36  36/36
+=====================  =======================  =====  ====  ====  =====  =====
+
+The control is rejected. Only ``local_entropy`` is eligible (its block size was set
+after seeing these prompts: blocks of 16 drifted at -0.18), so step 4 chooses it; it
+orders 11 of 36 poisoned variants below their neutral twin, fewer than chance would.
+**Finding: no length-neutral candidate separates a distractor from relevant text of
+the same length**; the two that order most poisoned variants below the neutral ones
+(``relative_entropy`` 27/36, ``content_entropy`` 20/36) fall with length. So the lab's
+"context health" is what the chosen measure reads: how evenly the content's received
+attention spreads at the scale of a few tokens (local attention evenness), on a scale
+that does not drift with length; it is not a detector of distractors. The former
+choice, ``content_entropy``, ordered 33 of 36 poisoned variants below their clean twin
+largely because they are longer.
 """
 
 from __future__ import annotations

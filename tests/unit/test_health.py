@@ -206,7 +206,7 @@ def test_chosen_is_a_candidate():
 
 def test_packaged_chosen_unchanged():
     """Regression (a calibrated value lost in moving it from code to data): the shipped choice."""
-    assert load_chosen() == "content_entropy"
+    assert load_chosen() == "local_entropy"
 
 
 def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
