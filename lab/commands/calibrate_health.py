@@ -97,14 +97,17 @@ def run(args: argparse.Namespace) -> int:
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
                  "n_clean": len(clean), "current_chosen": current})
-    if args.save:
+    if data["chosen"] is None:
+        err.print(f"calibrate-health: the rule chooses no measure on {info['model']}: {data['decided_by']}"
+                  + ("; nothing saved" if args.save else ""), markup=False, highlight=False)
+    elif args.save:
         path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
                             chosen_at=data["environment"].get("created"))
         err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
     elif data["chosen"] != current:
         err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the packaged choice "
                   f"(lab/health/chosen.json) is {current!r}; run with --save to write it", markup=False, highlight=False)
-    if not data["chosen_holds_on_prompts"]:
+    if data["chosen"] is not None and not data["chosen_holds_on_prompts"]:
         failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
         err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "
                   f"{info['model']}'s own prompts (see summary.md)", markup=False, highlight=False)
@@ -116,4 +119,4 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("prompts.csv", data["prompts"])
         rd.write_text("summary.md", calibration_markdown(data))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
-    return 0
+    return 2 if data["chosen"] is None and args.save else 0

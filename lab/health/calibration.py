@@ -237,14 +237,17 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
     model's own prefills (``properties_on_prompts``); eligibility stays the pre-stated
     check, and ``chosen_holds_on_prompts`` says whether the choice holds on the model.
 
-    Raises:
-        ValueError: as :func:`choose`.
+    ``chosen`` is None, and ``decided_by`` says why, when the rule chooses nothing (no
+    candidate has the six properties on this model, or a control would win).
     """
     lengths = [values[c.id][N_CONTENT] for c in clean] + [values[n.id][N_CONTENT] for n in neutral]
     cands = [figures(name, [values[c.id][name] for c in clean], [values[p.id][name] for p in poisoned],
                      [values[n.id][name] for n in neutral], lengths, check_properties(fn), control=name in CONTROLS)
              for name, fn in {**CANDIDATES, **CONTROLS}.items()]
-    chosen, step = choose(cands)
+    try:
+        chosen, step = choose(cands)
+    except ValueError as exc:  # the rule chooses nothing on this model: that is a result, reported as such
+        chosen, step = None, str(exc)
     return {
         "rule": RULE, "chosen": chosen, "decided_by": step,
         "length_rho_tolerance": LENGTH_RHO_TOLERANCE,
@@ -261,7 +264,7 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
 
 
 def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPrompt],
-                chosen: str) -> dict[str, Any]:
+                chosen: str | None) -> dict[str, Any]:
     """Every candidate's properties on the model's own prefills, and whether the choice holds there.
 
     Random inputs can miss the shapes of a real model's attention, so the properties
@@ -270,7 +273,8 @@ def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPr
     real = [inputs[p.id] for p in prompts]
     on = {name: check_properties_on(fn, real) for name, fn in CANDIDATES.items()}
     return {"properties_on_prompts": on,
-            "chosen_holds_on_prompts": all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
+            "chosen_holds_on_prompts": None if chosen is None else
+            all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
 
 
 def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:

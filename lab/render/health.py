@@ -43,7 +43,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
         f"distractors of {data['distractors_file']}, and one neutral variant of each with the same added length "
         "(CPython help-topic text, lab/data/calibration_neutral.jsonl).", "",
         f"**Rule (stated before the study's entropy was looked at):** {data['rule']}.", "",
-        f"**Chosen: `{data['chosen']}`** ({data['decided_by']}).", "",
+        (f"**Chosen: `{data['chosen']}`** ({data['decided_by']})." if data["chosen"] is not None
+         else f"**Chosen: none** ({data['decided_by']})."), "",
         "| " + " | ".join(_COLS) + " | median | range |", "|" + "---|" * (len(_COLS) + 2),
     ]
     for c in data["candidates"]:
@@ -68,7 +69,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
                   "| candidate | " + " | ".join(_PROPS) + " |", "|" + "---|" * (len(_PROPS) + 1)]
         for name, f in on.items():
             lines.append(f"| {name} | " + " | ".join("holds" if f[k] else "fails" for k in _PROPS) + " |")
-        lines += ["", f"The chosen measure (`{data['chosen']}`) "
+        if data["chosen"] is not None:
+            lines += ["", f"The chosen measure (`{data['chosen']}`) "
                   + ("holds all five on this model's prompts." if data["chosen_holds_on_prompts"]
                      else "does **not** hold all five on this model's prompts.")]
     if data.get("study_set"):

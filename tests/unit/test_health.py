@@ -308,3 +308,21 @@ def test_calibrate_with_inputs_reports_properties_on_the_prompts():
     assert set(data["properties_on_prompts"]) == set(CANDIDATES)
     assert data["chosen_holds_on_prompts"] is all(data["properties_on_prompts"][data["chosen"]][k] for k in PROPERTIES)
     assert "properties_on_prompts" not in calibrate(values, clean, poisoned, neutral)
+
+
+def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
+    """Fault class: a calibration that crashes (no report) when the rule chooses nothing on a model;
+    the figures are the result then, with ``chosen`` None and the reason in ``decided_by``."""
+    from lab.health.calibration import N_CONTENT, calibrate
+
+    clean = [CalibrationPrompt(id=f"c{i}", prompt=f"q{i}") for i in range(6)]
+    poisoned = [CalibrationPrompt(id=f"p{i}", prompt=f"x q{i}") for i in range(6)]
+    neutral = [CalibrationPrompt(id=f"n{i}", prompt=f"y q{i}") for i in range(6)]
+    names = [*CANDIDATES, *health.CONTROLS]
+    values = {}
+    for i in range(6):  # every measure falls with N exactly: none is length-neutral
+        for pid, n in ((f"c{i}", 5 + i), (f"p{i}", 300 + i), (f"n{i}", 301 + i)):
+            values[pid] = {**{name: 10 - n / 100 for name in names}, N_CONTENT: n}
+    data = calibrate(values, clean, poisoned, neutral)
+    assert data["chosen"] is None and "six properties" in data["decided_by"]
+    assert all(not c["properties"]["length_neutral"] for c in data["candidates"])
