@@ -105,7 +105,9 @@ the same length**; the two that order most poisoned variants below the neutral o
 attention spreads at the scale of a few tokens (local attention evenness), on a scale
 that does not drift with length; it is not a detector of distractors. The former
 choice, ``content_entropy``, ordered 33 of 36 poisoned variants below their clean twin
-largely because they are longer.
+largely because they are longer. On Qwen2.5-Coder-1.5B (same day, first 12 calibration
+prompts) every candidate drifts with length (``local_entropy`` -0.79, ``content_entropy``
+-0.89) and the rule chooses nothing; the packaged choice is SmolLM2's.
 """
 
 from __future__ import annotations
