@@ -86,28 +86,28 @@ poisoned below neutral / poisoned below (shorter) clean:
 =====================  =======================  =====  ====  ====  =====  =====
 candidate              properties               rho N  IQR   tie   <neut  <clean
 =====================  =======================  =====  ====  ====  =====  =====
-soft_penalty           non-increasing fails     +0.15  0.02  50 %  17/36  14/36
-content_share          3 fail                   +0.96  1.09  3 %   24/36  0/36
-content_entropy        length-neutral fails     -0.55  0.45  8 %   20/36  33/36
-content_sink_rate      length-neutral fails     +0.51  0.10  28 %  17/36  10/36
-relative_entropy       length-neutral fails     -0.78  0.41  6 %   27/36  35/36
-local_entropy          all six hold             +0.02  0.51  8 %   11/36  15/36
-length_only (control)  length-neutral fails     -1.00  0.66  11 %  15/36  36/36
+soft_penalty           non-increasing fails     +0.17  0.02  50 %  17/36  14/36
+content_share          3 fail                   +0.97  1.09  3 %   32/36  0/36
+content_entropy        length-neutral fails     -0.54  0.45  8 %   27/36  33/36
+content_sink_rate      length-neutral fails     +0.50  0.10  28 %  17/36  10/36
+relative_entropy       length-neutral fails     -0.77  0.41  6 %   27/36  35/36
+local_entropy          all six hold             +0.05  0.51  8 %   12/36  15/36
+length_only (control)  length-neutral fails     -1.00  0.66  11 %  3/36   36/36
 =====================  =======================  =====  ====  ====  =====  =====
 
 The control is rejected. Only ``local_entropy`` is eligible (its block size was set
 after seeing these prompts: blocks of 16 drifted at -0.18), so step 4 chooses it; it
-orders 11 of 36 poisoned variants below their neutral twin, fewer than chance would.
+orders 12 of 36 poisoned variants below their neutral twin, fewer than chance would.
 **Finding: no length-neutral candidate separates a distractor from relevant text of
 the same length**; the two that order most poisoned variants below the neutral ones
-(``relative_entropy`` 27/36, ``content_entropy`` 20/36) fall with length. So the lab's
+(``relative_entropy`` and ``content_entropy``, 27/36 each) fall with length. So the lab's
 "context health" is what the chosen measure reads: how evenly the content's received
 attention spreads at the scale of a few tokens (local attention evenness), on a scale
 that does not drift with length; it is not a detector of distractors. The former
 choice, ``content_entropy``, ordered 33 of 36 poisoned variants below their clean twin
 largely because they are longer. On Qwen2.5-Coder-1.5B (same day, first 12 calibration
-prompts) every candidate drifts with length (``local_entropy`` -0.79, ``content_entropy``
--0.89) and the rule chooses nothing; the packaged choice is SmolLM2's.
+prompts) every candidate drifts with length (``local_entropy`` -0.75, ``content_entropy``
+-0.88) and the rule chooses nothing; the packaged choice is SmolLM2's.
 """
 
 from __future__ import annotations
