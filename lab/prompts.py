@@ -10,14 +10,17 @@ Fields: ``id`` (unique, non-empty), ``category`` (one of :data:`CATEGORIES`),
 ``messages`` (chat messages with ``role`` in system/user/assistant and non-empty
 ``content``; the last one is from the user), and for the intervention set
 ``twin_of`` (the id of the clean prompt this one perturbs) with ``variant`` set to
-``"poisoned"``. ``variant`` defaults to ``"clean"``. ``distractor`` and ``note``
+``"poisoned"`` (a distractor added) or ``"neutral"`` (relevant, harmless text of the
+poisoned twin's added length; :mod:`lab.data.make_neutral_twins`); a clean prompt has
+at most one twin of each. ``variant`` defaults to ``"clean"``. ``distractor`` and ``note``
 are free-text labels. Any other key is an error, so a typo such as ``twinof``
 cannot silently drop a prompt from the intervention set.
 
 The embedded set (:func:`default_prompts_path`) was written for this project: 66
-clean prompts, 11 per category, and 18 poisoned twins (3 per category) whose user
+clean prompts, 11 per category, 18 poisoned twins (3 per category) whose user
 message is the clean question after a few hundred tokens of irrelevant prose or
-repeated filler.
+repeated filler, and beside each poisoned twin a neutral twin of the same added
+length (CPython help-topic text, then the clean question).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any, Sequence
 from lab.models.chat import build_messages
 
 CATEGORIES = ("factual", "creative", "code", "math", "ambiguous", "summary")
-VARIANTS = ("clean", "poisoned")
+VARIANTS = ("clean", "poisoned", "neutral")
+TWIN_VARIANTS = ("poisoned", "neutral")  # variants that perturb a clean prompt (they need ``twin_of``)
 _ROLES = ("system", "user", "assistant")
 _REQUIRED = ("id", "category", "messages")
 _OPTIONAL = ("twin_of", "variant", "distractor", "note")
@@ -58,8 +62,8 @@ class StudyPrompt:
         id: Unique id, e.g. ``"math-03"``.
         category: One of :data:`CATEGORIES`.
         messages: Chat messages (``role``, ``content``), user last.
-        variant: ``"clean"`` or ``"poisoned"``.
-        twin_of: For a poisoned prompt, the id of its clean twin; else ``None``.
+        variant: ``"clean"``, ``"poisoned"`` or ``"neutral"``.
+        twin_of: For a poisoned or neutral prompt, the id of its clean twin; else ``None``.
         distractor: Label of the distractor text used (poisoned prompts), else ``None``.
         line: 1-based line in the file it came from (0 when built in code).
     """
@@ -121,9 +125,9 @@ def _check_record(obj: Any, where: str) -> StudyPrompt:
     variant = obj.get("variant", "poisoned" if twin_of is not None else "clean")
     if variant not in VARIANTS:
         raise ValueError(f"{where}: variant={variant!r} is unknown; use one of {list(VARIANTS)}")
-    if (variant == "poisoned") != (twin_of is not None):
+    if (variant in TWIN_VARIANTS) != (twin_of is not None):
         raise ValueError(f"{where}: variant={variant!r} with twin_of={twin_of!r}; "
-                         "a poisoned prompt needs twin_of and a clean one must not have it")
+                         "a poisoned or neutral prompt needs twin_of and a clean one must not have it")
     if twin_of is not None and (not isinstance(twin_of, str) or not twin_of):
         raise ValueError(f"{where}: twin_of={twin_of!r} must be a prompt id")
     distractor = obj.get("distractor")
@@ -149,7 +153,8 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
     Raises:
         ValueError: malformed JSON, a missing or unknown field, an unknown category
             or variant, a duplicate id, a ``twin_of`` naming no prompt in the file,
-            naming another poisoned prompt or one of another category, or no prompt
+            naming a twin or a prompt of another category, a second twin of one
+            variant for a clean prompt, or no prompt
             at all.
     """
     prompts: list[StudyPrompt] = []
@@ -170,7 +175,7 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
     if not prompts:
         raise ValueError(f"{source}: holds no prompts")
     by_id = {p.id: p for p in prompts}
-    twinned: dict[str, str] = {}
+    twinned: dict[tuple[str, str], str] = {}
     for p in prompts:
         if p.twin_of is None:
             continue
@@ -182,9 +187,10 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
             raise ValueError(f"{where}: twin_of={p.twin_of!r} names a {clean.variant} prompt; it must name a clean one")
         if clean.category != p.category:
             raise ValueError(f"{where}: category={p.category!r} differs from its twin {clean.id!r} ({clean.category!r})")
-        if p.twin_of in twinned:
-            raise ValueError(f"{where}: {p.twin_of!r} already has a poisoned twin ({twinned[p.twin_of]!r})")
-        twinned[p.twin_of] = p.id
+        if (p.twin_of, p.variant) in twinned:
+            raise ValueError(f"{where}: {p.twin_of!r} already has a {p.variant} twin "
+                             f"({twinned[p.twin_of, p.variant]!r})")
+        twinned[p.twin_of, p.variant] = p.id
     return prompts
 
 
@@ -223,8 +229,8 @@ def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
 def select_prompts(prompts: Sequence[StudyPrompt], limit: int | None) -> list[StudyPrompt]:
     """Take at most ``limit`` prompts, balanced across categories, twins kept together.
 
-    Each clean prompt and its poisoned twin form one unit of two; other prompts are
-    units of one. Within a category, units alternate twin-pair, single, twin-pair,
+    Each clean prompt and its twins (poisoned, neutral) form one unit; other prompts
+    are units of one. Within a category, units alternate twin-pair, single, twin-pair,
     ... in file order, so a small selection still holds twin pairs (for H4) and
     singles. Units are then taken greedily: the category with the fewest prompts
     selected so far (ties in :data:`CATEGORIES` order) gives its next unit if it fits
@@ -236,7 +242,7 @@ def select_prompts(prompts: Sequence[StudyPrompt], limit: int | None) -> list[St
         limit: Maximum number of prompts, or ``None`` for all.
 
     Returns:
-        The selected prompts, in file order; every poisoned prompt's clean twin is in it.
+        The selected prompts, in file order; every twin's clean prompt is in it.
 
     Raises:
         ValueError: ``limit`` is not a positive integer.
@@ -245,11 +251,14 @@ def select_prompts(prompts: Sequence[StudyPrompt], limit: int | None) -> list[St
         return list(prompts)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit={limit!r} must be a positive integer")
-    twin_of_clean = {p.twin_of: p for p in prompts if p.twin_of is not None}
+    twins: dict[str, list[StudyPrompt]] = {}
+    for p in prompts:
+        if p.twin_of is not None:
+            twins.setdefault(p.twin_of, []).append(p)
     queues: dict[str, list[list[StudyPrompt]]] = {}
     for cat in CATEGORIES:
-        pairs = [[p, twin_of_clean[p.id]] for p in prompts if p.category == cat and p.id in twin_of_clean]
-        singles = [[p] for p in prompts if p.category == cat and p.variant == "clean" and p.id not in twin_of_clean]
+        pairs = [[p, *twins[p.id]] for p in prompts if p.category == cat and p.id in twins]
+        singles = [[p] for p in prompts if p.category == cat and p.variant == "clean" and p.id not in twins]
         order: list[list[StudyPrompt]] = []
         for i in range(max(len(pairs), len(singles))):
             order += pairs[i:i + 1] + singles[i:i + 1]

@@ -31,18 +31,18 @@ INCONCLUSIVE = "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
 
 HYPOTHESES = {
-    "H1": "Prompts with lower context health have higher mean decode entropy "
-          "(Spearman rho(context health, mean entropy) < 0).",
-    "H1c": "Among clean prompts, lower context health goes with higher mean decode entropy "
-           "(Spearman rho(context health, mean entropy) < 0, clean prompts only).",
+    "H1": "Prompts with lower context health have higher mean decode entropy at equal prompt length "
+          "(partial Spearman rho(context health, mean entropy | log prompt tokens) < 0).",
+    "H1c": "Among clean prompts, lower context health goes with higher mean decode entropy at equal prompt length "
+           "(partial Spearman rho(context health, mean entropy | log prompt tokens) < 0, clean prompts only).",
     "H2": "Drafted tokens with higher draft entropy are accepted less often "
           "(point-biserial r(draft entropy, accepted) < 0).",
     "H3": "The acceptance rate alpha differs between prompt categories "
           "(Kruskal-Wallis on per-prompt alpha, eta-squared_H > 0).",
-    "H4a": "A poisoned twin has lower context health than its clean twin "
-           "(paired Wilcoxon, poisoned - clean < 0).",
-    "H4b": "A poisoned twin has higher mean decode entropy than its clean twin "
-           "(paired Wilcoxon, poisoned - clean > 0).",
+    "H4a": "A poisoned twin has lower context health than its neutral twin of the same added length "
+           "(paired Wilcoxon, poisoned - neutral < 0).",
+    "H4b": "A poisoned twin has higher mean decode entropy than its neutral twin of the same added length "
+           "(paired Wilcoxon, poisoned - neutral > 0).",
     "H5": "Within a multi-token word the first sub-token has higher decode entropy than its continuations "
           "(paired Wilcoxon over prompts, initial - continuation > 0).",
     "H6": "Prompt category explains more of the variance in per-prompt alpha than temperature does "
@@ -199,6 +199,74 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
                       float(res.pvalue), int(xa.size), predicted_sign, SMALLEST_EFFECT)
 
 
+def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float]) -> float:
+    """Spearman rho of x and y given z: the Pearson r of the ranks of x and y, each residualized
+    (least squares) on the ranks of z. NaN when a residual is constant."""
+    rx, ry, rz = (stats.rankdata(np.asarray(v, dtype=float)) for v in (x, y, z))
+    design = np.column_stack([np.ones_like(rz), rz])
+    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
+    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
+    return pearson_r(ex, ey)
+
+
+def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Sequence[float], *, name: str = "H1",
+                             predicted_sign: int = -1, seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
+    """Spearman rho of x and y with prompt length held fixed (partial Spearman given log length).
+
+    The primary H1 / H1c test: ranks of x and y are residualized on the rank of
+    ``log(length)`` (ranks, so the log changes nothing: it says which scale is meant) and
+    correlated (:func:`partial_spearman`); p from the t statistic
+    ``r sqrt((n - 3) / (1 - r^2))`` on n - 3 degrees of freedom (one covariate);
+    CI by paired BCa bootstrap over prompts. The unadjusted Spearman rho and each
+    variable's rho with length are reported in ``details``.
+
+    Args:
+        x, y: One finite value per prompt (context health, mean entropy).
+        length: Prompt length in tokens (> 0), one per prompt.
+        name, predicted_sign, seed, n_resamples: As :func:`correlation_test`.
+
+    Returns:
+        A :class:`TestResult`, ``effect`` = partial Spearman rho; ``details``:
+        ``unadjusted_rho``, ``unadjusted_p``, ``x_length_rho``, ``y_length_rho``.
+
+    Raises:
+        ValueError: lengths differ, values are not finite, or a length is not positive.
+    """
+    xa, ya, na = (np.asarray(v, dtype=float) for v in (x, y, length))
+    if not (xa.shape == ya.shape == na.shape) or xa.ndim != 1:
+        raise ValueError(f"x, y and length must be 1-D of equal length, got shapes {xa.shape}, {ya.shape}, {na.shape}")
+    if not (np.isfinite(xa).all() and np.isfinite(ya).all() and np.isfinite(na).all()):
+        raise ValueError("x, y and length must be finite (a prompt without a measurement must be dropped first)")
+    if (na <= 0).any():
+        raise ValueError(f"length must be positive, got {na[na <= 0][:3].tolist()}")
+    test = "partial Spearman rank correlation given log prompt length (t on n - 3 df); paired BCa bootstrap CI"
+    effect_name = "partial_spearman_rho"
+    if xa.size < MIN_N:
+        return untested_result(name, test, effect_name, int(xa.size), predicted_sign, SMALLEST_EFFECT,
+                               f"only {xa.size} observations (< {MIN_N})")
+    if np.ptp(xa) == 0 or np.ptp(ya) == 0:
+        return untested_result(name, test, effect_name, int(xa.size), predicted_sign, SMALLEST_EFFECT,
+                               "a variable is constant; rank correlation undefined")
+    z = np.log(na)
+    r = partial_spearman(xa, ya, z)
+    unadjusted = stats.spearmanr(xa, ya)
+    details = {"unadjusted_rho": float(unadjusted.statistic), "unadjusted_p": float(unadjusted.pvalue),
+               "x_length_rho": float(stats.spearmanr(xa, na).statistic) if np.ptp(na) > 0 else math.nan,
+               "y_length_rho": float(stats.spearmanr(ya, na).statistic) if np.ptp(na) > 0 else math.nan}
+    if not math.isfinite(r):
+        return untested_result(name, test, effect_name, int(xa.size), predicted_sign, SMALLEST_EFFECT,
+                               "a variable is constant once length is held fixed; partial correlation undefined")
+    df = xa.size - 3
+    t = r * math.sqrt(df / max(1e-300, 1.0 - r * r))
+    p = float(2 * stats.t.sf(abs(t), df))
+    lo, hi = bootstrap_ci((xa, ya, z), partial_spearman, paired=True, method="BCa", seed=seed,
+                          n_resamples=n_resamples)
+    res = TestResult(name, HYPOTHESES.get(name, ""), test, effect_name, r, lo, hi, p, int(xa.size), predicted_sign,
+                     SMALLEST_EFFECT)
+    res.details.update(details)
+    return res
+
+
 def acceptance_entropy_test(entropy_bits: Sequence[float], accepted: Sequence[bool], clusters: Sequence[Any], *,
                             name: str = "H2", seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
     """Point-biserial correlation of draft entropy with acceptance; cluster-bootstrap CI.
@@ -317,12 +385,14 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
 
 
 def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str, predicted_sign: int,
-                seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
-    """Paired Wilcoxon signed-rank test on ``poisoned - clean``.
+                seed: int = 0, n_resamples: int = N_RESAMPLES, against: str = "clean") -> TestResult:
+    """Paired Wilcoxon signed-rank test on ``poisoned - clean`` (or poisoned - neutral).
 
     Args:
-        clean, poisoned: Values of twin pairs, aligned.
+        clean, poisoned: Values of twin pairs, aligned (``clean``: the reference twin,
+            the neutral one for the study's H4a/H4b).
         name: ``"H4a"`` or ``"H4b"``.
+        against: What the reference twin is, for the test's wording (``"clean"``, ``"neutral"``).
         predicted_sign: Predicted sign of poisoned - clean.
         seed, n_resamples: As :func:`correlation_test`.
 
@@ -336,11 +406,11 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
     """
     c, p = np.asarray(clean, dtype=float), np.asarray(poisoned, dtype=float)
     if c.shape != p.shape or c.ndim != 1:
-        raise ValueError(f"clean and poisoned must have equal length, got {c.shape} and {p.shape}")
+        raise ValueError(f"{against} and poisoned must have equal length, got {c.shape} and {p.shape}")
     if not (np.isfinite(c).all() and np.isfinite(p).all()):
         raise ValueError("clean and poisoned must be finite")
     d = p - c
-    test = "paired Wilcoxon signed-rank (poisoned - clean); matched-pairs rank-biserial r, BCa bootstrap CI"
+    test = f"paired Wilcoxon signed-rank (poisoned - {against}); matched-pairs rank-biserial r, BCa bootstrap CI"
     if d.size < MIN_N:
         return untested_result(name, test, "rank_biserial_r", int(d.size), predicted_sign, SMALLEST_EFFECT,
                          f"only {d.size} twin pairs (< {MIN_N})")

@@ -6,8 +6,10 @@ at ``alpha / m`` (the Bonferroni bound of Holm's first step, m = the family's
 tested hypotheses), power :data:`POWER`, normal approximations under the null's
 standard error:
 
-* Spearman rho (H1, H1c): Fisher z with Bonett & Wright's (2000) variance
-  1.06 / (n - 3): ``rho_min = tanh((z_{1-a/2} + z_{power}) sqrt(1.06 / (n - 3)))``.
+* Spearman rho: Fisher z with Bonett & Wright's (2000) variance
+  1.06 / (n - 3): ``rho_min = tanh((z_{1-a/2} + z_{power}) sqrt(1.06 / (n - 3)))``;
+  the partial Spearman rho of H1 and H1c (one covariate, log prompt length) loses one
+  degree of freedom: variance 1.06 / (n - 4), so n - 1 in that formula.
 * matched-pairs rank-biserial r (H4a, H4b, H5): under the null the signed-rank sum
   has variance n(n+1)(2n+1)/24, so r has SD ``sqrt(2 (2n + 1) / (3 n (n + 1)))``;
   ``r_min = (z_{1-a/2} + z_{power}) SD``.
@@ -46,6 +48,16 @@ def spearman_min_effect(n: int, alpha: float, power: float = POWER) -> float:
 def spearman_n_needed(effect: float, alpha: float, power: float = POWER) -> int:
     """Observations needed for :func:`spearman_min_effect` to reach ``effect``."""
     return math.ceil(1.06 * (_z_sum(alpha, power) / math.atanh(effect)) ** 2 + 3)
+
+
+def partial_spearman_min_effect(n: int, alpha: float, power: float = POWER, covariates: int = 1) -> float:
+    """Smallest |partial rho| detectable given ``covariates`` (Fisher z, variance 1.06 / (n - 3 - covariates))."""
+    return spearman_min_effect(n - covariates, alpha, power)
+
+
+def partial_spearman_n_needed(effect: float, alpha: float, power: float = POWER, covariates: int = 1) -> int:
+    """Observations needed for :func:`partial_spearman_min_effect` to reach ``effect``."""
+    return spearman_n_needed(effect, alpha, power) + covariates
 
 
 def _rank_biserial_sd(n: int) -> float:
@@ -97,6 +109,8 @@ def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> di
     unit, min_det, needed = "prompts", math.nan, None
     if name == "spearman_rho" and n > 3:
         min_det, needed = spearman_min_effect(n, a, power), spearman_n_needed(s, a, power)
+    elif name == "partial_spearman_rho" and n > 4:
+        min_det, needed = partial_spearman_min_effect(n, a, power), partial_spearman_n_needed(s, a, power)
     elif name == "rank_biserial_r" and n >= 1:
         unit = "pairs" if result.name.startswith("H4") else "prompts"
         min_det, needed = rank_biserial_min_effect(n, a, power), rank_biserial_n_needed(s, a, power)

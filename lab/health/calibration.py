@@ -11,16 +11,25 @@ prompt; the spread, ties and pair orderings are derived from them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy import stats
 
 from lab.prompts import CalibrationPrompt
-from lab.health.measures import CANDIDATES, HealthInputs, check_properties, check_properties_on
+from lab.health.measures import CANDIDATES, CONTROLS, HealthInputs, check_properties, check_properties_on
 from lab.prompts import StudyPrompt
 
 MAX_TIE_SHARE = 0.10  # a measure must rank clean prompts: no value shared by more than 10 % of them
+# The sixth property: over the clean calibration prompts and their neutral variants (clean
+# context of 5 to ~500 tokens), |Spearman rho(measure, N)| <= 0.2. 0.2 is twice Cohen's
+# "small" correlation: drift below it would move a 340-prompt H1 by less than its own CI.
+LENGTH_RHO_TOLERANCE = 0.2
+LENGTH_PROPERTY = "length_neutral"
 TIE_DECIMALS = 2  # values are compared as reported (0.01 on the 0..10 scale)
 DISTRACTOR_JOIN = "\n\n"  # the study's twins: distractor, blank line, clean question
 
@@ -37,7 +46,7 @@ def distractor_texts(prompts: Sequence[StudyPrompt]) -> dict[str, str]:
     by_id = {p.id: p for p in prompts}
     out: dict[str, str] = {}
     for p in prompts:
-        if p.twin_of is None:
+        if p.variant != "poisoned":
             continue
         clean = by_id[p.twin_of].messages[-1]["content"]
         text = p.messages[-1]["content"]
@@ -56,21 +65,57 @@ def poisoned_variants(prompts: Sequence[CalibrationPrompt], distractors: dict[st
                               + p.prompt, system=p.system) for i, p in enumerate(prompts)]
 
 
+def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = None) -> list[CalibrationPrompt]:
+    """One neutral variant per calibration prompt: relevant, harmless text of its poisoned variant's added length.
+
+    Read from ``lab/data/calibration_neutral.jsonl`` (written by
+    :mod:`lab.data.make_neutral_twins`: CPython help-topic text matched to within 5 % of the
+    poisoned variant's added tokens on the smollm2 and qwen2.5-coder tokenizers), built as
+    the poisoned variants are: the added text, a blank line, the clean prompt.
+
+    Raises:
+        ValueError: the file lacks a neutral variant for one of ``prompts``.
+    """
+    src = resources.files("lab").joinpath("data/calibration_neutral.jsonl") if path is None else Path(path)
+    try:
+        text = src.read_text(encoding="utf-8")
+        added = {r["twin_of"]: r["added"] for r in map(json.loads, filter(str.strip, text.splitlines()))}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"neutral={str(src)!r} cannot be read as neutral variants ({type(exc).__name__}: {exc})") from None
+    missing = [p.id for p in prompts if p.id not in added]
+    if missing:
+        raise ValueError(f"neutral={str(src)!r} has no neutral variant for {missing[:5]}; re-run "
+                         "`python -m lab.data.make_neutral_twins` (or pass --neutral for your own prompts)")
+    return [CalibrationPrompt(id=f"{p.id}-neutral", prompt=added[p.id] + DISTRACTOR_JOIN + p.prompt, system=p.system)
+            for p in prompts]
+
+
 @dataclass(frozen=True)
 class CandidateFigures:
-    """One candidate on the calibration set (clean values and twin orderings)."""
+    """One candidate (or control) on the calibration set: clean values, twin orderings, drift with length.
+
+    ``clean[i]``, ``poisoned[i]`` and ``neutral[i]`` are the values of one calibration
+    prompt and its two variants; ``n_pairs_below`` counts poisoned below *neutral* (equal
+    length), ``n_pairs_below_clean`` poisoned below clean (reported; a length proxy gets
+    all of them). ``length_rho``: Spearman rho of the values with the content length N
+    over the clean prompts and their neutral variants.
+    """
 
     name: str
     properties: dict[str, bool]
     clean: list[float]
     poisoned: list[float]
+    neutral: list[float]
     iqr: float
     std: float
     n_distinct: int
     max_tie_share: float
     n_pairs_below: int
     n_pairs_tied: int
+    n_pairs_below_clean: int
     n_pairs: int
+    length_rho: float
+    control: bool = False
 
     @property
     def eligible(self) -> bool:
@@ -81,42 +126,76 @@ class CandidateFigures:
         return self.eligible and self.n_pairs_below == self.n_pairs and self.max_tie_share <= MAX_TIE_SHARE
 
 
-def figures(name: str, clean: Sequence[float], poisoned: Sequence[float],
-            properties: dict[str, bool] | None = None) -> CandidateFigures:
-    """Spread, ties and twin orderings of one candidate's values (clean[i] twins poisoned[i])."""
-    c, p = np.asarray(clean, dtype=float), np.asarray(poisoned, dtype=float)
+def figures(name: str, clean: Sequence[float], poisoned: Sequence[float], neutral: Sequence[float],
+            lengths: Sequence[int], properties: dict[str, bool] | None = None, *,
+            control: bool = False) -> CandidateFigures:
+    """Spread, ties, twin orderings and drift with length of one candidate's values.
+
+    Args:
+        clean, poisoned, neutral: Values aligned by calibration prompt (``poisoned[i]`` and
+            ``neutral[i]`` are variants of ``clean[i]``).
+        lengths: Content positions N of the clean prompts then of the neutral variants
+            (``len(clean) + len(neutral)`` entries).
+        properties: The five random-input properties (:func:`lab.health.measures.check_properties`);
+            :data:`LENGTH_PROPERTY` is added here from ``length_rho``.
+        control: A negative control (:data:`lab.health.measures.CONTROLS`).
+
+    Raises:
+        ValueError: the sequences do not align.
+    """
+    c, p, n = (np.asarray(v, dtype=float) for v in (clean, poisoned, neutral))
+    ln = np.asarray(lengths, dtype=float)
+    if not (c.shape == p.shape == n.shape) or ln.shape != (2 * c.size,):
+        raise ValueError(f"clean, poisoned, neutral ({c.size}, {p.size}, {n.size}) and lengths ({ln.size}, "
+                         "clean then neutral) do not align")
     rounded = np.round(c, TIE_DECIMALS)
     _, counts = np.unique(rounded, return_counts=True)
     q1, q3 = np.percentile(c, [25, 75])
+    both = np.concatenate([c, n])
+    rho = float(stats.spearmanr(both, ln).statistic) if np.ptp(both) > 0 and np.ptp(ln) > 0 else 0.0
+    props = {**dict(properties or {}), LENGTH_PROPERTY: abs(rho) <= LENGTH_RHO_TOLERANCE}
     return CandidateFigures(
-        name=name, properties=dict(properties or {}), clean=c.tolist(), poisoned=p.tolist(), iqr=float(q3 - q1),
+        name=name, properties=props, clean=c.tolist(), poisoned=p.tolist(), neutral=n.tolist(), iqr=float(q3 - q1),
         std=float(c.std(ddof=1)) if c.size > 1 else 0.0, n_distinct=int(counts.size),
-        max_tie_share=float(counts.max() / c.size), n_pairs_below=int((p < c).sum()),
-        n_pairs_tied=int((np.round(p, TIE_DECIMALS) == rounded).sum()), n_pairs=int(c.size))
+        max_tie_share=float(counts.max() / c.size), n_pairs_below=int((p < n).sum()),
+        n_pairs_tied=int((np.round(p, TIE_DECIMALS) == np.round(n, TIE_DECIMALS)).sum()),
+        n_pairs_below_clean=int((p < c).sum()), n_pairs=int(c.size), length_rho=rho, control=control)
 
 
 def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
     """Apply the rule of :mod:`lab.health.measures`; returns ``(name, which step decided)``.
 
+    Controls (``control=True``) go through the same rule as the candidates; the rule
+    must reject them on its own criteria.
+
     Raises:
-        ValueError: no candidate is eligible.
+        ValueError: no candidate is eligible, or the rule would choose a control (it could
+            not tell a measure of the context from a measure of its length).
     """
     admissible = [c for c in cands if c.admissible]
     if admissible:
         best = max(admissible, key=lambda c: c.iqr)
-        return best.name, "admissible (all twins ordered, ties <= 10 %), largest IQR"
-    eligible = [c for c in cands if c.eligible]
-    if not eligible:
-        raise ValueError("no candidate has all five properties")
-    best = max(eligible, key=lambda c: (c.n_pairs_below, c.iqr))
-    return best.name, "no candidate admissible: most twins ordered, then largest IQR"
+        step = "admissible (all six properties, every poisoned variant below its neutral twin, ties <= 10 %), largest IQR"
+    else:
+        eligible = [c for c in cands if c.eligible]
+        if not eligible:
+            raise ValueError("no candidate has all six properties (five on random inputs, length-neutral on the "
+                             "calibration prompts)")
+        best = max(eligible, key=lambda c: (c.n_pairs_below, c.iqr))
+        step = "no candidate admissible: most poisoned variants below their neutral twin, then largest IQR"
+    if best.control:
+        raise ValueError(f"the rule chooses the control {best.name!r}: it does not reject a measure of length alone")
+    return best.name, step
+
+
+N_CONTENT = "n_content"  # the content length N kept beside the measures' values
 
 
 def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
                      prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
                      progress: Callable[[int, int, str], None] | None = None,
                      keep_inputs: dict[str, HealthInputs] | None = None) -> dict[str, dict[str, float]]:
-    """Every candidate's value for every prompt: ``{prompt id: {candidate: value}}``.
+    """Every candidate's and control's value for every prompt: ``{prompt id: {name: value, "n_content": N}}``.
 
     ``analyze`` maps a prompt's chat messages to its prefill analysis (in the lab,
     :func:`lab.sinks.prefill.analyze_prefill` bound to a model and its tokenizer; the
@@ -131,42 +210,61 @@ def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
             progress(i, len(prompts), p.id)
         messages = p.messages() if callable(p.messages) else [dict(m) for m in p.messages]
         h = HealthInputs.from_prefill(analyze(messages))
-        out[p.id] = {name: fn(h) for name, fn in CANDIDATES.items()}
+        out[p.id] = {**{name: fn(h) for name, fn in {**CANDIDATES, **CONTROLS}.items()},
+                     N_CONTENT: int(h.content.sum())}
         if keep_inputs is not None:
             keep_inputs[p.id] = h
     return out
 
 
-def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],
-              poisoned: Sequence[CalibrationPrompt], inputs: dict[str, HealthInputs] | None = None) -> dict[str, Any]:
-    """Figures of every candidate and the rule's choice, as a JSON-ready dict.
+RULE = ("eligible = the five properties hold on random inputs and |Spearman rho(value, content length N)| <= "
+        f"{LENGTH_RHO_TOLERANCE:g} over the clean calibration prompts and their neutral variants (length-neutral); "
+        "admissible = every poisoned variant strictly below its neutral twin of the same added length and no value "
+        f"(to {10 ** -TIE_DECIMALS:g}) shared by more than {MAX_TIE_SHARE:.0%} of clean prompts; choose the "
+        "admissible candidate with the largest IQR over clean prompts; if none is admissible, the eligible one with "
+        "the most poisoned variants below their neutral twin, then the largest IQR; controls (a measure of length "
+        "alone) go through the same rule and must be rejected")
 
-    With ``inputs`` (the prompts' :class:`HealthInputs`), every candidate's five
-    properties are also checked on this model's own prefills
-    (``properties_on_prompts``); eligibility stays the pre-stated check on fixed random
-    inputs, and ``chosen_holds_on_prompts`` says whether the choice holds on the model.
+
+def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],
+              poisoned: Sequence[CalibrationPrompt], neutral: Sequence[CalibrationPrompt],
+              inputs: dict[str, HealthInputs] | None = None) -> dict[str, Any]:
+    """Figures of every candidate and control and the rule's choice, as a JSON-ready dict.
+
+    ``poisoned[i]`` and ``neutral[i]`` are the variants of ``clean[i]``; ``values`` as
+    :func:`score_candidates` gives them (with ``n_content``). With ``inputs`` (the prompts'
+    :class:`HealthInputs`), every candidate's five properties are also checked on this
+    model's own prefills (``properties_on_prompts``); eligibility stays the pre-stated
+    check, and ``chosen_holds_on_prompts`` says whether the choice holds on the model.
+
+    ``chosen`` is None, and ``decided_by`` says why, when the rule chooses nothing (no
+    candidate has the six properties on this model, or a control would win).
     """
+    lengths = [values[c.id][N_CONTENT] for c in clean] + [values[n.id][N_CONTENT] for n in neutral]
     cands = [figures(name, [values[c.id][name] for c in clean], [values[p.id][name] for p in poisoned],
-                     check_properties(fn)) for name, fn in CANDIDATES.items()]
-    chosen, step = choose(cands)
+                     [values[n.id][name] for n in neutral], lengths, check_properties(fn), control=name in CONTROLS)
+             for name, fn in {**CANDIDATES, **CONTROLS}.items()]
+    try:
+        chosen, step = choose(cands)
+    except ValueError as exc:  # the rule chooses nothing on this model: that is a result, reported as such
+        chosen, step = None, str(exc)
     return {
-        "rule": "eligible = the five properties hold; admissible = every poisoned variant strictly below its clean "
-                f"twin and no value (to {10 ** -TIE_DECIMALS:g}) shared by more than {MAX_TIE_SHARE:.0%} of clean "
-                "prompts; choose the admissible candidate with the largest IQR over clean prompts; if none is "
-                "admissible, the eligible one with the most ordered twins, then the largest IQR",
-        "chosen": chosen, "decided_by": step,
-        "candidates": [{**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned")},
+        "rule": RULE, "chosen": chosen, "decided_by": step,
+        "length_rho_tolerance": LENGTH_RHO_TOLERANCE,
+        "controls_rejected": {c.name: not c.admissible and c.name != chosen for c in cands if c.control},
+        "candidates": [{**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned", "neutral")},
                         "eligible": c.eligible, "admissible": c.admissible,
                         "median": float(np.median(c.clean)), "min": min(c.clean), "max": max(c.clean)}
                        for c in cands],
         "prompts": [{"id": c.id, "variant": "clean", **values[c.id]} for c in clean]
-                   + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned],
-        **(_on_prompts(inputs, [*clean, *poisoned], chosen) if inputs else {}),
+                   + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned]
+                   + [{"id": n.id, "variant": "neutral", **values[n.id]} for n in neutral],
+        **(_on_prompts(inputs, [*clean, *poisoned, *neutral], chosen) if inputs else {}),
     }
 
 
 def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPrompt],
-                chosen: str) -> dict[str, Any]:
+                chosen: str | None) -> dict[str, Any]:
     """Every candidate's properties on the model's own prefills, and whether the choice holds there.
 
     Random inputs can miss the shapes of a real model's attention, so the properties
@@ -175,7 +273,8 @@ def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPr
     real = [inputs[p.id] for p in prompts]
     on = {name: check_properties_on(fn, real) for name, fn in CANDIDATES.items()}
     return {"properties_on_prompts": on,
-            "chosen_holds_on_prompts": all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
+            "chosen_holds_on_prompts": None if chosen is None else
+            all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
 
 
 def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:
@@ -183,14 +282,17 @@ def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) 
 
     Args:
         values: The chosen measure per prompt id.
-        prompts: The study prompts (clean ones and poisoned twins).
+        prompts: The study prompts (clean ones, poisoned and neutral twins).
 
     Returns:
         ``max_tie_share`` over clean prompts (values to 0.01; target <= 10 %),
-        ``n_twins_tied`` / ``n_twins_below`` / ``n_twins`` (target: 0 tied).
+        ``n_twins_tied`` / ``n_twins_below`` / ``n_twins``: poisoned against its neutral
+        twin (against its clean twin where it has no neutral one; target: 0 tied).
     """
     clean = [values[p.id] for p in prompts if p.variant == "clean"]
-    twins = [(values[p.twin_of], values[p.id]) for p in prompts if p.twin_of is not None]
+    neutral = {p.twin_of: values[p.id] for p in prompts if p.variant == "neutral"}
+    # a poisoned twin against its neutral twin (equal length), or its clean twin in a set without neutral twins
+    twins = [(neutral.get(p.twin_of, values[p.twin_of]), values[p.id]) for p in prompts if p.variant == "poisoned"]
     _, counts = np.unique(np.round(clean, TIE_DECIMALS), return_counts=True)
     return {"n_clean": len(clean), "max_tie_share": float(counts.max() / len(clean)) if clean else None,
             "n_distinct": int(counts.size), "min": min(clean), "max": max(clean), "median": float(np.median(clean)),

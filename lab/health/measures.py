@@ -7,9 +7,12 @@ queries to judge. Which candidate it applies is packaged data
 (``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), or the user's own
 choice written by ``lab calibrate-health --save``.
 
-Context health keeps one scale and meaning: 0..10, where 10 means the
-attention a prompt's content receives flows the way it does in a clean prompt
-and lower values mean more of it pooled on positions that carry no content. The
+Context health keeps one scale: 0..10, where 10 means the attention a prompt's
+content receives is spread evenly (at the chosen measure's scale) and lower values
+mean more of it pooled on a few positions. What it measures is the chosen
+candidate's reading (below): since the length-matched calibration it is local
+attention evenness, which does not drift with length and does not tell a
+distractor from relevant text of the same length. The
 count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
 of the study (no clean prompt has a content sink at the calibrated threshold), so
 it cannot rank clean prompts; it stays in the study as ``content_sink_health``.
@@ -35,60 +38,76 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
   10 when ``N <= 1`` (one token cannot pool attention away from the others).
 * ``content_sink_rate`` -- 10 x (1 - Gu et al.'s sink rate averaged over content
   positions) at epsilon = 0.3.
+* ``relative_entropy`` -- ``content_entropy`` of received attention divided by what
+  uniform causal attention would give each position (:func:`uniform_baseline`).
+* ``local_entropy`` -- the mean of ``content_entropy`` within consecutive blocks of
+  :data:`LOCAL_BLOCK` content positions (evenness at a fixed scale).
+
+Control (:data:`CONTROLS`), run through the same rule, which must reject it:
+``length_only`` = 10 (1 - log N / log 8192), a function of the content length N alone.
 
 Choice rule, stated before any study entropy was looked at, and applied on the
-calibration prompts only (``lab/data/calibration_prompts.jsonl``; the study's
-prompt set is never used), by ``lab calibrate-health``:
+calibration prompts only (``lab/data/calibration_prompts.jsonl``, a poisoned and a
+neutral variant of each; the study's prompt set is never used), by ``lab calibrate-health``:
 
-1. *eligible*: the candidate has the five properties below (checked on
-   :data:`PROPERTY_CASES` fixed random cases by :func:`check_properties`);
+1. *eligible*: the candidate has the six properties below (the first five checked on
+   :data:`PROPERTY_CASES` fixed random cases by :func:`check_properties`; the sixth on
+   the calibration prompts);
 2. *admissible*: it ranks every poisoned calibration variant strictly below its
-   clean twin (variants built as the study's twins are: one of the study's six
-   distractor texts, then a blank line, then the clean question;
-   :func:`lab.health.calibration.poisoned_variants`), and no value (to 0.01) is
-   shared by more than 10 % of the clean calibration prompts;
+   *neutral* variant (the same added length, to 5 % in tokens: relevant, harmless text
+   where the poisoned one has a distractor; :func:`lab.health.calibration.neutral_variants`),
+   and no value (to 0.01) is shared by more than 10 % of the clean calibration prompts;
 3. among admissible candidates the one with the largest spread over the clean
    calibration prompts wins, spread = interquartile range on the 0..10 scale;
-4. if none is admissible: the eligible candidate with the most correctly ordered
-   twin pairs, ties broken by spread.
+4. if none is admissible: the eligible candidate with the most poisoned variants below
+   their neutral twin, ties broken by spread;
+5. a control chosen by steps 1-4 is an error (the rule failed to reject length alone).
 
-Properties (tested with hypothesis in ``tests/unit/test_health.py``): bounded in
-[0, 10]; non-increasing when attention mass moves from a content position onto a
-content position holding at least as much (a sink forming among the content);
+Poisoned variants (one of the study's six distractor texts, then a blank line, then the
+clean question; :func:`lab.health.calibration.poisoned_variants`) are longer than their
+clean twin, so ordering them below the clean twin, the criterion before the neutral
+variants existed, is what a measure of length alone does (``length_only`` orders all 36).
+
+Properties (the first five tested with hypothesis in ``tests/unit/test_health.py``):
+bounded in [0, 10]; non-increasing when attention mass moves from a content position
+onto a content position holding at least as much (a sink forming among the content);
 invariant to the values at structural positions; defined and finite for 1-token
-content; equal for equal inputs.
+content; equal for equal inputs; and *length-neutral*: over the clean calibration
+prompts and their neutral variants (clean context from about 5 to 500 content tokens)
+the Spearman correlation of the value with the content length N lies within
+[-0.2, 0.2] (:data:`lab.health.calibration.LENGTH_RHO_TOLERANCE`). The clean prompts
+alone span too few lengths (5 to 40 tokens) for a drift to show.
 
-Calibration result (``lab calibrate-health``, 2026-11-30; embedded
-SmolLM2-135M-Instruct, float32, CPU; 36 clean calibration prompts and their 36
-poisoned variants; sink detector as of this commit). Clean-prompt IQR / SD /
-distinct values (to 0.01) / largest tie share / poisoned below clean / twins tied:
+Calibration result (``lab calibrate-health --save``, 2026-12-02; embedded
+SmolLM2-135M-Instruct, float32, CPU; 36 clean calibration prompts, their 36 poisoned
+and 36 neutral variants; busy machine). rho N / clean-prompt IQR / largest tie share /
+poisoned below neutral / poisoned below (shorter) clean:
 
-=================  ===============  ====  ====  ========  =====  =====  ====
-candidate          properties       IQR   SD    distinct  tie    below  tied
-=================  ===============  ====  ====  ========  =====  =====  ====
-soft_penalty       non-increasing   0.32  1.45  32/36     6 %    33/36  0/36
-                   fails
-content_share      non-increasing,  1.09  0.97  36/36     3 %    1/36   0/36
-                   invariance fail
-content_entropy    all hold         0.45  0.27  26/36     8 %    33/36  0/36
-content_sink_rate  all hold         0.10  0.07  17/36     28 %   10/36  8/36
-=================  ===============  ====  ====  ========  =====  =====  ====
+=====================  =======================  =====  ====  ====  =====  =====
+candidate              properties               rho N  IQR   tie   <neut  <clean
+=====================  =======================  =====  ====  ====  =====  =====
+soft_penalty           non-increasing fails     +0.17  0.02  50 %  17/36  14/36
+content_share          3 fail                   +0.97  1.09  3 %   32/36  0/36
+content_entropy        length-neutral fails     -0.54  0.45  8 %   27/36  33/36
+content_sink_rate      length-neutral fails     +0.50  0.10  28 %  17/36  10/36
+relative_entropy       length-neutral fails     -0.77  0.41  6 %   27/36  35/36
+local_entropy          all six hold             +0.05  0.51  8 %   12/36  15/36
+length_only (control)  length-neutral fails     -1.00  0.66  11 %  3/36   36/36
+=====================  =======================  =====  ====  ====  =====  =====
 
-No candidate orders all 36 twins (step 2 fails for all), so step 4 decides:
-of the two eligible candidates ``content_entropy`` orders 33 of 36 (the three
-exceptions, history-rome, physics-gravity and shell-command, are within 0.11)
-against 10 for ``content_sink_rate``. Chosen: ``content_entropy``. On clean
-calibration prompts it spans 9.06 to 9.96 (median 9.45): the scale keeps its
-meaning (10 = attention spread evenly over the content), so clean prompts sit
-high and close together; H1 uses ranks, so the compression does not matter
-there. Checked afterwards on the study's default prompt set (``lab
-calibrate-health --study-set``, prefill only, after the choice): clean prompts span
-8.66 to 9.90 with 44 distinct values of 66, the largest tie 4 of 66 (6 %, target
-<= 10 %); twin pairs tied 0 of 18 (target 0), poisoned below clean 13 of 18.
-``content_entropy`` reads received attention and the content mask only, not
-the detector's score, so a change to the sink detector does not move it;
-re-run ``lab calibrate-health`` after one all the same, since the other
-candidates' figures (and so the rule's outcome) may change.
+The control is rejected. Only ``local_entropy`` is eligible (its block size was set
+after seeing these prompts: blocks of 16 drifted at -0.18), so step 4 chooses it; it
+orders 12 of 36 poisoned variants below their neutral twin, fewer than chance would.
+**Finding: no length-neutral candidate separates a distractor from relevant text of
+the same length**; the two that order most poisoned variants below the neutral ones
+(``relative_entropy`` and ``content_entropy``, 27/36 each) fall with length. So the lab's
+"context health" is what the chosen measure reads: how evenly the content's received
+attention spreads at the scale of a few tokens (local attention evenness), on a scale
+that does not drift with length; it is not a detector of distractors. The former
+choice, ``content_entropy``, ordered 33 of 36 poisoned variants below their clean twin
+largely because they are longer. On Qwen2.5-Coder-1.5B (same day, first 12 calibration
+prompts) every candidate drifts with length (``local_entropy`` -0.75, ``content_entropy``
+-0.88) and the rule chooses nothing; the packaged choice is SmolLM2's.
 """
 
 from __future__ import annotations
@@ -193,12 +212,96 @@ def content_sink_rate(h: HealthInputs) -> float:
     return _clamp10(10.0 * (1.0 - float(h.sink_rate.double()[h.content].mean())))
 
 
+def uniform_baseline(s: int) -> torch.Tensor:
+    """Received attention each of ``s`` positions gets when every query attends uniformly.
+
+    Query ``i`` (0-based) spreads 1 over its ``i + 1`` keys, so key ``k`` receives, per
+    observing query, ``u_k = (1 / (S - k)) sum_{i=k}^{S-1} 1 / (i + 1)`` (the importance
+    score of :func:`lab.sinks.scores.attention_received` under uniform causal attention).
+    ``u`` is not flat (``u_0 ~ ln S / S`` against ``u_{S-1} = 1 / S``) and its unevenness
+    grows with S, so received attention is uneven by position alone, more so in a longer
+    prompt. Returns float64 ``[S]``; full causal attention (a sliding window, as in
+    Gemma-3's local layers, has another baseline).
+    """
+    inv = 1.0 / torch.arange(1, s + 1, dtype=torch.float64)  # 1 / (i + 1): [S]
+    tail = torch.flip(torch.cumsum(torch.flip(inv, [0]), 0), [0])  # sum_{i >= k} 1 / (i + 1): [S]
+    return tail / torch.arange(s, 0, -1, dtype=torch.float64)
+
+
+def _normalized_entropy(w: torch.Tensor) -> float:
+    """``H(w / sum w) / log N`` in [0, 1] for non-negative ``w`` of N > 1 entries with a positive sum."""
+    p = w / w.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum()) / math.log(int(w.numel()))
+
+
+def relative_entropy(h: HealthInputs) -> float:
+    """10 x normalized entropy over content positions of received attention relative to the uniform baseline.
+
+    ``w_k = r_k / u_k`` (:func:`uniform_baseline`), ``p_k = w_k / sum_content w``,
+    ``H(p) / log N``: 10 when every content position receives what uniform attention
+    would give it, whatever the prompt's length, so the position-driven unevenness that
+    grows with S is not read as pooling. 10 when ``N <= 1`` or no content position
+    receives anything.
+    """
+    r = h.received.double().clamp_min(0.0)
+    w = (r / uniform_baseline(int(r.numel())))[h.content]
+    if int(w.numel()) <= 1 or float(w.sum()) <= 0.0:
+        return 10.0
+    return _clamp10(10.0 * _normalized_entropy(w))
+
+
+# local_entropy: content positions in consecutive blocks of 8. Chosen after looking at
+# SmolLM2's calibration prompts (blocks of 16 drifted at rho -0.18, of 8 at +0.02); the
+# pair's calibration is the check made after that choice.
+LOCAL_BLOCK = 8
+
+
+def local_entropy(h: HealthInputs) -> float:
+    """10 x the mean normalized entropy of received attention within blocks of LOCAL_BLOCK content positions.
+
+    Content positions (in order) are cut into consecutive blocks of :data:`LOCAL_BLOCK`
+    (the last may be shorter; a block of one position is skipped); in each block
+    ``H(p) / log B`` with ``p`` the block's received attention renormalized; the mean
+    over blocks, x 10. It judges how evenly attention spreads at a fixed scale, so it
+    does not fall just because the prompt is longer (its normalizer does not grow with
+    N), but it no longer compares far-apart positions: a sink formed in the distractor
+    counts only within its block. 10 when ``N <= 1`` or no block receives anything.
+    """
+    r = h.received.double()[h.content].clamp_min(0.0)
+    vals = [_normalized_entropy(b) for b in torch.split(r, LOCAL_BLOCK) if b.numel() > 1 and float(b.sum()) > 0.0]
+    return _clamp10(10.0 * sum(vals) / len(vals)) if vals else 10.0
+
+
 CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
     "soft_penalty": soft_penalty,
     "content_share": content_share,
     "content_entropy": content_entropy,
     "content_sink_rate": content_sink_rate,
+    "relative_entropy": relative_entropy,
+    "local_entropy": local_entropy,
 }
+
+# The length-only control: 10 at one content token, 0 at LENGTH_CONTROL_MAX_N (past any
+# calibration prompt), log-linear between; what a measure that only reads length gives.
+LENGTH_CONTROL_MAX_N = 8192
+
+
+def length_only(h: HealthInputs) -> float:
+    """Negative control: ``10 (1 - log N / log LENGTH_CONTROL_MAX_N)``, N = content positions.
+
+    Reads no attention at all. It has the five random-input properties (bounded;
+    unchanged when mass moves, so non-increasing; blind to structure; 10 at N = 1;
+    deterministic) and orders every poisoned twin below its shorter clean twin, so a
+    rule that cannot reject it cannot tell a measure of the context from a measure of
+    its length. The choice rule must reject it (the sixth property).
+    """
+    n = int(h.content.sum())
+    return _clamp10(10.0 * (1.0 - math.log(max(n, 1)) / math.log(LENGTH_CONTROL_MAX_N)))
+
+
+# Controls the choice rule is run on beside the candidates and must reject; never chosen.
+CONTROLS: dict[str, Callable[[HealthInputs], float]] = {"length_only": length_only}
 
 
 

@@ -8,21 +8,25 @@ from rich.table import Table
 
 from lab.health.measures import PROPERTIES as _PROPS
 
-_COLS = ("candidate", "props", "IQR", "SD", "distinct", "max tie", "below", "tied")
+_COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
 
 def _row(c: dict[str, Any], compact: bool = False) -> tuple[str, ...]:
     props = "all" if c["eligible"] else "fails " + ", ".join(k for k, v in c["properties"].items() if not v)
     if compact:
         props = "all" if c["eligible"] else f"{sum(not v for v in c['properties'].values())} fail"
-    return (c["name"], props, f"{c['iqr']:.2f}", f"{c['std']:.2f}", f"{c['n_distinct']}/{c['n_pairs']}",
-            f"{c['max_tie_share']:.0%}", f"{c['n_pairs_below']}/{c['n_pairs']}", f"{c['n_pairs_tied']}/{c['n_pairs']}")
+    name = c["name"] + (" (control)" if c.get("control") else "")
+    return (name, props, f"{c['length_rho']:+.2f}", f"{c['iqr']:.2f}", f"{c['std']:.2f}",
+            f"{c['n_distinct']}/{c['n_pairs']}", f"{c['max_tie_share']:.0%}", f"{c['n_pairs_below']}/{c['n_pairs']}",
+            f"{c['n_pairs_tied']}/{c['n_pairs']}", f"{c['n_pairs_below_clean']}/{c['n_pairs']}")
 
 
 def candidates_table(data: dict[str, Any]) -> Table:
     """The candidates' figures as a Rich table (clean calibration prompts; twins = poisoned variants)."""
     table = Table(title=f"Context-health candidates (chosen: {data['chosen']})",
-                  caption="props: the five properties; below / tied: poisoned variants vs their clean twin")
+                  caption="props: the six properties (length_neutral: |rho N| <= "
+                          f"{data.get('length_rho_tolerance', 0.2):g}); rho N: Spearman with content length over "
+                          "clean + neutral; below neutral / tied: poisoned vs its neutral twin (equal length)")
     for col in _COLS:
         table.add_column(col, no_wrap=col == "candidate", overflow="fold")
     for c in data["candidates"]:
@@ -35,34 +39,44 @@ def calibration_markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Context-health calibration", "",
         f"Model: {data['model'].get('model', '?')}. Prompts: {data['n_clean']} clean calibration prompts "
-        f"({data['prompts_file']}) and one poisoned variant of each, built like the study's twins from the "
-        f"distractors of {data['distractors_file']}.", "",
+        f"({data['prompts_file']}), one poisoned variant of each, built like the study's twins from the "
+        f"distractors of {data['distractors_file']}, and one neutral variant of each with the same added length "
+        "(CPython help-topic text, lab/data/calibration_neutral.jsonl).", "",
         f"**Rule (stated before the study's entropy was looked at):** {data['rule']}.", "",
-        f"**Chosen: `{data['chosen']}`** ({data['decided_by']}).", "",
+        (f"**Chosen: `{data['chosen']}`** ({data['decided_by']})." if data["chosen"] is not None
+         else f"**Chosen: none** ({data['decided_by']})."), "",
         "| " + " | ".join(_COLS) + " | median | range |", "|" + "---|" * (len(_COLS) + 2),
     ]
     for c in data["candidates"]:
         lines.append("| " + " | ".join(_row(c)) + f" | {c['median']:.2f} | {c['min']:.2f} to {c['max']:.2f} |")
+    rejected = data.get("controls_rejected", {})
     lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
-              "'max tie' is the largest share of clean prompts sharing one value to 0.01; 'below' and 'tied' count "
-              "poisoned variants strictly below or equal (to 0.01) to their clean twin.", "",
+              "'rho N' is the Spearman correlation with the content length N over the clean prompts and their "
+              "neutral variants (the sixth property: within the tolerance); 'max tie' is the largest share of clean "
+              "prompts sharing one value to 0.01; 'below neutral' and 'tied' count poisoned variants strictly below "
+              "or equal (to 0.01) to their neutral twin of the same length, 'below clean' those below their shorter "
+              "clean twin (what a length proxy gets).", "",
+              "Controls: " + (", ".join(f"`{k}` {'rejected' if v else '**not rejected**'}" for k, v in rejected.items())
+                              or "none") + ".", "",
               "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
     if data.get("properties_on_prompts"):
         on = data["properties_on_prompts"]
         n = next(iter(on.values()))
-        lines += ["", f"## The five properties on this model's own prefills ({n['n_checked']} prompts checked, "
+        lines += ["", f"## The five random-input properties on this model's own prefills ({n['n_checked']} prompts checked, "
                   f"{n['n_not_measurable']} not measurable)", "",
                   "Eligibility above is the pre-stated check on fixed random inputs; here each property is checked "
                   "on the received attention, z and sink flags this model actually produced.", "",
                   "| candidate | " + " | ".join(_PROPS) + " |", "|" + "---|" * (len(_PROPS) + 1)]
         for name, f in on.items():
             lines.append(f"| {name} | " + " | ".join("holds" if f[k] else "fails" for k in _PROPS) + " |")
-        lines += ["", f"The chosen measure (`{data['chosen']}`) "
+        if data["chosen"] is not None:
+            lines += ["", f"The chosen measure (`{data['chosen']}`) "
                   + ("holds all five on this model's prompts." if data["chosen_holds_on_prompts"]
                      else "does **not** hold all five on this model's prompts.")]
     if data.get("study_set"):
         lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
-                  "The ranking targets: no value shared by more than 10 % of clean prompts; no tied twin pair.", "",
+                  "The ranking targets: no value shared by more than 10 % of clean prompts; no tied twin pair "
+                  "(poisoned against its neutral twin).", "",
                   "| candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied |",
                   "|---|---|---|---|---|---|---|"]
         for name, f in data["study_set"].items():

@@ -103,7 +103,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
 
     # 1. health vs entropy, fit and band
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    for variant, marker, color in (("clean", "o", "tab:blue"), ("poisoned", "x", "tab:red")):
+    for variant, marker, color in (("clean", "o", "tab:blue"), ("poisoned", "x", "tab:red"),
+                                   ("neutral", "^", "tab:green")):
         pts = [(r["context_health"], r["mean_entropy_bits"]) for r in rows
                if r["variant"] == variant and _finite(r["context_health"], r["mean_entropy_bits"])]
         if pts:
@@ -113,7 +114,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.plot(f.grid, f.fit, color="black", lw=1.2, label=f"OLS fit, slope {f.slope:.3f}")
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
     h1, h1c = a.test("H1"), a.test("H1c")
-    ax.set_title(f"H1: rho = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}; "
+    ax.set_title(f"H1: partial rho | length = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}; "
                  f"H1c (clean): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("context health (0..10)")
     ax.set_ylabel("mean decode entropy (bits)")
@@ -168,29 +169,33 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     plt.close(fig)
     names.append("category_boxplots.png")
 
-    # 4. clean vs poisoned, one line per pair; tied pairs dashed grey and nudged apart so they can be counted
+    # 4. clean -> neutral -> poisoned, one line per triple; the neutral-to-poisoned step (equal length) is what
+    # H4a/H4b test; tied steps dashed grey and nudged apart so they can be counted
     from matplotlib.lines import Line2D
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
     for ax, key, label, t in ((axes[0], "context_health", "context health (0..10)", a.test("H4a")),
                               (axes[1], "mean_entropy_bits", "mean decode entropy (bits)", a.test("H4b"))):
         counts = {"rises": 0, "falls": 0, "tied": 0}
-        pairs = [(p[f"{key}_clean"], p[f"{key}_poisoned"]) for p in a.pairs]
-        pairs = [(c, q) for c, q in pairs if _finite(c, q)]
-        for i, (c, q) in enumerate(pairs):
-            kind = "rises" if q > c else "falls" if q < c else "tied"
+        triples = [(p[f"{key}_clean"], p.get(f"{key}_neutral"), p[f"{key}_poisoned"]) for p in a.pairs]
+        for c, n, q in triples:
+            ref = n if _finite(n) else c  # a set without neutral twins: the clean twin
+            if not _finite(ref, q):
+                continue
+            kind = "rises" if q > ref else "falls" if q < ref else "tied"
             counts[kind] += 1
+            xs, ys = ([0, 1, 2], [c, n, q]) if _finite(c, n) else ([0, 2], [c, q])
             if kind == "tied":
-                dx = 0.04 * (counts["tied"] - 1)  # each tied pair its own column, so n tied = n lines
-                ax.plot([dx, 1 + dx], [c, q], "--s", color="tab:gray", alpha=0.9, ms=4)
+                dx = 0.04 * (counts["tied"] - 1)  # each tied triple its own column, so n tied = n lines
+                ax.plot([x + dx for x in xs], ys, "--s", color="tab:gray", alpha=0.9, ms=4)
             else:
-                ax.plot([0, 1], [c, q], "-o", color="tab:red" if kind == "rises" else "tab:blue", alpha=0.6)
+                ax.plot(xs, ys, "-o", color="tab:red" if kind == "rises" else "tab:blue", alpha=0.6)
         ax.legend(handles=[Line2D([], [], color="tab:red", marker="o", label=f"poisoned higher ({counts['rises']})"),
                            Line2D([], [], color="tab:blue", marker="o", label=f"poisoned lower ({counts['falls']})"),
                            Line2D([], [], color="tab:gray", ls="--", marker="s",
                                   label=f"tied, difference 0 ({counts['tied']})")], fontsize=8, loc="best")
-        ax.set_xticks([0, 1], ["clean", "poisoned"])
-        ax.set_xlim(-0.3, 1.5)
+        ax.set_xticks([0, 1, 2], ["clean", "neutral", "poisoned"])
+        ax.set_xlim(-0.3, 2.5)
         ax.set_ylabel(label)
         ax.set_title(f"{t.name}: r_rb = {fmt_value(t.effect)}, p(Holm) = {fmt_p(t.p_holm)}, {t.verdict}", fontsize=10)
     fig.tight_layout()

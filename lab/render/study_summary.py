@@ -15,7 +15,7 @@ from lab.study.work import prompts_display
 
 FIGURES = {
     "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
-                             "prompt (clean and poisoned marked apart), with the least-squares line and its 95% "
+                             "prompt (clean, poisoned and neutral marked apart), with the least-squares line and its 95% "
                              "confidence band for the mean. H1 predicts a falling trend over all dots, H1c over the "
                              "clean dots alone.",
     "acceptance_vs_draft_entropy.png": "Acceptance rate of drafted tokens (y) in quantile bins of the draft's "
@@ -23,10 +23,11 @@ FIGURES = {
                                        "the overall alpha. H2 predicts a falling curve.",
     "category_boxplots.png": "Per-prompt alpha (left) and mean decode entropy (right) by category, clean prompts. "
                              "H3 asks whether the alpha boxes differ.",
-    "clean_vs_poisoned.png": "Each twin pair as a line from its clean to its poisoned prompt: context health (left) "
-                             "and mean decode entropy (right); red lines rise, blue lines fall, grey dashed lines "
-                             "are tied pairs (difference 0), counted in the legend. H4a predicts lines falling on "
-                             "the left, H4b rising on the right.",
+    "clean_vs_poisoned.png": "Each twin triple as a line from its clean prompt through its neutral twin to its "
+                             "poisoned twin (neutral and poisoned of the same length): context health (left) and "
+                             "mean decode entropy (right); red lines rise from neutral to poisoned, blue lines fall, "
+                             "grey dashed lines are tied (difference 0), counted in the legend. H4a predicts the "
+                             "neutral-to-poisoned step falling on the left, H4b rising on the right.",
 }
 
 _SIGN_WORD = {1: "> 0", -1: "< 0"}
@@ -95,7 +96,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         "## Set-up",
         "",
         f"- Prompts: {study['prompts']['n_prompts']} ({', '.join(f'{k} {v}' for k, v in study['prompts']['by_category'].items())}),"
-        f" of which {study['prompts']['n_poisoned']} poisoned twins; file `{prompts_display(s['prompts_file'])}`.",
+        f" of which {study['prompts']['n_poisoned']} poisoned and {study['prompts'].get('n_neutral', 0)} neutral twins;"
+        f" file `{prompts_display(s['prompts_file'])}`.",
         f"- Decoding: sampling at temperature {s['temperature']} (no top-k/top-p), seed {s['seed']} (each prompt's "
         f"seed derived from it and the prompt id), max_new_tokens {s['max_new_tokens']}; speculative decoding "
         f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023). "
@@ -141,6 +143,21 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}); its p-value treats tokens as independent, "
         "its CI resamples whole prompts. H3 uses clean prompts only; H1 uses all prompts, H1c clean prompts only.",
     ]
+    lines += ["", "Length held fixed (context health fell with prompt length, and the poisoned twins are the "
+              "longest prompts): H1 and H1c are partial Spearman correlations given log prompt tokens; H4a and H4b "
+              "compare each poisoned twin with its neutral twin of the same added length (relevant, harmless "
+              "text). The unadjusted figures, beside them:"]
+    for t in (a.test("H1"), a.test("H1c")):
+        d = t.details
+        if "unadjusted_rho" in d:
+            lines.append(f"- {t.name} unadjusted: Spearman rho = {fmt_value(d['unadjusted_rho'])}, "
+                         f"p = {fmt_p(d['unadjusted_p'])}; health's rho with length {fmt_value(d['x_length_rho'])}, "
+                         f"entropy's {fmt_value(d['y_length_rho'])}.")
+    for t in (a.test("H4a"), a.test("H4b")):
+        d = t.details.get("vs_clean")
+        if d:
+            lines.append(f"- {t.name} unadjusted (poisoned - clean, the clean twin shorter): rank-biserial r = "
+                         f"{fmt_value(d['effect'])}, p = {fmt_p(d['p_value'])}, n = {d['n']} pairs.")
     if "control_p" in h5.details:
         lines.append(f"H5 negative control (shuffled labels): r = {fmt_value(h5.details['control_r'])}, "
                      f"p = {fmt_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")

@@ -345,4 +345,5 @@ def summarize_prompts(prompts: Sequence[StudyPrompt]) -> dict[str, Any]:
     for p in prompts:
         cats[p.category] = cats.get(p.category, 0) + 1
     return {"n_prompts": len(prompts), "by_category": cats,
-            "n_poisoned": sum(p.variant == "poisoned" for p in prompts)}
+            "n_poisoned": sum(p.variant == "poisoned" for p in prompts),
+            "n_neutral": sum(p.variant == "neutral" for p in prompts)}

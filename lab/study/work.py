@@ -63,10 +63,12 @@ def prompts_display(path: str | Path | None) -> str:
 
 
 def _units(prompts: list[StudyPrompt], category: str) -> list[list[StudyPrompt]]:
-    """A category's units in file order: a clean prompt with its poisoned twin, or a single clean prompt."""
-    twin = {p.twin_of: p for p in prompts if p.twin_of is not None}
-    return [[p, twin[p.id]] if p.id in twin else [p] for p in prompts if p.category == category
-            and p.variant == "clean"]
+    """A category's units in file order: a clean prompt with its twins (poisoned, neutral), or a single clean prompt."""
+    twins: dict[str, list[StudyPrompt]] = {}
+    for p in prompts:
+        if p.twin_of is not None:
+            twins.setdefault(p.twin_of, []).append(p)
+    return [[p, *twins.get(p.id, [])] for p in prompts if p.category == category and p.variant == "clean"]
 
 
 def count_units(prompts: list[StudyPrompt]) -> int:

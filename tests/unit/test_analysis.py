@@ -280,24 +280,47 @@ def test_linear_fit_band_contains_fit_and_is_narrowest_at_mean():
     assert abs(fit.grid[int(np.argmin(width))] - x.mean()) < (max(x) - min(x)) / 50
 
 
-def _synthetic_study(seed: int, planted: bool):
+def _synthetic_study(seed: int, planted: bool, length_only: bool = False):
+    """36 clean prompts (12 with a poisoned and a neutral twin of ~300 added tokens). ``planted``: health
+    falls on poisoned twins and entropy falls with health; ``length_only``: health and entropy depend on
+    the prompt length alone (what a length proxy would give)."""
     rng = np.random.default_rng(seed)
     rows, tokens = [], []
     cats = ["factual", "creative", "code", "math", "ambiguous", "summary"]
     for i in range(36):
         health = rng.uniform(3, 10)
-        for variant in ("clean", "poisoned") if i % 3 == 0 else ("clean",):
-            h = health - (2.5 if variant == "poisoned" and planted else 0) + rng.normal(0, 0.3)
-            pid = f"p{i}" + ("-poisoned" if variant == "poisoned" else "")
-            ent = (4 - 0.3 * h if planted else 2.5) + rng.normal(0, 0.4)
-            rows.append({"id": pid, "category": cats[i % 6], "variant": variant,
-                         "twin_of": f"p{i}" if variant == "poisoned" else None, "context_health": h,
+        n_clean = int(rng.integers(15, 80))
+        added = int(rng.integers(250, 400))
+        for variant in ("clean", "poisoned", "neutral") if i % 3 == 0 else ("clean",):
+            n = n_clean + (added if variant != "clean" else 0)
+            if length_only:
+                h = 10 - 1.2 * np.log(n) + rng.normal(0, 0.3)
+                ent = 1 + 0.4 * np.log(n) + rng.normal(0, 0.2)
+            else:
+                h = health - (2.5 if variant == "poisoned" and planted else 0) + rng.normal(0, 0.3)
+                ent = (4 - 0.3 * h if planted else 2.5) + rng.normal(0, 0.4)
+            pid = f"p{i}" + ("" if variant == "clean" else f"-{variant}")
+            rows.append({"id": pid, "category": cats[i % 6], "variant": variant, "n_prompt_tokens": n,
+                         "twin_of": f"p{i}" if variant != "clean" else None, "context_health": h,
                          "mean_entropy_bits": ent, "alpha": rng.uniform(0.2, 0.6)})
             for j in range(20):
                 de = rng.uniform(0, 6)
                 tokens.append({"prompt_id": pid, "draft_entropy_bits": de, "tested": j % 5 != 4,
                                "accepted": bool(rng.random() < (0.9 - 0.12 * de if planted else 0.5))})
     return rows, tokens
+
+
+def test_analyze_pure_length_study_supports_no_h1_or_h4():
+    """Fault class: H1 and H4 "supported" by length alone (health and entropy both functions of the prompt
+    length, poisoned twins longer than clean ones). The unadjusted figures show the length effect; the
+    adjusted H1 and the poisoned-vs-neutral H4 do not support it."""
+    rows, tokens = _synthetic_study(21, planted=False, length_only=True)
+    a = analyze(rows, tokens, n_resamples=RESAMPLES)
+    h1, h4a, h4b = a.test("H1"), a.test("H4a"), a.test("H4b")
+    assert h1.details["unadjusted_rho"] < -0.5 and h1.details["unadjusted_p"] < 1e-3  # length drives both
+    assert a.test("H4a").details["vs_clean"]["effect"] == -1.0  # every poisoned twin below its shorter clean twin
+    assert h1.verdict != SUPPORTED and a.test("H1c").verdict != SUPPORTED
+    assert h4a.verdict != SUPPORTED and h4b.verdict != SUPPORTED
 
 
 def test_analyze_planted_study_supports_h1_h2_h4():

@@ -146,3 +146,31 @@ def test_word_positions_byte_level_fragments_identifiers_and_punctuation():
 def test_word_positions_empty_piece_neither_opens_nor_closes():
     assert word_positions([" un", "", "believ"]) == ["initial", "", "continuation"]
     assert word_positions(["", ""]) == ["", ""]
+
+
+def test_partial_spearman_removes_a_shared_length_and_matches_the_closed_form():
+    """Partial rho given z equals (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)) on ranks; a pair that
+    shares only z has partial rho about 0 while its plain rho is large."""
+    from scipy import stats
+
+    from lab.analysis.hypotheses import partial_spearman
+
+    rng = np.random.default_rng(3)
+    z = rng.uniform(1, 6, 200)
+    x, y = -z + rng.normal(0, 0.5, 200), z + rng.normal(0, 0.5, 200)
+    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
+    r = np.corrcoef([rx, ry, rz])
+    closed = (r[0, 1] - r[0, 2] * r[1, 2]) / math.sqrt((1 - r[0, 2] ** 2) * (1 - r[1, 2] ** 2))
+    assert partial_spearman(x, y, z) == pytest.approx(closed, abs=1e-12)
+    assert stats.spearmanr(x, y).statistic < -0.7 and abs(partial_spearman(x, y, z)) < 0.15
+
+
+def test_power_summary_partial_spearman_loses_one_degree_of_freedom():
+    from lab.analysis.hypotheses import TestResult
+    from lab.analysis.power import partial_spearman_min_effect, spearman_min_effect
+
+    t = TestResult("H1", "", "", "partial_spearman_rho", -0.2, -0.3, -0.1, 0.01, 100, -1, 0.1)
+    p = power_summary(t, m=8, alpha=0.05)
+    assert p["min_detectable"] == pytest.approx(spearman_min_effect(99, 0.05 / 8))
+    assert p["min_detectable"] == pytest.approx(partial_spearman_min_effect(100, 0.05 / 8))
+    assert p["n_needed"] == 1351  # 0.1 at alpha 0.05 / 8: the Spearman's 1350 plus the covariate

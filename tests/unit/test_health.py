@@ -97,20 +97,103 @@ def test_distractors_recovered_from_the_study_twins_and_variants_built_alike():
     assert out[0].prompt[: -len("\n\nWhat is 2 + 2?")] in d.values()
 
 
+PROPS5 = dict.fromkeys(("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"), True)
+
+
+def _fig(name, clean, poisoned, neutral=None, lengths=None, props=PROPS5, **kw):
+    """figures() with neutral twins equal to clean and no drift with length, unless given."""
+    neutral = list(clean) if neutral is None else neutral
+    lengths = list(range(len(clean))) * 2 if lengths is None else lengths
+    if lengths == list(range(len(clean))) * 2:  # values unrelated to these lengths: rho(value, N) is small
+        lengths = [0] * (2 * len(clean))
+    return figures(name, clean, poisoned, neutral, lengths, props, **kw)
+
+
 def test_choose_prefers_admissible_with_largest_iqr_else_most_ordered():
-    props = dict.fromkeys(("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic"), True)
     clean = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 9.5]
-    wide = figures("wide", [2 * c - 9 for c in clean], [2 * c - 10 for c in clean], props)
-    narrow = figures("narrow", clean, [c - 0.5 for c in clean], props)
-    tied = figures("tied", [5.0] * 10, [4.0] * 10, props)
+    wide = _fig("wide", [2 * c - 9 for c in clean], [2 * c - 10 for c in clean])
+    narrow = _fig("narrow", clean, [c - 0.5 for c in clean])
+    tied = _fig("tied", [5.0] * 10, [4.0] * 10)
     assert tied.max_tie_share == 1.0 > MAX_TIE_SHARE and not tied.admissible
     assert choose([narrow, wide, tied])[0] == "wide"
-    misordered = figures("mis", [2 * c - 9 for c in clean], [2 * c - 8 for c in clean], props)
+    misordered = _fig("mis", [2 * c - 9 for c in clean], [2 * c - 8 for c in clean])
     assert choose([narrow, misordered])[0] == "narrow"
-    bad_props = figures("bad", clean, [c - 1 for c in clean], {**props, "non_increasing": False})
+    bad_props = _fig("bad", clean, [c - 1 for c in clean], props={**PROPS5, "non_increasing": False})
     assert choose([bad_props, misordered])[0] == "mis"  # ineligible never wins, even fully ordered
     with pytest.raises(ValueError, match="no candidate"):
         choose([bad_props])
+
+
+def _length_design(seed: int = 5):
+    """Synthetic calibration: 30 short clean prompts (N 5..60), neutral and poisoned variants of
+    the same added length (N 200..500, poisoned within 5 % of neutral)."""
+    gen = torch.Generator().manual_seed(seed)
+    n_clean = [int(x) for x in torch.randint(5, 60, (30,), generator=gen)]
+    added = [int(x) for x in torch.randint(200, 450, (30,), generator=gen)]
+    n_neutral = [c + a for c, a in zip(n_clean, added)]
+    n_poisoned = [n + int(x) for n, x in zip(n_neutral, torch.randint(-8, 9, (30,), generator=gen))]
+    return n_clean, n_neutral, n_poisoned, gen
+
+
+def test_choose_rejects_length_only_control_where_health_is_f_of_N():
+    """Fault class: a choice rule that admits a measure of length alone (health = f(N) exactly).
+
+    The length-only control orders every poisoned twin below its shorter clean twin, which the
+    old admissibility criterion rewarded; the sixth property (|rho(value, N)| <= 0.2 over clean and
+    neutral prompts) makes it ineligible, and a measure that reads the context (lower on poisoned,
+    unrelated to N) is chosen."""
+    n_clean, n_neutral, n_poisoned, gen = _length_design()
+    f = [lambda n: 10 * (1 - math.log(n) / math.log(health.LENGTH_CONTROL_MAX_N))][0]
+    control = figures("length_only", [f(n) for n in n_clean], [f(n) for n in n_poisoned], [f(n) for n in n_neutral],
+                      n_clean + n_neutral, PROPS5, control=True)
+    assert control.n_pairs_below_clean == control.n_pairs  # what a length proxy gets against the shorter clean twin
+    assert abs(control.length_rho) > 0.9 and not control.properties["length_neutral"] and not control.eligible
+    base = [8.0 + float(x) for x in torch.rand(30, generator=gen)]
+    reader = figures("reader", base, [b - 1.0 for b in base], list(base),
+                     n_clean + n_neutral, PROPS5)
+    assert reader.eligible and reader.admissible
+    assert choose([control, reader])[0] == "reader"
+    with pytest.raises(ValueError, match="no candidate"):
+        choose([control])
+
+
+def test_choose_refuses_to_pick_a_control_that_passes():
+    """Fault class: a control chosen as the lab's health (the rule must reject it, loudly if not)."""
+    clean = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 9.5]
+    leak = _fig("leak", clean, [c - 0.5 for c in clean], control=True)
+    with pytest.raises(ValueError, match="control 'leak'"):
+        choose([leak])
+
+
+def test_length_only_control_reads_only_content_length():
+    """length_only = 10 (1 - log N / log N_max) for any attention; it has the five random-input properties."""
+    gen = torch.Generator().manual_seed(1)
+    for n in (1, 7, 30):
+        h = random_inputs(gen, n + 6, n)
+        assert health.length_only(h) == pytest.approx(10 * (1 - math.log(n) / math.log(health.LENGTH_CONTROL_MAX_N)))
+    assert all(check_properties(health.length_only, cases=40).values())
+
+
+def test_relative_entropy_uniform_attention_is_10_at_every_length():
+    """Under uniform causal attention (received = the uniform baseline) relative_entropy is 10 whatever S,
+    while content_entropy falls with S: the position-driven drift it removes."""
+    for s in (12, 60, 400):
+        received = health.uniform_baseline(s)
+        content = torch.zeros(s, dtype=torch.bool)
+        content[2:-2] = True
+        h = HealthInputs(received, content, torch.zeros(s), torch.zeros(s, dtype=torch.bool),
+                         torch.ones(s, dtype=torch.bool), torch.zeros(s), 3.5)
+        assert health.relative_entropy(h) == pytest.approx(10.0)
+        assert content_entropy(h) < 10.0 - 1e-6
+
+
+def test_uniform_baseline_is_what_uniform_attention_gives():
+    """uniform_baseline(S) equals lab.sinks.scores.attention_received of a uniform causal attention matrix."""
+    from lab.sinks.scores import attention_received
+
+    s = 9
+    attn = torch.tril(torch.ones(s, s, dtype=torch.float64)) / torch.arange(1, s + 1, dtype=torch.float64)[:, None]
+    assert torch.allclose(attention_received(attn), health.uniform_baseline(s))
 
 
 def test_chosen_is_a_candidate():
@@ -123,7 +206,7 @@ def test_chosen_is_a_candidate():
 
 def test_packaged_chosen_unchanged():
     """Regression (a calibrated value lost in moving it from code to data): the shipped choice."""
-    assert load_chosen() == "content_entropy"
+    assert load_chosen() == "local_entropy"
 
 
 def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
@@ -171,12 +254,16 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
                      + "\n" + json.dumps({"id": "m1-p", "category": "math", "twin_of": "m1", "distractor": "filler",
                                           "messages": [{"role": "user", "content": "the the the the the the\n\ntwo plus two"}]})
                      + "\n")
+    neutral = tmp_path / "neutral.jsonl"
+    neutral.write_text("".join(json.dumps({"twin_of": f"p{i}", "added": "a list is a sequence " * 2}) + "\n"
+                               for i in range(4)))
     assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
-                     "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+                     "--neutral", str(neutral), "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
-    assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 8
-    assert set(data["study_set"]) == set(CANDIDATES) and data["study_set"][load_chosen()]["n_twins"] == 1
+    assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 12
+    assert data["controls_rejected"] == {"length_only": True}
+    assert set(data["study_set"]) == {*CANDIDATES, *health.CONTROLS} and data["study_set"][load_chosen()]["n_twins"] == 1
     assert "Rule (stated before" in (report / "summary.md").read_text()
 
 
@@ -209,13 +296,33 @@ def test_check_properties_on_inputs_negative_control_structural_reader_fails():
 
 
 def test_calibrate_with_inputs_reports_properties_on_the_prompts():
-    from lab.health.calibration import calibrate
+    from lab.health.calibration import N_CONTENT, calibrate
 
     clean = [CalibrationPrompt(id=f"c{i}", prompt=f"q{i}") for i in range(4)]
     poisoned = [CalibrationPrompt(id=f"p{i}", prompt=f"x q{i}") for i in range(4)]
-    inputs = dict(zip([p.id for p in clean + poisoned], _real_like(8)))
-    values = {k: {name: fn(h) for name, fn in CANDIDATES.items()} for k, h in inputs.items()}
-    data = calibrate(values, clean, poisoned, inputs)
+    neutral = [CalibrationPrompt(id=f"n{i}", prompt=f"y q{i}") for i in range(4)]
+    inputs = dict(zip([p.id for p in clean + poisoned + neutral], _real_like(12)))
+    values = {k: {**{name: fn(h) for name, fn in {**CANDIDATES, **health.CONTROLS}.items()},
+                  N_CONTENT: int(h.content.sum())} for k, h in inputs.items()}
+    data = calibrate(values, clean, poisoned, neutral, inputs)
     assert set(data["properties_on_prompts"]) == set(CANDIDATES)
     assert data["chosen_holds_on_prompts"] is all(data["properties_on_prompts"][data["chosen"]][k] for k in PROPERTIES)
-    assert "properties_on_prompts" not in calibrate(values, clean, poisoned)
+    assert "properties_on_prompts" not in calibrate(values, clean, poisoned, neutral)
+
+
+def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
+    """Fault class: a calibration that crashes (no report) when the rule chooses nothing on a model;
+    the figures are the result then, with ``chosen`` None and the reason in ``decided_by``."""
+    from lab.health.calibration import N_CONTENT, calibrate
+
+    clean = [CalibrationPrompt(id=f"c{i}", prompt=f"q{i}") for i in range(6)]
+    poisoned = [CalibrationPrompt(id=f"p{i}", prompt=f"x q{i}") for i in range(6)]
+    neutral = [CalibrationPrompt(id=f"n{i}", prompt=f"y q{i}") for i in range(6)]
+    names = [*CANDIDATES, *health.CONTROLS]
+    values = {}
+    for i in range(6):  # every measure falls with N exactly: none is length-neutral
+        for pid, n in ((f"c{i}", 5 + i), (f"p{i}", 300 + i), (f"n{i}", 301 + i)):
+            values[pid] = {**{name: 10 - n / 100 for name in names}, N_CONTENT: n}
+    data = calibrate(values, clean, poisoned, neutral)
+    assert data["chosen"] is None and "six properties" in data["decided_by"]
+    assert all(not c["properties"]["length_neutral"] for c in data["candidates"])

@@ -112,7 +112,7 @@ def test_load_prompts_missing_file_raises(tmp_path):
 # --------------------------------------------------------------------------- selection
 
 
-@pytest.mark.parametrize("limit", [1, 2, 5, 6, 11, 12, 13, 16, 30, 60])
+@pytest.mark.parametrize("limit", [1, 2, 5, 6, 11, 12, 13, 16, 18, 30, 60])
 def test_select_prompts_limit_keeps_balance_and_whole_pairs(limit):
     prompts = load_prompts()
     chosen = select_prompts(prompts, limit)
@@ -121,11 +121,11 @@ def test_select_prompts_limit_keeps_balance_and_whole_pairs(limit):
     for p in chosen:
         if p.twin_of is not None:
             assert p.twin_of in ids, f"{p.id} without its clean twin"
-    # no category is more than one unit (a pair, 2 prompts) ahead of another
+    # no category is more than one unit (a triple: clean, poisoned, neutral) ahead of another
     counts = Counter(p.category for p in chosen)
-    if limit >= 2 * len(CATEGORIES):
+    if limit >= 3 * len(CATEGORIES):
         assert set(counts) == set(CATEGORIES)
-        assert max(counts.values()) - min(counts.values()) <= 2
+        assert max(counts.values()) - min(counts.values()) <= 3
     assert [p.id for p in chosen] == [p.id for p in prompts if p.id in ids]  # file order
 
 

@@ -33,7 +33,7 @@ def assert_twins_built_like_the_embedded_set(prompts):
     by_id = {p.id: p for p in prompts}
     distractors = set(distractor_texts(load_prompts()).values())
     for p in prompts:
-        if p.twin_of:
+        if p.variant == "poisoned":
             clean = by_id[p.twin_of].messages[-1]["content"]
             head = p.messages[-1]["content"][: -len("\n\n" + clean)]
             assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors

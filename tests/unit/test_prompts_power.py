@@ -27,18 +27,22 @@ def prompts():
 
 
 def test_prompts_power_file_equals_generator_output():
-    """Regenerating gives the committed file byte for byte (fault class: hand edits, a stale file,
-    or a source package whose version changed under the set)."""
+    """Regenerating gives the committed file's clean and poisoned records byte for byte (fault class:
+    hand edits, a stale file, or a source package whose version changed under the set). The neutral
+    twins need the tokenizers: tests/unit/test_neutral_twins.py checks their form, the integration
+    tier their lengths."""
     records = gen.build(distractor_texts(load_prompts()), gen.real_records())
     expected = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    assert POWER_SET.read_text(encoding="utf-8") == expected
+    lines = POWER_SET.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert "".join(ln for ln in lines if json.loads(ln).get("variant") != "neutral") == expected
 
 
 def test_prompts_power_size_balance_and_twins_built_like_the_embedded_set(prompts):
-    assert len(prompts) >= 1400 and sum(p.twin_of is not None for p in prompts) >= 350
+    assert len(prompts) >= 1800 and sum(p.variant == "poisoned" for p in prompts) >= 350
     counts = Counter((p.category, p.variant) for p in prompts)
     for cat in CATEGORIES:
         assert counts[(cat, "clean")] == gen.PER_CATEGORY and counts[(cat, "poisoned")] == gen.TWINS_PER_CATEGORY
+        assert counts[(cat, "neutral")] == gen.TWINS_PER_CATEGORY
     assert_twins_built_like_the_embedded_set(prompts)
 
 

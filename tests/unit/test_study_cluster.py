@@ -168,7 +168,7 @@ def test_cli_study_ray_with_failed_prompt_exits_1_names_it_and_writes_no_report(
 
     def fake_executor(config, runner_factory=None):
         assert config == ClusterConfig(address="auto", n_actors=2, threads=1)
-        made.append(FakeExecutor(fail=frozenset({"math-01"})))
+        made.append(FakeExecutor(fail=frozenset({"math-02"})))
         return made[-1]
 
     monkeypatch.setattr(cluster, "require_ray", lambda: None)
@@ -179,6 +179,6 @@ def test_cli_study_ray_with_failed_prompt_exits_1_names_it_and_writes_no_report(
     err = capsys.readouterr().err
     (work,) = tmp_path.glob(".study-work-*")
     assert "1 of 8 prompts failed on the cluster; the study lacks 1 prompt, so no report was written" in err
-    assert "math-01: RuntimeError: boom" in err and f"--resume {work}" in err
+    assert "math-02: RuntimeError: boom" in err and f"--resume {work}" in err
     assert not list(tmp_path.glob("*-study"))
     assert made[0].events == ["start", "run", "close"]
