@@ -20,7 +20,7 @@ from lab.prompts import default_prompts_path
 from lab.study.config import WORK_FORMAT
 from lab.study.run import run_study
 from lab.study.work import OUTCOMES_DIR, plan_study, work_file, work_file_name
-from tests.unit.test_study_resume import FakeRunner, InterruptAfter
+from tests.integration.test_study_resume import FakeRunner, InterruptAfter
 from tests.integration.test_study_resume_dir import CLI_RESAMPLES, _start_blocked, _use_runner
 
 LONG_ID = "x" * 300  # past NAME_MAX (255 bytes) as a file name

@@ -38,7 +38,7 @@ from lab.study.config import StudyConfig
 from lab.study.work import discard_work, plan_study, work_file
 from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, RayExecutor
-from tests.unit.test_study_resume import FakeRunner
+from tests.integration.test_study_resume import FakeRunner
 
 ray = pytest.importorskip("ray", reason="the lab[cluster] extra (make setup installs it)")
 

@@ -19,7 +19,7 @@ from lab.reports import rows_from_csv
 from lab.study.config import StudyConfig
 from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
-from tests.unit.test_study_resume import FakeRunner, InterruptAfter, _config
+from tests.integration.test_study_resume import FakeRunner, InterruptAfter, _config
 
 CLI_RESAMPLES = ["--resamples", "99"]
 
@@ -138,7 +138,7 @@ _BLOCKED_STUDY = """
 import pathlib, sys, time
 from lab import cli
 from lab.study import runner as study
-from tests.unit.test_study_resume import FakeRunner
+from tests.integration.test_study_resume import FakeRunner
 
 started, release = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 
@@ -323,7 +323,7 @@ _TERMINATED_WHILE_REPORTING = """
 import pathlib, sys, time
 from lab import cli, reports
 from lab.study import runner as study
-from tests.unit.test_study_resume import FakeRunner
+from tests.integration.test_study_resume import FakeRunner
 
 started = pathlib.Path(sys.argv[1])
 

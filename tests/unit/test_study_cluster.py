@@ -20,7 +20,7 @@ from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, plan_slots
 from lab.study.run import PromptFailure, measure
-from tests.unit.test_study_resume import FakeRunner, _config
+from tests.integration.test_study_resume import FakeRunner, _config
 
 
 class FakeExecutor:
