@@ -151,10 +151,18 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     cal = tmp_path / "cal.jsonl"
     cal.write_text("".join(json.dumps({"id": f"p{i}", "prompt": q}) + "\n"
                            for i, q in enumerate(["what is the capital", "write a poem", "the cat and the dog"])))
+    neutral = tmp_path / "neutral.jsonl"  # the rule scores each prompt's length-matched neutral variant too
+    neutral.write_text("".join(json.dumps({"twin_of": f"p{i}", "added": "a list is a sequence " * 2}) + "\n"
+                               for i in range(3)))
+    # Where the choice is written is under test, not what the rule makes of a tiny random model (it may
+    # choose nothing, and --save then exits 2): the rule is fixed to a real candidate.
+    import lab.health.calibration
+
+    monkeypatch.setattr(lab.health.calibration, "choose", lambda cands: ("local_entropy", "fixed by the test"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rc = cli.main(["calibrate-health", "--prompts", str(cal), "--save", "--device", "cpu",
-                       "--out", str(tmp_path / "out")])
+        rc = cli.main(["calibrate-health", "--prompts", str(cal), "--neutral", str(neutral), "--save",
+                       "--device", "cpu", "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     assert health_choice.packaged_path().read_bytes() == before
     assert health_choice.chosen_path() == health_choice.user_path()
