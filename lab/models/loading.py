@@ -309,7 +309,7 @@ def load_model(
         raise MemoryError(f"moving model {name_or_path!r} to {dev}: {exc or 'no detail given'}") from exc
     model.eval()
     if weights != "float32":
-        gguf_model = profile is not None and profile.source in ("gguf-package", "gguf-chunks")
+        gguf_model = profile is not None and is_gguf_model(profile.name)
         converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
         summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted)
     if attn_implementation is not None:
