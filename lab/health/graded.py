@@ -42,3 +42,15 @@ def graded_health(h: HealthInputs) -> float:
     if not bool((h.content & h.observed).any()):
         return math.nan
     return chosen_measure()(h)
+
+
+def candidate_values(h: HealthInputs) -> dict[str, float]:
+    """Every candidate of :data:`CANDIDATES` on one prefill, by name, each on 0..10; all ``NaN`` if not measurable.
+
+    The study records these beside :func:`graded_health` so that a long run can be read
+    again with another candidate (or one referenced to length) without running it again.
+    Not measurable as in :func:`graded_health`.
+    """
+    if not bool((h.content & h.observed).any()):
+        return {name: math.nan for name in CANDIDATES}
+    return {name: float(measure(h)) for name, measure in CANDIDATES.items()}

@@ -53,14 +53,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from lab.health.measures import HealthInputs
-from lab.health.graded import graded_health
+from lab.health.graded import candidate_values, graded_health
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
 from lab.sinks.profiles import load_choice, resolve_threshold
@@ -117,6 +117,8 @@ class PrefillAnalysis:
             user's, the packaged one or ``--calibration``'s; ``None`` when given.
         layer_scores: Float32 ``[L, S]``: the statistic per layer (:class:`SinkScores`).
         layer_sinks: Bool ``[L, S]``: ``layer_scores > threshold`` at observed positions.
+        health_candidates: Every health candidate's value on 0..10 by name
+            (:func:`lab.health.graded.candidate_values`; all ``NaN`` when not measurable).
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
     """
 
@@ -147,6 +149,7 @@ class PrefillAnalysis:
     layer_sinks: torch.Tensor
     last_logits: torch.Tensor
     calibration_file: str | None = None
+    health_candidates: dict[str, float] = field(default_factory=dict)
 
     @property
     def calibrated(self) -> bool:
@@ -342,8 +345,9 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         sink_heads = tuple((int(l), int(h)) for l, h in torch.nonzero(heavy))
     # 5. context health: the graded measure; the count-based one kept beside it
     rates = sink_rate(per_head, epsilon)
-    health = graded_health(HealthInputs(received=scores.received, content=content, score=scores.score, is_sink=is_sink,
-                                          observed=scores.observed, sink_rate=rates, threshold=float(threshold)))
+    inputs = HealthInputs(received=scores.received, content=content, score=scores.score, is_sink=is_sink,
+                          observed=scores.observed, sink_rate=rates, threshold=float(threshold))
+    health = graded_health(inputs)
     observed_content = content & scores.observed
     count_health = context_health(scores.score[observed_content], threshold) if observed_content.any() else math.nan
     ids_list = ids[0].tolist()
@@ -375,4 +379,5 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         layer_scores=scores.layer_scores,
         layer_sinks=layer_sinks,
         last_logits=captured.last_logits,
+        health_candidates=candidate_values(inputs),
     )

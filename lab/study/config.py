@@ -80,8 +80,15 @@ PER_PROMPT_FIELDS = (
 # tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time of a
 # separate tracked decode (decode_s: a runner that makes one; ModelRunner reads the decode off the
 # speculative run and reports none).
+# Every health candidate's value and the content length beside the chosen one, so that a long
+# run (the pair's H1) can be re-read with another candidate, or one referenced to length, without
+# running it again; kept equal to lab.health.measures.CANDIDATES by tests/unit/test_health.py
+# (spelt out here so that the study's settings import no torch).
+HEALTH_CANDIDATE_COLUMNS = ("health_soft_penalty", "health_content_share", "health_content_entropy",
+                            "health_content_sink_rate", "health_relative_entropy", "health_local_entropy")
 OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
-                   "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s")
+                   "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s",
+                   "n_content_tokens", *HEALTH_CANDIDATE_COLUMNS)
 PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
 PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
                     "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
@@ -93,11 +100,11 @@ TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
 # "not measured" (e.g. no content positions) and pass; infinities never do.
 RANGE_TOLERANCE = 1e-6  # float rounding at a bound (a normalized entropy of 1 + 1e-7)
 _UNIT = ("alpha", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", *H6_COLUMNS)
-_HEALTH = ("context_health", "content_sink_health")  # 0..10
+_HEALTH = ("context_health", "content_sink_health", *HEALTH_CANDIDATE_COLUMNS)  # 0..10
 _NON_NEGATIVE = ("mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "tau",
                  "initial_entropy_bits", "continuation_entropy_bits", "prefill_s", "decode_s", "speculative_s",
                  "wall_s", "temperature_s")
-_COUNTS = ("n_prompt_tokens", "n_content_sinks", "n_new_tokens", "n_drafted", "n_drafted_tested", "n_accepted",
+_COUNTS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_new_tokens", "n_drafted", "n_drafted_tested", "n_accepted",
            "n_rounds", "n_multi_token_words")
 
 

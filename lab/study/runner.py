@@ -161,6 +161,8 @@ class ModelRunner:
             "n_prompt_tokens": int(input_ids.shape[1]),
             "context_health": float(pre.context_health),  # graded (lab.health.measures), NaN = not measurable
             "content_sink_health": float(pre.content_sink_health),
+            "n_content_tokens": int(sum(role == "content" for role in pre.roles)),
+            **{f"health_{name}": float(v) for name, v in pre.health_candidates.items()},
             "sink_rate_pos0": rates[0] if rates else math.nan,
             "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,
             "position0_share": float(pre.position0_share),

@@ -326,3 +326,22 @@ def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
     data = calibrate(values, clean, poisoned, neutral)
     assert data["chosen"] is None and "six properties" in data["decided_by"]
     assert all(not c["properties"]["length_neutral"] for c in data["candidates"])
+
+
+def test_study_records_every_candidate_under_its_own_column():
+    """The study's optional columns name each candidate once (spelt out there so its settings import no torch)."""
+    from lab.study.config import HEALTH_CANDIDATE_COLUMNS
+
+    assert HEALTH_CANDIDATE_COLUMNS == tuple(f"health_{name}" for name in CANDIDATES)
+
+
+def test_candidate_values_are_each_candidate_and_nan_when_not_measurable():
+    from lab.health.graded import candidate_values
+
+    gen = torch.Generator().manual_seed(3)
+    h = random_inputs(gen, 24, 12)
+    values = candidate_values(h)
+    assert values == {name: float(m(h)) for name, m in CANDIDATES.items()}
+    blind = HealthInputs(received=h.received, content=h.content, score=h.score, is_sink=h.is_sink,
+                         observed=torch.zeros_like(h.observed), sink_rate=h.sink_rate, threshold=h.threshold)
+    assert all(math.isnan(v) for v in candidate_values(blind).values())
