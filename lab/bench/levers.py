@@ -112,7 +112,7 @@ def select_methods(methods: list[tuple[str, Any]], wanted: tuple[str, ...]) -> l
 
 
 def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kwargs: Callable[..., dict],
-                  make_run: Callable[..., Any]) -> list[tuple[str, Callable[[torch.Tensor, int], Any]]]:
+                  make_run: Callable[..., Any], seeds: Any) -> list[tuple[str, Callable[[torch.Tensor, int], Any]]]:
     """The lever methods ``config`` asks for, as ``(name, fn(ids, budget) -> Run)`` pairs.
 
     Args:
@@ -120,8 +120,9 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         config: a :class:`lab.bench.run.BenchConfig` (``dynamic``,
             ``draft_dtypes``, ``prompt_lookup``, ``assisted``, ``gammas``).
         eos: end-of-sequence ids.
-        hf_kwargs: ``(ids, eos) -> generate kwargs`` for greedy transformers runs.
+        hf_kwargs: ``(ids, eos) -> generate kwargs`` for transformers runs (the bench's filter).
         make_run: the bench's ``Run`` constructor.
+        seeds: the bench's :class:`lab.bench.run.RunSeeds` (the current run's seed; sampling mode).
     """
     g_max = max(config.gammas)
     policies = [DynamicGamma.parse(s) for s in config.dynamic]
@@ -130,7 +131,8 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
     def spec(name: str, drafter: Any, gamma: int, policy: DynamicGamma | None, adaptive: str | None = None) -> None:
         def fn(ids: torch.Tensor, budget: int) -> Any:
             return timed_speculative(name, target, drafter, ids, make_run, gamma=gamma, max_new_tokens=budget,
-                                     eos_token_ids=eos, gamma_policy=policy, adaptive=adaptive)
+                                     eos_token_ids=eos, gamma_policy=policy, adaptive=adaptive,
+                                     sampling=config.sampling, generator=seeds.generator(ids.device))
         methods.append((name, fn))
 
     for p in policies:
@@ -154,6 +156,7 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         name = "transformers assisted (its defaults)"
 
         def assisted_defaults(ids: torch.Tensor, budget: int) -> Any:
+            seeds.seed_global()
             clock = FirstTokenClock()
             with torch.inference_mode(), assistant_settings(assistant):  # restore what the run may change
                 out = target.generate(ids, max_new_tokens=budget, assistant_model=assistant, streamer=clock,

@@ -121,3 +121,40 @@ def group_speedups(runs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str
                        "decode_speedup": dec / base_dec, "prefill_phase_s": prefill, "n_runs": n_runs}
         out[g] = rows
     return out
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    """min / median / max of the finite values (NaN for each when none)."""
+    import statistics
+
+    vals = sorted(v for v in values if v is not None and v == v and abs(v) != float("inf"))
+    if not vals:
+        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
+    return {"min": vals[0], "median": statistics.median(vals), "max": vals[-1]}
+
+
+REPEAT_FIGURES = ("e2e_tokens_per_s", "decode_tokens_per_s", "e2e_speedup", "decode_speedup")
+
+
+def repeat_spread(runs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Per method, min / median / max over repeats of each figure of :data:`REPEAT_FIGURES`.
+
+    Each repeat's figures are :func:`group_speedups` over that repeat's runs (all prompts
+    pooled), so a speedup divides by the baseline's figure of the same repeat (the same
+    prompts, seeds and machine load). As the seed's tables report their runs.
+
+    Args:
+        runs: Records as :func:`group_speedups` takes, plus ``repeat`` (int).
+        baseline: The method every speedup divides by.
+
+    Returns:
+        ``{method: {figure: {"min", "median", "max"}}}``.
+    """
+    per_method: dict[str, dict[str, list[float]]] = {}
+    for rep in sorted({r["repeat"] for r in runs}):
+        rows = group_speedups([r for r in runs if r["repeat"] == rep], baseline)["all"]
+        for method, row in rows.items():
+            figs = per_method.setdefault(method, {f: [] for f in REPEAT_FIGURES})
+            for f in REPEAT_FIGURES:
+                figs[f].append(row[f])
+    return {m: {f: _spread(v) for f, v in figs.items()} for m, figs in per_method.items()}

@@ -13,8 +13,21 @@ measured time ratio c (both assume one verify pass costs one target step); the
 speedup predicted from the measured alpha, draft step time and time of one verify
 pass over gamma + 1 tokens (no such assumption: this is the loop's ceiling); the
 loop's efficiency (measured / that prediction); its orchestration overhead
-(time outside forward passes); and the breakeven alpha. All greedy, so every method
-emits the same tokens (checked and reported, not assumed).
+(time outside forward passes); and the breakeven alpha. Per method, min / median / max
+over repeats of tokens/s, alpha and speedup, end to end and decode-only
+(:func:`lab.bench.phases.repeat_spread`).
+
+Greedy by default, so every method emits the same tokens (checked and reported, not
+assumed). In sampling mode (``BenchConfig.sampling`` with temperature > 0) every method
+draws through the same filter: the lab's loops through :func:`lab.sampling.sampling_probs`
+with that :class:`~lab.sampling.SamplingConfig`, transformers' ``generate`` alone and
+assisted through its temperature / top-k / top-p warpers with the same values
+(:func:`hf_sampling_kwargs`, which also switches off any other processor a model's
+generation config would add, such as a repetition penalty); the lab's filter performs
+exactly those warpers' operations (:mod:`lab.sampling`). Each (repeat, prompt) has one seed
+(:func:`run_seed`), the same for every method, recorded per run: the lab's loops draw
+from a ``torch.Generator`` seeded with it, transformers from torch's global generator
+seeded with it. Outputs then differ by method; tokens are compared only in greedy mode.
 """
 
 from __future__ import annotations
@@ -30,7 +43,8 @@ import torch
 
 from lab.machine import LoadLog
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
-from lab.bench.phases import FirstTokenClock, group_speedups
+from lab.bench.phases import FirstTokenClock, group_speedups, repeat_spread
+from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength, Drafter, PromptLookupDraft
 from lab.speculative.loop import target_generate
 from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
@@ -74,6 +88,11 @@ class BenchConfig:
     # Keep only methods whose name contains one of these (the lab's target loop, the baseline,
     # always runs); () = every method. For a short check of one chosen configuration.
     methods: tuple[str, ...] = ()
+    # The filter every method draws through; temperature 0 = greedy (every method then emits
+    # the same tokens, which the report checks).
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0  # sampling mode: each (repeat, prompt)'s seed derives from it (run_seed)
+    no_cache: bool = False  # also run the speculative loop without KV caches at each gamma (lab.speculative.no_cache)
 
     def __post_init__(self) -> None:
         if not self.gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gammas):
@@ -90,6 +109,43 @@ class BenchConfig:
             parse_draft_dtype(dtype)
         if any(not str(m).strip() for m in self.methods):
             raise ValueError(f"--methods={','.join(self.methods)!r} holds an empty name")
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ValueError(f"sampling={self.sampling!r} must be a lab.sampling.SamplingConfig")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**62:
+            raise ValueError(f"--seed={self.seed!r} must be an integer in [0, 2**62)")
+
+
+def run_seed(seed: int, repeat: int, prompt: int) -> int:
+    """The seed of one (repeat, prompt) in sampling mode, the same for every method: distinct per
+    pair for up to 10,000 prompts (repeat -1 is the warm-up)."""
+    return seed + 10_000 * (repeat + 1) + prompt
+
+
+class RunSeeds:
+    """The seed of the run about to start; each method reads it when it runs.
+
+    The bench sets it (:meth:`set`) before every run, warm-up included, so every method of
+    one (repeat, prompt) draws from the same seed.
+    """
+
+    def __init__(self, config: BenchConfig):
+        self.sampling, self.base, self.current = config.sampling, config.seed, config.seed
+
+    def set(self, repeat: int, prompt: int) -> int:
+        self.current = run_seed(self.base, repeat, prompt)
+        return self.current
+
+    def generator(self, device: Any = "cpu") -> torch.Generator | None:
+        """A generator seeded with the current seed for the lab's loops (None when greedy)."""
+        if self.sampling.greedy:
+            return None
+        dev = torch.device(device)
+        return torch.Generator(device=dev if dev.type != "mps" else "cpu").manual_seed(self.current)
+
+    def seed_global(self) -> None:
+        """Seed torch's global generator, which transformers' ``generate`` samples from (sampling only)."""
+        if not self.sampling.greedy:
+            torch.manual_seed(self.current)
 
 
 @dataclass
@@ -115,11 +171,18 @@ class Run:
     n_first: int = 1
     group: str = "short"
     draft_passes: dict[str, Any] | None = None
+    seed: int | None = None  # sampling mode: the run's seed (run_seed); None when greedy
     peer: Any = None  # a llama.cpp run's parsed output (lab.bench.peer); such runs are summarized apart
 
 
 def _cost_ratio_flops(target: Any, draft: Drafter, context: int) -> float:
     return draft.flops_per_token(context) / flops_per_token(target.config, context)
+
+
+def _alpha(specs: Sequence[SpeculativeResult]) -> float:
+    """Pooled alpha (accepted / tested drafts) of some runs; NaN when none was tested."""
+    tested = sum(s.n_drafted_tested for s in specs)
+    return sum(s.n_accepted for s in specs) / tested if tested else float("nan")
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
@@ -129,9 +192,25 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
 
 
-def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int) -> dict[str, Any]:
-    return dict(attention_mask=torch.ones_like(input_ids), do_sample=False, eos_token_id=eos or None,
-                pad_token_id=pad, temperature=None, top_p=None, top_k=None)
+def hf_sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
+    """``generate`` kwargs that make transformers draw through the lab's filter ``sampling``.
+
+    Greedy: ``do_sample=False`` (the warpers left unset). Sampling: ``do_sample=True`` and the
+    same temperature, top-k (0 = off, transformers' spelling of the lab's None) and top-p,
+    and ``repetition_penalty=1.0``: a value left None would be filled from the model's own
+    generation config (Qwen2.5's sets top_k 20, top_p 0.8 and a repetition penalty 1.05),
+    which the lab's loops do not apply.
+    """
+    if sampling.greedy:
+        return dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+    return dict(do_sample=True, temperature=float(sampling.temperature), top_k=int(sampling.top_k or 0),
+                top_p=float(sampling.top_p), repetition_penalty=1.0)
+
+
+def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int,
+               sampling: SamplingConfig = SamplingConfig()) -> dict[str, Any]:
+    return dict(attention_mask=torch.ones_like(input_ids), eos_token_id=eos or None, pad_token_id=pad,
+                **hf_sampling_kwargs(sampling))
 
 
 def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
@@ -177,16 +256,20 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
     methods: list[tuple[str, Callable[[torch.Tensor, int], Run]]] = []
     assistant = draft.assistant_model
     assisted_errors: dict[str, str] = {}
+    seeds = RunSeeds(config)
+    sampling = config.sampling
 
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
-        r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos)
+        r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos, sampling=sampling,
+                            generator=seeds.generator(ids.device))
         return Run("target-only (lab loop)", 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
                    r.tokens, target_step_s=r.decode_step_time_s, first_token_s=r.prefill_time_s)  # token 1: prefill
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
+        seeds.seed_global()
         clock = FirstTokenClock()
         with torch.inference_mode():
-            out = target.generate(ids, max_new_tokens=budget, streamer=clock, **_hf_kwargs(ids, eos, pad))
+            out = target.generate(ids, max_new_tokens=budget, streamer=clock, **_hf_kwargs(ids, eos, pad, sampling))
         dt = clock.elapsed()
         toks = out[0, ids.shape[1]:].tolist()
         return Run("target-only (transformers generate)", 0, 0, len(toks), dt, None, toks,
@@ -200,7 +283,8 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
             return timed_speculative(name, target, draft, ids, Run, gamma=gamma, max_new_tokens=budget,
-                                     adaptive=adaptive, eos_token_ids=eos)
+                                     adaptive=adaptive, eos_token_ids=eos, sampling=sampling,
+                                     generator=seeds.generator(ids.device))
         return name, fn
 
     def assisted_method(gamma: int) -> Callable[[torch.Tensor, int], Run]:
@@ -215,9 +299,11 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
                 extra = dict(assistant_model=assistant)
                 settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0.0)
+            seeds.seed_global()
             clock = FirstTokenClock()
             with torch.inference_mode(), assistant_settings(assistant, **settings):
-                out = target.generate(ids, max_new_tokens=budget, streamer=clock, **extra, **_hf_kwargs(ids, eos, pad))
+                out = target.generate(ids, max_new_tokens=budget, streamer=clock, **extra,
+                                      **_hf_kwargs(ids, eos, pad, sampling))
             dt = clock.elapsed()
             toks = out[0, ids.shape[1]:].tolist()
             return Run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
@@ -229,8 +315,8 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
             methods.append(assisted_method(g))
     for spec in config.adaptive:
         methods.append(spec_method(max(config.gammas), spec))
-    methods += lever_methods(target, draft, config, eos=eos, hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad),
-                             make_run=Run)
+    methods += lever_methods(target, draft, config, eos=eos, make_run=Run, seeds=seeds,
+                             hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad, sampling))
     methods = select_methods(methods, config.methods)
     # the peer's methods always run with --peer (a --methods filter selects among the lab's)
     methods += peer.methods(Run) if peer is not None else []
@@ -239,6 +325,7 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
     usable = []
     for name, fn in methods:
         try:
+            seeds.set(-1, 0)
             fn(prompts[0], min(config.warmup_tokens, n_new))
             usable.append((name, fn))
         except Exception as exc:  # transformers' refusal is a result to report, not a crash
@@ -253,9 +340,11 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
             for name, fn in usable:
                 if progress:
                     progress(f"repeat {rep + 1}/{config.repeats} prompt {pi + 1}/{len(prompts)}: {name}")
+                seed = seeds.set(rep, pi)
                 with load_log.around(name) if load_log is not None else nullcontext():
                     run = fn(ids, n_new)
                 run.repeat, run.prompt, run.group = rep, pi, groups[pi]
+                run.seed = None if sampling.greedy else seed
                 runs.append(run)
     bench = _summarize_with_peer(target, draft, prompts, config, runs, assisted_errors, peer)
     bench["machine_load"] = load_log.summary() if load_log is not None else None
@@ -294,13 +383,20 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                 out.append(sum(r.n_tokens for r in sel) / sum(r.time_s for r in sel))
         return out
 
+    raw = [{"method": r.method, "repeat": r.repeat, "prompt": r.prompt, "group": r.group, "n_tokens": r.n_tokens,
+            "time_s": r.time_s, "decode_time_s": r.decode_time_s, "first_token_s": r.first_token_s,
+            "n_first": r.n_first, "seed": r.seed} for r in runs]
+    spread = repeat_spread(raw, "target-only (lab loop)")
     methods: dict[str, dict[str, Any]] = {}
     for name, rs in by.items():
         m: dict[str, Any] = {
             "tokens_per_s": _stats(per_repeat_tps(rs)),
             "n_runs": len(rs),
             "n_tokens": sum(r.n_tokens for r in rs),
-            "same_tokens_as_lab_target_loop": all(r.tokens == reference.get((r.repeat, r.prompt)) for r in rs),
+            # sampling mode: methods draw differently from the same seed, so no comparison (None)
+            "same_tokens_as_lab_target_loop": (all(r.tokens == reference.get((r.repeat, r.prompt)) for r in rs)
+                                               if config.sampling.greedy else None),
+            "per_repeat": spread.get(name, {}),
         }
         passes = [r.draft_passes for r in rs if r.draft_passes]
         if passes:  # which dtype each pass shape ran in, and what it cost
@@ -332,6 +428,8 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                 e_tokens = tau
                 predicted = tau * t_step / (draft_fw / n_rounds * t_draft + t_verify)
             hist = [sum(s.accepted_length_histogram[k] for s in specs) for k in range(gamma + 1)]
+            m["per_repeat"]["alpha"] = _stats([_alpha([r.spec for r in rs if r.repeat == rep and r.spec is not None])
+                                              for rep in range(config.repeats)])
             m.update({
                 "gamma": gamma, "adaptive": specs[0].adaptive, "gamma_policy": specs[0].gamma_policy,
                 "alpha": alpha, "tau": tau,
@@ -369,9 +467,6 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
                                 "text": f"{name}: measured speedup {m['measured_speedup']:.2f}x is "
                                         f"{m['efficiency']:.0%} of the {m['speedup_predicted_from_measured_times']:.2f}x "
                                         "predicted from its alpha and measured step times"})
-    raw = [{"method": r.method, "repeat": r.repeat, "prompt": r.prompt, "group": r.group, "n_tokens": r.n_tokens,
-            "time_s": r.time_s, "decode_time_s": r.decode_time_s, "first_token_s": r.first_token_s,
-            "n_first": r.n_first} for r in runs]
     return {
         "config": config,
         "draft": draft.name,

@@ -58,6 +58,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "target-only loop, the baseline, always runs), e.g. 'generate,assisted gamma=5,"
                         "adaptive=pmin:0.6 draft=bfloat16' (default: all)")
     p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); > 0 samples: every method (the lab's loops, transformers generate "
+                        "and assisted generation) draws through the same temperature / top-k / top-p filter")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampling seed; each repeat and prompt gets one derived from it, the same for every "
+                        "method, recorded per run (default: 0)")
     p.add_argument("--levers", action="store_true",
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
@@ -110,6 +118,24 @@ def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     return out
 
 
+def sampling_config(args: argparse.Namespace):
+    """``--temperature`` / ``--top-p`` / ``--top-k`` as a :class:`lab.sampling.SamplingConfig`.
+
+    Raises:
+        ValueError: a value out of range, naming the flag.
+    """
+    from lab.sampling import SamplingConfig
+
+    try:
+        return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as exc:  # SamplingConfig names the field; the user typed the flag
+        flag = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
+        text = str(exc)
+        for field, name in flag.items():
+            text = text.replace(f"{field}=", f"{name}=", 1) if text.startswith(f"{field}=") else text
+        raise ValueError(text) from None
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -137,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
     for dtype in dtypes:
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
+    sampling = sampling_config(args)
     config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
                          repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,
-                         prompt_lookup=args.prompt_lookup or args.levers, methods=wanted)
+                         prompt_lookup=args.prompt_lookup or args.levers, methods=wanted, sampling=sampling,
+                         seed=args.seed)
     prompts = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
     groups = [GROUP_SHORT] * len(prompts)
     he_spec = args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none")

@@ -42,6 +42,21 @@ METHOD_LEGEND = ("target lab / target hf: target-only decoding, the lab's KV-cac
                  "hf assist gN: transformers' assisted generation at gamma=N")
 
 
+def _same(value: Any) -> str:
+    """The "same tokens" cell: yes / NO, or "-" in sampling mode (not compared)."""
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def sampling_text(cfg: dict[str, Any]) -> str:
+    """``"greedy"`` or ``"sampling (temperature 0.7, top-p 0.9, top-k off; seed 0)"``."""
+    s = cfg.get("sampling") or {}
+    if not s or not s.get("temperature"):
+        return "greedy"
+    top_k = s.get("top_k")
+    return (f"sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}, top-k {top_k if top_k else 'off'}; "
+            f"seed {cfg.get('seed')}, one seed per repeat and prompt, the same for every method)")
+
+
 def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
     """Throughput of every method, and the speculative figures, each fitting 80 columns."""
     speed = Table(title=f"lab bench: draft {bench['draft']}", title_justify="left", box=box.SIMPLE_HEAD,
@@ -59,7 +74,7 @@ def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
     for name, m in bench["methods"].items():
         t = m["tokens_per_s"]
         speed.add_row(method_label(name), fmt_number(t["median"], ".1f"), fmt_number(t["min"], ".1f"), fmt_number(t["max"], ".1f"),
-                      fmt_number(m.get("measured_speedup"), ".2f"), "yes" if m["same_tokens_as_lab_target_loop"] else "NO")
+                      fmt_number(m.get("measured_speedup"), ".2f"), _same(m["same_tokens_as_lab_target_loop"]))
         if "alpha" in m:
             spec.add_row(method_label(name), fmt_number(m.get("alpha")), fmt_number(m.get("tau"), ".2f"),
                          fmt_number(m.get("speedup_predicted_from_measured_times"), ".2f"),
@@ -171,7 +186,7 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
         *([f"> **{warning}**", ""] if warning else []),
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}); draft "
-        f"{bench['draft']}; greedy; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
+        f"{bench['draft']}; {sampling_text(cfg)}; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
         f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
         f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
@@ -192,8 +207,8 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
             f"{fmt_number(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
             f"{fmt_number(m.get('speedup_theory_time_ratio'), '.2f')} | {fmt_number(m.get('speedup_theory_flops'), '.2f')} | "
             f"{fmt_number(m.get('efficiency'), '.2f')} | {fmt_number(m.get('overhead_fraction'), '.1%')} | "
-            f"{fmt_number(m.get('breakeven_alpha_time_ratio'))} | {'yes' if m['same_tokens_as_lab_target_loop'] else 'NO'} |")
-    lines += _phase_markdown(bench) + _passes_markdown(bench)
+            f"{fmt_number(m.get('breakeven_alpha_time_ratio'))} | {_same(m['same_tokens_as_lab_target_loop'])} |")
+    lines += _spread_markdown(bench) + _phase_markdown(bench) + _passes_markdown(bench)
     lines += ["", "## Comparisons", ""]
     lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
     for name, err in bench["assisted_errors"].items():
@@ -220,6 +235,29 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
     ]
     return "\n".join(lines)
+
+
+def spread_cell(stats: dict[str, Any] | None, fmt: str = ".2f") -> str:
+    """``"median (min-max)"`` of a min / median / max dict, "-" when missing."""
+    if not stats or stats.get("median") is None:
+        return "-"
+    return f"{fmt_number(stats['median'], fmt)} ({fmt_number(stats['min'], fmt)}-{fmt_number(stats['max'], fmt)})"
+
+
+def _spread_markdown(bench: dict[str, Any]) -> list[str]:
+    rows = [(name, m["per_repeat"]) for name, m in bench["methods"].items() if m.get("per_repeat")]
+    if not rows:
+        return []
+    lines = ["", "## Over repeats: median (min-max)", "",
+             "Each repeat's figure pools its prompts; speedups divide by the lab's target-only loop in the same "
+             "repeat.", "",
+             "| method | tok/s e2e | tok/s decode-only | alpha | speedup e2e | speedup decode-only |",
+             "|---|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {spread_cell(r.get('e2e_tokens_per_s'), '.2f')} | "
+                     f"{spread_cell(r.get('decode_tokens_per_s'), '.2f')} | {spread_cell(r.get('alpha'), '.3f')} | "
+                     f"{spread_cell(r.get('e2e_speedup'))} | {spread_cell(r.get('decode_speedup'))} |")
+    return lines
 
 
 def _phase_markdown(bench: dict[str, Any]) -> list[str]:
