@@ -178,6 +178,32 @@ def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor
                                    logits_to_keep=0)  # [k + 1, V], what on_commit sees
     logits = apply_processors(settings.logits_processor, seq[:n], prop.tokens, raw_logits)  # [k + 1, V]
     # 3. accept / resample, commit, and roll both caches back to the committed sequence minus its last token
+    n_acc, next_token, next_kind, emitted = accept(prop, logits, settings, generator)
+    m = len(emitted)
+    seq[n : n + m] = torch.tensor(emitted, dtype=torch.long, device=dev)
+    if on_commit is not None:  # row j predicted emitted[j] from the committed prefix
+        on_commit(raw_logits[:m], seq[n : n + m])
+    rollback_cache(cache, n + m - 1)
+    draft.commit(n_acc)
+    return round_record(index, prop, n_acc, next_token, next_kind, verify_s)
+
+
+def accept(prop: Proposal, logits: torch.Tensor, settings: RoundSettings,
+           generator: torch.Generator | None = None) -> tuple[int, int | None, str, list[int]]:
+    """Phase 3 of a round: keep a prefix of the proposal and add a correction or bonus token.
+
+    Args:
+        prop: The (EOS-cut) proposal of k tokens (q = its probs).
+        logits: float ``[k + 1, V]`` target logits (processors applied) at the last committed
+            position and after each draft token (p after the filter).
+        settings: The round's sampling and EOS ids.
+        generator: Random source of the accept / resample step (sampling mode).
+
+    Returns:
+        ``(n_accepted, next_token or None, next_kind, emitted ids)``; ``next_kind`` is
+        ``"bonus"``, ``"correction"`` or ``"none"`` (an accepted EOS ends the round).
+    """
+    k = int(prop.tokens.shape[0])
     if settings.sampling.greedy:
         n_acc, nxt = verify_greedy(prop.tokens, logits)
     else:
@@ -185,15 +211,15 @@ def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor
     kept = prop.tokens[:n_acc].tolist()
     next_token: int | None = nxt
     next_kind = "bonus" if n_acc == k else "correction"
-    if n_acc and kept[-1] in eos:  # an accepted EOS ends the round: no bonus
+    if n_acc and kept[-1] in settings.eos_token_ids:  # an accepted EOS ends the round: no bonus
         next_token, next_kind = None, "none"
-    emitted = kept + ([next_token] if next_token is not None else [])
-    m = len(emitted)
-    seq[n : n + m] = torch.tensor(emitted, dtype=torch.long, device=dev)
-    if on_commit is not None:  # row j predicted emitted[j] from the committed prefix
-        on_commit(raw_logits[:m], seq[n : n + m])
-    rollback_cache(cache, n + m - 1)
-    draft.commit(n_acc)
+    return n_acc, next_token, next_kind, kept + ([next_token] if next_token is not None else [])
+
+
+def round_record(index: int, prop: Proposal, n_acc: int, next_token: int | None, next_kind: str,
+                 verify_s: float) -> RoundRecord:
+    """The :class:`~lab.speculative.results.RoundRecord` of a finished round."""
+    k = int(prop.tokens.shape[0])
     tested = min(k, n_acc + 1) if next_kind != "none" else n_acc
     return RoundRecord(
         round=index, proposed=prop.tokens.tolist(), n_accepted=n_acc, next_token=next_token, next_kind=next_kind,
