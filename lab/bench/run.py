@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -47,6 +48,7 @@ from lab.bench.phases import FirstTokenClock, group_speedups, repeat_spread
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength, Drafter, PromptLookupDraft
 from lab.speculative.loop import target_generate
+from lab.speculative.no_cache import no_cache_generate
 from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.results import SpeculativeResult
@@ -309,8 +311,27 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
             return Run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
         return name, fn
 
+    def no_cache_method(gamma: int) -> tuple[str, Callable[[torch.Tensor, int], Run]]:
+        name = f"speculative gamma={gamma} no-cache"
+
+        def fn(ids: torch.Tensor, budget: int) -> Run:
+            first: dict[str, Any] = {}
+            t0 = time.perf_counter()
+
+            def on_round(record: Any) -> None:
+                if not first:
+                    first["s"], first["n"] = time.perf_counter() - t0, len(record.emitted)
+
+            r = no_cache_generate(target, draft, ids, gamma=gamma, max_new_tokens=budget, eos_token_ids=eos,
+                                  sampling=sampling, generator=seeds.generator(ids.device), on_round=on_round)
+            return Run(name, 0, 0, len(r.tokens), time.perf_counter() - t0, r.decode_time_s, r.tokens, spec=r,
+                       first_token_s=first.get("s"), n_first=first.get("n", 0))
+        return name, fn
+
     for g in config.gammas:
         methods.append(spec_method(g, None))
+        if config.no_cache:
+            methods.append(no_cache_method(g))
         if config.assisted:
             methods.append(assisted_method(g))
     for spec in config.adaptive:

@@ -36,8 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--adaptive", action="append", default=None,
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per generation (default: 64)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats of the whole schedule (default: 3)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="new tokens per generation (default: 64; --seed-tables: the seed's, 500 and 100)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats of the whole schedule (default: 3; --seed-tables: the seed's 5, and 3 for caching)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
                         "--humaneval prompts) (default: three built-in)")
@@ -66,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed; each repeat and prompt gets one derived from it, the same for every "
                         "method, recorded per run (default: 0)")
+    p.add_argument("--seed-tables", action="store_true",
+                   help="rerun the seed's two Part 3 tables with its figures beside them (lab.bench.seed_tables): "
+                        "target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats, and the no-cache vs cached "
+                        "speculative loop, 100 tokens; sampling at temperature 0.7, top-p 0.9, on a passage of "
+                        "the Python Language Reference; --max-new-tokens / --repeats shorten both")
     p.add_argument("--levers", action="store_true",
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
@@ -154,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
     from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
     # 1. Validate before loading.
+    if args.seed_tables:
+        return run_seed_tables(args)
+    args.max_new_tokens = 64 if args.max_new_tokens is None else args.max_new_tokens
+    args.repeats = 3 if args.repeats is None else args.repeats
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
     for spec in adaptive:
         parse_adaptive(spec)  # errors name --adaptive as typed
@@ -234,6 +245,84 @@ def run(args: argparse.Namespace) -> int:
             summary += f"\n**Draft cost.** {cost.note}.\n"
         if data.get("peer") is not None:
             summary += peer_summary_markdown(data["peer"])
+        rd.write_text("summary.md", summary)
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
+                         "prompt_lookup")  # flags that choose another schedule
+
+
+def run_seed_tables(args: argparse.Namespace) -> int:
+    """``lab bench --seed-tables``: both of the seed's Part 3 schedules, one report with its figures beside.
+
+    Raises:
+        ValueError: a flag that chooses another schedule, a draft without a model
+            (the no-cache loop re-forwards one), or a Python without ``pydoc_data``.
+    """
+    import torch
+
+    from lab.bench.run import run_bench
+    from lab.bench.seed_tables import compare, seed_passage, seed_prompt, seed_table_configs
+    from lab.commands.speculate import resolve_draft_spec
+    from lab.decode import check_context
+    from lab.machine import LoadLog, set_threads
+    from lab.models.chat import build_messages, encode_chat, eos_token_ids
+    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.seed_tables import seed_tables_markdown
+    from lab.reports import environment, report_dir, to_jsonable
+    from lab.speculative.draft_specs import check_draft_spec, make_draft
+
+    # 1. Validate before loading.
+    typed = [f"--{name.replace('_', '-')}" for name in SEED_TABLES_EXCLUSIVE if getattr(args, name, None)]
+    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
+        typed.append("--temperature/--top-p/--top-k")
+    if typed:
+        raise ValueError(f"--seed-tables runs the seed's own schedule and sampling; drop {', '.join(typed)}")
+    configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
+    passage = seed_passage()
+    device = check_model_args(args)
+    threads = set_threads(args.threads)
+    draft_spec = resolve_draft_spec(args)
+    kind = check_draft_spec(draft_spec)
+    if kind == "prompt-lookup":
+        raise ValueError(f"--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {draft_spec}")
+    if kind == "model":
+        check_draft_available(draft_spec)
+
+    # 2. Load and run both schedules (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
+        except ModelUnavailableError as exc:
+            raise as_draft_error(exc, draft_spec) from None
+    ids = [encode_chat(tokenizer, build_messages(seed_prompt(passage))).to(device)]
+    for config in configs.values():
+        check_context(model, ids[0].shape[1], config.max_new_tokens, arg="--max-new-tokens")
+    eos = sorted(eos_token_ids(model, tokenizer))
+    results = {}
+    for part, config in configs.items():
+        load_log = LoadLog(threads=threads)
+        with err.status(f"seed tables: {part}") as status:
+            results[part] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos, load_log=load_log,
+                                                  progress=lambda msg, p=part: status.update(f"{p}: {msg}")))
+
+    # 3. Compare, show, 4. write the report atomically.
+    report = {"kind": "bench-seed-tables", "model": dict(model.lab_source), "draft": draft_spec, "passage": passage,
+              "prompt": seed_prompt(passage), "prompt_tokens": int(ids[0].shape[1]),
+              "torch_threads": torch.get_num_threads(), "environment": environment(model),
+              "configs": to_jsonable(configs), "comparison": to_jsonable(compare(results["gamma_sweep"],
+                                                                                  results["caching"])),
+              **results}
+    summary = seed_tables_markdown(report)
+    out = stdout_console()
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    with report_dir(args.out, "bench", "seed-tables") as rd:
+        rd.write_json("report.json", report)
         rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

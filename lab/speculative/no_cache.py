@@ -19,7 +19,7 @@ between a cached and a recomputed forward. Batch size 1; p = target, q = draft.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -27,7 +27,7 @@ from lab.decode import check_decode_input, eos_set, model_device, sync
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import Drafter, draft_loop, empty_proposal
 from lab.speculative.loop import GREEDY, RoundSettings, accept, cut_at_eos, round_record
-from lab.speculative.results import SpeculativeResult
+from lab.speculative.results import RoundRecord, SpeculativeResult
 
 
 def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
@@ -42,7 +42,8 @@ def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
 
 def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int = 4,
                       sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-                      eos_token_ids: Iterable[int] | int | None = None) -> SpeculativeResult:
+                      eos_token_ids: Iterable[int] | int | None = None,
+                      on_round: Callable[[RoundRecord], None] | None = None) -> SpeculativeResult:
     """Speculative decoding with no KV cache on either side (the caching comparison's baseline).
 
     Args:
@@ -55,6 +56,7 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
         sampling: The filter for both sides; default greedy.
         generator: Random source (sampling mode).
         eos_token_ids: Ids that end generation.
+        on_round: Called with each finished round's record (the bench times the first one).
 
     Returns:
         :class:`~lab.speculative.results.SpeculativeResult` (``prefill_time_s`` 0).
@@ -103,6 +105,8 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
             seq[n : n + len(emitted)] = torch.tensor(emitted, dtype=torch.long, device=dev)
             n += len(emitted)
             rounds.append(round_record(len(rounds), prop, n_acc, next_token, next_kind, verify_s))
+            if on_round is not None:
+                on_round(rounds[-1])
             if emitted[-1] in settings.eos_token_ids:
                 stopped_by = "eos"
                 break
