@@ -76,8 +76,10 @@ def pytest_addoption(parser):
 
 @pytest.fixture(autouse=True)
 def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
-    """No test reads or writes the user's own calibrations or logs (``~/.cache/lab/...``): each test
-    gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``; subprocesses inherit them)."""
+    """No test reads or writes the user's own calibrations, logs or tuned set-ups (``~/.cache/lab/...``):
+    each test gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``, ``LAB_TUNING_DIR``; subprocesses
+    inherit them)."""
     root = tmp_path_factory.mktemp("lab-user")
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
     monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))
+    monkeypatch.setenv("LAB_TUNING_DIR", str(root / "tuning"))

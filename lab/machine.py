@@ -185,3 +185,33 @@ def memory_text() -> str:
     except (ImportError, OSError, ValueError):  # not on every platform
         pass
     return "; ".join(parts) if parts else "the machine's memory could not be read"
+
+
+def cpu_identity() -> dict[str, Any]:
+    """The CPU's model name and instruction-set flags, which decide what is fastest on it.
+
+    Linux: ``model name`` and ``flags`` of the first processor in ``/proc/cpuinfo`` (x86;
+    ARM kernels say ``Features``). Elsewhere, or unreadable: ``platform.processor()`` and
+    no flags. Which flags the OS grants matters too (AMX needs the kernel's permission),
+    but cpuinfo is what identifies a machine class here.
+
+    Returns:
+        ``{"cpu_model": str, "cpu_flags": sorted list of str}``.
+    """
+    import platform
+
+    model, flags = "", []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Processor", "cpu model") and not model:
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = value.split()
+                elif not line.strip() and model and flags:
+                    break  # the first processor's block is enough
+    except OSError:
+        pass
+    return {"cpu_model": model or platform.processor() or platform.machine(), "cpu_flags": sorted(set(flags))}

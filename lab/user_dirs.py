@@ -4,6 +4,8 @@
   calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
   The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
   the package's own; nothing ever writes into the package.
+- :func:`tuning_dir`: the draft set-ups ``lab bench --tune`` measured best on this machine
+  (:mod:`lab.tuning`): ``$LAB_TUNING_DIR``, else ``~/.cache/lab/tuning``.
 - :func:`log_dir`: full tracebacks of errors the lab did not foresee (``lab.cli``):
   ``$LAB_LOG_DIR``, else ``~/.cache/lab/logs``; when that cannot be written,
   ``<tempdir>/lab-logs``.
@@ -19,6 +21,7 @@ from pathlib import Path
 
 CALIBRATION_ENV = "LAB_CALIBRATION_DIR"
 LOG_ENV = "LAB_LOG_DIR"
+TUNING_ENV = "LAB_TUNING_DIR"
 
 
 def lab_home() -> Path:
@@ -33,6 +36,12 @@ def calibration_dir() -> Path:
     """
     root = os.environ.get(CALIBRATION_ENV)
     return Path(root).expanduser() if root else lab_home() / "calibrations"
+
+
+def tuning_dir() -> Path:
+    """Where ``lab bench --tune`` writes its winners: ``$LAB_TUNING_DIR`` or ``~/.cache/lab/tuning`` (may not exist yet)."""
+    root = os.environ.get(TUNING_ENV)
+    return Path(root).expanduser() if root else lab_home() / "tuning"
 
 
 def log_dir() -> Path:

@@ -62,10 +62,17 @@ def resolve_draft_spec(args: argparse.Namespace) -> str:
     return profile.draft
 
 
-def choose_setup(args: argparse.Namespace, draft_spec: str):
+def choose_setup(args: argparse.Namespace, draft_spec: str, threads: int):
     """The draft set-up ``lab speculate`` runs and where each part came from
-    (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the documented
-    set-up for the profile's own draft, else the fallback.
+    (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the set-up
+    ``lab bench --tune`` measured best for this model, draft and machine (:mod:`lab.tuning`;
+    a foreign, stale or corrupt file is ignored with a note), else the documented set-up
+    for the profile's own draft, else the fallback.
+
+    Args:
+        args: The parsed flags (``--model``, ``--draft-dtype``, ``--gamma``, ``--adaptive``).
+        draft_spec: The draft in force.
+        threads: torch's thread count for this run (part of the tuning file's machine key).
 
     Returns:
         A :class:`lab.speculative.setups.ResolvedSetup`.
@@ -76,13 +83,19 @@ def choose_setup(args: argparse.Namespace, draft_spec: str):
     from lab.models.profiles import PROFILES
     from lab.speculative.draft_specs import check_draft_spec
     from lab.speculative.setups import default_setup, resolve_setup
+    from lab.tuning import machine_key, read_tuned
 
     has_weights = check_draft_spec(draft_spec) == "model"
     profile = PROFILES.get(args.model)
     own_draft = profile is not None and profile.draft == draft_spec
-    base, source = default_setup(args.model if own_draft else None, has_weights)
+    tuned = read_tuned(args.model, draft_spec, machine_key(threads))
+    if tuned.setup is not None:
+        base, source = tuned.setup, f"tuned: {tuned.path}"
+    else:
+        base, source = default_setup(args.model if own_draft else None, has_weights)
     flags = {"draft_dtype": args.draft_dtype, "gamma": args.gamma, "adaptive": args.adaptive, "dynamic": None}
-    return resolve_setup(flags, base=base, base_source=source, has_weights=has_weights)
+    return resolve_setup(flags, base=base, base_source=source, has_weights=has_weights,
+                         notes=(tuned.note,) if tuned.note else ())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
     draft_spec = resolve_draft_spec(args)
-    chosen = choose_setup(args, draft_spec)
+    chosen = choose_setup(args, draft_spec, torch.get_num_threads())
     setup = chosen.setup
     adaptive = parse_adaptive(setup.adaptive) if setup.adaptive else None
     policy = DynamicGamma.parse(setup.dynamic) if setup.dynamic else None

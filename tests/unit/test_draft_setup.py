@@ -59,7 +59,6 @@ def test_speculate_draft_dtype_flag_reaches_the_draft_and_the_report(tmp_path, c
 
 def test_speculate_without_setup_flags_runs_the_documented_default_and_says_why(tmp_path, capsys, monkeypatch):
     """Negative control of the flag test: without --draft-dtype the documented default runs, named as such."""
-    monkeypatch.setenv("LAB_TUNING_DIR", str(tmp_path / "no-tuning"))
     asked = _fake_models(monkeypatch)
     rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--max-new-tokens", "4", "--device", "cpu",
                    "--out", str(tmp_path / "o")])

@@ -1,0 +1,145 @@
+"""The draft set-up ``lab bench --tune`` measured best on this machine: written, read back, or ignored with a reason.
+
+One JSON file per target profile in :func:`lab.user_dirs.tuning_dir`
+(``draft-setup-<profile>.json``), holding the winning
+:class:`~lab.speculative.setups.DraftSetup`, the draft it was measured with, the
+machine it was measured on (:func:`machine_key`: CPU model and flags, torch version,
+torch threads) and the measured figures of every candidate. A reader
+(:func:`read_tuned`) uses the file only for the same profile, draft and machine key:
+
+* another CPU model, other CPU flags or another thread count: **foreign**, ignored;
+* another torch version: **stale** (kernels change between versions), ignored;
+* unreadable, not JSON, or missing a field: **corrupt**, ignored;
+
+each with one line naming the file and why, which the command shows and reports. The
+file is written atomically (:func:`lab.user_dirs.write_text_atomic`).
+
+Stdlib only (the torch version is read from the installed package's metadata), so the
+commands can decide before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from lab.machine import cpu_identity
+from lab.speculative.setups import DraftSetup
+from lab.user_dirs import tuning_dir, write_text_atomic
+
+TUNING_FORMAT = 1
+MACHINE_FIELDS = ("cpu_model", "cpu_flags", "torch", "threads")
+
+
+def machine_key(threads: int) -> dict[str, Any]:
+    """What a tuned set-up is valid for: ``{"cpu_model", "cpu_flags", "torch", "threads"}``."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the lab needs torch to decode at all
+        torch_version = "none"
+    return {**cpu_identity(), "torch": torch_version, "threads": int(threads)}
+
+
+def tuning_path(profile: str) -> Path:
+    """``<tuning_dir>/draft-setup-<profile>.json`` (the profile name made file-safe)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
+    return tuning_dir() / f"draft-setup-{safe}.json"
+
+
+def write_tuned(profile: str, draft: str, setup: DraftSetup, machine: dict[str, Any],
+                measured: dict[str, Any]) -> Path:
+    """Write the winner for ``profile`` on ``machine``, replacing any earlier file.
+
+    Args:
+        profile: The target profile (``--model``).
+        draft: The draft spec the set-up was measured with.
+        setup: The winning set-up.
+        machine: :func:`machine_key` of the measuring run.
+        measured: The figures behind the choice (the winner's and every candidate's).
+
+    Returns:
+        The file's path.
+
+    Raises:
+        OSError: the tuning folder cannot be written.
+    """
+    data = {"format": TUNING_FORMAT, "profile": profile, "draft": draft, "setup": setup.as_dict(),
+            "machine": machine, "measured": measured,
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return write_text_atomic(tuning_path(profile), json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+@dataclass(frozen=True)
+class TunedRead:
+    """What :func:`read_tuned` found.
+
+    Attributes:
+        path: The file looked for.
+        setup: The tuned set-up, or None (no file, or ignored).
+        note: Why a file that exists was ignored (one line), else None.
+        data: The file's contents when it was used.
+    """
+
+    path: Path
+    setup: DraftSetup | None = None
+    note: str | None = None
+    data: dict[str, Any] | None = None
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(foreign reasons, stale reasons) between a file's machine key and this run's."""
+    foreign, stale = [], []
+    if theirs.get("cpu_model") != ours["cpu_model"]:
+        foreign.append(f"CPU {theirs.get('cpu_model')!r}, this one is {ours['cpu_model']!r}")
+    if sorted(theirs.get("cpu_flags") or []) != ours["cpu_flags"]:
+        extra = sorted(set(theirs.get("cpu_flags") or []) - set(ours["cpu_flags"]))
+        lacking = sorted(set(ours["cpu_flags"]) - set(theirs.get("cpu_flags") or []))
+        parts = ([f"it had {' '.join(extra[:6])}"] if extra else []) + ([f"it lacked {' '.join(lacking[:6])}"] if lacking else [])
+        foreign.append(f"other CPU flags ({', '.join(parts)})")
+    if theirs.get("threads") != ours["threads"]:
+        foreign.append(f"{theirs.get('threads')} torch threads, this run has {ours['threads']}")
+    if theirs.get("torch") != ours["torch"]:
+        stale.append(f"torch {theirs.get('torch')}, this is torch {ours['torch']}")
+    return foreign, stale
+
+
+def read_tuned(profile: str, draft: str, machine: dict[str, Any]) -> TunedRead:
+    """The tuned set-up for ``profile`` and ``draft`` on ``machine``, or why there is none.
+
+    Never raises for a bad file: a corrupt, foreign or stale file is ignored and named in
+    ``note`` (one line); no file at all gives neither a set-up nor a note.
+    """
+    path = tuning_path(profile)
+    if not path.exists():
+        return TunedRead(path)
+    head = f"ignoring the tuning file {path}"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        missing = [k for k in ("format", "profile", "draft", "setup", "machine") if k not in data]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+        if data["format"] != TUNING_FORMAT:
+            raise ValueError(f"format {data['format']!r}, this lab reads {TUNING_FORMAT}")
+        setup = DraftSetup(**data["setup"])
+        theirs = dict(data["machine"])
+    except (OSError, UnicodeDecodeError) as exc:
+        return TunedRead(path, note=f"{head}: unreadable ({exc})")
+    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        return TunedRead(path, note=f"{head}: corrupt ({exc}); re-run lab bench --tune or delete it")
+    if data["profile"] != profile or data["draft"] != draft:
+        return TunedRead(path, note=f"{head}: tuned for --model {data['profile']} with draft {data['draft']}, "
+                                    f"not {profile} with {draft}")
+    foreign, stale = _differences(theirs, machine)
+    if foreign:
+        return TunedRead(path, note=f"{head}: measured on another machine ({'; '.join(foreign + stale)}); "
+                                    "re-run lab bench --tune here")
+    if stale:
+        return TunedRead(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune")
+    return TunedRead(path, setup=setup, data=data)
