@@ -139,7 +139,8 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         spec(f"speculative {p.describe()}", draft, p.max_gamma, p)
     for dtype in config.draft_dtypes:
         cast = per_pass_draft(draft, dtype)
-        spec(f"speculative gamma={g_max} draft={dtype}", cast, g_max, None)
+        for g in (config.gammas if config.dtype_sweep else (g_max,)):  # every gamma when tuning
+            spec(f"speculative gamma={g} draft={dtype}", cast, g, None)
         for p in policies:
             spec(f"speculative {p.describe()} draft={dtype}", cast, p.max_gamma, p)
         for a in config.adaptive:  # the levers combined: a cheaper draft with a confidence stop

@@ -94,6 +94,7 @@ class BenchConfig:
     # the same tokens, which the report checks).
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0  # sampling mode: each (repeat, prompt)'s seed derives from it (run_seed)
+    dtype_sweep: bool = False  # run each cast draft at every gamma, not only the largest (lab bench --tune)
     no_cache: bool = False  # also run the speculative loop without KV caches at each gamma (lab.speculative.no_cache)
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ from lab.bench.peer.cli import add_peer_args, check_peer_args, make_peer
 from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
 
 
+DEFAULT_GAMMAS = "1,2,4,6"
 LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a memory-bound draft step reads
 
 
@@ -32,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
                                                  "(default: the profile's draft)")
-    p.add_argument("--gammas", default="1,2,4,6", help="comma-separated draft lengths to sweep (default: 1,2,4,6)")
+    p.add_argument("--gammas", default=DEFAULT_GAMMAS,
+                   help=f"comma-separated draft lengths to sweep (default: {DEFAULT_GAMMAS}; --tune: 3,4,5)")
     p.add_argument("--adaptive", action="append", default=None,
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
@@ -73,6 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats, and the no-cache vs cached "
                         "speculative loop, 100 tokens; sampling at temperature 0.7, top-p 0.9, on a passage of "
                         "the Python Language Reference; --max-new-tokens / --repeats shorten both")
+    p.add_argument("--tune", action="store_true",
+                   help="measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy "
+                        "and sampling, on tuning prompts only (never the held-back split), and write the fastest "
+                        "for this machine to the lab's cache, where lab speculate finds it (lab.bench.tune; "
+                        "--gammas, --max-new-tokens, --repeats, --humaneval tuning:N and --threads apply)")
     p.add_argument("--levers", action="store_true",
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
@@ -161,8 +168,12 @@ def run(args: argparse.Namespace) -> int:
     from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
     # 1. Validate before loading.
+    if args.seed_tables and args.tune:
+        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
     if args.seed_tables:
         return run_seed_tables(args)
+    if args.tune:
+        return run_tune(args)
     args.max_new_tokens = 64 if args.max_new_tokens is None else args.max_new_tokens
     args.repeats = 3 if args.repeats is None else args.repeats
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
@@ -324,5 +335,100 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", "seed-tables") as rd:
         rd.write_json("report.json", report)
         rd.write_text("summary.md", summary)
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup")
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """``lab bench --tune``: measure the candidate set-ups greedy and sampling, write the winner for this machine.
+
+    Raises:
+        ValueError: a flag that chooses another schedule, ``--humaneval`` outside the tuning
+            split, or a draft without a model.
+    """
+    import torch
+
+    from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
+    from lab.bench.levers import CODE_PROMPTS
+    from lab.bench.run import run_bench
+    from lab.bench.tune import TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, choose, tune_configs
+    from lab.commands.speculate import resolve_draft_spec
+    from lab.decode import check_context
+    from lab.machine import LoadLog, set_threads
+    from lab.models.chat import build_messages, encode_chat, eos_token_ids
+    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.tune import tune_summary_markdown
+    from lab.reports import environment, report_dir, to_jsonable
+    from lab.speculative.draft_specs import check_draft_spec, make_draft
+    from lab.tuning import machine_key, write_tuned
+
+    # 1. Validate before loading.
+    typed = [f"--{name.replace('_', '-')}" for name in TUNE_EXCLUSIVE if getattr(args, name, None)]
+    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
+        typed.append("--temperature/--top-p/--top-k")
+    if typed:
+        raise ValueError(f"--tune measures its own candidates, greedy and sampling, on the tuning prompts; drop "
+                         f"{', '.join(typed)}")
+    he_spec = args.humaneval or TUNE_HUMANEVAL
+    split, count = parse_humaneval(he_spec)
+    if split != "tuning":
+        raise ValueError(f"--tune --humaneval {he_spec!r}: tuning runs on the tuning split only (the held-back "
+                         "problems certify a choice and are never tuned on)")
+    gammas = _parse_gammas(args.gammas) if args.gammas != DEFAULT_GAMMAS else TUNE_GAMMAS
+    device = check_model_args(args)
+    threads = set_threads(args.threads)
+    draft_spec = resolve_draft_spec(args)
+    kind = check_draft_spec(draft_spec)
+    if kind == "prompt-lookup":
+        raise ValueError(f"--tune chooses a draft model's set-up; --draft {draft_spec} has none to tune")
+    if kind == "model":
+        check_draft_available(draft_spec)
+    configs = tune_configs(model_draft=kind == "model", gammas=gammas,
+                           max_new_tokens=args.max_new_tokens or TUNE_MAX_NEW_TOKENS,
+                           repeats=args.repeats or TUNE_REPEATS, seed=args.seed)
+    problems = humaneval_prompts(split, count)
+    prompts = [CODE_PROMPTS[0]] + [text for _, text in problems]
+    groups = [GROUP_SHORT] + [GROUP_HUMANEVAL] * len(problems)
+
+    # 2. Load and run both modes (progress on stderr).
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
+        except ModelUnavailableError as exc:
+            raise as_draft_error(exc, draft_spec) from None
+    ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
+    for prompt_ids in ids:
+        check_context(model, prompt_ids.shape[1], configs["greedy"].max_new_tokens, arg="--max-new-tokens")
+    eos = sorted(eos_token_ids(model, tokenizer))
+    benches = {}
+    for mode, config in configs.items():
+        load_log = LoadLog(threads=threads)
+        with err.status(f"tuning: {mode}") as status:
+            benches[mode] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos, load_log=load_log,
+                                                  prompt_groups=groups,
+                                                  progress=lambda msg, m=mode: status.update(f"{m}: {msg}")))
+    setup, measured = choose(benches)
+    machine = machine_key(threads)
+    measured["busy"] = {mode: bool((b.get("machine_load") or {}).get("busy")) for mode, b in benches.items()}
+
+    # 3. Write the winner, then the report (atomically), and show both.
+    path = write_tuned(args.model, draft_spec, setup, machine, measured)
+    report = {"kind": "bench-tune", "model": dict(model.lab_source), "draft": draft_spec, "prompts": prompts,
+              "prompt_groups": groups, "humaneval": he_spec, "torch_threads": torch.get_num_threads(),
+              "machine": machine, "environment": environment(model), "configs": to_jsonable(configs),
+              "winner": setup.as_dict(), "tuning_file": str(path), "measured": measured, **benches}
+    summary = tune_summary_markdown(report)
+    out = stdout_console()
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
+        rd.write_json("report.json", report)
+        rd.write_text("summary.md", summary)
+    out.print(f"tuned set-up: {setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

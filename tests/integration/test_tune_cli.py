@@ -1,0 +1,65 @@
+"""``lab bench --tune`` end to end on tiny random models, then ``lab speculate`` reading its winner.
+
+Fault classes: a tuning run that touches the held-back split; a winner that is written but not
+the one ``lab speculate`` runs; a tuned set-up that runs without being named. No speed is tested.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from lab import cli
+from lab.bench.prompt_split import HELD_BACK
+from lab.tuning import read_tuned, machine_key
+
+
+def _tiny_models(monkeypatch):
+    from lab.models import loading
+    from tests import support
+
+    tok = support.chatml_tokenizer()
+
+    def tiny_load(name, **kw):
+        model = support.tiny_llama(vocab_size=len(tok), max_positions=4096)
+        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
+        return model, tok
+
+    monkeypatch.setattr(loading, "load_model", tiny_load)
+    monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+
+
+def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monkeypatch):
+    _tiny_models(monkeypatch)
+    before = torch.get_num_threads()
+    try:
+        rc = cli.main(["bench", "--tune", "--draft", "early-exit:1", "--gammas", "1,2", "--max-new-tokens", "4",
+                       "--repeats", "1", "--humaneval", "tuning:1", "--threads", "1", "--device", "cpu",
+                       "--out", str(tmp_path / "bench")])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        (run,) = list((tmp_path / "bench").iterdir())
+        report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+        assert not any(f"humaneval-{i:03d}" in json.dumps(report["prompts"]) for i in HELD_BACK)
+        assert set(report["configs"]) == {"greedy", "sampling"} and report["configs"]["sampling"]["sampling"]["temperature"] > 0
+        tuned = read_tuned("smollm2", "early-exit:1", machine_key(1))
+        assert tuned.setup is not None and tuned.setup.as_dict() == report["winner"], tuned.note
+        assert "tuned set-up:" in out.out and "winner:" in (run / "summary.md").read_text(encoding="utf-8")
+
+        rc = cli.main(["speculate", "hi", "--draft", "early-exit:1", "--max-new-tokens", "4", "--device", "cpu",
+                       "--out", str(tmp_path / "spec")])
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        (srun,) = list((tmp_path / "spec").iterdir())
+        setup = json.loads((srun / "report.json").read_text(encoding="utf-8"))["settings"]["draft_setup"]
+        assert setup["sources"]["gamma"] == f"tuned: {tuned.path}" and setup["gamma"] == tuned.setup.gamma
+        assert f"from tuned: {tuned.path}" in err
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cli_tune_refuses_the_held_back_split(tmp_path, capsys):
+    rc = cli.main(["bench", "--tune", "--humaneval", "held-back:2", "--out", str(tmp_path)])
+    assert rc == 2 and "tuning split only" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,138 @@
+"""The tuned draft set-up: chosen from measurements, written for this machine, read back, or ignored.
+
+Fault classes: a set-up tuned on another machine (CPU model, flags, thread count) or another torch
+used silently; a corrupt tuning file that crashes ``lab speculate`` with a traceback; a tuned
+set-up that runs without the terminal and the report saying so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab import cli
+from lab.bench.tune import choose, setup_of, tune_configs
+from lab.speculative.setups import DraftSetup
+from lab.tuning import machine_key, read_tuned, tuning_path, write_tuned
+
+PROFILE, DRAFT = "qwen2.5-coder", "qwen2.5-coder-0.5b"
+TUNED = DraftSetup(draft_dtype="per-pass", gamma=3, adaptive="pmin:0.6")
+
+
+def _method(gamma, e2e, decode=1.0, adaptive=None, policy=None):
+    return {"gamma": gamma, "adaptive": adaptive, "gamma_policy": policy, "alpha": 0.8,
+            "per_repeat": {"e2e_speedup": {"median": e2e}, "decode_speedup": {"median": decode}}}
+
+
+def _benches(greedy: dict, sampling: dict) -> dict:
+    base = {"target-only (lab loop)": {"per_repeat": {"e2e_speedup": {"median": 1.0}}}}
+    return {"greedy": {"methods": {**base, **greedy}}, "sampling": {"methods": {**base, **sampling}}}
+
+
+def test_choose_takes_the_best_geometric_mean_over_both_modes():
+    greedy = {"speculative gamma=4": _method(4, 1.30), "speculative gamma=5 draft=bfloat16": _method(5, 1.20),
+              "speculative dynamic:4:12 draft=per-pass": _method(12, 1.25, policy="dynamic:4:12")}
+    sampling = {"speculative gamma=4": _method(4, 0.90), "speculative gamma=5 draft=bfloat16": _method(5, 1.10),
+                "speculative dynamic:4:12 draft=per-pass": _method(12, 0.95, policy="dynamic:4:12")}
+    setup, measured = choose(_benches(greedy, sampling))
+    assert measured["winner"] == "speculative gamma=5 draft=bfloat16", measured["ranking"]  # greedy's best loses
+    assert setup == DraftSetup(draft_dtype="bfloat16", gamma=5)
+    assert measured["beats_target_alone"] and "target-only (lab loop)" not in measured["candidates"]
+
+
+def test_setup_of_maps_method_names_to_setups():
+    assert setup_of("speculative dynamic:4:12 adaptive=pmin:0.6 draft=per-pass",
+                    _method(12, 1, adaptive="pmin:0.6", policy="dynamic:4:12")) == DraftSetup(
+        draft_dtype="per-pass", gamma=12, adaptive="pmin:0.6", dynamic="dynamic:4:12")
+    assert setup_of("speculative gamma=4 no-cache", _method(4, 1)) is None
+    assert setup_of("transformers assisted gamma=4", {}) is None
+
+
+def test_tune_configs_run_the_same_candidates_greedy_and_sampling():
+    c = tune_configs(model_draft=True)
+    assert c["greedy"].sampling.greedy and not c["sampling"].sampling.greedy
+    assert c["greedy"].draft_dtypes == c["sampling"].draft_dtypes == ("bfloat16", "per-pass")
+    assert tune_configs(model_draft=False)["greedy"].draft_dtypes == ()
+
+
+def test_tuned_setup_is_written_and_read_back_on_the_same_machine():
+    machine = machine_key(2)
+    path = write_tuned(PROFILE, DRAFT, TUNED, machine, {"winner": "x"})
+    got = read_tuned(PROFILE, DRAFT, machine)
+    assert got.setup == TUNED and got.note is None and got.path == path == tuning_path(PROFILE)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"cpu_model": "Some Other CPU"}, "another machine (CPU 'Some Other CPU'"),
+    ({"cpu_flags": ["amx_bf16"]}, "other CPU flags"),
+    ({"threads": 7}, "7 torch threads, this run has 2"),
+    ({"torch": "1.0.0"}, "stale, measured with torch 1.0.0"),
+])
+def test_foreign_or_stale_tuning_file_is_ignored_naming_why(change, needle):
+    machine = machine_key(2)
+    write_tuned(PROFILE, DRAFT, TUNED, {**machine, **change}, {})
+    got = read_tuned(PROFILE, DRAFT, machine)
+    assert got.setup is None and needle in got.note and "\n" not in got.note
+
+
+def test_tuning_file_of_another_draft_is_ignored():
+    write_tuned(PROFILE, "some-other-draft", TUNED, machine_key(2), {})
+    got = read_tuned(PROFILE, DRAFT, machine_key(2))
+    assert got.setup is None and "some-other-draft" in got.note
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"format": 1}', json.dumps(
+    {"format": 1, "profile": PROFILE, "draft": DRAFT, "setup": {"gamma": 0}, "machine": {}})])
+def test_corrupt_tuning_file_gives_one_line(text):
+    path = tuning_path(PROFILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    got = read_tuned(PROFILE, DRAFT, machine_key(2))
+    assert got.setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt")
+
+
+def _fake_models(monkeypatch):
+    from tests.unit.test_draft_setup import _fake_models as fake
+
+    return fake(monkeypatch)
+
+
+def _speculate(tmp_path, capsys, *extra):
+    rc = cli.main(["speculate", "hi", "--model", PROFILE, "--max-new-tokens", "4", "--device", "cpu",
+                   "--out", str(tmp_path / "o"), *extra])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    (run,) = list((tmp_path / "o").iterdir())
+    return json.loads((run / "report.json").read_text(encoding="utf-8"))["settings"], captured.err
+
+
+def test_speculate_runs_the_tuned_setup_and_says_so(tmp_path, capsys, monkeypatch):
+    import torch
+
+    asked = _fake_models(monkeypatch)
+    path = write_tuned(PROFILE, DRAFT, TUNED, machine_key(torch.get_num_threads()), {})
+    settings, err = _speculate(tmp_path, capsys)
+    assert asked == [(DRAFT, "per-pass")] and settings["gamma"] == 3 and settings["adaptive"] == "pmin:0.6"
+    assert settings["draft_setup"]["sources"]["draft_dtype"] == f"tuned: {path}"
+    assert f"from tuned: {path}" in err
+
+
+def test_speculate_with_a_foreign_tuning_file_runs_the_default_with_one_note(tmp_path, capsys, monkeypatch):
+    import torch
+
+    asked = _fake_models(monkeypatch)
+    write_tuned(PROFILE, DRAFT, TUNED, {**machine_key(torch.get_num_threads()), "cpu_model": "Elsewhere"}, {})
+    settings, err = _speculate(tmp_path, capsys)
+    assert asked[0][1] != "per-pass" and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
+    assert err.count("ignoring the tuning file") == 1 and "Traceback" not in err
+    assert "Elsewhere" in settings["draft_setup"]["notes"][0]
+
+
+def test_speculate_with_a_corrupt_tuning_file_runs_with_one_clear_line(tmp_path, capsys, monkeypatch):
+    _fake_models(monkeypatch)
+    path = tuning_path(PROFILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{truncated", encoding="utf-8")
+    settings, err = _speculate(tmp_path, capsys)
+    assert err.count("ignoring the tuning file") == 1 and "corrupt" in err and "Traceback" not in err
