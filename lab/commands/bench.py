@@ -39,9 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="new tokens per generation (default: 64; --seed-tables: the seed's, 500 and 100)")
+                   help="new tokens per generation (default: 64; --seed-tables: the seed's, 500 and 100; --tune: 48)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats of the whole schedule (default: 3; --seed-tables: the seed's 5, and 3 for caching)")
+                   help="timed repeats of the whole schedule (default: 3; --seed-tables: the seed's 5, and 3 for "
+                        "caching; --tune: 2 per mode)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
                         "--humaneval prompts) (default: three built-in)")
