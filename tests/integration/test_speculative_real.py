@@ -42,6 +42,22 @@ def test_speculative_real_greedy_equals_target_greedy(pair, prompt, lab_log):
     lab_log.record(n_tokens=len(ref), identical=True)
 
 
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_no_cache_loop_real_greedy_equals_the_cached_loop(pair, gamma):
+    """Fault class: a caching comparison whose no-cache loop decodes something else (the seed's
+    Part 3 table, lab.speculative.no_cache). Greedy: both loops emit the target's own tokens."""
+    from lab.speculative.no_cache import no_cache_generate
+
+    model, tok, draft = pair
+    for prompt in PROMPTS[:2]:
+        ids = encode_chat(tok, build_messages(prompt))
+        eos = eos_token_ids(model, tok)
+        cached = speculative_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
+        plain = no_cache_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
+        assert plain.tokens == cached.tokens, f"prompt={prompt!r} gamma={gamma}"
+        assert [r.n_accepted for r in plain.rounds] == [r.n_accepted for r in cached.rounds]
+
+
 def test_speculative_real_prompt_lookup_greedy_equals_target(pair):
     model, tok, _ = pair
     ids = encode_chat(tok, build_messages("Repeat after me: the quick brown fox jumps over the lazy dog."))
