@@ -257,14 +257,19 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
     neutral = tmp_path / "neutral.jsonl"
     neutral.write_text("".join(json.dumps({"twin_of": f"p{i}", "added": "a list is a sequence " * 2}) + "\n"
                                for i in range(4)))
+    ref = tmp_path / "reference.jsonl"  # clean prompts of graded length, none shared with cal
+    ref.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "a list is a sequence " * i + "what is a set"}) + "\n"
+                           for i in range(12)))
     assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
-                     "--neutral", str(neutral), "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+                     "--neutral", str(neutral), "--reference-prompts", str(ref), "--device", "cpu",
+                     "--out", str(tmp_path / "out")]) == 0
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 12
     assert data["controls_rejected"] == {"length_only": True}
     assert set(data["study_set"]) == {*CANDIDATES, *health.CONTROLS} and data["study_set"][load_chosen()]["n_twins"] == 1
     assert "Rule (stated before" in (report / "summary.md").read_text()
+    assert data["length_reference"]["n_prompts"] == 12 and "Clean length reference" in (report / "summary.md").read_text()
 
 
 def _real_like(n: int, seed: int = 3) -> list[HealthInputs]:
