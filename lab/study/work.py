@@ -142,13 +142,23 @@ def health_settings(model: str) -> dict[str, Any]:
     instead of mixing two measures in one report. ``length_reference_sha256`` is the sha256
     of the reference file the model's profile reads (:mod:`lab.health.references`), None
     without one.
+
+    Raises:
+        ValueError: the chosen measure reads a length reference and ``model`` has none (its
+            health would be NaN for every prompt, leaving H1 and H4 untestable).
     """
     from lab.health.choice import load_chosen
+    from lab.health.measures import FOR_LENGTH
     from lab.health.references import reference_path
     from lab.models.profiles import PROFILES
 
+    measure = load_chosen()
     path = reference_path(model) if model in PROFILES else None
-    return {"health_measure": load_chosen(),
+    if measure.endswith(FOR_LENGTH) and path is None:
+        raise ValueError(f"context health ({measure}) reads each prompt against clean prompts of its length on the "
+                         f"same model, and {model!r} has no length reference: make one first with "
+                         f"`lab calibrate-health --model {model} --save` (a prefill of 228 short prompts)")
+    return {"health_measure": measure,
             "length_reference_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path else None}
 
 

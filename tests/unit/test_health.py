@@ -54,7 +54,7 @@ def test_graded_health_one_token_content_defined(h):
     idx = int(torch.nonzero(h.content)[0])
     one = torch.zeros_like(h.content)
     one[idx] = True
-    v = graded_health(HealthInputs(h.received, one, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold))
+    v = graded_health(health.replace(h, content=one))
     assert math.isfinite(v) and 0.0 <= v <= 10.0
 
 
@@ -62,7 +62,8 @@ def test_graded_health_one_token_content_defined(h):
 def test_graded_health_deterministic(h):
     """The same prompt analysed twice (equal inputs, fresh tensors) gives the same health."""
     copy = HealthInputs(*(x.clone() if isinstance(x, torch.Tensor) else x for x in
-                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)))
+                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)),
+                        length_reference=dict(h.length_reference))
     assert graded_health(copy) == graded_health(h)
 
 
@@ -206,7 +207,7 @@ def test_chosen_is_a_candidate():
 
 def test_packaged_chosen_unchanged():
     """Regression (a calibrated value lost in moving it from code to data): the shipped choice."""
-    assert load_chosen() == "local_entropy"
+    assert load_chosen() == "relative_entropy_for_length"
 
 
 def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
