@@ -17,6 +17,7 @@ Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
 from __future__ import annotations
 
 import argparse
+from importlib import resources
 
 from lab.commands.common import add_model_args, add_out_arg, check_model_args
 
@@ -37,13 +38,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--neutral", default=None,
                    help="JSONL of neutral variants, one {\"twin_of\", \"added\"} per calibration prompt "
                         "(default: the packaged lab/data/calibration_neutral.jsonl)")
+    p.add_argument("--reference-prompts", default=None,
+                   help="clean length-reference JSONL, one {\"id\", \"prompt\"} per line, that each *_for_length "
+                        "candidate's line of value on ln N is fitted on first (default: the packaged "
+                        "lab/data/length_reference.jsonl; it shares no question with the calibration prompts)")
     p.add_argument("--study-set", action="store_true",
                    help="also score the chosen measure on the study prompts (--distractors file; prefill only) and "
                         "report the ranking targets there: no value shared by > 10%% of clean prompts, no tied twins")
     p.add_argument("--save", action="store_true",
                    help="after the report, write the rule's choice to $LAB_CALIBRATION_DIR/health/chosen.json "
-                        "(default ~/.cache/lab/calibrations/health/chosen.json), which every command's context "
-                        "health then applies before the packaged lab/health/chosen.json (default: report only)")
+                        "and the model's length reference to $LAB_CALIBRATION_DIR/health/length/<profile>.json "
+                        "(default folder ~/.cache/lab/calibrations), which every command's context health then "
+                        "reads before the packaged lab/health/ files (default: report only)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -53,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     from lab.health import measures as health
     from lab.health.choice import chosen_path, load_chosen, user_path, write_chosen
     from lab.sinks.calibration import load_prompts
-    from lab.health.calibration import (calibrate, distractor_texts, neutral_variants, poisoned_variants,
-                                        score_candidates, study_set_figures)
+    from lab.health.calibration import (calibrate, distractor_texts, fit_length_references, neutral_variants,
+                                        poisoned_variants, score_candidates, study_set_figures)
+    from lab.health.references import REFERENCE_PROMPTS, reference_record, write_references
     from lab.models.loading import load_model
     from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
@@ -64,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Validate before loading.
     clean = load_prompts(args.prompts)
+    references = load_prompts(args.reference_prompts if args.reference_prompts is not None else
+                              str(resources.files("lab").joinpath(REFERENCE_PROMPTS)))
+    shared = sorted({p.prompt for p in clean} & {p.prompt for p in references})
+    if shared:
+        raise ValueError(f"--reference-prompts shares {len(shared)} prompt(s) with the calibration prompts "
+                         f"(e.g. {shared[0][:60]!r}): the reference must be fitted on other prompts")
     study_prompts = load_study_prompts(args.distractors)
     poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
     neutral = neutral_variants(clean, args.neutral)
@@ -80,12 +93,17 @@ def run(args: argparse.Namespace) -> int:
 
     inputs: dict = {}  # each prompt's HealthInputs: the properties are checked on this model's prefills too
     with err.status("scoring prompts") as status:
-        values = score_candidates(analyze, prompts, keep_inputs=inputs,
+        # the clean length reference first: the *_for_length candidates read it on the calibration prompts
+        ref_values = score_candidates(analyze, references, progress=lambda i, n, pid: status.update(
+            f"length-reference prompt {i + 1}/{n}: {pid}"))
+        refs, ref_figures = fit_length_references(ref_values)
+        values = score_candidates(analyze, prompts, keep_inputs=inputs, length_reference=refs,
                                   progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
 
         study_values = {}
         if args.study_set:
-            study_values = score_candidates(analyze, study_prompts, progress=lambda i, n, pid: status.update(
+            study_values = score_candidates(analyze, study_prompts, length_reference=refs,
+                                            progress=lambda i, n, pid: status.update(
                 f"study prompt {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
@@ -96,7 +114,12 @@ def run(args: argparse.Namespace) -> int:
                              for name in {**health.CANDIDATES, **health.CONTROLS}}
         data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
     info = dict(model.lab_source)
-    data.update({"kind": "calibrate-health", "model": info, "environment": environment(model),
+    profile = info.get("profile") or info["model"]
+    ref_record = reference_record(profile, info["model"], refs, n_content=[int(v["n_content"]) for v in
+                                                                           ref_values.values()],
+                                  prompts_file=args.reference_prompts or "lab/data/length_reference.jsonl",
+                                  fitted_at=None)
+    data.update({"length_reference": {**ref_record, **ref_figures}, "kind": "calibrate-health", "model": info, "environment": environment(model),
                  "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
                  "distractors_file": args.distractors or "lab/data/prompts.jsonl",
                  "n_clean": len(clean), "current_chosen": current, "current_chosen_file": str(chosen_path()),
@@ -123,11 +146,13 @@ def run(args: argparse.Namespace) -> int:
     # 5. Save the choice (after the report: a failure leaves neither half-written).
     if args.save and data["chosen"] is not None:
         try:
+            ref_path = write_references({**ref_record, "fitted_at": data["environment"].get("created")})
             path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
                                 chosen_at=data["environment"].get("created"))
         except OSError as exc:
             raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the choice could not be "
                                    f"saved to {str(user_path())!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR "
                                    "to a writable folder and re-run") from exc
-        err.print(f"context-health choice written: {path} ({data['chosen']})", markup=False, highlight=False)
+        err.print(f"context-health choice written: {path} ({data['chosen']}); length reference of {profile}: "
+                  f"{ref_path}", markup=False, highlight=False)
     return 2 if data["chosen"] is None and args.save else 0

@@ -12,16 +12,18 @@ prompt; the spread, ties and pair orderings are derived from them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from lab.prompts import CalibrationPrompt
-from lab.health.measures import CANDIDATES, CONTROLS, HealthInputs, check_properties, check_properties_on
+from lab.health.measures import (CANDIDATES, CONTROLS, REFERENCED_BASES, HealthInputs, LengthReference,
+                                 check_properties, check_properties_on)
+from lab.health.references import fit_reference
 from lab.prompts import StudyPrompt
 
 MAX_TIE_SHARE = 0.10  # a measure must rank clean prompts: no value shared by more than 10 % of them
@@ -194,7 +196,8 @@ N_CONTENT = "n_content"  # the content length N kept beside the measures' values
 def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
                      prompts: Sequence[CalibrationPrompt | StudyPrompt], *,
                      progress: Callable[[int, int, str], None] | None = None,
-                     keep_inputs: dict[str, HealthInputs] | None = None) -> dict[str, dict[str, float]]:
+                     keep_inputs: dict[str, HealthInputs] | None = None,
+                     length_reference: Mapping[str, LengthReference] | None = None) -> dict[str, dict[str, float]]:
     """Every candidate's and control's value for every prompt: ``{prompt id: {name: value, "n_content": N}}``.
 
     ``analyze`` maps a prompt's chat messages to its prefill analysis (in the lab,
@@ -203,6 +206,8 @@ def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
     ``prompts`` are calibration prompts (``messages()``) or study prompts (``messages``);
     ``keep_inputs``, when given, receives each prompt's :class:`HealthInputs` (for
     :func:`lab.health.measures.check_properties_on`, without a second prefill).
+    ``length_reference``, when given, replaces the model's stored references (the
+    ``*_for_length`` candidates then read the reference just fitted, :func:`fit_length_references`).
     """
     out: dict[str, dict[str, float]] = {}
     for i, p in enumerate(prompts):
@@ -210,6 +215,8 @@ def score_candidates(analyze: Callable[[list[dict[str, str]]], Any],
             progress(i, len(prompts), p.id)
         messages = p.messages() if callable(p.messages) else [dict(m) for m in p.messages]
         h = HealthInputs.from_prefill(analyze(messages))
+        if length_reference is not None:
+            h = replace(h, length_reference=dict(length_reference))
         out[p.id] = {**{name: fn(h) for name, fn in {**CANDIDATES, **CONTROLS}.items()},
                      N_CONTENT: int(h.content.sum())}
         if keep_inputs is not None:
@@ -298,3 +305,41 @@ def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) 
             "n_distinct": int(counts.size), "min": min(clean), "max": max(clean), "median": float(np.median(clean)),
             "n_twins": len(twins), "n_twins_tied": sum(round(c, TIE_DECIMALS) == round(q, TIE_DECIMALS) for c, q in twins),
             "n_twins_below": sum(q < c for c, q in twins), "max_tie_share_target": MAX_TIE_SHARE}
+
+
+def fit_length_references(values: dict[str, dict[str, float]]) -> tuple[dict[str, LengthReference], dict[str, Any]]:
+    """Each referenced base's clean length reference from the length-reference prompts' values.
+
+    Args:
+        values: :func:`score_candidates` on the clean length-reference prompts
+            (``lab/data/length_reference.jsonl``).
+
+    Returns:
+        ``(references by base, figures)``; figures per base: the fit, and Spearman rho of
+        the base and of its ``*_for_length`` reading with N on these prompts (in-sample:
+        the check that counts is the calibration prompts', which the fit never saw).
+
+    Raises:
+        ValueError: as :func:`lab.health.references.fit_reference`.
+    """
+    from lab.health.measures import FOR_LENGTH, for_length
+
+    rows = list(values.values())
+    lengths = [int(r[N_CONTENT]) for r in rows]
+    refs: dict[str, LengthReference] = {}
+    figs: dict[str, Any] = {}
+    for base in REFERENCED_BASES:
+        vals = [float(r[base]) for r in rows]
+        ref = fit_reference(base, vals, lengths)
+        refs[base] = ref
+        read = [for_length(v, n, ref) for v, n in zip(vals, lengths)]
+        figs[base] = {"intercept": ref.intercept, "slope": ref.slope, "scale": ref.scale,
+                      "rho_base_n": _rho(vals, lengths), f"rho{FOR_LENGTH}_n": _rho(read, lengths)}
+    return refs, {"n_prompts": len(rows), "n_content_range": [min(lengths), max(lengths)], "bases": figs}
+
+
+def _rho(values: Sequence[float], lengths: Sequence[int]) -> float:
+    v, n = np.asarray(values, dtype=float), np.asarray(lengths, dtype=float)
+    keep = np.isfinite(v)
+    v, n = v[keep], n[keep]
+    return float(stats.spearmanr(v, n).statistic) if v.size > 2 and np.ptp(v) > 0 and np.ptp(n) > 0 else 0.0

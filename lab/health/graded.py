@@ -7,11 +7,14 @@ the math imports no file I/O.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Callable
+import warnings
+from typing import Any, Callable
 
 from lab.health.choice import load_chosen
-from lab.health.measures import CANDIDATES, HealthInputs
+from lab.health.measures import CANDIDATES, FOR_LENGTH, HealthInputs, LengthReference
+from lab.health.references import load_references
 
 
 def chosen_measure() -> Callable[[HealthInputs], float]:
@@ -54,3 +57,29 @@ def candidate_values(h: HealthInputs) -> dict[str, float]:
     if not bool((h.content & h.observed).any()):
         return {name: math.nan for name in CANDIDATES}
     return {name: float(measure(h)) for name, measure in CANDIDATES.items()}
+
+
+def model_length_reference(model: Any) -> dict[str, LengthReference] | None:
+    """The clean length references of ``model``'s profile (:func:`lab.health.references.load_references`).
+
+    When the chosen measure reads a reference (a ``*_for_length`` candidate) and the
+    model has none, one warning per model says that its context health is not
+    measurable (NaN) and how to make one.
+
+    Raises:
+        ValueError: the model's reference file exists but cannot be read.
+    """
+    info = getattr(model, "lab_source", None) or {}
+    profile = info.get("profile")
+    refs = load_references(profile)
+    name = load_chosen()
+    if name.endswith(FOR_LENGTH) and (refs is None or name[: -len(FOR_LENGTH)] not in refs):
+        _warn_no_reference(str(profile or info.get("model") or type(model).__name__), name)
+    return refs
+
+
+@functools.lru_cache(maxsize=32)
+def _warn_no_reference(model: str, measure: str) -> None:
+    warnings.warn(f"context health ({measure}) is read against clean prompts of the same length on the same model, "
+                  f"and {model!r} has no length reference: health is NaN (not measurable); make one with "
+                  f"`lab calibrate-health --model {model} --save`", UserWarning, stacklevel=4)

@@ -113,8 +113,8 @@ prompts) every candidate drifts with length (``local_entropy`` -0.75, ``content_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -143,6 +143,9 @@ class HealthInputs:
         observed: Bool ``[S]`` observed by enough queries to be flagged.
         sink_rate: Float ``[S]`` Gu et al.'s sink rate per position, in [0, 1].
         threshold: The threshold on ``score`` the flags used.
+        length_reference: The model's clean length references by base candidate name
+            (:class:`LengthReference`, :mod:`lab.health.references`); ``None`` or a missing
+            base makes that base's ``*_for_length`` candidate NaN (no reference to read against).
     """
 
     received: torch.Tensor
@@ -152,6 +155,7 @@ class HealthInputs:
     observed: torch.Tensor
     sink_rate: torch.Tensor
     threshold: float
+    length_reference: Mapping[str, "LengthReference"] | None = None
 
     @classmethod
     def from_prefill(cls, pre: Any) -> "HealthInputs":
@@ -161,7 +165,8 @@ class HealthInputs:
         return cls(received=pre.received.detach().float().cpu(), content=content,
                    score=pre.score.detach().float().cpu(),
                    is_sink=pre.is_sink.detach().bool().cpu(), observed=pre.observed.detach().bool().cpu(),
-                   sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold))
+                   sink_rate=pre.sink_rate.detach().float().cpu(), threshold=float(pre.threshold),
+                   length_reference=getattr(pre, "length_reference", None))
 
 
 def _clamp10(x: float) -> float:
@@ -273,7 +278,61 @@ def local_entropy(h: HealthInputs) -> float:
     return _clamp10(10.0 * sum(vals) / len(vals)) if vals else 10.0
 
 
-CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
+@dataclass(frozen=True)
+class LengthReference:
+    """How one base candidate falls with content length N on one model's clean prompts.
+
+    ``expected(N) = intercept + slope * ln N`` (Theil-Sen fit on the clean length-reference
+    prompts, :func:`lab.health.references.fit_reference`); ``scale`` is the robust SD of
+    the residuals there (1.4826 MAD, on the 0..10 scale, > 0).
+    """
+
+    base: str
+    intercept: float
+    slope: float
+    scale: float
+
+    def expected(self, n_content: int) -> float:
+        """The base candidate's value a clean prompt of ``n_content`` content tokens gets on this model."""
+        return self.intercept + self.slope * math.log(max(int(n_content), 1))
+
+
+def for_length(value: float, n_content: int, ref: LengthReference) -> float:
+    """``10 Phi((value - ref.expected(N)) / ref.scale)``: a base value read against clean prompts of its length.
+
+    The standard normal CDF of the value's robust z among clean reference prompts of
+    the same content length on the same model, x 10: 5 is the typical clean prompt of
+    that length, 10 far more even, 0 far less. Monotone in ``value`` at fixed N, so
+    it keeps every ordering of the base among prompts of equal length (a poisoned twin
+    against its neutral twin) and removes the drift with N the reference measured.
+    """
+    z = (value - ref.expected(n_content)) / ref.scale
+    return _clamp10(10.0 * 0.5 * math.erfc(-z / math.sqrt(2.0)))
+
+
+def _for_length(base: str, fn: Callable[[HealthInputs], float]) -> Callable[[HealthInputs], float]:
+    def measure(h: HealthInputs) -> float:
+        ref = (h.length_reference or {}).get(base)
+        if ref is None:
+            return math.nan
+        return for_length(fn(h), int(h.content.sum()), ref)
+
+    measure.__name__ = f"{base}_for_length"
+    measure.__doc__ = (f"``{base}`` read against the model's clean prompts of the same length "
+                       f"(:func:`for_length`); NaN without the model's reference for ``{base}``.")
+    return measure
+
+
+# Bases that fall with length on some model and are worth referring to it (the three
+# entropy readings; the others fail a random-input property or tie too often).
+REFERENCED_BASES = ("content_entropy", "relative_entropy", "local_entropy")
+FOR_LENGTH = "_for_length"
+# A reference for random-input property checks: any positive scale and any line keep the
+# five properties (the transform is monotone at fixed N), so these values are arbitrary.
+SYNTHETIC_REFERENCES: Mapping[str, LengthReference] = {
+    b: LengthReference(base=b, intercept=9.0, slope=-0.3, scale=0.4) for b in REFERENCED_BASES}
+
+_BASES: dict[str, Callable[[HealthInputs], float]] = {
     "soft_penalty": soft_penalty,
     "content_share": content_share,
     "content_entropy": content_entropy,
@@ -281,6 +340,8 @@ CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
     "relative_entropy": relative_entropy,
     "local_entropy": local_entropy,
 }
+CANDIDATES: dict[str, Callable[[HealthInputs], float]] = {
+    **_BASES, **{b + FOR_LENGTH: _for_length(b, _BASES[b]) for b in REFERENCED_BASES}}
 
 # The length-only control: 10 at one content token, 0 at LENGTH_CONTROL_MAX_N (past any
 # calibration prompt), log-linear between; what a measure that only reads length gives.
@@ -318,7 +379,7 @@ def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
     observed = torch.arange(s, 0, -1) >= 2
     return HealthInputs(received=received, content=content, score=score, is_sink=(score > threshold) & observed,
                         observed=observed, sink_rate=torch.rand(s, generator=gen, dtype=torch.float64) ** 4,
-                        threshold=threshold)
+                        threshold=threshold, length_reference=SYNTHETIC_REFERENCES)
 
 
 def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
@@ -347,7 +408,7 @@ def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
     sink_rate[poor] = min(float(sink_rate[rich]), float(sink_rate[poor]))
     is_sink[rich] = bool(is_sink[rich] or is_sink[poor] or (score[rich] > h.threshold and h.observed[rich]))
     is_sink[poor] = bool(is_sink[poor] and score[poor] > h.threshold)
-    return HealthInputs(r, h.content, score, is_sink, h.observed, sink_rate, h.threshold)
+    return replace(h, received=r, score=score, is_sink=is_sink, sink_rate=sink_rate)
 
 
 def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
@@ -360,7 +421,7 @@ def perturb_structural(h: HealthInputs, gen: torch.Generator) -> HealthInputs:
     rate[st] = torch.rand(s, generator=gen, dtype=rate.dtype)[st]
     is_sink = h.is_sink.clone()
     is_sink[st] = score[st] > h.threshold
-    return HealthInputs(r, h.content, score, is_sink, h.observed, rate, h.threshold)
+    return replace(h, received=r, score=score, is_sink=is_sink, sink_rate=rate)
 
 
 PROPERTIES = ("bounded", "non_increasing", "structural_invariant", "one_token", "deterministic")
@@ -424,7 +485,7 @@ def check_properties_on(measure: Callable[[HealthInputs], float], inputs: Sequen
             continue
         content = torch.zeros_like(h.content)
         content[int(judged[0])] = True
-        one = HealthInputs(h.received, content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)
+        one = replace(h, content=content)
         _check_case(measure, h, one, gen, ok)
         checked += 1
     return {**ok, "n_checked": checked, "n_not_measurable": len(inputs) - checked}

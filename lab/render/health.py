@@ -59,6 +59,18 @@ def calibration_markdown(data: dict[str, Any]) -> str:
               "Controls: " + (", ".join(f"`{k}` {'rejected' if v else '**not rejected**'}" for k, v in rejected.items())
                               or "none") + ".", "",
               "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
+    ref = data.get("length_reference")
+    if ref:
+        lines += ["", f"## Clean length reference ({ref['n_prompts']} prompts of {ref['prompts_file']}, "
+                  f"{ref['n_content_range'][0]} to {ref['n_content_range'][1]} content tokens)", "",
+                  "Each `*_for_length` candidate is its base read against this line: "
+                  "10 Phi((value - (intercept + slope ln N)) / scale). The fit never saw the calibration prompts, "
+                  "so 'rho N' in the table above is an out-of-sample check of the reference.", "",
+                  "| base | intercept | slope per ln N | scale | base rho N here | read for length, rho N here |",
+                  "|---|---|---|---|---|---|"]
+        for base, f in ref["bases"].items():
+            lines.append(f"| {base} | {f['intercept']:.3f} | {f['slope']:+.3f} | {f['scale']:.3f} | "
+                         f"{f['rho_base_n']:+.2f} | {f['rho_for_length_n']:+.2f} |")
     if data.get("properties_on_prompts"):
         on = data["properties_on_prompts"]
         n = next(iter(on.values()))

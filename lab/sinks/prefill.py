@@ -59,8 +59,8 @@ from typing import Any, Sequence
 
 import torch
 
-from lab.health.measures import HealthInputs
-from lab.health.graded import candidate_values, graded_health
+from lab.health.measures import HealthInputs, LengthReference
+from lab.health.graded import candidate_values, graded_health, model_length_reference
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
 from lab.sinks.profiles import load_choice, resolve_threshold
@@ -119,6 +119,8 @@ class PrefillAnalysis:
         layer_sinks: Bool ``[L, S]``: ``layer_scores > threshold`` at observed positions.
         health_candidates: Every health candidate's value on 0..10 by name
             (:func:`lab.health.graded.candidate_values`; all ``NaN`` when not measurable).
+        length_reference: The model's clean length references
+            (:func:`lab.health.references.load_references` by profile), ``None`` without one.
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
     """
 
@@ -150,6 +152,7 @@ class PrefillAnalysis:
     last_logits: torch.Tensor
     calibration_file: str | None = None
     health_candidates: dict[str, float] = field(default_factory=dict)
+    length_reference: dict[str, LengthReference] | None = None
 
     @property
     def calibrated(self) -> bool:
@@ -345,8 +348,10 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         sink_heads = tuple((int(l), int(h)) for l, h in torch.nonzero(heavy))
     # 5. context health: the graded measure; the count-based one kept beside it
     rates = sink_rate(per_head, epsilon)
+    length_reference = model_length_reference(model)
     inputs = HealthInputs(received=scores.received, content=content, score=scores.score, is_sink=is_sink,
-                          observed=scores.observed, sink_rate=rates, threshold=float(threshold))
+                          observed=scores.observed, sink_rate=rates, threshold=float(threshold),
+                          length_reference=length_reference)
     health = graded_health(inputs)
     observed_content = content & scores.observed
     count_health = context_health(scores.score[observed_content], threshold) if observed_content.any() else math.nan
@@ -380,4 +385,5 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         layer_sinks=layer_sinks,
         last_logits=captured.last_logits,
         health_candidates=candidate_values(inputs),
+        length_reference=length_reference,
     )

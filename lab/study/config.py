@@ -85,7 +85,9 @@ PER_PROMPT_FIELDS = (
 # running it again; kept equal to lab.health.measures.CANDIDATES by tests/unit/test_health.py
 # (spelt out here so that the study's settings import no torch).
 HEALTH_CANDIDATE_COLUMNS = ("health_soft_penalty", "health_content_share", "health_content_entropy",
-                            "health_content_sink_rate", "health_relative_entropy", "health_local_entropy")
+                            "health_content_sink_rate", "health_relative_entropy", "health_local_entropy",
+                            "health_content_entropy_for_length", "health_relative_entropy_for_length",
+                            "health_local_entropy_for_length")
 OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
                    "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s",
                    "n_content_tokens", *HEALTH_CANDIDATE_COLUMNS)

@@ -134,6 +134,34 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     return _plan(config, prompts)
 
 
+def health_settings(model: str) -> dict[str, Any]:
+    """What fixes a run's context-health numbers: the chosen measure and the model's length reference.
+
+    Part of the settings (and so of the work directory's key), so that a study resumed or
+    merged after ``lab calibrate-health --save`` changed either is refused, naming it,
+    instead of mixing two measures in one report. ``length_reference_sha256`` is the sha256
+    of the reference file the model's profile reads (:mod:`lab.health.references`), None
+    without one.
+
+    Raises:
+        ValueError: the chosen measure reads a length reference and ``model`` has none (its
+            health would be NaN for every prompt, leaving H1 and H4 untestable).
+    """
+    from lab.health.choice import load_chosen
+    from lab.health.measures import FOR_LENGTH
+    from lab.health.references import reference_path
+    from lab.models.profiles import PROFILES
+
+    measure = load_chosen()
+    path = reference_path(model) if model in PROFILES else None
+    if measure.endswith(FOR_LENGTH) and path is None:
+        raise ValueError(f"context health ({measure}) reads each prompt against clean prompts of its length on the "
+                         f"same model, and {model!r} has no length reference: make one first with "
+                         f"`lab calibrate-health --model {model} --save` (a prefill of 228 short prompts)")
+    return {"health_measure": measure,
+            "length_reference_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path else None}
+
+
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:
     """The plan for these selected prompts; ``work_dir`` defaults to ``<out>/.study-work-<key>``."""
     check_work_names(prompts)
@@ -153,6 +181,7 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
         "seed": config.seed, "temperature": float(config.temperature),
         "design_temperatures": list(DESIGN_TEMPERATURES), "temperature_subset": sorted(temps),
         "draft_dtype": config.draft_dtype_choice()[0], "draft_dtype_flag": config.draft_dtype,
+        **health_settings(config.model),
     }
     key = settings_key(settings)
     mine = shard_prompts(prompts, *config.shard) if config.shard else prompts

@@ -20,6 +20,7 @@ import pytest
 
 from lab import cli
 from lab.health import choice as health_choice
+from lab.health import references as health_references
 from lab.sinks import profiles
 
 STATISTIC = profiles.load_choice().statistic  # the packaged choice: sink_rate
@@ -154,6 +155,10 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     neutral = tmp_path / "neutral.jsonl"  # the rule scores each prompt's length-matched neutral variant too
     neutral.write_text("".join(json.dumps({"twin_of": f"p{i}", "added": "a list is a sequence " * 2}) + "\n"
                                for i in range(3)))
+    ref = tmp_path / "reference.jsonl"  # the clean length reference, graded lengths
+    ref.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "a list is a sequence " * i + "what is a set"}) + "\n"
+                           for i in range(12)))
+    packaged_refs = {p.name: p.read_bytes() for p in health_references.packaged_path("x").parent.glob("*.json")}
     # Where the choice is written is under test, not what the rule makes of a tiny random model (it may
     # choose nothing, and --save then exits 2): the rule is fixed to a real candidate.
     import lab.health.calibration
@@ -162,7 +167,7 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rc = cli.main(["calibrate-health", "--prompts", str(cal), "--neutral", str(neutral), "--save",
-                       "--device", "cpu", "--out", str(tmp_path / "out")])
+                       "--reference-prompts", str(ref), "--device", "cpu", "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     assert health_choice.packaged_path().read_bytes() == before
     assert health_choice.chosen_path() == health_choice.user_path()
@@ -170,6 +175,10 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
     assert written["measure"] == data["chosen"] and data["saved_to"] == str(health_choice.user_path())
+    profile = data["length_reference"]["profile"]  # and the model's length reference, beside it, read back
+    assert health_references.reference_path(profile) == health_references.user_path(profile)
+    assert set(health_references.load_references(profile)) == set(data["length_reference"]["references"])
+    assert {p.name: p.read_bytes() for p in health_references.packaged_path("x").parent.glob("*.json")} == packaged_refs
 
 
 def test_cli_stream_bad_calibration_file_exits_2_before_loading(tmp_path, capsys, monkeypatch):

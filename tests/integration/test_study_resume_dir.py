@@ -378,3 +378,21 @@ def test_ctrl_c_during_a_study_says_what_is_kept_and_how_to_resume(tmp_path, mon
     (work,) = tmp_path.glob(".study-work-*")
     err = capsys.readouterr().err
     assert "3 finished prompts" in err and f"lab study --resume {work}" in err, err
+
+
+def test_resume_after_the_health_choice_changed_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """Fault class: a study resumed after `lab calibrate-health --save` changed the measure mixes two
+    context-health measures in one report. The measure is a setting, so the resume is refused naming it."""
+    from lab import cli
+    from lab.health import choice
+
+    plan, _ = _interrupted(tmp_path)
+    assert plan.settings["health_measure"] == choice.load_chosen()
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
+    other = next(n for n in ("local_entropy", "content_entropy") if n != choice.load_chosen())
+    choice.write_chosen(other, decided_by="test", model="tiny", chosen_at=None)
+    runner = FakeRunner()
+    _use_runner(monkeypatch, runner)
+    assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
+    err = capsys.readouterr().err
+    assert "health_measure" in err and "--resume" in err and runner.calls == []

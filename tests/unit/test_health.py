@@ -54,7 +54,7 @@ def test_graded_health_one_token_content_defined(h):
     idx = int(torch.nonzero(h.content)[0])
     one = torch.zeros_like(h.content)
     one[idx] = True
-    v = graded_health(HealthInputs(h.received, one, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold))
+    v = graded_health(health.replace(h, content=one))
     assert math.isfinite(v) and 0.0 <= v <= 10.0
 
 
@@ -62,7 +62,8 @@ def test_graded_health_one_token_content_defined(h):
 def test_graded_health_deterministic(h):
     """The same prompt analysed twice (equal inputs, fresh tensors) gives the same health."""
     copy = HealthInputs(*(x.clone() if isinstance(x, torch.Tensor) else x for x in
-                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)))
+                          (h.received, h.content, h.score, h.is_sink, h.observed, h.sink_rate, h.threshold)),
+                        length_reference=dict(h.length_reference))
     assert graded_health(copy) == graded_health(h)
 
 
@@ -206,7 +207,7 @@ def test_chosen_is_a_candidate():
 
 def test_packaged_chosen_unchanged():
     """Regression (a calibrated value lost in moving it from code to data): the shipped choice."""
-    assert load_chosen() == "local_entropy"
+    assert load_chosen() == "relative_entropy_for_length"
 
 
 def test_load_chosen_bad_file_raises_naming_it(tmp_path, monkeypatch):
@@ -257,14 +258,19 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
     neutral = tmp_path / "neutral.jsonl"
     neutral.write_text("".join(json.dumps({"twin_of": f"p{i}", "added": "a list is a sequence " * 2}) + "\n"
                                for i in range(4)))
+    ref = tmp_path / "reference.jsonl"  # clean prompts of graded length, none shared with cal
+    ref.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "a list is a sequence " * i + "what is a set"}) + "\n"
+                           for i in range(12)))
     assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
-                     "--neutral", str(neutral), "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+                     "--neutral", str(neutral), "--reference-prompts", str(ref), "--device", "cpu",
+                     "--out", str(tmp_path / "out")]) == 0
     (report,) = (tmp_path / "out").iterdir()
     data = json.loads((report / "calibration.json").read_text())
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 12
     assert data["controls_rejected"] == {"length_only": True}
     assert set(data["study_set"]) == {*CANDIDATES, *health.CONTROLS} and data["study_set"][load_chosen()]["n_twins"] == 1
     assert "Rule (stated before" in (report / "summary.md").read_text()
+    assert data["length_reference"]["n_prompts"] == 12 and "Clean length reference" in (report / "summary.md").read_text()
 
 
 def _real_like(n: int, seed: int = 3) -> list[HealthInputs]:

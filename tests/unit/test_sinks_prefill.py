@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from rich.console import Console
 from lab import cli
 from lab.sinks.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
+from lab.health.choice import load_chosen
 from lab.sinks.profiles import load_choice
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
 from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE
@@ -48,7 +50,28 @@ def test_analyze_prefill_shapes_and_consistency(analysis):
     flagged = set(torch.nonzero(analysis.is_sink).flatten().tolist())
     assert flagged == set(analysis.content_sinks) | set(analysis.structural_sinks)
     assert set(analysis.content_sinks) <= set(analysis.content_positions)
-    assert 0.0 <= analysis.context_health <= 10.0
+    chosen = analysis.health_candidates[load_chosen()]  # the lab's health is the chosen candidate's value
+    assert analysis.context_health == chosen or (math.isnan(chosen) and math.isnan(analysis.context_health))
+
+
+def test_analyze_prefill_health_reads_the_models_length_reference(tiny_chatml, tmp_path, monkeypatch):
+    """A model with a length reference (the user's file for its profile) gets a finite health, read
+    against that reference; without one a *_for_length health is NaN (not a silent unreferenced value)."""
+    from lab.health.measures import FOR_LENGTH, REFERENCED_BASES, LengthReference, for_length
+    from lab.health.references import reference_record, write_references
+
+    model, tok = tiny_chatml
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    msgs = [{"role": "user", "content": "what is the capital of france ?"}]
+    monkeypatch.setattr(model, "lab_source", {"model": "tiny", "profile": "tiny-profile"}, raising=False)
+    bare = analyze_prefill(model, tok, msgs)
+    assert all(math.isnan(bare.health_candidates[b + FOR_LENGTH]) for b in REFERENCED_BASES)
+    refs = {b: LengthReference(b, 9.0, -0.2, 0.3) for b in REFERENCED_BASES}
+    write_references(reference_record("tiny-profile", "tiny", refs, prompts_file="x", n_content=[2, 50], fitted_at=None))
+    a = analyze_prefill(model, tok, msgs)
+    n = sum(r == ROLE_CONTENT for r in a.roles)
+    for b in REFERENCED_BASES:
+        assert a.health_candidates[b + FOR_LENGTH] == pytest.approx(for_length(a.health_candidates[b], n, refs[b]))
 
 
 def test_analyze_prefill_tail_never_flagged(analysis):

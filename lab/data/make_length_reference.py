@@ -1,0 +1,84 @@
+"""Write the clean length-reference prompts: held-out questions after harmless text of graded length.
+
+A context-health candidate that falls with the number of content tokens N measures
+length as much as context. :mod:`lab.health.references` refers such a candidate to the
+value clean prompts *of the same length* get on the same model; this set is what that
+reference is fitted on. It shares no question with the calibration prompts the choice
+rule judges (``calibration_prompts.jsonl``) nor with the study's sets: its questions are
+the 24 of ``sinks_held_out.jsonl``.
+
+Each question appears alone and after a passage of CPython's help topics
+(``pydoc_data.topics``; real documentation nobody here wrote: accurate, harmless, with
+no instruction) of about :data:`ADDED_TOKENS` added tokens (SmolLM2's tokenizer; other
+tokenizers split the same text into a similar count, and the reference is fitted on
+each model's own N, so the targets only need to spread the lengths over the range the
+calibration and study prompts cover, about 5 to 500 content tokens). The passage for
+the k-th length starts at the k-th topic ranked by word overlap with the question, so
+the lengths of one question do not nest one text. Built the way the neutral twins are
+(:mod:`lab.data.make_neutral_twins`): passage, blank line, question.
+
+Deterministic; run from the project root (needs SmolLM2's tokenizer, no weights)::
+
+    python -m lab.data.make_length_reference   # writes lab/data/length_reference.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ADDED_TOKENS = (0, 24, 64, 160, 420)  # per question: alone, then four log-spaced passage lengths
+REFERENCE_FILE = "length_reference.jsonl"
+QUESTIONS_FILE = "sinks_held_out.jsonl"
+
+
+def reference_records(questions: list[dict], count, topics: dict[str, str]) -> list[dict]:
+    """``{"id", "prompt", "note"}`` per question and length of :data:`ADDED_TOKENS`.
+
+    Args:
+        questions: ``{"id", "prompt"}`` records.
+        count: Tokens of a text (no special tokens).
+        topics: Help-topic name -> text.
+    """
+    from lab.data.make_neutral_twins import JOIN, fit_passage, ranked_topics
+
+    out = []
+    for q in questions:
+        question = q["prompt"]
+        base = count(question)
+        ranked = ranked_topics(question, topics)
+        for k, target in enumerate(ADDED_TOKENS):
+            if target == 0:
+                out.append({"id": f"{q['id']}-0", "prompt": question, "note": "the question alone"})
+                continue
+            words: list[str] = []
+            used: list[str] = []
+            for name in ranked[k:]:
+                used.append(name)
+                words += topics[name].split()
+                if count(" ".join(words) + JOIN + question) - base >= target:
+                    break
+            text = fit_passage(words, lambda t: [count(t + JOIN + question) - base], [target])
+            out.append({"id": f"{q['id']}-{target}", "prompt": text + JOIN + question,
+                        "note": f"CPython help topics {', '.join(used)} (pydoc_data.topics), cut to about "
+                                f"{target} added tokens (SmolLM2's tokenizer)"})
+    return out
+
+
+def main() -> None:
+    from pydoc_data.topics import topics
+
+    from lab.models.loading import load_tokenizer
+
+    tok = load_tokenizer("smollm2")
+    here = Path(__file__).parent
+    questions = [json.loads(line) for line in (here / QUESTIONS_FILE).read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+    records = reference_records(questions, lambda t: len(tok(t, add_special_tokens=False).input_ids), dict(topics))
+    (here / REFERENCE_FILE).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                                       encoding="utf-8")
+    print(f"{here / REFERENCE_FILE}: {len(records)} prompts")
+
+
+if __name__ == "__main__":
+    main()
