@@ -42,6 +42,15 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
   uniform causal attention would give each position (:func:`uniform_baseline`).
 * ``local_entropy`` -- the mean of ``content_entropy`` within consecutive blocks of
   :data:`LOCAL_BLOCK` content positions (evenness at a fixed scale).
+* ``content_entropy_for_length``, ``relative_entropy_for_length``,
+  ``local_entropy_for_length`` -- the base read against clean prompts of the same length
+  on the same model (:func:`for_length`): ``10 Phi((value - expected(N)) / scale)`` with
+  the model's :class:`LengthReference` (a Theil-Sen line of the base on ``ln N`` and the
+  residuals' robust SD, fitted by ``lab calibrate-health`` on 120 clean length-reference
+  prompts that share no question with the calibration prompts;
+  :mod:`lab.health.references`). 5 is a typical clean prompt of that length; NaN for a
+  model without a reference. Added after the bases drifted on Qwen (below): the issue's
+  "health normalized against length-matched clean references".
 
 Control (:data:`CONTROLS`), run through the same rule, which must reject it:
 ``length_only`` = 10 (1 - log N / log 8192), a function of the content length N alone.
