@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -54,7 +55,7 @@ def test_graded_health_one_token_content_defined(h):
     idx = int(torch.nonzero(h.content)[0])
     one = torch.zeros_like(h.content)
     one[idx] = True
-    v = graded_health(health.replace(h, content=one))
+    v = graded_health(dataclasses.replace(h, content=one))
     assert math.isfinite(v) and 0.0 <= v <= 10.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import dataclasses
 import math
 import warnings
 
@@ -74,7 +75,7 @@ def test_for_length_candidates_have_the_five_properties_and_need_a_reference():
         assert all(check_properties(fn, cases=40).values())
         ref = h.length_reference[base]
         assert fn(h) == pytest.approx(for_length(CANDIDATES[base](h), 12, ref))
-        assert math.isnan(fn(health.replace(h, length_reference=None)))
+        assert math.isnan(fn(dataclasses.replace(h, length_reference=None)))
 
 
 def test_rule_prefers_the_reading_for_length_over_its_drifting_base():
