@@ -7,12 +7,12 @@ queries to judge. Which candidate it applies is packaged data
 (``lab/health/chosen.json``, :func:`lab.health.choice.load_chosen`), or the user's own
 choice written by ``lab calibrate-health --save``.
 
-Context health keeps one scale: 0..10, where 10 means the attention a prompt's
-content receives is spread evenly (at the chosen measure's scale) and lower values
-mean more of it pooled on a few positions. What it measures is the chosen
-candidate's reading (below): since the length-matched calibration it is local
-attention evenness, which does not drift with length and does not tell a
-distractor from relevant text of the same length. The
+Context health keeps one scale: 0..10. What it measures is the chosen candidate's
+reading (below): since the clean length references it is how evenly the content's
+received attention spreads (relative to uniform causal attention) *against clean prompts
+of the same length on the same model*, 5 being typical; it does not drift with length on
+the three families calibrated, and at equal length it ranks a distractor below relevant
+text on two of them. The
 count-based score of :func:`lab.sinks.scores.context_health` is 10 for every clean prompt
 of the study (no clean prompt has a content sink at the calibrated threshold), so
 it cannot rank clean prompts; it stays in the study as ``content_sink_health``.
@@ -87,36 +87,32 @@ the Spearman correlation of the value with the content length N lies within
 [-0.2, 0.2] (:data:`lab.health.calibration.LENGTH_RHO_TOLERANCE`). The clean prompts
 alone span too few lengths (5 to 40 tokens) for a drift to show.
 
-Calibration result (``lab calibrate-health --save``, 2026-12-02; embedded
-SmolLM2-135M-Instruct, float32, CPU; 36 clean calibration prompts, their 36 poisoned
-and 36 neutral variants; busy machine). rho N / clean-prompt IQR / largest tie share /
-poisoned below neutral / poisoned below (shorter) clean:
+Calibration result (``lab calibrate-health --save``, 2026-12-02, float32 on CPU; 36 clean
+calibration prompts, their 36 poisoned and 36 neutral variants, per family; the full
+tables are in ``docs/results.md``). rho N over clean + neutral / poisoned below neutral:
 
-=====================  =======================  =====  ====  ====  =====  =====
-candidate              properties               rho N  IQR   tie   <neut  <clean
-=====================  =======================  =====  ====  ====  =====  =====
-soft_penalty           non-increasing fails     +0.17  0.02  50 %  17/36  14/36
-content_share          3 fail                   +0.97  1.09  3 %   32/36  0/36
-content_entropy        length-neutral fails     -0.54  0.45  8 %   27/36  33/36
-content_sink_rate      length-neutral fails     +0.50  0.10  28 %  17/36  10/36
-relative_entropy       length-neutral fails     -0.77  0.41  6 %   27/36  35/36
-local_entropy          all six hold             +0.05  0.51  8 %   12/36  15/36
-length_only (control)  length-neutral fails     -1.00  0.66  11 %  3/36   36/36
-=====================  =======================  =====  ====  ====  =====  =====
+==============================  ==============  ==============  ==============
+candidate                       SmolLM2-135M    Qwen2.5-Coder   Gemma-3-270M
+==============================  ==============  ==============  ==============
+content_entropy                 -0.54  27/36    -0.91  23/36    -0.94  31/36
+relative_entropy                -0.77  27/36    -0.92  25/36    -0.93  32/36
+local_entropy                   +0.05  12/36    -0.59  21/36    -0.53  24/36
+content_entropy_for_length      -0.14  27/36    -0.24  22/36    -0.10  33/36
+relative_entropy_for_length     -0.13  28/36    -0.19  22/36    -0.16  32/36
+local_entropy_for_length        +0.01  12/36    -0.50  21/36    +0.05  24/36
+length_only (control)           -1.00   3/36    -1.00  33/36    -1.00  11/36
+==============================  ==============  ==============  ==============
 
-The control is rejected. Only ``local_entropy`` is eligible (its block size was set
-after seeing these prompts: blocks of 16 drifted at -0.18), so step 4 chooses it; it
-orders 12 of 36 poisoned variants below their neutral twin, fewer than chance would.
-**Finding: no length-neutral candidate separates a distractor from relevant text of
-the same length**; the two that order most poisoned variants below the neutral ones
-(``relative_entropy`` and ``content_entropy``, 27/36 each) fall with length. So the lab's
-"context health" is what the chosen measure reads: how evenly the content's received
-attention spreads at the scale of a few tokens (local attention evenness), on a scale
-that does not drift with length; it is not a detector of distractors. The former
-choice, ``content_entropy``, ordered 33 of 36 poisoned variants below their clean twin
-largely because they are longer. On Qwen2.5-Coder-1.5B (same day, first 12 calibration
-prompts) every candidate drifts with length (``local_entropy`` -0.75, ``content_entropy``
--0.88) and the rule chooses nothing; the packaged choice is SmolLM2's.
+Every base drifts with length on the larger models; read for its length, the drift is
+within the tolerance out of sample (the reference never saw these prompts). The rule
+chooses ``relative_entropy_for_length`` on SmolLM2 (packaged) and on Qwen2.5-Coder (the
+only eligible one there); on Gemma-3 ``content_entropy_for_length`` by one pair. The
+control is rejected on all three; no candidate is admissible (none orders all 36). At
+equal length the chosen measure ranks a distractor below relevant text on SmolLM2 (28/36,
+sign test p 0.001) and Gemma-3 (32/36, p 2e-6), and not detectably on Qwen2.5-Coder-1.5B
+(22/36, p 0.24). Before the references (same day), the only eligible candidate was
+``local_entropy``, which separated nothing (12/36) and drifted on Qwen (-0.75 on 12
+prompts, -0.59 on 36).
 """
 
 from __future__ import annotations

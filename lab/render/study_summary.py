@@ -103,9 +103,12 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"with gamma {s['gamma']}, so alpha is the probabilistic acceptance rate (Leviathan et al. 2023). "
         f"H6 subset: {len(s.get('temperature_subset', []))} clean prompts also decoded speculatively at "
         f"temperatures {', '.join(f'{t:g}' for t in s.get('design_temperatures', []))}.",
-        "- Context health: `lab.health.graded.graded_health`, the candidate of `lab.health.measures` named in "
-        "`lab/health/chosen.json` (chosen by `lab calibrate-health` on the calibration "
-        "prompts); the count-based score is kept as `content_sink_health` in per_prompt.csv.",
+        f"- Context health: `{s.get('health_measure', '?')}` (`lab.health.graded.graded_health`, the candidate "
+        "`lab calibrate-health` chose on the calibration prompts"
+        + (f"; read against the model's clean length reference, sha256 {s['length_reference_sha256'][:12]}"
+           if s.get("length_reference_sha256") else "")
+        + "); every candidate's value and the content length are in per_prompt.csv (`health_*`, "
+        "`n_content_tokens`), and the count-based score as `content_sink_health`.",
         f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
         f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "
         f"({study['timing']['n_resumed']} prompts resumed or merged from earlier runs; "
