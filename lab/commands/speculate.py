@@ -135,9 +135,6 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
-    for note in chosen.notes:
-        err.print(f"note: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-    err.print(chosen.summary_line(), markup=False, highlight=False, soft_wrap=True)
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         try:
@@ -145,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
                                dtype=setup.draft_dtype)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
+    # the set-up in force, once the draft is admitted (a refused draft stays a one-line error)
+    for note in chosen.notes:
+        err.print(f"note: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    err.print(chosen.summary_line(), markup=False, highlight=False, soft_wrap=True)
     cost = draft.cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
