@@ -11,11 +11,12 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from lab.models import loading as lab_models
+from lab.models.profiles import PROFILES
 from lab.models.devices import parse_dtype, resolve_device
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
 from lab.sources import SOURCES, load_prompt_set
@@ -150,7 +151,6 @@ def health_settings(model: str) -> dict[str, Any]:
     from lab.health.choice import load_chosen
     from lab.health.measures import FOR_LENGTH
     from lab.health.references import reference_path
-    from lab.models.profiles import PROFILES
 
     measure = load_chosen()
     path = reference_path(model) if model in PROFILES else None
@@ -236,6 +236,13 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
                           draft_dtype=s["draft_dtype_flag"],
                           **{"out": str(path.parent), **overrides})
+        # settings store the draft resolved (the profile's, when none was given), and a profile
+        # draft given by default takes the study's measured dtype while one given by name does
+        # not: of the two configs naming that draft, take the one that reproduces the stored dtype
+        profile = PROFILES.get(s["model"])
+        if (profile is not None and profile.draft == s["draft"] and s["draft_dtype_flag"] is None
+                and cfg.draft_dtype_choice()[0] != s["draft_dtype"]):
+            cfg = replace(cfg, draft=None)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None
     return cfg

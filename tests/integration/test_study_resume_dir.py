@@ -396,3 +396,21 @@ def test_resume_after_the_health_choice_changed_is_refused_naming_it(tmp_path, m
     assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
     err = capsys.readouterr().err
     assert "health_measure" in err and "--resume" in err and runner.calls == []
+
+
+def test_resume_of_a_profile_study_with_its_measured_draft_dtype_is_accepted(tmp_path):
+    """Fault class: a qwen2.5-coder study started without --draft takes the study's measured draft
+    dtype (bfloat16), but its settings store the draft by name, and a draft given by name takes
+    the target's dtype: every resume was refused ("differs in draft_dtype"). Negative control: the
+    same draft given by name at the start keeps the target's dtype, and resumes as such."""
+    from lab.study.work import plan_from_work_dir, write_json_atomic, write_prompt_set
+
+    for draft, want in ((None, "bfloat16"), ("qwen2.5-coder-0.5b", None)):
+        out = tmp_path / str(draft)
+        plan = plan_study(StudyConfig(model="qwen2.5-coder", draft=draft, limit=3, device="cpu", out=str(out)))
+        assert plan.settings["draft_dtype"] == want
+        plan.work_dir.mkdir(parents=True)
+        write_json_atomic(plan.work_dir / "settings.json", plan.settings)
+        write_prompt_set(plan)
+        resumed = plan_from_work_dir(plan.work_dir)
+        assert resumed.settings == plan.settings and resumed.config.draft == draft
