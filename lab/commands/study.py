@@ -32,7 +32,7 @@ import argparse
 import logging
 import os
 
-from lab.commands.common import add_model_args, add_out_arg
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "power) and write a report directory.",
     )
     add_model_args(p)
+    add_draft_weights_arg(p)
     p.add_argument("--draft", default=None,
                    help="draft spec: early-exit:N, prompt-lookup or a model name (default: the profile's draft)")
     p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
@@ -102,7 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.
 RESUME_FIXED = {"model": "model", "draft": "draft", "device": "device", "dtype": "dtype", "prompts": "prompts_sha256",
                 "limit": "limit", "max_new_tokens": "max_new_tokens", "gamma": "gamma", "seed": "seed",
-                "temperature": "temperature", "draft_dtype": "draft_dtype_flag"}
+                "temperature": "temperature", "draft_dtype": "draft_dtype_flag", "weights": "weights",
+                "draft_weights": "draft_weights"}
+# Settings recorded only when not at their default (float32 weights): absent means this.
+RESUME_DEFAULTS = {"weights": "float32", "draft_weights": "float32"}
 
 
 def _fresh_config(args: argparse.Namespace):
@@ -115,7 +119,7 @@ def _fresh_config(args: argparse.Namespace):
                        gamma=pick(args.gamma, DEFAULT_GAMMA), seed=pick(args.seed, 0),
                        temperature=pick(args.temperature, DEFAULT_TEMPERATURE), device=args.device,
                        dtype=args.dtype, out=pick(args.out, "reports"), n_resamples=args.resamples,
-                       draft_dtype=args.draft_dtype)
+                       draft_dtype=args.draft_dtype, weights=args.weights, draft_weights=args.draft_weights)
 
 
 def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
@@ -128,8 +132,8 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
     out = []
     for dest, key in RESUME_FIXED.items():
         typed = getattr(args, dest)
-        if typed is None:
-            continue
+        if typed is None or (dest in ("weights", "draft_weights") and typed == "float32"):
+            continue  # not typed (the weights flags default to float32: typed or not, DIR decides)
         value = typed
         if dest == "device":
             value = str(resolve_device(typed))
@@ -139,7 +143,7 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
             value = prompts_digest(select_prompts(load_prompt_set(typed), settings.get("limit")))
         elif dest == "temperature":
             value = float(typed)
-        if value != settings.get(key):
+        if value != settings.get(key, RESUME_DEFAULTS.get(key)):
             was = "another prompt set" if dest == "prompts" else repr(settings.get(key))
             out.append(f"--{dest.replace('_', '-')} {typed!r} (DIR has {was})")
     return out
@@ -182,9 +186,6 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     if args.merge:
         return _merge(args)
-    if args.weights != "float32":  # the study's work files and resume do not record a representation yet
-        raise ValueError(f"--weights {args.weights}: the study runs float32 weights only for now; run the other "
-                         "commands with --weights, or the study without it")
     cluster = cluster_config(args)
     if cluster is None:
         set_threads(args.threads)

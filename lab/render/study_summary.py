@@ -109,7 +109,9 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
            if s.get("length_reference_sha256") else "")
         + "); every candidate's value and the content length are in per_prompt.csv (`health_*`, "
         "`n_content_tokens`), and the count-based score as `content_sink_health`.",
-        f"- Model: {s['model']} on {s['device']} ({s['dtype']}); draft `{s['draft']}`.",
+        f"- Model: {s['model']} on {s['device']} ({s['dtype']}"
+        + (f", {s['weights']} weights" if s.get("weights") else "") + f"); draft `{s['draft']}`"
+        + (f" ({s['draft_weights']} weights)" if s.get("draft_weights") else "") + ".",
         f"- Wall time: {study['timing']['wall_s_total']:.1f} s for this run "
         f"({study['timing']['n_resumed']} prompts resumed or merged from earlier runs; "
         f"{study['timing']['compute_s_prompts']:.1f} s of per-prompt compute in all).",

@@ -11,6 +11,7 @@ from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
 from lab.analysis.claims import H6_COLUMNS
 from lab.prompts import StudyPrompt
+from lab.models.weights import WEIGHTS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
 
@@ -175,6 +176,10 @@ class StudyConfig:
             :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`); ``None`` =
             the study's measured choice for the profile (:data:`STUDY_DRAFT_DTYPES`),
             else the target's dtype. Only a draft with its own weights has one.
+        weights, draft_weights: The linear layers' representation of the target and of a
+            draft with weights of its own (:data:`lab.models.weights.WEIGHTS`; ``q4`` reads a
+            GGUF profile's own 4-bit codes). Recorded in the settings only when not
+            ``float32``, so float32 work directories keep their key.
     """
 
     model: str = DEFAULT_PROFILE
@@ -191,8 +196,13 @@ class StudyConfig:
     out: str = "reports"
     n_resamples: int = N_RESAMPLES
     draft_dtype: str | None = None
+    weights: str = "float32"
+    draft_weights: str = "float32"
 
     def __post_init__(self) -> None:
+        for name in ("weights", "draft_weights"):
+            if getattr(self, name) not in WEIGHTS:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {', '.join(WEIGHTS)}")
         if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPE_CHOICES:
             raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPE_CHOICES)}")
         for name in ("max_new_tokens", "gamma", "n_resamples"):

@@ -77,11 +77,13 @@ class ModelRunner:
         if check_draft_spec(spec) != "model":  # early-exit / prompt lookup: no weights of their own
             dtype, source = None, "the target's (the draft shares its weights or has none)"
         t0 = time.perf_counter()
-        target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype)
-        draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype)
+        target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype,
+                                                  weights=config.weights)
+        draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype, weights=config.draft_weights)
         info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
                 "draft": spec, "draft_name": draft.name,
-                "load_s": time.perf_counter() - t0, **model_dtypes(target, draft, source)}
+                "load_s": time.perf_counter() - t0, "weights": config.weights, "draft_weights": config.draft_weights,
+                **model_dtypes(target, draft, source)}
         return cls(target, tokenizer, draft, config, info)
 
     def _speculative(self, input_ids: Any, temperature: float, seed: int, target_cache: Any = None) -> Any:

@@ -182,6 +182,9 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
         "design_temperatures": list(DESIGN_TEMPERATURES), "temperature_subset": sorted(temps),
         "draft_dtype": config.draft_dtype_choice()[0], "draft_dtype_flag": config.draft_dtype,
         **health_settings(config.model),
+        # only when not float32: float32 directories written before the option keep their key
+        **({"weights": config.weights} if config.weights != "float32" else {}),
+        **({"draft_weights": config.draft_weights} if config.draft_weights != "float32" else {}),
     }
     key = settings_key(settings)
     mine = shard_prompts(prompts, *config.shard) if config.shard else prompts
@@ -234,7 +237,8 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         cfg = StudyConfig(model=s["model"], draft=s["draft"], prompts=s["prompts_file"], limit=s["limit"],
                           max_new_tokens=s["max_new_tokens"], gamma=s["gamma"], seed=s["seed"],
                           temperature=s["temperature"], device=s["device"], dtype=s["dtype"],
-                          draft_dtype=s["draft_dtype_flag"],
+                          draft_dtype=s["draft_dtype_flag"], weights=s.get("weights", "float32"),
+                          draft_weights=s.get("draft_weights", "float32"),
                           **{"out": str(path.parent), **overrides})
         # settings store the draft resolved (the profile's, when none was given), and a profile
         # draft given by default takes the study's measured dtype while one given by name does

@@ -110,3 +110,14 @@ def test_commands_run_with_q4_weights_and_record_them(command, lab_log):
     data = json.loads((report / "report.json").read_text())
     text = json.dumps(data)
     assert '"weights": "q4"' in text, f"{report}/report.json does not record the weights"
+
+
+def test_study_runs_on_q4_weights_and_records_them(lab_log):
+    """`lab study --weights q4` (SmolLM2's own 4-bit codes, early-exit draft) runs end to end; the
+    representation is a setting of the work directory and named in the summary."""
+    rc, report = lab_log.cli(["study", "--model", "smollm2", "--weights", "q4", "--limit", "2",
+                              "--max-new-tokens", "6", "--resamples", "99", "--device", "cpu"])
+    assert rc == 0 and report is not None
+    study = json.loads((report / "study.json").read_text())
+    assert study["settings"]["weights"] == "q4"
+    assert "q4 weights" in (report / "summary.md").read_text()
