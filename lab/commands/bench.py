@@ -266,6 +266,39 @@ SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "d
                          "prompt_lookup")  # flags that choose another schedule
 
 
+def _model_draft_args(args: argparse.Namespace, no_model: str):
+    """``(device, threads, draft spec, kind)`` for a bench mode that needs a draft of its own;
+    ``no_model`` (with ``{}`` for the spec) is the error for a prompt-lookup draft."""
+    from lab.commands.speculate import resolve_draft_spec
+    from lab.machine import set_threads
+    from lab.models.loading import check_draft_available
+    from lab.speculative.draft_specs import check_draft_spec
+
+    device = check_model_args(args)
+    threads = set_threads(args.threads)
+    draft_spec = resolve_draft_spec(args)
+    kind = check_draft_spec(draft_spec)
+    if kind == "prompt-lookup":
+        raise ValueError(no_model.format(draft_spec))
+    if kind == "model":
+        check_draft_available(draft_spec)
+    return device, threads, draft_spec, kind
+
+
+def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err):
+    """The target (``--weights``) and the draft (``--draft-weights``), a draft failure named as the draft's."""
+    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.speculative.draft_specs import make_draft
+
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
+        except ModelUnavailableError as exc:
+            raise as_draft_error(exc, draft_spec) from None
+    return model, tokenizer, draft
+
+
 def run_seed_tables(args: argparse.Namespace) -> int:
     """``lab bench --seed-tables``: both of the seed's Part 3 schedules, one report with its figures beside.
 
@@ -277,15 +310,12 @@ def run_seed_tables(args: argparse.Namespace) -> int:
 
     from lab.bench.run import run_bench
     from lab.bench.seed_tables import compare, seed_passage, seed_prompt, seed_table_configs
-    from lab.commands.speculate import resolve_draft_spec
     from lab.decode import check_context
-    from lab.machine import LoadLog, set_threads
+    from lab.machine import LoadLog
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
-    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.seed_tables import seed_tables_markdown
     from lab.reports import environment, report_dir, to_jsonable
-    from lab.speculative.draft_specs import check_draft_spec, make_draft
 
     # 1. Validate before loading.
     typed = [f"--{name.replace('_', '-')}" for name in SEED_TABLES_EXCLUSIVE if getattr(args, name, None)]
@@ -295,23 +325,12 @@ def run_seed_tables(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed-tables runs the seed's own schedule and sampling; drop {', '.join(typed)}")
     configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
     passage = seed_passage()
-    device = check_model_args(args)
-    threads = set_threads(args.threads)
-    draft_spec = resolve_draft_spec(args)
-    kind = check_draft_spec(draft_spec)
-    if kind == "prompt-lookup":
-        raise ValueError(f"--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {draft_spec}")
-    if kind == "model":
-        check_draft_available(draft_spec)
+    device, threads, draft_spec, kind = _model_draft_args(
+        args, "--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
 
     # 2. Load and run both schedules (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
-        try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
-        except ModelUnavailableError as exc:
-            raise as_draft_error(exc, draft_spec) from None
+    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
     ids = [encode_chat(tokenizer, build_messages(seed_prompt(passage))).to(device)]
     for config in configs.values():
         check_context(model, ids[0].shape[1], config.max_new_tokens, arg="--max-new-tokens")
@@ -356,15 +375,12 @@ def run_tune(args: argparse.Namespace) -> int:
     from lab.bench.levers import CODE_PROMPTS
     from lab.bench.run import run_bench
     from lab.bench.tune import TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, choose, tune_configs
-    from lab.commands.speculate import resolve_draft_spec
     from lab.decode import check_context
-    from lab.machine import LoadLog, set_threads
+    from lab.machine import LoadLog
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
-    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
     from lab.reports import environment, report_dir, to_jsonable
-    from lab.speculative.draft_specs import check_draft_spec, make_draft
     from lab.tuning import machine_key, write_tuned
 
     # 1. Validate before loading.
@@ -380,14 +396,8 @@ def run_tune(args: argparse.Namespace) -> int:
         raise ValueError(f"--tune --humaneval {he_spec!r}: tuning runs on the tuning split only (the held-back "
                          "problems certify a choice and are never tuned on)")
     gammas = _parse_gammas(args.gammas) if args.gammas != DEFAULT_GAMMAS else TUNE_GAMMAS
-    device = check_model_args(args)
-    threads = set_threads(args.threads)
-    draft_spec = resolve_draft_spec(args)
-    kind = check_draft_spec(draft_spec)
-    if kind == "prompt-lookup":
-        raise ValueError(f"--tune chooses a draft model's set-up; --draft {draft_spec} has none to tune")
-    if kind == "model":
-        check_draft_available(draft_spec)
+    device, threads, draft_spec, kind = _model_draft_args(
+        args, "--tune chooses a draft model's set-up; --draft {} has none to tune")
     configs = tune_configs(model_draft=kind == "model", gammas=gammas,
                            max_new_tokens=args.max_new_tokens or TUNE_MAX_NEW_TOKENS,
                            repeats=args.repeats or TUNE_REPEATS, seed=args.seed)
@@ -397,12 +407,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
     # 2. Load and run both modes (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
-        try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
-        except ModelUnavailableError as exc:
-            raise as_draft_error(exc, draft_spec) from None
+    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
     ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
     for prompt_ids in ids:
         check_context(model, prompt_ids.shape[1], configs["greedy"].max_new_tokens, arg="--max-new-tokens")
