@@ -199,3 +199,19 @@ def assert_same_track_steps(ref, got) -> dict:
         assert [t for t, _, _ in a.alternatives] == [t for t, _, _ in b.alternatives], a.position
     assert got.text == ref.text and got.stop_reason == ref.stop_reason
     return worst
+
+
+def patch_tiny_loader(monkeypatch) -> None:
+    """Make ``lab.models.loading.load_model`` return a tiny random Llama (ChatML tokenizer, 4096
+    positions) for any name, and every model available: the CLI's paths without weights."""
+    from lab.models import loading
+
+    tok = chatml_tokenizer()
+
+    def tiny_load(name, **kw):
+        model = tiny_llama(vocab_size=len(tok), max_positions=4096)
+        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
+        return model, tok
+
+    monkeypatch.setattr(loading, "load_model", tiny_load)
+    monkeypatch.setattr(loading, "check_model_available", lambda name: None)

@@ -299,6 +299,21 @@ def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, er
     return model, tokenizer, draft
 
 
+def _run_configs(model, draft, ids, configs: dict, *, eos, threads: int, err, label: str, groups=None) -> dict:
+    """``run_bench`` once per named configuration (each with its own load log), as JSON-ready dicts."""
+    from lab.bench.run import run_bench
+    from lab.machine import LoadLog
+    from lab.reports import to_jsonable
+
+    out = {}
+    for name, config in configs.items():
+        with err.status(f"{label}: {name}") as status:
+            out[name] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos,
+                                              load_log=LoadLog(threads=threads), prompt_groups=groups,
+                                              progress=lambda msg, n=name: status.update(f"{n}: {msg}")))
+    return out
+
+
 def run_seed_tables(args: argparse.Namespace) -> int:
     """``lab bench --seed-tables``: both of the seed's Part 3 schedules, one report with its figures beside.
 
@@ -308,10 +323,8 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.run import run_bench
     from lab.bench.seed_tables import compare, seed_passage, seed_prompt, seed_table_configs
     from lab.decode import check_context
-    from lab.machine import LoadLog
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.seed_tables import seed_tables_markdown
@@ -335,12 +348,7 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     for config in configs.values():
         check_context(model, ids[0].shape[1], config.max_new_tokens, arg="--max-new-tokens")
     eos = sorted(eos_token_ids(model, tokenizer))
-    results = {}
-    for part, config in configs.items():
-        load_log = LoadLog(threads=threads)
-        with err.status(f"seed tables: {part}") as status:
-            results[part] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos, load_log=load_log,
-                                                  progress=lambda msg, p=part: status.update(f"{p}: {msg}")))
+    results = _run_configs(model, draft, ids, configs, eos=eos, threads=threads, err=err, label="seed tables")
 
     # 3. Compare, show, 4. write the report atomically.
     report = {"kind": "bench-seed-tables", "model": dict(model.lab_source), "draft": draft_spec, "passage": passage,
@@ -373,10 +381,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
     from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
     from lab.bench.levers import CODE_PROMPTS
-    from lab.bench.run import run_bench
     from lab.bench.tune import TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, choose, tune_configs
     from lab.decode import check_context
-    from lab.machine import LoadLog
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
@@ -412,13 +418,8 @@ def run_tune(args: argparse.Namespace) -> int:
     for prompt_ids in ids:
         check_context(model, prompt_ids.shape[1], configs["greedy"].max_new_tokens, arg="--max-new-tokens")
     eos = sorted(eos_token_ids(model, tokenizer))
-    benches = {}
-    for mode, config in configs.items():
-        load_log = LoadLog(threads=threads)
-        with err.status(f"tuning: {mode}") as status:
-            benches[mode] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos, load_log=load_log,
-                                                  prompt_groups=groups,
-                                                  progress=lambda msg, m=mode: status.update(f"{m}: {msg}")))
+    benches = _run_configs(model, draft, ids, configs, eos=eos, threads=threads, err=err, label="tuning",
+                           groups=groups)
     setup, measured = choose(benches)
     machine = machine_key(threads)
     measured["busy"] = {mode: bool((b.get("machine_load") or {}).get("busy")) for mode, b in benches.items()}

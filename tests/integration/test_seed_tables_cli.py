@@ -15,18 +15,9 @@ from lab.bench.seed_tables import SEED_CACHING, SEED_GAMMA_SWEEP
 
 
 def _tiny_models(monkeypatch):
-    from lab.models import loading
     from tests import support
 
-    tok = support.chatml_tokenizer()
-
-    def tiny_load(name, **kw):
-        model = support.tiny_llama(vocab_size=len(tok), max_positions=4096)
-        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
-        return model, tok
-
-    monkeypatch.setattr(loading, "load_model", tiny_load)
-    monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+    support.patch_tiny_loader(monkeypatch)
 
 
 def test_cli_seed_tables_writes_both_tables_beside_the_seeds_figures(tmp_path, capsys, monkeypatch):

@@ -16,18 +16,9 @@ from lab.tuning import read_tuned, machine_key
 
 
 def _tiny_models(monkeypatch):
-    from lab.models import loading
     from tests import support
 
-    tok = support.chatml_tokenizer()
-
-    def tiny_load(name, **kw):
-        model = support.tiny_llama(vocab_size=len(tok), max_positions=4096)
-        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
-        return model, tok
-
-    monkeypatch.setattr(loading, "load_model", tiny_load)
-    monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+    support.patch_tiny_loader(monkeypatch)
 
 
 def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monkeypatch):
