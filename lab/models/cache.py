@@ -14,6 +14,14 @@ A truncated or overwritten ``model.safetensors`` there would reach safetensors a
 
 :func:`cache_problem` says what is wrong, or ``None``; :mod:`lab.models.loading` then rebuilds
 the cache from the GGUF source, saying so.
+
+The manifest also records the source the cache was made from: the GGUF file's name, size,
+sha256 and modification time (:func:`source_record`). A cache is only as good as its source:
+a package upgrade that replaces a GGUF file under the same name (another quantization, a
+re-upload) would otherwise go on serving weights made from the old file.
+:func:`source_problem` compares the record with the file as it is now (size first; the sha256
+only when the modification time moved), and :mod:`lab.models.loading` and
+:mod:`lab.models.quantize` rebuild a cache whose source changed.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from pathlib import Path
 from typing import Iterator
 
 MANIFEST = "lab-cache.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 1 recorded the source by name only; 2 by name, size, sha256 and mtime
 # A safetensors header is a JSON index of tensor names, dtypes, shapes and offsets:
 # kilobytes for these models. A "length" past this is garbage, not a header.
 MAX_SAFETENSORS_HEADER = 100 * 2**20
@@ -51,12 +59,92 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(folder: Path, source: str) -> Path:
+def source_record(path: Path) -> dict:
+    """What a cache was made from: ``{"name", "size", "sha256", "mtime_ns"}`` of the file ``path``.
+
+    Raises:
+        OSError: ``path`` cannot be read.
+    """
+    st = path.stat()
+    return {"name": path.name, "size": st.st_size, "sha256": file_sha256(path), "mtime_ns": st.st_mtime_ns}
+
+
+def _rewrite_source(folder: Path, manifest: dict, record: dict) -> None:
+    """Store ``record`` as the manifest's source, atomically (a reader sees the old or the new file)."""
+    manifest = {**manifest, "source": record}
+    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / MANIFEST)
+    except OSError:  # a read-only cache still serves; the check just repeats next time
+        tmp.unlink(missing_ok=True)
+
+
+def source_problem(folder: Path, src: Path | dict) -> str | None:
+    """Whether the cache ``folder`` was made from the source ``src`` as it is now; ``None`` when it was.
+
+    ``src`` is either the GGUF file itself or, where the file is pinned (a chunked profile's
+    :class:`lab.models.gguf_chunks.ChunkedGGUF`: name, size and sha256 fixed in code, checked
+    whenever the file is joined), that pinned record, which is compared without touching the
+    file. For a file, the manifest's record (:func:`source_record`) must name it with its size;
+    when its modification time differs from the record, its sha256 must match (a reinstall of
+    the same bytes passes, and the record's time is updated so the next use does not hash again).
+    A manifest of the first format recorded only the name: a matching name is taken on trust once,
+    and the full record is written in its place. A cache without a manifest (older still) cannot be
+    checked and is left to :func:`cache_problem`.
+
+    Args:
+        folder: A cache directory that :func:`cache_problem` accepted.
+        src: The GGUF file the cache would be made from now, or its pinned
+            ``{"name", "size", "sha256"}``.
+
+    Returns:
+        A sentence naming the difference, or ``None``.
+    """
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        recorded = manifest.get("source")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return f"{MANIFEST} is unreadable"
+    name = src["name"] if isinstance(src, dict) else src.name
+    if isinstance(recorded, str):  # MANIFEST_FORMAT 1: the name only
+        if recorded != name:
+            return f"it was made from {recorded}, not {name}"
+        try:
+            _rewrite_source(folder, manifest, dict(src) if isinstance(src, dict) else source_record(src))
+        except OSError as exc:
+            return f"its source {src} cannot be read ({exc.strerror or exc})"
+        return None
+    if not isinstance(recorded, dict) or not {"name", "size", "sha256"} <= recorded.keys():
+        return f"{MANIFEST} does not record its source"
+    if recorded["name"] != name:
+        return f"it was made from {recorded['name']}, not {name}"
+    if isinstance(src, dict):
+        if (recorded["size"], recorded["sha256"]) != (src["size"], src["sha256"]):
+            return f"{name} is pinned to another file now (size or sha256 differ from the cache's source)"
+        return None
+    try:
+        st = src.stat()
+    except OSError as exc:
+        return f"its source {src} cannot be read ({exc.strerror or exc})"
+    if recorded["size"] != st.st_size:
+        return f"it was made from a {recorded['size']:,}-byte {name}; that file now has {st.st_size:,} bytes"
+    if recorded.get("mtime_ns") != st.st_mtime_ns:
+        if file_sha256(src) != recorded["sha256"]:
+            return f"{name} was replaced since the cache was made (its sha256 differs)"
+        _rewrite_source(folder, manifest, {**recorded, "mtime_ns": st.st_mtime_ns})
+    return None
+
+
+def write_manifest(folder: Path, source: str | dict) -> Path:
     """Record size, sha256 and mtime of every file in ``folder`` (call before it is renamed into place).
 
     Args:
         folder: The finished cache directory (its staging name).
-        source: What it was built from (the GGUF file name), for the record.
+        source: What it was built from: a :func:`source_record` (a GGUF file), or a label.
     """
     files = {}
     for p in sorted(folder.iterdir()):
@@ -146,13 +234,15 @@ def discard(folder: Path) -> None:
 
 
 @contextmanager
-def staged_cache(target: Path, source: str) -> Iterator[Path]:
+def staged_cache(target: Path, source: str | Path | dict) -> Iterator[Path]:
     """A temporary folder beside ``target`` to fill; on success its manifest is written and it is renamed
     into place, so no reader ever sees a half-written cache.
 
     Args:
         target: the cache folder to create.
-        source: what it was made from, recorded in the manifest.
+        source: what it was made from, recorded in the manifest: a file (its
+            :func:`source_record`, which :func:`source_problem` checks later), a pinned
+            ``{"name", "size", "sha256"}`` record, or a label.
 
     If ``target`` appeared meanwhile (another process won the race; its copy is complete), the staged
     copy is dropped. On any exception, interrupts included, the staged folder is removed and the
@@ -162,7 +252,7 @@ def staged_cache(target: Path, source: str) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         yield staging
-        write_manifest(staging, source)
+        write_manifest(staging, source_record(source) if isinstance(source, Path) else source)
         try:
             staging.rename(target)
         except OSError:

@@ -88,23 +88,44 @@ def gguf_path(profile: ModelProfile) -> Path:
     return files[0]
 
 
+def gguf_source(profile: ModelProfile) -> Path | dict:
+    """What a profile's caches are made from, for :func:`lab.models.cache.source_problem`.
+
+    A chunked profile's file is pinned in code (name, size, sha256, checked whenever it is
+    joined), so its record is returned without touching the file; any other profile's is the
+    GGUF file itself (:func:`gguf_path`).
+    """
+    if profile.chunks is not None:
+        c = profile.chunks
+        return {"name": c.filename, "size": c.size, "sha256": c.sha256}
+    return gguf_path(profile)
+
+
 def _materialize_gguf(profile: ModelProfile) -> Path:
     """Dequantize a GGUF profile once into a safetensors directory; return that directory.
 
     The directory is written under a temporary name and renamed into place, so an
     interrupted first load never leaves a half-written cache; a manifest of its files'
     sizes and sha256 goes with it. An existing cache is checked first
-    (:func:`lab.models.cache.cache_problem`); a damaged one is rebuilt, with a warning.
+    (:func:`lab.models.cache.cache_problem`); a damaged one is rebuilt, with a warning, and so is
+    one made from another GGUF file than the profile's now (:func:`lab.models.cache.source_problem`:
+    a package upgrade that replaced the file under the same name).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = cache_dir() / profile.name
     problem = model_cache.cache_problem(target) if target.exists() else None  # checked on every use
+    stale = None
     if target.exists() and problem is None:
-        return target
+        stale = model_cache.source_problem(target, gguf_source(profile))
+        if stale is None:
+            return target
     src = gguf_path(profile)
     if problem is not None:
         logger.warning("the model cache %s is damaged (%s); rebuilding it from %s", target, problem, src.name)
+        model_cache.discard(target)
+    elif stale is not None:
+        logger.warning("the model cache %s is stale (%s); rebuilding it from %s", target, stale, src.name)
         model_cache.discard(target)
     logger.info("dequantizing %s once into %s (later loads are fast)", src.name, target)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
@@ -114,7 +135,7 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    with model_cache.staged_cache(target, src.name) as staging:
+    with model_cache.staged_cache(target, gguf_source(profile)) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
     return target
@@ -311,7 +332,8 @@ def load_model(
     if weights != "float32":
         gguf_model = profile is not None and is_gguf_model(profile.name)
         converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
-        summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted)
+        summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted,
+                                  source=gguf_source(profile) if gguf_model else None)
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
         if actual != attn_implementation:

@@ -150,6 +150,9 @@ def quantize_model(model: nn.Module, gguf_file: str | Path | None, weights: str)
 
 CACHE_FILE = "weights.safetensors"  # beside lab-cache.json (the manifest of lab.models.cache)
 LAYERS_FILE = "layers.json"  # module name -> representation, and the conversion summary
+# Bumped whenever conversion changes what it writes for the same GGUF file; a cache written by
+# another version is converted again (a cache that records none was written by version 1).
+CONVERSION_VERSION = 1
 
 
 def portable_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -222,13 +225,24 @@ def _drop_cache_codes(model: nn.Module) -> None:
             del m.codes_for_cache
 
 
-def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str, cache: Path | None) -> dict:
+def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str, cache: Path | None,
+                    source: Path | dict | None = None) -> dict:
     """Quantize ``model`` from the converted cache at ``cache`` if it is sound, else convert and write it.
 
     The cache is a folder beside the float32 one (``<profile>.weights-<weights>``) holding
     :data:`CACHE_FILE`, :data:`LAYERS_FILE` and the manifest of :mod:`lab.models.cache`
     (sizes, sha256), staged and renamed into place (:func:`lab.models.cache.staged_cache`); a damaged one is
-    discarded and rebuilt, with a warning. ``cache=None`` converts without caching.
+    discarded and rebuilt, with a warning, and so is one made from another GGUF file than ``source``
+    (:func:`lab.models.cache.source_problem`) or by another version of this conversion
+    (:data:`CONVERSION_VERSION`). ``cache=None`` converts without caching.
+
+    Args:
+        model: The float32 model to quantize in place.
+        gguf_file: The GGUF file it was loaded from (``q4`` reads its codes); None for other sources.
+        weights: The representation (:func:`lab.models.weights.check_weights`).
+        cache: The converted cache's folder, or None.
+        source: What the cache is made from (:func:`lab.models.loading.gguf_source`); default the
+            ``gguf_file`` itself when there is one.
 
     Returns:
         The conversion summary (:meth:`QuantizeSummary.as_dict`).
@@ -239,18 +253,26 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
 
     from lab.models import cache as model_cache
 
+    if source is None and gguf_file is not None:
+        source = Path(gguf_file)
     if cache is not None and cache.exists():
         problem = model_cache.cache_problem(cache, index=LAYERS_FILE)
         if problem is None and not (cache / model_cache.MANIFEST).is_file():
             problem = f"no {model_cache.MANIFEST}"
-        if problem is None:
-            meta = json.loads((cache / LAYERS_FILE).read_text())
+        meta = json.loads((cache / LAYERS_FILE).read_text()) if problem is None else {}
+        stale = None
+        if problem is None and meta.get("conversion", 1) != CONVERSION_VERSION:
+            stale = f"written by conversion version {meta.get('conversion', 1)}, this lab's is {CONVERSION_VERSION}"
+        if problem is None and stale is None and source is not None:
+            stale = model_cache.source_problem(cache, source)
+        if problem is None and stale is None:
             # Fresh allocations: tensors read from the file may sit at addresses the kernels' vector
             # loads cannot take (an unaligned int8 weight crashed _weight_int8pack_mm with SIGSEGV).
             tensors = {k: v.clone() for k, v in load_file(str(cache / CACHE_FILE)).items()}
             install_portable(model, tensors, meta["layers"])
             return meta["summary"]
-        logger.warning("the converted-weights cache %s is damaged (%s); converting again", cache, problem)
+        logger.warning("the converted-weights cache %s is %s (%s); converting again", cache,
+                       "damaged" if problem else "stale", problem or stale)
         model_cache.discard(cache)
     summary = quantize_model(model, gguf_file, weights).as_dict()
     if cache is None or weights == "float32":
@@ -258,7 +280,8 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
         return summary
     tensors, kinds = portable_tensors(model)
     _drop_cache_codes(model)
-    with model_cache.staged_cache(cache, Path(str(gguf_file)).name if gguf_file else weights) as staging:
+    with model_cache.staged_cache(cache, source if source is not None else weights) as staging:
         save_file(tensors, str(staging / CACHE_FILE))
-        (staging / LAYERS_FILE).write_text(json.dumps({"layers": kinds, "summary": summary}, indent=1))
+        (staging / LAYERS_FILE).write_text(json.dumps(
+            {"layers": kinds, "summary": summary, "conversion": CONVERSION_VERSION}, indent=1))
     return summary

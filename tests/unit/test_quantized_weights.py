@@ -8,6 +8,8 @@ bfloat16 rounding of activations and scales that the kernels' fast path implies.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -246,3 +248,33 @@ def test_layers_from_the_cache_sit_on_aligned_memory(tmp_path):
     load_or_convert(model, None, "int8", cache)
     buffers = [m.weight_int8 for m in model.modules() if isinstance(m, Int8Linear)]
     assert buffers and all(b.data_ptr() % 64 == 0 for b in buffers)
+
+
+def test_converted_cache_from_another_source_or_conversion_is_converted_again(tmp_path, caplog, monkeypatch):
+    """Issue 27's gap: the converted cache was keyed by the GGUF file's name only."""
+    import json
+
+    from lab.models import quantize
+    from lab.models.quantize import LAYERS_FILE, load_or_convert
+
+    src = tmp_path / "model.gguf"
+    src.write_bytes(b"GGUF" + bytes(64))
+    cache = tmp_path / "tiny.weights"
+    load_or_convert(_tiny_model(), None, "int8", cache, source=src)
+    calls = []
+    real = quantize.quantize_model
+    monkeypatch.setattr(quantize, "quantize_model", lambda *a, **k: calls.append(1) or real(*a, **k))
+    load_or_convert(_tiny_model(), None, "int8", cache, source=src)
+    assert calls == []  # control: the same source is served from the cache
+    src.write_bytes(b"GGUF" + bytes(63) + b"\x01")  # same name and size, another file
+    os.utime(src, ns=(5, 5))
+    with caplog.at_level("WARNING"):
+        load_or_convert(_tiny_model(), None, "int8", cache, source=src)
+    assert calls == [1] and "stale" in caplog.text and "sha256 differs" in caplog.text
+    meta = json.loads((cache / LAYERS_FILE).read_text())
+    assert meta["conversion"] == quantize.CONVERSION_VERSION
+    monkeypatch.setattr(quantize, "CONVERSION_VERSION", quantize.CONVERSION_VERSION + 1)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_or_convert(_tiny_model(), None, "int8", cache, source=src)
+    assert calls == [1, 1] and "conversion version" in caplog.text
