@@ -15,7 +15,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg, check_model_args
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled run and the bootstrap (default: 0)")
     p.add_argument("--draft", default=None,
                    help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
+    add_draft_weights_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -79,6 +80,8 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
     from lab.speculative.draft_specs import check_draft_spec
 
     if args.no_acceptance:
+        if args.draft_weights != "float32":
+            raise ValueError(f"--draft-weights={args.draft_weights!r} with --no-acceptance: no draft runs")
         return None
     spec = args.draft
     if spec is None:
@@ -86,9 +89,18 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
         if profile is None or profile.draft is None:
             raise ValueError(f"--model {args.model!r} has no default draft; pass --draft or --no-acceptance")
         spec = profile.draft
-    check_draft_spec(spec)
+    kind = check_draft_spec(spec)
     if spec == "prompt-lookup":
         raise ValueError("--draft='prompt-lookup' has no KV cache to evict; use early-exit:N or a draft model")
+    if args.draft_weights != "float32":
+        from lab.models.loading import is_gguf_model
+
+        if kind != "model":
+            raise ValueError(f"--draft-weights={args.draft_weights!r}: the {kind} draft {spec!r} has no weights of "
+                             "its own (it shares the target's: use --weights)")
+        if args.draft_weights == "q4" and not is_gguf_model(spec):
+            raise ValueError(f"--draft-weights q4 keeps a GGUF file's own 4-bit codes; the draft {spec!r} is not a "
+                             "GGUF profile (use bfloat16 or int8 for it)")
     return spec
 
 
@@ -106,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                        recompute_batch=args.recompute_batch, acceptance=not args.no_acceptance,
                        prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                        temperature=args.temperature, seed=args.seed, draft=_draft_spec(args),
-                       calibration=args.calibration)
+                       draft_weights=args.draft_weights, calibration=args.calibration)
     if args.calibration is not None:
         from lab.sinks.profiles import load_calibration
 

@@ -154,7 +154,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
     """The human-readable report."""
     cfg = result.config
     n = len(result.input_ids)
-    lines = [f"# lab stream: KV-cache eviction and attention sinks", "",
+    lines = ["# lab stream: KV-cache eviction and attention sinks", "",
              f"Model `{model_info.get('model')}` ({model_info.get('source')}), {model_info.get('dtype')} on "
              f"{model_info.get('device')}, attention `{model_info.get('attn_implementation')}`.",
              f"Text: {text_source}; first {n} tokens. Positions are the text's own (valid: the text fits the context).",
@@ -199,7 +199,9 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
     if result.acceptance:
         a0 = result.acceptance[0]
         lines += ["", "## Acceptance under eviction", "",
-                  f"Draft `{cfg.draft}` sees only the policy's visible positions (its KV cache pruned after each "
+                  f"Draft `{cfg.draft}`"
+                  + (f" ({cfg.draft_weights} weights)" if getattr(cfg, "draft_weights", "float32") != "float32" else "")
+                  + " sees only the policy's visible positions (its KV cache pruned after each "
                   f"commit); the target sees all. Prompt: the text's first {cfg.prompt_tokens} tokens; "
                   f"{cfg.max_new_tokens} new tokens, gamma {cfg.gamma}; greedy, and sampled at temperature "
                   f"{cfg.temperature} with seed {cfg.seed}. alpha = accepted / tested draft tokens (counts in the "

@@ -160,7 +160,7 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
     from lab.speculative.draft_specs import make_draft
     from lab.speculative.loop import speculative_generate
 
-    base = make_draft(target, cfg.draft, target_tokenizer=tokenizer)
+    base = make_draft(target, cfg.draft, target_tokenizer=tokenizer, weights=cfg.draft_weights)
     if not isinstance(base, ModelDraft):
         raise ValueError(f"--draft={cfg.draft!r} has no KV cache to evict; use early-exit:N or a draft model")
     prompt = input_ids[:, : cfg.prompt_tokens]

@@ -50,6 +50,7 @@ class StreamConfig:
     temperature: float = 1.0  # of the sampled acceptance run (the greedy run uses 0)
     seed: int = 0
     draft: str | None = None  # None: the profile's draft
+    draft_weights: str = "float32"  # a draft model's linear layers (lab.models.weights)
     calibration: str | None = None  # a sink calibration file for detected:K+W; None: the model's own
 
     def __post_init__(self) -> None:
@@ -59,6 +60,10 @@ class StreamConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 flag = "--tokens" if name == "n_tokens" else "--" + name.replace("_", "-")
                 raise ValueError(f"{flag}={v!r} must be a positive integer")
+        from lab.models.weights import WEIGHTS
+
+        if self.draft_weights not in WEIGHTS:
+            raise ValueError(f"--draft-weights={self.draft_weights!r} must be one of {', '.join(WEIGHTS)}")
         if self.detect_tokens < 2:
             raise ValueError(f"--detect-tokens={self.detect_tokens} must be >= 2")
         if not self.temperature > 0:

@@ -36,6 +36,9 @@ TINY_ARGS = ["--tokens", "160", "--policies", "dense,window:12,sinks:4+12,detect
     (["--text-file", "/no/such/file.txt"], "/no/such/file.txt"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--model", "some/hub-id"], "--no-acceptance"),
+    (["--draft-weights", "int8", "--no-acceptance"], "no draft runs"),
+    (["--draft", "early-exit:4", "--draft-weights", "int8"], "no weights of its own"),
+    (["--draft", "some/hub-id", "--draft-weights", "q4"], "not a GGUF profile"),
 ])
 def test_stream_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
     out = tmp_path / "reports"
@@ -130,3 +133,28 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
         assert [r["policy"] for r in csv.DictReader(fh)] == specs
     assert (rd / "rolling_nll.png").read_bytes()[:4] == b"\x89PNG"
     assert "report:" in capsys.readouterr().out
+
+
+def test_stream_cli_draft_weights_reach_the_draft_and_the_report(tmp_path, capsys, tiny_loader, text_file,
+                                                                 monkeypatch):
+    """--draft-weights is handed to the draft's loader and recorded (issue 27: every command)."""
+    from lab.speculative import draft_specs
+
+    seen = []
+    real = draft_specs.make_draft
+
+    def spy(target, spec, **kw):
+        seen.append((spec, kw.get("weights")))
+        return real(target, "early-exit:1", target_tokenizer=kw.get("target_tokenizer"))
+
+    monkeypatch.setattr(draft_specs, "make_draft", spy)
+    monkeypatch.setattr("lab.models.loading.is_gguf_model", lambda name: True)
+    torch.set_num_threads(1)
+    out = tmp_path / "r"
+    args = [a if a != "early-exit:1" else "qwen2.5-coder-0.5b" for a in TINY_ARGS]
+    assert main(["stream", "--text-file", str(text_file), *args, "--tokens", "170", "--draft-weights", "int8",
+                 "--policies", "dense,window:12", "--out", str(out)]) == 0
+    assert seen == [("qwen2.5-coder-0.5b", "int8")]
+    (rd,) = list(out.iterdir())
+    assert json.loads((rd / "report.json").read_text())["settings"]["draft_weights"] == "int8"
+    assert "(int8 weights)" in (rd / "summary.md").read_text()
