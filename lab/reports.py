@@ -64,8 +64,22 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size so far, in bytes (``getrusage``), or None where unknown.
+
+    Linux reports ``ru_maxrss`` in KiB, macOS in bytes. A subprocess (llama.cpp) is not included.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
 def environment(model: Any = None) -> dict[str, Any]:
-    """Machine, Python, library versions and (if given) the model's ``lab_source``."""
+    """Machine, Python, library versions, this process's peak RSS in bytes so far (``peak_rss_bytes``:
+    call it when the report is written) and (if given) the model's ``lab_source``."""
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -73,6 +87,7 @@ def environment(model: Any = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "libraries": library_versions(),
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "peak_rss_bytes": peak_rss_bytes(),
     }
     if model is not None and getattr(model, "lab_source", None):
         env["model"] = dict(model.lab_source)

@@ -245,14 +245,18 @@ def run(args: argparse.Namespace) -> int:
     if data.get("peer") is not None:
         out.print(peer_summary_markdown(data["peer"]), markup=False, highlight=False, soft_wrap=True)
     info = dict(model.lab_source)
+    env = environment(model)
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
                                       "prompt_groups": groups, "humaneval": he_spec,
-                                      "torch_threads": torch.get_num_threads(), "environment": environment(model),
+                                      "torch_threads": torch.get_num_threads(), "environment": env,
                                       "draft_cost": cost,
                                       **data})
         plot_bench(data, rd.file("bench.png"))
         summary = bench_summary_markdown(data, info)
+        if env["peak_rss_bytes"] is not None:
+            summary += (f"\n**Memory.** Peak RSS of this process (the target and the draft loaded, every lab method "
+                        f"run): {env['peak_rss_bytes'] / 2**30:.2f} GiB; a peer's processes are not included.\n")
         if cost is not None and cost.note:
             summary += f"\n**Draft cost.** {cost.note}.\n"
         if data.get("peer") is not None:

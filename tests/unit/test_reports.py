@@ -229,3 +229,20 @@ def test_report_dir_removes_stale_staging_left_by_a_killed_run_and_keeps_fresh_o
     with report_dir(tmp_path, "entropy", "x") as rd:
         rd.write_text("f.txt", "x")
     assert not stale.exists() and fresh.exists() and rd.final.is_dir()
+
+
+def test_environment_peak_rss_grows_with_an_allocation_and_is_in_bytes():
+    """Peak RSS in bytes (Linux's KiB converted): at least the bytes just touched, never below an earlier reading."""
+    import sys
+
+    import numpy as np
+
+    from lab.reports import environment, peak_rss_bytes
+
+    if sys.platform == "win32":
+        pytest.skip("no getrusage")
+    before = peak_rss_bytes()
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, written
+    after = environment()["peak_rss_bytes"]
+    assert after >= before and after >= block.nbytes  # a KiB figure left unconverted would be ~1000x too small
+    del block
