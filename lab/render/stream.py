@@ -200,7 +200,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
         a0 = result.acceptance[0]
         lines += ["", "## Acceptance under eviction", "",
                   f"Draft `{cfg.draft}`"
-                  + (f" ({cfg.draft_weights} weights)" if getattr(cfg, "draft_weights", "float32") != "float32" else "")
+                  + (f" ({cfg.draft_weights} weights)" if cfg.draft_weights != "float32" else "")
                   + " sees only the policy's visible positions (its KV cache pruned after each "
                   f"commit); the target sees all. Prompt: the text's first {cfg.prompt_tokens} tokens; "
                   f"{cfg.max_new_tokens} new tokens, gamma {cfg.gamma}; greedy, and sampled at temperature "
