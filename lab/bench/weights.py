@@ -3,12 +3,20 @@
 Two measurements behind the choice of :data:`lab.models.weights.Q4_FALLBACK` and of ``--weights``:
 
 * **Kernels** (:func:`kernel_times`): per GGUF tensor type of a model's linear layers, the time of
-  one layer of each shape in each representation (float32 and bfloat16 dense, int8 per channel,
-  int4 from the file's codes where the type has them) at ``M = 1`` rows (a decode step) and
-  ``M = gamma + 1`` (a verify pass), summed over the layers of that shape. The ratio
-  ``t(M = gamma + 1) / t(M = 1)`` is what speculation pays for a verify in target steps: a
-  kernel whose verify costs several of its steps leaves little for a draft to win (llama.cpp
-  measured the same with K-quant targets).
+  every layer of that type in each representation (float32 and bfloat16 dense, int8 per channel,
+  int4 from the file's codes where the type has them), one after another with each layer's own
+  weights as a forward pass runs them, at ``M = 1`` rows (a decode step) and ``M = gamma + 1``
+  (a verify pass). The ratio ``t(M = gamma + 1) / t(M = 1)`` is what speculation pays for a
+  verify in target steps: a kernel whose verify costs several of its steps leaves little for a
+  draft to win (llama.cpp measured the same with K-quant targets). Timing one layer of each
+  shape again and again and multiplying by the layer count would keep its weights in the CPU's
+  cache, which a forward pass over a model larger than the cache never does: on a 2-core EPYC
+  that understated the 1.5B's step by about a fifth.
+* **A decode step in the model** (:func:`step_profile`): one-token steps of the loaded model
+  after a prefill, the median step time, and ``torch.profiler``'s time per step in each kernel
+  family (int4, int8, dense matmul, attention, everything else, and Python between the ops),
+  beside the bytes of weights each family reads per step and the rate that implies: the
+  kernel-by-kernel account of where a step's time goes.
 * **Numerics** (:func:`numerics`): the model in each representation against its float32
   dequantization on held-out text: top-1 agreement of next-token distributions, mean and max
   KL(p_float32 || p_rep) in nats, and the shift of the entropy the tracker reports, in bits.
@@ -58,18 +66,32 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
+def _in_order(layers: Sequence[nn.Module], inputs: dict[int, torch.Tensor]) -> Callable[[], None]:
+    """A call running every layer once, in order, on the input of its width."""
+    def run() -> None:
+        for layer in layers:
+            layer(inputs[layer.in_features])
+    return run
+
+
 def kernel_times(model: nn.Module, gguf_file: Any, *, gamma: int, repeats: int = 5,
                  seed: int = 0) -> list[KernelRow]:
     """Kernel time per GGUF type and representation for ``model``'s linear layers.
+
+    Every layer of a type is built in the representation and the whole set is timed in model
+    order, each layer with its own weights (so they stream from memory, as in a forward pass);
+    one representation of one type is held at a time beside the float32 model.
 
     Args:
         model: the float32 model loaded from ``gguf_file`` (not quantized).
         gguf_file: its GGUF file.
         gamma: draft tokens per round; the verify pass has ``gamma + 1`` rows.
-        repeats: timed calls per (shape, representation, M).
+        repeats: timed passes over a type's layers per (representation, M); the median is kept.
+        seed: of the random activations.
 
     Returns:
-        One :class:`KernelRow` per (GGUF type, representation), types in file order.
+        One :class:`KernelRow` per (GGUF type, representation), types in file order; times are
+        milliseconds for all the type's layers together.
 
     Raises:
         ValueError: ``gamma`` or ``repeats`` below 1.
@@ -83,28 +105,158 @@ def kernel_times(model: nn.Module, gguf_file: Any, *, gamma: int, repeats: int =
     if gamma < 1 or repeats < 1:
         raise ValueError(f"gamma={gamma} and repeats={repeats} must be >= 1")
     layers = linear_tensors(model, GGUFReader(str(gguf_file)))
-    shapes: dict[tuple[str, int, int], list[str]] = defaultdict(list)  # (type, N, K) -> layer names
+    by_type: dict[str, list[str]] = defaultdict(list)  # GGUF type -> layer names, model order
     for name, (tensor, _) in layers.items():
-        m = model.get_submodule(name)
-        shapes[(tensor.tensor_type.name, m.out_features, m.in_features)].append(name)
+        by_type[tensor.tensor_type.name].append(name)
     gen = torch.Generator().manual_seed(seed)
-    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
-    for (type_name, n, k), names in shapes.items():
-        module = model.get_submodule(names[0])
-        tensor, processor = layers[names[0]]
-        built: dict[str, nn.Module] = {"float32": module, "bfloat16": CastLinear(module.weight, module.bias),
-                                       "int8": Int8Linear.from_weight(module.weight, module.bias)}
-        if type_name in gguf_blocks.DECODABLE:
-            built["q4"] = q4_layer(names[0], module, tensor, processor)
-        for rep, layer in built.items():
-            row = totals[(type_name, rep)]
-            row[0] += len(names)
-            row[1] += len(names) * n * k
+    builders: dict[str, Callable[[str, nn.Module], nn.Module]] = {
+        "float32": lambda name, m: m,
+        "bfloat16": lambda name, m: CastLinear(m.weight, m.bias),
+        "int8": lambda name, m: Int8Linear.from_weight(m.weight, m.bias),
+        "q4": lambda name, m: q4_layer(name, m, *layers[name]),
+    }
+    rows = []
+    for type_name, names in by_type.items():
+        modules = [model.get_submodule(n) for n in names]
+        widths = sorted({m.in_features for m in modules})
+        params = sum(m.in_features * m.out_features for m in modules)
+        for rep, build in builders.items():
+            if rep == "q4" and type_name not in gguf_blocks.DECODABLE:
+                continue
+            built = [build(n, m) for n, m in zip(names, modules)]
+            xs = [{k: torch.randn(1, m_rows, k, generator=gen) for k in widths} for m_rows in (1, gamma + 1)]
             with torch.no_grad():
-                for col, m_rows in ((2, 1), (3, gamma + 1)):
-                    x = torch.randn(1, m_rows, k, generator=gen)
-                    row[col] += len(names) * _median_ms(lambda: layer(x), repeats)
-    return [KernelRow(t, rep, int(v[0]), int(v[1]), v[2], v[3]) for (t, rep), v in totals.items()]
+                step, verify = (_median_ms(_in_order(built, x), repeats) for x in xs)
+            rows.append(KernelRow(type_name, rep, len(names), params, step, verify))
+            del built
+    return rows
+
+
+# --------------------------------------------------------------------------- a decode step, by kernel family
+
+# torch.profiler op name -> kernel family of a decode step
+FAMILY_OPS = {
+    "aten::_weight_int4pack_mm_for_cpu": "int4",
+    "aten::_weight_int8pack_mm": "int8",
+    "aten::mm": "dense", "aten::addmm": "dense", "aten::bmm": "attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+    "aten::_scaled_dot_product_attention_math": "attention",
+}
+FAMILIES = ("int4", "int8", "dense", "attention", "other ops", "python between ops")
+
+
+def weight_bytes(model: nn.Module) -> dict[str, int]:
+    """Bytes of linear-layer weights (scales and zeros included) read per token, by kernel family.
+
+    ``Int4Linear``: the packed codes and the bfloat16 scales and zeros (``"int4"``);
+    ``Int8Linear``: the codes and per-channel scales (``"int8"``); ``CastLinear`` and
+    ``nn.Linear``: the dense weight (``"dense"``). Biases are left out (a few KB).
+    """
+    from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear
+
+    out: Counter = Counter()
+    for m in model.modules():
+        if isinstance(m, Int4Linear):
+            out["int4"] += m.packed.numel() * m.packed.element_size() + m.scale_zeros.numel() * m.scale_zeros.element_size()
+        elif isinstance(m, Int8Linear):
+            out["int8"] += m.weight_int8.numel() + m.scales.numel() * m.scales.element_size()
+        elif isinstance(m, (CastLinear, nn.Linear)):
+            out["dense"] += m.weight.numel() * m.weight.element_size()
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """One-token decode steps of a loaded model: where a step's time goes.
+
+    Attributes:
+        weights: the representation the model was loaded in.
+        context: positions in the KV cache when the steps start (the prefill's length).
+        steps: profiled steps (the same count timed without the profiler).
+        step_ms: median wall time of a step without the profiler, milliseconds.
+        family_ms: profiled milliseconds per step by family (:data:`FAMILIES`); ``"python between
+            ops"`` is the profiled step's wall time less the time inside ops.
+        family_bytes: weight bytes each family reads per step (:func:`weight_bytes`).
+    """
+
+    weights: str
+    context: int
+    steps: int
+    step_ms: float
+    family_ms: dict[str, float]
+    family_bytes: dict[str, int]
+
+    def gb_per_s(self, family: str) -> float | None:
+        """Weight bytes over the family's time, GB/s (10^9 bytes); None where it reads none."""
+        b, ms = self.family_bytes.get(family, 0), self.family_ms.get(family, 0.0)
+        return b / ms / 1e6 if b and ms > 0 else None
+
+
+def step_profile(model: nn.Module, input_ids: torch.Tensor, *, steps: int = 10, weights: str = "?") -> StepProfile:
+    """Time ``steps`` greedy one-token steps after prefilling ``input_ids`` ``(1, S)``, then profile as many more.
+
+    Args:
+        model: a causal LM on the CPU (any representation).
+        input_ids: int64 ``(1, S)``, S >= 1, the prefill.
+        steps: decode steps per measurement, >= 1.
+        weights: the representation's name, for the record.
+
+    Returns:
+        :class:`StepProfile`.
+
+    Raises:
+        ValueError: ``steps`` < 1 or ``input_ids`` not ``(1, S)`` with S >= 1.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from lab.decode import new_cache
+
+    if steps < 1:
+        raise ValueError(f"steps={steps} must be >= 1")
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids must be (1, S) with S >= 1; got shape {tuple(input_ids.shape)}")
+
+    def run(n: int) -> list[float]:
+        cache = new_cache(model)
+        nxt = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+
+    with torch.inference_mode():
+        step_ms = statistics.median(run(steps + 1)[1:])  # the first step after a prefill warms up
+        cache = new_cache(model)
+        nxt = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            wall_ms = (time.perf_counter() - t0) * 1e3
+    family_us: Counter = Counter()
+    for event in prof.key_averages():
+        family_us[FAMILY_OPS.get(event.key, "other ops")] += event.self_cpu_time_total
+    family_ms = {f: family_us.get(f, 0.0) / 1e3 / steps for f in FAMILIES[:-1]}
+    family_ms["python between ops"] = max(0.0, wall_ms / steps - sum(family_ms.values()))
+    return StepProfile(weights, int(input_ids.shape[1]), steps, step_ms, family_ms, weight_bytes(model))
+
+
+def file_linear_bytes(model: nn.Module, gguf_file: Any) -> dict[str, int]:
+    """Bytes the GGUF file stores for ``model``'s linear layers, by GGUF type (what llama.cpp's kernels read)."""
+    from gguf import GGUFReader
+
+    from lab.models.quantize import linear_tensors
+
+    out: Counter = Counter()
+    seen = set()
+    for tensor, _ in linear_tensors(model, GGUFReader(str(gguf_file))).values():
+        if tensor.name not in seen:  # a tied LM head is the embedding's tensor
+            seen.add(tensor.name)
+            out[tensor.tensor_type.name] += int(tensor.n_bytes)
+    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -145,19 +297,26 @@ def compare(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor], re
 
 
 def numerics(load: Callable[[str], nn.Module], batches: Sequence[torch.Tensor],
-             representations: Sequence[str]) -> list[NumericsRow]:
+             representations: Sequence[str],
+             on_model: Callable[[str, nn.Module], None] | None = None) -> list[NumericsRow]:
     """Each representation against float32 on ``batches`` (token ids ``(1, S)`` each).
 
     ``load(weights)`` returns the model in that representation; models are loaded one at a time
     and released, so at most two are held (float32's log-probs are kept, not the model).
+    ``on_model(weights, model)``, if given, is called with each loaded model, float32 first
+    (``lab bench-weights`` profiles a decode step there, so no model is loaded twice).
     """
     reference_model = load("float32")
     reference = _log_probs(reference_model, batches)
+    if on_model is not None:
+        on_model("float32", reference_model)
     del reference_model
     rows = []
     for rep in representations:
         model = load(rep)
         rows.append(compare(reference, _log_probs(model, batches), rep))
+        if on_model is not None:
+            on_model(rep, model)
         del model
     return rows
 

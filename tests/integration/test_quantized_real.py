@@ -121,3 +121,27 @@ def test_study_runs_on_q4_weights_and_records_them(lab_log):
     study = json.loads((report / "study.json").read_text())
     assert study["settings"]["weights"] == "q4"
     assert "q4 weights" in (report / "summary.md").read_text()
+
+
+def test_bench_weights_on_smollm2_times_every_layer_and_profiles_a_step(lab_log):
+    """`lab bench-weights` on SmolLM2: the kernel table covers every linear layer of each GGUF type in each
+    representation (q4 only where the file has 4-bit codes), and each representation's decode step is
+    profiled with its kernel time in the family its layers belong to (q4: int4 for the Q4_1 layers,
+    int8 for the Q8_0 LM head; float32: dense only)."""
+    rc, report = lab_log.cli(["bench-weights", "--model", "smollm2", "--problems", "1", "--repeats", "1",
+                              "--steps", "2"])
+    assert rc == 0 and report is not None
+    data = json.loads((report / "report.json").read_text())
+    from lab.models.loading import load_model
+
+    model, _ = load_model("smollm2", device="cpu")
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    for rep in ("float32", "bfloat16", "int8"):
+        assert sum(r["layers"] for r in data["kernels"] if r["representation"] == rep) == n_linear
+    assert {r["gguf_type"] for r in data["kernels"] if r["representation"] == "q4"} == {"Q4_1"}
+    profiles = {p["weights"]: p for p in data["step_profiles"]}
+    assert set(profiles) == {"float32", "bfloat16", "int8", "q4"}
+    assert profiles["q4"]["family_ms"]["int4"] > 0 and profiles["q4"]["family_ms"]["int8"] > 0
+    assert profiles["float32"]["family_ms"]["dense"] > 0 and profiles["float32"]["family_ms"]["int4"] == 0
+    assert sum(data["file_linear_bytes"].values()) < sum(profiles["float32"]["family_bytes"].values())
+    assert "by kernel family" in (report / "summary.md").read_text()

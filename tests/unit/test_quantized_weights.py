@@ -226,6 +226,15 @@ def test_bench_weights_refuses_a_model_without_gguf_codes(capsys):
     assert "GGUF profile" in capsys.readouterr().err
 
 
+def test_bench_weights_refuses_zero_steps_before_loading(capsys, monkeypatch):
+    from lab import cli
+    from lab.models import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded a model before refusing"))
+    assert cli.main(["bench-weights", "--model", "smollm2", "--steps", "0"]) == 2
+    assert "--steps=0" in capsys.readouterr().err
+
+
 def test_weights_q4_refused_for_a_hub_model_before_loading(capsys):
     from lab import cli
 
@@ -278,3 +287,45 @@ def test_converted_cache_from_another_source_or_conversion_is_converted_again(tm
     with caplog.at_level("WARNING"):
         load_or_convert(_tiny_model(), None, "int8", cache, source=src)
     assert calls == [1, 1] and "conversion version" in caplog.text
+
+
+@pytest.mark.parametrize("weights, family, bytes_per_weight", [("int8", "int8", 1), ("bfloat16", "dense", 2)])
+def test_weight_bytes_are_each_layers_codes_and_scales(weights, family, bytes_per_weight):
+    """The bytes a step reads, by family, equal the layers' own sizes computed from their shapes."""
+    from torch import nn
+
+    from lab.bench.weights import weight_bytes
+    from lab.models.quantize import quantize_model
+
+    model = _tiny_model()
+    shapes = [(m.out_features, m.in_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    quantize_model(model, None, weights)
+    scales = sum(n for n, _ in shapes) * 2 if weights == "int8" else 0  # bfloat16 per output channel
+    assert weight_bytes(model) == {family: sum(n * k for n, k in shapes) * bytes_per_weight + scales}
+    assert weight_bytes(_tiny_model()) == {"dense": sum(n * k for n, k in shapes) * 4}  # control: float32
+
+
+def test_step_profile_puts_the_int8_kernels_time_in_their_family():
+    """Every family is reported; an int8 model spends kernel time in int8 and none in dense matmuls, and
+    the rate is its bytes over that time; a float32 model (the control) the other way round."""
+    from lab.bench.weights import FAMILIES, step_profile
+    from lab.models.quantize import quantize_model
+
+    ids = torch.arange(12).unsqueeze(0)
+    model = _tiny_model()
+    quantize_model(model, None, "int8")
+    p = step_profile(model, ids, steps=3, weights="int8")
+    assert set(p.family_ms) == set(FAMILIES) and p.context == 12 and p.steps == 3 and p.step_ms > 0
+    assert p.family_ms["int8"] > 0 and p.family_ms["dense"] == 0 and p.gb_per_s("dense") is None
+    assert p.gb_per_s("int8") == pytest.approx(p.family_bytes["int8"] / p.family_ms["int8"] / 1e6)
+    control = step_profile(_tiny_model(), ids, steps=3, weights="float32")
+    assert control.family_ms["int8"] == 0 and control.family_ms["dense"] > 0
+
+
+def test_step_profile_refuses_bad_input():
+    from lab.bench.weights import step_profile
+
+    with pytest.raises(ValueError, match="steps=0"):
+        step_profile(_tiny_model(), torch.arange(4).unsqueeze(0), steps=0)
+    with pytest.raises(ValueError, match=r"\(1, S\)"):
+        step_profile(_tiny_model(), torch.arange(4), steps=1)
