@@ -437,7 +437,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
             overhead_s = sum(s.overhead_time_s for s in specs)
             gamma = specs[0].gamma
             t_draft = draft_s / draft_fw if draft_fw else 0.0
-            t_verify = verify_s / n_rounds
+            t_verify = verify_s / sum(s.n_verify_passes for s in specs)  # the fused first pass is the prefill
             tau = n_tokens / n_rounds
             c_time = t_draft / t_step
             decode_tps = sum(len(s.tokens) for s in specs) / decode_s

@@ -109,9 +109,11 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
         h = (sum(r.draft_entropies) / len(r.draft_entropies)) if r.draft_entropies else float("nan")
         table.add_row(str(r.round), proposed, f"{r.n_accepted}/{len(r.proposed)}", nxt, r.stop_reason,
                       "-" if math.isnan(h) else f"{h:.2f}",
-                      f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}")
+                      f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}" + ("*" if r.prefill_positions else ""))
     caption = ("proposed: green kept, struck rejected, dim untested; next: corr = correction, bonus = bonus "
-               "token; H bits: mean draft entropy; ms d/v: draft / verify milliseconds")
+               "token; H bits: mean draft entropy; ms d/v: draft / verify milliseconds"
+               + ("; * the verify pass that also prefilled the prompt" if any(r.prefill_positions for r in result.rounds)
+                  else ""))
     if len(result.rounds) > max_rows:
         caption += f"; {len(result.rounds) - max_rows} more rounds in rounds.csv"
     table.caption = caption
@@ -179,6 +181,7 @@ def round_rows(result: SpeculativeResult, tokenizer: Any = None) -> list[dict[st
             "proposed_text": "".join(_tok(tokenizer, t) for t in r.proposed) if tokenizer else "",
             "draft_entropies_bits": " ".join(f"{h:.4f}" for h in r.draft_entropies),
             "draft_time_s": r.draft_time_s, "verify_time_s": r.verify_time_s,
+            "prefill_positions": r.prefill_positions,
         })
     return rows
 

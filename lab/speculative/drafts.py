@@ -142,6 +142,9 @@ class Drafter(Protocol):
         weight_dtype: The dtype of the draft's own weights as ``--draft-dtype`` spells it
             (``"bfloat16"``, or ``"float32:bfloat16"`` for a per-pass draft); None when it
             has no weights of its own (prompt lookup) or runs on the target's (early exit).
+        drafts_on_target_cache: True for a drafter that drafts on the target's own KV cache
+            (:meth:`use_target_cache`; the early-exit draft): it needs the target's prefill before
+            its first proposal, so the loop does not fuse that prefill into the first verify pass.
     """
 
     name: str
@@ -149,6 +152,7 @@ class Drafter(Protocol):
     cost: DraftCost | None
     assistant_model: Any
     weight_dtype: str | None
+    drafts_on_target_cache: bool
 
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
@@ -247,6 +251,7 @@ class ModelDraft:
     """
 
     cost: DraftCost | None = None
+    drafts_on_target_cache = False  # it keeps its own cache
 
     def __init__(self, model: Any, vocab_size: int | None = None, name: str = "draft-model"):
         check_rollback_supported(model)
@@ -371,6 +376,7 @@ class PromptLookupDraft:
     cost: DraftCost | None = None  # no model: nothing to weigh against the target
     assistant_model = None  # transformers runs prompt lookup itself (prompt_lookup_num_tokens)
     weight_dtype = None  # no weights
+    drafts_on_target_cache = False  # no cache at all
 
     def flops_per_token(self, context: int) -> float:
         return 0.0  # a lookup, no forward pass

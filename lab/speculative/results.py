@@ -37,6 +37,9 @@ class RoundRecord:
             the first rejection, or after an accepted EOS, are not tested).
         draft_time_s / verify_time_s: forward-pass wall time of the draft / target.
         n_draft_forwards: draft forward passes this round.
+        prefill_positions: prompt positions the verify pass also filled (the first round of a
+            loop whose prefill is fused into it; 0 otherwise). Such a pass is the result's
+            prefill, not one of its verify passes.
     """
 
     round: int
@@ -52,6 +55,7 @@ class RoundRecord:
     draft_time_s: float
     verify_time_s: float
     n_draft_forwards: int
+    prefill_positions: int = 0
 
     @property
     def emitted(self) -> list[int]:
@@ -86,7 +90,9 @@ class SpeculativeResult:
         prompt_length: prompt tokens.
         stopped_by: ``"eos"`` or ``"max_new_tokens"``.
         prefill_time_s, total_time_s: wall times (the rounds hold the draft and verify
-            times); the orchestration overhead is ``total - prefill - draft - verify``.
+            times); the orchestration overhead is ``total - prefill - draft - verify``. With the
+            prefill fused into the first verify pass, ``prefill_time_s`` is that pass (which also
+            verified the first round's drafts) and ``verify_time_s`` leaves it out.
         draft_name, sampling, adaptive, gamma_policy: what was run.
     """
 
@@ -134,7 +140,13 @@ class SpeculativeResult:
 
     @property
     def verify_time_s(self) -> float:
-        return sum(r.verify_time_s for r in self.rounds)
+        """Target verify passes, seconds; a pass fused with the prefill counts as the prefill."""
+        return sum(r.verify_time_s for r in self.rounds if not r.prefill_positions)
+
+    @property
+    def n_verify_passes(self) -> int:
+        """Verify passes timed in :attr:`verify_time_s` (the fused first one is the prefill)."""
+        return sum(1 for r in self.rounds if not r.prefill_positions)
 
     @property
     def alpha(self) -> float:

@@ -89,6 +89,8 @@ class EarlyExitDraft(ModelDraft):
         ValueError: ``num_layers`` out of range (from :func:`early_exit_model`).
     """
 
+    drafts_on_target_cache = True  # on the lent target cache (see use_target_cache)
+
     def __init__(self, target: Any, num_layers: int):
         super().__init__(early_exit_model(target, num_layers), int(target.config.vocab_size),
                          f"early-exit:{num_layers}")

@@ -329,3 +329,58 @@ def test_speculative_result_per_token_rows_match_rounds(target, prompt):
     assert sum(r["tested"] for r in rows) == res.n_drafted_tested
     assert all(0.0 <= r["draft_normalized_entropy"] <= 1.0 for r in rows)
     assert len(res.tokens) == MAX_NEW or res.stopped_by == "eos"
+
+
+# --------------------------------------------------------------------------- the prefill fused into the first verify
+
+
+def _target_passes(model):
+    calls = []
+    handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    return calls, handle
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_fused_prefill_saves_one_target_pass_and_changes_nothing_else(target, prompt, temperature):
+    """The first verify pass carries the prompt: one target pass fewer, the same tokens and rounds (the
+    same generator draws in the same order), and the fused pass is accounted as the prefill."""
+    runs = {}
+    for fuse in (True, False):
+        calls, handle = _target_passes(target)
+        try:
+            draft = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
+            runs[fuse] = (speculative_generate(target, draft, prompt, gamma=3, max_new_tokens=MAX_NEW,
+                                               sampling=SamplingConfig(temperature=temperature),
+                                               generator=torch.Generator().manual_seed(5), fuse_prefill=fuse),
+                          len(calls))
+        finally:
+            handle.remove()
+    (fused, n_fused), (plain, n_plain) = runs[True], runs[False]
+    assert fused.tokens == plain.tokens
+    assert [r.n_accepted for r in fused.rounds] == [r.n_accepted for r in plain.rounds]
+    assert n_fused == n_plain - 1 == len(fused.rounds)  # plain: a prefill, then one verify per round
+    assert [r.prefill_positions for r in fused.rounds] == [prompt.shape[1] - 1] + [0] * (len(fused.rounds) - 1)
+    assert not any(r.prefill_positions for r in plain.rounds)
+    assert fused.prefill_time_s == fused.rounds[0].verify_time_s
+    assert fused.n_verify_passes == len(fused.rounds) - 1 and plain.n_verify_passes == len(plain.rounds)
+    assert fused.verify_time_s == pytest.approx(sum(r.verify_time_s for r in fused.rounds[1:]))
+
+
+def test_prefill_not_fused_for_a_draft_on_the_target_cache_or_a_cache_given():
+    """The early-exit draft drafts on the target's cache, which must hold the prompt first; a caller's
+    prefilled cache is used as given. Neither run fuses (control: the same call with a model draft does)."""
+    from lab.speculative.loop import prefilled_cache
+
+    target = tiny_llama_untied(num_layers=4, seed=0)
+    prompt = torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(0))
+    early = speculative_generate(target, EarlyExitDraft(target, 2), prompt, gamma=3, max_new_tokens=8)
+    assert not any(r.prefill_positions for r in early.rounds) and early.prefill_time_s > 0
+    with torch.inference_mode():
+        cache, _ = prefilled_cache(target, prompt[0])
+    given = speculative_generate(target, model_draft(target, tiny_llama_untied(num_layers=1, seed=7)), prompt,
+                                 gamma=3, max_new_tokens=8, target_cache=cache)
+    assert not any(r.prefill_positions for r in given.rounds)
+    control = speculative_generate(target, model_draft(target, tiny_llama_untied(num_layers=1, seed=7)), prompt,
+                                   gamma=3, max_new_tokens=8)
+    assert control.rounds[0].prefill_positions == prompt.shape[1] - 1
+    assert early.tokens == given.tokens == control.tokens
