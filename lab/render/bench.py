@@ -177,6 +177,11 @@ def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
     plt.close(fig)
 
 
+def _weights_note(weights: str | None) -> str:
+    """``", weights q4"`` when the linear layers are not the loaded float weights, else ``""``."""
+    return f", weights {weights}" if weights and weights != "float32" else ""
+
+
 def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) -> str:
     cfg = bench["config"]
     load = bench.get("machine_load") or {}
@@ -185,8 +190,8 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "# lab bench: speculative decoding on this machine",
         "",
         *([f"> **{warning}**", ""] if warning else []),
-        f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}); draft "
-        f"{bench['draft']}; {sampling_text(cfg)}; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
+        f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}"
+        f"{_weights_note(model_info.get('weights'))}); draft {bench['draft']}; {sampling_text(cfg)}; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
         f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
         f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
