@@ -209,32 +209,36 @@ def step_profile(model: nn.Module, input_ids: torch.Tensor, *, steps: int = 10, 
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from lab.decode import new_cache
+    from lab.decode import decode_one, new_cache, prefill
 
     if steps < 1:
         raise ValueError(f"steps={steps} must be >= 1")
     if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be (1, S) with S >= 1; got shape {tuple(input_ids.shape)}")
 
-    def run(n: int) -> list[float]:
+    def prefilled() -> tuple[Any, torch.Tensor]:  # (cache, next token [1, 1]) after the prefill
         cache = new_cache(model)
-        nxt = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-            times.append((time.perf_counter() - t0) * 1e3)
-        return times
+        logits, _ = prefill(model, input_ids, cache)
+        return cache, logits.argmax(-1, keepdim=True)
+
+    def step(cache: Any, token: torch.Tensor) -> tuple[torch.Tensor, float]:
+        logits, seconds = decode_one(model, token, cache)
+        return logits.argmax(-1, keepdim=True), seconds
 
     with torch.inference_mode():
-        step_ms = statistics.median(run(steps + 1)[1:])  # the first step after a prefill warms up
-        cache = new_cache(model)
-        nxt = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        cache, nxt = prefilled()
+        nxt, _ = step(cache, nxt)  # the first step after a prefill warms up
+        times = []
+        for _ in range(steps):
+            nxt, seconds = step(cache, nxt)
+            times.append(seconds * 1e3)
+        step_ms = statistics.median(times)
+        cache, nxt = prefilled()
+        nxt, _ = step(cache, nxt)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             t0 = time.perf_counter()
             for _ in range(steps):
-                nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                nxt, _ = step(cache, nxt)
             wall_ms = (time.perf_counter() - t0) * 1e3
     family_us: Counter = Counter()
     for event in prof.key_averages():
