@@ -191,7 +191,8 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
         *([f"> **{warning}**", ""] if warning else []),
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}"
-        f"{_weights_note(model_info.get('weights'))}); draft {bench['draft']}; {sampling_text(cfg)}; max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
+        f"{_weights_note(model_info.get('weights'))}); draft {bench['draft']}; {sampling_text(cfg)}; "
+        f"max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
         f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
         f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "

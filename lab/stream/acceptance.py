@@ -64,6 +64,7 @@ class EvictingDraft:
         self.reset()
 
     assistant_model = None  # transformers' assisted generation cannot evict as the policy does
+    drafts_on_target_cache = False  # its own (evicted) cache: the loop may fuse the target's prefill
 
     def flops_per_token(self, context: int) -> float:
         return self._base_flops(context)

@@ -63,6 +63,10 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
         plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_summary_markdown(bench, {"model": "tiny"}))
     assert (rd.final / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    model_line = next(l for l in (rd.final / "summary.md").read_text().splitlines() if l.startswith("- model:"))
+    assert "weights" not in model_line  # float weights: no note
+    assert "(cpu, float32, weights q4)" in bench_summary_markdown(
+        bench, {"model": "tiny", "device": "cpu", "dtype": "float32", "weights": "q4"})
     render_bench(bench, stdout_console())
 
 
