@@ -157,14 +157,14 @@ def run(args: argparse.Namespace) -> int:
     from lab.commands.speculate import resolve_draft_spec
     from lab.decode import check_context
     from lab.machine import LoadLog, set_threads
-    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
     from lab.reports import environment, report_dir
     from lab.bench.peer.report import peer_summary_markdown
     from lab.bench.run import BenchConfig, run_bench
-    from lab.speculative.draft_specs import check_draft_spec, make_draft
+    from lab.speculative.draft_specs import check_draft, make_draft
     from lab.speculative.per_pass import parse_draft_dtype
     from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
@@ -205,8 +205,7 @@ def run(args: argparse.Namespace) -> int:
     draft_spec = resolve_draft_spec(args)
     if config.draft_dtypes and draft_spec == "prompt-lookup":
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
-    if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
-        check_draft_available(draft_spec)
+    check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run (progress on stderr).
@@ -275,17 +274,14 @@ def _model_draft_args(args: argparse.Namespace, no_model: str):
     ``no_model`` (with ``{}`` for the spec) is the error for a prompt-lookup draft."""
     from lab.commands.speculate import resolve_draft_spec
     from lab.machine import set_threads
-    from lab.models.loading import check_draft_available
-    from lab.speculative.draft_specs import check_draft_spec
+    from lab.speculative.draft_specs import check_draft, check_draft_spec
 
     device = check_model_args(args)
     threads = set_threads(args.threads)
     draft_spec = resolve_draft_spec(args)
-    kind = check_draft_spec(draft_spec)
-    if kind == "prompt-lookup":
+    if check_draft_spec(draft_spec) == "prompt-lookup":
         raise ValueError(no_model.format(draft_spec))
-    if kind == "model":
-        check_draft_available(draft_spec)
+    kind = check_draft(draft_spec, args.draft_weights)
     return device, threads, draft_spec, kind
 
 

@@ -102,14 +102,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lab.decode import check_context
-    from lab.models.loading import ModelUnavailableError, as_draft_error, check_draft_available, load_model
+    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
     from lab.models.chat import build_messages, encode_chat, eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
                                         round_rows, summary_markdown)
     from lab.reports import environment, report_dir
     from lab.sampling import SamplingConfig
-    from lab.speculative.draft_specs import check_draft_spec, make_draft  # at call time: tests stand in for make_draft
+    from lab.speculative.draft_specs import check_draft, make_draft  # at call time: tests stand in for make_draft
     from lab.speculative.loop import speculative_generate
     from lab.speculative.policies import DynamicGamma
 
@@ -129,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     adaptive = parse_adaptive(setup.adaptive) if setup.adaptive else None
     policy = DynamicGamma.parse(setup.dynamic) if setup.dynamic else None
     gamma = policy.max_gamma if policy is not None else setup.gamma
-    if check_draft_spec(draft_spec) == "model":  # syntax and model name, before the target loads
-        check_draft_available(draft_spec)
+    check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     # 2. Load, build the draft, decode (progress on stderr).

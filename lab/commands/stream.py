@@ -77,7 +77,7 @@ def _read_text(path: str | None) -> tuple[str, str, str]:
 
 def _draft_spec(args: argparse.Namespace) -> str | None:
     from lab.models.profiles import PROFILES
-    from lab.speculative.draft_specs import check_draft_spec
+    from lab.speculative.draft_specs import check_draft, check_draft_spec
 
     if args.no_acceptance:
         if args.draft_weights != "float32":
@@ -89,18 +89,9 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
         if profile is None or profile.draft is None:
             raise ValueError(f"--model {args.model!r} has no default draft; pass --draft or --no-acceptance")
         spec = profile.draft
-    kind = check_draft_spec(spec)
-    if spec == "prompt-lookup":
+    if check_draft_spec(spec) == "prompt-lookup":
         raise ValueError("--draft='prompt-lookup' has no KV cache to evict; use early-exit:N or a draft model")
-    if args.draft_weights != "float32":
-        from lab.models.loading import is_gguf_model
-
-        if kind != "model":
-            raise ValueError(f"--draft-weights={args.draft_weights!r}: the {kind} draft {spec!r} has no weights of "
-                             "its own (it shares the target's: use --weights)")
-        if args.draft_weights == "q4" and not is_gguf_model(spec):
-            raise ValueError(f"--draft-weights q4 keeps a GGUF file's own 4-bit codes; the draft {spec!r} is not a "
-                             "GGUF profile (use bfloat16 or int8 for it)")
+    check_draft(spec, args.draft_weights)
     return spec
 
 

@@ -5,7 +5,8 @@ A draft spec is ``"early-exit:N"`` (the target's first N layers:
 (:class:`~lab.speculative.drafts.PromptLookupDraft`) or a model profile / path / hub
 id (:func:`~lab.speculative.drafts.model_draft`, optionally cast per
 :mod:`lab.speculative.per_pass`). :func:`check_draft_spec` validates a spec without
-building anything, so the commands fail before any model loads;
+building anything and :func:`check_draft` adds the draft's weights and whether its model
+can be loaded, so the commands fail before any model loads;
 :func:`make_draft` builds the drafter. This module alone knows every kind of
 drafter, so the kinds' own modules (:mod:`.drafts`, :mod:`.self_draft`,
 :mod:`.per_pass`) import only downward.
@@ -59,6 +60,40 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
     except ValueError as exc:
         raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {exc}") from None
     return "model"
+
+
+def check_draft(spec: str, weights: str = "float32") -> str:
+    """Everything about ``--draft`` and ``--draft-weights`` that can be checked before any model loads.
+
+    :func:`check_draft_spec`; for a draft model, that it can be loaded
+    (:func:`lab.models.loading.check_draft_available`: a profile's package installed, a hub
+    model cached); and that ``weights`` fits the draft: only a draft model has weights of its
+    own, and ``q4`` keeps a GGUF file's own 4-bit codes, so it needs a GGUF profile.
+
+    Args:
+        spec: A draft spec, as :func:`check_draft_spec`.
+        weights: The draft's linear-layer weights (``--draft-weights``): ``float32``,
+            ``bfloat16``, ``int8`` or ``q4``.
+
+    Returns:
+        The draft's kind, as :func:`check_draft_spec`.
+
+    Raises:
+        ValueError: as :func:`check_draft_spec`; non-float32 weights for an early-exit or
+            prompt-lookup draft; ``q4`` for a draft model that is not a GGUF profile.
+        lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
+    """
+    kind = check_draft_spec(spec)
+    if weights != "float32":
+        if kind != "model":
+            raise ValueError(f"--draft-weights={weights!r}: the {kind} draft {spec!r} has no weights of its own "
+                             "(it shares the target's: use --weights)")
+        if weights == "q4" and not loading.is_gguf_model(spec):
+            raise ValueError(f"--draft-weights q4 keeps a GGUF file's own 4-bit codes; the draft {spec!r} is not a "
+                             "GGUF profile (use bfloat16 or int8 for it)")
+    if kind == "model":
+        loading.check_draft_available(spec)
+    return kind
 
 
 def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: Any = None,

@@ -169,10 +169,9 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
     device = resolve_device(config.device)
     dtype = str(parse_dtype(config.dtype, device)).removeprefix("torch.")
     lab_models.check_model_available(config.model)  # an unknown model is named as such, not as a missing draft
-    from lab.speculative.draft_specs import check_draft_spec
+    from lab.speculative.draft_specs import check_draft
 
-    if check_draft_spec(config.draft_spec()) == "model":  # N against the depth is checked once the target loads
-        lab_models.check_draft_available(config.draft_spec())
+    check_draft(config.draft_spec(), config.draft_weights)  # N against the depth is checked once the target loads
     settings = {
         "format": WORK_FORMAT,
         "model": config.model, "draft": config.draft_spec(), "device": str(device), "dtype": dtype,

@@ -122,6 +122,32 @@ def test_cli_draft_model_unavailable_names_draft_not_model(tmp_path, capsys, no_
     assert rc == 2 and "--draft 'some-owner/no-such-draft'" in err and "--model smollm2" not in err, err
 
 
+@pytest.mark.parametrize("command", [["speculate", "hi"], ["bench"], ["study", "--limit", "2"], ["stream"]],
+                         ids=["speculate", "bench", "study", "stream"])
+@pytest.mark.parametrize("draft,weights,needle", [
+    ("early-exit:4", "int8", "no weights of its own"),
+    ("some/hub-id", "q4", "not a GGUF profile"),
+], ids=["early-exit-int8", "hub-q4"])
+def test_cli_draft_weights_that_do_not_fit_the_draft_exit_2_before_model_loads(command, draft, weights, needle,
+                                                                               tmp_path, capsys, no_model):
+    """Poor case: speculate, bench and study refused these only once the target had loaded (minutes on the
+    1.5B), inside make_draft; only stream checked them first (lab.speculative.draft_specs.check_draft)."""
+    _exit_2_naming([*command, "--draft", draft, "--draft-weights", weights], needle, tmp_path, capsys)
+
+
+def test_check_draft_returns_the_kind_and_checks_the_model_only_for_a_model_draft(monkeypatch):
+    from lab.models import loading as models
+    from lab.speculative.draft_specs import check_draft
+
+    seen = []
+    monkeypatch.setattr(models, "check_draft_available", seen.append)
+    assert check_draft("early-exit:2") == "early-exit" and check_draft("prompt-lookup") == "prompt-lookup"
+    assert seen == []
+    assert check_draft("smollm2", "bfloat16") == "model" and seen == ["smollm2"]
+    with pytest.raises(ValueError, match="--draft-weights='bfloat16'.*prompt-lookup"):
+        check_draft("prompt-lookup", "bfloat16")
+
+
 def test_load_model_file_path_is_called_a_file(tmp_path):
     """Poor case: a file given as a model was called "the directory"."""
     from lab.models import loading as models
