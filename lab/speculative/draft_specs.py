@@ -86,8 +86,8 @@ def check_draft(spec: str, weights: str = "float32") -> str:
     kind = check_draft_spec(spec)
     if weights != "float32":
         if kind != "model":
-            raise ValueError(f"--draft-weights={weights!r}: the {kind} draft {spec!r} has no weights of its own "
-                             "(it shares the target's: use --weights)")
+            why = "it shares the target's: use --weights" if kind == "early-exit" else "it runs no model"
+            raise ValueError(f"--draft-weights={weights!r}: the {kind} draft {spec!r} has no weights of its own ({why})")
         if weights == "q4" and not loading.is_gguf_model(spec):
             raise ValueError(f"--draft-weights q4 keeps a GGUF file's own 4-bit codes; the draft {spec!r} is not a "
                              "GGUF profile (use bfloat16 or int8 for it)")

@@ -144,8 +144,10 @@ def test_check_draft_returns_the_kind_and_checks_the_model_only_for_a_model_draf
     assert check_draft("early-exit:2") == "early-exit" and check_draft("prompt-lookup") == "prompt-lookup"
     assert seen == []
     assert check_draft("smollm2", "bfloat16") == "model" and seen == ["smollm2"]
-    with pytest.raises(ValueError, match="--draft-weights='bfloat16'.*prompt-lookup"):
+    with pytest.raises(ValueError, match="--draft-weights='bfloat16'.*prompt-lookup.*runs no model"):
         check_draft("prompt-lookup", "bfloat16")
+    with pytest.raises(ValueError, match="early-exit.*use --weights"):
+        check_draft("early-exit:2", "int8")
 
 
 def test_load_model_file_path_is_called_a_file(tmp_path):
