@@ -87,7 +87,8 @@ def check_draft(spec: str, weights: str = "float32") -> str:
     if weights != "float32":
         if kind != "model":
             why = "it shares the target's: use --weights" if kind == "early-exit" else "it runs no model"
-            raise ValueError(f"--draft-weights={weights!r}: the {kind} draft {spec!r} has no weights of its own ({why})")
+            raise ValueError(f"--draft-weights={weights!r}: the {kind} draft {spec!r} has no weights of its own "
+                             f"({why})")
         if weights == "q4" and not loading.is_gguf_model(spec):
             raise ValueError(f"--draft-weights q4 keeps a GGUF file's own 4-bit codes; the draft {spec!r} is not a "
                              "GGUF profile (use bfloat16 or int8 for it)")
