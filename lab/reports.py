@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from lab.models.source import model_source
 from lab.safe_text import printable
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def peak_rss_bytes() -> int | None:
 
 def environment(model: Any = None) -> dict[str, Any]:
     """Machine, Python, library versions, this process's peak RSS in bytes so far (``peak_rss_bytes``:
-    call it when the report is written) and (if given) the model's ``lab_source``."""
+    call it when the report is written) and (if given) the model's :class:`~lab.models.source.ModelSource` (``as_dict``)."""
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -89,8 +90,8 @@ def environment(model: Any = None) -> dict[str, Any]:
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "peak_rss_bytes": peak_rss_bytes(),
     }
-    if model is not None and getattr(model, "lab_source", None):
-        env["model"] = dict(model.lab_source)
+    if model is not None and (source := model_source(model, default=None)) is not None:
+        env["model"] = source.as_dict()
     return env
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.machine import cpu_identity
-from lab.speculative.setups import DraftSetup
+from lab.models.profiles import PROFILES
+from lab.speculative.setups import DraftSetup, ResolvedSetup, default_setup, resolve_setup
 from lab.user_dirs import tuning_dir, write_text_atomic
 
 TUNING_FORMAT = 1
@@ -143,3 +144,38 @@ def read_tuned(profile: str, draft: str, machine: dict[str, Any]) -> TunedRead:
     if stale:
         return TunedRead(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune")
     return TunedRead(path, setup=setup, data=data)
+
+
+def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, threads: int,
+                 has_weights: bool) -> ResolvedSetup:
+    """The draft set-up a command runs, and where each field came from (``lab speculate``).
+
+    Field by field (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the
+    set-up ``lab bench --tune`` measured best for this model, draft and machine
+    (:func:`read_tuned`; a foreign, stale or corrupt file is ignored with a note), else the
+    documented set-up for the profile's own draft
+    (:func:`lab.speculative.setups.default_setup`), else the fallback.
+
+    Args:
+        profile: The ``--model`` value (a profile name, a path or a hub id).
+        draft_spec: The draft in force.
+        flags: Field -> the value typed or None (``draft_dtype``, ``gamma``, ``adaptive``; see
+            :data:`lab.speculative.setups.SETUP_FIELDS`).
+        threads: torch's thread count for this run (part of the machine key).
+        has_weights: Whether the draft is a separate model (only such a draft has a dtype).
+
+    Returns:
+        A :class:`lab.speculative.setups.ResolvedSetup`, with the ignored file's note if any.
+
+    Raises:
+        ValueError: a typed draft dtype for a draft without weights of its own (naming ``--draft-dtype``).
+    """
+    known = PROFILES.get(profile)
+    own_draft = known is not None and known.draft == draft_spec
+    tuned = read_tuned(profile, draft_spec, machine_key(threads))
+    if tuned.setup is not None:
+        base, source = tuned.setup, f"tuned: {tuned.path}"
+    else:
+        base, source = default_setup(profile if own_draft else None, has_weights)
+    return resolve_setup({"dynamic": None, **flags}, base=base, base_source=source, has_weights=has_weights,
+                         notes=(tuned.note,) if tuned.note else ())

@@ -24,6 +24,19 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    """Fail the test if anything tries to load or prepare a model: for checks that must refuse bad
+    arguments before any model loads."""
+    import lab.models.loading
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were validated")
+
+    monkeypatch.setattr(lab.models.loading, "load_model", refuse)
+    monkeypatch.setattr(lab.models.loading, "_materialize_gguf", refuse)
+
+
 @pytest.fixture(scope="session")
 def chatml_tokenizer():
     return support.chatml_tokenizer()

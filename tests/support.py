@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from lab.models.source import ModelSource, register_source
+
 # A small closed vocabulary: enough words to write prompts in tests.
 WORDS = (
     "the a of to and in is it you that he was for on are as with his they at be this "
@@ -91,8 +93,8 @@ def tiny_llama(vocab_size: int = 256, num_layers: int = 2, hidden: int = 64, hea
     cfg._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).eval()
-    model.lab_source = {"model": "tiny-llama", "source": "random config", "profile": None,
-                        "device": "cpu", "dtype": "float32", "attn_implementation": attn_implementation}
+    register_source(model, ModelSource(model="tiny-llama", source="random config", profile=None,
+                                       device="cpu", dtype="float32", attn_implementation=attn_implementation))
     return model
 
 
@@ -158,26 +160,39 @@ def chisq_pvalue(observed: dict, expected_probs: dict) -> float:
 
 
 def tiny_gemma3(vocab_size: int = 64, num_layers: int = 4, sliding_window: int = 8, seed: int = 0,
-                init_std: float = 0.3, max_positions: int = 256):
+                init_std: float = 0.3, max_positions: int = 256, *, kv_heads: int = 2,
+                layer_types: tuple[str, ...] | None = None, attn_implementation: str = "sdpa",
+                tie_word_embeddings: bool = False):
     """A random Gemma 3 text model with a small sliding window (float32, eval mode).
 
-    Layers 0..n-2 are ``sliding_attention`` with window ``sliding_window``, the last
-    ``full_attention``, as in Gemma 3's 5:1 pattern; so transformers builds a
+    By default layers 0..n-2 are ``sliding_attention`` with window ``sliding_window``, the
+    last ``full_attention``, as in Gemma 3's 5:1 pattern; so transformers builds a
     ``DynamicSlidingWindowLayer`` per sliding layer. Untied head and a larger init so
     greedy output varies and drafts get rejected (a tied 0.02 init repeats one token).
+    ``layer_types`` gives another pattern (:data:`INTERLEAVED_GEMMA3`).
     """
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+    if layer_types is None:
+        layer_types = ("sliding_attention",) * (num_layers - 1) + ("full_attention",)
     cfg = Gemma3TextConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=sliding_window,
-        layer_types=["sliding_attention"] * (num_layers - 1) + ["full_attention"],
-        max_position_embeddings=max_positions, initializer_range=init_std, tie_word_embeddings=False,
+        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=16, sliding_window=sliding_window,
+        layer_types=list(layer_types),
+        max_position_embeddings=max_positions, initializer_range=init_std, tie_word_embeddings=tie_word_embeddings,
         bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return Gemma3ForCausalLM(cfg).eval()
+
+
+# The eviction tests' Gemma 3 (``tiny_gemma3(**INTERLEAVED_GEMMA3)``): a sliding layer *after* the
+# full one, so a mask built per layer type, not per depth, is what passes; window 5 so a 9-token
+# prompt already crosses it; one KV head, tied head and the 0.02 init transformers uses by default.
+INTERLEAVED_GEMMA3 = dict(vocab_size=128, num_layers=3, sliding_window=5, init_std=0.02, kv_heads=1,
+                          layer_types=("sliding_attention", "full_attention", "sliding_attention"),
+                          tie_word_embeddings=True)
 
 
 def assert_same_track_steps(ref, got) -> dict:
@@ -210,8 +225,183 @@ def patch_tiny_loader(monkeypatch) -> None:
 
     def tiny_load(name, **kw):
         model = tiny_llama(vocab_size=len(tok), max_positions=4096)
-        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
+        register_source(model, ModelSource(model=name, device="cpu", dtype="float32"))
         return model, tok
 
     monkeypatch.setattr(loading, "load_model", tiny_load)
     monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+
+
+def patch_tiny_loader_recording_drafts(monkeypatch) -> list:
+    """:func:`patch_tiny_loader`, and a ``make_draft`` that records each ``(spec, dtype)`` it was asked
+    for and hands back the tiny target's own first layer (``early-exit:1``) in its place.
+
+    Returns:
+        The list the ``(spec, dtype)`` pairs are appended to, in call order.
+    """
+    from lab.speculative import draft_specs
+
+    patch_tiny_loader(monkeypatch)
+    asked: list = []
+    real_make_draft = draft_specs.make_draft
+
+    def recording_draft(target, spec, **kw):
+        asked.append((spec, kw.get("dtype")))
+        return real_make_draft(target, "early-exit:1")
+
+    monkeypatch.setattr(draft_specs, "make_draft", recording_draft)
+    return asked
+
+
+def fake_llamacpp_bins(root, names=None):
+    """Empty executable shell scripts named as llama.cpp's binaries (default: every one ``make peer``
+    builds) in ``root``, created if missing; returns ``root``. Enough for ``locate``, never run."""
+    import os
+
+    from lab.bench.peer.build import TARGETS
+
+    root.mkdir(parents=True, exist_ok=True)
+    for name in TARGETS if names is None else names:
+        (root / name).write_text("#!/bin/sh\n")
+        os.chmod(root / name, 0o755)
+    return root
+
+
+def assert_twins_built_like_the_embedded_set(prompts) -> None:
+    """Every poisoned twin (there must be one) is one of the embedded set's distractors, a blank line,
+    then its clean twin's text; no prompt text appears twice."""
+    from lab.health.calibration import distractor_texts
+    from lab.prompts import load_prompts
+
+    by_id = {p.id: p for p in prompts}
+    distractors = set(distractor_texts(load_prompts()).values())
+    twins = [p for p in prompts if p.variant == "poisoned"]
+    assert twins, "no poisoned twin to check"
+    for p in twins:
+        clean = by_id[p.twin_of].messages[-1]["content"]
+        head = p.messages[-1]["content"][: -len("\n\n" + clean)]
+        assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors, p.id
+    assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)  # no duplicate prompt
+
+
+# Cached vs full-recompute logits, float32. On a tiny random model on CPU they differ only by the
+# order of float32 sums (different matmul shapes), with logits of magnitude ~10: 1e-4 absolute.
+CACHE_PARITY_ATOL = 1e-4
+# The same comparison where that rounding is larger: the real Gemma-3 270M (logits reach ~30, a
+# cached decode against an uncached forward of 600+ positions) and tiny models on CUDA (cuBLAS and
+# CUDA SDPA pick other kernels, so other reduction orders, for a one-token step than for a full
+# forward). 1e-3 absolute.
+CACHE_PARITY_ATOL_WIDE = 1e-3
+
+# Masked one-pass NLL vs token-by-token eviction (:func:`streaming_nll`) on the tiny models: float32
+# passes that differ only in the order of reductions (one masked pass over S keys vs S cached passes
+# over the kept keys) agree to ~1e-6; 1e-4 nats leaves room for BLAS blocking differences while a
+# single wrongly visible key moves the NLL by > 1e-2 (checked by the inverted-mask test).
+NLL_ATOL = 1e-4
+
+
+def _layer_window(model, layer: int) -> int | None:
+    types = getattr(model.config, "layer_types", None)
+    return int(model.config.sliding_window) if types and types[layer] == "sliding_attention" else None
+
+
+def _head_dim(model) -> int:
+    return getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+
+
+@torch.no_grad()
+def streaming_nll(model, ids: torch.Tensor, policy, detected=None) -> torch.Tensor:
+    """The eviction reference: token-by-token NLL with a cache rebuilt, per layer, from only the visible entries.
+
+    Before each token a fresh cache holds only the keys/values ``policy`` lets that query see (and, on
+    the model's own sliding-window layers, only those inside its window), each computed when its token
+    was fed: eviction as a streaming server does it.
+
+    Args:
+        model: a causal LM (Llama, Qwen2 or Gemma 3 layout), eval mode.
+        ids: token ids ``[1, S]``.
+        policy: an eviction policy (``lab.stream.policies.parse_policy``).
+        detected: the detector's ranking of positions, for ``detected:`` policies.
+
+    Returns:
+        NLL in nats of tokens 1..S-1, float32 ``[S - 1]``.
+    """
+    from transformers import DynamicCache
+
+    from lab.stream.policies import policy_visibility, sliding_visibility
+
+    n_layers = model.config.num_hidden_layers
+    s = ids.shape[1]
+    keys: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]  # per layer, per position [1, Hkv, 1, D]
+    values: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]
+    nll = []
+    for q in range(s):
+        cache = DynamicCache()
+        lengths = {}
+        for layer in range(n_layers):
+            past = torch.arange(q)
+            vis = policy_visibility(policy, torch.tensor([q]), past, detected)[0]
+            sw = _layer_window(model, layer)
+            if sw is not None:
+                vis = vis & sliding_visibility(torch.tensor([q]), past, sw)[0]
+            idx = torch.nonzero(vis).flatten().tolist()
+            kv_dim = (1, model.config.num_key_value_heads, 0, _head_dim(model))
+            k = torch.cat([keys[layer][i] for i in idx], dim=2) if idx else torch.zeros(kv_dim)
+            v = torch.cat([values[layer][i] for i in idx], dim=2) if idx else torch.zeros(kv_dim)
+            cache.update(k, v, layer)
+            lengths[sw is not None] = len(idx) + 1
+        impl = model.config._attn_implementation
+
+        def ones(n):
+            keep = torch.ones(1, 1, 1, n, dtype=torch.bool)
+            return keep if impl == "sdpa" else torch.zeros(1, 1, 1, n)
+
+        if getattr(model.config, "layer_types", None) and "sliding_attention" in model.config.layer_types:
+            mask = {"full_attention": ones(lengths.get(False, 1)), "sliding_attention": ones(lengths.get(True, 1))}
+        else:
+            mask = ones(lengths[False])
+        out = model(input_ids=ids[:, q:q + 1], position_ids=torch.tensor([[q]]), cache=cache, use_cache=True,
+                    attention_mask=mask)
+        for layer in range(n_layers):
+            keys[layer].append(cache.layers[layer].keys[:, :, -1:].clone())
+            values[layer].append(cache.layers[layer].values[:, :, -1:].clone())
+        if q + 1 < s:
+            logits = out.logits[0, -1].float()
+            nll.append(-torch.log_softmax(logits, -1)[ids[0, q + 1]])
+    return torch.stack(nll)
+
+
+def packaged_sink_profile_files() -> list:
+    """The shipped ``lab/sinks/calibrations/<profile>.json`` files (``choice.json`` left out), sorted by path."""
+    from lab.sinks import profiles
+
+    return sorted(p for p in profiles.calibration_dir().glob("*.json") if p.name != profiles.CHOICE_FILE)
+
+
+def warped_reference_probs(log_p_row: torch.Tensor, temperature: float, top_k: int | None,
+                           top_p: float) -> torch.Tensor:
+    """The distribution a token is sampled from, written independently of transformers and lab.sampling:
+    temperature, then keep the ``top_k`` largest, then the smallest prefix (by descending probability)
+    whose mass reaches ``top_p``.
+
+    Args:
+        log_p_row: log-probs (or logits) of one position ``[V]``, float64 for a reference.
+        temperature: > 0.
+        top_k: tokens kept, or None for all.
+        top_p: nucleus mass in (0, 1]; 1 keeps all.
+
+    Returns:
+        Probabilities ``[V]``, zero outside the kept set.
+    """
+    logits = log_p_row / temperature
+    keep = torch.ones_like(logits, dtype=torch.bool)
+    if top_k is not None:
+        keep &= logits >= logits.topk(top_k).values[-1]
+    probs = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True)
+        mass_before = sorted_p.cumsum(0) - sorted_p
+        nucleus = torch.zeros_like(keep)
+        nucleus[order] = mass_before < top_p
+        probs = torch.softmax(logits.masked_fill(~(keep & nucleus), float("-inf")), -1)
+    return probs

@@ -57,11 +57,15 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
             decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None) -> StudyAnalysis:
     """Run H1-H6 on the study's tables and judge them together (one Holm family).
 
+    The study passes its records as their columns (``lab.study.outcome.PromptRow.as_columns()``,
+    ``DraftedToken.as_columns()``, ``TrackedDecode.as_columns()``): the analysis sits below the
+    study and names no study type, and the mappings let it be tested on partial rows.
+
     Args:
         per_prompt: One row per prompt with ``id``, ``category``, ``variant``,
-            ``twin_of``, ``n_prompt_tokens``, ``context_health``, ``mean_entropy_bits``, ``alpha``.
-            Rows whose needed numbers are missing or non-finite are left out of
-            that test only.
+            ``twin_of``, ``n_prompt_tokens``, ``context_health``, ``mean_entropy_bits``, ``alpha``
+            (keys as the ``per_prompt.csv`` columns). Rows whose needed numbers are missing or
+            non-finite are left out of that test only.
         per_token: One row per drafted token with ``prompt_id``,
             ``draft_entropy_bits``, ``accepted``, ``tested``; only tested tokens count.
         seed: Seed for every bootstrap.

@@ -31,9 +31,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from lab.bench.phases import FirstTokenClock
-from lab.speculative.drafts import ModelDraft, PromptLookupDraft
+from lab.speculative.drafts import Drafter, PromptLookupDraft
 from lab.speculative.loop import speculative_generate
-from lab.speculative.per_pass import PerPassDraft, pass_shapes, per_pass_draft
+from lab.speculative.per_pass import pass_shapes, per_pass_draft
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.policies import DynamicGamma
 
 CODE_PROMPTS = (
@@ -66,15 +67,16 @@ def assistant_settings(assistant: Any, **settings: Any) -> Iterator[None]:
         assistant.generation_config = saved
 
 
-def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, make_run: Callable[..., Any],
-                      **kwargs: Any) -> Any:
+def timed_speculative(name: str, target: Any, drafter: Drafter, ids: torch.Tensor, make_run: Callable[..., Any],
+                      settings: SpeculativeSettings, *, generator: torch.Generator | None = None) -> Any:
     """One speculative generation as a bench ``Run``, with its first-token time and draft pass shapes.
 
     The first round's end (``on_round``) marks the first committed tokens
     (:mod:`lab.bench.phases`); the time runs from this call, so it includes the
-    target's prefill and the draft's. ``kwargs`` go to :func:`speculative_generate`. A model
-    draft's logged forwards (:attr:`~lab.speculative.drafts.ModelDraft.passes`) are grouped by
-    shape, with a per-pass draft's cache casts beside them.
+    target's prefill and the draft's. ``settings`` and ``generator`` go to
+    :func:`speculative_generate`. The draft's logged forwards
+    (:attr:`~lab.speculative.drafts.DraftFacts.passes`) are grouped by shape, with a
+    per-pass draft's cache casts beside them.
     """
     first: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -84,15 +86,16 @@ def timed_speculative(name: str, target: Any, drafter: Any, ids: torch.Tensor, m
             first["s"] = time.perf_counter() - t0
             first["n"] = record.n_accepted + (record.next_token is not None)
 
-    r = speculative_generate(target, drafter, ids, on_round=on_round, **kwargs)
+    r = speculative_generate(target, drafter, ids, settings, generator=generator, on_round=on_round)
     total = time.perf_counter() - t0
     run = make_run(name, 0, 0, len(r.tokens), total, r.decode_time_s, r.tokens, spec=r,
                    first_token_s=first.get("s"), n_first=first.get("n", 0))
-    if isinstance(drafter, ModelDraft) and drafter.passes:
-        run.draft_passes = pass_shapes(drafter.passes)
-        if isinstance(drafter, PerPassDraft) and drafter.n_casts:
-            run.draft_passes["cache cast"] = {"dtypes": [], "n": drafter.n_casts, "tokens": 0,
-                                              "time_s": drafter.cast_time_s}
+    facts = drafter.facts()
+    if facts.passes:
+        run.draft_passes = pass_shapes(facts.passes)
+        if facts.n_casts:
+            run.draft_passes["cache cast"] = {"dtypes": [], "n": facts.n_casts, "tokens": 0,
+                                              "time_s": facts.cast_time_s}
     return run
 
 
@@ -130,9 +133,10 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
 
     def spec(name: str, drafter: Any, gamma: int, policy: DynamicGamma | None, adaptive: str | None = None) -> None:
         def fn(ids: torch.Tensor, budget: int) -> Any:
-            return timed_speculative(name, target, drafter, ids, make_run, gamma=gamma, max_new_tokens=budget,
-                                     eos_token_ids=eos, gamma_policy=policy, adaptive=adaptive,
-                                     sampling=config.sampling, generator=seeds.generator(ids.device))
+            settings = SpeculativeSettings(max_new_tokens=budget, gamma=gamma, sampling=config.sampling,
+                                           adaptive=adaptive, gamma_policy=policy, eos_token_ids=eos)
+            return timed_speculative(name, target, drafter, ids, make_run, settings,
+                                     generator=seeds.generator(ids.device))
         methods.append((name, fn))
 
     for p in policies:
@@ -147,12 +151,13 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
             spec(f"speculative gamma={g_max} adaptive={a} draft={dtype}", cast, g_max, None, a)
             for p in policies:
                 spec(f"speculative {p.describe()} adaptive={a} draft={dtype}", cast, p.max_gamma, p, a)
-    if config.prompt_lookup and not isinstance(draft, PromptLookupDraft):
+    facts = draft.facts()
+    if config.prompt_lookup and facts.model is not None:  # a draft that runs no model is prompt lookup already
         lookup = PromptLookupDraft(int(target.config.vocab_size))
         spec(f"prompt-lookup gamma={g_max}", lookup, g_max, None)
         for p in policies:
             spec(f"prompt-lookup {p.describe()}", lookup, p.max_gamma, p)
-    assistant = draft.assistant_model
+    assistant = facts.assistant_model
     if config.assisted and assistant is not None:
         name = "transformers assisted (its defaults)"
 

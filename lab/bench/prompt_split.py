@@ -19,6 +19,9 @@ or user prompts) or ``"humaneval"``, and the bench reports each group apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 N_PROBLEMS = 164  # HumanEval/0 .. HumanEval/163
 HELD_BACK = (112, 124, 136, 148, 160)
 BENCH_TUNING = (10, 17, 20, 33, 38)
@@ -83,3 +86,34 @@ def humaneval_prompts(split: str, count: int | None = None) -> list[tuple[str, s
     numbers = split_problems(split, count)
     problems = {p.id: p for p in load_source("humaneval")}
     return [(f"humaneval-{i:03d}", problems[f"humaneval-{i:03d}"].messages[-1]["content"]) for i in numbers]
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The prompts one bench runs: their texts, one group name each, and the ``--humaneval`` spec.
+
+    Attributes:
+        texts: The user messages, short prompts first.
+        groups: :data:`GROUP_SHORT` or :data:`GROUP_HUMANEVAL`, one per text.
+        humaneval: The HumanEval spec the problems came from (``"tuning:2"``), ``"none"`` for none.
+    """
+
+    texts: tuple[str, ...]
+    groups: tuple[str, ...]
+    humaneval: str
+
+    @classmethod
+    def of(cls, short: Sequence[str], humaneval: str) -> PromptSet:
+        """``short`` prompts, then the problems of ``humaneval`` (``SPLIT[:N]`` or ``"none"``).
+
+        Raises:
+            ValueError: a bad spec, or no prompt at all.
+        """
+        texts, groups = list(short), [GROUP_SHORT] * len(short)
+        if humaneval != "none":
+            problems = humaneval_prompts(*parse_humaneval(humaneval))  # before any model loads
+            texts += [text for _, text in problems]
+            groups += [GROUP_HUMANEVAL] * len(problems)
+        if not texts:
+            raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N]")
+        return cls(tuple(texts), tuple(groups), humaneval)

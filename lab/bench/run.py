@@ -32,28 +32,30 @@ seeded with it. Outputs then differ by method; tokens are compared only in greed
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
-import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from lab.decode import check_context
 from lab.machine import LoadLog
+from lab.models.chat import build_messages, encode_chat
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
-from lab.bench.phases import FirstTokenClock, group_speedups, repeat_spread
+from lab.bench.phases import FirstTokenClock
+from lab.bench.results import BenchResult
+from lab.bench.summary import summarize
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import AdaptiveDraftLength, Drafter, PromptLookupDraft
+from lab.speculative.drafts import AdaptiveDraftLength, Drafter
 from lab.speculative.loop import target_generate
 from lab.speculative.no_cache import no_cache_generate
-from lab.speculative.per_pass import merge_pass_shapes, parse_draft_dtype
+from lab.speculative.per_pass import parse_draft_dtype
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.results import SpeculativeResult
-from lab.speculative.theory import (breakeven_alpha, expected_speedup, expected_tokens_per_round,
-                                    flops_per_token)
+from lab.speculative.settings import SpeculativeSettings
 
 logger = logging.getLogger(__name__)
 
@@ -178,23 +180,6 @@ class Run:
     peer: Any = None  # a llama.cpp run's parsed output (lab.bench.peer); such runs are summarized apart
 
 
-def _cost_ratio_flops(target: Any, draft: Drafter, context: int) -> float:
-    return draft.flops_per_token(context) / flops_per_token(target.config, context)
-
-
-def _alpha(specs: Sequence[SpeculativeResult]) -> float:
-    """Pooled alpha (accepted / tested drafts) of some runs; NaN when none was tested."""
-    tested = sum(s.n_drafted_tested for s in specs)
-    return sum(s.n_accepted for s in specs) / tested if tested else float("nan")
-
-
-def _stats(values: Sequence[float]) -> dict[str, float]:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
-        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
-    return {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
-
-
 def hf_sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
     """``generate`` kwargs that make transformers draw through the lab's filter ``sampling``.
 
@@ -220,7 +205,7 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
               load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None,
-              peer: Any = None) -> dict[str, Any]:
+              peer: Any = None) -> BenchResult:
     """Run the alternating benchmark and derive the figures (see the module docstring).
 
     Args:
@@ -237,29 +222,98 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
             its runs are summarized apart under ``peer``.
 
     Returns:
-        A JSON-ready dict: ``methods`` (per method: tokens/s min/median/max over repeats
-        and the speculative figures), ``comparisons`` (each speculative method
-        against transformers' assisted generation at the same gamma, and against the
-        speedup predicted from its measured times), ``runs`` (raw timings),
+        A :class:`~lab.bench.results.BenchResult`: ``methods`` (per method: tokens/s
+        min/median/max over repeats and the speculative figures), ``comparisons`` (each
+        speculative method against transformers' assisted generation at the same gamma, and
+        against the speedup predicted from its measured times), ``runs`` (raw timings),
         ``assisted_errors``, ``machine_load`` (None without ``load_log``) and ``by_group``
-        (end-to-end and decode-only speedups per prompt group, :func:`group_speedups`).
+        (end-to-end and decode-only speedups per prompt group, :func:`group_speedups`);
+        :meth:`~lab.bench.results.BenchResult.to_json` is the report's JSON-ready dict.
 
     Raises:
         ValueError: no prompts, a prompt of batch size > 1, ``prompt_groups`` of another
             length, or a ``config.methods`` name that matches no method.
+    """
+    groups = _prompt_groups(prompts, prompt_groups)
+    eos = sorted(set(eos_token_ids or []))
+    seeds = RunSeeds(config)
+    methods = select_methods(_lab_methods(target, draft, config, eos, seeds), config.methods)
+    # the peer's methods always run with --peer (a --methods filter selects among the lab's)
+    methods += peer.methods(Run) if peer is not None else []
+    # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
+    usable, assisted_errors = _warm_up(methods, prompts[0], min(config.warmup_tokens, config.max_new_tokens), seeds)
+    # 2. timed runs, alternating methods within each prompt and repeat
+    runs = _timed_runs(usable, prompts, groups, config, seeds, progress, load_log)
+    # 3. the figures: the lab's runs summarized, a peer's apart
+    bench = _summarize_with_peer(target, draft, prompts, config, runs, assisted_errors, peer)
+    return dataclasses.replace(bench, machine_load=load_log.summary() if load_log is not None else None)
+
+
+def encode_prompts(model: Any, tokenizer: Any, texts: Sequence[str], max_new_tokens: int,
+                   device: Any) -> list[torch.Tensor]:
+    """Each user message through the chat template, as int64 ``[1, S]`` ids on ``device``.
+
+    Raises:
+        ValueError: a prompt whose length plus ``max_new_tokens`` exceeds the model's context
+            (naming ``--max-new-tokens``), before any decoding.
+    """
+    ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in texts]
+    for prompt_ids in ids:
+        check_context(model, prompt_ids.shape[1], max_new_tokens, arg="--max-new-tokens")
+    return ids
+
+
+def run_schedules(model: Any, draft: Drafter, ids: Sequence[torch.Tensor], configs: dict[str, BenchConfig], *,
+                  eos: Sequence[int], threads: int, status: Callable[[str], ContextManager[Any]], label: str,
+                  groups: Sequence[str] | None = None) -> dict[str, BenchResult]:
+    """:func:`run_bench` once per named configuration, each with its own load log.
+
+    Args:
+        model / draft / ids: As :func:`run_bench`'s target, draft and prompts.
+        configs: ``{name: BenchConfig}``, run in order.
+        eos: End-of-sequence ids.
+        threads: Torch threads, for the load logs.
+        status: ``status(text)`` gives a context whose ``update(text)`` shows progress (a Rich
+            console's ``status``).
+        label: Progress text's prefix.
+        groups: One group name per prompt (None = all ``"short"``).
+
+    Returns:
+        ``{name: BenchResult}``.
+    """
+    out = {}
+    for name, config in configs.items():
+        with status(f"{label}: {name}") as shown:
+            out[name] = run_bench(model, draft, ids, config, eos_token_ids=eos, load_log=LoadLog(threads=threads),
+                                  prompt_groups=groups, progress=lambda msg, n=name: shown.update(f"{n}: {msg}"))
+    return out
+
+
+def _prompt_groups(prompts: Sequence[torch.Tensor], prompt_groups: Sequence[str] | None) -> list[str]:
+    """One group name per prompt (all ``"short"`` when None).
+
+    Raises:
+        ValueError: no prompts, or ``prompt_groups`` of another length.
     """
     if not prompts:
         raise ValueError("prompts=[] is empty")
     groups = list(prompt_groups) if prompt_groups is not None else ["short"] * len(prompts)
     if len(groups) != len(prompts):
         raise ValueError(f"prompt_groups has {len(groups)} names for {len(prompts)} prompts")
-    eos = sorted(set(eos_token_ids or []))
+    return groups
+
+
+Method = tuple[str, Callable[[torch.Tensor, int], Run]]
+
+
+def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int], seeds: RunSeeds) -> list[Method]:
+    """The lab's methods in schedule order, as ``(name, fn(ids, budget) -> Run)``: the target alone
+    (the lab's loop, transformers ``generate``), then per gamma the speculative loop (and its
+    no-cache twin, and transformers' assisted generation), the adaptive stops and the levers."""
     pad = eos[0] if eos else 0
-    n_new = config.max_new_tokens
     methods: list[tuple[str, Callable[[torch.Tensor, int], Run]]] = []
-    assistant = draft.assistant_model
-    assisted_errors: dict[str, str] = {}
-    seeds = RunSeeds(config)
+    draft_facts = draft.facts()
+    assistant = draft_facts.assistant_model
     sampling = config.sampling
 
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
@@ -285,9 +339,9 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
-            return timed_speculative(name, target, draft, ids, Run, gamma=gamma, max_new_tokens=budget,
-                                     adaptive=adaptive, eos_token_ids=eos, sampling=sampling,
-                                     generator=seeds.generator(ids.device))
+            settings = SpeculativeSettings(max_new_tokens=budget, gamma=gamma, sampling=sampling, adaptive=adaptive,
+                                           eos_token_ids=eos)
+            return timed_speculative(name, target, draft, ids, Run, settings, generator=seeds.generator(ids.device))
         return name, fn
 
     def assisted_method(gamma: int) -> Callable[[torch.Tensor, int], Run]:
@@ -296,7 +350,7 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
         def fn(ids: torch.Tensor, budget: int) -> Run:
             extra: dict[str, Any]
             settings: dict[str, Any] = {}
-            if isinstance(draft, PromptLookupDraft):
+            if draft_facts.model is None:  # no model: prompt lookup, which transformers runs itself
                 extra = dict(prompt_lookup_num_tokens=gamma)
             else:  # read from the assistant's own generation config, not from generate()'s kwargs
                 extra = dict(assistant_model=assistant)
@@ -339,166 +393,56 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
         methods.append(spec_method(max(config.gammas), spec))
     methods += lever_methods(target, draft, config, eos=eos, make_run=Run, seeds=seeds,
                              hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad, sampling))
-    methods = select_methods(methods, config.methods)
-    # the peer's methods always run with --peer (a --methods filter selects among the lab's)
-    methods += peer.methods(Run) if peer is not None else []
+    return methods
 
-    # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
-    usable = []
+
+def _warm_up(methods: list[Method], ids: torch.Tensor, budget: int,
+             seeds: RunSeeds) -> tuple[list[Method], dict[str, str]]:
+    """Run every method once, untimed; ``(usable methods, {refused method: error})``.
+
+    A method transformers refuses (assisted generation) is dropped with its reason: a result to
+    report, not a crash; any other method's error propagates.
+    """
+    usable, assisted_errors = [], {}
     for name, fn in methods:
         try:
             seeds.set(-1, 0)
-            fn(prompts[0], min(config.warmup_tokens, n_new))
+            fn(ids, budget)
             usable.append((name, fn))
         except Exception as exc:  # transformers' refusal is a result to report, not a crash
             if not name.startswith("transformers assisted"):
                 raise
             assisted_errors[name] = f"{type(exc).__name__}: {exc}"
             logger.warning("%s refused: %s", name, assisted_errors[name])
-    # 2. timed runs, alternating methods within each prompt and repeat
+    return usable, assisted_errors
+
+
+def _timed_runs(methods: list[Method], prompts: Sequence[torch.Tensor], groups: list[str], config: BenchConfig,
+                seeds: RunSeeds, progress: Callable[[str], None] | None, load_log: LoadLog | None) -> list[Run]:
+    """``config.repeats`` passes over the prompts, every method on each prompt in turn, each run
+    seeded with its (repeat, prompt)'s seed and sampled by ``load_log`` around it."""
     runs: list[Run] = []
     for rep in range(config.repeats):
         for pi, ids in enumerate(prompts):
-            for name, fn in usable:
+            for name, fn in methods:
                 if progress:
                     progress(f"repeat {rep + 1}/{config.repeats} prompt {pi + 1}/{len(prompts)}: {name}")
                 seed = seeds.set(rep, pi)
                 with load_log.around(name) if load_log is not None else nullcontext():
-                    run = fn(ids, n_new)
+                    run = fn(ids, config.max_new_tokens)
                 run.repeat, run.prompt, run.group = rep, pi, groups[pi]
-                run.seed = None if sampling.greedy else seed
+                run.seed = None if config.sampling.greedy else seed
                 runs.append(run)
-    bench = _summarize_with_peer(target, draft, prompts, config, runs, assisted_errors, peer)
-    bench["machine_load"] = load_log.summary() if load_log is not None else None
-    return bench
+    return runs
 
 
 def _summarize_with_peer(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig,
-                         runs: list[Run], assisted_errors: dict[str, str], peer: Any) -> dict[str, Any]:
+                         runs: list[Run], assisted_errors: dict[str, str], peer: Any) -> BenchResult:
     """The lab's runs summarized as always; a peer's runs apart, under ``peer`` (lab.bench.peer)."""
     lab_runs = [r for r in runs if r.peer is None]
     bench = summarize(target, draft, prompts, config, lab_runs, assisted_errors)
-    if peer is not None:
-        bench["peer"] = peer.report([r for r in runs if r.peer is not None], lab_runs, bench["methods"],
-                                    config.max_new_tokens, config.repeats, lab_groups=bench["by_group"].get("all"))
-    return bench
-
-
-def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: BenchConfig, runs: list[Run],
-              assisted_errors: dict[str, str]) -> dict[str, Any]:
-    """Aggregate raw runs into per-method figures, theory and the comparisons."""
-    names = list(dict.fromkeys(r.method for r in runs))
-    by = {n: [r for r in runs if r.method == n] for n in names}
-    base_runs = by["target-only (lab loop)"]
-    reference = {(r.repeat, r.prompt): r.tokens for r in base_runs}
-    t_step = sum(r.target_step_s * max(1, r.n_tokens - 1) for r in base_runs) / sum(max(1, r.n_tokens - 1) for r in base_runs)
-    base_decode_tps = sum(r.n_tokens - 1 for r in base_runs) / sum(r.decode_time_s for r in base_runs)
-    mean_prompt = sum(p.shape[1] for p in prompts) / len(prompts)
-    context = int(mean_prompt + config.max_new_tokens / 2)
-    c_flops_draft = _cost_ratio_flops(target, draft, context)
-
-    def per_repeat_tps(rs: list[Run]) -> list[float]:
-        out = []
-        for rep in range(config.repeats):
-            sel = [r for r in rs if r.repeat == rep]
-            if sel:
-                out.append(sum(r.n_tokens for r in sel) / sum(r.time_s for r in sel))
-        return out
-
-    raw = [{"method": r.method, "repeat": r.repeat, "prompt": r.prompt, "group": r.group, "n_tokens": r.n_tokens,
-            "time_s": r.time_s, "decode_time_s": r.decode_time_s, "first_token_s": r.first_token_s,
-            "n_first": r.n_first, "seed": r.seed} for r in runs]
-    spread = repeat_spread(raw, "target-only (lab loop)")
-    methods: dict[str, dict[str, Any]] = {}
-    for name, rs in by.items():
-        m: dict[str, Any] = {
-            "tokens_per_s": _stats(per_repeat_tps(rs)),
-            "n_runs": len(rs),
-            "n_tokens": sum(r.n_tokens for r in rs),
-            # sampling mode: methods draw differently from the same seed, so no comparison (None)
-            "same_tokens_as_lab_target_loop": (all(r.tokens == reference.get((r.repeat, r.prompt)) for r in rs)
-                                               if config.sampling.greedy else None),
-            "per_repeat": spread.get(name, {}),
-        }
-        passes = [r.draft_passes for r in rs if r.draft_passes]
-        if passes:  # which dtype each pass shape ran in, and what it cost
-            m["draft_passes"] = merge_pass_shapes(passes)
-        specs = [r.spec for r in rs if r.spec is not None]
-        c_flops = 0.0 if name.startswith("prompt-lookup") else c_flops_draft  # a lookup draft has no model
-        if specs:
-            tested = sum(s.n_drafted_tested for s in specs)
-            alpha = sum(s.n_accepted for s in specs) / tested if tested else float("nan")
-            n_rounds = sum(len(s.rounds) for s in specs)
-            n_tokens = sum(len(s.tokens) for s in specs)
-            draft_fw = sum(r.n_draft_forwards for s in specs for r in s.rounds)
-            draft_s = sum(s.draft_time_s for s in specs)
-            verify_s = sum(s.verify_time_s for s in specs)
-            decode_s = sum(s.decode_time_s for s in specs)
-            overhead_s = sum(s.overhead_time_s for s in specs)
-            gamma = specs[0].gamma
-            t_draft = draft_s / draft_fw if draft_fw else 0.0
-            t_verify = verify_s / sum(s.n_verify_passes for s in specs)  # the fused first pass is the prefill
-            tau = n_tokens / n_rounds
-            c_time = t_draft / t_step
-            decode_tps = sum(len(s.tokens) for s in specs) / decode_s
-            measured_speedup = decode_tps / base_decode_tps
-            fixed = specs[0].adaptive is None and specs[0].gamma_policy is None
-            if fixed and not math.isnan(alpha):
-                e_tokens = expected_tokens_per_round(alpha, gamma)
-                predicted = e_tokens * t_step / (gamma * t_draft + t_verify)
-            else:  # adaptive: draft length varies, use the measured tokens and draft steps per round
-                e_tokens = tau
-                predicted = tau * t_step / (draft_fw / n_rounds * t_draft + t_verify)
-            hist = [sum(s.accepted_length_histogram[k] for s in specs) for k in range(gamma + 1)]
-            m["per_repeat"]["alpha"] = _stats([_alpha([r.spec for r in rs if r.repeat == rep and r.spec is not None])
-                                              for rep in range(config.repeats)])
-            m.update({
-                "gamma": gamma, "adaptive": specs[0].adaptive, "gamma_policy": specs[0].gamma_policy,
-                "alpha": alpha, "tau": tau,
-                "n_drafted_tested": tested, "n_accepted": sum(s.n_accepted for s in specs), "n_rounds": n_rounds,
-                "accepted_length_histogram": hist,
-                "draft_step_s": t_draft, "verify_s": t_verify, "target_step_s": t_step,
-                "verify_over_target_step": t_verify / t_step,
-                "cost_ratio_time": c_time, "cost_ratio_flops": c_flops,
-                "decode_tokens_per_s": decode_tps,
-                "measured_speedup": measured_speedup,
-                "speedup_theory_flops": expected_speedup(alpha, gamma, c_flops) if fixed and not math.isnan(alpha) else None,
-                "speedup_theory_time_ratio": expected_speedup(alpha, gamma, c_time) if fixed and not math.isnan(alpha) else None,
-                "speedup_predicted_from_measured_times": predicted,
-                "expected_tokens_per_round": e_tokens,
-                "efficiency": measured_speedup / predicted if predicted else float("nan"),
-                "overhead_fraction": overhead_s / decode_s,
-                "breakeven_alpha_time_ratio": breakeven_alpha(gamma, c_time),
-                "breakeven_alpha_flops": breakeven_alpha(gamma, c_flops),
-            })
-        methods[name] = m
-
-    comparisons = []
-    for g in config.gammas:
-        ours, theirs = methods.get(f"speculative gamma={g}"), methods.get(f"transformers assisted gamma={g}")
-        if ours and theirs:
-            ratio = ours["tokens_per_s"]["median"] / theirs["tokens_per_s"]["median"]
-            comparisons.append({"method": f"speculative gamma={g}", "against": f"transformers assisted gamma={g}",
-                                "kind": "tokens_per_s_ratio", "value": ratio,
-                                "text": f"speculative gamma={g}: {ratio:.2f}x the tokens/s of transformers' "
-                                        f"assisted generation at gamma={g} (medians)"})
-    for name, m in methods.items():
-        if "efficiency" in m:
-            comparisons.append({"method": name, "against": "speedup predicted from measured times",
-                                "kind": "efficiency", "value": m["efficiency"],
-                                "text": f"{name}: measured speedup {m['measured_speedup']:.2f}x is "
-                                        f"{m['efficiency']:.0%} of the {m['speedup_predicted_from_measured_times']:.2f}x "
-                                        "predicted from its alpha and measured step times"})
-    return {
-        "config": config,
-        "draft": draft.name,
-        "mean_prompt_tokens": mean_prompt,
-        "flops_context": context,
-        "target_flops_per_token": flops_per_token(target.config, context),
-        "target_step_s": t_step,
-        "methods": methods,
-        "comparisons": comparisons,
-        "assisted_errors": assisted_errors,
-        "by_group": group_speedups(raw, "target-only (lab loop)"),
-        "runs": raw,
-    }
+    if peer is None:
+        return bench
+    return dataclasses.replace(bench, peer=peer.report(
+        [r for r in runs if r.peer is not None], lab_runs, bench.methods_dict(), config.max_new_tokens,
+        config.repeats, lab_groups=bench.by_group.get("all")))

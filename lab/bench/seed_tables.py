@@ -22,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import platform
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
+from lab.bench.results import BenchResult
 from lab.bench.run import BenchConfig
+from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
 
 SEED_SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9)  # "temperature 0.7, top-p 0.9"
@@ -104,8 +107,8 @@ def compare(sweep: dict[str, Any], caching: dict[str, Any]) -> dict[str, Any]:
     """The measured figures beside the seed's, row by row, and which seed findings held.
 
     Args:
-        sweep, caching: :func:`lab.bench.run.run_bench` results (JSON-ready) of the two
-            :func:`seed_table_configs` schedules.
+        sweep, caching: :func:`lab.bench.run.run_bench` results of the two :func:`seed_table_configs`
+            schedules, JSON-ready (:meth:`lab.bench.results.BenchResult.to_json`).
 
     Returns:
         ``{"gamma_sweep": [rows], "caching": [rows], "speedup_from_caching": {...}, "findings": [...]}``;
@@ -158,3 +161,41 @@ def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str
          "rule": f"gamma 6 median speedup <= {GAMMA6_NO_BETTER} x gamma 4's",
          "measured": {"gamma 4": g4, "gamma 6": g6}, "holds": bool(g6 <= GAMMA6_NO_BETTER * g4)},
     ]
+
+
+SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
+                         "prompt_lookup")  # lab bench flags that choose another schedule
+
+
+@dataclass(frozen=True)
+class SeedTablesReport:
+    """``lab bench --seed-tables``' ``report.json``: both schedules and the seed's figures beside them.
+
+    Attributes:
+        model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
+        draft: The ``--draft`` spec.
+        passage: :func:`seed_passage`.
+        prompt_tokens: The prompt's length with the chat template, tokens.
+        torch_threads: Torch's intra-op threads.
+        environment: :func:`lab.reports.environment` when the report is built.
+        configs: :func:`seed_table_configs`.
+        benches: ``{"gamma_sweep": ..., "caching": ...}``, one :class:`~lab.bench.results.BenchResult` each.
+    """
+
+    model: dict[str, Any]
+    draft: str
+    passage: dict[str, str]
+    prompt_tokens: int
+    torch_threads: int
+    environment: dict[str, Any]
+    configs: dict[str, BenchConfig]
+    benches: dict[str, BenchResult]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-ready report, with :func:`compare`'s rows under ``comparison``."""
+        benches = {name: b.to_json() for name, b in self.benches.items()}
+        return to_jsonable({"kind": "bench-seed-tables", "model": self.model, "draft": self.draft,
+                            "passage": self.passage, "prompt": seed_prompt(self.passage),
+                            "prompt_tokens": self.prompt_tokens, "torch_threads": self.torch_threads,
+                            "environment": self.environment, "configs": self.configs,
+                            "comparison": compare(benches["gamma_sweep"], benches["caching"]), **benches})

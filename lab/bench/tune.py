@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
+from lab.bench.levers import CODE_PROMPTS
+from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, PromptSet, humaneval_prompts, parse_humaneval
+from lab.bench.results import BenchResult
 from lab.bench.run import BenchConfig
+from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
 from lab.speculative.setups import DraftSetup
+from lab.tuning import machine_key, write_tuned
 
 TUNE_GAMMAS = (3, 4, 5)
 TUNE_ADAPTIVE = ("pmin:0.6",)  # llama.cpp's draft-confidence stop at the bench's usual threshold
@@ -33,6 +40,8 @@ TUNE_DTYPES = ("bfloat16", PER_PASS_ALIAS)  # beside the draft's own dtype (a se
 TUNE_SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9)  # the seed's sampling mode
 TUNE_MAX_NEW_TOKENS, TUNE_REPEATS = 48, 2
 TUNE_HUMANEVAL = "tuning:2"
+TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
+                  "prompt_lookup")  # lab bench flags that choose another schedule
 SCORE_RULE = ("the highest geometric mean over greedy and sampling of the median (over repeats) end-to-end "
               "speedup over the lab's target-only loop, on the tuning prompts")
 
@@ -73,8 +82,8 @@ def choose(benches: dict[str, dict[str, Any]]) -> tuple[DraftSetup, dict[str, An
     """The winning set-up and the figures behind the choice.
 
     Args:
-        benches: ``{"greedy": bench, "sampling": bench}``, JSON-ready :func:`lab.bench.run.run_bench`
-            results of :func:`tune_configs`.
+        benches: ``{"greedy": bench, "sampling": bench}``, :func:`lab.bench.run.run_bench` results of
+            :func:`tune_configs`, JSON-ready (:meth:`lab.bench.results.BenchResult.to_json`).
 
     Returns:
         ``(setup, measured)``: ``measured`` has ``rule``, ``winner`` (method name) and per
@@ -106,3 +115,88 @@ def choose(benches: dict[str, dict[str, Any]]) -> tuple[DraftSetup, dict[str, An
     return (setup_of(winner, benches[modes[0]]["methods"][winner]),
             {"rule": SCORE_RULE, "winner": winner, "score": candidates[winner]["score"],
              "beats_target_alone": candidates[winner]["score"] > 1.0, "ranking": ranked, "candidates": candidates})
+
+
+def tune_prompts(humaneval: str = TUNE_HUMANEVAL) -> PromptSet:
+    """The tuning prompts: the first code prompt, then the HumanEval problems of ``humaneval``.
+
+    Raises:
+        ValueError: a bad spec, or one outside the tuning split (the held-back problems certify
+            a choice and are never tuned on).
+    """
+    split, count = parse_humaneval(humaneval)
+    if split != "tuning":
+        raise ValueError(f"--tune --humaneval {humaneval!r}: tuning runs on the tuning split only (the held-back "
+                         "problems certify a choice and are never tuned on)")
+    problems = humaneval_prompts(split, count)
+    return PromptSet(texts=(CODE_PROMPTS[0], *(text for _, text in problems)),
+                     groups=(GROUP_SHORT, *[GROUP_HUMANEVAL] * len(problems)), humaneval=humaneval)
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    """What a tuning run chose and where it was written.
+
+    Attributes:
+        setup: The winning :class:`DraftSetup`.
+        measured: :func:`choose`'s figures, with ``busy`` per mode (a busy machine's timings).
+        machine: :func:`lab.tuning.machine_key` of this machine.
+        path: The tuning file written (:func:`lab.tuning.write_tuned`).
+    """
+
+    setup: DraftSetup
+    measured: dict[str, Any]
+    machine: dict[str, Any]
+    path: Path
+
+
+def tune(benches: Mapping[str, BenchResult], *, model: str, draft: str, threads: int) -> TuneOutcome:
+    """Choose the winner of the two modes' benches and write it for this machine.
+
+    Args:
+        benches: ``{"greedy": ..., "sampling": ...}`` of :func:`tune_configs`.
+        model / draft: The ``--model`` and ``--draft`` the set-up is for.
+        threads: Torch threads (part of the machine's key).
+
+    Raises:
+        ValueError: no candidate has a finite speedup in every mode.
+    """
+    setup, measured = choose({mode: b.to_json() for mode, b in benches.items()})
+    machine = machine_key(threads)
+    measured["busy"] = {mode: bool((b.machine_load or {}).get("busy")) for mode, b in benches.items()}
+    path = write_tuned(model, draft, setup, machine, measured)
+    return TuneOutcome(setup=setup, measured=measured, machine=machine, path=path)
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """``lab bench --tune``'s ``report.json``.
+
+    Attributes:
+        model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
+        draft: The ``--draft`` spec.
+        prompts: The :func:`tune_prompts` it ran on.
+        torch_threads: Torch's intra-op threads.
+        environment: :func:`lab.reports.environment` when the report is built.
+        configs: :func:`tune_configs`.
+        outcome: The choice and where it went.
+        benches: ``{"greedy": ..., "sampling": ...}``.
+    """
+
+    model: dict[str, Any]
+    draft: str
+    prompts: PromptSet
+    torch_threads: int
+    environment: dict[str, Any]
+    configs: dict[str, BenchConfig]
+    outcome: TuneOutcome
+    benches: dict[str, BenchResult]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report, its keys in the file's order (figures as measured, not JSON-converted)."""
+        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, "prompts": list(self.prompts.texts),
+                "prompt_groups": list(self.prompts.groups), "humaneval": self.prompts.humaneval,
+                "torch_threads": self.torch_threads, "machine": self.outcome.machine,
+                "environment": self.environment, "configs": to_jsonable(self.configs),
+                "winner": self.outcome.setup.as_dict(), "tuning_file": str(self.outcome.path),
+                "measured": self.outcome.measured, **{mode: b.to_json() for mode, b in self.benches.items()}}

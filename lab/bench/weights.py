@@ -331,3 +331,99 @@ def layer_counts(model: nn.Module) -> dict[str, int]:
 
     kinds = (nn.Linear, Int4Linear, Int8Linear, CastLinear)
     return dict(Counter(type(m).__name__ for m in model.modules() if isinstance(m, kinds)))
+
+
+@dataclass(frozen=True)
+class WeightsBenchReport:
+    """``lab bench-weights``' ``report.json``: kernels, numerics and step profiles of one GGUF model.
+
+    Attributes:
+        model: The ``--model`` profile.
+        gamma / repeats / steps: As :func:`bench_weights` ran them.
+        texts: How many held-out texts the numerics read.
+        kernels: :func:`kernel_times` (empty with ``skip_kernels``).
+        numerics: :func:`numerics`, one row per representation other than float32.
+        torch_threads: Torch's intra-op threads.
+        step_context: The first text's length, tokens (the profiled steps' prefill).
+        file_linear_bytes: :func:`file_linear_bytes`.
+        step_profiles: :func:`step_profile` per loaded representation (empty with ``skip_kernels``).
+        machine_load: The load log's summary.
+        environment: :func:`lab.reports.environment` with the float32 model loaded.
+    """
+
+    model: str
+    gamma: int
+    repeats: int
+    texts: int
+    kernels: list[KernelRow]
+    numerics: list[NumericsRow]
+    torch_threads: int
+    steps: int
+    step_context: int
+    file_linear_bytes: dict[str, int]
+    step_profiles: list[StepProfile]
+    machine_load: dict[str, Any]
+    environment: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report, its keys in the file's order; each step profile with its GB/s per family."""
+        import dataclasses
+
+        return {"kind": "bench-weights", "model": self.model, "gamma": self.gamma, "repeats": self.repeats,
+                "texts": self.texts, "kernels": [dict(dataclasses.asdict(k)) for k in self.kernels],
+                "numerics": [dataclasses.asdict(r) for r in self.numerics], "torch_threads": self.torch_threads,
+                "steps": self.steps, "step_context": self.step_context, "file_linear_bytes": self.file_linear_bytes,
+                "step_profiles": [dict(dataclasses.asdict(p), gb_per_s={f: p.gb_per_s(f) for f in FAMILIES})
+                                  for p in self.step_profiles],
+                "machine_load": self.machine_load, "environment": self.environment}
+
+
+def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats: int, steps: int,
+                  skip_kernels: bool, load_log: Any, status: Callable[[str], Any]) -> WeightsBenchReport:
+    """Kernels on the float32 model, then numerics one representation at a time, profiling a
+    decode step in each loaded representation.
+
+    Args:
+        model_name: A GGUF profile (:func:`lab.models.loading.is_gguf_model`).
+        texts: Held-out texts for the numerics (>= 1); the first is the profiled steps' prefill.
+        gamma: Draft tokens per round (the verify pass has gamma + 1 rows).
+        repeats: Timed calls per layer shape, M and representation.
+        steps: Decode steps timed, then profiled, per representation.
+        skip_kernels: Numerics only: no kernel table, no step profile.
+        load_log: A :class:`lab.machine.LoadLog`, sampled around each part.
+        status: ``status(text)`` gives a context that shows ``text`` while a part runs (a Rich
+            console's ``status``).
+    """
+    from lab.models.loading import gguf_path, load_model
+    from lab.models.profiles import PROFILES
+    from lab.models.weights import WEIGHTS
+    from lab.reports import environment
+
+    # 1. Kernels, on the float32 model.
+    with status(f"loading {model_name}"):
+        model, tokenizer = load_model(model_name, device="cpu")
+    env = environment(model)
+    kernels = []
+    file_bytes = file_linear_bytes(model, gguf_path(PROFILES[model_name]))
+    if not skip_kernels:
+        with status("timing the kernels"), load_log.around("kernels"):
+            kernels = kernel_times(model, gguf_path(PROFILES[model_name]), gamma=gamma, repeats=repeats)
+    del model
+
+    # 2. Numerics, one representation at a time.
+    batches = [tokenizer(t, return_tensors="pt").input_ids for t in texts]
+    profiles = []
+
+    def profile_step(weights: str, model) -> None:  # the first text is the prefill
+        if not skip_kernels:
+            with load_log.around(f"step profile {weights}"):
+                profiles.append(step_profile(model, batches[0], steps=steps, weights=weights))
+
+    with status("numerics against float32, and a decode step profiled per representation"), \
+            load_log.around("numerics"):
+        rows = numerics(lambda w: load_model(model_name, device="cpu", weights=w)[0], batches,
+                        [w for w in WEIGHTS if w != "float32"], on_model=profile_step)
+    return WeightsBenchReport(model=model_name, gamma=gamma, repeats=repeats, texts=len(texts), kernels=kernels,
+                              numerics=rows, torch_threads=torch.get_num_threads(), steps=steps,
+                              step_context=int(batches[0].shape[1]), file_linear_bytes=file_bytes,
+                              step_profiles=profiles, machine_load=load_log.summary(), environment=env)

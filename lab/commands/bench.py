@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.bench.peer.cli import add_peer_args, check_peer_args, make_peer
+from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
+from lab.models.source import model_source
 
 
 DEFAULT_GAMMAS = "1,2,4,6"
@@ -151,32 +152,16 @@ def sampling_config(args: argparse.Namespace):
         raise ValueError(text) from None
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+def _bench_config(args: argparse.Namespace):
+    """``lab bench``'s flags as ``(BenchConfig, PromptSet)``, each checked before any model loads.
 
-    from lab.commands.speculate import resolve_draft_spec
-    from lab.decode import check_context
-    from lab.machine import LoadLog, set_threads
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
-    from lab.models.chat import build_messages, encode_chat, eos_token_ids
-    from lab.render.console import stderr_console, stdout_console
-    from lab.render.bench import bench_summary_markdown, plot_bench, render_bench
-    from lab.reports import environment, report_dir
-    from lab.bench.peer.report import peer_summary_markdown
-    from lab.bench.run import BenchConfig, run_bench
-    from lab.speculative.draft_specs import check_draft, make_draft
+    Raises:
+        ValueError: a bad flag, named as typed.
+    """
+    from lab.bench.prompt_split import PromptSet
+    from lab.bench.run import BenchConfig
     from lab.speculative.per_pass import parse_draft_dtype
-    from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
 
-    # 1. Validate before loading.
-    if args.seed_tables and args.tune:
-        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
-    if args.seed_tables:
-        return run_seed_tables(args)
-    if args.tune:
-        return run_tune(args)
-    args.max_new_tokens = 64 if args.max_new_tokens is None else args.max_new_tokens
-    args.repeats = 3 if args.repeats is None else args.repeats
     adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
     for spec in adaptive:
         parse_adaptive(spec)  # errors name --adaptive as typed
@@ -187,101 +172,92 @@ def run(args: argparse.Namespace) -> int:
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
     sampling = sampling_config(args)
-    config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive, max_new_tokens=args.max_new_tokens,
-                         repeats=args.repeats, assisted=not args.no_assisted, dynamic=dynamic, draft_dtypes=dtypes,
-                         prompt_lookup=args.prompt_lookup or args.levers, methods=wanted, sampling=sampling,
-                         seed=args.seed)
-    prompts = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
-    groups = [GROUP_SHORT] * len(prompts)
-    he_spec = args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none")
-    if he_spec != "none":
-        problems = humaneval_prompts(*parse_humaneval(he_spec))  # before any model loads
-        prompts += [text for _, text in problems]
-        groups += [GROUP_HUMANEVAL] * len(problems)
-    if not prompts:
-        raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N]")
-    device = check_model_args(args)
-    threads = set_threads(args.threads)
-    draft_spec = resolve_draft_spec(args)
-    if config.draft_dtypes and draft_spec == "prompt-lookup":
-        raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
-    check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
+    config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive,
+                         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
+                         repeats=3 if args.repeats is None else args.repeats, assisted=not args.no_assisted,
+                         dynamic=dynamic, draft_dtypes=dtypes, prompt_lookup=args.prompt_lookup or args.levers,
+                         methods=wanted, sampling=sampling, seed=args.seed)
+    short = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
+    return config, PromptSet.of(short, args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from lab.bench.peer.report import peer_summary_markdown
+    from lab.bench.results import BenchReport
+    from lab.bench.run import encode_prompts, run_bench
+    from lab.machine import LoadLog
+    from lab.models.chat import eos_token_ids
+    from lab.render.bench import bench_report_markdown, plot_bench, render_bench
+    from lab.render.console import stderr_console, stdout_console
+    from lab.reports import environment, report_dir
+
+    # 1. Validate before loading.
+    if args.seed_tables and args.tune:
+        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
+    if args.seed_tables or args.tune:
+        return run_seed_tables(args) if args.seed_tables else run_tune(args)
+    config, prompts = _bench_config(args)
+    device, threads, draft_spec, _ = _model_draft_args(args, config)
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
-    # 2. Load and run (progress on stderr).
+    # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
-        try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
-        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
-            raise as_draft_error(exc, draft_spec) from None
+    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
     cost = draft.cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
-    ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
-    for prompt_ids in ids:  # before any decoding
-        check_context(model, prompt_ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
-    peer = None if peer_setup is None else make_peer(
-        peer_setup, tokenizer, [build_messages(p) for p in prompts], ids, threads=threads, gammas=config.gammas,
-        max_new_tokens=config.max_new_tokens)
-    load_log = LoadLog(threads=threads)
-    try:
-        with err.status("benchmarking") as status:
-            bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
-                              progress=lambda msg: status.update(msg), load_log=load_log, prompt_groups=groups,
-                              peer=peer)
-    finally:
-        if peer is not None:
-            peer.close()
+    ids = encode_prompts(model, tokenizer, prompts.texts, config.max_new_tokens, device)  # before any decoding
+    with peer_for(peer_setup, tokenizer, prompts.texts, ids, threads=threads, gammas=config.gammas,
+                  max_new_tokens=config.max_new_tokens) as peer, err.status("benchmarking") as status:
+        bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
+                          progress=status.update, load_log=LoadLog(threads=threads),
+                          prompt_groups=list(prompts.groups), peer=peer)
 
     # 3. Show, then 4. write the report atomically.
-    from lab.reports import to_jsonable
-
-    data = to_jsonable(bench)
+    data = bench.to_json()
     out = stdout_console()
     render_bench(data, out)
     if data.get("peer") is not None:
         out.print(peer_summary_markdown(data["peer"]), markup=False, highlight=False, soft_wrap=True)
-    info = dict(model.lab_source)
-    env = environment(model)
+    report = BenchReport(model=model_source(model).as_dict(), draft_spec=draft_spec, prompts=prompts,
+                         torch_threads=torch.get_num_threads(), environment=environment(model), draft_cost=cost,
+                         bench=bench).to_json()
     with report_dir(args.out, "bench", draft_spec) as rd:
-        rd.write_json("report.json", {"kind": "bench", "model": info, "draft": draft_spec, "prompts": prompts,
-                                      "prompt_groups": groups, "humaneval": he_spec,
-                                      "torch_threads": torch.get_num_threads(), "environment": env,
-                                      "draft_cost": cost,
-                                      **data})
+        rd.write_json("report.json", report)
         plot_bench(data, rd.file("bench.png"))
-        summary = bench_summary_markdown(data, info)
-        if env["peak_rss_bytes"] is not None:
-            summary += (f"\n**Memory.** Peak RSS of this process (the target and the draft loaded, every lab method "
-                        f"run): {env['peak_rss_bytes'] / 2**30:.2f} GiB; a peer's processes are not included.\n")
-        if cost is not None and cost.note:
-            summary += f"\n**Draft cost.** {cost.note}.\n"
-        if data.get("peer") is not None:
-            summary += peer_summary_markdown(data["peer"])
-        rd.write_text("summary.md", summary)
+        rd.write_text("summary.md", bench_report_markdown(report))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
-SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
-                         "prompt_lookup")  # flags that choose another schedule
+def _refuse_flags(args: argparse.Namespace, names: tuple[str, ...], message: str) -> None:
+    """Raise ``message`` + the flags typed among ``names`` (and any sampling flag), if any was typed."""
+    typed = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None)]
+    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
+        typed.append("--temperature/--top-p/--top-k")
+    if typed:
+        raise ValueError(f"{message}{', '.join(typed)}")
 
 
-def _model_draft_args(args: argparse.Namespace, no_model: str):
-    """``(device, threads, draft spec, kind)`` for a bench mode that needs a draft of its own;
-    ``no_model`` (with ``{}`` for the spec) is the error for a prompt-lookup draft."""
-    from lab.commands.speculate import resolve_draft_spec
+def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | None = None):
+    """``(device, threads, draft spec, kind)``, the draft checked before any model loads.
+
+    ``config``: the bench's, whose ``--draft-dtype`` needs a model draft; ``no_model`` (with ``{}``
+    for the spec): the error for a prompt-lookup draft in a mode that needs a draft of its own.
+    """
     from lab.machine import set_threads
-    from lab.speculative.draft_specs import check_draft, check_draft_spec
+    from lab.speculative.draft_specs import check_draft, check_draft_spec, resolve_draft_spec
 
     device = check_model_args(args)
     threads = set_threads(args.threads)
-    draft_spec = resolve_draft_spec(args)
-    if check_draft_spec(draft_spec) == "prompt-lookup":
+    draft_spec = resolve_draft_spec(args.draft, args.model)
+    if config is not None and config.draft_dtypes and draft_spec == "prompt-lookup":
+        raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
+    if no_model is not None and check_draft_spec(draft_spec) == "prompt-lookup":
         raise ValueError(no_model.format(draft_spec))
-    kind = check_draft(draft_spec, args.draft_weights)
+    kind = check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     return device, threads, draft_spec, kind
 
 
@@ -294,24 +270,9 @@ def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, er
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
-        except ModelUnavailableError as exc:
+        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
     return model, tokenizer, draft
-
-
-def _run_configs(model, draft, ids, configs: dict, *, eos, threads: int, err, label: str, groups=None) -> dict:
-    """``run_bench`` once per named configuration (each with its own load log), as JSON-ready dicts."""
-    from lab.bench.run import run_bench
-    from lab.machine import LoadLog
-    from lab.reports import to_jsonable
-
-    out = {}
-    for name, config in configs.items():
-        with err.status(f"{label}: {name}") as status:
-            out[name] = to_jsonable(run_bench(model, draft, ids, config, eos_token_ids=eos,
-                                              load_log=LoadLog(threads=threads), prompt_groups=groups,
-                                              progress=lambda msg, n=name: status.update(f"{n}: {msg}")))
-    return out
 
 
 def run_seed_tables(args: argparse.Namespace) -> int:
@@ -323,40 +284,33 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.seed_tables import compare, seed_passage, seed_prompt, seed_table_configs
-    from lab.decode import check_context
-    from lab.models.chat import build_messages, encode_chat, eos_token_ids
+    from lab.bench.run import encode_prompts, run_schedules
+    from lab.bench.seed_tables import (SEED_TABLES_EXCLUSIVE, SeedTablesReport, seed_passage, seed_prompt,
+                                       seed_table_configs)
+    from lab.models.chat import eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.seed_tables import seed_tables_markdown
-    from lab.reports import environment, report_dir, to_jsonable
+    from lab.reports import environment, report_dir
 
     # 1. Validate before loading.
-    typed = [f"--{name.replace('_', '-')}" for name in SEED_TABLES_EXCLUSIVE if getattr(args, name, None)]
-    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
-        typed.append("--temperature/--top-p/--top-k")
-    if typed:
-        raise ValueError(f"--seed-tables runs the seed's own schedule and sampling; drop {', '.join(typed)}")
+    _refuse_flags(args, SEED_TABLES_EXCLUSIVE, "--seed-tables runs the seed's own schedule and sampling; drop ")
     configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
     passage = seed_passage()
-    device, threads, draft_spec, kind = _model_draft_args(
-        args, "--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
+    device, threads, draft_spec, _ = _model_draft_args(
+        args, no_model="--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
 
     # 2. Load and run both schedules (progress on stderr).
     err = stderr_console()
     model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
-    ids = [encode_chat(tokenizer, build_messages(seed_prompt(passage))).to(device)]
-    for config in configs.values():
-        check_context(model, ids[0].shape[1], config.max_new_tokens, arg="--max-new-tokens")
-    eos = sorted(eos_token_ids(model, tokenizer))
-    results = _run_configs(model, draft, ids, configs, eos=eos, threads=threads, err=err, label="seed tables")
+    ids = encode_prompts(model, tokenizer, [seed_prompt(passage)], max(c.max_new_tokens for c in configs.values()),
+                         device)
+    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
+                            status=err.status, label="seed tables")
 
     # 3. Compare, show, 4. write the report atomically.
-    report = {"kind": "bench-seed-tables", "model": dict(model.lab_source), "draft": draft_spec, "passage": passage,
-              "prompt": seed_prompt(passage), "prompt_tokens": int(ids[0].shape[1]),
-              "torch_threads": torch.get_num_threads(), "environment": environment(model),
-              "configs": to_jsonable(configs), "comparison": to_jsonable(compare(results["gamma_sweep"],
-                                                                                  results["caching"])),
-              **results}
+    report = SeedTablesReport(model=model_source(model).as_dict(), draft=draft_spec, passage=passage,
+                              prompt_tokens=int(ids[0].shape[1]), torch_threads=torch.get_num_threads(),
+                              environment=environment(model), configs=configs, benches=benches).to_json()
     summary = seed_tables_markdown(report)
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
@@ -367,11 +321,9 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup")
-
-
 def run_tune(args: argparse.Namespace) -> int:
-    """``lab bench --tune``: measure the candidate set-ups greedy and sampling, write the winner for this machine.
+    """``lab bench --tune``: measure the candidate set-ups greedy and sampling, write the winner for this machine
+    (:func:`lab.bench.tune.tune`).
 
     Raises:
         ValueError: a flag that chooses another schedule, ``--humaneval`` outside the tuning
@@ -379,63 +331,44 @@ def run_tune(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, humaneval_prompts, parse_humaneval
-    from lab.bench.levers import CODE_PROMPTS
-    from lab.bench.tune import TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, choose, tune_configs
-    from lab.decode import check_context
-    from lab.models.chat import build_messages, encode_chat, eos_token_ids
+    from lab.bench.run import encode_prompts, run_schedules
+    from lab.bench.tune import (TUNE_EXCLUSIVE, TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
+                                TuneReport, tune, tune_configs, tune_prompts)
+    from lab.models.chat import eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
-    from lab.reports import environment, report_dir, to_jsonable
-    from lab.tuning import machine_key, write_tuned
+    from lab.reports import environment, report_dir
 
     # 1. Validate before loading.
-    typed = [f"--{name.replace('_', '-')}" for name in TUNE_EXCLUSIVE if getattr(args, name, None)]
-    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
-        typed.append("--temperature/--top-p/--top-k")
-    if typed:
-        raise ValueError(f"--tune measures its own candidates, greedy and sampling, on the tuning prompts; drop "
-                         f"{', '.join(typed)}")
-    he_spec = args.humaneval or TUNE_HUMANEVAL
-    split, count = parse_humaneval(he_spec)
-    if split != "tuning":
-        raise ValueError(f"--tune --humaneval {he_spec!r}: tuning runs on the tuning split only (the held-back "
-                         "problems certify a choice and are never tuned on)")
+    _refuse_flags(args, TUNE_EXCLUSIVE, "--tune measures its own candidates, greedy and sampling, on the tuning "
+                                        "prompts; drop ")
+    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
     gammas = _parse_gammas(args.gammas) if args.gammas != DEFAULT_GAMMAS else TUNE_GAMMAS
     device, threads, draft_spec, kind = _model_draft_args(
-        args, "--tune chooses a draft model's set-up; --draft {} has none to tune")
+        args, no_model="--tune chooses a draft model's set-up; --draft {} has none to tune")
     configs = tune_configs(model_draft=kind == "model", gammas=gammas,
                            max_new_tokens=args.max_new_tokens or TUNE_MAX_NEW_TOKENS,
                            repeats=args.repeats or TUNE_REPEATS, seed=args.seed)
-    problems = humaneval_prompts(split, count)
-    prompts = [CODE_PROMPTS[0]] + [text for _, text in problems]
-    groups = [GROUP_SHORT] + [GROUP_HUMANEVAL] * len(problems)
 
-    # 2. Load and run both modes (progress on stderr).
+    # 2. Load and run both modes (progress on stderr), then choose and write the winner.
     err = stderr_console()
     model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
-    ids = [encode_chat(tokenizer, build_messages(p)).to(device) for p in prompts]
-    for prompt_ids in ids:
-        check_context(model, prompt_ids.shape[1], configs["greedy"].max_new_tokens, arg="--max-new-tokens")
-    eos = sorted(eos_token_ids(model, tokenizer))
-    benches = _run_configs(model, draft, ids, configs, eos=eos, threads=threads, err=err, label="tuning",
-                           groups=groups)
-    setup, measured = choose(benches)
-    machine = machine_key(threads)
-    measured["busy"] = {mode: bool((b.get("machine_load") or {}).get("busy")) for mode, b in benches.items()}
+    ids = encode_prompts(model, tokenizer, prompts.texts, configs["greedy"].max_new_tokens, device)
+    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
+                            status=err.status, label="tuning", groups=list(prompts.groups))
+    outcome = tune(benches, model=args.model, draft=draft_spec, threads=threads)
 
-    # 3. Write the winner, then the report (atomically), and show both.
-    path = write_tuned(args.model, draft_spec, setup, machine, measured)
-    report = {"kind": "bench-tune", "model": dict(model.lab_source), "draft": draft_spec, "prompts": prompts,
-              "prompt_groups": groups, "humaneval": he_spec, "torch_threads": torch.get_num_threads(),
-              "machine": machine, "environment": environment(model), "configs": to_jsonable(configs),
-              "winner": setup.as_dict(), "tuning_file": str(path), "measured": measured, **benches}
+    # 3. The report (atomically), and show both.
+    report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
+                        torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
+                        outcome=outcome, benches=benches).as_dict()
     summary = tune_summary_markdown(report)
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
         rd.write_json("report.json", report)
         rd.write_text("summary.md", summary)
-    out.print(f"tuned set-up: {setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
+    out.print(f"tuned set-up: {outcome.setup.describe()} -> {outcome.path}", markup=False, highlight=False,
+              soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -1,15 +1,9 @@
 """``lab bench-tracker``: how much the entropy tracker slows decoding down.
 
-Method: the same decode loop (:func:`lab.tracker.run_decode` on the decode core
-:func:`lab.decode.generate`: prefill, then one-token decodes with a KV cache) runs with the tracker off and on, on the same
-prompt, for exactly ``--max-new-tokens`` tokens (EOS ignored, so both do the same
-work). After one warm-up run of each, ``--repeats`` pairs run in alternating order
-(off-on, on-off, ...) so that drift in machine load hits both arms alike. Reported:
-min / median / max wall time per arm, the overhead of the medians and of the
-minima (the minimum is the least noise-inflated estimate on a shared machine), the
-median of the per-pair ratios, and, separately, the tracker's statistics alone
-timed on a logits row of the model's vocabulary size (no model, so no noise from
-the forward pass). Both arms must produce the same tokens; the report says so.
+The same decode loop runs with the tracker off and on, for exactly ``--max-new-tokens`` tokens,
+``--repeats`` alternating pairs after one warm-up of each, and the tracker's statistics alone are
+timed on a logits row of the model's vocabulary size (:mod:`lab.bench.tracker`, which derives
+the overheads). Both arms must produce the same tokens; the report says so.
 
 Writes ``<out>/<timestamp>-bench-tracker/`` with ``report.json`` (every raw time)
 and ``summary.md``.
@@ -18,10 +12,9 @@ and ``summary.md``.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
+from lab.models.source import model_source
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
@@ -47,43 +40,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _spread(times: list[float]) -> dict[str, float]:
-    return {"min": min(times), "median": statistics.median(times), "max": max(times)}
-
-
-def _pct(on: float, off: float) -> float:
-    return (on - off) / off * 100.0
-
-
-def _time_statistics(vocab_size: int, device, top_alternatives: int, do_sample: bool, iterations: int) -> float:
-    """Seconds per step of the tracker's statistics alone, on a random logits row ``[1, V]``."""
+def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.tracker.stats import StepRecorder
-
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    logits = (3.0 * torch.randn(1, vocab_size, generator=gen)).to(device)  # [1, V], realistic spread
-    chosen = logits.argmax(dim=-1, keepdim=True)
-    recorder = StepRecorder(top_alternatives, do_sample)
-    for _ in range(10):  # warm-up
-        recorder.record(logits, logits, chosen)
-    recorder = StepRecorder(top_alternatives, do_sample)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        recorder.record(logits, logits, chosen)
-    recorder.finish()  # includes the one device -> host copy
-    return (time.perf_counter() - start) / iterations
-
-
-def run(args: argparse.Namespace) -> int:
+    from lab.bench.tracker import TrackerBenchReport, time_arms, time_statistics
+    from lab.decode import check_context
+    from lab.machine import LoadLog, set_threads
     from lab.models.chat import build_messages, encode_chat
     from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
-    from lab.decode import check_context
     from lab.tracker.results import DecodeSettings
-    from lab.tracker.loop import run_decode
 
     # 1. Validate before loading.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -96,10 +64,6 @@ def run(args: argparse.Namespace) -> int:
     device = check_model_args(args)
 
     # 2. Load.
-    import torch
-
-    from lab.machine import LoadLog, set_threads
-
     load_log = LoadLog(threads=set_threads(args.threads))
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
@@ -107,57 +71,18 @@ def run(args: argparse.Namespace) -> int:
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
 
-    # 3. Warm up both arms, then time alternating pairs.
-    def one(record: bool):
-        return run_decode(model, input_ids, settings, eos_ids=set(), record=record, seed=0)
-
-    one(False), one(True)
-    times: dict[str, list[float]] = {"off": [], "on": []}
-    outputs: list[list[int]] = []
+    # 3. Warm up both arms, then time alternating pairs; 4. the statistics alone, on a row of the model's vocabulary.
     with err.status("timing") as status:
-        for r in range(args.repeats):
-            order = (False, True) if r % 2 == 0 else (True, False)
-            for record in order:
-                arm = "on" if record else "off"
-                status.update(f"pair {r + 1}/{args.repeats}, tracker {arm}")
-                with load_log.around(f"tracker {arm}"):
-                    run_result = one(record)
-                times[arm].append(run_result.elapsed_s)
-                outputs.append(run_result.new_token_ids)
-    identical = all(o == outputs[0] for o in outputs)
-    n_tokens = settings.max_new_tokens
-
-    # 4. The statistics alone, on a row of the model's vocabulary size.
+        arms = time_arms(model, input_ids, settings, args.repeats, load_log, progress=status.update)
     vocab_size = int(model.get_output_embeddings().weight.shape[0])
-    stats_s = _time_statistics(vocab_size, device, settings.top_alternatives, settings.do_sample,
-                               args.stats_iterations)
+    stats_s = time_statistics(vocab_size, device, settings.top_alternatives, settings.do_sample, args.stats_iterations)
 
-    off, on = _spread(times["off"]), _spread(times["on"])
-    ratios = [b / a for a, b in zip(times["off"], times["on"])]
-    per_token_off = off["median"] / n_tokens
-    result = {
-        "kind": "bench-tracker",
-        "prompt": args.prompt,
-        "settings": settings,
-        "repeats": args.repeats,
-        "tokens_per_run": n_tokens,
-        "prompt_tokens": int(input_ids.shape[1]),
-        "vocab_size": vocab_size,
-        "model": dict(model.lab_source),
-        "environment": environment(model),
-        "times_s": times,
-        "off_s": off,
-        "on_s": on,
-        "overhead_pct_median": _pct(on["median"], off["median"]),
-        "overhead_pct_min": _pct(on["min"], off["min"]),
-        "overhead_pct_paired_median": (statistics.median(ratios) - 1.0) * 100.0,
-        "per_token_ms_off": per_token_off * 1e3,
-        "statistics_us_per_step": stats_s * 1e6,
-        "statistics_pct_of_decode_step": stats_s / per_token_off * 100.0,
-        "identical_tokens": identical,
-        "torch_threads": torch.get_num_threads(),
-        "machine_load": load_log.summary(),
-    }
+    # 5. Show, then write the report atomically.
+    result = TrackerBenchReport(prompt=args.prompt, settings=settings, repeats=args.repeats,
+                                prompt_tokens=int(input_ids.shape[1]), vocab_size=vocab_size,
+                                model=model_source(model).as_dict(), environment=environment(model), arms=arms,
+                                statistics_s=stats_s, torch_threads=torch.get_num_threads(),
+                                machine_load=load_log.summary()).as_dict()
     render_bench(result, stdout_console())
     with report_dir(args.out, "bench-tracker") as rd:
         rd.write_json("report.json", result)

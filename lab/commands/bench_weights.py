@@ -40,51 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _load_line(result: dict) -> str:
-    load = result.get("machine_load") or {}
-    busy = " **BUSY: timings are not a quiet machine's**" if load.get("busy") else ""
-    return (f"torch threads {result['torch_threads']}; highest 1-minute load average "
-            f"{load.get('max_load_1m') or float('nan'):.2f} on {load.get('cpu_count', '?')} CPUs{busy}. Profiled "
-            "figures carry the profiler's own cost; the step column is timed without it.")
-
-
-def _markdown(result: dict) -> str:
-    from lab.bench.weights import FAMILIES
-
-    lines = [f"# Weight representations on {result['model']}", "",
-             _load_line(result), "",
-             "## Kernel time per GGUF type (summed over its layers)", "",
-             f"| GGUF type | representation | layers | M = 1 (ms) | M = {result['gamma'] + 1} (ms) | verify in steps |",
-             "|---|---|---|---|---|---|"]
-    for r in result["kernels"]:
-        lines.append(f"| {r['gguf_type']} | {r['representation']} | {r['layers']} | {r['step_ms']:.1f} | "
-                     f"{r['verify_ms']:.1f} | {r['verify_ms'] / r['step_ms']:.2f} |")
-    lines += ["", "## Against float32 on held-out text", "",
-              "| weights | positions | top-1 agree | mean KL (nats) | max KL | mean abs entropy shift (bits) | max |",
-              "|---|---|---|---|---|---|---|"]
-    for r in result["numerics"]:
-        lines.append(f"| {r['representation']} | {r['positions']} | {r['top1_agree']} | {r['mean_kl_nats']:.2e} | "
-                     f"{r['max_kl_nats']:.2e} | {r['mean_abs_entropy_shift_bits']:.3f} | "
-                     f"{r['max_abs_entropy_shift_bits']:.3f} |")
-    if result.get("step_profiles"):
-        lines += ["", f"## A decode step in the model, by kernel family ({result['step_context']} positions cached, "
-                      f"median of {result['steps']} steps; profiled ms per step)", "",
-                  "| weights | step (ms) | " + " | ".join(FAMILIES) + " | weights read (MB) | GB/s in int4 / int8 / dense |",
-                  "|---|---|" + "---|" * len(FAMILIES) + "---|---|"]
-        for p in result["step_profiles"]:
-            rates = " / ".join("-" if p["gb_per_s"].get(f) is None else f"{p['gb_per_s'][f]:.1f}"
-                               for f in ("int4", "int8", "dense"))
-            lines.append(f"| {p['weights']} | {p['step_ms']:.1f} | "
-                         + " | ".join(f"{p['family_ms'].get(f, 0.0):.1f}" for f in FAMILIES)
-                         + f" | {sum(p['family_bytes'].values()) / 1e6:.0f} | {rates} |")
-        file_bytes = result.get("file_linear_bytes") or {}
-        if file_bytes:
-            lines += ["", "The GGUF file's own bytes for the same layers (what llama.cpp's kernels read per token): "
-                      + ", ".join(f"{t} {b / 1e6:.0f} MB" for t, b in file_bytes.items())
-                      + f"; {sum(file_bytes.values()) / 1e6:.0f} MB in all."]
-    return "\n".join(lines) + "\n"
-
-
 def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     from lab.models.loading import is_gguf_model
@@ -101,55 +56,22 @@ def run(args: argparse.Namespace) -> int:
     if device.type != "cpu":
         raise ValueError(f"--device {device}: the quantized kernels run on the CPU only")
 
-    # 2. Kernels, on the float32 model.
-    import dataclasses
-
-    import torch
-
+    # 2. Kernels on the float32 model, then numerics one representation at a time (lab.bench.weights).
     from lab.bench.prompt_split import humaneval_prompts
-    from lab.bench.weights import FAMILIES, file_linear_bytes, kernel_times, numerics, step_profile
+    from lab.bench.weights import bench_weights
     from lab.machine import LoadLog, set_threads
-    from lab.models.loading import gguf_path, load_model
-    from lab.models.profiles import PROFILES
+    from lab.render.bench_weights import weights_markdown
     from lab.render.console import stderr_console, stdout_console
-    from lab.reports import environment, report_dir
-    from lab.models.weights import WEIGHTS
+    from lab.reports import report_dir
 
     load_log = LoadLog(threads=set_threads(args.threads))
-    err = stderr_console()
-    with err.status(f"loading {args.model}"):
-        model, tokenizer = load_model(args.model, device="cpu")
-    env = environment(model)
-    kernels = []
-    file_bytes = file_linear_bytes(model, gguf_path(PROFILES[args.model]))
-    if not args.skip_kernels:
-        with err.status("timing the kernels"), load_log.around("kernels"):
-            kernels = kernel_times(model, gguf_path(PROFILES[args.model]), gamma=args.gamma, repeats=args.repeats)
-    del model
-
-    # 3. Numerics, one representation at a time.
     texts = [text for _, text in humaneval_prompts("held-back", args.problems)] if args.problems else []
     texts += args.text or []
-    batches = [tokenizer(t, return_tensors="pt").input_ids for t in texts]
-    profiles = []
+    result = bench_weights(args.model, texts, gamma=args.gamma, repeats=args.repeats, steps=args.steps,
+                           skip_kernels=args.skip_kernels, load_log=load_log, status=stderr_console().status).as_dict()
 
-    def profile_step(weights: str, model) -> None:  # the first text is the prefill
-        if not args.skip_kernels:
-            with load_log.around(f"step profile {weights}"):
-                profiles.append(step_profile(model, batches[0], steps=args.steps, weights=weights))
-
-    with err.status("numerics against float32, and a decode step profiled per representation"), \
-            load_log.around("numerics"):
-        rows = numerics(lambda w: load_model(args.model, device="cpu", weights=w)[0], batches,
-                        [w for w in WEIGHTS if w != "float32"], on_model=profile_step)
-    result = {"kind": "bench-weights", "model": args.model, "gamma": args.gamma, "repeats": args.repeats,
-              "texts": len(texts), "kernels": [dict(dataclasses.asdict(k)) for k in kernels],
-              "numerics": [dataclasses.asdict(r) for r in rows], "torch_threads": torch.get_num_threads(),
-              "steps": args.steps, "step_context": int(batches[0].shape[1]), "file_linear_bytes": file_bytes,
-              "step_profiles": [dict(dataclasses.asdict(p), gb_per_s={f: p.gb_per_s(f) for f in FAMILIES})
-                                for p in profiles],
-              "machine_load": load_log.summary(), "environment": env}
-    summary = _markdown(result)
+    # 3. Write the report atomically, then show it.
+    summary = weights_markdown(result)
     with report_dir(args.out, "bench-weights", args.model) as rd:
         rd.write_json("report.json", result)
         rd.write_text("summary.md", summary)

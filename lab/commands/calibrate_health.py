@@ -20,6 +20,7 @@ import argparse
 from importlib import resources
 
 from lab.commands.common import add_model_args, add_out_arg, check_model_args
+from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,104 +56,76 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _notes(err, report, save: bool) -> None:
+    """The run's warnings on stderr: no choice, an unsaved new choice, a choice failing on the model's prompts."""
+    def say(text: str) -> None:
+        err.print(text, markup=False, highlight=False)
+
+    cal, model = report.calibration, report.model["model"]
+    if cal.chosen is None:
+        say(f"calibrate-health: the rule chooses no measure on {model}: {cal.decided_by}"
+            + ("; nothing saved" if save else ""))
+    elif not save and cal.chosen != report.current_chosen:
+        say(f"calibrate-health: the rule chooses {cal.chosen!r} but the current choice "
+            f"({report.current_chosen_file}) is {report.current_chosen!r}; run with --save to write it")
+    if cal.chosen is not None and not cal.chosen_holds_on_prompts:
+        failed = [k for k, v in cal.properties_on_prompts[cal.chosen].items() if v is False]
+        say(f"calibrate-health: the chosen measure {cal.chosen!r} fails {', '.join(failed)} on "
+            f"{model}'s own prompts (see summary.md)")
+
+
 def run(args: argparse.Namespace) -> int:
-    from lab.health import measures as health
-    from lab.health.choice import chosen_path, load_chosen, user_path, write_chosen
-    from lab.sinks.calibration import load_prompts
-    from lab.health.calibration import (calibrate, distractor_texts, fit_length_references, neutral_variants,
-                                        poisoned_variants, score_candidates, study_set_figures)
-    from lab.health.references import REFERENCE_PROMPTS, reference_record, write_references
+    from lab.health.calibration_report import (HealthRun, health_prompt_sets, health_report, save_health_choice,
+                                               score_health_sets)
+    from lab.health.choice import chosen_path, load_chosen, user_path
+    from lab.health.references import REFERENCE_PROMPTS
     from lab.models.loading import load_model
-    from lab.prompts import load_prompts as load_study_prompts
     from lab.render.console import stderr_console, stdout_console
-    from lab.sinks.prefill import analyze_prefill
     from lab.render.health import calibration_markdown, candidates_table
     from lab.reports import ReportWriteError, environment, report_dir
+    from lab.sinks.calibration import load_prompts
+    from lab.sinks.prefill import analyze_prefill
 
     # 1. Validate before loading.
     clean = load_prompts(args.prompts)
     references = load_prompts(args.reference_prompts if args.reference_prompts is not None else
                               str(resources.files("lab").joinpath(REFERENCE_PROMPTS)))
-    shared = sorted({p.prompt for p in clean} & {p.prompt for p in references})
-    if shared:
-        raise ValueError(f"--reference-prompts shares {len(shared)} prompt(s) with the calibration prompts "
-                         f"(e.g. {shared[0][:60]!r}): the reference must be fitted on other prompts")
-    study_prompts = load_study_prompts(args.distractors)
-    poisoned = poisoned_variants(clean, distractor_texts(study_prompts))
-    neutral = neutral_variants(clean, args.neutral)
+    sets = health_prompt_sets(clean, references, distractors=args.distractors,
+                              neutral=args.neutral, prompts_file=args.prompts, reference_file=args.reference_prompts)
     device = check_model_args(args)
 
-    # 2. One prefill per prompt (progress on stderr).
+    # 2. One prefill per prompt (progress on stderr), the clean length reference first.
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
-    prompts = clean + poisoned + neutral
-
-    def analyze(messages):
-        return analyze_prefill(model, tokenizer, messages)
-
-    inputs: dict = {}  # each prompt's HealthInputs: the properties are checked on this model's prefills too
     with err.status("scoring prompts") as status:
-        # the clean length reference first: the *_for_length candidates read it on the calibration prompts
-        ref_values = score_candidates(analyze, references, progress=lambda i, n, pid: status.update(
-            f"length-reference prompt {i + 1}/{n}: {pid}"))
-        refs, ref_figures = fit_length_references(ref_values)
-        values = score_candidates(analyze, prompts, keep_inputs=inputs, length_reference=refs,
-                                  progress=lambda i, n, pid: status.update(f"prompt {i + 1}/{n}: {pid}"))
-
-        study_values = {}
-        if args.study_set:
-            study_values = score_candidates(analyze, study_prompts, length_reference=refs,
-                                            progress=lambda i, n, pid: status.update(
-                f"study prompt {i + 1}/{n}: {pid}"))
+        scores = score_health_sets(lambda messages: analyze_prefill(model, tokenizer, messages), sets,
+                                   study_set=args.study_set,
+                                   progress=lambda label, i, n, pid: status.update(f"{label} {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
-    current = load_chosen()
-    data = calibrate(values, clean, poisoned, neutral, inputs)
-    if study_values:
-        data["study_set"] = {name: study_set_figures({k: v[name] for k, v in study_values.items()}, study_prompts)
-                             for name in {**health.CANDIDATES, **health.CONTROLS}}
-        data["study_set_file"] = args.distractors or "lab/data/prompts.jsonl"
-    info = dict(model.lab_source)
-    profile = info.get("profile") or info["model"]
-    ref_record = reference_record(profile, info["model"], refs, n_content=[int(v["n_content"]) for v in
-                                                                           ref_values.values()],
-                                  prompts_file=args.reference_prompts or "lab/data/length_reference.jsonl",
-                                  fitted_at=None)
-    data.update({"length_reference": {**ref_record, **ref_figures}, "kind": "calibrate-health", "model": info, "environment": environment(model),
-                 "prompts_file": args.prompts or "lab/data/calibration_prompts.jsonl",
-                 "distractors_file": args.distractors or "lab/data/prompts.jsonl",
-                 "n_clean": len(clean), "current_chosen": current, "current_chosen_file": str(chosen_path()),
-                 "saved_to": str(user_path()) if args.save and data["chosen"] is not None else None})
-    if data["chosen"] is None:
-        err.print(f"calibrate-health: the rule chooses no measure on {info['model']}: {data['decided_by']}"
-                  + ("; nothing saved" if args.save else ""), markup=False, highlight=False)
-    elif not args.save and data["chosen"] != current:
-        err.print(f"calibrate-health: the rule chooses {data['chosen']!r} but the current choice "
-                  f"({chosen_path()}) is {current!r}; run with --save to write it", markup=False, highlight=False)
-    if data["chosen"] is not None and not data["chosen_holds_on_prompts"]:
-        failed = [k for k, v in data["properties_on_prompts"][data["chosen"]].items() if v is False]
-        err.print(f"calibrate-health: the chosen measure {data['chosen']!r} fails {', '.join(failed)} on "
-                  f"{info['model']}'s own prompts (see summary.md)", markup=False, highlight=False)
+    info = model_source(model).as_dict()
+    report = health_report(scores, sets, HealthRun(
+        model=info, environment=environment(model), current_chosen=load_chosen(),
+        current_chosen_file=str(chosen_path()), save_to=str(user_path()) if args.save else None))
+    _notes(err, report, args.save)
 
     # 4. Show and write.
-    stdout_console().print(candidates_table(data))
+    stdout_console().print(candidates_table(report))
     with report_dir(args.out, "calibrate-health", info["model"]) as rd:
-        rd.write_json("calibration.json", data)
-        rd.write_csv("prompts.csv", data["prompts"])
-        rd.write_text("summary.md", calibration_markdown(data))
+        rd.write_json("calibration.json", report.to_json())
+        rd.write_csv("prompts.csv", list(report.calibration.prompts))
+        rd.write_text("summary.md", calibration_markdown(report))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
 
     # 5. Save the choice (after the report: a failure leaves neither half-written).
-    if args.save and data["chosen"] is not None:
+    if args.save and report.chosen is not None:
         try:
-            ref_path = write_references({**ref_record, "fitted_at": data["environment"].get("created")})
-            path = write_chosen(data["chosen"], decided_by=data["decided_by"], model=info["model"],
-                                chosen_at=data["environment"].get("created"))
+            ref_path, path = save_health_choice(report)
         except OSError as exc:
             raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the choice could not be "
                                    f"saved to {str(user_path())!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR "
                                    "to a writable folder and re-run") from exc
-        err.print(f"context-health choice written: {path} ({data['chosen']}); length reference of {profile}: "
-                  f"{ref_path}", markup=False, highlight=False)
-    return 2 if data["chosen"] is None and args.save else 0
+        err.print(f"context-health choice written: {path} ({report.chosen}); length reference of "
+                  f"{report.reference_record['profile']}: {ref_path}", markup=False, highlight=False)
+    return 2 if report.chosen is None and args.save else 0

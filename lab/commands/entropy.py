@@ -12,6 +12,7 @@ import argparse
 import logging
 
 from lab.commands.common import add_model_args, add_out_arg, add_prompt_args, check_model_args
+from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                                 seed=settings.seed, top_alternatives=settings.top_alternatives)
 
     # 3. Show the result on stdout.
-    info = dict(model.lab_source)
+    info = model_source(model).as_dict()
     render_result(result, stdout_console(), prompt=args.prompt, model_name=f"{info['model']} ({info['device']}, "
                                                                            f"{info['dtype']})",
                   special_ids=tokenizer.all_special_ids)

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 from lab.commands.common import check_model_args, add_model_args, add_out_arg
+from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                   style="bold yellow", markup=False, highlight=False)
 
     # 3. Show the result on stdout.
-    info = dict(model.lab_source)
+    info = model_source(model).as_dict()
     out = stdout_console()
     render_analysis(analysis, out, model_name=f"{info['model']} ({info['device']}, {info['dtype']})")
 

@@ -9,9 +9,15 @@ appears only when all four are written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
+from typing import TYPE_CHECKING
 
 from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args, parse_adaptive
+from lab.models.source import model_source
+
+if TYPE_CHECKING:
+    from lab.speculative.report import SpeculateConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,74 +52,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def resolve_draft_spec(args: argparse.Namespace) -> str:
-    """``--draft`` as typed, else the ``--model`` profile's draft (``lab speculate`` and ``lab bench``).
-
-    Raises:
-        ValueError: no ``--draft`` and a model without a profile draft.
-    """
-    from lab.models.profiles import PROFILES
-
-    if args.draft:
-        return args.draft
-    profile = PROFILES.get(args.model)
-    if profile is None or profile.draft is None:
-        raise ValueError(f"--model {args.model!r} has no default draft; pass --draft")
-    return profile.draft
-
-
-def choose_setup(args: argparse.Namespace, draft_spec: str, threads: int):
-    """The draft set-up ``lab speculate`` runs and where each part came from
-    (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the set-up
-    ``lab bench --tune`` measured best for this model, draft and machine (:mod:`lab.tuning`;
-    a foreign, stale or corrupt file is ignored with a note), else the documented set-up
-    for the profile's own draft, else the fallback.
+def speculate_config(args: argparse.Namespace, threads: int) -> tuple["SpeculateConfig", str]:
+    """Check every flag and resolve the run (draft, set-up, settings, seed) before any model loads.
 
     Args:
-        args: The parsed flags (``--model``, ``--draft-dtype``, ``--gamma``, ``--adaptive``).
-        draft_spec: The draft in force.
+        args: The parsed flags.
         threads: torch's thread count for this run (part of the tuning file's machine key).
 
     Returns:
-        A :class:`lab.speculative.setups.ResolvedSetup`.
+        ``(config, device)``: the :class:`lab.speculative.report.SpeculateConfig` and the device to load on.
 
     Raises:
-        ValueError: ``--draft-dtype`` for a draft without weights of its own.
+        ValueError: a bad flag, naming it as typed (the CLI exits 2).
+        lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
-    from lab.models.profiles import PROFILES
-    from lab.speculative.draft_specs import check_draft_spec
-    from lab.speculative.setups import default_setup, resolve_setup
-    from lab.tuning import machine_key, read_tuned
-
-    has_weights = check_draft_spec(draft_spec) == "model"
-    profile = PROFILES.get(args.model)
-    own_draft = profile is not None and profile.draft == draft_spec
-    tuned = read_tuned(args.model, draft_spec, machine_key(threads))
-    if tuned.setup is not None:
-        base, source = tuned.setup, f"tuned: {tuned.path}"
-    else:
-        base, source = default_setup(args.model if own_draft else None, has_weights)
-    flags = {"draft_dtype": args.draft_dtype, "gamma": args.gamma, "adaptive": args.adaptive, "dynamic": None}
-    return resolve_setup(flags, base=base, base_source=source, has_weights=has_weights,
-                         notes=(tuned.note,) if tuned.note else ())
-
-
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from lab.decode import check_context
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
-    from lab.models.chat import build_messages, encode_chat, eos_token_ids
-    from lab.render.console import stderr_console, stdout_console
-    from lab.render.speculative import (acceptance_summary, answer_text, plot_histogram, render_speculation,
-                                        round_rows, summary_markdown)
-    from lab.reports import environment, report_dir
+    from lab.models.chat import build_messages
     from lab.sampling import SamplingConfig
-    from lab.speculative.draft_specs import check_draft, make_draft  # at call time: tests stand in for make_draft
-    from lab.speculative.loop import speculative_generate
-    from lab.speculative.policies import DynamicGamma
+    from lab.speculative.draft_specs import check_draft, check_draft_spec, resolve_draft_spec
+    from lab.speculative.report import SpeculateConfig
+    from lab.speculative.settings import SpeculativeSettings
+    from lab.tuning import choose_setup
 
-    # 1. Validate everything before loading anything.
     if args.gamma is not None and args.gamma < 1:
         raise ValueError(f"--gamma={args.gamma} must be >= 1")
     if args.max_new_tokens < 1:
@@ -123,65 +82,66 @@ def run(args: argparse.Namespace) -> int:
         parse_adaptive(args.adaptive)  # errors name --adaptive as typed
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
-    draft_spec = resolve_draft_spec(args)
-    chosen = choose_setup(args, draft_spec, torch.get_num_threads())
-    setup = chosen.setup
-    adaptive = parse_adaptive(setup.adaptive) if setup.adaptive else None
-    policy = DynamicGamma.parse(setup.dynamic) if setup.dynamic else None
-    gamma = policy.max_gamma if policy is not None else setup.gamma
+    draft_spec = resolve_draft_spec(args.draft, args.model)
+    chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
+                                                   "adaptive": args.adaptive},
+                          threads=threads, has_weights=check_draft_spec(draft_spec) == "model")
+    settings = SpeculativeSettings.from_setup(chosen.setup, max_new_tokens=args.max_new_tokens, sampling=sampling)
     check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed), device
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from lab.decode import check_context
+    from lab.models.chat import encode_chat, eos_token_ids
+    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.speculative import answer_text, plot_histogram, render_speculation, round_rows, summary_markdown
+    from lab.reports import environment, report_dir
+    from lab.speculative.draft_specs import make_draft  # at call time: tests stand in for make_draft
+    from lab.speculative.loop import speculative_generate
+
+    # 1. Validate everything before loading anything.
+    cfg, device = speculate_config(args, torch.get_num_threads())
 
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
         try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
-                               dtype=setup.draft_dtype)
+            draft = make_draft(model, cfg.draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
+                               dtype=cfg.chosen.setup.draft_dtype)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
-            raise as_draft_error(exc, draft_spec) from None
-    # the set-up in force, once the draft is admitted (a refused draft stays a one-line error)
-    for note in chosen.notes:
-        err.print(f"note: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-    err.print(chosen.summary_line(), markup=False, highlight=False, soft_wrap=True)
-    cost = draft.cost
+            raise as_draft_error(exc, cfg.draft_spec) from None
+    for line, style in cfg.setup_lines():  # the set-up in force, once the draft is admitted
+        err.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+    cost = draft.facts().cost
     if cost is not None and cost.note:
-        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
-    input_ids = encode_chat(tokenizer, messages).to(device)
+        err.print(f"warning: --draft {cfg.draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
+    input_ids = encode_chat(tokenizer, cfg.messages).to(device)
     check_context(model, input_ids.shape[1], args.max_new_tokens, arg="--max-new-tokens")  # before any decoding
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with err.status(f"speculating up to {args.max_new_tokens} tokens ({setup.describe()}, draft {draft_spec})"):
-        result = speculative_generate(model, draft, input_ids, gamma=gamma, max_new_tokens=args.max_new_tokens,
-                                      sampling=sampling, generator=generator, adaptive=adaptive, gamma_policy=policy,
-                                      eos_token_ids=eos_token_ids(model, tokenizer))
+    settings = dataclasses.replace(cfg.settings, eos_token_ids=eos_token_ids(model, tokenizer))
+    with err.status(f"speculating up to {args.max_new_tokens} tokens ({cfg.chosen.setup.describe()}, "
+                    f"draft {cfg.draft_spec})"):
+        result = speculative_generate(model, draft, input_ids, settings,
+                                      generator=torch.Generator(device=device).manual_seed(cfg.seed))
 
     # 3. Show the result on stdout.
     out = stdout_console()
     render_speculation(result, tokenizer, out)
 
     # 4. Write the report atomically.
-    info = dict(model.lab_source)
+    info = model_source(model).as_dict()
     with report_dir(args.out, "speculate", args.prompt) as rd:
-        rd.write_json("report.json", {
-            "kind": "speculate",
-            "prompt": args.prompt, "system": args.system, "messages": messages,
-            "prompt_ids": input_ids[0].tolist(),
-            "settings": {"draft": draft_spec, "gamma": gamma, "adaptive": setup.adaptive,
-                         "draft_dtype": setup.draft_dtype, "dynamic": setup.dynamic, "draft_setup": chosen.as_dict(),
-                         "max_new_tokens": args.max_new_tokens, "sampling": sampling, "seed": seed},
-            "model": info, "environment": environment(model),
-            "acceptance": acceptance_summary(result), "draft_cost": cost,
-            "text": answer_text(tokenizer, result.tokens), "new_token_ids": result.tokens,
-            "rounds": result.rounds, "per_token": result.per_token(),
-        })
+        rd.write_json("report.json", cfg.report(result, prompt_ids=input_ids[0].tolist(), model_info=info,
+                                                environment=environment(model),
+                                                text=answer_text(tokenizer, result.tokens), cost=cost))
         rd.write_csv("rounds.csv", round_rows(result, tokenizer))
         plot_histogram(result, rd.file("accepted_length.png"))
-        summary = summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info, seed=seed)
-        summary += f"\n**Draft set-up.** {chosen.summary_line().removeprefix('draft set-up: ')}.\n"
-        summary += "".join(f"\n{note}\n" for note in chosen.notes)
-        if cost is not None and cost.note:
-            summary += f"\n**Draft cost.** {cost.note}.\n"
-        rd.write_text("summary.md", summary)
+        rd.write_text("summary.md", summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info,
+                                                     seed=cfg.seed) + cfg.summary_notes(cost))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -16,6 +16,7 @@ import hashlib
 from pathlib import Path
 
 from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args
+from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     render_stream(result, out)
 
     # 4. Write the report atomically.
-    info = dict(model.lab_source)
+    info = model_source(model).as_dict()
     det = result.detection
     with report_dir(args.out, "stream", slug) as rd:
         rd.write_json("report.json", {

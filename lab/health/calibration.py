@@ -127,6 +127,21 @@ class CandidateFigures:
     def admissible(self) -> bool:
         return self.eligible and self.n_pairs_below == self.n_pairs and self.max_tie_share <= MAX_TIE_SHARE
 
+    @property
+    def median(self) -> float:
+        """Median over the clean prompts."""
+        return float(np.median(self.clean))
+
+    @property
+    def low(self) -> float:
+        """Lowest value over the clean prompts."""
+        return min(self.clean)
+
+    @property
+    def high(self) -> float:
+        """Highest value over the clean prompts."""
+        return max(self.clean)
+
 
 def figures(name: str, clean: Sequence[float], poisoned: Sequence[float], neutral: Sequence[float],
             lengths: Sequence[int], properties: dict[str, bool] | None = None, *,
@@ -233,10 +248,59 @@ RULE = ("eligible = the five properties hold on random inputs and |Spearman rho(
         "alone) go through the same rule and must be rejected")
 
 
+@dataclass(frozen=True)
+class HealthCalibration:
+    """Every candidate's and control's figures on the calibration set and the rule's choice (:func:`calibrate`).
+
+    Attributes:
+        chosen: The chosen candidate; ``None`` when the rule chooses nothing on this model.
+        decided_by: Which step of the rule decided, or why it chose nothing.
+        candidates: Every candidate, then every control (:data:`lab.health.measures.CONTROLS`).
+        prompts: Per prompt ``{"id", "variant", name: value ..., "n_content"}`` (clean, poisoned, neutral).
+        properties_on_prompts: Every candidate's five properties on this model's own prefills
+            (:func:`lab.health.measures.check_properties_on`); ``None`` when not checked.
+        chosen_holds_on_prompts: Whether the choice holds all five there; ``None`` when not checked
+            or nothing was chosen.
+        rule, length_rho_tolerance: The rule as stated and its length tolerance.
+    """
+
+    chosen: str | None
+    decided_by: str
+    candidates: tuple[CandidateFigures, ...]
+    prompts: tuple[dict[str, Any], ...]
+    properties_on_prompts: dict[str, dict[str, Any]] | None = None
+    chosen_holds_on_prompts: bool | None = None
+    rule: str = RULE
+    length_rho_tolerance: float = LENGTH_RHO_TOLERANCE
+
+    @property
+    def controls_rejected(self) -> dict[str, bool]:
+        """Each control: whether the rule rejected it (not admissible and not chosen)."""
+        return {c.name: not c.admissible and c.name != self.chosen for c in self.candidates if c.control}
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as ``calibration.json`` holds them (``properties_on_prompts`` only when checked)."""
+        out: dict[str, Any] = {
+            "rule": self.rule, "chosen": self.chosen, "decided_by": self.decided_by,
+            "length_rho_tolerance": self.length_rho_tolerance, "controls_rejected": self.controls_rejected,
+            "candidates": [candidate_row(c) for c in self.candidates], "prompts": list(self.prompts),
+        }
+        if self.properties_on_prompts is not None:
+            out["properties_on_prompts"] = self.properties_on_prompts
+            out["chosen_holds_on_prompts"] = self.chosen_holds_on_prompts
+        return out
+
+
+def candidate_row(c: CandidateFigures) -> dict[str, Any]:
+    """One candidate's figures as a row of ``calibration.json`` (its values per prompt left out)."""
+    return {**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned", "neutral")},
+            "eligible": c.eligible, "admissible": c.admissible, "median": c.median, "min": c.low, "max": c.high}
+
+
 def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],
               poisoned: Sequence[CalibrationPrompt], neutral: Sequence[CalibrationPrompt],
-              inputs: dict[str, HealthInputs] | None = None) -> dict[str, Any]:
-    """Figures of every candidate and control and the rule's choice, as a JSON-ready dict.
+              inputs: dict[str, HealthInputs] | None = None) -> HealthCalibration:
+    """Figures of every candidate and control and the rule's choice.
 
     ``poisoned[i]`` and ``neutral[i]`` are the variants of ``clean[i]``; ``values`` as
     :func:`score_candidates` gives them (with ``n_content``). With ``inputs`` (the prompts'
@@ -255,23 +319,16 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
         chosen, step = choose(cands)
     except ValueError as exc:  # the rule chooses nothing on this model: that is a result, reported as such
         chosen, step = None, str(exc)
-    return {
-        "rule": RULE, "chosen": chosen, "decided_by": step,
-        "length_rho_tolerance": LENGTH_RHO_TOLERANCE,
-        "controls_rejected": {c.name: not c.admissible and c.name != chosen for c in cands if c.control},
-        "candidates": [{**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned", "neutral")},
-                        "eligible": c.eligible, "admissible": c.admissible,
-                        "median": float(np.median(c.clean)), "min": min(c.clean), "max": max(c.clean)}
-                       for c in cands],
-        "prompts": [{"id": c.id, "variant": "clean", **values[c.id]} for c in clean]
-                   + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned]
-                   + [{"id": n.id, "variant": "neutral", **values[n.id]} for n in neutral],
-        **(_on_prompts(inputs, [*clean, *poisoned, *neutral], chosen) if inputs else {}),
-    }
+    prompts = ([{"id": c.id, "variant": "clean", **values[c.id]} for c in clean]
+               + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned]
+               + [{"id": n.id, "variant": "neutral", **values[n.id]} for n in neutral])
+    on, holds = _on_prompts(inputs, [*clean, *poisoned, *neutral], chosen) if inputs else (None, None)
+    return HealthCalibration(chosen=chosen, decided_by=step, candidates=tuple(cands), prompts=tuple(prompts),
+                             properties_on_prompts=on, chosen_holds_on_prompts=holds)
 
 
 def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPrompt],
-                chosen: str | None) -> dict[str, Any]:
+                chosen: str | None) -> tuple[dict[str, dict[str, Any]], bool | None]:
     """Every candidate's properties on the model's own prefills, and whether the choice holds there.
 
     Random inputs can miss the shapes of a real model's attention, so the properties
@@ -279,9 +336,7 @@ def _on_prompts(inputs: dict[str, HealthInputs], prompts: Sequence[CalibrationPr
     """
     real = [inputs[p.id] for p in prompts]
     on = {name: check_properties_on(fn, real) for name, fn in CANDIDATES.items()}
-    return {"properties_on_prompts": on,
-            "chosen_holds_on_prompts": None if chosen is None else
-            all(v for k, v in on[chosen].items() if not k.startswith("n_"))}
+    return on, None if chosen is None else all(v for k, v in on[chosen].items() if not k.startswith("n_"))
 
 
 def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) -> dict[str, Any]:

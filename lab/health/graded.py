@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from lab.health.choice import load_chosen
 from lab.health.measures import CANDIDATES, FOR_LENGTH, HealthInputs, LengthReference
-from lab.health.references import load_references
+from lab.health.references import load_references, reference_path
+from lab.models.source import model_source
 
 
 def chosen_measure() -> Callable[[HealthInputs], float]:
@@ -29,10 +31,14 @@ def chosen_measure() -> Callable[[HealthInputs], float]:
     return CANDIDATES[name]
 
 
-def graded_health(h: HealthInputs) -> float:
+def graded_health(h: HealthInputs, measure: str | None = None) -> float:
     """The lab's one context health: the calibrated candidate on 0..10, ``NaN`` if not measurable.
 
-    The candidate is the packaged choice (:func:`chosen_measure`).
+    Args:
+        h: One prefill's inputs.
+        measure: The candidate's name (a key of :data:`CANDIDATES`); ``None`` (default): the
+            packaged choice (:func:`chosen_measure`). A caller that records which measure it
+            used reads the choice once and passes it here.
 
     Not measurable: no content position is observed by enough queries to be judged
     (an empty message, or one whose every token lies in the tail), so there is no
@@ -40,11 +46,13 @@ def graded_health(h: HealthInputs) -> float:
     calibrations all report this value, so their figures compare.
 
     Raises:
-        ValueError: the packaged choice cannot be read or names no candidate.
+        ValueError: the packaged choice cannot be read, or ``measure`` (or the choice) names no candidate.
     """
+    if measure is not None and measure not in CANDIDATES:
+        raise ValueError(f"measure={measure!r} is not one of {', '.join(CANDIDATES)}")
     if not bool((h.content & h.observed).any()):
         return math.nan
-    return chosen_measure()(h)
+    return (chosen_measure() if measure is None else CANDIDATES[measure])(h)
 
 
 def candidate_values(h: HealthInputs) -> dict[str, float]:
@@ -59,23 +67,41 @@ def candidate_values(h: HealthInputs) -> dict[str, float]:
     return {name: float(measure(h)) for name, measure in CANDIDATES.items()}
 
 
-def model_length_reference(model: Any) -> dict[str, LengthReference] | None:
+@dataclass(frozen=True)
+class ModelLengthReference:
+    """The clean length references a model's context health reads, and the file they came from.
+
+    Attributes:
+        references: By base name (:func:`lab.health.references.load_references`); ``None``
+            when the model's profile has none (or the model has no profile).
+        path: The file they were read from (the user's or the packaged one); ``None`` with them.
+    """
+
+    references: dict[str, LengthReference] | None
+    path: str | None
+
+
+def model_length_reference(model: Any, measure: str | None = None) -> ModelLengthReference:
     """The clean length references of ``model``'s profile (:func:`lab.health.references.load_references`).
 
-    When the chosen measure reads a reference (a ``*_for_length`` candidate) and the
-    model has none, one warning per model says that its context health is not
-    measurable (NaN) and how to make one.
+    When the measure (``measure``; ``None``: the chosen one, :func:`lab.health.choice.load_chosen`)
+    reads a reference (a ``*_for_length`` candidate) and the model has none, one warning per
+    model says that its context health is not measurable (NaN) and how to make one.
+
+    Returns:
+        :class:`ModelLengthReference`: the references and the file read.
 
     Raises:
         ValueError: the model's reference file exists but cannot be read.
     """
-    info = getattr(model, "lab_source", None) or {}
+    info = source.as_dict() if (source := model_source(model, default=None)) is not None else {}
     profile = info.get("profile")
     refs = load_references(profile)
-    name = load_chosen()
+    name = load_chosen() if measure is None else measure
     if name.endswith(FOR_LENGTH) and (refs is None or name[: -len(FOR_LENGTH)] not in refs):
         _warn_no_reference(str(profile or info.get("model") or type(model).__name__), name)
-    return refs
+    path = reference_path(profile) if refs is not None else None
+    return ModelLengthReference(references=refs, path=None if path is None else str(path))
 
 
 @functools.lru_cache(maxsize=32)

@@ -49,8 +49,9 @@ Candidates (:data:`CANDIDATES`), all on 0..10:
   residuals' robust SD, fitted by ``lab calibrate-health`` on 120 clean length-reference
   prompts that share no question with the calibration prompts;
   :mod:`lab.health.references`). 5 is a typical clean prompt of that length; NaN for a
-  model without a reference. Added after the bases drifted on Qwen (below): the issue's
-  "health normalized against length-matched clean references".
+  model without a reference. They exist because every base falls with the content length
+  by a slope of each model's own, so a base alone reads length as much as the context
+  (measured per family in ``docs/results.md``, "Context health calibration").
 
 Control (:data:`CONTROLS`), run through the same rule, which must reject it:
 ``length_only`` = 10 (1 - log N / log 8192), a function of the content length N alone.
@@ -87,32 +88,10 @@ the Spearman correlation of the value with the content length N lies within
 [-0.2, 0.2] (:data:`lab.health.calibration.LENGTH_RHO_TOLERANCE`). The clean prompts
 alone span too few lengths (5 to 40 tokens) for a drift to show.
 
-Calibration result (``lab calibrate-health --save``, 2026-12-02, float32 on CPU; 36 clean
-calibration prompts, their 36 poisoned and 36 neutral variants, per family; the full
-tables are in ``docs/results.md``). rho N over clean + neutral / poisoned below neutral:
-
-==============================  ==============  ==============  ==============
-candidate                       SmolLM2-135M    Qwen2.5-Coder   Gemma-3-270M
-==============================  ==============  ==============  ==============
-content_entropy                 -0.54  27/36    -0.91  23/36    -0.94  31/36
-relative_entropy                -0.77  27/36    -0.92  25/36    -0.93  32/36
-local_entropy                   +0.05  12/36    -0.59  21/36    -0.53  24/36
-content_entropy_for_length      -0.14  27/36    -0.24  22/36    -0.10  33/36
-relative_entropy_for_length     -0.13  28/36    -0.19  22/36    -0.16  32/36
-local_entropy_for_length        +0.01  12/36    -0.50  21/36    +0.05  24/36
-length_only (control)           -1.00   3/36    -1.00  33/36    -1.00  11/36
-==============================  ==============  ==============  ==============
-
-Every base drifts with length on the larger models; read for its length, the drift is
-within the tolerance out of sample (the reference never saw these prompts). The rule
-chooses ``relative_entropy_for_length`` on SmolLM2 (packaged) and on Qwen2.5-Coder (the
-only eligible one there); on Gemma-3 ``content_entropy_for_length`` by one pair. The
-control is rejected on all three; no candidate is admissible (none orders all 36). At
-equal length the chosen measure ranks a distractor below relevant text on SmolLM2 (28/36,
-sign test p 0.001) and Gemma-3 (32/36, p 2e-6), and not detectably on Qwen2.5-Coder-1.5B
-(22/36, p 0.24). Before the references (same day), the only eligible candidate was
-``local_entropy``, which separated nothing (12/36) and drifted on Qwen (-0.75 on 12
-prompts, -0.59 on 36).
+What the rule chose on each calibrated family, with every candidate's drift with length
+and its twin orderings, is measured data and lives with its date in ``docs/results.md``
+("Context health calibration"); the packaged choice is ``lab/health/chosen.json``, checked
+against this rule by ``lab calibrate-health``.
 """
 
 from __future__ import annotations
@@ -122,9 +101,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-
-# The one packaged datum these pure measures read (which candidate is the lab's health),
-# through a stdlib-only loader: one source of truth without every caller passing it.
 
 # soft_penalty: below the threshold a position fades in over SOFT_WIDTH robust SDs
 # (half an SD: z = threshold - 2 contributes ~2 % of a sink). Severity and rate are

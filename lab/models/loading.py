@@ -43,6 +43,7 @@ from lab.models import hub
 from lab.models.devices import parse_dtype, resolve_device
 from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES, ModelProfile
+from lab.models.source import ModelSource, register_source
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ def load_model(
             own 4-bit codes through torch's CPU int4 kernel); CPU only unless ``"float32"``.
 
     Returns:
-        ``(model, tokenizer)``; ``model.lab_source`` records what was loaded.
+        ``(model, tokenizer)``; :func:`lab.models.source.model_source` gives what was loaded.
 
     Raises:
         ValueError: a bad model name, device, dtype or weights (``q4`` without a GGUF profile,
@@ -340,17 +341,16 @@ def load_model(
             raise RuntimeError(
                 f"attn_implementation={attn_implementation!r} was requested but the model runs {actual!r}"
             )
-    model.lab_source = {
-        "model": name_or_path,
-        "source": source if profile is None or profile.source == "hub" else profile.repo,
-        "profile": profile.name if profile else None,
-        "device": str(dev),
-        "dtype": str(torch_dtype).removeprefix("torch."),
-        "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        "weights": weights,
-    }
-    if weights != "float32":
-        model.lab_source["weights_layers"] = summary["by_gguf_type"]
+    register_source(model, ModelSource(
+        model=name_or_path,
+        source=source if profile is None or profile.source == "hub" else profile.repo,
+        profile=profile.name if profile else None,
+        device=str(dev),
+        dtype=str(torch_dtype).removeprefix("torch."),
+        attn_implementation=getattr(model.config, "_attn_implementation", None),
+        weights=weights,
+        weights_layers=summary["by_gguf_type"] if weights != "float32" else None,
+    ))
     return model, tokenizer
 
 

@@ -1,7 +1,8 @@
 """Rendering ``lab bench``: 80-column tables, the comparisons, the busy-machine warning, plot, summary.
 
-Consumes the dict from :func:`lab.bench.run.run_bench` (after
-:func:`lab.reports.to_jsonable`); computes nothing new except formatting.
+Consumes the JSON-ready dict of :func:`lab.bench.run.run_bench`'s result
+(:meth:`lab.bench.results.BenchResult.to_json`) or of the whole report; computes nothing new
+except formatting.
 """
 
 from __future__ import annotations
@@ -241,6 +242,28 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
         "",
     ]
     return "\n".join(lines)
+
+
+def bench_report_markdown(report: dict[str, Any]) -> str:
+    """``summary.md`` of ``lab bench``: :func:`bench_summary_markdown`, then the process's peak memory,
+    the draft's cost note and a llama.cpp peer's section, each when the report has it.
+
+    Args:
+        report: The JSON-ready report (:meth:`lab.bench.results.BenchReport.to_json`).
+    """
+    from lab.bench.peer.report import peer_summary_markdown
+
+    summary = bench_summary_markdown(report, report["model"])
+    rss = report["environment"]["peak_rss_bytes"]
+    if rss is not None:
+        summary += (f"\n**Memory.** Peak RSS of this process (the target and the draft loaded, every lab method "
+                    f"run): {rss / 2**30:.2f} GiB; a peer's processes are not included.\n")
+    note = (report.get("draft_cost") or {}).get("note")
+    if note:
+        summary += f"\n**Draft cost.** {note}.\n"
+    if report.get("peer") is not None:
+        summary += peer_summary_markdown(report["peer"])
+    return summary
 
 
 def spread_cell(stats: dict[str, Any] | None, fmt: str = ".2f") -> str:

@@ -1,55 +1,60 @@
-"""Rendering of the context-health calibration: the candidates table and summary.md."""
+"""Rendering of the context-health calibration: the candidates table and summary.md.
+
+Each function draws a :class:`lab.health.calibration_report.HealthCalibrationReport` as given.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
+from lab.health.calibration import CandidateFigures
+from lab.health.calibration_report import HealthCalibrationReport
 from lab.health.measures import PROPERTIES as _PROPS
 
 _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
 
-def _row(c: dict[str, Any], compact: bool = False) -> tuple[str, ...]:
-    props = "all" if c["eligible"] else "fails " + ", ".join(k for k, v in c["properties"].items() if not v)
+def _row(c: CandidateFigures, compact: bool = False) -> tuple[str, ...]:
+    props = "all" if c.eligible else "fails " + ", ".join(k for k, v in c.properties.items() if not v)
     if compact:
-        props = "all" if c["eligible"] else f"{sum(not v for v in c['properties'].values())} fail"
-    name = c["name"] + (" (control)" if c.get("control") else "")
-    return (name, props, f"{c['length_rho']:+.2f}", f"{c['iqr']:.2f}", f"{c['std']:.2f}",
-            f"{c['n_distinct']}/{c['n_pairs']}", f"{c['max_tie_share']:.0%}", f"{c['n_pairs_below']}/{c['n_pairs']}",
-            f"{c['n_pairs_tied']}/{c['n_pairs']}", f"{c['n_pairs_below_clean']}/{c['n_pairs']}")
+        props = "all" if c.eligible else f"{sum(not v for v in c.properties.values())} fail"
+    name = c.name + (" (control)" if c.control else "")
+    return (name, props, f"{c.length_rho:+.2f}", f"{c.iqr:.2f}", f"{c.std:.2f}",
+            f"{c.n_distinct}/{c.n_pairs}", f"{c.max_tie_share:.0%}", f"{c.n_pairs_below}/{c.n_pairs}",
+            f"{c.n_pairs_tied}/{c.n_pairs}", f"{c.n_pairs_below_clean}/{c.n_pairs}")
 
 
-def candidates_table(data: dict[str, Any]) -> Table:
+def candidates_table(report: HealthCalibrationReport) -> Table:
     """The candidates' figures as a Rich table (clean calibration prompts; twins = poisoned variants)."""
-    table = Table(title=f"Context-health candidates (chosen: {data['chosen']})",
+    cal = report.calibration
+    table = Table(title=f"Context-health candidates (chosen: {cal.chosen})",
                   caption="props: the six properties (length_neutral: |rho N| <= "
-                          f"{data.get('length_rho_tolerance', 0.2):g}); rho N: Spearman with content length over "
+                          f"{cal.length_rho_tolerance:g}); rho N: Spearman with content length over "
                           "clean + neutral; below neutral / tied: poisoned vs its neutral twin (equal length)")
     for col in _COLS:
         table.add_column(col, no_wrap=col == "candidate", overflow="fold")
-    for c in data["candidates"]:
+    for c in cal.candidates:
         table.add_row(*_row(c, compact=True))
     return table
 
 
-def calibration_markdown(data: dict[str, Any]) -> str:
+def calibration_markdown(report: HealthCalibrationReport) -> str:
     """summary.md of ``lab calibrate-health``."""
+    cal = report.calibration
     lines = [
         "# Context-health calibration", "",
-        f"Model: {data['model'].get('model', '?')}. Prompts: {data['n_clean']} clean calibration prompts "
-        f"({data['prompts_file']}), one poisoned variant of each, built like the study's twins from the "
-        f"distractors of {data['distractors_file']}, and one neutral variant of each with the same added length "
+        f"Model: {report.model.get('model', '?')}. Prompts: {report.n_clean} clean calibration prompts "
+        f"({report.prompts_file}), one poisoned variant of each, built like the study's twins from the "
+        f"distractors of {report.distractors_file}, and one neutral variant of each with the same added length "
         "(CPython help-topic text, lab/data/calibration_neutral.jsonl).", "",
-        f"**Rule (stated before the study's entropy was looked at):** {data['rule']}.", "",
-        (f"**Chosen: `{data['chosen']}`** ({data['decided_by']})." if data["chosen"] is not None
-         else f"**Chosen: none** ({data['decided_by']})."), "",
+        f"**Rule (stated before the study's entropy was looked at):** {cal.rule}.", "",
+        (f"**Chosen: `{cal.chosen}`** ({cal.decided_by})." if cal.chosen is not None
+         else f"**Chosen: none** ({cal.decided_by})."), "",
         "| " + " | ".join(_COLS) + " | median | range |", "|" + "---|" * (len(_COLS) + 2),
     ]
-    for c in data["candidates"]:
-        lines.append("| " + " | ".join(_row(c)) + f" | {c['median']:.2f} | {c['min']:.2f} to {c['max']:.2f} |")
-    rejected = data.get("controls_rejected", {})
+    for c in cal.candidates:
+        lines.append("| " + " | ".join(_row(c)) + f" | {c.median:.2f} | {c.low:.2f} to {c.high:.2f} |")
+    rejected = cal.controls_rejected
     lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
               "'rho N' is the Spearman correlation with the content length N over the clean prompts and their "
               "neutral variants (the sixth property: within the tolerance); 'max tie' is the largest share of clean "
@@ -59,7 +64,7 @@ def calibration_markdown(data: dict[str, Any]) -> str:
               "Controls: " + (", ".join(f"`{k}` {'rejected' if v else '**not rejected**'}" for k, v in rejected.items())
                               or "none") + ".", "",
               "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
-    ref = data.get("length_reference")
+    ref = report.length_reference
     if ref:
         lines += ["", f"## Clean length reference ({ref['n_prompts']} prompts of {ref['prompts_file']}, "
                   f"{ref['n_content_range'][0]} to {ref['n_content_range'][1]} content tokens)", "",
@@ -71,8 +76,8 @@ def calibration_markdown(data: dict[str, Any]) -> str:
         for base, f in ref["bases"].items():
             lines.append(f"| {base} | {f['intercept']:.3f} | {f['slope']:+.3f} | {f['scale']:.3f} | "
                          f"{f['rho_base_n']:+.2f} | {f['rho_for_length_n']:+.2f} |")
-    if data.get("properties_on_prompts"):
-        on = data["properties_on_prompts"]
+    if cal.properties_on_prompts:
+        on = cal.properties_on_prompts
         n = next(iter(on.values()))
         lines += ["", f"## The five random-input properties on this model's own prefills ({n['n_checked']} prompts checked, "
                   f"{n['n_not_measurable']} not measurable)", "",
@@ -81,17 +86,17 @@ def calibration_markdown(data: dict[str, Any]) -> str:
                   "| candidate | " + " | ".join(_PROPS) + " |", "|" + "---|" * (len(_PROPS) + 1)]
         for name, f in on.items():
             lines.append(f"| {name} | " + " | ".join("holds" if f[k] else "fails" for k in _PROPS) + " |")
-        if data["chosen"] is not None:
-            lines += ["", f"The chosen measure (`{data['chosen']}`) "
-                  + ("holds all five on this model's prompts." if data["chosen_holds_on_prompts"]
+        if cal.chosen is not None:
+            lines += ["", f"The chosen measure (`{cal.chosen}`) "
+                  + ("holds all five on this model's prompts." if cal.chosen_holds_on_prompts
                      else "does **not** hold all five on this model's prompts.")]
-    if data.get("study_set"):
-        lines += ["", f"## On the study prompt set ({data['study_set_file']}; prefill only, no decode)", "",
+    if report.study_set:
+        lines += ["", f"## On the study prompt set ({report.study_set_file}; prefill only, no decode)", "",
                   "The ranking targets: no value shared by more than 10 % of clean prompts; no tied twin pair "
                   "(poisoned against its neutral twin).", "",
                   "| candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied |",
                   "|---|---|---|---|---|---|---|"]
-        for name, f in data["study_set"].items():
+        for name, f in report.study_set.items():
             lines.append(f"| {name} | {f['n_clean']} | {f['max_tie_share']:.0%} | {f['n_distinct']} | "
                          f"{f['min']:.2f} to {f['max']:.2f} | {f['n_twins_below']}/{f['n_twins']} | "
                          f"{f['n_twins_tied']}/{f['n_twins']} |")

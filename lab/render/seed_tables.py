@@ -1,6 +1,7 @@
 """Rendering ``lab bench --seed-tables``: the seed's Part 3 figures beside the measured ones, row by row.
 
-Consumes :func:`lab.bench.seed_tables.compare`'s dict (JSON-ready); computes nothing new.
+Consumes :meth:`lab.bench.seed_tables.SeedTablesReport.to_json` (with :func:`lab.bench.seed_tables.compare`'s
+rows); computes nothing new.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.health.choice import load_chosen
 from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
 from lab.sinks.profiles import is_packaged
@@ -80,7 +79,7 @@ MAX_LEVEL_ROWS = 12
 def health_text(a: PrefillAnalysis) -> str:
     """The one context health as shown everywhere: ``"9.3 / 10"`` or ``"not measurable (why)"``."""
     if not math.isfinite(a.context_health):
-        measure = load_chosen()
+        measure = a.health_measure
         if measure.endswith("_for_length") and measure.removesuffix("_for_length") not in (a.length_reference or {}):
             return ("not measurable (no length reference for this model: "
                     "`lab calibrate-health --model <profile> --save` makes one)")
@@ -88,9 +87,9 @@ def health_text(a: PrefillAnalysis) -> str:
     return f"{a.context_health:.1f} / 10"
 
 
-def health_meaning() -> str:
-    """One line on what the chosen measure reads (:mod:`lab.health.measures`)."""
-    measure = load_chosen()
+def health_meaning(a: PrefillAnalysis) -> str:
+    """One line on what the analysis's health measure reads (:mod:`lab.health.measures`)."""
+    measure = a.health_measure
     if measure.endswith("_for_length"):
         return (f"({measure}: how evenly the content's received attention spreads, against clean prompts of "
                 "the same length on this model; 5 = typical, lab.health.measures)")
@@ -120,7 +119,7 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     colour = "dim" if not math.isfinite(h) else "green" if h >= 8 else "yellow" if h >= 5 else "red"
     body = Text()
     body.append(health_text(a) + "\n", style=f"bold {colour}")
-    body.append(health_meaning() + "\n", style="dim")
+    body.append(health_meaning(a) + "\n", style="dim")
     body.append(f"content sinks: {len(a.content_sinks)} of {n_content} observed content tokens\n")
     body.append(f"structural sinks: {len(a.structural_sinks)} of {len(a.structural)} structural positions\n")
     body.append(f"attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)\n")
@@ -232,7 +231,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "calibrated_for": a.calibrated_for,
         "calibration_file": a.calibration_file,
         "context_health": a.context_health,  # null: not measurable
-        "context_health_measure": load_chosen(),
+        "context_health_measure": a.health_measure,
         "content_sink_health": a.content_sink_health,
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),

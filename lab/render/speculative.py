@@ -121,23 +121,6 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
     return table
 
 
-def acceptance_summary(result: SpeculativeResult) -> dict[str, Any]:
-    """The acceptance figures shown in the panel and written to summary.md / report.json."""
-    fit = result.geometric_fit()
-    return {
-        "alpha": result.alpha, "tau": result.tau, "n_rounds": len(result.rounds), "n_drafted": result.n_drafted,
-        "n_drafted_tested": result.n_drafted_tested, "n_accepted": result.n_accepted,
-        "expected_tokens_per_round_at_alpha": result.expected_tokens_per_round,
-        "accepted_length_histogram": result.accepted_length_histogram,
-        "all_rounds_histogram": result.all_rounds_histogram,
-        "geometric_expected": fit["expected"], "geometric_chi2": fit["chi2"], "geometric_p_value": fit["p_value"],
-        "tokens": len(result.tokens), "tokens_per_s": result.tokens_per_s,
-        "prefill_time_s": result.prefill_time_s, "draft_time_s": result.draft_time_s,
-        "verify_time_s": result.verify_time_s, "overhead_time_s": result.overhead_time_s,
-        "total_time_s": result.total_time_s, "stopped_by": result.stopped_by,
-    }
-
-
 def fmt_number(x: Any, spec: str = ".3f") -> str:
     """``x`` in format ``spec``, or ``"n/a"`` for None or NaN (a figure that could not be measured)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -146,7 +129,7 @@ def fmt_number(x: Any, spec: str = ".3f") -> str:
 
 
 def acceptance_panel(result: SpeculativeResult) -> Panel:
-    s = acceptance_summary(result)
+    s = result.acceptance_summary()
     lines = [
         f"alpha (accepted / tested)   {fmt_number(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
         f"{s['n_drafted']} drafted)",
@@ -211,7 +194,7 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
 
 def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, model_info: dict[str, Any],
                      seed: int | None) -> str:
-    s = acceptance_summary(result)
+    s = result.acceptance_summary()
     text = answer_text(tokenizer, result.tokens)
     lines = [
         f"# lab speculate: {visible(prompt)[:80]}",

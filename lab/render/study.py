@@ -25,7 +25,7 @@ from lab.analysis.effects import CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
 from lab.render.study_summary import FIGURES, fmt_value, fmt_p, summary_markdown
-from lab.study.config import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
+from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
 
 # --------------------------------------------------------------------------- progress
@@ -105,8 +105,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     for variant, marker, color in (("clean", "o", "tab:blue"), ("poisoned", "x", "tab:red"),
                                    ("neutral", "^", "tab:green")):
-        pts = [(r["context_health"], r["mean_entropy_bits"]) for r in rows
-               if r["variant"] == variant and _finite(r["context_health"], r["mean_entropy_bits"])]
+        pts = [(r.context_health, r.mean_entropy_bits) for r in rows
+               if r.variant == variant and _finite(r.context_health, r.mean_entropy_bits)]
         if pts:
             ax.scatter(*zip(*pts), marker=marker, color=color, label=f"{variant} (n={len(pts)})", alpha=0.8)
     if a.health_entropy_fit is not None:
@@ -153,8 +153,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     cats = list(a.categories)
     for ax, key, label in ((axes[0], "alpha", "alpha (per prompt)"),
                            (axes[1], "mean_entropy_bits", "mean decode entropy (bits)")):
-        data = [[r[key] for r in rows if r["category"] == c and r["variant"] == "clean" and _finite(r[key])]
-                for c in cats]
+        clean = [(r.category, getattr(r, key)) for r in rows if r.variant == "clean"]
+        data = [[v for cat, v in clean if cat == c and _finite(v)] for c in cats]
         keep = [(c, d) for c, d in zip(cats, data) if d]
         if keep:
             ax.boxplot([d for _, d in keep])
@@ -256,8 +256,8 @@ def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
     """
     root = Path(out) if out is not None else Path(result.plan.config.out)
     with report_dir(root, "study", name=f"{timestamp()}-study") as rd:
-        rd.write_csv("per_prompt.csv", result.per_prompt, PER_PROMPT_COLUMNS)
-        rd.write_csv("per_token.csv", result.per_token, PER_TOKEN_FIELDS)
+        rd.write_csv("per_prompt.csv", [r.as_columns() for r in result.per_prompt], PER_PROMPT_COLUMNS)
+        rd.write_csv("per_token.csv", [t.as_columns() for t in result.per_token], PER_TOKEN_FIELDS)
         write_plots(result, rd.path)
         # study.json last, so its wall time covers the plots too
         study = study_document(result, time.perf_counter() - result.started)

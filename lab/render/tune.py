@@ -1,6 +1,6 @@
 """Rendering ``lab bench --tune``: the candidates ranked, the winner and where it was written.
 
-Consumes the report dict of :func:`lab.commands.bench.run_tune` (JSON-ready); computes nothing new.
+Consumes :meth:`lab.bench.tune.TuneReport.as_dict`; computes nothing new.
 """
 
 from __future__ import annotations

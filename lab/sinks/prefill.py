@@ -60,6 +60,7 @@ from typing import Any, Sequence
 import torch
 
 from lab.health.measures import HealthInputs, LengthReference
+from lab.health.choice import load_chosen
 from lab.health.graded import candidate_values, graded_health, model_length_reference
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
@@ -121,6 +122,11 @@ class PrefillAnalysis:
             (:func:`lab.health.graded.candidate_values`; all ``NaN`` when not measurable).
         length_reference: The model's clean length references
             (:func:`lab.health.references.load_references` by profile), ``None`` without one.
+        health_measure: The candidate ``context_health`` is (a key of
+            :data:`lab.health.measures.CANDIDATES`): the choice read once by :func:`analyze_prefill`,
+            so what is drawn or written later names the measure this analysis used.
+        health_reference: The length-reference file ``length_reference`` was read from (the
+            user's or the packaged one), ``None`` when the model has none.
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
     """
 
@@ -150,6 +156,8 @@ class PrefillAnalysis:
     layer_scores: torch.Tensor
     layer_sinks: torch.Tensor
     last_logits: torch.Tensor
+    health_measure: str
+    health_reference: str | None
     calibration_file: str | None = None
     health_candidates: dict[str, float] = field(default_factory=dict)
     length_reference: dict[str, LengthReference] | None = None
@@ -304,7 +312,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         messages: Non-empty chat messages (``lab.models.loading.build_messages``).
         threshold: Score above which an observed position is a sink. ``None`` (default):
             the model's calibrated threshold (:func:`lab.sinks.profiles.load_calibration`,
-            by ``model.lab_source["profile"]``), else the packaged default
+            by the model's :class:`~lab.models.source.ModelSource` profile), else the packaged default
             (:func:`lab.sinks.profiles.load_choice`) with a warning that it is not calibrated for this model.
         epsilon: Received-attention level for the sink rate and sink heads (Gu et al.: 0.3).
         min_observers: See :data:`MIN_OBSERVING_QUERIES`.
@@ -348,11 +356,12 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         sink_heads = tuple((int(l), int(h)) for l, h in torch.nonzero(heavy))
     # 5. context health: the graded measure; the count-based one kept beside it
     rates = sink_rate(per_head, epsilon)
-    length_reference = model_length_reference(model)
+    measure = load_chosen()  # read once: the analysis records the measure it used
+    reference = model_length_reference(model, measure)
     inputs = HealthInputs(received=scores.received, content=content, score=scores.score, is_sink=is_sink,
                           observed=scores.observed, sink_rate=rates, threshold=float(threshold),
-                          length_reference=length_reference)
-    health = graded_health(inputs)
+                          length_reference=reference.references)
+    health = graded_health(inputs, measure)
     observed_content = content & scores.observed
     count_health = context_health(scores.score[observed_content], threshold) if observed_content.any() else math.nan
     ids_list = ids[0].tolist()
@@ -385,5 +394,7 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         layer_sinks=layer_sinks,
         last_logits=captured.last_logits,
         health_candidates=candidate_values(inputs),
-        length_reference=length_reference,
+        length_reference=reference.references,
+        health_measure=measure,
+        health_reference=reference.path,
     )

@@ -18,7 +18,7 @@ into code. Two kinds of file, shipped under ``lab/sinks/calibrations/`` and writ
 Every command that flags sinks (``lab sinks``, the study, ``lab stream``'s
 ``detected`` policy, ``lab calibrate-health``) gets its threshold through
 :func:`resolve_threshold`, keyed by the profile the model was loaded as
-(``model.lab_source["profile"]``): the profile file's threshold for the chosen
+(``lab.models.source.model_source(model).profile``): the profile file's threshold for the chosen
 statistic; for a model without a file (a hub id, a local path, a profile not yet
 calibrated) the default, with a warning that the threshold is not calibrated for
 it. A profile file without a finite threshold for the chosen statistic raises,
@@ -49,6 +49,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from lab.models.source import model_source
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
 from lab.user_dirs import calibration_dir as user_calibration_root
 from lab.user_dirs import write_text_atomic
@@ -184,7 +185,8 @@ def load_choice() -> DetectorChoice:
                           profiles=tuple(data.get("profiles") or ()), path=str(path))
 
 
-def load_calibration(profile: str | None, path: str | Path | None = None) -> SinkCalibration | None:
+def load_calibration(profile: str | None, path: str | Path | None = None, *,
+                     statistic: str | None = None) -> SinkCalibration | None:
     """The calibration of ``profile`` for the chosen statistic, or ``None`` when there is none.
 
     Args:
@@ -192,6 +194,9 @@ def load_calibration(profile: str | None, path: str | Path | None = None) -> Sin
             (:func:`calibration_path`).
         path: A calibration file to read instead (``--calibration FILE``); it may have been
             made for another profile (its own ``profile`` is returned).
+        statistic: Read the threshold the same sweep gave another candidate of
+            :data:`lab.sinks.candidates.STATISTICS` (a control on another scale); ``None``
+            (default): the chosen statistic (:func:`load_choice`).
 
     Raises:
         ValueError: the file exists but does not parse, lacks a finite ``threshold``
@@ -210,7 +215,9 @@ def load_calibration(profile: str | None, path: str | Path | None = None) -> Sin
         path = calibration_path(profile)
         if not path.is_file():
             return None
-    statistic = load_choice().statistic
+    if statistic is not None and statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
+    statistic = load_choice().statistic if statistic is None else statistic
     data = _read_json(path, "sink calibration")
     chosen = (data.get("thresholds") or {}).get(statistic)
     named = data.get("profile")
@@ -237,7 +244,7 @@ def resolve_threshold(model: Any, threshold: float | None,
     """
     if threshold is not None:
         return float(threshold), None, SOURCE_GIVEN, None
-    info = getattr(model, "lab_source", None) or {}
+    info = source.as_dict() if (source := model_source(model, default=None)) is not None else {}
     cal = load_calibration(info.get("profile"), calibration)
     if cal is not None:
         _announce(f"sink threshold {cal.threshold:g} (calibrated for {cal.profile}) from {cal.path}", cal.path)

@@ -7,7 +7,8 @@ id (:func:`~lab.speculative.drafts.model_draft`, optionally cast per
 :mod:`lab.speculative.per_pass`). :func:`check_draft_spec` validates a spec without
 building anything and :func:`check_draft` adds the draft's weights and whether its model
 can be loaded, so the commands fail before any model loads;
-:func:`make_draft` builds the drafter. This module alone knows every kind of
+:func:`make_draft` builds the drafter; :func:`resolve_draft_spec` picks the spec a command
+runs. This module alone knows every kind of
 drafter, so the kinds' own modules (:mod:`.drafts`, :mod:`.self_draft`,
 :mod:`.per_pass`) import only downward.
 """
@@ -19,11 +20,33 @@ from typing import Any
 from lab.decode import model_device
 from lab.models.devices import parse_dtype
 from lab.models import loading  # looked up at each call, so a test can stand in for the loaders
+from lab.models.profiles import PROFILES
 from lab.speculative.admission import check_tokenizer_vocab
 from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
 from lab.speculative.per_pass import parse_draft_dtype, per_pass_draft
 from lab.speculative.self_draft import EarlyExitDraft
+
+
+def resolve_draft_spec(draft: str | None, model: str) -> str:
+    """The draft a command runs: ``--draft`` as typed, else the ``--model`` profile's own draft.
+
+    Args:
+        draft: The ``--draft`` value, or None (not given).
+        model: The ``--model`` value (a profile name, a path or a hub id).
+
+    Returns:
+        A draft spec (see :func:`check_draft_spec`; not yet checked).
+
+    Raises:
+        ValueError: no ``draft`` and a model without a profile draft (naming ``--model`` and ``--draft``).
+    """
+    if draft:
+        return draft
+    profile = PROFILES.get(model)
+    if profile is None or profile.draft is None:
+        raise ValueError(f"--model {model!r} has no default draft; pass --draft")
+    return profile.draft
 
 
 def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
@@ -119,7 +142,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         ValueError: a malformed spec, N out of range, a dtype for a draft without its
             own weights, or a vocabulary mismatch
             (decided from the draft's tokenizer before its weights load). A draft
-            model of any depth or cost is admitted; see ``.cost`` on the result.
+            model of any depth or cost is admitted; see ``.facts().cost`` on the result.
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))

@@ -20,9 +20,11 @@ own next-token distribution is too uncertain. The decision uses only the draft's
 distribution, never the target's or the sampled token, so the output distribution
 is unchanged (the stopping rule is a stopping time of the draft's process).
 
-What a drafter can do beyond proposing is declared by :class:`Drafter` too (borrow
-the target's KV cache, the dtype of its own weights, its cost, a transformers model
-for assisted generation), so callers ask the drafter, never its type or its model.
+What a drafter is beyond proposing (the model behind it, if any; whether it borrows the
+target's KV cache; the dtype of its own weights; its cost; a transformers model for
+assisted generation; the forwards it logged) it states in one record,
+:class:`DraftFacts`, returned by :meth:`Drafter.facts`: callers ask the drafter, never
+its type or its attributes.
 Drafters are built from spec strings in :mod:`lab.speculative.draft_specs`.
 """
 
@@ -128,31 +130,63 @@ class AdaptiveDraftLength:
         return None
 
 
-class Drafter(Protocol):
-    """The candidate-generation interface the decode loop codes against, and what a draft declares about itself.
+@dataclass(frozen=True)
+class DraftFacts:
+    """What a drafter is, beyond proposing: the one record the loop and the bench read about a draft.
+
+    A snapshot taken when :meth:`Drafter.facts` is called (the logged forwards and casts are
+    those since the drafter's last :meth:`~Drafter.reset`). The defaults describe a drafter
+    that runs no model (prompt lookup).
 
     Attributes:
-        name: For reports.
-        vocab_size: Width V of the q rows (the target's vocabulary size).
-        cost: The FLOP cost ratio c against the target stated at admission
-            (:func:`lab.speculative.admission.draft_cost`; a separate model draft), else None.
+        model: The transformers causal LM that drafts (the early-exit shell on the target's
+            layers, a per-pass draft's step-dtype copy); None for a drafter that runs no model.
         assistant_model: A transformers causal LM that drafts as this drafter does, for
             transformers' assisted generation (``generate(assistant_model=...)``); None when
             there is none (prompt lookup, a draft with an evicting cache).
+        cost: The FLOP cost ratio c against the target stated at admission
+            (:func:`lab.speculative.admission.draft_cost`; a separate model draft), else None.
         weight_dtype: The dtype of the draft's own weights as ``--draft-dtype`` spells it
             (``"bfloat16"``, or ``"float32:bfloat16"`` for a per-pass draft); None when it
             has no weights of its own (prompt lookup) or runs on the target's (early exit).
         drafts_on_target_cache: True for a drafter that drafts on the target's own KV cache
-            (:meth:`use_target_cache`; the early-exit draft): it needs the target's prefill before
-            its first proposal, so the loop does not fuse that prefill into the first verify pass.
+            (:meth:`Drafter.use_target_cache`; the early-exit draft): it needs the target's prefill
+            before its first proposal, so the loop does not fuse that prefill into the first verify pass.
+        passes: ``(tokens fed, weight dtype, seconds)`` per forward on the draft's own cache, in
+            order (the first is its prefill); () for a drafter that logs none.
+        n_casts: KV-cache dtype casts (a per-pass draft; 0 otherwise).
+        cast_time_s: Seconds of those casts (also inside the rounds' draft time).
+    """
+
+    model: Any = None
+    assistant_model: Any = None
+    cost: DraftCost | None = None
+    weight_dtype: str | None = None
+    drafts_on_target_cache: bool = False
+    passes: tuple[tuple[int, str, float], ...] = ()
+    n_casts: int = 0
+    cast_time_s: float = 0.0
+
+    def flops_per_token(self, context: int) -> float:
+        """Forward FLOPs of one draft step at ``context`` cached positions
+        (:func:`lab.speculative.theory.flops_per_token` of :attr:`model`); 0.0 without a model."""
+        return flops_per_token(self.model.config, context) if self.model is not None else 0.0
+
+
+class Drafter(Protocol):
+    """The candidate-generation interface the decode loop codes against.
+
+    Two methods draft (:meth:`propose`, :meth:`commit`), as transformers' candidate
+    generators; :meth:`reset` and :meth:`use_target_cache` frame one sequence; :meth:`facts`
+    states what the drafter is, so no caller probes its class or attributes.
+
+    Attributes:
+        name: For reports.
+        vocab_size: Width V of the q rows (the target's vocabulary size).
     """
 
     name: str
     vocab_size: int
-    cost: DraftCost | None
-    assistant_model: Any
-    weight_dtype: str | None
-    drafts_on_target_cache: bool
 
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
@@ -177,9 +211,8 @@ class Drafter(Protocol):
         """
         ...
 
-    def flops_per_token(self, context: int) -> float:
-        """Forward FLOPs of one draft step at ``context`` cached positions
-        (:func:`lab.speculative.theory.flops_per_token`); 0.0 for a drafter without a model."""
+    def facts(self) -> DraftFacts:
+        """What this drafter is now (:class:`DraftFacts`)."""
         ...
 
 
@@ -247,11 +280,11 @@ class ModelDraft:
         name: For reports.
 
     Attributes:
-        cost: Set by :func:`model_draft` (None until then); see :class:`Drafter`.
+        cost: Set by :func:`model_draft` (None until then); see :class:`DraftFacts`.
+        passes: ``(tokens fed, weight dtype, seconds)`` per forward since :meth:`reset`.
     """
 
     cost: DraftCost | None = None
-    drafts_on_target_cache = False  # it keeps its own cache
 
     def __init__(self, model: Any, vocab_size: int | None = None, name: str = "draft-model"):
         check_rollback_supported(model)
@@ -262,16 +295,11 @@ class ModelDraft:
         self.device = next(model.parameters()).device
         self.reset()
 
-    @property
-    def assistant_model(self) -> Any:
-        return self.model
-
-    @property
-    def weight_dtype(self) -> str | None:
-        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
-
-    def flops_per_token(self, context: int) -> float:
-        return flops_per_token(self.model.config, context)
+    def facts(self) -> DraftFacts:
+        """Its model (also transformers' assistant), cost, weight dtype and logged forwards; its own cache."""
+        return DraftFacts(model=self.model, assistant_model=self.model, cost=self.cost,
+                          weight_dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                          passes=tuple(self.passes))
 
     def use_target_cache(self, cache: Any) -> None:
         """Ignored: this draft keeps its own cache."""
@@ -373,13 +401,10 @@ class PromptLookupDraft:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = "prompt-lookup"
 
-    cost: DraftCost | None = None  # no model: nothing to weigh against the target
-    assistant_model = None  # transformers runs prompt lookup itself (prompt_lookup_num_tokens)
-    weight_dtype = None  # no weights
-    drafts_on_target_cache = False  # no cache at all
-
-    def flops_per_token(self, context: int) -> float:
-        return 0.0  # a lookup, no forward pass
+    def facts(self) -> DraftFacts:
+        """No model, no weights, no cache, no cost: transformers runs prompt lookup itself
+        (``prompt_lookup_num_tokens``), so there is no assistant model either."""
+        return DraftFacts()
 
     def use_target_cache(self, cache: Any) -> None:
         """Ignored: no model, no cache."""

@@ -32,22 +32,20 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 
-from lab.decode import (check_decode_input, check_rollback_supported, enable_rollback, eos_set, forward, generate,
+from lab.decode import (check_decode_input, check_rollback_supported, enable_rollback, forward, generate,
                         model_device, new_cache, prefill, rollback_cache)
 from lab.sampling import SamplingConfig, apply_processors, sampling_probs
-from lab.speculative.drafts import AdaptiveDraftLength, Drafter, Proposal, empty_proposal
-from lab.speculative.policies import FixedGamma, GammaPolicy
+from lab.speculative.drafts import Drafter, Proposal, empty_proposal
+from lab.speculative.policies import FixedGamma
 from lab.speculative.results import RoundRecord, SpeculativeResult, TargetOnlyResult
+from lab.speculative.settings import GREEDY, SpeculativeSettings
 from lab.speculative.verify import verify, verify_greedy
 
 logger = logging.getLogger(__name__)
-
-GREEDY = SamplingConfig()  # temperature 0: the argmax on both sides
 
 
 def target_generate(target: Any, input_ids: torch.Tensor, *, max_new_tokens: int, sampling: SamplingConfig = GREEDY,
@@ -61,29 +59,25 @@ def target_generate(target: Any, input_ids: torch.Tensor, *, max_new_tokens: int
     and in sampling mode this and the tracker emit the same tokens from the same
     generator state.
 
-    Args / Raises: as :func:`speculative_generate` (without the draft arguments).
+    Args:
+        target: The transformers causal LM (p).
+        input_ids: int64 ``[1, S]`` prompt ids (batch size 1).
+        max_new_tokens: Budget of new tokens, >= 1.
+        sampling: The filter (:class:`~lab.sampling.SamplingConfig`); default greedy.
+        generator: Random source (sampling mode).
+        logits_processor: transformers ``LogitsProcessorList`` for the logits, or None.
+        eos_token_ids: Ids that end generation.
+
+    Returns:
+        :class:`~lab.speculative.results.TargetOnlyResult`.
+
+    Raises:
+        ValueError: batch size > 1, an empty prompt, max_new_tokens < 1, or prompt +
+            max_new_tokens past the target's context (:func:`lab.decode.check_decode_input`).
     """
     out = generate(target, input_ids, max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
                    eos_token_ids=eos_token_ids, logits_processor=logits_processor)
     return TargetOnlyResult(out.tokens, out.prefill_time_s, out.forward_time_s, out.total_time_s, out.stop_reason)
-
-
-@dataclass(frozen=True)
-class RoundSettings:
-    """What every round of one decode shares (p = target, q = draft).
-
-    Attributes:
-        sampling: The filter for both sides (:class:`~lab.sampling.SamplingConfig`); temperature 0 = greedy.
-        adaptive: The draft's early stop (:class:`~lab.speculative.drafts.AdaptiveDraftLength`), or None.
-        eos_token_ids: Ids that end generation.
-        logits_processor: transformers ``LogitsProcessorList`` applied to the target's logits at each
-            verified position with that position's prefix, or None.
-    """
-
-    sampling: SamplingConfig = GREEDY
-    adaptive: AdaptiveDraftLength | None = None
-    eos_token_ids: frozenset[int] = frozenset()
-    logits_processor: Any = None
 
 
 def cut_at_eos(proposal: Proposal, eos_token_ids: frozenset[int]) -> Proposal:
@@ -134,7 +128,7 @@ def prefilled_cache(target: Any, prompt_ids: torch.Tensor, target_cache: Any = N
 
 
 def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor, n: int, gamma: int,
-                      settings: RoundSettings, *, generator: torch.Generator | None = None,
+                      settings: SpeculativeSettings, *, generator: torch.Generator | None = None,
                       on_commit: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
                       index: int = 0) -> RoundRecord:
     """One round: draft up to ``gamma`` tokens, verify them in one target forward, accept / resample, roll back.
@@ -149,7 +143,8 @@ def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor
             round writes the tokens it emits into ``seq[n:]``.
         n: Committed length, >= 1.
         gamma: Draft tokens this round, >= 0 (0: only the target's next token).
-        settings: Sampling, adaptive stop, EOS ids and logits processor (:class:`RoundSettings`).
+        settings: The decode's settings (:class:`~lab.speculative.settings.SpeculativeSettings`); the round
+            reads its sampling, adaptive stop, EOS ids and logits processor.
         generator: Random source of the draft and of the accept / resample step (sampling mode).
         on_commit: As in :func:`speculative_generate`.
         index: The round's 0-based index, for the record.
@@ -191,7 +186,7 @@ def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor
     return round_record(index, prop, n_acc, next_token, next_kind, verify_s, prefill_positions=n - 1 - held)
 
 
-def accept(prop: Proposal, logits: torch.Tensor, settings: RoundSettings,
+def accept(prop: Proposal, logits: torch.Tensor, settings: SpeculativeSettings,
            generator: torch.Generator | None = None) -> tuple[int, int | None, str, list[int]]:
     """Phase 3 of a round: keep a prefix of the proposal and add a correction or bonus token.
 
@@ -233,36 +228,29 @@ def round_record(index: int, prop: Proposal, n_acc: int, next_token: int | None,
         n_draft_forwards=prop.n_forwards, prefill_positions=prefill_positions)
 
 
-def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int = 4,
-                         sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-                         adaptive: AdaptiveDraftLength | str | None = None, gamma_policy: GammaPolicy | None = None,
-                         logits_processor: Any = None, eos_token_ids: Iterable[int] | int | None = None,
+def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, settings: SpeculativeSettings, *,
+                         generator: torch.Generator | None = None,
                          on_round: Callable[[RoundRecord, torch.Tensor, Any], None] | None = None,
                          on_commit: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-                         target_cache: Any = None, fuse_prefill: bool = True) -> SpeculativeResult:
+                         target_cache: Any = None) -> SpeculativeResult:
     """Generate with speculative decoding; the output is distributed as sampling the target alone.
 
-    With ``fuse_prefill`` (and no ``target_cache``, and a drafter with its own cache), the target's
-    prefill is not a pass of its own: the draft proposes first and the first verify pass runs over
-    the prompt and the draft tokens together, as transformers' assisted generation does. That
-    saves one target pass per generation (a verify over gamma + 1 positions costs 1.3-2.3 target
-    steps on the lab's CPUs); the tokens are the same, the cache ends the same. The fused pass is
-    then the result's ``prefill_time_s`` (it also verified the first round's drafts).
+    With ``settings.fuse_prefill`` (and no ``target_cache``, and a drafter that keeps its own
+    cache: ``draft.facts().drafts_on_target_cache`` False), the target's prefill is not a pass of
+    its own: the draft proposes first and the first verify pass runs over the prompt and the draft
+    tokens together, as transformers' assisted generation does. That saves one target pass per
+    generation (a verify over gamma + 1 positions costs 1.3-2.3 target steps on the lab's CPUs);
+    the tokens are the same, the cache ends the same. The fused pass is then the result's
+    ``prefill_time_s`` (it also verified the first round's drafts).
 
     Args:
         target: The transformers causal LM that verifies (p).
         draft: A :class:`~lab.speculative.drafts.Drafter` (q; :func:`lab.speculative.draft_specs.make_draft`).
         input_ids: int64 ``[1, S]`` prompt ids (batch size 1).
-        max_new_tokens: Budget of new tokens, >= 1.
-        gamma: Maximum draft tokens per round, >= 1; a round drafts at most ``remaining - 1``.
-        sampling: The filter for both sides (:class:`~lab.sampling.SamplingConfig`); default greedy.
+        settings: Budget, gamma and gamma policy, sampling filter (both sides), adaptive stop,
+            logits processor, EOS ids and prefill fusion
+            (:class:`~lab.speculative.settings.SpeculativeSettings`, validated there).
         generator: Random source (sampling mode); seed it for reproducible runs.
-        adaptive: An :class:`~lab.speculative.drafts.AdaptiveDraftLength` or ``"entropy:X"`` /
-            ``"pmin:X"``; None = always the round's gamma.
-        gamma_policy: Chooses each round's gamma in ``[1, gamma]``; None = :class:`FixedGamma`.
-        logits_processor: transformers ``LogitsProcessorList`` for the target's logits (:class:`RoundSettings`).
-        eos_token_ids: Ids that end generation. An EOS accepted mid-round ends it there: no
-            bonus token, later draft tokens untested and uncounted.
         on_round: Called after each round with ``(record, committed_ids [n], target_cache)``; must not modify them.
         on_commit: Called once per round with ``(target_logits [m, V], tokens [m])``: the target's
             raw logits (before ``logits_processor``, T = 1) at the m positions the round committed,
@@ -270,25 +258,22 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *
             :func:`lab.tracker.speculative.track_speculative`); must not modify them.
         target_cache: A target KV cache already holding the prompt, filled with past recording on
             (:func:`prefilled_cache`); None = a new cache and a prefill.
-        fuse_prefill: Fuse the target's prefill into the first verify pass (see above); False = a
-            prefill pass of its own over the prompt's first S - 1 tokens.
 
     Returns:
         :class:`~lab.speculative.results.SpeculativeResult`.
 
     Raises:
-        ValueError: gamma < 1, batch size > 1, an empty prompt, max_new_tokens < 1, prompt +
-            max_new_tokens past the target's context, a draft whose vocabulary width differs,
-            a target whose KV cache cannot be rolled back (recurrent layers), or a
-            ``target_cache`` that does not hold S or S - 1 positions.
+        ValueError: ``settings`` not a :class:`~lab.speculative.settings.SpeculativeSettings`, batch
+            size > 1, an empty prompt, prompt + max_new_tokens past the target's context, a draft
+            whose vocabulary width differs, a target whose KV cache cannot be rolled back
+            (recurrent layers), or a ``target_cache`` that does not hold S or S - 1 positions.
     """
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
+    if not isinstance(settings, SpeculativeSettings):
+        raise ValueError(f"settings={settings!r} must be a lab.speculative.settings.SpeculativeSettings")
+    max_new_tokens, gamma = settings.max_new_tokens, settings.gamma
     input_ids = check_decode_input(target, input_ids, max_new_tokens)
     check_rollback_supported(target)
-    policy = gamma_policy if gamma_policy is not None else FixedGamma()
-    adaptive = AdaptiveDraftLength.parse(adaptive) if isinstance(adaptive, str) else adaptive
-    settings = RoundSettings(sampling, adaptive, eos_set(eos_token_ids), logits_processor)
+    policy = settings.gamma_policy if settings.gamma_policy is not None else FixedGamma()
     if int(draft.vocab_size) != int(target.config.vocab_size):
         raise ValueError(f"draft vocab width {int(draft.vocab_size)} differs from the target's "
                          f"vocab_size={int(target.config.vocab_size)}")
@@ -297,8 +282,8 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *
     seq[:prompt_len] = input_ids[0]
     n, rounds, stopped_by = prompt_len, [], "max_new_tokens"
     draft.reset()
-    fused = (fuse_prefill and target_cache is None and prompt_len > 1
-             and not getattr(draft, "drafts_on_target_cache", False))
+    fused = (settings.fuse_prefill and target_cache is None and prompt_len > 1
+             and not draft.facts().drafts_on_target_cache)
     t_start = time.perf_counter()
     with torch.inference_mode():
         if fused:  # the first verify pass carries the prompt: one target pass fewer
@@ -324,6 +309,6 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *
         prefill_s = rounds[0].verify_time_s  # the fused pass (the prompt and the first round's drafts)
     return SpeculativeResult(
         tokens=seq[prompt_len:n].tolist(), rounds=rounds, gamma=gamma, prompt_length=prompt_len, stopped_by=stopped_by,
-        prefill_time_s=prefill_s, total_time_s=total, draft_name=draft.name, sampling=sampling,
-        adaptive=adaptive.describe() if adaptive is not None else None,
-        gamma_policy=gamma_policy.describe() if gamma_policy is not None else None)
+        prefill_time_s=prefill_s, total_time_s=total, draft_name=draft.name, sampling=settings.sampling,
+        adaptive=settings.adaptive.describe() if settings.adaptive is not None else None,
+        gamma_policy=settings.gamma_policy.describe() if settings.gamma_policy is not None else None)

@@ -23,11 +23,12 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from lab.decode import check_decode_input, eos_set, model_device, sync
+from lab.decode import check_decode_input, model_device, sync
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import Drafter, draft_loop, empty_proposal
-from lab.speculative.loop import GREEDY, RoundSettings, accept, cut_at_eos, round_record
+from lab.speculative.loop import accept, cut_at_eos, round_record
 from lab.speculative.results import RoundRecord, SpeculativeResult
+from lab.speculative.settings import GREEDY, SpeculativeSettings
 
 
 def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
@@ -48,7 +49,7 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
 
     Args:
         target: The transformers causal LM that verifies (p).
-        draft: A drafter with a transformers model (its ``assistant_model``: a model draft,
+        draft: A drafter that runs a transformers model (its ``facts().model``: a model draft,
             an early-exit draft); that model drafts, re-reading the sequence at every step.
         input_ids: int64 ``[1, S]`` prompt ids.
         max_new_tokens: Budget of new tokens, >= 1.
@@ -67,11 +68,11 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
     """
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
-    draft_model = draft.assistant_model
+    draft_model = draft.facts().model
     if draft_model is None:
         raise ValueError(f"draft {draft.name!r} has no model to re-forward; the no-cache loop needs a model draft")
     input_ids = check_decode_input(target, input_ids, max_new_tokens)
-    settings = RoundSettings(sampling, None, eos_set(eos_token_ids))
+    settings = SpeculativeSettings(max_new_tokens, gamma, sampling, eos_token_ids=eos_token_ids)
     width, dev = int(target.config.vocab_size), model_device(target)
     draft_dev = model_device(draft_model)
     prompt_len = input_ids.shape[1]

@@ -28,14 +28,15 @@ torch, so the commands' help stays light); here they become torch dtypes
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from lab.decode import sync
 from lab.speculative.draft_dtypes import DTYPE_NAMES, PER_PASS_ALIAS, PER_PASS_DEFAULT, PER_PASS_SPEC
-from lab.speculative.drafts import ModelDraft
+from lab.speculative.drafts import DraftFacts, ModelDraft
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # the vocabulary's names as torch dtypes
 # Passes of this many tokens or more run in the prefill dtype. The speculative loop's
@@ -122,12 +123,13 @@ class PerPassDraft(ModelDraft):
         self.long_pass_tokens = long_pass_tokens
         super().__init__(step_model, vocab_size, name)
 
-    @property
-    def weight_dtype(self) -> str | None:
-        step = super().weight_dtype
-        if self.long_model is self.model:
-            return step
-        return f"{str(next(self.long_model.parameters()).dtype).removeprefix('torch.')}:{step}"  # PREFILL:STEP
+    def facts(self) -> DraftFacts:
+        """As a model draft's, with the weight dtype as ``PREFILL:STEP`` and the cache casts."""
+        facts = super().facts()
+        if self.long_model is not self.model:
+            long_dtype = str(next(self.long_model.parameters()).dtype).removeprefix("torch.")
+            facts = dataclasses.replace(facts, weight_dtype=f"{long_dtype}:{facts.weight_dtype}")
+        return dataclasses.replace(facts, n_casts=self.n_casts, cast_time_s=self.cast_time_s)
 
     def reset(self) -> None:
         super().reset()
@@ -173,8 +175,8 @@ def per_pass_draft(draft: ModelDraft, spec: str) -> ModelDraft:
     return cast
 
 
-def pass_shapes(passes: list[tuple[int, str, float]], long_pass_tokens: int = LONG_PASS_TOKENS) -> dict[str, Any]:
-    """Group a draft's logged forwards (``ModelDraft.passes``) by shape.
+def pass_shapes(passes: Sequence[tuple[int, str, float]], long_pass_tokens: int = LONG_PASS_TOKENS) -> dict[str, Any]:
+    """Group a draft's logged forwards (:attr:`~lab.speculative.drafts.DraftFacts.passes`) by shape.
 
     Args:
         passes: ``(tokens fed, weight dtype, seconds)`` per forward, in order; the first is the prefill.

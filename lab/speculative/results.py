@@ -189,6 +189,24 @@ class SpeculativeResult:
             return [0.0] * (self.gamma + 1)
         return [n * p for p in accepted_length_pmf(self.alpha, self.gamma)]
 
+    def acceptance_summary(self) -> dict[str, Any]:
+        """The acceptance figures in one dict (``lab speculate``'s panel, ``summary.md`` and
+        ``report.json``): the raw counts, the rates derived from them, the histograms, the
+        geometric fit, and the time split; every value derived from the rounds."""
+        fit = self.geometric_fit()
+        return {
+            "alpha": self.alpha, "tau": self.tau, "n_rounds": len(self.rounds), "n_drafted": self.n_drafted,
+            "n_drafted_tested": self.n_drafted_tested, "n_accepted": self.n_accepted,
+            "expected_tokens_per_round_at_alpha": self.expected_tokens_per_round,
+            "accepted_length_histogram": self.accepted_length_histogram,
+            "all_rounds_histogram": self.all_rounds_histogram,
+            "geometric_expected": fit["expected"], "geometric_chi2": fit["chi2"], "geometric_p_value": fit["p_value"],
+            "tokens": len(self.tokens), "tokens_per_s": self.tokens_per_s,
+            "prefill_time_s": self.prefill_time_s, "draft_time_s": self.draft_time_s,
+            "verify_time_s": self.verify_time_s, "overhead_time_s": self.overhead_time_s,
+            "total_time_s": self.total_time_s, "stopped_by": self.stopped_by,
+        }
+
     def per_token(self) -> list[dict[str, Any]]:
         """One dict per drafted token: round, index, draft_entropy_bits,
         draft_normalized_entropy, accepted, tested, token_id."""

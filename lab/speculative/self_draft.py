@@ -36,13 +36,15 @@ its own cache, exactly as :class:`~lab.speculative.drafts.ModelDraft`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import torch
 
 from lab.decode import rollback_cache
+from lab.models.source import model_source, register_source
 from lab.sampling import SamplingConfig
-from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal, draft_loop, empty_proposal
+from lab.speculative.drafts import AdaptiveDraftLength, DraftFacts, ModelDraft, Proposal, draft_loop, empty_proposal
 
 
 def early_exit_model(target: Any, num_layers: int) -> Any:
@@ -74,7 +76,8 @@ def early_exit_model(target: Any, num_layers: int) -> Any:
     shell.generation_config = copy.deepcopy(target.generation_config)
     shell.eval()
     assert not any(p.is_meta for p in shell.parameters()), "early-exit shell kept a meta parameter"
-    shell.lab_source = dict(getattr(target, "lab_source", {}) or {}, draft=f"early-exit:{num_layers}")
+    if (source := model_source(target, default=None)) is not None:  # a tiny test model may have none
+        register_source(shell, dataclasses.replace(source, draft=f"early-exit:{num_layers}"))
     return shell
 
 
@@ -89,16 +92,15 @@ class EarlyExitDraft(ModelDraft):
         ValueError: ``num_layers`` out of range (from :func:`early_exit_model`).
     """
 
-    drafts_on_target_cache = True  # on the lent target cache (see use_target_cache)
-
     def __init__(self, target: Any, num_layers: int):
         super().__init__(early_exit_model(target, num_layers), int(target.config.vocab_size),
                          f"early-exit:{num_layers}")
         self.num_layers = int(num_layers)
 
-    @property
-    def weight_dtype(self) -> str | None:
-        return None  # the target's own weights, in the target's dtype
+    def facts(self) -> DraftFacts:
+        """As a model draft's, but no weights of its own (the target's, in the target's dtype) and it
+        drafts on the target's cache when lent one, so the loop prefills the target first."""
+        return dataclasses.replace(super().facts(), weight_dtype=None, drafts_on_target_cache=True)
 
     def reset(self) -> None:
         super().reset()

@@ -28,8 +28,7 @@ from typing import Any
 import torch
 
 from lab.sampling import SamplingConfig
-from lab.speculative.admission import DraftCost
-from lab.speculative.drafts import AdaptiveDraftLength, ModelDraft, Proposal, draft_loop
+from lab.speculative.drafts import AdaptiveDraftLength, DraftFacts, Drafter, Proposal, draft_loop
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
 
@@ -38,8 +37,8 @@ class EvictingDraft:
     """A model draft whose KV cache follows a retention policy (a :class:`~lab.speculative.drafts.Drafter`).
 
     Args:
-        base: A :class:`~lab.speculative.drafts.ModelDraft` (early-exit or a separate model);
-            its model and vocabulary width are used, its own cache is not.
+        base: A drafter that runs a model (``base.facts().model``: early-exit or a separate model);
+            its model, vocabulary width, cost and weight dtype are used, its own cache is not.
         policy: The retention policy (``recompute`` is refused: it has no cache).
         detected: Flagged detector positions (best first), for ``detected`` policies.
 
@@ -47,10 +46,11 @@ class EvictingDraft:
         ValueError: a ``recompute`` policy.
     """
 
-    def __init__(self, base: ModelDraft, policy: Policy, detected: tuple[int, ...] | None = None):
+    def __init__(self, base: Drafter, policy: Policy, detected: tuple[int, ...] | None = None):
         if policy.kind == "recompute":
             raise ValueError(f"policy {policy.spec}: a recompute draft has no cache to evict; use window/sinks/detected")
-        self.model = base.model
+        base_facts = base.facts()
+        self.model = base_facts.model
         self.vocab_size = int(base.vocab_size)
         self.model_vocab = int(self.model.config.vocab_size)
         self.policy = policy
@@ -58,16 +58,14 @@ class EvictingDraft:
         self.window = policy_window(policy, detected)
         self.name = f"{base.name}|{policy.spec}"
         self.device = next(self.model.parameters()).device
-        self.cost: DraftCost | None = base.cost
-        self.weight_dtype = base.weight_dtype
-        self._base_flops = base.flops_per_token  # the same model: the same FLOPs per step
+        # the base's model, cost and weights; no assistant model (transformers' assisted generation
+        # cannot evict as the policy does) and its own (evicted) cache, so the loop may fuse the prefill
+        self._facts = DraftFacts(model=self.model, cost=base_facts.cost, weight_dtype=base_facts.weight_dtype)
         self.reset()
 
-    assistant_model = None  # transformers' assisted generation cannot evict as the policy does
-    drafts_on_target_cache = False  # its own (evicted) cache: the loop may fuse the target's prefill
-
-    def flops_per_token(self, context: int) -> float:
-        return self._base_flops(context)
+    def facts(self) -> DraftFacts:
+        """The base draft's model, cost and weight dtype; no assistant model; its own cache."""
+        return self._facts
 
     def use_target_cache(self, cache: Any) -> None:
         """Ignored: this draft keeps its own, evicting cache."""
@@ -160,9 +158,11 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
     from lab.models.chat import eos_token_ids
     from lab.speculative.draft_specs import make_draft
     from lab.speculative.loop import speculative_generate
+    from lab.speculative.settings import SpeculativeSettings
 
     base = make_draft(target, cfg.draft, target_tokenizer=tokenizer, weights=cfg.draft_weights)
-    if not isinstance(base, ModelDraft):
+    base_model = base.facts().model
+    if base_model is None:
         raise ValueError(f"--draft={cfg.draft!r} has no KV cache to evict; use early-exit:N or a draft model")
     prompt = input_ids[:, : cfg.prompt_tokens]
     eos = eos_token_ids(target, tokenizer)
@@ -173,9 +173,9 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
             draft = EvictingDraft(base, policy, detected)
             gen = torch.Generator(device=draft.device).manual_seed(cfg.seed)
             t0 = time.perf_counter()
-            res = speculative_generate(target, draft, prompt.to(draft.device), gamma=cfg.gamma,
-                                       max_new_tokens=cfg.max_new_tokens, sampling=SamplingConfig(temperature=temperature),
-                                       generator=gen, eos_token_ids=eos)
+            settings = SpeculativeSettings(max_new_tokens=cfg.max_new_tokens, gamma=cfg.gamma,
+                                           sampling=SamplingConfig(temperature=temperature), eos_token_ids=eos)
+            res = speculative_generate(target, draft, prompt.to(draft.device), settings, generator=gen)
             n_acc = sum(r.n_accepted for r in res.rounds)
             n_tested = sum(sum(r.tested_mask) for r in res.rounds)
             starts = [prompt.shape[1] + sum(len(q.emitted) for q in res.rounds[:i]) for i in range(len(res.rounds))]
@@ -188,7 +188,7 @@ def measure_acceptance(target: Any, tokenizer: Any, input_ids: torch.Tensor, cfg
                                      "n_tested": int(sum(r.tested_mask))} for s, r in zip(starts, res.rounds)]})
     _compare_greedy_rounds(rows)
     progress("acceptance: draft top-1 over the prompt, one masked pass per policy")
-    top1 = draft_top1(target, base.model, prompt, [p for p in cfg.policies if p.kind != "recompute"], detected)
+    top1 = draft_top1(target, base_model, prompt, [p for p in cfg.policies if p.kind != "recompute"], detected)
     for row in rows:
         row.update(top1[row["policy"]])
     return rows

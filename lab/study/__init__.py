@@ -45,7 +45,8 @@ runs a disjoint, category-balanced slice into the same work directory (the shard
 is not a setting, so all shards share the key); ``--merge`` assembles one study
 from the shards' finished prompts and refuses shards whose settings differ.
 
-Modules: :mod:`lab.study.config` (settings, outcome, interfaces),
+Modules: :mod:`lab.study.config` (settings, interfaces), :mod:`lab.study.outcome` (the
+per-prompt records: :class:`~lab.study.outcome.PromptRow`, one ``per_prompt.csv`` row),
 :mod:`lab.study.runner` (the real runner), :mod:`lab.study.work` (plan, work
 directory, shards), :mod:`lab.study.locks` (the work directory's lock), :mod:`lab.study.run` (running through an executor, merging,
 tables), :mod:`lab.study.cluster` (the prompts on a Ray cluster, ``lab study --ray``).

@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from lab.prompts import StudyPrompt
-from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, Progress, PromptOutcome, Runner, StudyConfig
+from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, Progress, Runner, StudyConfig
+from lab.study.outcome import PromptOutcome
 from lab.study.run import PromptFailure, measure
 from lab.study.runner import ModelRunner
 from lab.study.work import StudyPlan

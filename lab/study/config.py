@@ -1,31 +1,24 @@
-"""The study's settings, per-prompt outcome and the runner / progress interfaces."""
+"""The study's settings and the runner / progress interfaces (the per-prompt records: :mod:`lab.study.outcome`)."""
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
-from lab.analysis.claims import H6_COLUMNS
 from lab.prompts import StudyPrompt
+from lab.study.outcome import PromptOutcome
 from lab.models.weights import WEIGHTS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
 
-# Defaults of the full study (`make study`), chosen so its 84 prompts fit the 15-minute
-# budget on 2 CPU cores. Measured with the embedded model, one thread, as CPU time per
-# prompt (a load-independent upper bound on unloaded wall time): ~8 s for a clean
-# prompt and 11-14 s for a poisoned one at 24 tokens and gamma 2, so ~13 min in all;
-# at 32 tokens and gamma 4 it was ~13 s and ~20 s (over budget). The speculative run
-# dominates: with the early-exit draft sampling at T = 1 alpha is ~0.1, so nearly only
-# the first drafted token of a round is ever tested, and gamma 2 loses almost no
-# per-token data while drafting half as much. Measured full default study on 2 CPU
-# cores (torch's 2 threads, machine lightly shared, load ~1.9): 680 s wall (11.3 min);
-# with one thread under heavier sharing 845 s wall, 752 s CPU. Both runs gave the
-# same numbers. The report records each run's real wall time.
+# Defaults of the full study (`make study`), chosen so its prompts fit a 15-minute budget on
+# 2 CPU cores: the speculative run dominates, and with the early-exit draft sampling at T = 1
+# nearly only the first drafted token of a round is tested, so gamma 2 loses almost no
+# per-token data while drafting half as much (figures: docs/results.md, "The study's defaults").
 DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
@@ -42,113 +35,20 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 WORK_FORMAT = 4
 # H6 (content vs sampling settings): a balanced subset of clean prompts also runs the
 # speculative decode at each of these temperatures (the main run's alpha is reused
-# when the study temperature is one of them). TEMPERATURE_SUBSET_PER_CATEGORY clean
-# prompts per category: 6 x 2 = 12 prompts x 2 extra runs of ~4 s (clean prompt,
-# 24 tokens, gamma 2; measured 4.1-5.1 s CPU per extra run on 4 subset prompts, one
-# thread, on a busy machine) = ~110 s CPU added to the default study, whose estimate is
-# then ~780 s wall on 2 threads (680 s measured before) or ~860 s CPU on one thread.
+# when the study temperature is one of them). Clean prompts per category: 2 keeps the
+# added runs to about a seventh of the default study (docs/results.md, "The study's defaults").
 TEMPERATURE_SUBSET_PER_CATEGORY = 2
 
 # The draft's dtype in the study, per target profile whose profile draft is a separate
-# model: chosen by a measured end-to-end comparison on the study's own prompts (the
-# figures are beside each entry), since a half-precision draft can be faster
-# per step yet slower to prefill, depending on the CPU. (dtype, where the choice came
-# from); a profile not listed runs its draft in the target's dtype.
-#
-# qwen2.5-coder (0.5B draft): measured 2026-12-01 on 6 study prompts (--limit 6: three
-# clean/poisoned twin pairs), one-decode pipeline, float32 target, one torch thread, on a
-# busy machine (load 8.2-9.6 on 2 cores): bfloat16 draft 93.5 s CPU / 221 s wall, float32
-# draft 94.4 s / 303 s, the same alphas. CPU is a tie (1 %), the wall favours bfloat16, and
-# on this CPU (AMX-BF16) the bfloat16 draft alone prefills 40 tokens in 0.28 s vs 0.62 s
-# and steps in 0.168 s vs 0.176 s (one thread); `lab bench` on 2 quiet threads measured
-# its cost ratio c at 0.20 vs 0.43. So bfloat16: no slower anywhere measured, lossless
-# (the float32 target verifies every token). Re-measure on another CPU (an AVX2-only one
-# was reported to prefill bfloat16 several times slower): --draft-dtype float32|bfloat16.
+# model: chosen by a measured end-to-end comparison on the study's own prompts, since a
+# half-precision draft can be faster per step yet slower to prefill, depending on the CPU.
+# (dtype, where the choice came from: it goes into the report); a profile not listed runs its
+# draft in the target's dtype. The measurements are in docs/results.md ("The study's
+# defaults"); re-measure on another CPU: --draft-dtype float32|bfloat16.
 STUDY_DRAFT_DTYPES: dict[str, tuple[str, str]] = {
     "qwen2.5-coder": ("bfloat16", "6 study prompts, 2026-12-01: 93.5 s CPU / 221 s wall vs float32 94.4 s / "
-                                  "303 s (one thread, busy machine), same alphas; see lab/study/config.py"),
+                                  "303 s (one thread, busy machine), same alphas; see docs/results.md"),
 }
-
-PER_PROMPT_FIELDS = (
-    "id", "category", "variant", "twin_of", "n_prompt_tokens",
-    "context_health", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", "n_content_sinks",
-    "mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "n_new_tokens",
-    "alpha", "tau", "n_drafted", "n_drafted_tested", "n_accepted", "n_rounds",
-    "prefill_s", "speculative_s", "wall_s", "text",
-)
-# Left None (empty in the CSV) when a runner does not report them (fake runners in tests): the
-# count-based health (reported beside the graded one, for comparison), the subword summary of the
-# tracked decode (H5), alpha at the design temperatures (H6, subset only), and the time of a
-# separate tracked decode (decode_s: a runner that makes one; ModelRunner reads the decode off the
-# speculative run and reports none).
-# Every health candidate's value and the content length beside the chosen one, so that a long
-# run (the pair's H1) can be re-read with another candidate, or one referenced to length, without
-# running it again; kept equal to lab.health.measures.CANDIDATES by tests/unit/test_health.py
-# (spelt out here so that the study's settings import no torch).
-HEALTH_CANDIDATE_COLUMNS = ("health_soft_penalty", "health_content_share", "health_content_entropy",
-                            "health_content_sink_rate", "health_relative_entropy", "health_local_entropy",
-                            "health_content_entropy_for_length", "health_relative_entropy_for_length",
-                            "health_local_entropy_for_length")
-OPTIONAL_FIELDS = ("content_sink_health", "initial_entropy_bits", "continuation_entropy_bits",
-                   "n_multi_token_words", *H6_COLUMNS, "temperature_s", "decode_s",
-                   "n_content_tokens", *HEALTH_CANDIDATE_COLUMNS)
-PER_PROMPT_COLUMNS = (*PER_PROMPT_FIELDS[:-1], *OPTIONAL_FIELDS, PER_PROMPT_FIELDS[-1])  # per_prompt.csv, text last
-PER_TOKEN_FIELDS = ("prompt_id", "category", "variant", "round", "index",
-                    "draft_entropy_bits", "draft_normalized_entropy", "accepted", "tested")
-TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token
-
-
-# Ranges of a finished prompt's numbers, checked when a work file is loaded (a file edited
-# by hand, or by another program, is redone rather than reported). NaN / None stand for
-# "not measured" (e.g. no content positions) and pass; infinities never do.
-RANGE_TOLERANCE = 1e-6  # float rounding at a bound (a normalized entropy of 1 + 1e-7)
-_UNIT = ("alpha", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", *H6_COLUMNS)
-_HEALTH = ("context_health", "content_sink_health", *HEALTH_CANDIDATE_COLUMNS)  # 0..10
-_NON_NEGATIVE = ("mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "tau",
-                 "initial_entropy_bits", "continuation_entropy_bits", "prefill_s", "decode_s", "speculative_s",
-                 "wall_s", "temperature_s")
-_COUNTS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_new_tokens", "n_drafted", "n_drafted_tested", "n_accepted",
-           "n_rounds", "n_multi_token_words")
-
-
-def _number_problem(name: str, v: Any, lo: float, hi: float) -> str | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-            or not lo - RANGE_TOLERANCE <= v <= hi + RANGE_TOLERANCE):
-        return f"{name}={v!r} outside [{lo:g}, {hi:g}]"
-    return None
-
-
-def outcome_problem(row: dict[str, Any], tokens: list[dict[str, Any]]) -> str | None:
-    """What is out of range in a finished prompt's numbers, or ``None``.
-
-    Rates and shares in [0, 1], health in [0, 10], entropies, times and ``tau``
-    non-negative, counts non-negative integers with n_accepted <= n_drafted_tested <=
-    n_drafted; per drafted token a normalized entropy in [0, 1], a non-negative entropy
-    and boolean ``accepted`` / ``tested``.
-    """
-    checks = [*((k, 0.0, 1.0) for k in _UNIT), *((k, 0.0, 10.0) for k in _HEALTH),
-              *((k, 0.0, math.inf) for k in _NON_NEGATIVE)]
-    for k, lo, hi in checks:
-        problem = _number_problem(k, row.get(k), lo, hi)
-        if problem:
-            return problem
-    for k in _COUNTS:
-        v = row.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            return f"{k}={v!r} is not a count"
-    if not row.get("n_accepted", 0) <= row.get("n_drafted_tested", 0) <= row.get("n_drafted", 0):
-        return (f"n_accepted={row.get('n_accepted')!r} <= n_drafted_tested={row.get('n_drafted_tested')!r} <= "
-                f"n_drafted={row.get('n_drafted')!r} does not hold")
-    for i, t in enumerate(tokens):
-        problem = (_number_problem(f"tokens[{i}].draft_normalized_entropy", t.get("draft_normalized_entropy"), 0, 1)
-                   or _number_problem(f"tokens[{i}].draft_entropy_bits", t.get("draft_entropy_bits"), 0, math.inf))
-        if problem:
-            return problem
-        if not isinstance(t.get("accepted"), bool) or not isinstance(t.get("tested"), bool):
-            return f"tokens[{i}]: accepted / tested are not booleans"
-    return None
 
 
 @dataclass(frozen=True)
@@ -249,25 +149,6 @@ class StudyConfig:
             dtype, why = STUDY_DRAFT_DTYPES[self.model]
             return dtype, f"the study's measured choice for {self.model} (lab.study.config.STUDY_DRAFT_DTYPES): {why}"
         return None, "the target's dtype (the default: no measured choice for this draft)"
-
-
-@dataclass
-class PromptOutcome:
-    """What the runner measured for one prompt.
-
-    Attributes:
-        row: Per-prompt numbers, keys :data:`PER_PROMPT_FIELDS` (``id`` ...
-            ``twin_of`` may be left out; the pipeline fills them from the prompt).
-        tokens: One dict per drafted token with ``round``, ``index``,
-            ``draft_entropy_bits``, ``draft_normalized_entropy``, ``accepted``, ``tested``.
-        decode: Per generated token of the tracked decode: ``entropy_bits`` and
-            ``word`` (``"initial"``, ``"continuation"`` or ``""``;
-            :func:`lab.analysis.subwords.word_positions`); empty if not reported.
-    """
-
-    row: dict[str, Any]
-    tokens: list[dict[str, Any]]
-    decode: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Runner(Protocol):

@@ -8,15 +8,14 @@ import math
 import shutil
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from lab.analysis.study import StudyAnalysis, analyze
-from lab.analysis.claims import temperature_column
 from lab.prompts import StudyPrompt
-from lab.study.config import (TOKEN_KEYS, OPTIONAL_FIELDS, PER_PROMPT_COLUMNS, PER_PROMPT_FIELDS, Progress,
-                              PromptOutcome, Runner, StudyConfig, NoProgress)
+from lab.study.config import NoProgress, Progress, Runner, StudyConfig
+from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, temperature_field
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
 from lab.study.work import (StudyPlan, write_json_atomic, load_finished, plan_from_work_dir, plan_study,
@@ -32,8 +31,8 @@ class StudyResult:
 
     Attributes:
         plan: The plan it ran.
-        per_prompt: One row per prompt (:data:`PER_PROMPT_FIELDS`), prompt-file order.
-        per_token: One row per drafted token (:data:`PER_TOKEN_FIELDS`).
+        per_prompt: One row per prompt, prompt-file order.
+        per_token: One row per drafted token, with its prompt's identity.
         analysis: H1-H6 and the descriptive statistics.
         info: The runner's description of the models (empty for a fake runner).
         n_resumed: Prompts loaded from the work directory instead of run.
@@ -47,8 +46,8 @@ class StudyResult:
     """
 
     plan: StudyPlan
-    per_prompt: list[dict[str, Any]]
-    per_token: list[dict[str, Any]]
+    per_prompt: list[PromptRow]
+    per_token: list[DraftedToken]
     analysis: StudyAnalysis
     info: dict[str, Any]
     n_resumed: int
@@ -61,7 +60,7 @@ class StudyResult:
     @property
     def compute_s(self) -> float:
         """Sum of per-prompt wall times, resumed prompts included (the study's cost)."""
-        return float(sum(r.get("wall_s") or 0.0 for r in self.per_prompt))
+        return float(sum(r.wall_s or 0.0 for r in self.per_prompt))
 
 
 def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None = None,
@@ -140,7 +139,7 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
                     continue
                 save_finished(plan, p, got)
                 outcomes[p.id] = got
-                progress.advance(p.id, got.row["wall_s"])
+                progress.advance(p.id, got.row.wall_s)
         finally:
             executor.close()
 
@@ -156,23 +155,15 @@ def measure(runner: Runner, prompt: StudyPrompt, plan: StudyPlan) -> PromptOutco
     The unit of work of every executor (run here by :class:`SerialExecutor`, inside
     an actor by :mod:`lab.study.cluster`); a prompt's numbers depend only on the
     settings and its seed, never on where or in which order it runs.
-
-    Raises:
-        ValueError: the runner left out a field of :data:`PER_PROMPT_FIELDS`.
     """
     t0 = time.perf_counter()
     outcome = runner(prompt)
-    missing = [k for k in PER_PROMPT_FIELDS if k not in outcome.row and k not in _PIPELINE_FIELDS]
-    if missing:
-        raise ValueError(f"runner returned no {missing} for prompt {prompt.id!r}")
-    for k in OPTIONAL_FIELDS:
-        outcome.row.setdefault(k, None)  # not measured by this runner (None survives JSON, unlike NaN)
+    row = outcome.row
     if prompt.id in plan.temperature_ids:
-        _temperature_runs(runner, prompt, outcome, plan.config.temperature)
-    outcome.row["wall_s"] = time.perf_counter() - t0
-    outcome.row.update({"id": prompt.id, "category": prompt.category, "variant": prompt.variant,
-                        "twin_of": prompt.twin_of})
-    return outcome
+        row = _temperature_runs(runner, prompt, row, plan.config.temperature)
+    row = replace(row, wall_s=time.perf_counter() - t0, id=prompt.id, category=prompt.category,
+                  variant=prompt.variant, twin_of=prompt.twin_of)
+    return replace(outcome, row=row)
 
 
 @dataclass(frozen=True)
@@ -229,22 +220,20 @@ class SerialExecutor:
         pass
 
 
-_PIPELINE_FIELDS = ("id", "category", "variant", "twin_of", "wall_s")  # filled by run_study, not the runner
-
-
-def _temperature_runs(runner: Runner, prompt: StudyPrompt, outcome: PromptOutcome, temperature: float) -> None:
-    """H6: alpha at each design temperature (the main run's alpha where the study runs at one)."""
+def _temperature_runs(runner: Runner, prompt: StudyPrompt, row: PromptRow, temperature: float) -> PromptRow:
+    """H6: ``row`` with alpha at each design temperature (the main run's alpha where the study runs at one)."""
     alpha_at = getattr(runner, "alpha_at", None)
     if alpha_at is None and not any(math.isclose(t, temperature) for t in DESIGN_TEMPERATURES):
-        return
+        return row
     t0 = time.perf_counter()
+    alphas = {}
     for t in DESIGN_TEMPERATURES:
         if math.isclose(t, temperature):
-            outcome.row[temperature_column(t)] = outcome.row["alpha"]
+            alphas[temperature_field(t)] = row.alpha
         elif alpha_at is not None:
-            outcome.row[temperature_column(t)] = float(alpha_at(prompt, t))
-    if alpha_at is not None:
-        outcome.row["temperature_s"] = time.perf_counter() - t0
+            alphas[temperature_field(t)] = float(alpha_at(prompt, t))
+    timing = {"temperature_s": time.perf_counter() - t0} if alpha_at is not None else {}
+    return replace(row, **alphas, **timing)
 
 
 def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str, Any], *, n_resumed: int = 0,
@@ -261,12 +250,13 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     started = time.perf_counter() if started is None else started
     order = list(plan.prompts if prompts is None else prompts)
     done = [p for p in order if p.id in outcomes]
-    per_prompt = [{k: outcomes[p.id].row.get(k) for k in PER_PROMPT_COLUMNS} for p in done]
-    per_token = [{"prompt_id": p.id, "category": p.category, "variant": p.variant,
-                  **{k: t[k] for k in TOKEN_KEYS}} for p in done for t in outcomes[p.id].tokens]
-    decodes = {p.id: outcomes[p.id].decode for p in done if outcomes[p.id].decode}
-    analysis = analyze(per_prompt, per_token, seed=plan.config.seed, n_resamples=plan.config.n_resamples,
-                       decodes=decodes)
+    per_prompt = [outcomes[p.id].row for p in done]
+    per_token = [replace(t, prompt_id=p.id, category=p.category, variant=p.variant)
+                 for p in done for t in outcomes[p.id].tokens]
+    decodes = {p.id: outcomes[p.id].decode.as_columns() for p in done if outcomes[p.id].decode}
+    # the analysis reads the records as their columns (it sits below the study and knows no study type)
+    analysis = analyze([r.as_columns() for r in per_prompt], [t.as_columns() for t in per_token],
+                       seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes)
     return StudyResult(plan, per_prompt, per_token, analysis, info, n_resumed, time.perf_counter() - started,
                        started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from))
 

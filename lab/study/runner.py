@@ -19,7 +19,9 @@ from typing import Any
 
 from lab.models import loading as lab_models
 from lab.models.chat import encode_chat, eos_token_ids
-from lab.study.config import TOKEN_KEYS, PromptOutcome, StudyConfig, prompt_seed
+from lab.models.source import model_source
+from lab.study.config import StudyConfig, prompt_seed
+from lab.study.outcome import TOKEN_KEYS, DraftedToken, PromptOutcome, PromptRow, TrackedDecode
 from lab.prompts import StudyPrompt
 from lab.speculative.drafts import Drafter
 
@@ -44,7 +46,7 @@ def model_dtypes(target: Any, draft: Drafter, draft_dtype_source: str) -> dict[s
     A draft without weights of its own (prompt lookup, early exit) is reported in the target's dtype.
     """
     target_dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
-    return {"target_dtype": target_dtype, "draft_dtype": draft.weight_dtype or target_dtype,
+    return {"target_dtype": target_dtype, "draft_dtype": draft.facts().weight_dtype or target_dtype,
             "draft_dtype_source": draft_dtype_source, "pipeline": PIPELINE}
 
 
@@ -80,7 +82,7 @@ class ModelRunner:
         target, tokenizer = lab_models.load_model(config.model, device=config.device, dtype=config.dtype,
                                                   weights=config.weights)
         draft = make_draft(target, spec, target_tokenizer=tokenizer, dtype=dtype, weights=config.draft_weights)
-        info = {"model": dict(getattr(target, "lab_source", {}) or {"model": config.model}),
+        info = {"model": model_source(target).as_dict(),
                 "draft": spec, "draft_name": draft.name,
                 "load_s": time.perf_counter() - t0, "weights": config.weights, "draft_weights": config.draft_weights,
                 **model_dtypes(target, draft, source)}
@@ -92,13 +94,14 @@ class ModelRunner:
 
         from lab.sampling import SamplingConfig
         from lab.speculative.loop import speculative_generate
+        from lab.speculative.settings import SpeculativeSettings
 
         device = next(self.target.parameters()).device
         gen = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(seed)
-        return speculative_generate(self.target, self.draft, input_ids.to(device), gamma=self.config.gamma,
-                                    max_new_tokens=self.config.max_new_tokens,
-                                    sampling=SamplingConfig(temperature=temperature),
-                                    generator=gen, eos_token_ids=eos_token_ids(self.target, self.tokenizer),
+        settings = SpeculativeSettings(max_new_tokens=self.config.max_new_tokens, gamma=self.config.gamma,
+                                       sampling=SamplingConfig(temperature=temperature),
+                                       eos_token_ids=eos_token_ids(self.target, self.tokenizer))
+        return speculative_generate(self.target, self.draft, input_ids.to(device), settings, generator=gen,
                                     target_cache=target_cache)
 
     def alpha_at(self, prompt: StudyPrompt, temperature: float) -> float:
@@ -122,6 +125,7 @@ class ModelRunner:
         from lab.analysis.claims import word_positions
         from lab.decode import enable_rollback, new_cache
         from lab.sinks.prefill import analyze_prefill
+        from lab.tracker.results import DecodeSettings
         from lab.tracker.speculative import track_speculative
 
         cfg = self.config
@@ -147,8 +151,8 @@ class ModelRunner:
 
         # 2. one target decode: speculative (same sampling, seeded), with the tracker's per-step
         #    statistics read off the verify passes at every committed position
-        track, spec = track_speculative(self.target, self.draft, self.tokenizer, input_ids, gamma=cfg.gamma,
-                                        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
+        decode = DecodeSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
+        track, spec = track_speculative(self.target, self.draft, self.tokenizer, input_ids, decode, gamma=cfg.gamma,
                                         target_cache=cache)
         t_spec = time.perf_counter()
 
@@ -159,33 +163,33 @@ class ModelRunner:
         initial = [h for h, w in zip(entropies, words) if w == "initial"]
         continuation = [h for h, w in zip(entropies, words) if w == "continuation"]
 
-        row = {
-            "n_prompt_tokens": int(input_ids.shape[1]),
-            "context_health": float(pre.context_health),  # graded (lab.health.measures), NaN = not measurable
-            "content_sink_health": float(pre.content_sink_health),
-            "n_content_tokens": int(sum(role == "content" for role in pre.roles)),
+        row = PromptRow(
+            n_prompt_tokens=int(input_ids.shape[1]),
+            context_health=float(pre.context_health),  # graded (lab.health.measures), NaN = not measurable
+            content_sink_health=float(pre.content_sink_health),
+            n_content_tokens=int(sum(role == "content" for role in pre.roles)),
             **{f"health_{name}": float(v) for name, v in pre.health_candidates.items()},
-            "sink_rate_pos0": rates[0] if rates else math.nan,
-            "sink_rate_content_mean": sum(content) / len(content) if content else math.nan,
-            "position0_share": float(pre.position0_share),
-            "n_content_sinks": _count(pre.content_sinks),
-            "mean_entropy_bits": track.mean_entropy_bits,
-            "max_entropy_bits": track.max_entropy_bits,
-            "var_entropy_bits": track.var_entropy_bits,
-            "mean_varentropy_bits2": track.mean_varentropy_bits2,
-            "n_new_tokens": len(track.new_token_ids),
-            "initial_entropy_bits": sum(initial) / len(initial) if initial else math.nan,
-            "continuation_entropy_bits": sum(continuation) / len(continuation) if continuation else math.nan,
-            "n_multi_token_words": len(initial),
-            "alpha": spec.alpha,
-            "tau": spec.tau,
-            "n_drafted": spec.n_drafted,
-            "n_drafted_tested": spec.n_drafted_tested,
-            "n_accepted": spec.n_accepted,
-            "n_rounds": len(spec.rounds),
-            "prefill_s": t_pre - t_start,
-            "speculative_s": t_spec - t_pre,
-            "text": track.text,
-        }
-        tokens = [{k: t[k] for k in TOKEN_KEYS} for t in spec.per_token()]
-        return PromptOutcome(row=row, tokens=tokens, decode={"entropy_bits": entropies, "word": words})
+            sink_rate_pos0=rates[0] if rates else math.nan,
+            sink_rate_content_mean=sum(content) / len(content) if content else math.nan,
+            position0_share=float(pre.position0_share),
+            n_content_sinks=_count(pre.content_sinks),
+            mean_entropy_bits=track.mean_entropy_bits,
+            max_entropy_bits=track.max_entropy_bits,
+            var_entropy_bits=track.var_entropy_bits,
+            mean_varentropy_bits2=track.mean_varentropy_bits2,
+            n_new_tokens=len(track.new_token_ids),
+            initial_entropy_bits=sum(initial) / len(initial) if initial else math.nan,
+            continuation_entropy_bits=sum(continuation) / len(continuation) if continuation else math.nan,
+            n_multi_token_words=len(initial),
+            alpha=spec.alpha,
+            tau=spec.tau,
+            n_drafted=spec.n_drafted,
+            n_drafted_tested=spec.n_drafted_tested,
+            n_accepted=spec.n_accepted,
+            n_rounds=len(spec.rounds),
+            prefill_s=t_pre - t_start,
+            speculative_s=t_spec - t_pre,
+            text=track.text,
+        )
+        tokens = tuple(DraftedToken(**{k: t[k] for k in TOKEN_KEYS}) for t in spec.per_token())
+        return PromptOutcome(row=row, tokens=tokens, decode=TrackedDecode(tuple(entropies), tuple(words)))

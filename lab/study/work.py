@@ -20,8 +20,9 @@ from lab.models.profiles import PROFILES
 from lab.models.devices import parse_dtype, resolve_device
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
 from lab.sources import SOURCES, load_prompt_set
-from lab.study.config import (TOKEN_KEYS, PER_PROMPT_FIELDS, TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT,
-                              WORK_PREFIX, PromptOutcome, StudyConfig, outcome_problem)
+from lab.study.config import TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, StudyConfig
+from lab.study.outcome import (REQUIRED_COLUMNS, TOKEN_KEYS, DraftedToken, PromptOutcome, PromptRow, TrackedDecode,
+                               outcome_problem)
 from lab.analysis.claims import DESIGN_TEMPERATURES
 
 logger = logging.getLogger(__name__)
@@ -375,8 +376,9 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
 
     A file that does not parse, was written under other settings or for another
     prompt, lacks a field, or holds a value out of range
-    (:func:`lab.study.config.outcome_problem`: alpha = 7, say) is ignored (with a
-    warning) and the prompt is redone.
+    (:func:`lab.study.outcome.outcome_problem`: alpha = 7, say) is ignored (with a
+    warning) and the prompt is redone. The file's layout is :func:`save_finished`'s; optional
+    columns a file lacks read as None, and columns of no :class:`PromptRow` field are ignored.
     """
     path = work_file(plan, prompt)
     if not path.is_file():
@@ -384,10 +386,10 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         ok = (isinstance(data, dict) and data.get("key") == plan.key and data.get("prompt") == prompt.to_json()
-              and isinstance(data.get("row"), dict) and all(k in data["row"] for k in PER_PROMPT_FIELDS)
+              and isinstance(data.get("row"), dict) and all(k in data["row"] for k in REQUIRED_COLUMNS)
               and isinstance(data.get("tokens"), list)
               and all(isinstance(t, dict) and all(k in t for k in TOKEN_KEYS) for t in data["tokens"])
-              and isinstance(data.get("decode"), dict))
+              and isinstance(data.get("decode"), dict) and _decode_ok(data["decode"]))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         ok = False
     if not ok:
@@ -397,15 +399,31 @@ def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     if problem:
         logger.warning("ignoring work file %s (%s); %s will be redone", path, problem, prompt.id)
         return None
-    return PromptOutcome(row=data["row"], tokens=data["tokens"], decode=data["decode"])
+    decode = data["decode"]
+    return PromptOutcome(row=PromptRow.from_columns(data["row"]),
+                         tokens=tuple(DraftedToken(**{k: t[k] for k in TOKEN_KEYS}) for t in data["tokens"]),
+                         decode=TrackedDecode(tuple(decode["entropy_bits"]), tuple(decode["word"])) if decode else None)
+
+
+def _decode_ok(decode: dict[str, Any]) -> bool:
+    """A work file's ``decode``: empty (not reported), or the two per-token lists of equal length."""
+    if not decode:
+        return True
+    lists = [decode.get(k) for k in ("entropy_bits", "word")]
+    return all(isinstance(v, list) for v in lists) and len(lists[0]) == len(lists[1])
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
-    """Write a finished prompt's outcome atomically (temp file + ``os.replace``)."""
+    """Write a finished prompt's outcome atomically (temp file + ``os.replace``).
+
+    Layout: ``{"key", "prompt", "row": PromptRow.as_columns(), "tokens": [TOKEN_KEYS of each
+    drafted token], "decode": TrackedDecode.as_columns() or {}}``.
+    """
     path = work_file(plan, prompt)
     path.parent.mkdir(exist_ok=True)
-    write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row,
-                              "tokens": outcome.tokens, "decode": outcome.decode})
+    write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row.as_columns(),
+                             "tokens": [{k: getattr(t, k) for k in TOKEN_KEYS} for t in outcome.tokens],
+                             "decode": outcome.decode.as_columns() if outcome.decode else {}})
     return path
 
 

@@ -71,22 +71,20 @@ def commit_recorder(recorder: StepRecorder, settings: DecodeSettings):
     return on_commit
 
 
-def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.Tensor, *, gamma: int = 4,
-                      max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                      top_k: int | None = None, seed: int | None = None, top_alternatives: int = 5,
-                      target_cache: Any = None) -> tuple[TrackResult, Any]:
+def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.Tensor, settings: DecodeSettings,
+                      *, gamma: int = 4, target_cache: Any = None) -> tuple[TrackResult, Any]:
     """Decode speculatively and record the tracker's statistics at every committed position.
 
     Args:
         target: The target causal LM (p), eval mode.
         draft: A drafter (:func:`lab.speculative.draft_specs.make_draft`).
-        tokenizer: The target's tokenizer (token texts, after the loop).
+        tokenizer: The target's tokenizer (token texts, after the loop; its EOS ids end the decode).
         input_ids: ``[1, S]`` (or ``[S]``) int64 prompt ids.
+        settings: The tracker's settings, as :func:`lab.tracker.track_generate` takes them
+            (:class:`DecodeSettings`: budget, sampling filter, seed, alternatives kept); kept in
+            the result. The seed seeds one ``torch.Generator`` on the target's device (the CPU
+            for MPS) that drafting and verification share.
         gamma: Draft tokens per round, >= 1.
-        max_new_tokens, temperature, top_p, top_k, seed, top_alternatives: As
-            :func:`lab.tracker.track_generate` (:class:`DecodeSettings`). The seed
-            seeds one ``torch.Generator`` on the target's device (the CPU for MPS)
-            that drafting and verification share.
         target_cache: A KV cache already holding the prompt (see
             :func:`lab.speculative.loop.speculative_generate`), or None for a fresh prefill.
 
@@ -96,15 +94,17 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
         :class:`~lab.speculative.results.SpeculativeResult` (alpha, rounds, per-token draft data).
 
     Raises:
-        ValueError: as :func:`lab.tracker.track_generate` and
+        ValueError: as :func:`lab.tracker.track_generate`,
+            :class:`lab.speculative.settings.SpeculativeSettings` and
             :func:`lab.speculative.loop.speculative_generate`.
         RuntimeError: NaN or +inf target logits at some step.
     """
     from lab.models.chat import eos_token_ids
     from lab.speculative.loop import speculative_generate
+    from lab.speculative.settings import SpeculativeSettings
 
-    settings = DecodeSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                              seed=seed, top_alternatives=top_alternatives)
+    spec_settings = SpeculativeSettings(max_new_tokens=settings.max_new_tokens, gamma=gamma, sampling=settings.sampling,
+                                        eos_token_ids=eos_token_ids(target, tokenizer))
     ids = check_decode_input(target, input_ids, settings.max_new_tokens)
     used_seed = None
     generator = None
@@ -114,9 +114,7 @@ def track_speculative(target: Any, draft: Any, tokenizer: Any, input_ids: torch.
         generator = torch.Generator(device=device if device.type != "mps" else "cpu").manual_seed(used_seed)
     recorder = StepRecorder(settings.top_alternatives, settings.do_sample)
     start = time.perf_counter()
-    spec = speculative_generate(target, draft, ids.to(model_device(target)), gamma=gamma,
-                                max_new_tokens=settings.max_new_tokens, sampling=settings.sampling, generator=generator,
-                                eos_token_ids=eos_token_ids(target, tokenizer),
+    spec = speculative_generate(target, draft, ids.to(model_device(target)), spec_settings, generator=generator,
                                 on_commit=commit_recorder(recorder, settings), target_cache=target_cache)
     stats = recorder.finish()  # statistics to the host, once
     run = DecodeRun(spec.tokens, spec.stopped_by, time.perf_counter() - start, *stats, vocab_size=recorder.vocab_size)

@@ -1,6 +1,7 @@
 """Exhausted memory on the real embedded model: ``ulimit -v 1500000; lab entropy Hi``.
 
-Fault class (fault 9): a process short of memory ended in a ``MemoryError`` traceback. Now it ends
+Fault class (out of memory ending in a traceback): a process short of memory ended in a ``MemoryError``
+traceback. Now it ends
 in one line naming memory as the cause, what was loading, what the process may have and what to
 try, with exit 1 and no report. The limit is an address-space limit (``RLIMIT_AS``), so the
 failure does not depend on how busy or how full the machine is: SmolLM2's load needs more than

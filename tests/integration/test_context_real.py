@@ -10,14 +10,16 @@ from __future__ import annotations
 import pytest
 
 from lab import cli
+from lab.decode import context_length
 from lab.models.chat import build_messages, encode_chat
 
-CONTEXT = 8192
+CONTEXT = 8192  # SmolLM2's max_position_embeddings; long_prompt checks it against the loaded model
 
 
 @pytest.fixture(scope="module")
 def long_prompt(smollm2):
-    _, tok = smollm2
+    model, tok = smollm2
+    assert context_length(model) == CONTEXT  # the limit the lab itself reads from the model
     words = ("the lighthouse keeper counted the steps while the sea changed colour below . " * 800).split()
     lo, hi = 1000, len(words)
     while lo < hi:  # the longest prefix whose chat encoding stays within CONTEXT - 30 tokens

@@ -17,6 +17,7 @@ from lab import cli
 from lab.models.chat import build_messages, encode_chat
 from lab.reports import rows_from_csv
 from lab.tracker.loop import track_generate
+from tests.support import warped_reference_probs
 
 # A KV-cached decode and a full forward pass compute the same attention with a
 # different float32 summation order (30 layers, 576 hidden): logits then differ by
@@ -65,7 +66,12 @@ def test_tracker_real_model_entropies_match_full_forward(smollm2, kwargs):
         assert s.alternatives[0][2] == pytest.approx(p[i].max().item(), abs=PROB_ATOL)
     if not kwargs:
         assert r.new_token_ids == log_p.argmax(-1).tolist()
-    else:
+    else:  # the entropy of the filtered distribution each token was drawn from, recomputed from the reference
+        for i, s in enumerate(r.steps):
+            q = warped_reference_probs(log_p[i], kwargs["temperature"], kwargs["top_k"], kwargs["top_p"])
+            h_q = -(q[q > 0] * q[q > 0].log()).sum().item() / math.log(2)
+            assert s.sampled_entropy_bits == pytest.approx(h_q, abs=ENTROPY_ATOL_BITS), i
+            assert q[s.token_id] > 0, f"step {i} sampled token {s.token_id} outside the filtered support"
         assert all(0 <= s.sampled_entropy_bits <= math.log2(40) + 1e-4 for s in r.steps)
 
 

@@ -1,4 +1,5 @@
-"""Bad drafts are caught from metadata, on the real embedded models (issue 11 item 5)."""
+"""A draft whose vocabulary differs from the target's is refused from metadata, before its weights load,
+on the real embedded models."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The per-pass draft on the real pair: Qwen2.5-Coder-1.5B verifying its 0.5B sibling whose
-prefill runs in float32 and whose steps run in bfloat16 (issue 17, item 2), on a HumanEval prompt.
+prefill runs in float32 and whose steps run in bfloat16, on a HumanEval prompt.
 
 Sizing: one ~200-token HumanEval prompt, 24 greedy tokens, target alone then speculative
 (gamma 4): two target prefills (~2-3 s each on 2 idle threads), 24 target steps, ~8 verify
@@ -14,6 +14,7 @@ import torch
 from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from lab.speculative.drafts import model_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.per_pass import PerPassDraft, cache_dtype, pass_shapes, per_pass_draft
 from lab.bench.prompt_split import BENCH_TUNING, humaneval_prompts
 
@@ -37,7 +38,8 @@ def test_per_pass_draft_real_pair_emits_target_greedy_tokens_on_humaneval(per_pa
     ids = encode_chat(tok, build_messages(text))
     eos = eos_token_ids(target, tok)
     ref = target_generate(target, ids, max_new_tokens=NEW_TOKENS, eos_token_ids=eos)
-    res = speculative_generate(target, draft, ids, gamma=GAMMA, max_new_tokens=NEW_TOKENS, eos_token_ids=eos)
+    res = speculative_generate(target, draft, ids,
+                               SpeculativeSettings(max_new_tokens=NEW_TOKENS, gamma=GAMMA, eos_token_ids=eos))
     shapes = pass_shapes(draft.passes)
     lab_log.record(problem=problem, prompt_tokens=ids.shape[1], n_tokens=len(res.tokens), gamma=GAMMA,
                    alpha=res.alpha, n_cache_casts=draft.n_casts, cache_cast_s=draft.cast_time_s,

@@ -24,8 +24,10 @@ import torch
 
 from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from lab.models.qlinear import Int4Linear, Int8Linear
+from lab.models.source import model_source
 from lab.speculative.drafts import model_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 
 GREEDY_PROMPTS = (
     "Write a Python function that checks whether a string is a palindrome.",
@@ -58,9 +60,9 @@ def test_q4_pair_layers_are_int4_where_the_file_has_4_bit_codes(q4_pair, lab_log
     for model in (target, draft_model):
         kinds = {type(m).__name__ for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear))}
         assert "Int4Linear" in kinds, kinds
-        assert model.lab_source["weights"] == "q4"
+        assert model_source(model).weights == "q4"
         assert not any(type(m) is torch.nn.Linear for m in model.modules())
-    lab_log.record(target_layers=target.lab_source["weights_layers"], draft_layers=draft_model.lab_source["weights_layers"])
+    lab_log.record(target_layers=model_source(target).weights_layers, draft_layers=model_source(draft_model).weights_layers)
 
 
 @pytest.mark.parametrize("prompt", GREEDY_PROMPTS)
@@ -70,7 +72,8 @@ def test_q4_pair_greedy_speculative_equals_q4_target_alone(q4_pair, prompt, lab_
     ids = encode_chat(tok, build_messages(prompt))
     eos = eos_token_ids(target, tok)
     ref = target_generate(target, ids, max_new_tokens=NEW_TOKENS, eos_token_ids=eos)
-    res = speculative_generate(target, draft, ids, gamma=GAMMA, max_new_tokens=NEW_TOKENS, eos_token_ids=eos)
+    res = speculative_generate(target, draft, ids,
+                               SpeculativeSettings(max_new_tokens=NEW_TOKENS, gamma=GAMMA, eos_token_ids=eos))
     lab_log.record(prompt_tokens=ids.shape[1], n_tokens=len(res.tokens), alpha=res.alpha,
                    target_s=ref.total_time_s, speculative_s=res.total_time_s)
     assert len(ref.tokens) == NEW_TOKENS, tok.decode(ref.tokens)

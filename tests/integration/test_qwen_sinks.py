@@ -26,6 +26,9 @@ PROMPTS = [("Explain list comprehensions in Python.", None),
 # The calibration flagged 0 content tokens at its threshold on most prompt sets of this
 # model; 2 % of the ~40 observed content tokens here rounds to 1.
 MAX_CONTENT_FLAGGED = 1
+# Health is reported to 0.1 on the 0..10 scale: three different prompts must not all read the same
+# to that precision (a constant, or a measure blind to the context, would).
+HEALTH_SPREAD_MIN = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +59,21 @@ def test_qwen_sinks_primary_sink_holds_across_most_layers(qwen_analyses):
         assert span["first_layer"] < n_layers // 4 and span["n_layers"] >= n_layers // 2, span
 
 
-def test_qwen_sinks_health_is_the_graded_measure_not_a_perfect_ten(qwen_analyses):
+def test_qwen_sinks_health_is_the_recorded_measure_recomputed_and_varies(qwen_analyses, lab_log):
+    """Each prompt's context health is the measure the analysis recorded (the chosen one, read against Qwen's
+    shipped length reference), recomputed from its own capture; below a perfect ten; and it differs across
+    the prompts (a constant would pass a bound, not this)."""
+    from lab.health.choice import load_chosen
+    from lab.health.measures import CANDIDATES, HealthInputs
+
+    healths = [a.context_health for a in qwen_analyses]
+    lab_log.record(measure=qwen_analyses[0].health_measure, health=healths)
     for a in qwen_analyses:
+        assert a.health_measure == load_chosen() and a.health_reference is not None, a.health_reference
+        recomputed = CANDIDATES[a.health_measure](HealthInputs.from_prefill(a))
+        assert a.context_health == pytest.approx(recomputed, abs=1e-9)
         assert 0.0 <= a.context_health < 10.0
+    assert max(healths) - min(healths) > HEALTH_SPREAD_MIN, healths
 
 
 def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_log):
@@ -74,11 +89,14 @@ def test_qwen_health_five_properties_hold_on_qwen_prefills(qwen_analyses, lab_lo
 
 
 def test_qwen_sinks_negative_control_old_detector_misses_position0(qwen_analyses):
-    """Negative control: the prose-baseline detector (gm_prose at z > 3.75) misses position 0 on at least one prompt here."""
+    """Negative control: the prose-baseline detector (gm_prose at SmolLM2's calibrated z, 3.75 when written) misses
+    position 0 on at least one prompt here."""
     from lab.sinks.prefill import candidate_scores
+    from lab.sinks.profiles import load_calibration
 
+    z = load_calibration("smollm2", statistic="gm_prose").threshold
     old = [float(candidate_scores(a.per_head, a.roles)["gm_prose"][0]) for a in qwen_analyses]
-    assert min(old) <= 3.75, old
+    assert min(old) <= z, (old, z)
 
 
 # --------------------------------------------------------------------------- word split on byte-level BPE

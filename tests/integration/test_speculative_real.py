@@ -13,6 +13,7 @@ from tests.support import chisq_pvalue
 from lab.speculative.self_draft import EarlyExitDraft
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.sampling import sampling_probs, SamplingConfig
 
 PROMPTS = ("What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.")
@@ -36,7 +37,8 @@ def test_speculative_real_greedy_equals_target_greedy(pair, prompt, lab_log):
     eos = eos_token_ids(model, tok)
     ref = target_generate(model, ids, max_new_tokens=MAX_NEW, eos_token_ids=eos).tokens
     for gamma in GAMMAS:
-        res = speculative_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
+        res = speculative_generate(model, draft, ids,
+                                   SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=gamma, eos_token_ids=eos))
         assert res.tokens == ref, f"prompt={prompt!r} gamma={gamma}: {res.tokens} != {ref}"
         lab_log.record(**{f"alpha_gamma{gamma}": res.alpha})
     lab_log.record(n_tokens=len(ref), identical=True)
@@ -52,7 +54,8 @@ def test_no_cache_loop_real_greedy_equals_the_cached_loop(pair, gamma):
     for prompt in PROMPTS[:2]:
         ids = encode_chat(tok, build_messages(prompt))
         eos = eos_token_ids(model, tok)
-        cached = speculative_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
+        cached = speculative_generate(model, draft, ids,
+                                      SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=gamma, eos_token_ids=eos))
         plain = no_cache_generate(model, draft, ids, gamma=gamma, max_new_tokens=MAX_NEW, eos_token_ids=eos)
         assert plain.tokens == cached.tokens, f"prompt={prompt!r} gamma={gamma}"
         assert [r.n_accepted for r in plain.rounds] == [r.n_accepted for r in cached.rounds]
@@ -62,7 +65,8 @@ def test_speculative_real_prompt_lookup_greedy_equals_target(pair):
     model, tok, _ = pair
     ids = encode_chat(tok, build_messages("Repeat after me: the quick brown fox jumps over the lazy dog."))
     ref = target_generate(model, ids, max_new_tokens=MAX_NEW).tokens
-    res = speculative_generate(model, make_draft(model, "prompt-lookup"), ids, gamma=4, max_new_tokens=MAX_NEW)
+    res = speculative_generate(model, make_draft(model, "prompt-lookup"), ids,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4))
     assert res.tokens == ref
 
 
@@ -87,7 +91,8 @@ def test_speculative_real_sampling_first_token_matches_target(pair, lab_log):
     counts: Counter = Counter()
     accepted = 0
     for _ in range(N_SAMPLED):
-        res = speculative_generate(model, draft, ids, gamma=2, max_new_tokens=2, sampling=FIRST_TOKEN_SAMPLING,
+        res = speculative_generate(model, draft, ids,
+                                   SpeculativeSettings(max_new_tokens=2, gamma=2, sampling=FIRST_TOKEN_SAMPLING),
                                    generator=g)
         counts[res.tokens[0]] += 1
         accepted += res.rounds[0].n_accepted > 0

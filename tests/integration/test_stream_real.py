@@ -10,7 +10,7 @@ import torch
 from lab.stream.experiment import default_text
 from lab.stream.perplexity import masked_nll
 from lab.stream.policies import parse_policy
-from tests.unit.test_stream_masked import streaming_nll
+from tests.support import streaming_nll
 
 # SmolLM2's 30 float32 layers: one masked pass over S keys vs S single-token passes
 # over a rebuilt cache sum in different orders; differences measured ~1e-5 nats.

@@ -14,8 +14,8 @@ process is left. On it:
 
 The first test runs ``lab study --ray`` in a subprocess, which starts its own local
 cluster (dashboard off, sized to the machine) and must leave no process behind.
-Workers import this module by name to unpickle the fake runners, so the fixture
-puts the repository on the cluster's ``PYTHONPATH``.
+Workers import :mod:`tests.study_fakes` by name to unpickle the fake runners, so the
+fixture puts the repository on the cluster's ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -23,49 +23,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
+from lab.models.source import model_source
 from lab.study.runner import ModelRunner
 from lab.study.config import StudyConfig
 from lab.study.work import discard_work, plan_study, work_file
 from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, RayExecutor
-from tests.integration.test_study_resume import FakeRunner
+from tests.study_fakes import (ROOT, FaultyFactory, assert_no_ray_process_left, attempts, fake_config, ray_processes,
+                               short_tmpdir, untimed)
 
 ray = pytest.importorskip("ray", reason="the lab[cluster] extra (make setup installs it)")
 
-ACTORS = 2  # the issue's setup: a local cluster with 2 single-CPU actors
+ACTORS = 2  # a local cluster with 2 single-CPU actors: one can be killed while the other works
 LIMIT = 12  # 6 twin pairs, every category
 MAX_NEW_TOKENS = 2  # keeps the serial + cluster runs of the embedded model to ~1.5 min on 2 busy cores
 RESAMPLES = 499  # the CIs must be equal, not precise
-TIMING = ("prefill_s", "decode_s", "speculative_s", "wall_s", "temperature_s")  # differ run to run by nature
-# Ray's processes exit within seconds of ray.shutdown(); the bound only ends the wait for a leftover
-# process, so it is set far above that, for a machine busy with other work.
-RAY_GONE_S = 120.0
-_RAY_PROCESS = re.compile(r"\b(raylet|gcs_server)\b|^ray::|ray/(_private|dashboard|autoscaler)/")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def ray_processes() -> set[tuple[int, str]]:
-    """``(pid, command)`` of every Ray process on this machine (``ps``)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
-    rows = (line.strip().split(None, 1) for line in out.splitlines() if line.strip())
-    return {(int(r[0]), r[1]) for r in rows if len(r) == 2 and _RAY_PROCESS.search(r[1])}
-
-
-def assert_no_ray_process_left(before: set[tuple[int, str]]) -> None:
-    deadline = time.monotonic() + RAY_GONE_S
-    while (left := ray_processes() - before) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"Ray processes left behind: {sorted(left)}"
 
 
 @pytest.fixture(scope="module")
@@ -84,71 +62,6 @@ def ray_cluster():
     yield ray
     ray.shutdown()
     assert_no_ray_process_left(before)
-
-
-@dataclass(frozen=True)
-class FaultyFactory:
-    """Builds each actor's runner (the fake, or the embedded model's) with faults on chosen prompts.
-
-    Every call appends ``"<pid> <prompt id>"`` to ``log`` before running, so the test
-    counts attempts across actors and their restarts.
-    """
-
-    log: str
-    die_on: str | None = None  # os._exit(1) on this prompt ...
-    die_once: bool = True  # ... on its first attempt only (a marker file), else on every attempt
-    raise_on: str | None = None  # a Python error on this prompt
-    real: bool = False  # the embedded model (ModelRunner.load) instead of FakeRunner
-    stall_after: int | None = None  # after this many prompts in one actor, touch `log`.stalled and hang
-
-    def __call__(self, config):
-        return _Faulty(ModelRunner.load(config) if self.real else FakeRunner(), self)
-
-
-class _Faulty:
-    def __init__(self, inner, spec: FaultyFactory):
-        self.inner, self.spec, self.info = inner, spec, inner.info
-
-    def __getattr__(self, name):  # alpha_at where the inner runner has it
-        return getattr(self.inner, name)
-
-    def __call__(self, prompt):
-        with open(self.spec.log, "a", encoding="utf-8") as fh:
-            fh.write(f"{os.getpid()} {prompt.id}\n")
-        self.n = getattr(self, "n", 0) + 1
-        if self.spec.stall_after is not None and self.n > self.spec.stall_after:
-            Path(self.spec.log + ".stalled").touch()
-            time.sleep(3600)  # until the driver's signal takes the cluster down
-        if prompt.id == self.spec.die_on:
-            marker = Path(self.spec.log + ".died")
-            if not (self.spec.die_once and marker.exists()):
-                marker.touch()
-                os._exit(1)
-        if prompt.id == self.spec.raise_on:
-            raise ValueError(f"cannot measure {prompt.id}")
-        return self.inner(prompt)
-
-
-def attempts(log: Path) -> Counter:
-    return Counter(line.split()[1] for line in log.read_text().splitlines()) if log.exists() else Counter()
-
-
-def strip(rows):
-    """Rows without timing, as JSON values (NaN -> None: two NaNs never compare equal)."""
-    from lab.reports import to_jsonable
-
-    return to_jsonable([{k: v for k, v in r.items() if k not in TIMING} for r in rows])
-
-
-def fake_config(tmp_path: Path) -> StudyConfig:
-    return StudyConfig(device="cpu", out=str(tmp_path), limit=LIMIT, n_resamples=99)
-
-
-def short_tmpdir() -> Path:
-    """A fresh, short TMPDIR for a subprocess: Ray's Unix sockets under it must fit in 107 bytes."""
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="lt-", dir="/tmp"))
 
 
 def test_cli_study_ray_starts_and_stops_its_own_local_cluster(tmp_path, lab_log):
@@ -205,7 +118,7 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
     try:
         t0 = time.perf_counter()
         serial = run_study(config, runner=ModelRunner(model, tok, make_draft(model, config.draft_spec()), config,
-                                                      {"model": dict(model.lab_source), "draft": config.draft_spec()}))
+                                                      {"model": model_source(model).as_dict(), "draft": config.draft_spec()}))
         serial_s = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)
@@ -224,9 +137,9 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
 
     assert result.failed == {} and result.missing == []
     assert all(tried[p.id] >= 1 for p in plan.prompts) and tried[victim] >= 2, tried
-    assert [r["id"] for r in result.per_prompt] == [p.id for p in plan.prompts]  # each once, in order
-    assert strip(result.per_prompt) == strip(serial.per_prompt)
-    assert strip(result.per_token) == strip(serial.per_token)
+    assert [r.id for r in result.per_prompt] == [p.id for p in plan.prompts]  # each once, in order
+    assert untimed(result.per_prompt) == untimed(serial.per_prompt)
+    assert untimed(result.per_token) == untimed(serial.per_token)
     assert to_jsonable(result.analysis.tests) == to_jsonable(serial.analysis.tests)  # effects, CIs, p, Holm p
     assert result.analysis.verdicts() == serial.analysis.verdicts()
     assert result.info["cluster"]["n_actors"] == ACTORS and result.info["cluster"]["torch_threads_per_actor"] == 1
@@ -249,7 +162,7 @@ def test_ray_prompts_that_keep_failing_are_named_and_the_rest_complete(ray_clust
     # the actor is dead after its one restart: at most the prompt queued behind `dies` fails with it
     others = set(result.failed) - {dies, raises}
     assert len(others) <= 1 and all("actor died" in result.failed[i] for i in others)
-    done = [r["id"] for r in result.per_prompt]
+    done = [r.id for r in result.per_prompt]
     assert sorted(done + list(result.failed)) == sorted(p.id for p in plan.prompts)
     assert len(done) == len(set(done)) and result.missing == [p.id for p in plan.prompts if p.id in result.failed]
 

@@ -16,17 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_study_ray import ROOT, assert_no_ray_process_left, ray_processes, short_tmpdir
+from tests.study_fakes import ROOT, assert_no_ray_process_left, ray_processes, short_tmpdir
 
 pytest.importorskip("ray", reason="the lab[cluster] extra (make setup installs it)")
-
 
 
 _STALLING_STUDY = """
 import sys
 import lab.commands.study as study_cmd
 from lab import cli
-from tests.integration.test_study_ray import FaultyFactory
+from tests.study_fakes import FaultyFactory
 
 study_cmd.checked_runner_factory = lambda plan: FaultyFactory(sys.argv[1], stall_after=2)
 sys.exit(cli.main(sys.argv[2:]))

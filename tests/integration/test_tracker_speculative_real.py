@@ -1,4 +1,4 @@
-"""The study's one-decode pipeline on the real models (issue 16, item 1).
+"""The study's one-decode pipeline on the real models.
 
 Greedy: the tracker's statistics read off a speculative run that goes on from the
 attention capture's prefill (what ``lab study`` runs per prompt) equal the tracked
@@ -19,6 +19,7 @@ from lab.speculative.draft_specs import make_draft
 from lab.speculative.drafts import model_draft
 from lab.tracker.loop import track_generate
 from lab.tracker.speculative import track_speculative
+from lab.tracker.results import DecodeSettings
 from tests.support import assert_same_track_steps
 
 NEW_TOKENS = 24
@@ -37,7 +38,7 @@ def _compare(target, tok, draft, prompt, lab_log):
     cache = new_cache(target)
     enable_rollback(cache)
     analyze_prefill(target, tok, messages, cache=cache)  # the study's one target prefill
-    got, spec = track_speculative(target, draft, tok, ids, gamma=GAMMA, max_new_tokens=NEW_TOKENS,
+    got, spec = track_speculative(target, draft, tok, ids, DecodeSettings(max_new_tokens=NEW_TOKENS), gamma=GAMMA,
                                   target_cache=cache)
     worst = assert_same_track_steps(ref, got)
     lab_log.record(prompt=prompt, n_tokens=len(got.steps), alpha=spec.alpha,

@@ -30,22 +30,21 @@ import torch
 from scipy.stats import binom
 
 from lab.sinks.capture import capture_received
-from lab.sinks.calibration import HELD_OUT_SET, load_prompts
+from lab.sinks.calibration import CONTENT_MAX_RATE, HELD_OUT_SET, POSITION0_MIN_RATE, load_prompts
 from lab.models.chat import build_messages
 from lab.sinks.prefill import score_positions
 from lab.sinks.profiles import load_calibration
 from lab.sinks.structure import ROLE_CONTENT, analyze_structure
 
-POSITION0_MIN_RATE = 0.95   # the detector's acceptance criterion (lab.sinks.calibration)
-CONTENT_MAX_RATE = 0.01     # the detector's acceptance criterion (lab.sinks.calibration)
 # SmolLM2's own calibrated threshold (a calibrated constant belongs to its model).
 THRESHOLD = load_calibration("smollm2").threshold
 # Controls on the sink-rate scale: 0 flags every token some head attends to above
 # epsilon (many content tokens on SmolLM2); no position's rate can exceed 1.
 CONTROL_LOW_THRESHOLD = 0.0
 CONTROL_HIGH_THRESHOLD = 1.0
-# SmolLM2's calibrated gm_prose z threshold, for the z-baseline control below.
-Z_THRESHOLD = 3.75
+# SmolLM2's calibrated gm_prose z threshold (the same sweep, lab/sinks/calibrations/smollm2.json), for the
+# z-baseline control below.
+Z_THRESHOLD = load_calibration("smollm2", statistic="gm_prose").threshold
 
 # The packaged held-out set (lab/data/sinks_held_out.jsonl, 24 prompts, 3 with a system prompt).
 HELD_OUT = [(p.prompt, p.system) for p in load_prompts(packaged=HELD_OUT_SET)]

@@ -242,6 +242,7 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
     from lab.speculative.drafts import model_draft
     from lab.speculative.self_draft import EarlyExitDraft
     from lab.speculative.loop import speculative_generate
+    from lab.speculative.settings import SpeculativeSettings
     from tests.support import tiny_llama_untied
 
     target = tiny_llama_untied(vocab_size=16, num_layers=2, seed=0, init_std=0.1)
@@ -266,23 +267,15 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
     g = torch.Generator().manual_seed(seed)
     counts: Counter = Counter()
     for _ in range(N_LOOP):
-        res = speculative_generate(target, draft, prompt, gamma=3, max_new_tokens=2, sampling=LOOP_SAMPLING,
+        res = speculative_generate(target, draft, prompt,
+                                   SpeculativeSettings(max_new_tokens=2, gamma=3, sampling=LOOP_SAMPLING),
                                    generator=g)
         counts[tuple(res.tokens)] += 1
     return counts, exact
 
 
-@pytest.fixture()
-def one_thread():
-    """Tiny models run fastest on one thread (two threads on a busy 2-core machine are far slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("draft_kind", LOOP_DRAFTS)
-def test_speculative_loop_first_two_tokens_match_target_sampling(one_thread, draft_kind):
+def test_speculative_loop_first_two_tokens_match_target_sampling(one_torch_thread, draft_kind):
     """The whole loop (draft cache, verify pass, rollback) in sampling mode: two-token law equals the target's."""
     counts, exact = _loop_two_token_counts(seed=5, draft_kind=draft_kind)
     pv = chisq_pvalue(counts, exact)
@@ -290,7 +283,7 @@ def test_speculative_loop_first_two_tokens_match_target_sampling(one_thread, dra
 
 
 @pytest.mark.parametrize("draft_kind", LOOP_DRAFTS)
-def test_speculative_loop_control_residual_without_q_is_rejected(one_thread, monkeypatch, draft_kind):
+def test_speculative_loop_control_residual_without_q_is_rejected(one_torch_thread, monkeypatch, draft_kind):
     """The same loop test with the loop's verify swapped for the residual-without-q fault."""
     import lab.speculative.loop as loop
 

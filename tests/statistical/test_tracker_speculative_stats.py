@@ -1,5 +1,5 @@
 """Statistical test: in sampling mode the tracker's statistics read off a speculative run
-(:func:`lab.tracker.track_speculative`, what the study uses since issue 16) follow the same
+(:func:`lab.tracker.track_speculative`, what the study runs per prompt) follow the same
 distribution as the tracked target-only decode's (:func:`lab.tracker.track_generate`).
 
 Greedy runs are compared number by number (tests/unit/test_tracker_speculative.py); a
@@ -29,6 +29,7 @@ from lab.models.chat import encode_chat
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.loop import speculative_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.tracker.results import DecodeSettings
 from lab.tracker.stats import StepRecorder
 from lab.tracker.speculative import commit_recorder, track_speculative
@@ -88,8 +89,10 @@ def _tracker_runs(setup) -> list[list[float]]:
 
 def _speculative_runs(setup) -> list[list[float]]:
     model, draft, tok, ids = setup
-    return [[s.entropy_bits for s in track_speculative(model, draft, tok, ids, gamma=GAMMA, max_new_tokens=MAX_NEW,
-                                                       temperature=1.0, seed=seed)[0].steps]
+    return [[s.entropy_bits for s in track_speculative(model, draft, tok, ids,
+                                                       DecodeSettings(max_new_tokens=MAX_NEW, temperature=1.0,
+                                                                      seed=seed),
+                                                       gamma=GAMMA)[0].steps]
             for seed in range(N_RUNS, 2 * N_RUNS)]  # seeds disjoint from the tracker's: independent samples
 
 
@@ -100,8 +103,10 @@ def _shifted_row_runs(setup) -> list[list[float]]:
     for seed in range(N_RUNS, 2 * N_RUNS):
         recorder = StepRecorder(5, True)
         hook = commit_recorder(recorder, DecodeSettings(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed))
-        speculative_generate(model, draft, ids, gamma=GAMMA, max_new_tokens=MAX_NEW,
-                             sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(seed),
+        speculative_generate(model, draft, ids,
+                             SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=GAMMA,
+                                                 sampling=SamplingConfig(temperature=1.0)),
+                             generator=torch.Generator().manual_seed(seed),
                              on_commit=lambda logits, tokens: hook(logits.roll(1, 0), tokens))
         runs.append([row[0] for row in recorder.finish()[0]])
     return runs

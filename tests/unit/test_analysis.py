@@ -108,6 +108,7 @@ def test_correlation_test_planted_negative_found_with_sign_and_ci():
     assert r.verdict == SUPPORTED
 
 
+@pytest.mark.slow
 def test_correlation_test_negative_control_no_correlation_not_supported():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=1000), rng.normal(size=1000)
@@ -201,7 +202,8 @@ def test_category_test_planted_shift_supported_with_pairwise_holm():
     pairs = r.details["pairwise"]
     assert len(pairs) == 6
     assert all(row["p_holm"] >= row["p_value"] for row in pairs)
-    assert all(row["rank_biserial_r"] > 0 for row in pairs if row["a"] == "a")
+    shifted = [row for row in pairs if row["a"] == "a"]
+    assert len(shifted) == 3 and all(row["rank_biserial_r"] > 0 for row in shifted)  # a against b, c and d
 
 
 def test_category_test_negative_control_same_distribution_not_supported():
@@ -310,6 +312,7 @@ def _synthetic_study(seed: int, planted: bool, length_only: bool = False):
     return rows, tokens
 
 
+@pytest.mark.slow
 def test_analyze_pure_length_study_supports_no_h1_or_h4():
     """Fault class: H1 and H4 "supported" by length alone (health and entropy both functions of the prompt
     length, poisoned twins longer than clean ones). The unadjusted figures show the length effect; the
@@ -323,6 +326,7 @@ def test_analyze_pure_length_study_supports_no_h1_or_h4():
     assert h4a.verdict != SUPPORTED and h4b.verdict != SUPPORTED
 
 
+@pytest.mark.slow
 def test_analyze_planted_study_supports_h1_h2_h4():
     rows, tokens = _synthetic_study(12, planted=True)
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
@@ -338,12 +342,14 @@ def test_analyze_planted_study_supports_h1_h2_h4():
     assert [t.p_holm for t in a.tests] == pytest.approx(holm(ps), nan_ok=True)
 
 
+@pytest.mark.slow
 def test_analyze_negative_control_null_study_supports_nothing():
     rows, tokens = _synthetic_study(13, planted=False)
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
     assert SUPPORTED not in a.verdicts().values()
 
 
+@pytest.mark.slow
 def test_analyze_nonfinite_rows_are_left_out_of_that_test_only():
     rows, tokens = _synthetic_study(14, planted=True)
     rows[0]["alpha"] = math.nan

@@ -12,16 +12,11 @@ from lab.speculative.per_pass import per_pass_draft
 from tests.support import tiny_llama_untied
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
-def target(one_thread):
+def target(one_torch_thread):
     return tiny_llama_untied(num_layers=4, seed=0)
 
 
@@ -68,15 +63,15 @@ def test_bench_levers_run_in_the_alternating_schedule_and_stay_lossless(target):
     config = BenchConfig(gammas=(2,), adaptive=(), max_new_tokens=10, repeats=1, warmup_tokens=2,
                          dynamic=("dynamic:2:6",), draft_dtypes=("bfloat16",), prompt_lookup=True)
     bench = run_bench(target, make_draft(target, "early-exit:2"), prompts, config)
-    m = bench["methods"]
+    m = bench.methods
     expected = {"speculative dynamic:2:6", "speculative gamma=2 draft=bfloat16", "speculative dynamic:2:6 draft=bfloat16",
                 "prompt-lookup gamma=2", "prompt-lookup dynamic:2:6", "transformers assisted (its defaults)"}
     assert expected <= set(m)
-    assert all(v["same_tokens_as_lab_target_loop"] for v in m.values()), \
-        {k: v["same_tokens_as_lab_target_loop"] for k, v in m.items()}
-    assert m["speculative dynamic:2:6"]["gamma_policy"] == "dynamic:2:6"
-    assert m["speculative dynamic:2:6"]["speedup_theory_flops"] is None, "Thm 3.8 assumes a fixed gamma"
-    assert m["prompt-lookup gamma=2"]["cost_ratio_flops"] == 0.0
+    assert all(v.same_tokens_as_lab_target_loop for v in m.values()), \
+        {k: v.same_tokens_as_lab_target_loop for k, v in m.items()}
+    assert m["speculative dynamic:2:6"].speculative.gamma_policy == "dynamic:2:6"
+    assert m["speculative dynamic:2:6"].speculative.speedup_theory_flops is None, "Thm 3.8 assumes a fixed gamma"
+    assert m["prompt-lookup gamma=2"].speculative.cost_ratio_flops == 0.0
 
 
 def test_per_pass_draft_bfloat16_keeps_float32_probabilities(target):

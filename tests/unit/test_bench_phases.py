@@ -93,16 +93,16 @@ def test_bench_runs_per_pass_draft_with_pmin_and_reports_groups_and_pass_dtypes(
     cfg = BenchConfig(gammas=(3,), adaptive=("pmin:0.2",), max_new_tokens=10, repeats=1, warmup_tokens=2,
                       draft_dtypes=("float32:bfloat16",), methods=("generate", "assisted gamma=3", "float32:bfloat16"))
     bench = run_bench(target, draft, prompts, cfg, prompt_groups=["short", "humaneval"])
-    names = set(bench["methods"])
+    names = set(bench.methods)
     assert names == {BASE, "target-only (transformers generate)", "transformers assisted gamma=3",
                      "speculative gamma=3 draft=float32:bfloat16",
                      "speculative gamma=3 adaptive=pmin:0.2 draft=float32:bfloat16"}, names
-    assert all(m["same_tokens_as_lab_target_loop"] for m in bench["methods"].values())
-    passes = bench["methods"]["speculative gamma=3 adaptive=pmin:0.2 draft=float32:bfloat16"]["draft_passes"]
+    assert all(m.same_tokens_as_lab_target_loop for m in bench.methods.values())
+    passes = bench.methods["speculative gamma=3 adaptive=pmin:0.2 draft=float32:bfloat16"].draft_passes
     # the 8-token prompt is under LONG_PASS_TOKENS: its prefill stays bfloat16; the 20-token one is float32
     assert passes["prefill"]["dtypes"] == ["bfloat16", "float32"] and passes["step"]["dtypes"] == ["bfloat16"]
     for group in ("short", "humaneval", "all"):
-        for name, row in bench["by_group"][group].items():
+        for name, row in bench.by_group[group].items():
             assert row["e2e_speedup"] > 0 and row["decode_speedup"] > 0, (group, name, row)
 
 

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from lab.bench import levers, run as bench_run
+from lab.speculative.settings import SpeculativeSettings
+from lab.bench.results import Spread
 from lab.bench.run import BenchConfig, run_bench, run_seed
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_specs import make_draft
@@ -23,11 +25,8 @@ SAMPLING = SamplingConfig(temperature=0.7, top_k=20, top_p=0.9)
 
 
 @pytest.fixture(scope="module")
-def target():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_llama_untied(num_layers=4, seed=0)
-    torch.set_num_threads(before)
+def target(one_torch_thread):
+    return tiny_llama_untied(num_layers=4, seed=0)
 
 
 def _hf_filter(processors) -> tuple:
@@ -86,10 +85,10 @@ def _record_filters(target, monkeypatch, config) -> tuple[dict, dict]:
         note(_lab_filter(kwargs["sampling"]))
         return orig_target(*args, **kwargs)
 
-    def spy_spec(*args, **kwargs):
-        note(_lab_filter(kwargs["sampling"]))
+    def spy_spec(target, draft, ids, settings, **kwargs):
+        note(_lab_filter(settings.sampling))
         assert kwargs["generator"] is not None, "a sampling run without its seeded generator"
-        return orig_spec(*args, **kwargs)
+        return orig_spec(target, draft, ids, settings, **kwargs)
 
     monkeypatch.setattr(GenerationMixin, "_get_logits_processor", spy_processors)
     monkeypatch.setattr(bench_run, "target_generate", spy_target)
@@ -109,9 +108,10 @@ def _config() -> BenchConfig:
                        dynamic=("dynamic:2:4",), sampling=SAMPLING, seed=5)
 
 
+@pytest.mark.slow
 def test_bench_sampling_every_method_is_built_with_the_same_filter(target, monkeypatch):
     seen, bench = _record_filters(target, monkeypatch, _config())
-    assert set(seen) == set(bench["methods"]), "every timed method was observed"
+    assert set(seen) == set(bench.methods), "every timed method was observed"
     assert any(name.startswith("transformers assisted") for name in seen)
     assert {name: fs for name, fs in seen.items() if _without_assistant_length(name, fs) != {_lab_filter(SAMPLING)}} == {}
 
@@ -130,17 +130,17 @@ def test_bench_sampling_records_seeds_per_run_and_spreads_over_repeats(target):
                          sampling=SAMPLING, seed=5)
     prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
     bench = run_bench(target, make_draft(target, "early-exit:2"), prompts, config)
-    for r in bench["runs"]:
-        assert r["seed"] == run_seed(5, r["repeat"], r["prompt"])
-    assert len({r["seed"] for r in bench["runs"]}) == 4, "one seed per (repeat, prompt)"
-    spec = bench["methods"]["speculative gamma=2"]
-    assert spec["same_tokens_as_lab_target_loop"] is None, "sampling mode: tokens are not compared"
-    spread = spec["per_repeat"]
+    for r in bench.runs:
+        assert r.seed == run_seed(5, r.repeat, r.prompt)
+    assert len({r.seed for r in bench.runs}) == 4, "one seed per (repeat, prompt)"
+    spec = bench.methods["speculative gamma=2"]
+    assert spec.same_tokens_as_lab_target_loop is None, "sampling mode: tokens are not compared"
+    spread = spec.per_repeat
     for figure in ("e2e_tokens_per_s", "decode_tokens_per_s", "e2e_speedup", "decode_speedup", "alpha"):
         s = spread[figure]
-        assert s["min"] <= s["median"] <= s["max"], (figure, s)
-    base = bench["methods"]["target-only (lab loop)"]["per_repeat"]["e2e_speedup"]
-    assert base == {"min": 1.0, "median": 1.0, "max": 1.0}
+        assert s.min <= s.median <= s.max, (figure, s)
+    base = bench.methods["target-only (lab loop)"].per_repeat["e2e_speedup"]
+    assert base == Spread(min=1.0, median=1.0, max=1.0)
 
 
 def test_bench_sampling_same_seed_gives_the_same_tokens(target):
@@ -151,12 +151,15 @@ def test_bench_sampling_same_seed_gives_the_same_tokens(target):
     draft = make_draft(target, "early-exit:2")
     seeds = bench_run.RunSeeds(config)
     seeds.set(0, 0)
-    a = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run, gamma=2, max_new_tokens=8,
-                                 sampling=SAMPLING, generator=seeds.generator())
-    b = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run, gamma=2, max_new_tokens=8,
-                                 sampling=SAMPLING, generator=seeds.generator())
+    a = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run,
+                                 SpeculativeSettings(max_new_tokens=8, gamma=2, sampling=SAMPLING),
+                                 generator=seeds.generator())
+    b = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run,
+                                 SpeculativeSettings(max_new_tokens=8, gamma=2, sampling=SAMPLING),
+                                 generator=seeds.generator())
     seeds.set(0, 1)
-    c = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run, gamma=2, max_new_tokens=8,
-                                 sampling=SAMPLING, generator=seeds.generator())
+    c = levers.timed_speculative("x", target, draft, prompts[0], bench_run.Run,
+                                 SpeculativeSettings(max_new_tokens=8, gamma=2, sampling=SAMPLING),
+                                 generator=seeds.generator())
     assert a.tokens == b.tokens
     assert a.tokens != c.tokens, "another seed should draw another sequence (negative control)"

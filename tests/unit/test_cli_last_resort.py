@@ -88,7 +88,8 @@ def test_cli_interrupt_is_not_swallowed_by_the_last_resort(tmp_path, capsys, mon
 
 
 def test_cli_memory_error_loading_names_memory_model_and_what_to_try(tmp_path, capsys, monkeypatch):
-    """Fault 9: ``ulimit -v 1500000; lab entropy Hi`` ended in a MemoryError traceback."""
+    """Fault class (out of memory ending in a traceback): ``ulimit -v 1500000; lab entropy Hi`` ended in a
+    MemoryError traceback."""
     import transformers
 
     model_dir = tmp_path / "model"

@@ -1,4 +1,4 @@
-"""Error messages name arguments as the user typed them (issue 11, item 6).
+"""Error messages name arguments as the user typed them.
 
 Fault class: a library ``ValueError`` naming a Python parameter (``max_new_tokens=0``)
 reaching the user of a CLI whose flag is ``--max-new-tokens``. The CLI boundary
@@ -12,17 +12,7 @@ import re
 
 import pytest
 
-import lab.models.loading
 from lab import cli
-
-
-@pytest.fixture
-def no_model_loading(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("the model was loaded before the arguments were validated")
-
-    monkeypatch.setattr(lab.models.loading, "load_model", refuse)
-    monkeypatch.setattr(lab.models.loading, "_materialize_gguf", refuse)
 
 
 def test_as_typed_rewrites_flags_only():

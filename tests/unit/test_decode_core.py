@@ -1,11 +1,12 @@
 """The decode core (lab.decode): one loop for tracker and baseline, shared checks, and KV-cache rollback.
 
-Equalities (issue 12): with the same settings, the entropy tracker, the target-only
+Equalities (one decode loop for every caller): with the same settings, the entropy tracker, the target-only
 baseline of ``lab bench`` and speculative decoding with every draft kind emit the
 same tokens greedily; sampling, the tracker and the baseline emit the same tokens
 from the same generator state.
 
-Rollback (issue 11, item 7): on a tiny random Gemma 3 with a sliding window of 8,
+Rollback (fault class: KV-cache rollback on sliding-window layers): on a tiny random Gemma 3 with a
+sliding window of 8,
 cached logits after rollbacks equal a full recomputation past the window, and
 greedy speculative decoding equals the target alone for a prompt longer than the
 window and for a generation that crosses it; without past recording the same run
@@ -25,24 +26,17 @@ from lab.decode import (check_context, check_rollback_supported, enable_rollback
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.drafts import model_draft
 from lab.tracker.loop import track_generate
 from tests import support
+from tests.support import CACHE_PARITY_ATOL
 
-# Cached vs full-recompute logits of a float32 model differ only by the order of
-# float32 sums (different matmul shapes); 1e-4 absolute on logits of magnitude ~10.
-CACHE_PARITY_ATOL = 1e-4
 MAX_NEW = 20
 WINDOW = 8
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine are far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +45,7 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def llama(tok, one_thread):
+def llama(tok, one_torch_thread):
     """Read-only random Llama whose greedy output varies, vocabulary of the ChatML tokenizer."""
     return support.tiny_llama_untied(vocab_size=len(tok), num_layers=4, seed=0)
 
@@ -71,6 +65,7 @@ def _all_drafts(target):
                                                                    num_layers=1, seed=7))}
 
 
+@pytest.mark.slow
 def test_greedy_tracker_baseline_and_speculative_every_draft_emit_same_tokens(llama, tok, prompt):
     """Greedy: the tracker, the baseline and speculative decoding with every draft kind agree token for token."""
     tracked = track_generate(llama, tok, prompt, max_new_tokens=MAX_NEW).new_token_ids
@@ -78,10 +73,11 @@ def test_greedy_tracker_baseline_and_speculative_every_draft_emit_same_tokens(ll
     assert tracked == baseline and len(baseline) == MAX_NEW
     for name, draft in _all_drafts(llama).items():
         for gamma in (1, 4):
-            res = speculative_generate(llama, draft, prompt, gamma=gamma, max_new_tokens=MAX_NEW)
+            res = speculative_generate(llama, draft, prompt, SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=gamma))
             assert res.tokens == baseline, f"draft={name} gamma={gamma}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, None, 1.0), (0.8, 10, 0.9), (1.3, None, 0.7)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sampling_tracker_and_baseline_same_generator_state_same_tokens(llama, tok, prompt, temperature, top_k,
@@ -126,14 +122,15 @@ def _calls(model, tok, ids, budget):
     return {
         "track_generate": lambda: track_generate(model, tok, ids, max_new_tokens=budget),
         "target_generate": lambda: target_generate(model, ids, max_new_tokens=budget),
-        "speculative_generate": lambda: speculative_generate(model, draft, ids, gamma=2, max_new_tokens=budget),
+        "speculative_generate": lambda: speculative_generate(model, draft, ids,
+                                                             SpeculativeSettings(max_new_tokens=budget, gamma=2)),
         "generate": lambda: generate(model, ids, max_new_tokens=budget),
     }
 
 
 @pytest.mark.parametrize("budget", [13, 100_000_000])
 def test_every_generate_function_refuses_past_context_with_one_wording(short_context_model, tok, budget):
-    """Regression (fault class: silent decode past the context, issue 11 item 1): prompt 20 + budget > 32
+    """Regression (fault class: silent decode past the context): prompt 20 + budget > 32
     is refused by every public generate function before any forward, with the same message."""
     ids = torch.randint(3, 50, (1, 20), generator=torch.Generator().manual_seed(0))
     calls = 0
@@ -174,7 +171,7 @@ def test_check_context_names_the_flag_as_typed(short_context_model):
 
 
 @pytest.fixture(scope="module")
-def gemma(one_thread):
+def gemma(one_torch_thread):
     return support.tiny_gemma3(sliding_window=WINDOW)
 
 
@@ -213,10 +210,11 @@ def _check_cache_against_recompute(model, committed, cache):
     torch.testing.assert_close(cached, _full_logits(model, committed)[-1], atol=CACHE_PARITY_ATOL, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt_len", [3 * WINDOW, WINDOW - 3], ids=["prompt-past-window", "generation-crosses"])
 @pytest.mark.parametrize("spec", ["early-exit:2", "prompt-lookup"])
 def test_gemma_speculative_greedy_equals_target_and_cache_equals_recompute(gemma, spec, prompt_len):
-    """Regression (fault class: KV-cache rollback on sliding-window layers, issue 11 item 7; it raised
+    """Regression (fault class: KV-cache rollback on sliding-window layers; it raised
     "crop was called, but the current layer does not track past states"): greedy speculative decoding
     equals the target alone, and after every round the cache equals a full recomputation."""
     ids = torch.randint(3, 64, (1, prompt_len), generator=torch.Generator().manual_seed(2))
@@ -229,8 +227,8 @@ def test_gemma_speculative_greedy_equals_target_and_cache_equals_recompute(gemma
         _check_cache_against_recompute(gemma, committed.clone(), cache)
         rejected.append(record.next_kind == "correction" and len(record.proposed) > 0)
 
-    res = speculative_generate(gemma, make_draft(gemma, spec), ids, gamma=4, max_new_tokens=MAX_NEW,
-                               on_round=on_round)
+    res = speculative_generate(gemma, make_draft(gemma, spec), ids,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4), on_round=on_round)
     assert res.tokens == reference
     assert any(rejected), "the test needs a rollback of a rejected draft token"
     assert prompt_len + MAX_NEW > WINDOW + 4
@@ -245,7 +243,8 @@ def test_gemma_speculative_without_past_recording_crashes(gemma, monkeypatch):
     monkeypatch.setattr(drafts, "enable_rollback", lambda cache: None)
     ids = torch.randint(3, 64, (1, 3 * WINDOW), generator=torch.Generator().manual_seed(2))
     with pytest.raises(RuntimeError, match="does not track past states"):
-        speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids, gamma=4, max_new_tokens=MAX_NEW)
+        speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids,
+                             SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4))
 
 
 def test_recurrent_layers_refused_before_any_work():
@@ -288,8 +287,8 @@ def test_gamma_policy_sets_each_rounds_draft_length_output_unchanged(llama, prom
     stays the target's."""
     policy = _AlternatingGamma()
     reference = target_generate(llama, prompt, max_new_tokens=MAX_NEW).tokens
-    res = speculative_generate(llama, make_draft(llama, "early-exit:3"), prompt, gamma=4, max_new_tokens=MAX_NEW,
-                               gamma_policy=policy)
+    res = speculative_generate(llama, make_draft(llama, "early-exit:3"), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4, gamma_policy=policy))
     assert res.tokens == reference
     assert policy.calls == list(range(len(res.rounds)))
     assert all(len(r.proposed) <= (1 if r.round % 2 == 0 else 3) for r in res.rounds)
@@ -298,13 +297,13 @@ def test_gamma_policy_sets_each_rounds_draft_length_output_unchanged(llama, prom
 
 def test_speculative_result_derives_its_statistics(llama, prompt):
     """The result carries the geometric fit and the i.i.d. tokens-per-round law (renderers only display)."""
-    from lab.render.speculative import acceptance_summary
     from lab.speculative.theory import expected_tokens_per_round, geometric_fit
 
-    res = speculative_generate(llama, make_draft(llama, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW)
+    res = speculative_generate(llama, make_draft(llama, "early-exit:2"), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=3))
     assert res.geometric_fit() == geometric_fit(res.accepted_length_histogram, res.alpha)
     assert res.expected_tokens_per_round == expected_tokens_per_round(res.alpha, 3)
-    summary = acceptance_summary(res)
+    summary = res.acceptance_summary()
     assert summary["geometric_expected"] == res.geometric_fit()["expected"]
     assert summary["expected_tokens_per_round_at_alpha"] == res.expected_tokens_per_round
 
@@ -319,7 +318,8 @@ def test_gemma_speculative_sampling_past_window_cache_equals_recompute(gemma):
         _check_cache_against_recompute(gemma, committed.clone(), cache)
         rejected.append(record.n_accepted < len(record.proposed))
 
-    res = speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids, gamma=4, max_new_tokens=MAX_NEW,
-                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(0),
-                               on_round=on_round)
+    res = speculative_generate(gemma, make_draft(gemma, "early-exit:2"), ids,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4,
+                                                   sampling=SamplingConfig(temperature=1.0)),
+                               generator=torch.Generator().manual_seed(0), on_round=on_round)
     assert len(res.tokens) == MAX_NEW and any(rejected)

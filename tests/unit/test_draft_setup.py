@@ -12,31 +12,7 @@ import pytest
 
 from lab import cli
 from lab.speculative.setups import DEFAULT_SETUPS, DraftSetup, default_setup, resolve_setup
-
-
-def _fake_models(monkeypatch):
-    """Tiny target for any --model, and a make_draft that records the dtype it was asked for."""
-    from lab.models import loading
-    from lab.speculative import draft_specs
-    from tests import support
-
-    tok = support.chatml_tokenizer()
-    asked: list = []
-    real_make_draft = draft_specs.make_draft
-
-    def tiny_load(name, **kw):
-        model = support.tiny_llama(vocab_size=len(tok))
-        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
-        return model, tok
-
-    def recording_draft(target, spec, **kw):
-        asked.append((spec, kw.get("dtype")))
-        return real_make_draft(target, "early-exit:1")  # the tiny target's own first layer stands in
-
-    monkeypatch.setattr(loading, "load_model", tiny_load)
-    monkeypatch.setattr(loading, "check_model_available", lambda name: None)
-    monkeypatch.setattr(draft_specs, "make_draft", recording_draft)
-    return asked
+from tests import support
 
 
 def _report(out):
@@ -45,7 +21,7 @@ def _report(out):
 
 
 def test_speculate_draft_dtype_flag_reaches_the_draft_and_the_report(tmp_path, capsys, monkeypatch):
-    asked = _fake_models(monkeypatch)
+    asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
     rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--draft-dtype", "float32", "--gamma", "3",
                    "--max-new-tokens", "4", "--device", "cpu", "--out", str(tmp_path)])
     err = capsys.readouterr().err
@@ -59,7 +35,7 @@ def test_speculate_draft_dtype_flag_reaches_the_draft_and_the_report(tmp_path, c
 
 def test_speculate_without_setup_flags_runs_the_documented_default_and_says_why(tmp_path, capsys, monkeypatch):
     """Negative control of the flag test: without --draft-dtype the documented default runs, named as such."""
-    asked = _fake_models(monkeypatch)
+    asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
     rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--max-new-tokens", "4", "--device", "cpu",
                    "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err

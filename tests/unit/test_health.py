@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from lab.health import measures as health
 from lab.health.choice import load_chosen
 from lab.health.graded import graded_health
+from lab.models.source import ModelSource, register_source
 from lab.health.measures import (CANDIDATES, PROPERTIES, HealthInputs, check_properties, check_properties_on,
                                  content_entropy, move_to_content_sink, perturb_structural, random_inputs)
 from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, figures, poisoned_variants)
@@ -237,6 +238,7 @@ def test_study_set_figures_counts_ties_and_twins():
     assert (f["n_twins"], f["n_twins_tied"], f["n_twins_below"]) == (2, 1, 1)
 
 
+@pytest.mark.slow
 def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(tmp_path, monkeypatch, capsys):
     import json
 
@@ -246,7 +248,7 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
 
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok))
-    model.lab_source = {"model": "tiny"}
+    register_source(model, ModelSource(model="tiny", device="cpu", dtype="float32"))
     monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
     cal = tmp_path / "cal.jsonl"
     cal.write_text("".join(json.dumps({"id": f"p{i}", "prompt": q}) + "\n" for i, q in
@@ -302,6 +304,7 @@ def test_check_properties_on_inputs_negative_control_structural_reader_fails():
     assert not got["structural_invariant"] and got["bounded"], got
 
 
+@pytest.mark.slow
 def test_calibrate_with_inputs_reports_properties_on_the_prompts():
     from lab.health.calibration import N_CONTENT, calibrate
 
@@ -311,12 +314,14 @@ def test_calibrate_with_inputs_reports_properties_on_the_prompts():
     inputs = dict(zip([p.id for p in clean + poisoned + neutral], _real_like(12)))
     values = {k: {**{name: fn(h) for name, fn in {**CANDIDATES, **health.CONTROLS}.items()},
                   N_CONTENT: int(h.content.sum())} for k, h in inputs.items()}
-    data = calibrate(values, clean, poisoned, neutral, inputs)
-    assert set(data["properties_on_prompts"]) == set(CANDIDATES)
-    assert data["chosen_holds_on_prompts"] is all(data["properties_on_prompts"][data["chosen"]][k] for k in PROPERTIES)
-    assert "properties_on_prompts" not in calibrate(values, clean, poisoned, neutral)
+    cal = calibrate(values, clean, poisoned, neutral, inputs)
+    assert set(cal.properties_on_prompts) == set(CANDIDATES)
+    assert cal.chosen_holds_on_prompts is all(cal.properties_on_prompts[cal.chosen][k] for k in PROPERTIES)
+    assert "properties_on_prompts" in cal.to_json()
+    assert "properties_on_prompts" not in calibrate(values, clean, poisoned, neutral).to_json()
 
 
+@pytest.mark.slow
 def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
     """Fault class: a calibration that crashes (no report) when the rule chooses nothing on a model;
     the figures are the result then, with ``chosen`` None and the reason in ``decided_by``."""
@@ -330,14 +335,15 @@ def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
     for i in range(6):  # every measure falls with N exactly: none is length-neutral
         for pid, n in ((f"c{i}", 5 + i), (f"p{i}", 300 + i), (f"n{i}", 301 + i)):
             values[pid] = {**{name: 10 - n / 100 for name in names}, N_CONTENT: n}
-    data = calibrate(values, clean, poisoned, neutral)
-    assert data["chosen"] is None and "six properties" in data["decided_by"]
-    assert all(not c["properties"]["length_neutral"] for c in data["candidates"])
+    cal = calibrate(values, clean, poisoned, neutral)
+    assert cal.chosen is None and "six properties" in cal.decided_by
+    assert all(not c.properties["length_neutral"] for c in cal.candidates)
+    assert cal.to_json()["chosen"] is None  # the report is still written, with no choice
 
 
 def test_study_records_every_candidate_under_its_own_column():
     """The study's optional columns name each candidate once (spelt out there so its settings import no torch)."""
-    from lab.study.config import HEALTH_CANDIDATE_COLUMNS
+    from lab.study.outcome import HEALTH_CANDIDATE_COLUMNS
 
     assert HEALTH_CANDIDATE_COLUMNS == tuple(f"health_{name}" for name in CANDIDATES)
 

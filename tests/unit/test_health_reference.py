@@ -19,6 +19,7 @@ from lab.health.calibration import fit_length_references, figures
 from lab.health.measures import (CANDIDATES, FOR_LENGTH, REFERENCED_BASES, LengthReference, check_properties,
                                  for_length, random_inputs)
 from lab.health.references import fit_reference, load_references, reference_record, write_references
+from lab.models.source import ModelSource, register_source
 
 pytestmark = pytest.mark.unit
 
@@ -63,8 +64,7 @@ def test_for_length_is_bounded_and_keeps_order_at_equal_length(a, b, n, slope, s
     ref = LengthReference("content_entropy", intercept=9.0, slope=slope, scale=scale)
     fa, fb = for_length(a, n, ref), for_length(b, n, ref)
     assert 0.0 <= fa <= 10.0 and 0.0 <= fb <= 10.0
-    if a < b:
-        assert fa <= fb
+    assert fa <= fb if a <= b else fa >= fb
 
 
 def test_for_length_candidates_have_the_five_properties_and_need_a_reference():
@@ -149,11 +149,12 @@ def test_missing_reference_warns_once_naming_the_model_and_the_fix(tmp_path, mon
     graded._warn_no_reference.cache_clear()
 
     class Model:
-        lab_source = {"model": "tiny", "profile": "no-reference-profile"}
+        def __init__(self):
+            register_source(self, ModelSource(model="tiny", profile="no-reference-profile", device="cpu", dtype="float32"))
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert graded.model_length_reference(Model()) is None
+        assert graded.model_length_reference(Model()) == graded.ModelLengthReference(references=None, path=None)
         graded.model_length_reference(Model())
     msgs = [str(w.message) for w in caught]
     assert len(msgs) == 1 and "no-reference-profile" in msgs[0] and "calibrate-health" in msgs[0]

@@ -1,4 +1,4 @@
-"""The busy-machine rule shared by every bench (lab/machine.py; issue 11, item 4)."""
+"""The busy-machine rule shared by every bench (lab/machine.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The dequantized-model cache is checked when used and rebuilt from the GGUF source when damaged.
 
-Fault class (issue 18, fault 4): a truncated or garbage ``model.safetensors`` in the cache
+Fault class (a damaged cache read as it is): a truncated or garbage ``model.safetensors`` in the cache
 ended in ``SafetensorError ... incomplete metadata`` (only ``config.json`` was checked).
 Every cache here lives under ``LAB_CACHE_DIR=<tmp>``; the real cache is never touched.
 """
@@ -99,7 +99,7 @@ def test_load_model_unloadable_default_profile_does_not_suggest_itself(tmp_path,
 
 
 # --------------------------------------------------------------------------- the cache's source
-# Fault class (issue 27): a cache was keyed by its GGUF file's name only, so a package upgrade that
+# Fault class (a stale cache served): a cache was keyed by its GGUF file's name only, so a package upgrade that
 # replaced the file under the same name went on serving weights made from the old one.
 
 

@@ -16,11 +16,19 @@ from tests import support
 
 
 @pytest.mark.parametrize("device", [None, "auto"])
+@pytest.mark.parametrize("mps,cuda,expected", [(True, True, "mps"), (False, True, "cuda"), (False, False, "cpu")])
+def test_resolve_device_auto_prefers_mps_then_cuda_then_cpu(device, mps, cuda, expected, monkeypatch):
+    """The documented order, every branch on any machine (availability faked)."""
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert resolve_device(device).type == expected
+
+
+@pytest.mark.parametrize("device", [None, "auto"])
 def test_resolve_device_auto_returns_available_device(device):
-    dev = resolve_device(device)
-    assert dev.type in ("cpu", "cuda", "mps")
-    if dev.type == "cpu":
-        assert not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    """On this machine: the first available of MPS, CUDA, CPU."""
+    expected = ("mps" if torch.backends.mps.is_available() else "cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device(device).type == expected
 
 
 def test_resolve_device_cpu_returns_cpu():

@@ -13,6 +13,7 @@ import torch
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.drafts import model_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.no_cache import no_cache_generate
 from lab.sampling import SamplingConfig
 from tests.support import tiny_llama_untied
@@ -21,17 +22,15 @@ N_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def target():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_llama_untied(num_layers=4, seed=0)
-    torch.set_num_threads(before)
+def target(one_torch_thread):
+    return tiny_llama_untied(num_layers=4, seed=0)
 
 
 def _prompt(i: int = 0) -> torch.Tensor:
     return torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(i))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_kind", ["separate model", "early-exit:2"])
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_no_cache_loop_greedy_emits_the_cached_loops_tokens(target, draft_kind, gamma):
@@ -40,7 +39,8 @@ def test_no_cache_loop_greedy_emits_the_cached_loops_tokens(target, draft_kind, 
     else:
         draft = make_draft(target, draft_kind)
     for i in range(2):
-        cached = speculative_generate(target, draft, _prompt(i), gamma=gamma, max_new_tokens=N_NEW)
+        cached = speculative_generate(target, draft, _prompt(i),
+                                      SpeculativeSettings(max_new_tokens=N_NEW, gamma=gamma))
         plain = no_cache_generate(target, draft, _prompt(i), gamma=gamma, max_new_tokens=N_NEW)
         assert plain.tokens == cached.tokens == target_generate(target, _prompt(i), max_new_tokens=N_NEW).tokens
         assert [r.n_accepted for r in plain.rounds] == [r.n_accepted for r in cached.rounds]
@@ -61,7 +61,7 @@ class _DropsFirstToken(torch.nn.Module):
 def test_no_cache_loop_with_a_truncated_context_is_caught(target):
     """Negative control: the comparison above fails for a loop that reads the wrong context."""
     draft = model_draft(target, tiny_llama_untied(num_layers=1, seed=3))
-    cached = speculative_generate(target, draft, _prompt(0), gamma=3, max_new_tokens=N_NEW)
+    cached = speculative_generate(target, draft, _prompt(0), SpeculativeSettings(max_new_tokens=N_NEW, gamma=3))
     broken = no_cache_generate(_DropsFirstToken(target), draft, _prompt(0), gamma=3, max_new_tokens=N_NEW)
     assert broken.tokens != cached.tokens
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,7 @@ from lab.cli import main
 from lab.bench.peer.build import TARGETS
 from lab.bench.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, bench_command, completion_command, locate,
                                speculative_command)
-
-
-def _fake_bins(root: Path, names=TARGETS) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        (root / name).write_text("#!/bin/sh\n")
-        os.chmod(root / name, 0o755)
-    return root
+from tests.support import fake_llamacpp_bins
 
 
 def _flag(cmd: list[str], flag: str) -> str:
@@ -27,7 +19,7 @@ def _flag(cmd: list[str], flag: str) -> str:
 
 
 def test_commands_mirror_bench_config(tmp_path):
-    bins = locate(_fake_bins(tmp_path / "bin"))
+    bins = locate(fake_llamacpp_bins(tmp_path / "bin"))
     cfg = PeerRunConfig(threads=2, gamma=5, max_new_tokens=16, ctx_size=512)
     target, draft, prompt = Path("/m/t.gguf"), Path("/m/d.gguf"), Path("/p/prompt-0.txt")
     spec = speculative_command(bins, target, draft, prompt, cfg)
@@ -55,15 +47,15 @@ def test_peer_run_config_rejects_bad_values_naming_them(field, value):
 
 
 def test_locate_accepts_bin_dir_its_parent_or_build_tree(tmp_path):
-    _fake_bins(tmp_path / "a" / "bin")
-    _fake_bins(tmp_path / "b" / "build" / "bin")
+    fake_llamacpp_bins(tmp_path / "a" / "bin")
+    fake_llamacpp_bins(tmp_path / "b" / "build" / "bin")
     assert locate(tmp_path / "a").bin_dir == tmp_path / "a" / "bin"
     assert locate(tmp_path / "a" / "bin").source == "--llama-cpp"
     assert locate(tmp_path / "b").bin_dir == tmp_path / "b" / "build" / "bin"
 
 
 def test_locate_missing_binary_names_it_make_peer_and_flag(tmp_path, monkeypatch):
-    _fake_bins(tmp_path / "bin", names=TARGETS[1:])  # no llama-speculative-simple
+    fake_llamacpp_bins(tmp_path / "bin", names=TARGETS[1:])  # no llama-speculative-simple
     with pytest.raises(PeerUnavailableError) as exc:
         locate(tmp_path / "bin")
     assert "llama-speculative-simple" in str(exc.value) and "make peer" in str(exc.value)
@@ -100,5 +92,5 @@ def test_cli_llama_cpp_without_peer_exits_2(tmp_path, capsys):
 
 def test_cli_peer_on_a_model_without_gguf_exits_2(tmp_path, capsys):
     rc = main(["bench", "--model", "smollm2", "--draft", "early-exit:4", "--peer", "llama.cpp",
-               "--llama-cpp", str(_fake_bins(tmp_path / "bin")), "--out", str(tmp_path / "out")])
+               "--llama-cpp", str(fake_llamacpp_bins(tmp_path / "bin")), "--out", str(tmp_path / "out")])
     assert rc == 2 and "--draft 'early-exit:4'" in capsys.readouterr().err

@@ -51,6 +51,7 @@ def test_probe_version_broken_binary_raises_one_line_naming_it(tmp_path, behavio
         assert "cannot open model file" in message  # the binary's own last words
 
 
+@pytest.mark.slow
 def test_run_binary_hung_binary_is_killed_with_its_process_group(tmp_path):
     """A hang is cut at the timeout; the binary's children go with it (its process group)."""
     from lab.bench.peer.llamacpp import PeerRunError
@@ -122,7 +123,8 @@ def test_peer_calls_pass_a_timeout_sized_from_budget_and_gamma(tmp_path):
 
 @pytest.mark.parametrize("behaviour,cause", [("segfault", "SIGSEGV"), ("garbage", "cannot read")])
 def test_cli_bench_broken_peer_exits_1_one_line_before_loading(tmp_path, capsys, monkeypatch, behaviour, cause):
-    """Fault 6: a dead or garbage-printing binary: one line naming it, exit 1, no model loaded, no report."""
+    """Fault class (a broken peer binary ending in a traceback): a dead or garbage-printing binary: one line
+    naming it, exit 1, no model loaded, no report."""
     import lab.models.loading
     from lab.bench.peer import cli as peer_cli
 

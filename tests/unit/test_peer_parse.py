@@ -135,24 +135,23 @@ def test_peer_runs_inside_bench_schedule_and_reports_both_runtimes(recorded, tmp
     from lab.bench.peer.bench import LlamaCppPeer, TARGET_METHOD
     from lab.bench.peer.llamacpp import locate
     from lab.bench.peer.report import peer_summary_markdown
-    from lab.reports import to_jsonable
     from lab.speculative.draft_specs import make_draft
     from lab.bench.run import BenchConfig, run_bench
     from tests.support import tiny_llama_untied
-    from tests.unit.test_peer_commands import _fake_bins
+    from tests.support import fake_llamacpp_bins
 
     target = tiny_llama_untied()
     prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
     replay = _Replay(recorded)
-    peer = LlamaCppPeer(locate(_fake_bins(tmp_path / "bin")), Path("/m/target.gguf"), Path("/m/draft.gguf"),
+    peer = LlamaCppPeer(locate(fake_llamacpp_bins(tmp_path / "bin")), Path("/m/target.gguf"), Path("/m/draft.gguf"),
                         {tuple(p[0].tolist()): recorded["prompt.txt"] for p in prompts}, threads=2, gammas=(5,),
                         runner=replay)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        bench = to_jsonable(run_bench(target, make_draft(target, "early-exit:2"), prompts,
-                                      BenchConfig(gammas=(5,), adaptive=(), max_new_tokens=8, repeats=2,
-                                                  warmup_tokens=2, assisted=False), peer=peer))
+        bench = run_bench(target, make_draft(target, "early-exit:2"), prompts,
+                          BenchConfig(gammas=(5,), adaptive=(), max_new_tokens=8, repeats=2,
+                                      warmup_tokens=2, assisted=False), peer=peer).to_json()
     finally:
         torch.set_num_threads(before)
         peer.close()

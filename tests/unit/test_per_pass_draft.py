@@ -15,6 +15,7 @@ import torch
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import ModelDraft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.per_pass import (LONG_PASS_TOKENS, PerPassDraft, cache_dtype, cast_cache, parse_draft_dtype,
                                       pass_shapes, per_pass_draft)
 from tests.support import tiny_llama_untied
@@ -84,6 +85,7 @@ class _DroppingCast(PerPassDraft):
         self.cache.crop(-1)
 
 
+@pytest.mark.slow
 def test_per_pass_proposals_equal_float32_draft_except_counted_near_ties(draft_model):
     d32 = ModelDraft(draft_model, 64, "tiny")
     per_pass = per_pass_draft(d32, "float32:bfloat16")
@@ -107,6 +109,7 @@ def test_per_pass_with_one_dtype_per_side_is_exactly_the_float32_draft(draft_mod
     assert counts["same"] == counts["compared"], counts
 
 
+@pytest.mark.slow
 def test_per_pass_comparison_catches_a_cast_that_drops_a_position(draft_model):
     """Negative control: the comparison above must reject a cache cast that loses a position."""
     d32 = ModelDraft(draft_model, 64, "tiny")
@@ -122,7 +125,7 @@ def test_per_pass_cache_switch_keeps_speculative_output_equal_to_target_greedy(d
     prompt = torch.tensor([_prompt(7)])
     expected = target_generate(target, prompt, max_new_tokens=24).tokens
     per_pass = per_pass_draft(ModelDraft(draft_model, 64, "tiny"), "per-pass")
-    got = speculative_generate(target, per_pass, prompt, gamma=gamma, max_new_tokens=24)
+    got = speculative_generate(target, per_pass, prompt, SpeculativeSettings(max_new_tokens=24, gamma=gamma))
     assert got.tokens == expected
     assert per_pass.n_casts >= 1 and cache_dtype(per_pass.cache) == torch.bfloat16
     assert got.n_accepted < got.n_drafted_tested, "the draft must be rejected sometimes for the test to mean much"

@@ -78,6 +78,7 @@ def test_speculative_generate_with_dynamic_policy_is_lossless_and_varies_gamma()
     lengths follow the policy (checked round by round against next_gamma)."""
     from lab.speculative.self_draft import EarlyExitDraft
     from lab.speculative.loop import speculative_generate, target_generate
+    from lab.speculative.settings import SpeculativeSettings
     from tests.support import tiny_llama_untied
 
     before = torch.get_num_threads()
@@ -87,8 +88,8 @@ def test_speculative_generate_with_dynamic_policy_is_lossless_and_varies_gamma()
         ids = torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(0))
         policy = DynamicGamma(initial=2, max_gamma=6)
         ref = target_generate(target, ids, max_new_tokens=30).tokens
-        res = speculative_generate(target, EarlyExitDraft(target, 3), ids, gamma=6, max_new_tokens=30,
-                                   gamma_policy=policy)
+        res = speculative_generate(target, EarlyExitDraft(target, 3), ids,
+                                   SpeculativeSettings(max_new_tokens=30, gamma=6, gamma_policy=policy))
     finally:
         torch.set_num_threads(before)
     assert res.tokens == ref

@@ -37,9 +37,10 @@ def test_embedded_prompts_meet_issue_requirements():
 
 
 def test_embedded_summary_prompts_supply_a_passage():
-    for p in load_prompts():
-        if p.category == "summary":
-            assert "Passage:" in p.messages[-1]["content"]
+    summaries = [p for p in load_prompts() if p.category == "summary"]
+    assert summaries, "the embedded set has no summary prompts"
+    for p in summaries:
+        assert "Passage:" in p.messages[-1]["content"], p.id
 
 
 # --------------------------------------------------------------------------- validation

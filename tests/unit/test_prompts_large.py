@@ -9,6 +9,7 @@ from pathlib import Path
 from lab.data import make_prompts_large as gen
 from lab.health.calibration import distractor_texts
 from lab.prompts import CATEGORIES, load_prompts
+from tests.support import assert_twins_built_like_the_embedded_set
 
 LARGE = Path(gen.__file__).with_name("prompts_large.jsonl")
 
@@ -26,15 +27,3 @@ def test_prompts_large_balanced_with_twins_built_like_the_embedded_set():
     for cat in CATEGORIES:
         assert counts[(cat, "clean")] == gen.PER_CATEGORY and counts[(cat, "poisoned")] == gen.TWINS_PER_CATEGORY
     assert_twins_built_like_the_embedded_set(prompts)
-
-
-def assert_twins_built_like_the_embedded_set(prompts):
-    """Every twin is one of the embedded set's distractors, a blank line, its clean twin; no prompt twice."""
-    by_id = {p.id: p for p in prompts}
-    distractors = set(distractor_texts(load_prompts()).values())
-    for p in prompts:
-        if p.variant == "poisoned":
-            clean = by_id[p.twin_of].messages[-1]["content"]
-            head = p.messages[-1]["content"][: -len("\n\n" + clean)]
-            assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors
-    assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)  # no duplicate prompt

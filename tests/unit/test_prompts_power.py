@@ -15,7 +15,7 @@ import pytest
 from lab.data import make_prompts_power as gen
 from lab.health.calibration import distractor_texts
 from lab.prompts import CATEGORIES, load_prompts
-from tests.unit.test_prompts_large import assert_twins_built_like_the_embedded_set
+from tests.support import assert_twins_built_like_the_embedded_set
 
 POWER_SET = Path(gen.__file__).with_name("prompts_power.jsonl")
 README = Path(__file__).parents[2] / "docs" / "design.md"  # where the power table is documented

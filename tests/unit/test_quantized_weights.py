@@ -260,7 +260,8 @@ def test_layers_from_the_cache_sit_on_aligned_memory(tmp_path):
 
 
 def test_converted_cache_from_another_source_or_conversion_is_converted_again(tmp_path, caplog, monkeypatch):
-    """Issue 27's gap: the converted cache was keyed by the GGUF file's name only."""
+    """Fault class (a stale converted cache served): the converted cache was keyed by the GGUF file's name
+    only."""
     import json
 
     from lab.models import quantize

@@ -1,4 +1,4 @@
-"""Every view the lab prints is legible at 80 columns (issue 11, item 3).
+"""Every view the lab prints is legible at 80 columns.
 
 Fault class: a Rich table squeezed into a narrow terminal cuts headers and cells
 ("tok…", "meth…"), folds words in the middle ("correctio / n:") or prints raw
@@ -81,7 +81,8 @@ def test_speculate_view_legible_at_80_columns():
 
 
 def test_speculate_answer_hides_special_tokens_keeps_ids():
-    """Regression (issue 11, item 6): <|im_end|> is in the ids, not in the replay or summary text."""
+    """Regression (fault class: special tokens printed as answer text): <|im_end|> is in the ids, not in the
+    replay or summary text."""
     from lab.render.speculative import answer_text, replay_text, summary_markdown
 
     result = _spec_result()
@@ -188,13 +189,14 @@ def test_sinks_token_repr_shows_no_break_space_as_space():
 
 def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
     from lab.render.sinks import bench_table
-    from lab.render.sink_calibration import calibration_table
+    from lab.render.sink_calibration import sweep_table
+    from lab.sinks.calibration import SweepRow
 
-    cal = {"n_prompts": 36, "n_content_tokens": 765, "chosen_threshold": 3.75,
-           "sweep": [{"threshold": t / 4, "position0_flagged": 36, "n_prompts": 36, "content_flagged": 3,
-                      "n_content": 765, "long_position0_flagged": 1, "long_n_prompts": 1, "long_content_flagged": 12,
-                      "long_n_content": 2019, "feasible": t % 2 == 0} for t in range(4, 30)]}
-    text = _render(lambda d, c: c.print(calibration_table(d)), cal)
+    sweep = [SweepRow(threshold=t / 4, position0_flagged=36, n_prompts=36, content_flagged=3 if t % 2 == 0 else 9,
+                      n_content=765, long_position0_flagged=1, long_n_prompts=1, long_content_flagged=12,
+                      long_n_content=2019) for t in range(4, 30)]
+    text = _render(lambda d, c: c.print(sweep_table("gm_prose", d, n_prompts=36, n_content_tokens=765, chosen=3.75)),
+                   sweep)
     assert_legible(text, "z", "position 0", "content flagged", "long: pos 0", "long: content", "feasible", "36/36",
                    "3/765 (0.39%)", "12/2019")
     bench = {"model": "smollm2", "results": [
@@ -228,7 +230,8 @@ def _track_result():
 
 
 def test_entropy_view_legible_at_80_columns_without_special_tokens_in_answer():
-    """Regression (issue 11, items 3 and 6): table legible at 80 columns; <|im_end|> not in the answer."""
+    """Regression (fault classes: tables cut at 80 columns, special tokens printed as answer text): table
+    legible at 80 columns; <|im_end|> not in the answer."""
     from lab.render.entropy import coloured_text, render_result, visible
 
     result = _track_result()

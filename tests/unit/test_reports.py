@@ -76,7 +76,8 @@ print(rd.final)
 
 
 def test_report_dir_concurrent_runs_with_one_name_keep_every_report(tmp_path):
-    """Fault class (issue 18, fault 2): overlapping runs with the same report name lost all but one
+    """Fault class (concurrent runs overwriting each other's report): overlapping runs with the same report
+    name lost all but one
     report (``os.replace`` onto a finished report: Errno 39, or FileExistsError)."""
     import os
     import subprocess
@@ -177,7 +178,8 @@ def test_check_reports_root_file_in_the_way_raises(tmp_path):
 
 
 def test_check_reports_root_missing_nested_dir_is_accepted_and_not_created(tmp_path):
-    """Issue 18: a run refused for a bad argument must not leave the --out tree behind; report_dir
+    """Fault class (a refused run leaving folders behind): a run refused for a bad argument must not leave
+    the --out tree behind; report_dir
     creates the folder when it writes."""
     from lab.reports import check_reports_root
 
@@ -198,7 +200,7 @@ def test_check_reports_root_uncreatable_raises(tmp_path):
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
 def test_report_dir_has_the_users_normal_permissions(tmp_path, umask):
-    """Regression (issue 11, item 6; fault class: tempfile.mkdtemp's fixed 0700): the report
+    """Regression (fault class: tempfile.mkdtemp's fixed 0700): the report
     folder gets 0777 & ~umask like any folder the user creates, and so do its files."""
     import os
     import stat
@@ -214,7 +216,8 @@ def test_report_dir_has_the_users_normal_permissions(tmp_path, umask):
 
 
 def test_report_dir_removes_stale_staging_left_by_a_killed_run_and_keeps_fresh_ones(tmp_path):
-    """Poor case (issue 18): .partial-* directories of killed runs were never cleaned up."""
+    """Poor case (staging folders of killed runs left forever): .partial-* directories of killed runs were
+    never cleaned up."""
     import os
     import time
 

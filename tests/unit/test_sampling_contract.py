@@ -220,6 +220,7 @@ def test_apply_processors_draft_tokens_moved_to_the_prefix_device():
     assert seen == [("meta", 3), ("meta", 4), ("meta", 5)]
 
 
+@pytest.mark.slow
 def test_sampling_module_ground_floor_decode_core_does_not_import_speculative():
     """Guards an upward import (decode core -> lab.speculative): a fresh interpreter imports
     ``lab.decode``, and neither it nor ``lab.sampling`` may pull in ``lab.speculative``."""

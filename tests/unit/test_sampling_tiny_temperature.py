@@ -1,4 +1,4 @@
-"""A tiny positive temperature is the greedy limit, not a NaN (issue 18, fault 3).
+"""A tiny positive temperature is the greedy limit, not a NaN.
 
 Fault class: ``--temperature 1e-38`` divided finite logits into +-inf, softmax gave
 NaN, and ``torch.multinomial`` raised "probability tensor contains either inf, nan or
@@ -62,6 +62,7 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     from lab.models.chat import build_messages, encode_chat
     from lab.speculative.draft_specs import make_draft
     from lab.speculative.loop import speculative_generate
+    from lab.speculative.settings import SpeculativeSettings
     from lab.tracker.loop import track_generate
     from tests import support
 
@@ -71,8 +72,10 @@ def test_tiny_temperature_decodes_equal_greedy_on_a_tiny_model():
     greedy = track_generate(model, tok, ids, max_new_tokens=4, temperature=0.0).new_token_ids
     tiny = track_generate(model, tok, ids, max_new_tokens=4, temperature=TINY, seed=3).new_token_ids
     assert tiny == greedy
-    spec = speculative_generate(model, make_draft(model, "early-exit:1"), ids, gamma=2, max_new_tokens=4,
-                                sampling=SamplingConfig(temperature=TINY), generator=torch.Generator().manual_seed(3))
+    spec = speculative_generate(model, make_draft(model, "early-exit:1"), ids,
+                                SpeculativeSettings(max_new_tokens=4, gamma=2,
+                                                    sampling=SamplingConfig(temperature=TINY)),
+                                generator=torch.Generator().manual_seed(3))
     assert spec.tokens == greedy
 
 

@@ -18,6 +18,7 @@ from lab.sampling import SamplingConfig
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.drafts import ModelDraft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.self_draft import EarlyExitDraft, early_exit_model
 from tests import support
 
@@ -96,7 +97,7 @@ def test_speculative_greedy_with_lent_cache_equals_target_alone(request, name, p
     ids = torch.randint(3, 64, (1, prompt_len), generator=torch.Generator().manual_seed(3))
     draft = make_draft(model, "early-exit:2")
     assert isinstance(draft, EarlyExitDraft)
-    res = speculative_generate(model, draft, ids, gamma=3, max_new_tokens=20)
+    res = speculative_generate(model, draft, ids, SpeculativeSettings(max_new_tokens=20, gamma=3))
     assert draft.lent_cache is not None, "the loop must lend its cache to an early-exit draft"
     assert res.tokens == target_generate(model, ids, max_new_tokens=20).tokens
     assert res.n_drafted > res.n_accepted, "the test needs rejected draft tokens"
@@ -128,4 +129,5 @@ def test_speculative_loop_control_draft_that_keeps_its_positions_is_stopped(llam
     """Negative control (fault class: a borrowed cache not given back): the loop's check raises at once."""
     ids = torch.randint(3, 64, (1, 12), generator=torch.Generator().manual_seed(3))
     with pytest.raises(AssertionError, match="the drafter left the target's cache"):
-        speculative_generate(llama, _KeepsItsPositions(llama, 2), ids, gamma=3, max_new_tokens=20)
+        speculative_generate(llama, _KeepsItsPositions(llama, 2), ids,
+                             SpeculativeSettings(max_new_tokens=20, gamma=3))

@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 
+from lab.models.source import ModelSource, register_source
 from lab.sinks import profiles as sink_profiles
 from lab.sinks.calibration import GRIDS, PromptScores, choose_statistic, sweep_candidates
 from lab.health.measures import SYNTHETIC_REFERENCES, HealthInputs
@@ -16,6 +17,7 @@ from lab.health.graded import graded_health
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.prefill import baseline_mask, candidate_scores, score_positions
 from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
+from tests import support
 
 CHOICE = sink_profiles.load_choice()  # the packaged detector choice
 STATISTIC, DEFAULT_THRESHOLD = CHOICE.statistic, CHOICE.default_threshold
@@ -118,7 +120,7 @@ def calibration_dir(tmp_path, monkeypatch):
 
 class _Model:
     def __init__(self, profile):
-        self.lab_source = {"model": profile or "some/hub-id", "profile": profile}
+        register_source(self, ModelSource(model=profile or "some/hub-id", profile=profile, device="cpu", dtype="float32"))
 
 
 def test_resolve_threshold_reads_the_profile_calibration(calibration_dir):
@@ -146,17 +148,16 @@ def test_load_calibration_bad_file_raises_naming_it(calibration_dir, content):
 
 
 def test_packaged_calibrations_are_for_the_detector_statistic():
-    """Every shipped lab/sinks/calibrations/<profile>.json loads and names a profile the lab knows."""
+    """Every shipped lab/sinks/calibrations/<profile>.json loads, for a profile the lab knows, on the detector's
+    statistic with a finite threshold; exactly the profiles with a shipped file load one."""
     from lab.models.profiles import PROFILES
 
-    for name in PROFILES:
-        cal = sink_profiles.load_calibration(name)
-        if cal is not None:
-            assert cal.statistic == STATISTIC and math.isfinite(cal.threshold)
-
-
-def _packaged_profile_files():
-    return sorted(p for p in sink_profiles.calibration_dir().glob("*.json") if p.name != sink_profiles.CHOICE_FILE)
+    shipped = {p.stem for p in support.packaged_sink_profile_files()}
+    assert shipped and shipped <= set(PROFILES), shipped
+    loaded = {name: sink_profiles.load_calibration(name) for name in PROFILES}
+    assert {name for name, cal in loaded.items() if cal is not None} == shipped
+    for name in shipped:
+        assert loaded[name].statistic == STATISTIC and math.isfinite(loaded[name].threshold), name
 
 
 def test_every_packaged_calibration_file_agrees_with_the_loader_and_the_detector():
@@ -167,7 +168,7 @@ def test_every_packaged_calibration_file_agrees_with_the_loader_and_the_detector
     """
     from lab.models.profiles import PROFILES
 
-    files = _packaged_profile_files()
+    files = support.packaged_sink_profile_files()
     assert files, "no packaged sink calibration"
     detector = score_positions(_per_head(1e-2), ROLES).statistic
     assert detector == CHOICE.statistic
@@ -187,13 +188,13 @@ def test_packaged_choice_is_the_rule_on_the_files_recorded_figures():
     from lab.models.profiles import PROFILES
 
     feasible = sink_profiles.recorded_feasible(PROFILES)
-    assert set(CHOICE.profiles) == set(feasible) == {p.stem for p in _packaged_profile_files()}
+    assert set(CHOICE.profiles) == set(feasible) == {p.stem for p in support.packaged_sink_profile_files()}
     assert choose_statistic(feasible) == (CHOICE.statistic, CHOICE.default_threshold)
 
 
 def test_packaged_thresholds_and_default_unchanged():
     """Regression (a calibrated value lost in moving it between code and data): the shipped thresholds."""
-    got = {p.stem: sink_profiles.load_calibration(p.stem).threshold for p in _packaged_profile_files()}
+    got = {p.stem: sink_profiles.load_calibration(p.stem).threshold for p in support.packaged_sink_profile_files()}
     assert got == {"gemma3-270m": 0.08, "qwen2.5-coder": 0.03, "qwen2.5-coder-0.5b": 0.02, "smollm2": 0.35}
     assert (CHOICE.statistic, CHOICE.default_threshold, CHOICE.label) == ("sink_rate", 0.02, "sink rate")
 
@@ -250,7 +251,7 @@ def test_loader_sits_below_the_prefill_analysis():
     tree = ast.parse(inspect.getsource(sink_profiles))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not {m for m in imported if m and m.startswith("lab.")} - {"lab.sinks.candidates", "lab.user_dirs"}
+    assert not {m for m in imported if m and m.startswith("lab.")} - {"lab.sinks.candidates", "lab.user_dirs", "lab.models.source"}
 
 
 def test_graded_health_not_measurable_without_observed_content():

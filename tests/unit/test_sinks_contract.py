@@ -224,6 +224,7 @@ def received_with_zeros(draw) -> list[float]:
     return v.tolist()
 
 
+@pytest.mark.slow
 @given(received_with_zeros(), st.data(), st.floats(1.05, 4.0), st.integers(1, 40), st.floats(0.01, 1.0))
 def test_observer_matched_z_any_settings_match_reference(values, data, bin_ratio, min_bin, mad_floor):
     """observer_matched_z equals its definition (binning, merging, interpolation, extrapolation, MAD),

@@ -12,18 +12,20 @@ import torch
 from rich.console import Console
 
 from lab import cli
+from lab.models import source as model_sources
+from lab.models.source import ModelSource
 from lab.sinks.calibration import PromptScores, SweepRow, choose_threshold, load_prompts, sweep
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, analyze_prefill, score_positions
 from lab.health.choice import load_chosen
-from lab.sinks.profiles import load_choice
+from lab.sinks.profiles import load_calibration, load_choice
 from lab.render.sinks import position_rows, render_analysis, report_data, summary_markdown
 from lab.sinks.structure import ROLE_CONTENT, ROLE_TEMPLATE
 from tests import support
 
 
-# SmolLM2's calibrated threshold for the z candidate gm_prose (lab/sinks/calibrations/smollm2.json: 3.75;
-# gm_content's feasible range there: 3.0 .. 6.75).
-Z_THRESHOLD = 3.75
+# SmolLM2's calibrated threshold for the z candidate gm_prose, from the same sweep as its shipped
+# calibration (lab/sinks/calibrations/smollm2.json).
+Z_THRESHOLD = load_calibration("smollm2", statistic="gm_prose").threshold
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +65,15 @@ def test_analyze_prefill_health_reads_the_models_length_reference(tiny_chatml, t
     model, tok = tiny_chatml
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
     msgs = [{"role": "user", "content": "what is the capital of france ?"}]
-    monkeypatch.setattr(model, "lab_source", {"model": "tiny", "profile": "tiny-profile"}, raising=False)
+    monkeypatch.setitem(model_sources._SOURCES, model, ModelSource(model="tiny", profile="tiny-profile", device="cpu", dtype="float32"))
     bare = analyze_prefill(model, tok, msgs)
     assert all(math.isnan(bare.health_candidates[b + FOR_LENGTH]) for b in REFERENCED_BASES)
+    assert bare.health_reference is None and bare.health_measure == load_chosen()
     refs = {b: LengthReference(b, 9.0, -0.2, 0.3) for b in REFERENCED_BASES}
-    write_references(reference_record("tiny-profile", "tiny", refs, prompts_file="x", n_content=[2, 50], fitted_at=None))
+    path = write_references(reference_record("tiny-profile", "tiny", refs, prompts_file="x", n_content=[2, 50],
+                                             fitted_at=None))
     a = analyze_prefill(model, tok, msgs)
+    assert a.health_reference == str(path)  # the analysis names the reference file it read
     n = sum(r == ROLE_CONTENT for r in a.roles)
     for b in REFERENCED_BASES:
         assert a.health_candidates[b + FOR_LENGTH] == pytest.approx(for_length(a.health_candidates[b], n, refs[b]))
@@ -216,6 +221,20 @@ def test_render_analysis_shows_markup_literally(analysis):
     assert "[bold red]x[/]" in text and "context health" in text and "structural positions" in text
 
 
+def test_render_names_the_measure_the_analysis_recorded_not_the_current_choice(analysis):
+    """Fault class: a renderer that reads the choice file when it draws, so a report names what the file
+    says then, not the measure the analysis used; the renderers draw ``health_measure`` as given."""
+    from lab.health.measures import CANDIDATES
+    from lab.render.sinks import health_panel
+
+    other = next(name for name in CANDIDATES if name != analysis.health_measure)
+    drawn = dataclasses.replace(analysis, health_measure=other)
+    assert report_data(drawn)["context_health_measure"] == other
+    buf = io.StringIO()
+    Console(file=buf, width=400, color_system=None).print(health_panel(drawn))
+    assert f"({other}:" in buf.getvalue() and f"({analysis.health_measure}:" not in buf.getvalue()
+
+
 def test_report_data_and_rows_are_json_ready(analysis):
     from lab.reports import to_jsonable
 
@@ -265,6 +284,7 @@ def _recency_attention(s: int, seed: int, n_layers: int = 2, n_heads: int = 2) -
     return logits.softmax(dim=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_score_positions_recency_trend_no_trailing_sink_position0_flagged(seed):
     """Regression (fault class: baseline blind to how many queries see a position).

@@ -3,36 +3,29 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
 
-from lab.speculative.drafts import AdaptiveDraftLength, PromptLookupDraft, Proposal, model_draft
+from lab.speculative.drafts import AdaptiveDraftLength, DraftFacts, PromptLookupDraft, Proposal, model_draft
 from lab.speculative.self_draft import EarlyExitDraft, early_exit_model
 from lab.speculative.draft_specs import make_draft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.speculative.drafts import empty_proposal
 from lab.sampling import SamplingConfig
-from tests.support import tiny_llama_untied
+from tests.support import CACHE_PARITY_ATOL, tiny_llama_untied
 
-# Cached vs full-recompute logits of a float32 model differ only by the order of
-# float32 sums (different matmul shapes); 1e-4 absolute on logits of magnitude ~10.
-CACHE_PARITY_ATOL = 1e-4
 GAMMAS = (1, 3, 5)
 MAX_NEW = 24
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine are ~20x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
-def target(one_thread):
+def target(one_torch_thread):
     return tiny_llama_untied(num_layers=4, seed=0)
 
 
@@ -64,6 +57,9 @@ class ScriptedDraft:
     def use_target_cache(self, cache):
         pass  # a script needs no cache
 
+    def facts(self):
+        return DraftFacts()  # no model, no cache of the target's: the loop may fuse the prefill
+
     def propose(self, prefix_ids, gamma, *, sampling, generator=None, adaptive=None, eos_token_ids=frozenset()):
         if self.start is None:
             self.start = prefix_ids.shape[0]
@@ -80,15 +76,16 @@ class ScriptedDraft:
 
 
 def test_speculative_scripted_exact_draft_accepts_all_with_bonus(target, prompt, greedy_reference):
-    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt, gamma=3, max_new_tokens=MAX_NEW)
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=3))
     assert res.tokens == greedy_reference
     assert all(r.next_kind == "bonus" and r.n_accepted == len(r.proposed) for r in res.rounds)
     assert res.alpha == 1.0 and res.accepted_length_histogram[3] == sum(res.accepted_length_histogram)
 
 
 def test_speculative_scripted_wrong_token_rejects_and_corrects(target, prompt, greedy_reference):
-    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, wrong_at=1), prompt, gamma=3,
-                               max_new_tokens=MAX_NEW)
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, wrong_at=1), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=3))
     assert res.tokens == greedy_reference
     full = [r for r in res.rounds if len(r.proposed) == 3]
     assert full and all(r.n_accepted == 1 and r.next_kind == "correction" for r in full)
@@ -99,8 +96,8 @@ def test_speculative_scripted_wrong_token_rejects_and_corrects(target, prompt, g
 def test_speculative_eos_accepted_mid_round_ends_without_bonus_or_tail(target, prompt, greedy_reference):
     eos = greedy_reference[4]
     stop = greedy_reference.index(eos)
-    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt, gamma=6,
-                               max_new_tokens=MAX_NEW, eos_token_ids=[eos])
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=6, eos_token_ids=[eos]))
     assert res.tokens == greedy_reference[: stop + 1] and res.stopped_by == "eos"
     last = res.rounds[-1]
     assert last.next_kind == "none" and last.proposed[-1] == eos
@@ -109,7 +106,8 @@ def test_speculative_eos_accepted_mid_round_ends_without_bonus_or_tail(target, p
 
 def test_speculative_budget_smaller_than_gamma_plus_one_never_exceeds(target, prompt, greedy_reference):
     for budget in (1, 2, 3):
-        res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt, gamma=5, max_new_tokens=budget)
+        res = speculative_generate(target, ScriptedDraft(greedy_reference, 64), prompt,
+                                   SpeculativeSettings(max_new_tokens=budget, gamma=5))
         assert res.tokens == greedy_reference[:budget]
         assert all(len(r.proposed) <= budget - 1 for r in res.rounds)
 
@@ -117,8 +115,8 @@ def test_speculative_budget_smaller_than_gamma_plus_one_never_exceeds(target, pr
 def test_speculative_scripted_draft_past_eos_is_truncated(target, prompt, greedy_reference):
     """Fault class: tokens drafted after an EOS being tested, counted or emitted."""
     eos = greedy_reference[1]
-    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt, gamma=5,
-                               max_new_tokens=MAX_NEW, eos_token_ids={eos})
+    res = speculative_generate(target, ScriptedDraft(greedy_reference, 64, extra=0), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=5, eos_token_ids={eos}))
     assert res.tokens == greedy_reference[: greedy_reference.index(eos) + 1]
     assert res.rounds[0].stop_reason == "eos"
 
@@ -126,12 +124,13 @@ def test_speculative_scripted_draft_past_eos_is_truncated(target, prompt, greedy
 # --------------------------------------------------------------------------- greedy equivalence
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gamma", GAMMAS)
 @pytest.mark.parametrize("spec", ["early-exit:2", "early-exit:1", "prompt-lookup", "model"])
 def test_speculative_greedy_equals_target_greedy_for_every_draft_kind(target, prompt, greedy_reference, spec, gamma):
     draft = (model_draft(target, tiny_llama_untied(num_layers=1, seed=7)) if spec == "model"
              else make_draft(target, spec))
-    res = speculative_generate(target, draft, prompt, gamma=gamma, max_new_tokens=MAX_NEW)
+    res = speculative_generate(target, draft, prompt, SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=gamma))
     assert res.tokens == greedy_reference, f"draft={spec} gamma={gamma}"
     assert sum(res.all_rounds_histogram) == len(res.rounds)
 
@@ -141,14 +140,14 @@ def test_speculative_greedy_with_repetition_penalty_equals_target(target, prompt
 
     procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.8)])
     ref = target_generate(target, prompt, max_new_tokens=MAX_NEW, logits_processor=procs).tokens
-    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=4, max_new_tokens=MAX_NEW,
-                               logits_processor=procs)
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4, logits_processor=procs))
     assert res.tokens == ref
 
 
 def test_speculative_adaptive_greedy_equals_target_and_stops_early(target, prompt, greedy_reference):
-    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=5, max_new_tokens=MAX_NEW,
-                               adaptive="pmin:0.9")
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=5, adaptive="pmin:0.9"))
     assert res.tokens == greedy_reference
     assert any(r.stop_reason == "pmin" for r in res.rounds)
 
@@ -175,8 +174,10 @@ def test_speculative_target_cache_after_rejections_equals_full_recompute(target,
         _check_cache_against_recompute(target, committed.clone(), cache)
         seen.append(record.n_accepted < len(record.proposed))
 
-    speculative_generate(target, draft, prompt, gamma=4, max_new_tokens=MAX_NEW,
-                         sampling=SamplingConfig(temperature=temperature), generator=torch.Generator().manual_seed(3), on_round=on_round)
+    speculative_generate(target, draft, prompt,
+                         SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=4,
+                                             sampling=SamplingConfig(temperature=temperature)),
+                         generator=torch.Generator().manual_seed(3), on_round=on_round)
     assert sum(seen) >= 2, "the test needs rounds with rejections"
 
 
@@ -201,13 +202,16 @@ def test_early_exit_model_shares_target_weights(target):
 
 
 def test_drafters_declare_their_capabilities(target):
-    """What a draft can do is read off the Drafter protocol, never off its type or model."""
+    """What a draft is, is read off the Drafter protocol's facts(), never off its type or model."""
     early, lookup = make_draft(target, "early-exit:2"), make_draft(target, "prompt-lookup")
     model = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
-    assert (early.weight_dtype, lookup.weight_dtype, model.weight_dtype) == (None, None, "float32")
-    assert early.assistant_model is early.model and lookup.assistant_model is None and model.assistant_model is model.model
-    assert early.cost is None and lookup.cost is None and model.cost is not None and model.cost.ratio < 1.0
-    assert lookup.flops_per_token(64) == 0.0 < model.flops_per_token(64) < early.flops_per_token(64)
+    e, k, m = early.facts(), lookup.facts(), model.facts()
+    assert (e.weight_dtype, k.weight_dtype, m.weight_dtype) == (None, None, "float32")
+    assert e.model is early.model and k.model is None and m.model is model.model
+    assert e.assistant_model is early.model and k.assistant_model is None and m.assistant_model is model.model
+    assert e.cost is None and k.cost is None and m.cost is not None and m.cost.ratio < 1.0
+    assert (e.drafts_on_target_cache, k.drafts_on_target_cache, m.drafts_on_target_cache) == (True, False, False)
+    assert k.flops_per_token(64) == 0.0 < m.flops_per_token(64) < e.flops_per_token(64)
     lent = object()
     for d in (early, lookup, model):  # every drafter is offered the loop's cache; only the early exit takes it
         d.reset()
@@ -240,13 +244,14 @@ def test_adaptive_parse_and_bad_specs():
 
 def test_speculative_gamma_below_one_raises(target, prompt):
     with pytest.raises(ValueError, match="gamma"):
-        speculative_generate(target, make_draft(target, "early-exit:1"), prompt, gamma=0, max_new_tokens=4)
+        speculative_generate(target, make_draft(target, "early-exit:1"), prompt,
+                             SpeculativeSettings(max_new_tokens=4, gamma=0))
 
 
 def test_speculative_batch_of_two_raises(target):
     with pytest.raises(ValueError, match="batch size 2"):
         speculative_generate(target, make_draft(target, "early-exit:1"), torch.ones(2, 4, dtype=torch.long),
-                             max_new_tokens=4)
+                             SpeculativeSettings(max_new_tokens=4))
 
 
 def test_model_draft_vocab_mismatch_raises_naming_both(target):
@@ -262,7 +267,7 @@ def test_model_draft_deeper_but_cheaper_than_target_is_admitted_without_note(pro
     d = model_draft(tgt, drf)
     assert d.cost.ratio < 1.0 and d.cost.note is None
     ref = target_generate(tgt, prompt, max_new_tokens=12).tokens
-    assert speculative_generate(tgt, d, prompt, gamma=3, max_new_tokens=12).tokens == ref
+    assert speculative_generate(tgt, d, prompt, SpeculativeSettings(max_new_tokens=12, gamma=3)).tokens == ref
 
 
 def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt, caplog):
@@ -275,7 +280,7 @@ def test_model_draft_costlier_than_target_is_admitted_with_a_note(target, prompt
     assert d.cost.note is not None and "c >= 1" in d.cost.note
     assert any("c >= 1" in r.getMessage() for r in caplog.records), "the note is also logged"
     ref = target_generate(target, prompt, max_new_tokens=12).tokens
-    assert speculative_generate(target, d, prompt, gamma=3, max_new_tokens=12).tokens == ref
+    assert speculative_generate(target, d, prompt, SpeculativeSettings(max_new_tokens=12, gamma=3)).tokens == ref
 
 
 def test_make_draft_vocab_mismatch_caught_from_tokenizer_before_weights(monkeypatch):
@@ -306,7 +311,7 @@ def test_model_draft_padded_vocab_with_same_tokenizer_is_accepted(prompt):
     d = model_draft(tgt, drf, target_tokenizer=tok, draft_tokenizer=tok)
     ids = prompt.clamp_max(len(tok) - 1)
     ref = target_generate(tgt, ids, max_new_tokens=12).tokens
-    assert speculative_generate(tgt, d, ids, gamma=3, max_new_tokens=12).tokens == ref
+    assert speculative_generate(tgt, d, ids, SpeculativeSettings(max_new_tokens=12, gamma=3)).tokens == ref
 
 
 @pytest.mark.parametrize("spec", ["early-exit:4", "early-exit:0", "early-exit:x", "", "nonsense"])
@@ -321,13 +326,18 @@ def test_empty_proposal_has_matching_shapes():
 
 
 def test_speculative_result_per_token_rows_match_rounds(target, prompt):
-    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt, gamma=3, max_new_tokens=MAX_NEW,
-                               sampling=SamplingConfig(temperature=1.0), generator=torch.Generator().manual_seed(0))
+    res = speculative_generate(target, make_draft(target, "early-exit:2"), prompt,
+                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=3,
+                                                   sampling=SamplingConfig(temperature=1.0)),
+                               generator=torch.Generator().manual_seed(0))
     rows = res.per_token()
     assert len(rows) == res.n_drafted
     assert sum(r["accepted"] for r in rows) == res.n_accepted
     assert sum(r["tested"] for r in rows) == res.n_drafted_tested
-    assert all(0.0 <= r["draft_normalized_entropy"] <= 1.0 for r in rows)
+    vocab = target.config.vocab_size  # normalized entropy is H / log2 V, V the draft's (here the target's) vocabulary
+    assert all(r["draft_normalized_entropy"] == pytest.approx(r["draft_entropy_bits"] / math.log2(vocab), abs=1e-5)
+               for r in rows)
+    assert any(r["draft_entropy_bits"] > 0 for r in rows)  # sampled at T = 1 from a random model: not all one-hot
     assert len(res.tokens) == MAX_NEW or res.stopped_by == "eos"
 
 
@@ -349,9 +359,11 @@ def test_fused_prefill_saves_one_target_pass_and_changes_nothing_else(target, pr
         calls, handle = _target_passes(target)
         try:
             draft = model_draft(target, tiny_llama_untied(num_layers=1, seed=7))
-            runs[fuse] = (speculative_generate(target, draft, prompt, gamma=3, max_new_tokens=MAX_NEW,
-                                               sampling=SamplingConfig(temperature=temperature),
-                                               generator=torch.Generator().manual_seed(5), fuse_prefill=fuse),
+            runs[fuse] = (speculative_generate(target, draft, prompt,
+                                               SpeculativeSettings(max_new_tokens=MAX_NEW, gamma=3,
+                                                                   sampling=SamplingConfig(temperature=temperature),
+                                                                   fuse_prefill=fuse),
+                                               generator=torch.Generator().manual_seed(5)),
                           len(calls))
         finally:
             handle.remove()
@@ -373,14 +385,15 @@ def test_prefill_not_fused_for_a_draft_on_the_target_cache_or_a_cache_given():
 
     target = tiny_llama_untied(num_layers=4, seed=0)
     prompt = torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(0))
-    early = speculative_generate(target, EarlyExitDraft(target, 2), prompt, gamma=3, max_new_tokens=8)
+    early = speculative_generate(target, EarlyExitDraft(target, 2), prompt,
+                                 SpeculativeSettings(max_new_tokens=8, gamma=3))
     assert not any(r.prefill_positions for r in early.rounds) and early.prefill_time_s > 0
     with torch.inference_mode():
         cache, _ = prefilled_cache(target, prompt[0])
     given = speculative_generate(target, model_draft(target, tiny_llama_untied(num_layers=1, seed=7)), prompt,
-                                 gamma=3, max_new_tokens=8, target_cache=cache)
+                                 SpeculativeSettings(max_new_tokens=8, gamma=3), target_cache=cache)
     assert not any(r.prefill_positions for r in given.rounds)
     control = speculative_generate(target, model_draft(target, tiny_llama_untied(num_layers=1, seed=7)), prompt,
-                                   gamma=3, max_new_tokens=8)
+                                   SpeculativeSettings(max_new_tokens=8, gamma=3))
     assert control.rounds[0].prefill_positions == prompt.shape[1] - 1
     assert early.tokens == given.tokens == control.tokens

@@ -8,11 +8,12 @@ import torch
 from lab.sampling import SamplingConfig
 from lab.speculative.self_draft import EarlyExitDraft
 from lab.speculative.loop import speculative_generate, target_generate
+from lab.speculative.settings import SpeculativeSettings
 from lab.stream.acceptance import EvictingDraft
 from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import parse_policy, policy_visibility
 from tests import support
-from tests.unit.test_stream_masked import NLL_ATOL, tiny_gemma3
+from tests.support import NLL_ATOL
 
 T1 = SamplingConfig(temperature=1.0)
 
@@ -26,8 +27,10 @@ def _masked_probs(model, ids: torch.Tensor, policy, detected=None) -> torch.Tens
     return logits.float().softmax(-1)
 
 
-@pytest.mark.parametrize("make", [lambda: support.tiny_llama_untied(vocab_size=64), tiny_gemma3],
+@pytest.mark.parametrize("make", [lambda: support.tiny_llama_untied(vocab_size=64),
+                                  lambda: support.tiny_gemma3(**support.INTERLEAVED_GEMMA3)],
                          ids=["llama", "gemma3"])
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["window:4", "sinks:2+4", "detected:2+4", "dense"])
 def test_evicting_draft_pruned_cache_equals_masked_pass(make, spec):
     """Over several rounds with rejections, the draft's q rows equal a masked full forward."""
@@ -66,18 +69,19 @@ def test_evicting_draft_greedy_speculation_equals_target_greedy():
     target = support.tiny_llama_untied(vocab_size=64)
     ids = torch.randint(3, 64, (1, 12), generator=torch.Generator().manual_seed(3))
     draft = EvictingDraft(EarlyExitDraft(target, 2), parse_policy("sinks:1+3"))
-    spec = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=16)
+    spec = speculative_generate(target, draft, ids, SpeculativeSettings(max_new_tokens=16, gamma=3))
     plain = target_generate(target, ids, max_new_tokens=16)
     assert spec.tokens == plain.tokens
 
 
 def _greedy_rounds(target, draft, ids, n=16):
     sizes: list[int] = []
-    res = speculative_generate(target, draft, ids, gamma=3, max_new_tokens=n,
+    res = speculative_generate(target, draft, ids, SpeculativeSettings(max_new_tokens=n, gamma=3),
                                on_round=lambda rec, committed, cache: sizes.append(draft.cache_size))
     return [r.proposed for r in res.rounds], sizes, res
 
 
+@pytest.mark.slow  # three 16-token speculative runs with a per-round cache prune: several seconds each
 @pytest.mark.parametrize("spec", ["window:4", "sinks:2+4"])
 def test_evicting_draft_evicts_during_acceptance_and_changes_greedy_proposals(spec):
     """On a prompt longer than the budget the draft really evicts, and its greedy proposals change.

@@ -9,7 +9,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from lab.cli import main
 from tests import support
@@ -80,10 +79,10 @@ def test_stream_cli_text_longer_than_context_exits_2_naming_it(tmp_path, capsys,
     assert not out.exists() or list(out.iterdir()) == []
 
 
-def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loader, text_file):
+def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loader, text_file, one_torch_thread):
     """170 tokens: 169 targets, 9 whole chunks of 16 from target 16 (16..159), and a partial chunk of 10
-    targets that the chunked PPL leaves out, as the summary must say (issue 18: it said "targets 16..169")."""
-    torch.set_num_threads(1)
+    targets that the chunked PPL leaves out, as the summary must say (fault class: a summary naming targets
+    the PPL never scored, "targets 16..169")."""
     out = tmp_path / "r"
     assert main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--tokens", "170", "--out", str(out)]) == 0
     (rd,) = list(out.iterdir())
@@ -136,8 +135,8 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
 
 
 def test_stream_cli_draft_weights_reach_the_draft_and_the_report(tmp_path, capsys, tiny_loader, text_file,
-                                                                 monkeypatch):
-    """--draft-weights is handed to the draft's loader and recorded (issue 27: every command)."""
+                                                                 monkeypatch, one_torch_thread):
+    """--draft-weights is handed to the draft's loader and recorded, in `lab stream` as in every command."""
     from lab.speculative import draft_specs
 
     seen = []
@@ -149,7 +148,6 @@ def test_stream_cli_draft_weights_reach_the_draft_and_the_report(tmp_path, capsy
 
     monkeypatch.setattr(draft_specs, "make_draft", spy)
     monkeypatch.setattr("lab.models.loading.is_gguf_model", lambda name: True)
-    torch.set_num_threads(1)
     out = tmp_path / "r"
     args = [a if a != "early-exit:1" else "qwen2.5-coder-0.5b" for a in TINY_ARGS]
     assert main(["stream", "--text-file", str(text_file), *args, "--tokens", "170", "--draft-weights", "int8",

@@ -15,27 +15,10 @@ import torch
 from lab.stream.perplexity import masked_nll, model_attention_mask, recompute_nll
 from lab.stream.policies import parse_policy, policy_visibility, sliding_visibility
 from tests import support
-
-# float32 forward passes that differ only in the order of reductions (one masked
-# pass over S keys vs S cached passes over the kept keys) agree to ~1e-6 on these
-# tiny models; 1e-4 nats leaves room for BLAS blocking differences while a single
-# wrongly visible key moves the NLL by > 1e-2 (checked by the inverted-mask test).
-NLL_ATOL = 1e-4
+from tests.support import NLL_ATOL, streaming_nll
 
 POLICIES = ("dense", "window:3", "sinks:1+3", "sinks:2+4", "detected:2+3")
 DETECTED = (0, 5, 2, 7)  # a made-up detector ranking; kept positions are its first K
-
-
-def tiny_gemma3(attn: str = "sdpa"):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    cfg = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=5,
-                           max_position_embeddings=256,
-                           layer_types=["sliding_attention", "full_attention", "sliding_attention"])
-    cfg._attn_implementation = attn
-    torch.manual_seed(0)
-    return Gemma3ForCausalLM(cfg).eval()
 
 
 def _models():
@@ -43,8 +26,8 @@ def _models():
         "llama-sdpa": lambda: support.tiny_llama_untied(vocab_size=64),
         "llama-eager": lambda: _eager(support.tiny_llama_untied(vocab_size=64)),
         "qwen2-sdpa": lambda: support.tiny_qwen2(vocab_size=64),  # the Qwen pair's architecture
-        "gemma3-sdpa": tiny_gemma3,
-        "gemma3-eager": lambda: tiny_gemma3("eager"),
+        "gemma3-sdpa": lambda: support.tiny_gemma3(**support.INTERLEAVED_GEMMA3),
+        "gemma3-eager": lambda: support.tiny_gemma3(**support.INTERLEAVED_GEMMA3, attn_implementation="eager"),
     }
 
 
@@ -58,61 +41,7 @@ def _ids(n: int, vocab: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(3, vocab, (1, n), generator=g)
 
 
-def _layer_window(model, layer: int) -> int | None:
-    types = getattr(model.config, "layer_types", None)
-    return int(model.config.sliding_window) if types and types[layer] == "sliding_attention" else None
-
-
-@torch.no_grad()
-def streaming_nll(model, ids: torch.Tensor, policy, detected=None) -> torch.Tensor:
-    """Token-by-token NLL with a cache rebuilt, per layer, from only the visible entries."""
-    from transformers import DynamicCache
-
-    n_layers = model.config.num_hidden_layers
-    s = ids.shape[1]
-    keys: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]  # per layer, per position [1, Hkv, 1, D]
-    values: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]
-    nll = []
-    for q in range(s):
-        cache = DynamicCache()
-        lengths = {}
-        for layer in range(n_layers):
-            past = torch.arange(q)
-            vis = policy_visibility(policy, torch.tensor([q]), past, detected)[0]
-            sw = _layer_window(model, layer)
-            if sw is not None:
-                vis = vis & sliding_visibility(torch.tensor([q]), past, sw)[0]
-            idx = torch.nonzero(vis).flatten().tolist()
-            kv_dim = (1, model.config.num_key_value_heads, 0, keys_dim(model))
-            k = torch.cat([keys[layer][i] for i in idx], dim=2) if idx else torch.zeros(kv_dim)
-            v = torch.cat([values[layer][i] for i in idx], dim=2) if idx else torch.zeros(kv_dim)
-            cache.update(k, v, layer)
-            lengths[sw is not None] = len(idx) + 1
-        impl = model.config._attn_implementation
-
-        def ones(n):
-            keep = torch.ones(1, 1, 1, n, dtype=torch.bool)
-            return keep if impl == "sdpa" else torch.zeros(1, 1, 1, n)
-
-        if getattr(model.config, "layer_types", None) and "sliding_attention" in model.config.layer_types:
-            mask = {"full_attention": ones(lengths.get(False, 1)), "sliding_attention": ones(lengths.get(True, 1))}
-        else:
-            mask = ones(lengths[False])
-        out = model(input_ids=ids[:, q:q + 1], position_ids=torch.tensor([[q]]), cache=cache, use_cache=True,
-                    attention_mask=mask)
-        for layer in range(n_layers):
-            keys[layer].append(cache.layers[layer].keys[:, :, -1:].clone())
-            values[layer].append(cache.layers[layer].values[:, :, -1:].clone())
-        if q + 1 < s:
-            logits = out.logits[0, -1].float()
-            nll.append(-torch.log_softmax(logits, -1)[ids[0, q + 1]])
-    return torch.stack(nll)
-
-
-def keys_dim(model) -> int:
-    return getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", list(_models()))
 @pytest.mark.parametrize("spec", POLICIES)
 def test_masked_nll_equals_token_by_token_eviction(model_name, spec):
@@ -152,7 +81,7 @@ def test_model_attention_mask_inverted_mask_is_caught():
 
 def test_model_attention_mask_gemma3_intersects_its_sliding_layers():
     """Gemma 3's local layers get policy AND sliding window; its global layers get the policy."""
-    model = tiny_gemma3()
+    model = support.tiny_gemma3(**support.INTERLEAVED_GEMMA3)
     pos = torch.arange(12)
     keep = policy_visibility(parse_policy("sinks:1+8"), pos, pos)
     mask = model_attention_mask(model, keep, pos, pos)

@@ -20,7 +20,7 @@ from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
 from lab.study.cluster import ClusterConfig, plan_slots
 from lab.study.run import PromptFailure, measure
-from tests.integration.test_study_resume import FakeRunner, _config
+from tests.study_fakes import FakeRunner, fake_config, untimed
 
 
 class FakeExecutor:
@@ -50,7 +50,7 @@ class FakeExecutor:
 
 
 def test_run_study_executor_failure_is_named_missing_and_redone_on_resume(tmp_path):
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     plan = plan_study(cfg)
     victim = plan.prompts[3].id
     ex = FakeExecutor(fail=frozenset({victim}))
@@ -58,7 +58,7 @@ def test_run_study_executor_failure_is_named_missing_and_redone_on_resume(tmp_pa
     assert ex.events == ["start", "run", "close"]
     assert result.failed == {victim: "RuntimeError: boom"}
     assert result.missing == [victim]
-    assert [r["id"] for r in result.per_prompt] == [p.id for p in plan.prompts if p.id != victim]
+    assert [r.id for r in result.per_prompt] == [p.id for p in plan.prompts if p.id != victim]
     assert not work_file(plan, plan.prompts[3]).exists()
     assert all(work_file(plan, p).is_file() for p in plan.prompts if p.id != victim)
     rerun = FakeRunner()
@@ -67,17 +67,16 @@ def test_run_study_executor_failure_is_named_missing_and_redone_on_resume(tmp_pa
 
 
 def test_run_study_executor_results_in_any_order_equal_serial(tmp_path):
-    serial = run_study(_config(tmp_path / "a"), runner=FakeRunner())
-    reverse = run_study(_config(tmp_path / "b"), executor=FakeExecutor())
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
-    assert strip(serial.per_prompt) == strip(reverse.per_prompt)
+    serial = run_study(fake_config(tmp_path / "a"), runner=FakeRunner())
+    reverse = run_study(fake_config(tmp_path / "b"), executor=FakeExecutor())
+    assert untimed(serial.per_prompt, drop=["wall_s"]) == untimed(reverse.per_prompt, drop=["wall_s"])
     assert serial.per_token == reverse.per_token
     assert serial.analysis.verdicts() == reverse.analysis.verdicts()
     assert reverse.info["cluster"] == {"address": "fake"}
 
 
 def test_run_study_executor_interrupted_is_closed_and_keeps_what_arrived(tmp_path):
-    plan = plan_study(_config(tmp_path))
+    plan = plan_study(fake_config(tmp_path))
     ex = FakeExecutor(interrupt_after=4)
     with pytest.raises(KeyboardInterrupt):
         run_study(plan, executor=ex)
@@ -87,7 +86,7 @@ def test_run_study_executor_interrupted_is_closed_and_keeps_what_arrived(tmp_pat
 
 
 def test_run_study_executor_that_fails_to_start_is_closed_and_leaves_no_work_dir(tmp_path):
-    plan = plan_study(_config(tmp_path))
+    plan = plan_study(fake_config(tmp_path))
     ex = FakeExecutor()
     ex.start = lambda plan: (_ for _ in ()).throw(ValueError("threads=4 per actor: the cluster has only 2 CPUs"))
     with pytest.raises(ValueError, match="only 2 CPUs"):

@@ -1,5 +1,5 @@
 """The study's per-prompt pipeline on tiny models: one target prefill, one target decode, and the
-draft's dtype with where it came from (issue 16, items 1 and 2)."""
+draft's dtype with where it came from."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lab.models import loading as models
+from lab.models.source import ModelSource, register_source
 from lab.prompts import load_prompts
 from lab.speculative.draft_specs import make_draft
 from lab.study.runner import ModelRunner
@@ -31,7 +32,7 @@ def tiny_pair(tok, monkeypatch):
         dtype = kwargs.get("dtype")
         if dtype is not None:
             model = model.to(models.parse_dtype(dtype, torch.device("cpu")))
-        model.lab_source = {"model": name, "device": "cpu", "dtype": str(next(model.parameters()).dtype)}
+        register_source(model, ModelSource(model=name, device="cpu", dtype=str(next(model.parameters()).dtype)))
         return model, tok
 
     monkeypatch.setattr(models, "load_model", fake_load)
@@ -58,11 +59,11 @@ def test_model_runner_one_target_prefill_and_no_tracked_decode(tiny_pair, monkey
         outcome = runner(prompt)
     finally:
         hook.remove()
-    n_prompt = outcome.row["n_prompt_tokens"]
+    n_prompt = outcome.row.n_prompt_tokens
     assert widths.count(n_prompt) == 1 and max(widths) == n_prompt, widths  # one prefill over the prompt
-    assert len(widths) == 1 + outcome.row["n_rounds"], widths  # then one verify pass per round, nothing else
-    assert outcome.row["n_new_tokens"] == len(outcome.decode["entropy_bits"]) == len(outcome.decode["word"])
-    assert outcome.row.get("decode_s") is None  # no separate tracked decode to time
+    assert len(widths) == 1 + outcome.row.n_rounds, widths  # then one verify pass per round, nothing else
+    assert outcome.row.n_new_tokens == len(outcome.decode.entropy_bits) == len(outcome.decode.word)
+    assert outcome.row.decode_s is None  # no separate tracked decode to time
 
 
 def test_model_runner_h6_runs_decode_from_the_prompt_prefill(tiny_pair):

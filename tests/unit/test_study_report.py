@@ -1,20 +1,23 @@
-"""summary.md hygiene (issue 9 part 6, issue 11 item 6): relative file names, counts labelled as clean
+"""summary.md hygiene: relative file names, counts labelled as clean
 prompts, missing data said in words, printed signs next to the predicted sign, power per test."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
+
 from lab.analysis.hypotheses import correlation_test, judge
 from lab.render.study import write_report
 from lab.render import study_summary
 from lab.study.work import prompts_display
 from lab.study.run import run_study
-from tests.integration.test_study_shards import FakeRunner, _config
+from tests.study_fakes import FakeRunnerWithDecode, fake_config
 
 
+@pytest.mark.slow
 def test_summary_names_files_relative_labels_clean_counts_and_reports_power(tmp_path):
-    result = run_study(_config(tmp_path, limit=12), runner=FakeRunner())
+    result = run_study(fake_config(tmp_path, limit=12), runner=FakeRunnerWithDecode())
     summary = (write_report(result) / "summary.md").read_text()
     assert "file `lab/data/prompts.jsonl`" in summary and str(tmp_path) not in summary.split("## Files")[0]
     assert "/lab/data/" not in summary  # no absolute path to the embedded set
@@ -51,7 +54,7 @@ def test_category_test_too_little_data_says_what_is_missing_in_words():
 
 
 def test_readme_lists_every_study_flag():
-    """Fault class: a flag added to `lab study` without documenting it (issue 11 item 6)."""
+    """Fault class: a flag added to `lab study` without documenting it."""
     from pathlib import Path
 
     from lab.cli import build_parser

@@ -1,4 +1,4 @@
-"""User and model text cannot drive the terminal (issue 18, poor case "terminal safety").
+"""User and model text cannot drive the terminal.
 
 Fault class: an ANSI escape sequence in a prompt reached the terminal raw (it could
 clear the screen or rewrite earlier lines), and Rich markup in echoed text was

@@ -144,24 +144,6 @@ def test_track_generate_one_dim_prompt_same_as_batched(model, tok, prompt_ids, g
 # --------------------------------------------------------------------------- sampling
 
 
-def _warped_reference(log_p_row: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
-    """float64 probabilities actually sampled from, written independently of transformers:
-    temperature, then keep the top_k largest, then the smallest prefix (by descending
-    probability) whose mass reaches top_p."""
-    logits = log_p_row / temperature
-    keep = torch.ones_like(logits, dtype=torch.bool)
-    if top_k is not None:
-        keep &= logits >= logits.topk(top_k).values[-1]
-    probs = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        mass_before = sorted_p.cumsum(0) - sorted_p
-        nucleus = torch.zeros_like(keep)
-        nucleus[order] = mass_before < top_p
-        probs = torch.softmax(logits.masked_fill(~(keep & nucleus), float("-inf")), -1)
-    return probs
-
-
 @pytest.mark.parametrize("temperature, top_k, top_p", [
     (0.7, 5, 1.0),      # top-k only
     (0.3, None, 0.6),   # top-p only, peaky enough that the nucleus is small
@@ -176,7 +158,7 @@ def test_track_generate_sampled_entropy_equals_renormalized_filtered(model, tok,
     log_p = _full_forward_log_probs(model, prompt_ids, r.new_token_ids)
     v = log_p.shape[-1]
     for i, step in enumerate(r.steps):
-        q = _warped_reference(log_p[i], temperature, top_k, top_p)
+        q = support.warped_reference_probs(log_p[i], temperature, top_k, top_p)
         h_q = -(q[q > 0] * q[q > 0].log()).sum().item() / math.log(2)
         assert step.sampled_entropy_bits == pytest.approx(h_q, abs=RECORD_ATOL)
         assert step.sampled_normalized_entropy == pytest.approx(h_q / math.log2(v), abs=RECORD_ATOL)

@@ -15,6 +15,7 @@ from lab import cli
 from lab.bench.tune import choose, setup_of, tune_configs
 from lab.speculative.setups import DraftSetup
 from lab.tuning import machine_key, read_tuned, tuning_path, write_tuned
+from tests import support
 
 PROFILE, DRAFT = "qwen2.5-coder", "qwen2.5-coder-0.5b"
 TUNED = DraftSetup(draft_dtype="per-pass", gamma=3, adaptive="pmin:0.6")
@@ -92,12 +93,6 @@ def test_corrupt_tuning_file_gives_one_line(text):
     assert got.setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt")
 
 
-def _fake_models(monkeypatch):
-    from tests.unit.test_draft_setup import _fake_models as fake
-
-    return fake(monkeypatch)
-
-
 def _speculate(tmp_path, capsys, *extra):
     rc = cli.main(["speculate", "hi", "--model", PROFILE, "--max-new-tokens", "4", "--device", "cpu",
                    "--out", str(tmp_path / "o"), *extra])
@@ -110,7 +105,7 @@ def _speculate(tmp_path, capsys, *extra):
 def test_speculate_runs_the_tuned_setup_and_says_so(tmp_path, capsys, monkeypatch):
     import torch
 
-    asked = _fake_models(monkeypatch)
+    asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
     path = write_tuned(PROFILE, DRAFT, TUNED, machine_key(torch.get_num_threads()), {})
     settings, err = _speculate(tmp_path, capsys)
     assert asked == [(DRAFT, "per-pass")] and settings["gamma"] == 3 and settings["adaptive"] == "pmin:0.6"
@@ -121,7 +116,7 @@ def test_speculate_runs_the_tuned_setup_and_says_so(tmp_path, capsys, monkeypatc
 def test_speculate_with_a_foreign_tuning_file_runs_the_default_with_one_note(tmp_path, capsys, monkeypatch):
     import torch
 
-    asked = _fake_models(monkeypatch)
+    asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
     write_tuned(PROFILE, DRAFT, TUNED, {**machine_key(torch.get_num_threads()), "cpu_model": "Elsewhere"}, {})
     settings, err = _speculate(tmp_path, capsys)
     assert asked[0][1] != "per-pass" and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
@@ -130,7 +125,7 @@ def test_speculate_with_a_foreign_tuning_file_runs_the_default_with_one_note(tmp
 
 
 def test_speculate_with_a_corrupt_tuning_file_runs_with_one_clear_line(tmp_path, capsys, monkeypatch):
-    _fake_models(monkeypatch)
+    support.patch_tiny_loader_recording_drafts(monkeypatch)
     path = tuning_path(PROFILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{truncated", encoding="utf-8")

@@ -155,6 +155,12 @@ class LlamaCppPeer:
     def close(self) -> None:
         self._dir.cleanup()
 
+    def __enter__(self) -> LlamaCppPeer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def _config(self, gamma: int, budget: int) -> PeerRunConfig:
         return PeerRunConfig(threads=self.threads, gamma=gamma, max_new_tokens=budget, ctx_size=self.ctx_size)
 

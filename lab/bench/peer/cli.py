@@ -9,9 +9,10 @@ garbage) exits 1 naming it (:class:`lab.bench.peer.llamacpp.PeerRunError`).
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 from lab.bench.peer.llamacpp import PeerBinaries, PeerUnavailableError, locate
 
@@ -88,4 +89,16 @@ def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str
                         version=setup.version)
 
 
-__all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "make_peer"]
+def peer_for(setup: PeerSetup | None, tokenizer: Any, texts: Sequence[str], ids: Sequence[Any], *, threads: int,
+             gammas: Sequence[int], max_new_tokens: int) -> ContextManager[Any]:
+    """:func:`make_peer` for the prompts ``texts`` (user messages) as a context that closes the peer
+    on leaving; without ``--peer`` (``setup`` None) a context that gives None."""
+    from lab.models.chat import build_messages
+
+    if setup is None:
+        return nullcontext()
+    return make_peer(setup, tokenizer, [build_messages(t) for t in texts], ids, threads=threads, gammas=gammas,
+                     max_new_tokens=max_new_tokens)
+
+
+__all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "make_peer", "peer_for"]

@@ -7,10 +7,12 @@ import json
 
 import pytest
 
+from lab.models.source import ModelSource, register_source
 from lab.sinks import profiles as sink_profiles
-from tests.unit.test_sinks_calibrated import CHOICE, _packaged_profile_files
+from tests import support
 
 
+@pytest.mark.slow  # a whole calibrate-sinks run on a tiny model
 @pytest.mark.parametrize("rule_gives", [None, ("sink_rate", 0.05)])
 def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(tmp_path, monkeypatch, capsys,
                                                                                rule_gives):
@@ -18,20 +20,21 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     recorded figures (``rule_gives`` None: the real rule, which finds nothing feasible on every file once the
     tiny random model's figures are in, so the packaged choice stays); every file names the chosen statistic.
 
-    Fault class (fault 8): the files went into the installed package, non-atomically, before the report.
+    Fault class (calibration written into the installed package): the files went into the installed
+    package, non-atomically, before the report.
     Now they go to the user's calibration folder, after the report, and the package is left untouched."""
     import lab.commands.common
     import lab.models.loading
-    import lab.sinks.calibration
+    import lab.sinks.calibration_report
     from lab import cli
-    from tests import support
 
     packaged = {p.name: p.read_bytes() for p in sink_profiles.calibration_dir().glob("*.json")}
+    before = sink_profiles.load_choice()  # the packaged one: the user's folder starts empty (root conftest)
     if rule_gives is not None:
-        monkeypatch.setattr(lab.sinks.calibration, "choose_statistic", lambda feasible: rule_gives)
+        monkeypatch.setattr(lab.sinks.calibration_report, "choose_statistic", lambda feasible: rule_gives)
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok))
-    model.lab_source = {"model": "smollm2", "profile": "smollm2"}
+    register_source(model, ModelSource(model="smollm2", profile="smollm2", device="cpu", dtype="float32"))
     monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
     monkeypatch.setattr(lab.models.loading, "check_model_available", lambda name: None)
     assert cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
@@ -44,10 +47,10 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     assert sink_profiles.calibration_path("smollm2") == user / "smollm2.json"  # the loader now reads it
     assert not list(user.glob(".*.tmp"))  # atomic writes leave no temporary file
     choice = sink_profiles.load_choice()
-    expected = rule_gives or (CHOICE.statistic, CHOICE.default_threshold)
+    expected = rule_gives or (before.statistic, before.default_threshold)
     assert (choice.statistic, choice.default_threshold) == expected
     assert ("detector choice written" in err) == (rule_gives is not None), err
-    for path in _packaged_profile_files():
+    for path in support.packaged_sink_profile_files():
         assert json.loads(sink_profiles.calibration_path(path.stem).read_text())["statistic"] == choice.statistic
     report = next((tmp_path / "out").iterdir())
     assert json.loads((report / "calibration.json").read_text())["saved_to"] == str(user)

@@ -11,54 +11,10 @@ from dataclasses import replace
 import pytest
 
 from lab.prompts import load_prompts
-from lab.study.config import PromptOutcome, StudyConfig, prompt_seed
 from lab.study.run import merge_study, run_study
 from lab.study.work import plan_study, shard_prompts, temperature_subset
 from lab.analysis.claims import DESIGN_TEMPERATURES
-
-FAST_RESAMPLES = 99
-TIMING = ("wall_s", "prefill_s", "decode_s", "speculative_s", "temperature_s")
-
-
-class FakeRunner:
-    """Deterministic numbers from the prompt seed, with decode labels and alpha at other temperatures."""
-
-    def __init__(self):
-        self.info = {"model": {"model": "fake"}, "draft": "fake-draft"}
-        self.calls: list[str] = []
-        self.temperature_calls: list[tuple[str, float]] = []
-
-    def __call__(self, prompt):
-        self.calls.append(prompt.id)
-        u = (prompt_seed(0, prompt.id) % 1000) / 1000.0
-        health = 9 + u - (1 if prompt.variant == "poisoned" else 0)
-        ent = [(i * 0.7 + u) % 4 + (1.0 if i % 3 == 0 else 0.0) for i in range(12)]
-        word = ["initial" if i % 3 == 0 else "continuation" if i % 3 == 1 else "" for i in range(12)]
-        tokens = [{"round": i // 2, "index": i % 2, "draft_entropy_bits": (i * 0.37 + u) % 5,
-                   "draft_normalized_entropy": ((i * 0.37 + u) % 5) / 15.6, "accepted": (i + int(10 * u)) % 3 == 0,
-                   "tested": True} for i in range(8)]
-        row = {"n_prompt_tokens": 20, "context_health": health, "content_sink_health": 10.0, "sink_rate_pos0": 0.8,
-               "sink_rate_content_mean": 0.01, "position0_share": 0.5, "n_content_sinks": 0,
-               "mean_entropy_bits": 3 - 0.2 * health + u, "max_entropy_bits": 6.0, "var_entropy_bits": 1.0,
-               "mean_varentropy_bits2": 2.0, "n_new_tokens": 12, "alpha": u, "tau": 1.5, "n_drafted": 8,
-               "n_drafted_tested": 8, "n_accepted": 3, "n_rounds": 4, "prefill_s": 0.0, "decode_s": 0.0,
-               "speculative_s": 0.0, "text": "fake", "initial_entropy_bits": 1.0, "continuation_entropy_bits": 0.5,
-               "n_multi_token_words": 4}
-        return PromptOutcome(row=row, tokens=tokens, decode={"entropy_bits": ent, "word": word})
-
-    def alpha_at(self, prompt, temperature):
-        self.temperature_calls.append((prompt.id, temperature))
-        u = (prompt_seed(0, prompt.id) % 1000) / 1000.0
-        return min(1.0, u * (0.5 + temperature / 2))
-
-
-def _config(tmp_path, **kw):
-    kw.setdefault("n_resamples", FAST_RESAMPLES)
-    return StudyConfig(device="cpu", out=str(tmp_path), **kw)
-
-
-def _strip(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+from tests.study_fakes import FAST_RESAMPLES, FakeRunnerWithDecode, fake_config, untimed
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
@@ -85,19 +41,20 @@ def test_temperature_subset_balanced_clean_two_per_category():
     assert set(Counter(prompts[i].category for i in subset).values()) == {2}
 
 
+@pytest.mark.slow
 def test_merged_shards_equal_unsharded_run(tmp_path):
-    base = _config(tmp_path / "whole", limit=24)
-    whole = run_study(base, runner=FakeRunner())
+    base = fake_config(tmp_path / "whole", limit=24)
+    whole = run_study(base, runner=FakeRunnerWithDecode())
     dirs = []
     for k in (1, 2, 3):
-        cfg = replace(_config(tmp_path / f"s{k}", limit=24), shard=(k, 3))
-        runner = FakeRunner()
+        cfg = replace(fake_config(tmp_path / f"s{k}", limit=24), shard=(k, 3))
+        runner = FakeRunnerWithDecode()
         run_study(cfg, runner=runner)
         assert len(runner.calls) < 24
         dirs.append(plan_study(cfg).work_dir)
     merged = merge_study(dirs, n_resamples=FAST_RESAMPLES, out=str(tmp_path / "whole"))
     assert merged.missing == [] and len(merged.per_prompt) == 24
-    assert _strip(merged.per_prompt) == _strip(whole.per_prompt)
+    assert untimed(merged.per_prompt) == untimed(whole.per_prompt)
     assert merged.per_token == whole.per_token
     assert merged.analysis.verdicts() == whole.analysis.verdicts()
     for a, b in zip(merged.analysis.tests, whole.analysis.tests):
@@ -108,39 +65,43 @@ def test_merged_shards_equal_unsharded_run(tmp_path):
     assert math.isfinite(h6.p_value) and h6.n == len(plan_study(base).temperature_ids)
 
 
+@pytest.mark.slow
 def test_temperature_runs_only_for_subset_and_reuse_main_alpha(tmp_path):
-    runner = FakeRunner()
-    result = run_study(_config(tmp_path, limit=24), runner=runner)
-    subset = plan_study(_config(tmp_path, limit=24)).temperature_ids
+    runner = FakeRunnerWithDecode()
+    result = run_study(fake_config(tmp_path, limit=24), runner=runner)
+    subset = plan_study(fake_config(tmp_path, limit=24)).temperature_ids
     assert {pid for pid, _ in runner.temperature_calls} == set(subset)
     assert sorted({t for _, t in runner.temperature_calls}) == [t for t in DESIGN_TEMPERATURES if t != 1.0]
     for r in result.per_prompt:
-        assert (r["alpha_t1"] == r["alpha"]) if r["id"] in subset else r["alpha_t1"] is None
+        assert (r.alpha_t1 == r.alpha) if r.id in subset else r.alpha_t1 is None
 
 
+@pytest.mark.slow
 def test_merge_refuses_shards_with_other_settings(tmp_path):
-    a = replace(_config(tmp_path / "a", limit=12), shard=(1, 2))
-    b = replace(_config(tmp_path / "b", limit=12, seed=1), shard=(2, 2))
-    run_study(a, runner=FakeRunner())
-    run_study(b, runner=FakeRunner())
+    a = replace(fake_config(tmp_path / "a", limit=12), shard=(1, 2))
+    b = replace(fake_config(tmp_path / "b", limit=12, seed=1), shard=(2, 2))
+    run_study(a, runner=FakeRunnerWithDecode())
+    run_study(b, runner=FakeRunnerWithDecode())
     with pytest.raises(ValueError, match="other settings.*seed"):
         merge_study([plan_study(a).work_dir, plan_study(b).work_dir], n_resamples=FAST_RESAMPLES)
     with pytest.raises(ValueError, match="merge=.*not a study work directory"):
         merge_study([tmp_path], n_resamples=FAST_RESAMPLES)
 
 
+@pytest.mark.slow
 def test_merge_of_one_shard_reports_missing_prompts(tmp_path):
-    cfg = replace(_config(tmp_path, limit=12), shard=(1, 2))
-    run_study(cfg, runner=FakeRunner())
+    cfg = replace(fake_config(tmp_path, limit=12), shard=(1, 2))
+    run_study(cfg, runner=FakeRunnerWithDecode())
     merged = merge_study([plan_study(cfg).work_dir], n_resamples=FAST_RESAMPLES)
     assert 0 < len(merged.missing) < 12 and len(merged.per_prompt) + len(merged.missing) == 12
 
 
+@pytest.mark.slow
 def test_cli_study_shards_then_merge_writes_one_report(tmp_path, capsys, monkeypatch):
     from lab import cli
     from lab.study import runner as study_mod
 
-    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: FakeRunner()))
+    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: FakeRunnerWithDecode()))
     common = ["study", "--limit", "12", "--device", "cpu", "--resamples", "99", "--out", str(tmp_path)]
     for k in (1, 2):
         assert cli.main([*common, "--shard", f"{k}/2"]) == 0

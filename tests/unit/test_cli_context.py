@@ -1,6 +1,6 @@
 """Every command that generates refuses prompt + --max-new-tokens past the model's context before any work.
 
-Regression (fault class: silent decode past the context window, issue 11 item 1):
+Regression (fault class: silent decode past the context window):
 ``lab entropy`` decoded 8,234 positions on a model with a context of 8,192 and
 wrote a normal-looking report. Each command here runs in-process on a tiny model
 whose context is 64 positions; the check must exit 2 with one line naming

@@ -1,8 +1,9 @@
 """``lab study --resume DIR`` resumes DIR itself, and overlapping studies lose nothing (fake runner, no weights).
 
 Fault classes guarded here: a resume that rebuilt its settings and work-directory
-name instead of reading the directory it was given (issue 18, fault 1), and two
-runs in one work directory where the first deleted it under the second (fault 2).
+name instead of reading the directory it was given, and two runs in one work
+directory where the first deleted it under the second. The tests that run a study in
+a subprocess are marked ``slow``.
 """
 
 from __future__ import annotations
@@ -19,19 +20,13 @@ from lab.reports import rows_from_csv
 from lab.study.config import StudyConfig
 from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
-from tests.integration.test_study_resume import FakeRunner, InterruptAfter, _config
-
-CLI_RESAMPLES = ["--resamples", "99"]
-
-
-def _use_runner(monkeypatch, runner):
-    from lab.study import runner as study_mod
-
-    monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: runner))
+from tests.study_fakes import (CLI_RESAMPLES, FAST_RESAMPLES, ROOT, FakeRunner, InterruptAfter, fake_config,
+                               start_blocked, subprocess_env, use_runner)
 
 
 def _interrupted(tmp_path, after=3, **kw):
-    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, **kw) if "prompts" in kw else _config(tmp_path)
+    cfg = (StudyConfig(device="cpu", out=str(tmp_path), n_resamples=FAST_RESAMPLES, **kw) if "prompts" in kw
+           else fake_config(tmp_path))
     first = FakeRunner(fail_after=after)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=first)
@@ -46,15 +41,17 @@ def _prompt_file(path: Path, lines: slice, edit: str = "") -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_resume_renamed_work_dir_continues_it_and_creates_no_other(tmp_path, monkeypatch):
-    """Fault 1: a copied or renamed work directory was ignored and every prompt rerun elsewhere."""
+    """Fault class (a resume that ignores DIR): a copied or renamed work directory was ignored and every
+    prompt rerun elsewhere."""
     from lab import cli
 
     plan, first = _interrupted(tmp_path / "out")
     mywork = tmp_path / "mywork"
     shutil.move(str(plan.work_dir), mywork)
     second = FakeRunner()
-    _use_runner(monkeypatch, second)
+    use_runner(monkeypatch, second)
     assert cli.main(["study", "--resume", str(mywork), *CLI_RESAMPLES]) == 0
     assert sorted(second.calls) == sorted(set(p.id for p in plan.prompts) - set(first.calls))
     assert not list((tmp_path / "out").glob(".study-work-*"))
@@ -62,8 +59,10 @@ def test_resume_renamed_work_dir_continues_it_and_creates_no_other(tmp_path, mon
     assert len(list(tmp_path.glob("*-study"))) == 1  # the report goes beside DIR
 
 
+@pytest.mark.slow
 def test_resume_from_another_cwd_runs_the_prompts_dir_was_started_with(tmp_path, monkeypatch):
-    """Fault 1: a relative --prompts was re-read from the new working directory (another prompt set)."""
+    """Fault class (a resume that ignores DIR): a relative --prompts was re-read from the new working
+    directory (another prompt set)."""
     from lab import cli
 
     a, b = tmp_path / "a", tmp_path / "b"
@@ -74,7 +73,7 @@ def test_resume_from_another_cwd_runs_the_prompts_dir_was_started_with(tmp_path,
     plan, first = _interrupted(a, after=2, prompts="p.jsonl")
     monkeypatch.chdir(b)
     second = FakeRunner()
-    _use_runner(monkeypatch, second)
+    use_runner(monkeypatch, second)
     assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 0
     (report,) = a.glob("*-study")
     ids = [r["id"] for r in rows_from_csv(report / "per_prompt.csv")]
@@ -83,7 +82,8 @@ def test_resume_from_another_cwd_runs_the_prompts_dir_was_started_with(tmp_path,
 
 
 def test_resume_old_dir_without_stored_prompts_and_other_file_refuses_naming_it(tmp_path, monkeypatch, capsys):
-    """Fault 1: without the stored prompt set, a prompt file whose content differs is refused, naming it."""
+    """Fault class (a resume that ignores DIR): without the stored prompt set, a prompt file whose content
+    differs is refused, naming it."""
     from lab import cli
 
     a, b = tmp_path / "a", tmp_path / "b"
@@ -94,7 +94,7 @@ def test_resume_old_dir_without_stored_prompts_and_other_file_refuses_naming_it(
     plan, _ = _interrupted(a, after=2, prompts="p.jsonl")
     (plan.work_dir / "prompts.json").unlink()  # a work directory from before the prompt set was stored
     monkeypatch.chdir(b)
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
     err = capsys.readouterr().err
     assert "--resume" in err and "'p.jsonl'" in err and "differ" in err and "--prompts" not in err
@@ -110,78 +110,41 @@ def test_resume_old_dir_without_stored_prompts_and_other_file_refuses_naming_it(
                                          (["--seed", "5"], "--seed"), (["--temperature", "0.5"], "--temperature"),
                                          (["--draft", "early-exit:6"], "--draft")])
 def test_resume_with_flag_dir_fixes_differently_is_refused_naming_it(tmp_path, monkeypatch, capsys, flags, named):
-    """Fault 1: flags that DIR fixes were silently ignored next to --resume."""
+    """Fault class (a resume that ignores DIR): flags that DIR fixes were silently ignored next to --resume."""
     from lab import cli
 
     plan, _ = _interrupted(tmp_path)
     runner = FakeRunner()
-    _use_runner(monkeypatch, runner)
+    use_runner(monkeypatch, runner)
     assert cli.main(["study", "--resume", str(plan.work_dir), *flags, *CLI_RESAMPLES]) == 2
     err = capsys.readouterr().err
     assert named in err and "--resume" in err and err.count("\n") == 1
     assert runner.calls == []
 
 
+@pytest.mark.slow
 def test_resume_with_flag_equal_to_dir_setting_runs(tmp_path, monkeypatch):
     from lab import cli
 
     plan, first = _interrupted(tmp_path)
     runner = FakeRunner()
-    _use_runner(monkeypatch, runner)
+    use_runner(monkeypatch, runner)
     argv = ["study", "--resume", str(plan.work_dir), "--limit", str(len(plan.prompts)), "--seed", "0",
             "--gamma", str(plan.settings["gamma"]), *CLI_RESAMPLES]
     assert cli.main(argv) == 0
     assert sorted(runner.calls) == sorted(set(p.id for p in plan.prompts) - set(first.calls))
 
 
-_BLOCKED_STUDY = """
-import pathlib, sys, time
-from lab import cli
-from lab.study import runner as study
-from tests.integration.test_study_resume import FakeRunner
-
-started, release = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-
-class Blocked(FakeRunner):
-    def __call__(self, prompt):
-        if len(self.calls) == 2:  # two prompts finished: say so, then wait to be released
-            started.touch()
-            while not release.exists():
-                time.sleep(0.01)
-        return super().__call__(prompt)
-
-study.ModelRunner.load = classmethod(lambda cls, cfg: Blocked())
-sys.exit(cli.main(sys.argv[3:]))
-"""
-
-
-def _start_blocked(tmp_path, argv):
-    import os
-    import subprocess
-    import sys
-    import time
-
-    started, release = tmp_path / "started", tmp_path / "release"
-    root = Path(__file__).parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
-    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_STUDY, str(started), str(release), *argv], cwd=root,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not started.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the blocked study never started"
-        time.sleep(0.05)
-    return proc, release
-
-
+@pytest.mark.slow
 def test_two_identical_studies_at_once_second_refused_in_one_line_first_finishes(tmp_path, monkeypatch, capsys):
-    """Fault 2: the first study deleted the shared work directory and the second died (FileNotFoundError)."""
+    """Fault class (two runs in one work directory): the first study deleted the shared work directory and
+    the second died (FileNotFoundError)."""
     from lab import cli
 
     argv = ["study", "--limit", "8", "--out", str(tmp_path / "out"), "--device", "cpu", *CLI_RESAMPLES]
-    first, release = _start_blocked(tmp_path, argv)
+    first, release = start_blocked(tmp_path, argv)
     second = FakeRunner()
-    _use_runner(monkeypatch, second)
+    use_runner(monkeypatch, second)
     try:
         rc = cli.main(argv)
     finally:
@@ -195,14 +158,15 @@ def test_two_identical_studies_at_once_second_refused_in_one_line_first_finishes
     assert not list((tmp_path / "out").glob(".study-work-*"))
 
 
+@pytest.mark.slow
 def test_shards_run_at_once_in_one_work_dir_but_not_beside_a_whole_run(tmp_path, monkeypatch, capsys):
     """Shards share a work directory on purpose: they may overlap; a second copy of a shard, or an unsharded
     run (which would delete the directory when done), is refused while a shard runs."""
     from lab import cli
 
     common = ["study", "--limit", "12", "--out", str(tmp_path / "out"), "--device", "cpu", *CLI_RESAMPLES]
-    first, release = _start_blocked(tmp_path, [*common, "--shard", "1/2"])
-    _use_runner(monkeypatch, FakeRunner())
+    first, release = start_blocked(tmp_path, [*common, "--shard", "1/2"])
+    use_runner(monkeypatch, FakeRunner())
     try:
         rc_other_shard = cli.main([*common, "--shard", "2/2"])
         rc_same_shard = cli.main([*common, "--shard", "1/2"])
@@ -234,7 +198,8 @@ def _block_reports_root(monkeypatch, blocked: Path):
 
 
 def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp_path, monkeypatch, capsys):
-    """Fault 6: a PermissionError while writing the report ended in a traceback after all the work."""
+    """Fault class (an unwritable reports root): a PermissionError while writing the report ended in a
+    traceback after all the work."""
     import tempfile
 
     from lab import cli
@@ -243,7 +208,7 @@ def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     _block_reports_root(monkeypatch, out)
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     assert cli.main(["study", "--limit", "4", "--out", str(out), "--device", "cpu", *CLI_RESAMPLES]) == 0
     captured = capsys.readouterr()
     (report,) = (tmp / "lab-reports").glob("*-study")
@@ -254,9 +219,10 @@ def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp
     assert not list(out.glob(".study-work-*"))  # the report exists, so the work directory went as usual
 
 
+@pytest.mark.slow
 def test_report_write_failing_midway_exits_1_naming_path_and_keeps_work_dir(tmp_path, monkeypatch, capsys):
-    """Fault 6: a write error mid-report (disk full) lost the run; now the finished prompts stay, with the
-    command to write the report from them."""
+    """Fault class (a report write failing midway): a write error mid-report (disk full) lost the run; now
+    the finished prompts stay, with the command to write the report from them."""
     import errno
 
     from lab import cli
@@ -266,7 +232,7 @@ def test_report_write_failing_midway_exits_1_naming_path_and_keeps_work_dir(tmp_
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path / name))
 
     monkeypatch.setattr(ReportDir, "write_json", full)
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     out = tmp_path / "out"
     assert cli.main(["study", "--limit", "4", "--out", str(out), "--device", "cpu", *CLI_RESAMPLES]) == 1
     err = capsys.readouterr().err
@@ -279,6 +245,7 @@ def test_report_write_failing_midway_exits_1_naming_path_and_keeps_work_dir(tmp_
 
 @pytest.mark.parametrize("field,value", [("alpha", 7), ("context_health", -3.0), ("n_accepted", 10**6),
                                          ("mean_entropy_bits", float("inf")), ("sink_rate_pos0", 1.5)])
+@pytest.mark.slow
 def test_work_file_with_out_of_range_value_is_redone_not_reported(tmp_path, field, value):
     """Poor case (work files trusted as they are): a per-prompt JSON edited to alpha = 7 went into the report."""
     plan, first = _interrupted(tmp_path)
@@ -290,8 +257,8 @@ def test_work_file_with_out_of_range_value_is_redone_not_reported(tmp_path, fiel
     rerun = FakeRunner()
     result = run_study(plan, runner=rerun)
     assert victim.id in rerun.calls and not set(rerun.calls) & (set(first.calls) - {victim.id})
-    row = next(r for r in result.per_prompt if r["id"] == victim.id)
-    assert row[field] != value
+    row = next(r for r in result.per_prompt if r.id == victim.id)
+    assert row.as_columns()[field] != value
 
 
 def test_work_file_token_out_of_range_is_redone(tmp_path):
@@ -305,11 +272,12 @@ def test_work_file_token_out_of_range_is_redone(tmp_path):
     assert first.calls[0] in rerun.calls
 
 
+@pytest.mark.slow
 def test_merge_of_half_the_prompts_says_incomplete_on_the_report_first_line(tmp_path, monkeypatch):
     """Poor case: a merge missing half the prompts exited 0 with a warning only."""
     from lab import cli
 
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     common = ["study", "--limit", "12", "--device", "cpu", *CLI_RESAMPLES, "--out", str(tmp_path)]
     assert cli.main([*common, "--shard", "1/2"]) == 0
     (work,) = tmp_path.glob(".study-work-*")
@@ -323,7 +291,7 @@ _TERMINATED_WHILE_REPORTING = """
 import pathlib, sys, time
 from lab import cli, reports
 from lab.study import runner as study
-from tests.integration.test_study_resume import FakeRunner
+from tests.study_fakes import FakeRunner
 
 started = pathlib.Path(sys.argv[1])
 
@@ -337,19 +305,17 @@ sys.exit(cli.main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_report_is_written_leaves_no_partial_dir_and_keeps_the_work(tmp_path):
     """Poor case (interrupts): SIGTERM while a report was written left .partial-* directories."""
-    import os
     import signal
     import subprocess
     import sys
     import time
 
     started, out = tmp_path / "started", tmp_path / "out"
-    root = Path(__file__).parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
     proc = subprocess.Popen([sys.executable, "-c", _TERMINATED_WHILE_REPORTING, str(started), "study", "--limit", "4",
-                             "--out", str(out), "--device", "cpu", *CLI_RESAMPLES], cwd=root, env=env,
+                             "--out", str(out), "--device", "cpu", *CLI_RESAMPLES], cwd=ROOT, env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not started.exists():
@@ -373,7 +339,7 @@ def test_ctrl_c_during_a_study_says_what_is_kept_and_how_to_resume(tmp_path, mon
                 raise KeyboardInterrupt
             return super().__call__(prompt)
 
-    _use_runner(monkeypatch, CtrlC())
+    use_runner(monkeypatch, CtrlC())
     assert cli.main(["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", *CLI_RESAMPLES]) == 130
     (work,) = tmp_path.glob(".study-work-*")
     err = capsys.readouterr().err
@@ -392,7 +358,7 @@ def test_resume_after_the_health_choice_changed_is_refused_naming_it(tmp_path, m
     other = next(n for n in ("local_entropy", "content_entropy") if n != choice.load_chosen())
     choice.write_chosen(other, decided_by="test", model="tiny", chosen_at=None)
     runner = FakeRunner()
-    _use_runner(monkeypatch, runner)
+    use_runner(monkeypatch, runner)
     assert cli.main(["study", "--resume", str(plan.work_dir), *CLI_RESAMPLES]) == 2
     err = capsys.readouterr().err
     assert "health_measure" in err and "--resume" in err and runner.calls == []

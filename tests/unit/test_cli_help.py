@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a fresh interpreter per check: seconds each on a busy machine
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers")
 # A fresh interpreter importing the parser takes well under a second; this bounds a hung child.

@@ -10,57 +10,21 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from lab.models.source import ModelSource, register_source
 from lab.prompts import load_prompts
-from lab.study.config import PER_PROMPT_FIELDS, PromptOutcome, StudyConfig, prompt_seed
+from lab.study.config import StudyConfig
+from lab.study.outcome import PIPELINE_COLUMNS, REQUIRED_COLUMNS
 from lab.study.work import OUTCOMES_DIR, config_from_work_dir, discard_work, plan_study, work_file, work_file_name
 from lab.study.run import run_study
 from tests import support
-
-FAST_RESAMPLES = 99  # the bookkeeping is under test here, not the CI's precision
-LIMIT = 12
-
-
-class InterruptAfter(Exception):
-    """Raised by the fake runner to simulate Ctrl-C after k prompts."""
-
-
-class FakeRunner:
-    """Deterministic per-prompt numbers derived from the prompt's seed; records calls."""
-
-    def __init__(self, fail_after: int | None = None):
-        self.calls: list[str] = []
-        self.fail_after = fail_after
-        self.info = {"model": {"model": "fake"}, "draft": "fake-draft"}
-
-    def __call__(self, prompt):
-        if self.fail_after is not None and len(self.calls) >= self.fail_after:
-            raise InterruptAfter(prompt.id)
-        self.calls.append(prompt.id)
-        u = (prompt_seed(0, prompt.id) % 1000) / 1000.0
-        health = 10 * u - (3 if prompt.variant == "poisoned" else 0)
-        tokens = [{"round": i // 4, "index": i % 4, "draft_entropy_bits": (i * 0.37 + u) % 5,
-                   "draft_normalized_entropy": ((i * 0.37 + u) % 5) / 15.6, "accepted": (i + int(10 * u)) % 3 == 0,
-                   "tested": True} for i in range(12)]
-        row = {"n_prompt_tokens": 20, "context_health": health, "sink_rate_pos0": 0.8,
-               "sink_rate_content_mean": 0.01, "position0_share": 0.5, "n_content_sinks": 0,
-               "mean_entropy_bits": 3 - 0.2 * health + u, "max_entropy_bits": 6.0, "var_entropy_bits": 1.0,
-               "mean_varentropy_bits2": 2.0, "n_new_tokens": 8, "alpha": u, "tau": 1.5, "n_drafted": 12,
-               "n_drafted_tested": 12, "n_accepted": 4, "n_rounds": 3, "prefill_s": 0.0, "decode_s": 0.0,
-               "speculative_s": 0.0, "text": "fake"}
-        return PromptOutcome(row=row, tokens=tokens)
-
-
-def _config(tmp_path: Path, **kw) -> StudyConfig:
-    kw.setdefault("n_resamples", FAST_RESAMPLES)
-    return StudyConfig(device="cpu", out=str(tmp_path), limit=LIMIT, **kw)
+from tests.study_fakes import FAST_RESAMPLES, FakeRunner, InterruptAfter, fake_config, untimed
 
 
 def test_run_study_interrupted_after_k_rerun_runs_only_the_rest(tmp_path):
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     first = FakeRunner(fail_after=5)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=first)
@@ -72,24 +36,24 @@ def test_run_study_interrupted_after_k_rerun_runs_only_the_rest(tmp_path):
     all_ids = [p.id for p in plan.prompts]
     assert sorted(second.calls) == sorted(set(all_ids) - set(first.calls))
     assert result.n_resumed == 5
-    assert [r["id"] for r in result.per_prompt] == all_ids
+    assert [r.id for r in result.per_prompt] == all_ids
 
 
 def test_run_study_resumed_equals_uninterrupted(tmp_path):
-    a = run_study(_config(tmp_path / "a"), runner=FakeRunner())
-    cfg_b = _config(tmp_path / "b")
+    a = run_study(fake_config(tmp_path / "a"), runner=FakeRunner())
+    cfg_b = fake_config(tmp_path / "b")
     with pytest.raises(InterruptAfter):
         run_study(cfg_b, runner=FakeRunner(fail_after=7))
     b = run_study(cfg_b, runner=FakeRunner())
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
-    assert strip(a.per_prompt) == strip(b.per_prompt)
+    assert untimed(a.per_prompt, drop=["wall_s"]) == untimed(b.per_prompt, drop=["wall_s"])
     assert a.per_token == b.per_token
     assert a.analysis.verdicts() == b.analysis.verdicts()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "other-settings", "missing-field"])
 def test_run_study_unusable_work_file_is_redone(tmp_path, damage):
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=FakeRunner(fail_after=4))
     plan = plan_study(cfg)
@@ -115,7 +79,7 @@ def test_run_study_unusable_work_file_is_redone(tmp_path, damage):
 
 
 def test_run_study_leftover_temp_file_is_ignored(tmp_path):
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     plan = plan_study(cfg)
     plan.work_dir.mkdir(parents=True)
     (plan.work_dir / OUTCOMES_DIR).mkdir()
@@ -127,7 +91,7 @@ def test_run_study_leftover_temp_file_is_ignored(tmp_path):
 
 
 def test_run_study_all_finished_builds_no_runner(tmp_path):
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     run_study(cfg, runner=FakeRunner())
 
     def factory(_cfg):
@@ -139,14 +103,14 @@ def test_run_study_all_finished_builds_no_runner(tmp_path):
 
 
 def test_settings_key_changes_with_any_result_setting(tmp_path):
-    base = plan_study(_config(tmp_path)).key
+    base = plan_study(fake_config(tmp_path)).key
     for change in ({"seed": 1}, {"gamma": 3}, {"max_new_tokens": 7}, {"temperature": 0.7}, {"draft": "early-exit:6"}):
-        assert plan_study(_config(tmp_path, **change)).key != base, change
-    assert plan_study(_config(tmp_path, n_resamples=FAST_RESAMPLES + 2)).key == base
+        assert plan_study(fake_config(tmp_path, **change)).key != base, change
+    assert plan_study(fake_config(tmp_path, n_resamples=FAST_RESAMPLES + 2)).key == base
 
 
 def test_config_from_work_dir_roundtrip_continues_same_study(tmp_path):
-    cfg = _config(tmp_path, seed=3, gamma=2)
+    cfg = fake_config(tmp_path, seed=3, gamma=2)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=FakeRunner(fail_after=3))
     work = plan_study(cfg).work_dir
@@ -172,12 +136,13 @@ def test_study_config_model_without_draft_raises():
         StudyConfig(model="some/model").draft_spec()
 
 
+@pytest.mark.slow
 def test_write_report_files_and_consistency(tmp_path):
     from lab.render.study_summary import FIGURES
     from lab.render.study import write_report
     from lab.reports import read_json, rows_from_csv
 
-    cfg = _config(tmp_path)
+    cfg = fake_config(tmp_path)
     result = run_study(cfg, runner=FakeRunner())
     path = write_report(result)
     discard_work(result.plan)
@@ -188,7 +153,7 @@ def test_write_report_files_and_consistency(tmp_path):
         assert (path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     study = read_json(path / "study.json")
     rows = rows_from_csv(path / "per_prompt.csv")
-    assert [r["id"] for r in rows] == [r["id"] for r in result.per_prompt]
+    assert [r["id"] for r in rows] == [r.id for r in result.per_prompt]
     assert len(rows_from_csv(path / "per_token.csv")) == len(result.per_token)
     summary = (path / "summary.md").read_text()
     for name, verdict in study["verdicts"].items():
@@ -210,6 +175,7 @@ def test_cli_study_bad_prompt_file_exits_2_before_model_work(tmp_path, capsys, m
     assert not any(tmp_path.glob("*-study"))
 
 
+@pytest.mark.slow
 def test_cli_study_fake_runner_writes_report(tmp_path, capsys, monkeypatch):
     from lab import cli
     from lab.study import runner as study_mod
@@ -235,7 +201,7 @@ def test_model_runner_qwen25_profile_with_tiny_models(monkeypatch):
     def fake_load(name, **kwargs):
         loaded.append(name)
         model = support.tiny_qwen2(vocab_size=len(tok), seed=len(loaded))
-        model.lab_source = {"model": name, "device": "cpu", "dtype": "float32"}
+        register_source(model, ModelSource(model=name, device="cpu", dtype="float32"))
         return model, tok
 
     monkeypatch.setattr(models, "load_model", fake_load)
@@ -244,15 +210,23 @@ def test_model_runner_qwen25_profile_with_tiny_models(monkeypatch):
     assert loaded == ["qwen2.5", models.PROFILES["qwen2.5"].draft]
     prompt = next(p for p in load_prompts() if p.id == "factual-06")
     outcome = runner(prompt)
-    assert set(PER_PROMPT_FIELDS) - {"id", "category", "variant", "twin_of", "wall_s"} <= set(outcome.row)
-    # no profile in the fake's lab_source, so no length reference: the health reads NaN, never a silent
-    # unreferenced value; the candidates that need no reference are measured
-    assert math.isnan(outcome.row["context_health"]) or 0.0 <= outcome.row["context_health"] <= 10.0
-    assert 0.0 <= outcome.row["health_local_entropy"] <= 10.0 and outcome.row["n_content_tokens"] >= 1
-    assert outcome.row["n_drafted"] == len(outcome.tokens)
-    assert all(math.isfinite(t["draft_entropy_bits"]) for t in outcome.tokens)
+    columns = outcome.row.as_columns()
+    assert all(columns[k] is not None for k in REQUIRED_COLUMNS if k not in PIPELINE_COLUMNS)
+    # no profile in the fake's model source, so no length reference: a measure read for its length gives
+    # NaN, never a silent unreferenced value; the candidates that need no reference are measured
+    from lab.health.choice import load_chosen
+    from lab.health.measures import FOR_LENGTH
+
+    if load_chosen().endswith(FOR_LENGTH):
+        assert math.isnan(outcome.row.context_health)
+    else:  # a chosen measure without a length reference (a user's own `lab calibrate-health --save`)
+        assert 0.0 <= outcome.row.context_health <= 10.0
+    assert 0.0 <= outcome.row.health_local_entropy <= 10.0 and outcome.row.n_content_tokens >= 1
+    assert outcome.row.n_drafted == len(outcome.tokens)
+    assert all(math.isfinite(t.draft_entropy_bits) for t in outcome.tokens)
 
 
+@pytest.mark.slow
 def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, capsys, monkeypatch):
     from lab import cli
     from lab.study import runner as study_mod
@@ -278,7 +252,7 @@ def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, caps
 
 def test_run_study_runner_that_fails_to_load_leaves_no_work_dir(tmp_path):
     """Regression (bad input): a draft rejected at load time left a .study-work-* directory."""
-    plan = plan_study(_config(tmp_path))
+    plan = plan_study(fake_config(tmp_path))
 
     def failing_factory(config):
         raise ValueError("draft='early-exit:99': N must be in [1, 29]")

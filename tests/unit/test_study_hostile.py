@@ -5,7 +5,8 @@ Fault classes guarded here: prompt ids used as file names as they were (an id
 in ``OSError: File name too long``), an unwritable ``--out`` that ended in a
 ``PermissionError`` traceback instead of the reports-root fallback, a merge that
 reported shards still running as an INCOMPLETE study with exit 0, and a prompt too
-long for the target refused without naming it.
+long for the target refused without naming it. The test that runs a study in a
+subprocess is marked ``slow``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from lab.prompts import default_prompts_path
 from lab.study.config import WORK_FORMAT
 from lab.study.run import run_study
 from lab.study.work import OUTCOMES_DIR, plan_study, work_file, work_file_name
-from tests.integration.test_study_resume import FakeRunner, InterruptAfter
-from tests.integration.test_study_resume_dir import CLI_RESAMPLES, _start_blocked, _use_runner
+from tests.study_fakes import CLI_RESAMPLES, FAST_RESAMPLES, FakeRunner, InterruptAfter, start_blocked, use_runner
 
 LONG_ID = "x" * 300  # past NAME_MAX (255 bytes) as a file name
 # Ids a careless or hostile prompt file may hold: the work directory's own file names, a
@@ -51,6 +51,7 @@ def test_work_file_name_any_id_safe_bounded_and_distinct():
     assert work_file_name("math-03").startswith("math-03-")  # readable where the id allows
 
 
+@pytest.mark.slow
 def test_run_study_ids_named_like_its_own_files_keep_the_directory_resumable(tmp_path, monkeypatch, capsys):
     """Data loss: prompts ``settings`` and ``prompts`` overwrote settings.json and prompts.json, and --resume
     then failed (settings.json is unreadable)."""
@@ -60,12 +61,12 @@ def test_run_study_ids_named_like_its_own_files_keep_the_directory_resumable(tmp
     _prompt_file(tmp_path / "p.jsonl", ["settings", "prompts", "runner", "math-x", "code-x", "fact-x"])
     argv = ["study", "--prompts", "p.jsonl", "--device", "cpu", "--out", str(tmp_path / "out"), *CLI_RESAMPLES]
     first = FakeRunner(fail_after=4)
-    _use_runner(monkeypatch, first)
+    use_runner(monkeypatch, first)
     assert cli.main(argv) == 1  # an error the lab did not foresee: one line, exit 1, the work kept
     (work,) = (tmp_path / "out").glob(".study-work-*")
     assert json.loads((work / "settings.json").read_text())["format"] == WORK_FORMAT
     second = FakeRunner()
-    _use_runner(monkeypatch, second)
+    use_runner(monkeypatch, second)
     assert cli.main(["study", "--resume", str(work), *CLI_RESAMPLES]) == 0, capsys.readouterr().err
     assert sorted(first.calls + second.calls) == sorted(["settings", "prompts", "runner", "math-x", "code-x", "fact-x"])
     assert len(second.calls) == 2
@@ -73,7 +74,7 @@ def test_run_study_ids_named_like_its_own_files_keep_the_directory_resumable(tmp
 
 def test_run_study_300_character_prompt_id_runs_and_resumes(tmp_path):
     """OSError: File name too long, with a work directory left behind, for a 300-character id."""
-    cfg_kw = dict(device="cpu", out=str(tmp_path / "out"), n_resamples=99,
+    cfg_kw = dict(device="cpu", out=str(tmp_path / "out"), n_resamples=FAST_RESAMPLES,
                   prompts=str(_prompt_file(tmp_path / "p.jsonl", [LONG_ID, "b", "c", "d"])))
     from lab.study.config import StudyConfig
 
@@ -85,7 +86,7 @@ def test_run_study_300_character_prompt_id_runs_and_resumes(tmp_path):
     rerun = FakeRunner()
     result = run_study(cfg, runner=rerun)
     assert rerun.calls == ["b", "c", "d"] and result.missing == []
-    assert [r["id"] for r in result.per_prompt] == [LONG_ID, "b", "c", "d"]
+    assert [r.id for r in result.per_prompt] == [LONG_ID, "b", "c", "d"]
 
 
 def test_resume_work_dir_of_an_older_format_refused_in_one_line(tmp_path, monkeypatch, capsys):
@@ -94,14 +95,14 @@ def test_resume_work_dir_of_an_older_format_refused_in_one_line(tmp_path, monkey
 
     from lab.study.config import StudyConfig
 
-    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, limit=4)
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=FAST_RESAMPLES, limit=4)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=FakeRunner(fail_after=2))
     plan = plan_study(cfg)
     settings = json.loads((plan.work_dir / "settings.json").read_text())
     (plan.work_dir / "settings.json").write_text(json.dumps({**settings, "format": 3}))
     runner = FakeRunner()
-    _use_runner(monkeypatch, runner)
+    use_runner(monkeypatch, runner)
     for argv in (["--resume", str(plan.work_dir)], ["--merge", str(plan.work_dir)]):
         assert cli.main(["study", *argv, *CLI_RESAMPLES]) == 2
         err = capsys.readouterr().err
@@ -112,7 +113,7 @@ def test_resume_work_dir_of_an_older_format_refused_in_one_line(tmp_path, monkey
 def test_outcomes_live_apart_from_the_directory_files(tmp_path):
     from lab.study.config import StudyConfig
 
-    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=99, limit=4)
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=FAST_RESAMPLES, limit=4)
     with pytest.raises(InterruptAfter):
         run_study(cfg, runner=FakeRunner(fail_after=2))
     plan = plan_study(cfg)
@@ -136,6 +137,7 @@ def _refusing_mkdir(monkeypatch, root: Path) -> None:
     monkeypatch.setattr(os, "mkdir", mkdir)
 
 
+@pytest.mark.slow
 def test_study_out_that_refuses_folders_falls_back_like_other_commands(tmp_path, monkeypatch, capsys):
     """PermissionError traceback (the lock folder) for an --out that passes the access check and refuses mkdir."""
     import lab.reports
@@ -145,14 +147,15 @@ def test_study_out_that_refuses_folders_falls_back_like_other_commands(tmp_path,
     refusing.mkdir()
     monkeypatch.setattr(lab.reports, "fallback_root", lambda: fallback)
     _refusing_mkdir(monkeypatch, refusing)
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     assert cli.main(["study", "--limit", "4", "--device", "cpu", "--out", str(refusing), *CLI_RESAMPLES]) == 0
     assert "instead" in capsys.readouterr().err
     assert list(refusing.iterdir()) == [] and len(list(fallback.glob("*-study"))) == 1
 
 
+@pytest.mark.slow
 def test_study_out_sys_kernel_as_root_falls_back(tmp_path, monkeypatch, capsys):
-    """The issue's case itself, where it can be tried: root, and a /sys/kernel that refuses folders."""
+    """`--out /sys/kernel` as root, where it can be tried: a /sys/kernel that refuses folders falls back."""
     import os
 
     import lab.reports
@@ -161,17 +164,18 @@ def test_study_out_sys_kernel_as_root_falls_back(tmp_path, monkeypatch, capsys):
     if not (hasattr(os, "geteuid") and os.geteuid() == 0 and Path("/sys/kernel").is_dir()):
         pytest.skip("needs root and /sys/kernel (as another user, --out /sys/kernel is refused as not writable)")
     monkeypatch.setattr(lab.reports, "fallback_root", lambda: tmp_path / "fallback")
-    _use_runner(monkeypatch, FakeRunner())
+    use_runner(monkeypatch, FakeRunner())
     assert cli.main(["study", "--limit", "4", "--device", "cpu", "--out", "/sys/kernel", *CLI_RESAMPLES]) == 0
     assert len(list((tmp_path / "fallback").glob("*-study"))) == 1
 
 
+@pytest.mark.slow
 def test_merge_while_a_shard_runs_refused_naming_it(tmp_path, monkeypatch, capsys):
     """--merge while shards still ran exited 0 with a report marked INCOMPLETE (their prompts left out)."""
     from lab import cli
 
     out = tmp_path / "out"
-    shard, release = _start_blocked(tmp_path, ["study", "--limit", "8", "--shard", "1/2", "--out", str(out),
+    shard, release = start_blocked(tmp_path, ["study", "--limit", "8", "--shard", "1/2", "--out", str(out),
                                                "--device", "cpu", *CLI_RESAMPLES])
     try:
         (work,) = out.glob(".study-work-*")
@@ -206,7 +210,7 @@ def test_prompt_too_long_for_the_context_refused_naming_its_id(tmp_path, monkeyp
                         lambda tok, messages: torch.zeros(1, sum(len(m["content"].split()) for m in messages)))
     fake = types.SimpleNamespace(target=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=2048)),
                                  tokenizer=None, info={})
-    _use_runner(monkeypatch, fake)
+    use_runner(monkeypatch, fake)
     plan = plan_study(StudyConfig(device="cpu", out=str(tmp_path), prompts=str(path)))
     with pytest.raises(ValueError, match=r"^prompt 'huge-one': --max-new-tokens=") as err:
         checked_runner_factory(plan)(plan.config)

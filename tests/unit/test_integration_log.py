@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test runs a whole pytest session in a subprocess (10-20 s)
+
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_INTEGRATION = '''

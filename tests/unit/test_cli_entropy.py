@@ -18,16 +18,6 @@ from tests import support
 
 
 @pytest.fixture
-def no_model_loading(monkeypatch):
-    """Fail the test if anything tries to load or prepare a model."""
-    def refuse(*a, **k):
-        raise AssertionError("the model was loaded before the arguments were validated")
-
-    monkeypatch.setattr(lab.models.loading, "load_model", refuse)
-    monkeypatch.setattr(lab.models.loading, "_materialize_gguf", refuse)
-
-
-@pytest.fixture
 def tiny_backend(monkeypatch):
     """Route model loading to a tiny Llama with a ChatML tokenizer (no weights, no download)."""
     tok = support.chatml_tokenizer()

@@ -1,6 +1,7 @@
 """Where calibrations are written and read, and the thresholds they may hold.
 
-Fault class (fault 8): ``lab calibrate-sinks`` wrote into the installed package whatever ``--out``
+Fault class (calibration written into the installed package): ``lab calibrate-sinks`` wrote into the
+installed package whatever ``--out``
 said, not atomically, before the report; an unwritable package ended the run in a traceback with
 no report, and the loader could not be pointed at another file. Now the files go to the user's
 calibration folder (``$LAB_CALIBRATION_DIR``; the root conftest points it at a tmp folder), each
@@ -21,6 +22,7 @@ import pytest
 from lab import cli
 from lab.health import choice as health_choice
 from lab.health import references as health_references
+from lab.models.source import ModelSource, register_source
 from lab.sinks import profiles
 
 STATISTIC = profiles.load_choice().statistic  # the packaged choice: sink_rate
@@ -28,7 +30,7 @@ STATISTIC = profiles.load_choice().statistic  # the packaged choice: sink_rate
 
 class _Model:
     def __init__(self, profile):
-        self.lab_source = {"model": profile, "profile": profile}
+        register_source(self, ModelSource(model=profile, profile=profile, device="cpu", dtype="float32"))
 
 
 def _tiny(monkeypatch, profile="smollm2"):
@@ -37,7 +39,7 @@ def _tiny(monkeypatch, profile="smollm2"):
 
     tok = support.chatml_tokenizer()
     model = support.tiny_llama(vocab_size=len(tok))
-    model.lab_source = {"model": profile or "tiny", "profile": profile, "device": "cpu", "dtype": "float32"}
+    register_source(model, ModelSource(model=profile or "tiny", profile=profile, device="cpu", dtype="float32"))
     monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **k: (model, tok))
     monkeypatch.setattr(lab.models.loading, "check_model_available", lambda name: None)
     return model
@@ -112,6 +114,7 @@ def test_cli_sinks_bad_calibration_file_exits_2_before_loading(tmp_path, capsys,
     assert rc == 2 and "bad.json" in err and "-5" in err, err
 
 
+@pytest.mark.slow
 def test_cli_sinks_calibration_file_is_used_and_named_in_the_report(tmp_path, capsys, monkeypatch):
     _tiny(monkeypatch)
     given = tmp_path / "mine.json"
@@ -127,6 +130,7 @@ def test_cli_sinks_calibration_file_is_used_and_named_in_the_report(tmp_path, ca
     assert str(given) in (report / "summary.md").read_text()
 
 
+@pytest.mark.slow  # a whole calibrate-sinks run on a tiny model
 def test_cli_calibrate_sinks_unwritable_user_dir_keeps_report_and_package_exits_1(tmp_path, capsys, monkeypatch):
     """The save comes after the report: a folder that refuses it leaves the report whole and the package
     untouched, and the run ends in one line naming both (exit 1), not a traceback with no report."""
@@ -146,6 +150,7 @@ def test_cli_calibrate_sinks_unwritable_user_dir_keeps_report_and_package_exits_
     assert {p.name: p.read_bytes() for p in profiles.calibration_dir().glob("*.json")} == packaged
 
 
+@pytest.mark.slow  # a whole calibrate-health run on a tiny model
 def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_path, monkeypatch, capsys):
     _tiny(monkeypatch, profile=None)
     before = health_choice.packaged_path().read_bytes()

@@ -1,0 +1,159 @@
+"""``lab bench-tracker``: how much the entropy tracker slows decoding down.
+
+The same decode loop (:func:`lab.tracker.loop.run_decode` on the decode core
+:func:`lab.decode.generate`: prefill, then one-token decodes with a KV cache) runs with the
+tracker off and on, on the same prompt, for exactly ``max_new_tokens`` tokens (EOS ignored, so
+both do the same work). After one warm-up run of each, ``repeats`` pairs run in alternating order
+(off-on, on-off, ...) so that drift in machine load hits both arms alike (:func:`time_arms`).
+:class:`TrackerBenchReport` derives min / median / max wall time per arm, the overhead of the
+medians and of the minima (the minimum is the least noise-inflated estimate on a shared machine),
+the median of the per-pair ratios, and, separately, the tracker's statistics alone timed on a
+logits row of the model's vocabulary size (:func:`time_statistics`: no model, so no noise from
+the forward pass). Both arms must produce the same tokens; the report says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from lab.machine import LoadLog
+from lab.tracker.loop import run_decode
+from lab.tracker.results import DecodeSettings
+from lab.tracker.stats import StepRecorder
+
+STATISTICS_WARMUP = 10  # untimed calls before the statistics are timed (first-call allocations)
+
+
+def time_statistics(vocab_size: int, device: Any, top_alternatives: int, do_sample: bool, iterations: int) -> float:
+    """Seconds per step of the tracker's statistics alone, on a random logits row ``[1, V]``.
+
+    Args:
+        vocab_size: V, the model's vocabulary size.
+        device: Where the row lives (the model's device).
+        top_alternatives / do_sample: As the tracker records them (:class:`DecodeSettings`).
+        iterations: Timed calls (>= 1).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    logits = (3.0 * torch.randn(1, vocab_size, generator=gen)).to(device)  # [1, V], realistic spread
+    chosen = logits.argmax(dim=-1, keepdim=True)
+    recorder = StepRecorder(top_alternatives, do_sample)
+    for _ in range(STATISTICS_WARMUP):
+        recorder.record(logits, logits, chosen)
+    recorder = StepRecorder(top_alternatives, do_sample)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        recorder.record(logits, logits, chosen)
+    recorder.finish()  # includes the one device -> host copy
+    return (time.perf_counter() - start) / iterations
+
+
+@dataclass(frozen=True)
+class ArmTimes:
+    """Wall times of the two arms, seconds, pair by pair; ``identical``: every run emitted the same tokens."""
+
+    off: list[float]
+    on: list[float]
+    identical: bool
+
+
+def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, repeats: int, load_log: LoadLog,
+              progress: Callable[[str], None] = lambda msg: None) -> ArmTimes:
+    """Warm up both arms, then time ``repeats`` alternating pairs (off-on, on-off, ...).
+
+    Args:
+        model: The model.
+        input_ids: int64 ``[1, S]`` prompt ids.
+        settings: The decode settings (EOS ignored: every run decodes ``max_new_tokens``).
+        repeats: Timed pairs (>= 1).
+        load_log: Sampled around every timed run.
+        progress: Called with a short description before each timed run.
+    """
+    def one(record: bool):
+        return run_decode(model, input_ids, settings, eos_ids=set(), record=record, seed=0)
+
+    one(False), one(True)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    outputs: list[list[int]] = []
+    for r in range(repeats):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        for record in order:
+            arm = "on" if record else "off"
+            progress(f"pair {r + 1}/{repeats}, tracker {arm}")
+            with load_log.around(f"tracker {arm}"):
+                run_result = one(record)
+            times[arm].append(run_result.elapsed_s)
+            outputs.append(run_result.new_token_ids)
+    return ArmTimes(off=times["off"], on=times["on"], identical=all(o == outputs[0] for o in outputs))
+
+
+def _spread(times: list[float]) -> dict[str, float]:
+    return {"min": min(times), "median": statistics.median(times), "max": max(times)}
+
+
+def _pct(on: float, off: float) -> float:
+    return (on - off) / off * 100.0
+
+
+@dataclass(frozen=True)
+class TrackerBenchReport:
+    """``lab bench-tracker``'s ``report.json``: the set-up, every raw time and the overheads derived.
+
+    Attributes:
+        prompt: The prompt's text.
+        settings: The decode settings.
+        repeats: Timed pairs.
+        prompt_tokens / vocab_size: The prompt's length with the chat template, and V.
+        model: The model's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
+        environment: :func:`lab.reports.environment`.
+        arms: The timed arms (:func:`time_arms`).
+        statistics_s: Seconds per step of the statistics alone (:func:`time_statistics`).
+        torch_threads: Torch's intra-op threads.
+        machine_load: The load log's summary.
+    """
+
+    prompt: str
+    settings: DecodeSettings
+    repeats: int
+    prompt_tokens: int
+    vocab_size: int
+    model: dict[str, Any]
+    environment: dict[str, Any]
+    arms: ArmTimes
+    statistics_s: float
+    torch_threads: int
+    machine_load: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report with its derived figures, its keys in the file's order (percentages, ms, us)."""
+        n_tokens = self.settings.max_new_tokens
+        off, on = _spread(self.arms.off), _spread(self.arms.on)
+        ratios = [b / a for a, b in zip(self.arms.off, self.arms.on)]
+        per_token_off = off["median"] / n_tokens
+        return {
+            "kind": "bench-tracker",
+            "prompt": self.prompt,
+            "settings": self.settings,
+            "repeats": self.repeats,
+            "tokens_per_run": n_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "vocab_size": self.vocab_size,
+            "model": self.model,
+            "environment": self.environment,
+            "times_s": {"off": self.arms.off, "on": self.arms.on},
+            "off_s": off,
+            "on_s": on,
+            "overhead_pct_median": _pct(on["median"], off["median"]),
+            "overhead_pct_min": _pct(on["min"], off["min"]),
+            "overhead_pct_paired_median": (statistics.median(ratios) - 1.0) * 100.0,
+            "per_token_ms_off": per_token_off * 1e3,
+            "statistics_us_per_step": self.statistics_s * 1e6,
+            "statistics_pct_of_decode_step": self.statistics_s / per_token_off * 100.0,
+            "identical_tokens": self.arms.identical,
+            "torch_threads": self.torch_threads,
+            "machine_load": self.machine_load,
+        }
