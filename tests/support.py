@@ -405,3 +405,34 @@ def warped_reference_probs(log_p_row: torch.Tensor, temperature: float, top_k: i
         nucleus[order] = mass_before < top_p
         probs = torch.softmax(logits.masked_fill(~(keep & nucleus), float("-inf")), -1)
     return probs
+
+
+def bench_method(gamma: int | None = None, *, tokens_per_s=(101.23, 123.45, 134.56), alpha: float = 0.8,
+                 adaptive: str | None = None, policy: str | None = None, per_repeat: dict | None = None,
+                 **figures):
+    """A :class:`lab.bench.results.MethodFigures` for renderers and choosers: speculative when ``gamma``
+    is given (every float figure 1.0 unless in ``figures``); ``per_repeat``: ``{figure: median}``."""
+    import dataclasses
+
+    from lab.bench.results import MethodFigures, SpeculativeFigures, Spread
+
+    spec = None
+    if gamma is not None:
+        floats = {f.name: 1.0 for f in dataclasses.fields(SpeculativeFigures) if f.type == "float"}
+        spec = SpeculativeFigures(**{**floats, "alpha": alpha, **figures}, gamma=gamma, adaptive=adaptive,
+                                  gamma_policy=policy, n_drafted_tested=10, n_accepted=8, n_rounds=3,
+                                  accepted_length_histogram=[0] * (gamma + 1), speedup_theory_flops=None,
+                                  speedup_theory_time_ratio=None)
+    return MethodFigures(tokens_per_s=Spread(*tokens_per_s), n_runs=2, n_tokens=64,
+                         same_tokens_as_lab_target_loop=True,
+                         per_repeat={k: Spread(v, v, v) for k, v in (per_repeat or {}).items()}, speculative=spec)
+
+
+def bench_result(methods: dict, **fields):
+    """A :class:`lab.bench.results.BenchResult` holding ``methods`` (the rest placeholders unless in ``fields``)."""
+    from lab.bench.results import BenchResult
+
+    base = dict(config=None, draft="early-exit:24", mean_prompt_tokens=8.0, flops_context=40,
+                target_flops_per_token=1e6, target_step_s=0.01, comparisons=(), assisted_errors={}, by_group={},
+                runs=())
+    return BenchResult(methods=methods, **{**base, **fields})

@@ -1,9 +1,10 @@
 """What ``lab bench`` measured: typed records of one run, one method and the whole bench.
 
-:func:`lab.bench.run.run_bench` returns a :class:`BenchResult`; its :meth:`BenchResult.as_dict`
-is the dict ``report.json`` has always held (the same keys, in the same order) and
-:meth:`BenchResult.to_json` the JSON-ready form of it (non-finite floats as None), which the
-renderers, :func:`lab.bench.seed_tables.compare` and :func:`lab.bench.tune.choose` read.
+:func:`lab.bench.run.run_bench` returns a :class:`BenchResult`, which the renderers
+(:mod:`lab.render.bench`), :func:`lab.bench.seed_tables.compare`, :func:`lab.bench.tune.choose` and a
+llama.cpp peer's side-by-side read by attribute. Its :meth:`BenchResult.as_dict` is the dict
+``report.json`` has always held (the same keys, in the same order) and :meth:`BenchResult.to_json`
+the JSON-ready form of it (non-finite floats as None), written only to the report.
 Rates here are derived from the raw counts and times the records keep.
 """
 
@@ -172,7 +173,8 @@ class BenchResult:
         assisted_errors: ``{method: error}`` for assisted methods transformers refused.
         by_group: ``{group: {method: figures}}`` (:func:`lab.bench.phases.group_speedups`).
         runs: Every timed run.
-        peer: A llama.cpp peer's report (:mod:`lab.bench.peer`), None without one (left out of the dict).
+        peer: A llama.cpp peer's report (:mod:`lab.bench.peer`; a dict, as it has no type of its own yet),
+            None without one (left out of the dict).
         machine_load: The load log's summary (:mod:`lab.machine`), None without one.
     """
 

@@ -444,5 +444,5 @@ def _summarize_with_peer(target: Any, draft: Any, prompts: Sequence[torch.Tensor
     if peer is None:
         return bench
     return dataclasses.replace(bench, peer=peer.report(
-        [r for r in runs if r.peer is not None], lab_runs, bench.methods_dict(), config.max_new_tokens,
+        [r for r in runs if r.peer is not None], lab_runs, bench.methods, config.max_new_tokens,
         config.repeats, lab_groups=bench.by_group.get("all")))

@@ -20,12 +20,13 @@ the seed's findings held on this run.
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.bench.results import BenchResult
+from lab.bench.results import BenchResult, Spread
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
@@ -95,49 +96,56 @@ def seed_table_configs(*, max_new_tokens: int | None = None, repeats: int | None
     return {"gamma_sweep": sweep, "caching": caching}
 
 
-def _per_run(bench: dict[str, Any], method: str, key: str) -> list[float]:
-    return [r[key] for r in bench["runs"] if r["method"] == method]
+def _per_run(bench: BenchResult, method: str, key: str) -> list[float]:
+    """``key`` (a :class:`~lab.bench.results.RunRecord` field) of each of ``method``'s runs."""
+    return [getattr(r, key) for r in bench.runs if r.method == method]
+
+
+def _finite_median(spread: Spread | None) -> float | None:
+    """A spread's median, None when there is none or it is not finite (as ``report.json`` holds it)."""
+    return spread.median if spread is not None and math.isfinite(spread.median) else None
 
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def compare(sweep: dict[str, Any], caching: dict[str, Any]) -> dict[str, Any]:
+def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
     """The measured figures beside the seed's, row by row, and which seed findings held.
 
     Args:
         sweep, caching: :func:`lab.bench.run.run_bench` results of the two :func:`seed_table_configs`
-            schedules, JSON-ready (:meth:`lab.bench.results.BenchResult.to_json`).
+            schedules.
 
     Returns:
-        ``{"gamma_sweep": [rows], "caching": [rows], "speedup_from_caching": {...}, "findings": [...]}``;
-        each row has ``row``, ``seed`` (the seed's figures) and ``lab`` (min / median / max over repeats).
+        ``report.json``'s ``comparison``: ``{"gamma_sweep": [rows], "caching": [rows],
+        "speedup_from_caching": {...}, "findings": [...]}``; each row has ``row``, ``method``, ``seed``
+        (the seed's figures) and ``lab`` (a :class:`~lab.bench.results.Spread` over repeats, or None, per
+        figure; floats as measured, NaN where none).
     """
-    sm = sweep["methods"]
     names = {"verifier-only": "target-only (lab loop)",
              **{f"gamma {g}": f"speculative gamma={g}" for g in SWEEP_GAMMAS}}
     rows = []
     for row, method in names.items():
-        m = sm.get(method, {})
-        spread = m.get("per_repeat", {})
+        m = sweep.methods.get(method)
+        spread = m.per_repeat if m is not None else {}
         rows.append({"row": row, "method": method, "seed": SEED_GAMMA_SWEEP.get(row, {}),
                      "lab": {"tokens_per_s": spread.get("e2e_tokens_per_s"), "acceptance": spread.get("alpha"),
                              "speedup": spread.get("e2e_speedup"), "decode_speedup": spread.get("decode_speedup"),
-                             "alpha_pooled": m.get("alpha")}})
-    cm = caching["methods"]
+                             "alpha_pooled": _speculative(m, "alpha")}})
     cached_name, plain_name = f"speculative gamma={CACHING_GAMMA}", f"speculative gamma={CACHING_GAMMA} no-cache"
     crow = []
     for row, method in (("no cache", plain_name), ("cached", cached_name)):
-        m = cm.get(method, {})
-        n_runs = max(1, m.get("n_runs", 1))
+        m = caching.methods.get(method)
+        n_runs = max(1, m.n_runs if m is not None else 1)
         crow.append({"row": row, "method": method, "seed": SEED_CACHING[row],
                      "lab": {"tokens_median": _median(_per_run(caching, method, "n_tokens")),
                              "time_s_median": _median(_per_run(caching, method, "time_s")),
-                             "tokens_per_s": m.get("per_repeat", {}).get("e2e_tokens_per_s"),
-                             "rounds_per_run": m.get("n_rounds", 0) / n_runs, "alpha": m.get("alpha")}})
-    plain_tps = (crow[0]["lab"]["tokens_per_s"] or {}).get("median")
-    cached_tps = (crow[1]["lab"]["tokens_per_s"] or {}).get("median")
+                             "tokens_per_s": m.per_repeat.get("e2e_tokens_per_s") if m is not None else None,
+                             "rounds_per_run": (_speculative(m, "n_rounds") or 0) / n_runs,
+                             "alpha": _speculative(m, "alpha")}})
+    plain_tps = _finite_median(crow[0]["lab"]["tokens_per_s"])
+    cached_tps = _finite_median(crow[1]["lab"]["tokens_per_s"])
     ratio = cached_tps / plain_tps if plain_tps and cached_tps else float("nan")
     findings = _findings(rows, ratio)
     return {"gamma_sweep": rows, "caching": crow,
@@ -145,8 +153,13 @@ def compare(sweep: dict[str, Any], caching: dict[str, Any]) -> dict[str, Any]:
             "findings": findings}
 
 
+def _speculative(m: Any, figure: str) -> Any:
+    """A speculative figure of a :class:`~lab.bench.results.MethodFigures` (None without one)."""
+    return getattr(m.speculative, figure) if m is not None and m.speculative is not None else None
+
+
 def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str, Any]]:
-    med = {r["row"]: (r["lab"]["speedup"] or {}).get("median", float("nan")) for r in rows}
+    med = {r["row"]: r["lab"]["speedup"].median if r["lab"]["speedup"] is not None else float("nan") for r in rows}
     g4, g6 = med.get("gamma 4", float("nan")), med.get("gamma 6", float("nan"))
     lo, hi = NEAR_ONE
     clo, chi = CACHING_AROUND_TWO
@@ -191,6 +204,10 @@ class SeedTablesReport:
     configs: dict[str, BenchConfig]
     benches: dict[str, BenchResult]
 
+    def comparison(self) -> dict[str, Any]:
+        """:func:`compare` of the two schedules: the measured figures beside the seed's."""
+        return compare(self.benches["gamma_sweep"], self.benches["caching"])
+
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready report, with :func:`compare`'s rows under ``comparison``."""
         benches = {name: b.to_json() for name, b in self.benches.items()}
@@ -198,4 +215,4 @@ class SeedTablesReport:
                             "passage": self.passage, "prompt": seed_prompt(self.passage),
                             "prompt_tokens": self.prompt_tokens, "torch_threads": self.torch_threads,
                             "environment": self.environment, "configs": self.configs,
-                            "comparison": compare(benches["gamma_sweep"], benches["caching"]), **benches})
+                            "comparison": self.comparison(), **benches})

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from lab.bench.results import Spread
 from lab.machine import LoadLog
 from lab.tracker.loop import run_decode
 from lab.tracker.results import DecodeSettings
@@ -91,8 +92,8 @@ def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, rep
     return ArmTimes(off=times["off"], on=times["on"], identical=all(o == outputs[0] for o in outputs))
 
 
-def _spread(times: list[float]) -> dict[str, float]:
-    return {"min": min(times), "median": statistics.median(times), "max": max(times)}
+def _spread(times: list[float]) -> Spread:
+    return Spread(min(times), statistics.median(times), max(times))
 
 
 def _pct(on: float, off: float) -> float:
@@ -128,32 +129,78 @@ class TrackerBenchReport:
     torch_threads: int
     machine_load: dict[str, Any]
 
+    @property
+    def tokens_per_run(self) -> int:
+        """New tokens per run (EOS ignored)."""
+        return self.settings.max_new_tokens
+
+    @property
+    def off_s(self) -> Spread:
+        """Seconds per run without the tracker, min / median / max over the pairs."""
+        return _spread(self.arms.off)
+
+    @property
+    def on_s(self) -> Spread:
+        """Seconds per run with the tracker, min / median / max over the pairs."""
+        return _spread(self.arms.on)
+
+    @property
+    def overhead_pct_median(self) -> float:
+        """The tracker's overhead of the medians, percent."""
+        return _pct(self.on_s.median, self.off_s.median)
+
+    @property
+    def overhead_pct_min(self) -> float:
+        """The tracker's overhead of the fastest runs, percent."""
+        return _pct(self.on_s.min, self.off_s.min)
+
+    @property
+    def overhead_pct_paired_median(self) -> float:
+        """The median over pairs of on / off, as an overhead in percent."""
+        return (statistics.median([b / a for a, b in zip(self.arms.off, self.arms.on)]) - 1.0) * 100.0
+
+    @property
+    def per_token_ms_off(self) -> float:
+        """One decode step without the tracker (median run over its tokens), milliseconds."""
+        return self.off_s.median / self.tokens_per_run * 1e3
+
+    @property
+    def statistics_us_per_step(self) -> float:
+        """The statistics alone, microseconds per step."""
+        return self.statistics_s * 1e6
+
+    @property
+    def statistics_pct_of_decode_step(self) -> float:
+        """The statistics alone as a share of a decode step without the tracker, percent."""
+        return self.statistics_s / (self.off_s.median / self.tokens_per_run) * 100.0
+
+    @property
+    def identical_tokens(self) -> bool:
+        """Whether every run, tracker on or off, emitted the same tokens."""
+        return self.arms.identical
+
     def as_dict(self) -> dict[str, Any]:
         """The report with its derived figures, its keys in the file's order (percentages, ms, us)."""
-        n_tokens = self.settings.max_new_tokens
-        off, on = _spread(self.arms.off), _spread(self.arms.on)
-        ratios = [b / a for a, b in zip(self.arms.off, self.arms.on)]
-        per_token_off = off["median"] / n_tokens
         return {
             "kind": "bench-tracker",
             "prompt": self.prompt,
             "settings": self.settings,
             "repeats": self.repeats,
-            "tokens_per_run": n_tokens,
+            "tokens_per_run": self.tokens_per_run,
             "prompt_tokens": self.prompt_tokens,
             "vocab_size": self.vocab_size,
             "model": self.model,
             "environment": self.environment,
             "times_s": {"off": self.arms.off, "on": self.arms.on},
-            "off_s": off,
-            "on_s": on,
-            "overhead_pct_median": _pct(on["median"], off["median"]),
-            "overhead_pct_min": _pct(on["min"], off["min"]),
-            "overhead_pct_paired_median": (statistics.median(ratios) - 1.0) * 100.0,
-            "per_token_ms_off": per_token_off * 1e3,
-            "statistics_us_per_step": self.statistics_s * 1e6,
-            "statistics_pct_of_decode_step": self.statistics_s / per_token_off * 100.0,
-            "identical_tokens": self.arms.identical,
+            "off_s": self.off_s.as_dict(),
+            "on_s": self.on_s.as_dict(),
+            "overhead_pct_median": self.overhead_pct_median,
+            "overhead_pct_min": self.overhead_pct_min,
+            "overhead_pct_paired_median": self.overhead_pct_paired_median,
+            "per_token_ms_off": self.per_token_ms_off,
+            "statistics_us_per_step": self.statistics_us_per_step,
+            "statistics_pct_of_decode_step": self.statistics_pct_of_decode_step,
+            "identical_tokens": self.identical_tokens,
             "torch_threads": self.torch_threads,
             "machine_load": self.machine_load,
         }

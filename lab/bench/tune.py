@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from lab.bench.levers import CODE_PROMPTS
 from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, PromptSet, humaneval_prompts, parse_humaneval
-from lab.bench.results import BenchResult
+from lab.bench.results import BenchResult, MethodFigures
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
@@ -61,29 +61,38 @@ def tune_configs(*, model_draft: bool, gammas: tuple[int, ...] = TUNE_GAMMAS,
     return {"greedy": BenchConfig(**common), "sampling": BenchConfig(**common, sampling=TUNE_SAMPLING)}
 
 
-def setup_of(name: str, method: dict[str, Any]) -> DraftSetup | None:
+def setup_of(name: str, method: MethodFigures | None) -> DraftSetup | None:
     """The :class:`DraftSetup` a bench method ran, or None for a method that is not a candidate
     (the target alone, transformers, prompt lookup, the no-cache loop)."""
-    if not name.startswith("speculative ") or "no-cache" in name or "gamma" not in method:
+    spec = method.speculative if method is not None else None
+    if not name.startswith("speculative ") or "no-cache" in name or spec is None:
         return None
     dtype = re.search(r"draft=(\S+)", name)
-    policy = method.get("gamma_policy")
-    return DraftSetup(draft_dtype=dtype.group(1) if dtype else None, gamma=int(method["gamma"]),
-                      adaptive=method.get("adaptive"),
+    policy = spec.gamma_policy
+    return DraftSetup(draft_dtype=dtype.group(1) if dtype else None, gamma=int(spec.gamma),
+                      adaptive=spec.adaptive,
                       dynamic=policy if policy and policy.startswith("dynamic") else None)
 
 
-def _median(method: dict[str, Any], figure: str) -> float:
-    value = ((method.get("per_repeat") or {}).get(figure) or {}).get("median")
-    return float(value) if value is not None else float("nan")
+def _median(method: MethodFigures | None, figure: str) -> float:
+    """The median over repeats of ``figure`` (a ``per_repeat`` key); NaN when missing or not finite."""
+    spread = method.per_repeat.get(figure) if method is not None else None
+    return float(spread.median) if spread is not None and math.isfinite(spread.median) else float("nan")
 
 
-def choose(benches: dict[str, dict[str, Any]]) -> tuple[DraftSetup, dict[str, Any]]:
+def _alpha(method: MethodFigures | None) -> float | None:
+    """A method's pooled alpha, None for one that does not draft or whose alpha is not finite."""
+    if method is None or method.speculative is None or not math.isfinite(method.speculative.alpha):
+        return None
+    return method.speculative.alpha
+
+
+def choose(benches: Mapping[str, BenchResult]) -> tuple[DraftSetup, dict[str, Any]]:
     """The winning set-up and the figures behind the choice.
 
     Args:
         benches: ``{"greedy": bench, "sampling": bench}``, :func:`lab.bench.run.run_bench` results of
-            :func:`tune_configs`, JSON-ready (:meth:`lab.bench.results.BenchResult.to_json`).
+            :func:`tune_configs`.
 
     Returns:
         ``(setup, measured)``: ``measured`` has ``rule``, ``winner`` (method name) and per
@@ -93,16 +102,17 @@ def choose(benches: dict[str, dict[str, Any]]) -> tuple[DraftSetup, dict[str, An
         ValueError: no candidate has a finite speedup in every mode.
     """
     modes = list(benches)
-    names = [n for n, m in benches[modes[0]]["methods"].items() if setup_of(n, m) is not None]
+    first = benches[modes[0]].methods
+    names = [n for n, m in first.items() if setup_of(n, m) is not None]
     candidates: dict[str, dict[str, Any]] = {}
     for name in names:
-        row: dict[str, Any] = {"setup": setup_of(name, benches[modes[0]]["methods"][name]).as_dict()}
+        row: dict[str, Any] = {"setup": setup_of(name, first[name]).as_dict()}
         speedups = []
         for mode in modes:
-            m = benches[mode]["methods"].get(name, {})
+            m = benches[mode].methods.get(name)
             row[f"{mode}_e2e_speedup"] = _median(m, "e2e_speedup")
             row[f"{mode}_decode_speedup"] = _median(m, "decode_speedup")
-            row[f"{mode}_alpha"] = m.get("alpha")
+            row[f"{mode}_alpha"] = _alpha(m)
             speedups.append(row[f"{mode}_e2e_speedup"])
         ok = all(math.isfinite(s) and s > 0 for s in speedups)
         row["score"] = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if ok else float("nan")
@@ -112,7 +122,7 @@ def choose(benches: dict[str, dict[str, Any]]) -> tuple[DraftSetup, dict[str, An
     if not ranked:
         raise ValueError("no candidate set-up has a finite speedup in both modes; nothing to choose")
     winner = ranked[0]
-    return (setup_of(winner, benches[modes[0]]["methods"][winner]),
+    return (setup_of(winner, first[winner]),
             {"rule": SCORE_RULE, "winner": winner, "score": candidates[winner]["score"],
              "beats_target_alone": candidates[winner]["score"] > 1.0, "ranking": ranked, "candidates": candidates})
 
@@ -161,7 +171,7 @@ def tune(benches: Mapping[str, BenchResult], *, model: str, draft: str, threads:
     Raises:
         ValueError: no candidate has a finite speedup in every mode.
     """
-    setup, measured = choose({mode: b.to_json() for mode, b in benches.items()})
+    setup, measured = choose(benches)
     machine = machine_key(threads)
     measured["busy"] = {mode: bool((b.machine_load or {}).get("busy")) for mode, b in benches.items()}
     path = write_tuned(model, draft, setup, machine, measured)

@@ -184,12 +184,11 @@ def _bench_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.bench.peer.report import peer_summary_markdown
     from lab.bench.results import BenchReport
     from lab.bench.run import encode_prompts, run_bench
     from lab.machine import LoadLog
     from lab.models.chat import eos_token_ids
-    from lab.render.bench import bench_report_markdown, plot_bench, render_bench
+    from lab.render.bench import bench_report_markdown, peer_markdown, plot_bench, render_bench
     from lab.render.console import stderr_console, stdout_console
     from lab.reports import environment, report_dir
 
@@ -216,17 +215,16 @@ def run(args: argparse.Namespace) -> int:
                           prompt_groups=list(prompts.groups), peer=peer)
 
     # 3. Show, then 4. write the report atomically.
-    data = bench.to_json()
     out = stdout_console()
-    render_bench(data, out)
-    if data.get("peer") is not None:
-        out.print(peer_summary_markdown(data["peer"]), markup=False, highlight=False, soft_wrap=True)
+    render_bench(bench, out)
+    if bench.peer is not None:
+        out.print(peer_markdown(bench.peer), markup=False, highlight=False, soft_wrap=True)
     report = BenchReport(model=model_source(model).as_dict(), draft_spec=draft_spec, prompts=prompts,
                          torch_threads=torch.get_num_threads(), environment=environment(model), draft_cost=cost,
-                         bench=bench).to_json()
+                         bench=bench)
     with report_dir(args.out, "bench", draft_spec) as rd:
-        rd.write_json("report.json", report)
-        plot_bench(data, rd.file("bench.png"))
+        rd.write_json("report.json", report.to_json())
+        plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_report_markdown(report))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0
@@ -310,12 +308,12 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     # 3. Compare, show, 4. write the report atomically.
     report = SeedTablesReport(model=model_source(model).as_dict(), draft=draft_spec, passage=passage,
                               prompt_tokens=int(ids[0].shape[1]), torch_threads=torch.get_num_threads(),
-                              environment=environment(model), configs=configs, benches=benches).to_json()
+                              environment=environment(model), configs=configs, benches=benches)
     summary = seed_tables_markdown(report)
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     with report_dir(args.out, "bench", "seed-tables") as rd:
-        rd.write_json("report.json", report)
+        rd.write_json("report.json", report.to_json())
         rd.write_text("summary.md", summary)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0
@@ -361,12 +359,12 @@ def run_tune(args: argparse.Namespace) -> int:
     # 3. The report (atomically), and show both.
     report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
                         torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
-                        outcome=outcome, benches=benches).as_dict()
+                        outcome=outcome, benches=benches)
     summary = tune_summary_markdown(report)
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
-        rd.write_json("report.json", report)
+        rd.write_json("report.json", report.as_dict())
         rd.write_text("summary.md", summary)
     out.print(f"tuned set-up: {outcome.setup.describe()} -> {outcome.path}", markup=False, highlight=False,
               soft_wrap=True)

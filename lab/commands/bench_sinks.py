@@ -68,17 +68,17 @@ def run(args: argparse.Namespace) -> int:
     # 2. One subprocess per measurement (lab.bench.sinks), then show and write.
     data = bench_sinks(args.model, lengths, args.eager_length, device=args.device, dtype=args.dtype,
                        threads=args.threads, environment=env, torch_threads=threads, load_log=LoadLog(threads=threads),
-                       status=stderr_console().status).as_dict()
+                       status=stderr_console().status)
     out = stdout_console()
     out.print(bench_table(data))
-    warning = busy_warning(data["machine_load"])
+    warning = busy_warning(data.machine_load)
     if warning:
         from rich.text import Text
 
         out.print(Text(warning, style="bold yellow"))
     with report_dir(args.out, "bench-sinks", args.model) as rd:
-        rd.write_json("bench.json", data)
-        rd.write_csv("bench.csv", data["results"], fieldnames=CSV_FIELDS)
+        rd.write_json("bench.json", data.as_dict())
+        rd.write_csv("bench.csv", data.results, fieldnames=CSV_FIELDS)
         rd.write_text("summary.md", bench_markdown(data))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -82,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
                                 prompt_tokens=int(input_ids.shape[1]), vocab_size=vocab_size,
                                 model=model_source(model).as_dict(), environment=environment(model), arms=arms,
                                 statistics_s=stats_s, torch_threads=torch.get_num_threads(),
-                                machine_load=load_log.summary()).as_dict()
+                                machine_load=load_log.summary())
     render_bench(result, stdout_console())
     with report_dir(args.out, "bench-tracker") as rd:
-        rd.write_json("report.json", result)
+        rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", bench_markdown(result))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0

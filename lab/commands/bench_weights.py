@@ -68,12 +68,12 @@ def run(args: argparse.Namespace) -> int:
     texts = [text for _, text in humaneval_prompts("held-back", args.problems)] if args.problems else []
     texts += args.text or []
     result = bench_weights(args.model, texts, gamma=args.gamma, repeats=args.repeats, steps=args.steps,
-                           skip_kernels=args.skip_kernels, load_log=load_log, status=stderr_console().status).as_dict()
+                           skip_kernels=args.skip_kernels, load_log=load_log, status=stderr_console().status)
 
     # 3. Write the report atomically, then show it.
     summary = weights_markdown(result)
     with report_dir(args.out, "bench-weights", args.model) as rd:
-        rd.write_json("report.json", result)
+        rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", summary)
     stdout_console().print(summary, markup=False, highlight=False, soft_wrap=True)
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)

@@ -1,14 +1,15 @@
 """Rendering ``lab bench``: 80-column tables, the comparisons, the busy-machine warning, plot, summary.
 
-Consumes the JSON-ready dict of :func:`lab.bench.run.run_bench`'s result
-(:meth:`lab.bench.results.BenchResult.to_json`) or of the whole report; computes nothing new
-except formatting.
+Consumes :func:`lab.bench.run.run_bench`'s :class:`~lab.bench.results.BenchResult` and the whole
+:class:`~lab.bench.results.BenchReport`, reading their attributes; computes nothing new except
+formatting. A figure that is not finite prints as "n/a" (as ``report.json`` holds it: None).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from rich import box
 from rich.console import Console
@@ -16,8 +17,26 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.bench.results import BenchReport, BenchResult, MethodFigures, Spread
 from lab.machine import busy_warning
 from lab.render.speculative import fmt_number
+from lab.sampling import SamplingConfig
+
+
+def _finite(x: Any) -> Any:
+    """``x``, or None for a float that is not finite (NaN, +-inf): what ``report.json`` holds for it."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    """:func:`fmt_number` of :func:`_finite` ``x``: "n/a" for None, NaN and +-inf."""
+    return fmt_number(_finite(x), spec)
+
+
+def _spec(m: MethodFigures, figure: str) -> Any:
+    """A speculative figure of ``m`` (a :class:`~lab.bench.results.SpeculativeFigures` field), None for
+    a method that does not draft."""
+    return None if m.speculative is None else getattr(m.speculative, figure)
 
 
 def method_label(name: str) -> str:
@@ -48,19 +67,24 @@ def _same(value: Any) -> str:
     return "-" if value is None else ("yes" if value else "NO")
 
 
-def sampling_text(cfg: dict[str, Any]) -> str:
-    """``"greedy"`` or ``"sampling (temperature 0.7, top-p 0.9, top-k off; seed 0)"``."""
-    s = cfg.get("sampling") or {}
-    if not s or not s.get("temperature"):
+def sampling_text(sampling: SamplingConfig | None, seed: int | None) -> str:
+    """``"greedy"`` or ``"sampling (temperature 0.7, top-p 0.9, top-k off; seed 0, ...)"``.
+
+    Args:
+        sampling: The bench's sampling (None or temperature 0: greedy).
+        seed: The bench's base seed.
+    """
+    if sampling is None or not sampling.temperature:
         return "greedy"
-    top_k = s.get("top_k")
-    return (f"sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}, top-k {top_k if top_k else 'off'}; "
-            f"seed {cfg.get('seed')}, one seed per repeat and prompt, the same for every method)")
+    top_k = sampling.top_k
+    return (f"sampling (temperature {sampling.temperature:g}, top-p {sampling.top_p:g}, "
+            f"top-k {top_k if top_k else 'off'}; "
+            f"seed {seed}, one seed per repeat and prompt, the same for every method)")
 
 
-def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
+def _bench_tables(bench: BenchResult) -> tuple[Table, Table | None]:
     """Throughput of every method, and the speculative figures, each fitting 80 columns."""
-    speed = Table(title=f"lab bench: draft {bench['draft']}", title_justify="left", box=box.SIMPLE_HEAD,
+    speed = Table(title=f"lab bench: draft {bench.draft}", title_justify="left", box=box.SIMPLE_HEAD,
                   caption="tok/s: decode tokens/s, median and min-max over repeats; speedup: over target lab; "
                           "same: same tokens as target lab", caption_justify="left")
     speed.add_column("method", no_wrap=True)
@@ -72,26 +96,27 @@ def _bench_tables(bench: dict[str, Any]) -> tuple[Table, Table | None]:
     spec.add_column("method", no_wrap=True)
     for col in ("alpha", "tau", "predicted", "efficiency", "overhead"):
         spec.add_column(col, justify="right", no_wrap=True)
-    for name, m in bench["methods"].items():
-        t = m["tokens_per_s"]
-        speed.add_row(method_label(name), fmt_number(t["median"], ".1f"), fmt_number(t["min"], ".1f"), fmt_number(t["max"], ".1f"),
-                      fmt_number(m.get("measured_speedup"), ".2f"), _same(m["same_tokens_as_lab_target_loop"]))
-        if "alpha" in m:
-            spec.add_row(method_label(name), fmt_number(m.get("alpha")), fmt_number(m.get("tau"), ".2f"),
-                         fmt_number(m.get("speedup_predicted_from_measured_times"), ".2f"),
-                         fmt_number(m.get("efficiency"), ".2f"), fmt_number(m.get("overhead_fraction"), ".1%"))
+    for name, m in bench.methods.items():
+        t = m.tokens_per_s
+        speed.add_row(method_label(name), _fmt(t.median, ".1f"), _fmt(t.min, ".1f"), _fmt(t.max, ".1f"),
+                      _fmt(_spec(m, "measured_speedup"), ".2f"), _same(m.same_tokens_as_lab_target_loop))
+        s = m.speculative
+        if s is not None:
+            spec.add_row(method_label(name), _fmt(s.alpha), _fmt(s.tau, ".2f"),
+                         _fmt(s.speedup_predicted_from_measured_times, ".2f"),
+                         _fmt(s.efficiency, ".2f"), _fmt(s.overhead_fraction, ".1%"))
     return speed, (spec if spec.row_count else None)
 
 
-def _groups(bench: dict[str, Any]) -> list[str]:
+def _groups(bench: BenchResult) -> list[str]:
     """The prompt groups of a bench, "all" last (alone when there is one group)."""
-    named = [g for g in (bench.get("by_group") or {}) if g != "all"]
+    named = [g for g in (bench.by_group or {}) if g != "all"]
     return named + ["all"] if len(named) > 1 else ["all"]
 
 
-def phase_table(bench: dict[str, Any]) -> Table | None:
+def phase_table(bench: BenchResult) -> Table | None:
     """End-to-end and decode-only speedups over target lab, per prompt group (:mod:`lab.bench.phases`)."""
-    by = bench.get("by_group") or {}
+    by = bench.by_group or {}
     if not by:
         return None
     groups = [g for g in _groups(bench) if g != "all"] or ["all"]  # 80 columns: "all" is in summary.md
@@ -107,25 +132,27 @@ def phase_table(bench: dict[str, Any]) -> Table | None:
         cells = []
         for g in groups:
             row = by.get(g, {}).get(name, {})
-            cells += [fmt_number(row.get("e2e_speedup"), ".2f"), fmt_number(row.get("decode_speedup"), ".2f")]
+            cells += [_fmt(row.get("e2e_speedup"), ".2f"), _fmt(row.get("decode_speedup"), ".2f")]
         t.add_row(method_label(name), *cells)
     return t
 
 
-def bench_table(bench: dict[str, Any]) -> Table:
+def bench_table(bench: BenchResult) -> Table:
     """The throughput table (see :func:`render_bench` for the full view)."""
     return _bench_tables(bench)[0]
 
 
-def comparisons_panel(bench: dict[str, Any]) -> Panel:
+def comparisons_panel(bench: BenchResult) -> Panel:
     """The comparisons stated as measured (no pass/fail against internal targets)."""
-    lines = [c["text"] for c in bench.get("comparisons", [])]
-    for name, err in bench["assisted_errors"].items():
+    lines = [c.text for c in bench.comparisons]
+    for name, err in bench.assisted_errors.items():
         lines.append(f"transformers refused {name}: {err}")
     return Panel("\n".join(lines) or "nothing to compare", title="comparisons", title_align="left")
 
 
-def render_bench(bench: dict[str, Any], console: Console) -> None:
+def render_bench(bench: BenchResult, console: Console) -> None:
+    """The terminal view: throughput, speculative figures, per-group speedups, the legend, the
+    comparisons and, on a busy machine, the warning."""
     speed, spec = _bench_tables(bench)
     console.print(speed)
     if spec is not None:
@@ -135,23 +162,23 @@ def render_bench(bench: dict[str, Any], console: Console) -> None:
         console.print(phases)
     console.print(Text(METHOD_LEGEND, style="dim"))
     console.print(comparisons_panel(bench))
-    warning = busy_warning(bench.get("machine_load") or {})
+    warning = busy_warning(bench.machine_load or {})
     if warning:
         console.print(Text(warning, style="bold yellow"))
 
 
-def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
+def plot_bench(bench: BenchResult, path: str | Path) -> None:
     """Left: tokens/s per method (median, min-max bars). Right: speedup vs gamma, measured and predicted."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = bench["methods"]
+    methods = bench.methods
     names = list(methods)
-    med = [methods[n]["tokens_per_s"]["median"] for n in names]
-    lo = [m - methods[n]["tokens_per_s"]["min"] for n, m in zip(names, med)]
-    hi = [methods[n]["tokens_per_s"]["max"] - m for n, m in zip(names, med)]
+    med = [methods[n].tokens_per_s.median for n in names]
+    lo = [m - methods[n].tokens_per_s.min for n, m in zip(names, med)]
+    hi = [methods[n].tokens_per_s.max - m for n, m in zip(names, med)]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.8))
     a1.barh(range(len(names)), med, xerr=[lo, hi], color=["tab:gray" if "target-only" in n else
                                                           "tab:orange" if "assisted" in n else "tab:blue" for n in names])
@@ -159,7 +186,8 @@ def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
     a1.set_yticklabels(names, fontsize=8)
     a1.invert_yaxis()
     a1.set_xlabel("tokens/s (median; bars: min-max over repeats)")
-    fixed = [(m["gamma"], m) for n, m in methods.items() if "gamma" in m and not m.get("adaptive")]
+    fixed = [(m.speculative.gamma, m) for n, m in methods.items()
+             if m.speculative is not None and not m.speculative.adaptive]
     fixed.sort(key=lambda x: x[0])
     if fixed:
         gs = [g for g, _ in fixed]
@@ -167,8 +195,8 @@ def plot_bench(bench: dict[str, Any], path: str | Path) -> None:
                            ("speedup_predicted_from_measured_times", "predicted: measured alpha, draft and verify times"),
                            ("speedup_theory_time_ratio", "Leviathan Thm 3.8, c from time"),
                            ("speedup_theory_flops", "Leviathan Thm 3.8, c from FLOPs")):
-            a2.plot(gs, [m.get(key) if m.get(key) is not None else float("nan") for _, m in fixed], marker="o",
-                    label=label)
+            values = [_finite(_spec(m, key)) for _, m in fixed]
+            a2.plot(gs, [v if v is not None else float("nan") for v in values], marker="o", label=label)
         a2.axhline(1.0, color="black", lw=0.8, ls="--")
         a2.set_xlabel("gamma")
         a2.set_ylabel("speedup over target-only (lab loop)")
@@ -183,42 +211,52 @@ def _weights_note(weights: str | None) -> str:
     return f", weights {weights}" if weights and weights != "float32" else ""
 
 
-def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) -> str:
-    cfg = bench["config"]
-    load = bench.get("machine_load") or {}
+def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) -> str:
+    """``summary.md``'s bench part: the set-up, every method's figures, the spreads over repeats,
+    the per-group phases, the draft's passes and the comparisons.
+
+    Args:
+        bench: The result.
+        model_info: The target's provenance (``model``, ``device``, ``dtype``, ``weights``; each may be missing).
+    """
+    cfg = bench.config
+    load = bench.machine_load or {}
     warning = busy_warning(load)
     lines = [
         "# lab bench: speculative decoding on this machine",
         "",
         *([f"> **{warning}**", ""] if warning else []),
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}"
-        f"{_weights_note(model_info.get('weights'))}); draft {bench['draft']}; {sampling_text(cfg)}; "
-        f"max_new_tokens {cfg['max_new_tokens']}; repeats {cfg['repeats']}; "
-        f"mean prompt {bench['mean_prompt_tokens']:.0f} tokens",
-        f"- one target decode step: {bench['target_step_s'] * 1e3:.2f} ms (lab loop)",
+        f"{_weights_note(model_info.get('weights'))}); draft {bench.draft}; {sampling_text(cfg.sampling, cfg.seed)}; "
+        f"max_new_tokens {cfg.max_new_tokens}; repeats {cfg.repeats}; "
+        f"mean prompt {bench.mean_prompt_tokens:.0f} tokens",
+        f"- one target decode step: {bench.target_step_s * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
-           f"{fmt_number(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+           f"{_fmt(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
           if load else []),
         "",
         "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
         "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | same tokens |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, m in bench["methods"].items():
-        t = m["tokens_per_s"]
+    for name, m in bench.methods.items():
+        t = m.tokens_per_s
+
+        def f(figure: str, spec: str = ".3f") -> str:
+            return _fmt(_spec(m, figure), spec)
+
         lines.append(
-            f"| {name} | {fmt_number(t['median'], '.1f')} ({fmt_number(t['min'], '.1f')}-{fmt_number(t['max'], '.1f')}) | "
-            f"{fmt_number(m.get('measured_speedup'), '.2f')} | {fmt_number(m.get('alpha'))} | {fmt_number(m.get('tau'), '.2f')} | "
-            f"{fmt_number(m.get('cost_ratio_time'))} | {fmt_number(m.get('cost_ratio_flops'))} | "
-            f"{fmt_number(m.get('verify_over_target_step'), '.2f')} | "
-            f"{fmt_number(m.get('speedup_predicted_from_measured_times'), '.2f')} | "
-            f"{fmt_number(m.get('speedup_theory_time_ratio'), '.2f')} | {fmt_number(m.get('speedup_theory_flops'), '.2f')} | "
-            f"{fmt_number(m.get('efficiency'), '.2f')} | {fmt_number(m.get('overhead_fraction'), '.1%')} | "
-            f"{fmt_number(m.get('breakeven_alpha_time_ratio'))} | {_same(m['same_tokens_as_lab_target_loop'])} |")
+            f"| {name} | {_fmt(t.median, '.1f')} ({_fmt(t.min, '.1f')}-{_fmt(t.max, '.1f')}) | "
+            f"{f('measured_speedup', '.2f')} | {f('alpha')} | {f('tau', '.2f')} | "
+            f"{f('cost_ratio_time')} | {f('cost_ratio_flops')} | {f('verify_over_target_step', '.2f')} | "
+            f"{f('speedup_predicted_from_measured_times', '.2f')} | "
+            f"{f('speedup_theory_time_ratio', '.2f')} | {f('speedup_theory_flops', '.2f')} | "
+            f"{f('efficiency', '.2f')} | {f('overhead_fraction', '.1%')} | "
+            f"{f('breakeven_alpha_time_ratio')} | {_same(m.same_tokens_as_lab_target_loop)} |")
     lines += _spread_markdown(bench) + _phase_markdown(bench) + _passes_markdown(bench)
     lines += ["", "## Comparisons", ""]
-    lines += [f"- {c['text']}" for c in bench.get("comparisons", [])]
-    for name, err in bench["assisted_errors"].items():
+    lines += [f"- {c.text}" for c in bench.comparisons]
+    for name, err in bench.assisted_errors.items():
         lines.append(f"- transformers refused {name}: {err}")
     lines += [
         "",
@@ -244,37 +282,47 @@ def bench_summary_markdown(bench: dict[str, Any], model_info: dict[str, Any]) ->
     return "\n".join(lines)
 
 
-def bench_report_markdown(report: dict[str, Any]) -> str:
+def bench_report_markdown(report: BenchReport) -> str:
     """``summary.md`` of ``lab bench``: :func:`bench_summary_markdown`, then the process's peak memory,
     the draft's cost note and a llama.cpp peer's section, each when the report has it.
 
     Args:
-        report: The JSON-ready report (:meth:`lab.bench.results.BenchReport.to_json`).
+        report: The report.
     """
-    from lab.bench.peer.report import peer_summary_markdown
-
-    summary = bench_summary_markdown(report, report["model"])
-    rss = report["environment"]["peak_rss_bytes"]
+    summary = bench_summary_markdown(report.bench, report.model)
+    rss = report.environment["peak_rss_bytes"]
     if rss is not None:
         summary += (f"\n**Memory.** Peak RSS of this process (the target and the draft loaded, every lab method "
                     f"run): {rss / 2**30:.2f} GiB; a peer's processes are not included.\n")
-    note = (report.get("draft_cost") or {}).get("note")
+    note = report.draft_cost.note if report.draft_cost is not None else None
     if note:
         summary += f"\n**Draft cost.** {note}.\n"
-    if report.get("peer") is not None:
-        summary += peer_summary_markdown(report["peer"])
+    if report.bench.peer is not None:
+        summary += peer_markdown(report.bench.peer)
     return summary
 
 
-def spread_cell(stats: dict[str, Any] | None, fmt: str = ".2f") -> str:
-    """``"median (min-max)"`` of a min / median / max dict, "-" when missing."""
-    if not stats or stats.get("median") is None:
+def peer_markdown(peer: dict[str, Any]) -> str:
+    """A llama.cpp peer's ``summary.md`` section (:func:`lab.bench.peer.report.peer_summary_markdown`).
+
+    The peer's report has no type of its own yet: its section reads the JSON-ready form of its dict,
+    as ``report.json`` holds it.
+    """
+    from lab.bench.peer.report import peer_summary_markdown
+    from lab.reports import to_jsonable
+
+    return peer_summary_markdown(to_jsonable(peer))
+
+
+def spread_cell(stats: Spread | None, fmt: str = ".2f") -> str:
+    """``"median (min-max)"`` of a spread, "-" when missing or its median is not finite."""
+    if stats is None or _finite(stats.median) is None:
         return "-"
-    return f"{fmt_number(stats['median'], fmt)} ({fmt_number(stats['min'], fmt)}-{fmt_number(stats['max'], fmt)})"
+    return f"{_fmt(stats.median, fmt)} ({_fmt(stats.min, fmt)}-{_fmt(stats.max, fmt)})"
 
 
-def _spread_markdown(bench: dict[str, Any]) -> list[str]:
-    rows = [(name, m["per_repeat"]) for name, m in bench["methods"].items() if m.get("per_repeat")]
+def _spread_markdown(bench: BenchResult) -> list[str]:
+    rows = [(name, m.per_repeat) for name, m in bench.methods.items() if m.per_repeat]
     if not rows:
         return []
     lines = ["", "## Over repeats: median (min-max)", "",
@@ -289,8 +337,8 @@ def _spread_markdown(bench: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _phase_markdown(bench: dict[str, Any]) -> list[str]:
-    by = bench.get("by_group") or {}
+def _phase_markdown(bench: BenchResult) -> list[str]:
+    by = bench.by_group or {}
     if not by:
         return []
     lines = ["", "## End to end and decode-only, per prompt group", "",
@@ -298,19 +346,20 @@ def _phase_markdown(bench: dict[str, Any]) -> list[str]:
              "prefill phase s (mean) | runs |", "|---|---|---|---|---|---|---|---|"]
     for g in _groups(bench):
         for name, row in by.get(g, {}).items():
-            lines.append(f"| {g} | {name} | {fmt_number(row['e2e_tokens_per_s'], '.2f')} | {fmt_number(row['e2e_speedup'], '.2f')} | "
-                         f"{fmt_number(row['decode_tokens_per_s'], '.2f')} | {fmt_number(row['decode_speedup'], '.2f')} | "
-                         f"{fmt_number(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
+            lines.append(f"| {g} | {name} | {_fmt(row['e2e_tokens_per_s'], '.2f')} | "
+                         f"{_fmt(row['e2e_speedup'], '.2f')} | "
+                         f"{_fmt(row['decode_tokens_per_s'], '.2f')} | {_fmt(row['decode_speedup'], '.2f')} | "
+                         f"{_fmt(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
     return lines
 
 
-def _passes_markdown(bench: dict[str, Any]) -> list[str]:
-    rows = [(name, shape, p) for name, m in bench["methods"].items() for shape, p in (m.get("draft_passes") or {}).items()]
+def _passes_markdown(bench: BenchResult) -> list[str]:
+    rows = [(name, shape, p) for name, m in bench.methods.items() for shape, p in (m.draft_passes or {}).items()]
     if not rows:
         return []
     lines = ["", "## Draft forward passes by shape", "",
              "| method | pass shape | dtype | passes | tokens | total s | mean s |", "|---|---|---|---|---|---|---|"]
     for name, shape, p in rows:
         lines.append(f"| {name} | {shape} | {', '.join(p['dtypes']) or '-'} | {p['n']} | {p['tokens']} | "
-                     f"{fmt_number(p['time_s'], '.2f')} | {fmt_number(p['mean_s'], '.4f')} |")
+                     f"{_fmt(p['time_s'], '.2f')} | {_fmt(p['mean_s'], '.4f')} |")
     return lines

@@ -1,51 +1,51 @@
 """Rendering ``lab bench-weights``: ``summary.md`` (kernel times, numerics, step profiles).
 
-Consumes :meth:`lab.bench.weights.WeightsBenchReport.as_dict`; computes nothing new except the
-verify-in-steps ratio and the megabytes of a table cell.
+Consumes a :class:`lab.bench.weights.WeightsBenchReport`; computes nothing new except the
+megabytes of a table cell.
 """
 
 from __future__ import annotations
 
-from lab.bench.weights import FAMILIES
+from lab.bench.weights import FAMILIES, WeightsBenchReport
 
 
-def _load_line(result: dict) -> str:
-    load = result.get("machine_load") or {}
+def _load_line(result: WeightsBenchReport) -> str:
+    load = result.machine_load or {}
     busy = " **BUSY: timings are not a quiet machine's**" if load.get("busy") else ""
-    return (f"torch threads {result['torch_threads']}; highest 1-minute load average "
+    return (f"torch threads {result.torch_threads}; highest 1-minute load average "
             f"{load.get('max_load_1m') or float('nan'):.2f} on {load.get('cpu_count', '?')} CPUs{busy}. Profiled "
             "figures carry the profiler's own cost; the step column is timed without it.")
 
 
-def weights_markdown(result: dict) -> str:
+def weights_markdown(result: WeightsBenchReport) -> str:
     """``summary.md`` of ``lab bench-weights``."""
-    lines = [f"# Weight representations on {result['model']}", "",
+    lines = [f"# Weight representations on {result.model}", "",
              _load_line(result), "",
              "## Kernel time per GGUF type (summed over its layers)", "",
-             f"| GGUF type | representation | layers | M = 1 (ms) | M = {result['gamma'] + 1} (ms) | verify in steps |",
+             f"| GGUF type | representation | layers | M = 1 (ms) | M = {result.gamma + 1} (ms) | verify in steps |",
              "|---|---|---|---|---|---|"]
-    for r in result["kernels"]:
-        lines.append(f"| {r['gguf_type']} | {r['representation']} | {r['layers']} | {r['step_ms']:.1f} | "
-                     f"{r['verify_ms']:.1f} | {r['verify_ms'] / r['step_ms']:.2f} |")
+    for r in result.kernels:
+        lines.append(f"| {r.gguf_type} | {r.representation} | {r.layers} | {r.step_ms:.1f} | "
+                     f"{r.verify_ms:.1f} | {r.verify_in_steps:.2f} |")
     lines += ["", "## Against float32 on held-out text", "",
               "| weights | positions | top-1 agree | mean KL (nats) | max KL | mean abs entropy shift (bits) | max |",
               "|---|---|---|---|---|---|---|"]
-    for r in result["numerics"]:
-        lines.append(f"| {r['representation']} | {r['positions']} | {r['top1_agree']} | {r['mean_kl_nats']:.2e} | "
-                     f"{r['max_kl_nats']:.2e} | {r['mean_abs_entropy_shift_bits']:.3f} | "
-                     f"{r['max_abs_entropy_shift_bits']:.3f} |")
-    if result.get("step_profiles"):
-        lines += ["", f"## A decode step in the model, by kernel family ({result['step_context']} positions cached, "
-                      f"median of {result['steps']} steps; profiled ms per step)", "",
+    for r in result.numerics:
+        lines.append(f"| {r.representation} | {r.positions} | {r.top1_agree} | {r.mean_kl_nats:.2e} | "
+                     f"{r.max_kl_nats:.2e} | {r.mean_abs_entropy_shift_bits:.3f} | "
+                     f"{r.max_abs_entropy_shift_bits:.3f} |")
+    if result.step_profiles:
+        lines += ["", f"## A decode step in the model, by kernel family ({result.step_context} positions cached, "
+                      f"median of {result.steps} steps; profiled ms per step)", "",
                   "| weights | step (ms) | " + " | ".join(FAMILIES) + " | weights read (MB) | GB/s in int4 / int8 / dense |",
                   "|---|---|" + "---|" * len(FAMILIES) + "---|---|"]
-        for p in result["step_profiles"]:
-            rates = " / ".join("-" if p["gb_per_s"].get(f) is None else f"{p['gb_per_s'][f]:.1f}"
+        for p in result.step_profiles:
+            rates = " / ".join("-" if p.gb_per_s(f) is None else f"{p.gb_per_s(f):.1f}"
                                for f in ("int4", "int8", "dense"))
-            lines.append(f"| {p['weights']} | {p['step_ms']:.1f} | "
-                         + " | ".join(f"{p['family_ms'].get(f, 0.0):.1f}" for f in FAMILIES)
-                         + f" | {sum(p['family_bytes'].values()) / 1e6:.0f} | {rates} |")
-        file_bytes = result.get("file_linear_bytes") or {}
+            lines.append(f"| {p.weights} | {p.step_ms:.1f} | "
+                         + " | ".join(f"{p.family_ms.get(f, 0.0):.1f}" for f in FAMILIES)
+                         + f" | {sum(p.family_bytes.values()) / 1e6:.0f} | {rates} |")
+        file_bytes = result.file_linear_bytes or {}
         if file_bytes:
             lines += ["", "The GGUF file's own bytes for the same layers (what llama.cpp's kernels read per token): "
                       + ", ".join(f"{t} {b / 1e6:.0f} MB" for t, b in file_bytes.items())

@@ -15,7 +15,7 @@ import math
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -24,6 +24,9 @@ from rich.text import Text
 
 from lab.machine import busy_warning
 from lab.tracker.results import StepRecord, TrackResult
+
+if TYPE_CHECKING:  # the report's module times models (torch); the view only reads it
+    from lab.bench.tracker import TrackerBenchReport
 
 
 @dataclass(frozen=True)
@@ -289,27 +292,27 @@ def step_dicts(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- bench-tracker
 
 
-def bench_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def bench_rows(report: TrackerBenchReport) -> list[tuple[str, str]]:
     """``(measure, value)`` rows of a ``lab bench-tracker`` report, shared by the table and the markdown."""
-    off, on = report["off_s"], report["on_s"]
+    off, on = report.off_s, report.on_s
     return [
-        ("tracker off: min / median / max (s)", f"{off['min']:.3f} / {off['median']:.3f} / {off['max']:.3f}"),
-        ("tracker on: min / median / max (s)", f"{on['min']:.3f} / {on['median']:.3f} / {on['max']:.3f}"),
-        ("overhead of medians", f"{report['overhead_pct_median']:+.2f} %"),
-        ("overhead of minima", f"{report['overhead_pct_min']:+.2f} %"),
-        ("median per-pair overhead", f"{report['overhead_pct_paired_median']:+.2f} %"),
-        ("decode step, tracker off (ms/token)", f"{report['per_token_ms_off']:.2f}"),
-        ("statistics alone (µs/step)", f"{report['statistics_us_per_step']:.1f}"),
-        ("statistics alone, % of a decode step", f"{report['statistics_pct_of_decode_step']:.2f} %"),
-        ("same tokens with and without tracker", "yes" if report["identical_tokens"] else "NO"),
+        ("tracker off: min / median / max (s)", f"{off.min:.3f} / {off.median:.3f} / {off.max:.3f}"),
+        ("tracker on: min / median / max (s)", f"{on.min:.3f} / {on.median:.3f} / {on.max:.3f}"),
+        ("overhead of medians", f"{report.overhead_pct_median:+.2f} %"),
+        ("overhead of minima", f"{report.overhead_pct_min:+.2f} %"),
+        ("median per-pair overhead", f"{report.overhead_pct_paired_median:+.2f} %"),
+        ("decode step, tracker off (ms/token)", f"{report.per_token_ms_off:.2f}"),
+        ("statistics alone (µs/step)", f"{report.statistics_us_per_step:.1f}"),
+        ("statistics alone, % of a decode step", f"{report.statistics_pct_of_decode_step:.2f} %"),
+        ("same tokens with and without tracker", "yes" if report.identical_tokens else "NO"),
     ]
 
 
-def render_bench(report: dict[str, Any], console: Console) -> None:
+def render_bench(report: TrackerBenchReport, console: Console) -> None:
     """Print the bench-tracker result table to ``console``."""
-    model = report["model"]
+    model = report.model
     table = Table(title=Text(f"Tracker overhead: {model['model']} on {model['device']} ({model['dtype']}), "
-                             f"{report['repeats']} alternating pairs x {report['tokens_per_run']} tokens"),
+                             f"{report.repeats} alternating pairs x {report.tokens_per_run} tokens"),
                   title_justify="left")  # Text: a model path with brackets is not markup
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -317,33 +320,33 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
         table.add_row(Text(name), Text(value))
     console.print(table)
     console.print(Text(overhead_sentence(report)))
-    warning = busy_warning(report.get("machine_load") or {})
+    warning = busy_warning(report.machine_load or {})
     if warning:
         console.print(Text(warning, style="bold yellow"))
 
 
-def overhead_sentence(report: dict[str, Any]) -> str:
+def overhead_sentence(report: TrackerBenchReport) -> str:
     """The measured overhead in words (medians, with the minima beside)."""
-    return (f"The tracker adds {report['overhead_pct_median']:+.2f} % to decode time (medians; "
-            f"{report['overhead_pct_min']:+.2f} % between the fastest runs), "
-            f"{report['torch_threads']} torch thread(s).")
+    return (f"The tracker adds {report.overhead_pct_median:+.2f} % to decode time (medians; "
+            f"{report.overhead_pct_min:+.2f} % between the fastest runs), "
+            f"{report.torch_threads} torch thread(s).")
 
 
-def bench_markdown(report: dict[str, Any]) -> str:
+def bench_markdown(report: TrackerBenchReport) -> str:
     """``summary.md`` of a bench-tracker run."""
-    model, st = report["model"], report["settings"]
+    model, st = report.model, report.settings
     mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
-    load = report.get("machine_load") or {}
+    load = report.machine_load or {}
     warning = busy_warning(load)
     lines = [
         "# Entropy tracker overhead", "",
         *([f"> **{warning}**", ""] if warning else []),
         f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
-        f"- **runs**: {report['repeats']} alternating off/on pairs after one warm-up pair; "
-        f"{report['tokens_per_run']} new tokens each (EOS ignored), {mode}; prompt of "
-        f"{report['prompt_tokens']} tokens, V = {report['vocab_size']}",
-        f"- **machine**: {report['environment']['platform']}, {report['environment']['cpu_count']} CPUs, "
-        f"torch threads {report.get('torch_threads')}"
+        f"- **runs**: {report.repeats} alternating off/on pairs after one warm-up pair; "
+        f"{report.tokens_per_run} new tokens each (EOS ignored), {mode}; prompt of "
+        f"{report.prompt_tokens} tokens, V = {report.vocab_size}",
+        f"- **machine**: {report.environment['platform']}, {report.environment['cpu_count']} CPUs, "
+        f"torch threads {report.torch_threads}"
         + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
         "| measure | value |", "|---|---:|",
         *[f"| {name} | {value} |" for name, value in bench_rows(report)], "",

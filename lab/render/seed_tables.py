@@ -1,16 +1,25 @@
 """Rendering ``lab bench --seed-tables``: the seed's Part 3 figures beside the measured ones, row by row.
 
-Consumes :meth:`lab.bench.seed_tables.SeedTablesReport.to_json` (with :func:`lab.bench.seed_tables.compare`'s
-rows); computes nothing new.
+Consumes a :class:`lab.bench.seed_tables.SeedTablesReport` (with :func:`lab.bench.seed_tables.compare`'s
+rows); computes nothing new. A figure that is not finite prints as "n/a" or "-" (as ``report.json``
+holds it: None).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from lab.bench.results import Spread
+from lab.bench.seed_tables import SeedTablesReport
 from lab.machine import busy_warning
 from lab.render.bench import spread_cell
 from lab.render.speculative import fmt_number
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    """:func:`fmt_number`, "n/a" also for +-inf."""
+    return fmt_number(None if isinstance(x, float) and math.isinf(x) else x, spec)
 
 
 def _range(pair: Any, fmt: str = ".1f", scale: float = 1.0) -> str:
@@ -19,32 +28,32 @@ def _range(pair: Any, fmt: str = ".1f", scale: float = 1.0) -> str:
     return f"{fmt_number(pair[0] * scale, fmt)}-{fmt_number(pair[1] * scale, fmt)}"
 
 
-def _pct(stats: dict[str, Any] | None) -> str:
-    if not stats or stats.get("median") is None:
+def _pct(stats: Spread | None) -> str:
+    if stats is None or not math.isfinite(stats.median):
         return "-"
-    return (f"{fmt_number(stats['median'] * 100, '.1f')} % ({fmt_number(stats['min'] * 100, '.1f')}-"
-            f"{fmt_number(stats['max'] * 100, '.1f')})")
+    return (f"{_fmt(stats.median * 100, '.1f')} % ({_fmt(stats.min * 100, '.1f')}-"
+            f"{_fmt(stats.max * 100, '.1f')})")
 
 
-def seed_tables_markdown(report: dict[str, Any]) -> str:
+def seed_tables_markdown(report: SeedTablesReport) -> str:
     """``summary.md`` of a ``--seed-tables`` run: both tables, the findings, the set-up and the passage's source."""
-    cmp, cfg = report["comparison"], report["configs"]
+    cmp, cfg = report.comparison(), report.configs
     sweep_cfg, caching_cfg = cfg["gamma_sweep"], cfg["caching"]
-    s = sweep_cfg["sampling"]
+    s = sweep_cfg.sampling
     lines = ["# lab bench --seed-tables: the seed's Part 3, rerun", ""]
     for part in ("gamma_sweep", "caching"):
-        warning = busy_warning(report[part].get("machine_load") or {})
+        warning = busy_warning(report.benches[part].machine_load or {})
         if warning:
             lines += [f"> **{part}: {warning}**", ""]
     lines += [
-        f"- model {report['model'].get('model')}, draft {report['draft']}; sampling: temperature "
-        f"{s['temperature']:g}, top-p {s['top_p']:g} (the seed's), seed {sweep_cfg['seed']}, one per repeat and "
+        f"- model {report.model.get('model')}, draft {report.draft}; sampling: temperature "
+        f"{s.temperature:g}, top-p {s.top_p:g} (the seed's), seed {sweep_cfg.seed}, one per repeat and "
         "prompt, the same for every method",
-        f"- passage: {report['passage']['source']}, sha256 {report['passage']['sha256'][:12]}…; the prompt asks for "
-        f"a detailed summary of it ({report['prompt_tokens']} prompt tokens with the chat template)",
-        f"- torch threads {report['torch_threads']}",
+        f"- passage: {report.passage['source']}, sha256 {report.passage['sha256'][:12]}…; the prompt asks for "
+        f"a detailed summary of it ({report.prompt_tokens} prompt tokens with the chat template)",
+        f"- torch threads {report.torch_threads}",
         "",
-        f"## Gamma sweep: {sweep_cfg['max_new_tokens']} new tokens, {sweep_cfg['repeats']} repeats",
+        f"## Gamma sweep: {sweep_cfg.max_new_tokens} new tokens, {sweep_cfg.repeats} repeats",
         "",
         "Lab figures: median (min-max) over repeats; speedup over the lab's target-only loop in the same repeat, "
         "end to end. The seed's: its min-max (mean).",
@@ -63,8 +72,8 @@ def seed_tables_markdown(report: dict[str, Any]) -> str:
                      f"{spread_cell(lab['speedup'])} | {spread_cell(lab['decode_speedup'])} |")
     lines += [
         "",
-        f"## Caching: {caching_cfg['max_new_tokens']} new tokens, gamma {caching_cfg['gammas'][0]}, "
-        f"{caching_cfg['repeats']} repeats",
+        f"## Caching: {caching_cfg.max_new_tokens} new tokens, gamma {caching_cfg.gammas[0]}, "
+        f"{caching_cfg.repeats} repeats",
         "",
         "| row | seed | lab (median per run) | lab tok/s median (min-max) | lab rounds per run | lab alpha |",
         "|---|---|---|---|---|---|",
@@ -72,11 +81,11 @@ def seed_tables_markdown(report: dict[str, Any]) -> str:
     for r in cmp["caching"]:
         seed, lab = r["seed"], r["lab"]
         lines.append(f"| {r['row']} | {seed['tokens']} tokens in {seed['time_s']} s ({seed['tokens_per_s']} tok/s), "
-                     f"{seed['rounds']} rounds | {fmt_number(lab['tokens_median'], '.0f')} tokens in "
-                     f"{fmt_number(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
-                     f"{fmt_number(lab['rounds_per_run'], '.1f')} | {fmt_number(lab['alpha'])} |")
+                     f"{seed['rounds']} rounds | {_fmt(lab['tokens_median'], '.0f')} tokens in "
+                     f"{_fmt(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
+                     f"{_fmt(lab['rounds_per_run'], '.1f')} | {_fmt(lab['alpha'])} |")
     sp = cmp["speedup_from_caching"]
-    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {fmt_number(sp['lab_median_ratio'], '.2f')}x "
+    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {_fmt(sp['lab_median_ratio'], '.2f')}x "
                   "(median tokens/s, cached over no-cache).", "", "## The seed's findings on this run", ""]
     for f in cmp["findings"]:
         lines.append(f"- {f['finding']}: **{'holds' if f['holds'] else 'does not hold'}** ({f['rule']}; measured "
@@ -87,5 +96,5 @@ def seed_tables_markdown(report: dict[str, Any]) -> str:
 
 def _measured(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {fmt_number(v, '.2f')}x" for k, v in value.items())
-    return f"{fmt_number(value, '.2f')}x"
+        return ", ".join(f"{k} {_fmt(v, '.2f')}x" for k, v in value.items())
+    return f"{_fmt(value, '.2f')}x"

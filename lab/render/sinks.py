@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, Group
@@ -20,6 +20,9 @@ from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
 from lab.sinks.profiles import is_packaged
 from lab.sinks.structure import ROLE_CONTENT
+
+if TYPE_CHECKING:  # the report's module runs workers; the view only reads it
+    from lab.bench.sinks import SinksBenchReport
 
 STYLE_STRUCTURAL = "cyan"
 STYLE_STRUCTURAL_SINK = "bold black on cyan"
@@ -340,17 +343,21 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def bench_table(data: dict[str, Any]) -> Table:
-    t = Table(title=f"sink capture benchmark ({data['model']})", title_justify="left")
+def bench_table(data: SinksBenchReport) -> Table:
+    """``lab bench-sinks``' table: one row per measurement, the capture against plain prefill as its caption.
+
+    Each measurement is its worker's JSON dict (:func:`lab.bench.sinks.measure`), which has no type.
+    """
+    t = Table(title=f"sink capture benchmark ({data.model})", title_justify="left")
     for col in ("method", "tokens", "seconds", "peak beyond model"):
         t.add_column(col, justify="left" if col == "method" else "right", no_wrap=col != "seconds")
     names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
-    for r in data["results"]:
+    for r in data.results:
         if "error" in r:
             t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), Text(f"failed: {r['error']}"), "")
         else:
             t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
-    cmp_ = data.get("comparison")
+    cmp_ = data.comparison
     if cmp_:
         t.caption = comparison_sentence(cmp_)
         t.caption_justify = "left"
@@ -364,23 +371,25 @@ def comparison_sentence(cmp_: dict[str, Any]) -> str:
             f"{_gib(cmp_['plain_extra_bytes'])}).")
 
 
-def bench_markdown(data: dict[str, Any]) -> str:
+def bench_markdown(data: SinksBenchReport) -> str:
+    """``summary.md`` of ``lab bench-sinks``."""
     from lab.machine import busy_warning
 
-    warning = busy_warning(data.get("machine_load") or {})
+    load = data.machine_load or {}
+    warning = busy_warning(load)
     lines = ["# Sink capture benchmark", "", *([f"> **{warning}**", ""] if warning else []),
-             f"- model: {data['model']}",
-             f"- machine: {data['environment'].get('platform')}, {data['environment'].get('cpu_count')} CPUs",
+             f"- model: {data.model}",
+             f"- machine: {data.environment.get('platform')}, {data.environment.get('cpu_count')} CPUs",
              "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
-             f"- torch threads: {data.get('torch_threads')}; 1-minute load average up to "
-             f"{(data.get('machine_load') or {}).get('max_load_1m', float('nan')):.2f} "
-             f"({(data.get('machine_load') or {}).get('rule', 'not recorded')})",
+             f"- torch threads: {data.torch_threads}; 1-minute load average up to "
+             f"{load.get('max_load_1m', float('nan')):.2f} "
+             f"({load.get('rule', 'not recorded')})",
              "", "| method | tokens | seconds | peak beyond model |", "|---|---:|---:|---:|"]
-    for r in data["results"]:
+    for r in data.results:
         if "error" in r:
             lines.append(f"| {r['mode']} | {r['length']} | failed: {r['error']} | |")
         else:
             lines.append(f"| {r['mode']} | {r['length']} | {r['seconds']:.2f} | {_gib(r['extra_bytes'])} |")
-    if data.get("comparison"):
-        lines += ["", comparison_sentence(data["comparison"])]
+    if data.comparison:
+        lines += ["", comparison_sentence(data.comparison)]
     return "\n".join(lines) + "\n"

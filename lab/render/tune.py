@@ -1,35 +1,34 @@
 """Rendering ``lab bench --tune``: the candidates ranked, the winner and where it was written.
 
-Consumes :meth:`lab.bench.tune.TuneReport.as_dict`; computes nothing new.
+Consumes a :class:`lab.bench.tune.TuneReport`; computes nothing new.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from lab.bench.tune import TuneReport
 from lab.machine import busy_warning
 from lab.render.speculative import fmt_number
 
 
-def tune_summary_markdown(report: dict[str, Any]) -> str:
+def tune_summary_markdown(report: TuneReport) -> str:
     """``summary.md`` of a tuning run."""
-    measured, machine = report["measured"], report["machine"]
+    measured, machine = report.outcome.measured, report.outcome.machine
     lines = ["# lab bench --tune: the draft set-up for this machine", ""]
     for mode in ("greedy", "sampling"):
-        warning = busy_warning(report[mode].get("machine_load") or {})
+        warning = busy_warning(report.benches[mode].machine_load or {})
         if warning:
             lines += [f"> **{mode}: {warning}**", ""]
-    cfg = report["configs"]["greedy"]
+    cfg = report.configs["greedy"]
     lines += [
-        f"- model {report['model'].get('model')}, draft {report['draft']}; tuning prompts only: a code prompt and "
-        f"HumanEval {report['humaneval']} (never the held-back split); {cfg['max_new_tokens']} new tokens, "
-        f"{cfg['repeats']} repeats per mode",
+        f"- model {report.model.get('model')}, draft {report.draft}; tuning prompts only: a code prompt and "
+        f"HumanEval {report.prompts.humaneval} (never the held-back split); {cfg.max_new_tokens} new tokens, "
+        f"{cfg.repeats} repeats per mode",
         f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "
         f"{machine['threads']} thread(s)",
         f"- rule: {measured['rule']}",
         f"- **winner: {measured['winner']}** (score {fmt_number(measured['score'], '.2f')}x"
         + ("" if measured["beats_target_alone"] else "; no candidate beat the target alone here") + ")",
-        f"- written to `{report['tuning_file']}`; `lab speculate` with this model and draft uses it on this machine",
+        f"- written to `{report.outcome.path}`; `lab speculate` with this model and draft uses it on this machine",
         "",
         "| rank | candidate | greedy e2e | sampling e2e | greedy decode-only | sampling decode-only | score |",
         "|---|---|---|---|---|---|---|",

@@ -103,25 +103,27 @@ def test_speculate_visible_shows_no_break_space_as_space():
 # --------------------------------------------------------------------------- bench
 
 
-def _bench_data(busy: bool) -> dict:
-    def method(**extra):
-        return {"tokens_per_s": {"min": 101.23, "median": 123.45, "max": 134.56}, "same_tokens_as_lab_target_loop": True,
-                "measured_speedup": 1.234, **extra}
+def _bench_data(busy: bool):
+    """A bench result with long method names and a comparison's text."""
+    from lab.bench.results import Comparison
+    from tests.support import bench_method, bench_result
 
     spec = dict(alpha=0.812, tau=3.21, speedup_predicted_from_measured_times=1.9, efficiency=0.87,
-                overhead_fraction=0.123, gamma=4)
-    methods = {"target-only (lab loop)": method(), "target-only (transformers generate)": method()}
+                overhead_fraction=0.123, measured_speedup=1.234)
+    methods = {"target-only (lab loop)": bench_method(), "target-only (transformers generate)": bench_method()}
     for g in (1, 2, 4, 6):
-        methods[f"speculative gamma={g}"] = method(**spec)
-        methods[f"transformers assisted gamma={g}"] = method()
-    methods["speculative gamma=6 adaptive=entropy:0.3"] = method(**spec)
-    comparisons = [{"text": "speculative gamma=4: 1.90x the tokens/s of transformers' assisted generation at gamma=4 "
-                            "(medians)"}]
+        methods[f"speculative gamma={g}"] = bench_method(4, **spec)
+        methods[f"transformers assisted gamma={g}"] = bench_method()
+    methods["speculative gamma=6 adaptive=entropy:0.3"] = bench_method(4, **spec)
+    comparisons = (Comparison(method="speculative gamma=4", against="transformers assisted gamma=4",
+                              kind="tokens_per_s_ratio", value=1.9,
+                              text="speculative gamma=4: 1.90x the tokens/s of transformers' assisted generation "
+                                   "at gamma=4 (medians)"),)
     load = {"busy": busy, "busy_methods": ["speculative gamma=4"], "per_method": {m: {} for m in methods},
             "max_load_1m": 3.71, "threads": 2, "cpu_count": 2,
             "rule": "busy when the 1-minute load average exceeds the bench's 2 torch thread(s) + 0.5"}
-    return {"draft": "early-exit:24", "methods": methods, "comparisons": comparisons,
-            "assisted_errors": {"transformers assisted gamma=6": "ValueError: refused"}, "machine_load": load}
+    return bench_result(methods, comparisons=comparisons,
+                        assisted_errors={"transformers assisted gamma=6": "ValueError: refused"}, machine_load=load)
 
 
 def test_bench_view_legible_at_80_columns_and_states_comparisons():
@@ -130,7 +132,7 @@ def test_bench_view_legible_at_80_columns_and_states_comparisons():
     data = _bench_data(busy=True)
     text = _render(render_bench, data)
     assert_legible(text, "method", "tok/s", "min", "max", "speedup", "same", "alpha", "tau", "predicted",
-                   "efficiency", "overhead", *(method_label(m) for m in data["methods"]))
+                   "efficiency", "overhead", *(method_label(m) for m in data.methods))
     assert "MISS" not in text and "met " not in text and "targets" not in text
     assert "1.90x the tokens/s of transformers'" in " ".join(text.split())
     assert "WARNING: the machine was busy" in text
@@ -143,15 +145,17 @@ def test_bench_view_quiet_machine_has_no_warning():
 
 
 def test_bench_tracker_view_legible_at_80_columns():
+    from lab.bench.tracker import ArmTimes, TrackerBenchReport
     from lab.render.entropy import bench_rows, render_bench
+    from lab.tracker.results import DecodeSettings
 
-    report = {"model": {"model": "smollm2", "device": "cpu", "dtype": "float32"}, "repeats": 5,
-              "tokens_per_run": 64, "off_s": {"min": 1.0, "median": 1.1, "max": 1.3},
-              "on_s": {"min": 1.01, "median": 1.12, "max": 1.35}, "overhead_pct_median": 1.8, "overhead_pct_min": 1.0,
-              "overhead_pct_paired_median": 1.5, "per_token_ms_off": 17.2, "statistics_us_per_step": 123.4,
-              "statistics_pct_of_decode_step": 0.7, "identical_tokens": True, "torch_threads": 1,
-              "machine_load": {"busy": True, "max_load_1m": 2.5, "threads": 1, "cpu_count": 2, "rule": "r",
-                               "busy_methods": [], "per_method": {}}}
+    report = TrackerBenchReport(
+        prompt="hi", settings=DecodeSettings(max_new_tokens=64, temperature=0.0, top_k=None, top_p=1.0, seed=0),
+        repeats=3, prompt_tokens=9, vocab_size=49152, model={"model": "smollm2", "device": "cpu", "dtype": "float32"},
+        environment={}, arms=ArmTimes(off=[1.0, 1.1, 1.3], on=[1.01, 1.12, 1.35], identical=True),
+        statistics_s=123.4e-6, torch_threads=1,
+        machine_load={"busy": True, "max_load_1m": 2.5, "threads": 1, "cpu_count": 2, "rule": "r",
+                      "busy_methods": [], "per_method": {}})
     text = _render(render_bench, report)
     assert_legible(text, "measure", "value", *(name for name, _ in bench_rows(report)))
     assert "goal" not in text and "WARNING" in text
@@ -188,6 +192,7 @@ def test_sinks_token_repr_shows_no_break_space_as_space():
 
 
 def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
+    from lab.bench.sinks import SinksBenchReport
     from lab.render.sinks import bench_table
     from lab.render.sink_calibration import sweep_table
     from lab.sinks.calibration import SweepRow
@@ -199,11 +204,11 @@ def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
                    sweep)
     assert_legible(text, "z", "position 0", "content flagged", "long: pos 0", "long: content", "feasible", "36/36",
                    "3/765 (0.39%)", "12/2019")
-    bench = {"model": "smollm2", "results": [
+    bench = SinksBenchReport(model="smollm2", environment={}, torch_threads=1, machine_load={}, results=[
         {"mode": "sdpa", "length": 8192, "seconds": 12.3, "extra_bytes": 3e8},
         {"mode": "capture", "length": 8192, "seconds": 25.6, "extra_bytes": 6e8},
         {"mode": "eager", "length": 2048, "error": "MemoryError: out of memory"}],
-        "comparison": {"length": 8192, "time_ratio": 2.08, "capture_extra_bytes": 6e8, "plain_extra_bytes": 3e8}}
+        comparison={"length": 8192, "time_ratio": 2.08, "capture_extra_bytes": 6e8, "plain_extra_bytes": 3e8})
     text = _render(lambda d, c: c.print(bench_table(d)), bench)
     assert_legible(text, "method", "tokens", "seconds", "peak beyond model", "plain SDPA prefill",
                    "streaming capture", "eager output_attentions")

@@ -7,6 +7,7 @@ The speeds themselves are not tested (no test depends on timing).
 
 from __future__ import annotations
 
+from lab.bench.results import Spread
 from lab.bench.seed_tables import SEED_SAMPLING, _findings, seed_passage, seed_prompt, seed_table_configs
 
 
@@ -28,10 +29,10 @@ def test_seed_passage_is_real_structured_text_with_its_source():
 
 
 def test_findings_follow_their_rules_with_a_negative_case():
-    rows = [{"row": "gamma 4", "lab": {"speedup": {"median": 1.02}}},
-            {"row": "gamma 6", "lab": {"speedup": {"median": 1.04}}}]
+    rows = [{"row": "gamma 4", "lab": {"speedup": Spread(1.02, 1.02, 1.02)}},
+            {"row": "gamma 6", "lab": {"speedup": Spread(1.04, 1.04, 1.04)}}]
     held = {f["finding"]: f["holds"] for f in _findings(rows, 2.12)}
     assert all(held.values()), held  # the seed's own figures satisfy every rule
-    rows[1]["lab"]["speedup"]["median"] = 1.40
+    rows[1]["lab"]["speedup"] = Spread(1.40, 1.40, 1.40)
     broken = {f["finding"]: f["holds"] for f in _findings(rows, 1.1)}
     assert not any(broken.values()), broken

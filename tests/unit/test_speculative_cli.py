@@ -44,10 +44,11 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
         load_log = LoadLog(threads=1)
         bench = run_bench(target, make_draft(target, "early-exit:2"), prompts,
                           BenchConfig(gammas=(1, 3), adaptive=("pmin:0.5",), max_new_tokens=8,
-                                      repeats=2, warmup_tokens=2), load_log=load_log).to_json()
+                                      repeats=2, warmup_tokens=2), load_log=load_log)
     finally:
         torch.set_num_threads(before)
-    methods = bench["methods"]
+    data = bench.to_json()  # what report.json holds
+    methods = data["methods"]
     assert {"target-only (lab loop)", "target-only (transformers generate)", "speculative gamma=1",
             "transformers assisted gamma=3", "speculative gamma=3 adaptive=pmin:0.5"} <= set(methods)
     assert all(m["same_tokens_as_lab_target_loop"] for m in methods.values())
@@ -55,13 +56,13 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     assert spec["n_rounds"] > 0 and spec["n_drafted_tested"] > 0 and spec["efficiency"] > 0
     assert spec["alpha"] == pytest.approx(spec["n_accepted"] / spec["n_drafted_tested"], rel=1e-12)  # pooled counts
     assert sum(spec["accepted_length_histogram"]) <= spec["n_rounds"]
-    assert any("assisted" in c["against"] for c in bench["comparisons"])
-    assert len(bench["runs"]) == 2 * 2 * len(methods)
-    load = bench["machine_load"]  # a sample before and after every timed run, per method
-    assert len(load["samples"]) == 2 * len(bench["runs"]) and set(load["per_method"]) == set(methods)
+    assert any("assisted" in c["against"] for c in data["comparisons"])
+    assert len(data["runs"]) == 2 * 2 * len(methods)
+    load = data["machine_load"]  # a sample before and after every timed run, per method
+    assert len(load["samples"]) == 2 * len(data["runs"]) and set(load["per_method"]) == set(methods)
     assert all(s["torch_threads"] == 1 for s in load["samples"]) and load["threads"] == 1
     with report_dir(tmp_path, "bench", "tiny") as rd:
-        rd.write_json("report.json", bench)
+        rd.write_json("report.json", data)
         plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_summary_markdown(bench, {"model": "tiny"}))
     assert (rd.final / "bench.png").read_bytes()[:4] == b"\x89PNG"

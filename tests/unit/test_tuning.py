@@ -22,13 +22,13 @@ TUNED = DraftSetup(draft_dtype="per-pass", gamma=3, adaptive="pmin:0.6")
 
 
 def _method(gamma, e2e, decode=1.0, adaptive=None, policy=None):
-    return {"gamma": gamma, "adaptive": adaptive, "gamma_policy": policy, "alpha": 0.8,
-            "per_repeat": {"e2e_speedup": {"median": e2e}, "decode_speedup": {"median": decode}}}
+    return support.bench_method(gamma, adaptive=adaptive, policy=policy,
+                                per_repeat={"e2e_speedup": e2e, "decode_speedup": decode})
 
 
 def _benches(greedy: dict, sampling: dict) -> dict:
-    base = {"target-only (lab loop)": {"per_repeat": {"e2e_speedup": {"median": 1.0}}}}
-    return {"greedy": {"methods": {**base, **greedy}}, "sampling": {"methods": {**base, **sampling}}}
+    base = {"target-only (lab loop)": support.bench_method(per_repeat={"e2e_speedup": 1.0})}
+    return {"greedy": support.bench_result({**base, **greedy}), "sampling": support.bench_result({**base, **sampling})}
 
 
 def test_choose_takes_the_best_geometric_mean_over_both_modes():
@@ -47,7 +47,7 @@ def test_setup_of_maps_method_names_to_setups():
                     _method(12, 1, adaptive="pmin:0.6", policy="dynamic:4:12")) == DraftSetup(
         draft_dtype="per-pass", gamma=12, adaptive="pmin:0.6", dynamic="dynamic:4:12")
     assert setup_of("speculative gamma=4 no-cache", _method(4, 1)) is None
-    assert setup_of("transformers assisted gamma=4", {}) is None
+    assert setup_of("transformers assisted gamma=4", support.bench_method()) is None
 
 
 def test_tune_configs_run_the_same_candidates_greedy_and_sampling():

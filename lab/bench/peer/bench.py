@@ -25,12 +25,13 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfig, PeerRunError, PeerUnavailableError,
                                      bench_command,
                                      completion_command, prompt_file_text, speculative_command, version_command)
 from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
+from lab.bench.results import MethodFigures
 from lab.speculative.theory import expected_tokens_per_round
 
 TARGET_METHOD = "llama.cpp target-only"
@@ -216,12 +217,12 @@ class LlamaCppPeer:
                 "cost_ratio_time": tg["target"] / tg["draft"], "verify_over_target_step": verify,
                 "rows": {role: [dataclasses.asdict(r) for r in rs] for role, rs in rows.items()}}
 
-    def report(self, peer_runs: Sequence[Any], lab_runs: Sequence[Any], lab_methods: dict[str, Any],
+    def report(self, peer_runs: Sequence[Any], lab_runs: Sequence[Any], lab_methods: Mapping[str, MethodFigures],
                budget: int, repeats: int, lab_groups: dict[str, Any] | None = None) -> dict[str, Any]:
         """After the schedule: calibrate with ``llama-bench``, then :meth:`summarize`."""
         return self.summarize(peer_runs, lab_runs, lab_methods, self.calibrate(budget, repeats), lab_groups)
 
-    def summarize(self, peer_runs: Sequence[Any], lab_runs: Sequence[Any], lab_methods: dict[str, Any],
+    def summarize(self, peer_runs: Sequence[Any], lab_runs: Sequence[Any], lab_methods: Mapping[str, MethodFigures],
                   calibration: dict[str, Any], lab_groups: dict[str, Any] | None = None) -> dict[str, Any]:
         """Per llama.cpp method: tokens/s, alpha, the unaccounted share; each runtime's speedup
         over its own target alone (end to end and decode only) beside the lab's decomposition."""
@@ -290,7 +291,7 @@ def _same_as_lab(base: Sequence[Any], lab_runs: Sequence[Any], decode: Callable[
     return all((r.repeat, r.prompt) in lab and _agree(decode(lab[(r.repeat, r.prompt)]), r.peer.text) for r in base)
 
 
-def _side_by_side(peer_methods: dict[str, Any], lab_methods: dict[str, Any],
+def _side_by_side(peer_methods: dict[str, Any], lab_methods: Mapping[str, MethodFigures],
                   lab_groups: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per llama.cpp gamma and lab speculative method at that fixed gamma (float32
     draft, cast or per-pass draft alike; adaptive and dynamic ones are left out): each
@@ -303,14 +304,15 @@ def _side_by_side(peer_methods: dict[str, Any], lab_methods: dict[str, Any],
             continue
         g = m["gamma"]
         lab_names = [n for n, lm in lab_methods.items()
-                     if n.startswith(f"speculative gamma={g}") and lm.get("gamma") == g
-                     and lm.get("adaptive") is None and lm.get("gamma_policy") is None]
+                     if n.startswith(f"speculative gamma={g}") and lm.speculative is not None
+                     and lm.speculative.gamma == g and lm.speculative.adaptive is None
+                     and lm.speculative.gamma_policy is None]
         for lab_name in lab_names or [None]:
-            lab = lab_methods.get(lab_name, {}) if lab_name else {}
+            lab = lab_methods[lab_name].speculative if lab_name else None
             phased = (lab_groups or {}).get(lab_name, {}) if lab_name else {}
-            lab_row = {k: lab.get(k) for k in ("alpha", "measured_speedup", "cost_ratio_time",
-                                               "verify_over_target_step", "overhead_fraction",
-                                               "speedup_predicted_from_measured_times", "efficiency")}
+            lab_row = {k: getattr(lab, k) if lab is not None else None
+                       for k in ("alpha", "measured_speedup", "cost_ratio_time", "verify_over_target_step",
+                                 "overhead_fraction", "speedup_predicted_from_measured_times", "efficiency")}
             lab_row.update({"method": lab_name, "speedup_end_to_end": phased.get("e2e_speedup"),
                             "speedup_decode": phased.get("decode_speedup")})
             rows.append({"gamma": g, "lab": lab_row,
