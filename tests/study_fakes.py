@@ -48,17 +48,19 @@ class FakeRunner:
     """Deterministic per-prompt numbers derived from the prompt's seed; records calls.
 
     Reports no decode (H5 untested) and has no ``alpha_at`` (H6 only where the study runs at a
-    design temperature). ``fail_after``: raise :class:`InterruptAfter` on the prompt after that many.
+    design temperature). ``fail_after``: raise ``interrupt`` (default :class:`InterruptAfter`; a
+    ``KeyboardInterrupt`` is Ctrl-C) on the prompt after that many.
     """
 
-    def __init__(self, fail_after: int | None = None):
+    def __init__(self, fail_after: int | None = None, interrupt: type[BaseException] = InterruptAfter):
         self.calls: list[str] = []
         self.fail_after = fail_after
+        self.interrupt = interrupt
         self.info = {"model": {"model": "fake"}, "draft": "fake-draft"}
 
     def __call__(self, prompt: Any) -> PromptOutcome:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
-            raise InterruptAfter(prompt.id)
+            raise self.interrupt(prompt.id)
         self.calls.append(prompt.id)
         u = _u(prompt)
         health = 10 * u - (3 if prompt.variant == "poisoned" else 0)

@@ -325,14 +325,6 @@ def numerics(load: Callable[[str], nn.Module], batches: Sequence[torch.Tensor],
     return rows
 
 
-def layer_counts(model: nn.Module) -> dict[str, int]:
-    """Linear layers of a loaded model by class name (``Linear``, ``Int4Linear`` ...)."""
-    from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear
-
-    kinds = (nn.Linear, Int4Linear, Int8Linear, CastLinear)
-    return dict(Counter(type(m).__name__ for m in model.modules() if isinstance(m, kinds)))
-
-
 @dataclass(frozen=True)
 class WeightsBenchReport:
     """``lab bench-weights``' ``report.json``: kernels, numerics and step profiles of one GGUF model.

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lab import cli
-from lab.models.chat import build_messages, encode_chat
+from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from lab.reports import rows_from_csv
 from lab.tracker.loop import track_generate
 from tests.support import warped_reference_probs
@@ -90,7 +90,13 @@ def test_cli_entropy_real_model_writes_parsable_complete_report(lab_log, capsys,
     assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "report.json", "summary.md", "tokens.csv"]
     data = json.loads((report / "report.json").read_text())
     assert data["model"]["model"] == "smollm2" and data["vocab_size"] == 49152
-    assert 1 <= len(data["steps"]) <= 12 and data["stop_reason"] in ("eos", "max_new_tokens")
+    # The stop reason must agree with the tokens: the whole budget, or an EOS as the last token before it.
+    eos = eos_token_ids(*smollm2)
+    if data["stop_reason"] == "max_new_tokens":
+        assert len(data["steps"]) == 12 and not eos & set(data["new_token_ids"][:-1]), data["new_token_ids"]
+    else:
+        assert data["stop_reason"] == "eos", data["stop_reason"]
+        assert 1 <= len(data["steps"]) <= 12 and data["new_token_ids"][-1] in eos, data["new_token_ids"]
     lab_log.record(n_tokens=len(data["steps"]), stop=data["stop_reason"],
                    mean_entropy_bits=sum(s["entropy_bits"] for s in data["steps"]) / len(data["steps"]))
     rows = rows_from_csv(report / "tokens.csv")

@@ -231,13 +231,7 @@ def test_cli_study_interrupted_then_resume_dir_runs_only_the_rest(tmp_path, caps
     from lab import cli
     from lab.study import runner as study_mod
 
-    class CtrlC(FakeRunner):
-        def __call__(self, prompt):
-            if len(self.calls) >= 3:
-                raise KeyboardInterrupt
-            return super().__call__(prompt)
-
-    first = CtrlC()
+    first = FakeRunner(fail_after=3, interrupt=KeyboardInterrupt)
     monkeypatch.setattr(study_mod.ModelRunner, "load", classmethod(lambda cls, cfg: first))
     args = ["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", "--resamples", "99"]
     assert cli.main(args) == 130

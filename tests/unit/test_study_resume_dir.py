@@ -333,13 +333,7 @@ def test_ctrl_c_during_a_study_says_what_is_kept_and_how_to_resume(tmp_path, mon
     """Poor case: Ctrl-C said "no report was written" but not that finished prompts are kept."""
     from lab import cli
 
-    class CtrlC(FakeRunner):
-        def __call__(self, prompt):
-            if len(self.calls) >= 3:
-                raise KeyboardInterrupt
-            return super().__call__(prompt)
-
-    use_runner(monkeypatch, CtrlC())
+    use_runner(monkeypatch, FakeRunner(fail_after=3, interrupt=KeyboardInterrupt))
     assert cli.main(["study", "--limit", "8", "--out", str(tmp_path), "--device", "cpu", *CLI_RESAMPLES]) == 130
     (work,) = tmp_path.glob(".study-work-*")
     err = capsys.readouterr().err
