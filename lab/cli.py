@@ -10,17 +10,25 @@ How a run ends, always in one line on stderr and never with a half-written repor
 are staged and renamed into place, :func:`lab.reports.report_dir`):
 
 - bad input (``ValueError``, an unavailable model, a name taken): exit 2;
-- a report that could not be written, a failed peer binary, memory exhausted: exit 1, the
-  cause named (for memory: what was loading, what the machine has, what to try);
+- a report that could not be written, a failed peer binary, memory exhausted (an import that
+  could not map its library too, torch under ``ulimit -v``): exit 1, the cause named (for
+  memory: what was loading, what the machine has, what to try);
 - Ctrl-C: 130, SIGTERM: 143, with what the command kept;
 - any other exception (a fault the lab did not foresee): exit 1, the line gives its type and
   message and names a file holding the full traceback (:func:`write_traceback`, under
   :func:`lab.user_dirs.log_dir`); ``-v`` also prints the traceback on stderr.
+
+These hold from the first line of :func:`main`: building the parser, importing torch and
+transformers and the command itself all run inside its handlers, and once the outcome is
+decided later signals are ignored, so none cuts the line short or adds a traceback. Before
+:func:`main` runs (Python starting, ``import lab.cli``, kept light: the standard library,
+:mod:`lab.safe_text` and :mod:`lab.machine`) a signal does what it does to any Python process.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -31,6 +39,9 @@ import threading
 import traceback
 from pathlib import Path
 from typing import Any
+
+from lab.machine import memory_text
+from lab.safe_text import printable
 
 # Subcommand modules, in the order `lab --help` lists them.
 COMMANDS = (
@@ -46,6 +57,13 @@ COMMANDS = (
     "lab.commands.study",
     "lab.commands.stream",
 )
+
+
+# How the dynamic loader says an extension did not fit (``ulimit -v``): it could not map or allocate
+# it. glibc's "cannot allocate memory in static TLS block" is no shortage of memory, so not one.
+# CPython's words when a thread's stack cannot be mapped (torch starts its pools under ``ulimit -v``).
+NO_THREAD = "can't start new thread"
+NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory(?! in static TLS)", re.IGNORECASE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,71 +138,110 @@ def write_traceback(command: str, exc: BaseException) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``lab`` command; SIGTERM is handled as an interrupt while it runs (then restored)."""
+    """Run one ``lab`` command and return its exit code; how a run ends is the module docstring's.
+
+    SIGTERM raises :class:`Terminated` from the first line on, so that it, Ctrl-C and a failed
+    import end the same way whether they come while the parser is built, while torch loads or
+    while the command runs. The previous SIGINT and SIGTERM handlers are restored on return.
+    """
     if threading.current_thread() is not threading.main_thread():  # signals can only be set there
         return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:  # a second signal before _main's handler held them
+            return _stopped("", exc)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(signum, handler)
 
 
 def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:  # Ctrl-C while the parser is built is an interrupt too
+    command, flags = "", {}
+    try:  # everything slow or fallible is in here: the parser's imports, torch's, transformers'
         parser = build_parser()
         args = parser.parse_args(argv)
-    except KeyboardInterrupt as exc:
-        print("lab: interrupted", file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-    from lab.render.console import setup_logging
-    from lab.safe_text import printable
-    from lab.models.loading import ModelUnavailableError
-    from lab.reports import ReportWriteError
-    from lab.bench.peer.llamacpp import PeerRunError
-
-    setup_logging(args.verbose)
-    try:
+        command, flags = args.command, flag_names(parser, args.command)
+        from lab.render.console import setup_logging
         from lab.commands.common import check_bounds
 
+        setup_logging(args.verbose)
         check_bounds(args)
         if getattr(args, "out", None) is not None:
             from lab.reports import check_reports_root
 
             check_reports_root(args.out)
         return int(args.func(args) or 0)
-    except (ValueError, ModelUnavailableError, FileExistsError) as exc:
-        logging.getLogger("lab").debug("failed", exc_info=True)
-        message = printable(as_typed(str(exc), flag_names(parser, args.command)))
-        print(f"lab {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    except (ReportWriteError, PeerRunError) as exc:  # after the work started: not bad input (2), a failure (1)
-        logging.getLogger("lab").debug("failed", exc_info=True)
-        print(f"lab {args.command}: error: {printable(str(exc))}", file=sys.stderr)
-        return 1
-    except MemoryError as exc:  # a model or a tensor that does not fit: say so, and what to try
-        from lab.machine import memory_text
-
-        logging.getLogger("lab").debug("failed", exc_info=True)
-        what = one_line(str(exc)) or "no detail given"
-        print(f"lab {args.command}: error: out of memory ({printable(what)}); {memory_text()}; try a smaller "
-              "--model, --dtype bfloat16, shorter prompts or fewer tokens, or free memory (or raise `ulimit -v`)",
-              file=sys.stderr)
-        return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated); a command may say what it kept
-        kept = next((a for a in exc.args if isinstance(a, str)), "")
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        print(f"lab {args.command}: {what}; no report was written" + (f"; {printable(kept)}" if kept else ""),
-              file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-    except Exception as exc:  # not foreseen: one line, the traceback kept in a file (no blanket silence)
-        logging.getLogger("lab").debug("failed", exc_info=True)
-        path = write_traceback(args.command, exc)
-        where = f"full traceback in {path}" if path is not None else "no traceback file could be written; run with -v"
-        print(f"lab {args.command}: error: {type(exc).__name__}: {printable(one_line(str(exc))) or '(no message)'} "
-              f"(an error the lab did not foresee; {where})", file=sys.stderr)
+        return _stopped(command, exc)
+    except Exception as exc:
+        return _failed(command, flags, exc)
+
+
+def _hold_signals() -> None:
+    """Ignore SIGINT and SIGTERM until :func:`main` returns: the run's outcome is decided, and a
+    later signal must neither cut its one line short nor add a traceback to it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stopped(command: str, exc: KeyboardInterrupt) -> int:
+    """Say that ``command`` (``""`` before it is known) was interrupted (130) or terminated (143),
+    and what it kept."""
+    _hold_signals()
+    kept = next((a for a in exc.args if isinstance(a, str)), "")
+    what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    print(f"lab {command}".rstrip() + f": {what}; no report was written" + (f"; {printable(kept)}" if kept else ""),
+          file=sys.stderr)
+    return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+
+
+def _failed(command: str, flags: dict[str, str], exc: Exception) -> int:
+    """Say in one line why ``command`` (``""`` before it is known) failed; returns 2 for bad input, else 1."""
+    _hold_signals()
+    who = f"lab {command}".rstrip()
+    logging.getLogger("lab").debug("failed", exc_info=exc)
+    if isinstance(exc, (ValueError, FileExistsError)) or _raised(exc, "lab.models.loading", "ModelUnavailableError"):
+        print(f"{who}: error: {printable(as_typed(str(exc), flags))}", file=sys.stderr)
+        return 2
+    if _raised(exc, "lab.reports", "ReportWriteError") or _raised(exc, "lab.bench.peer.llamacpp", "PeerRunError"):
+        print(f"{who}: error: {printable(str(exc))}", file=sys.stderr)  # after the work started: not bad input
         return 1
+    if out_of_memory(exc):  # a model, a tensor or a library that does not fit: say so, and what to try
+        what = one_line(str(exc)) or "no detail given"
+        print(f"{who}: error: out of memory ({printable(what)}); {memory_text()}; try a smaller --model, "
+              "--dtype bfloat16, shorter prompts or fewer tokens, or free memory (or raise `ulimit -v`)",
+              file=sys.stderr)
+        return 1
+    path = write_traceback(command or "lab", exc)  # not foreseen: one line, the traceback in a file
+    where = f"full traceback in {path}" if path is not None else "no traceback file could be written; run with -v"
+    print(f"{who}: error: {type(exc).__name__}: {printable(one_line(str(exc))) or '(no message)'} "
+          f"(an error the lab did not foresee; {where})", file=sys.stderr)
+    return 1
+
+
+def _raised(exc: BaseException, module: str, name: str) -> bool:
+    """Whether ``exc`` is a ``module.name`` without importing ``module``: a class whose module was
+    never imported was never raised (and ``lab.models.loading`` imports torch, which may be what failed)."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out: a ``MemoryError``, an ``OSError`` with errno ENOMEM, or an
+    ``ImportError``/``OSError`` in which the dynamic loader could not map or allocate an extension
+    (``libtorch_cpu.so: failed to map segment from shared object`` under ``ulimit -v``), or a
+    thread whose stack could not be mapped (:data:`NO_THREAD`)."""
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return True
+    if isinstance(exc, RuntimeError) and str(exc).startswith(NO_THREAD):
+        return True
+    return isinstance(exc, (ImportError, OSError)) and NO_MEMORY.search(str(exc)) is not None
 
 
 if __name__ == "__main__":  # pragma: no cover

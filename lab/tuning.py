@@ -7,15 +7,19 @@ machine it was measured on (:func:`machine_key`: CPU model and flags, torch vers
 torch threads) and the measured figures of every candidate. A reader
 (:func:`read_tuned`) uses the file only for the same profile, draft and machine key:
 
-* another CPU model, other CPU flags or another thread count: **foreign**, ignored;
+* another CPU model or other CPU flags: **foreign**, ignored;
+* another thread count: foreign too, unless the command cannot choose its threads
+  (``lab speculate`` has no ``--threads``): then the file is used and a note says with how
+  many threads it was measured (``OMP_NUM_THREADS`` runs with as many);
 * another torch version: **stale** (kernels change between versions), ignored;
-* unreadable, not JSON, or missing a field: **corrupt**, ignored;
+* unreadable, not JSON, or outside its schema (:mod:`lab.speculative.tuning_schema`: every field of
+  the set-up within what the command line accepts for its flag): **corrupt**, ignored;
 
 each with one line naming the file and why, which the command shows and reports. The
 file is written atomically (:func:`lab.user_dirs.write_text_atomic`).
 
-Stdlib only (the torch version is read from the installed package's metadata), so the
-commands can decide before any model loads.
+Nothing heavy at import (the torch version is read from the installed package's metadata),
+so the commands can decide before any model loads.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from typing import Any
 
 from lab.machine import cpu_identity
 from lab.models.profiles import PROFILES
+from lab.schemas import FileSchemaError
+from lab.speculative.tuning_schema import TUNING_FORMAT, load_tuning
 from lab.speculative.setups import DraftSetup, ResolvedSetup, default_setup, resolve_setup
 from lab.user_dirs import tuning_dir, write_text_atomic
 
-TUNING_FORMAT = 1
 MACHINE_FIELDS = ("cpu_model", "cpu_flags", "torch", "threads")
 
 
@@ -82,7 +87,8 @@ class TunedRead:
     Attributes:
         path: The file looked for.
         setup: The tuned set-up, or None (no file, or ignored).
-        note: Why a file that exists was ignored (one line), else None.
+        note: One line to show about a file that exists: why it was ignored, or, when it is
+            used, how its measurement differs from this run (another thread count); else None.
         data: The file's contents when it was used.
     """
 
@@ -92,58 +98,71 @@ class TunedRead:
     data: dict[str, Any] | None = None
 
 
-def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(foreign reasons, stale reasons) between a file's machine key and this run's."""
+def _threads(n: int) -> str:
+    return f"{n} torch thread" + ("" if n == 1 else "s")
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any], *,
+                 any_threads: bool) -> tuple[list[str], list[str]]:
+    """(foreign reasons, stale reasons) between a file's machine key and this run's (threads left out
+    when ``any_threads``)."""
     foreign, stale = [], []
-    if theirs.get("cpu_model") != ours["cpu_model"]:
-        foreign.append(f"CPU {theirs.get('cpu_model')!r}, this one is {ours['cpu_model']!r}")
-    if sorted(theirs.get("cpu_flags") or []) != ours["cpu_flags"]:
-        extra = sorted(set(theirs.get("cpu_flags") or []) - set(ours["cpu_flags"]))
-        lacking = sorted(set(ours["cpu_flags"]) - set(theirs.get("cpu_flags") or []))
+    if theirs["cpu_model"] != ours["cpu_model"]:
+        foreign.append(f"CPU {theirs['cpu_model']!r}, this one is {ours['cpu_model']!r}")
+    if sorted(theirs["cpu_flags"]) != sorted(ours["cpu_flags"]):
+        extra = sorted(set(theirs["cpu_flags"]) - set(ours["cpu_flags"]))
+        lacking = sorted(set(ours["cpu_flags"]) - set(theirs["cpu_flags"]))
         parts = ([f"it had {' '.join(extra[:6])}"] if extra else []) + ([f"it lacked {' '.join(lacking[:6])}"] if lacking else [])
         foreign.append(f"other CPU flags ({', '.join(parts)})")
-    if theirs.get("threads") != ours["threads"]:
-        foreign.append(f"{theirs.get('threads')} torch threads, this run has {ours['threads']}")
-    if theirs.get("torch") != ours["torch"]:
-        stale.append(f"torch {theirs.get('torch')}, this is torch {ours['torch']}")
+    if not any_threads and theirs["threads"] != ours["threads"]:
+        foreign.append(f"{_threads(theirs['threads'])}, this run has {ours['threads']}")
+    if theirs["torch"] != ours["torch"]:
+        stale.append(f"torch {theirs['torch']}, this is torch {ours['torch']}")
     return foreign, stale
 
 
-def read_tuned(profile: str, draft: str, machine: dict[str, Any]) -> TunedRead:
+def read_tuned(profile: str, draft: str, machine: dict[str, Any], *, any_threads: bool = False) -> TunedRead:
     """The tuned set-up for ``profile`` and ``draft`` on ``machine``, or why there is none.
 
-    Never raises for a bad file: a corrupt, foreign or stale file is ignored and named in
-    ``note`` (one line); no file at all gives neither a set-up nor a note.
+    Never raises for a bad file: a corrupt (:func:`lab.speculative.tuning_schema.load_tuning`), foreign or
+    stale file is ignored and named in ``note`` (one line); no file at all gives neither a
+    set-up nor a note.
+
+    Args:
+        profile: The ``--model`` value.
+        draft: The draft spec in force.
+        machine: :func:`machine_key` of this run.
+        any_threads: The command cannot choose its thread count (it has no ``--threads``): a file
+            measured with another count is used, with a note naming the count it was measured with.
     """
     path = tuning_path(profile)
-    if not path.exists():
+    try:
+        present = path.exists()
+    except OSError:  # a folder that cannot be searched: the file is named below as unreadable
+        present = True
+    if not present:
         return TunedRead(path)
     head = f"ignoring the tuning file {path}"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        missing = [k for k in ("format", "profile", "draft", "setup", "machine") if k not in data]
-        if missing:
-            raise ValueError(f"missing {', '.join(missing)}")
-        if data["format"] != TUNING_FORMAT:
-            raise ValueError(f"format {data['format']!r}, this lab reads {TUNING_FORMAT}")
-        setup = DraftSetup(**data["setup"])
-        theirs = dict(data["machine"])
-    except (OSError, UnicodeDecodeError) as exc:
-        return TunedRead(path, note=f"{head}: unreadable ({exc})")
-    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
-        return TunedRead(path, note=f"{head}: corrupt ({exc}); re-run lab bench --tune or delete it")
+        data = load_tuning(path)
+    except FileSchemaError as exc:
+        return TunedRead(path, note=f"{head}: corrupt ({exc.problem}); re-run lab bench --tune or delete it")
     if data["profile"] != profile or data["draft"] != draft:
         return TunedRead(path, note=f"{head}: tuned for --model {data['profile']} with draft {data['draft']}, "
                                     f"not {profile} with {draft}")
-    foreign, stale = _differences(theirs, machine)
+    theirs = data["machine"]
+    foreign, stale = _differences(theirs, machine, any_threads=any_threads)
     if foreign:
         return TunedRead(path, note=f"{head}: measured on another machine ({'; '.join(foreign + stale)}); "
                                     "re-run lab bench --tune here")
     if stale:
         return TunedRead(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune")
-    return TunedRead(path, setup=setup, data=data)
+    note = None
+    if theirs["threads"] != machine["threads"]:
+        note = (f"the tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
+                f"{machine['threads']}: its set-up runs all the same (OMP_NUM_THREADS={theirs['threads']} runs "
+                "as it was measured)")
+    return TunedRead(path, setup=DraftSetup(**data["setup"]), note=note, data=data)
 
 
 def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, threads: int,
@@ -152,8 +171,9 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
 
     Field by field (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the
     set-up ``lab bench --tune`` measured best for this model, draft and machine
-    (:func:`read_tuned`; a foreign, stale or corrupt file is ignored with a note), else the
-    documented set-up for the profile's own draft
+    (:func:`read_tuned`; a foreign, stale or corrupt file is ignored with a note; one measured
+    with another thread count is used with a note, since ``lab speculate`` has no ``--threads``
+    to match it), else the documented set-up for the profile's own draft
     (:func:`lab.speculative.setups.default_setup`), else the fallback.
 
     Args:
@@ -161,18 +181,18 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
         draft_spec: The draft in force.
         flags: Field -> the value typed or None (``draft_dtype``, ``gamma``, ``adaptive``; see
             :data:`lab.speculative.setups.SETUP_FIELDS`).
-        threads: torch's thread count for this run (part of the machine key).
+        threads: torch's thread count for this run (compared with the file's, for the note).
         has_weights: Whether the draft is a separate model (only such a draft has a dtype).
 
     Returns:
-        A :class:`lab.speculative.setups.ResolvedSetup`, with the ignored file's note if any.
+        A :class:`lab.speculative.setups.ResolvedSetup`, with the tuning file's note if any.
 
     Raises:
         ValueError: a typed draft dtype for a draft without weights of its own (naming ``--draft-dtype``).
     """
     known = PROFILES.get(profile)
     own_draft = known is not None and known.draft == draft_spec
-    tuned = read_tuned(profile, draft_spec, machine_key(threads))
+    tuned = read_tuned(profile, draft_spec, machine_key(threads), any_threads=True)
     if tuned.setup is not None:
         base, source = tuned.setup, f"tuned: {tuned.path}"
     else:

@@ -3,7 +3,9 @@
 - :func:`calibration_dir`: calibrations a user made (``lab calibrate-sinks``, ``lab
   calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
   The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
-  the package's own; nothing ever writes into the package.
+  the package's own; nothing ever writes into the package. The calibrations refuse a
+  ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one, before their minutes of work
+  (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
 - :func:`tuning_dir`: the draft set-ups ``lab bench --tune`` measured best on this machine
   (:mod:`lab.tuning`): ``$LAB_TUNING_DIR``, else ``~/.cache/lab/tuning``.
 - :func:`log_dir`: full tracebacks of errors the lab did not foresee (``lab.cli``):
@@ -32,10 +34,39 @@ def lab_home() -> Path:
 def calibration_dir() -> Path:
     """Where the user's own calibrations go: ``$LAB_CALIBRATION_DIR`` or ``~/.cache/lab/calibrations``.
 
-    The folder may not exist yet; it is created by the first write.
+    The folder may not exist yet; it is created by the first write. A reader finds nothing in
+    a folder that cannot exist (the packaged files are read then); a command that will write
+    here checks it first (:func:`check_calibration_dir`).
     """
     root = os.environ.get(CALIBRATION_ENV)
     return Path(root).expanduser() if root else lab_home() / "calibrations"
+
+
+def check_calibration_dir() -> Path:
+    """:func:`calibration_dir`, checked before a calibration's minutes of work rather than when it saves.
+
+    Raises:
+        ValueError: ``$LAB_CALIBRATION_DIR`` is a file or lies under one (no folder can be made
+            there), in one line naming the variable.
+    """
+    path = calibration_dir()
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"lies under {str(blocker)!r}, a file"
+        raise ValueError(f"{CALIBRATION_ENV}={os.environ.get(CALIBRATION_ENV)!r} {where}, not a folder: point it at "
+                         f"a folder (or unset it for {lab_home() / 'calibrations'})")
+    return path
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """``path`` or the nearest of its existing ancestors when that is not a folder, else None."""
+    for candidate in (path, *path.parents):
+        try:
+            if candidate.exists():
+                return None if candidate.is_dir() else candidate
+        except OSError:  # a folder that cannot be searched: the write will name it
+            return None
+    return None
 
 
 def tuning_dir() -> Path:

@@ -39,9 +39,19 @@ def _u(prompt: Any) -> float:
 
 
 def _tokens(u: float, n: int, per_round: int) -> tuple[DraftedToken, ...]:
+    """``n`` drafted tokens, all tested, of which ``round(u * n)`` accepted (spread evenly), so that
+    alpha = n_accepted / n_drafted_tested follows ``u``."""
+    k = round(u * n)
     return tuple(DraftedToken(round=i // per_round, index=i % per_round, draft_entropy_bits=(i * 0.37 + u) % 5,
                               draft_normalized_entropy=((i * 0.37 + u) % 5) / 15.6,
-                              accepted=(i + int(10 * u)) % 3 == 0, tested=True) for i in range(n))
+                              accepted=(i * k) // n != ((i + 1) * k) // n, tested=True) for i in range(n))
+
+
+def _counts(tokens: tuple[DraftedToken, ...]) -> dict[str, Any]:
+    """A row's drafted-token counts and alpha, as the tokens add them up (a work file is checked against them)."""
+    n_accepted = sum(t.accepted for t in tokens)
+    return {"n_drafted": len(tokens), "n_drafted_tested": len(tokens), "n_accepted": n_accepted,
+            "alpha": n_accepted / len(tokens)}
 
 
 class FakeRunner:
@@ -64,12 +74,13 @@ class FakeRunner:
         self.calls.append(prompt.id)
         u = _u(prompt)
         health = 10 * u - (3 if prompt.variant == "poisoned" else 0)
+        tokens = _tokens(u, 12, per_round=4)
         row = PromptRow(n_prompt_tokens=20, context_health=health, sink_rate_pos0=0.8, sink_rate_content_mean=0.01,
                         position0_share=0.5, n_content_sinks=0, mean_entropy_bits=3 - 0.2 * health + u,
                         max_entropy_bits=6.0, var_entropy_bits=1.0, mean_varentropy_bits2=2.0, n_new_tokens=8,
-                        alpha=u, tau=1.5, n_drafted=12, n_drafted_tested=12, n_accepted=4, n_rounds=3, prefill_s=0.0,
-                        decode_s=0.0, speculative_s=0.0, text="fake")
-        return PromptOutcome(row=row, tokens=_tokens(u, 12, per_round=4))
+                        tau=1.5, n_rounds=3, prefill_s=0.0, decode_s=0.0, speculative_s=0.0, text="fake",
+                        **_counts(tokens))
+        return PromptOutcome(row=row, tokens=tokens)
 
 
 class FakeRunnerWithDecode:
@@ -86,13 +97,14 @@ class FakeRunnerWithDecode:
         health = 9 + u - (1 if prompt.variant == "poisoned" else 0)
         ent = tuple((i * 0.7 + u) % 4 + (1.0 if i % 3 == 0 else 0.0) for i in range(12))
         word = tuple("initial" if i % 3 == 0 else "continuation" if i % 3 == 1 else "" for i in range(12))
+        tokens = _tokens(u, 8, per_round=2)
         row = PromptRow(n_prompt_tokens=20, context_health=health, content_sink_health=10.0, sink_rate_pos0=0.8,
                         sink_rate_content_mean=0.01, position0_share=0.5, n_content_sinks=0,
                         mean_entropy_bits=3 - 0.2 * health + u, max_entropy_bits=6.0, var_entropy_bits=1.0,
-                        mean_varentropy_bits2=2.0, n_new_tokens=12, alpha=u, tau=1.5, n_drafted=8,
-                        n_drafted_tested=8, n_accepted=3, n_rounds=4, prefill_s=0.0, decode_s=0.0, speculative_s=0.0,
-                        text="fake", initial_entropy_bits=1.0, continuation_entropy_bits=0.5, n_multi_token_words=4)
-        return PromptOutcome(row=row, tokens=_tokens(u, 8, per_round=2), decode=TrackedDecode(ent, word))
+                        mean_varentropy_bits2=2.0, n_new_tokens=12, tau=1.5, n_rounds=4, prefill_s=0.0, decode_s=0.0,
+                        speculative_s=0.0, text="fake", initial_entropy_bits=1.0, continuation_entropy_bits=0.5,
+                        n_multi_token_words=4, **_counts(tokens))
+        return PromptOutcome(row=row, tokens=tokens, decode=TrackedDecode(ent, word))
 
     def alpha_at(self, prompt: Any, temperature: float) -> float:
         self.temperature_calls.append((prompt.id, temperature))

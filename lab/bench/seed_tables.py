@@ -87,11 +87,14 @@ def seed_table_configs(*, max_new_tokens: int | None = None, repeats: int | None
 
     ``max_new_tokens`` / ``repeats`` (None = the seed's) override both tables, for a short check.
     """
-    sweep = BenchConfig(gammas=SWEEP_GAMMAS, adaptive=(), max_new_tokens=max_new_tokens or SWEEP_TOKENS,
-                        repeats=repeats or SWEEP_REPEATS, assisted=False, sampling=SEED_SAMPLING, seed=seed,
+    def given(value: int | None, seeds: int) -> int:  # 0 is a value (BenchConfig refuses it), not "the seed's"
+        return seeds if value is None else value
+
+    sweep = BenchConfig(gammas=SWEEP_GAMMAS, adaptive=(), max_new_tokens=given(max_new_tokens, SWEEP_TOKENS),
+                        repeats=given(repeats, SWEEP_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
                         methods=tuple(f"speculative gamma={g}" for g in SWEEP_GAMMAS))
-    caching = BenchConfig(gammas=(CACHING_GAMMA,), adaptive=(), max_new_tokens=max_new_tokens or CACHING_TOKENS,
-                          repeats=repeats or CACHING_REPEATS, assisted=False, sampling=SEED_SAMPLING, seed=seed,
+    caching = BenchConfig(gammas=(CACHING_GAMMA,), adaptive=(), max_new_tokens=given(max_new_tokens, CACHING_TOKENS),
+                          repeats=given(repeats, CACHING_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
                           no_cache=True, methods=(f"speculative gamma={CACHING_GAMMA}",))
     return {"gamma_sweep": sweep, "caching": caching}
 
@@ -176,8 +179,9 @@ def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str
     ]
 
 
+# lab bench flags that choose another schedule, or (no_assisted) that it never runs.
 SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
-                         "prompt_lookup")  # lab bench flags that choose another schedule
+                         "prompt_lookup", "gammas", "no_assisted")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,16 @@ def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
     return draft.facts().flops_per_token(context) / flops_per_token(target.config, context)
 
 
+def _ratio(num: float, den: float) -> float:
+    """``num / den``, NaN when ``den`` is 0: a time per pass over no pass is not measured, not zero."""
+    return num / den if den else float("nan")
+
+
+def _text(x: float, spec: str) -> str:
+    """``x`` formatted, "n/a" when it is not finite (a figure with nothing measured under it)."""
+    return format(x, spec) if math.isfinite(x) else "n/a"
+
+
 def _alpha(specs: Sequence[SpeculativeResult]) -> float:
     """Pooled alpha (accepted / tested drafts) of some runs; NaN when none was tested."""
     tested = sum(s.n_drafted_tested for s in specs)
@@ -123,7 +133,12 @@ def _method_figures(name: str, runs: Sequence[Any], config: Any, base: _Baseline
 
 def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flops: float) -> SpeculativeFigures:
     """A speculative method's pooled figures, Leviathan et al. (2023)'s predictions and the
-    prediction from its own measured step times (the loop's ceiling)."""
+    prediction from its own measured step times (the loop's ceiling).
+
+    A figure with nothing measured under it is NaN, never 0: when every round of every run ended in
+    the fused first pass (which is the prefill), there is no verify pass to time, so ``verify_s``,
+    the verify pass over a target step and the prediction built on it (and the efficiency) are NaN.
+    """
     tested = sum(s.n_drafted_tested for s in specs)
     alpha = sum(s.n_accepted for s in specs) / tested if tested else float("nan")
     n_rounds = sum(len(s.rounds) for s in specs)
@@ -133,18 +148,19 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
     decode_s = sum(s.decode_time_s for s in specs)
     gamma, t_step = specs[0].gamma, base.step_s
     t_draft = draft_s / draft_fw if draft_fw else 0.0
-    t_verify = sum(s.verify_time_s for s in specs) / sum(s.n_verify_passes for s in specs)  # the fused first pass is the prefill
-    tau = n_tokens / n_rounds
+    # the fused first pass is the prefill, not a verify pass
+    t_verify = _ratio(sum(s.verify_time_s for s in specs), sum(s.n_verify_passes for s in specs))
+    tau = _ratio(n_tokens, n_rounds)
     c_time = t_draft / t_step
-    decode_tps = n_tokens / decode_s
+    decode_tps = _ratio(n_tokens, decode_s)
     measured_speedup = decode_tps / base.decode_tokens_per_s
     fixed = specs[0].adaptive is None and specs[0].gamma_policy is None and not math.isnan(alpha)
     if fixed:
         e_tokens = expected_tokens_per_round(alpha, gamma)
-        predicted = e_tokens * t_step / (gamma * t_draft + t_verify)
+        predicted = _ratio(e_tokens * t_step, gamma * t_draft + t_verify)
     else:  # adaptive: draft length varies, use the measured tokens and draft steps per round
         e_tokens = tau
-        predicted = tau * t_step / (draft_fw / n_rounds * t_draft + t_verify)
+        predicted = _ratio(tau * t_step, _ratio(draft_fw, n_rounds) * t_draft + t_verify)
     return SpeculativeFigures(
         gamma=gamma, adaptive=specs[0].adaptive, gamma_policy=specs[0].gamma_policy, alpha=alpha, tau=tau,
         n_drafted_tested=tested, n_accepted=sum(s.n_accepted for s in specs), n_rounds=n_rounds,
@@ -155,8 +171,8 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
         speedup_theory_flops=expected_speedup(alpha, gamma, c_flops) if fixed else None,
         speedup_theory_time_ratio=expected_speedup(alpha, gamma, c_time) if fixed else None,
         speedup_predicted_from_measured_times=predicted, expected_tokens_per_round=e_tokens,
-        efficiency=measured_speedup / predicted if predicted else float("nan"),
-        overhead_fraction=sum(s.overhead_time_s for s in specs) / decode_s,
+        efficiency=_ratio(measured_speedup, predicted),
+        overhead_fraction=_ratio(sum(s.overhead_time_s for s in specs), decode_s),
         breakeven_alpha_time_ratio=breakeven_alpha(gamma, c_time), breakeven_alpha_flops=breakeven_alpha(gamma, c_flops))
 
 
@@ -177,7 +193,8 @@ def _comparisons(config: Any, methods: dict[str, MethodFigures]) -> tuple[Compar
         if s is not None:
             out.append(Comparison(method=name, against="speedup predicted from measured times", kind="efficiency",
                                   value=s.efficiency,
-                                  text=f"{name}: measured speedup {s.measured_speedup:.2f}x is "
-                                       f"{s.efficiency:.0%} of the {s.speedup_predicted_from_measured_times:.2f}x "
-                                       "predicted from its alpha and measured step times"))
+                                  text=f"{name}: measured speedup {_text(s.measured_speedup, '.2f')}x is "
+                                       f"{_text(s.efficiency, '.0%')} of the "
+                                       f"{_text(s.speedup_predicted_from_measured_times, '.2f')}x predicted from "
+                                       "its alpha and measured step times"))
     return tuple(out)

@@ -40,8 +40,9 @@ TUNE_DTYPES = ("bfloat16", PER_PASS_ALIAS)  # beside the draft's own dtype (a se
 TUNE_SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9)  # the seed's sampling mode
 TUNE_MAX_NEW_TOKENS, TUNE_REPEATS = 48, 2
 TUNE_HUMANEVAL = "tuning:2"
-TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
-                  "prompt_lookup")  # lab bench flags that choose another schedule
+# lab bench flags that choose another schedule, or (no_assisted) that it never runs.
+TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup",
+                  "no_assisted")
 SCORE_RULE = ("the highest geometric mean over greedy and sampling of the median (over repeats) end-to-end "
               "speedup over the lab's target-only loop, on the tuning prompts")
 

@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_adaptive
+from lab.commands.common import (add_draft_weights_arg, MAX_GAMMA, add_filter_args, add_model_args, add_out_arg,
+                                 add_threads_arg, bound_for, check_model_args, parse_adaptive, parse_lengths, range_text)
 from lab.models.source import model_source
 
 
@@ -34,20 +35,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
                                                  "(default: the profile's draft)")
-    p.add_argument("--gammas", default=DEFAULT_GAMMAS,
-                   help=f"comma-separated draft lengths to sweep (default: {DEFAULT_GAMMAS}; --tune: 3,4,5)")
+    p.add_argument("--gammas", default=None,
+                   help=f"comma-separated draft lengths to sweep, each {range_text('bench', 'gamma')} (default: "
+                        f"{DEFAULT_GAMMAS}; --tune: 3,4,5; not with --seed-tables, which sweeps the seed's)")
     p.add_argument("--adaptive", action="append", default=None,
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="new tokens per generation (default: 64; --seed-tables: the seed's, 500 and 100; --tune: 48)")
+                   help=f"new tokens per generation, {range_text('bench', 'max_new_tokens')} (default: 64; "
+                        "--seed-tables: the seed's, 500 and 100; --tune: 48)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats of the whole schedule (default: 3; --seed-tables: the seed's 5, and 3 for "
-                        "caching; --tune: 2 per mode)")
+                   help=f"timed repeats of the whole schedule, {range_text('bench', 'repeats')} (default: 3; "
+                        "--seed-tables: the seed's 5, and 3 for caching; --tune: 2 per mode)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
                         "--humaneval prompts) (default: three built-in)")
-    p.add_argument("--no-assisted", action="store_true", help="skip transformers' assisted generation")
+    p.add_argument("--no-assisted", action="store_true",
+                   help="skip transformers' assisted generation (--seed-tables and --tune never run it)")
     add_threads_arg(p)
     p.add_argument("--dynamic", action="append", default=None,
                    help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
@@ -65,13 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "adaptive=pmin:0.6 draft=bfloat16' (default: all)")
     p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
     p.add_argument("--temperature", type=float, default=0.0,
-                   help="0 = greedy (default); > 0 samples: every method (the lab's loops, transformers generate "
-                        "and assisted generation) draws through the same temperature / top-k / top-p filter")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
+                   help=f"{range_text('bench', 'temperature')}: 0 = greedy (default); > 0 samples: every method (the "
+                        "lab's loops, transformers generate and assisted generation) draws through the same "
+                        "temperature / top-k / top-p filter")
+    add_filter_args(p, "bench")
     p.add_argument("--seed", type=int, default=0,
-                   help="sampling seed; each repeat and prompt gets one derived from it, the same for every "
-                        "method, recorded per run (default: 0)")
+                   help=f"sampling seed, {range_text('bench', 'seed')}; each repeat and prompt gets one derived from "
+                        "it, the same for every method, recorded per run (default: 0)")
     p.add_argument("--seed-tables", action="store_true",
                    help="rerun the seed's two Part 3 tables with its figures beside them (lab.bench.seed_tables): "
                         "target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats, and the no-cache vs cached "
@@ -92,13 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _parse_gammas(text: str) -> tuple[int, ...]:
-    try:
-        gammas = tuple(int(g) for g in text.split(","))  # an empty item ("1,,2") is an error, not skipped
-    except ValueError:
-        raise ValueError(f"--gammas={text!r} must be comma-separated integers, e.g. 1,2,4") from None
-    if min(gammas) < 1 or max(gammas) > MAX_GAMMA:
-        raise ValueError(f"--gammas={text!r} must list integers in [1, {MAX_GAMMA}]")
-    return gammas
+    return parse_lengths(text, "--gammas", bound_for("bench", "gamma"))
 
 
 def _check_dynamic(specs: tuple[str, ...]) -> None:
@@ -172,7 +170,7 @@ def _bench_config(args: argparse.Namespace):
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
     sampling = sampling_config(args)
-    config = BenchConfig(gammas=_parse_gammas(args.gammas), adaptive=adaptive,
+    config = BenchConfig(gammas=_parse_gammas(args.gammas or DEFAULT_GAMMAS), adaptive=adaptive,
                          max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
                          repeats=3 if args.repeats is None else args.repeats, assisted=not args.no_assisted,
                          dynamic=dynamic, draft_dtypes=dtypes, prompt_lookup=args.prompt_lookup or args.levers,
@@ -232,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _refuse_flags(args: argparse.Namespace, names: tuple[str, ...], message: str) -> None:
     """Raise ``message`` + the flags typed among ``names`` (and any sampling flag), if any was typed."""
-    typed = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None)]
+    typed = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None) not in (None, False, [])]
     if args.temperature or args.top_p != 1.0 or args.top_k is not None:
         typed.append("--temperature/--top-p/--top-k")
     if typed:
@@ -341,12 +339,12 @@ def run_tune(args: argparse.Namespace) -> int:
     _refuse_flags(args, TUNE_EXCLUSIVE, "--tune measures its own candidates, greedy and sampling, on the tuning "
                                         "prompts; drop ")
     prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
-    gammas = _parse_gammas(args.gammas) if args.gammas != DEFAULT_GAMMAS else TUNE_GAMMAS
+    gammas = _parse_gammas(args.gammas) if args.gammas is not None else TUNE_GAMMAS
     device, threads, draft_spec, kind = _model_draft_args(
         args, no_model="--tune chooses a draft model's set-up; --draft {} has none to tune")
     configs = tune_configs(model_draft=kind == "model", gammas=gammas,
-                           max_new_tokens=args.max_new_tokens or TUNE_MAX_NEW_TOKENS,
-                           repeats=args.repeats or TUNE_REPEATS, seed=args.seed)
+                           max_new_tokens=TUNE_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens,
+                           repeats=TUNE_REPEATS if args.repeats is None else args.repeats, seed=args.seed)
 
     # 2. Load and run both modes (progress on stderr), then choose and write the winner.
     err = stderr_console()

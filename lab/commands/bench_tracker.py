@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
+from lab.commands.common import add_filter_args, add_model_args, add_out_arg, add_threads_arg, check_model_args, range_text
 from lab.models.source import model_source
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
@@ -27,14 +27,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_model_args(p)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt to decode from (default: {DEFAULT_PROMPT!r})")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per run, EOS ignored (default: 64)")
-    p.add_argument("--repeats", type=int, default=5, help="timed off/on pairs after one warm-up pair (default: 5)")
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"tokens per run, EOS ignored, {range_text('bench-tracker', 'max_new_tokens')} (default: 64)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help=f"timed off/on pairs after one warm-up pair, {range_text('bench-tracker', 'repeats')} "
+                        "(default: 5)")
     p.add_argument("--temperature", type=float, default=0.0,
-                   help="0 = greedy (default); > 0 samples (seeded), adding the sampled-entropy statistics")
-    p.add_argument("--top-k", type=int, default=None, help="top-k filter when sampling (default: off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (default: 1 = off)")
+                   help=f"{range_text('bench-tracker', 'temperature')}: 0 = greedy (default); > 0 samples (seeded), "
+                        "adding the sampled-entropy statistics")
+    add_filter_args(p, "bench-tracker")
     p.add_argument("--stats-iterations", type=int, default=200,
-                   help="iterations of the statistics-only timing on one logits row (default: 200)")
+                   help=f"iterations of the statistics-only timing on one logits row, "
+                        f"{range_text('bench-tracker', 'stats_iterations')} (default: 200)")
     add_threads_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)

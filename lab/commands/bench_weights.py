@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args
+from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, range_text
+
+# The kernel table's and the step profile's flags (what --skip-kernels leaves out), with their defaults.
+KERNEL_DEFAULTS = {"gamma": 5, "repeats": 5, "steps": 10}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,37 +27,63 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "representation's next-token distributions against float32 on held-out text.",
     )
     add_model_args(p)
-    p.add_argument("--gamma", type=int, default=5, help="draft tokens per round: the verify pass has gamma + 1 rows "
-                                                        "(default: 5)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per layer shape, M and representation "
-                                                          "(median; default: 5)")
+    p.add_argument("--gamma", type=int, default=None,
+                   help=f"draft tokens per round: the verify pass has gamma + 1 rows, "
+                        f"{range_text('bench-weights', 'gamma')} (default: 5)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help=f"timed calls per layer shape, M and representation, {range_text('bench-weights', 'repeats')} "
+                        "(median; default: 5)")
     p.add_argument("--problems", type=int, default=2,
-                   help="held-back HumanEval problems for the numerics (default: 2; 0 with --text)")
-    p.add_argument("--steps", type=int, default=10,
-                   help="one-token decode steps timed, then profiled, per representation (default: 10)")
+                   help=f"held-back HumanEval problems for the numerics, {range_text('bench-weights', 'problems')} "
+                        "(default: 2; 0 with --text)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"one-token decode steps timed, then profiled, per representation, "
+                        f"{range_text('bench-weights', 'steps')} (default: 10)")
     p.add_argument("--skip-kernels", action="store_true",
-                   help="numerics only: no kernel table, no step profile (both need a quiet machine)")
-    p.add_argument("--text", action="append", default=None, help="held-out text for the numerics (repeatable)")
+                   help="numerics only: no kernel table, no step profile (both need a quiet machine; so not with "
+                        "--gamma, --repeats or --steps)")
+    p.add_argument("--text", action="append", default=None,
+                   help="held-out text for the numerics, not empty (repeatable)")
     add_threads_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    # 1. Validate before loading.
+def _kernel_settings(args: argparse.Namespace) -> dict[str, int]:
+    """``{"gamma", "repeats", "steps"}``, checked with the flags they run with, before any model loads.
+
+    Raises:
+        ValueError: a model that is not a GGUF profile; ``--weights`` or ``--dtype`` (the command loads
+            every representation itself, in float32 on the CPU); ``--gamma``, ``--repeats`` or ``--steps``
+            with ``--skip-kernels``; no text for the numerics, or an empty ``--text``; a device other than
+            the CPU; each naming the flag.
+    """
     from lab.models.loading import is_gguf_model
 
     if not is_gguf_model(args.model):
         raise ValueError(f"--model {args.model!r}: bench-weights compares a GGUF profile's own codes; "
                          "use smollm2, gemma3-270m, qwen2.5-coder or qwen2.5-coder-0.5b")
-    if args.gamma < 1 or args.repeats < 1 or args.steps < 1 or args.problems < 0:
-        raise ValueError(f"--gamma={args.gamma}, --repeats={args.repeats}, --steps={args.steps} must be >= 1 and "
-                         f"--problems={args.problems} >= 0")
+    if args.weights != "float32" or args.dtype is not None:
+        flag = f"--weights {args.weights}" if args.weights != "float32" else f"--dtype {args.dtype}"
+        raise ValueError(f"{flag}: bench-weights loads float32, bfloat16, int8 and q4 itself, in float32 on the CPU; "
+                         "drop it")
+    typed = [f"--{k}" for k in KERNEL_DEFAULTS if getattr(args, k) is not None]
+    if args.skip_kernels and typed:
+        raise ValueError(f"{', '.join(typed)} would have no effect: the kernel table and the step profile read "
+                         f"{'them' if len(typed) > 1 else 'it'}, and --skip-kernels skips both")
     if args.problems == 0 and not args.text:
         raise ValueError("--problems=0 needs at least one --text for the numerics")
-    device = check_model_args(args)
-    if device.type != "cpu":
-        raise ValueError(f"--device {device}: the quantized kernels run on the CPU only")
+    for text in args.text or []:
+        if not text.strip():
+            raise ValueError(f"--text {text!r} is empty: the numerics need tokens to compare")
+    if check_model_args(args).type != "cpu":
+        raise ValueError(f"--device {args.device}: the quantized kernels run on the CPU only")
+    return {k: default if getattr(args, k) is None else getattr(args, k) for k, default in KERNEL_DEFAULTS.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    # 1. Validate before loading.
+    kernel = _kernel_settings(args)
 
     # 2. Kernels on the float32 model, then numerics one representation at a time (lab.bench.weights).
     from lab.bench.prompt_split import humaneval_prompts
@@ -67,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     load_log = LoadLog(threads=set_threads(args.threads))
     texts = [text for _, text in humaneval_prompts("held-back", args.problems)] if args.problems else []
     texts += args.text or []
-    result = bench_weights(args.model, texts, gamma=args.gamma, repeats=args.repeats, steps=args.steps,
-                           skip_kernels=args.skip_kernels, load_log=load_log, status=stderr_console().status)
+    result = bench_weights(args.model, texts, **kernel, skip_kernels=args.skip_kernels, load_log=load_log,
+                           status=stderr_console().status)
 
     # 3. Write the report atomically, then show it.
     summary = weights_markdown(result)

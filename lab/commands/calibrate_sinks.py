@@ -26,7 +26,11 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg
+from lab.commands.common import MAX_TOKENS, Bound, check_model_args, add_model_args, add_out_arg, parse_lengths
+
+# A long prompt's length: below 64 tokens it is not long (lab.sinks.calibration.long_prompts); 128 Ki, the longest
+# context of the models here (the model's own is checked too where it is known).
+LONG_LENGTH_BOUND = Bound(64, MAX_TOKENS, " (a long prompt has 64 tokens at least; 128 Ki, the longest context here)")
 from lab.models.source import model_source
 
 
@@ -44,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="JSONL prompt set the chosen threshold is checked on, with its long prompts too "
                         "(default: the packaged lab/data/sinks_held_out.jsonl; 'none' to skip)")
     p.add_argument("--long-lengths", default="2048",
-                   help="comma-separated token lengths of long uniform prompts built from the set's text, scored "
-                        "too (default: 2048; 'none' to skip)")
+                   help=f"comma-separated token lengths of long uniform prompts built from the set's text, scored "
+                        f"too, each in {LONG_LENGTH_BOUND.text} (default: 2048; 'none' to skip)")
     p.add_argument("--no-save", dest="save", action="store_false",
                    help="do not write the profile's calibration <profile>.json nor the cross-profile choice.json "
                         "into $LAB_CALIBRATION_DIR/sinks/ (default ~/.cache/lab/calibrations/sinks/), which "
@@ -57,15 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _long_lengths(text: str) -> tuple[int, ...]:
-    if text.strip().lower() in ("", "none", "0"):
+    if text.strip().lower() == "none":
         return ()
-    try:
-        lengths = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--long-lengths={text!r} must be comma-separated integers or 'none'") from None
-    if any(n < 64 for n in lengths):
-        raise ValueError(f"--long-lengths={text!r}: each length must be >= 64 tokens")
-    return lengths
+    return parse_lengths(text, "--long-lengths", LONG_LENGTH_BOUND)
 
 
 def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str]:
@@ -73,11 +71,14 @@ def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str
     model loads."""
     from lab.models.loading import known_context_length
     from lab.sinks.calibration import HELD_OUT_SET, load_prompts
+    from lab.user_dirs import check_calibration_dir
 
+    if args.save:
+        check_calibration_dir()  # a folder that cannot be written, found before minutes of scoring
     prompts = load_prompts(args.prompts)
     lengths = _long_lengths(args.long_lengths)
     skip_held = args.held_out is not None and args.held_out.strip().lower() == "none"
-    held = [] if skip_held else load_prompts(args.held_out, packaged=HELD_OUT_SET)
+    held = [] if skip_held else load_prompts(args.held_out, packaged=HELD_OUT_SET, arg="held_out")
     device = check_model_args(args)
     context = known_context_length(args.model)  # a long prompt past it failed only after the model loaded
     if lengths and context is not None and max(lengths) > context:

@@ -7,51 +7,179 @@ torch and the model loader are imported inside :func:`check_model_args`, which r
 from __future__ import annotations
 
 import argparse
+import os
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
+from lab.speculative.setups import MAX_GAMMA
 
 if TYPE_CHECKING:
     import torch
 
 
-# Bounds on values that pass as integers but break, or run for hours, after the model loads.
+# Bounds on values that pass the flags' types but break, or run for hours, after the model loads.
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes [0, 2**64 - 1]; beyond: "Overflow when unpacking long long"
-# Draft tokens per round. With acceptance rate alpha a round yields (1 - alpha**(gamma+1)) / (1 - alpha)
-# tokens in expectation (Leviathan et al. 2023, eq. 1): at alpha = 0.9, the best measured here (the Qwen
-# pair), gamma = 64 already gives 99.9 % of the gamma -> infinity limit, while every further drafted token
-# costs a draft forward, and the per-round table and histogram have gamma + 1 columns.
-MAX_GAMMA = 64
+# lab bench derives one seed per (repeat, prompt) from --seed (lab.bench.run.run_seed), which must stay below 2**62.
+BENCH_SEED_MAX = 2**62 - 1
 # Bootstrap resamples. The Monte Carlo error of a percentile CI endpoint shrinks as 1/sqrt(B): at B = 100,000
 # (50x the default 1,999) it is ~0.07 percentage points of coverage; the analysis time grows linearly with B.
 MAX_RESAMPLES = 100_000
 # Alternatives recorded per decode step: a table for reading, saved per step in report.json
 # (1,000 x 64 steps is already 64,000 records); the full distribution is not what it is for.
 MAX_TOP_ALTERNATIVES = 1000
+# Any length in tokens (new tokens, a text's or a prompt's tokens): 131,072 (128 Ki) is the longest context of
+# the open models this lab loads or is likely to; the model's own context is checked as well where it is known.
+MAX_TOKENS = 131_072
+# Timed repeats: the median of 1,000 is as steady as a median gets on a shared machine; more only add hours.
+MAX_REPEATS = 1000
+# Logits are divided by the temperature: at 100 a softmax over logits spread by ~50 nats (wider than any model's
+# here) is within 0.5 nats of uniform, so a higher temperature samples noise, not the model.
+MAX_TEMPERATURE = 100.0
+# top-k above the vocabulary keeps every token (lab.sampling.filter_logits clamps k): 2**20 is above any
+# vocabulary here (Qwen2.5: 151,936; Gemma 3: 262,144).
+MAX_TOP_K = 2**20
+# Prompts of a study: the largest packaged set holds 1,440; --limit only selects from the set.
+MAX_PROMPTS = 100_000
+# Ray actors: each holds the target and the draft; a thousand is past any cluster this lab has been run on.
+MAX_ACTORS = 1000
+# Oracle windows per forward pass of lab stream's recompute:W policy: each is a W-token window, so the batch's
+# activations grow with it; past ~1,000 a forward only risks memory and runs no faster per window.
+MAX_RECOMPUTE_BATCH = 1024
+# Iterations of a timed loop (the statistics-only timing, decode steps profiled): 100,000 of a millisecond-scale
+# call is minutes; more adds no precision to a median.
+MAX_ITERATIONS = 100_000
 
 
-# dest -> (flag, low, high, why): checked for every command that has the flag, before it runs.
+@dataclass(frozen=True)
+class Bound:
+    """The range a numeric flag accepts: ``[lo, hi]``, or ``(lo, hi]`` when ``lo_open``.
+
+    Attributes:
+        lo, hi: The ends. ``hi`` None: this machine's CPU count (:func:`os.cpu_count`), read when checked.
+        why: Why the ends are there, appended to the error (starts with " (" or ": ").
+        lo_open: Whether ``lo`` itself is refused (a temperature that must be > 0).
+    """
+
+    lo: float
+    hi: float | None
+    why: str = ""
+    lo_open: bool = False
+
+    @property
+    def text(self) -> str:
+        """The range as help texts and errors state it: ``[1, 64]``, ``(0, 1]``, ``[1, this machine's CPU count]``."""
+        hi = "this machine's CPU count" if self.hi is None else _number(self.hi)
+        return f"{'(' if self.lo_open else '['}{_number(self.lo)}, {hi}]"
+
+    def check(self, flag: str, value: float) -> None:
+        """Raise ``ValueError`` naming ``flag`` when ``value`` is outside the range (NaN included)."""
+        hi = (os.cpu_count() or 1) if self.hi is None else self.hi
+        above_lo = value > self.lo if self.lo_open else value >= self.lo
+        if not (above_lo and value <= hi):  # NaN fails both comparisons
+            where = f" ({hi} here)" if self.hi is None else ""
+            raise ValueError(f"{flag}={value!r} must be in {self.text}{where}{self.why}")
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+_POSITIVE_TOKENS = Bound(1, MAX_TOKENS, " (128 Ki tokens, the longest context of the models here)")
+# dest -> bound, for every command that has the flag (lab.cli checks them before a command runs).
 _BOUNDS = {
-    "seed": ("--seed", 0, SEED_MAX, " (2**64 - 1, what torch's generator takes)"),
-    "gamma": ("--gamma", 1, MAX_GAMMA, f": beyond {MAX_GAMMA} drafted tokens a round gains nothing measurable"),
-    "resamples": ("--resamples", 1, MAX_RESAMPLES, " (50x the default; the CI's Monte Carlo error is negligible there)"),
-    "top_alternatives": ("--top-alternatives", 1, MAX_TOP_ALTERNATIVES, " (alternatives shown and saved per step)"),
+    "seed": Bound(0, SEED_MAX, " (2**64 - 1, what torch's generator takes)"),
+    "gamma": Bound(1, MAX_GAMMA, f": beyond {MAX_GAMMA} drafted tokens a round gains nothing measurable"),
+    "resamples": Bound(1, MAX_RESAMPLES, " (50x the default; the CI's Monte Carlo error is negligible there)"),
+    "top_alternatives": Bound(1, MAX_TOP_ALTERNATIVES, " (alternatives shown and saved per step)"),
+    "max_new_tokens": _POSITIVE_TOKENS,
+    "tokens": _POSITIVE_TOKENS,
+    "chunk_tokens": _POSITIVE_TOKENS,
+    "detect_tokens": Bound(2, MAX_TOKENS, " (the detector needs two positions; 128 Ki, the longest context here)"),
+    "prompt_tokens": _POSITIVE_TOKENS,
+    "recompute_every": _POSITIVE_TOKENS,
+    "recompute_batch": Bound(1, MAX_RECOMPUTE_BATCH, " (oracle windows in one forward pass: more only risks memory)"),
+    "eager_length": Bound(0, MAX_TOKENS, " (0 skips it; 128 Ki, the longest context here)"),
+    "repeats": Bound(1, MAX_REPEATS, " (the median of 1,000 repeats is as steady as it gets)"),
+    "stats_iterations": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
+    "steps": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
+    "threads": Bound(1, None, ": more threads than CPUs only contend for them"),
+    "temperature": Bound(0, MAX_TEMPERATURE, f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)"),
+    "top_p": Bound(0, 1, " (1 = off)", lo_open=True),
+    "top_k": Bound(1, MAX_TOP_K, " (2**20, above any vocabulary here)"),
+    "limit": Bound(1, MAX_PROMPTS, " (the largest prompt set here holds 1,440)"),
+    "ray_actors": Bound(1, MAX_ACTORS),
+    "ray_timeout": Bound(0, 3600, " seconds (an hour, lab.study.cluster.ClusterConfig's own limit)", lo_open=True),
+    "problems": Bound(0, len(HELD_BACK), f" (the held-back HumanEval split has {len(HELD_BACK)})"),
+}
+_SAMPLED = Bound(0, MAX_TEMPERATURE, " (the run samples; above 100 the draw is close to uniform)", lo_open=True)
+# (command, dest) -> bound, where a command gives a flag another range than _BOUNDS.
+_COMMAND_BOUNDS = {
+    ("bench", "seed"): Bound(0, BENCH_SEED_MAX, " (2**62 - 1: each repeat and prompt derives a seed from it)"),
+    ("bench", "max_new_tokens"): Bound(2, MAX_TOKENS, " (the first token is the prefill's; 128 Ki, the longest "
+                                                      "context here)"),
+    ("stream", "temperature"): _SAMPLED,
+    ("study", "temperature"): _SAMPLED,
 }
 
 
+def bound_for(command: str | None, dest: str) -> Bound | None:
+    """The range of ``dest``'s flag in ``lab command`` (None: the flag has none here)."""
+    return _COMMAND_BOUNDS.get((command, dest), _BOUNDS.get(dest))
+
+
+def range_text(command: str | None, dest: str) -> str:
+    """``"in [lo, hi]"`` for a flag's help, from the one table :func:`check_bounds` checks."""
+    bound = bound_for(command, dest)
+    assert bound is not None, f"lab {command} --{dest.replace('_', '-')} has no bound"
+    return f"in {bound.text}"
+
+
 def check_bounds(args: argparse.Namespace) -> None:
-    """Check the integer flags whose out-of-range values would otherwise fail only after the model loaded.
+    """Check every numeric flag against its range, and the flag combinations that would do nothing,
+    before a command runs (so before any model loads).
+
+    Ranges: :data:`_BOUNDS`, with :data:`_COMMAND_BOUNDS` where a command differs. A flag left at
+    None (not typed, its default filled in later) is not checked.
 
     Raises:
-        ValueError: ``--seed`` outside [0, 2**64 - 1], ``--gamma`` outside [1, :data:`MAX_GAMMA`],
-            ``--resamples`` outside [1, :data:`MAX_RESAMPLES`], ``--top-alternatives`` outside
-            [1, :data:`MAX_TOP_ALTERNATIVES`], naming the flag as typed.
+        ValueError: a value outside its range, a sampling filter (``--top-k``, ``--top-p``) with
+            ``--temperature 0`` (greedy draws nothing to filter), or a ``--device cpu:N`` (the CPU
+            has no index); naming the flag as typed.
     """
-    for dest, (flag, lo, hi, why) in _BOUNDS.items():
-        value = getattr(args, dest, None)
-        if isinstance(value, int) and not lo <= value <= hi:
-            raise ValueError(f"{flag}={value} must be in [{lo}, {hi}]{why}")
+    command = getattr(args, "command", None)
+    for dest, value in vars(args).items():
+        bound = bound_for(command, dest)
+        if bound is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            bound.check(f"--{dest.replace('_', '-')}", value)
+    if getattr(args, "temperature", None) == 0:
+        typed = [f for f, on in (("--top-k", getattr(args, "top_k", None) is not None),
+                                 ("--top-p", getattr(args, "top_p", 1.0) != 1.0)) if on]
+        if typed:
+            them = "them" if len(typed) > 1 else "it"
+            raise ValueError(f"{' and '.join(typed)} would have no effect: sampling filters, and --temperature 0 is "
+                             f"greedy; give --temperature > 0 or drop {them}")
+    device = getattr(args, "device", None)
+    if isinstance(device, str) and re.fullmatch(r"\s*cpu\s*:.*", device):
+        raise ValueError(f"--device {device!r}: the CPU has no index; use --device cpu")
+
+
+def parse_lengths(text: str, flag: str, bound: Bound) -> tuple[int, ...]:
+    """A comma-separated list of integers, each in ``bound`` (``--gammas``, ``--lengths``, ``--long-lengths``).
+
+    Raises:
+        ValueError: an empty item ("1,,2"), a non-integer, or a value outside ``bound``, naming ``flag``.
+    """
+    try:
+        values = tuple(int(x) for x in text.split(","))  # an empty item is an error, not skipped
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} must be comma-separated integers, e.g. 1,2,4") from None
+    for v in values:
+        bound.check(flag, v)
+    return values
 
 
 def parse_adaptive(text: str):
@@ -82,6 +210,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "float32 (default: float32)")
 
 
+def add_filter_args(p: argparse.ArgumentParser, command: str) -> None:
+    """``--top-p`` and ``--top-k``: the sampling filters (refused with ``--temperature 0``, :func:`check_bounds`)."""
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help=f"nucleus mass when sampling, {range_text(command, 'top_p')} (default: 1 = off; needs "
+                        "--temperature > 0)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help=f"keep the k most likely tokens when sampling, {range_text(command, 'top_k')} (default: off; "
+                        "needs --temperature > 0)")
+
+
 def add_draft_weights_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-weights", default="float32", choices=WEIGHTS,
                    help="a draft model's linear-layer weights, as --weights (default: float32)")
@@ -98,8 +236,9 @@ def add_out_arg(p: argparse.ArgumentParser) -> None:
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads for the whole benchmark (default: torch's choice); the report "
-                        "records them with the load average and warns when the machine was busy")
+                   help=f"torch intra-op threads for the whole benchmark, {range_text(None, 'threads')} (default: "
+                        "torch's choice); the report records them with the load average and warns when the machine "
+                        "was busy")
 
 
 def check_model_args(args: argparse.Namespace) -> torch.device:

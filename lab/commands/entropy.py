@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lab.commands.common import add_model_args, add_out_arg, add_prompt_args, check_model_args
+from lab.commands.common import add_filter_args, add_model_args, add_out_arg, add_prompt_args, check_model_args, range_text
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -25,13 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_prompt_args(p)
     add_model_args(p)
-    p.add_argument("--max-new-tokens", type=int, default=64, help="stop after this many new tokens (default: 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, recorded in the report)")
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"stop after this many new tokens, {range_text('entropy', 'max_new_tokens')} (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help=f"{range_text('entropy', 'temperature')}: 0 = greedy (default); > 0 samples")
+    add_filter_args(p, "entropy")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"sampling seed, {range_text('entropy', 'seed')} (default: a fresh one, recorded in the report)")
     p.add_argument("--top-alternatives", type=int, default=5,
-                   help="alternatives recorded per step from the model's own distribution (default: 5)")
+                   help=f"alternatives recorded per step from the model's own distribution, "
+                        f"{range_text('entropy', 'top_alternatives')} (default: 5)")
     add_out_arg(p)
     p.set_defaults(func=run)
 

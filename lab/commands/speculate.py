@@ -13,7 +13,8 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
-from lab.commands.common import add_draft_weights_arg, MAX_GAMMA, add_model_args, add_out_arg, add_prompt_args, check_model_args, parse_adaptive
+from lab.commands.common import (add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
+                                 check_model_args, parse_adaptive, range_text)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
                         "(default: the profile's draft, early-exit:24 for smollm2)")
     p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per round, 1..{MAX_GAMMA} (default: the tuned or documented set-up, else 4)")
+                   help=f"draft tokens per round, {range_text('speculate', 'gamma')} (default: the tuned or documented "
+                        "set-up, else 4)")
     p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
                    help=f"a draft model's dtype ({PER_PASS_ALIAS} = {PER_PASS_SPEC}: the prompt's pass in float32, "
                         "one-token steps in bfloat16; lab.speculative.per_pass) (default: the tuned or documented "
@@ -43,11 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--adaptive", default=None,
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
                         "probability below X) (default: the tuned or documented set-up, else off)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="stop after this many new tokens (default: 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] when sampling (default: 1 = off)")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens when sampling (default: off)")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, recorded in the report)")
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"stop after this many new tokens, {range_text('speculate', 'max_new_tokens')} (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help=f"{range_text('speculate', 'temperature')}: 0 = greedy (default); > 0 samples")
+    add_filter_args(p, "speculate")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"sampling seed, {range_text('speculate', 'seed')} (default: a fresh one, recorded in the "
+                        "report)")
     add_out_arg(p)
     p.set_defaults(func=run)
 

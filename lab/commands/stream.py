@@ -15,7 +15,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args, range_text
 from lab.models.source import model_source
 
 
@@ -31,26 +31,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--text-file", default=None,
                    help="UTF-8 text to score (default: CPython's pydoc_data.topics, the help() topics)")
-    p.add_argument("--tokens", type=int, default=4096, help="score the text's first N tokens (default: 4096)")
+    p.add_argument("--tokens", type=int, default=4096,
+                   help=f"score the text's first N tokens, {range_text('stream', 'tokens')} (default: 4096)")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated policies (default: {DEFAULT_POLICIES})")
     p.add_argument("--chunk-tokens", type=int, default=128,
-                   help="targets per chunk, the unit of the bootstrap and the paired test (default: 128)")
+                   help=f"targets per chunk, the unit of the bootstrap and the paired test, "
+                        f"{range_text('stream', 'chunk_tokens')} (default: 128)")
     p.add_argument("--detect-tokens", type=int, default=512,
-                   help="the first chunk the sink detector analyses for detected:K+W (default: 512)")
+                   help=f"the first chunk the sink detector analyses for detected:K+W, "
+                        f"{range_text('stream', 'detect_tokens')} (default: 512)")
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="the sink calibration file detected:K+W reads its threshold from (a <profile>.json written "
                         "by `lab calibrate-sinks`) (default: the model's own, the user's before the packaged one)")
-    p.add_argument("--recompute-every", type=int, default=16,
-                   help="the recompute oracle scores every N-th target, each exactly (default: 16)")
-    p.add_argument("--recompute-batch", type=int, default=16, help="oracle windows per forward pass (default: 16)")
+    p.add_argument("--recompute-every", type=int, default=None,
+                   help=f"the recompute oracle scores every N-th target, each exactly, "
+                        f"{range_text('stream', 'recompute_every')} (default: 16; only with a recompute:W policy)")
+    p.add_argument("--recompute-batch", type=int, default=None,
+                   help=f"oracle windows per forward pass, {range_text('stream', 'recompute_batch')} (default: 16; "
+                        "only with a recompute:W policy)")
     p.add_argument("--no-acceptance", action="store_true", help="skip the speculative-decoding acceptance runs")
-    p.add_argument("--prompt-tokens", type=int, default=1024,
-                   help="acceptance runs: prompt = the text's first N tokens (default: 1024)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="acceptance runs: new tokens (default: 32)")
-    p.add_argument("--gamma", type=int, default=4, help="acceptance runs: draft tokens per round (default: 4)")
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="acceptance runs: temperature of the sampled run, > 0; a greedy run is always made (default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled run and the bootstrap (default: 0)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help=f"acceptance runs (so not with --no-acceptance): prompt = the text's first N tokens, "
+                        f"{range_text('stream', 'prompt_tokens')} (default: 1024)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"acceptance runs: new tokens, {range_text('stream', 'max_new_tokens')} (default: 32)")
+    p.add_argument("--gamma", type=int, default=None,
+                   help=f"acceptance runs: draft tokens per round, {range_text('stream', 'gamma')} (default: 4)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help=f"acceptance runs: temperature of the sampled run, {range_text('stream', 'temperature')}; a "
+                        "greedy run is always made (default: 1)")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"seed of the sampled run and the bootstrap, {range_text('stream', 'seed')} (default: 0)")
     p.add_argument("--draft", default=None,
                    help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
     add_draft_weights_arg(p)
@@ -96,21 +107,47 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
     return spec
 
 
+# Flags (dests) read only by the acceptance runs, and only by a recompute:W policy.
+ACCEPTANCE_ONLY = ("prompt_tokens", "max_new_tokens", "gamma", "temperature", "draft")
+RECOMPUTE_ONLY = ("recompute_every", "recompute_batch")
+
+
+def stream_config(args: argparse.Namespace):
+    """The :class:`lab.stream.experiment.StreamConfig` of the flags, the flags left at None filled with its
+    defaults.
+
+    Raises:
+        ValueError: a flag that the run would not read (an acceptance flag with ``--no-acceptance``,
+            a recompute flag without a ``recompute:W`` policy), or a bad value, naming the flag.
+    """
+    from lab.stream.experiment import StreamConfig
+    from lab.stream.policies import parse_policies
+
+    policies = parse_policies(args.policies)
+    unread = {"--no-acceptance skips the acceptance runs": ACCEPTANCE_ONLY if args.no_acceptance else (),
+              f"--policies {args.policies!r} has no recompute:W policy":
+                  () if any(p.kind == "recompute" for p in policies) else RECOMPUTE_ONLY}
+    for why, dests in unread.items():
+        typed = [f"--{d.replace('_', '-')}" for d in dests if getattr(args, d) is not None]
+        if typed:
+            raise ValueError(f"{', '.join(typed)} would have no effect: {why}; drop {'them' if len(typed) > 1 else 'it'}")
+    given = {d: getattr(args, d) for d in (*ACCEPTANCE_ONLY, *RECOMPUTE_ONLY)
+             if d != "draft" and getattr(args, d) is not None}  # the rest: StreamConfig's defaults
+    return StreamConfig(policies=policies, n_tokens=args.tokens, chunk_tokens=args.chunk_tokens,
+                        detect_tokens=args.detect_tokens, acceptance=not args.no_acceptance, seed=args.seed,
+                        draft=_draft_spec(args), draft_weights=args.draft_weights, calibration=args.calibration,
+                        **given)
+
+
 def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
     from lab.reports import environment, report_dir
-    from lab.stream.experiment import StreamConfig, run_stream
-    from lab.stream.policies import parse_policies
+    from lab.stream.experiment import run_stream
 
     # 1. Validate everything before loading anything.
-    cfg = StreamConfig(policies=parse_policies(args.policies), n_tokens=args.tokens, chunk_tokens=args.chunk_tokens,
-                       detect_tokens=args.detect_tokens, recompute_every=args.recompute_every,
-                       recompute_batch=args.recompute_batch, acceptance=not args.no_acceptance,
-                       prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                       temperature=args.temperature, seed=args.seed, draft=_draft_spec(args),
-                       draft_weights=args.draft_weights, calibration=args.calibration)
+    cfg = stream_config(args)
     if args.calibration is not None:
         from lab.sinks.profiles import load_calibration
 

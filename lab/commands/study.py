@@ -32,7 +32,7 @@ import argparse
 import logging
 import os
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, range_text
 
 logger = logging.getLogger(__name__)
 
@@ -61,16 +61,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450, "
                         "lab/data/prompts_power.jsonl 1,440 (the size the power table asks for)")
     p.add_argument("--limit", type=int, default=None,
-                   help="run at most N prompts, balanced across categories, each clean prompt with its twins (default: all)")
+                   help=f"run at most N prompts, balanced across categories, each clean prompt with its twins, "
+                        f"{range_text('study', 'limit')} (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per prompt's decode (default: {DEFAULT_MAX_NEW_TOKENS})")
+                   help=f"new tokens per prompt's decode, {range_text('study', 'max_new_tokens')} "
+                        f"(default: {DEFAULT_MAX_NEW_TOKENS})")
     p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per speculative round (default: {DEFAULT_GAMMA})")
+                   help=f"draft tokens per speculative round, {range_text('study', 'gamma')} (default: {DEFAULT_GAMMA})")
     p.add_argument("--temperature", type=float, default=None,
-                   help=f"sampling temperature of the (speculative) decode, > 0 (default: {DEFAULT_TEMPERATURE})")
-    p.add_argument("--seed", type=int, default=None, help="study seed; each prompt's seed derives from it (default: 0)")
+                   help=f"sampling temperature of the (speculative) decode, {range_text('study', 'temperature')} "
+                        f"(default: {DEFAULT_TEMPERATURE})")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"study seed, {range_text('study', 'seed')}; each prompt's seed derives from it (default: 0)")
     p.add_argument("--resamples", type=int, default=N_RESAMPLES,
-                   help=f"bootstrap resamples for the confidence intervals (default: {N_RESAMPLES})")
+                   help=f"bootstrap resamples for the confidence intervals, {range_text('study', 'resamples')} "
+                        f"(default: {N_RESAMPLES})")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the interrupted study in this work directory (renamed or copied ones too), with "
                         "its stored settings and prompt set; flags that change the numbers are refused unless they "
@@ -86,14 +91,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "answer within --ray-timeout; no address (or 'local') starts a local one on this machine, "
                         "sized to it, its logs in a lab-ray-* temp folder")
     p.add_argument("--ray-timeout", type=float, default=None, metavar="S",
-                   help=f"with --ray ADDRESS: seconds the cluster has to answer before the study gives up "
-                        f"(default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
+                   help=f"with --ray ADDRESS: seconds the cluster has to answer before the study gives up, "
+                        f"{range_text('study', 'ray_timeout')} (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
     p.add_argument("--ray-actors", type=int, default=None, metavar="N",
-                   help="with --ray: actors to start, each holding the target and draft (default: one per GPU, "
-                        "else one per --threads CPUs of the cluster)")
+                   help=f"with --ray: actors to start, each holding the target and draft, "
+                        f"{range_text('study', 'ray_actors')} (default: one per GPU, else one per --threads CPUs of "
+                        "the cluster)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="torch threads: of this process (default: torch's choice), or with --ray of each actor, "
-                        "which reserves as many CPUs (default 1); the numbers equal across runs with equal threads")
+                   help=f"torch threads, {range_text('study', 'threads')}: of this process (default: torch's choice), "
+                        "or with --ray of each actor, which reserves as many CPUs (default 1); the numbers equal "
+                        "across runs with equal threads")
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
@@ -143,8 +150,9 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
             value = prompts_digest(select_prompts(load_prompt_set(typed), settings.get("limit")))
         elif dest == "temperature":
             value = float(typed)
-        if value != settings.get(key, RESUME_DEFAULTS.get(key)):
-            was = "another prompt set" if dest == "prompts" else repr(settings.get(key))
+        stored = settings.get(key, RESUME_DEFAULTS.get(key))
+        if value != stored:
+            was = "another prompt set" if dest == "prompts" else repr(stored)
             out.append(f"--{dest.replace('_', '-')} {typed!r} (DIR has {was})")
     return out
 

@@ -23,6 +23,7 @@ from lab.health.measures import CANDIDATES, CONTROLS, HealthInputs, LengthRefere
 from lab.health.references import reference_record, write_references
 from lab.prompts import CalibrationPrompt, StudyPrompt
 from lab.prompts import load_prompts as load_study_prompts
+from lab.user_dirs import check_calibration_dir
 
 # How the report names the packaged files it read when no flag named another.
 PACKAGED_CALIBRATION = "lab/data/calibration_prompts.jsonl"
@@ -56,7 +57,8 @@ class HealthPromptSets:
 def health_prompt_sets(clean: Sequence[CalibrationPrompt], references: Sequence[CalibrationPrompt], *,
                        distractors: str | None = None, neutral: str | None = None, prompts_file: str | None = None,
                        reference_file: str | None = None) -> HealthPromptSets:
-    """Check the clean calibration and length-reference prompts, read the study prompts, build the variants.
+    """Check the user's calibration folder and the clean calibration and length-reference prompts, read the
+    study prompts, build the variants: everything a run needs before its minutes of prefills.
 
     Args:
         clean: The calibration prompts (read from ``prompts_file``; None: the packaged set).
@@ -66,9 +68,12 @@ def health_prompt_sets(clean: Sequence[CalibrationPrompt], references: Sequence[
         prompts_file, reference_file: The files ``clean`` and ``references`` were read from, for the report.
 
     Raises:
-        ValueError: ``references`` sharing a prompt with ``clean`` (the reference must be fitted on other
-            prompts), a study file that cannot be read or has no poisoned twins, a missing neutral variant.
+        ValueError: ``$LAB_CALIBRATION_DIR`` naming a file (:func:`lab.user_dirs.check_calibration_dir`:
+            ``--save`` writes there), ``references`` sharing a prompt with ``clean`` (the
+            reference must be fitted on other prompts), a study file that cannot be read or has no
+            poisoned twins, a missing neutral variant.
     """
+    check_calibration_dir()
     shared = sorted({p.prompt for p in clean} & {p.prompt for p in references})
     if shared:
         raise ValueError(f"--reference-prompts shares {len(shared)} prompt(s) with the calibration prompts "

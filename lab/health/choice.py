@@ -14,9 +14,12 @@ names. Layout (one JSON object):
 The package ships the file and nothing writes into the package: ``--save`` writes
 ``health/chosen.json`` in the user's calibration folder (``$LAB_CALIBRATION_DIR``, default
 ``~/.cache/lab/calibrations``), atomically, and the loader reads that file before the
-package's own (:func:`chosen_path` says which).
+package's own (:func:`chosen_path` says which). The file is read through its schema
+(:data:`lab.schemas.health.CHOSEN_SCHEMA`: ``measure`` one of the candidates); a file that
+fails, the user's or the package's, is refused with one line naming it (the command exits 2),
+never skipped for another: every context-health figure of the run reads the measure.
 
-Stdlib only (and :mod:`lab.user_dirs`), so the pure measures can import it without importing model code.
+No model code: the measures' names come from :mod:`lab.health.measures` (math only).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from lab.health.measures import CANDIDATES
+from lab.schemas import FileSchemaError
+from lab.schemas.health import load_chosen_file
 from lab.user_dirs import calibration_dir, write_text_atomic
 
 CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
@@ -50,18 +56,16 @@ def load_chosen() -> str:
     """The name of the chosen context-health measure (the user's choice, else the packaged one).
 
     Raises:
-        ValueError: the file is missing, does not parse, or lacks a non-empty ``measure``.
+        ValueError: the file is missing or fails :data:`lab.schemas.health.CHOSEN_SCHEMA` (a
+            ``measure`` that is no candidate among them), in one line naming it.
     """
     path = chosen_path()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"context-health choice {path} cannot be read: {exc}") from exc
-    measure = data.get("measure") if isinstance(data, dict) else None
-    if not isinstance(measure, str) or not measure:
-        raise ValueError(f"context-health choice {path} needs a non-empty 'measure', got {measure!r}; "
-                         "re-run `lab calibrate-health --save`")
-    return measure
+        return load_chosen_file(path, CANDIDATES)["measure"]
+    except FileSchemaError as exc:
+        fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path() else
+               "delete it: the packaged choice is read then, and `lab calibrate-health --save` writes a new one")
+        raise ValueError(f"{exc}; {fix}") from None
 
 
 def write_chosen(measure: str, *, decided_by: str, model: str, chosen_at: str | None) -> Path:

@@ -20,7 +20,9 @@ Files (one JSON object per profile): packaged ``lab/health/length/<profile>.json
 ``lab calibrate-health --save`` writes the user's ``health/length/<profile>.json`` in
 ``$LAB_CALIBRATION_DIR`` (default ``~/.cache/lab/calibrations``), which is read first.
 Layout: ``profile``, ``model``, ``prompts_file``, ``n_prompts``, ``n_content_range``,
-``fitted_at``, ``references`` = ``{base: {"intercept", "slope", "scale"}}``.
+``fitted_at``, ``references`` = ``{base: {"intercept", "slope", "scale"}}``, read through its
+schema (:data:`lab.schemas.health.REFERENCE_SCHEMA`); a file that fails, the user's or the
+package's, is refused with one line naming it (the command exits 2), never skipped for another.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.health.measures import LengthReference
+from lab.health.measures import REFERENCED_BASES, LengthReference
+from lab.schemas import FileSchemaError
+from lab.schemas.health import load_reference_file
 from lab.user_dirs import calibration_dir, write_text_atomic
 
 LENGTH_DIR = "health/length"  # inside the lab package, and inside the user's calibration folder
@@ -96,31 +100,26 @@ def load_references(profile: str | None) -> dict[str, LengthReference] | None:
     """The length references of ``profile`` by base name (the user's file, else the packaged one); None if none.
 
     Raises:
-        ValueError: the file exists but does not parse, names another profile, or holds
-            a reference without a finite intercept and slope and a positive scale.
+        ValueError: the file exists but fails :data:`lab.schemas.health.REFERENCE_SCHEMA` (a
+            reference without a finite intercept and slope and a positive scale among them) or
+            names another profile, in one line naming it.
     """
     if not profile:
         return None
     path = reference_path(profile)
     if path is None:
         return None
+    fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path(profile) else
+           f"delete it: the packaged reference is read then, and `lab calibrate-health --model {profile} --save` "
+           "writes a new one")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"length reference {path} cannot be read: {exc}") from exc
-    refs = data.get("references") if isinstance(data, dict) else None
-    if not isinstance(refs, dict) or data.get("profile") != profile:
-        raise ValueError(f"length reference {path} is not a reference of profile {profile!r}; "
-                         f"re-run `lab calibrate-health --model {profile} --save`")
-    out = {}
-    for base, r in refs.items():
-        vals = [r.get(k) if isinstance(r, dict) else None for k in ("intercept", "slope", "scale")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals) \
-                or vals[2] <= 0:
-            raise ValueError(f"length reference {path}: {base!r} needs finite intercept and slope and a positive "
-                             f"scale, got {r!r}")
-        out[base] = LengthReference(base=base, intercept=float(vals[0]), slope=float(vals[1]), scale=float(vals[2]))
-    return out
+        data = load_reference_file(path, REFERENCED_BASES)
+    except FileSchemaError as exc:
+        raise ValueError(f"{exc}; {fix}") from None
+    if data["profile"] != profile:
+        raise ValueError(f"length reference {path} is not a reference of profile {profile!r}; {fix}")
+    return {base: LengthReference(base=base, intercept=float(r["intercept"]), slope=float(r["slope"]),
+                                  scale=float(r["scale"])) for base, r in data["references"].items()}
 
 
 def reference_record(profile: str, model: str, refs: Mapping[str, LengthReference], *, prompts_file: str,

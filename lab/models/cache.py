@@ -4,10 +4,17 @@ A GGUF profile is dequantized once into ``<cache_dir()>/<profile>/`` (:mod:`lab.
 A truncated or overwritten ``model.safetensors`` there would reach safetensors and end in
 ``SafetensorError ... incomplete metadata``, so the cache is checked when it is used:
 
-* ``lab-cache.json`` (:data:`MANIFEST`), written with the cache, records every file's
-  size, sha256 and modification time. On use, sizes must match; a file whose
-  modification time changed since it was written is hashed again and must match
-  (hashing 0.5 GB takes about a second, so an untouched cache costs nothing);
+* ``lab-cache.json`` (:data:`MANIFEST`), written with the cache and validated against its schema
+  (:mod:`lab.schemas.cache`: a manifest that fails is a damaged cache), records every file's
+  size, sha256, modification time and a sampled sha256 (one :data:`SAMPLE_WINDOW` every
+  :data:`SAMPLE_STRIDE`, and the last, :func:`sampled_sha256`). On use, the folder must hold
+  exactly the files listed (hidden files aside), with their sizes; a file whose modification
+  time changed since it was written is hashed in full again and must match; an untouched one
+  must match its sampled sha256. That catches bit-rot and edits made with the time restored
+  wherever they touch a sampled window: always when they span ``SAMPLE_STRIDE + SAMPLE_WINDOW``
+  bytes or more, by chance when smaller; it reads 1/256 of the bytes (docs/models.md gives the
+  measured cost). A manifest written before the sampled sha256 existed (format 2) is checked
+  against the full sha256 once and gains it;
 * every ``*.safetensors`` file is checked structurally (the format's 8-byte header
   length, a JSON header, tensors whose data ends exactly at the end of the file), which
   catches truncation and garbage in a cache that has no manifest.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import struct
@@ -36,12 +44,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-MANIFEST = "lab-cache.json"
-MANIFEST_FORMAT = 2  # 1 recorded the source by name only; 2 by name, size, sha256 and mtime
+from lab.schemas import FileSchemaError
+from lab.schemas.cache import MANIFEST, MANIFEST_FORMAT, load_manifest
+
+# The sampled sha256: one page-sized window every MiB reads 1/256 of a file (2 MB of SmolLM2's
+# 538 MB float32 cache), so it runs on every use; damage that spans a window is caught.
+SAMPLE_WINDOW = 4096
+SAMPLE_STRIDE = 1 << 20
 # A safetensors header is a JSON index of tensor names, dtypes, shapes and offsets:
 # kilobytes for these models. A "length" past this is garbage, not a header.
 MAX_SAFETENSORS_HEADER = 100 * 2**20
 _READ_BLOCK = 1 << 22
+
+logger = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -69,15 +84,59 @@ def source_record(path: Path) -> dict:
     return {"name": path.name, "size": st.st_size, "sha256": file_sha256(path), "mtime_ns": st.st_mtime_ns}
 
 
-def _rewrite_source(folder: Path, manifest: dict, record: dict) -> None:
-    """Store ``record`` as the manifest's source, atomically (a reader sees the old or the new file)."""
-    manifest = {**manifest, "source": record}
+def sampled_sha256(path: Path, stride: int, window: int) -> str:
+    """Hex sha256 of the ``window``-byte windows of a file at offsets 0, ``stride``, 2 ``stride`` ...
+    and of its last ``window`` bytes (a file no longer than ``window`` is hashed whole).
+
+    Args:
+        path: The file.
+        stride: Bytes from one window's start to the next (:data:`SAMPLE_STRIDE`).
+        window: Bytes per window (:data:`SAMPLE_WINDOW`), at most ``stride``.
+
+    Returns:
+        64 hex digits; reads about ``size * window / stride`` bytes.
+
+    Raises:
+        OSError: ``path`` cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:  # unbuffered: each window is one read, nothing more
+        size = os.fstat(fh.fileno()).st_size
+        if hasattr(os, "posix_fadvise"):  # no read-ahead around each window from a cold disk
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        offsets = list(range(0, size, stride)) + ([size - window] if size > window else [])
+        for offset in offsets:
+            fh.seek(offset)
+            h.update(fh.read(window))
+    return h.hexdigest()
+
+
+def _file_record(path: Path) -> dict:
+    """A manifest's record of one file: size, sha256, mtime and its sampled sha256."""
+    st = path.stat()
+    return {"size": st.st_size, "sha256": file_sha256(path), "mtime_ns": st.st_mtime_ns,
+            "sampled": _sampled_record(path)}
+
+
+def _sampled_record(path: Path) -> dict:
+    return {"stride": SAMPLE_STRIDE, "window": SAMPLE_WINDOW,
+            "sha256": sampled_sha256(path, SAMPLE_STRIDE, SAMPLE_WINDOW)}
+
+
+def _rewrite_manifest(folder: Path, manifest: dict) -> None:
+    """Store ``manifest`` atomically (a reader sees the old or the new file); a read-only cache keeps the
+    old one, and the check that led here repeats next time."""
     tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
     try:
         tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, folder / MANIFEST)
-    except OSError:  # a read-only cache still serves; the check just repeats next time
+    except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def _rewrite_source(folder: Path, manifest: dict, record: dict) -> None:
+    """Store ``record`` as the manifest's source."""
+    _rewrite_manifest(folder, {**manifest, "source": record})
 
 
 def source_problem(folder: Path, src: Path | dict) -> str | None:
@@ -105,10 +164,10 @@ def source_problem(folder: Path, src: Path | dict) -> str | None:
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        recorded = manifest.get("source")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return f"{MANIFEST} is unreadable"
+        manifest = load_manifest(path)
+    except FileSchemaError as exc:
+        return str(exc)
+    recorded = manifest["source"]
     name = src["name"] if isinstance(src, dict) else src.name
     if isinstance(recorded, str):  # MANIFEST_FORMAT 1: the name only
         if recorded != name:
@@ -118,8 +177,6 @@ def source_problem(folder: Path, src: Path | dict) -> str | None:
         except OSError as exc:
             return f"its source {src} cannot be read ({exc.strerror or exc})"
         return None
-    if not isinstance(recorded, dict) or not {"name", "size", "sha256"} <= recorded.keys():
-        return f"{MANIFEST} does not record its source"
     if recorded["name"] != name:
         return f"it was made from {recorded['name']}, not {name}"
     if isinstance(src, dict):
@@ -140,17 +197,14 @@ def source_problem(folder: Path, src: Path | dict) -> str | None:
 
 
 def write_manifest(folder: Path, source: str | dict) -> Path:
-    """Record size, sha256 and mtime of every file in ``folder`` (call before it is renamed into place).
+    """Record size, sha256, mtime and sampled sha256 of every file in ``folder`` (call before it is
+    renamed into place).
 
     Args:
         folder: The finished cache directory (its staging name).
         source: What it was built from: a :func:`source_record` (a GGUF file), or a label.
     """
-    files = {}
-    for p in sorted(folder.iterdir()):
-        if p.is_file() and p.name != MANIFEST:
-            st = p.stat()
-            files[p.name] = {"size": st.st_size, "sha256": file_sha256(p), "mtime_ns": st.st_mtime_ns}
+    files = {p.name: _file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
     path = folder / MANIFEST
     path.write_text(json.dumps({"format": MANIFEST_FORMAT, "source": source, "files": files}, indent=1) + "\n",
                     encoding="utf-8")
@@ -186,9 +240,13 @@ def safetensors_problem(path: Path) -> str | None:
 def cache_problem(folder: Path, index: str = "config.json") -> str | None:
     """What is wrong with a cached model directory, or ``None`` when it can be used.
 
-    Checks, in order: ``index`` (the folder's JSON description: ``config.json`` for a model) parses; with a manifest, every recorded file
-    exists with its size, and one modified since it was written still has its sha256;
-    every ``*.safetensors`` file is structurally whole (:func:`safetensors_problem`).
+    Checks, in order: ``index`` (the folder's JSON description: ``config.json`` for a model)
+    parses; with a manifest, that it meets its schema (:func:`lab.schemas.cache.load_manifest`)
+    and describes the folder (:func:`_files_problem`); every ``*.safetensors`` file is
+    structurally whole (:func:`safetensors_problem`).
+
+    Returns:
+        One line saying what is wrong (a bad manifest: its path and the problem), or ``None``.
     """
     if not folder.is_dir():
         return f"{folder} is not a directory"
@@ -197,20 +255,15 @@ def cache_problem(folder: Path, index: str = "config.json") -> str | None:
     except (OSError, UnicodeDecodeError, ValueError):
         return f"{index} is missing or unreadable"
     manifest = folder / MANIFEST
-    if manifest.is_file():
+    if manifest.exists() or manifest.is_symlink():
         try:
-            files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-            return f"{MANIFEST} is unreadable"
-        for name, rec in files.items():
-            p = folder / name
-            if not p.is_file():
-                return f"{name} is missing"
-            st = p.stat()
-            if st.st_size != rec["size"]:
-                return f"{name} has {st.st_size} bytes, {rec['size']} when written"
-            if st.st_mtime_ns != rec["mtime_ns"] and file_sha256(p) != rec["sha256"]:
-                return f"{name} was modified since it was written (its sha256 differs)"
+            problem = _files_problem(folder, load_manifest(manifest))
+        except FileSchemaError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"a cached file cannot be read ({exc.strerror or exc})"
+        if problem:
+            return problem
     for p in sorted(folder.glob("*.safetensors")):
         problem = safetensors_problem(p)
         if problem:
@@ -220,8 +273,53 @@ def cache_problem(folder: Path, index: str = "config.json") -> str | None:
     return None
 
 
+def _files_problem(folder: Path, manifest: dict) -> str | None:
+    """Whether ``folder`` holds exactly the files ``manifest`` lists, as they were written.
+
+    Hidden files aside, nothing may be added (an added ``adapter_config.json`` or tokenizer file
+    would change what transformers loads) and nothing missing; sizes must match; a file whose
+    modification time moved must match its full sha256, an untouched one its sampled sha256
+    (:func:`sampled_sha256`). A file without a sampled sha256 (a format 2 manifest) is hashed in
+    full once; its sampled sha256 (and a moved time that its full hash confirmed) is then
+    written into the manifest, so the next use is cheap again.
+
+    Raises:
+        OSError: a listed file cannot be read.
+    """
+    files = manifest["files"]
+    extra = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".") and p.name != MANIFEST
+                   and p.name not in files)
+    if extra:
+        return f"{extra[0]} is not listed in {MANIFEST} (added since the cache was written)"
+    confirmed = {}
+    for name, rec in files.items():
+        p = folder / name
+        if not p.is_file():
+            return f"{name} is missing"
+        st = p.stat()
+        if st.st_size != rec["size"]:
+            return f"{name} has {st.st_size} bytes, {rec['size']} when written"
+        sampled = rec.get("sampled")
+        if st.st_mtime_ns != rec["mtime_ns"] or sampled is None:
+            logger.info("hashing %s of the model cache %s in full (%s; once)", name, folder,
+                        "its manifest predates sampled hashes" if sampled is None else "its time changed")
+            if file_sha256(p) != rec["sha256"]:
+                return f"{name} was modified since it was written (its sha256 differs)"
+            confirmed[name] = {**rec, "mtime_ns": st.st_mtime_ns, "sampled": _sampled_record(p)}
+        elif sampled_sha256(p, sampled["stride"], sampled["window"]) != sampled["sha256"]:
+            return (f"{name} changed since it was written though its modification time did not "
+                    "(its sampled sha256 differs: disk corruption or an edit with the time restored)")
+    if confirmed:
+        _rewrite_manifest(folder, {**manifest, "format": MANIFEST_FORMAT, "files": {**files, **confirmed}})
+    return None
+
+
 def discard(folder: Path) -> None:
-    """Move a damaged cache aside (atomically, so no reader sees it half-deleted), then delete it."""
+    """Move a damaged cache aside (atomically, so no reader sees it half-deleted), then delete it.
+
+    Raises:
+        OSError: it cannot be moved (a read-only cache); it is left as it was.
+    """
     import secrets
     import shutil
 

@@ -29,13 +29,16 @@ set (the tests set it), and a model that is not available gets a
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from lab.models import cache as model_cache
 from lab.models.cache import cache_dir
@@ -111,6 +114,10 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     (:func:`lab.models.cache.cache_problem`); a damaged one is rebuilt, with a warning, and so is
     one made from another GGUF file than the profile's now (:func:`lab.models.cache.source_problem`:
     a package upgrade that replaced the file under the same name).
+
+    Raises:
+        ModelUnavailableError: the cache must be written or moved aside and cannot be (a read-only
+            folder, checked before dequantizing; a full disk), in one line naming it and ``LAB_CACHE_DIR``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -122,12 +129,15 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
         if stale is None:
             return target
     src = gguf_path(profile)
-    if problem is not None:
-        logger.warning("the model cache %s is damaged (%s); rebuilding it from %s", target, problem, src.name)
-        model_cache.discard(target)
-    elif stale is not None:
-        logger.warning("the model cache %s is stale (%s); rebuilding it from %s", target, stale, src.name)
-        model_cache.discard(target)
+    if problem is not None or stale is not None:
+        logger.warning("the model cache %s is %s (%s); rebuilding it from %s", target,
+                       "damaged" if problem else "stale", problem or stale, src.name)
+        try:
+            model_cache.discard(target)
+        except OSError as exc:
+            raise _unwritable(profile, target, exc) from None
+    if not _writable(target.parent):  # said before a minute of dequantizing, not after
+        raise _unwritable(profile, target, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
     logger.info("dequantizing %s once into %s (later loads are fast)", src.name, target)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
@@ -136,10 +146,28 @@ def _materialize_gguf(profile: ModelProfile) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    with model_cache.staged_cache(target, gguf_source(profile)) as staging:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+    try:
+        with model_cache.staged_cache(target, gguf_source(profile)) as staging:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+    except (OSError, SafetensorError) as exc:
+        raise _unwritable(profile, target, exc) from None
     return target
+
+
+def _writable(folder: Path) -> bool:
+    """Whether ``folder``, or the nearest ancestor that exists (where it would be made), can be written."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK)
+
+
+def _unwritable(profile: ModelProfile, target: Path, exc: Exception) -> ModelUnavailableError:
+    """The one-line error for a float32 cache that cannot be written or moved aside: transformers loads
+    the model from that folder, so there is no uncached way to run it."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else (str(exc).splitlines() or [""])[0]
+    return ModelUnavailableError(f"model profile {profile.name!r} needs its cache {target} written, and it "
+                                 f"cannot be ({why or type(exc).__name__}); set LAB_CACHE_DIR to a writable folder")
 
 
 def _offline() -> bool:

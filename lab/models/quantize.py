@@ -31,6 +31,8 @@ from torch import nn
 from lab.models import gguf_blocks
 from lab.models.qlinear import INNER_K_TILES, CastLinear, Int4Linear, Int8Linear
 from lab.models.weights import Q4_FALLBACK, check_weights
+from lab.schemas import FileSchemaError
+from lab.schemas.cache import load_layers
 
 logger = logging.getLogger(__name__)
 
@@ -190,17 +192,39 @@ def portable_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[st
 def install_portable(model: nn.Module, tensors: dict[str, torch.Tensor], kinds: dict[str, str]) -> None:
     """Replace ``model``'s linear layers by the cached converted ones (:func:`portable_tensors`).
 
+    Every replacement is built and checked before the first is installed, so a cache that does not
+    fit leaves ``model`` as it was.
+
     Raises:
-        QuantizeError: a named module is missing, is not a linear layer, or its shapes disagree.
+        QuantizeError: a named module is missing or is not a linear layer, a tensor is missing, or
+            the shapes or dtypes disagree.
     """
-    for name, kind in kinds.items():
-        try:
-            old = model.get_submodule(name)
-        except AttributeError:
-            raise QuantizeError(f"the cached layer {name!r} is not in the model") from None
-        if not isinstance(old, nn.Linear):
-            raise QuantizeError(f"the cached layer {name!r} replaces a {type(old).__name__}, not a linear layer")
-        bias = tensors.get(f"{name}.bias")
+    replacements = {name: _portable_layer(model, name, kind, tensors) for name, kind in kinds.items()}
+    for name, new in replacements.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+
+
+_PORTABLE_DTYPES = {"codes": torch.uint8, "weight_int8": torch.int8}  # what portable_tensors writes
+
+
+def _portable_layer(model: nn.Module, name: str, kind: str, tensors: dict[str, torch.Tensor]) -> nn.Module:
+    """The converted layer ``name`` rebuilt from the cached ``tensors``, checked against the model's."""
+    try:
+        old = model.get_submodule(name)
+    except AttributeError:
+        raise QuantizeError(f"the cached layer {name!r} is not in the model") from None
+    if not isinstance(old, nn.Linear):
+        raise QuantizeError(f"the cached layer {name!r} replaces a {type(old).__name__}, not a linear layer")
+    parts = {"q4": ("codes", "scale_zeros"), "int8": ("weight_int8", "scales"), "bfloat16": ("weight",)}[kind]
+    for part in parts:
+        t = tensors.get(f"{name}.{part}")
+        if t is None:
+            raise QuantizeError(f"the cached layer {name!r} has no tensor {part!r}")
+        if part in _PORTABLE_DTYPES and t.dtype != _PORTABLE_DTYPES[part]:
+            raise QuantizeError(f"the cached layer {name!r}: {part} is {t.dtype}, not {_PORTABLE_DTYPES[part]}")
+    bias = tensors.get(f"{name}.bias")
+    try:
         if kind == "q4":
             packed = tensors[f"{name}.codes"]
             codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
@@ -211,11 +235,12 @@ def install_portable(model: nn.Module, tensors: dict[str, torch.Tensor], kinds: 
             new = Int8Linear(tensors[f"{name}.weight_int8"], tensors[f"{name}.scales"], bias)
         else:
             new = CastLinear(tensors[f"{name}.weight"], bias, dtype=tensors[f"{name}.weight"].dtype)
-        if (new.out_features, new.in_features) != (old.out_features, old.in_features):
-            raise QuantizeError(f"the cached layer {name!r} is {new.out_features}x{new.in_features}, the model's "
-                                f"{old.out_features}x{old.in_features}")
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, child, new)
+    except (RuntimeError, ValueError, IndexError) as exc:  # torch's shape and dtype checks
+        raise QuantizeError(f"the cached layer {name!r} cannot be rebuilt ({type(exc).__name__})") from None
+    if (new.out_features, new.in_features) != (old.out_features, old.in_features):
+        raise QuantizeError(f"the cached layer {name!r} is {new.out_features}x{new.in_features}, the model's "
+                            f"{old.out_features}x{old.in_features}")
+    return new
 
 
 def _drop_cache_codes(model: nn.Module) -> None:
@@ -231,10 +256,14 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
 
     The cache is a folder beside the float32 one (``<profile>.weights-<weights>``) holding
     :data:`CACHE_FILE`, :data:`LAYERS_FILE` and the manifest of :mod:`lab.models.cache`
-    (sizes, sha256), staged and renamed into place (:func:`lab.models.cache.staged_cache`); a damaged one is
-    discarded and rebuilt, with a warning, and so is one made from another GGUF file than ``source``
+    (sizes, sha256), staged and renamed into place (:func:`lab.models.cache.staged_cache`). A
+    damaged one (a file changed or missing, a manifest or layers file outside its schema,
+    :mod:`lab.schemas.cache`; layers that do not fit the model) is discarded and rebuilt, with a
+    warning, and so is one made from another GGUF file than ``source``
     (:func:`lab.models.cache.source_problem`) or by another version of this conversion
-    (:data:`CONVERSION_VERSION`). ``cache=None`` converts without caching.
+    (:data:`CONVERSION_VERSION`). A cache that cannot be moved aside or written (a read-only
+    cache folder, a full disk) is not used: the model is converted for this run only, with a
+    warning. ``cache=None`` converts without caching.
 
     Args:
         model: The float32 model to quantize in place.
@@ -249,39 +278,74 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
     """
     import json
 
-    from safetensors.torch import load_file, save_file
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
 
     from lab.models import cache as model_cache
 
     if source is None and gguf_file is not None:
         source = Path(gguf_file)
     if cache is not None and cache.exists():
-        problem = model_cache.cache_problem(cache, index=LAYERS_FILE)
-        if problem is None and not (cache / model_cache.MANIFEST).is_file():
-            problem = f"no {model_cache.MANIFEST}"
-        meta = json.loads((cache / LAYERS_FILE).read_text()) if problem is None else {}
-        stale = None
-        if problem is None and meta.get("conversion", 1) != CONVERSION_VERSION:
-            stale = f"written by conversion version {meta.get('conversion', 1)}, this lab's is {CONVERSION_VERSION}"
-        if problem is None and stale is None and source is not None:
-            stale = model_cache.source_problem(cache, source)
-        if problem is None and stale is None:
-            # Fresh allocations: tensors read from the file may sit at addresses the kernels' vector
-            # loads cannot take (an unaligned int8 weight crashed _weight_int8pack_mm with SIGSEGV).
-            tensors = {k: v.clone() for k, v in load_file(str(cache / CACHE_FILE)).items()}
-            install_portable(model, tensors, meta["layers"])
-            return meta["summary"]
-        logger.warning("the converted-weights cache %s is %s (%s); converting again", cache,
-                       "damaged" if problem else "stale", problem or stale)
-        model_cache.discard(cache)
+        summary = _from_cache(model, weights, cache, source)
+        if summary is not None:
+            return summary
+        try:
+            model_cache.discard(cache)
+        except OSError as exc:
+            logger.warning("the converted-weights cache %s cannot be moved aside (%s); converting for this run "
+                           "only", cache, exc.strerror or exc)
+            cache = None
     summary = quantize_model(model, gguf_file, weights).as_dict()
     if cache is None or weights == "float32":
         _drop_cache_codes(model)
         return summary
     tensors, kinds = portable_tensors(model)
     _drop_cache_codes(model)
-    with model_cache.staged_cache(cache, source if source is not None else weights) as staging:
-        save_file(tensors, str(staging / CACHE_FILE))
-        (staging / LAYERS_FILE).write_text(json.dumps(
-            {"layers": kinds, "summary": summary, "conversion": CONVERSION_VERSION}, indent=1))
+    try:
+        with model_cache.staged_cache(cache, source if source is not None else weights) as staging:
+            save_file(tensors, str(staging / CACHE_FILE))
+            (staging / LAYERS_FILE).write_text(json.dumps(
+                {"layers": kinds, "summary": summary, "conversion": CONVERSION_VERSION}, indent=1))
+    except (OSError, SafetensorError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        logger.warning("the converted-weights cache %s cannot be written (%s); running without caching",
+                       cache, why)
     return summary
+
+
+def _from_cache(model: nn.Module, weights: str, cache: Path, source: Path | dict | None) -> dict | None:
+    """Install the converted layers from ``cache`` and return its summary; ``None`` (after a warning
+    saying why) when it is damaged or stale, to be discarded and converted again."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from lab.models import cache as model_cache
+
+    problem = model_cache.cache_problem(cache, index=LAYERS_FILE)
+    if problem is None and not (cache / model_cache.MANIFEST).is_file():
+        problem = f"no {model_cache.MANIFEST}"
+    meta: dict = {}
+    if problem is None:
+        try:
+            meta = load_layers(cache / LAYERS_FILE)
+        except FileSchemaError as exc:
+            problem = str(exc)
+    if problem is None and meta["summary"]["weights"] != weights:
+        problem = f"it holds {meta['summary']['weights']} weights, not {weights}"
+    stale = None
+    if problem is None and meta.get("conversion", 1) != CONVERSION_VERSION:
+        stale = f"written by conversion version {meta.get('conversion', 1)}, this lab's is {CONVERSION_VERSION}"
+    if problem is None and stale is None and source is not None:
+        stale = model_cache.source_problem(cache, source)
+    if problem is None and stale is None:
+        # Fresh allocations: tensors read from the file may sit at addresses the kernels' vector
+        # loads cannot take (an unaligned int8 weight crashed _weight_int8pack_mm with SIGSEGV).
+        try:
+            tensors = {k: v.clone() for k, v in load_file(str(cache / CACHE_FILE)).items()}
+            install_portable(model, tensors, meta["layers"])
+            return meta["summary"]
+        except (QuantizeError, SafetensorError) as exc:
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    logger.warning("the converted-weights cache %s is %s (%s); converting again", cache,
+                   "damaged" if problem else "stale", problem or stale)
+    return None

@@ -59,6 +59,9 @@ def setup_logging(verbose: bool = False) -> None:
     )
     for noisy in ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # torch's own default, set by its import; one that failed part-way (`ulimit -v`) never set it,
+    # and its exit hooks then logged at INFO after the run's one line
+    logging.getLogger("torch").setLevel(logging.WARNING)
     try:
         from transformers.utils import logging as hf_logging
 

@@ -65,8 +65,11 @@ LONG_LENGTHS = (2048,)
 TRAILING_FRACTION = 0.1
 
 
-def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET) -> list[CalibrationPrompt]:
+def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET,
+                 arg: str = "prompts") -> list[CalibrationPrompt]:
     """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged ``packaged`` set.
+
+    ``arg`` names the argument ``path`` came from in a read error (``held_out``: the CLI says ``--held-out``).
 
     Raises:
         ValueError: the file cannot be read or is not UTF-8 (naming it and the line), a line is not
@@ -77,7 +80,7 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
         where = f"lab/data/{packaged}"
     else:
         where = str(path)
-        text = read_utf8(path, f"prompts={where!r}")
+        text = read_utf8(path, f"{arg}={where!r}")
     out, seen = [], set()
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():

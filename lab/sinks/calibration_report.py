@@ -27,6 +27,7 @@ from lab.sinks.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, TRAILIN
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES
 from lab.sinks.profiles import DetectorChoice, migrate_statistic, write_calibration, write_choice
+from lab.user_dirs import check_calibration_dir
 
 # Which prompt set each candidate's counts are on, in the report's order.
 COUNT_SETS = ("calibration", "calibration_long", "held_out", "held_out_long")
@@ -61,7 +62,13 @@ def score_sets(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt],
         lengths: Long prompts' lengths in tokens (:func:`lab.sinks.calibration.long_prompts`; empty: none).
         progress: Called before each prompt with ``(set label, index, count, prompt id)``; the
             labels are ``"prompt"``, ``"long prompt"``, ``"held-out prompt"`` and ``"held-out long prompt"``.
+
+    Raises:
+        ValueError: ``$LAB_CALIBRATION_DIR`` naming a file, before any prompt is scored
+            (:func:`lab.user_dirs.check_calibration_dir`: the calibration is saved there).
     """
+    check_calibration_dir()
+
     def score(label: str, items: Sequence[CalibrationPrompt]) -> list[PromptScores]:
         report = None if progress is None else (lambda i, n, pid: progress(label, i, n, pid))
         return score_prompts(model, tokenizer, items, progress=report)

@@ -35,6 +35,10 @@ own (:func:`calibration_path`, :func:`choice_path`), and ``--calibration FILE`` 
 sinks``) overrides both for one run; the file used is named in the report and in a log
 line. A threshold must lie in the statistic's range (:func:`check_threshold`): a sink
 rate in (0, 1), a z above 0.
+
+Every file is read through its schema (:mod:`lab.schemas.calibration`: shape, and every
+threshold in its statistic's range); a file that fails, the user's or the package's, is
+refused with one line naming it (the command exits 2), never skipped for another file.
 """
 
 from __future__ import annotations
@@ -42,14 +46,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from lab.models.source import model_source
+from lab.schemas import FileSchemaError
+from lab.schemas.calibration import load_calibration_file, load_choice_file, threshold_problem
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
 from lab.user_dirs import calibration_dir as user_calibration_root
 from lab.user_dirs import write_text_atomic
@@ -90,12 +95,8 @@ def check_threshold(statistic: str, threshold: float, where: str) -> float:
     Raises:
         ValueError: a non-finite or out-of-range value, naming ``where`` (a flag or a file) and the value.
     """
-    if not _finite(threshold):
-        raise ValueError(f"{where}={threshold!r} must be a finite number")
-    if statistic == "sink_rate" and not 0 < threshold < 1:
-        raise ValueError(f"{where}={threshold!r} is a sink rate (a share of queries): it must lie in (0, 1)")
-    if statistic != "sink_rate" and threshold <= 0:
-        raise ValueError(f"{where}={threshold!r} is a z ({statistic}): it must be above 0")
+    if problem := threshold_problem(statistic, threshold):
+        raise ValueError(f"{where}={threshold!r} {problem}")
     return float(threshold)
 
 
@@ -152,36 +153,38 @@ def is_packaged(path: str | Path) -> bool:
     return Path(path).parent == calibration_dir()
 
 
-def _read_json(path: Path, what: str) -> dict:
+def _read(load: Callable[[Path, Collection[str]], dict], path: Path, fix: str) -> dict:
+    """``load(path, STATISTICS)`` (a loader of :mod:`lab.schemas.calibration`), or one line naming the file and
+    the way out.
+
+    Raises:
+        ValueError: the file fails its schema; the message ends with ``fix``.
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{what} {path} cannot be read: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {path} holds {type(data).__name__}, not a JSON object")
-    return data
+        return load(path, STATISTICS)
+    except FileSchemaError as exc:
+        raise ValueError(f"{exc}; {fix}") from None
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _fix(path: Path, rerun: str) -> str:
+    """How to get past a bad file: a user's is deleted (every command reads the packaged one then, the
+    calibration that remakes it included), a packaged one reinstalled."""
+    if is_packaged(path):
+        return "the lab's installed files are damaged: reinstall it"
+    return f"delete it: the packaged file is read then, and `{rerun}` writes a new one"
 
 
 def load_choice() -> DetectorChoice:
     """The packaged choice of the detector's statistic and default threshold (``choice.json``).
 
     Raises:
-        ValueError: the file is missing or does not parse, names a statistic outside
-            :data:`lab.sinks.candidates.STATISTICS`, or lacks a finite ``default_threshold``.
+        ValueError: the file is missing or fails :data:`lab.schemas.calibration.CHOICE_SCHEMA` (a
+            statistic outside :data:`lab.sinks.candidates.STATISTICS`, a ``default_threshold``
+            outside its range), in one line naming the file.
     """
     path = choice_path()
-    data = _read_json(path, "sink detector choice")
-    statistic, default = data.get("statistic"), data.get("default_threshold")
-    if statistic not in STATISTICS or not _finite(default):
-        raise ValueError(f"sink detector choice {path} needs a statistic in {', '.join(STATISTICS)} and a finite "
-                         f"default_threshold, got statistic={statistic!r}, default_threshold={default!r}; "
-                         "re-run `lab calibrate-sinks`")
-    check_threshold(statistic, default, f"sink detector choice {path}: default_threshold")
-    return DetectorChoice(statistic=statistic, default_threshold=float(default),
+    data = _read(load_choice_file, path, _fix(path, "lab calibrate-sinks"))
+    return DetectorChoice(statistic=data["statistic"], default_threshold=float(data["default_threshold"]),
                           profiles=tuple(data.get("profiles") or ()), path=str(path))
 
 
@@ -199,10 +202,10 @@ def load_calibration(profile: str | None, path: str | Path | None = None, *,
             (default): the chosen statistic (:func:`load_choice`).
 
     Raises:
-        ValueError: the file exists but does not parse, lacks a finite ``threshold``
-            for the chosen statistic (:func:`load_choice`) or holds one out of range
-            (:func:`check_threshold`), or (without ``path``) was calibrated for another
-            profile; a given ``path`` that is not a file; the choice file's own errors.
+        ValueError: the file exists but fails :data:`lab.schemas.calibration.SCHEMA` (any
+            threshold out of its range among them), lacks a threshold for the chosen statistic
+            (:func:`load_choice`), or (without ``path``) was calibrated for another profile; a
+            given ``path`` that is not a file; the choice file's own errors. One line naming the file.
     """
     given = path is not None
     if given:
@@ -218,14 +221,13 @@ def load_calibration(profile: str | None, path: str | Path | None = None, *,
     if statistic is not None and statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
     statistic = load_choice().statistic if statistic is None else statistic
-    data = _read_json(path, "sink calibration")
-    chosen = (data.get("thresholds") or {}).get(statistic)
-    named = data.get("profile")
-    right_profile = (isinstance(named, str) and bool(named)) if given else named == profile
-    if not right_profile or not _finite(chosen):
-        raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r} "
-                         f"of profile {profile or named!r}; re-run `lab calibrate-sinks --model {profile or named}`")
-    check_threshold(statistic, chosen, f"sink calibration {path}: thresholds.{statistic}")
+    fix = ("fix it or give another --calibration" if given else
+           _fix(path, f"lab calibrate-sinks --model {profile}"))
+    data = _read(load_calibration_file, path, fix)
+    chosen, named = data["thresholds"].get(statistic), data["profile"]
+    if (not given and named != profile) or chosen is None:
+        raise ValueError(f"sink calibration {path} has no threshold for statistic {statistic!r} "
+                         f"of profile {profile or named!r}; {fix}")
     return SinkCalibration(profile=named, statistic=statistic, threshold=float(chosen), path=str(path))
 
 
@@ -273,16 +275,18 @@ def recorded_feasible(profiles: Sequence[str]) -> dict[str, dict[str, list[float
     :func:`lab.sinks.calibration.choose_statistic`.
 
     Raises:
-        ValueError: a file does not parse or lacks ``candidates``.
+        ValueError: a file fails :data:`lab.schemas.calibration.SCHEMA` or lacks ``candidates``
+            (a hand-made file), in one line naming it.
     """
     out = {}
     for name in profiles:
         path = calibration_path(name)
         if not path.is_file():
             continue
-        data = _read_json(path, "sink calibration")
-        if not isinstance(data.get("candidates"), dict):
-            raise ValueError(f"sink calibration {path} has no 'candidates'; re-run `lab calibrate-sinks --model {name}`")
+        fix = _fix(path, f"lab calibrate-sinks --model {name}")
+        data = _read(load_calibration_file, path, fix)
+        if "candidates" not in data:
+            raise ValueError(f"sink calibration {path} has no 'candidates' (a hand-made file?); {fix}")
         out[name] = {k: list(v.get("feasible_thresholds") or []) for k, v in data["candidates"].items()}
     return out
 
@@ -310,13 +314,12 @@ def write_choice(statistic: str, default_threshold: float, profiles: Sequence[st
 
     Raises:
         ValueError: ``statistic`` outside :data:`lab.sinks.candidates.STATISTICS` or a
-            non-finite ``default_threshold``.
+            ``default_threshold`` outside its range (:func:`check_threshold`).
         OSError: the folder cannot be written.
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
-    if not _finite(default_threshold):
-        raise ValueError(f"default_threshold={default_threshold!r} must be a finite number")
+    check_threshold(statistic, default_threshold, "default_threshold")
     path = user_dir() / CHOICE_FILE
     _write_json(path, {"rule": "lab.sinks.calibration.choose_statistic", "statistic": statistic,
                        "default_threshold": float(default_threshold), "profiles": sorted(profiles),
@@ -339,13 +342,13 @@ def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> 
         Whether the file changed (``False`` when it already names ``statistic``).
 
     Raises:
-        ValueError: no file for ``profile``, or the file has no finite threshold for ``statistic``.
+        ValueError: no file for ``profile``, the file fails its schema, or it has no threshold for ``statistic``.
     """
     path = calibration_path(profile)
     if not path.is_file():
         raise ValueError(f"profile={profile!r} has no sink calibration ({path})")
-    data = _read_json(path, "sink calibration")
-    if not _finite((data.get("thresholds") or {}).get(statistic)):
+    data = _read(load_calibration_file, path, _fix(path, f"lab calibrate-sinks --model {profile}"))
+    if data["thresholds"].get(statistic) is None:
         raise ValueError(f"sink calibration {path} has no finite threshold for statistic {statistic!r}: "
                          f"re-run `lab calibrate-sinks --model {profile}` instead of migrating it")
     if data.get("statistic") == statistic:

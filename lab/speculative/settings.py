@@ -24,6 +24,7 @@ from lab.speculative.setups import DraftSetup
 GREEDY = SamplingConfig()  # temperature 0: the argmax on both sides
 
 
+
 @dataclass(frozen=True)
 class SpeculativeSettings:
     """How one speculative decode runs; validated (and normalized) on construction.

@@ -13,16 +13,16 @@ The runner fills the measured fields; :func:`lab.study.run.measure` adds the pro
 its wall time and the H6 temperature runs. A field a runner may leave out is ``None`` (empty in
 the CSV, ``null`` in JSON); NaN means measured but undefined (no content position, say).
 
-:func:`outcome_problem` checks a work file's numbers before they are trusted again.
+:mod:`lab.study.outcome_schema` checks a work file's numbers (ranges, and alpha against its own counts)
+before they are trusted again.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from lab.analysis.claims import H6_COLUMNS, temperature_column
+from lab.analysis.claims import temperature_column
 
 _PIPELINE = {"pipeline": True}  # filled by lab.study.run.measure, not by the runner
 _OPTIONAL = {"optional": True}  # a runner may leave it None (fake runners, ModelRunner's decode_s)
@@ -237,60 +237,3 @@ PIPELINE_COLUMNS = tuple(_column(f) for f in fields(PromptRow) if f.metadata.get
 HEALTH_CANDIDATE_COLUMNS = tuple(c for c in PER_PROMPT_COLUMNS if c.startswith("health_"))
 PER_TOKEN_FIELDS = tuple(f.name for f in fields(DraftedToken))  # per_token.csv, in order
 TOKEN_KEYS = PER_TOKEN_FIELDS[3:]  # what a runner reports per drafted token, and a work file keeps
-
-
-# Ranges of a finished prompt's numbers, checked when a work file is loaded (a file edited
-# by hand, or by another program, is redone rather than reported). NaN / None stand for
-# "not measured" (e.g. no content positions) and pass; infinities never do.
-RANGE_TOLERANCE = 1e-6  # float rounding at a bound (a normalized entropy of 1 + 1e-7)
-_UNIT = ("alpha", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", *H6_COLUMNS)
-_HEALTH = ("context_health", "content_sink_health", *HEALTH_CANDIDATE_COLUMNS)  # 0..10
-_NON_NEGATIVE = ("mean_entropy_bits", "max_entropy_bits", "var_entropy_bits", "mean_varentropy_bits2", "tau",
-                 "initial_entropy_bits", "continuation_entropy_bits", "prefill_s", "decode_s", "speculative_s",
-                 "wall_s", "temperature_s")
-_COUNTS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_new_tokens", "n_drafted", "n_drafted_tested",
-           "n_accepted", "n_rounds", "n_multi_token_words")
-
-
-def _number_problem(name: str, v: Any, lo: float, hi: float) -> str | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-            or not lo - RANGE_TOLERANCE <= v <= hi + RANGE_TOLERANCE):
-        return f"{name}={v!r} outside [{lo:g}, {hi:g}]"
-    return None
-
-
-def outcome_problem(row: Mapping[str, Any], tokens: Sequence[Mapping[str, Any]]) -> str | None:
-    """What is out of range in a finished prompt's numbers as a work file holds them, or ``None``.
-
-    Args:
-        row: Keyed by column (:meth:`PromptRow.as_columns`).
-        tokens: Per drafted token, keyed by :data:`TOKEN_KEYS`.
-
-    Rates and shares in [0, 1], health in [0, 10], entropies, times and ``tau``
-    non-negative, counts non-negative integers with n_accepted <= n_drafted_tested <=
-    n_drafted; per drafted token a normalized entropy in [0, 1], a non-negative entropy
-    and boolean ``accepted`` / ``tested``.
-    """
-    checks = [*((k, 0.0, 1.0) for k in _UNIT), *((k, 0.0, 10.0) for k in _HEALTH),
-              *((k, 0.0, math.inf) for k in _NON_NEGATIVE)]
-    for k, lo, hi in checks:
-        problem = _number_problem(k, row.get(k), lo, hi)
-        if problem:
-            return problem
-    for k in _COUNTS:
-        v = row.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            return f"{k}={v!r} is not a count"
-    if not row.get("n_accepted", 0) <= row.get("n_drafted_tested", 0) <= row.get("n_drafted", 0):
-        return (f"n_accepted={row.get('n_accepted')!r} <= n_drafted_tested={row.get('n_drafted_tested')!r} <= "
-                f"n_drafted={row.get('n_drafted')!r} does not hold")
-    for i, t in enumerate(tokens):
-        problem = (_number_problem(f"tokens[{i}].draft_normalized_entropy", t.get("draft_normalized_entropy"), 0, 1)
-                   or _number_problem(f"tokens[{i}].draft_entropy_bits", t.get("draft_entropy_bits"), 0, math.inf))
-        if problem:
-            return problem
-        if not isinstance(t.get("accepted"), bool) or not isinstance(t.get("tested"), bool):
-            return f"tokens[{i}]: accepted / tested are not booleans"
-    return None

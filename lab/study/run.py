@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -18,8 +17,9 @@ from lab.study.config import NoProgress, Progress, Runner, StudyConfig
 from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, temperature_field
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
+from lab.schemas import FileSchemaError
 from lab.study.work import (StudyPlan, write_json_atomic, load_finished, plan_from_work_dir, plan_study,
-                            read_settings, save_finished, write_prompt_set)
+                            read_finished, read_runner_info, read_settings, save_finished, write_prompt_set)
 from lab.study.locks import WorkDirBusyError, hold_work_dir, running_shards
 
 logger = logging.getLogger(__name__)
@@ -128,8 +128,8 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
                 shutil.rmtree(plan.work_dir, ignore_errors=True)
             raise
         write_json_atomic(info_file, info)
-    elif info_file.is_file():
-        info = json.loads(info_file.read_text(encoding="utf-8"))
+    else:
+        info = read_runner_info(plan.work_dir)
     progress.start(len(plan.prompts), n_resumed)
     if todo:
         try:
@@ -266,7 +266,9 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
 
     Every directory must hold the same ``settings.json`` (the shard is not part of
     it) and the prompt set it was started with (:func:`plan_from_work_dir`).
-    Prompts finished in no directory are listed in ``missing``. Each prompt's
+    Prompts finished in no directory are listed in ``missing``, and so are prompts whose
+    work files cannot be trusted (:func:`lab.study.work.read_finished`: each named in a
+    warning; a merge redoes nothing, ``--resume`` does). Each prompt's
     numbers come from its seed alone, so the merge of all shards equals an
     unsharded run with the same seed.
 
@@ -307,19 +309,28 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
 def _merge_held(plan: StudyPlan, dirs: list[Path], started: float) -> StudyResult:
     """:func:`merge_study` with every work directory held against running shards."""
     outcomes: dict[str, PromptOutcome] = {}
+    damaged: dict[str, tuple[Path, FileSchemaError]] = {}  # prompt id -> a work file of it that cannot be trusted
     info: dict[str, Any] = {}
     for d in dirs:
         shard_plan = StudyPlan(plan.config, plan.all_prompts, plan.settings, plan.key, d, plan.all_prompts,
                                plan.temperature_ids)
         for p in plan.all_prompts:
             if p.id not in outcomes:
-                done = load_finished(shard_plan, p)
+                try:
+                    done = read_finished(shard_plan, p)
+                except FileSchemaError as exc:
+                    damaged.setdefault(p.id, (d, exc))
+                    continue
                 if done is not None:
                     outcomes[p.id] = done
-        if not info and (d / "runner.json").is_file():
-            info = json.loads((d / "runner.json").read_text(encoding="utf-8"))
+        info = info or read_runner_info(d)
+    for pid, (d, exc) in damaged.items():
+        if pid not in outcomes:  # another shard's good file of the prompt is used instead
+            logger.warning("%s; prompt %s is left out of the merged report, which is marked INCOMPLETE (merge "
+                           "redoes no prompt: lab study --resume %s runs it again, then merge)", exc, pid, d)
     if not outcomes:
-        raise ValueError(f"merge: no finished prompt in {', '.join(map(str, dirs))}")
+        raise ValueError(f"merge: no finished prompt in {', '.join(map(str, dirs))}"
+                         + (f" ({len(damaged)} damaged work files, named above)" if damaged else ""))
     return assemble(plan, outcomes, info, n_resumed=len(outcomes), started=started, prompts=plan.all_prompts,
                     merged_from=[str(d) for d in dirs])
 

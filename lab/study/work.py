@@ -21,8 +21,10 @@ from lab.models.devices import parse_dtype, resolve_device
 from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_prompts, select_prompts
 from lab.sources import SOURCES, load_prompt_set
 from lab.study.config import TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, StudyConfig
-from lab.study.outcome import (REQUIRED_COLUMNS, TOKEN_KEYS, DraftedToken, PromptOutcome, PromptRow, TrackedDecode,
-                               outcome_problem)
+from lab.study.outcome import TOKEN_KEYS, DraftedToken, PromptOutcome, PromptRow, TrackedDecode
+from lab.schemas import FileSchemaError, read_json, validate
+from lab.study import outcome_schema
+from lab.study.work_schema import PROMPTS_KIND, PROMPTS_SCHEMA, RUNNER_KIND, RUNNER_SCHEMA, SETTINGS_KIND, SETTINGS_SCHEMA
 from lab.analysis.claims import DESIGN_TEMPERATURES
 
 logger = logging.getLogger(__name__)
@@ -193,27 +195,24 @@ def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None
 
 
 def read_settings(work_dir: str | Path, *, flag: str = "--resume") -> dict[str, Any]:
-    """``settings.json`` of a work directory.
+    """``settings.json`` of a work directory, validated (:data:`lab.study.work_schema.SETTINGS_SCHEMA`).
 
     Raises:
-        ValueError: no ``settings.json`` there, one that does not parse, or one of another work
-            format (:data:`lab.study.config.WORK_FORMAT`), naming ``flag``.
+        ValueError: no ``settings.json`` there, or one of another work format
+            (:data:`lab.study.config.WORK_FORMAT`), naming ``flag``.
+        FileSchemaError: one that cannot be read, is not JSON or is outside its schema, naming the file.
     """
     path = Path(work_dir)
     settings_file = path / "settings.json"
     if not settings_file.is_file():
         raise ValueError(f"{flag}={str(path)!r} is not a study work directory (no settings.json)")
-    try:
-        settings = json.loads(settings_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc})") from None
-    if not isinstance(settings, dict):
-        raise ValueError(f"{flag}={str(path)!r}: settings.json is not a JSON object")
-    if settings.get("format") != WORK_FORMAT:
-        raise ValueError(f"{flag}={str(path)!r} was written in work format {settings.get('format')!r}, and this "
+    settings = read_json(settings_file, SETTINGS_KIND)
+    written_in = settings.get("format") if isinstance(settings, dict) else None
+    if isinstance(written_in, int) and written_in != WORK_FORMAT:  # before the schema: say that it is another format
+        raise ValueError(f"{flag}={str(path)!r} was written in work format {written_in!r}, and this "
                          f"lab reads only format {WORK_FORMAT}; finish it with the lab version that started it, "
                          "or start the study again")
-    return settings
+    return validate(settings, SETTINGS_SCHEMA, path=settings_file, kind=SETTINGS_KIND)
 
 
 def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overrides: Any) -> StudyConfig:
@@ -229,7 +228,8 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         overrides: Fields that do not change the numbers (``n_resamples``, ``out``, ``shard``).
 
     Raises:
-        ValueError: the directory or its ``settings.json`` is missing or unreadable.
+        ValueError: the directory or its ``settings.json`` is missing, unreadable or outside its
+            schema (:class:`lab.schemas.FileSchemaError`).
     """
     path = Path(work_dir)
     s = read_settings(path, flag=flag)
@@ -247,8 +247,9 @@ def config_from_work_dir(work_dir: str | Path, *, flag: str = "resume", **overri
         if (profile is not None and profile.draft == s["draft"] and s["draft_dtype_flag"] is None
                 and cfg.draft_dtype_choice()[0] != s["draft_dtype"]):
             cfg = replace(cfg, draft=None)
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{flag}={str(path)!r}: settings.json is unreadable ({exc!r})") from None
+    except (KeyError, TypeError, ValueError) as exc:  # a range of StudyConfig's that the schema lacks
+        # "gamma 0", not "gamma=0": the CLI would read name=value as a flag the user typed (lab.cli.as_typed)
+        raise FileSchemaError(path / "settings.json", SETTINGS_KIND, re.sub(r"\b(\w+)=", r"\1 ", str(exc))) from None
     return cfg
 
 
@@ -257,11 +258,11 @@ def _stored_prompts(path: Path, settings: dict[str, Any], flag: str) -> list[Stu
     that holds none) its prompt file re-read, which must hash to the stored digest."""
     stored = path / PROMPTS_FILE
     if stored.is_file():
+        records = validate(read_json(stored, PROMPTS_KIND), PROMPTS_SCHEMA, path=stored, kind=PROMPTS_KIND)
         try:
-            records = json.loads(stored.read_text(encoding="utf-8"))
             prompts = parse_prompts([json.dumps(r) for r in records], source=str(stored))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as exc:
-            raise ValueError(f"{flag}={str(path)!r}: {PROMPTS_FILE} is unreadable ({exc})") from None
+        except ValueError as exc:
+            raise FileSchemaError(stored, PROMPTS_KIND, str(exc)) from None
         if prompts_digest(prompts) != settings.get("prompts_sha256"):
             raise ValueError(f"{flag}={str(path)!r}: {PROMPTS_FILE} does not match the prompt digest in "
                              "settings.json (edited?); the study cannot be continued from it")
@@ -371,46 +372,54 @@ def work_file(plan: StudyPlan, prompt: StudyPrompt) -> Path:
     return plan.work_dir / OUTCOMES_DIR / work_file_name(prompt.id)
 
 
-def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
-    """A finished prompt's outcome from the work directory, or ``None`` if absent or unusable.
+def read_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
+    """A finished prompt's outcome from the work directory, or ``None`` if it has none.
 
-    A file that does not parse, was written under other settings or for another
-    prompt, lacks a field, or holds a value out of range
-    (:func:`lab.study.outcome.outcome_problem`: alpha = 7, say) is ignored (with a
-    warning) and the prompt is redone. The file's layout is :func:`save_finished`'s; optional
-    columns a file lacks read as None, and columns of no :class:`PromptRow` field are ignored.
+    The file is checked by :mod:`lab.study.outcome_schema` (shape, ranges, alpha and the drafted
+    tokens against its own counts) and must belong to this study (its settings key) and this
+    prompt. Optional columns a file lacks read as None; columns of no :class:`PromptRow`
+    field are ignored.
+
+    Raises:
+        FileSchemaError: a file that is there and cannot be trusted, naming it and why.
     """
     path = work_file(plan, prompt)
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ok = (isinstance(data, dict) and data.get("key") == plan.key and data.get("prompt") == prompt.to_json()
-              and isinstance(data.get("row"), dict) and all(k in data["row"] for k in REQUIRED_COLUMNS)
-              and isinstance(data.get("tokens"), list)
-              and all(isinstance(t, dict) and all(k in t for k in TOKEN_KEYS) for t in data["tokens"])
-              and isinstance(data.get("decode"), dict) and _decode_ok(data["decode"]))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        ok = False
-    if not ok:
-        logger.warning("ignoring unusable work file %s; %s will be redone", path, prompt.id)
-        return None
-    problem = outcome_problem(data["row"], data["tokens"])
-    if problem:
-        logger.warning("ignoring work file %s (%s); %s will be redone", path, problem, prompt.id)
-        return None
+    data = outcome_schema.load(path)
+    if data["key"] != plan.key:
+        raise FileSchemaError(path, outcome_schema.KIND, f"written under other settings (key {data['key']}, "
+                                                         f"this study's {plan.key})")
+    if data["prompt"] != prompt.to_json():
+        raise FileSchemaError(path, outcome_schema.KIND, f"written for another prompt than {prompt.id!r}")
     decode = data["decode"]
     return PromptOutcome(row=PromptRow.from_columns(data["row"]),
                          tokens=tuple(DraftedToken(**{k: t[k] for k in TOKEN_KEYS}) for t in data["tokens"]),
-                         decode=TrackedDecode(tuple(decode["entropy_bits"]), tuple(decode["word"])) if decode else None)
+                         decode=(TrackedDecode(tuple(decode["entropy_bits"]), tuple(decode["word"]))
+                                 if "entropy_bits" in decode else None))
 
 
-def _decode_ok(decode: dict[str, Any]) -> bool:
-    """A work file's ``decode``: empty (not reported), or the two per-token lists of equal length."""
-    if not decode:
-        return True
-    lists = [decode.get(k) for k in ("entropy_bits", "word")]
-    return all(isinstance(v, list) for v in lists) and len(lists[0]) == len(lists[1])
+def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
+    """:func:`read_finished` for a run that goes on: a file that cannot be trusted is named in
+    a warning and ``None`` returned, so the prompt is redone (``--resume``)."""
+    try:
+        return read_finished(plan, prompt)
+    except FileSchemaError as exc:
+        logger.warning("ignoring %s; prompt %s will be redone", exc, prompt.id)
+        return None
+
+
+def read_runner_info(work_dir: Path) -> dict[str, Any]:
+    """The runner's description of the models kept in ``runner.json``; ``{}`` when there is none, or
+    (with a warning naming the file) when it is outside :data:`lab.study.work_schema.RUNNER_SCHEMA`."""
+    path = work_dir / "runner.json"
+    if not path.is_file():
+        return {}
+    try:
+        return validate(read_json(path, RUNNER_KIND), RUNNER_SCHEMA, path=path, kind=RUNNER_KIND)
+    except FileSchemaError as exc:
+        logger.warning("ignoring %s; the report will lack the models' description", exc)
+        return {}
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:

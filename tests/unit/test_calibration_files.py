@@ -136,9 +136,10 @@ def test_cli_calibrate_sinks_unwritable_user_dir_keeps_report_and_package_exits_
     untouched, and the run ends in one line naming both (exit 1), not a traceback with no report."""
     _tiny(monkeypatch)
     packaged = {p.name: p.read_bytes() for p in profiles.calibration_dir().glob("*.json")}
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(blocker / "cal"))
+    def refuse(path, text):  # a folder the user cannot write (tests run as root, where chmod does not refuse)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(profiles, "write_text_atomic", refuse)
     rc = cli.main(["calibrate-sinks", "--model", "smollm2", "--long-lengths", "none", "--held-out", "none",
                    "--device", "cpu", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

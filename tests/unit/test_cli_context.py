@@ -43,12 +43,12 @@ LONG_PROMPT = " ".join(["the capital of france is paris ."] * 4)  # 50 tokens wi
 
 @pytest.mark.parametrize("argv", [
     ["entropy", LONG_PROMPT, "--max-new-tokens", "20"],
-    ["entropy", "hi", "--max-new-tokens", "100000000"],
-    ["speculate", "hi", "--draft", "early-exit:1", "--max-new-tokens", "100000000"],
+    ["entropy", "hi", "--max-new-tokens", "100000"],
+    ["speculate", "hi", "--draft", "early-exit:1", "--max-new-tokens", "100000"],
     ["speculate", LONG_PROMPT, "--draft", "prompt-lookup", "--max-new-tokens", "20"],
-    ["bench", "--draft", "early-exit:1", "--prompts", "hi", "--max-new-tokens", "100000000"],
-    ["bench-tracker", "--max-new-tokens", "100000000"],
-    ["study", "--draft", "early-exit:1", "--limit", "8", "--max-new-tokens", "100000000"],
+    ["bench", "--draft", "early-exit:1", "--prompts", "hi", "--max-new-tokens", "100000"],
+    ["bench-tracker", "--max-new-tokens", "100000"],
+    ["study", "--draft", "early-exit:1", "--limit", "8", "--max-new-tokens", "100000"],
 ], ids=["entropy-long-prompt", "entropy-huge", "speculate-huge", "speculate-long-prompt", "bench-huge",
         "bench-tracker-huge", "study-huge"])
 def test_cli_prompt_plus_budget_past_context_exits_2_naming_flag(tmp_path, capsys, short_context_backend, argv):

@@ -125,8 +125,8 @@ def test_references_round_trip_through_the_user_folder(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("edit, match", [
     (lambda d: d.update(profile="other"), "not a reference of profile"),
-    (lambda d: d["references"]["content_entropy"].update(scale=0.0), "positive"),
-    (lambda d: d["references"]["content_entropy"].update(slope="x"), "finite"),
+    (lambda d: d["references"]["content_entropy"].update(scale=0.0), "scale: 0.0 is less than or equal to the minimum of 0"),
+    (lambda d: d["references"]["content_entropy"].update(slope="x"), "slope: 'x' is not of type 'number'"),
 ])
 def test_bad_reference_file_raises_naming_it(tmp_path, monkeypatch, edit, match):
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))

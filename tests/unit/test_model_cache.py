@@ -205,3 +205,263 @@ def test_load_model_cache_made_from_another_gguf_is_rebuilt_saying_so(tmp_path, 
     assert len(built) == 1
     assert any("stale" in r.getMessage() and "an-older-release.gguf" in r.getMessage() for r in caplog.records)
     assert model_cache.source_problem(tmp_path / "smollm2", models.gguf_source(models.PROFILES["smollm2"])) is None
+
+
+# --------------------------------------------------------------------------- a malformed manifest
+# Fault class (a malformed manifest blocks the cache for good): "files": [] ended every run in an
+# AttributeError and a file entry without "size" in KeyError: 'size', on the unforeseen-error path; the
+# cache was never rebuilt. Every variant of lab.schemas.cache is in tests/unit/test_schemas_cache.py.
+
+
+def _patch_dequantization(monkeypatch, built):
+    """transformers' GGUF loading replaced by a tiny model; loading a directory stays real."""
+    import transformers
+
+    real_model, real_tok = transformers.AutoModelForCausalLM.from_pretrained, transformers.AutoTokenizer.from_pretrained
+
+    def model_from(src, *a, gguf_file=None, **k):
+        if gguf_file is None:
+            return real_model(src, *a, **k)
+        built.append(gguf_file)
+        return support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", model_from)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda src, *a, gguf_file=None, **k: support.chatml_tokenizer() if gguf_file
+                        else real_tok(src, *a, **k))
+
+
+def _files_empty(manifest, weights_file):
+    manifest["files"] = []
+
+
+def _size_missing(manifest, weights_file):
+    del manifest["files"][weights_file]["size"]
+
+
+@pytest.mark.parametrize("edit", [_files_empty, _size_missing], ids=["files-empty", "size-missing"])
+def test_load_model_malformed_manifest_rebuilds_the_cache_saying_so(tmp_path, monkeypatch, caplog, edit):
+    """Regression (a malformed manifest blocks the cache for good): the float32 cache is rebuilt, with a
+    warning naming the manifest, and the load succeeds."""
+    import json
+
+    from lab.models import loading as models
+
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    folder = _tiny_cache(tmp_path / "smollm2", manifest=False)
+    model_cache.write_manifest(folder, model_cache.source_record(models.gguf_source(models.PROFILES["smollm2"])))
+    manifest = json.loads((folder / model_cache.MANIFEST).read_text())
+    edit(manifest, "model.safetensors")
+    (folder / model_cache.MANIFEST).write_text(json.dumps(manifest))
+    built = []
+    _patch_dequantization(monkeypatch, built)
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        models.load_model("smollm2", device="cpu")
+    assert len(built) == 1
+    assert any("damaged" in r.getMessage() and model_cache.MANIFEST in r.getMessage() for r in caplog.records)
+    assert model_cache.cache_problem(folder) is None
+
+
+@pytest.mark.parametrize("edit", [_files_empty, _size_missing], ids=["files-empty", "size-missing"])
+def test_load_or_convert_malformed_manifest_converts_again(tmp_path, caplog, edit):
+    """Regression (a malformed manifest blocks the cache for good), on a converted cache as in the report."""
+    import json
+
+    from lab.models.quantize import CACHE_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights-int8"
+    load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None, "int8", cache)
+    manifest = json.loads((cache / model_cache.MANIFEST).read_text())
+    edit(manifest, CACHE_FILE)
+    (cache / model_cache.MANIFEST).write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        summary = load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None,
+                                  "int8", cache)
+    assert summary["layers"] == {"int8": 8} and "damaged" in caplog.text
+    assert model_cache.cache_problem(cache, index="layers.json") is None
+
+
+# --------------------------------------------------------------------------- silent corruption
+# Fault class (silent bit-rot served): bytes zeroed inside a cached safetensors with its modification time
+# restored were never hashed again; the model's output was garbage with no warning.
+
+
+def _zero(path, start, length):
+    """Zero ``length`` bytes of ``path`` from ``start`` and restore its modification time."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[start:start + length] = bytes(len(data[start:start + length]))
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _large_tiny_cache(folder):
+    """A cache whose model.safetensors spans a few sampling strides (a 5.5 MB random model)."""
+    support.tiny_llama(vocab_size=256, num_layers=2, hidden=256, heads=4).save_pretrained(folder)
+    support.chatml_tokenizer().save_pretrained(folder)
+    model_cache.write_manifest(folder, "tiny.gguf")
+    weights = folder / "model.safetensors"
+    assert weights.stat().st_size > 4 * model_cache.SAMPLE_STRIDE, "precondition: several strides"
+    return folder, weights
+
+
+@pytest.mark.parametrize("at", [0.3, 0.55, 0.9])
+def test_cache_problem_zeroed_bytes_with_mtime_restored_are_caught(tmp_path, at):
+    """Regression (silent bit-rot served): damage a stride wide or more, anywhere, with the time restored,
+    is caught by the sampled sha256 (and the data part is zeroed, so the structural check passes)."""
+    folder, weights = _large_tiny_cache(tmp_path / "m")
+    start = int(weights.stat().st_size * at)
+    _zero(weights, start, model_cache.SAMPLE_STRIDE + model_cache.SAMPLE_WINDOW)
+    assert model_cache.safetensors_problem(weights) is None  # precondition: only a hash can tell
+    problem = model_cache.cache_problem(folder)
+    assert problem is not None and "model.safetensors" in problem and "sampled sha256" in problem
+
+
+def test_cache_problem_sampled_check_reads_a_small_part_of_each_file(tmp_path, monkeypatch):
+    """The check on use costs about 1/256 of the bytes (SAMPLE_WINDOW every SAMPLE_STRIDE), never a full hash."""
+    folder, weights = _large_tiny_cache(tmp_path / "m")
+    monkeypatch.setattr(model_cache, "file_sha256", lambda p: pytest.fail("hashed in full"))
+    read = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def read(self, n):
+            data = self.fh.read(n)
+            read.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    monkeypatch.setattr("builtins.open", lambda *a, **k: Counting(real_open(*a, **k)) if a[0] == weights
+                        else real_open(*a, **k))
+    assert model_cache.cache_problem(folder) is None
+    size = weights.stat().st_size
+    strides = -(-size // model_cache.SAMPLE_STRIDE)
+    assert sum(read) <= (strides + 1) * model_cache.SAMPLE_WINDOW + size // 100  # the windows (+ the header check)
+
+
+def test_load_or_convert_zeroed_bytes_in_the_converted_cache_convert_again(tmp_path, monkeypatch, caplog):
+    """Regression (silent bit-rot served), on a converted cache: the zeroed weights are not installed."""
+    from lab.models.quantize import CACHE_FILE, load_or_convert
+
+    monkeypatch.setattr(model_cache, "SAMPLE_STRIDE", 1 << 16)  # the schema's smallest: the tiny file spans several
+    cache = tmp_path / "tiny.weights-int8"
+    load_or_convert(support.tiny_llama(vocab_size=256, num_layers=2, hidden=128, heads=4), None, "int8", cache)
+    size = (cache / CACHE_FILE).stat().st_size
+    assert size > 3 * (1 << 16), "precondition: several strides"
+    _zero(cache / CACHE_FILE, size // 2, (1 << 16) + model_cache.SAMPLE_WINDOW)
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        load_or_convert(support.tiny_llama(vocab_size=256, num_layers=2, hidden=128, heads=4), None, "int8", cache)
+    assert "damaged" in caplog.text and "sampled sha256 differs" in caplog.text
+
+
+def test_cache_problem_format_2_manifest_is_hashed_once_then_gains_its_samples(tmp_path, monkeypatch):
+    """A cache written before the sampled sha256 existed loads (after one full hash that confirms it) and
+    its manifest gains the samples; from then on it is not hashed in full."""
+    import json
+
+    folder = _tiny_cache(tmp_path / "m")
+    path = folder / model_cache.MANIFEST
+    manifest = json.loads(path.read_text())
+    for rec in manifest["files"].values():
+        del rec["sampled"]
+    path.write_text(json.dumps({**manifest, "format": 2}))
+    hashed = []
+    real = model_cache.file_sha256
+    monkeypatch.setattr(model_cache, "file_sha256", lambda p: hashed.append(p.name) or real(p))
+    assert model_cache.cache_problem(folder) is None
+    assert "model.safetensors" in hashed
+    upgraded = json.loads(path.read_text())
+    assert upgraded["format"] == model_cache.MANIFEST_FORMAT
+    assert all("sampled" in rec for rec in upgraded["files"].values())
+    hashed.clear()
+    assert model_cache.cache_problem(folder) is None and hashed == []
+
+
+def test_cache_problem_touched_file_is_hashed_once_and_its_time_recorded(tmp_path, monkeypatch):
+    folder = _tiny_cache(tmp_path / "m")
+    os.utime(folder / "model.safetensors", ns=(7, 7))  # same bytes, another time
+    assert model_cache.cache_problem(folder) is None
+    monkeypatch.setattr(model_cache, "file_sha256", lambda p: pytest.fail("the new time was not recorded"))
+    assert model_cache.cache_problem(folder) is None
+
+
+# --------------------------------------------------------------------------- a read-only cache
+# Fault class (a read-only cache ends on the unforeseen path): with --weights q4 and a cache folder that
+# cannot be written, the model was converted and the run then failed writing the cache.
+
+
+def test_load_or_convert_cache_that_cannot_be_written_runs_uncached_saying_so(tmp_path, monkeypatch, caplog):
+    """Regression (a read-only cache ends on the unforeseen path), simulated so it runs as root too: the
+    staging folder cannot be made."""
+    import tempfile
+
+    from lab.models.quantize import load_or_convert
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    cache = tmp_path / "tiny.weights-int8"
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        summary = load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None,
+                                  "int8", cache)
+    assert summary["layers"] == {"int8": 8} and not cache.exists()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "running without caching" in warnings[0] and "Permission denied" in warnings[0]
+
+
+def test_load_or_convert_damaged_cache_that_cannot_be_moved_aside_runs_uncached(tmp_path, monkeypatch, caplog):
+    from lab.models.quantize import LAYERS_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights-int8"
+    load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None, "int8", cache)
+    (cache / LAYERS_FILE).write_text("{")  # damaged
+    monkeypatch.setattr(model_cache, "discard", lambda folder: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        summary = load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None,
+                                  "int8", cache)
+    assert summary["layers"] == {"int8": 8}
+    assert "cannot be moved aside" in caplog.text and "for this run only" in caplog.text
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+def test_load_or_convert_read_only_cache_folder_runs_uncached(tmp_path, caplog):
+    """Regression (a read-only cache ends on the unforeseen path), with a real read-only folder."""
+    from lab.models.quantize import load_or_convert
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    root.chmod(0o555)
+    try:
+        with caplog.at_level(logging.WARNING, logger="lab"):
+            summary = load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None,
+                                      "int8", root / "tiny.weights-int8")
+    finally:
+        root.chmod(0o755)
+    assert summary["layers"] == {"int8": 8} and "running without caching" in caplog.text
+
+
+def test_load_model_float32_cache_that_cannot_be_written_is_one_line_naming_lab_cache_dir(tmp_path, monkeypatch):
+    """The float32 cache is what transformers loads, so it cannot be skipped: a folder that cannot be written
+    is refused before the dequantization, in one line naming the folder and LAB_CACHE_DIR."""
+    from lab.models import loading as models
+
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "ro"))
+    monkeypatch.setattr(models, "_writable", lambda folder: False)
+    built = []
+    _patch_dequantization(monkeypatch, built)
+    with pytest.raises(models.ModelUnavailableError) as info:
+        models.load_model("smollm2", device="cpu")
+    assert built == [] and "LAB_CACHE_DIR" in str(info.value) and str(tmp_path / "ro") in str(info.value)
+    assert "\n" not in str(info.value)

@@ -145,8 +145,8 @@ def test_cli_study_ray_without_ray_exits_2_naming_the_extra(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("argv, message", [
     (["--ray-actors", "2"], "--ray-actors needs --ray"),
-    (["--ray", "--ray-actors", "0"], "--ray-actors=0 must be an integer >= 1"),
-    (["--ray", "auto", "--threads", "0"], "--threads=0 must be an integer >= 1"),
+    (["--ray", "--ray-actors", "0"], "--ray-actors=0 must be in [1, 1000]"),
+    (["--ray", "auto", "--threads", "0"], "--threads=0 must be in [1, this machine's CPU count]"),
     (["--ray", "--merge", "x"], "--merge cannot be combined with --resume, --shard or --ray"),
 ])
 def test_cli_study_bad_ray_flags_exit_2_before_model_work(tmp_path, capsys, monkeypatch, argv, message):

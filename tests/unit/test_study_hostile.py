@@ -215,3 +215,52 @@ def test_prompt_too_long_for_the_context_refused_naming_its_id(tmp_path, monkeyp
     with pytest.raises(ValueError, match=r"^prompt 'huge-one': --max-new-tokens=") as err:
         checked_runner_factory(plan)(plan.config)
     assert "\n" not in str(err.value)
+
+
+# Hand edits of settings.json that ended on the unforeseen-error path (AttributeError, TypeError) or
+# were blamed on a flag the user never typed.
+HOSTILE_SETTINGS = {"model a number": {"model": 5}, "device a list": {"device": []}, "draft null": {"draft": None},
+                    "temperature a string": {"temperature": "hot"}, "limit an object": {"limit": {}},
+                    "gamma 0": {"gamma": 0}, "prompts_sha256 a number": {"prompts_sha256": 7}}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_SETTINGS))
+def test_resume_and_merge_with_hostile_settings_json_refused_in_one_line_naming_it(tmp_path, monkeypatch, capsys,
+                                                                                   name):
+    """Fault class (a work directory's own file read as trusted): a settings.json of wrong types or out of
+    range ended on the unforeseen-error path, or named a flag nobody typed; now exit 2, one line, the file."""
+    from lab import cli
+    from lab.study.config import StudyConfig
+
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=FAST_RESAMPLES, limit=4)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=FakeRunner(fail_after=2))
+    settings_file = plan_study(cfg).work_dir / "settings.json"
+    settings_file.write_text(json.dumps({**json.loads(settings_file.read_text()), **HOSTILE_SETTINGS[name]}))
+    runner = FakeRunner()
+    use_runner(monkeypatch, runner)
+    for argv in (["--resume", str(settings_file.parent)], ["--merge", str(settings_file.parent)]):
+        assert cli.main(["study", *argv, *CLI_RESAMPLES]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(settings_file) in err and "did not foresee" not in err, err
+        assert "--gamma" not in err and "--temperature" not in err
+    assert runner.calls == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content", [b"\x00\xff", b"{", b"[]", b'{"model": 5}'])
+def test_resume_of_finished_dir_with_damaged_runner_json_reports_and_names_it(tmp_path, monkeypatch, capsys, content):
+    """Fault class (a work directory's own file read as trusted): a damaged runner.json (the models'
+    description) ended a finished study's resume on the unforeseen-error path; it is ignored, named."""
+    from lab import cli
+    from lab.study.config import StudyConfig
+
+    cfg = StudyConfig(device="cpu", out=str(tmp_path), n_resamples=FAST_RESAMPLES, limit=4)
+    run_study(cfg, runner=FakeRunner())
+    work = plan_study(cfg).work_dir
+    (work / "runner.json").write_bytes(content)
+    use_runner(monkeypatch, FakeRunner())
+    assert cli.main(["study", "--resume", str(work), *CLI_RESAMPLES]) == 0
+    assert len(list(tmp_path.glob("*-study"))) == 1
+    err = re.sub(r"\s+", "", capsys.readouterr().err)  # Rich wraps log lines at the terminal width
+    assert "runner.jsonisnotavalidstudyrunnerdescription" in err and "lackthemodels'description" in err, err

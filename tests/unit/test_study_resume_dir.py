@@ -374,3 +374,36 @@ def test_resume_of_a_profile_study_with_its_measured_draft_dtype_is_accepted(tmp
         write_prompt_set(plan)
         resumed = plan_from_work_dir(plan.work_dir)
         assert resumed.settings == plan.settings and resumed.config.draft == draft
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), "other"])
+def test_work_file_alpha_not_its_own_counts_is_redone_not_reported(tmp_path, alpha):
+    """Poor case (outcomes trusted as read): a work file whose alpha is NaN although tokens were tested, or
+    a value in [0, 1] that is not its own n_accepted / n_drafted_tested, went into the report."""
+    plan, first = _interrupted(tmp_path)
+    victim = next(p for p in plan.prompts if p.id == first.calls[0])
+    path = work_file(plan, victim)
+    data = json.loads(path.read_text())
+    row = data["row"]
+    row["alpha"] = alpha if alpha != "other" else (0.5 if row["n_accepted"] / row["n_drafted_tested"] != 0.5 else 0.25)
+    path.write_text(json.dumps(data))
+    rerun = FakeRunner()
+    result = run_study(plan, runner=rerun)
+    assert victim.id in rerun.calls and not set(rerun.calls) & (set(first.calls) - {victim.id})
+    row = next(r for r in result.per_prompt if r.id == victim.id)
+    assert row.alpha == row.n_accepted / row.n_drafted_tested
+
+
+def test_resume_refused_for_other_weights_names_float32_not_none(tmp_path, monkeypatch, capsys):
+    """Poor case (an error that says what the user cannot read): resuming a float32 work directory (no
+    weights recorded) with --weights q4 said "(DIR has None)"."""
+    from lab import cli
+
+    plan, _ = _interrupted(tmp_path)
+    assert "weights" not in plan.settings
+    runner = FakeRunner()
+    use_runner(monkeypatch, runner)
+    assert cli.main(["study", "--resume", str(plan.work_dir), "--weights", "q4", *CLI_RESAMPLES]) == 2
+    err = capsys.readouterr().err
+    assert "--weights 'q4' (DIR has 'float32')" in err and "None" not in err and err.count("\n") == 1, err
+    assert runner.calls == []

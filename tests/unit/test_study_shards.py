@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from lab.prompts import load_prompts
+from lab.prompts import CATEGORIES, load_prompts
+from lab.study.config import TEMPERATURE_SUBSET_PER_CATEGORY
 from lab.study.run import merge_study, run_study
 from lab.study.work import plan_study, shard_prompts, temperature_subset
 from lab.analysis.claims import DESIGN_TEMPERATURES
@@ -34,11 +35,12 @@ def test_shard_prompts_disjoint_cover_balanced_twins_together(n):
         shard_prompts(prompts, 3, 2)
 
 
-def test_temperature_subset_balanced_clean_two_per_category():
+def test_temperature_subset_balanced_clean_the_same_number_per_category():
     subset = temperature_subset(load_prompts())
     prompts = {p.id: p for p in load_prompts()}
-    assert len(subset) == 12 and all(prompts[i].variant == "clean" for i in subset)
-    assert set(Counter(prompts[i].category for i in subset).values()) == {2}
+    per = TEMPERATURE_SUBSET_PER_CATEGORY
+    assert len(subset) == len(CATEGORIES) * per and all(prompts[i].variant == "clean" for i in subset)
+    assert set(Counter(prompts[i].category for i in subset).values()) == {per}
 
 
 @pytest.mark.slow
@@ -115,3 +117,48 @@ def test_cli_study_shards_then_merge_writes_one_report(tmp_path, capsys, monkeyp
     assert study["missing_prompts"] == [] and len(study["merged_from"]) == 1
     assert cli.main([*common, "--shard", "3/2"]) == 2
     assert "--shard '3/2'" in capsys.readouterr().err
+
+
+def _one_shard_damaged(tmp_path, damage):
+    """A whole study's work directory (the fake with a decode, 12 prompts) with one outcome file changed by
+    ``damage(data)``; returns (work dir, the damaged prompt's id)."""
+    from lab.study.work import work_file
+
+    cfg = replace(fake_config(tmp_path, limit=12), shard=(1, 1))
+    run_study(cfg, runner=FakeRunnerWithDecode())
+    plan = plan_study(cfg)
+    victim = plan.prompts[2]
+    path = work_file(plan, victim)
+    data = json.loads(path.read_text())
+    damage(data)
+    path.write_text(json.dumps(data))
+    return plan.work_dir, victim.id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", [float("nan"), "other"])
+def test_merge_outcome_alpha_not_its_counts_left_out_and_report_incomplete(tmp_path, alpha):
+    """Poor case (outcomes trusted as read): an outcome file with alpha NaN (tokens tested), or an alpha that
+    is not its own n_accepted / n_drafted_tested, merged into a report not marked incomplete."""
+    def damage(data):
+        row = data["row"]
+        row["alpha"] = alpha if alpha != "other" else (0.5 if row["n_accepted"] / row["n_drafted_tested"] != 0.5
+                                                       else 0.25)
+
+    work, victim = _one_shard_damaged(tmp_path, damage)
+    merged = merge_study([work], n_resamples=FAST_RESAMPLES)
+    assert merged.missing == [victim] and victim not in {r.id for r in merged.per_prompt}
+    assert all(r.alpha == r.n_accepted / r.n_drafted_tested for r in merged.per_prompt)
+
+
+@pytest.mark.slow
+def test_merge_damaged_outcome_message_says_what_merge_does(tmp_path, caplog):
+    """Poor case (a message that promises what the command never does): merge warned that a damaged
+    outcome "will be redone"; merge redoes nothing, it leaves the prompt out and marks the report."""
+    work, victim = _one_shard_damaged(tmp_path, lambda data: data["row"].update(n_accepted=-1))
+    with caplog.at_level("WARNING"):
+        merged = merge_study([work], n_resamples=FAST_RESAMPLES)
+    assert merged.missing == [victim]
+    (line,) = [r.getMessage() for r in caplog.records if "outcomes" in r.getMessage()]
+    assert "will be redone" not in line and "left out of the merged report" in line and "INCOMPLETE" in line
+    assert f"--resume {work}" in line and victim in line and "\n" not in line

@@ -1,0 +1,104 @@
+"""Every file the lab reads back, validated by shape and range: one JSON Schema per file kind.
+
+A file the lab wrote earlier (a tuning file, a converted-cache manifest, a calibration or
+reference file, a study's work-directory outcome) may have been hand-edited, truncated,
+overwritten with binary or written by another version. Each kind has one schema (its
+``SCHEMA`` and, where a schema cannot say it, a ``check`` of the relations between fields),
+read with :func:`load`. A file that fails raises :class:`FileSchemaError`, one line naming
+the file and what is wrong; what happens next (the file ignored with a note, rebuilt or the
+run refused) is the caller's and is documented with each kind.
+
+This package is below every part (it imports none), so a kind's vocabulary that a part
+defines is passed in by the part's loader. The kinds and where their schemas live:
+
+* converted-cache manifests and ``layers.json``: :mod:`lab.schemas.cache` (rebuilt when bad);
+* sink calibrations and the detector choice: :mod:`lab.schemas.calibration` (refused);
+* the context-health choice and length references: :mod:`lab.schemas.health` (refused);
+* the tuning file: :mod:`lab.speculative.tuning_schema` (ignored with a note), beside the
+  draft set-up it records;
+* a study's work directory (``settings.json``, ``runner.json``, ``prompts.json``, the
+  per-prompt outcomes): :mod:`lab.study.work_schema` and :mod:`lab.study.outcome_schema`
+  (refused, redone on resume, left out of a merge), built from the study's own record types.
+
+The schemas are JSON Schema (draft 2020-12, checked with :mod:`jsonschema`) plus one keyword
+of the lab's, ``"finite": true``: the number must be finite (Python's :mod:`json` reads
+``NaN`` and ``Infinity``, which JSON Schema's ``"number"`` lets through).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError, best_match
+
+MAX_PROBLEM_CHARS = 160  # a problem longer than this (a whole echoed container) is cut: the line stays one line
+
+
+class FileSchemaError(ValueError):
+    """A file the lab reads back is not what its kind says: unreadable, not JSON, or outside its schema.
+
+    Attributes:
+        path: The file.
+        kind: Its kind in words (``"tuning file"``, ``"converted-cache manifest"``).
+        problem: What is wrong, in one line.
+    """
+
+    def __init__(self, path: str | Path, kind: str, problem: str) -> None:
+        self.path, self.kind, self.problem = Path(path), kind, _short(problem)
+        super().__init__(f"{self.path} is not a valid {kind}: {self.problem}")
+
+
+def _short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 3] + "..."
+
+
+def _finite(validator: Any, wanted: bool, instance: Any, schema: Mapping[str, Any]):
+    if wanted and isinstance(instance, float) and not math.isfinite(instance):
+        yield ValidationError(f"{instance!r} is not a finite number")
+
+
+Validator = validators.extend(Draft202012Validator, {"finite": _finite})
+
+
+def read_json(path: str | Path, kind: str) -> Any:
+    """The JSON value in ``path``.
+
+    Raises:
+        FileSchemaError: the file cannot be read, is not UTF-8 text or is not JSON.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise FileSchemaError(path, kind, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileSchemaError(path, kind, "not UTF-8 text (a binary file?)") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileSchemaError(path, kind, f"not JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: str) -> Any:
+    """``data`` unchanged if it meets ``schema``.
+
+    Raises:
+        FileSchemaError: the first (most relevant, :func:`jsonschema.exceptions.best_match`)
+            violation, with where in the file it is (``gamma``, ``files/0/size``).
+    """
+    error = best_match(Validator(schema).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "top level"
+        raise FileSchemaError(path, kind, f"{where}: {error.message}")
+    return data
+
+
+def load(path: str | Path, schema: Mapping[str, Any], kind: str) -> Any:
+    """:func:`read_json` then :func:`validate`: the file's value, or :class:`FileSchemaError`."""
+    return validate(read_json(path, kind), schema, path=path, kind=kind)

@@ -1,0 +1,90 @@
+"""The context-health calibration files: the chosen measure ``chosen.json`` and a profile's length reference.
+
+Both are written by ``lab calibrate-health --save``, shipped under ``lab/health/`` and read
+back from the user's folder first:
+
+* The **context-health choice** (:data:`CHOSEN_SCHEMA`, :mod:`lab.health.choice`): the
+  ``measure`` the rule chose, a key of :data:`lab.health.measures.CANDIDATES` (checked by the loader), and the
+  ``rule``, ``decided_by``, ``model`` and ``chosen_at`` that record how.
+* A **length reference** (:data:`REFERENCE_SCHEMA`, :mod:`lab.health.references`): the
+  ``profile`` it is for, its provenance (``model``, ``prompts_file``, ``n_prompts``,
+  ``n_content_range``, ``fitted_at``, ``fit``) and ``references``: for one or more of
+  :data:`lab.health.measures.REFERENCED_BASES`, the line (``intercept``, ``slope``, both finite)
+  and the residuals' robust SD (``scale``, above 0: a health reading divides by it).
+
+A file that fails is refused (the command exits 2 naming it): a measure or a reference
+read silently from elsewhere would change every context-health figure of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from lab import schemas
+
+CHOSEN_KIND = "context-health choice"
+REFERENCE_KIND = "length reference"
+
+_TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}  # printed in a line: no newlines
+_NUMBER = {"type": "number", "finite": True}
+_WHEN = {"type": ["string", "null"]}
+
+CHOSEN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["measure"],
+    "properties": {
+        "measure": {**_TEXT, "minLength": 1},  # one of the candidates: load_chosen_file
+        "rule": {"type": "string"},
+        "decided_by": {"type": "string"},
+        "model": {"type": "string"},
+        "chosen_at": _WHEN,
+    },
+}
+
+REFERENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["profile", "references"],
+    "properties": {
+        "profile": {**_TEXT, "minLength": 1},
+        "model": {"type": "string"},
+        "prompts_file": {"type": "string"},
+        "n_prompts": {"type": "integer", "minimum": 0},
+        "n_content_range": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer", "minimum": 1}},
+        "fitted_at": _WHEN,
+        "fit": {"type": "string"},
+        "references": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"minLength": 1},  # the referenced bases: load_reference_file
+            "additionalProperties": {
+                "type": "object",
+                "required": ["intercept", "slope", "scale"],
+                "properties": {"intercept": _NUMBER, "slope": _NUMBER, "scale": {**_NUMBER, "exclusiveMinimum": 0}},
+            },
+        },
+    },
+}
+
+
+def load_chosen_file(path: str | Path, measures: Iterable[str]) -> dict:
+    """A context-health choice, validated by :data:`CHOSEN_SCHEMA` with ``measure`` one of ``measures``
+    (:data:`lab.health.measures.CANDIDATES`; passed in, so this package imports no part it validates for).
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
+    """
+    schema = {**CHOSEN_SCHEMA, "properties": {**CHOSEN_SCHEMA["properties"], "measure": {"enum": sorted(measures)}}}
+    return schemas.load(path, schema, CHOSEN_KIND)
+
+
+def load_reference_file(path: str | Path, bases: Iterable[str]) -> dict:
+    """A length reference, validated by :data:`REFERENCE_SCHEMA` with every base one of ``bases``
+    (:data:`lab.health.measures.REFERENCED_BASES`).
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
+    """
+    references = {**REFERENCE_SCHEMA["properties"]["references"], "propertyNames": {"enum": sorted(bases)}}
+    schema = {**REFERENCE_SCHEMA, "properties": {**REFERENCE_SCHEMA["properties"], "references": references}}
+    return schemas.load(path, schema, REFERENCE_KIND)
