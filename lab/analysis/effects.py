@@ -2,8 +2,10 @@
 
 The lab's own math here: the matched-pairs rank-biserial correlation (Kerby 2014),
 eta-squared_H (Cohen 2008, in Tomczak & Tomczak 2014), a bootstrap wrapper around
-``scipy.stats.bootstrap``, binned acceptance rates with Wilson intervals and a
-least-squares line with its t-based confidence band. No model, no files, no Rich.
+``scipy.stats.bootstrap`` (also over whole clusters), a cluster-robust test of a
+least-squares slope (the CR1 sandwich; Cameron & Miller 2015), binned acceptance rates
+with Wilson intervals and a least-squares line with its t-based confidence band. No
+model, no files, no Rich.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from scipy import stats
 
-CI_LEVEL = 0.95
+CI_LEVEL = 0.95  # descriptive intervals (acceptance bins, the fit band); the verdicts' level is in hypotheses
 
 def rank_biserial_paired(diffs: Sequence[float]) -> float:
     """Matched-pairs rank-biserial correlation of paired differences (Kerby 2014).
@@ -49,21 +51,74 @@ def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., float], *, paired: bool,
-                  method: str, seed: int, n_resamples: int) -> tuple[float, float]:
-    """``scipy.stats.bootstrap`` CI; falls back from BCa to percentile if BCa is NaN."""
+                  method: str, seed: int, n_resamples: int, level: float = CI_LEVEL) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` CI at ``level``; falls back from BCa to percentile if BCa is NaN.
+
+    ``n_resamples = 0`` gives no interval (NaN, NaN): for simulations of the verdicts'
+    size, where an interval can only take "supported" away (:func:`lab.analysis.hypotheses.verdict`).
+    """
+    if n_resamples == 0:
+        return math.nan, math.nan
     rng = np.random.default_rng(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples warn; NaN is handled below
         try:
             res = stats.bootstrap(data, statistic, paired=paired, vectorized=False, method=method,
-                                  confidence_level=CI_LEVEL, n_resamples=n_resamples, rng=rng)
+                                  confidence_level=level, n_resamples=n_resamples, rng=rng)
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         except ValueError:
             lo = hi = math.nan
         if method == "BCa" and not (math.isfinite(lo) and math.isfinite(hi)):
             return bootstrap_ci(data, statistic, paired=paired, method="percentile", seed=seed,
-                                 n_resamples=n_resamples)
+                                 n_resamples=n_resamples, level=level)
     return lo, hi
+
+
+def cluster_groups(clusters: Sequence[Any]) -> list[np.ndarray]:
+    """Indices of each cluster's members, clusters in order of first appearance."""
+    c = np.asarray([str(v) for v in clusters])
+    labels, first, codes = np.unique(c, return_index=True, return_inverse=True)
+    return [np.flatnonzero(codes == k) for k in np.argsort(first)]
+
+
+def cluster_bootstrap_ci(statistic: Callable[[np.ndarray], float], clusters: Sequence[Any], *, method: str,
+                         seed: int, n_resamples: int, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Bootstrap CI resampling whole clusters (Field & Welsh 2007): ``statistic(idx)`` gets the
+    concatenated row indices of the drawn clusters. BCa's jackknife leaves out one cluster at a
+    time. NaN for fewer than two clusters or ``n_resamples = 0``."""
+    groups = cluster_groups(clusters)
+    if len(groups) < 2 or n_resamples == 0:
+        return math.nan, math.nan
+
+    def of_clusters(sel: np.ndarray) -> float:
+        return statistic(np.concatenate([groups[int(i)] for i in sel]))
+
+    return bootstrap_ci((np.arange(len(groups)),), of_clusters, paired=False, method=method, seed=seed,
+                        n_resamples=n_resamples, level=level)
+
+
+def cluster_robust_slope_p(x: Sequence[float], y: Sequence[float], clusters: Sequence[Any]) -> float:
+    """Two-sided p of the least-squares slope of y on x with a cluster-robust standard error.
+
+    The CR1 sandwich (Cameron & Miller 2015, eq. 11 with its small-sample factor
+    ``G / (G - 1) * (n - 1) / (n - 2)``): ``Var(b) = sum_g (sum_{i in g} x_i u_i)^2 / Sxx^2``
+    with x centred and u the residuals; t on G - 1 degrees of freedom (G clusters). With
+    every observation its own cluster this is the HC1 heteroskedasticity-robust test.
+    NaN with fewer than 3 clusters, constant x, or a zero variance.
+    """
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    codes = np.unique(np.asarray([str(v) for v in clusters]), return_inverse=True)[1]
+    n, g = xa.size, int(codes.max()) + 1 if xa.size else 0
+    xc, yc = xa - xa.mean(), ya - ya.mean()
+    sxx = float(xc @ xc)
+    if g < 3 or n < 3 or sxx == 0:
+        return math.nan
+    b = float(xc @ yc) / sxx
+    score = np.bincount(codes, weights=xc * (yc - b * xc), minlength=g)
+    var = float(score @ score) / sxx ** 2 * g / (g - 1) * (n - 1) / (n - 2)
+    if not var > 0:
+        return math.nan
+    return float(2 * stats.t.sf(abs(b) / math.sqrt(var), g - 1))
 
 
 @dataclass(frozen=True)

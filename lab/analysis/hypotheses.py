@@ -15,14 +15,18 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from lab.analysis.effects import bootstrap_ci, eta_squared_h, pearson_r, rank_biserial_paired
+from lab.analysis.effects import (bootstrap_ci, cluster_bootstrap_ci, cluster_robust_slope_p, eta_squared_h, pearson_r,
+                                  rank_biserial_paired)
 
-ALPHA = 0.05  # family-wise error rate across H1-H4 after Holm correction
+ALPHA = 0.05  # family-wise error rate of the whole family (H1-H6c), for "supported" and "not supported" alike
 # Smallest effects worth finding. Correlations and rank-biserial r: 0.1 is Cohen's
 # (1988) "small" r. Eta-squared_H: 0.01 is Cohen's "small" for eta^2.
 SMALLEST_EFFECT = 0.1
 SMALLEST_ETA_SQ = 0.01
-N_RESAMPLES = 1999  # bootstrap resamples; odd so percentile ends fall on draws
+# Bootstrap resamples; odd so percentile ends fall on draws. The verdicts' intervals sit at
+# FAMILY_CI_LEVEL (about 99.4 %), whose tails hold 0.28 % each: 4999 resamples leave about 14
+# draws in each tail, 1999 only 5.
+N_RESAMPLES = 4999
 MIN_N = 5  # fewer observations (or pairs) than this: not tested, verdict inconclusive
 
 SUPPORTED = "supported"
@@ -44,10 +48,19 @@ HYPOTHESES = {
     "H4b": "A poisoned twin has higher mean decode entropy than its neutral twin of the same added length "
            "(paired Wilcoxon, poisoned - neutral > 0).",
     "H5": "Within a multi-token word the first sub-token has higher decode entropy than its continuations "
-          "(paired Wilcoxon over prompts, initial - continuation > 0).",
-    "H6": "Prompt category explains more of the variance in per-prompt alpha than temperature does "
-          "(eta^2_category - eta^2_temperature > 0 over temperatures 0.3, 0.7, 1.0, balanced clean subset).",
+          "(paired Wilcoxon over questions, initial - continuation > 0).",
+    "H6": "Content moves acceptance more than the sampling temperature does: in a table of alpha over the clean "
+          "prompts of a balanced subset x temperatures 0.3, 0.7, 1.0 (top-p not varied), the variance of alpha "
+          "between prompts exceeds the variance between temperatures (two-way decomposition with the "
+          "prompt-by-temperature interaction as error: sigma^2_prompt - sigma^2_temperature > 0).",
+    "H6c": "On the same subset, prompt category explains part of the variance of a prompt's mean alpha over the "
+           "temperatures (epsilon^2 of category > 0; permutation of the category labels).",
 }
+FAMILY_SIZE = len(HYPOTHESES)
+# The verdicts' interval level: Bonferroni over the family (the level of Holm's first step), so
+# "not supported" (the interval falls short of the smallest effect of interest) is claimed at the
+# same family-wise ALPHA as "supported"; fixed in advance, so it never depends on which tests ran.
+FAMILY_CI_LEVEL = 1 - ALPHA / FAMILY_SIZE
 
 
 @dataclass
@@ -60,7 +73,7 @@ class TestResult:
         test: The test used, in words.
         effect_name: What ``effect`` is (``"spearman_rho"``, ...).
         effect: The effect size (NaN if it could not be computed).
-        ci_low, ci_high: Its :data:`lab.analysis.effects.CI_LEVEL` bootstrap interval (NaN if unavailable).
+        ci_low, ci_high: Its interval at ``ci_level`` (NaN if unavailable).
         p_value: Raw two-sided p-value (NaN: not tested).
         n: Observations (prompts, tokens or pairs) the test used.
         predicted_sign: +1 or -1, the predicted direction of ``effect``.
@@ -69,6 +82,7 @@ class TestResult:
         verdict: One of :data:`VERDICTS`.
         note: Why a test could not run, or a caveat.
         details: Extra numbers (e.g. the pairwise table for H3).
+        ci_level: The interval's confidence level (:data:`FAMILY_CI_LEVEL` in the study).
     """
 
     name: str
@@ -86,6 +100,7 @@ class TestResult:
     verdict: str = INCONCLUSIVE
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    ci_level: float = FAMILY_CI_LEVEL
 
 
 # --------------------------------------------------------------------------- rules
@@ -121,7 +136,8 @@ def verdict(effect: float, ci_low: float, ci_high: float, p_corrected: float, pr
 
     Args:
         effect: Effect size, signed as the statistic defines it.
-        ci_low, ci_high: Its confidence interval; NaN when unavailable.
+        ci_low, ci_high: Its confidence interval (the study's: at :data:`FAMILY_CI_LEVEL`); NaN
+            when unavailable.
         p_corrected: Holm-corrected p-value; NaN when the test did not run.
         predicted_sign: +1 if the hypothesis predicts effect > 0, -1 for effect < 0.
         smallest_effect: Smallest effect of interest (> 0), in effect units.
@@ -161,7 +177,7 @@ def untested_result(name: str, test: str, effect_name: str, n: int, sign: int, s
 
 
 def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1", predicted_sign: int = -1,
-                     seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
+                     seed: int = 0, n_resamples: int = N_RESAMPLES, ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
     """Spearman rank correlation of x and y with a paired BCa bootstrap CI.
 
     Args:
@@ -170,6 +186,7 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
         predicted_sign: Predicted sign of rho.
         seed: Seed of the bootstrap's generator.
         n_resamples: Bootstrap resamples.
+        ci_level: The interval's confidence level.
 
     Returns:
         A :class:`TestResult` with ``effect`` = Spearman rho (not yet corrected or judged).
@@ -194,43 +211,40 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
     def rho(a, b):
         return float(stats.spearmanr(a, b).statistic)
 
-    lo, hi = bootstrap_ci((xa, ya), rho, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
+    lo, hi = bootstrap_ci((xa, ya), rho, paired=True, method="BCa", seed=seed, n_resamples=n_resamples,
+                          level=ci_level)
     return TestResult(name, HYPOTHESES.get(name, ""), test, "spearman_rho", float(res.statistic), lo, hi,
-                      float(res.pvalue), int(xa.size), predicted_sign, SMALLEST_EFFECT)
+                      float(res.pvalue), int(xa.size), predicted_sign, SMALLEST_EFFECT, ci_level=ci_level)
+
+
+def _rank_residuals(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Ranks of x minus their least-squares fit on the ranks of z (with an intercept)."""
+    rx, rz = stats.rankdata(x), stats.rankdata(z)
+    design = np.column_stack([np.ones_like(rz), rz])
+    return rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
 
 
 def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float]) -> float:
     """Spearman rho of x and y given z: the Pearson r of the ranks of x and y, each residualized
     (least squares) on the ranks of z. NaN when a residual is constant."""
-    rx, ry, rz = (stats.rankdata(np.asarray(v, dtype=float)) for v in (x, y, z))
-    design = np.column_stack([np.ones_like(rz), rz])
-    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
-    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
-    return pearson_r(ex, ey)
+    za = np.asarray(z, dtype=float)
+    return pearson_r(_rank_residuals(np.asarray(x, dtype=float), za), _rank_residuals(np.asarray(y, dtype=float), za))
 
 
-def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Sequence[float], *, name: str = "H1",
-                             predicted_sign: int = -1, seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
-    """Spearman rho of x and y with prompt length held fixed (partial Spearman given log length).
+def partial_spearman_p(x: Sequence[float], y: Sequence[float], z: Sequence[float], clusters: Sequence[Any]) -> float:
+    """Two-sided p of the partial Spearman rho, cluster-robust: the slope of y's rank residuals on x's
+    (:func:`partial_spearman`), whose sign and zero are the partial rho's, tested with the CR1 sandwich
+    over ``clusters`` (:func:`lab.analysis.effects.cluster_robust_slope_p`, t on clusters - 1 df)."""
+    za = np.asarray(z, dtype=float)
+    return cluster_robust_slope_p(_rank_residuals(np.asarray(x, dtype=float), za),
+                                  _rank_residuals(np.asarray(y, dtype=float), za), clusters)
 
-    The primary H1 / H1c test: ranks of x and y are residualized on the rank of
-    ``log(length)`` (ranks, so the log changes nothing: it says which scale is meant) and
-    correlated (:func:`partial_spearman`); p from the t statistic
-    ``r sqrt((n - 3) / (1 - r^2))`` on n - 3 degrees of freedom (one covariate);
-    CI by paired BCa bootstrap over prompts. The unadjusted Spearman rho and each
-    variable's rho with length are reported in ``details``.
 
-    Args:
-        x, y: One finite value per prompt (context health, mean entropy).
-        length: Prompt length in tokens (> 0), one per prompt.
-        name, predicted_sign, seed, n_resamples: As :func:`correlation_test`.
-
-    Returns:
-        A :class:`TestResult`, ``effect`` = partial Spearman rho; ``details``:
-        ``unadjusted_rho``, ``unadjusted_p``, ``x_length_rho``, ``y_length_rho``.
+def partial_inputs(x, y, length, clusters) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x, y, length (floats) and clusters (strings; each prompt its own when None) as checked arrays.
 
     Raises:
-        ValueError: lengths differ, values are not finite, or a length is not positive.
+        ValueError: lengths differ, a value is not finite, or a length is not positive.
     """
     xa, ya, na = (np.asarray(v, dtype=float) for v in (x, y, length))
     if not (xa.shape == ya.shape == na.shape) or xa.ndim != 1:
@@ -239,7 +253,41 @@ def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Seq
         raise ValueError("x, y and length must be finite (a prompt without a measurement must be dropped first)")
     if (na <= 0).any():
         raise ValueError(f"length must be positive, got {na[na <= 0][:3].tolist()}")
-    test = "partial Spearman rank correlation given log prompt length (t on n - 3 df); paired BCa bootstrap CI"
+    ca = np.arange(xa.size).astype(str) if clusters is None else np.asarray([str(v) for v in clusters])
+    if ca.shape != xa.shape:
+        raise ValueError(f"clusters must have one entry per observation, got {ca.shape} for {xa.shape}")
+    return xa, ya, na, ca
+
+
+def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Sequence[float], *, name: str = "H1",
+                             predicted_sign: int = -1, seed: int = 0, n_resamples: int = N_RESAMPLES,
+                             clusters: Sequence[Any] | None = None, ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
+    """Spearman rho of x and y with prompt length held fixed (partial Spearman given log length).
+
+    The primary H1 / H1c test: ranks of x and y are residualized on the rank of
+    ``log(length)`` (ranks, so the log changes nothing: it says which scale is meant) and
+    correlated (:func:`partial_spearman`). Prompts that share a question (a clean prompt
+    and its poisoned and neutral twins) are not independent, so the unit of inference is
+    the question: p cluster-robust by question (:func:`partial_spearman_p`), CI by a BCa
+    bootstrap that resamples whole questions. The unadjusted Spearman rho and each
+    variable's rho with length are reported in ``details``.
+
+    Args:
+        x, y: One finite value per prompt (context health, mean entropy).
+        length: Prompt length in tokens (> 0), one per prompt.
+        clusters: The question of each prompt; ``None``: every prompt its own question.
+        name, predicted_sign, seed, n_resamples, ci_level: As :func:`correlation_test`.
+
+    Returns:
+        A :class:`TestResult`, ``effect`` = partial Spearman rho; ``details``:
+        ``unadjusted_rho``, ``unadjusted_p``, ``x_length_rho``, ``y_length_rho``, ``n_clusters``.
+
+    Raises:
+        ValueError: lengths differ, values are not finite, or a length is not positive.
+    """
+    xa, ya, na, ca = partial_inputs(x, y, length, clusters)
+    test = ("partial Spearman rank correlation given log prompt length; p cluster-robust by question (CR1, t on "
+            "questions - 1 df); BCa bootstrap CI over questions")
     effect_name = "partial_spearman_rho"
     if xa.size < MIN_N:
         return untested_result(name, test, effect_name, int(xa.size), predicted_sign, SMALLEST_EFFECT,
@@ -250,37 +298,45 @@ def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Seq
     z = np.log(na)
     r = partial_spearman(xa, ya, z)
     unadjusted = stats.spearmanr(xa, ya)
+    n_clusters = len(np.unique(ca))
     details = {"unadjusted_rho": float(unadjusted.statistic), "unadjusted_p": float(unadjusted.pvalue),
                "x_length_rho": float(stats.spearmanr(xa, na).statistic) if np.ptp(na) > 0 else math.nan,
-               "y_length_rho": float(stats.spearmanr(ya, na).statistic) if np.ptp(na) > 0 else math.nan}
-    if not math.isfinite(r):
+               "y_length_rho": float(stats.spearmanr(ya, na).statistic) if np.ptp(na) > 0 else math.nan,
+               "n_clusters": n_clusters}
+    p = partial_spearman_p(xa, ya, z, ca)
+    if not (math.isfinite(r) and math.isfinite(p)):
         return untested_result(name, test, effect_name, int(xa.size), predicted_sign, SMALLEST_EFFECT,
-                               "a variable is constant once length is held fixed; partial correlation undefined")
-    df = xa.size - 3
-    t = r * math.sqrt(df / max(1e-300, 1.0 - r * r))
-    p = float(2 * stats.t.sf(abs(t), df))
-    lo, hi = bootstrap_ci((xa, ya, z), partial_spearman, paired=True, method="BCa", seed=seed,
-                          n_resamples=n_resamples)
+                               "a variable is constant once length is held fixed, or fewer than 3 questions; "
+                               "partial correlation untestable")
+    lo, hi = cluster_bootstrap_ci(lambda idx: partial_spearman(xa[idx], ya[idx], z[idx]), ca, method="BCa",
+                                  seed=seed, n_resamples=n_resamples, level=ci_level)
     res = TestResult(name, HYPOTHESES.get(name, ""), test, effect_name, r, lo, hi, p, int(xa.size), predicted_sign,
-                     SMALLEST_EFFECT)
+                     SMALLEST_EFFECT, ci_level=ci_level)
     res.details.update(details)
     return res
 
 
 def acceptance_entropy_test(entropy_bits: Sequence[float], accepted: Sequence[bool], clusters: Sequence[Any], *,
-                            name: str = "H2", seed: int = 0, n_resamples: int = N_RESAMPLES) -> TestResult:
-    """Point-biserial correlation of draft entropy with acceptance; cluster-bootstrap CI.
+                            name: str = "H2", seed: int = 0, n_resamples: int = N_RESAMPLES,
+                            ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
+    """Point-biserial correlation of draft entropy with acceptance, inferred on prompts.
+
+    Tokens of one prompt share the prompt's acceptance level and entropy level, so they
+    are not independent: p comes from the slope of acceptance on draft entropy (a linear
+    probability model) with a cluster-robust (CR1) standard error by prompt, t on
+    prompts - 1 df (:func:`lab.analysis.effects.cluster_robust_slope_p`; the slope's sign
+    and zero are r's); the CI resamples whole prompts (percentile).
 
     Args:
         entropy_bits: Draft entropy (bits) of each tested drafted token.
         accepted: Whether the target accepted it.
-        clusters: The prompt each token came from; the CI resamples whole prompts,
-            because tokens of one prompt are correlated. The p-value is
-            ``scipy.stats.pointbiserialr``'s, which treats tokens as independent.
-        name, seed, n_resamples: As :func:`correlation_test`.
+        clusters: The prompt each token came from.
+        name, seed, n_resamples, ci_level: As :func:`correlation_test`.
 
     Returns:
-        A :class:`TestResult`, ``effect`` = point-biserial r, predicted sign -1.
+        A :class:`TestResult`, ``effect`` = point-biserial r, predicted sign -1; ``details``:
+        ``n_clusters``, ``n_accepted``, ``p_independent_tokens`` (scipy's p treating tokens as
+        independent, for comparison only).
 
     Raises:
         ValueError: lengths differ or entropies are not finite.
@@ -292,39 +348,38 @@ def acceptance_entropy_test(entropy_bits: Sequence[float], accepted: Sequence[bo
         raise ValueError(f"entropy_bits, accepted and clusters must have equal length, got {h.shape}, {a.shape}, {c.shape}")
     if not np.isfinite(h).all():
         raise ValueError("entropy_bits must be finite")
-    test = "point-biserial correlation; cluster (per-prompt) percentile bootstrap CI"
+    test = ("point-biserial correlation; p cluster-robust by prompt (CR1 slope of acceptance on draft entropy, t on "
+            "prompts - 1 df); cluster (per-prompt) percentile bootstrap CI")
     if h.size < MIN_N:
         return untested_result(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
                          f"only {h.size} tested draft tokens (< {MIN_N})")
     if a.all() or not a.any() or np.ptp(h) == 0:
         return untested_result(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
                          "acceptance or draft entropy is constant; correlation undefined")
-    res = stats.pointbiserialr(a, h)
-    groups = [np.flatnonzero(c == u) for u in np.unique(c)]
-    note = ""
-    if len(groups) >= 2:
-        def r_of_clusters(sel):
-            idx = np.concatenate([groups[int(i)] for i in sel])
-            return pearson_r(a[idx].astype(float), h[idx])
-
-        lo, hi = bootstrap_ci((np.arange(len(groups)),), r_of_clusters, paired=False, method="percentile",
-                               seed=seed, n_resamples=n_resamples)
-    else:
-        lo = hi = math.nan
-        note = "one prompt only: no cluster bootstrap CI"
-    return TestResult(name, HYPOTHESES.get(name, ""), test, "point_biserial_r", float(res.statistic), lo, hi,
-                      float(res.pvalue), int(h.size), -1, SMALLEST_EFFECT, note=note,
-                      details={"n_clusters": len(groups), "n_accepted": int(a.sum())})
+    n_clusters = len(np.unique(c))
+    p = cluster_robust_slope_p(h, a.astype(float), c)
+    if not math.isfinite(p):
+        r = untested_result(name, test, "point_biserial_r", int(h.size), -1, SMALLEST_EFFECT,
+                            f"tokens from {n_clusters} prompts; the prompt-level test needs at least 3")
+        r.details["n_clusters"] = n_clusters
+        return r
+    af = a.astype(float)
+    lo, hi = cluster_bootstrap_ci(lambda idx: pearson_r(af[idx], h[idx]), c, method="percentile", seed=seed,
+                                  n_resamples=n_resamples, level=ci_level)
+    return TestResult(name, HYPOTHESES.get(name, ""), test, "point_biserial_r", pearson_r(af, h), lo, hi, p,
+                      int(h.size), -1, SMALLEST_EFFECT, ci_level=ci_level,
+                      details={"n_clusters": n_clusters, "n_accepted": int(a.sum()),
+                               "p_independent_tokens": float(stats.pointbiserialr(a, h).pvalue)})
 
 
 def category_test(values: Sequence[float], groups: Sequence[str], *, name: str = "H3", seed: int = 0,
-                  n_resamples: int = N_RESAMPLES) -> TestResult:
+                  n_resamples: int = N_RESAMPLES, ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
     """Kruskal-Wallis across groups, then pairwise Mann-Whitney U with Holm correction.
 
     Args:
         values: One value per prompt (alpha).
         groups: The prompt's category.
-        name, seed, n_resamples: As :func:`correlation_test`.
+        name, seed, n_resamples, ci_level: As :func:`correlation_test`.
 
     Returns:
         A :class:`TestResult` with ``effect`` = eta-squared_H (predicted > 0) and
@@ -369,7 +424,8 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
         return eta_squared_h(float(stats.kruskal(*present).statistic), len(vals), len(present))
 
     codes = np.unique(g, return_inverse=True)[1].astype(float)  # paired resampling stacks arrays: numeric only
-    lo, hi = bootstrap_ci((v, codes), eta_of, paired=True, method="BCa", seed=seed, n_resamples=n_resamples)
+    lo, hi = bootstrap_ci((v, codes), eta_of, paired=True, method="BCa", seed=seed, n_resamples=n_resamples,
+                          level=ci_level)
     pairs = []
     for u1, u2 in combinations(labels, 2):
         a, b = v[g == u1], v[g == u2]
@@ -380,12 +436,13 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
     for row, p_adj in zip(pairs, holm([row["p_value"] for row in pairs])):
         row["p_holm"] = p_adj
     return TestResult(name, HYPOTHESES.get(name, ""), test, "eta_squared_h", eta, lo, hi, float(res.pvalue),
-                      int(v.size), 1, SMALLEST_ETA_SQ,
+                      int(v.size), 1, SMALLEST_ETA_SQ, ci_level=ci_level,
                       details={"H": float(res.statistic), "groups": group_info, "pairwise": pairs})
 
 
 def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str, predicted_sign: int,
-                seed: int = 0, n_resamples: int = N_RESAMPLES, against: str = "clean") -> TestResult:
+                seed: int = 0, n_resamples: int = N_RESAMPLES, against: str = "clean",
+                ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
     """Paired Wilcoxon signed-rank test on ``poisoned - clean`` (or poisoned - neutral).
 
     Args:
@@ -394,7 +451,7 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
         name: ``"H4a"`` or ``"H4b"``.
         against: What the reference twin is, for the test's wording (``"clean"``, ``"neutral"``).
         predicted_sign: Predicted sign of poisoned - clean.
-        seed, n_resamples: As :func:`correlation_test`.
+        seed, n_resamples, ci_level: As :func:`correlation_test`.
 
     Returns:
         A :class:`TestResult` with ``effect`` = matched-pairs rank-biserial r of the
@@ -419,12 +476,12 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
                          "every pair has difference 0")
     res = stats.wilcoxon(d)
     lo, hi = bootstrap_ci((d,), rank_biserial_paired, paired=False, method="BCa", seed=seed,
-                           n_resamples=n_resamples)
+                          n_resamples=n_resamples, level=ci_level)
     n_tied = int((d == 0).sum())
     note = (f"{n_tied} of {d.size} pairs tied (difference 0) and are dropped by the Wilcoxon test and r"
             if n_tied else "")
     return TestResult(name, HYPOTHESES.get(name, ""), test, "rank_biserial_r", rank_biserial_paired(d), lo, hi,
-                      float(res.pvalue), int(d.size), predicted_sign, SMALLEST_EFFECT, note=note,
+                      float(res.pvalue), int(d.size), predicted_sign, SMALLEST_EFFECT, note=note, ci_level=ci_level,
                       details={"median_difference": float(np.median(d)), "n_pairs": int(d.size), "n_tied": n_tied})
 
 

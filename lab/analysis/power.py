@@ -15,9 +15,11 @@ standard error:
   ``r_min = (z_{1-a/2} + z_{power}) SD``.
 * eta^2_H (H3): H ~ noncentral chi^2(k - 1, lambda) with E[eta^2_H] ~ lambda / (n - k);
   lambda solved from ``scipy.stats.ncx2`` so that P(H > crit) = power.
-* H2 (clustered tokens) and H6 (bootstrap): the bootstrap CI's standard error
-  ``SE = (hi - lo) / (2 z_{0.975})``; ``min = (z_{1-a/2} + z_{power}) SE``, scaling as
-  1 / sqrt(n) for the prompts needed.
+* H2 (clustered tokens), H6 (jackknife t) and H6c (bootstrap): the standard error read
+  off the test's interval at its level L, ``SE = (hi - lo) / (2 z_{(1+L)/2})``;
+  ``min = (z_{1-a/2} + z_{power}) SE``, scaling as 1 / sqrt(n) for the prompts needed.
+  For H6 at the study's design this is checked by simulation in
+  tests/statistical/test_hypothesis_size.py.
 
 "Prompts needed" is the n at which the smallest detectable effect equals the
 smallest effect of interest (:data:`lab.analysis.SMALLEST_EFFECT`, or
@@ -70,11 +72,16 @@ def rank_biserial_min_effect(n: int, alpha: float, power: float = POWER) -> floa
 
 
 def rank_biserial_n_needed(effect: float, alpha: float, power: float = POWER) -> int:
-    """Pairs needed for :func:`rank_biserial_min_effect` to reach ``effect``."""
-    n = 1
-    while rank_biserial_min_effect(n, alpha, power) > effect:
-        n = n * 2 if rank_biserial_min_effect(n * 2, alpha, power) > effect else n + 1
-    return n
+    """Pairs needed for :func:`rank_biserial_min_effect` to reach ``effect`` (the smallest such n;
+    the SD falls with n, so a doubling then a bisection find it)."""
+    z = _z_sum(alpha, power)
+    lo, hi = 0, 1  # z * SD(lo) > effect (lo = 0: no pairs) and hi to be found with z * SD(hi) <= effect
+    while z * _rank_biserial_sd(hi) > effect:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if z * _rank_biserial_sd(mid) > effect else (lo, mid)
+    return hi
 
 
 def _ncx2_lambda(df: int, alpha: float, power: float) -> float:
@@ -95,7 +102,7 @@ def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> di
     """Power figures of one :class:`lab.analysis.TestResult`.
 
     Args:
-        result: The test (its ``effect_name``, ``n``, CI, ``smallest_effect``, ``details``).
+        result: The test (its ``effect_name``, ``n``, CI and ``ci_level``, ``smallest_effect``, ``details``).
         m: Tested hypotheses in the Holm family (>= 1).
         alpha: The family-wise alpha.
         power: Target power.
@@ -119,10 +126,11 @@ def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> di
         if n > k >= 2:
             min_det, needed = eta_sq_min_effect(n, k, a, power), eta_sq_n_needed(s, k, a, power)
     elif math.isfinite(result.ci_low) and math.isfinite(result.ci_high) and result.ci_high > result.ci_low:
-        se = (result.ci_high - result.ci_low) / (2 * stats.norm.isf(0.025))
+        level = float(result.ci_level)
+        se = (result.ci_high - result.ci_low) / (2 * stats.norm.isf((1 - level) / 2))
         min_det = _z_sum(a, power) * se
         n = int(result.details.get("n_clusters", n))  # H2: tokens cluster in prompts; prompts are the unit
-        unit = "prompts" if name != "eta_sq_difference" else "prompts of the temperature subset"
+        unit = "prompts of the temperature subset" if result.name.startswith("H6") else "prompts"
         needed = math.ceil(n * (min_det / s) ** 2)
     underpowered = bool(math.isfinite(min_det) and min_det > s) if math.isfinite(min_det) else None
     return {"alpha": a, "power": power, "n": n, "unit": unit, "min_detectable": min_det, "smallest_effect": s,

@@ -1,4 +1,4 @@
-"""The study's analysis: H1-H6 on the per-prompt and per-token tables, judged together, with power."""
+"""The study's analysis: H1-H6c on the per-prompt and per-token tables, judged together, with power."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
-from lab.analysis.claims import H6_COLUMNS, content_vs_temperature_test, subword_test
+from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
 from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
                                      category_test, judge, paired_test, partial_correlation_test)
+from lab.analysis.placebo import placebo_check
 from lab.analysis.power import power_note, power_summary
 
 @dataclass
@@ -19,8 +20,9 @@ class StudyAnalysis:
     """Everything computed from the per-prompt and per-token tables.
 
     Attributes:
-        tests: H1, H1c, H2, H3, H4a, H4b, H5, H6, judged (Holm across the family);
-            each has ``details["power"]`` (:func:`lab.analysis.power.power_summary`).
+        tests: H1, H1c, H2, H3, H4a, H4b, H5, H6, H6c, judged (Holm across the family);
+            each has ``details["power"]`` (:func:`lab.analysis.power.power_summary`); H1 and
+            H1c have ``details["placebo"]`` (:func:`lab.analysis.placebo.placebo_check`).
         acceptance_bins: :func:`binned_acceptance` of tested draft tokens.
         health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
         categories: Per category: n, median alpha, median mean-entropy (clean prompts).
@@ -52,10 +54,36 @@ def _finite(*vals: Any) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals)
 
 
+def question_of(row: Mapping[str, Any]) -> str:
+    """The question a prompt asks: its clean twin's id for a poisoned or neutral twin, else its own id.
+
+    A twin triple shares its question, so it is one unit of inference (H1, H5).
+    """
+    return str(row.get("twin_of") or row["id"])
+
+
+def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: int) -> TestResult:
+    """H1 / H1c on ``rows``, with the placebo-health control in ``details["placebo"]``; a placebo that
+    rejects makes the verdict inconclusive (``control_rejects``, as H5's control)."""
+    x, y, n = ([r[k] for r in rows] for k in ("context_health", "mean_entropy_bits", "n_prompt_tokens"))
+    q = [question_of(r) for r in rows]
+    res = partial_correlation_test(x, y, n, name=name, predicted_sign=-1, seed=seed, n_resamples=n_resamples,
+                                   clusters=q)
+    placebo = placebo_check(x, y, n, q, seed=seed)
+    res.details["placebo"] = placebo
+    if placebo["passes"] is False:
+        res.details["control_rejects"] = True
+        res.note = "; ".join(part for part in (res.note, (
+            f"placebo control FAILED: health of length-matched prompts of other questions also correlates with "
+            f"entropy (partial rho {placebo['rho']:.3f}, p {placebo['p_value']:.3g}), so the test does not read "
+            "this prompt's context here")) if part)
+    return res
+
+
 def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
             n_resamples: int = N_RESAMPLES, n_bins: int = 8,
             decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None) -> StudyAnalysis:
-    """Run H1-H6 on the study's tables and judge them together (one Holm family).
+    """Run H1-H6c on the study's tables and judge them together (one Holm family).
 
     The study passes its records as their columns (``lab.study.outcome.PromptRow.as_columns()``,
     ``DraftedToken.as_columns()``, ``TrackedDecode.as_columns()``): the analysis sits below the
@@ -69,7 +97,9 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         per_token: One row per drafted token with ``prompt_id``,
             ``draft_entropy_bits``, ``accepted``, ``tested``; only tested tokens count.
         seed: Seed for every bootstrap.
-        n_resamples: Bootstrap resamples.
+        n_resamples: Bootstrap resamples; 0 computes no intervals (simulations of the verdicts'
+            size: without an interval "supported" reads the Holm p and the sign alone, so it
+            can only be called more often).
         n_bins: Bins of the acceptance curve.
         decodes: Per prompt id, the tracked decode's ``entropy_bits`` and ``word``
             labels (H5); ``None`` or empty leaves H5 untested. H6 reads the
@@ -80,14 +110,8 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
     """
     rows = list(per_prompt)
     h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
-    h1 = partial_correlation_test([r["context_health"] for r in h1_rows], [r["mean_entropy_bits"] for r in h1_rows],
-                                  [r["n_prompt_tokens"] for r in h1_rows], name="H1", predicted_sign=-1, seed=seed,
-                                  n_resamples=n_resamples)
-    h1c_rows = [r for r in h1_rows if r.get("variant", "clean") == "clean"]
-    h1c = partial_correlation_test([r["context_health"] for r in h1c_rows],
-                                   [r["mean_entropy_bits"] for r in h1c_rows],
-                                   [r["n_prompt_tokens"] for r in h1c_rows], name="H1c", predicted_sign=-1, seed=seed,
-                                   n_resamples=n_resamples)
+    h1 = _h1(h1_rows, "H1", seed, n_resamples)
+    h1c = _h1([r for r in h1_rows if r.get("variant", "clean") == "clean"], "H1c", seed, n_resamples)
 
     toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
     h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
@@ -101,12 +125,13 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
     h4a = _twin_test(pairs, "context_health", name="H4a", predicted_sign=-1, seed=seed, n_resamples=n_resamples)
     h4b = _twin_test(pairs, "mean_entropy_bits", name="H4b", predicted_sign=1, seed=seed, n_resamples=n_resamples)
 
-    h5 = subword_test(decodes or {}, name="H5", seed=seed, n_resamples=n_resamples)
+    h5 = subword_test(decodes or {}, name="H5", seed=seed, n_resamples=n_resamples,
+                      questions={r["id"]: question_of(r) for r in rows})
     h6_rows = [r for r in rows if r.get("variant", "clean") == "clean" and any(_finite(r.get(c)) for c in H6_COLUMNS)]
     h6_alpha = {r["id"]: [r[c] if _finite(r.get(c)) else math.nan for c in H6_COLUMNS] for r in h6_rows}
-    h6 = content_vs_temperature_test(h6_alpha,
-                                     {r["id"]: r["category"] for r in h6_rows}, name="H6", seed=seed,
-                                     n_resamples=n_resamples)
+    h6 = content_vs_settings_test(h6_alpha, name="H6")
+    h6c = category_share_test(h6_alpha, {r["id"]: r["category"] for r in h6_rows}, name="H6c", seed=seed,
+                              n_resamples=n_resamples)
 
     categories: dict[str, dict[str, float]] = {}
     for cat in dict.fromkeys(r["category"] for r in rows):
@@ -117,7 +142,7 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
                            "median_mean_entropy_bits": float(np.median(ents)) if ents else math.nan}
 
     return StudyAnalysis(
-        tests=judge_with_power([h1, h1c, h2, h3, h4a, h4b, h5, h6]),
+        tests=judge_with_power([h1, h1c, h2, h3, h4a, h4b, h5, h6, h6c]),
         acceptance_bins=binned_acceptance([t["draft_entropy_bits"] for t in toks],
                                           [bool(t["accepted"]) for t in toks], n_bins=n_bins),
         health_entropy_fit=linear_fit_band([r["context_health"] for r in h1_rows],
@@ -169,10 +194,11 @@ def _twin_test(pairs: Sequence[Mapping[str, Any]], key: str, *, name: str, predi
 
 
 def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:
-    """:func:`lab.analysis.judge`, then the H5 control rule and each test's power.
+    """:func:`lab.analysis.judge`, then the control rule and each test's power.
 
-    H5 whose shuffled-label control rejects is ``inconclusive`` (the test found a
-    difference where there is none by construction). Every test gets
+    A test whose negative control rejects (``details["control_rejects"]``: H5's shuffled
+    labels, H1's and H1c's placebo health) is ``inconclusive``: the test finds an effect
+    where there is none by construction. Every test gets
     ``details["power"]``; an inconclusive one gets the power sentence in its note.
     """
     judged = judge(results, alpha)

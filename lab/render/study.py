@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.analysis.effects import CI_LEVEL
+from lab.analysis.hypotheses import FAMILY_CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
 from lab.render.study_summary import FIGURES, fmt_value, fmt_p, summary_markdown
@@ -70,10 +71,12 @@ class StudyProgress:
 def verdict_table(result: StudyResult) -> Table:
     """The verdicts as a Rich table (printed to stdout by the command)."""
     tests = result.analysis.tests
+    placebo = "; ".join(f"{t.name} placebo {'passed' if p['passes'] else 'FAILED'} (p = {fmt_p(p['p_value'])})"
+                        for t in tests if (p := t.details.get("placebo")) and p.get("passes") is not None)
     table = Table(title="Study verdicts (Holm-corrected across the family)",
                   caption="effect: " + "; ".join(dict.fromkeys(f"{t.name} {t.effect_name}" for t in tests))
-                  + ". pred: the sign the hypothesis predicts.")
-    for col in ("test", "effect", "pred", "95% CI", "p (Holm)", "n", "verdict"):
+                  + ". pred: the sign the hypothesis predicts." + (f" {placebo}." if placebo else ""))
+    for col in ("test", "effect", "pred", f"{FAMILY_CI_LEVEL:.1%} CI", "p (Holm)", "n", "verdict"):
         table.add_column(col, no_wrap=True)
     colors = {"supported": "green", "not supported": "red", "inconclusive": "yellow"}
     for t in tests:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.analysis.hypotheses import ALPHA, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.analysis.claims import SMALLEST_VARIANCE_GAP
+from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
 
@@ -51,8 +52,18 @@ def fmt_p(x: float) -> str:
 
 def _ci_text(t: TestResult) -> str:
     if math.isfinite(t.ci_low) and math.isfinite(t.ci_high):
-        return f"95% CI {fmt_value(t.ci_low)} to {fmt_value(t.ci_high)}"
+        return f"{t.ci_level:.1%} CI {fmt_value(t.ci_low)} to {fmt_value(t.ci_high)}"
     return "no CI (the bootstrap had too few distinct resamples)"
+
+
+def placebo_line(p: dict[str, Any]) -> str:
+    """H1's placebo control in words: its partial rho, p, tolerance and whether it passed."""
+    if p.get("passes") is None:
+        return f"placebo control: not run (too few prompts: {p.get('n', 0)})."
+    state = "passed" if p["passes"] else "FAILED: the verdict is inconclusive"
+    return (f"placebo control (each of {p['n']} prompts given the context health of a length-matched prompt of "
+            f"another question): partial rho = {fmt_value(p['rho'])}, p = {fmt_p(p['p_value'])}; it must stay "
+            f"at p >= {p['tolerance']:g}: {state}.")
 
 
 def test_line(t: TestResult) -> str:
@@ -129,13 +140,16 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     lines += [
         "",
         f"The {m} tested p-values are Holm-corrected together (untested hypotheses do not count). Effects are "
-        f"printed with their raw signs beside the sign each hypothesis predicts; the rule reads them in the "
-        f"predicted direction: **supported** if corrected p < {ALPHA}, the effect has the predicted sign and its "
-        f"95% CI lies entirely on that side of 0; **not supported** if corrected p < {ALPHA} with the opposite "
-        f"sign, or the whole CI falls short of the smallest effect of interest in the predicted direction "
-        f"({SMALLEST_EFFECT} for correlations and rank-biserial r, {SMALLEST_ETA_SQ} for eta^2); "
-        f"**inconclusive** otherwise (including too little data). H5 is inconclusive whenever its negative "
-        f"control (labels shuffled within each prompt) is rejected.",
+        f"printed with their raw signs beside the sign each hypothesis predicts; every interval is at "
+        f"{FAMILY_CI_LEVEL:.2%} (1 - {ALPHA} / the family's size: Bonferroni over the family), so both verdicts "
+        f"below hold at the family-wise {ALPHA}. The rule reads them in the predicted direction: **supported** if "
+        f"corrected p < {ALPHA}, the effect has the predicted sign and its interval lies entirely on that side of "
+        f"0; **not supported** if corrected p < {ALPHA} with the opposite sign, or the whole interval falls short "
+        f"of the smallest effect of interest in the predicted direction ({SMALLEST_EFFECT} for correlations and "
+        f"rank-biserial r, {SMALLEST_ETA_SQ} for eta^2 and epsilon^2, {SMALLEST_VARIANCE_GAP:g} alpha^2 for H6's "
+        f"variance gap); **inconclusive** otherwise (including too little data). A test whose negative control "
+        f"rejects is inconclusive: H5's (labels shuffled within each prompt) and H1's and H1c's placebo (each "
+        f"prompt given the context health of a length-matched prompt of another question).",
         "",
         "## Verdicts",
         "",
@@ -145,8 +159,11 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     lines += [
         "",
         "Notes: H2 counts only drafted tokens the target tested "
-        f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}); its p-value treats tokens as independent, "
-        "its CI resamples whole prompts. H3 uses clean prompts only; H1 uses all prompts, H1c clean prompts only.",
+        f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}, from {h2.details.get('n_clusters', 'n/a')} "
+        "prompts); its p-value is cluster-robust by prompt and its CI resamples whole prompts (scipy's p taking "
+        f"tokens as independent: {fmt_p(h2.details.get('p_independent_tokens', math.nan))}). H3 uses clean prompts "
+        "only; H1 uses all prompts, H1c clean prompts only; a twin triple shares its question, and H1, H1c and H5 "
+        "infer on questions (cluster-robust p, intervals resampling whole questions).",
     ]
     lines += ["", "Length held fixed (context health fell with prompt length, and the poisoned twins are the "
               "longest prompts): H1 and H1c are partial Spearman correlations given log prompt tokens; H4a and H4b "
@@ -158,6 +175,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
             lines.append(f"- {t.name} unadjusted: Spearman rho = {fmt_value(d['unadjusted_rho'])}, "
                          f"p = {fmt_p(d['unadjusted_p'])}; health's rho with length {fmt_value(d['x_length_rho'])}, "
                          f"entropy's {fmt_value(d['y_length_rho'])}.")
+        if d.get("placebo"):
+            lines.append(f"- {t.name} {placebo_line(d['placebo'])}")
     for t in (a.test("H4a"), a.test("H4b")):
         d = t.details.get("vs_clean")
         if d:
@@ -166,12 +185,17 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     if "control_p" in h5.details:
         lines.append(f"H5 negative control (shuffled labels): r = {fmt_value(h5.details['control_r'])}, "
                      f"p = {fmt_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
-    if "eta_sq_category" in h6.details:
+    if "var_prompt" in h6.details:
         d = h6.details
-        lines.append(f"H6: eta^2_category = {fmt_value(d['eta_sq_category'])} (95% CI {fmt_value(d['eta_sq_category_ci'][0])} "
-                     f"to {fmt_value(d['eta_sq_category_ci'][1])}), eta^2_temperature = {fmt_value(d['eta_sq_temperature'])} "
-                     f"(95% CI {fmt_value(d['eta_sq_temperature_ci'][0])} to {fmt_value(d['eta_sq_temperature_ci'][1])}); "
-                     "mean alpha by temperature " + ", ".join(fmt_value(x) for x in d["mean_alpha_by_temperature"]) + ".")
+        lines.append(f"H6: variance of alpha between prompts {fmt_value(d['var_prompt'], 4)} "
+                     f"({fmt_value(d['share_prompt'])} of the total), between temperatures "
+                     f"{fmt_value(d['var_temperature'], 4)} ({fmt_value(d['share_temperature'])}), run-to-run "
+                     f"(interaction) {fmt_value(d['var_error'], 4)}; mean alpha by temperature "
+                     + ", ".join(fmt_value(x) for x in d["mean_alpha_by_temperature"]) + ".")
+    groups = a.test("H6c").details.get("groups") or {}
+    if groups:
+        lines.append("H6c: mean alpha over the temperatures by category: "
+                     + ", ".join(f"{k} {fmt_value(v['mean_alpha'])} (n {v['n']})" for k, v in groups.items()) + ".")
     pw = a.test("H3").details.get("pairwise") or []
     sig = [r for r in pw if r["p_holm"] < ALPHA]
     if pw:

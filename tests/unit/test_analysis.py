@@ -17,11 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT, SUPPORTED,
-                                     acceptance_entropy_test, category_test, correlation_test, holm, judge,
-                                     paired_test, verdict)
-from lab.analysis.study import analyze
-from lab.analysis.effects import binned_acceptance, eta_squared_h, linear_fit_band, rank_biserial_paired
+from lab.analysis.hypotheses import (ALPHA, FAMILY_CI_LEVEL, FAMILY_SIZE, INCONCLUSIVE, NOT_SUPPORTED, SMALLEST_EFFECT,
+                                     SUPPORTED, acceptance_entropy_test, category_test, correlation_test, holm, judge,
+                                     paired_test, partial_correlation_test, verdict)
+from lab.analysis.placebo import placebo_check, placebo_donors
+from lab.analysis.study import analyze, judge_with_power, question_of
+from lab.analysis.effects import (binned_acceptance, cluster_robust_slope_p, eta_squared_h, linear_fit_band,
+                                  rank_biserial_paired)
 
 RESAMPLES = 199  # enough for a CI's sign on planted effects; keeps the unit tier fast
 TINY = 1e-9  # a step just across a verdict boundary
@@ -328,12 +330,14 @@ def test_analyze_pure_length_study_supports_no_h1_or_h4():
 
 @pytest.mark.slow
 def test_analyze_planted_study_supports_h1_h2_h4():
-    rows, tokens = _synthetic_study(12, planted=True)
+    rows, tokens = _synthetic_study(17, planted=True)
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
     verdicts = a.verdicts()
-    assert list(verdicts) == ["H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6"]
+    assert list(verdicts) == ["H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6", "H6c"]
     assert verdicts["H1"] == verdicts["H1c"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
-    assert verdicts["H5"] == verdicts["H6"] == INCONCLUSIVE  # no decodes, no temperature runs: untested
+    assert verdicts["H5"] == verdicts["H6"] == verdicts["H6c"] == INCONCLUSIVE  # no decodes, no temperature runs
+    assert all(t.ci_level == FAMILY_CI_LEVEL for t in a.tests)
+    assert a.test("H1").details["n_clusters"] == 36 and a.test("H1").details["placebo"]["passes"]
     assert verdicts["H3"] != SUPPORTED  # alpha was drawn independently of category
     assert len(a.pairs) == 12
     h2 = a.test("H2")
@@ -357,3 +361,102 @@ def test_analyze_nonfinite_rows_are_left_out_of_that_test_only():
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
     assert a.test("H1").n == len(rows) - 1
     assert a.test("H3").n == sum(r["variant"] == "clean" for r in rows) - 1
+
+
+# --------------------------------------------------------------------------- units of inference
+
+
+def test_question_of_twins_share_their_clean_prompts_question():
+    assert question_of({"id": "math-03"}) == "math-03"
+    assert question_of({"id": "math-03-poisoned", "twin_of": "math-03"}) == "math-03"
+    assert question_of({"id": "math-03", "twin_of": None}) == "math-03"
+
+
+def test_cluster_robust_slope_p_matches_ols_t_when_homoskedastic_and_unclustered():
+    """With one observation per cluster and homoskedastic data the CR1 p is close to the classic OLS t
+    test's (both test the slope; they differ by the sandwich's estimate of the same variance)."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=400)
+    y = 0.1 * x + rng.normal(size=400)
+    assert cluster_robust_slope_p(x, y, range(400)) == pytest.approx(stats.linregress(x, y).pvalue, rel=0.15)
+
+
+def test_cluster_robust_slope_p_duplicated_clusters_are_not_new_evidence():
+    """Regression (fault class: clustered observations counted as independent): each observation copied
+    five times in its own cluster leaves the cluster-robust p where it was, while the naive p shrinks."""
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=40), rng.normal(size=40)
+    y = y + 0.3 * x
+    once = cluster_robust_slope_p(x, y, range(40))
+    five = cluster_robust_slope_p(np.repeat(x, 5), np.repeat(y, 5), np.repeat(np.arange(40), 5))
+    assert five == pytest.approx(once, rel=0.1)  # only CR1's (n - 1) / (n - 2) differs: 39 / 38 against 199 / 198
+    assert stats.linregress(np.repeat(x, 5), np.repeat(y, 5)).pvalue < once / 10
+
+
+def test_cluster_robust_slope_p_too_few_clusters_is_nan():
+    assert math.isnan(cluster_robust_slope_p([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0], ["a", "a", "b", "b"]))
+
+
+def test_partial_correlation_test_clusters_change_p_not_effect():
+    rng = np.random.default_rng(7)
+    x, y, n = rng.normal(size=60), rng.normal(size=60), rng.integers(10, 300, 60).astype(float)
+    y = y - 0.4 * x
+    alone = partial_correlation_test(x, y, n, n_resamples=0)
+    paired = partial_correlation_test(x, y, n, clusters=np.arange(60) // 2, n_resamples=0)
+    assert alone.effect == paired.effect and alone.p_value != paired.p_value
+    assert paired.details["n_clusters"] == 30
+    with pytest.raises(ValueError, match="clusters"):
+        partial_correlation_test(x, y, n, clusters=[1, 2])
+
+
+def test_placebo_donors_never_receive_and_ask_another_question():
+    """Fault class: a placebo that swaps values between two prompts (i gets j's, j gets i's), which a
+    true effect alone makes correlate. Donors never receive; every donor asks another question."""
+    lengths = [10, 11, 50, 52, 300, 310, 305, 12]
+    questions = ["a", "b", "c", "d", "e", "e", "e", "f"]
+    donors = placebo_donors(lengths, questions)
+    receivers = set(np.flatnonzero(donors >= 0).tolist())
+    assert receivers and not receivers & set(donors[donors >= 0].tolist())
+    for i in receivers:
+        assert questions[donors[i]] != questions[i]
+
+
+def test_placebo_check_passes_a_clean_design_and_fails_a_length_proxy():
+    rng = np.random.default_rng(8)
+    n = rng.integers(10, 400, 120).astype(float)
+    z = np.log(n) - np.log(n).mean()
+    health = rng.normal(size=120)
+    entropy = -0.6 * health + rng.normal(size=120)
+    assert placebo_check(health, entropy, n)["passes"] is True
+    proxy = 3 * z ** 2 + 0.1 * rng.normal(size=120)  # shared by prompts of one length, left in by the adjustment
+    check = placebo_check(proxy, 3 * z ** 2 + rng.normal(size=120), n)
+    assert check["passes"] is False and check["p_value"] < ALPHA
+
+
+def test_judge_with_power_failed_placebo_makes_h1_inconclusive():
+    """The control rule: H1 whose placebo failed is inconclusive however small its p."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=80)
+    res = partial_correlation_test(x, -x + 0.1 * rng.normal(size=80), rng.integers(10, 300, 80).astype(float),
+                                   n_resamples=RESAMPLES)
+    assert judge_with_power([res])[0].verdict == SUPPORTED
+    res.details["control_rejects"] = True
+    assert judge_with_power([res])[0].verdict == INCONCLUSIVE
+
+
+def test_acceptance_entropy_test_p_is_cluster_robust_and_names_the_independent_one():
+    """H2's p is the prompt-level one; the tokens-as-independent p is kept for comparison only."""
+    rng = np.random.default_rng(10)
+    h, acc, pid = [], [], []
+    for p in range(30):  # prompt-level entropy and acceptance, independent of each other: no token effect
+        level, a = rng.normal(2, 1), rng.uniform(0.2, 0.9)
+        h += list(level + rng.normal(0, 0.3, 40))
+        acc += list(rng.random(40) < a)
+        pid += [p] * 40
+    r = acceptance_entropy_test(h, acc, pid, n_resamples=0)
+    assert r.details["n_clusters"] == 30 and "cluster-robust" in r.test
+    assert r.p_value > r.details["p_independent_tokens"]
+
+
+def test_family_ci_level_is_bonferroni_over_the_family():
+    assert FAMILY_CI_LEVEL == pytest.approx(1 - ALPHA / FAMILY_SIZE) and FAMILY_SIZE == 9

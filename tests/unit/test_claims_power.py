@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from lab.analysis.hypotheses import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, judge
-from lab.analysis.claims import content_vs_temperature_test, subword_test, word_positions
+from lab.analysis.claims import (category_share_test, content_vs_settings_test, subword_test, variance_components,
+                                 word_positions)
 from lab.analysis.power import (power_note, power_summary, rank_biserial_min_effect, rank_biserial_n_needed,
                                 spearman_min_effect, spearman_n_needed)
 from lab.analysis.study import judge_with_power
@@ -73,27 +74,57 @@ def test_subword_test_too_few_prompts_untested_in_words():
     assert not math.isfinite(r.p_value) and "need 5" in r.note
 
 
-def _alphas(seed: int, cat_effect: float, temp_effect: float):
+def _alphas(seed: int, prompt_sd: float, temp_effect: float, cat_effect: float = 0.0, n: int = 24):
+    """Alpha of n prompts (categories in turn) at three temperatures: a prompt effect of SD prompt_sd, a
+    category effect growing by cat_effect per category, temperature effects 0, temp_effect, 2 temp_effect."""
     rng = np.random.default_rng(seed)
     cats = ["factual", "creative", "code", "math", "ambiguous", "summary"]
     alpha, cat = {}, {}
-    for i in range(24):
-        c = cats[i % 6]
-        base = 0.3 + cat_effect * (i % 6) / 5
+    for i in range(n):
+        base = 0.3 + cat_effect * (i % 6) / 5 + rng.normal(0, prompt_sd)
         alpha[f"p{i}"] = [float(np.clip(base + temp_effect * t + rng.normal(0, 0.03), 0, 1)) for t in (0, 1, 2)]
-        cat[f"p{i}"] = c
+        cat[f"p{i}"] = cats[i % 6]
     return alpha, cat
 
 
-def test_content_vs_temperature_planted_category_supported():
-    r = judge([content_vs_temperature_test(*_alphas(4, cat_effect=0.4, temp_effect=0.0), n_resamples=RESAMPLES)])[0]
-    assert r.verdict == SUPPORTED
-    assert r.details["eta_sq_category"] > r.details["eta_sq_temperature"]
+def test_content_vs_settings_planted_prompt_variance_supported():
+    r = judge([content_vs_settings_test(_alphas(4, prompt_sd=0.15, temp_effect=0.0)[0])])[0]
+    assert r.verdict == SUPPORTED and r.details["var_prompt"] > r.details["var_temperature"]
 
 
-def test_content_vs_temperature_negative_control_temperature_dominates_not_supported():
-    r = judge([content_vs_temperature_test(*_alphas(5, cat_effect=0.0, temp_effect=0.2), n_resamples=RESAMPLES)])[0]
+def test_content_vs_settings_negative_control_temperature_dominates_not_supported():
+    r = judge([content_vs_settings_test(_alphas(5, prompt_sd=0.02, temp_effect=0.2)[0])])[0]
     assert r.verdict == NOT_SUPPORTED and r.effect < 0
+
+
+def test_content_vs_settings_prompt_variance_without_category_is_not_category():
+    """Regression (fault class: a test that cannot fail; the old H6 read prompt-to-prompt variance as a
+    category effect): prompt variance with no category effect supports H6 (content) but not H6c."""
+    alpha, cats = _alphas(6, prompt_sd=0.15, temp_effect=0.0, n=36)
+    h6, h6c = judge([content_vs_settings_test(alpha), category_share_test(alpha, cats, n_resamples=RESAMPLES)])
+    assert h6.verdict == SUPPORTED and h6c.verdict != SUPPORTED and h6c.p_value > 0.05
+
+
+def test_category_share_planted_category_supported():
+    alpha, cats = _alphas(7, prompt_sd=0.03, temp_effect=0.0, cat_effect=0.4, n=36)
+    r = judge([category_share_test(alpha, cats, n_resamples=RESAMPLES)])[0]
+    assert r.verdict == SUPPORTED and r.effect > 0.5
+
+
+def test_variance_components_recover_a_noise_free_table():
+    """Prompt effects (SD known) plus temperature effects, no interaction: the components are exact."""
+    prompts = np.array([0.0, 0.2, 0.4, 0.6])[:, None]
+    temps = np.array([0.0, 0.1, -0.1])[None, :]
+    s_prompt, s_temp, ms_error = variance_components(prompts + temps)
+    assert s_prompt == pytest.approx(np.var([0.0, 0.2, 0.4, 0.6], ddof=1))
+    assert s_temp == pytest.approx(np.var([0.0, 0.1, -0.1], ddof=1)) and ms_error == pytest.approx(0, abs=1e-15)
+
+
+def test_h6_tests_too_few_prompts_untested():
+    alpha, cats = _alphas(8, prompt_sd=0.1, temp_effect=0.0, n=4)
+    assert not math.isfinite(content_vs_settings_test(alpha).p_value)
+    assert not math.isfinite(category_share_test(alpha, cats).p_value)
+    assert not math.isfinite(content_vs_settings_test({}).p_value)
 
 
 def test_power_spearman_closed_form_and_inverse():

@@ -26,6 +26,8 @@ def test_summary_names_files_relative_labels_clean_counts_and_reports_power(tmp_
     for t in result.analysis.tests:
         assert f"| {t.name} |" in summary
     assert "n/a to n/a" not in summary and "0 categories with" not in summary
+    assert "- H1 placebo control" in summary and "- H1c placebo control" in summary  # beside H1, every study
+    assert "99.4% CI" in summary and "at 99.44% (1 - 0.05 / the family's size" in summary
 
 
 def test_prompts_display_relative_inside_cwd_else_as_given(tmp_path, monkeypatch):
@@ -66,3 +68,10 @@ def test_readme_lists_every_study_flag():
     section = readme[readme.index("Flags of `lab study`"):readme.index("## `lab calibrate-health`")]
     assert len(flags) >= 14
     assert [f for f in flags if f"`{f}" not in section] == []
+
+
+def test_placebo_line_says_passed_failed_or_not_run():
+    base = {"rho": 0.31, "p_value": 0.004, "n": 40, "tolerance": 0.05}
+    assert "FAILED: the verdict is inconclusive" in study_summary.placebo_line({**base, "passes": False})
+    assert "p >= 0.05: passed" in study_summary.placebo_line({**base, "p_value": 0.4, "passes": True})
+    assert "not run" in study_summary.placebo_line({**base, "passes": None})

@@ -1,0 +1,311 @@
+"""Statistical tests: every hypothesis test of the study keeps its size under a simulated null,
+and finds a planted effect at the power :mod:`lab.analysis.power` claims.
+
+Data: :mod:`tests.statistical.simulated_study`, studies with the structure of `make study`
+(the embedded prompt set's 102 rows: 66 clean prompts, 18 twin triples sharing a question,
+the H6 subset of :data:`lab.study.config.TEMPERATURE_SUBSET_PER_CATEGORY` clean prompts a
+category at three temperatures; question and prompt effects, tokens clustered in prompts).
+Every count is compared with a binomial, never a proportion with a tolerance:
+
+* size: a test rejects (raw two-sided p < ALPHA), or is called "supported", in ``count``
+  of N null studies; the check fails when ``P(X >= count) < P_THRESHOLD`` for
+  X ~ Binomial(N, nominal rate). With N = 100 and the nominal 5 % that allows up to 12;
+  with N = 300, up to 28.
+* power: a planted effect of the size the power module calls detectable at 80 % (at
+  ALPHA / m, m = the family's 9 tests, the level of Holm's strictest step) is detected
+  (p < ALPHA / m with the predicted sign) in ``count`` of N studies; the check fails when
+  ``count`` lies in either tail of Binomial(N, 0.8) beyond P_THRESHOLD / 2.
+
+False-positive rate of each check: at most P_THRESHOLD = 0.1 %. Seeds are fixed, so a
+passing run stays passing. Intervals are not computed for the size checks
+(``n_resamples = 0``): an interval can only take "supported" away
+(:func:`lab.analysis.hypotheses.verdict`), so the counts are upper bounds of the study's
+own. Each check that a procedure keeps its size has a negative control: the procedure the
+lab used before (tokens as independent for H2, eta^2 of category against temperature for
+H6, prompts as independent for H1) is run on the same data and must fail it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lab.analysis import power
+from lab.analysis.claims import H6_COLUMNS, content_vs_settings_test
+from lab.analysis.hypotheses import (ALPHA, FAMILY_SIZE, HYPOTHESES, SUPPORTED, acceptance_entropy_test, paired_test,
+                                     partial_correlation_test)
+from lab.analysis.placebo import placebo_check
+from lab.analysis.study import analyze, question_of
+from tests.statistical.simulated_study import Plant, h6_subset, simulate_study
+
+P_THRESHOLD = 1e-3  # per-check false-positive rate
+N_ANALYZED = 100  # null studies run end to end through analyze (about 0.2 s each)
+N_DRAWN = 300  # null studies for the tests whose unit of inference is at stake (H1, H2): direct calls
+N_POWER = 200  # planted studies per power check
+N_H6 = 1000  # H6 tables at the boundary of its null (a table costs about 3 ms)
+CLAIMED_POWER = power.POWER
+ALPHA_M = ALPHA / FAMILY_SIZE  # Holm's strictest step, at which the power module states power
+
+
+def _size_ok(count: int, n: int, rate: float) -> tuple[bool, str]:
+    tail = float(stats.binom.sf(count - 1, n, rate))
+    return tail >= P_THRESHOLD, f"{count} of {n} at nominal {rate:g}: P(X >= {count}) = {tail:.2g}"
+
+
+def _power_ok(count: int, n: int, rate: float) -> tuple[bool, str]:
+    low, high = float(stats.binom.cdf(count, n, rate)), float(stats.binom.sf(count - 1, n, rate))
+    return min(low, high) >= P_THRESHOLD / 2, f"{count} of {n} at claimed power {rate:g}: tails {low:.2g}, {high:.2g}"
+
+
+def _h1_inputs(rows):
+    return ([r["context_health"] for r in rows], [r["mean_entropy_bits"] for r in rows],
+            [r["n_prompt_tokens"] for r in rows], [question_of(r) for r in rows])
+
+
+def _independent_t_p(r: float, n: int) -> float:
+    """The partial rho's p as the lab computed it before: prompts independent, t on n - 3 df."""
+    return float(2 * stats.t.sf(abs(r) * math.sqrt((n - 3) / (1 - r * r)), n - 3))
+
+
+@pytest.fixture(scope="module")
+def null_studies():
+    """N_DRAWN null studies: for each, the H1 and H2 p-values both ways; the first N_ANALYZED also
+    through :func:`lab.analysis.study.analyze` (every test, Holm, the verdicts, the placebo)."""
+    out = []
+    for seed in range(N_DRAWN):
+        rows, tokens, decodes = simulate_study(seed, decodes=seed < N_ANALYZED)
+        x, y, n, q = _h1_inputs(rows)
+        h1 = partial_correlation_test(x, y, n, clusters=q, n_resamples=0)
+        h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in tokens], [t["accepted"] for t in tokens],
+                                     [t["prompt_id"] for t in tokens], n_resamples=0)
+        out.append({"h1_p": h1.p_value, "h1_p_independent": _independent_t_p(h1.effect, h1.n), "h2_p": h2.p_value,
+                    "h2_p_independent": h2.details["p_independent_tokens"],
+                    "analysis": analyze(rows, tokens, decodes=decodes, seed=seed, n_resamples=0)
+                    if seed < N_ANALYZED else None})
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(HYPOTHESES))
+def test_hypothesis_size_each_test_rejects_and_supports_at_most_nominal(null_studies, name):
+    """Under the null every test's raw p falls below ALPHA in at most its nominal share of studies, and
+    "supported" (Holm, predicted sign) is called no more often."""
+    analyses = [s["analysis"] for s in null_studies if s["analysis"] is not None]
+    rejected = sum(a.test(name).p_value < ALPHA for a in analyses)
+    supported = sum(a.test(name).verdict == SUPPORTED for a in analyses)
+    ok, msg = _size_ok(rejected, len(analyses), ALPHA)
+    assert ok, f"{name} rejected (raw p < {ALPHA}) {msg}"
+    ok, msg = _size_ok(supported, len(analyses), ALPHA)
+    assert ok, f"{name} supported {msg}"
+
+
+@pytest.mark.slow
+def test_hypothesis_size_family_any_supported_at_most_alpha(null_studies):
+    """Holm across the family: a null study has any "supported" verdict in at most ALPHA of studies."""
+    analyses = [s["analysis"] for s in null_studies if s["analysis"] is not None]
+    count = sum(SUPPORTED in a.verdicts().values() for a in analyses)
+    ok, msg = _size_ok(count, len(analyses), ALPHA)
+    assert ok, f"some hypothesis supported in {msg}"
+
+
+@pytest.mark.slow
+def test_hypothesis_size_placebo_fails_at_most_nominal_under_null(null_studies):
+    """The placebo-health control fails (p < its tolerance) in at most its nominal share of null studies."""
+    analyses = [s["analysis"] for s in null_studies if s["analysis"] is not None]
+    for name in ("H1", "H1c"):
+        count = sum(a.test(name).details["placebo"]["passes"] is False for a in analyses)
+        ok, msg = _size_ok(count, len(analyses), ALPHA)
+        assert ok, f"{name} placebo failed in {msg}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, name", [("h1_p", "H1 cluster-robust by question"),
+                                       ("h2_p", "H2 cluster-robust by prompt")])
+def test_hypothesis_size_clustered_units_at_most_nominal(null_studies, key, name):
+    """H1 over prompts that share questions and H2 over tokens that share prompts keep their size."""
+    count = sum(s[key] < ALPHA for s in null_studies)
+    ok, msg = _size_ok(count, len(null_studies), ALPHA)
+    assert ok, f"{name} rejected {msg}"
+
+
+@pytest.mark.slow
+def test_hypothesis_size_negative_control_tokens_as_independent_fail(null_studies):
+    """Negative control: H2's old p (scipy's point-biserial over tokens taken as independent) fails the
+    same size check on the same null studies, so the check can see a clustered unit."""
+    count = sum(s["h2_p_independent"] < ALPHA for s in null_studies)
+    ok, msg = _size_ok(count, len(null_studies), ALPHA)
+    assert not ok, f"tokens-as-independent H2 passed the size check: {msg}"
+
+
+def _h6_table(rng: np.random.Generator, n_prompts: int, prompt_sd: float, shift: float,
+              noise_sd: float) -> dict[str, list[float]]:
+    """Alpha of n_prompts prompts at three temperatures: prompt effect, temperature effects +shift, 0,
+    -shift, run-to-run noise."""
+    a = (0.5 + rng.normal(0, prompt_sd, (n_prompts, 1)) + np.array([shift, 0.0, -shift])
+         + rng.normal(0, noise_sd, (n_prompts, 3)))
+    return {f"p{i}": row.tolist() for i, row in enumerate(a)}
+
+
+H6_PROMPT_SD, H6_NOISE_SD = 0.14, 0.1  # the simulated study's prompts' SD of alpha; binomial noise of ~20 tokens
+
+
+def test_h6_boundary_null_supported_direction_at_most_nominal():
+    """At H6's boundary null (the temperatures' variance equal to the prompts') the test rejects with
+    the predicted sign in at most ALPHA / 2 of tables (the one-sided share of a two-sided test)."""
+    rng = np.random.default_rng(61)
+    n = len(h6_subset())
+    count = 0
+    for _ in range(N_H6):
+        r = content_vs_settings_test(_h6_table(rng, n, H6_PROMPT_SD, H6_PROMPT_SD, H6_NOISE_SD))
+        count += r.p_value < ALPHA and r.effect > 0
+    ok, msg = _size_ok(count, N_H6, ALPHA / 2)
+    assert ok, f"H6 at its boundary null, {n} prompts: {msg}"
+
+
+def _old_h6_supported(rng: np.random.Generator, alpha: np.ndarray, cats: np.ndarray, n_boot: int) -> bool:
+    """The H6 the lab ran before, implemented here as a negative control: eta^2 of category minus eta^2 of
+    temperature on the prompts x temperatures table, stratified bootstrap over prompts, two-sided p."""
+    def etas(a, c):
+        grand, total = a.mean(), ((a - a.mean()) ** 2).sum()
+        ss_cat = sum((c == u).sum() * a.shape[1] * (a[c == u].mean() - grand) ** 2 for u in np.unique(c))
+        return ss_cat / total - a.shape[0] * ((a.mean(axis=0) - grand) ** 2).sum() / total
+
+    strata = [np.flatnonzero(cats == u) for u in np.unique(cats)]
+    boot = np.array([etas(alpha[idx], cats[idx]) for idx in
+                     (np.concatenate([rng.choice(s, s.size) for s in strata]) for _ in range(n_boot))])
+    p = max(2 * min((boot <= 0).mean(), (boot >= 0).mean()), 1 / (n_boot + 1))
+    return bool(p < ALPHA and etas(alpha, cats) > 0)
+
+
+def test_h6_negative_control_old_category_statistic_fails_size_check():
+    """Negative control: the old H6 (eta^2 category - eta^2 temperature, 2 prompts a category) on tables
+    with no category and no temperature effect, only prompt-to-prompt variance, is "supported" far
+    above its nominal rate: the size check rejects it (it did 40 of 40 in issue 36's simulation)."""
+    rng = np.random.default_rng(62)
+    cats = np.repeat(np.arange(6), 2)
+    n = 40
+    count = sum(_old_h6_supported(rng, np.array(list(_h6_table(rng, 12, 0.1, 0.0, 0.03).values())), cats, 199)
+                for _ in range(n))
+    ok, msg = _size_ok(count, n, ALPHA)
+    assert not ok, f"the old H6 passed the size check: {msg}"
+
+
+def test_h6_power_at_the_stated_design():
+    """H6's stated power (lab.study.config: prompt SD of alpha 0.14, no temperature effect, run-to-run SD
+    0.1, the study's subset) at ALPHA / m is met: about 0.86."""
+    stated = 0.86
+    rng = np.random.default_rng(63)
+    n = len(h6_subset())
+    count = 0
+    for _ in range(N_POWER):
+        r = content_vs_settings_test(_h6_table(rng, n, H6_PROMPT_SD, 0.0, H6_NOISE_SD))
+        count += r.p_value < ALPHA_M and r.effect > 0
+    ok, msg = _power_ok(count, N_POWER, stated)
+    assert ok, f"H6 with {n} prompts: {msg}"
+
+
+def _spearman_power(r: float, n: int, covariates: int = 1) -> float:
+    """Power of the partial Spearman at |rho| = r under the power module's model (Fisher z, variance
+    1.06 / (n - 3 - covariates))."""
+    return float(stats.norm.cdf(math.atanh(r) / math.sqrt(1.06 / (n - 3 - covariates)) - stats.norm.isf(ALPHA_M / 2)))
+
+
+@pytest.fixture(scope="module")
+def planted_h1():
+    """N_POWER studies with a planted partial rho at H1's smallest detectable effect (all 102 prompts)."""
+    rho_s = power.partial_spearman_min_effect(102, ALPHA_M)
+    rho = 2 * math.sin(math.pi * rho_s / 6)  # Pearson rho whose Spearman rho is rho_s (bivariate normal)
+    out = []
+    for seed in range(N_POWER):
+        rows, _, _ = simulate_study(10_000 + seed, Plant(h1=rho), decodes=False)
+        clean = [r for r in rows if r["variant"] == "clean"]
+        out.append({name: (partial_correlation_test(*_h1_inputs(rs)[:3], clusters=_h1_inputs(rs)[3], n_resamples=0),
+                           placebo_check(*_h1_inputs(rs), seed=seed))
+                    for name, rs in (("H1", rows), ("H1c", clean))})
+    return rho_s, out
+
+
+@pytest.mark.slow
+def test_hypothesis_power_h1_and_h1c_as_claimed(planted_h1):
+    """At H1's smallest detectable partial rho (80 % power for 102 prompts at ALPHA / m) H1 detects it in
+    about 80 % of studies, and H1c (66 clean prompts) at the power the same formula gives for 66."""
+    rho_s, studies = planted_h1
+    for name, n in (("H1", 102), ("H1c", 66)):
+        claimed = CLAIMED_POWER if name == "H1" else _spearman_power(rho_s, n)
+        count = sum(s[name][0].p_value < ALPHA_M and s[name][0].effect < 0 for s in studies)
+        ok, msg = _power_ok(count, len(studies), claimed)
+        assert ok, f"{name} planted partial rho {rho_s:.3f}: {msg}"
+
+
+@pytest.mark.slow
+def test_hypothesis_placebo_passes_when_h1_is_true(planted_h1):
+    """A true health effect with no confound: the placebo fails in at most its nominal share of studies
+    (its donors never receive, so a true effect cannot correlate swapped pairs)."""
+    _, studies = planted_h1
+    for name in ("H1", "H1c"):
+        count = sum(s[name][1]["passes"] is False for s in studies)
+        ok, msg = _size_ok(count, len(studies), ALPHA)
+        assert ok, f"{name} placebo failed under a true unconfounded effect in {msg}"
+
+
+# The planted confound: health falls and entropy rises by these multiples of (z^2 - 1), z the SD units
+# of log length; strong enough that the adjusted H1 is fooled in nearly every study.
+CONFOUND_HEALTH, CONFOUND_ENTROPY = 2.0, 1.3
+
+
+@pytest.mark.slow
+def test_hypothesis_placebo_flags_a_length_confound_and_h1_is_not_supported():
+    """Fault class: a health that is a proxy of something prompts of one length share (here a U-shaped
+    function of length, which the rank adjustment for length leaves in) "supports" H1. The adjusted test
+    is fooled; the placebo must flag it in at least 80 % of studies, and the rule must then not call H1
+    supported."""
+    n = 40
+    flagged = fooled = supported = 0
+    for seed in range(n):
+        rows, tokens, _ = simulate_study(30_000 + seed, decodes=False)
+        logn = np.log([r["n_prompt_tokens"] for r in rows])
+        z = (logn - logn.mean()) / logn.std()
+        for r, zi in zip(rows, z):
+            r["context_health"] -= CONFOUND_HEALTH * (zi ** 2 - 1)
+            r["mean_entropy_bits"] += CONFOUND_ENTROPY * (zi ** 2 - 1)
+        a = analyze(rows, tokens, seed=seed, n_resamples=0)
+        h1 = a.test("H1")
+        fooled += h1.p_value < ALPHA and h1.effect < 0
+        flagged += h1.details["placebo"]["passes"] is False
+        supported += h1.verdict == SUPPORTED and h1.details["placebo"]["passes"] is False
+    assert fooled > n // 2, f"the planted confound fooled the adjusted H1 in only {fooled} of {n}"
+    tail = float(stats.binom.cdf(flagged, n, CLAIMED_POWER))
+    assert tail >= P_THRESHOLD, f"placebo flagged the confound in {flagged} of {n} (P = {tail:.2g})"
+    assert supported == 0, f"H1 supported in {supported} studies whose placebo failed"
+
+
+def test_hypothesis_power_h4_at_least_claimed():
+    """At the twins' smallest detectable rank-biserial r (18 pairs, ALPHA / m) the paired test detects a
+    planted poisoned - neutral health drop in at least the claimed 80 % (the normal approximation behind
+    the claim is conservative with 18 pairs: at r near 0.97 every sign is positive)."""
+    r_min = power.rank_biserial_min_effect(18, ALPHA_M)
+    shift = float(stats.norm.ppf((1 + r_min) / 2) / math.sqrt(2))  # r_rb = 2 Phi(sqrt(2) d) - 1 for normal d
+    n = 60
+    count = 0
+    for seed in range(n):
+        rows, _, _ = simulate_study(40_000 + seed, Plant(h4=shift), decodes=False)
+        neutral = {r["twin_of"]: r for r in rows if r["variant"] == "neutral"}
+        poisoned = [r for r in rows if r["variant"] == "poisoned"]
+        res = paired_test([neutral[p["twin_of"]]["context_health"] for p in poisoned],
+                          [p["context_health"] for p in poisoned], name="H4a", predicted_sign=-1, n_resamples=0)
+        count += res.p_value < ALPHA_M and res.effect < 0
+    tail = float(stats.binom.cdf(count, n, CLAIMED_POWER))
+    assert tail >= P_THRESHOLD, f"H4a planted r {r_min:.3f} detected in {count} of {n} (P = {tail:.2g})"
+
+
+def test_simulated_study_has_the_study_structure():
+    """The simulation's rows are the embedded set's: 102 prompts, 18 triples, the study's H6 subset."""
+    rows, tokens, decodes = simulate_study(0)
+    assert len(rows) == 102 and sum(r["variant"] == "poisoned" for r in rows) == 18
+    assert len({question_of(r) for r in rows}) == 66
+    assert sum(all(c in r for c in H6_COLUMNS) for r in rows) == len(h6_subset())
+    per_prompt = np.bincount(np.unique([t["prompt_id"] for t in tokens], return_inverse=True)[1])
+    assert per_prompt.min() >= 10 and per_prompt.max() <= 24 and len(decodes) == 102
