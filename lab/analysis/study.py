@@ -11,7 +11,8 @@ import numpy as np
 from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
 from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
 from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
-                                     category_test, judge, paired_test, partial_correlation_test)
+                                     category_test, judge, paired_test, partial_correlation_test,
+                                     untested_result)
 from lab.analysis.placebo import placebo_check
 from lab.analysis.power import power_note, power_summary
 
@@ -80,9 +81,20 @@ def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: in
     return res
 
 
+def _untestable_health(measured: TestResult, reason: str) -> TestResult:
+    """H1 / H1c when context health fails on independent text: untested, saying why, the figures kept."""
+    res = untested_result(measured.name, measured.test, measured.effect_name, measured.n, measured.predicted_sign,
+                          measured.smallest_effect, f"untestable on this model: {reason}")
+    res.details.update({k: v for k, v in measured.details.items() if k != "control_rejects"})
+    res.details["as_measured"] = {"effect": measured.effect, "p_value": measured.p_value,
+                                  "ci_low": measured.ci_low, "ci_high": measured.ci_high}
+    return res
+
+
 def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
             n_resamples: int = N_RESAMPLES, n_bins: int = 8,
-            decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None) -> StudyAnalysis:
+            decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
+            health_unmeasurable: str | None = None) -> StudyAnalysis:
     """Run H1-H6c on the study's tables and judge them together (one Holm family).
 
     The study passes its records as their columns (``lab.study.outcome.PromptRow.as_columns()``,
@@ -104,6 +116,10 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         decodes: Per prompt id, the tracked decode's ``entropy_bits`` and ``word``
             labels (H5); ``None`` or empty leaves H5 untested. H6 reads the
             ``alpha_t*`` columns of ``per_prompt`` (clean prompts of the subset).
+        health_unmeasurable: Why context health does not read the context on this model
+            (:func:`lab.health.validation.health_unmeasurable`); H1 and H1c are then untested with
+            that reason, their figures as measured kept in ``details["as_measured"]``, and out of the
+            Holm family.
 
     Returns:
         A :class:`StudyAnalysis`.
@@ -112,6 +128,8 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
     h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
     h1 = _h1(h1_rows, "H1", seed, n_resamples)
     h1c = _h1([r for r in h1_rows if r.get("variant", "clean") == "clean"], "H1c", seed, n_resamples)
+    if health_unmeasurable:
+        h1, h1c = (_untestable_health(t, health_unmeasurable) for t in (h1, h1c))
 
     toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
     h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
@@ -207,6 +225,6 @@ def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> lis
         if r.details.get("control_rejects"):
             r.verdict = INCONCLUSIVE
         r.details["power"] = power_summary(r, m, alpha)
-        if r.verdict == INCONCLUSIVE:
+        if r.verdict == INCONCLUSIVE and "as_measured" not in r.details:  # untestable: no n would settle it
             r.note = "; ".join(x for x in (r.note, power_note(r.details["power"])) if x)
     return judged

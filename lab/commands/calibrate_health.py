@@ -51,6 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "and the model's length reference to $LAB_CALIBRATION_DIR/health/length/<profile>.json "
                         "(default folder ~/.cache/lab/calibrations), which every command's context health then "
                         "reads before the packaged lab/health/ files (default: report only)")
+    p.add_argument("--validate", nargs="?", const="", default=None, metavar="FILE",
+                   help="instead of calibrating, score the current context health on independent clean text and "
+                        "report the size of Spearman rho(health, N) and the share at the ends of the scale (bars 0.2 and 5%%); "
+                        "FILE: a JSONL of {\"id\", \"prompt\", \"source\"?} (default: the packaged "
+                        "lab/data/health_validation.jsonl)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -74,6 +79,53 @@ def _notes(err, report, save: bool) -> None:
             f"{model}'s own prompts (see summary.md)")
 
 
+def _validate(args: argparse.Namespace) -> int:
+    """``--validate``: the current context health on the validation set (:mod:`lab.health.validation`)."""
+    from lab.health.calibration import score_candidates
+    from lab.health.choice import load_chosen
+    from lab.health.graded import model_length_reference
+    from lab.health.validation import (PACKAGED_VALIDATION, VALIDATION_PROMPTS, load_sources, save_validity,
+                                       validation_report, validity_of)
+    from lab.models.loading import load_model
+    from lab.models.profiles import PROFILES
+    from lab.render.console import stderr_console, stdout_console
+    from lab.prompts import read_utf8
+    from lab.render.health import validation_markdown, validation_table
+    from lab.reports import environment, report_dir
+    from lab.sinks.calibration import load_prompts
+    from lab.sinks.prefill import analyze_prefill
+
+    path = args.validate or str(resources.files("lab").joinpath(VALIDATION_PROMPTS))
+    prompts = load_prompts(path, arg="validate")
+    sources = load_sources(read_utf8(path, f"validate={path!r}"))
+    device = check_model_args(args)
+    err = stderr_console()
+    with err.status(f"loading {args.model} on {device}"):
+        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    measure = load_chosen()
+    with err.status("scoring validation prompts") as status:
+        values = score_candidates(lambda messages: analyze_prefill(model, tokenizer, messages), prompts,
+                                  progress=lambda i, n, pid: status.update(f"validation prompt {i + 1}/{n}: {pid}"))
+    info = model_source(model).as_dict()
+    report = validation_report(values, prompts, sources, measure=measure, model=info, environment=environment(model),
+                               prompts_file=args.validate or PACKAGED_VALIDATION,
+                               reference_file=model_length_reference(model, measure).path)
+    if not report.valid:
+        err.print(f"calibrate-health: context health ({measure}) fails on independent text on {info['model']}: "
+                  f"rho(N) {report.figures.rho:+.2f}, {report.figures.saturated_share:.0%} at the ends of the scale",
+                  markup=False, highlight=False)
+    stdout_console().print(validation_table(report))
+    with report_dir(args.out, "calibrate-health-validate", info["model"]) as rd:
+        rd.write_json("validation.json", report.to_json())
+        rd.write_csv("prompts.csv", list(report.prompts))
+        rd.write_text("summary.md", validation_markdown(report))
+    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    if args.save and args.model in PROFILES:  # the verdict the study reads (H1 untestable where it failed)
+        saved = save_validity(validity_of(report.to_json(), args.model, rd.final.name))
+        stdout_console().print(f"saved: {saved}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from lab.health.calibration_report import (HealthRun, health_prompt_sets, health_report, save_health_choice,
                                                score_health_sets)
@@ -86,10 +138,12 @@ def run(args: argparse.Namespace) -> int:
     from lab.sinks.calibration import load_prompts
     from lab.sinks.prefill import analyze_prefill
 
+    if args.validate is not None:
+        return _validate(args)
     # 1. Validate before loading.
     clean = load_prompts(args.prompts)
     references = load_prompts(args.reference_prompts if args.reference_prompts is not None else
-                              str(resources.files("lab").joinpath(REFERENCE_PROMPTS)))
+                              str(resources.files("lab").joinpath(REFERENCE_PROMPTS)), arg="reference_prompts")
     sets = health_prompt_sets(clean, references, distractors=args.distractors,
                               neutral=args.neutral, prompts_file=args.prompts, reference_file=args.reference_prompts)
     device = check_model_args(args)

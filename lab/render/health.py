@@ -1,6 +1,7 @@
-"""Rendering of the context-health calibration: the candidates table and summary.md.
+"""Rendering of the context-health calibration and its validation: tables and summary.md.
 
-Each function draws a :class:`lab.health.calibration_report.HealthCalibrationReport` as given.
+Each function draws a :class:`lab.health.calibration_report.HealthCalibrationReport` or a
+:class:`lab.health.validation.HealthValidationReport` as given.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from rich.table import Table
 from lab.health.calibration import CandidateFigures
 from lab.health.calibration_report import HealthCalibrationReport
 from lab.health.measures import PROPERTIES as _PROPS
+from lab.health.validation import (END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport,
+                                   ValidationFigures)
 
 _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
@@ -100,4 +103,51 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
             lines.append(f"| {name} | {f['n_clean']} | {f['max_tie_share']:.0%} | {f['n_distinct']} | "
                          f"{f['min']:.2f} to {f['max']:.2f} | {f['n_twins_below']}/{f['n_twins']} | "
                          f"{f['n_twins_tied']}/{f['n_twins']} |")
+    return "\n".join(lines) + "\n"
+
+
+_VCOLS = ("measure", "valid", "rho N", "p", "at 0", "at 10", "measurable", "median", "range")
+
+
+def _vrow(f: ValidationFigures) -> tuple[str, ...]:
+    return (f.name + (" (control)" if f.control else ""), "yes" if f.valid else "no", f"{f.rho:+.2f}", f"{f.p:.2g}",
+            f"{f.low_share:.0%}", f"{f.high_share:.0%}", f"{f.n_measurable}/{f.n}", f"{f.median:.2f}",
+            f"{f.low:.2f} to {f.high:.2f}")
+
+
+def validation_table(report: HealthValidationReport) -> Table:
+    """Every candidate's drift with length and saturation on the validation set, the lab's measure first."""
+    table = Table(title=f"Context health on independent text (measure: {report.measure}; "
+                        f"{'valid' if report.valid else 'NOT valid'} on this model)",
+                  caption=f"valid: |Spearman rho(value, N)| <= {MAX_LENGTH_RHO:g} and at most "
+                          f"{MAX_SATURATED_SHARE:.0%} of prompts within {END_MARGIN:g} of 0 or 10")
+    for col in _VCOLS:
+        table.add_column(col, no_wrap=col == "measure", overflow="fold")
+    for f in sorted(report.candidates.values(), key=lambda f: f.name != report.measure):
+        table.add_row(*_vrow(f))
+    return table
+
+
+def validation_markdown(report: HealthValidationReport) -> str:
+    """summary.md of ``lab calibrate-health --validate``."""
+    f = report.figures
+    verdict = ("meets both bars" if f.valid else
+               "**fails** (" + ", ".join(w for w, ok in (("drifts with length", f.length_neutral),
+                                                          ("saturates", f.unsaturated)) if not ok) + ")")
+    lines = [
+        "# Context health on independent text", "",
+        f"Model: {report.model.get('model', '?')}. Prompts: {f.n} clean prompts of {report.prompts_file} "
+        "(docstrings of installed packages, spread evenly in log content length, one neutral question), "
+        "none from the calibration, length-reference or study prompts. Length reference read: "
+        f"{report.reference_file or 'none'}.", "",
+        f"**The lab's context health (`{report.measure}`) {verdict}**: Spearman rho with the content length N "
+        f"{f.rho:+.2f} (p {f.p:.2g}), {f.saturated_share:.0%} of measurable prompts at an end of the scale "
+        f"({f.low_share:.0%} at 0, {f.high_share:.0%} at 10), range {f.low:.2f} to {f.high:.2f}. Bars: "
+        f"|rho| <= {MAX_LENGTH_RHO:g}; at most {MAX_SATURATED_SHARE:.0%} within {END_MARGIN:g} of 0 or 10.", "",
+        "| " + " | ".join(_VCOLS) + " |", "|" + "---|" * len(_VCOLS)]
+    lines += ["| " + " | ".join(_vrow(c)) + " |" for c in report.candidates.values()]
+    lines += ["", f"## `{report.measure}` within each source", "", "| source | " + " | ".join(_VCOLS[1:]) + " |",
+              "|" + "---|" * len(_VCOLS)]
+    lines += [f"| {src} | " + " | ".join(_vrow(c)[1:]) + " |" for src, c in report.by_source.items()]
+    lines += ["", "Files: `validation.json` (bars, figures, per-prompt values), `prompts.csv`."]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ defines is passed in by the part's loader. The kinds and where their schemas liv
 
 * converted-cache manifests and ``layers.json``: :mod:`lab.schemas.cache` (rebuilt when bad);
 * sink calibrations and the detector choice: :mod:`lab.schemas.calibration` (refused);
-* the context-health choice and length references: :mod:`lab.schemas.health` (refused);
+* the context-health choice, length references and validity records: :mod:`lab.schemas.health` (refused);
 * the tuning file: :mod:`lab.speculative.tuning_schema` (ignored with a note), beside the
   draft set-up it records;
 * a study's work directory (``settings.json``, ``runner.json``, ``prompts.json``, the

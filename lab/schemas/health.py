@@ -67,6 +67,24 @@ REFERENCE_SCHEMA: dict[str, Any] = {
 }
 
 
+VALIDITY_KIND = "context-health validity record"
+VALIDITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["profile", "measure", "valid", "rho", "p", "saturated_share", "n", "prompts_file", "report"],
+    "properties": {
+        "profile": {**_TEXT, "minLength": 1},
+        "measure": {**_TEXT, "minLength": 1},
+        "valid": {"type": "boolean"},
+        "rho": {**_NUMBER, "minimum": -1, "maximum": 1},
+        "p": {**_NUMBER, "minimum": 0, "maximum": 1},
+        "saturated_share": {**_NUMBER, "minimum": 0, "maximum": 1},
+        "n": {"type": "integer", "minimum": 1},
+        "prompts_file": _TEXT,
+        "report": _TEXT,
+    },
+}
+
+
 def load_chosen_file(path: str | Path, measures: Iterable[str]) -> dict:
     """A context-health choice, validated by :data:`CHOSEN_SCHEMA` with ``measure`` one of ``measures``
     (:data:`lab.health.measures.CANDIDATES`; passed in, so this package imports no part it validates for).
@@ -88,3 +106,12 @@ def load_reference_file(path: str | Path, bases: Iterable[str]) -> dict:
     references = {**REFERENCE_SCHEMA["properties"]["references"], "propertyNames": {"enum": sorted(bases)}}
     schema = {**REFERENCE_SCHEMA, "properties": {**REFERENCE_SCHEMA["properties"], "references": references}}
     return schemas.load(path, schema, REFERENCE_KIND)
+
+
+def load_validity_file(path: str | Path) -> dict:
+    """A context-health validity record (:mod:`lab.health.validation`), validated by :data:`VALIDITY_SCHEMA`.
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
+    """
+    return schemas.load(path, VALIDITY_SCHEMA, VALIDITY_KIND)

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from lab.health.choice import load_chosen
+from lab.health.validation import health_unmeasurable
 from lab.analysis.study import StudyAnalysis, analyze
 from lab.prompts import StudyPrompt
 from lab.study.config import NoProgress, Progress, Runner, StudyConfig
@@ -256,7 +258,8 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     decodes = {p.id: outcomes[p.id].decode.as_columns() for p in done if outcomes[p.id].decode}
     # the analysis reads the records as their columns (it sits below the study and knows no study type)
     analysis = analyze([r.as_columns() for r in per_prompt], [t.as_columns() for t in per_token],
-                       seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes)
+                       seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes,
+                       health_unmeasurable=health_unmeasurable(plan.config.model, load_chosen()))
     return StudyResult(plan, per_prompt, per_token, analysis, info, n_resumed, time.perf_counter() - started,
                        started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from))
 

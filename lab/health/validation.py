@@ -1,0 +1,347 @@
+"""Context health on independent text: does it read the context, or the content length N?
+
+The choice rule of :mod:`lab.health.measures` checks length neutrality on the calibration
+prompts, and the ``*_for_length`` references are fitted on the length-reference prompts;
+both are built from the same kind of text (CPython's help topics after a question), so
+passing there says little about other text. This module scores the lab's context health
+(:func:`lab.sinks.prefill.analyze_prefill`, the model's own stored length reference) on
+the validation set ``lab/data/health_validation.jsonl`` (:mod:`lab.data.make_health_validation`:
+docstrings of NumPy, SciPy, Rich and the standard library, 16 to 1,000 content tokens,
+spread evenly in ``ln N``; none of it comes from the calibration, reference or study
+prompts) and states two bars, each a named constant with its reason:
+
+* length-neutral: ``|Spearman rho(health, N)| <=`` :data:`MAX_LENGTH_RHO` over the measurable
+  prompts (the tolerance of the calibration's sixth property, now on text the rule never saw);
+* not saturated: at most :data:`MAX_SATURATED_SHARE` of the measurable prompts within
+  :data:`END_MARGIN` of either end of the 0..10 scale (both ends together).
+
+A measure meeting both is *valid* on that model; the lab's context health is the chosen
+measure (:func:`lab.health.choice.load_chosen`), and every other candidate and the
+length-only control (:data:`lab.health.measures.CONTROLS`, which must fail) are reported
+beside it from the same prefills. Pure figures on per-prompt values; no model code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from lab.health.calibration import LENGTH_RHO_TOLERANCE, N_CONTENT
+from lab.health.measures import CANDIDATES, CONTROLS
+from lab.prompts import CalibrationPrompt
+
+VALIDATION_PROMPTS = "data/health_validation.jsonl"
+PACKAGED_VALIDATION = "lab/data/health_validation.jsonl"
+MAX_LENGTH_RHO = LENGTH_RHO_TOLERANCE  # 0.2: the calibration's length tolerance, held on text the rule never saw
+# A value within 0.1 of 0 or of 10 is at an end of the scale: for a *_for_length reading,
+# 10 Phi(z), that is |z| > 2.33, 1 % of clean prompts at each end when the reference fits.
+END_MARGIN = 0.1
+MAX_SATURATED_SHARE = 0.05  # the issue's bar: no more than 5 % of clean prompts at the ends
+MIN_MEASURABLE = 10  # fewer measurable prompts give no usable rank correlation
+SOURCE_KEY = "source"  # a prompt's source package, kept beside its values
+
+
+@dataclass(frozen=True)
+class ValidationFigures:
+    """One measure's drift with length and saturation on the validation prompts.
+
+    Attributes:
+        name: The measure (a key of :data:`CANDIDATES` or :data:`CONTROLS`).
+        n: Prompts scored.
+        n_measurable: Prompts with a finite value (NaN: not measurable, or no length reference).
+        rho, p: Spearman correlation of the value with the content length N and its two-sided
+            p over the measurable prompts; NaN when fewer than :data:`MIN_MEASURABLE` or no spread.
+        low_share, high_share: Shares of the measurable prompts within :data:`END_MARGIN` of 0 and of 10.
+        low, median, high: The values' range and median over the measurable prompts.
+        control: A negative control (must not be valid).
+    """
+
+    name: str
+    n: int
+    n_measurable: int
+    rho: float
+    p: float
+    low_share: float
+    high_share: float
+    low: float
+    median: float
+    high: float
+    control: bool = False
+
+    @property
+    def saturated_share(self) -> float:
+        """Share of measurable prompts at either end of the scale."""
+        return self.low_share + self.high_share
+
+    @property
+    def length_neutral(self) -> bool:
+        """``|rho| <= MAX_LENGTH_RHO`` (False when rho could not be computed)."""
+        return math.isfinite(self.rho) and abs(self.rho) <= MAX_LENGTH_RHO
+
+    @property
+    def unsaturated(self) -> bool:
+        """At most :data:`MAX_SATURATED_SHARE` of the measurable prompts at the ends (False with none measurable)."""
+        return self.n_measurable > 0 and self.saturated_share <= MAX_SATURATED_SHARE
+
+    @property
+    def valid(self) -> bool:
+        """Both bars met, on at least :data:`MIN_MEASURABLE` measurable prompts."""
+        return self.n_measurable >= MIN_MEASURABLE and self.length_neutral and self.unsaturated
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures and the derived verdicts, as ``validation.json`` holds them."""
+        return {**self.__dict__, "saturated_share": self.saturated_share, "length_neutral": self.length_neutral,
+                "unsaturated": self.unsaturated, "valid": self.valid}
+
+
+def validation_figures(name: str, values: Sequence[float], lengths: Sequence[int], *,
+                       control: bool = False) -> ValidationFigures:
+    """Spearman rho with N, its p, and the shares at the ends of the scale, over the finite values.
+
+    Args:
+        name: The measure's name.
+        values: Its value per prompt on 0..10 (NaN: not measurable).
+        lengths: Content tokens N per prompt, aligned with ``values``.
+        control: Whether the measure is a negative control.
+
+    Raises:
+        ValueError: ``values`` and ``lengths`` do not align, or a length is below 1.
+    """
+    v, n = np.asarray(values, dtype=float), np.asarray(lengths, dtype=float)
+    if v.shape != n.shape or v.ndim != 1:
+        raise ValueError(f"{v.size} values and {n.size} lengths do not align")
+    if (n < 1).any():
+        raise ValueError("content lengths must be >= 1")
+    keep = np.isfinite(v)
+    v, n = v[keep], n[keep]
+    rho = p = math.nan
+    if v.size >= MIN_MEASURABLE and np.ptp(v) > 0 and np.ptp(n) > 0:
+        res = stats.spearmanr(v, n)
+        rho, p = float(res.statistic), float(res.pvalue)
+    m = max(v.size, 1)
+    return ValidationFigures(
+        name=name, n=int(keep.size), n_measurable=int(v.size), rho=rho, p=p,
+        low_share=float((v <= END_MARGIN).sum() / m), high_share=float((v >= 10.0 - END_MARGIN).sum() / m),
+        low=float(v.min()) if v.size else math.nan, median=float(np.median(v)) if v.size else math.nan,
+        high=float(v.max()) if v.size else math.nan, control=control)
+
+
+@dataclass(frozen=True)
+class HealthValidationReport:
+    """What ``lab calibrate-health --validate`` found on one model (``validation.json``, :meth:`to_json`).
+
+    Attributes:
+        measure: The lab's context health on this model (the chosen candidate).
+        figures: The chosen measure's figures (:func:`validation_figures`).
+        by_source: The chosen measure's figures within each source package of the set.
+        candidates: Every candidate's and control's figures, by name, from the same prefills.
+        prompts: Per prompt ``{"id", "source", "n_content", name: value ...}``.
+        model, environment: The model's provenance and :func:`lab.reports.environment`.
+        prompts_file: The validation set, as the report names it.
+        reference_file: The length-reference file the ``*_for_length`` candidates read (None: none).
+    """
+
+    measure: str
+    figures: ValidationFigures
+    by_source: dict[str, ValidationFigures]
+    candidates: dict[str, ValidationFigures]
+    prompts: tuple[dict[str, Any], ...]
+    model: dict[str, Any]
+    environment: dict[str, Any]
+    prompts_file: str
+    reference_file: str | None
+
+    @property
+    def valid(self) -> bool:
+        """Whether the lab's context health meets both bars on this model."""
+        return self.figures.valid
+
+    @property
+    def valid_candidates(self) -> tuple[str, ...]:
+        """The candidates (controls excluded) that meet both bars here."""
+        return tuple(k for k, f in self.candidates.items() if f.valid and not f.control)
+
+    def to_json(self) -> dict[str, Any]:
+        """``validation.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values."""
+        return {"kind": "calibrate-health-validate", "measure": self.measure, "valid": self.valid,
+                "bars": {"max_length_rho": MAX_LENGTH_RHO, "max_saturated_share": MAX_SATURATED_SHARE,
+                         "end_margin": END_MARGIN, "min_measurable": MIN_MEASURABLE},
+                "figures": self.figures.to_json(),
+                "by_source": {k: f.to_json() for k, f in self.by_source.items()},
+                "candidates": {k: f.to_json() for k, f in self.candidates.items()},
+                "valid_candidates": list(self.valid_candidates), "prompts": list(self.prompts),
+                "model": self.model, "environment": self.environment, "prompts_file": self.prompts_file,
+                "reference_file": self.reference_file}
+
+
+def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequence[CalibrationPrompt],
+                      sources: Mapping[str, str], *, measure: str, model: dict[str, Any],
+                      environment: dict[str, Any], prompts_file: str = PACKAGED_VALIDATION,
+                      reference_file: str | None = None) -> HealthValidationReport:
+    """Every candidate's figures on the validation prompts, and the verdict on the lab's context health.
+
+    Args:
+        values: :func:`lab.health.calibration.score_candidates` on ``prompts``
+            (``{prompt id: {name: value, "n_content": N}}``, read against the model's stored reference).
+        prompts: The validation prompts.
+        sources: Each prompt's source package by id (a missing id counts as ``"?"``).
+        measure: The lab's context health (the chosen candidate).
+        model, environment, prompts_file, reference_file: As :class:`HealthValidationReport`.
+
+    Raises:
+        ValueError: ``measure`` is not a candidate, or a prompt has no values.
+    """
+    if measure not in CANDIDATES:
+        raise ValueError(f"measure={measure!r} is not one of {', '.join(CANDIDATES)}")
+    missing = [p.id for p in prompts if p.id not in values]
+    if missing:
+        raise ValueError(f"no values for validation prompt(s) {missing[:5]}")
+    ids = [p.id for p in prompts]
+    lengths = [int(values[i][N_CONTENT]) for i in ids]
+    names = {**{k: False for k in CANDIDATES}, **{k: True for k in CONTROLS}}
+    cands = {k: validation_figures(k, [values[i][k] for i in ids], lengths, control=c) for k, c in names.items()}
+    by_source = {}
+    for src in sorted({sources.get(i, "?") for i in ids}):
+        sel = [i for i in ids if sources.get(i, "?") == src]
+        by_source[src] = validation_figures(measure, [values[i][measure] for i in sel],
+                                            [int(values[i][N_CONTENT]) for i in sel])
+    rows = tuple({"id": i, SOURCE_KEY: sources.get(i, "?"), **values[i]} for i in ids)
+    return HealthValidationReport(measure=measure, figures=cands[measure], by_source=by_source, candidates=cands,
+                                  prompts=rows, model=model, environment=environment, prompts_file=prompts_file,
+                                  reference_file=reference_file)
+
+
+def load_sources(text: str) -> dict[str, str]:
+    """Each validation prompt's ``source`` by id, from the JSONL text of the validation set (``"?"`` when absent).
+
+    Raises:
+        ValueError: a line is not a JSON object.
+    """
+    import json
+
+    out = {}
+    for n, line in enumerate(filter(str.strip, text.splitlines()), 1):
+        row = json.loads(line)
+        if not isinstance(row, dict):
+            raise ValueError(f"validation set line {n} is not a JSON object")
+        out[str(row.get("id"))] = str(row.get(SOURCE_KEY, "?"))
+    return out
+
+
+# --------------------------------------------------------------------------- the verdict kept for the study
+
+VALIDITY_DIR = "health/validity"  # inside the lab package, and inside the user's calibration folder
+
+
+@dataclass(frozen=True)
+class HealthValidity:
+    """The verdict of ``lab calibrate-health --validate`` on one profile, kept for the study to read.
+
+    Stored as ``health/validity/<profile>.json``: packaged under ``lab/``, and written to the user's
+    calibration folder by ``--validate --save`` (read first). The study reads it
+    (:func:`health_unmeasurable`): where the lab's context health fails on independent text, H1 and
+    H1c are untestable on that model and say why.
+
+    Attributes:
+        profile: The model profile validated.
+        measure: The context-health measure validated (a record for another measure says nothing).
+        valid: Whether it met both bars (:data:`MAX_LENGTH_RHO`, :data:`MAX_SATURATED_SHARE`).
+        rho, p: Spearman rho(health, content length N) on the validation prompts and its p.
+        saturated_share: Share of the prompts within :data:`END_MARGIN` of either end of the scale.
+        n: Measurable prompts.
+        prompts_file: The validation set.
+        report: The report folder the figures come from.
+    """
+
+    profile: str
+    measure: str
+    valid: bool
+    rho: float
+    p: float
+    saturated_share: float
+    n: int
+    prompts_file: str
+    report: str
+
+    def reason(self) -> str:
+        """Why the measure is not a reading of the context on this model ("" when valid)."""
+        problems = []
+        if not abs(self.rho) <= MAX_LENGTH_RHO:
+            problems.append(f"it drifts with content length (Spearman rho {self.rho:+.2f}, p {self.p:.2g}; "
+                            f"bar |rho| <= {MAX_LENGTH_RHO:g})")
+        if not self.saturated_share <= MAX_SATURATED_SHARE:
+            problems.append(f"{self.saturated_share:.0%} of prompts sit at an end of its 0..10 scale "
+                            f"(bar {MAX_SATURATED_SHARE:.0%})")
+        if not problems:
+            return ""
+        return (f"context health ({self.measure}) does not read the context on {self.profile}: on {self.n} clean "
+                f"prompts of independent text ({self.prompts_file}) " + " and ".join(problems))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"profile": self.profile, "measure": self.measure, "valid": self.valid, "rho": self.rho, "p": self.p,
+                "saturated_share": self.saturated_share, "n": self.n, "prompts_file": self.prompts_file,
+                "report": self.report}
+
+
+def validity_of(validation: Mapping[str, Any], profile: str, report: str) -> HealthValidity:
+    """The :class:`HealthValidity` of a ``validation.json`` (:meth:`HealthValidationReport.to_json`)."""
+    fig = validation["figures"]
+    return HealthValidity(profile=profile, measure=str(validation["measure"]), valid=bool(validation["valid"]),
+                          rho=float(fig["rho"]), p=float(fig["p"]), saturated_share=float(fig["saturated_share"]),
+                          n=int(fig["n_measurable"]), prompts_file=str(validation["prompts_file"]), report=report)
+
+
+def validity_path(profile: str, *, packaged: bool) -> "Path":
+    """``health/validity/<profile>.json`` in the package (``packaged``) or in the user's calibration folder."""
+    from importlib import resources
+    from pathlib import Path
+
+    from lab.user_dirs import calibration_dir
+
+    if packaged:
+        return Path(str(resources.files("lab").joinpath(f"{VALIDITY_DIR}/{profile}.json")))
+    return calibration_dir() / VALIDITY_DIR / f"{profile}.json"
+
+
+def load_validity(profile: str) -> HealthValidity | None:
+    """The stored verdict for ``profile``: the user's file, else the packaged one; None without either.
+
+    Raises:
+        ValueError: the file fails :data:`lab.schemas.health.VALIDITY_SCHEMA`, in one line naming it.
+    """
+    from lab.schemas import FileSchemaError
+    from lab.schemas.health import load_validity_file
+
+    for packaged in (False, True):
+        path = validity_path(profile, packaged=packaged)
+        if path.is_file():
+            try:
+                data = load_validity_file(path)
+            except FileSchemaError as exc:
+                raise ValueError(f"{exc}; delete it (the packaged verdict is read then), or rerun "
+                                 f"`lab calibrate-health --model {profile} --validate --save`") from None
+            return HealthValidity(**{k: data[k] for k in HealthValidity.__dataclass_fields__})
+    return None
+
+
+def save_validity(validity: HealthValidity) -> "Path":
+    """Write ``validity`` to the user's calibration folder; returns the path."""
+    import json
+
+    from lab.user_dirs import write_text_atomic
+
+    path = validity_path(validity.profile, packaged=False)
+    return write_text_atomic(path, json.dumps(validity.to_json(), indent=2) + "\n")
+
+
+def health_unmeasurable(profile: str, measure: str) -> str | None:
+    """Why context health cannot be read on ``profile``: the stored verdict's reason when it is for
+    ``measure`` and failed; None when it passed, is for another measure, or none is stored."""
+    validity = load_validity(profile)
+    if validity is None or validity.measure != measure or validity.valid:
+        return None
+    return validity.reason()
