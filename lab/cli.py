@@ -63,6 +63,8 @@ COMMANDS = (
 # it. glibc's "cannot allocate memory in static TLS block" is no shortage of memory, so not one.
 # CPython's words when a thread's stack cannot be mapped (torch starts its pools under ``ulimit -v``).
 NO_THREAD = "can't start new thread"
+# torch's words when it cannot map a weights file (safetensors, ``ulimit -v``): the errno's text, ENOMEM.
+NO_MAP = re.compile(r"unable to mmap .*Cannot allocate memory \(12\)")
 NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory(?! in static TLS)", re.IGNORECASE)
 
 
@@ -137,12 +139,15 @@ def write_traceback(command: str, exc: BaseException) -> Path | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, restore_signals: bool = True) -> int:
     """Run one ``lab`` command and return its exit code; how a run ends is the module docstring's.
 
     SIGTERM raises :class:`Terminated` from the first line on, so that it, Ctrl-C and a failed
     import end the same way whether they come while the parser is built, while torch loads or
-    while the command runs. The previous SIGINT and SIGTERM handlers are restored on return.
+    while the command runs. On return the previous SIGINT and SIGTERM handlers are restored
+    (``restore_signals``, for callers in a process that goes on), or both stay ignored: the
+    console script (:func:`entry`) exits with the code, and a signal between the line and the
+    exit must not change it.
     """
     if threading.current_thread() is not threading.main_thread():  # signals can only be set there
         return _main(argv)
@@ -154,9 +159,20 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:  # a second signal before _main's handler held them
             return _stopped("", exc)
     finally:
-        for signum, handler in previous.items():
-            if handler is not None:  # None: a handler not set from Python, which cannot be put back
-                signal.signal(signum, handler)
+        if not restore_signals:
+            _hold_signals()
+        else:
+            for signum, handler in previous.items():
+                if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                    signal.signal(signum, handler)
+
+
+def entry() -> int:
+    """The ``lab`` console script: :func:`main` with the signals held until the process exits."""
+    try:
+        return main(restore_signals=False)
+    except KeyboardInterrupt as exc:  # a signal after main's handlers, before it held them: the same one line
+        return _stopped("", exc)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -239,10 +255,10 @@ def out_of_memory(exc: BaseException) -> bool:
     thread whose stack could not be mapped (:data:`NO_THREAD`)."""
     if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
         return True
-    if isinstance(exc, RuntimeError) and str(exc).startswith(NO_THREAD):
+    if isinstance(exc, RuntimeError) and (str(exc).startswith(NO_THREAD) or NO_MAP.search(str(exc))):
         return True
     return isinstance(exc, (ImportError, OSError)) and NO_MEMORY.search(str(exc)) is not None
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())

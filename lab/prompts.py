@@ -167,6 +167,8 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}): {raw.strip()[:80]!r}") from exc
+        except RecursionError:
+            raise ValueError(f"{where}: malformed JSON (nested too deeply to read)") from None
         p = _check_record(obj, where)
         if p.id in seen:
             raise ValueError(f"{where}: duplicate id={p.id!r} (first on line {seen[p.id]})")

@@ -82,7 +82,7 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     try:
         text = src.read_text(encoding="utf-8")
         added = {r["twin_of"]: r["added"] for r in map(json.loads, filter(str.strip, text.splitlines()))}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError) as exc:
         raise ValueError(f"neutral={str(src)!r} cannot be read as neutral variants ({type(exc).__name__}: {exc})") from None
     missing = [p.id for p in prompts if p.id not in added]
     if missing:

@@ -219,13 +219,16 @@ def load_sources(text: str) -> dict[str, str]:
     """Each validation prompt's ``source`` by id, from the JSONL text of the validation set (``"?"`` when absent).
 
     Raises:
-        ValueError: a line is not a JSON object.
+        ValueError: a line is not a JSON object (or not JSON).
     """
     import json
 
     out = {}
     for n, line in enumerate(filter(str.strip, text.splitlines()), 1):
-        row = json.loads(line)
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            row = None
         if not isinstance(row, dict):
             raise ValueError(f"validation set line {n} is not a JSON object")
         out[str(row.get("id"))] = str(row.get(SOURCE_KEY, "?"))

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
+# No file the lab writes comes near this (a study outcome with its tokens is tens of kB, a converted
+# cache's manifest a few kB): a bigger one is not the lab's, and reading it whole could exhaust memory.
+MAX_FILE_BYTES = 64 * 2**20
 MAX_PROBLEM_CHARS = 160  # a problem longer than this (a whole echoed container) is cut: the line stays one line
 
 
@@ -69,9 +73,17 @@ def read_json(path: str | Path, kind: str) -> Any:
     """The JSON value in ``path``.
 
     Raises:
-        FileSchemaError: the file cannot be read, is not UTF-8 text or is not JSON.
+        FileSchemaError: the file is not a regular file, is over :data:`MAX_FILE_BYTES`, cannot be
+            read, is not UTF-8 text, is not JSON (an integer past Python's digit limit included) or
+            nests too deeply.
     """
     try:
+        info = Path(path).stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
+            raise FileSchemaError(path, kind, "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise FileSchemaError(path, kind, f"{info.st_size:,} bytes, more than any file the lab writes "
+                                              f"({MAX_FILE_BYTES:,})")
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise FileSchemaError(path, kind, f"cannot be read ({exc.strerror or exc})") from None
@@ -83,6 +95,10 @@ def read_json(path: str | Path, kind: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FileSchemaError(path, kind, f"not JSON ({exc.msg}, line {exc.lineno})") from None
+    except ValueError as exc:  # a number past Python's digit limit for int(), and the like
+        raise FileSchemaError(path, kind, f"not JSON the lab reads ({exc})") from None
+    except RecursionError:  # brackets nested past Python's recursion limit: no file the lab writes
+        raise FileSchemaError(path, kind, "JSON nested too deeply to read") from None
 
 
 def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: str) -> Any:
@@ -92,7 +108,10 @@ def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: st
         FileSchemaError: the first (most relevant, :func:`jsonschema.exceptions.best_match`)
             violation, with where in the file it is (``gamma``, ``files/0/size``).
     """
-    error = best_match(Validator(schema).iter_errors(data))
+    try:
+        error = best_match(Validator(schema).iter_errors(data))
+    except RecursionError:
+        raise FileSchemaError(path, kind, "JSON nested too deeply to check") from None
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "top level"
         raise FileSchemaError(path, kind, f"{where}: {error.message}")

@@ -24,6 +24,9 @@ from typing import Any, Iterable
 from lab import schemas
 
 CHOSEN_KIND = "context-health choice"
+# A length reference's residual SD is in the base measure's units (entropies normalized to [0, 1],
+# so well under 1); above this every health reading would sit at 5 / 10 whatever the context.
+MAX_SCALE = 10.0
 REFERENCE_KIND = "length reference"
 
 _TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}  # printed in a line: no newlines
@@ -60,7 +63,7 @@ REFERENCE_SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "required": ["intercept", "slope", "scale"],
-                "properties": {"intercept": _NUMBER, "slope": _NUMBER, "scale": {**_NUMBER, "exclusiveMinimum": 0}},
+                "properties": {"intercept": _NUMBER, "slope": _NUMBER, "scale": {**_NUMBER, "exclusiveMinimum": 0, "maximum": MAX_SCALE}},
             },
         },
     },
@@ -105,7 +108,11 @@ def load_reference_file(path: str | Path, bases: Iterable[str]) -> dict:
     """
     references = {**REFERENCE_SCHEMA["properties"]["references"], "propertyNames": {"enum": sorted(bases)}}
     schema = {**REFERENCE_SCHEMA, "properties": {**REFERENCE_SCHEMA["properties"], "references": references}}
-    return schemas.load(path, schema, REFERENCE_KIND)
+    data = schemas.load(path, schema, REFERENCE_KIND)
+    low_high = data.get("n_content_range")
+    if low_high is not None and low_high[0] > low_high[1]:
+        raise schemas.FileSchemaError(path, REFERENCE_KIND, f"n_content_range {low_high} runs backwards")
+    return data
 
 
 def load_validity_file(path: str | Path) -> dict:

@@ -87,8 +87,8 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}:{n} is not valid JSON: {exc}") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested past the recursion limit
+            raise ValueError(f"{where}:{n} is not valid JSON: {exc}") from None
         if not isinstance(row, dict) or not row.get("id") or not row.get("prompt"):
             raise ValueError(f"{where}:{n} needs non-empty 'id' and 'prompt', got {row!r}")
         if row["id"] in seen:

@@ -32,6 +32,7 @@ TUNING_FORMAT = 1
 _TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}
 _NAME = {**_TEXT, "minLength": 1}
 _WHOLE = {"type": "integer", "minimum": 1}
+MAX_THREADS = 4096  # more torch threads than any machine the lab meets has cores: a hand-edited number
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -58,7 +59,7 @@ SCHEMA: dict[str, Any] = {
                 "cpu_model": _TEXT,
                 "cpu_flags": {"type": "array", "items": _NAME},
                 "torch": _NAME,
-                "threads": _WHOLE,
+                "threads": {**_WHOLE, "maximum": MAX_THREADS},
             },
         },
         "measured": {"type": "object"},

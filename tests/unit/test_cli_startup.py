@@ -63,9 +63,10 @@ sys.meta_path.insert(0, Moment())
 if ":" in stall_at:
     module, attr = stall_at.split(":")
     setattr(importlib.import_module(module), attr, stall)
-from lab.cli import main
+from lab.cli import entry
 
-sys.exit(main(sys.argv[5:]))
+sys.argv = [sys.argv[0], *sys.argv[5:]]
+sys.exit(entry())
 '''
 
 # From launch to the first token of `lab entropy`, in order: the parser's imports, the logging setup
@@ -150,6 +151,8 @@ def test_cli_import_stays_light_so_no_handler_waits_on_it():
     (OSError(errno.ENOENT, "No such file or directory"), False),
     (RuntimeError("cannot allocate memory"), False),
     (RuntimeError("can't start new thread"), True),  # a thread's stack not mapped under ulimit -v
+    (RuntimeError("unable to mmap 538090408 bytes from file <m.safetensors>: Cannot allocate memory (12)"), True),
+    (RuntimeError("unable to mmap 5 bytes from file <m.safetensors>: No such device (19)"), False),
 ])
 def test_cli_out_of_memory_names_only_memory_failures(exc, expected):
     assert cli.out_of_memory(exc) is expected
@@ -202,3 +205,17 @@ def test_cli_parser_build_failing_ends_in_one_line(tmp_path, capsys, monkeypatch
     rc = cli.main(["entropy", "hi"])
     line = _one_line(capsys.readouterr().err)
     assert rc == 1 and line.startswith("lab: error: RuntimeError: a command module is broken"), line
+
+
+def test_cli_main_without_restore_keeps_signals_ignored_to_the_exit():
+    """Fault class: a signal between the one line and the process's exit (the default handler put back)
+    turning exit 130 into 143 or adding a traceback. The console script runs main(restore_signals=False)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.main(["entropy", "hi", "--max-new-tokens", "-5"], restore_signals=False) == 2
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert cli.main(["entropy", "hi", "--max-new-tokens", "-5"]) == 2
+    assert {s: signal.getsignal(s) for s in before} == before  # in-process callers get theirs back

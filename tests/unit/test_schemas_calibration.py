@@ -317,3 +317,20 @@ def test_cli_sinks_hostile_calibration_file_exits_2_in_one_line(tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 2 and str(path) in err and len(err.strip().splitlines()) == 1, err
     assert "did not foresee" not in err
+
+
+@pytest.mark.parametrize("edit, says", [({"scale": 1e308}, "maximum"), ("range", "runs backwards")])
+def test_length_reference_implausible_values_refused(tmp_path, edit, says):
+    """Fault class: a hand-edited reference the schema took (a huge scale pins every health reading at 5)."""
+    src = json.loads((PACKAGE / "health" / "length" / f"{PROFILE}.json").read_text(encoding="utf-8"))
+    if edit == "range":
+        src["n_content_range"] = [500, 4]
+    else:
+        for ref in src["references"].values():
+            ref.update(edit)
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps(src))
+    from lab.health.measures import REFERENCED_BASES
+
+    with pytest.raises(health_schema.schemas.FileSchemaError, match=says):
+        health_schema.load_reference_file(path, REFERENCED_BASES)

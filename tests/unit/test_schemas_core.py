@@ -40,6 +40,8 @@ def test_validate_good_value_returned_unchanged():
 
 @pytest.mark.parametrize("content, says", [
     (b"\xff\xfe\x00binary", "not UTF-8"), (b"{not json", "not JSON"), (b"", "not JSON"),
+    (b'{"format": ' + b"9" * 50_000 + b"}", "digit"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"), (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nested too deeply"),
 ])
 def test_load_unreadable_bytes_named_in_one_line(tmp_path, content, says):
     path = tmp_path / "f.json"
@@ -49,8 +51,8 @@ def test_load_unreadable_bytes_named_in_one_line(tmp_path, content, says):
 
 
 def test_load_missing_file_and_folder_named(tmp_path):
-    for path in (tmp_path / "absent.json", tmp_path):
-        with pytest.raises(FileSchemaError, match="cannot be read"):
+    for path, says in ((tmp_path / "absent.json", "cannot be read"), (tmp_path, "not a regular file")):
+        with pytest.raises(FileSchemaError, match=says):
             load(path, SCHEMA, "k")
 
 
@@ -68,3 +70,22 @@ def test_schemas_package_imports_no_part_of_lab():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lab"):
                 assert node.module == "lab.schemas" or node.module == "lab" and all(
                     a.name == "schemas" for a in node.names), f"{path.name} imports {node.module}"
+
+
+def test_load_fifo_and_device_refused_without_blocking(tmp_path):
+    """Fault class: a FIFO or /dev/zero in a file's place blocks or never ends."""
+    import os
+
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(FileSchemaError, match="not a regular file"):
+            load(path, SCHEMA, "k")
+
+
+def test_load_file_over_the_cap_refused_before_reading(tmp_path, monkeypatch):
+    monkeypatch.setattr(schemas, "MAX_FILE_BYTES", 10)
+    path = tmp_path / "f.json"
+    path.write_text('{"gamma": 3, "x": 0.25}')
+    with pytest.raises(FileSchemaError, match="more than any file the lab writes"):
+        load(path, SCHEMA, "k")
