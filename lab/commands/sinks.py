@@ -21,10 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     try:
         choice = load_choice()
-        statistic = (f"{choice.label} ({choice.statistic})"
-                     + (", in (0, 1)," if choice.statistic == "sink_rate" else ", above 0,"))
+        what = f"{choice.label} ({choice.statistic}) above which a position is a sink" + (
+            ", in (0, 1)" if choice.statistic == "sink_rate" else ", above 0")
     except ValueError:  # a damaged user choice.json: the commands that read it say so; the parser still builds
-        statistic = "the chosen statistic's value"
+        what = "the chosen statistic's value above which a position is a sink"
 
     p = subparsers.add_parser(
         "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
     add_model_args(p)
     p.add_argument("--threshold", type=float, default=None,
-                   help=f"{statistic} above which a position is a sink"
+                   help=what
                         + " (default: the model's own calibration: the one `lab calibrate-sinks` wrote into "
                           "$LAB_CALIBRATION_DIR/sinks/ (~/.cache/lab/calibrations/sinks/), else the packaged "
                           "lab/sinks/calibrations/<profile>.json; a model without one runs with the uncalibrated "
