@@ -61,9 +61,14 @@ def parse_humaneval(spec: str) -> tuple[str, int | None]:
     """Parse ``--humaneval SPLIT[:N]`` (e.g. ``tuning:2``, ``held-back``) without reading any file.
 
     Raises:
-        ValueError: naming ``--humaneval`` and echoing ``spec``.
+        ValueError: naming ``--humaneval`` and echoing ``spec``: an unknown split, an N that is
+            not an integer in [1, size of the split], or an empty N (``tuning:``, which would
+            otherwise read as the whole split).
     """
-    split, _, count = str(spec).partition(":")
+    split, colon, count = str(spec).partition(":")
+    if colon and not count.strip():
+        raise ValueError(f"--humaneval {spec!r}: N is empty; give {split}:N, as in tuning:2, or {split} for the "
+                         "whole split")
     try:
         n = int(count) if count else None
     except ValueError:

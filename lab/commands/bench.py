@@ -14,7 +14,8 @@ from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (add_draft_weights_arg, MAX_GAMMA, add_filter_args, add_model_args, add_out_arg,
-                                 add_threads_arg, bound_for, check_model_args, parse_adaptive, parse_lengths, range_text)
+                                 add_threads_arg, bound_for, check_adaptive_draft, check_model_args, parse_adaptive,
+                                 parse_lengths, range_text)
 from lab.models.source import model_source
 
 
@@ -240,8 +241,9 @@ def _refuse_flags(args: argparse.Namespace, names: tuple[str, ...], message: str
 def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | None = None):
     """``(device, threads, draft spec, kind)``, the draft checked before any model loads.
 
-    ``config``: the bench's, whose ``--draft-dtype`` needs a model draft; ``no_model`` (with ``{}``
-    for the spec): the error for a prompt-lookup draft in a mode that needs a draft of its own.
+    ``config``: the bench's, whose ``--draft-dtype`` needs a model draft and whose typed ``--adaptive`` a draft
+    that reads its stop (:func:`check_adaptive_draft`); ``no_model`` (with ``{}`` for the spec): the error for
+    a prompt-lookup draft in a mode that needs a draft of its own.
     """
     from lab.machine import set_threads
     from lab.speculative.draft_specs import check_draft, check_draft_spec, resolve_draft_spec
@@ -251,6 +253,9 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
     draft_spec = resolve_draft_spec(args.draft, args.model)
     if config is not None and config.draft_dtypes and draft_spec == "prompt-lookup":
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
+    typed_adaptive = [a for a in args.adaptive or [] if a != "none"] if config is not None else []
+    if typed_adaptive:
+        check_adaptive_draft(typed_adaptive[0], check_draft_spec(draft_spec))
     if no_model is not None and check_draft_spec(draft_spec) == "prompt-lookup":
         raise ValueError(no_model.format(draft_spec))
     kind = check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads

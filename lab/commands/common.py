@@ -124,6 +124,9 @@ _COMMAND_BOUNDS = {
     ("stream", "temperature"): _SAMPLED,
     ("study", "temperature"): _SAMPLED,
 }
+# Commands whose --seed has a default of its own rather than None, so a typed seed cannot be told from it
+# (lab bench's 0, which --seed-tables' sampled schedule also uses): not refused under greedy decoding.
+_SEED_DEFAULTED = frozenset({"bench"})
 
 
 def bound_for(command: str | None, dest: str) -> Bound | None:
@@ -146,9 +149,9 @@ def check_bounds(args: argparse.Namespace) -> None:
     None (not typed, its default filled in later) is not checked.
 
     Raises:
-        ValueError: a value outside its range, a sampling filter (``--top-k``, ``--top-p``) with
-            ``--temperature 0`` (greedy draws nothing to filter), or a ``--device cpu:N`` (the CPU
-            has no index); naming the flag as typed.
+        ValueError: a value outside its range, a sampling filter (``--top-k``, ``--top-p``) or a
+            typed ``--seed`` with ``--temperature 0`` (greedy draws nothing to filter or seed), or a
+            ``--device cpu:N`` (the CPU has no index); naming the flag as typed.
     """
     command = getattr(args, "command", None)
     for dest, value in vars(args).items():
@@ -162,6 +165,9 @@ def check_bounds(args: argparse.Namespace) -> None:
             them = "them" if len(typed) > 1 else "it"
             raise ValueError(f"{' and '.join(typed)} would have no effect: sampling filters, and --temperature 0 is "
                              f"greedy; give --temperature > 0 or drop {them}")
+        if getattr(args, "seed", None) is not None and command not in _SEED_DEFAULTED:
+            raise ValueError(f"--seed {args.seed} has no effect with greedy decoding (--temperature 0): give "
+                             "--temperature > 0 or drop --seed")
     device = getattr(args, "device", None)
     if isinstance(device, str) and re.fullmatch(r"\s*cpu\s*:.*", device):
         raise ValueError(f"--device {device!r}: the CPU has no index; use --device cpu")
@@ -197,6 +203,25 @@ def parse_adaptive(text: str):
     except ValueError as exc:
         message = re.sub(r"^(entropy_threshold|pmin)=", "X=", str(exc))  # the README's name for the threshold
         raise ValueError(f"--adaptive {text!r}: {message}") from None
+
+
+def check_adaptive_draft(adaptive: str, draft_kind: str) -> None:
+    """Refuse ``--adaptive`` for a draft whose stop could never fire.
+
+    An adaptive stop reads the draft's own distribution q (its normalized entropy, its top
+    probability: :class:`lab.speculative.drafts.AdaptiveDraftLength`). The prompt-lookup draft
+    copies tokens, its q one-hot (entropy 0, top probability 1), and ignores the stop.
+
+    Args:
+        adaptive: ``--adaptive`` as typed (``entropy:X`` / ``pmin:X``).
+        draft_kind: The draft's kind (:func:`lab.speculative.draft_specs.check_draft_spec`).
+
+    Raises:
+        ValueError: a prompt-lookup draft, naming ``--adaptive`` as typed.
+    """
+    if draft_kind == "prompt-lookup":
+        raise ValueError(f"--adaptive {adaptive!r} has no effect with the prompt-lookup draft: it copies tokens "
+                         "(q one-hot: entropy 0, top probability 1), so no stop fires; drop --adaptive")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

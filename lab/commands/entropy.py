@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"{range_text('entropy', 'temperature')}: 0 = greedy (default); > 0 samples")
     add_filter_args(p, "entropy")
     p.add_argument("--seed", type=int, default=None,
-                   help=f"sampling seed, {range_text('entropy', 'seed')} (default: a fresh one, recorded in the report)")
+                   help=f"sampling seed, {range_text('entropy', 'seed')} (default: a fresh one, recorded in the report; "
+                        "needs --temperature > 0)")
     p.add_argument("--top-alternatives", type=int, default=5,
                    help=f"alternatives recorded per step from the model's own distribution, "
                         f"{range_text('entropy', 'top_alternatives')} (default: 5)")

@@ -14,7 +14,7 @@ import random
 from typing import TYPE_CHECKING
 
 from lab.commands.common import (add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
-                                 check_model_args, parse_adaptive, range_text)
+                                 check_adaptive_draft, check_model_args, parse_adaptive, range_text)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "set-up, else the target's dtype)")
     p.add_argument("--adaptive", default=None,
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
-                        "probability below X) (default: the tuned or documented set-up, else off)")
+                        "probability below X) (default: the tuned or documented set-up, else off; not with "
+                        "prompt-lookup)")
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help=f"stop after this many new tokens, {range_text('speculate', 'max_new_tokens')} (default: 64)")
     p.add_argument("--temperature", type=float, default=0.0,
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_filter_args(p, "speculate")
     p.add_argument("--seed", type=int, default=None,
                    help=f"sampling seed, {range_text('speculate', 'seed')} (default: a fresh one, recorded in the "
-                        "report)")
+                        "report; needs --temperature > 0)")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -68,7 +69,8 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
         ``(config, device)``: the :class:`lab.speculative.report.SpeculateConfig` and the device to load on.
 
     Raises:
-        ValueError: a bad flag, naming it as typed (the CLI exits 2).
+        ValueError: a bad flag, naming it as typed (the CLI exits 2); so is ``--adaptive`` with a draft
+            that ignores it (prompt lookup).
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     from lab.models.chat import build_messages
@@ -88,9 +90,12 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
     draft_spec = resolve_draft_spec(args.draft, args.model)
+    kind = check_draft_spec(draft_spec)
+    if args.adaptive:
+        check_adaptive_draft(args.adaptive, kind)
     chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
                                                    "adaptive": args.adaptive},
-                          threads=threads, has_weights=check_draft_spec(draft_spec) == "model")
+                          threads=threads, has_weights=kind == "model")
     settings = SpeculativeSettings.from_setup(chosen.setup, max_new_tokens=args.max_new_tokens, sampling=sampling)
     check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)

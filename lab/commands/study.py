@@ -16,7 +16,8 @@ runs in it (:func:`lab.study.work.hold_work_dir`): a second run is refused in on
 Big studies: ``--shard K/N`` runs only the K-th of N disjoint, category-balanced
 slices into the same work-directory layout (and writes no report); ``--merge
 DIR...`` builds one report from the shards' work directories, refusing shards
-whose settings differ. Any scheduler (a Slurm array, GNU parallel, several
+whose settings differ, and a typed flag that the directories fix unless it equals
+their value (as ``--resume`` does). Any scheduler (a Slurm array, GNU parallel, several
 machines with a shared disk) can run the shards.
 
 On a Ray cluster: ``--ray [ADDRESS]`` runs the prompts on actors that each hold
@@ -84,7 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="run only the K-th of N disjoint, category-balanced slices (each clean prompt with its twins) into "
                         "the work directory, without a report; merge the shards with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
-                   help="build one report from these shards' .study-work-* directories (their settings must agree)")
+                   help="build one report from these shards' .study-work-* directories (their settings must agree); "
+                        "flags that change the numbers are refused unless they equal the directories'")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' (the cluster ray "
                         "start left running), host:port or ray://host:port joins a running cluster, which must "
@@ -152,8 +154,9 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
             value = float(typed)
         stored = settings.get(key, RESUME_DEFAULTS.get(key))
         if value != stored:
-            was = "another prompt set" if dest == "prompts" else repr(stored)
-            out.append(f"--{dest.replace('_', '-')} {typed!r} (DIR has {was})")
+            flag = f"--{dest.replace('_', '-')}"
+            was = "another prompt set" if dest == "prompts" else f"no {flag}" if stored is None else repr(stored)
+            out.append(f"{flag} {typed!r} (DIR has {was})")
     return out
 
 
@@ -372,6 +375,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     if args.resume or args.shard or args.ray is not None:
         raise ValueError("--merge cannot be combined with --resume, --shard or --ray")
+    _check_merge_flags(args)
     from lab.reports import check_reports_root
 
     result = merge_study(args.merge, n_resamples=args.resamples, out=str(check_reports_root(args.out or "reports")))
@@ -384,3 +388,25 @@ def _merge(args: argparse.Namespace) -> int:
     out.print(f"report: {path} (the shard work directories are kept; remove them when done)",
               markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _check_merge_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags a merge would ignore: it runs no model, and its directories fix the settings.
+
+    Raises:
+        ValueError: ``--threads``, ``--ray-actors`` or ``--ray-timeout`` (nothing runs), or a flag
+            that DIR fixes (:data:`RESUME_FIXED`) typed with another value than the first
+            directory's (the directories agree with each other, :func:`lab.study.run.merge_study`);
+            naming the flags as typed.
+    """
+    from lab.study.work import read_settings
+
+    idle = [f for f, v in (("--threads", args.threads), ("--ray-actors", args.ray_actors),
+                           ("--ray-timeout", args.ray_timeout)) if v is not None]
+    if idle:
+        raise ValueError(f"--merge runs no model, so {' and '.join(idle)} would have no effect: drop "
+                         f"{'them' if len(idle) > 1 else 'it'}")
+    conflicts = _resume_conflicts(args, read_settings(args.merge[0], flag="--merge"))
+    if conflicts:
+        raise ValueError(f"--merge reports the study with the settings its directories were run with; drop "
+                         f"{', '.join(conflicts)}, or run a new study")

@@ -130,14 +130,73 @@ def test_cli_issue_39_flag_value_exits_2_naming_the_flag_typed(argv, flag, tmp_p
     (["stream", "--no-acceptance", "--gamma", "3"], "--gamma"),
     (["stream", "--no-acceptance", "--draft", "early-exit:4"], "--draft"),
     (["stream", "--policies", "dense,window:252", "--recompute-every", "3"], "--recompute-every"),
+    (["speculate", "hi", "--draft", "prompt-lookup", "--adaptive", "pmin:0.5"], "--adaptive"),
+    (["speculate", "hi", "--draft", "prompt-lookup", "--adaptive", "entropy:0.3"], "--adaptive"),
+    (["bench", "--draft", "prompt-lookup", "--adaptive", "pmin:0.5"], "--adaptive"),
+    (["speculate", "hi", "--temperature", "0", "--seed", "5"], "--seed"),
+    (["speculate", "hi", "--seed", "5"], "--seed"),
+    (["entropy", "hi", "--seed", "5"], "--seed"),
+    (["bench", "--humaneval", "tuning:"], "--humaneval"),
+    (["bench", "--humaneval", "held-back: "], "--humaneval"),
+    (["bench", "--tune", "--humaneval", "tuning:"], "--humaneval"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_cli_flag_without_effect_in_its_combination_exits_2_naming_it(argv, flag, tmp_path, capsys,
                                                                       no_model_loading):
     """Fault class: a flag accepted and then ignored (bench-weights --weights int8 did nothing; --seed-tables
-    ran its own gammas; a top-k filter on a greedy decode), or an empty --text that failed after loading
-    with an unforeseen reshape error."""
+    ran its own gammas; a top-k filter or a seed on a greedy decode; --adaptive on the prompt-lookup draft,
+    whose one-hot q never stops; --humaneval tuning: read as the whole split), or an empty --text that failed
+    after loading with an unforeseen reshape error."""
     line = _refused(argv, tmp_path, capsys)
     assert flag in line
+
+
+@pytest.fixture(scope="module")
+def merge_dir(tmp_path_factory):
+    """A study work directory with 2 of its 4 prompts finished (fake runner): what --merge reads."""
+    from lab.study.config import StudyConfig
+    from lab.study.run import run_study
+    from lab.study.work import plan_study
+    from tests.study_fakes import FAST_RESAMPLES, FakeRunner, InterruptAfter
+
+    cfg = StudyConfig(device="cpu", out=str(tmp_path_factory.mktemp("merge")), n_resamples=FAST_RESAMPLES, limit=4)
+    with pytest.raises(InterruptAfter):
+        run_study(cfg, runner=FakeRunner(fail_after=2))
+    return plan_study(cfg).work_dir
+
+
+@pytest.mark.parametrize("extra,flag", [
+    (["--seed", "3"], "--seed"), (["--limit", "2"], "--limit"), (["--max-new-tokens", "8"], "--max-new-tokens"),
+    (["--gamma", "5"], "--gamma"), (["--temperature", "0.5"], "--temperature"), (["--threads", "1"], "--threads"),
+    (["--ray-actors", "2"], "--ray-actors"), (["--model", "qwen2.5-coder"], "--model"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_study_merge_with_a_flag_the_directories_fix_exits_2_naming_it(extra, flag, merge_dir, tmp_path, capsys,
+                                                                      no_model_loading):
+    """Fault class: a flag accepted and then ignored (--merge DIR --seed 3 exited 0, its report saying seed 0
+    and every prompt; --threads with a merge that runs no model), where --resume refuses the same flags."""
+    from tests.study_fakes import CLI_RESAMPLES
+
+    line = _refused(["study", "--merge", str(merge_dir), *CLI_RESAMPLES, *extra], tmp_path, capsys)
+    assert flag in line and "--merge" in line, line
+
+
+def test_study_merge_with_the_directories_own_values_runs(merge_dir, tmp_path, capsys, no_model_loading):
+    """A typed flag equal to the directory's value is no conflict: the merge runs, as --resume does."""
+    from tests.study_fakes import CLI_RESAMPLES
+
+    rc = cli.main(["study", "--merge", str(merge_dir), *CLI_RESAMPLES, "--seed", "0", "--limit", "4",
+                   "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    assert len(list(tmp_path.glob("*-study"))) == 1
+
+
+def test_check_bounds_refuses_a_typed_seed_only_under_greedy_decoding():
+    """A seed that does nothing (greedy) is refused where its default is None; lab bench's --seed defaults
+    to 0, so a typed one cannot be told from it, and sampling uses every seed."""
+    check_bounds(argparse.Namespace(command="entropy", temperature=0.5, seed=5))
+    check_bounds(argparse.Namespace(command="entropy", temperature=0, seed=None))
+    check_bounds(argparse.Namespace(command="bench", temperature=0, seed=0))
+    with pytest.raises(ValueError, match=r"^--seed 5 has no effect with greedy decoding \(--temperature 0\)"):
+        check_bounds(argparse.Namespace(command="speculate", temperature=0, seed=5))
 
 
 def test_bench_tune_typed_default_gammas_are_used_not_replaced(monkeypatch):
