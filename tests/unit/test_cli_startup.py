@@ -31,8 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 300  # bounds a hung child only (a busy 2-core machine imports torch in ~5 s); never a verdict
 
 _LAUNCH = r'''
-import errno, importlib, importlib.abc, sys, time
+import errno, importlib, importlib.abc, signal, sys, time
 from pathlib import Path
+
+# Ctrl-C as a terminal delivers it: a test run started in the background (CI under `&`, make) hands
+# its children SIGINT ignored, and Python keeps an ignored SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 marker, sent, stall_at, fail_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 FAILURES = {  # what an import says when the address space is too small for it, and one that is not that
