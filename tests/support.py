@@ -436,3 +436,19 @@ def bench_result(methods: dict, **fields):
                 target_flops_per_token=1e6, target_step_s=0.01, comparisons=(), assisted_errors={}, by_group={},
                 runs=())
     return BenchResult(methods=methods, **{**base, **fields})
+
+
+def edit_at(where: str, value):
+    """An edit of a valid JSON value, for hostile variants of a file: ``where`` is ``"key"`` or
+    ``"key/sub/..."``; ``value`` ``...`` deletes that key. The returned function changes its argument."""
+    def edit(data):
+        *parents, last = where.split("/")
+        node = data
+        for key in parents:
+            node = node[key]
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
+        return data
+    return edit

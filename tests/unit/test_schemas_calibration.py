@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import edit_at
 from lab import cli
 from lab.health import choice as health_choice
 from lab.health import references as health_references
@@ -37,19 +38,6 @@ def _packaged(relative: str) -> dict:
     return json.loads((PACKAGE / relative).read_text(encoding="utf-8"))
 
 
-def _set(where: str, value):
-    """An edit of a valid file: ``where`` is ``"key"`` or ``"key/sub/..."``; ``...`` deletes it."""
-    def edit(data):
-        *parents, last = where.split("/")
-        node = data
-        for key in parents:
-            node = node[key]
-        if value is ...:
-            del node[last]
-        else:
-            node[last] = value
-        return data
-    return edit
 
 
 def _write(path: Path, content) -> Path:
@@ -76,24 +64,24 @@ def _refused_in_one_line(load, path: Path) -> str:
 # --- a profile's sink calibration (lab/sinks/calibrations/<profile>.json) ---------------------------------
 
 SINK_EDITS = {
-    "thresholds a list": _set("thresholds", [0.3]),
-    "thresholds empty": _set("thresholds", {}),
-    "thresholds missing": _set("thresholds", ...),
-    "threshold a string": _set("thresholds/sink_rate", "0.3"),
-    "threshold NaN": _set("thresholds/sink_rate", math.nan),
-    "threshold infinite": _set("thresholds/gm_content", math.inf),
-    "sink rate above 1": _set("thresholds/sink_rate", 3.25),
-    "sink rate 0": _set("thresholds/sink_rate", 0),
-    "z below 0 (another statistic)": _set("thresholds/gm_content", -2.0),
-    "unknown statistic": _set("thresholds/sink-rate", 0.3),
-    "profile missing": _set("profile", ...),
-    "profile a number": _set("profile", 5),
-    "statistic unknown": _set("statistic", "mean"),
-    "candidates a list": _set("candidates", []),
-    "candidate a number": _set("candidates/sink_rate", 5),
-    "feasible thresholds a number": _set("candidates/sink_rate/feasible_thresholds", 0.3),
-    "feasible threshold out of range": _set("candidates/sink_rate/feasible_thresholds", [0.3, 7.0]),
-    "migrated an object": _set("migrated", {"field": "statistic"}),
+    "thresholds a list": edit_at("thresholds", [0.3]),
+    "thresholds empty": edit_at("thresholds", {}),
+    "thresholds missing": edit_at("thresholds", ...),
+    "threshold a string": edit_at("thresholds/sink_rate", "0.3"),
+    "threshold NaN": edit_at("thresholds/sink_rate", math.nan),
+    "threshold infinite": edit_at("thresholds/gm_content", math.inf),
+    "sink rate above 1": edit_at("thresholds/sink_rate", 3.25),
+    "sink rate 0": edit_at("thresholds/sink_rate", 0),
+    "z below 0 (another statistic)": edit_at("thresholds/gm_content", -2.0),
+    "unknown statistic": edit_at("thresholds/sink-rate", 0.3),
+    "profile missing": edit_at("profile", ...),
+    "profile a number": edit_at("profile", 5),
+    "statistic unknown": edit_at("statistic", "mean"),
+    "candidates a list": edit_at("candidates", []),
+    "candidate a number": edit_at("candidates/sink_rate", 5),
+    "feasible thresholds a number": edit_at("candidates/sink_rate/feasible_thresholds", 0.3),
+    "feasible threshold out of range": edit_at("candidates/sink_rate/feasible_thresholds", [0.3, 7.0]),
+    "migrated an object": edit_at("migrated", {"field": "statistic"}),
 }
 
 
@@ -110,7 +98,7 @@ def test_load_calibration_unreadable_user_file_refused_in_one_line_naming_it(con
     _refused_in_one_line(lambda: profiles.load_calibration(PROFILE), path)
 
 
-@pytest.mark.parametrize("edit", [_set("thresholds", [0.3]), _set("thresholds/sink_rate", "0.3")],
+@pytest.mark.parametrize("edit", [edit_at("thresholds", [0.3]), edit_at("thresholds/sink_rate", "0.3")],
                          ids=["thresholds a list", "threshold a string"])
 def test_load_calibration_given_file_refused_in_one_line(tmp_path, edit):
     """Regression (unforeseen AttributeError): ``"thresholds": [0.3]`` in a ``--calibration`` file."""
@@ -122,7 +110,7 @@ def test_load_calibration_given_file_refused_in_one_line(tmp_path, edit):
 def test_recorded_feasible_hostile_candidate_refused_in_one_line():
     """Regression (unforeseen AttributeError): a candidate record that is a number, read by calibrate-sinks."""
     path = _write(profiles.user_dir() / f"{PROFILE}.json",
-                  _set("candidates/sink_rate", 5)(_packaged(f"sinks/calibrations/{PROFILE}.json")))
+                  edit_at("candidates/sink_rate", 5)(_packaged(f"sinks/calibrations/{PROFILE}.json")))
     _refused_in_one_line(lambda: profiles.recorded_feasible([PROFILE]), path)
 
 
@@ -142,15 +130,15 @@ def test_load_calibration_negative_control_minimal_hand_made_file_is_read(tmp_pa
 # --- the sink detector choice (choice.json) -----------------------------------------------------------------
 
 CHOICE_EDITS = {
-    "profiles a number": _set("profiles", 5),
-    "profiles with a number": _set("profiles", ["smollm2", 3]),
-    "statistic unknown": _set("statistic", "mean"),
-    "statistic missing": _set("statistic", ...),
-    "default missing": _set("default_threshold", ...),
-    "default a string": _set("default_threshold", "0.02"),
-    "default NaN": _set("default_threshold", math.nan),
-    "default out of range": _set("default_threshold", 1.5),
-    "default true": _set("default_threshold", True),
+    "profiles a number": edit_at("profiles", 5),
+    "profiles with a number": edit_at("profiles", ["smollm2", 3]),
+    "statistic unknown": edit_at("statistic", "mean"),
+    "statistic missing": edit_at("statistic", ...),
+    "default missing": edit_at("default_threshold", ...),
+    "default a string": edit_at("default_threshold", "0.02"),
+    "default NaN": edit_at("default_threshold", math.nan),
+    "default out of range": edit_at("default_threshold", 1.5),
+    "default true": edit_at("default_threshold", True),
 }
 
 
@@ -169,18 +157,18 @@ def test_load_choice_unreadable_user_file_refused_in_one_line_naming_it(content)
 def test_load_choice_profiles_a_number_refused_naming_the_file():
     """Regression (unforeseen TypeError): ``"profiles": 5`` could not be made a tuple."""
     path = _write(profiles.user_dir() / profiles.CHOICE_FILE,
-                  _set("profiles", 5)(_packaged("sinks/calibrations/choice.json")))
+                  edit_at("profiles", 5)(_packaged("sinks/calibrations/choice.json")))
     assert "profiles" in _refused_in_one_line(profiles.load_choice, path)
 
 
 # --- the context-health choice (health/chosen.json) ---------------------------------------------------------
 
 CHOSEN_EDITS = {
-    "measure no candidate": _set("measure", "no_such_measure"),
-    "measure empty": _set("measure", ""),
-    "measure a number": _set("measure", 3),
-    "measure missing": _set("measure", ...),
-    "chosen_at a number": _set("chosen_at", 5),
+    "measure no candidate": edit_at("measure", "no_such_measure"),
+    "measure empty": edit_at("measure", ""),
+    "measure a number": edit_at("measure", 3),
+    "measure missing": edit_at("measure", ...),
+    "chosen_at a number": edit_at("chosen_at", 5),
 }
 
 
@@ -207,17 +195,17 @@ def test_load_chosen_measure_no_candidate_refused_naming_the_file():
 # --- a length reference (health/length/<profile>.json) -------------------------------------------------------
 
 REFERENCE_EDITS = {
-    "references empty": _set("references", {}),
-    "references a list": _set("references", []),
-    "references missing": _set("references", ...),
-    "base unknown": _set("references/no_such_base", {"intercept": 9.0, "slope": -0.1, "scale": 0.1}),
-    "reference a list": _set("references/content_entropy", [9.0, -0.1, 0.1]),
-    "scale 0": _set("references/content_entropy/scale", 0.0),
-    "scale NaN": _set("references/content_entropy/scale", math.nan),
-    "slope missing": _set("references/content_entropy/slope", ...),
-    "intercept infinite": _set("references/content_entropy/intercept", math.inf),
-    "profile missing": _set("profile", ...),
-    "n_content_range one number": _set("n_content_range", 4),
+    "references empty": edit_at("references", {}),
+    "references a list": edit_at("references", []),
+    "references missing": edit_at("references", ...),
+    "base unknown": edit_at("references/no_such_base", {"intercept": 9.0, "slope": -0.1, "scale": 0.1}),
+    "reference a list": edit_at("references/content_entropy", [9.0, -0.1, 0.1]),
+    "scale 0": edit_at("references/content_entropy/scale", 0.0),
+    "scale NaN": edit_at("references/content_entropy/scale", math.nan),
+    "slope missing": edit_at("references/content_entropy/slope", ...),
+    "intercept infinite": edit_at("references/content_entropy/intercept", math.inf),
+    "profile missing": edit_at("profile", ...),
+    "n_content_range one number": edit_at("n_content_range", 4),
 }
 
 
@@ -235,7 +223,7 @@ def test_load_references_unreadable_user_file_refused_in_one_line_naming_it(cont
 
 def test_load_references_unknown_base_refused_naming_the_file():
     """Regression (a reference for no base any measure reads, accepted as read)."""
-    path = _write(health_references.user_path(PROFILE), _set("references/no_such_base", {
+    path = _write(health_references.user_path(PROFILE), edit_at("references/no_such_base", {
         "intercept": 9.0, "slope": -0.1, "scale": 0.1})(_packaged(f"health/length/{PROFILE}.json")))
     _refused_in_one_line(lambda: health_references.load_references(PROFILE), path)
 

@@ -15,6 +15,7 @@ import math
 
 import pytest
 
+from tests.support import edit_at
 from lab import cli
 from lab.speculative.setups import MAX_GAMMA
 from lab.schemas import FileSchemaError
@@ -42,54 +43,41 @@ def _write(content) -> str:
     return str(path)
 
 
-def _set(where: str, value):
-    """An edit of the valid file: ``where`` is ``"key"`` or ``"key/sub"``; ``...`` deletes it."""
-    def edit(data):
-        *parents, last = where.split("/")
-        node = data
-        for key in parents:
-            node = node[key]
-        if value is ...:
-            del node[last]
-        else:
-            node[last] = value
-        return data
-    return edit
 
 
 HOSTILE_EDITS = {
-    "gamma 100000": _set("setup/gamma", 100_000),
-    "gamma above the CLI bound": _set("setup/gamma", MAX_GAMMA + 1),
-    "gamma 0": _set("setup/gamma", 0),
-    "gamma NaN": _set("setup/gamma", math.nan),
-    "gamma 4.0": _set("setup/gamma", 4.0),
-    "gamma true": _set("setup/gamma", True),
-    "gamma a string": _set("setup/gamma", "4"),
-    "adaptive bogus": _set("setup/adaptive", "bogus"),
-    "adaptive entropy out of (0, 1]": _set("setup/adaptive", "entropy:2"),
-    "adaptive pmin NaN": _set("setup/adaptive", "pmin:nan"),
-    "adaptive a number": _set("setup/adaptive", 0.6),
-    "dynamic bogus": _set("setup/dynamic", "bogus"),
-    "dynamic START above MAX": _set("setup/dynamic", "dynamic:20:12"),
-    "dynamic MAX above the CLI bound": _set("setup/dynamic", f"dynamic:4:{MAX_GAMMA + 1}"),
-    "draft dtype unknown": _set("setup/draft_dtype", "float8"),
-    "setup key unknown": _set("setup/speed", 9),
-    "setup empty": _set("setup", {}),
-    "setup missing": _set("setup", ...),
-    "setup a list": _set("setup", []),
-    "cpu_flags with a number": _set("machine/cpu_flags", [1, "avx"]),
-    "cpu_flags a string": _set("machine/cpu_flags", "avx avx2"),
-    "threads 0": _set("machine/threads", 0),
-    "threads a string": _set("machine/threads", "2"),
-    "threads NaN": _set("machine/threads", math.nan),
-    "machine empty": _set("machine", {}),
-    "machine missing": _set("machine", ...),
-    "torch missing": _set("machine/torch", ...),
-    "format 2": _set("format", 2),
-    "profile empty": _set("profile", ""),
-    "profile with a newline": _set("profile", "qwen\nnote: all is well"),
-    "draft a number": _set("draft", 5),
-    "measured a list": _set("measured", []),
+    "gamma 100000": edit_at("setup/gamma", 100_000),
+    "gamma above the CLI bound": edit_at("setup/gamma", MAX_GAMMA + 1),
+    "gamma 0": edit_at("setup/gamma", 0),
+    "gamma NaN": edit_at("setup/gamma", math.nan),
+    "gamma 4.0": edit_at("setup/gamma", 4.0),
+    "gamma true": edit_at("setup/gamma", True),
+    "gamma a string": edit_at("setup/gamma", "4"),
+    "adaptive bogus": edit_at("setup/adaptive", "bogus"),
+    "adaptive entropy out of (0, 1]": edit_at("setup/adaptive", "entropy:2"),
+    "adaptive pmin NaN": edit_at("setup/adaptive", "pmin:nan"),
+    "adaptive a number": edit_at("setup/adaptive", 0.6),
+    "dynamic bogus": edit_at("setup/dynamic", "bogus"),
+    "dynamic START above MAX": edit_at("setup/dynamic", "dynamic:20:12"),
+    "dynamic MAX above the CLI bound": edit_at("setup/dynamic", f"dynamic:4:{MAX_GAMMA + 1}"),
+    "draft dtype unknown": edit_at("setup/draft_dtype", "float8"),
+    "setup key unknown": edit_at("setup/speed", 9),
+    "setup empty": edit_at("setup", {}),
+    "setup missing": edit_at("setup", ...),
+    "setup a list": edit_at("setup", []),
+    "cpu_flags with a number": edit_at("machine/cpu_flags", [1, "avx"]),
+    "cpu_flags a string": edit_at("machine/cpu_flags", "avx avx2"),
+    "threads 0": edit_at("machine/threads", 0),
+    "threads a string": edit_at("machine/threads", "2"),
+    "threads NaN": edit_at("machine/threads", math.nan),
+    "machine empty": edit_at("machine", {}),
+    "machine missing": edit_at("machine", ...),
+    "torch missing": edit_at("machine/torch", ...),
+    "format 2": edit_at("format", 2),
+    "profile empty": edit_at("profile", ""),
+    "profile with a newline": edit_at("profile", "qwen\nnote: all is well"),
+    "draft a number": edit_at("draft", 5),
+    "measured a list": edit_at("measured", []),
 }
 
 
@@ -113,7 +101,7 @@ def test_read_tuned_unreadable_or_not_an_object_ignored_with_one_line(content):
 
 
 def test_load_tuning_names_the_file_and_the_field_in_one_line():
-    path = _write(_set("setup/gamma", 100_000)(_valid()))
+    path = _write(edit_at("setup/gamma", 100_000)(_valid()))
     with pytest.raises(FileSchemaError) as exc:
         load_tuning(path)
     message = str(exc.value)
@@ -129,14 +117,14 @@ def test_load_tuning_negative_control_the_writers_file_passes():
 
 def test_read_tuned_gamma_100000_is_not_used():
     """Regression (a tuning file validated by type, not by range): gamma 100000 ran and hung."""
-    _write(_set("setup/gamma", 100_000)(_valid()))
+    _write(edit_at("setup/gamma", 100_000)(_valid()))
     got = read_tuned(PROFILE, DRAFT, machine_key(2))
     assert got.setup is None and "setup/gamma" in got.note
 
 
 def test_read_tuned_cpu_flags_with_a_number_does_not_raise():
     """Regression (an unforeseen TypeError): ``cpu_flags: [1, "avx"]`` could not be sorted with this run's flags."""
-    _write(_set("machine/cpu_flags", [1, "avx"])(_valid()))
+    _write(edit_at("machine/cpu_flags", [1, "avx"])(_valid()))
     got = read_tuned(PROFILE, DRAFT, machine_key(2))
     assert got.setup is None and "machine/cpu_flags/0" in got.note
 
@@ -144,7 +132,7 @@ def test_read_tuned_cpu_flags_with_a_number_does_not_raise():
 def test_read_tuned_bad_adaptive_is_ignored_not_blamed_on_the_flag():
     """Regression (a file's fault blamed on a flag): ``adaptive: "bogus"`` was accepted, then refused the run
     as ``--adaptive 'bogus'``."""
-    _write(_set("setup/adaptive", "bogus")(_valid()))
+    _write(edit_at("setup/adaptive", "bogus")(_valid()))
     got = read_tuned(PROFILE, DRAFT, machine_key(2))
     assert got.setup is None and "setup/adaptive" in got.note
 
@@ -179,8 +167,8 @@ def _speculate(tmp_path, capsys):
 
 
 @pytest.mark.slow  # a tiny speculate run each
-@pytest.mark.parametrize("edit", [_set("setup/gamma", 100_000), _set("setup/adaptive", "bogus"),
-                                  _set("setup/dynamic", "bogus"), _set("machine/cpu_flags", [1, "avx"])],
+@pytest.mark.parametrize("edit", [edit_at("setup/gamma", 100_000), edit_at("setup/adaptive", "bogus"),
+                                  edit_at("setup/dynamic", "bogus"), edit_at("machine/cpu_flags", [1, "avx"])],
                          ids=["gamma 100000", "adaptive bogus", "dynamic bogus", "cpu_flags [1, 'avx']"])
 def test_cli_speculate_bad_tuning_file_runs_the_default_with_one_note(tmp_path, capsys, monkeypatch, edit):
     """Regression (hang, a flag blamed, unforeseen TypeError): as the docs promise, a bad tuning file is named
