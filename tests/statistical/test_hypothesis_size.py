@@ -1,7 +1,7 @@
 """Statistical tests: every hypothesis test of the study keeps its size under a simulated null,
 and finds a planted effect at the power :mod:`lab.analysis.power` claims.
 
-Data: :mod:`tests.statistical.simulated_study`, studies with the structure of `make study`
+Data: :mod:`tests.simulated_study`, studies with the structure of `make study`
 (the embedded prompt set's 102 rows: 66 clean prompts, 18 twin triples sharing a question,
 the H6 subset of :data:`lab.study.config.TEMPERATURE_SUBSET_PER_CATEGORY` clean prompts a
 category at three temperatures; question and prompt effects, tokens clustered in prompts).
@@ -39,7 +39,7 @@ from lab.analysis.hypotheses import (ALPHA, FAMILY_SIZE, HYPOTHESES, SUPPORTED, 
                                      partial_correlation_test)
 from lab.analysis.placebo import placebo_check
 from lab.analysis.study import analyze, question_of
-from tests.statistical.simulated_study import Plant, h6_subset, simulate_study
+from tests.simulated_study import Plant, h6_subset, simulate_study
 
 P_THRESHOLD = 1e-3  # per-check false-positive rate
 N_ANALYZED = 100  # null studies run end to end through analyze (about 0.2 s each)
