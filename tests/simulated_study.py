@@ -147,3 +147,85 @@ def _decode(rng: np.random.Generator, mean_entropy: float, initial_shift: float)
         words += [""] if k == 1 else ["initial"] + ["continuation"] * (k - 1)
         ent += list(np.abs(mean_entropy + rng.normal(0, 1.0, k)) + ([initial_shift] + [0.0] * (k - 1)))
     return {"entropy_bits": [float(e) for e in ent], "word": words}
+
+
+# --------------------------------------------------------------------------- lab intervene's triples
+# Simulated triples for the size and power checks of :mod:`lab.analysis.intervention`, apart from the
+# study's simulation above. Per triple: a question level, a twin effect per twin, each twin's own
+# response to masking (the masking shift varies by twin), noise per (twin, arm), and a random effect of
+# the distractor on the poisoned twin's pull (mean ``effect_bits``, scaled by the attention lambda the arm
+# leaves to the span). Beta falls with entropy by BETA_PER_BIT plus its own noise per (twin, arm).
+
+TRIPLE_ENTROPY_MEAN = 2.0
+TRIPLE_ARM_SD = 0.06  # a twin's mean entropy over 24 tokens, arm to arm
+TRIPLE_MASK_TWIN_SD = 0.04  # how much masking moves each twin, twin to twin
+TRIPLE_MASK_SHIFT_BITS = 0.1  # masking any added text moves both twins alike (cancels in the differences)
+TRIPLE_DISTRACTOR_SD = 0.06  # the distractor text's own pull: the random effect the tests must cluster on
+TRIPLE_A2_GAP_SD = 0.01  # position-only: the twins at one offset differ by little more than rounding
+TRIPLE_C_PLUS_BITS, TRIPLE_C_PLUS_SD = 0.5, 0.1  # masking the sink moves entropy by about half a bit
+BETA_MEAN, BETA_PER_BIT, BETA_ARM_SD = 0.6, -0.2, 0.01  # 0.05 bits of entropy <-> 0.01 of beta
+TRIPLE_ARM_LAMBDA = {"A0": 1.0, "empty": 1.0, "A1": 0.0, "L0.5": 0.5, "L0.25": 0.25, "C+": 1.0, "A2": 0.0}
+
+
+def simulate_triples(n_triples: int, n_distractors: int, *, seed: int, effect_bits: float = 0.0,
+                     a2_gap_bits: float = 0.0, mask_shift_bits: float = TRIPLE_MASK_SHIFT_BITS) -> list:
+    """Simulated :class:`lab.analysis.intervention.TripleSummary` objects, distractors in turn (balanced).
+
+    Args:
+        seed: Seed of the generator.
+        effect_bits: The distractor's mean pull on the poisoned twin's entropy at full attention: plants
+            did_entropy, h4b_forced and the dose slope at ``effect_bits`` and did_beta at
+            ``-BETA_PER_BIT * effect_bits``.
+        a2_gap_bits: A P - N gap under A2 (a position-only breach).
+        mask_shift_bits: Masking's common shift of both twins' entropy (0: masking moves nothing).
+    """
+    from lab.analysis.intervention import ARMS, VARIANTS, TripleSummary
+
+    rng = np.random.default_rng(seed)
+    lam = np.array([TRIPLE_ARM_LAMBDA[a] for a in ARMS])  # (arms,)
+    dist = np.arange(n_triples) % n_distractors
+    pull = effect_bits + rng.normal(0, TRIPLE_DISTRACTOR_SD, n_distractors)[dist]  # (n,)
+    level = rng.normal(TRIPLE_ENTROPY_MEAN, ENTROPY_QUESTION_SD, n_triples)[:, None, None]
+    twin = rng.normal(0, ENTROPY_PROMPT_SD, (n_triples, 2, 1))
+    mask = mask_shift_bits + rng.normal(0, TRIPLE_MASK_TWIN_SD, (n_triples, 2, 1))
+    poisoned = np.array([1.0, 0.0])[None, :, None]  # VARIANTS = ("P", "N")
+    dev = (twin + (1 - lam) * mask + poisoned * lam * pull[:, None, None]
+           + rng.normal(0, TRIPLE_ARM_SD, (n_triples, 2, len(ARMS))))  # (n, twins, arms)
+    a0, a2, cp = ARMS.index("A0"), ARMS.index("A2"), ARMS.index("C+")
+    dev[:, :, ARMS.index("empty")] = dev[:, :, a0]
+    dev[:, :, cp] = dev[:, :, a0] + rng.normal(TRIPLE_C_PLUS_BITS, TRIPLE_C_PLUS_SD, (n_triples, 2))
+    dev[:, 0, a2] = dev[:, 1, a2] + a2_gap_bits + rng.normal(0, TRIPLE_A2_GAP_SD, n_triples)
+    entropy = level + dev
+    beta = BETA_MEAN + BETA_PER_BIT * dev + rng.normal(0, BETA_ARM_SD, dev.shape)
+    m = rng.uniform(0.1, 0.3, (n_triples, 2, 1))
+    span = lam * m / (1 - m + lam * m)  # a logit shift of log(lambda) on a span of mass m
+    sink = np.where(np.array(ARMS) == "C+", 0.0, 0.5) + np.zeros_like(span)
+    keys = [(v, a) for v in VARIANTS for a in ARMS]
+    tables = [x.reshape(n_triples, -1).tolist() for x in (entropy, beta, span, sink)]
+    return [TripleSummary(f"q{i:04d}", "code", f"d{dist[i]:02d}", *(dict(zip(keys, t[i])) for t in tables), 1e-6)
+            for i in range(n_triples)]
+
+
+def simulated_triple_sd() -> dict[str, tuple[float, float]]:
+    """Each intervention test's per-triple SD and its share between distractors (icc) under
+    :func:`simulate_triples`, from the constants (the power the analysis claims is checked against these)."""
+    from lab.analysis.intervention import DOSE
+
+    lam = np.array([x for _, x in DOSE])
+    s_ll = float(((lam - lam.mean()) ** 2).sum())
+    mask, arm, u = 2 * TRIPLE_MASK_TWIN_SD ** 2, TRIPLE_ARM_SD ** 2, TRIPLE_DISTRACTOR_SD ** 2
+    within = {"did_entropy": mask + 4 * arm, "dose": mask + 2 * arm / s_ll,
+              "h4b_forced": 2 * ENTROPY_PROMPT_SD ** 2 + 2 * arm,
+              "did_beta": BETA_PER_BIT ** 2 * (mask + 4 * arm) + 4 * BETA_ARM_SD ** 2}
+    between = {k: (BETA_PER_BIT ** 2 if k == "did_beta" else 1.0) * u for k in within}
+    return {k: (math.sqrt(within[k] + between[k]), between[k] / (within[k] + between[k])) for k in within}
+
+
+def label_blind_masking(triples) -> np.ndarray:
+    """The label-swap control's planted breach: the twins' masking effects summed, not differenced,
+    [H(P,A1) - H(P,A0)] + [H(N,A1) - H(N,A0)] per triple, a statistic that P and N trading places leaves
+    unchanged (it reads masking in general, not the distractor)."""
+    def e(v, a):
+        return np.array([t.entropy[v, a] for t in triples])
+
+    return (e("P", "A1") - e("P", "A0")) + (e("N", "A1") - e("N", "A0"))
