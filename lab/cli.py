@@ -56,6 +56,7 @@ COMMANDS = (
     "lab.commands.bench",
     "lab.commands.study",
     "lab.commands.stream",
+    "lab.commands.intervene",
 )
 
 

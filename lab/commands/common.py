@@ -52,6 +52,9 @@ MAX_RECOMPUTE_BATCH = 1024
 # Iterations of a timed loop (the statistics-only timing, decode steps profiled): 100,000 of a millisecond-scale
 # call is minutes; more adds no precision to a median.
 MAX_ITERATIONS = 100_000
+# lab intervene's pilot: it checks the controls before the main triples and is excluded from the analysis; the
+# design caps it at 12 triples (two per category) so that it stays a check, not a second sample.
+PILOT_MAX = 12
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ _BOUNDS = {
     "limit": Bound(1, MAX_PROMPTS, " (the largest prompt set here holds 1,440)"),
     "ray_actors": Bound(1, MAX_ACTORS),
     "ray_timeout": Bound(0, 3600, " seconds (an hour, lab.study.cluster.ClusterConfig's own limit)", lo_open=True),
+    "new_tokens": _POSITIVE_TOKENS,
+    "pilot_limit": Bound(0, PILOT_MAX, " (a pilot checks the controls and is excluded from the analysis: it stays "
+                                       "small)"),
     "problems": Bound(0, len(HELD_BACK), f" (the held-back HumanEval split has {len(HELD_BACK)})"),
 }
 _SAMPLED = Bound(0, MAX_TEMPERATURE, " (the run samples; above 100 the draw is close to uniform)", lo_open=True)

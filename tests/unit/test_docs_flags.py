@@ -19,7 +19,8 @@ DOCS = Path(__file__).parents[2] / "docs" / "commands.md"
 ORDER = ("entropy", "bench-tracker", "sinks", "calibrate-sinks", "bench-sinks", "bench-weights", "speculate", "bench",
          "study")
 SECTIONS = {cmd: (f"## `lab {cmd}`", f"## `lab {nxt}`") for cmd, nxt in zip(ORDER, ORDER[1:])}
-SECTIONS["stream"] = ("## `lab stream`", None)
+SECTIONS["stream"] = ("## `lab stream`", "## `lab intervene`")
+SECTIONS["intervene"] = ("## `lab intervene`", None)
 
 
 @pytest.mark.parametrize("command", sorted(SECTIONS))

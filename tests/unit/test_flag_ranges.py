@@ -139,6 +139,7 @@ def test_cli_issue_39_flag_value_exits_2_naming_the_flag_typed(argv, flag, tmp_p
     (["bench", "--humaneval", "tuning:"], "--humaneval"),
     (["bench", "--humaneval", "held-back: "], "--humaneval"),
     (["bench", "--tune", "--humaneval", "tuning:"], "--humaneval"),
+    (["intervene", "--pilot", "pilot.jsonl", "--pilot-limit", "0"], "--pilot"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_cli_flag_without_effect_in_its_combination_exits_2_naming_it(argv, flag, tmp_path, capsys,
                                                                       no_model_loading):

@@ -1,0 +1,153 @@
+"""``lab intervene``: the thesis' causal test, by masking what a context added.
+
+On twin triples (a clean question, its poisoned twin P with a distractor, its neutral twin N
+with relevant text of the same added length), every arm scores the same tokens, the target's
+greedy continuation of the clean prompt, teacher-forced:
+
+  A0     no intervention;
+  empty  the masking machinery with nothing masked (must equal A0 to 1e-4 bits: a control);
+  A1     the decode queries cannot attend to the added span;
+  L0.5, L0.25  their attention logits to the span shifted by log(lambda) (a dose);
+  C+     the decode queries cannot attend to position 0, the sink (a positive control);
+  A2     no query after the span attends to it: each twin becomes its clean prompt at an offset,
+         so H(P,A2) - H(N,A2) must be equivalent to zero (a position-only control).
+
+Target and draft are masked alike. Outcomes per arm: mean target entropy (bits), mean expected
+acceptance beta = sum_x min(p, q) with the real draft, and the attention mass the decode queries
+put on the span (the mediator). Pre-stated tests, one Holm family (one-sided, unit = triple,
+the distractor text a random effect): the difference in differences on entropy and on beta,
+the teacher-forced H4b, and a dose-response trend over lambda; the design is stated in full in
+:mod:`lab.analysis.intervention`. A run whose controls fail says so at the top and decides nothing.
+
+Writes ``<out>/<timestamp>-intervene-<model>/`` (``report.json``, ``triples.csv``,
+``summary.md``, ``arms.png``); the work directory beside it keeps each finished triple, so the
+same command continues where it stopped and ``--shard K/N`` splits a run over processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lab.commands.common import (PILOT_MAX, add_draft_weights_arg, add_model_args, add_out_arg, check_model_args,
+                                 range_text)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "intervene", help="the causal test: mask what a context added, measure what moves in entropy and acceptance",
+        description=__doc__.split("\n\n", 1)[1].split("\nWrites ")[0].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    p.add_argument("--draft", default=None,
+                   help="early-exit:N or a draft model with the target's vocabulary (default: the profile's)")
+    add_draft_weights_arg(p)
+    p.add_argument("--triples", default=None, metavar="FILE",
+                   help="a study prompt file; every clean prompt with a poisoned and a neutral twin is a triple "
+                        "(default: lab/data/intervention_triples.jsonl, 240 triples never used in a study)")
+    p.add_argument("--pilot", default=None, metavar="FILE",
+                   help="the pilot triples, scored first to check the controls and excluded from the analysis "
+                        "(default: lab/data/intervention_pilot.jsonl)")
+    p.add_argument("--pilot-limit", type=int, default=None,
+                   help=f"pilot triples scored, {range_text('intervene', 'pilot_limit')} (default: {PILOT_MAX}; "
+                        "0 = no pilot)")
+    p.add_argument("--limit", type=int, default=None,
+                   help=f"main triples scored, balanced across categories, {range_text('intervene', 'limit')} "
+                        "(default: all of --triples)")
+    p.add_argument("--new-tokens", type=int, default=None,
+                   help=f"T, the clean prompt's greedy continuation every arm scores, "
+                        f"{range_text('intervene', 'new_tokens')} (default: 24)")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"seed of the analysis' bootstrap and label swaps, {range_text('intervene', 'seed')} "
+                        "(default: 0; the passes themselves are greedy)")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="score only the K-th of N interleaved slices into the work directory, without a report; "
+                        "the same command without --shard then writes the report")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch threads, {range_text('intervene', 'threads')} (default: torch's choice)")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  # noqa: F821
+    """The run's settings from the flags, every file read and checked.
+
+    Raises:
+        ValueError: a bad triple file, a draft that cannot serve (prompt lookup has no distribution),
+            or a ``--draft-weights`` for an early-exit draft, naming the flag.
+    """
+    from lab.intervene.run import DEFAULT_NEW_TOKENS, DEFAULT_PILOT, DEFAULT_TRIPLES, InterventionSettings
+    from lab.intervene.run import file_sha256, load_triples
+    from lab.models.profiles import PROFILES
+    from lab.models.devices import parse_dtype
+    from lab.speculative.draft_specs import check_draft, check_draft_spec
+
+    spec = args.draft or getattr(PROFILES.get(args.model), "draft", None)
+    if spec is None:
+        raise ValueError(f"--model {args.model!r} has no default draft; pass --draft")
+    if check_draft_spec(spec) == "prompt-lookup":
+        raise ValueError("--draft='prompt-lookup' has no distribution to compare with the target's; use early-exit:N "
+                         "or a draft model")
+    check_draft(spec, args.draft_weights)
+    triples_file = str(args.triples or DEFAULT_TRIPLES)
+    pilot_limit = PILOT_MAX if args.pilot_limit is None else args.pilot_limit
+    pilot_file = None if pilot_limit == 0 else str(args.pilot or DEFAULT_PILOT)
+    if pilot_limit == 0 and args.pilot:
+        raise ValueError("--pilot with --pilot-limit 0 would have no effect: drop one")
+    main = load_triples(triples_file, args.limit, flag="--triples")
+    pilot = [] if pilot_file is None else load_triples(pilot_file, pilot_limit, flag="--pilot")
+    shared = {t.id for t in main} & {t.id for t in pilot}
+    if shared:
+        raise ValueError(f"--pilot and --triples share {len(shared)} triple(s), e.g. {sorted(shared)[0]!r}: the pilot "
+                         "is excluded from the analysis, so it must be other triples")
+    return InterventionSettings(
+        model=args.model, draft=spec, weights=args.weights, draft_weights=args.draft_weights,
+        dtype=str(parse_dtype(args.dtype, device)).replace("torch.", ""), device=str(device),
+        triples_file=triples_file, triples_sha256=file_sha256(triples_file), pilot_file=pilot_file,
+        pilot_sha256=None if pilot_file is None else file_sha256(pilot_file), limit=args.limit,
+        pilot_limit=len(pilot), new_tokens=args.new_tokens or DEFAULT_NEW_TOKENS, seed=args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.commands.study import parse_shard
+    from lab.intervene import run as iv
+    from lab.machine import set_threads
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.intervention import render_console, write_report
+
+    # 1. Everything checked before a model loads.
+    shard = parse_shard(args.shard) if args.shard else None
+    device = check_model_args(args)
+    settings = settings_from(args, device)
+    main = iv.load_triples(settings.triples_file, settings.limit)
+    pilot = [] if settings.pilot_file is None else iv.load_triples(settings.pilot_file, settings.pilot_limit)
+    iv.check_twins(settings.model, pilot + main)  # with the tokenizer alone: a bad twin is refused before a load
+    if args.threads is not None:
+        set_threads(args.threads)
+    work = iv.work_dir_for(args.out, settings)
+    iv.prepare_work_dir(work, settings)
+
+    # 2. Score what is left (pilot first), a progress line on stderr.
+    err = stderr_console()
+    todo = iv.shard_of(pilot + main, shard)
+    with iv.hold(work, shard), err.status("intervene") as status:
+        def progress(i: int, n: int, tid: str) -> None:
+            status.update(f"triple {i + 1}/{n} {tid}" if tid else f"{n} triples scored")
+        records = iv.run_triples(work, todo, settings, lambda: iv.load_models(settings), progress=progress,
+                                 note=lambda msg: err.print(f"note: {msg}", markup=False, highlight=False,
+                                                           soft_wrap=True))
+    out = stdout_console()
+    if shard is not None:
+        out.print(f"shard {shard[0]}/{shard[1]}: {len(todo)} triples scored in {work}; the same command without "
+                  "--shard writes the report", markup=False, highlight=False, soft_wrap=True)
+        return 0
+
+    # 3. Analyse the main triples, check the pilot's controls, write the report.
+    from lab.intervene.report import build_report
+
+    report = build_report(settings, [records[t.id] for t in pilot], [records[t.id] for t in main], work=work)
+    render_console(report, out)
+    final = write_report(report, Path(args.out), work)
+    out.print(f"report: {final}", markup=False, highlight=False, soft_wrap=True)
+    return 0

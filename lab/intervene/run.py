@@ -1,0 +1,319 @@
+"""Running ``lab intervene``: triples, the work directory, shards and resume.
+
+A run reads a triple file (study prompt format, :mod:`lab.prompts`: each clean prompt with
+a poisoned and a neutral twin), scores every triple (:func:`score_triple`) and keeps one
+record per triple in a work directory ``<out>/.intervene-work-<model>-<key>/`` whose name
+is fixed by the settings that change the numbers (:func:`settings_of`). So:
+
+* the same command, re-run, continues where it stopped (finished triples are read back and
+  checked; a damaged record is redone, with a note);
+* ``--shard K/N`` scores only every N-th triple from the K-th (pilot and main alike) into
+  the same directory and writes no report; several shards may run at once; the run
+  without ``--shard`` scores what is left and writes the report;
+* a second whole run of the same directory at once is refused (an ``flock``).
+
+The pilot triples are scored first and only feed the pilot section of the report (the
+controls, and the SDs the power table reads); the analysis reads the main triples only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from lab.prompts import StudyPrompt, load_prompts
+from lab.schemas import FileSchemaError
+
+DEFAULT_TRIPLES = Path(__file__).resolve().parents[1] / "data" / "intervention_triples.jsonl"
+DEFAULT_PILOT = Path(__file__).resolve().parents[1] / "data" / "intervention_pilot.jsonl"
+DEFAULT_NEW_TOKENS = 24  # as the study's decodes: long enough for a mean entropy, short enough for 240 triples
+WORK_PREFIX = ".intervene-work-"
+RECORDS_DIR = "records"
+
+
+@dataclass(frozen=True)
+class Triple:
+    """A clean prompt with its poisoned and neutral twins."""
+
+    clean: StudyPrompt
+    poisoned: StudyPrompt
+    neutral: StudyPrompt
+
+    @property
+    def id(self) -> str:
+        return self.clean.id
+
+
+@dataclass(frozen=True)
+class InterventionSettings:
+    """What fixes a run's numbers (the work directory's key).
+
+    Attributes:
+        model / draft: The target profile or path, the draft spec (``early-exit:N`` or a model).
+        weights / draft_weights / dtype / device: As ``lab speculate``'s flags.
+        triples_file / pilot_file: The triple files (None: no pilot) and their sha256.
+        limit / pilot_limit: How many triples of each are scored (balanced by category).
+        new_tokens: T, the greedy continuation's length (the decode positions scored).
+        seed: The analysis' seed (bootstrap, label swaps); the passes themselves draw nothing.
+    """
+
+    model: str
+    draft: str
+    weights: str
+    draft_weights: str
+    dtype: str
+    device: str
+    triples_file: str
+    triples_sha256: str
+    pilot_file: str | None
+    pilot_sha256: str | None
+    limit: int | None
+    pilot_limit: int
+    new_tokens: int
+    seed: int
+
+    def key(self) -> str:
+        """12 hex digits of sha256 over the settings."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_triples(path: str | Path, limit: int | None = None, *, flag: str = "--triples") -> list[Triple]:
+    """The triples of a prompt file: every clean prompt that has both a poisoned and a neutral twin.
+
+    Args:
+        path: A study prompt file (:func:`lab.prompts.load_prompts`).
+        limit: At most this many triples, balanced across categories in file order; None = all.
+        flag: The flag that named the file, for errors.
+
+    Returns:
+        The triples, in file order.
+
+    Raises:
+        ValueError: an unreadable or malformed file (one line, from ``load_prompts``), or a file with
+            no complete triple, either naming ``flag``.
+    """
+    try:
+        prompts = load_prompts(path)
+    except ValueError as exc:  # load_prompts names its parameter (prompts='...'); the user typed ``flag``
+        text = str(exc)
+        raise ValueError(f"{flag}={text[len('prompts='):]}" if text.startswith("prompts=") else f"{flag}: {text}") \
+            from None
+    twins = {(p.twin_of, p.variant): p for p in prompts if p.twin_of is not None}
+    triples = [Triple(p, twins[p.id, "poisoned"], twins[p.id, "neutral"]) for p in prompts
+               if p.twin_of is None and (p.id, "poisoned") in twins and (p.id, "neutral") in twins]
+    if not triples:
+        raise ValueError(f"{flag} {str(path)!r} holds no triple (a clean prompt with a poisoned and a neutral twin)")
+    return balanced(triples, limit)
+
+
+def balanced(triples: list[Triple], limit: int | None) -> list[Triple]:
+    """At most ``limit`` triples, taken round-robin over categories (each in file order), kept in file order."""
+    if limit is None or limit >= len(triples):
+        return triples
+    by_cat: dict[str, list[Triple]] = {}
+    for t in triples:
+        by_cat.setdefault(t.clean.category, []).append(t)
+    chosen: set[str] = set()
+    queues = [list(v) for v in by_cat.values()]
+    while len(chosen) < limit:
+        for q in queues:
+            if q and len(chosen) < limit:
+                chosen.add(q.pop(0).id)
+    return [t for t in triples if t.id in chosen]
+
+
+def shard_of(items: Sequence[Any], shard: tuple[int, int] | None) -> list[Any]:
+    """The K-th of N interleaved slices (1-based K); all of them without a shard."""
+    if shard is None:
+        return list(items)
+    k, n = shard
+    return [x for i, x in enumerate(items) if i % n == k - 1]
+
+
+def work_dir_for(out: str | Path, settings: InterventionSettings) -> Path:
+    """``<out>/.intervene-work-<model>-<key>``."""
+    from lab.reports import slugify
+
+    return Path(out) / f"{WORK_PREFIX}{slugify(settings.model, 24)}-{settings.key()}"
+
+
+def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
+    """Create the work directory with its ``settings.json``, or check the one there.
+
+    Raises:
+        ValueError: the directory holds another run's settings (its name's key says otherwise).
+    """
+    (work / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
+    path = work / "settings.json"
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = None
+        if stored != asdict(settings):
+            raise ValueError(f"{work} holds the settings of another run (its settings.json differs); "
+                             "remove the directory or use another --out")
+        return
+    from lab.study.work import write_json_atomic
+
+    write_json_atomic(path, asdict(settings))
+
+
+def record_path(work: Path, triple_id: str) -> Path:
+    from lab.study.work import work_file_name
+
+    return work / RECORDS_DIR / work_file_name(triple_id)
+
+
+@contextmanager
+def hold(work: Path, shard: tuple[int, int] | None) -> Iterator[None]:
+    """An ``flock`` on the work directory: shared for a shard (plus an exclusive one on the shard's own
+    lock), exclusive for a whole run.
+
+    Raises:
+        ValueError: another process holds what this one needs, naming the directory.
+    """
+    locks: list[int] = []
+    wanted = [(work / ".lock", fcntl.LOCK_SH if shard else fcntl.LOCK_EX)]
+    if shard:
+        wanted.append((work / f".lock-shard-{shard[0]}-of-{shard[1]}", fcntl.LOCK_EX))
+    try:
+        for path, mode in wanted:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            locks.append(fd)
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                what = f"shard {shard[0]}/{shard[1]}" if shard and path.name != ".lock" else "a run"
+                raise ValueError(f"{work} is in use: another process is running {what} of this intervention "
+                                 "(wait for it, or run another --shard)") from None
+        yield
+    finally:
+        for fd in locks:
+            os.close(fd)
+
+
+@dataclass
+class Models:
+    """The loaded target, its draft (a separate model or the target's early-exit view) and the tokenizer."""
+
+    target: Any
+    draft: Any
+    tokenizer: Any
+    eos: frozenset[int]
+
+
+def load_models(settings: InterventionSettings) -> Models:
+    """Load the target (eager attention: the mediator reads attention probabilities) and its draft.
+
+    Raises:
+        ValueError / ModelUnavailableError: as :func:`lab.models.loading.load_model`.
+    """
+    from lab.models.chat import eos_token_ids
+    from lab.models.loading import load_model
+    from lab.speculative.draft_specs import check_draft_spec
+    from lab.speculative.self_draft import early_exit_model
+
+    target, tokenizer = load_model(settings.model, device=settings.device, dtype=settings.dtype,
+                                   attn_implementation="eager", weights=settings.weights)
+    kind = check_draft_spec(settings.draft, int(target.config.num_hidden_layers))
+    if kind == "early-exit":
+        draft = early_exit_model(target, int(settings.draft.split(":", 1)[1]))
+    else:
+        draft, _ = load_model(settings.draft, device=settings.device, dtype=settings.dtype,
+                              attn_implementation="eager", weights=settings.draft_weights)
+    return Models(target, draft, tokenizer, frozenset(eos_token_ids(target, tokenizer)))
+
+
+def score_triple(models: Models, triple: Triple, new_tokens: int):
+    """Score one triple: the clean prompt's greedy continuation, then every arm on both twins.
+
+    Returns:
+        A :class:`lab.intervene.record.TripleRecord`.
+
+    Raises:
+        ValueError: a twin whose text is not its added text, a blank line and its clean prompt
+            (from :func:`lab.intervene.masks.twin_prompt_ids`), naming the prompt.
+    """
+    import torch
+
+    from lab.intervene.masks import twin_prompt_ids
+    from lab.intervene.record import TripleRecord
+    from lab.intervene.score import greedy_continuation, score_twin
+    from lab.models.chat import encode_chat
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        clean_ids = encode_chat(models.tokenizer, [dict(m) for m in triple.clean.messages])
+        continuation = greedy_continuation(models.target, clean_ids, new_tokens, models.eos)
+        twins = {}
+        for key, twin in (("P", triple.poisoned), ("N", triple.neutral)):
+            ids, span = twin_prompt_ids(models.tokenizer, twin, triple.clean)
+            twins[key] = score_twin(models.target, models.draft, ids, span, continuation,
+                                    prompt_id=twin.id, variant=twin.variant)
+    return TripleRecord(question_id=triple.id, category=triple.clean.category,
+                        distractor=triple.poisoned.distractor or "", continuation=tuple(continuation.tolist()),
+                        twins=twins, seconds=time.perf_counter() - t0)
+
+
+def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
+    """The triple's finished record, or None (absent, or damaged: named in a note, to be redone)."""
+    from lab.intervene.record import load_record
+
+    path = record_path(work, triple.id)
+    if not path.exists():
+        return None
+    try:
+        return load_record(path, triple.id)
+    except FileSchemaError as exc:
+        note(f"{exc}; scoring {triple.id!r} again")
+        return None
+
+
+def check_twins(model: str, triples: Sequence[Triple]) -> None:
+    """Locate every twin's added span with the model's tokenizer alone (no weights), so that a twin that is not
+    its added text, a blank line and its clean prompt is refused before a model loads, not at a late triple.
+
+    Raises:
+        ValueError: from :func:`lab.intervene.masks.twin_prompt_ids`, naming the twin.
+    """
+    from lab.intervene.masks import twin_prompt_ids
+    from lab.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    for t in triples:
+        for twin in (t.poisoned, t.neutral):
+            twin_prompt_ids(tokenizer, twin, t.clean)
+
+
+def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSettings,
+                models_factory: Callable[[], Models], *, progress: Callable[[int, int, str], None] = lambda i, n, tid: None,
+                note: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+    """Score every triple of ``triples`` that has no good record in ``work``, saving each as it finishes.
+
+    Models load only if some triple is left. Returns ``{triple id: TripleRecord}`` for all of ``triples``.
+    """
+    from lab.study.work import write_json_atomic
+
+    done = {t.id: read_or_none(work, t, note) for t in triples}
+    left = [t for t in triples if done[t.id] is None]
+    if left:
+        models = models_factory()
+        for i, t in enumerate(left):
+            progress(i, len(left), t.id)
+            rec = score_triple(models, t, settings.new_tokens)
+            write_json_atomic(record_path(work, t.id), rec.to_json())
+            done[t.id] = rec
+        progress(len(left), len(left), "")
+    return done

@@ -1,0 +1,202 @@
+"""Rendering for ``lab intervene``: the console verdicts, summary.md, triples.csv, arms.png, the report.
+
+Consumes :class:`lab.intervene.report.InterventionReport`; computes nothing new beyond
+means for the plot (tests, controls and power come from :mod:`lab.analysis.intervention`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from lab.analysis.intervention import TripleSummary
+from lab.intervene.masks import ARMS, LAMBDAS
+
+# The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
+PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "C+")
+DOSE = (("A1", 0.0), ("L0.25", 0.25), ("L0.5", 0.5), ("A0", 1.0))
+TWIN_NAMES = {"P": "poisoned (distractor)", "N": "neutral (relevant text)"}
+assert set(PLOT_ARMS) <= set(ARMS) and {a for a, _ in DOSE} - {"A0", "A1"} == set(LAMBDAS)
+
+
+def _f(x: Any, fmt: str = ".3f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+def triple_rows(summaries: Sequence[TripleSummary]) -> list[dict[str, Any]]:
+    """One row per (triple, twin, arm) for ``triples.csv``: mean entropy (bits), mean beta, the mediator."""
+    rows = []
+    for s in summaries:
+        for v in ("P", "N"):
+            for arm in ARMS:
+                rows.append({"question_id": s.question_id, "category": s.category, "distractor": s.distractor,
+                             "twin": v, "arm": arm, "entropy_bits": s.entropy[v, arm], "beta": s.beta[v, arm],
+                             "span_mass": s.span_mass[v, arm], "sink_mass": s.sink_mass[v, arm]})
+    return rows
+
+
+def _mean_ci(values: np.ndarray) -> tuple[float, float]:
+    """Mean and the half-width of a normal 95 % interval over triples (for the plot only)."""
+    if len(values) < 2:
+        return float(values.mean()), 0.0
+    return float(values.mean()), float(1.96 * values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def plot_arms(summaries: Sequence[TripleSummary], path: str | Path, title: str) -> None:
+    """Three panels (PNG): entropy and beta per arm for each twin (thin lines: triples; markers: means
+    with 95 % intervals), and the dose-response of the P - N entropy gap over lambda."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    x = np.arange(len(PLOT_ARMS))
+    for ax, (table, label) in zip(axes[:2], (("entropy", "mean target entropy (bits)"),
+                                             ("beta", "mean expected acceptance beta"))):
+        for offset, (v, colour) in zip((-0.08, 0.08), (("P", "tab:red"), ("N", "tab:blue"))):
+            vals = np.array([[getattr(s, table)[v, a] for a in PLOT_ARMS] for s in summaries])
+            if len(summaries) <= 400:
+                for row in vals:
+                    ax.plot(x + offset, row, color=colour, alpha=0.06, linewidth=0.6)
+            stats = [_mean_ci(vals[:, j]) for j in range(len(PLOT_ARMS))]
+            ax.errorbar(x + offset, [m for m, _ in stats], yerr=[h for _, h in stats], fmt="o-", color=colour,
+                        label=TWIN_NAMES[v], capsize=3, linewidth=1.5)
+        ax.set_xticks(x, PLOT_ARMS)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    lam = np.array([d for _, d in DOSE])
+    gaps = np.array([[s.entropy["P", a] - s.entropy["N", a] for a, _ in DOSE] for s in summaries])
+    stats = [_mean_ci(gaps[:, j]) for j in range(len(DOSE))]
+    axes[2].errorbar(lam, [m for m, _ in stats], yerr=[h for _, h in stats], fmt="o-", color="black", capsize=3)
+    axes[2].axhline(0, color="grey", linewidth=0.8, linestyle=":")
+    axes[2].set_xticks(lam, [f"{d:g}\n{a}" for a, d in DOSE])
+    axes[2].set_xlabel("lambda (attention to the added span scaled by)")
+    axes[2].set_ylabel("H(P) - H(N), bits")
+    axes[2].set_title("dose-response", fontsize=10)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _test_line(t) -> str:
+    p = "n/a" if not math.isfinite(t.p_holm) else f"{t.p_holm:.2g}"
+    return (f"| {t.name} | {_f(t.estimate, '+.4f')} {t.unit} | {_f(t.ci_low, '+.4f')} to {_f(t.ci_high, '+.4f')} | "
+            f"{p} | {t.n_triples} / {t.n_distractors} | {_f(t.power, '.2f')} at {t.smallest_effect:g} | "
+            f"**{t.verdict}**{' (' + t.note + ')' if t.note else ''} |")
+
+
+def _control_lines(a) -> list[str]:
+    e, po, ls, cp, m = a.empty_mask, a.position_only, a.label_swap, a.c_plus, a.manipulation
+    ok = {True: "passed", False: "**FAILED**"}
+    return [
+        "| control | what must hold | measured | |",
+        "|---|---|---|---|",
+        f"| empty mask | every triple within {e.tolerance_bits:g} bits of A0 | max {e.max_diff_bits:.2e} bits "
+        f"({e.n_over} over; worst {e.worst}) | {ok[e.passed]} |",
+        f"| position only (A2) | H(P,A2) - H(N,A2) within +-{po.bound_bits:g} bits (TOST at {po.alpha:g}) | "
+        f"{_f(po.mean_bits, '+.4f')} ({_f(po.ci_low, '+.4f')} to {_f(po.ci_high, '+.4f')}), p {_f(po.p_tost, '.2g')}"
+        f"{'; ' + po.note if po.note else ''} | {ok[po.passed]} |",
+        f"| label swap | did_entropy rejects in at most {ls.max_rejecting} of {ls.n_swaps} swaps | {ls.n_rejecting} "
+        f"({ls.share:.1%}){'; ' + ls.note if ls.note else ''} | {ok[ls.passed]} |",
+        f"| C+ (sink masked) | moves mean entropy by >= {cp.min_bits:g} bits on >= {cp.min_share:.0%} of twins | "
+        f"{cp.n_moved} of {cp.n_twins} ({cp.share:.1%}) | {ok[cp.passed]} |",
+        f"| manipulation | mediator 0 under A1, sink mass 0 under C+ (within {m.tolerance:g}) | A1 max {m.a1_max:.1e}, "
+        f"C+ sink max {m.c_plus_sink_max:.1e}; mediator A0 {m.a0_mean:.4f}, L0.5 / A0 {m.ratio_l05:.3f}, "
+        f"L0.25 / A0 {m.ratio_l025:.3f} | {ok[m.passed]} |",
+    ]
+
+
+def _arm_table(summaries: Sequence[TripleSummary]) -> list[str]:
+    lines = ["| arm | H(P) bits | H(N) bits | beta(P) | beta(N) | mediator P | mediator N |", "|---|---|---|---|---|---|---|"]
+    for arm in ARMS:
+        cells = [np.mean([getattr(s, t)[v, arm] for s in summaries])
+                 for t, v in (("entropy", "P"), ("entropy", "N"), ("beta", "P"), ("beta", "N"),
+                              ("span_mass", "P"), ("span_mass", "N"))]
+        lines.append(f"| {arm} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
+    return lines
+
+
+def summary_markdown(report) -> str:
+    """The report's summary.md: the controls first (a failed one voids the verdicts), then the tests."""
+    s, a = report.settings, report.analysis
+    head = ["# lab intervene: masking what the context added", ""]
+    if not report.decides:
+        failed = [k for k, v in a.controls.items() if not v]
+        if report.pilot is not None:
+            failed += [f"pilot {k}" for k, v in report.pilot.controls.items() if not v]
+        head += [f"**CONTROLS FAILED ({', '.join(failed)}): this run decides nothing; every verdict below reads "
+                 "'undecided'.**", ""]
+    draft_weights = "the target's own layers" if s.draft.startswith("early-exit:") else s.draft_weights
+    head += [f"Target `{s.model}` ({s.weights}), draft `{s.draft}` ({draft_weights}), "
+             f"{s.dtype} on {s.device}; {a.n_triples} triples over {a.n_distractors} distractor texts "
+             f"(`{s.triples_file}`), each scored on the clean prompt's greedy continuation of {s.new_tokens} tokens; "
+             f"{report.seconds:.0f} s of scoring. Arms, tests and controls were stated before the run "
+             "(`lab intervene --help`, `lab.analysis.intervention`).", ""]
+    head += ["## Pre-stated tests (one Holm family, one-sided, distractor as a random effect)", "",
+             "| test | estimate | CI (family level) | p (Holm) | triples / distractors | power at the smallest effect "
+             "| verdict |", "|---|---|---|---|---|---|---|"] + [_test_line(t) for t in a.tests]
+    head += [""] + [f"- **{t.name}**: {t.statement}" for t in a.tests]
+    head += ["", "## Controls", ""] + _control_lines(a)
+    if report.pilot is not None:
+        head += ["", f"## Pilot ({len(report.pilot_ids)} triples, excluded from the analysis: "
+                     f"{', '.join(report.pilot_ids)})", ""] + _control_lines(report.pilot)
+    if report.power:
+        head += ["", "## Power, from the pilot's SDs, for this run's size (fixed before the main triples ran)", "",
+                 "| test | smallest effect | pilot SD | power at n | triples for 80 % |", "|---|---|---|---|---|"]
+        head += [f"| {r.test} | {r.smallest_effect:g} {r.unit} | {_f(r.sd, '.4f')} | {_f(r.power, '.2f')} at "
+                 f"{r.n_triples} | {r.required_triples if r.required_triples is not None else 'not reachable'} |"
+                 for r in report.power]
+    sec = (a.proportion_removed, a.mediation_slope, a.indirect_share)
+    head += ["", "## Secondary (outside the family)", ""] + [
+        f"- {e.name}: {_f(e.value, '+.3f')} {e.unit} (95 % CI {_f(e.ci_low, '+.3f')} to {_f(e.ci_high, '+.3f')}, "
+        f"{e.n_triples} triples): {e.statement}" for e in sec]
+    head += ["", "## Arms (means over triples)", ""] + _arm_table(report.main)
+    head += ["", "## Per distractor", "", "| distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0 |",
+             "|---|---|---|---|"] + [f"| {d.distractor} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
+                                     f"{d.mean_h4b_gap:+.4f} |" for d in a.distractors]
+    return "\n".join(head) + "\n"
+
+
+def render_console(report, console) -> None:
+    """The verdicts and the controls on the terminal (Rich)."""
+    from rich.table import Table
+
+    a = report.analysis
+    if not report.decides:
+        console.print("controls failed: this run decides nothing", style="bold red")
+    table = Table(title=f"lab intervene: {a.n_triples} triples, {a.n_distractors} distractors")
+    for col in ("test", "estimate", "CI", "p (Holm)", "verdict"):
+        table.add_column(col)
+    for t in a.tests:
+        table.add_row(t.name, f"{_f(t.estimate, '+.4f')} {t.unit}", f"{_f(t.ci_low, '+.4f')} .. {_f(t.ci_high, '+.4f')}",
+                      _f(t.p_holm, '.2g'), t.verdict)
+    console.print(table)
+    console.print("controls: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in a.controls.items()),
+                  markup=False, highlight=False)
+
+
+def write_report(report, root: Path, work: Path) -> Path:
+    """Write ``<root>/<timestamp>-intervene-<model>/`` atomically; returns its final path."""
+    from dataclasses import asdict
+
+    from lab.reports import report_dir
+
+    with report_dir(root, "intervene", report.settings.model) as rd:
+        rd.write_json("report.json", {
+            "kind": "intervene", "settings": asdict(report.settings), "decides": report.decides,
+            "analysis": asdict(report.analysis), "controls": report.analysis.controls,
+            "pilot": None if report.pilot is None else {"ids": list(report.pilot_ids),
+                                                        "controls": report.pilot.controls,
+                                                        "analysis": asdict(report.pilot)},
+            "power": [asdict(r) for r in report.power], "seconds": report.seconds,
+            "environment": report.environment, "work_dir": str(work),
+            "triples": [r.to_json() for r in report.records]})
+        rd.write_csv("triples.csv", triple_rows(report.main))
+        plot_arms(report.main, rd.file("arms.png"), f"lab intervene, {report.settings.model}: arms per twin")
+        rd.write_text("summary.md", summary_markdown(report))
+    return rd.final

@@ -1,0 +1,372 @@
+"""``lab intervene`` end to end on a tiny model: the report, resume, damaged records, shards, the lock, the flags.
+
+A tiny random Llama (eager attention, ChatML word tokenizer) stands in for the target, its first
+layer for the draft (``early-exit:1``); a triple file in the study prompt format is written per
+module. One whole run is shared by the tests that read or copy its output; each copies it before
+changing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+from lab.cli import main
+from lab.intervene.record import TripleRecord, load_record
+from lab.schemas import FileSchemaError
+from tests import support
+
+pytestmark = pytest.mark.unit
+
+# Four clean questions in four categories; --limit 3 takes one of each of the first three. Every word is
+# in the tiny tokenizer's vocabulary, so the added span is whole tokens.
+CLEAN = (("factual", "factual-0", "what is the capital of france ?"),
+         ("math", "math-1", "what is 2 and 3 ?"),
+         ("code", "code-2", "how can you make a long list of words ?"),
+         ("creative", "creative-3", "when did he see the water ?"))
+DISTRACTORS = {"d0": "the the the of of of", "d1": "hello world hello world", "d2": "0 1 2 3 4 5 6 7"}
+NEUTRAL = "paris is the capital of france"
+RUN = ["--model", "smollm2", "--draft", "early-exit:1", "--pilot-limit", "0", "--limit", "3"]
+REPORT_FILES = {"report.json", "summary.md", "triples.csv", "arms.png"}
+SAME_NUMBERS = ("settings", "decides", "analysis", "controls", "pilot", "power", "seconds", "triples")
+
+
+def triple_rows(bad_twin: str | None = None) -> list[dict]:
+    """The triple file's records: each clean prompt, its poisoned twin (distractor, blank line, question) and
+    its neutral twin (relevant text, blank line, question); ``bad_twin``'s text ends with another question."""
+    rows = []
+    for i, (cat, pid, question) in enumerate(CLEAN):
+        label = f"d{i % len(DISTRACTORS)}"
+        rows.append({"id": pid, "category": cat, "messages": [{"role": "user", "content": question}]})
+        rows.append({"id": f"{pid}-P", "category": cat, "twin_of": pid, "variant": "poisoned", "distractor": label,
+                     "messages": [{"role": "user", "content": f"{DISTRACTORS[label]}\n\n{question}"}]})
+        neutral = f"{NEUTRAL}\n\n{question}" if f"{pid}-N" != bad_twin else f"{NEUTRAL}\n\nwhat is 2 and 4 ?"
+        rows.append({"id": f"{pid}-N", "category": cat, "twin_of": pid, "variant": "neutral",
+                     "messages": [{"role": "user", "content": neutral}]})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def patch_eager_loader(monkeypatch) -> list:
+    """:func:`tests.support.patch_tiny_loader`, but the tiny Llama is built with the attention the caller
+    asks for (``load_models`` asks for eager). Returns the list each load's name is appended to."""
+    from lab.models import loading
+    from lab.models.source import ModelSource, register_source
+
+    tok = support.chatml_tokenizer()
+    calls: list = []
+
+    def tiny_load(name, **kw):
+        calls.append(name)
+        model = support.tiny_llama(vocab_size=len(tok), max_positions=4096,
+                                   attn_implementation=kw.get("attn_implementation") or "sdpa")
+        register_source(model, ModelSource(model=name, device="cpu", dtype="float32"))
+        return model, tok
+
+    monkeypatch.setattr(loading, "load_model", tiny_load)
+    monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+    return calls
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """``lab ARGV`` with stdout and stderr captured (for module-scoped fixtures, where capsys is not)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def reports(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if "-intervene-" in p.name and not p.name.startswith("."))
+
+
+def work_dir(out: Path) -> Path:
+    (work,) = [p for p in out.iterdir() if p.name.startswith(".intervene-work-")]
+    return work
+
+
+def record_file(out: Path, question_id: str) -> Path:
+    from lab.intervene.run import RECORDS_DIR
+    from lab.study.work import work_file_name
+
+    return work_dir(out) / RECORDS_DIR / work_file_name(question_id)
+
+
+@pytest.fixture(scope="module")
+def triples_file(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("triples") / "triples.jsonl", triple_rows())
+
+
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory, triples_file, one_torch_thread):
+    """One whole run of the brief's command: ``(out, stdout, stderr, loads)``."""
+    out = tmp_path_factory.mktemp("whole") / "reports"
+    with pytest.MonkeyPatch.context() as mp:
+        loads = patch_eager_loader(mp)
+        rc, stdout, stderr = run_cli(["intervene", *RUN, "--triples", str(triples_file), "--out", str(out)])
+    assert rc == 0, stderr
+    return out, stdout, stderr, loads
+
+
+def copied_run(whole_run, tmp_path) -> Path:
+    """The whole run's reports root, copied (the work directory's name does not depend on --out)."""
+    out = tmp_path / "reports"
+    shutil.copytree(whole_run[0], out)
+    return out
+
+
+@pytest.mark.slow
+def test_intervene_tiny_run_writes_report_with_controls_and_exact_empty_mask(whole_run):
+    out, stdout, _, loads = whole_run
+    (rd,) = reports(out)
+    assert {p.name for p in rd.iterdir()} == REPORT_FILES
+    assert loads == ["smollm2"]  # the target once; the early-exit draft is its own first layer
+    report = json.loads((rd / "report.json").read_text())
+    assert isinstance(report["decides"], bool)
+    assert set(report["controls"]) == {"empty_mask", "position_only", "label_swap", "c_plus", "manipulation"}
+    assert report["decides"] == all(report["controls"].values())  # no pilot: the main run's controls decide
+    assert report["pilot"] is None and report["analysis"]["n_triples"] == 3
+    assert report["analysis"]["n_distractors"] == 3
+    assert [t["question_id"] for t in report["triples"]] == ["factual-0", "math-1", "code-2"]
+    for t in report["triples"]:
+        assert len(t["continuation"]) <= 24
+        for twin in t["twins"].values():
+            assert twin["empty_max_diff_bits"] <= 1e-4
+            assert all(len(a["entropy_bits"]) == len(t["continuation"]) for a in twin["arms"].values())
+    assert report["analysis"]["empty_mask"]["max_diff_bits"] <= 1e-4 and report["controls"]["empty_mask"]
+    rows = (rd / "triples.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 3 * 2 * 7  # header, then (triple, twin, arm)
+    assert (rd / "arms.png").read_bytes()[:4] == b"\x89PNG"
+    summary = (rd / "summary.md").read_text()
+    assert summary.startswith("# lab intervene") and "## Controls" in summary
+    assert ("CONTROLS FAILED" in summary) != report["decides"]
+    assert f"report: {rd}" in stdout and "[bold" not in stdout
+
+
+@pytest.mark.slow
+def test_intervene_rerun_reuses_records_without_loading_and_reports_the_same(whole_run, tmp_path, monkeypatch,
+                                                                             capsys):
+    out = copied_run(whole_run, tmp_path)
+    (first,) = reports(out)
+    loads = patch_eager_loader(monkeypatch)
+    assert main(["intervene", *RUN, "--triples", str(whole_run_triples(whole_run)), "--out", str(out)]) == 0
+    assert loads == []
+    assert "note:" not in capsys.readouterr().err
+    second = next(p for p in reports(out) if p != first)
+    a, b = (json.loads((p / "report.json").read_text()) for p in (first, second))
+    assert {k: a[k] for k in SAME_NUMBERS} == {k: b[k] for k in SAME_NUMBERS}
+    assert Path(b["work_dir"]) == work_dir(out) and Path(a["work_dir"]).name == work_dir(out).name
+
+
+def whole_run_triples(whole_run) -> str:
+    return json.loads(next(iter(reports(whole_run[0]))).joinpath("report.json").read_text())["settings"]["triples_file"]
+
+
+def _truncate(path: Path, other: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def _short_entropy(path: Path, other: Path) -> None:
+    data = json.loads(path.read_text())
+    data["twins"]["P"]["arms"]["A1"]["entropy_bits"].pop()
+    path.write_text(json.dumps(data))
+
+
+def _nan(path: Path, other: Path) -> None:
+    data = json.loads(path.read_text())
+    data["twins"]["N"]["arms"]["A0"]["entropy_bits"][0] = math.nan
+    path.write_text(json.dumps(data))
+
+
+def _other_question(path: Path, other: Path) -> None:
+    shutil.copyfile(other, path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage,needle", [(_truncate, "not JSON"), (_short_entropy, "per-position lists"),
+                                           (_nan, "finite"), (_other_question, "belongs to 'factual-0'")],
+                         ids=["truncated", "entropy-list-length", "nan", "another-question"])
+def test_intervene_damaged_record_is_named_once_and_scored_again(whole_run, tmp_path, monkeypatch, capsys,
+                                                                 damage, needle):
+    """Fault class: a hand-edited or truncated record entering the analysis, or failing the run, instead of
+    being redone on resume; or its note wrapped over several lines (a long record path split the note)."""
+    out = copied_run(whole_run, tmp_path)
+    (first,) = reports(out)
+    victim = record_file(out, "math-1")
+    damage(victim, record_file(out, "factual-0"))
+    loads = patch_eager_loader(monkeypatch)
+    assert main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and str(victim) in notes[0] and "'math-1'" in notes[0], notes
+    assert needle in notes[0]
+    assert loads == ["smollm2"]
+    assert load_record(victim, "math-1").question_id == "math-1"  # redone, whole again
+    second = next(p for p in reports(out) if p != first)
+    a, b = (json.loads((p / "report.json").read_text()) for p in (first, second))
+    assert [t["twins"] for t in a["triples"]] == [t["twins"] for t in b["triples"]]  # greedy: the same numbers
+    assert a["analysis"] == b["analysis"]
+
+
+@pytest.mark.slow
+def test_intervene_shards_then_plain_run_scores_nothing_new_and_only_it_reports(triples_file, tmp_path, monkeypatch,
+                                                                                capsys, one_torch_thread):
+    out = tmp_path / "reports"
+    argv = ["intervene", *RUN, "--new-tokens", "3", "--triples", str(triples_file), "--out", str(out)]
+    loads = patch_eager_loader(monkeypatch)
+    assert main([*argv, "--shard", "1/2"]) == 0
+    assert "shard 1/2" in capsys.readouterr().out and reports(out) == []
+    assert len(list((work_dir(out) / "records").iterdir())) == 2  # triples 1 and 3 of 3
+    assert main([*argv, "--shard", "2/2"]) == 0
+    assert reports(out) == [] and len(list((work_dir(out) / "records").iterdir())) == 3
+    assert loads == ["smollm2", "smollm2"]
+    assert main(argv) == 0
+    assert loads == ["smollm2", "smollm2"]  # the plain run scored nothing: no model loaded
+    (rd,) = reports(out)
+    report = json.loads((rd / "report.json").read_text())
+    assert [t["question_id"] for t in report["triples"]] == ["factual-0", "math-1", "code-2"]
+    assert all(len(t["continuation"]) <= 3 for t in report["triples"])
+
+
+@pytest.mark.slow
+def test_intervene_second_whole_run_while_locked_is_refused_in_one_line(whole_run, tmp_path, monkeypatch, capsys):
+    from lab.intervene.run import hold
+
+    out = copied_run(whole_run, tmp_path)
+    loads = patch_eager_loader(monkeypatch)
+    with hold(work_dir(out), None):
+        rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+        shard_rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out),
+                         "--shard", "1/2"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == shard_rc == 2 and len(lines) == 2, lines
+    assert all("is in use" in line and line.startswith("lab intervene: error: ") for line in lines)
+    assert loads == [] and len(reports(out)) == 1
+
+
+@pytest.mark.slow
+def test_intervene_work_dir_with_another_runs_settings_is_refused_in_one_line(whole_run, tmp_path, capsys,
+                                                                              no_model_loading):
+    out = copied_run(whole_run, tmp_path)
+    path = work_dir(out) / "settings.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "seed": 7}))
+    rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "settings of another run" in lines[0], lines
+    assert len(reports(out)) == 1
+
+
+def _bad_files(tmp_path: Path, triples_file: Path) -> dict[str, list[str]]:
+    clean_only = write_jsonl(tmp_path / "clean.jsonl", [r for r in triple_rows() if "twin_of" not in r])
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "a", "category": "math", "messages": [{"role": "user", "content": "caf\xe9"}]}\n')
+    return {"no-triple": ["--triples", str(clean_only)], "not-utf8": ["--triples", str(latin)],
+            "missing": ["--triples", str(tmp_path / "none.jsonl")],
+            "shared": ["--triples", str(triples_file), "--pilot", str(triples_file), "--pilot-limit", "2"]}
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--pilot-limit", "13"], "--pilot-limit"),
+    (["--limit", "0"], "--limit"),
+    (["--new-tokens", "0"], "--new-tokens"),
+    (["--shard", "3/2"], "--shard"),
+    (["--draft", "prompt-lookup"], "--draft"),
+    (["--pilot", "PILOT", "--pilot-limit", "0"], "--pilot"),
+    (["no-triple"], "--triples"),
+    (["not-utf8"], "--triples"),
+    (["missing"], "--triples"),
+    (["shared"], "--pilot"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_intervene_bad_flag_exits_2_naming_it_before_any_model_loads(argv, flag, triples_file, tmp_path, capsys,
+                                                                     no_model_loading):
+    """Fault class: a bad flag or file refused after the model loaded, with a traceback, or naming a
+    parameter the user never typed (``prompts=`` for ``--triples``)."""
+    files = _bad_files(tmp_path, triples_file)
+    argv = files.get(argv[0], [a.replace("PILOT", str(triples_file)) for a in argv])
+    if "--triples" not in argv:
+        argv = [*argv, "--triples", str(triples_file)]
+    if "--draft" not in argv:
+        argv = ["--draft", "early-exit:1", *argv]
+    out = tmp_path / "reports"
+    rc = main(["intervene", *argv, "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("lab intervene: error: ") and flag in lines[0], lines
+    assert "prompts=" not in lines[0]
+    assert not out.exists() or reports(out) == []
+
+
+@pytest.mark.slow
+def test_intervene_twin_not_ending_with_its_clean_prompt_exits_2_before_any_load(tmp_path, monkeypatch, capsys,
+                                                                                one_torch_thread):
+    bad = write_jsonl(tmp_path / "bad.jsonl", triple_rows(bad_twin="math-1-N"))
+    patch_eager_loader(monkeypatch)
+    out = tmp_path / "reports"
+    rc = main(["intervene", *RUN, "--new-tokens", "2", "--triples", str(bad), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "'math-1-N'" in lines[0], lines
+    assert not out.exists()  # refused from the tokenizer alone, before a model loads or a directory is made
+
+
+def test_intervene_help_describes_the_arms_and_the_tests(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["intervene", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for arm in ("A0", "empty", "A1", "A2", "C+", "L0.5", "L0.25"):
+        assert re.search(rf"(?<![\w.+]){re.escape(arm)}(?![\w.+])", text), arm
+    for words in ("difference in differences", "H4b", "dose-response", "Holm", "position-only control",
+                  "positive control", "decides nothing"):
+        assert words in text, words
+
+
+def _record(question_id: str = "math-1", n: int = 3) -> TripleRecord:
+    from lab.intervene.masks import ARMS, AddedSpan
+    from lab.intervene.score import ArmOutcome, TwinOutcome
+
+    def twin(variant: str, k: float) -> TwinOutcome:
+        arms = {arm: ArmOutcome(entropy_bits=tuple(0.1 * k + j / 7 + i / 3 for i in range(n)),
+                                beta=tuple(0.5 + 0.01 * (i + j) for i in range(n)),
+                                span_mass=0.0 if arm == "A1" else 0.2 / (j + 1), sink_mass=0.6 - 0.05 * j)
+                for j, arm in enumerate(ARMS)}
+        return TwinOutcome(prompt_id=f"{question_id}-{variant[0].upper()}", variant=variant, n_prompt=20,
+                           span=AddedSpan(5, 11), n_decode=n, arms=arms, empty_max_diff_bits=1e-7 * k)
+
+    return TripleRecord(question_id=question_id, category="math", distractor="d1", continuation=(4, 9, 4)[:n],
+                        twins={"P": twin("poisoned", 1.0), "N": twin("neutral", 2.0)}, seconds=0.25)
+
+
+def test_triple_record_round_trip_gives_equal_summary(tmp_path):
+    rec = _record()
+    path = tmp_path / "math-1.json"
+    path.write_text(json.dumps(rec.to_json()))
+    back = load_record(path, "math-1")
+    assert back.summary() == rec.summary()
+    assert back.to_json() == rec.to_json()
+    with pytest.raises(FileSchemaError, match="belongs to 'math-1'"):
+        load_record(path, "code-2")
+
+
+def test_render_console_failed_controls_line_is_styled_not_markup():
+    """Fault class: Rich markup printed literally ("[bold red]...[/]") on the lab's markup-free consoles."""
+    from lab.render.console import SafeConsole
+    from lab.render.intervention import render_console
+
+    analysis = types.SimpleNamespace(n_triples=3, n_distractors=3, tests=[], controls={"c_plus": False})
+    console = SafeConsole(file=io.StringIO(), width=100)
+    render_console(types.SimpleNamespace(decides=False, analysis=analysis), console)
+    text = console.file.getvalue()
+    assert "controls failed: this run decides nothing" in text and "[bold" not in text and "[/]" not in text
+    assert "c_plus FAILED" in text
