@@ -229,3 +229,22 @@ def label_blind_masking(triples) -> np.ndarray:
         return np.array([t.entropy[v, a] for t in triples])
 
     return (e("P", "A1") - e("P", "A0")) + (e("N", "A1") - e("N", "A0"))
+
+
+# --------------------------------------------------------------------------- H4's pairs by distractor text
+# Poisoned - neutral differences of twin pairs whose distractor text pulls all its pairs alike (a random
+# effect of the text), apart from the simulations above: the size and power checks of
+# :mod:`lab.analysis.distractors`.
+
+H4_PAIR_SD = math.sqrt(2) * ENTROPY_PROMPT_SD  # H4b's pair difference in simulate_study, within a text
+
+
+def simulate_distractor_pairs(n_distractors: int, pairs_each: int, *, seed: int, distractor_sd: float,
+                              effect: float = 0.0, pair_sd: float = H4_PAIR_SD) -> tuple[np.ndarray, list[str]]:
+    """Differences ``effect + u_text + e_pair`` (u ~ N(0, distractor_sd), e ~ N(0, pair_sd)) and their texts'
+    labels, ``pairs_each`` pairs a text (balanced, as the study's prompt sets); shape
+    ``(n_distractors * pairs_each,)``."""
+    rng = np.random.default_rng(seed)
+    text = np.repeat(np.arange(n_distractors), pairs_each)
+    d = effect + rng.normal(0, distractor_sd, n_distractors)[text] + rng.normal(0, pair_sd, text.size)
+    return d, [f"d{i:02d}" for i in text]

@@ -68,7 +68,8 @@ says whether it was underpowered and about how many prompts would settle it.
 
 Module layout: :mod:`lab.analysis.hypotheses` (tests, Holm, verdict rule),
 :mod:`lab.analysis.effects` (effect sizes, bootstrap, Wilson bins, fit band),
-:mod:`lab.analysis.claims` (H5, H6, H6c), :mod:`lab.analysis.placebo`, :mod:`lab.analysis.power`,
+:mod:`lab.analysis.claims` (H5, H6, H6c), :mod:`lab.analysis.distractors` (H4 per distractor text,
+secondary), :mod:`lab.analysis.placebo`, :mod:`lab.analysis.power`,
 :mod:`lab.analysis.study` (:func:`~lab.analysis.study.analyze`). Nothing is re-exported here:
 import each name from its module.
 """

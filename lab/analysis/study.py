@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
 from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
+from lab.analysis.distractors import DistractorTable, h4_distractor_tables
 from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
                                      category_test, judge, paired_test, partial_correlation_test,
                                      untested_result)
@@ -28,6 +29,9 @@ class StudyAnalysis:
         health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
         categories: Per category: n, median alpha, median mean-entropy (clean prompts).
         pairs: Twin triples (:func:`twin_triples`): clean, poisoned, neutral and their numbers.
+        distractor_tables: H4a's and H4b's poisoned - neutral per distractor text and pooled with the
+            distractor as a random effect (:func:`lab.analysis.distractors.h4_distractor_tables`; secondary,
+            outside the Holm family).
     """
 
     tests: list[TestResult]
@@ -35,6 +39,7 @@ class StudyAnalysis:
     health_entropy_fit: LinearFit | None
     categories: dict[str, dict[str, float]]
     pairs: list[dict[str, Any]]
+    distractor_tables: dict[str, DistractorTable] = field(default_factory=dict)
 
     def verdicts(self) -> dict[str, str]:
         return {t.name: t.verdict for t in self.tests}
@@ -94,7 +99,7 @@ def _untestable_health(measured: TestResult, reason: str) -> TestResult:
 def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
             n_resamples: int = N_RESAMPLES, n_bins: int = 8,
             decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
-            health_unmeasurable: str | None = None) -> StudyAnalysis:
+            health_unmeasurable: str | None = None, distractors: Mapping[str, str] | None = None) -> StudyAnalysis:
     """Run H1-H6c on the study's tables and judge them together (one Holm family).
 
     The study passes its records as their columns (``lab.study.outcome.PromptRow.as_columns()``,
@@ -120,6 +125,9 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
             (:func:`lab.health.validation.health_unmeasurable`); H1 and H1c are then untested with
             that reason, their figures as measured kept in ``details["as_measured"]``, and out of the
             Holm family.
+        distractors: Poisoned prompt id -> the label of its distractor text, for H4a's and H4b's
+            per-distractor table and random-effect test (``distractor_tables``); ``None`` or empty
+            leaves them untested.
 
     Returns:
         A :class:`StudyAnalysis`.
@@ -167,6 +175,7 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
                                            [r["mean_entropy_bits"] for r in h1_rows]),
         categories=categories,
         pairs=pairs,
+        distractor_tables=h4_distractor_tables(pairs, distractors or {}),
     )
 
 

@@ -238,6 +238,7 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
         "health_entropy_fit": to_jsonable(a.health_entropy_fit),
         "categories": to_jsonable(a.categories),
         "pairs": to_jsonable(a.pairs),
+        "distractor_tables": to_jsonable(a.distractor_tables),  # secondary: outside the Holm family
         "missing_prompts": list(result.missing),
         "merged_from": list(result.merged_from),
         "figures": FIGURES,

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from lab.analysis.claims import SMALLEST_VARIANCE_GAP
+from lab.analysis.distractors import DistractorTable
 from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
@@ -87,6 +88,34 @@ def _power_row(t: TestResult) -> str:
     state = "underpowered" if pw.get("underpowered") else "adequate"
     return (f"| {t.name} | {pw['n']} {pw['unit']} | {pw['alpha']:.3g} | {md:.3g} | {t.smallest_effect:g} | "
             f"{state}; {pw['n_needed']} {pw['unit']} detect {t.smallest_effect:g} |")
+
+
+def distractor_lines(tables: dict[str, DistractorTable]) -> list[str]:
+    """H4a's and H4b's poisoned - neutral per distractor text and pooled (the distractor a random effect);
+    nothing when no pair names its text."""
+    if not any(t.rows for t in tables.values()):
+        return []
+    lines = ["", "### H4a and H4b per distractor text (secondary)", "",
+             "Poisoned - neutral per pair, grouped by the poisoned twin's distractor text. The pooled row takes the "
+             "texts as a sample (the distractor a random effect): a one-sample t over the per-text means, t on "
+             "texts - 1 df, two-sided, each text weighing the same. It is secondary: outside the Holm family, it "
+             "changes no verdict above."]
+    for t in tables.values():
+        p = t.pooled
+        if math.isfinite(p.p_value):
+            test = (f"t({p.df}) = {fmt_value(p.t)}, p = {fmt_p(p.p_value)}; {p.ci_level:.0%} CI "
+                    f"{fmt_value(p.ci_low)} to {fmt_value(p.ci_high)}; share between texts {fmt_value(p.icc, 2)}")
+        else:
+            test = f"not tested: {p.note}"
+        lines += ["", f"{t.name} ({t.measure}, predicted {_SIGN_WORD[t.predicted_sign]}):", "",
+                  "| distractor | pairs | mean poisoned - neutral | SD | test |", "|---|---|---|---|---|"]
+        lines += [f"| {r.distractor} | {r.n_pairs} | {fmt_value(r.mean_difference)} | {fmt_value(r.sd_difference)} | |"
+                  for r in t.rows]
+        lines.append(f"| pooled, distractor random | {p.n_pairs} in {p.n_distractors} texts | {fmt_value(p.estimate)} "
+                     f"| | {test} |")
+        if t.n_unlabelled:
+            lines += ["", f"{t.n_unlabelled} pairs name no distractor text and are left out."]
+    return lines
 
 
 def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
@@ -202,6 +231,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         lines += ["", f"H3 pairwise Mann-Whitney (Holm within {len(pw)} pairs): "
                   + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {fmt_p(r['p_holm'])}"
                                for r in sig) if sig else "no pair differs at the corrected level") + "."]
+    lines += distractor_lines(a.distractor_tables)
     lines += ["", "## What the study could detect", "",
               f"Smallest effect detectable at 80% power, two-sided at alpha / {max(m, 1)} (Holm's strictest step):", "",
               "| test | n | alpha | detectable | of interest | |", "|---|---|---|---|---|---|"]
@@ -214,7 +244,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     for name, text in FIGURES.items():
         lines += [f"![{name}]({name})", "", text, ""]
     lines += ["## Files", "",
-              "- `study.json`: settings, environment, timing, every test with its numbers, power and verdict.",
+              "- `study.json`: settings, environment, timing, every test with its numbers, power and verdict; "
+              "H4's per-distractor tables (`distractor_tables`).",
               "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures; "
               "`content_sink_health` is the old count-based health; `alpha_t*` the H6 runs).",
               "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).", ""]

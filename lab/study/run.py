@@ -259,7 +259,8 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     # the analysis reads the records as their columns (it sits below the study and knows no study type)
     analysis = analyze([r.as_columns() for r in per_prompt], [t.as_columns() for t in per_token],
                        seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes,
-                       health_unmeasurable=health_unmeasurable(plan.config.model, load_chosen()))
+                       health_unmeasurable=health_unmeasurable(plan.config.model, load_chosen()),
+                       distractors={p.id: p.distractor for p in done if p.distractor})
     return StudyResult(plan, per_prompt, per_token, analysis, info, n_resumed, time.perf_counter() - started,
                        started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from))
 
