@@ -122,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args, device)
     main = iv.load_triples(settings.triples_file, settings.limit)
     pilot = [] if settings.pilot_file is None else iv.load_triples(settings.pilot_file, settings.pilot_limit)
-    iv.check_twins(settings.model, pilot + main)  # with the tokenizer alone: a bad twin is refused before a load
+    iv.check_twins(settings.model, pilot + main, settings.draft)  # tokenizers alone: refused before a load
+    if shard is not None and shard[1] > len(pilot + main):
+        raise ValueError(f"--shard {args.shard!r}: {len(pilot + main)} triples (pilot included) cannot fill "
+                         f"{shard[1]} shards; use N <= {len(pilot + main)}")
     if args.threads is not None:
         set_threads(args.threads)
     work = iv.work_dir_for(args.out, settings)
@@ -131,12 +134,17 @@ def run(args: argparse.Namespace) -> int:
     # 2. Score what is left (pilot first), a progress line on stderr.
     err = stderr_console()
     todo = iv.shard_of(pilot + main, shard)
-    with iv.hold(work, shard), err.status("intervene") as status:
-        def progress(i: int, n: int, tid: str) -> None:
-            status.update(f"triple {i + 1}/{n} {tid}" if tid else f"{n} triples scored")
-        records = iv.run_triples(work, todo, settings, lambda: iv.load_models(settings), progress=progress,
-                                 note=lambda msg: err.print(f"note: {msg}", markup=False, highlight=False,
-                                                           soft_wrap=True))
+    kept = f"the finished triples are kept in {work}; the same command continues"
+    try:
+        with iv.hold(work, shard), err.status("intervene") as status:
+            def progress(i: int, n: int, tid: str) -> None:
+                status.update(f"triple {i + 1}/{n} {tid}" if tid else f"{n} triples scored")
+            records = iv.run_triples(work, todo, settings, lambda: iv.load_models(settings), progress=progress,
+                                     note=lambda msg: err.print(f"note: {msg}", markup=False, highlight=False,
+                                                               soft_wrap=True))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the CLI's one line says what was kept
+        exc.args = (kept,)
+        raise
     out = stdout_console()
     if shard is not None:
         out.print(f"shard {shard[0]}/{shard[1]}: {len(todo)} triples scored in {work}; the same command without "
@@ -145,9 +153,13 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Analyse the main triples, check the pilot's controls, write the report.
     from lab.intervene.report import build_report
+    from lab.reports import ReportWriteError
 
     report = build_report(settings, [records[t.id] for t in pilot], [records[t.id] for t in main], work=work)
     render_console(report, out)
-    final = write_report(report, Path(args.out), work)
+    try:
+        final = write_report(report, Path(args.out), work)
+    except ReportWriteError as exc:
+        raise ReportWriteError(f"{exc}; {kept} and writes the report") from exc
     out.print(f"report: {final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -14,6 +14,8 @@ from lab.analysis.intervention import InterventionAnalysis, PowerRow, TripleSumm
 from lab.intervene.record import TripleRecord
 from lab.intervene.run import InterventionSettings
 
+MIN_PILOT_FOR_SD = 2  # an SD needs two triples: a smaller pilot checks its controls but gives no power table
+
 
 @dataclass(frozen=True)
 class InterventionReport:
@@ -60,9 +62,9 @@ def build_report(settings: InterventionSettings, pilot: Sequence[TripleRecord], 
     from lab.reports import environment
 
     summaries = tuple(r.summary() for r in main)
-    pilot_analysis = analyze_intervention([r.summary() for r in pilot], seed=settings.seed) if len(pilot) >= 2 else None
+    pilot_analysis = analyze_intervention([r.summary() for r in pilot], seed=settings.seed) if pilot else None
     n_distractors = len({s.distractor for s in summaries})
-    power = () if pilot_analysis is None or n_distractors > len(summaries) else power_table(
+    power = () if len(pilot) < MIN_PILOT_FOR_SD or n_distractors > len(summaries) else power_table(
         pilot_analysis.sd_by_test, len(summaries), n_distractors)
     return InterventionReport(
         settings=settings, analysis=analyze_intervention(summaries, seed=settings.seed), pilot=pilot_analysis,

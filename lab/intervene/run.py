@@ -114,6 +114,11 @@ def load_triples(path: str | Path, limit: int | None = None, *, flag: str = "--t
                if p.twin_of is None and (p.id, "poisoned") in twins and (p.id, "neutral") in twins]
     if not triples:
         raise ValueError(f"{flag} {str(path)!r} holds no triple (a clean prompt with a poisoned and a neutral twin)")
+    unlabelled = next((t.poisoned for t in triples if not (t.poisoned.distractor or "").strip()), None)
+    if unlabelled is not None:  # the analysis clusters triples by this label: unlabelled ones would pool as one text
+        raise ValueError(f"{flag} {str(path)!r}:{unlabelled.line}: poisoned twin {unlabelled.id!r} has no distractor "
+                         "label; the analysis treats each distractor text as a random effect, so every poisoned "
+                         "twin names its text")
     return balanced(triples, limit)
 
 
@@ -152,17 +157,25 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
     """Create the work directory with its ``settings.json``, or check the one there.
 
     Raises:
-        ValueError: the directory holds another run's settings (its name's key says otherwise).
+        ValueError: the directory holds another run's settings (its name's key says otherwise), or it,
+            its ``records`` folder or its ``settings.json`` is not what this run writes (a file where a
+            folder goes, a FIFO, a folder the process may not write), naming the path.
     """
-    (work / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
+    from lab.schemas import read_json
+
+    try:
+        (work / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot use the work directory {str(work)!r} ({exc.strerror or exc}: "
+                         f"{exc.filename or work}); remove it or use another --out") from None
     path = work / "settings.json"
     if path.exists():
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            stored = read_json(path, "intervention settings")  # a FIFO or a device is refused, never read
+        except FileSchemaError:
             stored = None
         if stored != asdict(settings):
-            raise ValueError(f"{work} holds the settings of another run (its settings.json differs); "
+            raise ValueError(f"{work} holds the settings of another run (its settings.json differs or is unreadable); "
                              "remove the directory or use another --out")
         return
     from lab.study.work import write_json_atomic
@@ -190,7 +203,11 @@ def hold(work: Path, shard: tuple[int, int] | None) -> Iterator[None]:
         wanted.append((work / f".lock-shard-{shard[0]}-of-{shard[1]}", fcntl.LOCK_EX))
     try:
         for path, mode in wanted:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # a folder or a read-only file where the lock goes: bad input, not a crash
+                raise ValueError(f"cannot lock the work directory {str(work)!r}: {str(path)!r} refuses it "
+                                 f"({exc.strerror or exc}); remove it or use another --out") from None
             locks.append(fd)
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -272,6 +289,8 @@ def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
     from lab.intervene.record import load_record
 
     path = record_path(work, triple.id)
+    if path.is_dir() and not path.is_symlink():  # a record written over it would fail after the model loaded
+        raise ValueError(f"{str(path)!r} is a folder where the record of {triple.id!r} goes; remove it")
     if not path.exists():
         return None
     try:
@@ -281,20 +300,51 @@ def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
         return None
 
 
-def check_twins(model: str, triples: Sequence[Triple]) -> None:
+def check_twins(model: str, triples: Sequence[Triple], draft: str | None = None) -> None:
     """Locate every twin's added span with the model's tokenizer alone (no weights), so that a twin that is not
-    its added text, a blank line and its clean prompt is refused before a model loads, not at a late triple.
+    its added text, a blank line and its clean prompt is refused before a model loads, not at a late triple;
+    and refuse a draft model whose vocabulary is not the target's (its q would score other tokens than p).
 
     Raises:
-        ValueError: from :func:`lab.intervene.masks.twin_prompt_ids`, naming the twin.
+        ValueError: from :func:`lab.intervene.masks.twin_prompt_ids`, naming the twin; a draft model
+            with another vocabulary (:func:`lab.speculative.admission.check_tokenizer_vocab`), naming ``draft``.
     """
     from lab.intervene.masks import twin_prompt_ids
     from lab.models.loading import load_tokenizer
+    from lab.speculative.admission import check_tokenizer_vocab
+    from lab.speculative.draft_specs import check_draft_spec
 
     tokenizer = load_tokenizer(model)
+    if draft is not None and check_draft_spec(draft) == "model":
+        check_tokenizer_vocab(tokenizer, load_tokenizer(draft), draft)
     for t in triples:
         for twin in (t.poisoned, t.neutral):
             twin_prompt_ids(tokenizer, twin, t.clean)
+
+
+def check_context(models: Models, triples: Sequence[Triple], new_tokens: int) -> None:
+    """Refuse, before any triple is scored, a triple whose longest twin and ``--new-tokens`` pass the context.
+
+    A twin holds at least one token more than its clean prompt, so its S + T - 1 positions bound the
+    clean prompt's greedy decode (S_clean + T) too; T is the budget (a continuation may stop early).
+
+    Raises:
+        ValueError: naming ``--new-tokens``, the triple and the context (the smaller of the two models').
+    """
+    from lab.decode import context_length
+    from lab.intervene.masks import twin_prompt_ids
+
+    limits = [n for n in (context_length(models.target), context_length(models.draft)) if n is not None]
+    if not limits:
+        return
+    limit = min(limits)
+    for t in triples:
+        n = max(twin_prompt_ids(models.tokenizer, twin, t.clean)[0].numel() for twin in (t.poisoned, t.neutral))
+        if n + new_tokens - 1 > limit:
+            fix = f"use --new-tokens <= {limit - n + 1}" if n <= limit else "its prompt alone is longer: drop it"
+            raise ValueError(f"--new-tokens={new_tokens}: triple {t.id!r} has a {n}-token twin, which with the "
+                             f"continuation needs {n + new_tokens - 1} positions, more than the models' context of "
+                             f"{limit}; {fix}")
 
 
 def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSettings,
@@ -303,17 +353,30 @@ def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSet
     """Score every triple of ``triples`` that has no good record in ``work``, saving each as it finishes.
 
     Models load only if some triple is left. Returns ``{triple id: TripleRecord}`` for all of ``triples``.
+
+    Raises:
+        ValueError: a folder where a record goes, or a triple too long for the context (:func:`check_context`).
+        lab.reports.ReportWriteError: a record that could not be written (a full disk, a read-only
+            folder), naming it; the records finished before it are kept.
     """
+    from lab.reports import ReportWriteError
     from lab.study.work import write_json_atomic
 
     done = {t.id: read_or_none(work, t, note) for t in triples}
     left = [t for t in triples if done[t.id] is None]
     if left:
         models = models_factory()
+        check_context(models, left, settings.new_tokens)
         for i, t in enumerate(left):
             progress(i, len(left), t.id)
             rec = score_triple(models, t, settings.new_tokens)
-            write_json_atomic(record_path(work, t.id), rec.to_json())
+            path = record_path(work, t.id)
+            try:
+                write_json_atomic(path, rec.to_json())
+            except OSError as exc:
+                raise ReportWriteError(f"writing the record of {t.id!r} to {str(path)!r} failed "
+                                       f"({exc.strerror or exc}); the {sum(r is not None for r in done.values())} "
+                                       f"triples finished before it are kept in {work}") from None
             done[t.id] = rec
         progress(len(left), len(left), "")
     return done

@@ -22,6 +22,14 @@ TWIN_NAMES = {"P": "poisoned (distractor)", "N": "neutral (relevant text)"}
 assert set(PLOT_ARMS) <= set(ARMS) and {a for a, _ in DOSE} - {"A0", "A1"} == set(LAMBDAS)
 
 
+def _md(text: str) -> str:
+    """A user's label or id as one markdown table cell or inline text: control characters escaped
+    (:func:`lab.safe_text.printable`), line breaks as ``\\n``, and ``|`` escaped, so no label splits a row."""
+    from lab.safe_text import printable
+
+    return printable(text).replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ").replace("|", "\\|")
+
+
 def _f(x: Any, fmt: str = ".3f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
@@ -97,7 +105,7 @@ def _control_lines(a) -> list[str]:
         "| control | what must hold | measured | |",
         "|---|---|---|---|",
         f"| empty mask | every triple within {e.tolerance_bits:g} bits of A0 | max {e.max_diff_bits:.2e} bits "
-        f"({e.n_over} over; worst {e.worst}) | {ok[e.passed]} |",
+        f"({e.n_over} over; worst {_md(str(e.worst))}) | {ok[e.passed]} |",
         f"| position only (A2) | H(P,A2) - H(N,A2) within +-{po.bound_bits:g} bits (TOST at {po.alpha:g}) | "
         f"{_f(po.mean_bits, '+.4f')} ({_f(po.ci_low, '+.4f')} to {_f(po.ci_high, '+.4f')}), p {_f(po.p_tost, '.2g')}"
         f"{'; ' + po.note if po.note else ''} | {ok[po.passed]} |",
@@ -144,7 +152,7 @@ def summary_markdown(report) -> str:
     head += ["", "## Controls", ""] + _control_lines(a)
     if report.pilot is not None:
         head += ["", f"## Pilot ({len(report.pilot_ids)} triples, excluded from the analysis: "
-                     f"{', '.join(report.pilot_ids)})", ""] + _control_lines(report.pilot)
+                     f"{', '.join(map(_md, report.pilot_ids))})", ""] + _control_lines(report.pilot)
     if report.power:
         head += ["", "## Power, from the pilot's SDs, for this run's size (fixed before the main triples ran)", "",
                  "| test | smallest effect | pilot SD | power at n | triples for 80 % |", "|---|---|---|---|---|"]
@@ -157,7 +165,7 @@ def summary_markdown(report) -> str:
         f"{e.n_triples} triples): {e.statement}" for e in sec]
     head += ["", "## Arms (means over triples)", ""] + _arm_table(report.main)
     head += ["", "## Per distractor", "", "| distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0 |",
-             "|---|---|---|---|"] + [f"| {d.distractor} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
+             "|---|---|---|---|"] + [f"| {_md(d.distractor)} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
                                      f"{d.mean_h4b_gap:+.4f} |" for d in a.distractors]
     return "\n".join(head) + "\n"
 

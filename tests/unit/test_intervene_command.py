@@ -272,7 +272,10 @@ def _bad_files(tmp_path: Path, triples_file: Path) -> dict[str, list[str]]:
     clean_only = write_jsonl(tmp_path / "clean.jsonl", [r for r in triple_rows() if "twin_of" not in r])
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(b'{"id": "a", "category": "math", "messages": [{"role": "user", "content": "caf\xe9"}]}\n')
+    unlabelled = write_jsonl(tmp_path / "unlabelled.jsonl", [{k: v for k, v in r.items() if k != "distractor"}
+                                                             for r in triple_rows()])
     return {"no-triple": ["--triples", str(clean_only)], "not-utf8": ["--triples", str(latin)],
+            "no-label": ["--triples", str(unlabelled)],
             "missing": ["--triples", str(tmp_path / "none.jsonl")],
             "shared": ["--triples", str(triples_file), "--pilot", str(triples_file), "--pilot-limit", "2"]}
 
@@ -282,17 +285,22 @@ def _bad_files(tmp_path: Path, triples_file: Path) -> dict[str, list[str]]:
     (["--limit", "0"], "--limit"),
     (["--new-tokens", "0"], "--new-tokens"),
     (["--shard", "3/2"], "--shard"),
+    (["--pilot-limit", "0", "--shard", "5/5"], "--shard"),  # the file holds 4 triples
+    (["--shard", "1/" + "9" * 300], "--shard"),
     (["--draft", "prompt-lookup"], "--draft"),
     (["--pilot", "PILOT", "--pilot-limit", "0"], "--pilot"),
     (["no-triple"], "--triples"),
     (["not-utf8"], "--triples"),
+    (["no-label"], "--triples"),
     (["missing"], "--triples"),
     (["shared"], "--pilot"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_intervene_bad_flag_exits_2_naming_it_before_any_model_loads(argv, flag, triples_file, tmp_path, capsys,
                                                                      no_model_loading):
     """Fault class: a bad flag or file refused after the model loaded, with a traceback, or naming a
-    parameter the user never typed (``prompts=`` for ``--triples``)."""
+    parameter the user never typed (``prompts=`` for ``--triples``); more shards than triples (empty shards,
+    or a lock file name past the file system's limit); a poisoned twin without the distractor label the
+    analysis clusters on (unlabelled triples silently pooled as one distractor text)."""
     files = _bad_files(tmp_path, triples_file)
     argv = files.get(argv[0], [a.replace("PILOT", str(triples_file)) for a in argv])
     if "--triples" not in argv:
@@ -370,3 +378,183 @@ def test_render_console_failed_controls_line_is_styled_not_markup():
     text = console.file.getvalue()
     assert "controls failed: this run decides nothing" in text and "[bold" not in text and "[/]" not in text
     assert "c_plus FAILED" in text
+
+
+def _folder_for_record(work: Path) -> None:
+    victim = next((work / "records").glob("math-1-*.json"))
+    victim.unlink()
+    victim.mkdir()
+
+
+def _file_for_records(work: Path) -> None:
+    shutil.rmtree(work / "records")
+    (work / "records").write_text("")
+
+
+def _file_for_work_dir(work: Path) -> None:
+    shutil.rmtree(work)
+    work.write_text("")
+
+
+def _folder_for_lock(work: Path) -> None:
+    (work / ".lock").unlink(missing_ok=True)
+    (work / ".lock").mkdir()
+
+
+def _fifo_for_settings(work: Path) -> None:
+    import os
+
+    (work / "settings.json").unlink()
+    os.mkfifo(work / "settings.json")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage,needle", [(_folder_for_record, "is a folder where the record of 'math-1' goes"),
+                                           (_file_for_records, "cannot use the work directory"),
+                                           (_file_for_work_dir, "cannot use the work directory"),
+                                           (_folder_for_lock, "cannot lock the work directory"),
+                                           (_fifo_for_settings, "settings of another run")],
+                         ids=["record-folder", "records-file", "work-dir-file", "lock-folder", "settings-fifo"])
+def test_intervene_work_dir_of_wrong_kinds_exits_2_in_one_line_before_any_load(whole_run, tmp_path, capsys,
+                                                                               no_model_loading, damage, needle):
+    """Fault class: a work directory whose parts are not what the run writes (a folder where a record or
+    the lock goes, a file where a folder goes) failing as "an error the lab did not foresee", after the
+    model loaded; or a FIFO for settings.json blocking the run forever."""
+    import signal
+
+    class Blocked(Exception):  # not an OSError, which the code under test may catch
+        pass
+
+    def give_up(signum, frame):
+        raise Blocked("the run blocked reading the work directory")
+
+    out = copied_run(whole_run, tmp_path)
+    damage(work_dir(out))
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(10)
+    try:
+        rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert len(reports(out)) == 1
+
+
+@pytest.mark.slow
+def test_intervene_record_that_cannot_be_written_exits_1_naming_it_and_what_is_kept(whole_run, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Fault class: a full disk or a read-only folder while a record is written failing as "an error the
+    lab did not foresee" instead of one line naming the record and the finished triples kept."""
+    import errno
+
+    from lab.study import work as study_work
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = copied_run(whole_run, tmp_path)
+    next((work_dir(out) / "records").glob("math-1-*.json")).unlink()
+    patch_eager_loader(monkeypatch)
+    monkeypatch.setattr(study_work, "write_json_atomic", full)
+    rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 1 and len(lines) == 1, lines
+    assert "writing the record of 'math-1'" in lines[0] and "No space left" in lines[0]
+    assert f"kept in {work_dir(out)}" in lines[0] and "did not foresee" not in lines[0]
+    assert len(reports(out)) == 1
+
+
+@pytest.mark.slow
+def test_intervene_interrupt_says_the_finished_triples_are_kept(whole_run, tmp_path, monkeypatch, capsys):
+    """Fault class: an interrupted run's one line hiding that its finished triples are kept and that the same
+    command continues from them."""
+    from lab.intervene import run as iv
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = copied_run(whole_run, tmp_path)
+    next((work_dir(out) / "records").glob("math-1-*.json")).unlink()
+    patch_eager_loader(monkeypatch)
+    monkeypatch.setattr(iv, "score_triple", interrupted)
+    rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 130 and len(lines) == 1, lines
+    assert "interrupted" in lines[0] and f"kept in {work_dir(out)}" in lines[0]
+
+
+@pytest.mark.slow
+def test_intervene_new_tokens_past_the_context_exits_2_naming_the_flag(triples_file, tmp_path, monkeypatch, capsys,
+                                                                       one_torch_thread):
+    """Fault class: a --new-tokens past the model's context refused in words naming a parameter the user never
+    typed (``max_new_tokens=``), or only at the triple that first meets it."""
+    patch_eager_loader(monkeypatch)  # 4096 positions
+    out = tmp_path / "reports"
+    rc = main(["intervene", *RUN, "--new-tokens", "5000", "--triples", str(triples_file), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert "--new-tokens=5000" in lines[0] and "'factual-0'" in lines[0] and "context of 4096" in lines[0], lines
+    assert "max_new_tokens" not in lines[0]
+    assert not list((work_dir(out) / "records").iterdir())  # refused before the first triple was scored
+
+
+def test_intervene_draft_model_with_another_vocabulary_exits_2_before_any_load(triples_file, tmp_path, monkeypatch,
+                                                                              capsys, no_model_loading):
+    """Fault class: a draft model whose vocabulary is not the target's accepted, so beta compares the target's
+    p with q over other tokens (a silently wrong number), or an id past the draft's vocabulary crashing it."""
+    from lab.models import loading
+
+    draft = tmp_path / "other-draft"
+    draft.mkdir()
+    real = loading.load_tokenizer
+    monkeypatch.setattr(loading, "load_tokenizer",
+                        lambda name: support.gemma_tokenizer() if name == str(draft) else real(name))
+    monkeypatch.setattr(loading, "check_draft_available", lambda name: None)
+    out = tmp_path / "reports"
+    rc = main(["intervene", "--model", "smollm2", "--draft", str(draft), "--pilot-limit", "0", "--limit", "3",
+               "--triples", str(triples_file), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"lab intervene: error: --draft='{draft}' has a different vocabulary"), lines
+    assert not out.exists()
+
+
+def _settings(**changes):
+    from lab.intervene.run import InterventionSettings
+
+    base = dict(model="smollm2", draft="early-exit:1", weights="float32", draft_weights="float32", dtype="float32",
+                device="cpu", triples_file="t.jsonl", triples_sha256="0" * 64, pilot_file="p.jsonl",
+                pilot_sha256="1" * 64, limit=None, pilot_limit=1, new_tokens=3, seed=0)
+    return InterventionSettings(**{**base, **changes})
+
+
+def test_build_report_one_triple_pilot_is_reported_with_its_controls(tmp_path):
+    """Fault class: a pilot of one triple scored, excluded from the analysis, and then dropped from the report
+    (neither named nor its controls checked), so a failed control in it went unseen."""
+    from lab.intervene.report import build_report
+
+    main_records = [_record(f"q-{i}") for i in range(3)]
+    report = build_report(_settings(), [_record("pilot-0")], main_records, work=tmp_path)
+    assert report.pilot is not None and report.pilot_ids == ("pilot-0",)
+    assert set(report.pilot.controls) == set(report.analysis.controls)
+    assert report.power == ()  # one triple gives no SD: no power table
+    assert report.decides == (report.analysis.decides and report.pilot.controls_passed)
+
+
+def test_summary_markdown_labels_with_pipes_and_line_breaks_stay_in_their_cell(tmp_path):
+    """Fault class: a user's distractor label or id holding ``|`` or a line break splitting summary.md's tables
+    and headings (a row read under the wrong columns)."""
+    import dataclasses
+
+    from lab.intervene.report import build_report
+    from lab.render.intervention import summary_markdown
+
+    main_records = [dataclasses.replace(_record(f"q-{i}"), distractor=f"a|b\n# c{i}") for i in range(3)]
+    pilot = [_record("p|1\n## x"), _record("p-2")]
+    text = summary_markdown(build_report(_settings(pilot_limit=2), pilot, main_records, work=tmp_path))
+    rows = [line for line in text.splitlines() if line.startswith("| a\\|b")]
+    assert len(rows) == 3 and all(line.count(" | ") == 3 for line in rows), rows
+    assert "| a\\|b\\n# c0 |" in text and "p\\|1\\n## x" in text
+    assert not any(line.startswith(("# c", "## x")) for line in text.splitlines())
