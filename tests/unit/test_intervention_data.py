@@ -247,7 +247,10 @@ def test_intervention_files_equal_generator_output(distractors, counters):
     import platform
 
     for d in distractors:
-        installed = platform.python_version() if d["package"] == "python" else importlib.metadata.version(d["package"])
+        try:
+            installed = platform.python_version() if d["package"] == "python" else importlib.metadata.version(d["package"])
+        except importlib.metadata.PackageNotFoundError:  # a source package `make setup` does not install (pyflakes)
+            pytest.skip(f"{d['package']} is not installed; the files were built with {d['version']}")
         if installed != d["version"]:
             pytest.skip(f"{d['package']} {installed} is installed; the files were built with {d['version']}")
     for name, records in mk.generate(DATA, counters).items():
