@@ -8,6 +8,7 @@ that leaves its controls out.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -18,8 +19,19 @@ pytestmark = pytest.mark.integration
 EMPTY_MASK_TOL_BITS = 1e-4  # issue 37's bound: the machinery with nothing masked is the plain forward
 
 
-def test_cli_intervene_three_triples_on_smollm2_passes_its_exact_controls(lab_log, capsys):
-    rc, rd = lab_log.cli(["intervene", "--limit", "3", "--pilot-limit", "0", "--device", "cpu"])
+@pytest.fixture
+def intervene_run(lab_log, capsys):
+    """The run, with its work directory removed afterwards: the integration tier shares one output folder, and
+    other tests check that no hidden directory is left in it."""
+    try:
+        yield lab_log.cli(["intervene", "--limit", "3", "--pilot-limit", "0", "--device", "cpu"])
+    finally:
+        for work in lab_log.out.glob(".intervene-work-*"):
+            shutil.rmtree(work)
+
+
+def test_cli_intervene_three_triples_on_smollm2_passes_its_exact_controls(intervene_run, lab_log, capsys):
+    rc, rd = intervene_run
     assert rc == 0 and rd is not None and rd.name.endswith("-intervene-smollm2")
     report = json.loads((rd / "report.json").read_text())
     analysis = report["analysis"]
