@@ -1,6 +1,6 @@
 """The statistics of ``lab intervene``: four pre-stated tests, their power, five controls and the verdicts.
 
-Pure functions on numbers (no model, no files, no Rich). The design (issue 37): each triple is a
+Pure functions on numbers (no model, no files, no Rich). The design: each triple is a
 clean question, its poisoned twin P (a distractor text added) and its neutral twin N (relevant
 text of the same added length); every arm of each twin scores the same teacher-forced
 continuation, and a :class:`TripleSummary` holds each (twin, arm)'s means over the decode
@@ -91,11 +91,11 @@ SMALLEST_DOSE_SLOPE = SMALLEST_ENTROPY_BITS
 # entropy effect of interest; a wider bound would let position alone fake one.
 EQUIV_BITS = SMALLEST_ENTROPY_BITS
 CONTROL_ALPHA = ALPHA  # TOST level of the position-only control (a 90 % interval inside the bound)
-EMPTY_MASK_TOL_BITS = 1e-4  # issue 37: the machinery with nothing masked is the plain forward to float rounding
+EMPTY_MASK_TOL_BITS = 1e-4  # the machinery with nothing masked is the plain forward, to float rounding (~1e-5 bits)
 # C+ must move a twin by twice the entropy effect of interest: a mask that moves entropy less could not
 # show that the arms can produce the effects the tests look for.
 C_PLUS_MIN_BITS = 2 * SMALLEST_ENTROPY_BITS
-C_PLUS_MIN_SHARE = 0.90  # issue 37
+C_PLUS_MIN_SHARE = 0.90  # a positive control that misses one twin in ten does not reliably move the model
 # A masked key's softmax weight is 0 up to float rounding; 1e-4 of attention mass is far below what an
 # unmasked span or sink receives.
 MASS_ZERO_TOL = 1e-4
