@@ -162,9 +162,9 @@ TRIPLE_MASK_TWIN_SD = 0.04  # how much masking moves each twin, twin to twin
 TRIPLE_MASK_SHIFT_BITS = 0.1  # masking any added text moves both twins alike (cancels in the differences)
 TRIPLE_DISTRACTOR_SD = 0.06  # the distractor text's own pull: the random effect the tests must cluster on
 TRIPLE_A2_GAP_SD = 0.01  # position-only: the twins at one offset differ by little more than rounding
-TRIPLE_C_PLUS_BITS, TRIPLE_C_PLUS_SD = 0.5, 0.1  # masking the sink moves entropy by about half a bit
+TRIPLE_C_PLUS_BITS, TRIPLE_C_PLUS_SD = 0.5, 0.1  # masking the question moves entropy by about half a bit
 BETA_MEAN, BETA_PER_BIT, BETA_ARM_SD = 0.6, -0.2, 0.01  # 0.05 bits of entropy <-> 0.01 of beta
-TRIPLE_ARM_LAMBDA = {"A0": 1.0, "empty": 1.0, "A1": 0.0, "L0.5": 0.5, "L0.25": 0.25, "C+": 1.0, "A2": 0.0}
+TRIPLE_ARM_LAMBDA = {"A0": 1.0, "empty": 1.0, "A1": 0.0, "L0.5": 0.5, "L0.25": 0.25, "sink": 1.0, "C+": 1.0, "A2": 0.0}
 
 
 def simulate_triples(n_triples: int, n_distractors: int, *, seed: int, effect_bits: float = 0.0,
@@ -199,7 +199,7 @@ def simulate_triples(n_triples: int, n_distractors: int, *, seed: int, effect_bi
     beta = BETA_MEAN + BETA_PER_BIT * dev + rng.normal(0, BETA_ARM_SD, dev.shape)
     m = rng.uniform(0.1, 0.3, (n_triples, 2, 1))
     span = lam * m / (1 - m + lam * m)  # a logit shift of log(lambda) on a span of mass m
-    sink = np.where(np.array(ARMS) == "C+", 0.0, 0.5) + np.zeros_like(span)
+    sink = np.where(np.array(ARMS) == "sink", 0.0, 0.5) + np.zeros_like(span)
     keys = [(v, a) for v in VARIANTS for a in ARMS]
     tables = [x.reshape(n_triples, -1).tolist() for x in (entropy, beta, span, sink)]
     return [TripleSummary(f"q{i:04d}", "code", f"d{dist[i]:02d}", *(dict(zip(keys, t[i])) for t in tables), 1e-6)

@@ -41,10 +41,20 @@ short of the smallest effect of interest; else ``inconclusive``. One error contr
 within +-:data:`EQUIV_BITS` (two one-sided t tests on the distractor means at :data:`CONTROL_ALPHA`,
 Schuirmann 1987); label swap, ``did_entropy`` on data with P and N exchanged in a random half of
 the triples (:data:`N_SWAPS` draws, fixed seed) rejects at raw p < alpha in no more swaps than
-Binomial(N_SWAPS, alpha) allows at :data:`LABEL_SWAP_P_THRESHOLD`; C+ moves a twin's mean entropy by
-at least :data:`C_PLUS_MIN_BITS` on at least :data:`C_PLUS_MIN_SHARE` of twins; manipulation, the
-mediator under A1 and the sink mass under C+ are 0 within :data:`MASS_ZERO_TOL` (the L0.5 and L0.25
-mediator ratios to A0 are reported).
+Binomial(N_SWAPS, alpha) allows at :data:`LABEL_SWAP_P_THRESHOLD`; C+ (the decode queries blind to
+the question) moves a twin's mean entropy by at least :data:`C_PLUS_MIN_BITS` on at least
+:data:`C_PLUS_MIN_SHARE` of twins; manipulation, the mediator under A1 and the sink mass under the
+``sink`` arm are 0 within :data:`MASS_ZERO_TOL` (the L0.5 and L0.25 mediator ratios to A0 are reported).
+
+**Design version** :data:`DESIGN` = 2. Version 1 (the SmolLM2 run of 2026-12-03) had C+ mask key 0,
+the attention sink (Xiao et al. 2023). The Qwen2.5-Coder pair's pilot showed that masking key 0 moves
+its decode entropy by under 0.05 bits on every twin although the decode queries put 13 % of their
+attention there: the sink is not a mask every model needs, so it cannot be the control that proves
+a mask can move entropy. Version 2, stated before the pair's main triples were scored, keeps that mask
+as the described ``sink`` arm (:class:`ArmMove`: how many twins it moves) and makes C+ a mask that must
+move any model that reads its prompt: the decode queries cannot attend to the question (every key
+after the added span up to the last prompt token), the same kind of mask as A1 on text the
+continuation was generated from.
 
 **Secondary estimates** (reported, outside the family; 95 % intervals by resampling whole
 distractors): the share of the P - N entropy gap that masking removes, mean(D(1) - D(0)) / mean(D(1));
@@ -71,12 +81,13 @@ from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, holm, verd
 from lab.analysis.power import POWER
 
 VARIANTS = ("P", "N")
-ARMS = ("A0", "empty", "A1", "L0.5", "L0.25", "C+", "A2")
+ARMS = ("A0", "empty", "A1", "L0.5", "L0.25", "sink", "C+", "A2")
 DOSE = (("A1", 0.0), ("L0.25", 0.25), ("L0.5", 0.5), ("A0", 1.0))  # the dose test's arms and their lambda
 TEST_NAMES = ("did_entropy", "did_beta", "h4b_forced", "dose")
 FAMILY_SIZE = len(TEST_NAMES)
 FAMILY_CI_LEVEL = 1 - 2 * ALPHA / FAMILY_SIZE  # each end a one-sided bound at 1 - ALPHA / 4
 UNDECIDED = "undecided: controls failed"
+DESIGN = 2  # version of the arms and controls (see the module docstring); records of another version are redone
 
 # Smallest effects of interest. Entropy: a twentieth of a bit a decode token, one token in twenty of
 # the continuation moving from certain to a coin flip between two tokens; smaller shifts of a mean over
@@ -291,8 +302,21 @@ class CPlusControl:
 
 
 @dataclass(frozen=True)
+class ArmMove:
+    """What one arm does to the twins' mean entropy (described, not tested): mean H(arm) - H(A0) in bits,
+    and |H(arm) - H(A0)| >= ``min_bits`` on ``n_moved`` of ``n_twins`` twins (``share``)."""
+
+    arm: str
+    mean_bits: float
+    min_bits: float
+    share: float
+    n_moved: int
+    n_twins: int
+
+
+@dataclass(frozen=True)
 class ManipulationControl:
-    """The masks did what they say: mediator under A1 and sink mass under C+ at most ``tolerance`` on every
+    """The masks did what they say: mediator under A1 and sink mass under the ``sink`` arm at most ``tolerance`` on every
     twin (passed); the L0.5 and L0.25 mediators as ratios of means to A0's (reported, about lambda-scaled:
     a logit shift of log(lambda) gives mass lambda m / (1 - m + lambda m) for a span of mass m)."""
 
@@ -301,7 +325,7 @@ class ManipulationControl:
     a0_mean: float
     a1_mean: float
     a1_max: float
-    c_plus_sink_max: float
+    sink_max: float
     ratio_l05: float
     ratio_l025: float
 
@@ -346,6 +370,7 @@ class InterventionAnalysis:
     label_swap: LabelSwapControl
     c_plus: CPlusControl
     manipulation: ManipulationControl
+    sink: ArmMove
     alpha: float
     seed: int
 
@@ -561,11 +586,19 @@ def c_plus_control(triples: Sequence[TripleSummary]) -> CPlusControl:
     return CPlusControl(share >= C_PLUS_MIN_SHARE, C_PLUS_MIN_BITS, C_PLUS_MIN_SHARE, share, n_moved, int(moved.size))
 
 
+def arm_move(triples: Sequence[TripleSummary], arm: str) -> ArmMove:
+    """How ``arm`` moves each twin's mean entropy from A0 (the ``sink`` arm's line in the report)."""
+    delta = np.concatenate([_table(triples, "entropy", v, arm) - _table(triples, "entropy", v, "A0")
+                            for v in VARIANTS])
+    n_moved = int((np.abs(delta) >= C_PLUS_MIN_BITS).sum())
+    return ArmMove(arm, float(delta.mean()), C_PLUS_MIN_BITS, n_moved / delta.size, n_moved, int(delta.size))
+
+
 def manipulation_control(triples: Sequence[TripleSummary]) -> ManipulationControl:
     def twins(table: str, arm: str) -> np.ndarray:
         return np.concatenate([_table(triples, table, v, arm) for v in VARIANTS])
 
-    a0, a1, sink = twins("span_mass", "A0"), twins("span_mass", "A1"), twins("sink_mass", "C+")
+    a0, a1, sink = twins("span_mass", "A0"), twins("span_mass", "A1"), twins("sink_mass", "sink")
     a0_mean = float(a0.mean())
 
     def ratio(arm: str) -> float:
@@ -679,7 +712,7 @@ def analyze_intervention(triples: Sequence[TripleSummary], *, alpha: float = ALP
                                float(values["h4b_forced"][codes == i].mean())) for i, label in enumerate(labels))
     removed, slope, indirect = secondary_estimates(triples, values, seed=seed, n_resamples=n_resamples)
     return InterventionAnalysis(len(triples), len(labels), *tests, removed, slope, indirect, rows, **controls,
-                                alpha=alpha, seed=seed)
+                                sink=arm_move(triples, "sink"), alpha=alpha, seed=seed)
 
 
 # --------------------------------------------------------------------------- power before the run

@@ -8,7 +8,9 @@ greedy continuation of the clean prompt, teacher-forced:
   empty  the masking machinery with nothing masked (must equal A0 to 1e-4 bits: a control);
   A1     the decode queries cannot attend to the added span;
   L0.5, L0.25  their attention logits to the span shifted by log(lambda) (a dose);
-  C+     the decode queries cannot attend to position 0, the sink (a positive control);
+  sink   the decode queries cannot attend to position 0, the attention sink (described);
+  C+     the decode queries cannot attend to the question (a positive control: it must move
+         entropy on at least 90 % of twins);
   A2     no query after the span attends to it: each twin becomes its clean prompt at an offset,
          so H(P,A2) - H(N,A2) must be equivalent to zero (a position-only control).
 

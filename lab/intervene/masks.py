@@ -20,8 +20,12 @@ The arms (:data:`ARMS`):
 * ``empty``: decode queries, span keys, shift 0;
 * ``A1``: decode queries cannot attend to span keys;
 * ``L0.5`` / ``L0.25``: decode queries' logits onto span keys shifted by log(lambda) (:data:`LAMBDAS`);
-* ``C+``: decode queries cannot attend to key 0, the attention sink (Xiao et al. 2023,
-  StreamingLLM, arXiv:2309.17453): a positive control that must move entropy;
+* ``sink``: decode queries cannot attend to key 0, the attention sink (Xiao et al. 2023,
+  StreamingLLM, arXiv:2309.17453): described (design version 1 had it as the positive control;
+  the Qwen2.5 pair's decode barely needs it, see :mod:`lab.analysis.intervention`);
+* ``C+``: decode queries cannot attend to the question, keys ``[b, S - 1)`` (everything after the
+  added span but the last prompt token): a positive control that must move entropy, since the
+  continuation scored is the model's own answer to that question;
 * ``A2``: no query at or after ``b`` attends to span keys, so the question and the decode
   are blind to the added text: the twin becomes its clean prompt at the twin's positions.
 
@@ -54,7 +58,7 @@ class AddedSpan:
 
     Raises:
         ValueError: ``start < 1`` (position 0 is the template's first token, never added
-            text, and the sink that ``C+`` masks) or ``end <= start``.
+            text, and the sink that the ``sink`` arm masks) or ``end <= start``.
     """
 
     start: int
@@ -99,15 +103,17 @@ def arm_intervention(arm: str, span: AddedSpan, n_prompt: int) -> Intervention:
     """The :class:`Intervention` of an arm of :data:`ARMS` other than ``A0``.
 
     Args:
-        arm: ``"empty"``, ``"A1"``, ``"L0.5"``, ``"L0.25"``, ``"C+"`` or ``"A2"``.
+        arm: ``"empty"``, ``"A1"``, ``"L0.5"``, ``"L0.25"``, ``"sink"``, ``"C+"`` or ``"A2"``.
         span: The twin's added span.
         n_prompt: S, the twin's prompt length; decode queries start at S - 1.
 
     Raises:
-        ValueError: ``A0`` or an unknown arm, or a span that reaches the last prompt token.
+        ValueError: ``A0`` or an unknown arm, or a span that leaves no token between its end and the last
+            prompt token (no question for C+ to mask).
     """
-    if span.end > n_prompt - 1:
-        raise ValueError(f"span=[{span.start}, {span.end}) must end before the last prompt token ({n_prompt - 1})")
+    if span.end >= n_prompt - 1:
+        raise ValueError(f"span=[{span.start}, {span.end}) must end before the question, which ends at the last "
+                         f"prompt token ({n_prompt - 1})")
     decode = n_prompt - 1
     if arm == "empty":
         return Intervention(decode, span.start, span.end, 0.0)
@@ -115,8 +121,10 @@ def arm_intervention(arm: str, span: AddedSpan, n_prompt: int) -> Intervention:
         return Intervention(decode, span.start, span.end, -math.inf)
     if arm in LAMBDAS:
         return Intervention(decode, span.start, span.end, math.log(LAMBDAS[arm]))
-    if arm == "C+":
+    if arm == "sink":
         return Intervention(decode, 0, 1, -math.inf)
+    if arm == "C+":
+        return Intervention(decode, span.end, decode, -math.inf)
     if arm == "A2":
         return Intervention(span.end, span.start, span.end, -math.inf)
     raise ValueError(f"arm={arm!r} has no mask; use one of {list(ARMS[1:])} (A0 is the plain forward)")

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.analysis.intervention import TripleSummary
+from lab.analysis.intervention import DESIGN, TripleSummary
 from lab.intervene.masks import ARMS, AddedSpan
 from lab.intervene.score import ArmOutcome, TwinOutcome
 from lab.schemas import FileSchemaError, load
 
-FORMAT = 1
+FORMAT = DESIGN  # a record of another design version lacks or misreads arms: it is redone
 KIND = "intervention record"
 TWIN_KEYS = {"P": "poisoned", "N": "neutral"}  # the analysis' variant name -> the prompt file's
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from lab.analysis.intervention import DESIGN
 from lab.prompts import StudyPrompt, load_prompts
 from lab.schemas import FileSchemaError
 
@@ -61,7 +62,9 @@ class InterventionSettings:
         triples_file / pilot_file: The triple files (None: no pilot) and their sha256.
         limit / pilot_limit: How many triples of each are scored (balanced by category).
         new_tokens: T, the greedy continuation's length (the decode positions scored).
-        seed: The analysis' seed (bootstrap, label swaps); the passes themselves draw nothing.
+        seed: The analysis' seed (bootstrap, label swaps); the passes themselves draw nothing, so it is
+            not part of the key: another seed re-analyses the same records.
+        design: The arms' version (:data:`lab.analysis.intervention.DESIGN`); another version scores anew.
     """
 
     model: str
@@ -78,10 +81,15 @@ class InterventionSettings:
     pilot_limit: int
     new_tokens: int
     seed: int
+    design: int = DESIGN
+
+    def scored(self) -> dict[str, Any]:
+        """The settings that fix the records (all but the analysis' seed)."""
+        return {k: v for k, v in asdict(self).items() if k != "seed"}
 
     def key(self) -> str:
-        """12 hex digits of sha256 over the settings."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """12 hex digits of sha256 over :meth:`scored`."""
+        return hashlib.sha256(json.dumps(self.scored(), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def file_sha256(path: str | Path) -> str:
@@ -174,13 +182,13 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
             stored = read_json(path, "intervention settings")  # a FIFO or a device is refused, never read
         except FileSchemaError:
             stored = None
-        if stored != asdict(settings):
+        if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "seed"} != settings.scored():
             raise ValueError(f"{work} holds the settings of another run (its settings.json differs or is unreadable); "
                              "remove the directory or use another --out")
         return
     from lab.study.work import write_json_atomic
 
-    write_json_atomic(path, asdict(settings))
+    write_json_atomic(path, settings.scored())
 
 
 def record_path(work: Path, triple_id: str) -> Path:

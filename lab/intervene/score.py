@@ -249,9 +249,9 @@ def _check_inputs(target: Any, draft: Any, prompt_ids: torch.Tensor, span: Added
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() < 1 or t.dtype != torch.long:
             raise ValueError(f"{where}{name} must be a non-empty int64 [L] tensor, got "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if span.end > prompt_ids.numel() - 1:
-        raise ValueError(f"{where}span=[{span.start}, {span.end}) must end before the last prompt token "
-                         f"({prompt_ids.numel() - 1})")
+    if span.end >= prompt_ids.numel() - 1:
+        raise ValueError(f"{where}span=[{span.start}, {span.end}) must end before the question, which ends at the "
+                         f"last prompt token ({prompt_ids.numel() - 1})")
     n = prompt_ids.numel() + continuation.numel() - 1
     for which, model in (("target", target), ("draft", draft)):
         limit = context_length(model)
@@ -281,7 +281,7 @@ def score_twin(target: Any, draft: Any, prompt_ids: torch.Tensor, span: AddedSpa
             :func:`lab.speculative.self_draft.early_exit_model`), eager attention; it gets the
             target's masks.
         prompt_ids: int64 ``[S]`` (:func:`lab.intervene.masks.twin_prompt_ids`).
-        span: The twin's added span, ending before S - 1.
+        span: The twin's added span, ending before S - 2 (a question follows it).
         continuation: int64 ``[T]``, the clean prompt's greedy continuation.
         prompt_id / variant: Recorded in the result.
 

@@ -15,7 +15,7 @@ import numpy as np
 from lab.analysis.intervention import ARMS, DOSE, TripleSummary
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
-PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "C+")
+PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "sink", "C+")
 TWIN_NAMES = {"P": "poisoned (distractor)", "N": "neutral (relevant text)"}
 assert set(PLOT_ARMS) <= set(ARMS)
 
@@ -109,11 +109,15 @@ def _control_lines(a) -> list[str]:
         f"{'; ' + po.note if po.note else ''} | {ok[po.passed]} |",
         f"| label swap | did_entropy rejects in at most {ls.max_rejecting} of {ls.n_swaps} swaps | {ls.n_rejecting} "
         f"({ls.share:.1%}){'; ' + ls.note if ls.note else ''} | {ok[ls.passed]} |",
-        f"| C+ (sink masked) | moves mean entropy by >= {cp.min_bits:g} bits on >= {cp.min_share:.0%} of twins | "
+        f"| C+ (question masked) | moves mean entropy by >= {cp.min_bits:g} bits on >= {cp.min_share:.0%} of twins | "
         f"{cp.n_moved} of {cp.n_twins} ({cp.share:.1%}) | {ok[cp.passed]} |",
-        f"| manipulation | mediator 0 under A1, sink mass 0 under C+ (within {m.tolerance:g}) | A1 max {m.a1_max:.1e}, "
-        f"C+ sink max {m.c_plus_sink_max:.1e}; mediator A0 {m.a0_mean:.4f}, L0.5 / A0 {m.ratio_l05:.3f}, "
+        f"| manipulation | mediator 0 under A1, sink mass 0 under the sink arm (within {m.tolerance:g}) | A1 max "
+        f"{m.a1_max:.1e}, sink arm's sink max {m.sink_max:.1e}; mediator A0 {m.a0_mean:.4f}, L0.5 / A0 {m.ratio_l05:.3f}, "
         f"L0.25 / A0 {m.ratio_l025:.3f} | {ok[m.passed]} |",
+        "",
+        f"Described, not a control: the sink arm (key 0 masked for the decode queries) moves mean entropy by "
+        f"{_f(a.sink.mean_bits, '+.3f')} bits on average and by >= {a.sink.min_bits:g} bits on {a.sink.n_moved} of "
+        f"{a.sink.n_twins} twins ({a.sink.share:.1%}).",
     ]
 
 
@@ -142,7 +146,7 @@ def summary_markdown(report) -> str:
              f"{s.dtype} on {s.device}; {a.n_triples} triples over {a.n_distractors} distractor texts "
              f"(`{s.triples_file}`), each scored on the clean prompt's greedy continuation of {s.new_tokens} tokens; "
              f"{report.seconds:.0f} s of scoring. Arms, tests and controls were stated before the run "
-             "(`lab intervene --help`, `lab.analysis.intervention`).", ""]
+             f"(`lab intervene --help`, `lab.analysis.intervention`, design version {s.design}).", ""]
     head += ["## Pre-stated tests (one Holm family, one-sided, distractor as a random effect)", "",
              "| test | estimate | CI (family level) | p (Holm) | triples / distractors | power at the smallest effect "
              "| verdict |", "|---|---|---|---|---|---|---|"] + [_test_line(t) for t in a.tests]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.analysis.intervention import ARMS
 from lab.cli import main
 from lab.intervene.record import TripleRecord, load_record
 from lab.schemas import FileSchemaError
@@ -147,7 +148,7 @@ def test_intervene_tiny_run_writes_report_with_controls_and_exact_empty_mask(who
             assert all(len(a["entropy_bits"]) == len(t["continuation"]) for a in twin["arms"].values())
     assert report["analysis"]["empty_mask"]["max_diff_bits"] <= 1e-4 and report["controls"]["empty_mask"]
     rows = (rd / "triples.csv").read_text().strip().splitlines()
-    assert len(rows) == 1 + 3 * 2 * 7  # header, then (triple, twin, arm)
+    assert len(rows) == 1 + 3 * 2 * len(ARMS)  # header, then (triple, twin, arm)
     assert (rd / "arms.png").read_bytes()[:4] == b"\x89PNG"
     summary = (rd / "summary.md").read_text()
     assert summary.startswith("# lab intervene") and "## Controls" in summary
@@ -261,11 +262,23 @@ def test_intervene_work_dir_with_another_runs_settings_is_refused_in_one_line(wh
                                                                               no_model_loading):
     out = copied_run(whole_run, tmp_path)
     path = work_dir(out) / "settings.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "seed": 7}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "new_tokens": 7}))
     rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 2 and len(lines) == 1 and "settings of another run" in lines[0], lines
     assert len(reports(out)) == 1
+
+
+@pytest.mark.slow
+def test_intervene_another_seed_re_analyses_the_same_records_without_a_model(whole_run, tmp_path, no_model_loading):
+    """The seed drives only the analysis' label swaps and bootstraps: a new seed reads the finished records
+    (no model loads) and writes a report stating its seed."""
+    out = copied_run(whole_run, tmp_path)
+    assert main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out),
+                 "--seed", "7"]) == 0
+    seeds = sorted((json.loads((rd / "report.json").read_text())["settings"]["seed"],
+                    json.loads((rd / "report.json").read_text())["analysis"]["seed"]) for rd in reports(out))
+    assert seeds == [(0, 0), (7, 7)]
 
 
 def _bad_files(tmp_path: Path, triples_file: Path) -> dict[str, list[str]]:
@@ -333,7 +346,7 @@ def test_intervene_help_describes_the_arms_and_the_tests(capsys):
         main(["intervene", "--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    for arm in ("A0", "empty", "A1", "A2", "C+", "L0.5", "L0.25"):
+    for arm in ("A0", "empty", "A1", "A2", "sink", "C+", "L0.5", "L0.25"):
         assert re.search(rf"(?<![\w.+]){re.escape(arm)}(?![\w.+])", text), arm
     for words in ("difference in differences", "H4b", "dose-response", "Holm", "position-only control",
                   "positive control", "decides nothing"):

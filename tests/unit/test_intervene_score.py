@@ -144,11 +144,13 @@ def test_score_twin_empty_mask_reproduces_a0(twin_outcome):
 
 
 def test_score_twin_manipulation_checks_hold(twin_outcome):
-    """Mediator 0 under A1 and A2, reduced with the dose (lower at 0.25 than 0.5); no sink mass under C+."""
+    """Mediator 0 under A1 and A2, reduced with the dose (lower at 0.25 than 0.5); no sink mass under the sink arm,
+    and C+ (the question masked) leaves the span and the sink visible."""
     arms = twin_outcome.arms
     assert arms["A1"].span_mass == 0.0 and arms["A2"].span_mass == 0.0
     assert 0 < arms["L0.25"].span_mass < arms["L0.5"].span_mass < arms["A0"].span_mass
-    assert arms["C+"].sink_mass == 0.0 < arms["A0"].sink_mass
+    assert arms["sink"].sink_mass == 0.0 < arms["A0"].sink_mass
+    assert arms["C+"].sink_mass > 0 and arms["C+"].span_mass > arms["A0"].span_mass  # the question's mass moved on
     assert all(0.0 <= b <= 1.0 + 1e-6 for arm in arms.values() for b in arm.beta)
 
 
@@ -209,11 +211,20 @@ def test_intervention_mask_never_blocks_a_whole_row_and_doses_only_the_span(llam
     assert (mask[torch.arange(CONT_LEN), PROMPT_LEN - 1 + torch.arange(CONT_LEN)] == 0).all()  # each query sees itself
 
 
-def test_arm_intervention_rejects_a0_and_a_span_into_the_last_prompt_token():
+def test_arm_intervention_rejects_a0_and_a_span_that_leaves_no_question():
     with pytest.raises(ValueError, match="A0 is the plain forward"):
         arm_intervention("A0", SPAN, PROMPT_LEN)
-    with pytest.raises(ValueError, match="must end before the last prompt token"):
-        arm_intervention("A1", AddedSpan(2, PROMPT_LEN), PROMPT_LEN)
+    for end in (PROMPT_LEN, PROMPT_LEN - 1):
+        with pytest.raises(ValueError, match="must end before the question"):
+            arm_intervention("A1", AddedSpan(2, end), PROMPT_LEN)
+
+
+def test_arm_intervention_c_plus_masks_the_question_and_sink_masks_key_0():
+    """C+: decode queries blind to every key after the span but the last prompt token; sink: key 0 only."""
+    c_plus, sink = arm_intervention("C+", SPAN, PROMPT_LEN), arm_intervention("sink", SPAN, PROMPT_LEN)
+    assert (c_plus.first_query, c_plus.key_start, c_plus.key_end) == (PROMPT_LEN - 1, SPAN.end, PROMPT_LEN - 1)
+    assert (sink.first_query, sink.key_start, sink.key_end) == (PROMPT_LEN - 1, 0, 1)
+    assert c_plus.shift == sink.shift == -math.inf
 
 
 # ---- the added span -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from scipy import stats
 from lab.analysis.hypotheses import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, holm
 from lab.analysis.intervention import (ARMS, C_PLUS_MIN_BITS, EMPTY_MASK_TOL_BITS, EQUIV_BITS, FAMILY_CI_LEVEL,
                                        FAMILY_SIZE, MASS_ZERO_TOL, MIN_DISTRACTORS, SMALLEST, TEST_NAMES, UNDECIDED,
-                                       VARIANTS, TripleSummary, analyze_intervention, c_plus_control, cluster_test,
+                                       VARIANTS, TripleSummary, analyze_intervention, arm_move, c_plus_control, cluster_test,
                                        empty_mask_control, label_swap_control, manipulation_control, mediation_fit,
                                        outcome_values, position_only_control, power_at, power_table, required_triples,
                                        swap_labels)
@@ -31,13 +31,13 @@ PLANTED_BITS = 0.3  # an effect every test finds at N, G in the simulation (abou
 
 def _triple(qid: str = "q0", distractor: str = "d0", **tables) -> TripleSummary:
     """A triple whose every value is 2.0 bits / 0.5 beta / 0.2 span / 0.5 sink, then ``tables`` overrides
-    (``entropy={("P", "A0"): 2.4}``); the masks behave (span 0 under A1 and A2, sink 0 under C+, C+ moves
+    (``entropy={("P", "A0"): 2.4}``); the masks behave (span 0 under A1 and A2, sink 0 under the sink arm, C+ moves
     entropy by a bit)."""
     keys = [(v, a) for v in VARIANTS for a in ARMS]
     base = {"entropy": {k: 2.0 + (1.0 if k[1] == "C+" else 0.0) for k in keys},
             "beta": {k: 0.5 for k in keys},
             "span_mass": {k: 0.0 if k[1] in ("A1", "A2") else 0.2 for k in keys},
-            "sink_mass": {k: 0.0 if k[1] == "C+" else 0.5 for k in keys}}
+            "sink_mass": {k: 0.0 if k[1] == "sink" else 0.5 for k in keys}}
     for name, over in tables.items():
         base[name] = {**base[name], **over}
     return TripleSummary(qid, "code", distractor, base["entropy"], base["beta"], base["span_mass"],
@@ -236,7 +236,16 @@ def test_c_plus_control_too_few_twins_moved_fails():
     assert not c.passed and (c.n_moved, c.n_twins, c.share) == (16, 20, 0.8)
 
 
-@pytest.mark.parametrize("table, key", [("span_mass", ("P", "A1")), ("sink_mass", ("N", "C+"))])
+def test_arm_move_counts_the_sink_arms_moves_in_both_directions():
+    """The sink arm is described: its mean move and how many twins move by C+'s bar, up or down."""
+    triples = [_triple(f"q{i}", entropy={("P", "sink"): 2.0 + (0.3 if i % 2 else -0.3), ("N", "sink"): 2.01})
+               for i in range(4)]
+    m = arm_move(triples, "sink")
+    assert (m.arm, m.n_moved, m.n_twins, m.share) == ("sink", 4, 8, 0.5)
+    assert m.mean_bits == pytest.approx(0.005)
+
+
+@pytest.mark.parametrize("table, key", [("span_mass", ("P", "A1")), ("sink_mass", ("N", "sink"))])
 def test_manipulation_control_mass_left_under_a_mask_fails(table, key):
     triples = [_triple(f"q{i}") for i in range(4)]
     assert manipulation_control(triples).passed
