@@ -69,8 +69,17 @@ NO_MAP = re.compile(r"unable to mmap .*Cannot allocate memory \(12\)")
 NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory(?! in static TLS)", re.IGNORECASE)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, its refusals (a bad type or choice, a missing argument) in the lab's one line,
+    ``lab COMMAND: error: ...`` with exit 2, without the usage block (``--help`` prints it); its
+    subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {printable(one_line(message))}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lab",
         description="See inside LLM inference: entropy, attention sinks, speculative decoding, and the study.",
     )

@@ -319,8 +319,8 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
         yield report
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ReportWriteError(f"writing the report to {str(report.final)!r} failed "
-                               f"({exc.strerror or exc}: {exc.filename or ''}); nothing of it was kept") from exc
+        raise ReportWriteError(f"writing the report to {str(report.final)!r} failed ({exc.strerror or exc}"
+                               f"{_failed_file(exc, staging)}); nothing of it was kept") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -330,6 +330,15 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
         raise ReportWriteError(f"the report is complete in {str(staging)!r} but could not be renamed to "
                                f"{str(report.final)!r} ({exc.strerror or exc})") from exc
     report.path = report.final
+
+
+def _failed_file(exc: OSError, staging: Path) -> str:
+    """``": <file>"`` for the file an ``OSError`` names (relative to the report when it is in the staging
+    directory, which is removed), ``""`` when it names none (the report's folder then says where)."""
+    if not isinstance(exc.filename, (str, bytes, os.PathLike)) or not os.fspath(exc.filename):
+        return ""
+    path = Path(os.fsdecode(exc.filename))
+    return f": {path.relative_to(staging) if path.is_relative_to(staging) else path}"
 
 
 def read_json(path: str | Path) -> Any:

@@ -262,7 +262,8 @@ def add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_out_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="reports", help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")
+    p.add_argument("--out", default="reports", type=os.path.expanduser,  # a quoted '~/x' is the user's home too
+                   help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

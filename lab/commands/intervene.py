@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args, device)
     main = iv.load_triples(settings.triples_file, settings.limit)
     pilot = [] if settings.pilot_file is None else iv.load_triples(settings.pilot_file, settings.pilot_limit)
-    iv.check_twins(settings.model, pilot + main, settings.draft)  # tokenizers alone: refused before a load
+    iv.check_twins(settings.model, pilot + main, settings.draft, settings.new_tokens)  # no weights loaded
     if shard is not None and shard[1] > len(pilot + main):
         raise ValueError(f"--shard {args.shard!r}: {len(pilot + main)} triples (pilot included) cannot fill "
                          f"{shard[1]} shards; use N <= {len(pilot + main)}")

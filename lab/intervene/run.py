@@ -308,51 +308,88 @@ def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
         return None
 
 
-def check_twins(model: str, triples: Sequence[Triple], draft: str | None = None) -> None:
+def check_twins(model: str, triples: Sequence[Triple], draft: str | None = None, new_tokens: int | None = None) -> None:
     """Locate every twin's added span with the model's tokenizer alone (no weights), so that a twin that is not
     its added text, a blank line and its clean prompt is refused before a model loads, not at a late triple;
-    and refuse a draft model whose vocabulary is not the target's (its q would score other tokens than p).
+    refuse a draft model whose vocabulary is not the target's (its q would score other tokens than p); and,
+    where the models' context is known without loading them (:func:`lab.models.loading.known_context_length`),
+    a triple too long for it (:func:`check_fits`).
+
+    Args:
+        model / draft: The target and the draft spec, as ``--model`` / ``--draft``.
+        triples: The triples to be scored.
+        new_tokens: T (``--new-tokens``); None skips the context check.
 
     Raises:
         ValueError: from :func:`lab.intervene.masks.twin_prompt_ids`, naming the twin; a draft model
-            with another vocabulary (:func:`lab.speculative.admission.check_tokenizer_vocab`), naming ``draft``.
+            with another vocabulary (:func:`lab.speculative.admission.check_tokenizer_vocab`), naming ``draft``;
+            a triple past the context, as :func:`check_fits`.
     """
-    from lab.intervene.masks import twin_prompt_ids
-    from lab.models.loading import load_tokenizer
+    from lab.models.loading import known_context_length, load_tokenizer
     from lab.speculative.admission import check_tokenizer_vocab
     from lab.speculative.draft_specs import check_draft_spec
 
     tokenizer = load_tokenizer(model)
-    if draft is not None and check_draft_spec(draft) == "model":
+    draft_model = draft is not None and check_draft_spec(draft) == "model"
+    if draft_model:
         check_tokenizer_vocab(tokenizer, load_tokenizer(draft), draft)
-    for t in triples:
-        for twin in (t.poisoned, t.neutral):
-            twin_prompt_ids(tokenizer, twin, t.clean)
+    lengths = longest_twins(tokenizer, triples)
+    if new_tokens is not None:  # an early-exit draft is the target's own layers: its context
+        limits = [known_context_length(name) for name in ((model, draft) if draft_model else (model,))]
+        check_fits(triples, lengths, new_tokens, [n for n in limits if n is not None])
 
 
-def check_context(models: Models, triples: Sequence[Triple], new_tokens: int) -> None:
-    """Refuse, before any triple is scored, a triple whose longest twin and ``--new-tokens`` pass the context.
+def longest_twins(tokenizer: Any, triples: Sequence[Triple]) -> list[int]:
+    """The prompt tokens of each triple's longest twin (chat template, generation prompt included).
+
+    Raises:
+        ValueError: a twin that is not its added text, a blank line and its clean prompt
+            (:func:`lab.intervene.masks.twin_prompt_ids`), naming it.
+    """
+    from lab.intervene.masks import twin_prompt_ids
+
+    return [max(twin_prompt_ids(tokenizer, twin, t.clean)[0].numel() for twin in (t.poisoned, t.neutral))
+            for t in triples]
+
+
+def check_fits(triples: Sequence[Triple], lengths: Sequence[int], new_tokens: int, limits: Sequence[int]) -> None:
+    """Refuse a triple whose longest twin and ``--new-tokens`` pass the context (the smallest of ``limits``;
+    none known: nothing is refused).
 
     A twin holds at least one token more than its clean prompt, so its S + T - 1 positions bound the
     clean prompt's greedy decode (S_clean + T) too; T is the budget (a continuation may stop early).
 
-    Raises:
-        ValueError: naming ``--new-tokens``, the triple and the context (the smaller of the two models').
-    """
-    from lab.decode import context_length
-    from lab.intervene.masks import twin_prompt_ids
+    Args:
+        triples: The triples, with ``lengths[i]`` the prompt tokens of ``triples[i]``'s longest twin.
+        new_tokens: T.
+        limits: The known contexts of the target and the draft, in positions.
 
-    limits = [n for n in (context_length(models.target), context_length(models.draft)) if n is not None]
+    Raises:
+        ValueError: naming ``--new-tokens``, the first triple that does not fit and the context.
+    """
     if not limits:
         return
     limit = min(limits)
-    for t in triples:
-        n = max(twin_prompt_ids(models.tokenizer, twin, t.clean)[0].numel() for twin in (t.poisoned, t.neutral))
+    for t, n in zip(triples, lengths):
         if n + new_tokens - 1 > limit:
             fix = f"use --new-tokens <= {limit - n + 1}" if n <= limit else "its prompt alone is longer: drop it"
             raise ValueError(f"--new-tokens={new_tokens}: triple {t.id!r} has a {n}-token twin, which with the "
                              f"continuation needs {n + new_tokens - 1} positions, more than the models' context of "
                              f"{limit}; {fix}")
+
+
+def check_context(models: Models, triples: Sequence[Triple], new_tokens: int) -> None:
+    """:func:`check_fits` on the loaded models, before any triple is scored: the backstop for a context
+    :func:`check_twins` could not read without loading (a GGUF profile not yet dequantized, a hub model).
+
+    Raises:
+        ValueError: as :func:`check_fits`.
+    """
+    from lab.decode import context_length
+
+    limits = [n for n in (context_length(models.target), context_length(models.draft)) if n is not None]
+    if limits:
+        check_fits(triples, longest_twins(models.tokenizer, triples), new_tokens, limits)
 
 
 def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSettings,

@@ -81,7 +81,8 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
     try:
         loading.check_model_name(spec)
     except ValueError as exc:
-        raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {exc}") from None
+        why = str(exc).removeprefix(f"model={spec!r} is ")  # `model=` would be read as --model at the CLI
+        raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {why}") from None
     return "model"
 
 

@@ -502,7 +502,11 @@ def test_intervene_interrupt_says_the_finished_triples_are_kept(whole_run, tmp_p
 def test_intervene_new_tokens_past_the_context_exits_2_naming_the_flag(triples_file, tmp_path, monkeypatch, capsys,
                                                                        one_torch_thread):
     """Fault class: a --new-tokens past the model's context refused in words naming a parameter the user never
-    typed (``max_new_tokens=``), or only at the triple that first meets it."""
+    typed (``max_new_tokens=``), or only at the triple that first meets it. The context is unknown before the
+    load here (a GGUF profile not yet dequantized): the loaded model's is checked."""
+    from lab.models import loading
+
+    monkeypatch.setattr(loading, "known_context_length", lambda name: None)
     patch_eager_loader(monkeypatch)  # 4096 positions
     out = tmp_path / "reports"
     rc = main(["intervene", *RUN, "--new-tokens", "5000", "--triples", str(triples_file), "--out", str(out)])
@@ -571,3 +575,85 @@ def test_summary_markdown_labels_with_pipes_and_line_breaks_stay_in_their_cell(t
     assert len(rows) == 3 and all(line.count(" | ") == 3 for line in rows), rows
     assert "| a\\|b\\n# c0 |" in text and "p\\|1\\n## x" in text
     assert not any(line.startswith(("# c", "## x")) for line in text.splitlines())
+
+
+@pytest.mark.slow
+def test_intervene_triple_past_a_known_context_exits_2_before_any_load(triples_file, tmp_path, monkeypatch, capsys,
+                                                                      no_model_loading):
+    """Fault class: a triple too long for the context (its twin plus --new-tokens) refused only after the
+    model's weights loaded, when the context is known from the model's config alone."""
+    from lab.models import loading
+
+    monkeypatch.setattr(loading, "known_context_length", lambda name: 64)
+    out = tmp_path / "reports"
+    rc = main(["intervene", *RUN, "--new-tokens", "100", "--triples", str(triples_file), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("lab intervene: error: --new-tokens=100: triple 'factual-0'"), lines
+    assert "context of 64" in lines[0], lines
+    assert not out.exists()  # refused before a model loads or a directory is made
+
+
+@pytest.mark.slow
+def test_intervene_out_with_a_quoted_tilde_writes_under_home(whole_run, tmp_path, monkeypatch, no_model_loading):
+    """Fault class: a quoted ``--out '~/x'`` (no shell expansion) taken literally, so the report went to a
+    folder named ``~`` under the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    shutil.copytree(whole_run[0], home / "x")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    assert main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", "~/x"]) == 0
+    assert list(cwd.iterdir()) == []
+    assert len(reports(home / "x")) == 2
+
+
+def test_intervene_draft_path_that_does_not_exist_exits_2_naming_draft(triples_file, tmp_path, capsys,
+                                                                      no_model_loading):
+    """Fault class: an error about ``--draft`` worded as one about ``--model`` (a parameter name rewritten to
+    the wrong flag), so the user is sent to fix the flag that is right."""
+    missing = tmp_path / "no-such-draft"
+    rc = main(["intervene", "--model", "smollm2", "--draft", str(missing), "--pilot-limit", "0",
+               "--triples", str(triples_file), "--out", str(tmp_path / "reports")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"lab intervene: error: --draft='{missing}'"), lines
+    assert "--model" not in lines[0] and "model=" not in lines[0], lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("named", [True, False], ids=["with-filename", "without-filename"])
+def test_intervene_report_on_a_full_disk_exits_1_naming_what_failed(whole_run, tmp_path, monkeypatch, capsys,
+                                                                   no_model_loading, named):
+    """Fault class: a report that cannot be written (a full disk) named with an empty file name
+    ("No space left on device: )"), or by the staging path that is removed, instead of the file or folder."""
+    import errno
+
+    from lab import reports as lab_reports
+
+    def full(self, name, data):
+        raise OSError(errno.ENOSPC, "No space left on device", *([str(self.path / name)] if named else []))
+
+    out = copied_run(whole_run, tmp_path)
+    monkeypatch.setattr(lab_reports.ReportDir, "write_json", full)
+    rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 1 and len(lines) == 1, lines
+    assert "No space left on device" in lines[0] and ": )" not in lines[0] and ": ;" not in lines[0], lines
+    assert re.search(rf"writing the report to '{re.escape(str(out))}/[^']*-intervene-smollm2' failed", lines[0])
+    assert ("(No space left on device: report.json)" in lines[0]) == named, lines
+    assert ".partial-" not in lines[0] and "did not foresee" not in lines[0], lines
+    assert f"kept in {work_dir(out)}" in lines[0] and len(reports(out)) == 1
+
+
+@pytest.mark.parametrize("flag,value", [("--limit", "abc"), ("--new-tokens", "x"), ("--pilot-limit", "1.5"),
+                                        ("--seed", "")])
+def test_intervene_non_integer_flag_exits_2_in_one_line_naming_it(flag, value, tmp_path, capsys, no_model_loading):
+    """Fault class: a value of the wrong type answered with argparse's usage block over the error line,
+    where every other refusal of the lab is one line naming the flag."""
+    with pytest.raises(SystemExit) as exc:
+        main(["intervene", flag, value, "--out", str(tmp_path / "reports")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("lab intervene: error: ") and flag in lines[0], lines
+    assert not (tmp_path / "reports").exists()
