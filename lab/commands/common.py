@@ -119,6 +119,7 @@ _BOUNDS = {
     "new_tokens": _POSITIVE_TOKENS,
     "pilot_limit": Bound(0, PILOT_MAX, " (a pilot checks the controls and is excluded from the analysis: it stays "
                                        "small)"),
+    "dense_rows": Bound(1, MAX_TOKENS, " (passes of at least this many positions take the dense path)"),
     "problems": Bound(0, len(HELD_BACK), f" (the held-back HumanEval split has {len(HELD_BACK)})"),
 }
 _SAMPLED = Bound(0, MAX_TEMPERATURE, " (the run samples; above 100 the draw is close to uniform)", lo_open=True)

@@ -57,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None,
                    help=f"main triples scored, balanced across categories, {range_text('intervene', 'limit')} "
                         "(default: all of --triples)")
+    p.add_argument("--dense-rows", type=int, default=None,
+                   help=f"with q4 or int8 weights, passes of at least this many positions multiply by a bfloat16 "
+                        f"copy of the dequantized weights instead of torch's weight-only kernels (faster at many "
+                        f"rows; 2 bytes a weight more memory), {range_text('intervene', 'dense_rows')} "
+                        "(default: the kernels throughout)")
     p.add_argument("--new-tokens", type=int, default=None,
                    help=f"T, the clean prompt's greedy continuation every arm scores, "
                         f"{range_text('intervene', 'new_tokens')} (default: 24)")
@@ -92,6 +97,11 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
         raise ValueError("--draft='prompt-lookup' has no distribution to compare with the target's; use early-exit:N "
                          "or a draft model")
     check_draft(spec, args.draft_weights)
+    quantized = {"q4", "int8"}
+    if args.dense_rows is not None and args.weights not in quantized and (
+            spec.startswith("early-exit:") or args.draft_weights not in quantized):
+        raise ValueError(f"--dense-rows={args.dense_rows} needs q4 or int8 --weights or --draft-weights: float "
+                         "weights are dense already")
     triples_file = str(args.triples or DEFAULT_TRIPLES)
     pilot_limit = PILOT_MAX if args.pilot_limit is None else args.pilot_limit
     pilot_file = None if pilot_limit == 0 else str(args.pilot or DEFAULT_PILOT)
@@ -108,7 +118,8 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
         dtype=str(parse_dtype(args.dtype, device)).replace("torch.", ""), device=str(device),
         triples_file=triples_file, triples_sha256=file_sha256(triples_file), pilot_file=pilot_file,
         pilot_sha256=None if pilot_file is None else file_sha256(pilot_file), limit=args.limit,
-        pilot_limit=len(pilot), new_tokens=args.new_tokens or DEFAULT_NEW_TOKENS, seed=args.seed)
+        pilot_limit=len(pilot), new_tokens=args.new_tokens or DEFAULT_NEW_TOKENS, seed=args.seed,
+        dense_rows=args.dense_rows)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -64,6 +64,9 @@ class InterventionSettings:
         new_tokens: T, the greedy continuation's length (the decode positions scored).
         seed: The analysis' seed (bootstrap, label swaps); the passes themselves draw nothing, so it is
             not part of the key: another seed re-analyses the same records.
+        dense_rows: Quantized layers send a pass of at least this many positions through a dense
+            bfloat16 copy of their weights (:func:`lab.models.qlinear.set_dense_rows`); None: the
+            weight-only kernels throughout.
         design: The arms' version (:data:`lab.analysis.intervention.DESIGN`); another version scores anew.
     """
 
@@ -81,11 +84,13 @@ class InterventionSettings:
     pilot_limit: int
     new_tokens: int
     seed: int
+    dense_rows: int | None = None
     design: int = DESIGN
 
     def scored(self) -> dict[str, Any]:
-        """The settings that fix the records (all but the analysis' seed)."""
-        return {k: v for k, v in asdict(self).items() if k != "seed"}
+        """The settings that fix the records: all but the analysis' seed, and ``dense_rows`` when unset
+        (so a run from before it existed keeps its key)."""
+        return {k: v for k, v in asdict(self).items() if k != "seed" and not (k == "dense_rows" and v is None)}
 
     def key(self) -> str:
         """12 hex digits of sha256 over :meth:`scored`."""
@@ -247,6 +252,7 @@ def load_models(settings: InterventionSettings) -> Models:
     """
     from lab.models.chat import eos_token_ids
     from lab.models.loading import load_model
+    from lab.models.qlinear import set_dense_rows
     from lab.speculative.draft_specs import check_draft_spec
     from lab.speculative.self_draft import early_exit_model
 
@@ -258,6 +264,8 @@ def load_models(settings: InterventionSettings) -> Models:
     else:
         draft, _ = load_model(settings.draft, device=settings.device, dtype=settings.dtype,
                               attn_implementation="eager", weights=settings.draft_weights)
+    for model in {id(target): target, id(draft): draft}.values():
+        set_dense_rows(model, settings.dense_rows)
     return Models(target, draft, tokenizer, frozenset(eos_token_ids(target, tokenizer)))
 
 

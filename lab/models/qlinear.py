@@ -12,6 +12,13 @@ Three stand-ins for ``torch.nn.Linear`` (same ``in_features`` / ``out_features``
   -127..127) through ``aten._weight_int8pack_mm``, quantized from a float weight.
 * :class:`CastLinear`: a dense weight held in bfloat16 (or any dtype), input cast to it.
 
+A layer's ``dense_rows`` (None: never; :func:`set_dense_rows`) sends a pass of at least that
+many rows through a dense bfloat16 GEMM on the layer's own dequantized weight instead of the
+weight-only kernel: the int4 kernel's cost grows with the rows about linearly (it unpacks the
+weight for every row block), so a prompt pass or a pass over many teacher-forced positions is
+faster as a dense matmul on CPUs with bfloat16 GEMMs, at 2 bytes a weight of memory, built on the
+first such pass. The dense weight is the kernel's weight rounded to bfloat16.
+
 The kernels' fast paths take bfloat16 activations (their float32 paths are reference
 loops, several times slower than a dense float32 matmul), so each layer casts its input to
 bfloat16 and its output back: the rounding of activations to bfloat16 is part of what a
@@ -20,6 +27,8 @@ has no other backend here; :func:`check_cpu` says so.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -34,6 +43,60 @@ def check_cpu(device: torch.device | str) -> None:
     """Raise ``ValueError`` unless ``device`` is the CPU (the quantized kernels' only backend)."""
     if torch.device(device).type != "cpu":
         raise ValueError(f"quantized weights run on the CPU only (torch's _for_cpu kernels); got device={device}")
+
+
+_UNPACK: dict[tuple[int, int], torch.Tensor] = {}  # (N, K) -> where each packed nibble's code sits
+
+
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """``uint8 (N, K / 2)`` -> ``uint8 (N * K)``: each byte's low nibble, then its high one."""
+    return torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(-1)
+
+
+def unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The codes ``uint8 (N, K)`` in 0..15 that torch's CPU int4 pack turned into ``packed``.
+
+    The pack's layout follows the CPU's vector width and is not documented, so it is measured
+    here rather than assumed: the pack is a permutation of nibbles, so packing the flat index
+    of every code one hex digit at a time tells where each code lands (once per shape).
+
+    Raises:
+        ValueError: ``packed`` is not the ``uint8 (N, K / 2)`` of an ``(N, K)`` weight.
+    """
+    if packed.dtype != torch.uint8 or tuple(packed.shape) != (n, k // 2):
+        raise ValueError(f"packed must be uint8 ({n}, {k // 2}); got {packed.dtype} {tuple(packed.shape)}")
+    where = _UNPACK.get((n, k))
+    if where is None:
+        index = torch.arange(n * k, dtype=torch.int64).reshape(n, k)
+        where = torch.zeros(n * k, dtype=torch.int64)
+        for digit in range(max(1, math.ceil(math.log(n * k, 16)))):
+            plane = ((index >> (4 * digit)) & 0x0F).to(torch.int32)
+            where |= _nibbles(torch.ops.aten._convert_weight_to_int4pack_for_cpu(plane, INNER_K_TILES)).long() \
+                << (4 * digit)
+        _UNPACK[(n, k)] = where = where.to(torch.int32)
+    codes = torch.empty(n * k, dtype=torch.uint8)
+    codes[where.long()] = _nibbles(packed)
+    return codes.reshape(n, k)
+
+
+def set_dense_rows(model: nn.Module, rows: int | None) -> int:
+    """Set every quantized layer's ``dense_rows`` (None: always the weight-only kernel).
+
+    Returns:
+        How many layers were set.
+
+    Raises:
+        ValueError: ``rows`` below 1.
+    """
+    if rows is not None and rows < 1:
+        raise ValueError(f"dense_rows={rows} must be >= 1 (or None)")
+    layers = [m for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    for m in layers:
+        m.dense_rows = rows
+        if rows is None:
+            m.dense = None
+    _UNPACK.clear()  # only needed while dense weights are built
+    return len(layers)
 
 
 def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -84,16 +147,26 @@ class Int4Linear(nn.Module):
         scale_zeros = torch.stack([scale.float().t(), zeros.t()], dim=-1).to(ACT_DTYPE).contiguous()
         return cls(packed, scale_zeros, None if bias is None else bias.detach().float().clone(), k, n)
 
+    dense_rows: int | None = None
+    dense: torch.Tensor | None = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_flat(x, self.in_features), self.packed, GROUP,
-                                                       self.scale_zeros)
+        flat = _flat(x, self.in_features)
+        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
+            if self.dense is None:
+                self.dense = self.dequantized().to(ACT_DTYPE)
+            y = torch.nn.functional.linear(flat, self.dense)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scale_zeros)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
     def dequantized(self) -> torch.Tensor:
-        """``float32 (N, K)``: the weight this layer multiplies by (after the bfloat16 rounding of s, z)."""
-        eye = torch.eye(self.in_features, dtype=ACT_DTYPE)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scale_zeros).float().t()
+        """``float32 (N, K)``: the weight this layer multiplies by, ``(q - 8) s + z`` with ``s``, ``z`` as
+        stored (bfloat16), from the unpacked codes (:func:`unpack_int4`)."""
+        codes = unpack_int4(self.packed, self.out_features, self.in_features).float()  # (N, K)
+        scale, zeros = (self.scale_zeros[..., i].float().t().repeat_interleave(GROUP, dim=1) for i in (0, 1))
+        return (codes - INT4_MID) * scale + zeros
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
@@ -128,8 +201,17 @@ class Int8Linear(nn.Module):
         q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
         return cls(q.contiguous(), scales.to(ACT_DTYPE), None if bias is None else bias.detach().float().clone())
 
+    dense_rows: int | None = None
+    dense: torch.Tensor | None = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.aten._weight_int8pack_mm(_flat(x, self.in_features), self.weight_int8, self.scales)
+        flat = _flat(x, self.in_features)
+        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
+            if self.dense is None:
+                self.dense = self.dequantized().to(ACT_DTYPE)
+            y = torch.nn.functional.linear(flat, self.dense)
+        else:
+            y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 

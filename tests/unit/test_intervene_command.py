@@ -301,6 +301,8 @@ def _bad_files(tmp_path: Path, triples_file: Path) -> dict[str, list[str]]:
     (["--pilot-limit", "0", "--shard", "5/5"], "--shard"),  # the file holds 4 triples
     (["--shard", "1/" + "9" * 300], "--shard"),
     (["--draft", "prompt-lookup"], "--draft"),
+    (["--dense-rows", "2"], "--dense-rows"),  # float32 weights are dense already
+    (["--dense-rows", "0", "--weights", "q4"], "--dense-rows"),
     (["--pilot", "PILOT", "--pilot-limit", "0"], "--pilot"),
     (["no-triple"], "--triples"),
     (["not-utf8"], "--triples"),

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from lab.models import gguf_blocks
-from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu
+from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu, set_dense_rows, unpack_int4
 from lab.models.weights import WEIGHTS, check_weights
 
 # bfloat16 keeps 8 significant bits: a dot product of bfloat16-rounded activations and
@@ -95,6 +95,49 @@ def test_int4_linear_negative_control_wrong_zero_point_is_caught():
                                    torch.from_numpy(offset - 8 * scale))
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
     assert _relative_error(broken(x), x @ weight.T) > BF16_RELATIVE
+
+
+@pytest.mark.parametrize("n, k", [(64, 256), (32, 64), (96, 96)])
+def test_unpack_int4_recovers_the_codes_torch_packed(n, k):
+    """The CPU pack's layout is measured, not assumed: unpacking gives back every code, and the weight
+    rebuilt from them equals what the kernel multiplies by (read through an identity matrix)."""
+    codes = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=torch.Generator().manual_seed(n + k))
+    scale, offset = torch.rand(n, k // 32) * 0.01, -torch.rand(n, k // 32) * 0.08
+    layer = Int4Linear.from_codes(codes, scale, offset)
+    assert torch.equal(unpack_int4(layer.packed, n, k), codes)
+    through_kernel = torch.ops.aten._weight_int4pack_mm_for_cpu(torch.eye(k, dtype=torch.bfloat16), layer.packed,
+                                                                 32, layer.scale_zeros).float().t()
+    assert torch.equal(layer.dequantized().to(torch.bfloat16).float(), through_kernel)
+
+
+def test_unpack_int4_negative_control_another_layer_shape_is_refused():
+    layer = Int4Linear.from_codes(torch.zeros(64, 64, dtype=torch.uint8), torch.ones(64, 2), torch.zeros(64, 2))
+    with pytest.raises(ValueError, match="packed must be uint8"):
+        unpack_int4(layer.packed, 32, 128)
+
+
+@pytest.mark.parametrize("kind", ["q4", "int8"])
+def test_dense_rows_sends_many_row_passes_to_the_dense_weight_and_single_rows_to_the_kernel(kind):
+    """With dense_rows = 2 a one-row pass is the kernel's, bit for bit, and a many-row pass is x W^T within
+    bfloat16 rounding; the dense copy is built on the first many-row pass only, and unset frees it."""
+    weight = torch.randn(64, 256, generator=torch.Generator().manual_seed(5)) * 0.05
+    if kind == "q4":
+        raw = _random_blocks("Q4_K", n_rows=64, blocks_per_row=1, seed=6)
+        codes, scale, offset = gguf_blocks.decode("Q4_K", raw)
+        weight = torch.from_numpy(gguf_blocks.dequantize(codes, scale, offset))
+        layer = Int4Linear.from_codes(torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(offset))
+    else:
+        layer = Int8Linear.from_weight(weight)
+    model = torch.nn.Sequential(layer)
+    one, many = torch.randn(1, 256), torch.randn(24, 256)
+    kernel_one = layer(one)
+    assert set_dense_rows(model, 2) == 1
+    assert torch.equal(layer(one), kernel_one) and layer.dense is None
+    assert _relative_error(layer(many), many @ layer.dequantized().T) < BF16_RELATIVE and layer.dense is not None
+    set_dense_rows(model, None)
+    assert layer.dense is None and layer.dense_rows is None
+    with pytest.raises(ValueError, match="dense_rows=0"):
+        set_dense_rows(model, 0)
 
 
 def test_int4_linear_bad_codes_are_refused():
