@@ -13,8 +13,13 @@ standard error:
 * matched-pairs rank-biserial r (H4a, H4b, H5): under the null the signed-rank sum
   has variance n(n+1)(2n+1)/24, so r has SD ``sqrt(2 (2n + 1) / (3 n (n + 1)))``;
   ``r_min = (z_{1-a/2} + z_{power}) SD``.
-* eta^2_H (H3): H ~ noncentral chi^2(k - 1, lambda) with E[eta^2_H] ~ lambda / (n - k);
-  lambda solved from ``scipy.stats.ncx2`` so that P(H > crit) = power.
+* eta^2_H (H3): Kruskal-Wallis as the one-way ANOVA on ranks (Conover & Iman 1981):
+  F = [H / (k - 1)] / [(n - 1 - H) / (n - k)] taken as noncentral F(k - 1, n - k, lambda),
+  lambda = n f^2, f^2 = eta^2 / (1 - eta^2) (Cohen 1988); power is P(F > the F that H's
+  chi^2(k - 1) critical value gives). Simulated at the study's 66 clean prompts
+  (tests/statistical/test_hypothesis_size.py) its 80 % is 305 of 400 studies (0.76); the
+  noncentral chi^2(k - 1, eta^2 (n - k)) of local alternatives claimed 80 % where 362 of
+  400 (0.9) detected.
 * H2 (clustered tokens), H6 (jackknife t) and H6c (bootstrap): the standard error read
   off the test's interval at its level L, ``SE = (hi - lo) / (2 z_{(1+L)/2})``;
   ``min = (z_{1-a/2} + z_{power}) SE``, scaling as 1 / sqrt(n) for the prompts needed.
@@ -84,18 +89,43 @@ def rank_biserial_n_needed(effect: float, alpha: float, power: float = POWER) ->
     return hi
 
 
-def _ncx2_lambda(df: int, alpha: float, power: float) -> float:
-    crit = stats.chi2.isf(alpha, df)
-    return float(brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 1e-9, 1e4))
+def _kruskal_power(n: int, k: int, effect: float, alpha: float) -> float:
+    """Power of Kruskal-Wallis on n values in k groups at eta^2_H = ``effect`` (module docstring); 0 where
+    H (at most n - 1) cannot reach its critical value."""
+    crit = float(stats.chi2.isf(alpha, k - 1))
+    if crit >= n - 1:
+        return 0.0
+    crit_f = crit / (k - 1) / ((n - 1 - crit) / (n - k))
+    return float(stats.ncf.sf(crit_f, k - 1, n - k, n * effect / (1 - effect)))
+
+
+MAX_ETA_SQ = 0.999  # the largest eta^2 searched: lambda = 999 n, power 1 wherever H can reach its critical value
 
 
 def eta_sq_min_effect(n: int, k: int, alpha: float, power: float = POWER) -> float:
-    """Smallest eta^2_H detectable by Kruskal-Wallis with n values in k groups."""
-    return min(1.0, _ncx2_lambda(k - 1, alpha, power) / (n - k)) if n > k >= 2 else math.nan
+    """Smallest eta^2_H detectable by Kruskal-Wallis with n values in k groups; 1 where none is."""
+    if not n > k >= 2:
+        return math.nan
+    if _kruskal_power(n, k, MAX_ETA_SQ, alpha) < power:
+        return 1.0
+    return float(brentq(lambda e: _kruskal_power(n, k, e, alpha) - power, 1e-12, MAX_ETA_SQ))
 
 
 def eta_sq_n_needed(effect: float, k: int, alpha: float, power: float = POWER) -> int:
-    return math.ceil(k + _ncx2_lambda(k - 1, alpha, power) / effect)
+    """Values needed for :func:`eta_sq_min_effect` to reach ``effect`` (a doubling then a bisection).
+
+    Raises:
+        ValueError: ``effect`` outside (0, 1) (no n detects it).
+    """
+    if not 0 < effect < 1:
+        raise ValueError(f"effect={effect!r} must be in (0, 1)")
+    lo, hi = k, 2 * k  # power(lo) < power (lo = k: untestable) and hi to be found with power(hi) >= power
+    while _kruskal_power(hi, k, effect, alpha) < power:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _kruskal_power(mid, k, effect, alpha) < power else (lo, mid)
+    return hi
 
 
 def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> dict[str, Any]:
