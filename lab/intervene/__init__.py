@@ -8,7 +8,8 @@ prompt (teacher-forced), with the target and its draft masked alike:
 * ``A0`` no intervention; ``empty`` the mask machinery with a zero shift (must equal A0);
 * ``A1`` decode queries cannot attend to the added span; ``L0.5`` / ``L0.25`` their attention
   logits onto it shifted by log(lambda) (a dose);
-* ``C+`` decode queries cannot attend to position 0, the sink (a positive control);
+* ``sink`` decode queries cannot attend to position 0, the attention sink (described);
+* ``C+`` decode queries cannot attend to the question (a positive control: it must move entropy);
 * ``A2`` no query after the span attends to it (the twin becomes its clean prompt at the
   same positions: a position-only control).
 
