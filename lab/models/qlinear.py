@@ -90,7 +90,7 @@ def set_dense_rows(model: nn.Module, rows: int | None) -> int:
     """
     if rows is not None and rows < 1:
         raise ValueError(f"dense_rows={rows} must be >= 1 (or None)")
-    layers = [m for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    layers = [m for m in model.modules() if isinstance(m, _Quantized)]
     for m in layers:
         m.dense_rows = rows
         if rows is None:
@@ -105,7 +105,35 @@ def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.reshape(-1, k).to(ACT_DTYPE)
 
 
-class Int4Linear(nn.Module):
+class _Quantized(nn.Module):
+    """What the quantized layers share: the forward, the kernel or (for ``dense_rows`` rows or more) a dense
+    bfloat16 copy of :meth:`dequantized`, built on first use."""
+
+    in_features: int
+    out_features: int
+    bias: torch.Tensor | None
+    dense_rows: int | None = None
+    dense: torch.Tensor | None = None
+
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dequantized(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = _flat(x, self.in_features)
+        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
+            if self.dense is None:
+                self.dense = self.dequantized().to(ACT_DTYPE)
+            y = torch.nn.functional.linear(flat, self.dense)
+        else:
+            y = self.kernel(flat)
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+
+class Int4Linear(_Quantized):
     """``y = x W^T + b`` with ``W`` as 4-bit codes in groups of 32 (tinygemm layout).
 
     Buffers: ``packed`` ``uint8 (N, K / 2)`` (torch's CPU int4 pack), ``scale_zeros``
@@ -147,19 +175,9 @@ class Int4Linear(nn.Module):
         scale_zeros = torch.stack([scale.float().t(), zeros.t()], dim=-1).to(ACT_DTYPE).contiguous()
         return cls(packed, scale_zeros, None if bias is None else bias.detach().float().clone(), k, n)
 
-    dense_rows: int | None = None
-    dense: torch.Tensor | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = _flat(x, self.in_features)
-        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
-            if self.dense is None:
-                self.dense = self.dequantized().to(ACT_DTYPE)
-            y = torch.nn.functional.linear(flat, self.dense)
-        else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scale_zeros)
-        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        """The weight-only kernel on bfloat16 rows ``(M, K)``: bfloat16 ``(M, N)``."""
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scale_zeros)
 
     def dequantized(self) -> torch.Tensor:
         """``float32 (N, K)``: the weight this layer multiplies by, ``(q - 8) s + z`` with ``s``, ``z`` as
@@ -172,7 +190,7 @@ class Int4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(_Quantized):
     """``y = x W^T + b`` with ``W = scales[n] * q[n, k]``, ``q`` int8 in -127..127.
 
     Buffers: ``weight_int8`` ``int8 (N, K)``, ``scales`` ``bfloat16 (N,)``, ``bias``.
@@ -201,19 +219,9 @@ class Int8Linear(nn.Module):
         q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
         return cls(q.contiguous(), scales.to(ACT_DTYPE), None if bias is None else bias.detach().float().clone())
 
-    dense_rows: int | None = None
-    dense: torch.Tensor | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = _flat(x, self.in_features)
-        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
-            if self.dense is None:
-                self.dense = self.dequantized().to(ACT_DTYPE)
-            y = torch.nn.functional.linear(flat, self.dense)
-        else:
-            y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
-        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        """The weight-only kernel on bfloat16 rows ``(M, K)``: bfloat16 ``(M, N)``."""
+        return torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
 
     def dequantized(self) -> torch.Tensor:
         """``float32 (N, K)``."""
