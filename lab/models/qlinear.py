@@ -16,8 +16,8 @@ A layer's ``dense_rows`` (None: never; :func:`set_dense_rows`) sends a pass of a
 many rows through a dense bfloat16 GEMM on the layer's own dequantized weight instead of the
 weight-only kernel: the int4 kernel's cost grows with the rows about linearly (it unpacks the
 weight for every row block), so a prompt pass or a pass over many teacher-forced positions is
-faster as a dense matmul on CPUs with bfloat16 GEMMs, at 2 bytes a weight of memory, built on the
-first such pass. The dense weight is the kernel's weight rounded to bfloat16.
+faster as a dense matmul on CPUs with bfloat16 GEMMs, at 2 bytes a weight of memory, built when
+:func:`set_dense_rows` sets it. The dense weight is the kernel's weight rounded to bfloat16.
 
 The kernels' fast paths take bfloat16 activations (their float32 paths are reference
 loops, several times slower than a dense float32 matmul), so each layer casts its input to
@@ -80,7 +80,10 @@ def unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
 
 
 def set_dense_rows(model: nn.Module, rows: int | None) -> int:
-    """Set every quantized layer's ``dense_rows`` (None: always the weight-only kernel).
+    """Set every quantized layer's ``dense_rows`` (None: always the weight-only kernel, dense copies freed).
+
+    The dense copies are built here, not on a layer's first many-row pass, so their memory (2 bytes a
+    weight) is paid at load and the unpacking tables (:func:`unpack_int4`) are dropped once they are made.
 
     Returns:
         How many layers were set.
@@ -93,9 +96,8 @@ def set_dense_rows(model: nn.Module, rows: int | None) -> int:
     layers = [m for m in model.modules() if isinstance(m, _Quantized)]
     for m in layers:
         m.dense_rows = rows
-        if rows is None:
-            m.dense = None
-    _UNPACK.clear()  # only needed while dense weights are built
+        m.dense = None if rows is None else m.dense if m.dense is not None else m.dequantized().to(ACT_DTYPE)
+    _UNPACK.clear()
     return len(layers)
 
 
@@ -107,7 +109,8 @@ def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
 
 class _Quantized(nn.Module):
     """What the quantized layers share: the forward, the kernel or (for ``dense_rows`` rows or more) a dense
-    bfloat16 copy of :meth:`dequantized`, built on first use."""
+    bfloat16 copy of :meth:`dequantized` (:func:`set_dense_rows` builds it; a layer given ``dense_rows``
+    directly builds it on its first such pass)."""
 
     in_features: int
     out_features: int

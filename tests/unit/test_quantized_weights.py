@@ -119,7 +119,7 @@ def test_unpack_int4_negative_control_another_layer_shape_is_refused():
 @pytest.mark.parametrize("kind", ["q4", "int8"])
 def test_dense_rows_sends_many_row_passes_to_the_dense_weight_and_single_rows_to_the_kernel(kind):
     """With dense_rows = 2 a one-row pass is the kernel's, bit for bit, and a many-row pass is x W^T within
-    bfloat16 rounding; the dense copy is built on the first many-row pass only, and unset frees it."""
+    bfloat16 rounding; set_dense_rows builds the dense copy, and unset frees it."""
     weight = torch.randn(64, 256, generator=torch.Generator().manual_seed(5)) * 0.05
     if kind == "q4":
         raw = _random_blocks("Q4_K", n_rows=64, blocks_per_row=1, seed=6)
@@ -132,8 +132,8 @@ def test_dense_rows_sends_many_row_passes_to_the_dense_weight_and_single_rows_to
     one, many = torch.randn(1, 256), torch.randn(24, 256)
     kernel_one = layer(one)
     assert set_dense_rows(model, 2) == 1
-    assert torch.equal(layer(one), kernel_one) and layer.dense is None
-    assert _relative_error(layer(many), many @ layer.dequantized().T) < BF16_RELATIVE and layer.dense is not None
+    assert layer.dense is not None and torch.equal(layer(one), kernel_one)
+    assert _relative_error(layer(many), many @ layer.dequantized().T) < BF16_RELATIVE
     set_dense_rows(model, None)
     assert layer.dense is None and layer.dense_rows is None
     with pytest.raises(ValueError, match="dense_rows=0"):
