@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml Makefile
 # and the integration tier. Idempotent (a manifest, written last, marks a complete install), never
 # half-installed (built in a staging dir, renamed into place); a second run does nothing.
 peer: setup
-	$(BIN)/python -m lab.bench.peer.build
+	$(BIN)/python -m lab.runtime.build
 
 study: setup
 	$(BIN)/lab study

@@ -154,6 +154,8 @@ def _layer_types(model: Any) -> list[str]:
 
 def check_rollback_supported(model: Any) -> None:
     """Raise ``ValueError`` when the model's KV cache cannot be rolled back (recurrent layers)."""
+    if getattr(model, "runtime", "torch") == "llama.cpp":
+        return  # lab.runtime.ggml refuses recurrent models when it loads them
     recurrent = sorted(set(_layer_types(model)) & RECURRENT_LAYER_TYPES)
     if recurrent:
         raise ValueError(f"the model has {', '.join(recurrent)} layers, whose recurrent state cannot be rolled back "
@@ -161,7 +163,10 @@ def check_rollback_supported(model: Any) -> None:
 
 
 def new_cache(model: Any) -> Any:
-    """An empty ``transformers.DynamicCache`` with the layer kinds the model's config asks for."""
+    """An empty ``transformers.DynamicCache`` with the layer kinds the model's config asks for
+    (on the llama.cpp runtime, the model's own cache: :class:`lab.runtime.ggml.GgmlCache`)."""
+    if getattr(model, "runtime", "torch") == "llama.cpp":
+        return model.new_cache()
     from transformers import DynamicCache
 
     return DynamicCache(config=model.config)

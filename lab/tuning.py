@@ -36,7 +36,7 @@ from lab.machine import cpu_identity
 from lab.models.profiles import PROFILES
 from lab.schemas import FileSchemaError
 from lab.speculative.tuning_schema import TUNING_FORMAT, load_tuning
-from lab.speculative.setups import DraftSetup, ResolvedSetup, default_setup, resolve_setup
+from lab.speculative.setups import DraftSetup, ResolvedSetup, default_ggml_setup, default_setup, resolve_setup
 from lab.user_dirs import tuning_dir, write_text_atomic
 
 MACHINE_FIELDS = ("cpu_model", "cpu_flags", "torch", "threads")
@@ -166,7 +166,7 @@ def read_tuned(profile: str, draft: str, machine: dict[str, Any], *, any_threads
 
 
 def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, threads: int,
-                 has_weights: bool) -> ResolvedSetup:
+                 has_weights: bool, runtime: str = "torch") -> ResolvedSetup:
     """The draft set-up a command runs, and where each field came from (``lab speculate``).
 
     Field by field (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the
@@ -183,6 +183,9 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
             :data:`lab.speculative.setups.SETUP_FIELDS`).
         threads: torch's thread count for this run (compared with the file's, for the note).
         has_weights: Whether the draft is a separate model (only such a draft has a dtype).
+        runtime: ``"llama.cpp"``: no tuning file (``lab bench --tune`` measures torch set-ups);
+            the documented llama.cpp set-up for the profile's own draft
+            (:data:`lab.speculative.setups.DEFAULT_GGML_SETUPS`), else the fallback's gamma.
 
     Returns:
         A :class:`lab.speculative.setups.ResolvedSetup`, with the tuning file's note if any.
@@ -192,6 +195,11 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
     """
     known = PROFILES.get(profile)
     own_draft = known is not None and known.draft == draft_spec
+    if runtime == "llama.cpp":
+        base, source = default_ggml_setup(profile if own_draft else None)
+        chosen = resolve_setup({"dynamic": None, **flags}, base=base, base_source=source, has_weights=False)
+        chosen.sources["draft_dtype"] = "the GGUF file's own weights (llama.cpp runtime)"
+        return chosen
     tuned = read_tuned(profile, draft_spec, machine_key(threads), any_threads=True)
     if tuned.setup is not None:
         base, source = tuned.setup, f"tuned: {tuned.path}"

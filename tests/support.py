@@ -258,7 +258,7 @@ def fake_llamacpp_bins(root, names=None):
     builds) in ``root``, created if missing; returns ``root``. Enough for ``locate``, never run."""
     import os
 
-    from lab.bench.peer.build import TARGETS
+    from lab.runtime.build import TARGETS
 
     root.mkdir(parents=True, exist_ok=True)
     for name in TARGETS if names is None else names:

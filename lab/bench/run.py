@@ -333,7 +333,8 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                    first_token_s=clock.first_token_s, n_first=clock.n_first)
 
     methods.append(("target-only (lab loop)", lab_target))
-    methods.append(("target-only (transformers generate)", hf_target))
+    if getattr(target, "runtime", "torch") == "torch":  # transformers generate runs a torch model only
+        methods.append(("target-only (transformers generate)", hf_target))
 
     def spec_method(gamma: int, adaptive: str | None) -> Callable[[torch.Tensor, int], Run]:
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")

@@ -10,12 +10,13 @@ assisted generation with the same draft, alternating in one process; see
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (add_draft_weights_arg, MAX_GAMMA, add_filter_args, add_model_args, add_out_arg,
-                                 add_threads_arg, bound_for, check_adaptive_draft, check_model_args, parse_adaptive,
-                                 parse_lengths, range_text)
+                                 add_runtime_arg, add_threads_arg, bound_for, check_adaptive_draft, check_model_args,
+                                 load_for_runtime, parse_adaptive, parse_lengths, range_text, resolve_runtime)
 from lab.models.source import model_source
 
 
@@ -92,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
     add_peer_args(p)
+    add_runtime_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -194,15 +196,23 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     if args.seed_tables and args.tune:
         raise ValueError("--seed-tables and --tune are two different schedules: choose one")
+    if (args.seed_tables or args.tune) and args.runtime == "llama.cpp":
+        raise ValueError(f"--{'seed-tables' if args.seed_tables else 'tune'} runs on --runtime torch (its schedules "
+                         "cast drafts and re-forward them without a cache); drop --runtime llama.cpp")
     if args.seed_tables or args.tune:
         return run_seed_tables(args) if args.seed_tables else run_tune(args)
     config, prompts = _bench_config(args)
     device, threads, draft_spec, _ = _model_draft_args(args, config)
+    runtime, runtime_source = resolve_runtime(args)
+    if runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
+        config = dataclasses.replace(config, assisted=False, draft_dtypes=())
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
     err = stderr_console()
-    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
+    if runtime_source != "default":  # the torch default says nothing new
+        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False, soft_wrap=True)
+    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err, runtime)
     cost = draft.cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
@@ -262,13 +272,14 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
     return device, threads, draft_spec, kind
 
 
-def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err):
-    """The target (``--weights``) and the draft (``--draft-weights``), a draft failure named as the draft's."""
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err, runtime: str = "torch"):
+    """The target (``--weights``) and the draft (``--draft-weights``) on ``runtime``, a draft failure named as
+    the draft's."""
+    from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.speculative.draft_specs import make_draft
 
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    with err.status(f"loading {args.model} on {device if runtime == 'torch' else 'llama.cpp'}"):
+        model, tokenizer = load_for_runtime(args, runtime, device)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load

@@ -10,7 +10,7 @@ import argparse
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
@@ -299,3 +299,88 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
                              "(use bfloat16 or int8 for it)")
     check_model_available(args.model)
     return device
+
+
+# The runtime a command runs when --runtime is not typed, per profile, and why (docs/results.md, "The llama.cpp
+# runtime"). A profile not listed runs torch.
+# qwen2.5-coder, 2026-12-03, 2-core AMD EPYC (AVX-512 BF16, no AMX), held-back HumanEval, greedy, 64 tokens,
+# 2 threads, one alternating run: the target alone 12.6 tok/s end to end on llama.cpp's kernels against 5.6 with
+# torch's int4 kernel (q4) and 1.7 in float32; the pair's speculation 9.2 against 4.6 (q4) and 2.4 (float32).
+# Not yet the default: the choice must rest on two CPU classes or a per-machine tuning file (issue 38), and only
+# one class was measured. `--runtime llama.cpp` is one flag away.
+DEFAULT_RUNTIMES: dict[str, tuple[str, str]] = {}
+
+
+def add_runtime_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
+                   help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
+                        "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
+                        "pinned build of `make peer`; lab.runtime.ggml) (default: the profile's measured best, "
+                        "else torch)")
+
+
+def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
+    """``(runtime, where it came from)`` for ``--runtime`` and the model, checked before any model loads.
+
+    Raises:
+        ValueError: ``--runtime llama.cpp`` for a model without a GGUF file, with a torch-only flag
+            (``--weights``, ``--dtype``, ``--device``, ``--draft-weights``, ``--draft-dtype``), or
+            before ``make peer`` built the runtime (one line naming it).
+    """
+    from lab.models.loading import is_gguf_model
+    from lab.runtime.ggml import binding
+
+    typed = getattr(args, "runtime", None)
+    if typed == "torch":
+        return "torch", "--runtime"
+    torch_only = {"--weights": getattr(args, "weights", "float32") != "float32",
+                  "--dtype": getattr(args, "dtype", None) is not None,
+                  "--device": getattr(args, "device", None) not in (None, "cpu"),
+                  "--draft-weights": getattr(args, "draft_weights", "float32") != "float32",
+                  "--draft-dtype": bool(getattr(args, "draft_dtype", None))}
+    if typed is None:
+        runtime, why = DEFAULT_RUNTIMES.get(args.model, ("torch", ""))
+        if runtime == "torch" or any(torch_only.values()):
+            return "torch", "default"
+        try:
+            binding()
+        except ValueError as exc:
+            return "torch", f"default: torch, because {exc}"
+        return runtime, f"default: {why}"
+    if not is_gguf_model(args.model):
+        raise ValueError(f"--runtime llama.cpp runs a GGUF profile's own file; {args.model!r} has none (use "
+                         "--runtime torch)")
+    typed_torch = [flag for flag, on in torch_only.items() if on]
+    if typed_torch:
+        raise ValueError(f"--runtime llama.cpp runs the GGUF file's own weights on the CPU; {', '.join(typed_torch)} "
+                         "apply to --runtime torch only")
+    binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
+    return "llama.cpp", "--runtime"
+
+
+def load_for_runtime(args: argparse.Namespace, runtime: str, device: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count)."""
+    if runtime == "llama.cpp":
+        import torch
+
+        from lab.runtime.ggml import load_ggml_model
+
+        return load_ggml_model(args.model, n_threads=torch.get_num_threads())
+    from lab.models.loading import load_model
+
+    return load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+
+
+def add_torch_only_runtime_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--runtime`` on a command whose measures read attention weights: torch only, llama.cpp refused."""
+    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
+                   help=f"runs on torch: {what} read(s) attention weights, which llama.cpp does not return; "
+                        "llama.cpp is refused in one line")
+
+
+def refuse_runtime(args: argparse.Namespace, command: str) -> None:
+    """One line for a command whose measures need attention weights, asked for the llama.cpp runtime."""
+    if getattr(args, "runtime", None) == "llama.cpp":
+        from lab.runtime.ggml import TORCH_ONLY
+
+        raise ValueError(f"lab {command} --runtime llama.cpp: {TORCH_ONLY}; use --runtime torch")

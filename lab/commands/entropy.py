@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lab.commands.common import add_filter_args, add_model_args, add_out_arg, add_prompt_args, check_model_args, range_text
+from lab.commands.common import (add_filter_args, add_model_args, add_out_arg, add_prompt_args, add_runtime_arg,
+                                 check_model_args, load_for_runtime, range_text, resolve_runtime)
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -36,13 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-alternatives", type=int, default=5,
                    help=f"alternatives recorded per step from the model's own distribution, "
                         f"{range_text('entropy', 'top_alternatives')} (default: 5)")
+    add_runtime_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages, encode_chat
-    from lab.models.loading import load_model
     from lab.render.console import stderr_console, stdout_console
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
@@ -55,11 +56,14 @@ def run(args: argparse.Namespace) -> int:
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
+    runtime, runtime_source = resolve_runtime(args)
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    if runtime_source != "default":  # the torch default says nothing new
+        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False)
+    with err.status(f"loading {args.model} on {device if runtime == 'torch' else 'llama.cpp'}"):
+        model, tokenizer = load_for_runtime(args, runtime, device)
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
     with err.status(f"decoding up to {settings.max_new_tokens} tokens"):
@@ -85,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": result.seed,
             "model": info,
             "device": info["device"],
-            "dtype": info["dtype"],
-            "vocab_size": result.vocab_size,
+            "dtype": info["dtype"], "runtime": runtime, "runtime_source": runtime_source, "vocab_size": result.vocab_size,
             "environment": environment(model),
             "summary": result.summary(),
             "text": result.text,

@@ -12,7 +12,7 @@ import argparse
 import warnings
 from pathlib import Path
 
-from lab.commands.common import check_model_args, add_model_args, add_out_arg
+from lab.commands.common import add_model_args, add_out_arg, add_torch_only_runtime_arg, check_model_args, refuse_runtime
 from lab.models.source import model_source
 
 
@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="read the threshold from this calibration file (a <profile>.json written by `lab "
                         "calibrate-sinks`) instead of the model's own (default: the model's own)")
+    add_torch_only_runtime_arg(p, "the sink detector and context health")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
     from lab.sinks.profiles import check_threshold, load_calibration, load_choice
+
+    refuse_runtime(args, "sinks")
 
     # 1. Validate everything before loading anything.
     prompt = read_prompt(args.prompt, args.prompt_file)

@@ -14,7 +14,8 @@ import random
 from typing import TYPE_CHECKING
 
 from lab.commands.common import (add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
-                                 check_adaptive_draft, check_model_args, parse_adaptive, range_text)
+                                 add_runtime_arg, check_adaptive_draft, check_model_args, load_for_runtime,
+                                 parse_adaptive, range_text, resolve_runtime)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help=f"sampling seed, {range_text('speculate', 'seed')} (default: a fresh one, recorded in the "
                         "report; needs --temperature > 0)")
+    add_runtime_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -93,13 +95,20 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     kind = check_draft_spec(draft_spec)
     if args.adaptive:
         check_adaptive_draft(args.adaptive, kind)
+    runtime, runtime_source = resolve_runtime(args)
+    if runtime == "llama.cpp" and kind == "early-exit":
+        if runtime_source == "--runtime":
+            raise ValueError(f"--draft {draft_spec}: an early-exit draft runs the target's own torch layers; on "
+                             "--runtime llama.cpp use a GGUF draft model or prompt-lookup")
+        runtime, runtime_source = "torch", "default: torch, because an early-exit draft runs the target's torch layers"
     chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
                                                    "adaptive": args.adaptive},
-                          threads=threads, has_weights=kind == "model")
+                          threads=threads, has_weights=kind == "model" and runtime == "torch", runtime=runtime)
     settings = SpeculativeSettings.from_setup(chosen.setup, max_new_tokens=args.max_new_tokens, sampling=sampling)
     check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed), device
+    return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed, runtime,
+                           runtime_source), device
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.decode import check_context
     from lab.models.chat import encode_chat, eos_token_ids
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.render.console import stderr_console, stdout_console
     from lab.render.speculative import answer_text, plot_histogram, render_speculation, round_rows, summary_markdown
     from lab.reports import environment, report_dir
@@ -119,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    with err.status(f"loading {args.model} on {device if cfg.runtime == 'torch' else 'llama.cpp'}"):
+        model, tokenizer = load_for_runtime(args, cfg.runtime, device)
         try:
             draft = make_draft(model, cfg.draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
                                dtype=cfg.chosen.setup.draft_dtype)

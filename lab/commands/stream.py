@@ -15,7 +15,8 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args, range_text
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+                                 check_model_args, range_text, refuse_runtime)
 from lab.models.source import model_source
 
 
@@ -65,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None,
                    help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
     add_draft_weights_arg(p)
+    add_torch_only_runtime_arg(p, "the eviction policies' attention scores")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -145,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
     from lab.reports import environment, report_dir
     from lab.stream.experiment import run_stream
+
+    refuse_runtime(args, "stream")
 
     # 1. Validate everything before loading anything.
     cfg = stream_config(args)

@@ -33,7 +33,8 @@ import argparse
 import logging
 import os
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, range_text
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+                                 range_text, refuse_runtime)
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"torch threads, {range_text('study', 'threads')}: of this process (default: torch's choice), "
                         "or with --ray of each actor, which reserves as many CPUs (default 1); the numbers equal "
                         "across runs with equal threads")
+    add_torch_only_runtime_arg(p, "the study's prefill measures (sinks, context health)")
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
@@ -195,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.study.work import read_settings
 
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
+    refuse_runtime(args, "study")
     if args.merge:
         return _merge(args)
     cluster = cluster_config(args)

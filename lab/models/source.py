@@ -41,6 +41,8 @@ class ModelSource:
             :mod:`lab.models.quantize`); ``None`` for ``"float32"``.
         draft: For a draft derived from a target (the early-exit shell), its spec
             (``"early-exit:N"``); ``None`` for a model loaded in its own right.
+        runtime: Whose kernels run its passes: ``"torch"`` or ``"llama.cpp"``
+            (:mod:`lab.runtime.ggml`; ``weights`` then names the GGUF file type).
     """
 
     model: str
@@ -50,6 +52,7 @@ class ModelSource:
     dtype: str
     attn_implementation: str | None = None
     weights: str = "float32"
+    runtime: str = "torch"
     weights_layers: dict[str, dict[str, int]] | None = None
     draft: str | None = None
 
@@ -57,8 +60,8 @@ class ModelSource:
         """The record as the dict reports write under ``"model"``.
 
         Returns:
-            ``{"model", "source", "profile", "device", "dtype", "attn_implementation", "weights"}``
-            always, plus ``"weights_layers"`` and ``"draft"`` only when set (the keys reports have
+            ``{"model", "source", "profile", "device", "dtype", "attn_implementation", "weights",
+            "runtime"}`` always, plus ``"weights_layers"`` and ``"draft"`` only when set (the keys reports have
             always carried). A fresh dict; changing it changes nothing here.
         """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

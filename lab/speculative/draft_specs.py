@@ -147,6 +147,8 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    if getattr(target, "runtime", "torch") == "llama.cpp":
+        return _ggml_draft(target, spec, kind, target_tokenizer)
     target_dtype = next(target.parameters()).dtype
     if isinstance(dtype, str) and (":" in dtype or dtype == PER_PASS_ALIAS):
         prefill_dtype, _ = parse_draft_dtype(dtype)
@@ -174,5 +176,27 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
     draft_model, draft_tok = loading.load_model(spec, device=dev, dtype=dtype if dtype is not None else target_dtype,
                                                 weights=weights)
     if target_tokenizer is None:  # without both tokenizers only equal vocab_size passes
+        return model_draft(target, draft_model, name=spec)
+    return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)
+
+
+def _ggml_draft(target: Any, spec: str, kind: str, target_tokenizer: Any) -> Drafter:
+    """A drafter for a target on the llama.cpp runtime: a GGUF draft model on the same runtime, or prompt lookup.
+
+    Raises:
+        ValueError: an early-exit draft (it borrows the target's torch layers), or a draft model that is
+            not a GGUF profile.
+    """
+    from lab.runtime.ggml import load_ggml_model
+
+    if kind == "early-exit":
+        raise ValueError(f"--draft {spec}: an early-exit draft runs the target's own torch layers; on --runtime "
+                         "llama.cpp use a GGUF draft model (e.g. qwen2.5-coder-0.5b) or prompt-lookup")
+    if kind == "prompt-lookup":
+        return PromptLookupDraft(int(target.config.vocab_size))
+    if target_tokenizer is not None:
+        check_tokenizer_vocab(target_tokenizer, loading.load_tokenizer(spec), spec)
+    draft_model, draft_tok = load_ggml_model(spec, n_threads=target.n_threads)
+    if target_tokenizer is None:
         return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)

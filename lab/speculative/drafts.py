@@ -298,7 +298,8 @@ class ModelDraft:
     def facts(self) -> DraftFacts:
         """Its model (also transformers' assistant), cost, weight dtype and logged forwards; its own cache."""
         return DraftFacts(model=self.model, assistant_model=self.model, cost=self.cost,
-                          weight_dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                          weight_dtype=getattr(self.model, "weight_type", None)
+                          or str(next(self.model.parameters()).dtype).removeprefix("torch."),
                           passes=tuple(self.passes))
 
     def use_target_cache(self, cache: Any) -> None:

@@ -35,6 +35,8 @@ class SpeculateConfig:
         settings: The loop's settings for that set-up (EOS ids are the tokenizer's, filled in
             once it is loaded).
         seed: The sampling seed (drawn when not given, and recorded).
+        runtime: Whose kernels run the passes (``"torch"`` or ``"llama.cpp"``).
+        runtime_source: Where that came from (``"--runtime"`` or ``"default: <why>"``).
     """
 
     prompt: str
@@ -44,14 +46,18 @@ class SpeculateConfig:
     chosen: ResolvedSetup
     settings: SpeculativeSettings
     seed: int
+    runtime: str = "torch"
+    runtime_source: str = "default"
 
     def setup_lines(self) -> list[tuple[str, str | None]]:
         """``(line, Rich style or None)`` for the terminal once the draft is admitted: each note, then the set-up."""
-        return [(f"note: {note}", NOTE_STYLE) for note in self.chosen.notes] + [(self.chosen.summary_line(), None)]
+        return ([(f"note: {note}", NOTE_STYLE) for note in self.chosen.notes]
+                + [(f"runtime: {self.runtime} ({self.runtime_source})", None), (self.chosen.summary_line(), None)])
 
     def summary_notes(self, cost: DraftCost | None) -> str:
         """The set-up, its notes and a costly draft's note, as ``summary.md``'s closing paragraphs."""
-        text = f"\n**Draft set-up.** {self.chosen.summary_line().removeprefix('draft set-up: ')}.\n"
+        text = f"\n**Runtime.** {self.runtime} ({self.runtime_source}).\n"
+        text += f"\n**Draft set-up.** {self.chosen.summary_line().removeprefix('draft set-up: ')}.\n"
         text += "".join(f"\n{note}\n" for note in self.chosen.notes)
         if cost is not None and cost.note:
             text += f"\n**Draft cost.** {cost.note}.\n"
@@ -82,7 +88,8 @@ class SpeculateConfig:
             "settings": {"draft": self.draft_spec, "gamma": self.settings.gamma, "adaptive": setup.adaptive,
                          "draft_dtype": setup.draft_dtype, "dynamic": setup.dynamic,
                          "draft_setup": self.chosen.as_dict(), "max_new_tokens": self.settings.max_new_tokens,
-                         "sampling": self.settings.sampling, "seed": self.seed},
+                         "sampling": self.settings.sampling, "seed": self.seed,
+                         "runtime": self.runtime, "runtime_source": self.runtime_source},
             "model": model_info, "environment": environment,
             "acceptance": result.acceptance_summary(), "draft_cost": cost,
             "text": text, "new_token_ids": result.tokens,

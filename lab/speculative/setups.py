@@ -81,6 +81,19 @@ DEFAULT_SETUPS: dict[str, tuple[DraftSetup, str]] = {
 }
 
 
+# The documented set-up per target profile on the llama.cpp runtime (lab.runtime.ggml; no draft dtype: the
+# GGUF files' own weights); (set-up, why). Filled from `lab bench --runtime llama.cpp` (docs/results.md).
+# qwen2.5-coder with its 0.5B draft, 2026-12-03, 2-core AMD EPYC (AVX-512 BF16, no AMX), held-back HumanEval,
+# greedy, 64 tokens: gamma 1 9.16 tok/s end to end, gamma 2 9.03, gamma 3 8.99, gamma 4 9.04 (alpha 0.97-0.99);
+# a verify pass of gamma + 1 tokens costs 1.72 / 2.36 / 3.08 / 3.68 target steps there, so longer drafts buy
+# nothing. All four are slower than the target alone (12.6): see docs/results.md, "The llama.cpp runtime".
+DEFAULT_GGML_SETUPS: dict[str, tuple[DraftSetup, str]] = {
+    "qwen2.5-coder": (DraftSetup(gamma=1),
+                      "gamma 1: the fastest end to end of gammas 1-4 on the llama.cpp runtime on a 2-core "
+                      "AVX-512 EPYC (one CPU class measured; lab.speculative.setups.DEFAULT_GGML_SETUPS)"),
+}
+
+
 @dataclass(frozen=True)
 class ResolvedSetup:
     """The set-up in force and, per field of :data:`SETUP_FIELDS`, where it came from.
@@ -120,6 +133,14 @@ def default_setup(profile: str | None, has_weights: bool) -> tuple[DraftSetup, s
             setup = DraftSetup(gamma=setup.gamma, adaptive=setup.adaptive, dynamic=setup.dynamic)
         return setup, f"default: {why}"
     return FALLBACK, "default: no tuned or documented set-up for this model and draft (gamma 4, the target's dtype)"
+
+
+def default_ggml_setup(profile: str | None) -> tuple[DraftSetup, str]:
+    """The documented llama.cpp-runtime set-up for a profile's own draft, and why (``"default: <reason>"``)."""
+    if profile in DEFAULT_GGML_SETUPS:
+        setup, why = DEFAULT_GGML_SETUPS[profile]
+        return setup, f"default: {why}"
+    return FALLBACK, "default: no documented llama.cpp set-up for this model and draft (gamma 4)"
 
 
 def resolve_setup(flags: dict[str, Any], *, base: DraftSetup, base_source: str, has_weights: bool,

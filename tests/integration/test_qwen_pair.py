@@ -139,6 +139,7 @@ def test_qwen_lab_entropy_end_to_end(shared_loads, lab_log):
     data = json.loads((report / "report.json").read_text())
     assert data["model"]["model"] == "qwen2.5-coder" and len(data["steps"]) >= 1
     assert data["vocab_size"] == 151936
+    assert data["runtime"] == "torch" and data["model"]["runtime"] == "torch"
     lab_log.record(n_tokens=len(data["steps"]),
                    mean_entropy_bits=sum(s["entropy_bits"] for s in data["steps"]) / len(data["steps"]))
 
@@ -164,6 +165,7 @@ def test_qwen_lab_speculate_end_to_end(shared_loads, lab_log):
     assert rc == 0 and report is not None
     data = json.loads((report / "report.json").read_text())
     assert data["settings"]["draft"] == "qwen2.5-coder-0.5b"
+    assert data["settings"]["runtime"] == "torch"
     assert data["draft_cost"]["ratio"] < 1.0
     acc = data["acceptance"]
     lab_log.record(alpha=acc.get("alpha"), tau=acc.get("tau"), n_tokens=len(data["new_token_ids"]))

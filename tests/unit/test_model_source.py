@@ -21,7 +21,7 @@ from lab.speculative.self_draft import early_exit_model
 from tests import support
 
 # The keys every report has written under "model" for a float32 load (load_model's record).
-REPORT_MODEL_KEYS = ["model", "source", "profile", "device", "dtype", "attn_implementation", "weights"]
+REPORT_MODEL_KEYS = ["model", "source", "profile", "device", "dtype", "attn_implementation", "weights", "runtime"]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,8 @@ def test_load_model_local_path_records_its_source(saved_tiny):
                                  dtype="float32", attn_implementation="eager", weights="float32")
     assert list(source.as_dict()) == REPORT_MODEL_KEYS
     assert source.as_dict() == {"model": str(saved_tiny), "source": str(saved_tiny), "profile": None, "device": "cpu",
-                                "dtype": "float32", "attn_implementation": "eager", "weights": "float32"}
+                                "dtype": "float32", "attn_implementation": "eager", "weights": "float32",
+                                "runtime": "torch"}
 
 
 def test_environment_model_is_the_records_dict_with_the_report_keys(saved_tiny):

@@ -1,4 +1,4 @@
-"""``python -m lab.bench.peer.build`` (``make peer``): installs once, idempotently, never half.
+"""``python -m lab.runtime.build`` (``make peer``): installs once, idempotently, never half.
 
 cmake/ninja are replaced by a fake that writes the binaries (or fails, or is interrupted);
 the sdist is a tiny tarball with the pinned layout. The real build is exercised by the
@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from lab.bench.peer import build as peer_build
+from lab.runtime import build as peer_build
 
 
 def _fake_sdist(path, head=peer_build.LLAMA_CPP_COMMIT + "bba43ac29e6e3b677cdceebdd22334f"):
@@ -23,6 +23,9 @@ def _fake_sdist(path, head=peer_build.LLAMA_CPP_COMMIT + "bba43ac29e6e3b677cdcee
              f"{top}/vendor/llama.cpp/.git": b"gitdir: ../../.git/modules/vendor/llama.cpp\n",
              f"{top}/vendor/llama.cpp/vendor/llama.cpp/nested.txt": b"a nested vendor dir\n",
              f"{top}/.git/modules/vendor/llama.cpp/HEAD": head.encode() + b"\n",
+             f"{top}/llama_cpp/__init__.py": b"",
+             f"{top}/llama_cpp/llama_cpp.py": b"# the binding\n",
+             f"{top}/llama_cpp/server/app.py": b"not copied\n",
              f"{top}/setup.py": b"not unpacked\n"}
     with tarfile.open(path, "w:gz") as tar:
         for name, data in files.items():
@@ -47,6 +50,9 @@ def fake_build(tmp_path, monkeypatch):
             (build / "bin" / name).write_bytes(b"\x7fELF" + bytes(i + 10))
             if calls["fail"] is not None and i == 1:  # dies mid-way, one binary written
                 raise calls["fail"]
+        (build / "bin" / "libllama.so.0.5.0").write_bytes(b"\x7fELF library")
+        (build / "bin" / "libllama.so.0").symlink_to("libllama.so.0.5.0")
+        (build / "bin" / "libllama.so").symlink_to("libllama.so.0")
 
     monkeypatch.setattr(peer_build, "compile_targets", compile_targets)
     return peer_build.BuildConfig(root=tmp_path / "llama.cpp", sdist=sdist, jobs=1), calls
@@ -59,6 +65,11 @@ def test_build_first_run_installs_second_run_does_nothing(fake_build):
     assert calls["sources"] == [["CMakeLists.txt", "vendor"]]  # only vendor/llama.cpp, its .git file removed
     manifest = json.loads((config.install_dir / peer_build.MANIFEST).read_text())
     assert sorted(manifest["binaries"]) == sorted(peer_build.TARGETS)
+    assert manifest["libraries"] == {"libllama.so.0.5.0": len(b"\x7fELF library")}  # links are copied, not listed
+    lib = config.install_dir / peer_build.LIB_DIR
+    assert (lib / "libllama.so").is_symlink() and (lib / "libllama.so").read_bytes() == b"\x7fELF library"
+    binding = config.install_dir / peer_build.PYTHON_DIR / "llama_cpp"
+    assert (binding / "llama_cpp.py").is_file() and not (binding / "server").exists()
     assert manifest["llama_cpp_commit"] == peer_build.LLAMA_CPP_COMMIT
     second = peer_build.build(config)
     assert second["built"] is False and calls["n"] == 1
@@ -144,3 +155,16 @@ def test_compile_without_cmake_or_ninja_names_them(tmp_path, monkeypatch):
     monkeypatch.setattr(peer_build.shutil, "which", lambda tool: None if tool == "ninja" else "/usr/bin/cmake")
     with pytest.raises(peer_build.BuildError, match="ninja not found on PATH"):
         peer_build.compile_targets(tmp_path, tmp_path / "build", 1, tmp_path / "log")
+
+
+def test_installed_older_layout_or_missing_library_is_rebuilt(fake_build):
+    config, calls = fake_build
+    peer_build.build(config)
+    manifest_file = config.install_dir / peer_build.MANIFEST
+    manifest = json.loads(manifest_file.read_text())
+    manifest_file.write_text(json.dumps({**manifest, "layout": 1}))  # the static-binaries layout
+    assert peer_build.installed(config.install_dir) is None
+    assert peer_build.build(config)["built"] is True and calls["n"] == 2
+    (config.install_dir / peer_build.LIB_DIR / "libllama.so.0.5.0").unlink()
+    assert peer_build.installed(config.install_dir) is None
+    assert peer_build.build(config)["built"] is True and calls["n"] == 3

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab.cli import main
-from lab.bench.peer.build import TARGETS
+from lab.runtime.build import TARGETS
 from lab.bench.peer.llamacpp import (PeerRunConfig, PeerUnavailableError, bench_command, completion_command, locate,
                                speculative_command)
 from tests.support import fake_llamacpp_bins

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lab.bench.peer import bench as peer_bench
-from lab.bench.peer.build import TARGETS
+from lab.runtime.build import TARGETS
 from lab.bench.peer.llamacpp import locate
 from lab.cli import main
 

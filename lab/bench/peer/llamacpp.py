@@ -1,6 +1,6 @@
 """llama.cpp as a second runtime: locate its binaries, build command lines, parse output.
 
-The lab runs three binaries of the pinned llama.cpp (``make peer``, :mod:`lab.bench.peer.build`)
+The lab runs three binaries of the pinned llama.cpp (``make peer``, :mod:`lab.runtime.build`)
 or of a user's own build (``--llama-cpp DIR``):
 
 - ``llama-completion``: the target alone, greedy, on one prompt (``-no-cnv``: the prompt
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.bench.peer.build import TARGETS, BuildConfig
+from lab.runtime.build import TARGETS, BuildConfig
 
 SPECULATIVE, COMPLETION, BENCH = TARGETS
 

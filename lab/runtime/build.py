@@ -1,6 +1,6 @@
-"""Build llama.cpp's peer binaries from the pinned ``llama-cpp-python`` sdist, once.
+"""Build llama.cpp once from the pinned ``llama-cpp-python`` sdist: the peer's binaries and the lab's own runtime.
 
-``python -m lab.bench.peer.build`` (what ``make peer`` runs) fetches the sdist with
+``python -m lab.runtime.build`` (what ``make peer`` runs) fetches the sdist with
 ``pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36``, checks its sha256,
 unpacks only ``vendor/llama.cpp`` and builds, with cmake + ninja, Release, CPU only, no
 HTTPS/network code, no tests and no server, exactly the targets the lab runs:
@@ -10,9 +10,15 @@ HTTPS/network code, no tests and no server, exactly the targets the lab runs:
   arguments (threads, sampler, perf print). ``llama-simple`` would also decode greedily
   but takes no thread count, and this version builds ``llama-cli`` only with the server;
 - ``llama-bench``: tokens/s of prompt processing and generation on synthetic tokens,
-  for each model alone (the draft's cost c).
+  for each model alone (the draft's cost c);
+- ``llama`` (``libllama.so`` and the ``libggml*`` it loads), shared: the kernels of the lab's
+  own ggml runtime (:mod:`lab.runtime.ggml`), reached through the sdist's own Python binding
+  (its ``llama_cpp`` package, copied beside the libraries: the binding and the library come
+  from one sdist and one compile, so they cannot disagree).
 
-Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>`` and
+Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>``,
+``<cache>/llama.cpp/<version>/python/llama_cpp/`` (the binding) with its shared libraries in
+``python/llama_cpp/lib/`` (where the binding looks; the binaries find them by RPATH), and
 ``<cache>/llama.cpp/<version>/lab-peer.json`` (the manifest), ``<cache>`` being
 :func:`lab.models.cache.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
 staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
@@ -53,13 +59,21 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 # shallow clone, whose commit count (1) would be no build number at all.
 LLAMA_CPP_COMMIT = "0c1e57098"
 TARGETS = ("llama-speculative-simple", "llama-completion", "llama-bench")
+LIBRARY_TARGET = "llama"  # libllama.so; ninja builds the libggml* it links as dependencies
 MANIFEST = "lab-peer.json"
-# Release, CPU only, statically linked (the binaries survive the rename out of the build
-# tree), nothing that reaches the network (OpenSSL, the prebuilt web UI), no tests,
+# The install's layout version: an install of an older layout (static binaries, no binding)
+# is incomplete and is rebuilt.
+LAYOUT = 2
+PYTHON_DIR = "python"  # <install>/python holds the binding's package, llama_cpp/
+LIB_DIR = "python/llama_cpp/lib"
+# Release, CPU only, shared libraries whose RPATH is fixed at build time to where the install
+# puts them (so the binaries and libraries survive the rename out of the build tree), nothing that reaches the network (OpenSSL, the prebuilt web UI), no tests,
 # server, unified app or web UI.
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    f"-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../{LIB_DIR}",
     "-DGGML_BACKEND_DL=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF",
@@ -125,17 +139,23 @@ class BuildConfig:
 def installed(install_dir: Path) -> dict | None:
     """The manifest of a complete install in ``install_dir``, or None.
 
-    Complete means: the manifest parses, records the flags this machine builds with, and
-    every binary it lists exists with the size it records (a binary deleted or truncated
-    since, or a build made with other flags, makes the install incomplete).
+    Complete means: the manifest parses, is of this ``LAYOUT``, records the flags this
+    machine builds with, every binary and shared library it lists exists with the size it
+    records, and the binding's package is there (a file deleted or truncated since, a build
+    made with other flags, or an older layout makes the install incomplete).
     """
     try:
         manifest = json.loads((install_dir / MANIFEST).read_text())
-        if manifest["cmake_flags"] != list(cmake_flags()):
+        if manifest.get("layout") != LAYOUT or manifest["cmake_flags"] != list(cmake_flags()):
             return None
         for name, size in manifest["binaries"].items():
             if (install_dir / "bin" / name).stat().st_size != size:
                 return None
+        for name, size in manifest["libraries"].items():
+            if (install_dir / LIB_DIR / name).stat().st_size != size:
+                return None
+        if not (install_dir / PYTHON_DIR / "llama_cpp" / "llama_cpp.py").is_file():
+            return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return manifest
@@ -163,7 +183,8 @@ def fetch_sdist(dest: Path) -> Path:
 
 
 def unpack_vendor(sdist: Path, dest: Path) -> Path:
-    """Unpack only ``<top>/vendor/llama.cpp/`` of ``sdist`` into ``dest``; returns the source root.
+    """Unpack ``<top>/vendor/llama.cpp/`` and the binding ``<top>/llama_cpp/`` of ``sdist``
+    into ``dest``; returns the llama.cpp source root (the binding is its ``../../llama_cpp``).
 
     Raises:
         BuildError: the tarball's sha256 is not the pinned one, it has no vendored
@@ -176,6 +197,10 @@ def unpack_vendor(sdist: Path, dest: Path) -> Path:
         members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/vendor/llama.cpp/")]
         if not members:
             raise BuildError(f"{sdist} has no {top}/vendor/llama.cpp/")
+        binding = [m for m in tar.getmembers() if m.name.startswith(f"{top}/llama_cpp/")]
+        if not any(m.name == f"{top}/llama_cpp/llama_cpp.py" for m in binding):
+            raise BuildError(f"{sdist} has no {top}/llama_cpp/llama_cpp.py (the Python binding)")
+        members += binding
         tar.extractall(dest, members=members, filter="data")
         try:  # the submodule's git directory ships in the sdist: its HEAD names the commit
             head = tar.extractfile(f"{top}/.git/modules/vendor/llama.cpp/HEAD").read().decode().strip()
@@ -212,7 +237,7 @@ def compile_targets(src: Path, build: Path, jobs: int, log_file: Path) -> None:
         raise BuildError(f"{' and '.join(missing)} not found on PATH; `make peer` needs cmake (>= 3.14) and ninja "
                          "(e.g. apt-get install cmake ninja-build)")
     _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_flags()], log_file)
-    _run(["cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS], log_file)
+    _run(["cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS, LIBRARY_TARGET], log_file)
 
 
 def build(config: BuildConfig | None = None) -> dict:
@@ -259,10 +284,20 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
             raise BuildError(f"the build finished without {binary}")
         shutil.copy2(binary, out / "bin" / name)
         sizes[name] = (out / "bin" / name).stat().st_size
+    shutil.copytree(src.parent.parent / "llama_cpp", out / PYTHON_DIR / "llama_cpp",
+                    ignore=shutil.ignore_patterns("server", "__pycache__"))
+    (out / LIB_DIR).mkdir(parents=True, exist_ok=True)
+    libraries = {}
+    for lib in sorted((staging / "build" / "bin").glob("lib*.so*")):  # versioned names are links
+        shutil.copy2(lib, out / LIB_DIR / lib.name, follow_symlinks=False)
+        if not lib.is_symlink():
+            libraries[lib.name] = (out / LIB_DIR / lib.name).stat().st_size
+    if not any(name.startswith("libllama.so") for name in libraries):
+        raise BuildError(f"the build finished without libllama.so in {staging / 'build' / 'bin'}")
     manifest = {
         "sdist": f"{SDIST_NAME}=={SDIST_VERSION}", "sdist_sha256": SDIST_SHA256,
         "llama_cpp_commit": LLAMA_CPP_COMMIT, "cmake_flags": list(cmake_flags()),
-        "targets": list(TARGETS), "binaries": sizes,
+        "layout": LAYOUT, "targets": list(TARGETS), "binaries": sizes, "libraries": libraries,
         "build_seconds": round(time.monotonic() - started, 1),
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "jobs": config.jobs,
     }
@@ -271,7 +306,7 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench.peer.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.runtime.build", description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, help="llama.cpp cache (default <cache_dir()>/llama.cpp)")
     parser.add_argument("--sdist", type=Path, help="use this local sdist instead of pip download")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja jobs (default: CPU count)")
@@ -282,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = build(config)
     except BuildError as exc:
-        print(f"lab.bench.peer.build: error: {exc}", file=sys.stderr)
+        print(f"lab.runtime.build: error: {exc}", file=sys.stderr)
         return 1
     state = (f"built in {manifest['build_seconds']} s" if manifest["built"]
              else f"already installed (its build took {manifest['build_seconds']} s)")

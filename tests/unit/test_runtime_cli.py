@@ -1,0 +1,140 @@
+"""``--runtime``: chosen and refused before any model loads, in one line; the ggml cache's bookkeeping.
+
+No llama.cpp build is needed here: the binding is replaced by fakes (the real runtime is tested in
+``tests/integration/test_ggml_runtime.py`` and ``tests/statistical/test_ggml_law.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import lab.runtime.ggml as ggml
+from lab import cli
+from lab.commands import common
+from lab.runtime.ggml import GgmlCache, RuntimeUnavailableError
+
+pytestmark = pytest.mark.unit
+
+
+def _args(**kw):
+    base = dict(model="qwen2.5-coder", runtime=None, weights="float32", dtype=None, device=None,
+                draft_weights="float32", draft_dtype=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.fixture
+def built(monkeypatch):
+    monkeypatch.setattr(ggml, "binding", lambda: object())
+
+
+@pytest.fixture
+def not_built(monkeypatch):
+    def refuse():
+        raise RuntimeUnavailableError("the llama.cpp runtime is not built (...); run `make peer`")
+
+    monkeypatch.setattr(ggml, "binding", refuse)
+
+
+def test_resolve_runtime_typed_llama_cpp_on_a_gguf_profile_is_used(built):
+    assert common.resolve_runtime(_args(runtime="llama.cpp")) == ("llama.cpp", "--runtime")
+
+
+def test_resolve_runtime_typed_torch_is_used_even_where_llama_cpp_is_the_default(built, monkeypatch):
+    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
+    assert common.resolve_runtime(_args(runtime="torch")) == ("torch", "--runtime")
+    assert common.resolve_runtime(_args()) == ("llama.cpp", "default: measured")
+
+
+def test_resolve_runtime_default_falls_back_to_torch_when_not_built_saying_why(not_built, monkeypatch):
+    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
+    runtime, why = common.resolve_runtime(_args())
+    assert runtime == "torch" and "make peer" in why
+
+
+def test_resolve_runtime_default_with_a_torch_only_flag_is_torch(built, monkeypatch):
+    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
+    assert common.resolve_runtime(_args(weights="q4"))[0] == "torch"
+
+
+@pytest.mark.parametrize("kw, names", [
+    (dict(model="Qwen/Qwen2.5-3B-Instruct"), "has none"),
+    (dict(weights="q4"), "--weights"),
+    (dict(dtype="bfloat16"), "--dtype"),
+    (dict(draft_dtype="bfloat16"), "--draft-dtype"),
+])
+def test_resolve_runtime_llama_cpp_refuses_what_it_cannot_run_naming_it(built, kw, names):
+    with pytest.raises(ValueError, match=names) as info:
+        common.resolve_runtime(_args(runtime="llama.cpp", **kw))
+    assert "\n" not in str(info.value)
+
+
+def test_resolve_runtime_llama_cpp_not_built_names_make_peer(not_built):
+    with pytest.raises(ValueError, match="make peer"):
+        common.resolve_runtime(_args(runtime="llama.cpp"))
+
+
+@pytest.mark.parametrize("argv", [
+    ["study", "--runtime", "llama.cpp"],
+    ["sinks", "hello", "--runtime", "llama.cpp"],
+    ["stream", "--runtime", "llama.cpp"],
+])
+def test_cli_torch_only_command_with_llama_cpp_exits_2_in_one_line(tmp_path, capsys, no_model_loading, argv):
+    rc = cli.main([*argv, "--out", str(tmp_path / "reports")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "attention weights" in err and "--runtime torch" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("flag", ["--seed-tables", "--tune"])
+def test_cli_bench_schedule_on_llama_cpp_exits_2(tmp_path, capsys, no_model_loading, flag):
+    rc = cli.main(["bench", flag, "--runtime", "llama.cpp", "--out", str(tmp_path)])
+    assert rc == 2 and "drop --runtime llama.cpp" in capsys.readouterr().err
+
+
+def test_cli_speculate_llama_cpp_with_early_exit_draft_exits_2(tmp_path, capsys, no_model_loading, built):
+    rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--runtime", "llama.cpp", "--draft", "early-exit:4",
+                   "--out", str(tmp_path)])
+    assert rc == 2 and "early-exit draft runs the target's own torch layers" in capsys.readouterr().err
+
+
+class _FakeModel:
+    def __init__(self):
+        self.removed = []
+
+    def remove_positions(self, keep):
+        self.removed.append(keep)
+
+
+def test_ggml_cache_crop_negative_drops_the_last_positions_from_the_memory():
+    model = _FakeModel()
+    cache = GgmlCache(model)
+    cache.length = 10
+    cache.crop(-3)
+    assert cache.get_seq_length() == 7 and model.removed == [7]
+    cache.crop(0)  # nothing to drop: the memory is not touched
+    assert cache.get_seq_length() == 7 and model.removed == [7]
+    cache.crop(5)  # a non-negative n keeps the first n
+    assert cache.get_seq_length() == 5 and model.removed == [7, 5]
+
+
+def test_ggml_cache_crop_past_empty_is_refused():
+    cache = GgmlCache(_FakeModel())
+    cache.length = 2
+    with pytest.raises(ValueError, match="crop"):
+        cache.crop(-3)
+    assert cache.get_seq_length() == 2
+
+
+def test_choose_setup_on_llama_cpp_ignores_torch_tuning_and_has_no_draft_dtype(monkeypatch):
+    from lab import tuning
+    from lab.speculative import setups
+
+    monkeypatch.setattr(tuning, "read_tuned", lambda *a, **k: pytest.fail("a torch tuning file was read"))
+    monkeypatch.setitem(setups.DEFAULT_GGML_SETUPS, "qwen2.5-coder", (setups.DraftSetup(gamma=2), "measured"))
+    chosen = tuning.choose_setup("qwen2.5-coder", "qwen2.5-coder-0.5b", {"gamma": None, "draft_dtype": None,
+                                                                          "adaptive": None},
+                                 threads=2, has_weights=False, runtime="llama.cpp")
+    assert chosen.setup.gamma == 2 and chosen.setup.draft_dtype is None
+    assert "GGUF" in chosen.sources["draft_dtype"] and chosen.sources["gamma"] == "default: measured"
