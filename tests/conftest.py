@@ -49,3 +49,16 @@ def smollm2():
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     return load_model("smollm2", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def ggml_smollm2():
+    """The embedded default's GGUF on the llama.cpp runtime, one thread: ``(model, tokenizer)``. Fails (not
+    skips) when ``make peer`` has not built the runtime: the tiers that use it run after ``make peer``."""
+    from lab.runtime.ggml import RuntimeUnavailableError, binding, load_ggml_model
+
+    try:
+        binding()
+    except RuntimeUnavailableError as exc:
+        pytest.fail(f"the llama.cpp runtime must be built for this tier (make peer): {exc}")
+    return load_ggml_model("smollm2", n_threads=1)

@@ -306,7 +306,7 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
 # qwen2.5-coder, 2026-12-03, 2-core AMD EPYC (AVX-512 BF16, no AMX), held-back HumanEval, greedy, 64 tokens,
 # 2 threads, one alternating run: the target alone 12.6 tok/s end to end on llama.cpp's kernels against 5.6 with
 # torch's int4 kernel (q4) and 1.7 in float32; the pair's speculation 9.2 against 4.6 (q4) and 2.4 (float32).
-# Not yet the default: the choice must rest on two CPU classes or a per-machine tuning file (issue 38), and only
+# Not yet the default: the choice must rest on two CPU classes or a per-machine tuning file, and only
 # one class was measured. `--runtime llama.cpp` is one flag away.
 DEFAULT_RUNTIMES: dict[str, tuple[str, str]] = {}
 

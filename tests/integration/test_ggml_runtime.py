@@ -11,22 +11,10 @@ import pytest
 import torch
 
 from lab.decode import generate, new_cache
-from lab.runtime.ggml import RuntimeUnavailableError, binding
 
 pytestmark = pytest.mark.integration
 
 PROMPT = "Write a Python function that returns the sum of the squares of a list of numbers."
-
-
-@pytest.fixture(scope="module")
-def ggml_smollm2():
-    try:
-        binding()
-    except RuntimeUnavailableError as exc:
-        pytest.fail(f"the llama.cpp runtime must be built for the integration tier (make peer): {exc}")
-    from lab.runtime.ggml import load_ggml_model
-
-    return load_ggml_model("smollm2", n_threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -32,17 +32,6 @@ LOOP_SAMPLING = SamplingConfig(temperature=1.0, top_k=6)
 TEXT = "one two three, one two"  # prompt lookup drafts "three"
 
 
-@pytest.fixture(scope="module")
-def ggml_target():
-    from lab.runtime.ggml import RuntimeUnavailableError, binding, load_ggml_model
-
-    try:
-        binding()
-    except RuntimeUnavailableError as exc:
-        pytest.fail(f"the llama.cpp runtime must be built for the statistical tier (make peer): {exc}")
-    return load_ggml_model("smollm2", n_threads=1)
-
-
 def _exact_two_token_law(model, prompt) -> tuple[dict, torch.Tensor]:
     from lab.decode import new_cache
 
@@ -87,16 +76,16 @@ def _verify_residual_without_q(draft_tokens, draft_probs, target_probs, *, gener
     return n_acc, nxt
 
 
-def test_ggml_speculative_loop_first_two_tokens_match_target_sampling(ggml_target):
-    counts, exact = _loop_counts(*ggml_target, seed=5)
+def test_ggml_speculative_loop_first_two_tokens_match_target_sampling(ggml_smollm2):
+    counts, exact = _loop_counts(*ggml_smollm2, seed=5)
     pv = chisq_pvalue(counts, exact)
     assert pv >= P_THRESHOLD, f"llama.cpp runtime, prompt-lookup draft, T=1 top_k=6, n={N_LOOP}: p-value {pv:.2e}"
 
 
-def test_ggml_speculative_loop_control_residual_without_q_is_rejected(ggml_target, monkeypatch):
+def test_ggml_speculative_loop_control_residual_without_q_is_rejected(ggml_smollm2, monkeypatch):
     import lab.speculative.loop as loop
 
     monkeypatch.setattr(loop, "verify", _verify_residual_without_q)
-    counts, exact = _loop_counts(*ggml_target, seed=5)
+    counts, exact = _loop_counts(*ggml_smollm2, seed=5)
     pv = chisq_pvalue(counts, exact)
     assert pv < P_THRESHOLD, f"llama.cpp runtime control not rejected (p-value {pv:.2e})"
