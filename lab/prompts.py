@@ -4,23 +4,25 @@ A prompt file is JSONL, one object per line::
 
     {"id": "math-03", "category": "math", "messages": [{"role": "user", "content": "..."}]}
     {"id": "math-03-poisoned", "category": "math", "messages": [...],
-     "twin_of": "math-03", "variant": "poisoned", "distractor": "filler-numbers"}
+     "twin_of": "math-03", "variant": "poisoned", "distractor": "click-1"}
 
 Fields: ``id`` (unique, non-empty), ``category`` (one of :data:`CATEGORIES`),
 ``messages`` (chat messages with ``role`` in system/user/assistant and non-empty
 ``content``; the last one is from the user), and for the intervention set
 ``twin_of`` (the id of the clean prompt this one perturbs) with ``variant`` set to
 ``"poisoned"`` (a distractor added) or ``"neutral"`` (relevant, harmless text of the
-poisoned twin's added length; :mod:`lab.data.make_neutral_twins`); a clean prompt has
+poisoned twin's added length; :mod:`lab.data.make_study_twins`); a clean prompt has
 at most one twin of each. ``variant`` defaults to ``"clean"``. ``distractor`` and ``note``
 are free-text labels. Any other key is an error, so a typo such as ``twinof``
 cannot silently drop a prompt from the intervention set.
 
-The embedded set (:func:`default_prompts_path`) was written for this project: 66
-clean prompts, 11 per category, 18 poisoned twins (3 per category) whose user
-message is the clean question after a few hundred tokens of irrelevant prose or
-repeated filler, and beside each poisoned twin a neutral twin of the same added
-length (CPython help-topic text, then the clean question).
+The embedded set (:func:`default_prompts_path`): 66 clean prompts written for this
+project, 11 per category; 18 poisoned twins (3 per category) whose user message is
+the clean question after a text of the distractor sample (``distractors.jsonl``:
+40-120 tokens of prose that ships with installed packages, a different text for each
+twin); and beside each poisoned twin a neutral twin of the same added length
+(standard-library docstring text, then the clean question). See
+:mod:`lab.data.make_study_twins`.
 """
 
 from __future__ import annotations

@@ -268,19 +268,17 @@ def fake_llamacpp_bins(root, names=None):
 
 
 def assert_twins_built_like_the_embedded_set(prompts) -> None:
-    """Every poisoned twin (there must be one) is one of the embedded set's distractors, a blank line,
-    then its clean twin's text; no prompt text appears twice."""
-    from lab.health.calibration import distractor_texts
-    from lab.prompts import load_prompts
+    """Every poisoned twin (there must be one) is a text of the distractor sample (lab/data/distractors.jsonl)
+    named by its ``distractor`` label, a blank line, then its clean twin's text; no prompt text appears twice."""
+    from lab.data.make_study_twins import load_sample
 
     by_id = {p.id: p for p in prompts}
-    distractors = set(distractor_texts(load_prompts()).values())
+    sample = {d["id"]: d["text"] for d in load_sample()}
     twins = [p for p in prompts if p.variant == "poisoned"]
     assert twins, "no poisoned twin to check"
     for p in twins:
         clean = by_id[p.twin_of].messages[-1]["content"]
-        head = p.messages[-1]["content"][: -len("\n\n" + clean)]
-        assert p.messages[-1]["content"].endswith("\n\n" + clean) and head in distractors, p.id
+        assert p.messages[-1]["content"] == sample[p.distractor] + "\n\n" + clean, p.id
     assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)  # no duplicate prompt
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, linear_fit_band
 from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
 from lab.analysis.distractors import DistractorTable, h4_distractor_tables
+from lab.analysis.length_drift import LengthDrift, length_drift
 from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
                                      category_test, judge, paired_test, partial_correlation_test,
                                      untested_result)
@@ -32,6 +33,8 @@ class StudyAnalysis:
         distractor_tables: H4a's and H4b's poisoned - neutral per distractor text and pooled with the
             distractor as a random effect (:func:`lab.analysis.distractors.h4_distractor_tables`; secondary,
             outside the Holm family).
+        length_drift: Context health's drift with prompt length within each variant and category
+            (:func:`lab.analysis.length_drift.length_drift`); a drifting group makes H1/H1c untestable.
     """
 
     tests: list[TestResult]
@@ -40,6 +43,7 @@ class StudyAnalysis:
     categories: dict[str, dict[str, float]]
     pairs: list[dict[str, Any]]
     distractor_tables: dict[str, DistractorTable] = field(default_factory=dict)
+    length_drift: LengthDrift | None = None
 
     def verdicts(self) -> dict[str, str]:
         return {t.name: t.verdict for t in self.tests}
@@ -124,7 +128,8 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         health_unmeasurable: Why context health does not read the context on this model
             (:func:`lab.health.validation.health_unmeasurable`); H1 and H1c are then untested with
             that reason, their figures as measured kept in ``details["as_measured"]``, and out of the
-            Holm family.
+            Holm family. Without it, a drift of health with length within a variant or a category
+            (:attr:`StudyAnalysis.length_drift`) untests them in the same way.
         distractors: Poisoned prompt id -> the label of its distractor text, for H4a's and H4b's
             per-distractor table and random-effect test (``distractor_tables``); ``None`` or empty
             leaves them untested.
@@ -136,8 +141,11 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
     h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
     h1 = _h1(h1_rows, "H1", seed, n_resamples)
     h1c = _h1([r for r in h1_rows if r.get("variant", "clean") == "clean"], "H1c", seed, n_resamples)
-    if health_unmeasurable:
-        h1, h1c = (_untestable_health(t, health_unmeasurable) for t in (h1, h1c))
+    drift = length_drift([r["context_health"] for r in h1_rows], [r["n_prompt_tokens"] for r in h1_rows],
+                         [r.get("variant", "clean") for r in h1_rows], [r["category"] for r in h1_rows])
+    reason = health_unmeasurable or drift.reason()
+    if reason:
+        h1, h1c = (_untestable_health(t, reason) for t in (h1, h1c))
 
     toks = [t for t in per_token if t.get("tested") and _finite(t.get("draft_entropy_bits"))]
     h2 = acceptance_entropy_test([t["draft_entropy_bits"] for t in toks], [bool(t["accepted"]) for t in toks],
@@ -176,6 +184,7 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         categories=categories,
         pairs=pairs,
         distractor_tables=h4_distractor_tables(pairs, distractors or {}),
+        length_drift=drift,
     )
 
 

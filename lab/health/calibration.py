@@ -71,7 +71,7 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     """One neutral variant per calibration prompt: relevant, harmless text of its poisoned variant's added length.
 
     Read from ``lab/data/calibration_neutral.jsonl`` (written by
-    :mod:`lab.data.make_neutral_twins`: CPython help-topic text matched to within 5 % of the
+    :mod:`lab.data.make_study_twins`: standard-library docstring text matched to within 5 % of the
     poisoned variant's added tokens on the smollm2 and qwen2.5-coder tokenizers), built as
     the poisoned variants are: the added text, a blank line, the clean prompt.
 
@@ -87,7 +87,7 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     missing = [p.id for p in prompts if p.id not in added]
     if missing:
         raise ValueError(f"neutral={str(src)!r} has no neutral variant for {missing[:5]}; re-run "
-                         "`python -m lab.data.make_neutral_twins` (or pass --neutral for your own prompts)")
+                         "`python -m lab.data.make_study_twins` (or pass --neutral for your own prompts)")
     return [CalibrationPrompt(id=f"{p.id}-neutral", prompt=added[p.id] + DISTRACTOR_JOIN + p.prompt, system=p.system)
             for p in prompts]
 

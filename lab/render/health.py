@@ -49,7 +49,7 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
         f"Model: {report.model.get('model', '?')}. Prompts: {report.n_clean} clean calibration prompts "
         f"({report.prompts_file}), one poisoned variant of each, built like the study's twins from the "
         f"distractors of {report.distractors_file}, and one neutral variant of each with the same added length "
-        "(CPython help-topic text, lab/data/calibration_neutral.jsonl).", "",
+        "(standard-library docstring text, lab/data/calibration_neutral.jsonl).", "",
         f"**Rule (stated before the study's entropy was looked at):** {cal.rule}.", "",
         (f"**Chosen: `{cal.chosen}`** ({cal.decided_by})." if cal.chosen is not None
          else f"**Chosen: none** ({cal.decided_by})."), "",

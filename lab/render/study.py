@@ -239,6 +239,7 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
         "categories": to_jsonable(a.categories),
         "pairs": to_jsonable(a.pairs),
         "distractor_tables": to_jsonable(a.distractor_tables),  # secondary: outside the Holm family
+        "length_drift": to_jsonable(a.length_drift),  # health on length within each variant and category
         "missing_prompts": list(result.missing),
         "merged_from": list(result.merged_from),
         "figures": FIGURES,

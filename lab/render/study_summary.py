@@ -11,6 +11,7 @@ from typing import Any
 
 from lab.analysis.claims import SMALLEST_VARIANCE_GAP
 from lab.analysis.distractors import DistractorTable
+from lab.analysis.length_drift import MIN_GROUP, LengthDrift
 from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
@@ -115,6 +116,24 @@ def distractor_lines(tables: dict[str, DistractorTable]) -> list[str]:
                      f"| | {test} |")
         if t.n_unlabelled:
             lines += ["", f"{t.n_unlabelled} pairs name no distractor text and are left out."]
+    return lines
+
+
+def drift_lines(drift: LengthDrift | None) -> list[str]:
+    """Context health's Spearman rho with prompt length within each variant and each category."""
+    if drift is None or not drift.rows:
+        return []
+    lines = ["", "### Context health against prompt length, within each variant and category", "",
+             f"H1 and H1c partial out one length trend over all prompts; a measure that drifts differently "
+             f"within a kind of prompt is not read. A group drifts when its whole {drift.level:.1%} interval "
+             f"(Fisher z, Bonferroni over the judged groups) lies beyond |rho| {drift.bar:g}; groups under "
+             f"{MIN_GROUP} prompts are shown, not judged.", "",
+             "| group | prompts | rho | interval | |", "|---|---|---|---|---|"]
+    for r in drift.rows:
+        ci = f"{fmt_value(r.ci_low)} to {fmt_value(r.ci_high)}" if r.judged else "not judged"
+        lines.append(f"| {r.kind} {r.group} | {r.n} | {fmt_value(r.rho)} | {ci} | {'**drifts**' if r.drifts else ''} |")
+    reason = drift.reason()
+    lines += ["", f"H1 and H1c are untestable here: {reason}." if reason else "No judged group drifts."]
     return lines
 
 
@@ -232,6 +251,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
                   + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {fmt_p(r['p_holm'])}"
                                for r in sig) if sig else "no pair differs at the corrected level") + "."]
     lines += distractor_lines(a.distractor_tables)
+    lines += drift_lines(a.length_drift)
     lines += ["", "## What the study could detect", "",
               f"Smallest effect detectable at 80% power, two-sided at alpha / {max(m, 1)} (Holm's strictest step):", "",
               "| test | n | alpha | detectable | of interest | |", "|---|---|---|---|---|---|"]
@@ -245,7 +265,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         lines += [f"![{name}]({name})", "", text, ""]
     lines += ["## Files", "",
               "- `study.json`: settings, environment, timing, every test with its numbers, power and verdict; "
-              "H4's per-distractor tables (`distractor_tables`).",
+              "H4's per-distractor tables (`distractor_tables`); health against length within each variant and category "
+              "(`length_drift`).",
               "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures; "
               "`content_sink_health` is the old count-based health; `alpha_t*` the H6 runs).",
               "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).", ""]

@@ -92,7 +92,7 @@ def test_check_properties_chosen_passes_and_broken_measure_is_caught():
 def test_distractors_recovered_from_the_study_twins_and_variants_built_alike():
     prompts = load_prompts()
     d = distractor_texts(prompts)
-    assert len(d) == 6 and all(len(t) > 300 for t in d.values())
+    assert len(d) == 18 and all(len(t) > 100 for t in d.values())  # one text of the sample per twin
     cal = [CalibrationPrompt("a", "What is 2 + 2?"), CalibrationPrompt("b", "Name a colour.", system="Be brief.")]
     out = poisoned_variants(cal, d)
     assert [p.id for p in out] == ["a-poisoned", "b-poisoned"]

@@ -128,9 +128,11 @@ def test_distractors_come_from_many_sources_none_of_the_reference_validation_or_
         else:
             assert d["source"] == "metadata" and d["path"].endswith(".dist-info/METADATA"), d["id"]
     other = set()
-    for name in ("length_reference.jsonl", "length_reference_docstrings.jsonl", "health_validation.jsonl",
-                 "prompts.jsonl"):
+    for name in ("length_reference.jsonl", "length_reference_docstrings.jsonl", "health_validation.jsonl"):
         other |= shingles((DATA / name).read_text(encoding="utf-8"))
+    # The embedded set's clean questions (its twins are built from this sample: lab.data.make_study_twins).
+    other |= shingles("\n".join(p.messages[-1]["content"] for p in load_prompts(DATA / "prompts.jsonl")
+                                 if p.variant == "clean"))
     assert not [d["id"] for d in distractors if shingles(d["text"]) & other]
 
 

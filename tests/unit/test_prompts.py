@@ -32,7 +32,8 @@ def test_embedded_prompts_meet_issue_requirements():
         twin = by_id[p.twin_of]
         # same question after distractor text: the clean user message ends the poisoned one
         assert p.messages[-1]["content"].endswith(twin.messages[-1]["content"])
-        assert len(p.messages[-1]["content"]) > len(twin.messages[-1]["content"]) + 500
+        # a real distractor of the sample: at least 40 tokens (over 100 characters) of prose before it
+        assert len(p.messages[-1]["content"]) > len(twin.messages[-1]["content"]) + 100
     assert min(Counter(p.category for p in clean).values()) >= 10
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from lab.data import make_prompts_large as gen
-from lab.health.calibration import distractor_texts
+from lab.data.make_study_twins import load_sample
 from lab.prompts import CATEGORIES, load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
 
@@ -16,7 +16,7 @@ LARGE = Path(gen.__file__).with_name("prompts_large.jsonl")
 
 def test_prompts_large_file_equals_generator_output():
     """Regenerating gives the committed file byte for byte (fault class: hand edits or a stale file)."""
-    records = gen.build(distractor_texts(load_prompts()))
+    records = gen.build(load_sample())
     expected = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     assert LARGE.read_text(encoding="utf-8") == expected
 

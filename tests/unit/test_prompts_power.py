@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.data import make_prompts_power as gen
-from lab.health.calibration import distractor_texts
+from lab.data.make_study_twins import load_sample
 from lab.prompts import CATEGORIES, load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
 
@@ -29,9 +29,9 @@ def prompts():
 def test_prompts_power_file_equals_generator_output():
     """Regenerating gives the committed file's clean and poisoned records byte for byte (fault class:
     hand edits, a stale file, or a source package whose version changed under the set). The neutral
-    twins need the tokenizers: tests/unit/test_neutral_twins.py checks their form, the integration
+    twins need the tokenizers: tests/unit/test_study_twins.py checks their form, the integration
     tier their lengths."""
-    records = gen.build(distractor_texts(load_prompts()), gen.real_records())
+    records = gen.build(load_sample(), gen.real_records())
     expected = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     lines = POWER_SET.read_text(encoding="utf-8").splitlines(keepends=True)
     assert "".join(ln for ln in lines if json.loads(ln).get("variant") != "neutral") == expected

@@ -110,7 +110,7 @@ def test_analyze_distractors_reported_beside_h4_verdicts_left_unchanged():
         repr((t.name, t.p_value, t.p_holm, t.verdict)) for t in plain.tests]  # repr: NaN == NaN
     for name in ("H4a", "H4b"):
         table = with_texts.distractor_tables[name]
-        assert len(table.rows) == 6 and table.pooled.n_pairs == 18 and table.pooled.df == 5
+        assert len(table.rows) == 18 and table.pooled.n_pairs == 18 and table.pooled.df == 17  # one text a twin
         assert math.isfinite(table.pooled.p_value)
         assert plain.distractor_tables[name].pooled.note == "no pair names its distractor text"
 

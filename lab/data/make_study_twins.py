@@ -1,0 +1,185 @@
+"""Rebuild the twins of the study's prompt sets from the distractor sample, with neutral twins from docstrings.
+
+A poisoned twin is a distractor text, a blank line, then its clean question; its neutral twin adds
+harmless text of the same length instead. The study once drew every poisoned twin from six texts
+written here (two of them one repeated sentence, several telling the model what to do); a verdict
+on six texts is a verdict on those texts. Here the distractors are the sample of
+:data:`~lab.data.make_intervention_triples.DISTRACTOR_FILE` (prose that ships with installed
+packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts), so that
+H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
+
+* **poisoned twins** (:func:`poisoned_twin`): each takes the least-used text of the sample so far in
+  its file that shares no content word with its question (:func:`~lab.data.make_neutral_twins.distractor_picker`),
+  so a set of 18 twins uses 18 texts and the power set's 360 use every text 12 or 13 times;
+* **neutral twins** (:func:`with_neutral_twins`): standard-library docstrings (read with :mod:`ast`),
+  ranked by content words shared with the question and cut to the poisoned twin's added length within
+  :data:`~lab.data.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer
+  (:func:`~lab.data.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is neither the length
+  reference's (CPython's help topics; Matplotlib, transformers, jsonschema and pip docstrings) nor
+  the health validation set's (NumPy, SciPy, Rich and its standard-library modules);
+* **the calibration's neutral variants** (``calibration_neutral.jsonl``), matched in the same way to
+  the calibration's poisoned variants, which take the embedded set's distractors in turn
+  (:func:`lab.health.calibration.poisoned_variants`).
+
+This module rewrites the embedded set's twins in place (its clean prompts were written by hand)
+and the calibration's neutral variants; the generated sets' builders
+(:mod:`lab.data.make_prompts_large`, :mod:`lab.data.make_prompts_power`) call :func:`poisoned_twin`
+and :func:`with_neutral_twins` themselves.
+Ids, clean prompts and which clean prompt has a twin do not change, so ``--limit`` selections
+and the intervention triples' unused questions stay the same.
+
+Deterministic for a given CPython and tokenizers; run from the project root (needs the tokenizers
+of :data:`~lab.data.make_neutral_twins.TOKENIZERS`, no weights; about a minute)::
+
+    python -m lab.data.make_study_twins     # prompts.jsonl and calibration_neutral.jsonl
+    python -m lab.data.make_prompts_large   # prompts_large.jsonl
+    python -m lab.data.make_prompts_power   # prompts_power.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Callable, Sequence
+
+from lab.data.make_neutral_twins import JOIN, TOKENIZERS, Count, content_words, distractor_picker
+
+EMBEDDED_FILE = "prompts.jsonl"
+CALIBRATION_FILE = "calibration_neutral.jsonl"
+# Prompt files whose text a neutral passage may not share a word run with: the length references the
+# health measure is read against and the validation set it is checked on.
+HEALTH_FILES = ("length_reference.jsonl", "length_reference_docstrings.jsonl", "health_validation.jsonl")
+
+Picker = Callable[[str], "dict | None"]
+
+
+def load_sample(data_dir: Path | None = None) -> list[dict]:
+    """The distractor sample's records (``{"id", "text", "package", "version", "path", ...}``)."""
+    from lab.data.make_intervention_triples import DISTRACTOR_FILE, read_jsonl
+
+    return read_jsonl((data_dir or Path(__file__).parent) / DISTRACTOR_FILE)
+
+
+def study_pool(pool: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
+    """``pool`` less every docstring sharing a word run
+    (:func:`~lab.data.make_health_validation.shingles`) with a prompt of :data:`HEALTH_FILES`.
+
+    The standard-library pool already leaves out the validation set's modules; this also drops
+    the odd stock phrase ("must be less than or equal to the ...") two docstrings share, so no
+    neutral twin repeats text the health measure is fitted or checked on.
+    """
+    from lab.data.make_health_validation import shingles
+    from lab.data.make_intervention_triples import read_jsonl
+
+    avoid: set[tuple[str, ...]] = set()
+    for name in HEALTH_FILES:
+        for r in read_jsonl((data_dir or Path(__file__).parent) / name):
+            avoid |= shingles(r["prompt"])
+    return {k: v for k, v in pool.items() if not shingles(v) & avoid}
+
+
+def poisoned_twin(clean: dict, pick: Picker) -> dict:
+    """The poisoned twin ``<id>-poisoned`` of a clean record: the text ``pick`` gives, a blank line, the question.
+
+    Raises:
+        ValueError: the question shares a content word with every text of the sample.
+    """
+    q = clean["messages"][-1]["content"]
+    d = pick(q)
+    if d is None:
+        raise ValueError(f"{clean['id']}: shares a content word with every distractor of the sample")
+    return {"id": f"{clean['id']}-poisoned", "category": clean["category"], "twin_of": clean["id"],
+            "variant": "poisoned", "distractor": d["id"],
+            "note": f"distractor {d['id']}: {d['package']} {d['version']}, {d['path']}",
+            "messages": [*[dict(m) for m in clean["messages"][:-1]], {"role": "user", "content": d["text"] + JOIN + q}]}
+
+
+def with_sample_distractors(records: list[dict], sample: Sequence[dict]) -> list[dict]:
+    """``records`` with every poisoned twin rebuilt from ``sample`` (file order) and neutral twins dropped."""
+    pick = distractor_picker(sample)
+    by_id = {r["id"]: r for r in records}
+    return [poisoned_twin(by_id[r["twin_of"]], pick) if r.get("variant") == "poisoned" else r
+            for r in records if r.get("variant") != "neutral"]
+
+
+def neutral_twin(clean: dict, poisoned: dict, counts: Sequence[Count], pool: dict[str, str],
+                 pool_words: dict[str, set[str]]) -> dict:
+    """The neutral twin ``<id>-neutral``: docstring text of the poisoned twin's added length, a blank line, the question.
+
+    Raises:
+        ValueError: no passage of the pool within the length tolerance.
+    """
+    from lab.data.make_intervention_triples import neutral_passage
+
+    q = clean["messages"][-1]["content"]
+    target = [c(poisoned["messages"][-1]["content"]) - c(q) for c in counts]
+    passage, used = neutral_passage(q, target, counts, pool, pool_words)
+    got = [c(passage + JOIN + q) - c(q) for c in counts]
+    sizes = ", ".join(f"{n} {g} (poisoned {t})" for n, g, t in zip(TOKENIZERS, got, target))
+    return {"id": f"{clean['id']}-neutral", "category": clean["category"], "twin_of": clean["id"],
+            "variant": "neutral",
+            "note": f"neutral: CPython {platform.python_version()} standard-library docstrings {', '.join(used)} "
+                    f"(read with ast), cut to the added length of {poisoned['id']}; added tokens {sizes}",
+            "messages": [*[dict(m) for m in clean["messages"][:-1]], {"role": "user", "content": passage + JOIN + q}]}
+
+
+def with_neutral_twins(records: list[dict], counts: Sequence[Count], pool: dict[str, str]) -> list[dict]:
+    """``records`` without their old neutral twins, a new one after each poisoned twin."""
+    pool_words = {k: content_words(v) for k, v in pool.items()}
+    kept = [r for r in records if r.get("variant") != "neutral"]
+    by_id = {r["id"]: r for r in kept}
+    out = []
+    for r in kept:
+        out.append(r)
+        if r.get("variant") == "poisoned":
+            out.append(neutral_twin(by_id[r["twin_of"]], r, counts, pool, pool_words))
+    return out
+
+
+def calibration_records(embedded: Path, counts: Sequence[Count], pool: dict[str, str]) -> list[dict]:
+    """One neutral variant per calibration prompt, matched to its poisoned variant
+    (:func:`lab.health.calibration.poisoned_variants` over ``embedded``'s distractors):
+    ``{"id", "twin_of", "added", "note"}``."""
+    from lab.data.make_intervention_triples import neutral_passage
+    from lab.health.calibration import distractor_texts, poisoned_variants
+    from lab.prompts import load_prompts
+    from lab.sinks.calibration import load_prompts as load_calibration
+
+    pool_words = {k: content_words(v) for k, v in pool.items()}
+    clean = load_calibration(None)
+    out = []
+    for c, p in zip(clean, poisoned_variants(clean, distractor_texts(load_prompts(embedded)))):
+        target = [n(p.prompt) - n(c.prompt) for n in counts]
+        text, used = neutral_passage(c.prompt, target, counts, pool, pool_words)
+        out.append({"id": f"{c.id}-neutral", "twin_of": c.id, "added": text,
+                    "note": f"CPython {platform.python_version()} standard-library docstrings {', '.join(used)} "
+                            f"(read with ast), cut to the added length of {p.id}"})
+    return out
+
+
+def jsonl_text(records: list[dict]) -> str:
+    """Records as the files hold them: one JSON object a line, UTF-8 kept."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
+def main() -> None:
+    from lab.data.make_intervention_triples import neutral_pool, read_jsonl
+    from lab.data.make_neutral_twins import token_counters
+    from lab.prompts import load_prompts
+
+    here = Path(__file__).parent
+    counts, pool = token_counters(), study_pool(neutral_pool(), here)
+    records = with_sample_distractors(read_jsonl(here / EMBEDDED_FILE), load_sample(here))
+    (here / EMBEDDED_FILE).write_text(jsonl_text(with_neutral_twins(records, counts, pool)), encoding="utf-8")
+    prompts = load_prompts(here / EMBEDDED_FILE)  # validate what was written
+    print(f"{here / EMBEDDED_FILE}: {sum(p.variant == 'poisoned' for p in prompts)} poisoned and "
+          f"{sum(p.variant == 'neutral' for p in prompts)} neutral twins, "
+          f"{len({p.distractor for p in prompts if p.variant == 'poisoned'})} distractor texts")
+    (here / CALIBRATION_FILE).write_text(jsonl_text(calibration_records(here / EMBEDDED_FILE, counts, pool)),
+                                         encoding="utf-8")
+    print(f"{here / CALIBRATION_FILE}: written")
+
+
+if __name__ == "__main__":
+    main()
