@@ -308,8 +308,8 @@ def load_model(
         ``(model, tokenizer)``; :func:`lab.models.source.model_source` gives what was loaded.
 
     Raises:
-        ValueError: a bad model name, device, dtype or weights (``q4`` without a GGUF profile,
-            a quantized representation off the CPU).
+        ValueError: a bad model name, device, dtype or weights (``q4`` without a GGUF profile or
+            with a dtype other than float32, a quantized representation off the CPU).
         ModelUnavailableError: the model is not available on this machine (offline
             hub id, missing package); the message names the embedded default.
         RuntimeError: the requested attention implementation did not take effect.
@@ -324,6 +324,9 @@ def load_model(
     torch_dtype = parse_dtype(dtype, dev)
     if check_weights(weights) != "float32":
         check_cpu(dev)
+    if weights == "q4" and torch_dtype != torch.float32:  # the file's codes are checked against float32 weights
+        raise ValueError(f"weights='q4' runs the GGUF file's own codes, decoded against float32; dtype "
+                         f"{str(torch_dtype).removeprefix('torch.')} does not apply to them (leave the dtype unset)")
     source, profile = resolve_source(name_or_path)
     kwargs: dict[str, Any] = {"dtype": torch_dtype}
     if attn_implementation is not None:

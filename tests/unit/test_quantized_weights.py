@@ -175,6 +175,16 @@ def test_weights_names_and_device_are_checked():
     check_cpu("cpu")
 
 
+def test_q4_with_another_dtype_is_refused_before_anything_loads():
+    """The file's codes are checked against float32 weights: a bfloat16 load would fail that check
+    with an error the user cannot act on (seen on a fresh cache: `lab study --draft-weights q4` loaded
+    the draft in the study's bfloat16), so the combination is refused in one line first."""
+    from lab.models.loading import load_model
+
+    with pytest.raises(ValueError, match="weights='q4'.*bfloat16 does not apply"):
+        load_model("smollm2", device="cpu", dtype="bfloat16", weights="q4")
+
+
 def _tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 

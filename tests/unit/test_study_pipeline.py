@@ -107,6 +107,9 @@ def test_study_config_draft_dtype_choice_flag_then_table_then_target():
         assert dtype == "bfloat16" and "why" in source
         # an explicit --draft other than the profile's is not what was measured: the target's dtype
         assert StudyConfig(model="qwen2.5-coder", draft="qwen2.5-coder-0.5b").draft_dtype_choice()[0] is None
+        # the table chose among float32-weight representations: quantized draft weights set their own
+        dtype, source = StudyConfig(model="qwen2.5-coder", draft_weights="q4").draft_dtype_choice()
+        assert dtype is None and "q4" in source
     finally:
         study_config.STUDY_DRAFT_DTYPES.clear()
         study_config.STUDY_DRAFT_DTYPES.update(original)
