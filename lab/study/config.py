@@ -148,7 +148,7 @@ class StudyConfig:
         """
         if self.draft_dtype is not None:
             return self.draft_dtype, "--draft-dtype"
-        if self.draft_weights != "float32":  # the table was measured on float32 weights; q4 codes decode against float32
+        if self.draft_weights != "float32":  # the table chose among float32-weight representations; --draft-weights is one
             return None, (f"the target's dtype: the draft's {self.draft_weights} weights replace the representation "
                           "that lab.study.config.STUDY_DRAFT_DTYPES chooses")
         if self.draft is None and self.model in STUDY_DRAFT_DTYPES:
