@@ -316,6 +316,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lab.models.fewrow import use_few_row_gemm
     from lab.models.qlinear import check_cpu
     from lab.models.quantize import load_or_convert
     from lab.models.weights import check_weights
@@ -366,6 +367,8 @@ def load_model(
         converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
         summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted,
                                   source=gguf_source(profile) if gguf_model else None)
+    # Float32 CPU passes of a few rows (the decode step, the verify pass) through MKL's faster layout.
+    few_rows = use_few_row_gemm(model) if dev.type == "cpu" else 0
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
         if actual != attn_implementation:
@@ -381,6 +384,7 @@ def load_model(
         attn_implementation=getattr(model.config, "_attn_implementation", None),
         weights=weights,
         weights_layers=summary["by_gguf_type"] if weights != "float32" else None,
+        few_row_layers=few_rows or None,
     ))
     return model, tokenizer
 

@@ -43,6 +43,8 @@ class ModelSource:
             (``"early-exit:N"``); ``None`` for a model loaded in its own right.
         runtime: Whose kernels run its passes: ``"torch"`` or ``"llama.cpp"``
             (:mod:`lab.runtime.ggml`; ``weights`` then names the GGUF file type).
+        few_row_layers: How many float32 linear layers run passes of a few rows through
+            :func:`lab.models.fewrow.few_row_linear` (``W @ X^T``, padded); ``None`` when none do.
     """
 
     model: str
@@ -55,17 +57,18 @@ class ModelSource:
     runtime: str = "torch"
     weights_layers: dict[str, dict[str, int]] | None = None
     draft: str | None = None
+    few_row_layers: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the dict reports write under ``"model"``.
 
         Returns:
             ``{"model", "source", "profile", "device", "dtype", "attn_implementation", "weights",
-            "runtime"}`` always, plus ``"weights_layers"`` and ``"draft"`` only when set (the keys reports have
+            "runtime"}`` always, plus ``"weights_layers"``, ``"draft"`` and ``"few_row_layers"`` only when set (the keys reports have
             always carried). A fresh dict; changing it changes nothing here.
         """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for optional in ("weights_layers", "draft"):
+        for optional in ("weights_layers", "draft", "few_row_layers"):
             if out[optional] is None:
                 del out[optional]
         if "weights_layers" in out:

@@ -20,7 +20,8 @@ from lab.reports import environment
 from lab.speculative.self_draft import early_exit_model
 from tests import support
 
-# The keys every report has written under "model" for a float32 load (load_model's record).
+# The keys every report has written under "model" (load_model's record); a float32 CPU load adds
+# "few_row_layers" (lab.models.fewrow).
 REPORT_MODEL_KEYS = ["model", "source", "profile", "device", "dtype", "attn_implementation", "weights", "runtime"]
 
 
@@ -36,19 +37,22 @@ def saved_tiny(tmp_path_factory):
 def test_load_model_local_path_records_its_source(saved_tiny):
     model, _ = load_model(str(saved_tiny), device="cpu", dtype="float32", attn_implementation="eager")
     source = model_source(model)
+    switched = sum(type(m).__name__ == "FewRowLinear" for m in model.modules())
+    assert switched > 0
     assert source == ModelSource(model=str(saved_tiny), source=str(saved_tiny), profile=None, device="cpu",
-                                 dtype="float32", attn_implementation="eager", weights="float32")
-    assert list(source.as_dict()) == REPORT_MODEL_KEYS
+                                 dtype="float32", attn_implementation="eager", weights="float32",
+                                 few_row_layers=switched)
+    assert list(source.as_dict()) == [*REPORT_MODEL_KEYS, "few_row_layers"]
     assert source.as_dict() == {"model": str(saved_tiny), "source": str(saved_tiny), "profile": None, "device": "cpu",
                                 "dtype": "float32", "attn_implementation": "eager", "weights": "float32",
-                                "runtime": "torch"}
+                                "runtime": "torch", "few_row_layers": switched}
 
 
 def test_environment_model_is_the_records_dict_with_the_report_keys(saved_tiny):
     model, _ = load_model(str(saved_tiny), device="cpu", dtype="float32")
     env = environment(model)
     assert env["model"] == model_source(model).as_dict()
-    assert list(env["model"]) == REPORT_MODEL_KEYS
+    assert list(env["model"]) == [*REPORT_MODEL_KEYS, "few_row_layers"]
 
 
 def test_environment_without_a_record_has_no_model_key():
@@ -101,9 +105,10 @@ def test_early_exit_shell_of_an_unregistered_target_has_no_record():
 def test_record_goes_with_its_model():
     """The registry holds models weakly: a record does not keep its model alive."""
     model = support.tiny_qwen2(vocab_size=32, num_layers=1, hidden=32)
-    register_source(model, ModelSource(model="tiny", device="cpu", dtype="float32"))
+    record = ModelSource(model="tiny-that-goes", device="cpu", dtype="float32")
+    register_source(model, record)
     ref = weakref.ref(model)
-    n = len(sources._SOURCES)
+    assert record in sources._SOURCES.values()
     del model
-    gc.collect()
-    assert ref() is None and len(sources._SOURCES) == n - 1
+    gc.collect()  # other tests' models may go too: the count of records is no measure, this record is
+    assert ref() is None and record not in sources._SOURCES.values()
