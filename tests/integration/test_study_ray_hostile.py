@@ -18,7 +18,7 @@ import pytest
 
 from tests.study_fakes import ROOT, assert_no_ray_process_left, ray_processes, short_tmpdir
 
-pytest.importorskip("ray", reason="the lab[cluster] extra (make setup installs it)")
+pytest.importorskip("ray", reason="the lab[cluster] extra (make setup-test installs it)")
 
 
 _STALLING_STUDY = """

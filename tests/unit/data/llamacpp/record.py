@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python tests/unit/data/llamacpp/record.py
 
-Needs ``make peer`` and the Qwen pair (``make setup``). Writes, next to this file, the
+Needs ``make peer`` and the Qwen pair (``make setup-test``). Writes, next to this file, the
 real stdout/stderr of ``llama-completion`` and ``llama-speculative-simple`` (gamma 5) on
 one code prompt, 16 greedy tokens, 2 threads; ``llama-bench -o json`` for each model
 (a 6-token batch and 16 one-token steps, 1 repeat); and ``--version``'s stderr.
