@@ -35,7 +35,7 @@ from typing import Any
 from lab.machine import cpu_identity
 from lab.models.profiles import PROFILES
 from lab.schemas import FileSchemaError
-from lab.speculative.tuning_schema import TUNING_FORMAT, load_tuning
+from lab.speculative.tuning_schema import RUNTIME_TUNING_FORMAT, TUNING_FORMAT, load_runtime_tuning, load_tuning
 from lab.speculative.setups import DraftSetup, ResolvedSetup, default_ggml_setup, default_setup, resolve_setup
 from lab.user_dirs import tuning_dir, write_text_atomic
 
@@ -118,6 +118,8 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any], *,
         foreign.append(f"{_threads(theirs['threads'])}, this run has {ours['threads']}")
     if theirs["torch"] != ours["torch"]:
         stale.append(f"torch {theirs['torch']}, this is torch {ours['torch']}")
+    if "llama_cpp" in theirs and "llama_cpp" in ours and theirs["llama_cpp"] != ours["llama_cpp"]:
+        stale.append(f"llama.cpp build {theirs['llama_cpp']}, this is {ours['llama_cpp']}")
     return foreign, stale
 
 
@@ -207,3 +209,102 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
         base, source = default_setup(profile if own_draft else None, has_weights)
     return resolve_setup({"dynamic": None, **flags}, base=base, base_source=source, has_weights=has_weights,
                          notes=(tuned.note,) if tuned.note else ())
+
+
+# ---- the runtime: ``lab bench --tune-runtime`` writes it, commands read it when --runtime is not typed ----
+
+def runtime_machine_key(threads: int) -> dict[str, Any]:
+    """:func:`machine_key` plus the llama.cpp build the runtime candidates ran on (``llama_cpp``)."""
+    from lab.runtime.build import SDIST_VERSION
+
+    return {**machine_key(threads), "llama_cpp": SDIST_VERSION}
+
+
+def runtime_tuning_path(profile: str) -> Path:
+    """``<tuning_dir>/runtime-<profile>.json`` (the profile name made file-safe)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
+    return tuning_dir() / f"runtime-{safe}.json"
+
+
+def write_tuned_runtime(profile: str, runtime: str, weights: str, machine: dict[str, Any],
+                        measured: dict[str, Any], report: str | None) -> Path:
+    """Write the runtime (and weights) that ran ``profile``'s target fastest on ``machine``, replacing any earlier file.
+
+    Args:
+        profile: The GGUF profile (``--model``).
+        runtime: ``"torch"`` or ``"llama.cpp"``.
+        weights: The torch representation (:data:`lab.models.weights.WEIGHTS`), or ``"gguf"`` for llama.cpp.
+        machine: :func:`runtime_machine_key` of the measuring run.
+        measured: Every candidate's figures.
+        report: The bench report that measured them.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        OSError: the tuning folder cannot be written.
+    """
+    data = {"format": RUNTIME_TUNING_FORMAT, "profile": profile, "runtime": runtime, "weights": weights,
+            "machine": machine, "measured": measured, "report": report,
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return write_text_atomic(runtime_tuning_path(profile), json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+@dataclass(frozen=True)
+class TunedRuntime:
+    """What :func:`read_tuned_runtime` found.
+
+    Attributes:
+        path: The file looked for.
+        runtime: ``"torch"`` or ``"llama.cpp"``, or None (no file, or ignored).
+        weights: The file's weights (``"gguf"`` for llama.cpp), or None.
+        note: One line about a file that exists: why it was ignored, or how its measurement differs
+            from this run (another thread count); else None.
+        data: The file's contents when it was used.
+    """
+
+    path: Path
+    runtime: str | None = None
+    weights: str | None = None
+    note: str | None = None
+    data: dict[str, Any] | None = None
+
+
+def read_tuned_runtime(profile: str, machine: dict[str, Any], *, any_threads: bool = False) -> TunedRuntime:
+    """The runtime ``lab bench --tune-runtime`` measured fastest for ``profile`` on ``machine``, or why there is none.
+
+    The same rules as :func:`read_tuned`: a corrupt file, one measured for another profile or on another
+    CPU (model or flags) or, unless ``any_threads``, with another thread count is ignored with a note;
+    one measured with another torch version or llama.cpp build is stale and ignored too. Never raises.
+
+    Args:
+        profile: The ``--model`` value.
+        machine: :func:`runtime_machine_key` of this run.
+        any_threads: Use a file measured with another thread count (with a note naming it).
+    """
+    path = runtime_tuning_path(profile)
+    try:
+        present = path.exists()
+    except OSError:
+        present = True
+    if not present:
+        return TunedRuntime(path)
+    head = f"ignoring the runtime tuning file {path}"
+    try:
+        data = load_runtime_tuning(path)
+    except FileSchemaError as exc:
+        return TunedRuntime(path, note=f"{head}: corrupt ({exc.problem}); re-run lab bench --tune-runtime or delete it")
+    if data["profile"] != profile:
+        return TunedRuntime(path, note=f"{head}: tuned for --model {data['profile']}, not {profile}")
+    theirs = data["machine"]
+    foreign, stale = _differences(theirs, machine, any_threads=any_threads)
+    if foreign:
+        return TunedRuntime(path, note=f"{head}: measured on another machine ({'; '.join(foreign + stale)}); "
+                                       "re-run lab bench --tune-runtime here")
+    if stale:
+        return TunedRuntime(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune-runtime")
+    note = None
+    if theirs["threads"] != machine["threads"]:
+        note = (f"the runtime tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
+                f"{machine['threads']}")
+    return TunedRuntime(path, runtime=data["runtime"], weights=data["weights"], note=note, data=data)

@@ -88,6 +88,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "and sampling, on tuning prompts only (never the held-back split), and write the fastest "
                         "for this machine to the lab's cache, where lab speculate finds it (lab.bench.tune; "
                         "--gammas, --max-new-tokens, --repeats, --humaneval tuning:N and --threads apply)")
+    p.add_argument("--tune-runtime", action="store_true",
+                   help="measure a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp "
+                        "(the file's own, built by make peer), alternating, end to end, on tuning prompts only, and "
+                        "write the fastest for this machine to the lab's cache: lab entropy, speculate and bench then "
+                        "run it when --runtime is not typed (lab.bench.runtime_tune; --max-new-tokens, --repeats, "
+                        "--humaneval tuning:N and --threads apply)")
     p.add_argument("--levers", action="store_true",
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
@@ -196,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     if args.seed_tables and args.tune:
         raise ValueError("--seed-tables and --tune are two different schedules: choose one")
+    if args.tune_runtime:
+        return run_tune_runtime(args)
     if (args.seed_tables or args.tune) and args.runtime == "llama.cpp":
         raise ValueError(f"--{'seed-tables' if args.seed_tables else 'tune'} runs on --runtime torch (its schedules "
                          "cast drafts and re-forward them without a cache); drop --runtime llama.cpp")
@@ -329,6 +337,92 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", "seed-tables") as rd:
         rd.write_json("report.json", report.to_json())
         rd.write_text("summary.md", summary)
+    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+# Flags --tune-runtime does not take: it times its own candidates, the target alone, greedy.
+TUNE_RUNTIME_EXCLUSIVE = ("tune", "seed_tables", "levers", "prompts", "peer", "methods", "dynamic", "draft_dtype",
+                          "adaptive", "prompt_lookup", "gammas", "draft", "runtime", "dtype")
+
+
+def run_tune_runtime(args: argparse.Namespace) -> int:
+    """``lab bench --tune-runtime``: time a GGUF profile's target alone on each runtime and weights, alternating, and
+    write the fastest end to end for this machine (:mod:`lab.bench.runtime_tune`).
+
+    Raises:
+        ValueError: a flag of another schedule, a model without a GGUF file, ``--humaneval`` outside the tuning
+            split, or the llama.cpp runtime not built (naming ``make peer``).
+    """
+    import torch
+
+    from lab.bench.run import encode_prompts
+    from lab.bench.runtime_tune import (CANDIDATES, RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS,
+                                        RuntimeTuneReport, run_runtime_tune, timed_target)
+    from lab.bench.tune import TUNE_HUMANEVAL, tune_prompts
+    from lab.machine import LoadLog, busy_warning, set_threads
+    from lab.models.chat import eos_token_ids
+    from lab.models.loading import is_gguf_model, load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.runtime_tune import runtime_tune_markdown
+    from lab.reports import environment, report_dir
+    from lab.runtime.ggml import binding, load_ggml_model
+    from lab.tuning import runtime_machine_key, write_tuned_runtime
+
+    # 1. Validate before loading.
+    _refuse_flags(args, TUNE_RUNTIME_EXCLUSIVE, "--tune-runtime times its own candidates (the target alone, greedy, "
+                                                "on each runtime) on the tuning prompts; drop ")
+    if args.weights != "float32" or args.draft_weights != "float32":
+        raise ValueError("--tune-runtime times float32 and q4 weights on torch and the GGUF file on llama.cpp; "
+                         "drop --weights / --draft-weights")
+    if not is_gguf_model(args.model):
+        raise ValueError(f"--tune-runtime compares runtimes on a GGUF profile's file; {args.model!r} has none")
+    device = check_model_args(args)
+    if str(device) != "cpu":
+        raise ValueError(f"--tune-runtime compares CPU runtimes; --device {device} is not the CPU")
+    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
+    binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
+    threads = set_threads(args.threads)
+    max_new = RUNTIME_TUNE_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
+    repeats = RUNTIME_TUNE_REPEATS if args.repeats is None else args.repeats
+
+    # 2. Load every candidate, warm each up, and time them alternating (progress on stderr).
+    err = stderr_console()
+    generators, sources, first = {}, {}, None
+    for cand in CANDIDATES:
+        with err.status(f"loading {args.model}: {cand.label}"):
+            if cand.runtime == "llama.cpp":
+                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
+            else:
+                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
+        first = first or model
+        ids = encode_prompts(model, tokenizer, prompts.texts, max_new, "cpu")
+        fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))
+        with err.status(f"warming up {cand.label}"):
+            fn(0, 0)
+        generators[cand] = fn
+        sources[cand.label] = model_source(model).as_dict()
+    with err.status("timing") as status:
+        result = run_runtime_tune(generators, len(prompts.texts), repeats=repeats, load_log=LoadLog(threads=threads),
+                                  progress=status.update)
+
+    # 3. The report (atomically), then the tuning file, and show both.
+    out = stdout_console()
+    with report_dir(args.out, "bench", f"tune-runtime-{args.model}") as rd:
+        machine = runtime_machine_key(threads)
+        path = write_tuned_runtime(args.model, result.winner_runtime, result.winner_weights, machine,
+                                   {**result.measured(), "busy": bool(result.load.get("busy"))}, str(rd.final))
+        report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
+                                   list(prompts.groups), prompts.humaneval, environment(first), result, machine,
+                                   str(path))
+        summary = runtime_tune_markdown(report)
+        rd.write_json("report.json", report.as_dict())
+        rd.write_text("summary.md", summary)
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    warning = busy_warning(result.load)
+    if warning:
+        err.print(warning, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0
 

@@ -236,10 +236,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"profile ({', '.join(PROFILES)}), local path or hub id (default: {DEFAULT_PROFILE})")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: mps, then cuda, then cpu)")
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on CPU, half on GPU)")
-    p.add_argument("--weights", default="float32", choices=WEIGHTS,
+    p.add_argument("--weights", default="float32", choices=WEIGHTS, action=_TypedWeights,
                    help="the linear layers' weights: float32 (as dequantized), bfloat16, int8 (per channel) or q4 "
                         "(a GGUF profile's own 4-bit codes through torch's CPU int4 kernel); CPU only unless "
                         "float32 (default: float32)")
+
+
+class _TypedWeights(argparse.Action):
+    """``--weights`` that also records it was typed (``weights_typed``): a tuned default may replace only an untyped one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: D102 - argparse's
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "weights_typed", True)
 
 
 def add_filter_args(p: argparse.ArgumentParser, command: str) -> None:
@@ -301,22 +309,18 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
     return device
 
 
-# The runtime a command runs when --runtime is not typed, per profile, and why (docs/results.md, "The llama.cpp
-# runtime"). A profile not listed runs torch.
-# qwen2.5-coder, 2026-12-03, 2-core AMD EPYC (AVX-512 BF16, no AMX), held-back HumanEval, greedy, 64 tokens,
-# 2 threads, one alternating run: the target alone 12.6 tok/s end to end on llama.cpp's kernels against 5.6 with
-# torch's int4 kernel (q4) and 1.7 in float32; the pair's speculation 9.2 against 4.6 (q4) and 2.4 (float32).
-# Not yet the default: the choice must rest on two CPU classes or a per-machine tuning file, and only
-# one class was measured. `--runtime llama.cpp` is one flag away.
-DEFAULT_RUNTIMES: dict[str, tuple[str, str]] = {}
+# When --runtime is not typed, a GGUF profile runs on the runtime ``lab bench --tune-runtime`` measured fastest for
+# its target on this machine (lab.tuning.read_tuned_runtime: the per-machine tuning file); without such a file, on
+# torch. On the lab's 2-core AMD EPYC (AVX-512 BF16, no AMX) the measured winner for qwen2.5-coder is llama.cpp
+# (docs/results.md, "The runtime chosen per machine"); the choice is not shipped as a default for every CPU.
 
 
 def add_runtime_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
                    help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
                         "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
-                        "pinned build of `make peer`; lab.runtime.ggml) (default: the profile's measured best, "
-                        "else torch)")
+                        "pinned build of `make peer`; lab.runtime.ggml) (default: the runtime lab bench "
+                        "--tune-runtime measured fastest for the profile on this machine, else torch)")
 
 
 def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
@@ -333,20 +337,37 @@ def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
     typed = getattr(args, "runtime", None)
     if typed == "torch":
         return "torch", "--runtime"
-    torch_only = {"--weights": getattr(args, "weights", "float32") != "float32",
+    torch_only = {"--weights": getattr(args, "weights", "float32") != "float32" or getattr(args, "weights_typed", False),
                   "--dtype": getattr(args, "dtype", None) is not None,
                   "--device": getattr(args, "device", None) not in (None, "cpu"),
                   "--draft-weights": getattr(args, "draft_weights", "float32") != "float32",
                   "--draft-dtype": bool(getattr(args, "draft_dtype", None))}
     if typed is None:
-        runtime, why = DEFAULT_RUNTIMES.get(args.model, ("torch", ""))
-        if runtime == "torch" or any(torch_only.values()):
-            return "torch", "default"
+        from lab.models.devices import resolve_device
+
+        if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
+            return "torch", "default"  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
+        import torch
+
+        from lab.tuning import read_tuned_runtime, runtime_machine_key
+
+        tuned = read_tuned_runtime(args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
+        if tuned.runtime is None:
+            return "torch", "default" if tuned.note is None else f"default: torch; {tuned.note}"
+        if tuned.runtime == "torch":
+            if tuned.weights != "float32" and not getattr(args, "weights_typed", False) and hasattr(args, "weights") \
+                    and getattr(args, "dtype", None) is None:
+                args.weights = tuned.weights  # the tuned representation, as if typed; --weights float32 keeps the reference
+                return "torch", f"tuned: {tuned.path} (torch with {tuned.weights} weights)"
+            return "torch", f"tuned: {tuned.path} (torch, {tuned.weights} weights measured fastest)"
+        typed_torch = [flag for flag, on in torch_only.items() if on]
+        if typed_torch:
+            return "torch", f"default: torch, because {', '.join(typed_torch)} apply to torch only (tuned: llama.cpp)"
         try:
             binding()
         except ValueError as exc:
             return "torch", f"default: torch, because {exc}"
-        return runtime, f"default: {why}"
+        return "llama.cpp", f"tuned: {tuned.path}" + (f"; {tuned.note}" if tuned.note else "")
     if not is_gguf_model(args.model):
         raise ValueError(f"--runtime llama.cpp runs a GGUF profile's own file; {args.model!r} has none (use "
                          "--runtime torch)")

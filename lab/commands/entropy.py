@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
     if runtime_source != "default":  # the torch default says nothing new
-        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False)
+        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False, soft_wrap=True)
     with err.status(f"loading {args.model} on {device if runtime == 'torch' else 'llama.cpp'}"):
         model, tokenizer = load_for_runtime(args, runtime, device)
     input_ids = encode_chat(tokenizer, messages)

@@ -24,6 +24,7 @@ from typing import Any
 from lab import schemas
 from lab.speculative.setups import MAX_GAMMA
 from lab.schemas import FileSchemaError
+from lab.models.weights import WEIGHTS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
 KIND = "tuning file"
@@ -111,3 +112,39 @@ def load_tuning(path: str | Path) -> dict:
         FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
     """
     return check(schemas.load(path, SCHEMA, KIND), path)
+
+
+# ``runtime-<profile>.json``, written by ``lab bench --tune-runtime`` (:func:`lab.tuning.write_tuned_runtime`):
+# the runtime and weights that ran the profile's target fastest here, end to end.
+RUNTIME_KIND = "runtime tuning file"
+RUNTIME_TUNING_FORMAT = 1
+RUNTIMES = ("torch", "llama.cpp")
+RUNTIME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["format", "profile", "runtime", "weights", "machine"],
+    "properties": {
+        "format": {"const": RUNTIME_TUNING_FORMAT},
+        "profile": _NAME,
+        "runtime": {"enum": list(RUNTIMES)},
+        "weights": _NAME,
+        "machine": SCHEMA["properties"]["machine"],
+        "measured": {"type": "object"},
+        "report": {"type": ["string", "null"]},
+        "written": {"type": ["string", "null"]},
+    },
+    "allOf": [{"if": {"properties": {"runtime": {"const": "llama.cpp"}}},
+               "then": {"properties": {"weights": {"const": "gguf"}}},
+               "else": {"properties": {"weights": {"enum": list(WEIGHTS)}}}}],
+}
+
+
+def load_runtime_tuning(path: str | Path) -> dict:
+    """A runtime tuning file, validated by :data:`RUNTIME_SCHEMA` (threads a whole number).
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
+    """
+    data = schemas.load(path, RUNTIME_SCHEMA, RUNTIME_KIND)
+    if not isinstance(data["machine"]["threads"], int):
+        raise FileSchemaError(path, RUNTIME_KIND, f"machine/threads: {data['machine']['threads']!r} is not a whole number")
+    return data

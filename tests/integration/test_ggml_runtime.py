@@ -142,3 +142,26 @@ def test_ggml_stale_cache_is_refused(ggml_smollm2, prompt_ids):
     new_cache(model)
     with pytest.raises(ValueError, match="not this model's live cache"):
         model(prompt_ids, old)
+
+
+def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_log, capsys):
+    """``lab bench --tune-runtime`` on SmolLM2's GGUF times the three candidates and writes the winner; ``lab entropy``
+    without ``--runtime`` then runs it and says so. Which one wins is not asserted (that is the measurement); that the
+    next command follows the file is."""
+    import json
+
+    from lab.tuning import runtime_tuning_path
+
+    rc, report = lab_log.cli(["bench", "--model", "smollm2", "--tune-runtime", "--max-new-tokens", "4", "--repeats", "1",
+                              "--humaneval", "tuning:1", "--threads", "1"])
+    assert rc == 0 and report is not None
+    data = json.loads((report / "report.json").read_text())
+    assert data["result"]["candidates"] == ["torch (float32)", "torch (q4)", "llama.cpp (gguf)"]
+    assert len(data["result"]["runs"]) == 3 * 2  # three candidates, two prompts (a code prompt, one problem)
+    tuned = json.loads(runtime_tuning_path("smollm2").read_text())
+    assert tuned["runtime"] == data["result"]["winner_runtime"] and tuned["report"] == str(report)
+    lab_log.record(winner=data["result"]["winner"])
+    capsys.readouterr()
+    rc, report = lab_log.cli(["entropy", "Say hi.", "--model", "smollm2", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert rc == 0 and f"runtime: {tuned['runtime']} (tuned: {runtime_tuning_path('smollm2')}" in err

@@ -41,21 +41,89 @@ def test_resolve_runtime_typed_llama_cpp_on_a_gguf_profile_is_used(built):
     assert common.resolve_runtime(_args(runtime="llama.cpp")) == ("llama.cpp", "--runtime")
 
 
-def test_resolve_runtime_typed_torch_is_used_even_where_llama_cpp_is_the_default(built, monkeypatch):
-    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
+def _tune(runtime="llama.cpp", weights="gguf", **machine):
+    """A runtime tuning file for qwen2.5-coder measured on this machine (``machine`` overrides its key's fields)."""
+    import torch
+
+    from lab.tuning import runtime_machine_key, write_tuned_runtime
+
+    key = {**runtime_machine_key(torch.get_num_threads()), **machine}
+    return write_tuned_runtime("qwen2.5-coder", runtime, weights, key, {}, None)
+
+
+def test_resolve_runtime_untyped_without_a_tuning_file_is_torch(built):
+    assert common.resolve_runtime(_args()) == ("torch", "default")
+
+
+def test_resolve_runtime_untyped_runs_the_tuned_runtime_and_typed_torch_wins(built):
+    path = _tune()
+    assert common.resolve_runtime(_args()) == ("llama.cpp", f"tuned: {path}")
     assert common.resolve_runtime(_args(runtime="torch")) == ("torch", "--runtime")
-    assert common.resolve_runtime(_args()) == ("llama.cpp", "default: measured")
 
 
-def test_resolve_runtime_default_falls_back_to_torch_when_not_built_saying_why(not_built, monkeypatch):
-    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
+def test_resolve_runtime_tuned_llama_cpp_falls_back_to_torch_when_not_built_saying_why(not_built):
+    _tune()
     runtime, why = common.resolve_runtime(_args())
     assert runtime == "torch" and "make peer" in why
 
 
-def test_resolve_runtime_default_with_a_torch_only_flag_is_torch(built, monkeypatch):
-    monkeypatch.setitem(common.DEFAULT_RUNTIMES, "qwen2.5-coder", ("llama.cpp", "measured"))
-    assert common.resolve_runtime(_args(weights="q4"))[0] == "torch"
+@pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
+                                dict(draft_dtype="bfloat16")])
+def test_resolve_runtime_tuned_llama_cpp_with_a_torch_only_flag_is_torch_naming_it(built, kw):
+    """A typed torch flag, even ``--weights float32`` (the reference), keeps the run on torch."""
+    _tune()
+    runtime, why = common.resolve_runtime(_args(**kw))
+    assert runtime == "torch" and "apply to torch only" in why
+
+
+def test_resolve_runtime_tuning_is_not_read_for_a_model_without_a_gguf_file(built):
+    _tune()
+    assert common.resolve_runtime(_args(model="Qwen/Qwen2.5-3B-Instruct")) == ("torch", "default")
+
+
+def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
+    import torch
+
+    from lab.models import devices
+
+    _tune()
+    monkeypatch.setattr(devices, "resolve_device", lambda device=None: torch.device("cuda"))
+    assert common.resolve_runtime(_args()) == ("torch", "default")
+
+
+@pytest.mark.parametrize("machine, says", [(dict(cpu_model="Some Other CPU"), "another machine"),
+                                          (dict(torch="1.0.0"), "stale"),
+                                          (dict(llama_cpp="0.0.1"), "stale")])
+def test_resolve_runtime_ignores_a_foreign_or_stale_tuning_file_saying_so(built, machine, says):
+    path = _tune(**machine)
+    runtime, why = common.resolve_runtime(_args())
+    assert runtime == "torch" and says in why and str(path) in why and "\n" not in why
+
+
+def test_resolve_runtime_ignores_a_corrupt_tuning_file_saying_so(built):
+    path = _tune()
+    path.write_text('{"format": 1, "profile": "qwen2.5-coder", "runtime": "llama.cpp", "weights": "q4"}')
+    runtime, why = common.resolve_runtime(_args())
+    assert runtime == "torch" and "corrupt" in why
+
+
+def test_resolve_runtime_tuned_torch_weights_apply_unless_weights_are_typed(built):
+    path = _tune("torch", "q4")
+    args = _args()
+    assert common.resolve_runtime(args) == ("torch", f"tuned: {path} (torch with q4 weights)")
+    assert args.weights == "q4"
+    typed = _args(weights="float32", weights_typed=True)
+    assert common.resolve_runtime(typed)[0] == "torch" and typed.weights == "float32"
+
+
+def test_weights_flag_records_that_it_was_typed():
+    import argparse as ap
+
+    p = ap.ArgumentParser()
+    common.add_model_args(p)
+    assert not getattr(p.parse_args([]), "weights_typed", False)
+    got = p.parse_args(["--weights", "float32"])
+    assert got.weights == "float32" and got.weights_typed
 
 
 @pytest.mark.parametrize("kw, names", [
@@ -138,3 +206,23 @@ def test_choose_setup_on_llama_cpp_ignores_torch_tuning_and_has_no_draft_dtype(m
                                  threads=2, has_weights=False, runtime="llama.cpp")
     assert chosen.setup.gamma == 2 and chosen.setup.draft_dtype is None
     assert "GGUF" in chosen.sources["draft_dtype"] and chosen.sources["gamma"] == "default: measured"
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--model", "Qwen/Qwen2.5-3B-Instruct"], "has none"),
+    (["--model", "qwen2.5-coder", "--gammas", "3"], "drop --gammas"),
+    (["--model", "qwen2.5-coder", "--runtime", "llama.cpp"], "drop --runtime"),
+    (["--model", "qwen2.5-coder", "--weights", "q4"], "drop --weights"),
+    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "tuning split"),
+])
+def test_cli_tune_runtime_refuses_what_it_does_not_time_in_one_line(tmp_path, capsys, no_model_loading, built, extra,
+                                                                    says):
+    rc = cli.main(["bench", "--tune-runtime", *extra, "--out", str(tmp_path / "reports")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and says in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+
+
+def test_cli_tune_runtime_without_the_build_names_make_peer(tmp_path, capsys, no_model_loading, not_built):
+    rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--out", str(tmp_path)])
+    assert rc == 2 and "make peer" in capsys.readouterr().err

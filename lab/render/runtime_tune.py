@@ -1,0 +1,42 @@
+"""Rendering ``lab bench --tune-runtime``: each runtime's figures, the winner and where it was written.
+
+Consumes a :class:`lab.bench.runtime_tune.RuntimeTuneReport`; computes nothing new.
+"""
+
+from __future__ import annotations
+
+from lab.bench.runtime_tune import RuntimeTuneReport
+from lab.machine import busy_warning
+from lab.render.speculative import fmt_number
+
+
+def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
+    """``summary.md`` of a runtime tuning run."""
+    result = report.result
+    lines = ["# lab bench --tune-runtime: the runtime for this machine", ""]
+    warning = busy_warning(result.load)
+    if warning:
+        lines += [f"> **{warning}**", ""]
+    machine = report.machine
+    lines += [
+        f"- model {report.model}, the target alone on the lab's loop, greedy; tuning prompts only: a code prompt "
+        f"and HumanEval {report.humaneval} (never the held-back split); {report.max_new_tokens} new tokens, "
+        f"{report.repeats} repeats, candidates alternating (order rotated each repeat)",
+        f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "
+        f"llama.cpp {machine['llama_cpp']}, {report.torch_threads} thread(s), max 1-minute load "
+        f"{fmt_number(result.load.get('max_load_1m'), '.2f')}",
+        f"- rule: {result.rule}",
+        f"- **winner: {result.winner}**",
+        f"- written to `{report.tuning_file}`; lab entropy, speculate and bench run it on this machine when --runtime "
+        "is not typed",
+        "",
+        "| candidate | end to end tok/s (median) | decode tok/s (median) | prefill s per repeat (median) | "
+        "end to end per repeat |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for label in result.candidates:
+        f = result.figures[label]
+        pre = sorted(f.prefill_s)[len(f.prefill_s) // 2]
+        lines.append(f"| {label} | {fmt_number(f.median_end_to_end, '.2f')} | {fmt_number(f.median_decode, '.2f')} | "
+                     f"{fmt_number(pre, '.2f')} | {', '.join(fmt_number(v, '.2f') for v in f.end_to_end_tok_s)} |")
+    return "\n".join(lines) + "\n"
