@@ -176,6 +176,9 @@ class BenchResult:
         peer: A llama.cpp peer's report (:mod:`lab.bench.peer`; a dict, as it has no type of its own yet),
             None without one (left out of the dict).
         machine_load: The load log's summary (:mod:`lab.machine`), None without one.
+        sides: ``{label: BenchResult}``: the same methods on another runtime or weights, run in the same
+            alternating schedule (``lab bench --also-runtime``) and summarized apart, each against its own
+            target alone; empty without one (left out of the dict).
     """
 
     config: Any
@@ -191,6 +194,7 @@ class BenchResult:
     runs: tuple[RunRecord, ...]
     peer: dict[str, Any] | None = None
     machine_load: dict[str, Any] | None = None
+    sides: Mapping[str, "BenchResult"] = field(default_factory=dict)
 
     def methods_dict(self) -> dict[str, dict[str, Any]]:
         """``methods`` as the report's flat dicts."""
@@ -205,6 +209,8 @@ class BenchResult:
                "by_group": self.by_group, "runs": [r.as_dict() for r in self.runs]}
         if self.peer is not None:
             out["peer"] = self.peer
+        if self.sides:
+            out["sides"] = {label: side.as_dict() for label, side in self.sides.items()}
         out["machine_load"] = self.machine_load
         return out
 
@@ -226,6 +232,7 @@ class BenchReport:
         environment: :func:`lab.reports.environment` when the report is written.
         draft_cost: The draft's :class:`lab.speculative.admission.DraftCost`, None without one.
         bench: The result.
+        side_models: Per side label (:attr:`BenchResult.sides`), its target's provenance.
     """
 
     model: dict[str, Any]
@@ -235,6 +242,7 @@ class BenchReport:
     environment: dict[str, Any]
     draft_cost: Any
     bench: BenchResult
+    side_models: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready report, its keys in the file's order."""
@@ -242,4 +250,5 @@ class BenchReport:
                             "prompts": list(self.prompts.texts), "prompt_groups": list(self.prompts.groups),
                             "humaneval": self.prompts.humaneval, "torch_threads": self.torch_threads,
                             "environment": self.environment, "draft_cost": self.draft_cost,
+                            **({"side_models": self.side_models} if self.side_models else {}),
                             **self.bench.to_json()})

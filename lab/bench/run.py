@@ -178,6 +178,20 @@ class Run:
     draft_passes: dict[str, Any] | None = None
     seed: int | None = None  # sampling mode: the run's seed (run_seed); None when greedy
     peer: Any = None  # a llama.cpp run's parsed output (lab.bench.peer); such runs are summarized apart
+    side: str | None = None  # the label of the BenchSide that ran it (summarized apart); None: the main target
+
+
+@dataclass(frozen=True)
+class BenchSide:
+    """Another runtime's (or weights') target and draft, timed in the same schedule as the main ones.
+
+    ``label`` (``"torch q4"``) prefixes its methods' names in the schedule and keys its summary in
+    :attr:`lab.bench.results.BenchResult.sides`.
+    """
+
+    label: str
+    target: Any
+    draft: Drafter
 
 
 def hf_sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
@@ -205,7 +219,7 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
               load_log: LoadLog | None = None, prompt_groups: Sequence[str] | None = None,
-              peer: Any = None) -> BenchResult:
+              peer: Any = None, sides: Sequence[BenchSide] = ()) -> BenchResult:
     """Run the alternating benchmark and derive the figures (see the module docstring).
 
     Args:
@@ -220,6 +234,10 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
         prompt_groups: One group name per prompt (``"short"``, ``"humaneval"``); None = all ``"short"``.
         peer: A :class:`lab.bench.peer.bench.LlamaCppPeer`: its methods join the same schedule,
             its runs are summarized apart under ``peer``.
+        sides: :class:`BenchSide` s: each side's lab methods (its target alone and speculative rows, no
+            assisted generation and no draft casts: ``config`` with those off) join the same schedule after the
+            main ones, named ``"<label>: <method>"``, and are summarized apart under ``sides[label]``, each
+            against its own target alone.
 
     Returns:
         A :class:`~lab.bench.results.BenchResult`: ``methods`` (per method: tokens/s
@@ -238,15 +256,34 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
     eos = sorted(set(eos_token_ids or []))
     seeds = RunSeeds(config)
     methods = select_methods(_lab_methods(target, draft, config, eos, seeds), config.methods)
+    side_config = dataclasses.replace(config, assisted=False, draft_dtypes=())
+    for side in sides:
+        methods += [(f"{side.label}: {name}", _on_side(fn, side.label))
+                    for name, fn in select_methods(_lab_methods(side.target, side.draft, side_config, eos, seeds),
+                                                   config.methods)]
     # the peer's methods always run with --peer (a --methods filter selects among the lab's)
     methods += peer.methods(Run) if peer is not None else []
     # 1. warm up every method once (untimed); a method transformers refuses is dropped with its reason
     usable, assisted_errors = _warm_up(methods, prompts[0], min(config.warmup_tokens, config.max_new_tokens), seeds)
     # 2. timed runs, alternating methods within each prompt and repeat
     runs = _timed_runs(usable, prompts, groups, config, seeds, progress, load_log)
-    # 3. the figures: the lab's runs summarized, a peer's apart
-    bench = _summarize_with_peer(target, draft, prompts, config, runs, assisted_errors, peer)
-    return dataclasses.replace(bench, machine_load=load_log.summary() if load_log is not None else None)
+    # 3. the figures: the lab's runs summarized, a peer's and each side's apart
+    bench = _summarize_with_peer(target, draft, prompts, config, [r for r in runs if r.side is None],
+                                 assisted_errors, peer)
+    by_side = {side.label: summarize(side.target, side.draft, prompts, side_config,
+                                     [r for r in runs if r.side == side.label], {}) for side in sides}
+    return dataclasses.replace(bench, machine_load=load_log.summary() if load_log is not None else None,
+                               sides=by_side)
+
+
+def _on_side(fn: Callable[[torch.Tensor, int], Run], label: str) -> Callable[[torch.Tensor, int], Run]:
+    """``fn`` whose runs carry ``side = label``."""
+    def run(ids: torch.Tensor, budget: int) -> Run:
+        out = fn(ids, budget)
+        out.side = label
+        return out
+
+    return run
 
 
 def encode_prompts(model: Any, tokenizer: Any, texts: Sequence[str], max_new_tokens: int,

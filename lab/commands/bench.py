@@ -94,6 +94,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "write the fastest for this machine to the lab's cache: lab entropy, speculate and bench then "
                         "run it when --runtime is not typed (lab.bench.runtime_tune; --max-new-tokens, --repeats, "
                         "--humaneval tuning:N and --threads apply)")
+    p.add_argument("--also-runtime", action="append", default=None, metavar="RUNTIME",
+                   help="also time the same methods on another runtime or weights in the same alternating schedule, "
+                        "summarized apart against its own target alone: torch:float32, torch:bfloat16, torch:int8, "
+                        "torch:q4 (target and a GGUF draft model in those weights) or llama.cpp (a GGUF profile's own "
+                        "files); repeatable; no assisted generation or draft casts on a side")
     p.add_argument("--levers", action="store_true",
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
@@ -204,6 +209,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--seed-tables and --tune are two different schedules: choose one")
     if args.tune_runtime:
         return run_tune_runtime(args)
+    if args.also_runtime and (args.seed_tables or args.tune):
+        raise ValueError(f"--also-runtime adds a side to the bench's own schedule; --{'seed-tables' if args.seed_tables else 'tune'} "
+                         "has its own")
     if (args.seed_tables or args.tune) and args.runtime == "llama.cpp":
         raise ValueError(f"--{'seed-tables' if args.seed_tables else 'tune'} runs on --runtime torch (its schedules "
                          "cast drafts and re-forward them without a cache); drop --runtime llama.cpp")
@@ -214,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     runtime, runtime_source = resolve_runtime(args)
     if runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
         config = dataclasses.replace(config, assisted=False, draft_dtypes=())
+    side_specs = check_sides(args, runtime, draft_spec)
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
@@ -221,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
     if runtime_source != "default":  # the torch default says nothing new
         err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False, soft_wrap=True)
     model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err, runtime)
-    cost = draft.cost
+    sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
+             for label, side_runtime, weights in side_specs]
+    cost = draft.facts().cost
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     ids = encode_prompts(model, tokenizer, prompts.texts, config.max_new_tokens, device)  # before any decoding
@@ -229,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
                   max_new_tokens=config.max_new_tokens) as peer, err.status("benchmarking") as status:
         bench = run_bench(model, draft, ids, config, eos_token_ids=sorted(eos_token_ids(model, tokenizer)),
                           progress=status.update, load_log=LoadLog(threads=threads),
-                          prompt_groups=list(prompts.groups), peer=peer)
+                          prompt_groups=list(prompts.groups), peer=peer, sides=sides)
 
     # 3. Show, then 4. write the report atomically.
     out = stdout_console()
@@ -238,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(peer_markdown(bench.peer), markup=False, highlight=False, soft_wrap=True)
     report = BenchReport(model=model_source(model).as_dict(), draft_spec=draft_spec, prompts=prompts,
                          torch_threads=torch.get_num_threads(), environment=environment(model), draft_cost=cost,
-                         bench=bench)
+                         bench=bench, side_models={side.label: model_source(side.target).as_dict() for side in sides})
     with report_dir(args.out, "bench", draft_spec) as rd:
         rd.write_json("report.json", report.to_json())
         plot_bench(bench, rd.file("bench.png"))
@@ -278,6 +289,75 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
         raise ValueError(no_model.format(draft_spec))
     kind = check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     return device, threads, draft_spec, kind
+
+
+SIDE_RUNTIMES = ("torch:float32", "torch:bfloat16", "torch:int8", "torch:q4", "llama.cpp")
+
+
+def check_sides(args: argparse.Namespace, runtime: str, draft_spec: str) -> list[tuple[str, str, str]]:
+    """``--also-runtime`` checked before any model loads: ``[(label, runtime, weights)]``.
+
+    Raises:
+        ValueError: an unknown spec, one equal to the main set-up or given twice, a side off the CPU, llama.cpp
+            for a model without a GGUF file, with an early-exit draft or before ``make peer``, or q4 weights a
+            model or draft without a GGUF file cannot take.
+    """
+    from lab.models.loading import is_gguf_model
+    from lab.speculative.draft_specs import check_draft, check_draft_spec
+
+    specs = args.also_runtime or []
+    main = "llama.cpp" if runtime == "llama.cpp" else f"torch:{args.weights}"
+    out: list[tuple[str, str, str]] = []
+    if specs and str(check_model_args(args)) != "cpu":
+        raise ValueError("--also-runtime: the sides run on the CPU; --device is not the CPU")
+    for i, spec in enumerate(specs):
+        if spec not in SIDE_RUNTIMES:
+            raise ValueError(f"--also-runtime {spec!r} is not one of {', '.join(SIDE_RUNTIMES)}")
+        if spec == main or spec in specs[:i]:
+            raise ValueError(f"--also-runtime {spec} is already in the schedule "
+                             f"({'the main set-up' if spec == main else 'given twice'})")
+        kind = check_draft_spec(draft_spec)
+        if spec == "llama.cpp":
+            if not is_gguf_model(args.model):
+                raise ValueError(f"--also-runtime llama.cpp runs a GGUF profile's own file; {args.model!r} has none")
+            if kind == "early-exit":
+                raise ValueError(f"--also-runtime llama.cpp: --draft {draft_spec} runs the target's torch layers; use "
+                                 "a GGUF draft model or prompt-lookup")
+            from lab.runtime.ggml import binding
+
+            binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
+            out.append((spec, "llama.cpp", "gguf"))
+            continue
+        weights = spec.split(":", 1)[1]
+        if weights == "q4" and not is_gguf_model(args.model):
+            raise ValueError(f"--also-runtime torch:q4 keeps a GGUF file's own codes; {args.model!r} has none")
+        if kind == "model":
+            check_draft(draft_spec, weights)
+        out.append((spec.replace(":", " "), "torch", weights))
+    return out
+
+
+def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str, draft_spec: str, err, threads: int):
+    """A :class:`lab.bench.run.BenchSide`: the target in ``weights`` on ``runtime`` and the same draft spec (a draft
+    model in the same weights)."""
+    from lab.bench.run import BenchSide
+    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.speculative.draft_specs import check_draft_spec, make_draft
+
+    with err.status(f"loading {args.model} on {label}"):
+        if runtime == "llama.cpp":
+            from lab.runtime.ggml import load_ggml_model
+
+            model, tokenizer = load_ggml_model(args.model, n_threads=threads)
+        else:
+            model, tokenizer = load_model(args.model, device="cpu", weights=weights)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer,
+                               weights=weights if runtime == "torch" and check_draft_spec(draft_spec) == "model"
+                               else "float32")
+        except ModelUnavailableError as exc:
+            raise as_draft_error(exc, draft_spec) from None
+    return BenchSide(label, model, draft)
 
 
 def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err, runtime: str = "torch"):
@@ -343,7 +423,7 @@ def run_seed_tables(args: argparse.Namespace) -> int:
 
 # Flags --tune-runtime does not take: it times its own candidates, the target alone, greedy.
 TUNE_RUNTIME_EXCLUSIVE = ("tune", "seed_tables", "levers", "prompts", "peer", "methods", "dynamic", "draft_dtype",
-                          "adaptive", "prompt_lookup", "gammas", "draft", "runtime", "dtype")
+                          "adaptive", "prompt_lookup", "gammas", "draft", "runtime", "dtype", "also_runtime")
 
 
 def run_tune_runtime(args: argparse.Namespace) -> int:

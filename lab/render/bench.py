@@ -162,6 +162,11 @@ def render_bench(bench: BenchResult, console: Console) -> None:
         console.print(phases)
     console.print(Text(METHOD_LEGEND, style="dim"))
     console.print(comparisons_panel(bench))
+    for label, side in bench.sides.items():
+        console.print(Text(f"{label}, in the same schedule (speedups against its own target alone)", style="bold"))
+        for table in _bench_tables(side):
+            if table is not None:
+                console.print(table)
     warning = busy_warning(bench.machine_load or {})
     if warning:
         console.print(Text(warning, style="bold yellow"))
@@ -297,6 +302,11 @@ def bench_report_markdown(report: BenchReport) -> str:
     note = report.draft_cost.note if report.draft_cost is not None else None
     if note:
         summary += f"\n**Draft cost.** {note}.\n"
+    for label, side in report.bench.sides.items():
+        summary += (f"\n## {label}, in the same alternating schedule\n\nThe same prompts, budget and gammas on "
+                    f"{label}, each of its runs between the main set-up's; its speedups are against its own "
+                    "target alone.\n\n")
+        summary += bench_summary_markdown(side, report.side_models.get(label, {}))
     if report.bench.peer is not None:
         summary += peer_markdown(report.bench.peer)
     return summary

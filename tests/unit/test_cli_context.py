@@ -74,3 +74,15 @@ def test_cli_entropy_prompt_plus_budget_within_context_runs(tmp_path, capsys, sh
                    "--out", str(tmp_path)])
     assert rc == 0, capsys.readouterr().err
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_cli_bench_with_a_prompt_lookup_draft_writes_its_report(tmp_path, capsys, short_context_backend):
+    """A draft without a model has no FLOP cost: the bench reads it from the drafter's facts (it crashed reading an
+    attribute only model drafts have)."""
+    model, tok, handle = short_context_backend
+    handle.remove()  # this one decodes
+    rc = cli.main(["bench", "--draft", "prompt-lookup", "--prompts", "hi", "--max-new-tokens", "3", "--repeats", "1",
+                   "--gammas", "2", "--no-assisted", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    (report,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (report / "report.json").exists()
