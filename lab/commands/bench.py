@@ -204,19 +204,9 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.reports import environment, report_dir
 
-    # 1. Validate before loading.
-    if args.seed_tables and args.tune:
-        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
-    if args.tune_runtime:
-        return run_tune_runtime(args)
-    if args.also_runtime and (args.seed_tables or args.tune):
-        raise ValueError(f"--also-runtime adds a side to the bench's own schedule; --{'seed-tables' if args.seed_tables else 'tune'} "
-                         "has its own")
-    if (args.seed_tables or args.tune) and args.runtime == "llama.cpp":
-        raise ValueError(f"--{'seed-tables' if args.seed_tables else 'tune'} runs on --runtime torch (its schedules "
-                         "cast drafts and re-forward them without a cache); drop --runtime llama.cpp")
-    if args.seed_tables or args.tune:
-        return run_seed_tables(args) if args.seed_tables else run_tune(args)
+    # 1. Validate before loading (another schedule runs on its own).
+    if args.seed_tables or args.tune or args.tune_runtime:
+        return _other_schedule(args)
     config, prompts = _bench_config(args)
     device, threads, draft_spec, _ = _model_draft_args(args, config)
     runtime, runtime_source = resolve_runtime(args)
@@ -292,6 +282,21 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
 
 
 SIDE_RUNTIMES = ("torch:float32", "torch:bfloat16", "torch:int8", "torch:q4", "llama.cpp")
+
+
+def _other_schedule(args: argparse.Namespace) -> int:
+    """``--seed-tables``, ``--tune`` or ``--tune-runtime``: each its own schedule, after the flags it cannot take."""
+    if args.tune_runtime:
+        return run_tune_runtime(args)
+    if args.seed_tables and args.tune:
+        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
+    name = "seed-tables" if args.seed_tables else "tune"
+    if args.also_runtime:
+        raise ValueError(f"--also-runtime adds a side to the bench's own schedule; --{name} has its own")
+    if args.runtime == "llama.cpp":
+        raise ValueError(f"--{name} runs on --runtime torch (its schedules cast drafts and re-forward them without a "
+                         "cache); drop --runtime llama.cpp")
+    return run_seed_tables(args) if args.seed_tables else run_tune(args)
 
 
 def check_sides(args: argparse.Namespace, runtime: str, draft_spec: str) -> list[tuple[str, str, str]]:
