@@ -51,10 +51,14 @@ def machine_key(threads: int) -> dict[str, Any]:
     return {**cpu_identity(), "torch": torch_version, "threads": int(threads)}
 
 
+def _file_safe(profile: str) -> str:
+    """The profile name as a file name's part (``owner/name`` and paths too)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
+
+
 def tuning_path(profile: str) -> Path:
     """``<tuning_dir>/draft-setup-<profile>.json`` (the profile name made file-safe)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
-    return tuning_dir() / f"draft-setup-{safe}.json"
+    return tuning_dir() / f"draft-setup-{_file_safe(profile)}.json"
 
 
 def write_tuned(profile: str, draft: str, setup: DraftSetup, machine: dict[str, Any],
@@ -123,6 +127,17 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any], *,
     return foreign, stale
 
 
+def _not_this_machine(theirs: dict[str, Any], ours: dict[str, Any], *, any_threads: bool, head: str,
+                      command: str) -> str | None:
+    """The note for a file measured on another machine (foreign) or with other software (stale), else None."""
+    foreign, stale = _differences(theirs, ours, any_threads=any_threads)
+    if foreign:
+        return f"{head}: measured on another machine ({'; '.join(foreign + stale)}); re-run {command} here"
+    if stale:
+        return f"{head}: stale, measured with {'; '.join(stale)}; re-run {command}"
+    return None
+
+
 def read_tuned(profile: str, draft: str, machine: dict[str, Any], *, any_threads: bool = False) -> TunedRead:
     """The tuned set-up for ``profile`` and ``draft`` on ``machine``, or why there is none.
 
@@ -153,12 +168,9 @@ def read_tuned(profile: str, draft: str, machine: dict[str, Any], *, any_threads
         return TunedRead(path, note=f"{head}: tuned for --model {data['profile']} with draft {data['draft']}, "
                                     f"not {profile} with {draft}")
     theirs = data["machine"]
-    foreign, stale = _differences(theirs, machine, any_threads=any_threads)
-    if foreign:
-        return TunedRead(path, note=f"{head}: measured on another machine ({'; '.join(foreign + stale)}); "
-                                    "re-run lab bench --tune here")
-    if stale:
-        return TunedRead(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune")
+    refused = _not_this_machine(theirs, machine, any_threads=any_threads, head=head, command="lab bench --tune")
+    if refused:
+        return TunedRead(path, note=refused)
     note = None
     if theirs["threads"] != machine["threads"]:
         note = (f"the tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
@@ -222,8 +234,7 @@ def runtime_machine_key(threads: int) -> dict[str, Any]:
 
 def runtime_tuning_path(profile: str) -> Path:
     """``<tuning_dir>/runtime-<profile>.json`` (the profile name made file-safe)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
-    return tuning_dir() / f"runtime-{safe}.json"
+    return tuning_dir() / f"runtime-{_file_safe(profile)}.json"
 
 
 def write_tuned_runtime(profile: str, runtime: str, weights: str, machine: dict[str, Any],
@@ -297,12 +308,10 @@ def read_tuned_runtime(profile: str, machine: dict[str, Any], *, any_threads: bo
     if data["profile"] != profile:
         return TunedRuntime(path, note=f"{head}: tuned for --model {data['profile']}, not {profile}")
     theirs = data["machine"]
-    foreign, stale = _differences(theirs, machine, any_threads=any_threads)
-    if foreign:
-        return TunedRuntime(path, note=f"{head}: measured on another machine ({'; '.join(foreign + stale)}); "
-                                       "re-run lab bench --tune-runtime here")
-    if stale:
-        return TunedRuntime(path, note=f"{head}: stale, measured with {'; '.join(stale)}; re-run lab bench --tune-runtime")
+    refused = _not_this_machine(theirs, machine, any_threads=any_threads, head=head,
+                                command="lab bench --tune-runtime")
+    if refused:
+        return TunedRuntime(path, note=refused)
     note = None
     if theirs["threads"] != machine["threads"]:
         note = (f"the runtime tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
