@@ -326,6 +326,11 @@ def add_runtime_arg(p: argparse.ArgumentParser) -> None:
 def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
     """``(runtime, where it came from)`` for ``--runtime`` and the model, checked before any model loads.
 
+    Typed, it is used (and llama.cpp checked). Untyped, a GGUF profile on the CPU runs what the per-machine
+    runtime tuning file says (:func:`lab.tuning.read_tuned_runtime`; a torch winner's weights replace an
+    untyped ``--weights``), unless a torch-only flag was typed or the runtime is not built; every other case,
+    and a file that is missing or ignored (its note is in the second element), runs torch.
+
     Raises:
         ValueError: ``--runtime llama.cpp`` for a model without a GGUF file, with a torch-only flag
             (``--weights``, ``--dtype``, ``--device``, ``--draft-weights``, ``--draft-dtype``), or
