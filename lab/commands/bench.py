@@ -444,6 +444,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from lab.bench.run import encode_prompts
     from lab.bench.runtime_tune import (CANDIDATES, RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS,
                                         RuntimeTuneReport, run_runtime_tune, timed_target)
+    from lab.bench.prompt_split import parse_humaneval
     from lab.bench.tune import TUNE_HUMANEVAL, tune_prompts
     from lab.machine import LoadLog, busy_warning, set_threads
     from lab.models.chat import eos_token_ids
@@ -465,6 +466,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     device = check_model_args(args)
     if str(device) != "cpu":
         raise ValueError(f"--tune-runtime compares CPU runtimes; --device {device} is not the CPU")
+    if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
+        raise ValueError(f"--tune-runtime --humaneval {args.humaneval!r}: it times on the tuning split only (the "
+                         "held-back problems certify a choice and are never tuned on)")
     prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
     binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
     threads = set_threads(args.threads)

@@ -213,7 +213,7 @@ def test_choose_setup_on_llama_cpp_ignores_torch_tuning_and_has_no_draft_dtype(m
     (["--model", "qwen2.5-coder", "--gammas", "3"], "drop --gammas"),
     (["--model", "qwen2.5-coder", "--runtime", "llama.cpp"], "drop --runtime"),
     (["--model", "qwen2.5-coder", "--weights", "q4"], "drop --weights"),
-    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "tuning split"),
+    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "--tune-runtime --humaneval 'held-back': it times on the tuning split"),
 ])
 def test_cli_tune_runtime_refuses_what_it_does_not_time_in_one_line(tmp_path, capsys, no_model_loading, built, extra,
                                                                     says):
