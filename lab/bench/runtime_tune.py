@@ -20,7 +20,6 @@ its own weights, so the tokens of different weights may differ; they are recorde
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -163,14 +162,14 @@ class RuntimeTuneResult:
 
 
 
-def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int, int], tuple[int, int, float, float, list[int]]]],
+def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int], tuple[int, int, float, float, list[int]]]],
                      n_prompts: int, *, repeats: int, load_log: Any,
                      progress: Callable[[str], None] = lambda _: None) -> RuntimeTuneResult:
     """Time every candidate on every prompt, alternating, and choose.
 
     Args:
-        generators: Per candidate, ``fn(prompt_index, budget_unused) -> (n_prompt, n_new, total_s, prefill_s,
-            tokens)``: one greedy target-alone generation (warmed up by the caller).
+        generators: Per candidate, ``fn(prompt_index) -> (n_prompt, n_new, total_s, prefill_s, tokens)``: one
+            greedy target-alone generation (warmed up by the caller).
         n_prompts: Prompts per repeat.
         repeats: Repetitions of the schedule (>= 1).
         load_log: A :class:`lab.machine.LoadLog` (samples around every run).
@@ -191,7 +190,7 @@ def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int, int], tup
                 cand = cands[i]
                 progress(f"repeat {rep + 1}/{repeats}, prompt {p + 1}/{n_prompts}: {cand.label}")
                 with load_log.around(cand.label):
-                    n_prompt, n_new, total_s, prefill_s, tokens = generators[cand](p, 0)
+                    n_prompt, n_new, total_s, prefill_s, tokens = generators[cand](p)
                 runs.append(RuntimeRun(cand.label, rep, p, n_prompt, n_new, total_s, prefill_s, tokens))
     figures = candidate_figures(runs)
     winner = choose_runtime(figures)
@@ -201,14 +200,12 @@ def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int, int], tup
 
 
 def timed_target(model: Any, ids: Sequence[Any], max_new_tokens: int, eos: Sequence[int]):
-    """``fn(prompt_index, _)`` for :func:`run_runtime_tune`: the lab's target-alone loop, greedy, on ``model``."""
+    """``fn(prompt_index)`` for :func:`run_runtime_tune`: the lab's target-alone loop, greedy, on ``model``."""
     from lab.speculative.loop import target_generate
 
-    def fn(p: int, _: int) -> tuple[int, int, float, float, list[int]]:
-        t0 = time.perf_counter()
+    def fn(p: int) -> tuple[int, int, float, float, list[int]]:
         r = target_generate(model, ids[p], max_new_tokens=max_new_tokens, eos_token_ids=eos)
-        wall = time.perf_counter() - t0
-        return int(ids[p].shape[1]), len(r.tokens), max(r.total_time_s, 0.0) or wall, r.prefill_time_s, list(r.tokens)
+        return int(ids[p].shape[1]), len(r.tokens), r.total_time_s, r.prefill_time_s, list(r.tokens)
 
     return fn
 

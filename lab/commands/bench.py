@@ -488,7 +488,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         ids = encode_prompts(model, tokenizer, prompts.texts, max_new, "cpu")
         fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))
         with err.status(f"warming up {cand.label}"):
-            fn(0, 0)
+            fn(0)
         generators[cand] = fn
         sources[cand.label] = model_source(model).as_dict()
     with err.status("timing") as status:

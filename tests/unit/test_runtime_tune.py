@@ -76,7 +76,7 @@ def test_run_runtime_tune_runs_every_candidate_on_every_prompt_alternating_and_c
     seconds = {"torch": 4.0, "llama.cpp": 2.0}
 
     def gen(cand):
-        def fn(p, _):
+        def fn(p):
             calls.append((cand.label, p))
             return 12, 8, seconds[cand.runtime], 1.0, [1] * 8
         return fn
@@ -95,7 +95,7 @@ def test_run_runtime_tune_runs_every_candidate_on_every_prompt_alternating_and_c
 def test_run_runtime_tune_refuses_an_empty_schedule(kw):
     cand = rt.RuntimeCandidate("torch", "float32")
     with pytest.raises(ValueError, match=">= 1"):
-        rt.run_runtime_tune({cand: lambda p, _: (1, 1, 1.0, 0.5, [1])}, kw["n_prompts"], repeats=kw["repeats"],
+        rt.run_runtime_tune({cand: lambda p: (1, 1, 1.0, 0.5, [1])}, kw["n_prompts"], repeats=kw["repeats"],
                             load_log=LoadLog(threads=1))
 
 
