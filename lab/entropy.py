@@ -78,6 +78,15 @@ def entropy(logits: torch.Tensor, dim: int = -1, unit: str = "bits") -> torch.Te
     Raises:
         ValueError: non-float logits, NaN or +inf, a row entirely ``-inf``, or an
             unknown unit.
+
+    Examples:
+        Uniform over 4 tokens is log2 4 = 2 bits; masking two of them leaves 1 bit:
+
+        >>> logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, -math.inf, -math.inf]])
+        >>> [round(h, 4) for h in entropy(logits).tolist()]
+        [2.0, 1.0]
+        >>> [round(h, 4) for h in entropy(logits, unit="nats").tolist()]  # ln 4, ln 2
+        [1.3863, 0.6931]
     """
     scale = _check_unit(unit)
     p, surprisal = _plogp_terms(_log_probs(logits, dim))
@@ -90,6 +99,13 @@ def normalized_entropy(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
     A single-entry distribution (V = 1) has normalized entropy 0.
 
     Returns / Raises: as :func:`entropy`.
+
+    Examples:
+        Masked entries still count in V: 1 bit out of log2 4 = 2 is 0.5.
+
+        >>> logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, -math.inf, -math.inf]])
+        >>> [round(h, 4) for h in normalized_entropy(logits).tolist()]
+        [1.0, 0.5]
     """
     h = entropy(logits, dim=dim, unit="nats")  # validates logits and dim first
     n = logits.shape[dim]
@@ -105,6 +121,15 @@ def varentropy(logits: torch.Tensor, dim: int = -1, unit: str = "bits") -> torch
     for a uniform or one-hot distribution and >= 0 always.
 
     Returns / Raises: as :func:`entropy`.
+
+    Examples:
+        p = (1/2, 1/4, 1/4) has surprisals 1, 2, 2 bits and H = 1.5, so the variance is
+        1/2 * 0.25 + 1/4 * 0.25 + 1/4 * 0.25 = 0.25 bits^2; a uniform p has none:
+
+        >>> round(float(varentropy(torch.tensor([0.5, 0.25, 0.25]).log())), 4)
+        0.25
+        >>> round(float(varentropy(torch.zeros(4))), 4)
+        0.0
     """
     scale = _check_unit(unit)
     p, surprisal = _plogp_terms(_log_probs(logits, dim))
@@ -139,6 +164,11 @@ def top_k_alternatives(logits: torch.Tensor, k: int = 5, dim: int = -1) -> TopK:
 
     Raises:
         ValueError: ``k < 1``, ``dim`` not last, or invalid logits (see :func:`entropy`).
+
+    Examples:
+        >>> top = top_k_alternatives(torch.tensor([0.1, 0.6, 0.3]).log(), k=2)
+        >>> top.token_ids.tolist(), [round(p, 4) for p in top.probs.tolist()]
+        ([1, 2], [0.6, 0.3])
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k={k!r} must be a positive integer")
