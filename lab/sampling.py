@@ -83,6 +83,17 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
 
     Raises:
         ValueError: ``config`` is greedy.
+
+    Examples:
+        Temperature 0.5 doubles the logits, top-k 2 masks all but the two largest; top-p
+        0.7 over p = (0.5, 0.3, 0.15, 0.05) keeps the first two (0.5 < 0.7 <= 0.8):
+
+        >>> top_k = SamplingConfig(temperature=0.5, top_k=2)
+        >>> filter_logits(torch.tensor([2.0, 1.0, 0.0, -1.0]), top_k).tolist()
+        [4.0, 2.0, -inf, -inf]
+        >>> top_p = SamplingConfig(temperature=1.0, top_p=0.7)
+        >>> filter_logits(torch.tensor([0.5, 0.3, 0.15, 0.05]).log(), top_p).isfinite().tolist()
+        [True, True, False, False]
     """
     if config.greedy:
         raise ValueError("filter_logits needs temperature > 0; greedy decoding takes the argmax of the raw logits")
@@ -148,6 +159,16 @@ def sampling_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor
     Returns:
         float32 ``[..., V]`` probabilities: ``softmax(filter_logits(logits))``, or
         one-hot at the argmax when greedy. The input is not modified.
+
+    Examples:
+        Top-k 2 renormalizes 0.5 and 0.3 to 0.5 / 0.8 and 0.3 / 0.8; greedy is one-hot:
+
+        >>> logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+        >>> probs = sampling_probs(logits, SamplingConfig(temperature=1.0, top_k=2))
+        >>> [round(p, 4) for p in probs.tolist()]
+        [0.625, 0.375, 0.0, 0.0]
+        >>> sampling_probs(logits, SamplingConfig(temperature=0.0)).tolist()
+        [1.0, 0.0, 0.0, 0.0]
     """
     if config.greedy:
         x = logits.float()
@@ -156,7 +177,12 @@ def sampling_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token id per row of ``probs`` (float ``[..., V]``); returns int64 ``[...]``."""
+    """Draw one token id per row of ``probs`` (float ``[..., V]``); returns int64 ``[...]``.
+
+    Examples:
+        >>> sample(torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])).tolist()  # one-hot rows
+        [1, 0]
+    """
     flat = probs.reshape(-1, probs.shape[-1])  # [B, V]
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
@@ -178,6 +204,15 @@ def apply_processors(logits_processor: Any, prefix_ids: torch.Tensor, row_tokens
 
     Returns:
         New float ``[k + 1, V]`` logits; the input is not modified.
+
+    Examples:
+        A processor that adds the length of the sequence it sees: row i sees the
+        2-token prefix plus i draft tokens.
+
+        >>> add_length = lambda input_ids, scores: scores + input_ids.shape[-1]
+        >>> prefix_ids, row_tokens = torch.tensor([5, 6]), torch.tensor([7, 8])
+        >>> apply_processors(add_length, prefix_ids, row_tokens, torch.zeros(3, 2)).tolist()
+        [[2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
     """
     if logits_processor is None:
         return logits
