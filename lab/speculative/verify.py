@@ -48,6 +48,13 @@ def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> tor
 
     Raises:
         ValueError: shapes differ.
+
+    Examples:
+        ``max(0, p - q) = (0.375, 0.125, 0)`` has mass 0.5:
+
+        >>> target_probs, draft_probs = torch.tensor([0.5, 0.25, 0.25]), torch.tensor([0.125, 0.125, 0.75])
+        >>> residual_probs(target_probs, draft_probs).tolist()
+        [0.75, 0.25, 0.0]
     """
     if target_probs.shape != draft_probs.shape:
         raise ValueError(f"target_probs shape {tuple(target_probs.shape)} != draft_probs shape {tuple(draft_probs.shape)}")
@@ -138,6 +145,22 @@ def verify(
             q gives probability 0 (it cannot have been sampled from q), both
             ``generator`` and ``random_source`` given, or uniforms from
             ``random_source`` of the wrong shape or outside [0, 1).
+
+    Examples:
+        A :class:`RandomSource` whose uniforms are all 0.5 and whose final draw is the
+        argmax. Draft token 0 has p/q = 1/0.5 and is kept; draft token 2 has p = 0 and
+        is rejected, so the next token comes from the residual (0, 0.5, 0) / 0.5. Drafting
+        token 1 instead (p/q = 3) keeps both, and the bonus comes from the last row.
+
+        >>> class HalfAndArgmax:
+        ...     def uniforms(self, n, device): return torch.full((n,), 0.5, dtype=torch.float64)
+        ...     def categorical(self, probs): return int(probs.argmax())
+        >>> draft_probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+        >>> target_probs = torch.tensor([[1.0, 0.0, 0.0], [0.25, 0.75, 0.0], [0.0, 0.0, 1.0]])
+        >>> verify(torch.tensor([0, 2]), draft_probs, target_probs, random_source=HalfAndArgmax())
+        (1, 1)
+        >>> verify(torch.tensor([0, 1]), draft_probs, target_probs, random_source=HalfAndArgmax())
+        (2, 2)
     """
     if generator is not None and random_source is not None:
         raise ValueError("pass generator or random_source, not both")
@@ -185,6 +208,16 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tu
 
     Raises:
         ValueError: wrong shapes or ids out of range.
+
+    Examples:
+        The target's argmaxes are 2, 1, 0: draft token 2 is kept, draft token 0 is not,
+        and the target's 1 replaces it; drafting 2, 1 keeps both and adds the bonus 0.
+
+        >>> target_logits = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+        >>> verify_greedy(torch.tensor([2, 0]), target_logits)
+        (1, 1)
+        >>> verify_greedy(torch.tensor([2, 1]), target_logits)
+        (2, 0)
     """
     if target_logits.dim() != 2:
         raise ValueError(f"target_logits must be [gamma + 1, V], got {tuple(target_logits.shape)}")
