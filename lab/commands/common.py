@@ -195,6 +195,21 @@ def parse_lengths(text: str, flag: str, bound: Bound) -> tuple[int, ...]:
     return values
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)``.
+
+    Raises:
+        ValueError: not two integers with 1 <= K <= N, naming ``--shard``.
+    """
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r} must be K/N, e.g. 2/4") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard {text!r} needs 1 <= K <= N")
+    return k, n
+
+
 def parse_adaptive(text: str):
     """``--adaptive entropy:X`` / ``pmin:X`` as a :class:`lab.speculative.AdaptiveDraftLength`.
 

@@ -32,7 +32,7 @@ import argparse
 from pathlib import Path
 
 from lab.commands.common import (PILOT_MAX, add_draft_weights_arg, add_model_args, add_out_arg, check_model_args,
-                                 range_text)
+                                 parse_shard, range_text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -123,7 +123,6 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.commands.study import parse_shard
     from lab.intervene import run as iv
     from lab.machine import set_threads
     from lab.render.console import stderr_console, stdout_console

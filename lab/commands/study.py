@@ -34,7 +34,7 @@ import logging
 import os
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_torch_only_runtime_arg,
-                                 range_text, refuse_runtime)
+                                 parse_shard, range_text, refuse_runtime)
 
 logger = logging.getLogger(__name__)
 
@@ -354,21 +354,6 @@ def _report_failed(result) -> int:
                  f"them with: lab study --merge {plan.work_dir}")
     print("\n".join(lines), file=sys.stderr)
     return 1
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"K/N"`` -> ``(K, N)``.
-
-    Raises:
-        ValueError: not two integers with 1 <= K <= N, naming ``--shard``.
-    """
-    try:
-        k, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard {text!r} must be K/N, e.g. 2/4") from None
-    if not 1 <= k <= n:
-        raise ValueError(f"--shard {text!r} needs 1 <= K <= N")
-    return k, n
 
 
 def _merge(args: argparse.Namespace) -> int:
