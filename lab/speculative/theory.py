@@ -44,6 +44,12 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
 
     Raises:
         ValueError: alpha outside [0, 1] or gamma < 1.
+
+    Examples:
+        >>> expected_tokens_per_round(0.5, 2)  # 1 + 0.5 + 0.25
+        1.75
+        >>> expected_tokens_per_round(1.0, 4)  # every draft kept, plus the bonus token
+        5.0
     """
     a, g = _check_alpha(alpha), _check_gamma(gamma)
     return float(sum(a ** k for k in range(g + 1)))
@@ -59,6 +65,12 @@ def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
 
     Raises:
         ValueError: alpha outside [0, 1], gamma < 1, or cost_ratio < 0.
+
+    Examples:
+        1.75 tokens per round for 2 draft steps at a quarter of a target step each:
+
+        >>> round(expected_speedup(0.5, 2, 0.25), 4)  # 1.75 / (2 * 0.25 + 1)
+        1.1667
     """
     c = _check_cost(cost_ratio)
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
@@ -77,6 +89,14 @@ def breakeven_alpha(gamma: int, cost_ratio: float) -> float | None:
 
     Raises:
         ValueError: gamma < 1 or cost_ratio < 0.
+
+    Examples:
+        With gamma 1 and c = 0.5 the speedup is (1 + alpha) / 1.5, which is 1 at alpha = 0.5:
+
+        >>> round(breakeven_alpha(1, 0.5), 4)
+        0.5
+        >>> breakeven_alpha(2, 0.0), breakeven_alpha(2, 1.0)
+        (0.0, None)
     """
     g, c = _check_gamma(gamma), _check_cost(cost_ratio)
     if c == 0.0:
@@ -97,6 +117,10 @@ def accepted_length_pmf(alpha: float, gamma: int) -> list[float]:
 
     Raises:
         ValueError: alpha outside [0, 1] or gamma < 1.
+
+    Examples:
+        >>> accepted_length_pmf(0.5, 2)  # 0.5, 0.5 * 0.5, and all kept 0.5^2
+        [0.5, 0.25, 0.25]
     """
     a, g = _check_alpha(alpha), _check_gamma(gamma)
     return [a ** k * (1.0 - a) for k in range(g)] + [a ** g]
@@ -108,6 +132,11 @@ def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor
     Leviathan et al. 2023, Definition 3.1 / Corollary 3.6 (beta = 1 - total variation
     distance). Args: float ``[..., V]`` probabilities p (target) and q (draft). Returns
     float ``[...]``.
+
+    Examples:
+        >>> target_probs, draft_probs = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.25, 0.5])
+        >>> round(float(acceptance_probability(target_probs, draft_probs)), 4)  # 0.25 + 0.25 + 0
+        0.5
     """
     if target_probs.shape != draft_probs.shape:
         raise ValueError(f"target_probs shape {tuple(target_probs.shape)} != draft_probs shape {tuple(draft_probs.shape)}")
@@ -137,6 +166,17 @@ def flops_per_token(config: Any, context_length: int = 0, num_layers: int | None
     Raises:
         ValueError: a missing config field, context_length < 0, or num_layers outside
             [1, num_hidden_layers].
+
+    Examples:
+        One layer, hidden size 2, one head of size 2, MLP 4, vocabulary 10: q, k, v, o are
+        4 * 2 * 2 = 16 weights, the MLP 3 * 2 * 4 = 24, the LM head 2 * 10 = 20; twice 60 is
+        120 FLOPs, and 3 cached positions add 4 * 1 * 1 * 2 * 3 = 24.
+
+        >>> from types import SimpleNamespace
+        >>> config = SimpleNamespace(hidden_size=2, num_hidden_layers=1, num_attention_heads=1,
+        ...                          intermediate_size=4, vocab_size=10)
+        >>> flops_per_token(config), flops_per_token(config, context_length=3)
+        (120.0, 144.0)
     """
     try:
         h = int(config.hidden_size)
@@ -180,6 +220,14 @@ def geometric_fit(histogram: list[int], alpha: float) -> dict[str, Any]:
     Returns:
         ``{"expected": [...], "chi2": float | None, "p_value": float | None, "bins": int}``;
         chi2 and p_value are None when fewer than 3 pooled bins remain.
+
+    Examples:
+        100 rounds at alpha 0.5 and gamma 2 expect 50, 25, 25; counts of 80, 10, 10 give
+        chi2 = 30^2 / 50 + 15^2 / 25 + 15^2 / 25 = 36 on 1 degree of freedom:
+
+        >>> fit = geometric_fit([80, 10, 10], alpha=0.5)
+        >>> fit["expected"], round(fit["chi2"], 4), fit["p_value"] < 1e-6, fit["bins"]
+        ([50.0, 25.0, 25.0], 36.0, True, 3)
     """
     from scipy.stats import chisquare
 
