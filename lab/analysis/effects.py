@@ -26,6 +26,12 @@ def rank_biserial_paired(diffs: Sequence[float]) -> float:
     ``r = (R+ - R-) / (R+ + R-)`` with R+/R- the sums of the ranks of |d| over
     positive/negative differences; zero differences are dropped (Wilcoxon's
     convention). In [-1, 1]; NaN when every difference is zero.
+
+    Examples:
+        Ranks of |d| = 1, 2, 3, 4: R+ = 1 + 2 + 3 = 6, R- = 4, r = (6 - 4) / 10; the zero is dropped.
+
+        >>> rank_biserial_paired([0.0, 1.0, 2.0, 3.0, -4.0])
+        0.2
     """
     d = np.asarray(diffs, dtype=float)
     d = d[d != 0]
@@ -40,6 +46,10 @@ def eta_squared_h(h_statistic: float, n: int, k: int) -> float:
 
     Cohen (2008), in Tomczak & Tomczak (2014). H's null expectation is k - 1, so
     eta^2_H is about 0 without an effect and can be slightly negative; NaN if n <= k.
+
+    Examples:
+        >>> round(eta_squared_h(10.0, n=23, k=3), 4)  # (10 - 3 + 1) / (23 - 3)
+        0.4
     """
     return float((h_statistic - k + 1) / (n - k)) if n > k else math.nan
 
@@ -144,6 +154,14 @@ def binned_acceptance(entropy_bits: Sequence[float], accepted: Sequence[bool], n
 
     Raises:
         ValueError: ``n_bins`` < 1 or lengths differ.
+
+    Examples:
+        Two bins split at the median entropy 0.25: 2 of 2 accepted below it, 1 of 2 above,
+        the latter with a Wilson interval symmetric about 0.5.
+
+        >>> bins = binned_acceptance([0.1, 0.2, 0.3, 0.4], [True, True, False, True], n_bins=2)
+        >>> [(b.n, b.k, b.rate) for b in bins], (round(bins[1].ci_low, 4), round(bins[1].ci_high, 4))
+        ([(2, 2, 1.0), (2, 1, 0.5)], (0.0945, 0.9055))
     """
     if not isinstance(n_bins, int) or n_bins < 1:
         raise ValueError(f"n_bins={n_bins!r} must be a positive integer")
@@ -186,6 +204,17 @@ def linear_fit_band(x: Sequence[float], y: Sequence[float], n_grid: int = 50, le
     The band at g is ``fit(g) +- t_{(1+level)/2, n-2} * s * sqrt(1/n + (g - xbar)^2 / Sxx)``
     with s the residual standard error. Returns ``None`` for fewer than 3 points or
     constant x.
+
+    Examples:
+        Points exactly on y = 1 + 2x leave no residual, so the band has width 0:
+
+        >>> fit = linear_fit_band([0, 1, 2, 3], [1, 3, 5, 7], n_grid=3)
+        >>> round(fit.slope, 4), round(fit.intercept, 4), fit.grid
+        (2.0, 1.0, [0.0, 1.5, 3.0])
+        >>> [round(high - low, 4) for high, low in zip(fit.band_high, fit.band_low)]
+        [0.0, 0.0, 0.0]
+        >>> linear_fit_band([0, 1], [0, 1]) is None
+        True
     """
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xa.size < 3 or np.ptp(xa) == 0:
