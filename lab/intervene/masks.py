@@ -44,9 +44,9 @@ from typing import Any
 import torch
 
 from lab.analysis.intervention import ARMS, DOSE  # the arms are the design's, stated with its tests
+from lab.attention_mask import model_attention_mask
 from lab.models.chat import encode_chat
 from lab.prompts import StudyPrompt
-from lab.stream.perplexity import model_attention_mask
 
 # The dose arms' lambdas, from the dose test's own table, so the shift applied and the lambda regressed on agree.
 LAMBDAS = {arm: lam for arm, lam in DOSE if arm not in ("A0", "A1")}

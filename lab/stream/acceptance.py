@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from lab.attention_mask import model_attention_mask
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength, DraftFacts, Drafter, Proposal, draft_loop
-from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import Policy, kept_positions, policy_visibility, policy_window, visibility
 
 

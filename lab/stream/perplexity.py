@@ -8,13 +8,9 @@ from what k could see then, and later queries see it only while the policy keeps
 it; RoPE is applied at the text's own positions, so dropping a cache entry equals
 masking it (tested against a token-by-token evicting cache in the unit tier).
 
-Mask convention (transformers 5.x): a 4D mask ``[1, 1, Q, K]`` is passed through
-as-is by ``masking_utils``; the SDPA path reads a *boolean keep-mask* (True =
-attend), the eager path *adds* the mask to the scores, so it needs 0 / -inf-like
-floats. :func:`model_attention_mask` builds the right one and refuses other
-implementations (an inverted or wrong-kind mask silently scores the wrong keys).
-Models with their own sliding-window layers (Gemma 3, ``layer_types``) get a dict
-``{"full_attention": policy, "sliding_attention": policy AND sliding window}``.
+The policy's keep-mask reaches the model through
+:func:`lab.attention_mask.model_attention_mask` (bool for SDPA, additive for eager; Gemma 3's
+sliding layers get the policy AND their own window).
 
 ``recompute:W`` (the paper's oracle): token t is scored by a fresh forward over
 tokens ``[t - W, t)`` at their own positions, logits of the last one only; windows
@@ -34,7 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.stream.policies import Policy, policy_visibility, sliding_visibility
+from lab.attention_mask import model_attention_mask
+from lab.stream.policies import Policy, policy_visibility
 
 # Rows of the LM head computed at once: [HEAD_CHUNK, V] float32 is 100 MB at V = 49,152.
 HEAD_CHUNK = 512
@@ -55,60 +52,6 @@ def check_fits(model: Any, n_tokens: int, what: str = "the text") -> None:
     if n_tokens > ctx:
         raise ValueError(f"{what}: {n_tokens} tokens is more than the model's context of {ctx} positions; "
                          "positions stay the text's own, so the text must fit (cut it with --tokens)")
-
-
-def _sliding_window(model: Any) -> int | None:
-    """The model's own sliding window if some layers use one, else None.
-
-    Raises:
-        ValueError: a model-wide sliding window without per-layer types (its 4D mask
-            could not keep the window apart from the policy).
-    """
-    cfg = model.config
-    types = getattr(cfg, "layer_types", None)
-    if types and "sliding_attention" in types:
-        return int(cfg.sliding_window)
-    if not types and getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
-        raise ValueError(f"model type {cfg.model_type!r} has a sliding window but no layer_types; not supported")
-    return None
-
-
-def _as_model_mask(keep: torch.Tensor, impl: str, dtype: torch.dtype) -> torch.Tensor:
-    """Bool keep ``[Q, K]`` -> the 4D mask the attention implementation reads, ``[1, 1, Q, K]``."""
-    if impl == "sdpa":
-        return keep[None, None]  # torch SDPA: True = attend
-    if impl == "eager":  # added to the scores: 0 where kept, the dtype's minimum elsewhere
-        return torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)[None, None]
-    raise ValueError(f"attention implementation {impl!r} is not supported for policy masks; use sdpa or eager")
-
-
-def model_attention_mask(model: Any, keep: torch.Tensor, query_pos: torch.Tensor,
-                         key_pos: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-    """The attention mask to pass as ``attention_mask`` for a policy's keep-mask.
-
-    Args:
-        model: A transformers causal LM (Llama, Qwen2, Gemma 3 families).
-        keep: Bool ``[Q, K]`` policy keep-mask.
-        query_pos / key_pos: int64 ``[Q]`` / ``[K]`` positions (for the model's own
-            sliding layers).
-
-    Returns:
-        ``[1, 1, Q, K]`` (bool for SDPA, additive float for eager), or for a model with
-        sliding layers a dict by layer type, the sliding entry intersected with the
-        model's window.
-
-    Raises:
-        ValueError: an unsupported attention implementation or sliding set-up.
-    """
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    dtype = next(model.parameters()).dtype
-    device = next(model.parameters()).device
-    sw = _sliding_window(model)
-    full = _as_model_mask(keep, impl, dtype).to(device)
-    if sw is None:
-        return full
-    local = keep & sliding_visibility(query_pos, key_pos, sw)
-    return {"full_attention": full, "sliding_attention": _as_model_mask(local, impl, dtype).to(device)}
 
 
 def _logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lab.attention_mask import model_attention_mask
 from lab.sampling import SamplingConfig
 from lab.speculative.self_draft import EarlyExitDraft
 from lab.speculative.loop import speculative_generate, target_generate
 from lab.speculative.settings import SpeculativeSettings
 from lab.stream.acceptance import EvictingDraft
-from lab.stream.perplexity import model_attention_mask
 from lab.stream.policies import parse_policy, policy_visibility
 from tests import support
 from tests.support import NLL_ATOL

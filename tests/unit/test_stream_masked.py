@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.stream.perplexity import masked_nll, model_attention_mask, recompute_nll
+from lab.attention_mask import model_attention_mask
+from lab.stream.perplexity import masked_nll, recompute_nll
 from lab.stream.policies import parse_policy, policy_visibility, sliding_visibility
 from tests import support
 from tests.support import NLL_ATOL, streaming_nll
