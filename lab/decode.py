@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from lab import sampling as filters
+from lab.runtime.ggml import is_ggml
 from lab.sampling import SamplingConfig
 
 
@@ -154,7 +155,7 @@ def _layer_types(model: Any) -> list[str]:
 
 def check_rollback_supported(model: Any) -> None:
     """Raise ``ValueError`` when the model's KV cache cannot be rolled back (recurrent layers)."""
-    if getattr(model, "runtime", "torch") == "llama.cpp":
+    if is_ggml(model):
         return  # lab.runtime.ggml refuses recurrent models when it loads them
     recurrent = sorted(set(_layer_types(model)) & RECURRENT_LAYER_TYPES)
     if recurrent:
@@ -165,7 +166,7 @@ def check_rollback_supported(model: Any) -> None:
 def new_cache(model: Any) -> Any:
     """An empty ``transformers.DynamicCache`` with the layer kinds the model's config asks for
     (on the llama.cpp runtime, the model's own cache: :class:`lab.runtime.ggml.GgmlCache`)."""
-    if getattr(model, "runtime", "torch") == "llama.cpp":
+    if is_ggml(model):
         return model.new_cache()
     from transformers import DynamicCache
 

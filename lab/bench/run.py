@@ -44,6 +44,7 @@ import torch
 from lab.decode import check_context
 from lab.machine import LoadLog
 from lab.models.chat import build_messages, encode_chat
+from lab.runtime.ggml import is_ggml
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
 from lab.bench.phases import FirstTokenClock
 from lab.bench.results import BenchResult
@@ -370,7 +371,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                    first_token_s=clock.first_token_s, n_first=clock.n_first)
 
     methods.append(("target-only (lab loop)", lab_target))
-    if getattr(target, "runtime", "torch") == "torch":  # transformers generate runs a torch model only
+    if not is_ggml(target):  # transformers generate runs a torch model only
         methods.append(("target-only (transformers generate)", hf_target))
 
     def spec_method(gamma: int, adaptive: str | None) -> Callable[[torch.Tensor, int], Run]:

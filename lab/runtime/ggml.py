@@ -144,7 +144,7 @@ class GgmlModel:
         name: For reports.
 
     Attributes:
-        runtime: ``"llama.cpp"`` (the decode core dispatches on it).
+        runtime: ``"llama.cpp"`` (the decode core dispatches on it through :func:`is_ggml`).
         weight_type: The GGUF's file type as llama.cpp describes it (e.g. ``"Q4_K - Medium"``).
         device: ``cpu``.
 

@@ -21,6 +21,7 @@ from lab.decode import model_device
 from lab.models.devices import parse_dtype
 from lab.models import loading  # looked up at each call, so a test can stand in for the loaders
 from lab.models.profiles import PROFILES
+from lab.runtime.ggml import is_ggml
 from lab.speculative.admission import check_tokenizer_vocab
 from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
@@ -147,7 +148,7 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
-    if getattr(target, "runtime", "torch") == "llama.cpp":
+    if is_ggml(target):
         return _ggml_draft(target, spec, kind, target_tokenizer)
     target_dtype = next(target.parameters()).dtype
     if isinstance(dtype, str) and (":" in dtype or dtype == PER_PASS_ALIAS):
