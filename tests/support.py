@@ -270,7 +270,7 @@ def fake_llamacpp_bins(root, names=None):
 def assert_twins_built_like_the_embedded_set(prompts) -> None:
     """Every poisoned twin (there must be one) is a text of the distractor sample (lab/data/distractors.jsonl)
     named by its ``distractor`` label, a blank line, then its clean twin's text; no prompt text appears twice."""
-    from lab.data.make_study_twins import load_sample
+    from tools.datagen.make_study_twins import load_sample
 
     by_id = {p.id: p for p in prompts}
     sample = {d["id"]: d["text"] for d in load_sample()}

@@ -86,7 +86,7 @@ def test_neutral_twins_added_length_matches_poisoned_on_both_tokenizers():
     """Fault class: neutral twins that are not length-matched (H4a would then compare lengths again).
     Every neutral twin of the study sets and the calibration adds its poisoned twin's tokens to within 5 %,
     on the smollm2 and qwen2.5-coder tokenizers."""
-    from lab.data.make_neutral_twins import LENGTH_TOLERANCE, token_counters
+    from tools.datagen.make_neutral_twins import LENGTH_TOLERANCE, token_counters
     from lab.health.calibration import distractor_texts, poisoned_variants
     from lab.prompts import default_prompts_path, load_prompts
 

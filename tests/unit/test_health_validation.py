@@ -1,4 +1,4 @@
-"""The context-health validation set (lab.data.make_health_validation) and its figures (lab.health.validation)."""
+"""The context-health validation set (tools.datagen.make_health_validation) and its figures (lab.health.validation)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lab.data import make_health_validation as mk
 from lab.health.calibration import N_CONTENT
 from lab.health.measures import CANDIDATES, CONTROLS
 from lab.health.validation import (END_MARGIN, MAX_SATURATED_SHARE, VALIDATION_PROMPTS, load_sources,
                                    validation_figures, validation_report)
 from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
+from tools.datagen import make_health_validation as mk
 
 pytestmark = pytest.mark.unit
 

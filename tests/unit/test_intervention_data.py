@@ -1,22 +1,21 @@
-"""The data of ``lab intervene`` (lab.data.make_intervention_triples): the distractor sample, the
+"""The data of ``lab intervene`` (tools.datagen.make_intervention_triples): the distractor sample, the
 pilot and main triple files, their questions never used in a study, and the generator's rules."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from lab.data import make_intervention_triples as mk
-from lab.data.make_health_validation import shingles
-from lab.data.make_neutral_twins import JOIN, LENGTH_TOLERANCE, TOKENIZERS, content_words
 from lab.prompts import CATEGORIES, load_prompts, select_prompts
+from tools.datagen import DATA_DIR as DATA
+from tools.datagen import make_intervention_triples as mk
+from tools.datagen.make_health_validation import shingles
+from tools.datagen.make_neutral_twins import JOIN, LENGTH_TOLERANCE, TOKENIZERS, content_words
 
 pytestmark = pytest.mark.unit
 
-DATA = Path(mk.__file__).parent
 # Stated by issue 36 (item 6) and issue 37: a sample of at least 24 texts, used often enough that
 # each text's random effect is estimable, 240 main triples and a 12-triple pilot.
 MIN_DISTRACTORS = 24
@@ -130,7 +129,7 @@ def test_distractors_come_from_many_sources_none_of_the_reference_validation_or_
     other = set()
     for name in ("length_reference.jsonl", "length_reference_docstrings.jsonl", "health_validation.jsonl"):
         other |= shingles((DATA / name).read_text(encoding="utf-8"))
-    # The embedded set's clean questions (its twins are built from this sample: lab.data.make_study_twins).
+    # The embedded set's clean questions (its twins are built from this sample: tools.datagen.make_study_twins).
     other |= shingles("\n".join(p.messages[-1]["content"] for p in load_prompts(DATA / "prompts.jsonl")
                                  if p.variant == "clean"))
     assert not [d["id"] for d in distractors if shingles(d["text"]) & other]
@@ -223,7 +222,7 @@ def test_assign_raises_when_a_category_runs_out():
 
 @pytest.fixture(scope="module")
 def counters():
-    from lab.data.make_neutral_twins import token_counters
+    from tools.datagen.make_neutral_twins import token_counters
 
     try:
         return token_counters()

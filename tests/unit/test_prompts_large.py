@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
-from lab.data import make_prompts_large as gen
-from lab.data.make_study_twins import load_sample
 from lab.prompts import CATEGORIES, load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
+from tools.datagen import DATA_DIR
+from tools.datagen import make_prompts_large as gen
+from tools.datagen.make_study_twins import load_sample
 
-LARGE = Path(gen.__file__).with_name("prompts_large.jsonl")
+LARGE = DATA_DIR / "prompts_large.jsonl"
 
 
 def test_prompts_large_file_equals_generator_output():

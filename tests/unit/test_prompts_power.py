@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lab.data import make_prompts_power as gen
-from lab.data.make_study_twins import load_sample
 from lab.prompts import CATEGORIES, load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
+from tools.datagen import DATA_DIR
+from tools.datagen import make_prompts_power as gen
+from tools.datagen.make_study_twins import load_sample
 
-POWER_SET = Path(gen.__file__).with_name("prompts_power.jsonl")
+POWER_SET = DATA_DIR / "prompts_power.jsonl"
 README = Path(__file__).parents[2] / "docs" / "design.md"  # where the power table is documented
 
 

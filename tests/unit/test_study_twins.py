@@ -1,4 +1,4 @@
-"""The study sets' twins (lab.data.make_study_twins): distractors drawn from the sample of real prose, spread
+"""The study sets' twins (tools.datagen.make_study_twins): distractors drawn from the sample of real prose, spread
 over it, never about their question; neutral twins from standard-library docstrings, not the length
 reference's help topics; the embedded set in sync with its generator."""
 
@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from lab.data import make_study_twins as twins
-from lab.data.make_health_validation import shingles
-from lab.data.make_intervention_triples import read_jsonl
-from lab.data.make_neutral_twins import LENGTH_TOLERANCE, TOKENIZERS, content_words, distractor_picker
 from lab.prompts import load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
+from tools.datagen import DATA_DIR as DATA
+from tools.datagen import make_study_twins as twins
+from tools.datagen.make_health_validation import shingles
+from tools.datagen.make_intervention_triples import read_jsonl
+from tools.datagen.make_neutral_twins import LENGTH_TOLERANCE, TOKENIZERS, content_words, distractor_picker
 
 pytestmark = pytest.mark.unit
 
-DATA = Path(twins.__file__).parent
 STUDY_FILES = ("prompts.jsonl", "prompts_large.jsonl", "prompts_power.jsonl")
 # Stated by issue 36 (item 6): the distractors are a sample of at least 24 texts, not six fixed ones.
 MIN_TEXTS = 24
@@ -111,8 +110,8 @@ def test_poisoned_twin_refuses_a_question_every_text_is_about():
 @pytest.mark.slow
 def test_neutral_twins_equal_generator_output(sample):
     """The embedded set's neutral twins and the calibration's, rebuilt with the tokenizers, byte for byte."""
-    from lab.data.make_intervention_triples import neutral_pool
-    from lab.data.make_neutral_twins import token_counters
+    from tools.datagen.make_intervention_triples import neutral_pool
+    from tools.datagen.make_neutral_twins import token_counters
 
     try:
         counts = token_counters()

@@ -18,10 +18,10 @@ Three files in ``lab/data``, deterministic for a given set of installed versions
   :data:`MAX_TOKENS`, passes :func:`rejection` (at least two sentences and none twice; none
   of :data:`META_WORDS` or :data:`READER_WORDS`, words that talk to a reader or a model;
   no sentence opening with an imperative of :data:`IMPERATIVES`), and shares no
-  :data:`~lab.data.make_health_validation.SHINGLE_WORDS`-word run with the files of
+  :data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with the files of
   :data:`AVOID_FILES` or with a text already taken. At most :data:`MAX_PER_SOURCE` texts
   per source, sources in the order listed. Each record names its package, version and path
-  and its length on every tokenizer of :data:`~lab.data.make_neutral_twins.TOKENIZERS`.
+  and its length on every tokenizer of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
 * :data:`TRIPLES_FILE` (the main set) and :data:`PILOT_FILE` (the pilot), in the study's
   prompt format (:mod:`lab.prompts`): per triple the clean prompt (its record as in the
   power set, id kept), its poisoned twin ``<id>-iP`` (distractor, blank line, question;
@@ -34,13 +34,13 @@ Per category they are shuffled with :data:`SEED`; the pilot takes the first
 :data:`PILOT_PER_CATEGORY` per category, then the main set the next
 ``PER_CATEGORY - PILOT_PER_CATEGORY``, categories in turn (:func:`assign`). Each triple
 takes the distractor used least so far in its set (ties: the next after the last taken)
-that shares no content word (:func:`lab.data.make_neutral_twins.content_words`) with its
+that shares no content word (:func:`tools.datagen.make_neutral_twins.content_words`) with its
 question; a question that shares one with every distractor is passed over.
 
 Neutral twins are built as the study's (passage, blank line, question; the passage cut at
 a word boundary to the poisoned twin's added length within
-:data:`~lab.data.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, with
-:func:`~lab.data.make_neutral_twins.fit_passage`), from another pool than the length
+:data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, with
+:func:`~tools.datagen.make_neutral_twins.fit_passage`), from another pool than the length
 reference's help topics: the docstrings of CPython's standard library (public modules,
 classes and functions, read with :mod:`ast`, never imported; :func:`neutral_pool`) outside
 the health validation set's modules, ``pydoc_data``, ``this``, IDLE and the tests, ranked
@@ -51,7 +51,7 @@ and the added tokens of both twins per tokenizer.
 
 Run from the project root (needs the tokenizers of ``TOKENIZERS``, no weights; about 20 s)::
 
-    python -m lab.data.make_intervention_triples
+    python -m tools.datagen.make_intervention_triples
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from lab.data.make_health_validation import STDLIB_MODULES, candidate_texts, file_docstrings, shingles
-from lab.data.make_neutral_twins import (JOIN, LENGTH_TOLERANCE, TOKENIZERS, Count, content_words,
-                                         distractor_picker, fit_passage, neutral_text)
+from tools.datagen import DATA_DIR
+from tools.datagen.make_health_validation import STDLIB_MODULES, candidate_texts, file_docstrings, shingles
+from tools.datagen.make_neutral_twins import (JOIN, LENGTH_TOLERANCE, TOKENIZERS, Count, content_words,
+                                             distractor_picker, fit_passage, neutral_text, token_counters)
 
 DISTRACTOR_FILE = "distractors.jsonl"
 TRIPLES_FILE = "intervention_triples.jsonl"
@@ -211,9 +212,9 @@ def distractor_records(documents: Sequence[Document], count: Count, avoid: set[t
     Args:
         documents: The source texts, in the order they are read.
         count: SmolLM2's token count (no special tokens): the length rule.
-        avoid: Word runs (:func:`~lab.data.make_health_validation.shingles`) no text may hold (nor
+        avoid: Word runs (:func:`~tools.datagen.make_health_validation.shingles`) no text may hold (nor
             a run of a text taken before it).
-        counts: Token counters of :data:`~lab.data.make_neutral_twins.TOKENIZERS`, recorded per text.
+        counts: Token counters of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`, recorded per text.
 
     Returns:
         ``{"id", "text", "source", "package", "version", "path", "n_tokens"}`` per text.
@@ -265,7 +266,7 @@ def neutral_pool() -> dict[str, str]:
     """Docstring name -> passage, for the public modules, classes and functions of the standard library
     outside the validation set, ``pydoc_data``, ``this``, IDLE and the tests (:data:`NEUTRAL_SKIP`).
 
-    A passage is a docstring's leading paragraphs (:func:`~lab.data.make_health_validation.candidate_texts`)
+    A passage is a docstring's leading paragraphs (:func:`~tools.datagen.make_health_validation.candidate_texts`)
     up to the first that is not a plain paragraph (:func:`neutral_paragraph`), if it has at least
     :data:`MIN_NEUTRAL_WORDS` words and none of :data:`META_WORDS`.
     """
@@ -351,10 +352,10 @@ def neutral_passage(question: str, target: list[int], counts: Sequence[Count], p
     per question: the CRC-32 of question and name, so that no one docstring serves every
     question it shares nothing with); the
     passage is the best-ranked one long enough on its own, cut at a word boundary
-    (:func:`~lab.data.make_neutral_twins.fit_passage`) to ``target`` within
-    :data:`~lab.data.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, so it reads as
+    (:func:`~tools.datagen.make_neutral_twins.fit_passage`) to ``target`` within
+    :data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, so it reads as
     one text; when none of the first :data:`NEUTRAL_CANDIDATES` fits alone, consecutive ranked
-    docstrings are joined (:func:`~lab.data.make_neutral_twins.neutral_text`).
+    docstrings are joined (:func:`~tools.datagen.make_neutral_twins.neutral_text`).
 
     Raises:
         ValueError: no passage within the tolerance.
@@ -408,7 +409,7 @@ def build(power: list[dict], used_ids: set[str], used_texts: set[str], distracto
         used_ids: Ids of the power set's prompts a study used.
         used_texts: Question texts a study used (:data:`USED_FILES`).
         distractors: The records of :func:`distractor_records`.
-        counts: Token counters of :data:`~lab.data.make_neutral_twins.TOKENIZERS`.
+        counts: Token counters of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
         pool: The neutral passages (:func:`neutral_pool`).
 
     Raises:
@@ -440,7 +441,7 @@ def avoided_shingles(data_dir: Path) -> set[tuple[str, ...]]:
     """Every word run of the files of :data:`AVOID_FILES`, less the study sets' twins.
 
     A study set's poisoned and neutral twins (records with ``twin_of``) are built from this sample
-    and from :func:`neutral_pool` (:mod:`lab.data.make_study_twins`), so they are not other text.
+    and from :func:`neutral_pool` (:mod:`tools.datagen.make_study_twins`), so they are not other text.
     """
     out: set[tuple[str, ...]] = set()
     for name in AVOID_FILES:
@@ -465,11 +466,10 @@ def jsonl_text(records: list[dict]) -> str:
 
 
 def main() -> None:
-    from lab.data.make_neutral_twins import token_counters
     from lab.prompts import load_prompts
 
     assert TOKENIZERS[0] == "smollm2", "the distractor length rule counts SmolLM2's tokens"
-    here = Path(__file__).parent
+    here = DATA_DIR
     for name, records in generate(here, token_counters()).items():
         (here / name).write_text(jsonl_text(records), encoding="utf-8")
         if name != DISTRACTOR_FILE:

@@ -4,17 +4,17 @@ A poisoned twin is a distractor text, a blank line, then its clean question; its
 harmless text of the same length instead. The study once drew every poisoned twin from six texts
 written here (two of them one repeated sentence, several telling the model what to do); a verdict
 on six texts is a verdict on those texts. Here the distractors are the sample of
-:data:`~lab.data.make_intervention_triples.DISTRACTOR_FILE` (prose that ships with installed
+:data:`~tools.datagen.make_intervention_triples.DISTRACTOR_FILE` (prose that ships with installed
 packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts), so that
 H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
 
 * **poisoned twins** (:func:`poisoned_twin`): each takes the least-used text of the sample so far in
-  its file that shares no content word with its question (:func:`~lab.data.make_neutral_twins.distractor_picker`),
+  its file that shares no content word with its question (:func:`~tools.datagen.make_neutral_twins.distractor_picker`),
   so a set of 18 twins uses 18 texts and the power set's 360 use every text 12 or 13 times;
 * **neutral twins** (:func:`with_neutral_twins`): standard-library docstrings (read with :mod:`ast`),
   ranked by content words shared with the question and cut to the poisoned twin's added length within
-  :data:`~lab.data.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer
-  (:func:`~lab.data.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is neither the length
+  :data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer
+  (:func:`~tools.datagen.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is neither the length
   reference's (CPython's help topics; Matplotlib, transformers, jsonschema and pip docstrings) nor
   the health validation set's (NumPy, SciPy, Rich and its standard-library modules);
 * **the calibration's neutral variants** (``calibration_neutral.jsonl``), matched in the same way to
@@ -23,17 +23,17 @@ H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
 
 This module rewrites the embedded set's twins in place (its clean prompts were written by hand)
 and the calibration's neutral variants; the generated sets' builders
-(:mod:`lab.data.make_prompts_large`, :mod:`lab.data.make_prompts_power`) call :func:`poisoned_twin`
+(:mod:`tools.datagen.make_prompts_large`, :mod:`tools.datagen.make_prompts_power`) call :func:`poisoned_twin`
 and :func:`with_neutral_twins` themselves.
 Ids, clean prompts and which clean prompt has a twin do not change, so ``--limit`` selections
 and the intervention triples' unused questions stay the same.
 
 Deterministic for a given CPython and tokenizers; run from the project root (needs the tokenizers
-of :data:`~lab.data.make_neutral_twins.TOKENIZERS`, no weights; about a minute)::
+of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`, no weights; about a minute)::
 
-    python -m lab.data.make_study_twins     # prompts.jsonl and calibration_neutral.jsonl
-    python -m lab.data.make_prompts_large   # prompts_large.jsonl
-    python -m lab.data.make_prompts_power   # prompts_power.jsonl
+    python -m tools.datagen.make_study_twins     # prompts.jsonl and calibration_neutral.jsonl
+    python -m tools.datagen.make_prompts_large   # prompts_large.jsonl
+    python -m tools.datagen.make_prompts_power   # prompts_power.jsonl
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ import platform
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lab.data.make_neutral_twins import JOIN, TOKENIZERS, Count, content_words, distractor_picker
+from tools.datagen import DATA_DIR
+from tools.datagen.make_health_validation import shingles
+from tools.datagen.make_intervention_triples import DISTRACTOR_FILE, neutral_passage, neutral_pool, read_jsonl
+from tools.datagen.make_neutral_twins import JOIN, TOKENIZERS, Count, content_words, distractor_picker, token_counters
 
 EMBEDDED_FILE = "prompts.jsonl"
 CALIBRATION_FILE = "calibration_neutral.jsonl"
@@ -56,25 +59,20 @@ Picker = Callable[[str], "dict | None"]
 
 def load_sample(data_dir: Path | None = None) -> list[dict]:
     """The distractor sample's records (``{"id", "text", "package", "version", "path", ...}``)."""
-    from lab.data.make_intervention_triples import DISTRACTOR_FILE, read_jsonl
-
-    return read_jsonl((data_dir or Path(__file__).parent) / DISTRACTOR_FILE)
+    return read_jsonl((data_dir or DATA_DIR) / DISTRACTOR_FILE)
 
 
 def study_pool(pool: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
     """``pool`` less every docstring sharing a word run
-    (:func:`~lab.data.make_health_validation.shingles`) with a prompt of :data:`HEALTH_FILES`.
+    (:func:`~tools.datagen.make_health_validation.shingles`) with a prompt of :data:`HEALTH_FILES`.
 
     The standard-library pool already leaves out the validation set's modules; this also drops
     the odd stock phrase ("must be less than or equal to the ...") two docstrings share, so no
     neutral twin repeats text the health measure is fitted or checked on.
     """
-    from lab.data.make_health_validation import shingles
-    from lab.data.make_intervention_triples import read_jsonl
-
     avoid: set[tuple[str, ...]] = set()
     for name in HEALTH_FILES:
-        for r in read_jsonl((data_dir or Path(__file__).parent) / name):
+        for r in read_jsonl((data_dir or DATA_DIR) / name):
             avoid |= shingles(r["prompt"])
     return {k: v for k, v in pool.items() if not shingles(v) & avoid}
 
@@ -110,8 +108,6 @@ def neutral_twin(clean: dict, poisoned: dict, counts: Sequence[Count], pool: dic
     Raises:
         ValueError: no passage of the pool within the length tolerance.
     """
-    from lab.data.make_intervention_triples import neutral_passage
-
     q = clean["messages"][-1]["content"]
     target = [c(poisoned["messages"][-1]["content"]) - c(q) for c in counts]
     passage, used = neutral_passage(q, target, counts, pool, pool_words)
@@ -141,7 +137,6 @@ def calibration_records(embedded: Path, counts: Sequence[Count], pool: dict[str,
     """One neutral variant per calibration prompt, matched to its poisoned variant
     (:func:`lab.health.calibration.poisoned_variants` over ``embedded``'s distractors):
     ``{"id", "twin_of", "added", "note"}``."""
-    from lab.data.make_intervention_triples import neutral_passage
     from lab.health.calibration import distractor_texts, poisoned_variants
     from lab.prompts import load_prompts
     from lab.sinks.calibration import load_prompts as load_calibration
@@ -164,11 +159,9 @@ def jsonl_text(records: list[dict]) -> str:
 
 
 def main() -> None:
-    from lab.data.make_intervention_triples import neutral_pool, read_jsonl
-    from lab.data.make_neutral_twins import token_counters
     from lab.prompts import load_prompts
 
-    here = Path(__file__).parent
+    here = DATA_DIR
     counts, pool = token_counters(), study_pool(neutral_pool(), here)
     records = with_sample_distractors(read_jsonl(here / EMBEDDED_FILE), load_sample(here))
     (here / EMBEDDED_FILE).write_text(jsonl_text(with_neutral_twins(records, counts, pool)), encoding="utf-8")

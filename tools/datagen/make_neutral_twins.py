@@ -9,9 +9,9 @@ to within :data:`LENGTH_TOLERANCE` in the tokens of every tokenizer of
 :data:`TOKENIZERS`. Added length = tokens of the twin's user message minus tokens
 of the clean one.
 
-Used by :mod:`lab.data.make_study_twins` (the study's twins: the distractor sample and
-standard-library docstrings), :mod:`lab.data.make_intervention_triples` (the same for
-``lab intervene``) and :mod:`lab.data.make_length_reference` (CPython's help topics,
+Used by :mod:`tools.datagen.make_study_twins` (the study's twins: the distractor sample and
+standard-library docstrings), :mod:`tools.datagen.make_intervention_triples` (the same for
+``lab intervene``) and :mod:`tools.datagen.make_length_reference` (CPython's help topics,
 :func:`ranked_topics`). No weights are loaded; :func:`token_counters` needs the tokenizers.
 """
 

@@ -26,7 +26,7 @@ a word run with the validation set either; ``lab calibrate-health --reference-pr
 Deterministic for a given set of installed versions (each record names its package, version
 and object); run from the project root (needs SmolLM2's tokenizer, no weights)::
 
-    python -m lab.data.make_health_validation   # writes lab/data/health_validation.jsonl and REFERENCE_FILE
+    python -m tools.datagen.make_health_validation   # writes lab/data/health_validation.jsonl and REFERENCE_FILE
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
+
+from tools.datagen import DATA_DIR
 
 VALIDATION_FILE = "health_validation.jsonl"
 QUESTION = "Summarize the text above in one sentence."
@@ -278,7 +280,7 @@ def main() -> None:
     from lab.models.loading import load_tokenizer
 
     tok = load_tokenizer("smollm2")
-    here = Path(__file__).parent
+    here = DATA_DIR
     count = lambda t: len(tok(t, add_special_tokens=False).input_ids)  # noqa: E731
     avoid = other_prompt_shingles(here)
     records = validation_records({name: load() for name, load in SOURCES.items()}, count, avoid)

@@ -15,17 +15,19 @@ each model's own N, so the targets only need to spread the lengths over the rang
 calibration and study prompts cover, about 5 to 500 content tokens). The passage for
 the k-th length starts at the k-th topic ranked by word overlap with the question, so
 the lengths of one question do not nest one text. Built the way the neutral twins are
-(:mod:`lab.data.make_neutral_twins`): passage, blank line, question.
+(:mod:`tools.datagen.make_neutral_twins`): passage, blank line, question.
 
 Deterministic; run from the project root (needs SmolLM2's tokenizer, no weights)::
 
-    python -m lab.data.make_length_reference   # writes lab/data/length_reference.jsonl
+    python -m tools.datagen.make_length_reference   # writes lab/data/length_reference.jsonl
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from tools.datagen import DATA_DIR
+from tools.datagen.make_neutral_twins import JOIN, fit_passage, ranked_topics
 
 ADDED_TOKENS = (0, 24, 64, 160, 420)  # per question: alone, then four log-spaced passage lengths
 REFERENCE_FILE = "length_reference.jsonl"
@@ -40,8 +42,6 @@ def reference_records(questions: list[dict], count, topics: dict[str, str]) -> l
         count: Tokens of a text (no special tokens).
         topics: Help-topic name -> text.
     """
-    from lab.data.make_neutral_twins import JOIN, fit_passage, ranked_topics
-
     out = []
     for q in questions:
         question = q["prompt"]
@@ -71,7 +71,7 @@ def main() -> None:
     from lab.models.loading import load_tokenizer
 
     tok = load_tokenizer("smollm2")
-    here = Path(__file__).parent
+    here = DATA_DIR
     questions = [json.loads(line) for line in (here / QUESTIONS_FILE).read_text(encoding="utf-8").splitlines()
                  if line.strip()]
     records = reference_records(questions, lambda t: len(tok(t, add_special_tokens=False).input_ids), dict(topics))

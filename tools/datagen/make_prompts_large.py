@@ -3,7 +3,7 @@
 Written for this lab: per category, a handful of question templates filled from
 topic lists, so the set is large (360 clean prompts, 60 per category, and 90
 poisoned twins, 15 per category) yet every prompt is a sensible request. The
-poisoned twins are built as the embedded set's twins are (:mod:`lab.data.make_study_twins`):
+poisoned twins are built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`):
 a text of the distractor sample (``lab/data/distractors.jsonl``, prose from installed
 packages), a blank line, then the clean question; each takes the least-used text
 sharing no content word with its question. Deterministic: a fixed
@@ -11,7 +11,7 @@ seed picks the template fillings, so re-running rewrites the same file.
 
 Run from the project root::
 
-    python -m lab.data.make_prompts_large          # writes lab/data/prompts_large.jsonl
+    python -m tools.datagen.make_prompts_large          # writes lab/data/prompts_large.jsonl
     lab study --prompts lab/data/prompts_large.jsonl --shard 1/8   # one of 8 shards
 """
 
@@ -20,8 +20,11 @@ from __future__ import annotations
 import json
 import random
 from itertools import product
-from pathlib import Path
 from typing import Sequence
+
+from tools.datagen import DATA_DIR
+from tools.datagen.make_neutral_twins import distractor_picker
+from tools.datagen.make_study_twins import load_sample, poisoned_twin
 
 PER_CATEGORY = 60
 TWINS_PER_CATEGORY = 15
@@ -186,12 +189,9 @@ def build(sample: Sequence[dict]) -> list[dict]:
     """Every record of the large set (clean prompts, then each category's poisoned twins after them).
 
     Args:
-        sample: The distractor sample (:func:`lab.data.make_study_twins.load_sample`); each twin takes
-            its text with :func:`lab.data.make_study_twins.poisoned_twin`.
+        sample: The distractor sample (:func:`tools.datagen.make_study_twins.load_sample`); each twin takes
+            its text with :func:`tools.datagen.make_study_twins.poisoned_twin`.
     """
-    from lab.data.make_neutral_twins import distractor_picker
-    from lab.data.make_study_twins import poisoned_twin
-
     rng = random.Random(SEED)
     pick = distractor_picker(sample)
     records = []
@@ -208,11 +208,10 @@ def build(sample: Sequence[dict]) -> list[dict]:
 
 
 def main() -> None:
-    from lab.data.make_study_twins import load_sample
     from lab.prompts import load_prompts
 
     records = build(load_sample())
-    out = Path(__file__).with_name("prompts_large.jsonl")
+    out = DATA_DIR / "prompts_large.jsonl"
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     load_prompts(out)  # validate what was written
     print(f"wrote {len(records)} prompts to {out}")

