@@ -70,9 +70,9 @@ def poisoned_variants(prompts: Sequence[CalibrationPrompt], distractors: dict[st
 def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = None) -> list[CalibrationPrompt]:
     """One neutral variant per calibration prompt: relevant, harmless text of its poisoned variant's added length.
 
-    Read from ``lab/data/calibration_neutral.jsonl`` (written by
-    :mod:`lab.data.make_study_twins`: standard-library docstring text matched to within 5 % of the
-    poisoned variant's added tokens on the smollm2 and qwen2.5-coder tokenizers), built as
+    Read from ``lab/data/calibration_neutral.jsonl`` (written from a checkout by
+    :mod:`tools.datagen.make_study_twins`: standard-library docstring text matched to within 5 % of
+    the poisoned variant's added tokens on the smollm2 and qwen2.5-coder tokenizers), built as
     the poisoned variants are: the added text, a blank line, the clean prompt.
 
     Raises:
@@ -87,7 +87,8 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     missing = [p.id for p in prompts if p.id not in added]
     if missing:
         raise ValueError(f"neutral={str(src)!r} has no neutral variant for {missing[:5]}; re-run "
-                         "`python -m lab.data.make_study_twins` (or pass --neutral for your own prompts)")
+                         "`python -m tools.datagen.make_study_twins` from a checkout of the lab (or pass --neutral "
+                         "for your own prompts)")
     return [CalibrationPrompt(id=f"{p.id}-neutral", prompt=added[p.id] + DISTRACTOR_JOIN + p.prompt, system=p.system)
             for p in prompts]
 

@@ -9,13 +9,14 @@ packages and CPython, nobody here wrote it, no instruction to a model; at least 
 H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
 
 * **poisoned twins** (:func:`poisoned_twin`): each takes the least-used text of the sample so far in
-  its file that shares no content word with its question (:func:`~tools.datagen.make_neutral_twins.distractor_picker`),
-  so a set of 18 twins uses 18 texts and the power set's 360 use every text 12 or 13 times;
+  its file that shares no content word with its question
+  (:func:`~tools.datagen.make_neutral_twins.distractor_picker`), so a set of 18 twins uses 18 texts
+  and the power set's 360 use every text 12 or 13 times;
 * **neutral twins** (:func:`with_neutral_twins`): standard-library docstrings (read with :mod:`ast`),
   ranked by content words shared with the question and cut to the poisoned twin's added length within
   :data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer
-  (:func:`~tools.datagen.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is neither the length
-  reference's (CPython's help topics; Matplotlib, transformers, jsonschema and pip docstrings) nor
+  (:func:`~tools.datagen.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is
+  neither the length reference's (CPython's help topics; Matplotlib, transformers, jsonschema and pip docstrings) nor
   the health validation set's (NumPy, SciPy, Rich and its standard-library modules);
 * **the calibration's neutral variants** (``calibration_neutral.jsonl``), matched in the same way to
   the calibration's poisoned variants, which take the embedded set's distractors in turn
