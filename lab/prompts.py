@@ -11,7 +11,7 @@ Fields: ``id`` (unique, non-empty), ``category`` (one of :data:`CATEGORIES`),
 ``content``; the last one is from the user), and for the intervention set
 ``twin_of`` (the id of the clean prompt this one perturbs) with ``variant`` set to
 ``"poisoned"`` (a distractor added) or ``"neutral"`` (relevant, harmless text of the
-poisoned twin's added length; :mod:`lab.data.make_study_twins`); a clean prompt has
+poisoned twin's added length; :mod:`tools.datagen.make_study_twins`); a clean prompt has
 at most one twin of each. ``variant`` defaults to ``"clean"``. ``distractor`` and ``note``
 are free-text labels. Any other key is an error, so a typo such as ``twinof``
 cannot silently drop a prompt from the intervention set.
@@ -22,7 +22,7 @@ the clean question after a text of the distractor sample (``distractors.jsonl``:
 40-120 tokens of prose that ships with installed packages, a different text for each
 twin); and beside each poisoned twin a neutral twin of the same added length
 (standard-library docstring text, then the clean question). See
-:mod:`lab.data.make_study_twins`.
+:mod:`tools.datagen.make_study_twins` (the builder, run from a checkout).
 """
 
 from __future__ import annotations
