@@ -14,9 +14,10 @@ import dataclasses
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import (add_draft_weights_arg, MAX_GAMMA, add_filter_args, add_model_args, add_out_arg,
-                                 add_runtime_arg, add_threads_arg, bound_for, check_adaptive_draft, check_model_args,
-                                 load_for_runtime, parse_adaptive, parse_lengths, range_text, resolve_runtime)
+from lab.commands.common import (MAX_GAMMA, RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args,
+                                 add_model_args, add_out_arg, add_runtime_arg, add_threads_arg, bound_for,
+                                 check_adaptive_draft, check_model_args, load_for_runtime, parse_adaptive,
+                                 parse_lengths, range_text, resolve_runtime)
 from lab.models.source import model_source
 
 
@@ -209,16 +210,16 @@ def run(args: argparse.Namespace) -> int:
         return _other_schedule(args)
     config, prompts = _bench_config(args)
     device, threads, draft_spec, _ = _model_draft_args(args, config)
-    runtime, runtime_source = resolve_runtime(args)
-    if runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
+    runtime = resolve_runtime(args)
+    if runtime.runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
         config = dataclasses.replace(config, assisted=False, draft_dtypes=())
     side_specs = check_sides(args, runtime, draft_spec)
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
     err = stderr_console()
-    if runtime_source != "default":  # the torch default says nothing new
-        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False, soft_wrap=True)
+    if runtime.line is not None:
+        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
     model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err, runtime)
     sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
              for label, side_runtime, weights in side_specs]
@@ -299,7 +300,7 @@ def _other_schedule(args: argparse.Namespace) -> int:
     return run_seed_tables(args) if args.seed_tables else run_tune(args)
 
 
-def check_sides(args: argparse.Namespace, runtime: str, draft_spec: str) -> list[tuple[str, str, str]]:
+def check_sides(args: argparse.Namespace, runtime: RuntimeChoice, draft_spec: str) -> list[tuple[str, str, str]]:
     """``--also-runtime`` checked before any model loads: ``[(label, runtime, weights)]``.
 
     Raises:
@@ -311,7 +312,7 @@ def check_sides(args: argparse.Namespace, runtime: str, draft_spec: str) -> list
     from lab.speculative.draft_specs import check_draft, check_draft_spec
 
     specs = args.also_runtime or []
-    main = "llama.cpp" if runtime == "llama.cpp" else f"torch:{args.weights}"
+    main = "llama.cpp" if runtime.runtime == "llama.cpp" else f"torch:{runtime.weights}"
     out: list[tuple[str, str, str]] = []
     if specs and str(check_model_args(args)) != "cpu":
         raise ValueError("--also-runtime: the sides run on the CPU; --device is not the CPU")
@@ -365,13 +366,16 @@ def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str,
     return BenchSide(label, model, draft)
 
 
-def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err, runtime: str = "torch"):
-    """The target (``--weights``) and the draft (``--draft-weights``) on ``runtime``, a draft failure named as
-    the draft's."""
+def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err,
+                           runtime: RuntimeChoice | None = None):
+    """The target (in ``runtime``'s weights) and the draft (``--draft-weights``) on ``runtime``, a draft failure
+    named as the draft's. ``runtime`` None: torch with ``--weights``, for the schedules that choose no runtime
+    (``--seed-tables``, ``--tune``)."""
     from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.speculative.draft_specs import make_draft
 
-    with err.status(f"loading {args.model} on {device if runtime == 'torch' else 'llama.cpp'}"):
+    runtime = runtime or RuntimeChoice("torch", RuntimeSource.DEFAULT, None, args.weights)
+    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
         model, tokenizer = load_for_runtime(args, runtime, device)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)

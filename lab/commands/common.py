@@ -7,6 +7,7 @@ torch and the model loader are imported inside :func:`check_model_args`, which r
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 import re
 from dataclasses import dataclass
@@ -338,13 +339,62 @@ def add_runtime_arg(p: argparse.ArgumentParser) -> None:
                         "--tune-runtime measured fastest for the profile on this machine, else torch)")
 
 
-def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
-    """``(runtime, where it came from)`` for ``--runtime`` and the model, checked before any model loads.
+class RuntimeSource(enum.Enum):
+    """Where a run's runtime came from."""
+
+    TYPED = "--runtime"  # the user typed --runtime
+    TUNED = "tuned"  # the per-machine runtime tuning file (lab bench --tune-runtime)
+    DEFAULT = "default"  # neither: torch, or torch because the tuned runtime cannot run here
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """The runtime a run decodes on, and the weights its target loads in, chosen before any model loads.
+
+    Attributes:
+        runtime: ``"torch"`` or ``"llama.cpp"``.
+        source: Where it came from.
+        note: Why, when the source alone does not say it (``"tuned: <file> (...)"``, ``"default: torch, because
+            ..."``); None for a typed ``--runtime`` and the plain torch default.
+        weights: The target's linear-layer weights on torch: ``--weights``, or a tuned torch winner's in place of
+            an untyped one.
+    """
+
+    runtime: str
+    source: RuntimeSource
+    note: str | None
+    weights: str
+
+    @property
+    def said(self) -> str:
+        """Where the runtime came from, as the terminal and the reports' ``runtime_source`` say it."""
+        return self.source.value if self.note is None else self.note
+
+    @property
+    def line(self) -> str | None:
+        """The line a command prints before loading; None for the plain torch default, which says nothing new."""
+        if self.source is RuntimeSource.DEFAULT and self.note is None:
+            return None
+        return f"runtime: {self.runtime} ({self.said})"
+
+
+def _torch_only_flags(args: argparse.Namespace) -> list[str]:
+    """The flags typed that apply to the torch runtime only, as typed."""
+    typed = {"--weights": getattr(args, "weights", "float32") != "float32" or getattr(args, "weights_typed", False),
+             "--dtype": getattr(args, "dtype", None) is not None,
+             "--device": getattr(args, "device", None) not in (None, "cpu"),
+             "--draft-weights": getattr(args, "draft_weights", "float32") != "float32",
+             "--draft-dtype": bool(getattr(args, "draft_dtype", None))}
+    return [flag for flag, on in typed.items() if on]
+
+
+def resolve_runtime(args: argparse.Namespace) -> RuntimeChoice:
+    """The runtime for ``--runtime`` and the model, checked before any model loads; ``args`` is not changed.
 
     Typed, it is used (and llama.cpp checked). Untyped, a GGUF profile on the CPU runs what the per-machine
     runtime tuning file says (:func:`lab.tuning.read_tuned_runtime`; a torch winner's weights replace an
     untyped ``--weights``), unless a torch-only flag was typed or the runtime is not built; every other case,
-    and a file that is missing or ignored (its note is in the second element), runs torch.
+    and a file that is missing or ignored (its note says why), runs torch.
 
     Raises:
         ValueError: ``--runtime llama.cpp`` for a model without a GGUF file, with a torch-only flag
@@ -355,53 +405,61 @@ def resolve_runtime(args: argparse.Namespace) -> tuple[str, str]:
     from lab.runtime.ggml import binding
 
     typed = getattr(args, "runtime", None)
+    weights = getattr(args, "weights", "float32")
     if typed == "torch":
-        return "torch", "--runtime"
-    torch_only = {"--weights": getattr(args, "weights", "float32") != "float32" or getattr(args, "weights_typed", False),
-                  "--dtype": getattr(args, "dtype", None) is not None,
-                  "--device": getattr(args, "device", None) not in (None, "cpu"),
-                  "--draft-weights": getattr(args, "draft_weights", "float32") != "float32",
-                  "--draft-dtype": bool(getattr(args, "draft_dtype", None))}
+        return RuntimeChoice("torch", RuntimeSource.TYPED, None, weights)
     if typed is None:
-        from lab.models.devices import resolve_device
-
-        if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
-            return "torch", "default"  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
-        import torch
-
-        from lab.tuning import read_tuned_runtime, runtime_machine_key
-
-        tuned = read_tuned_runtime(args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
-        if tuned.runtime is None:
-            return "torch", "default" if tuned.note is None else f"default: torch; {tuned.note}"
-        if tuned.runtime == "torch":
-            if tuned.weights != "float32" and not getattr(args, "weights_typed", False) and hasattr(args, "weights") \
-                    and getattr(args, "dtype", None) is None:
-                args.weights = tuned.weights  # the tuned representation, as if typed; --weights float32 keeps the reference
-                return "torch", f"tuned: {tuned.path} (torch with {tuned.weights} weights)"
-            return "torch", f"tuned: {tuned.path} (torch, {tuned.weights} weights measured fastest)"
-        typed_torch = [flag for flag, on in torch_only.items() if on]
-        if typed_torch:
-            return "torch", f"default: torch, because {', '.join(typed_torch)} apply to torch only (tuned: llama.cpp)"
-        try:
-            binding()
-        except ValueError as exc:
-            return "torch", f"default: torch, because {exc}"
-        return "llama.cpp", f"tuned: {tuned.path}" + (f"; {tuned.note}" if tuned.note else "")
+        return _untyped_runtime(args, weights)
     if not is_gguf_model(args.model):
         raise ValueError(f"--runtime llama.cpp runs a GGUF profile's own file; {args.model!r} has none (use "
                          "--runtime torch)")
-    typed_torch = [flag for flag, on in torch_only.items() if on]
+    typed_torch = _torch_only_flags(args)
     if typed_torch:
         raise ValueError(f"--runtime llama.cpp runs the GGUF file's own weights on the CPU; {', '.join(typed_torch)} "
                          "apply to --runtime torch only")
     binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
-    return "llama.cpp", "--runtime"
+    return RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, weights)
 
 
-def load_for_runtime(args: argparse.Namespace, runtime: str, device: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count)."""
-    if runtime == "llama.cpp":
+def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
+    """:func:`resolve_runtime` without ``--runtime``: the tuned runtime where it applies and can run, else torch."""
+    import torch
+
+    from lab.models.devices import resolve_device
+    from lab.models.loading import is_gguf_model
+    from lab.runtime.ggml import binding
+    from lab.tuning import read_tuned_runtime, runtime_machine_key
+
+    def torch_because(why: str | None) -> RuntimeChoice:
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, why, weights)
+
+    if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
+        return torch_because(None)  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
+    tuned = read_tuned_runtime(args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
+    if tuned.runtime is None:
+        return torch_because(None if tuned.note is None else f"default: torch; {tuned.note}")
+    if tuned.runtime == "torch":
+        # The tuned representation, as if typed; a typed --weights (float32 too: the reference) or --dtype wins.
+        if tuned.weights != "float32" and not getattr(args, "weights_typed", False) and hasattr(args, "weights") \
+                and getattr(args, "dtype", None) is None:
+            note = f"tuned: {tuned.path} (torch with {tuned.weights} weights)"
+            return RuntimeChoice("torch", RuntimeSource.TUNED, note, tuned.weights)
+        return RuntimeChoice("torch", RuntimeSource.TUNED,
+                             f"tuned: {tuned.path} (torch, {tuned.weights} weights measured fastest)", weights)
+    typed_torch = _torch_only_flags(args)
+    if typed_torch:
+        return torch_because(f"default: torch, because {', '.join(typed_torch)} apply to torch only (tuned: llama.cpp)")
+    try:
+        binding()
+    except ValueError as exc:
+        return torch_because(f"default: torch, because {exc}")
+    note = f"tuned: {tuned.path}" + (f"; {tuned.note}" if tuned.note else "")
+    return RuntimeChoice("llama.cpp", RuntimeSource.TUNED, note, weights)
+
+
+def load_for_runtime(args: argparse.Namespace, choice: RuntimeChoice, device: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count), in the chosen weights."""
+    if choice.runtime == "llama.cpp":
         import torch
 
         from lab.runtime.ggml import load_ggml_model
@@ -409,7 +467,7 @@ def load_for_runtime(args: argparse.Namespace, runtime: str, device: Any) -> tup
         return load_ggml_model(args.model, n_threads=torch.get_num_threads())
     from lab.models.loading import load_model
 
-    return load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    return load_model(args.model, device=device, dtype=args.dtype, weights=choice.weights)
 
 
 def add_torch_only_runtime_arg(p: argparse.ArgumentParser, what: str) -> None:

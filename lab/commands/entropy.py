@@ -56,13 +56,13 @@ def run(args: argparse.Namespace) -> int:
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
-    runtime, runtime_source = resolve_runtime(args)
+    runtime = resolve_runtime(args)
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
-    if runtime_source != "default":  # the torch default says nothing new
-        err.print(f"runtime: {runtime} ({runtime_source})", markup=False, highlight=False, soft_wrap=True)
-    with err.status(f"loading {args.model} on {device if runtime == 'torch' else 'llama.cpp'}"):
+    if runtime.line is not None:
+        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
+    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
         model, tokenizer = load_for_runtime(args, runtime, device)
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
@@ -87,9 +87,8 @@ def run(args: argparse.Namespace) -> int:
             "prompt_ids": result.prompt_ids[0].tolist(),
             "settings": settings,
             "seed": result.seed,
-            "model": info,
-            "device": info["device"],
-            "dtype": info["dtype"], "runtime": runtime, "runtime_source": runtime_source, "vocab_size": result.vocab_size,
+            "model": info, "device": info["device"], "dtype": info["dtype"],
+            "runtime": runtime.runtime, "runtime_source": runtime.said, "vocab_size": result.vocab_size,
             "environment": environment(model),
             "summary": result.summary(),
             "text": result.text,

@@ -13,9 +13,9 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
-from lab.commands.common import (add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
-                                 add_runtime_arg, check_adaptive_draft, check_model_args, load_for_runtime,
-                                 parse_adaptive, range_text, resolve_runtime)
+from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args, add_model_args,
+                                 add_out_arg, add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args,
+                                 load_for_runtime, parse_adaptive, range_text, resolve_runtime)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def speculate_config(args: argparse.Namespace, threads: int) -> tuple["SpeculateConfig", str]:
+def speculate_config(args: argparse.Namespace, threads: int) -> tuple["SpeculateConfig", str, RuntimeChoice]:
     """Check every flag and resolve the run (draft, set-up, settings, seed) before any model loads.
 
     Args:
@@ -68,7 +68,8 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
         threads: torch's thread count for this run (part of the tuning file's machine key).
 
     Returns:
-        ``(config, device)``: the :class:`lab.speculative.report.SpeculateConfig` and the device to load on.
+        ``(config, device, runtime)``: the :class:`lab.speculative.report.SpeculateConfig`, the device to load on
+        and the runtime (with the target's weights) to load on.
 
     Raises:
         ValueError: a bad flag, naming it as typed (the CLI exits 2); so is ``--adaptive`` with a draft
@@ -95,20 +96,22 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     kind = check_draft_spec(draft_spec)
     if args.adaptive:
         check_adaptive_draft(args.adaptive, kind)
-    runtime, runtime_source = resolve_runtime(args)
-    if runtime == "llama.cpp" and kind == "early-exit":
-        if runtime_source == "--runtime":
+    runtime = resolve_runtime(args)
+    if runtime.runtime == "llama.cpp" and kind == "early-exit":
+        if runtime.source is RuntimeSource.TYPED:
             raise ValueError(f"--draft {draft_spec}: an early-exit draft runs the target's own torch layers; on "
                              "--runtime llama.cpp use a GGUF draft model or prompt-lookup")
-        runtime, runtime_source = "torch", "default: torch, because an early-exit draft runs the target's torch layers"
+        runtime = RuntimeChoice("torch", RuntimeSource.DEFAULT, "default: torch, because an early-exit draft runs the "
+                                "target's torch layers", runtime.weights)
     chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
                                                    "adaptive": args.adaptive},
-                          threads=threads, has_weights=kind == "model" and runtime == "torch", runtime=runtime)
+                          threads=threads, has_weights=kind == "model" and runtime.runtime == "torch",
+                          runtime=runtime.runtime)
     settings = SpeculativeSettings.from_setup(chosen.setup, max_new_tokens=args.max_new_tokens, sampling=sampling)
     check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed, runtime,
-                           runtime_source), device
+    return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed, runtime.runtime,
+                           runtime.said), device, runtime
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,12 +127,12 @@ def run(args: argparse.Namespace) -> int:
     from lab.speculative.loop import speculative_generate
 
     # 1. Validate everything before loading anything.
-    cfg, device = speculate_config(args, torch.get_num_threads())
+    cfg, device, runtime = speculate_config(args, torch.get_num_threads())
 
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
     with err.status(f"loading {args.model} on {device if cfg.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_for_runtime(args, cfg.runtime, device)
+        model, tokenizer = load_for_runtime(args, runtime, device)
         try:
             draft = make_draft(model, cfg.draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
                                dtype=cfg.chosen.setup.draft_dtype)

@@ -13,6 +13,7 @@ import pytest
 import lab.runtime.ggml as ggml
 from lab import cli
 from lab.commands import common
+from lab.commands.common import RuntimeChoice, RuntimeSource
 from lab.runtime.ggml import GgmlCache, RuntimeUnavailableError
 
 pytestmark = pytest.mark.unit
@@ -38,7 +39,9 @@ def not_built(monkeypatch):
 
 
 def test_resolve_runtime_typed_llama_cpp_on_a_gguf_profile_is_used(built):
-    assert common.resolve_runtime(_args(runtime="llama.cpp")) == ("llama.cpp", "--runtime")
+    choice = common.resolve_runtime(_args(runtime="llama.cpp"))
+    assert choice == RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, "float32")
+    assert choice.said == "--runtime" and choice.line == "runtime: llama.cpp (--runtime)"
 
 
 def _tune(runtime="llama.cpp", weights="gguf", **machine):
@@ -52,19 +55,24 @@ def _tune(runtime="llama.cpp", weights="gguf", **machine):
 
 
 def test_resolve_runtime_untyped_without_a_tuning_file_is_torch(built):
-    assert common.resolve_runtime(_args()) == ("torch", "default")
+    choice = common.resolve_runtime(_args())
+    assert choice == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, "float32")
+    assert choice.said == "default" and choice.line is None  # the torch default says nothing new
 
 
 def test_resolve_runtime_untyped_runs_the_tuned_runtime_and_typed_torch_wins(built):
     path = _tune()
-    assert common.resolve_runtime(_args()) == ("llama.cpp", f"tuned: {path}")
-    assert common.resolve_runtime(_args(runtime="torch")) == ("torch", "--runtime")
+    choice = common.resolve_runtime(_args())
+    assert choice == RuntimeChoice("llama.cpp", RuntimeSource.TUNED, f"tuned: {path}", "float32")
+    assert choice.said == f"tuned: {path}" and choice.line == f"runtime: llama.cpp (tuned: {path})"
+    assert common.resolve_runtime(_args(runtime="torch")) == RuntimeChoice("torch", RuntimeSource.TYPED, None, "float32")
 
 
 def test_resolve_runtime_tuned_llama_cpp_falls_back_to_torch_when_not_built_saying_why(not_built):
     _tune()
-    runtime, why = common.resolve_runtime(_args())
-    assert runtime == "torch" and "make peer" in why
+    choice = common.resolve_runtime(_args())
+    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT and "make peer" in choice.said
+    assert choice.line == f"runtime: torch ({choice.said})"
 
 
 @pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
@@ -72,13 +80,15 @@ def test_resolve_runtime_tuned_llama_cpp_falls_back_to_torch_when_not_built_sayi
 def test_resolve_runtime_tuned_llama_cpp_with_a_torch_only_flag_is_torch_naming_it(built, kw):
     """A typed torch flag, even ``--weights float32`` (the reference), keeps the run on torch."""
     _tune()
-    runtime, why = common.resolve_runtime(_args(**kw))
-    assert runtime == "torch" and "apply to torch only" in why
+    choice = common.resolve_runtime(_args(**kw))
+    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
+    assert "apply to torch only" in choice.said
 
 
 def test_resolve_runtime_tuning_is_not_read_for_a_model_without_a_gguf_file(built):
     _tune()
-    assert common.resolve_runtime(_args(model="Qwen/Qwen2.5-3B-Instruct")) == ("torch", "default")
+    assert common.resolve_runtime(_args(model="Qwen/Qwen2.5-3B-Instruct")) == RuntimeChoice(
+        "torch", RuntimeSource.DEFAULT, None, "float32")
 
 
 def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
@@ -88,7 +98,7 @@ def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
 
     _tune()
     monkeypatch.setattr(devices, "resolve_device", lambda device=None: torch.device("cuda"))
-    assert common.resolve_runtime(_args()) == ("torch", "default")
+    assert common.resolve_runtime(_args()) == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, "float32")
 
 
 @pytest.mark.parametrize("machine, says", [(dict(cpu_model="Some Other CPU"), "another machine"),
@@ -96,24 +106,30 @@ def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
                                           (dict(llama_cpp="0.0.1"), "stale")])
 def test_resolve_runtime_ignores_a_foreign_or_stale_tuning_file_saying_so(built, machine, says):
     path = _tune(**machine)
-    runtime, why = common.resolve_runtime(_args())
-    assert runtime == "torch" and says in why and str(path) in why and "\n" not in why
+    choice = common.resolve_runtime(_args())
+    why = choice.said
+    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
+    assert why.startswith("default: torch; ") and says in why and str(path) in why and "\n" not in why
 
 
 def test_resolve_runtime_ignores_a_corrupt_tuning_file_saying_so(built):
     path = _tune()
     path.write_text('{"format": 1, "profile": "qwen2.5-coder", "runtime": "llama.cpp", "weights": "q4"}')
-    runtime, why = common.resolve_runtime(_args())
-    assert runtime == "torch" and "corrupt" in why
+    choice = common.resolve_runtime(_args())
+    assert choice.runtime == "torch" and "corrupt" in choice.said
 
 
 def test_resolve_runtime_tuned_torch_weights_apply_unless_weights_are_typed(built):
+    """The tuned weights are the choice's, and the parsed flags are left as typed."""
     path = _tune("torch", "q4")
     args = _args()
-    assert common.resolve_runtime(args) == ("torch", f"tuned: {path} (torch with q4 weights)")
-    assert args.weights == "q4"
+    assert common.resolve_runtime(args) == RuntimeChoice("torch", RuntimeSource.TUNED,
+                                                         f"tuned: {path} (torch with q4 weights)", "q4")
+    assert args == _args()
     typed = _args(weights="float32", weights_typed=True)
-    assert common.resolve_runtime(typed)[0] == "torch" and typed.weights == "float32"
+    assert common.resolve_runtime(typed) == RuntimeChoice(
+        "torch", RuntimeSource.TUNED, f"tuned: {path} (torch, q4 weights measured fastest)", "float32")
+    assert typed.weights == "float32"
 
 
 def test_weights_flag_records_that_it_was_typed():
