@@ -14,10 +14,10 @@ import dataclasses
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import (MAX_GAMMA, RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args,
-                                 add_model_args, add_out_arg, add_runtime_arg, add_threads_arg, bound_for,
-                                 check_adaptive_draft, check_model_args, load_for_runtime, parse_adaptive,
-                                 parse_lengths, range_text, resolve_runtime)
+from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args, add_model_args,
+                                 add_out_arg, add_runtime_arg, add_threads_arg, bound_for, check_adaptive_draft,
+                                 check_model_args, load_for_runtime, parse_adaptive, parse_lengths, range_text,
+                                 resolve_runtime)
 from lab.models.source import model_source
 
 
@@ -115,15 +115,22 @@ def _parse_gammas(text: str) -> tuple[int, ...]:
 
 
 def _check_dynamic(specs: tuple[str, ...]) -> None:
+    """Each ``--dynamic`` policy parsed, its MAX within ``--gammas``' range (one table: :func:`bound_for`)."""
     from lab.speculative.policies import DynamicGamma
 
+    max_gamma = bound_for("bench", "gamma").hi
     for spec in specs:
         try:
             policy = DynamicGamma.parse(spec)
         except ValueError as exc:
             raise ValueError(f"--dynamic {spec!r}: {exc}") from None
-        if policy.max_gamma > MAX_GAMMA:
-            raise ValueError(f"--dynamic {spec!r}: MAX={policy.max_gamma} must be <= {MAX_GAMMA}")
+        if policy.max_gamma > max_gamma:
+            raise ValueError(f"--dynamic {spec!r}: MAX={policy.max_gamma} must be <= {max_gamma}")
+
+
+def _typed_adaptive(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--adaptive`` stops typed, ``none`` left out."""
+    return tuple(a for a in args.adaptive or [] if a != "none")
 
 
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
@@ -175,7 +182,7 @@ def _bench_config(args: argparse.Namespace):
     from lab.bench.run import BenchConfig
     from lab.speculative.per_pass import parse_draft_dtype
 
-    adaptive = tuple(a for a in (args.adaptive or ["entropy:0.3"]) if a != "none")
+    adaptive = _typed_adaptive(args) if args.adaptive else BenchConfig.adaptive  # 'none' alone: no stop
     for spec in adaptive:
         parse_adaptive(spec)  # errors name --adaptive as typed
     dynamic = tuple(args.dynamic or (["dynamic:4:12"] if args.levers else []))
@@ -273,7 +280,7 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
     draft_spec = resolve_draft_spec(args.draft, args.model)
     if config is not None and config.draft_dtypes and draft_spec == "prompt-lookup":
         raise ValueError(f"--draft-dtype {config.draft_dtypes[0]} needs a model draft, not --draft {draft_spec}")
-    typed_adaptive = [a for a in args.adaptive or [] if a != "none"] if config is not None else []
+    typed_adaptive = _typed_adaptive(args) if config is not None else ()
     if typed_adaptive:
         check_adaptive_draft(typed_adaptive[0], check_draft_spec(draft_spec))
     if no_model is not None and check_draft_spec(draft_spec) == "prompt-lookup":

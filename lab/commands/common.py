@@ -217,8 +217,6 @@ def parse_adaptive(text: str):
     Raises:
         ValueError: a bad spec, naming ``--adaptive`` as typed and the threshold as X.
     """
-    import re
-
     from lab.speculative.drafts import AdaptiveDraftLength
 
     try:

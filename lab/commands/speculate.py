@@ -61,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def speculate_config(args: argparse.Namespace, threads: int) -> tuple["SpeculateConfig", str, RuntimeChoice]:
-    """Check every flag and resolve the run (draft, set-up, settings, seed) before any model loads.
+    """Check the flags and resolve the run (draft, set-up, settings, seed) before any model loads.
+
+    The numeric ranges (``--gamma``, ``--max-new-tokens`` ...) are :func:`lab.commands.common.check_bounds`'s,
+    which :mod:`lab.cli` runs before any command.
 
     Args:
         args: The parsed flags.
@@ -83,10 +86,6 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     from lab.speculative.settings import SpeculativeSettings
     from lab.tuning import choose_setup
 
-    if args.gamma is not None and args.gamma < 1:
-        raise ValueError(f"--gamma={args.gamma} must be >= 1")
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1")
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if args.adaptive:
         parse_adaptive(args.adaptive)  # errors name --adaptive as typed
