@@ -26,8 +26,6 @@ LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a me
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.speculative.draft_dtypes import DRAFT_DTYPE_HELP
-
     p = subparsers.add_parser(
         "bench", help="benchmark speculative decoding against target-only and transformers' assisted generation",
         description="Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft "
@@ -36,6 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_model_args(p)
     add_draft_weights_arg(p)
+    _add_method_args(p)
+    _add_sampling_args(p)
+    _add_schedule_args(p)
+    add_peer_args(p)
+    add_runtime_arg(p)
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def _add_method_args(p: argparse.ArgumentParser) -> None:
+    """What the default schedule times: the draft, its sweep, the prompts and lengths, the levers."""
+    from lab.speculative.draft_dtypes import DRAFT_DTYPE_HELP
+
     p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
                                                  "(default: the profile's draft)")
     p.add_argument("--gammas", default=None,
@@ -71,6 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "target-only loop, the baseline, always runs), e.g. 'generate,assisted gamma=5,"
                         "adaptive=pmin:0.6 draft=bfloat16' (default: all)")
     p.add_argument("--prompt-lookup", action="store_true", help="also run prompt lookup (no draft model)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """How every method draws: temperature, the filters and the seed."""
     p.add_argument("--temperature", type=float, default=0.0,
                    help=f"{range_text('bench', 'temperature')}: 0 = greedy (default); > 0 samples: every method (the "
                         "lab's loops, transformers generate and assisted generation) draws through the same "
@@ -79,6 +94,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help=f"sampling seed, {range_text('bench', 'seed')}; each repeat and prompt gets one derived from "
                         "it, the same for every method, recorded per run (default: 0)")
+
+
+def _add_schedule_args(p: argparse.ArgumentParser) -> None:
+    """The other schedules (the seed's tables, the two tunings), the sides and the levers."""
     p.add_argument("--seed-tables", action="store_true",
                    help="rerun the seed's two Part 3 tables with its figures beside them (lab.bench.seed_tables): "
                         "target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats, and the no-cache vs cached "
@@ -104,10 +123,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
-    add_peer_args(p)
-    add_runtime_arg(p)
-    add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _parse_gammas(text: str) -> tuple[int, ...]:
@@ -450,58 +465,22 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         ValueError: a flag of another schedule, a model without a GGUF file, ``--humaneval`` outside the tuning
             split, or the llama.cpp runtime not built (naming ``make peer``).
     """
-    import torch
-
-    from lab.bench.run import encode_prompts
-    from lab.bench.runtime_tune import (CANDIDATES, RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS,
-                                        RuntimeTuneReport, run_runtime_tune, timed_target)
-    from lab.bench.prompt_split import parse_humaneval
-    from lab.bench.tune import TUNE_HUMANEVAL, tune_prompts
-    from lab.machine import LoadLog, busy_warning, set_threads
-    from lab.models.chat import eos_token_ids
-    from lab.models.loading import is_gguf_model, load_model
+    from lab.bench.runtime_tune import (RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS, RuntimeTuneReport,
+                                        run_runtime_tune)
+    from lab.machine import LoadLog, busy_warning
     from lab.render.console import stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
     from lab.reports import environment, report_dir
-    from lab.runtime.ggml import binding, load_ggml_model
     from lab.tuning import runtime_machine_key, write_tuned_runtime
 
     # 1. Validate before loading.
-    _refuse_flags(args, TUNE_RUNTIME_EXCLUSIVE, "--tune-runtime times its own candidates (the target alone, greedy, "
-                                                "on each runtime) on the tuning prompts; drop ")
-    if args.weights != "float32" or args.draft_weights != "float32":
-        raise ValueError("--tune-runtime times float32 and q4 weights on torch and the GGUF file on llama.cpp; "
-                         "drop --weights / --draft-weights")
-    if not is_gguf_model(args.model):
-        raise ValueError(f"--tune-runtime compares runtimes on a GGUF profile's file; {args.model!r} has none")
-    device = check_model_args(args)
-    if str(device) != "cpu":
-        raise ValueError(f"--tune-runtime compares CPU runtimes; --device {device} is not the CPU")
-    if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
-        raise ValueError(f"--tune-runtime --humaneval {args.humaneval!r}: it times on the tuning split only (the "
-                         "held-back problems certify a choice and are never tuned on)")
-    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
-    binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
-    threads = set_threads(args.threads)
+    prompts, threads = _check_tune_runtime(args)
     max_new = RUNTIME_TUNE_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
     repeats = RUNTIME_TUNE_REPEATS if args.repeats is None else args.repeats
 
     # 2. Load every candidate, warm each up, and time them alternating (progress on stderr).
     err = stderr_console()
-    generators, sources, first = {}, {}, None
-    for cand in CANDIDATES:
-        with err.status(f"loading {args.model}: {cand.label}"):
-            if cand.runtime == "llama.cpp":
-                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-            else:
-                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
-        first = first or model
-        ids = encode_prompts(model, tokenizer, prompts.texts, max_new, "cpu")
-        fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))
-        with err.status(f"warming up {cand.label}"):
-            fn(0)
-        generators[cand] = fn
-        sources[cand.label] = model_source(model).as_dict()
+    generators, sources, first = _warm_runtime_candidates(args, prompts.texts, max_new, threads, err)
     with err.status("timing") as status:
         result = run_runtime_tune(generators, len(prompts.texts), repeats=repeats, load_log=LoadLog(threads=threads),
                                   progress=status.update)
@@ -525,6 +504,58 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _check_tune_runtime(args: argparse.Namespace):
+    """``lab bench --tune-runtime``'s flags checked before any model loads: ``(tuning prompts, threads)``."""
+    from lab.bench.prompt_split import parse_humaneval
+    from lab.bench.tune import TUNE_HUMANEVAL, tune_prompts
+    from lab.machine import set_threads
+    from lab.models.loading import is_gguf_model
+    from lab.runtime.ggml import binding
+
+    _refuse_flags(args, TUNE_RUNTIME_EXCLUSIVE, "--tune-runtime times its own candidates (the target alone, greedy, "
+                                                "on each runtime) on the tuning prompts; drop ")
+    if args.weights != "float32" or args.draft_weights != "float32":
+        raise ValueError("--tune-runtime times float32 and q4 weights on torch and the GGUF file on llama.cpp; "
+                         "drop --weights / --draft-weights")
+    if not is_gguf_model(args.model):
+        raise ValueError(f"--tune-runtime compares runtimes on a GGUF profile's file; {args.model!r} has none")
+    device = check_model_args(args)
+    if str(device) != "cpu":
+        raise ValueError(f"--tune-runtime compares CPU runtimes; --device {device} is not the CPU")
+    if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
+        raise ValueError(f"--tune-runtime --humaneval {args.humaneval!r}: it times on the tuning split only (the "
+                         "held-back problems certify a choice and are never tuned on)")
+    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
+    binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
+    return prompts, set_threads(args.threads)
+
+
+def _warm_runtime_candidates(args: argparse.Namespace, texts, max_new: int, threads: int, err):
+    """Each runtime candidate loaded, its timed target built on ``texts`` and warmed up once:
+    ``(timing function per candidate, model source per label, the first model)``."""
+    from lab.bench.run import encode_prompts
+    from lab.bench.runtime_tune import CANDIDATES, timed_target
+    from lab.models.chat import eos_token_ids
+    from lab.models.loading import load_model
+    from lab.runtime.ggml import load_ggml_model
+
+    generators, sources, first = {}, {}, None
+    for cand in CANDIDATES:
+        with err.status(f"loading {args.model}: {cand.label}"):
+            if cand.runtime == "llama.cpp":
+                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
+            else:
+                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
+        first = first or model
+        ids = encode_prompts(model, tokenizer, texts, max_new, "cpu")
+        fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))
+        with err.status(f"warming up {cand.label}"):
+            fn(0)
+        generators[cand] = fn
+        sources[cand.label] = model_source(model).as_dict()
+    return generators, sources, first
 
 
 def run_tune(args: argparse.Namespace) -> int:

@@ -40,9 +40,7 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lab.analysis.hypotheses import N_RESAMPLES
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
-    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 
     p = subparsers.add_parser(
         "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
@@ -57,6 +55,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
                    help=f"a draft model's dtype: {DRAFT_DTYPE_HELP} (default: the study's measured "
                         "choice for the profile, else the target's dtype)")
+    _add_sample_args(p)
+    _add_work_args(p)
+    add_torch_only_runtime_arg(p, "the study's prefill measures (sinks, context health)")
+    add_out_arg(p)
+    # None = not typed, so that --resume can tell a flag typed by the user from a default
+    # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
+    p.set_defaults(func=run, model=None, out=None)
+
+
+def _add_sample_args(p: argparse.ArgumentParser) -> None:
+    """The prompts and the numbers of a study: the set, its size, the decode, the seed and the bootstrap."""
+    from lab.analysis.hypotheses import N_RESAMPLES
+    from lab.study.config import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
+
     p.add_argument("--prompts", default=None,
                    help="prompt file (JSONL) or a named source of real prompts: humaneval (164 code problems), "
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
@@ -78,6 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resamples", type=int, default=N_RESAMPLES,
                    help=f"bootstrap resamples for the confidence intervals, {range_text('study', 'resamples')} "
                         f"(default: {N_RESAMPLES})")
+
+
+def _add_work_args(p: argparse.ArgumentParser) -> None:
+    """Where and how the work runs: resume, shards and their merge, a Ray cluster, threads."""
+    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S
+
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the interrupted study in this work directory (renamed or copied ones too), with "
                         "its stored settings and prompt set; flags that change the numbers are refused unless they "
@@ -104,11 +122,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"torch threads, {range_text('study', 'threads')}: of this process (default: torch's choice), "
                         "or with --ray of each actor, which reserves as many CPUs (default 1); the numbers equal "
                         "across runs with equal threads")
-    add_torch_only_runtime_arg(p, "the study's prefill measures (sinks, context health)")
-    add_out_arg(p)
-    # None = not typed, so that --resume can tell a flag typed by the user from a default
-    # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
-    p.set_defaults(func=run, model=None, out=None)
 
 
 # Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.
