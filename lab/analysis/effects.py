@@ -3,7 +3,8 @@
 The lab's own math here: the matched-pairs rank-biserial correlation (Kerby 2014),
 eta-squared_H (Cohen 2008, in Tomczak & Tomczak 2014), a bootstrap wrapper around
 ``scipy.stats.bootstrap`` (also over whole clusters), a cluster-robust test of a
-least-squares slope (the CR1 sandwich; Cameron & Miller 2015), binned acceptance rates
+least-squares slope (the CR1 sandwich; Cameron & Miller 2015), a mean with its normal
+interval (error bars), binned acceptance rates
 with Wilson intervals and a least-squares line with its t-based confidence band. No
 model, no files, no Rich.
 """
@@ -58,6 +59,44 @@ def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan
     return float(np.corrcoef(x, y)[0, 1])
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    """A mean with the half-width of its normal-approximation interval (see :func:`mean_interval`)."""
+
+    mean: float
+    half_width: float
+    level: float
+    n: int
+
+
+def mean_interval(values: Sequence[float], level: float = CI_LEVEL) -> MeanInterval:
+    """The mean of ``values`` and the half-width ``z * sd / sqrt(n)`` of its normal interval at ``level``.
+
+    ``z`` is the standard normal's ``(1 + level) / 2`` quantile (1.96 at 95 %), ``sd`` the sample SD
+    (ddof 1). A descriptive interval (error bars), not a test: with fewer than 2 values the half-width
+    is 0.
+
+    Raises:
+        ValueError: ``values`` is empty, or ``level`` is outside (0, 1).
+
+    Examples:
+        >>> m = mean_interval([1.0, 2.0, 3.0, 4.0])  # sd = 1.291, sqrt(4) = 2
+        >>> m.mean, round(m.half_width, 4)
+        (2.5, 1.2652)
+        >>> mean_interval([5.0]).half_width
+        0.0
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("values is empty: no mean to take")
+    if not 0 < level < 1:
+        raise ValueError(f"level={level!r} must lie in (0, 1)")
+    if v.size < 2:
+        return MeanInterval(float(v.mean()), 0.0, level, 1)
+    z = float(stats.norm.ppf((1 + level) / 2))
+    return MeanInterval(float(v.mean()), float(z * v.std(ddof=1) / math.sqrt(v.size)), level, int(v.size))
 
 
 def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., float], *, paired: bool,

@@ -76,7 +76,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from lab.analysis.effects import CI_LEVEL, cluster_bootstrap_ci
+from lab.analysis.effects import CI_LEVEL, MeanInterval, cluster_bootstrap_ci, mean_interval
 from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, holm, verdict
 from lab.analysis.power import POWER
 
@@ -661,6 +661,31 @@ def secondary_estimates(triples: Sequence[TripleSummary], values: Mapping[str, n
             Estimate("indirect_share", "Share of the P - N entropy gap at A0 carried by the mediator gap: "
                      "slope * mean(mediator gap) / mean(entropy gap).", indirect(all_idx), "ratio", *ci(indirect),
                      CI_LEVEL, n))
+
+
+# --------------------------------------------------------------------------- means per arm (described)
+
+
+@dataclass(frozen=True)
+class ArmMeans:
+    """Means over triples per (table, twin, arm) with normal 95 % intervals: the report's arm table and plot.
+
+    Attributes:
+        by_arm: ``(table, variant, arm) -> MeanInterval`` for every table of :data:`TABLES`, variant and arm.
+        dose_gap: The P - N entropy gap per arm of :data:`DOSE`, in its order.
+    """
+
+    by_arm: Mapping[tuple[str, str, str], MeanInterval]
+    dose_gap: tuple[MeanInterval, ...]
+
+
+def arm_means(triples: Sequence[TripleSummary]) -> ArmMeans:
+    """Each (table, twin, arm)'s mean over ``triples`` and the P - N entropy gap per dose arm, with intervals."""
+    by_arm = {(table, v, a): mean_interval(_table(triples, table, v, a)) for table in TABLES for v in VARIANTS
+              for a in ARMS}
+    gaps = tuple(mean_interval(_table(triples, "entropy", "P", a) - _table(triples, "entropy", "N", a))
+                 for a, _ in DOSE)
+    return ArmMeans(by_arm, gaps)
 
 
 # --------------------------------------------------------------------------- the analysis

@@ -1,7 +1,7 @@
 """Rendering for ``lab intervene``: the console verdicts, summary.md, triples.csv, arms.png, the report.
 
-Consumes :class:`lab.intervene.report.InterventionReport`; computes nothing new beyond
-means for the plot (tests, controls and power come from :mod:`lab.analysis.intervention`).
+Consumes :class:`lab.intervene.report.InterventionReport`; computes nothing (tests, controls, power
+and the means per arm with their intervals come from :mod:`lab.analysis.intervention`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lab.analysis.intervention import ARMS, DOSE, TripleSummary
+from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary, arm_means
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
 PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "sink", "C+")
@@ -44,16 +44,9 @@ def triple_rows(summaries: Sequence[TripleSummary]) -> list[dict[str, Any]]:
     return rows
 
 
-def _mean_ci(values: np.ndarray) -> tuple[float, float]:
-    """Mean and the half-width of a normal 95 % interval over triples (for the plot only)."""
-    if len(values) < 2:
-        return float(values.mean()), 0.0
-    return float(values.mean()), float(1.96 * values.std(ddof=1) / math.sqrt(len(values)))
-
-
-def plot_arms(summaries: Sequence[TripleSummary], path: str | Path, title: str) -> None:
-    """Three panels (PNG): entropy and beta per arm for each twin (thin lines: triples; markers: means
-    with 95 % intervals), and the dose-response of the P - N entropy gap over lambda."""
+def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Path, title: str) -> None:
+    """Three panels (PNG): entropy and beta per arm for each twin (thin lines: triples; markers: the means
+    of ``arms`` with their 95 % intervals), and the dose-response of the P - N entropy gap over lambda."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,16 +61,15 @@ def plot_arms(summaries: Sequence[TripleSummary], path: str | Path, title: str) 
             if len(summaries) <= 400:
                 for row in vals:
                     ax.plot(x + offset, row, color=colour, alpha=0.06, linewidth=0.6)
-            stats = [_mean_ci(vals[:, j]) for j in range(len(PLOT_ARMS))]
-            ax.errorbar(x + offset, [m for m, _ in stats], yerr=[h for _, h in stats], fmt="o-", color=colour,
+            stats = [arms.by_arm[table, v, a] for a in PLOT_ARMS]
+            ax.errorbar(x + offset, [m.mean for m in stats], yerr=[m.half_width for m in stats], fmt="o-", color=colour,
                         label=TWIN_NAMES[v], capsize=3, linewidth=1.5)
         ax.set_xticks(x, PLOT_ARMS)
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
     lam = np.array([d for _, d in DOSE])
-    gaps = np.array([[s.entropy["P", a] - s.entropy["N", a] for a, _ in DOSE] for s in summaries])
-    stats = [_mean_ci(gaps[:, j]) for j in range(len(DOSE))]
-    axes[2].errorbar(lam, [m for m, _ in stats], yerr=[h for _, h in stats], fmt="o-", color="black", capsize=3)
+    axes[2].errorbar(lam, [m.mean for m in arms.dose_gap], yerr=[m.half_width for m in arms.dose_gap], fmt="o-",
+                     color="black", capsize=3)
     axes[2].axhline(0, color="grey", linewidth=0.8, linestyle=":")
     axes[2].set_xticks(lam, [f"{d:g}\n{a}" for a, d in DOSE])
     axes[2].set_xlabel("lambda (attention to the added span scaled by)")
@@ -121,10 +113,10 @@ def _control_lines(a) -> list[str]:
     ]
 
 
-def _arm_table(summaries: Sequence[TripleSummary]) -> list[str]:
+def _arm_table(arms: ArmMeans) -> list[str]:
     lines = ["| arm | H(P) bits | H(N) bits | beta(P) | beta(N) | mediator P | mediator N |", "|---|---|---|---|---|---|---|"]
     for arm in ARMS:
-        cells = [np.mean([getattr(s, t)[v, arm] for s in summaries])
+        cells = [arms.by_arm[t, v, arm].mean
                  for t, v in (("entropy", "P"), ("entropy", "N"), ("beta", "P"), ("beta", "N"),
                               ("span_mass", "P"), ("span_mass", "N"))]
         lines.append(f"| {arm} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
@@ -165,7 +157,7 @@ def summary_markdown(report) -> str:
     head += ["", "## Secondary (outside the family)", ""] + [
         f"- {e.name}: {_f(e.value, '+.3f')} {e.unit} (95 % CI {_f(e.ci_low, '+.3f')} to {_f(e.ci_high, '+.3f')}, "
         f"{e.n_triples} triples): {e.statement}" for e in sec]
-    head += ["", "## Arms (means over triples)", ""] + _arm_table(report.main)
+    head += ["", "## Arms (means over triples)", ""] + _arm_table(arm_means(report.main))
     head += ["", "## Per distractor", "", "| distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0 |",
              "|---|---|---|---|"] + [f"| {_md(d.distractor)} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
                                      f"{d.mean_h4b_gap:+.4f} |" for d in a.distractors]
@@ -207,6 +199,7 @@ def write_report(report, root: Path, work: Path) -> Path:
             "environment": report.environment, "work_dir": str(work),
             "triples": [r.to_json() for r in report.records]})
         rd.write_csv("triples.csv", triple_rows(report.main))
-        plot_arms(report.main, rd.file("arms.png"), f"lab intervene, {report.settings.model}: arms per twin")
+        plot_arms(report.main, arm_means(report.main), rd.file("arms.png"),
+                  f"lab intervene, {report.settings.model}: arms per twin")
         rd.write_text("summary.md", summary_markdown(report))
     return rd.final

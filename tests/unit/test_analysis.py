@@ -23,7 +23,7 @@ from lab.analysis.hypotheses import (ALPHA, FAMILY_CI_LEVEL, FAMILY_SIZE, INCONC
 from lab.analysis.placebo import placebo_check, placebo_donors
 from lab.analysis.study import analyze, judge_with_power, question_of
 from lab.analysis.effects import (binned_acceptance, cluster_robust_slope_p, eta_squared_h, linear_fit_band,
-                                  rank_biserial_paired)
+                                  mean_interval, rank_biserial_paired)
 
 RESAMPLES = 199  # enough for a CI's sign on planted effects; keeps the unit tier fast
 TINY = 1e-9  # a step just across a verdict boundary
@@ -395,6 +395,13 @@ def test_cluster_robust_slope_p_duplicated_clusters_are_not_new_evidence():
 
 def test_cluster_robust_slope_p_too_few_clusters_is_nan():
     assert math.isnan(cluster_robust_slope_p([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0], ["a", "a", "b", "b"]))
+
+
+@pytest.mark.parametrize("values, level, match", [([], 0.95, "values"), ([1.0, 2.0], 1.0, "level"),
+                                                   ([1.0, 2.0], 0.0, "level")])
+def test_mean_interval_empty_values_or_bad_level_raises(values, level, match):
+    with pytest.raises(ValueError, match=match):
+        mean_interval(values, level)
 
 
 def test_partial_correlation_test_clusters_change_p_not_effect():

@@ -17,7 +17,8 @@ from scipy import stats
 from lab.analysis.hypotheses import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, holm
 from lab.analysis.intervention import (ARMS, C_PLUS_MIN_BITS, EMPTY_MASK_TOL_BITS, EQUIV_BITS, FAMILY_CI_LEVEL,
                                        FAMILY_SIZE, MASS_ZERO_TOL, MIN_DISTRACTORS, SMALLEST, TEST_NAMES, UNDECIDED,
-                                       VARIANTS, TripleSummary, analyze_intervention, arm_move, c_plus_control, cluster_test,
+                                       VARIANTS, TripleSummary, analyze_intervention, arm_means, arm_move, c_plus_control,
+                                       cluster_test,
                                        empty_mask_control, label_swap_control, manipulation_control, mediation_fit,
                                        outcome_values, position_only_control, power_at, power_table, required_triples,
                                        swap_labels)
@@ -304,3 +305,24 @@ def test_power_table_rows_state_power_ceiling_and_n():
     assert math.isnan(power_at(math.nan, N, G, 0.05))  # a pilot too small for an SD states no power
     with pytest.raises(ValueError, match="icc"):
         power_at(0.1, N, G, 0.05, icc=1.5)
+
+
+# --------------------------------------------------------------------------- means per arm (the report's plot and table)
+
+
+def test_arm_means_are_the_means_over_triples_with_a_normal_interval(null_triples):
+    """Each (table, twin, arm) and each dose gap: the plain mean, and z(0.975) * sd / sqrt(n) beside it."""
+    got = arm_means(null_triples)
+    n, z = len(null_triples), stats.norm.ppf(0.975)
+    for table, v, a in (("entropy", "P", "A0"), ("beta", "N", "C+"), ("span_mass", "P", "L0.5")):
+        vals = np.array([getattr(t, table)[v, a] for t in null_triples])
+        m = got.by_arm[table, v, a]
+        assert m.mean == np.mean(vals) and m.n == n and m.level == 0.95
+        assert m.half_width == pytest.approx(z * vals.std(ddof=1) / math.sqrt(n), rel=1e-12)
+    gap = np.array([t.entropy["P", "L0.25"] - t.entropy["N", "L0.25"] for t in null_triples])
+    assert got.dose_gap[1].mean == pytest.approx(gap.mean(), rel=1e-12)
+    assert len(got.by_arm) == 4 * len(VARIANTS) * len(ARMS)
+
+
+def test_arm_means_one_triple_has_no_interval():
+    assert arm_means([_triple()]).by_arm["entropy", "P", "A0"].half_width == 0.0
