@@ -88,6 +88,11 @@ class CandidateFigures:
     median_end_to_end: float
     median_decode: float
 
+    @property
+    def median_prefill_s(self) -> float:
+        """The middle repeat's prefill seconds; of an even count of repeats, the upper of the two middle ones."""
+        return sorted(self.prefill_s)[len(self.prefill_s) // 2]
+
 
 def candidate_figures(runs: Sequence[RuntimeRun]) -> dict[str, CandidateFigures]:
     """Per candidate (in first-seen order), :class:`CandidateFigures` from its runs.

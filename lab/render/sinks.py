@@ -316,7 +316,7 @@ def plot_heatmap(a: PrefillAnalysis, path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    data = a.per_head.float().mean(dim=1).clamp_min(1e-6).numpy()  # [L, S]
+    data = a.received_per_layer.clamp_min(1e-6).numpy()  # [L, S]
     fig, ax = plt.subplots(figsize=(min(16, 4 + len(a.tokens) / 12), 5), constrained_layout=True)
     im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="magma",
                    norm=LogNorm(vmin=max(1e-6, float(data.min())), vmax=max(float(data.max()), 2e-6)))

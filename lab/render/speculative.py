@@ -106,7 +106,7 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
         nxt = Text("-") if r.next_token is None else Text(
             f"{NEXT_KIND_SHORT.get(r.next_kind, r.next_kind)} {_tok(tokenizer, r.next_token)}",
             style=STYLES[r.next_kind])
-        h = (sum(r.draft_entropies) / len(r.draft_entropies)) if r.draft_entropies else float("nan")
+        h = r.mean_draft_entropy
         table.add_row(str(r.round), proposed, f"{r.n_accepted}/{len(r.proposed)}", nxt, r.stop_reason,
                       "-" if math.isnan(h) else f"{h:.2f}",
                       f"{r.draft_time_s * 1e3:.1f}/{r.verify_time_s * 1e3:.1f}" + ("*" if r.prefill_positions else ""))

@@ -177,6 +177,11 @@ class PrefillAnalysis:
     def content_positions(self) -> tuple[int, ...]:
         return tuple(i for i, r in enumerate(self.roles) if r == ROLE_CONTENT)
 
+    @property
+    def received_per_layer(self) -> torch.Tensor:
+        """Float32 ``[L, S]``: attention received, mean over each layer's heads of ``per_head``."""
+        return self.per_head.float().mean(dim=1)
+
 
 @dataclass(frozen=True)
 class SinkScores:

@@ -67,6 +67,11 @@ class RoundRecord:
         """Proposed tokens the target tested."""
         return sum(self.tested_mask)
 
+    @property
+    def mean_draft_entropy(self) -> float:
+        """Mean draft entropy (bits) over the proposed tokens; NaN for a round that proposed none."""
+        return sum(self.draft_entropies) / len(self.draft_entropies) if self.draft_entropies else float("nan")
+
     def follows_geometric_law(self, gamma: int) -> bool:
         """Whether the truncated geometric law at maximum draft length ``gamma`` describes this round:
         the full ``gamma`` tokens drafted (a gamma policy's shorter rounds follow another truncation),
