@@ -4,6 +4,8 @@ Beside the decode core (:mod:`lab.decode`), the other model-facing piece every m
 forward shares: the masked one-pass NLL (:mod:`lab.stream.perplexity`), the evicting
 draft (:mod:`lab.stream.acceptance`) and the intervention's arms (:mod:`lab.intervene.masks`)
 pass their keep-masks through :func:`model_attention_mask`, so the convention lands once.
+:func:`sliding_visibility` is a model's own sliding-window layer, which a keep-mask is
+intersected with on such layers.
 
 Mask convention (transformers 5.x): a 4D mask ``[1, 1, Q, K]`` is passed through
 as-is by ``masking_utils``; the SDPA path reads a *boolean keep-mask* (True =
@@ -22,7 +24,24 @@ from typing import Any
 
 import torch
 
-from lab.stream.policies import sliding_visibility
+
+def sliding_visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window: int) -> torch.Tensor:
+    """A model's own sliding-window layer: ``q - sliding_window < k <= q``, bool ``[Q, K]``.
+
+    The same convention as transformers' ``sliding_window_overlay`` (the query sees
+    ``sliding_window`` keys, itself included). A policy's keep-mask must be intersected
+    with it on such layers (Gemma 3's local layers), never replace it.
+
+    Examples:
+        >>> sliding_visibility(torch.arange(4), torch.arange(4), 2).int()
+        tensor([[1, 0, 0, 0],
+                [1, 1, 0, 0],
+                [0, 1, 1, 0],
+                [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    q = query_pos.reshape(-1, 1)  # [Q, 1]
+    k = key_pos.reshape(1, -1)  # [1, K]
+    return (k <= q) & (q - k < sliding_window)
 
 
 def _sliding_window(model: Any) -> int | None:

@@ -326,7 +326,8 @@ def streaming_nll(model, ids: torch.Tensor, policy, detected=None) -> torch.Tens
     """
     from transformers import DynamicCache
 
-    from lab.stream.policies import policy_visibility, sliding_visibility
+    from lab.attention_mask import sliding_visibility
+    from lab.stream.policies import policy_visibility
 
     n_layers = model.config.num_hidden_layers
     s = ids.shape[1]

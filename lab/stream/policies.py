@@ -175,16 +175,6 @@ def policy_visibility(policy: Policy, query_pos: torch.Tensor, key_pos: torch.Te
     return visibility(query_pos, key_pos, policy_window(policy, detected), kept_positions(policy, detected))
 
 
-def sliding_visibility(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window: int) -> torch.Tensor:
-    """A model's own sliding-window layer: ``q - sliding_window < k <= q``, bool ``[Q, K]``.
-
-    The same convention as transformers' ``sliding_window_overlay`` (the query sees
-    ``sliding_window`` keys, itself included). A policy must be intersected with it
-    on such layers (Gemma 3's local layers), never replace it.
-    """
-    return visibility(query_pos, key_pos, sliding_window)
-
-
 def rank_detected(z: torch.Tensor, observed: torch.Tensor, flagged: torch.Tensor) -> tuple[int, ...]:
     """The flagged positions for ``detected``, highest z first.
 

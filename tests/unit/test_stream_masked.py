@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.attention_mask import model_attention_mask
+from lab.attention_mask import model_attention_mask, sliding_visibility
 from lab.stream.perplexity import masked_nll, recompute_nll
-from lab.stream.policies import parse_policy, policy_visibility, sliding_visibility
+from lab.stream.policies import parse_policy, policy_visibility
 from tests import support
 from tests.support import NLL_ATOL, streaming_nll
 

@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.attention_mask import sliding_visibility
 from lab.stream.policies import (kept_positions, parse_policies, parse_policy, policy_visibility, policy_window,
-                                 rank_detected, sliding_visibility, visibility)
+                                 rank_detected, visibility)
 from tests.strategies import detector_rankings, retention_policies, sequence_lengths
 
 
