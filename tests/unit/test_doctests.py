@@ -20,6 +20,7 @@ DOCUMENTED_MODULES = (
     "lab.speculative.verify",
     "lab.speculative.theory",
     "lab.analysis.effects",
+    "lab.attention_mask",
 )
 
 
