@@ -16,7 +16,7 @@ torch threads) and the measured figures of every candidate. A reader
   the set-up within what the command line accepts for its flag): **corrupt**, ignored;
 
 each with one line naming the file and why, which the command shows and reports. The
-file is written atomically (:func:`lab.user_dirs.write_text_atomic`).
+file is written atomically (:func:`lab.runs.files.write_text_atomic`).
 
 Nothing heavy at import (the torch version is read from the installed package's metadata),
 so the commands can decide before any model loads.
@@ -37,7 +37,8 @@ from lab.models.profiles import PROFILES
 from lab.schemas import FileSchemaError
 from lab.speculative.tuning_schema import RUNTIME_TUNING_FORMAT, TUNING_FORMAT, load_runtime_tuning, load_tuning
 from lab.speculative.setups import DraftSetup, ResolvedSetup, default_ggml_setup, default_setup, resolve_setup
-from lab.user_dirs import tuning_dir, write_text_atomic
+from lab.runs.files import write_text_atomic
+from lab.user_dirs import tuning_dir
 
 MACHINE_FIELDS = ("cpu_model", "cpu_flags", "torch", "threads")
 

@@ -1,4 +1,4 @@
-"""The lab's per-user folders outside the installed package, and atomic writes into them.
+"""The lab's per-user folders outside the installed package (written through :mod:`lab.runs.files`).
 
 - :func:`calibration_dir`: calibrations a user made (``lab calibrate-sinks``, ``lab
   calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
@@ -18,7 +18,6 @@ Stdlib only, and nothing from the rest of the lab: the math and data modules may
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 CALIBRATION_ENV = "LAB_CALIBRATION_DIR"
@@ -79,37 +78,3 @@ def log_dir() -> Path:
     """Where tracebacks go: ``$LAB_LOG_DIR`` or ``~/.cache/lab/logs`` (may not exist yet)."""
     root = os.environ.get(LOG_ENV)
     return Path(root).expanduser() if root else lab_home() / "logs"
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then ``os.replace``.
-
-    A reader sees the old file or the new one, never a half-written one; a failure leaves
-    the old file as it was and no temporary file behind.
-
-    Raises:
-        OSError: the folder cannot be created or written (the caller names what it was writing).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -124,6 +124,8 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
 
 def run(args: argparse.Namespace) -> int:
     from lab.intervene import run as iv
+    from lab.runs.locks import hold
+    from lab.runs.shards import deal
     from lab.machine import set_threads
     from lab.render.console import stderr_console, stdout_console
     from lab.render.intervention import render_console, write_report
@@ -145,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Score what is left (pilot first), a progress line on stderr.
     err = stderr_console()
-    todo = iv.shard_of(pilot + main, shard)
+    todo = deal(pilot + main, shard)
     kept = f"the finished triples are kept in {work}; the same command continues"
     try:
-        with iv.hold(work, shard), err.status("intervene") as status:
+        with hold(work, shard, "intervention"), err.status("intervene") as status:
             def progress(i: int, n: int, tid: str) -> None:
                 status.update(f"triple {i + 1}/{n} {tid}" if tid else f"{n} triples scored")
             records = iv.run_triples(work, todo, settings, lambda: iv.load_models(settings), progress=progress,

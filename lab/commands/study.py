@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.machine import set_threads
     from lab.reports import check_reports_root
     from lab.study.work import plan_from_work_dir, plan_study
-    from lab.study.locks import hold_work_dir
+    from lab.study.work import hold_work_dir
     from lab.study.work import read_settings
 
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.

@@ -31,7 +31,8 @@ from pathlib import Path
 from lab.health.measures import CANDIDATES
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_chosen_file
-from lab.user_dirs import calibration_dir, write_text_atomic
+from lab.runs.files import write_text_atomic
+from lab.user_dirs import calibration_dir
 
 CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
 

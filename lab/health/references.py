@@ -36,7 +36,8 @@ from typing import Any, Mapping, Sequence
 from lab.health.measures import REFERENCED_BASES, LengthReference
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_reference_file
-from lab.user_dirs import calibration_dir, write_text_atomic
+from lab.runs.files import write_text_atomic
+from lab.user_dirs import calibration_dir
 
 LENGTH_DIR = "health/length"  # inside the lab package, and inside the user's calibration folder
 REFERENCE_PROMPTS = "data/length_reference.jsonl"

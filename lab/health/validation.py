@@ -335,7 +335,7 @@ def save_validity(validity: HealthValidity) -> "Path":
     """Write ``validity`` to the user's calibration folder; returns the path."""
     import json
 
-    from lab.user_dirs import write_text_atomic
+    from lab.runs.files import write_text_atomic
 
     path = validity_path(validity.profile, packaged=False)
     return write_text_atomic(path, json.dumps(validity.to_json(), indent=2) + "\n")

@@ -18,18 +18,16 @@ controls, and the SDs the power table reads); the analysis reads the main triple
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from lab.analysis.intervention import DESIGN
 from lab.prompts import StudyPrompt, load_prompts
+from lab.runs.files import work_file_name, write_json_atomic
 from lab.schemas import FileSchemaError
 
 DEFAULT_TRIPLES = Path(__file__).resolve().parents[1] / "data" / "intervention_triples.jsonl"
@@ -151,14 +149,6 @@ def balanced(triples: list[Triple], limit: int | None) -> list[Triple]:
     return [t for t in triples if t.id in chosen]
 
 
-def shard_of(items: Sequence[Any], shard: tuple[int, int] | None) -> list[Any]:
-    """The K-th of N interleaved slices (1-based K); all of them without a shard."""
-    if shard is None:
-        return list(items)
-    k, n = shard
-    return [x for i, x in enumerate(items) if i % n == k - 1]
-
-
 def work_dir_for(out: str | Path, settings: InterventionSettings) -> Path:
     """``<out>/.intervene-work-<model>-<key>``."""
     from lab.reports import slugify
@@ -191,47 +181,11 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
             raise ValueError(f"{work} holds the settings of another run (its settings.json differs or is unreadable); "
                              "remove the directory or use another --out")
         return
-    from lab.study.work import write_json_atomic
-
     write_json_atomic(path, settings.scored())
 
 
 def record_path(work: Path, triple_id: str) -> Path:
-    from lab.study.work import work_file_name
-
     return work / RECORDS_DIR / work_file_name(triple_id)
-
-
-@contextmanager
-def hold(work: Path, shard: tuple[int, int] | None) -> Iterator[None]:
-    """An ``flock`` on the work directory: shared for a shard (plus an exclusive one on the shard's own
-    lock), exclusive for a whole run.
-
-    Raises:
-        ValueError: another process holds what this one needs, naming the directory.
-    """
-    locks: list[int] = []
-    wanted = [(work / ".lock", fcntl.LOCK_SH if shard else fcntl.LOCK_EX)]
-    if shard:
-        wanted.append((work / f".lock-shard-{shard[0]}-of-{shard[1]}", fcntl.LOCK_EX))
-    try:
-        for path, mode in wanted:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:  # a folder or a read-only file where the lock goes: bad input, not a crash
-                raise ValueError(f"cannot lock the work directory {str(work)!r}: {str(path)!r} refuses it "
-                                 f"({exc.strerror or exc}); remove it or use another --out") from None
-            locks.append(fd)
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except BlockingIOError:
-                what = f"shard {shard[0]}/{shard[1]}" if shard and path.name != ".lock" else "a run"
-                raise ValueError(f"{work} is in use: another process is running {what} of this intervention "
-                                 "(wait for it, or run another --shard)") from None
-        yield
-    finally:
-        for fd in locks:
-            os.close(fd)
 
 
 @dataclass
@@ -413,7 +367,6 @@ def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSet
             folder), naming it; the records finished before it are kept.
     """
     from lab.reports import ReportWriteError
-    from lab.study.work import write_json_atomic
 
     done = {t.id: read_or_none(work, t, note) for t in triples}
     left = [t for t in triples if done[t.id] is None]

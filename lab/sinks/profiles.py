@@ -57,7 +57,7 @@ from lab.schemas import FileSchemaError
 from lab.schemas.calibration import load_calibration_file, load_choice_file, threshold_problem
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
 from lab.user_dirs import calibration_dir as user_calibration_root
-from lab.user_dirs import write_text_atomic
+from lab.runs.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ a resumed study equals an uninterrupted one.
 
 Resume: each finished prompt is written to ``<out>/.study-work-<key>/outcomes/<stem>-<digest>.json``
 (temp file + ``os.replace``, so a file is either complete or absent); ``<key>`` is
-a hash of every setting that changes the numbers (:func:`lab.study.work.settings_key`). A rerun
+a hash of every setting that changes the numbers (:func:`lab.runs.files.settings_key`). A rerun
 with the same settings loads the finished prompts and runs only the rest;
 ``--resume <work dir>`` (:func:`lab.study.work.plan_from_work_dir`) continues that directory
 itself, whatever its name, with its stored settings and prompt set (``prompts.json``);
@@ -48,7 +48,7 @@ from the shards' finished prompts and refuses shards whose settings differ.
 Modules: :mod:`lab.study.config` (settings, interfaces), :mod:`lab.study.outcome` (the
 per-prompt records: :class:`~lab.study.outcome.PromptRow`, one ``per_prompt.csv`` row),
 :mod:`lab.study.runner` (the real runner), :mod:`lab.study.work` (plan, work
-directory, shards), :mod:`lab.study.locks` (the work directory's lock), :mod:`lab.study.run` (running through an executor, merging,
+directory, shards, its lock on :mod:`lab.runs`), :mod:`lab.study.run` (running through an executor, merging,
 tables), :mod:`lab.study.cluster` (the prompts on a Ray cluster, ``lab study --ray``).
 
 The per-prompt runner is injectable (:class:`lab.study.config.Runner`): tests pass a fake;

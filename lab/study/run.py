@@ -20,9 +20,10 @@ from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, temperatur
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
 from lab.schemas import FileSchemaError
-from lab.study.work import (StudyPlan, write_json_atomic, load_finished, plan_from_work_dir, plan_study,
+from lab.study.work import (StudyPlan, hold_work_dir, load_finished, plan_from_work_dir, plan_study,
                             read_finished, read_runner_info, read_settings, save_finished, write_prompt_set)
-from lab.study.locks import WorkDirBusyError, hold_work_dir, running_shards
+from lab.runs.files import write_json_atomic
+from lab.runs.locks import WorkDirBusyError, running_shards
 
 logger = logging.getLogger(__name__)
 

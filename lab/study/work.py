@@ -1,19 +1,18 @@
-"""The study's plan and its work directory: settings key, atomic per-prompt work files, resume.
+"""The study's plan and its work directory: per-prompt work files, resume, and the directory's lock.
 
-The directory's lock lives in :mod:`lab.study.locks`."""
+The mechanisms every run shares (atomic files, the lock, shards) live in :mod:`lab.runs`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from lab.models import loading as lab_models
 from lab.models.profiles import PROFILES
@@ -26,6 +25,9 @@ from lab.schemas import FileSchemaError, read_json, validate
 from lab.study import outcome_schema
 from lab.study.work_schema import PROMPTS_KIND, PROMPTS_SCHEMA, RUNNER_KIND, RUNNER_SCHEMA, SETTINGS_KIND, SETTINGS_SCHEMA
 from lab.analysis.claims import DESIGN_TEMPERATURES
+from lab.runs.files import settings_key, work_file_name, write_json_atomic
+from lab.runs.locks import hold
+from lab.runs.shards import deal
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +39,11 @@ class StudyPlan:
         config: The settings.
         prompts: The prompts this invocation runs (the shard's slice when sharded).
         settings: Everything that changes the numbers (hashed into ``key``).
-        key: :func:`settings_key` of ``settings``.
+        key: :func:`lab.runs.files.settings_key` of ``settings``.
         work_dir: ``<out>/.study-work-<key>``.
         all_prompts: The whole selection (equals ``prompts`` unless sharded).
         temperature_ids: Clean prompts of the H6 subset (chosen on ``all_prompts``).
-        locked: Whether this process holds the work directory (:func:`lab.study.locks.hold_work_dir`).
+        locked: Whether this process holds the work directory (:func:`hold_work_dir`).
     """
 
     config: StudyConfig
@@ -52,6 +54,28 @@ class StudyPlan:
     all_prompts: list[StudyPrompt] = field(default_factory=list)
     temperature_ids: frozenset[str] = frozenset()
     locked: bool = field(default=False, repr=False, compare=False)  # set by hold_work_dir while held
+
+
+@contextmanager
+def hold_work_dir(plan: StudyPlan) -> Iterator[StudyPlan]:
+    """Hold the plan's work directory against other processes while a study runs in it (:func:`lab.runs.locks.hold`).
+
+    A plan this process already holds is yielded as it is, so a caller may take the lock before
+    :func:`lab.study.run.run_study` does.
+
+    Raises:
+        lab.runs.locks.WorkDirBusyError: another study holds the directory (naming it, in one line).
+        ValueError: the folder of the lock cannot be written (naming it).
+    """
+    if plan.locked:
+        yield plan
+        return
+    with hold(plan.work_dir, plan.config.shard, "study"):
+        plan.locked = True
+        try:
+            yield plan
+        finally:
+            plan.locked = False
 
 
 def prompts_display(path: str | Path | None) -> str:
@@ -83,23 +107,16 @@ def count_units(prompts: list[StudyPrompt]) -> int:
 def shard_prompts(prompts: list[StudyPrompt], k: int, n: int) -> list[StudyPrompt]:
     """The K-th (1-based) of N disjoint, category-balanced slices; twin pairs stay together.
 
-    Units (:func:`_units`) are dealt round robin: going through the categories in
-    :data:`lab.prompts.CATEGORIES` order and each category's units in file order,
-    the j-th unit overall goes to shard ``j mod N``, so every shard gets about the
-    same number of units of every category. The slices cover ``prompts`` exactly.
+    Units (:func:`_units`) are dealt round robin (:func:`lab.runs.shards.deal`): going through the
+    categories in :data:`lab.prompts.CATEGORIES` order and each category's units in file order,
+    the j-th unit overall goes to shard ``j mod N``, so every shard gets about the same number of
+    units of every category. The slices cover ``prompts`` exactly.
 
     Raises:
         ValueError: not ``1 <= k <= n``.
     """
-    if not 1 <= k <= n:
-        raise ValueError(f"shard={k}/{n} must have 1 <= K <= N")
-    chosen: set[str] = set()
-    j = 0
-    for cat in CATEGORIES:
-        for unit in _units(prompts, cat):
-            if j % n == k - 1:
-                chosen.update(p.id for p in unit)
-            j += 1
+    units = [unit for cat in CATEGORIES for unit in _units(prompts, cat)]
+    chosen = {p.id for unit in deal(units, (k, n)) for p in unit}
     return [p for p in prompts if p.id in chosen]
 
 
@@ -109,12 +126,6 @@ def temperature_subset(prompts: list[StudyPrompt], per_category: int = TEMPERATU
     for cat in CATEGORIES:
         out += [p.id for p in prompts if p.category == cat and p.variant == "clean"][:per_category]
     return frozenset(out)
-
-
-def settings_key(settings: dict[str, Any]) -> str:
-    """16 hex digits of sha256 over the canonical JSON of the settings."""
-    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 PROMPTS_FILE = "prompts.json"  # the selected prompt set, stored beside settings.json so a resume needs no file
@@ -318,41 +329,7 @@ def write_prompt_set(plan: StudyPlan) -> None:
         write_json_atomic(plan.work_dir / PROMPTS_FILE, [p.to_json() for p in plan.all_prompts])
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temp file and ``os.replace``: complete or absent."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, allow_nan=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 OUTCOMES_DIR = "outcomes"  # finished prompts, apart from the directory's own files (settings.json, ...)
-# Characters of a prompt id kept in its work file's name, for a reader; the digest beside them keeps
-# the name unique, and the bound keeps it far below NAME_MAX (255 bytes) on every file system.
-WORK_STEM_CHARS = 48
-WORK_DIGEST_HEX = 16  # 64 bits of sha256 over the full id: two ids of one study never meet by chance
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def work_file_name(prompt_id: str) -> str:
-    """The file name of a prompt's outcome: ``<stem>-<digest>.json``, safe and bounded for any id.
-
-    ``stem`` is the id with every character outside ``[A-Za-z0-9._-]`` replaced by ``_``, cut to
-    :data:`WORK_STEM_CHARS` and without leading dots; ``digest`` is :data:`WORK_DIGEST_HEX` hex digits
-    of sha256 over the whole id (UTF-8, lone surrogates kept), so ids that share a stem differ in it.
-    At most 70 ASCII characters, whatever the id.
-    """
-    stem = _UNSAFE.sub("_", prompt_id)[:WORK_STEM_CHARS].lstrip(".") or "prompt"
-    digest = hashlib.sha256(prompt_id.encode("utf-8", "surrogatepass")).hexdigest()[:WORK_DIGEST_HEX]
-    return f"{stem}-{digest}.json"
-
-
 def check_work_names(prompts: list[StudyPrompt]) -> None:
     """Refuse a prompt set in which two ids would share one work file (:func:`work_file_name`).
 

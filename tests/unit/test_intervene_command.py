@@ -100,7 +100,7 @@ def work_dir(out: Path) -> Path:
 
 def record_file(out: Path, question_id: str) -> Path:
     from lab.intervene.run import RECORDS_DIR
-    from lab.study.work import work_file_name
+    from lab.runs.files import work_file_name
 
     return work_dir(out) / RECORDS_DIR / work_file_name(question_id)
 
@@ -243,17 +243,19 @@ def test_intervene_shards_then_plain_run_scores_nothing_new_and_only_it_reports(
 
 @pytest.mark.slow
 def test_intervene_second_whole_run_while_locked_is_refused_in_one_line(whole_run, tmp_path, monkeypatch, capsys):
-    from lab.intervene.run import hold
+    from lab.runs.locks import hold
 
     out = copied_run(whole_run, tmp_path)
     loads = patch_eager_loader(monkeypatch)
-    with hold(work_dir(out), None):
+    with hold(work_dir(out), None, "intervention"):
         rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
         shard_rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out),
                          "--shard", "1/2"])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == shard_rc == 2 and len(lines) == 2, lines
-    assert all("is in use" in line and line.startswith("lab intervene: error: ") for line in lines)
+    assert all(line.startswith("lab intervene: error: ") for line in lines)
+    assert "this intervention (or a shard of it) is already running" in lines[0]
+    assert "an unsharded run of this intervention is already running" in lines[1]
     assert loads == [] and len(reports(out)) == 1
 
 
@@ -412,8 +414,11 @@ def _file_for_work_dir(work: Path) -> None:
 
 
 def _folder_for_lock(work: Path) -> None:
-    (work / ".lock").unlink(missing_ok=True)
-    (work / ".lock").mkdir()
+    from lab.runs.locks import lock_path
+
+    lock_path(work).unlink(missing_ok=True)
+    lock_path(work).parent.mkdir(exist_ok=True)
+    lock_path(work).mkdir()
 
 
 def _fifo_for_settings(work: Path) -> None:
@@ -427,7 +432,7 @@ def _fifo_for_settings(work: Path) -> None:
 @pytest.mark.parametrize("damage,needle", [(_folder_for_record, "is a folder where the record of 'math-1' goes"),
                                            (_file_for_records, "cannot use the work directory"),
                                            (_file_for_work_dir, "cannot use the work directory"),
-                                           (_folder_for_lock, "cannot lock the work directory"),
+                                           (_folder_for_lock, "cannot lock the intervention's work directory"),
                                            (_fifo_for_settings, "settings of another run")],
                          ids=["record-folder", "records-file", "work-dir-file", "lock-folder", "settings-fifo"])
 def test_intervene_work_dir_of_wrong_kinds_exits_2_in_one_line_before_any_load(whole_run, tmp_path, capsys,
@@ -464,7 +469,7 @@ def test_intervene_record_that_cannot_be_written_exits_1_naming_it_and_what_is_k
     lab did not foresee" instead of one line naming the record and the finished triples kept."""
     import errno
 
-    from lab.study import work as study_work
+    from lab.intervene import run as intervene_run
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -472,7 +477,7 @@ def test_intervene_record_that_cannot_be_written_exits_1_naming_it_and_what_is_k
     out = copied_run(whole_run, tmp_path)
     next((work_dir(out) / "records").glob("math-1-*.json")).unlink()
     patch_eager_loader(monkeypatch)
-    monkeypatch.setattr(study_work, "write_json_atomic", full)
+    monkeypatch.setattr(intervene_run, "write_json_atomic", full)
     rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 1 and len(lines) == 1, lines

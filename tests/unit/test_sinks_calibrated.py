@@ -251,7 +251,8 @@ def test_loader_sits_below_the_prefill_analysis():
     tree = ast.parse(inspect.getsource(sink_profiles))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    below = {"lab.sinks.candidates", "lab.user_dirs", "lab.models.source", "lab.schemas", "lab.schemas.calibration"}
+    below = {"lab.sinks.candidates", "lab.user_dirs", "lab.runs.files", "lab.models.source", "lab.schemas",
+             "lab.schemas.calibration"}
     assert not {m for m in imported if m and m.startswith("lab.")} - below
 
 

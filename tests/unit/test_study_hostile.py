@@ -20,7 +20,8 @@ import pytest
 from lab.prompts import default_prompts_path
 from lab.study.config import WORK_FORMAT
 from lab.study.run import run_study
-from lab.study.work import OUTCOMES_DIR, plan_study, work_file, work_file_name
+from lab.runs.files import work_file_name
+from lab.study.work import OUTCOMES_DIR, plan_study, work_file
 from tests.study_fakes import CLI_RESAMPLES, FAST_RESAMPLES, FakeRunner, InterruptAfter, start_blocked, use_runner
 
 LONG_ID = "x" * 300  # past NAME_MAX (255 bytes) as a file name

@@ -17,7 +17,8 @@ from lab.models.source import ModelSource, register_source
 from lab.prompts import load_prompts
 from lab.study.config import StudyConfig
 from lab.study.outcome import PIPELINE_COLUMNS, REQUIRED_COLUMNS
-from lab.study.work import OUTCOMES_DIR, config_from_work_dir, discard_work, plan_study, work_file, work_file_name
+from lab.runs.files import work_file_name
+from lab.study.work import OUTCOMES_DIR, config_from_work_dir, discard_work, plan_study, work_file
 from lab.study.run import run_study
 from tests import support
 from tests.study_fakes import FAST_RESAMPLES, FakeRunner, InterruptAfter, fake_config, untimed

@@ -363,7 +363,8 @@ def test_resume_of_a_profile_study_with_its_measured_draft_dtype_is_accepted(tmp
     dtype (bfloat16), but its settings store the draft by name, and a draft given by name takes
     the target's dtype: every resume was refused ("differs in draft_dtype"). Negative control: the
     same draft given by name at the start keeps the target's dtype, and resumes as such."""
-    from lab.study.work import plan_from_work_dir, write_json_atomic, write_prompt_set
+    from lab.runs.files import write_json_atomic
+    from lab.study.work import plan_from_work_dir, write_prompt_set
 
     for draft, want in ((None, "bfloat16"), ("qwen2.5-coder-0.5b", None)):
         out = tmp_path / str(draft)

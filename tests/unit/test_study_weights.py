@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lab.study.config import StudyConfig
-from lab.study.work import config_from_work_dir, plan_study, write_json_atomic
+from lab.runs.files import write_json_atomic
+from lab.study.work import config_from_work_dir, plan_study
 
 pytestmark = pytest.mark.unit
 
