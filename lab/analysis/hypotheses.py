@@ -8,9 +8,9 @@ p-value comes from :mod:`scipy.stats`; effect sizes and intervals from
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 from scipy import stats
@@ -63,12 +63,12 @@ FAMILY_SIZE = len(HYPOTHESES)
 FAMILY_CI_LEVEL = 1 - ALPHA / FAMILY_SIZE
 
 
-@dataclass
+@dataclass(frozen=True)
 class TestResult:
-    """One pre-stated hypothesis test.
+    """One pre-stated hypothesis test (frozen: the judge returns new results).
 
     Attributes:
-        name: ``"H1"`` ... ``"H4b"``.
+        name: A key of :data:`HYPOTHESES` (``"H1"`` ... ``"H6c"``).
         hypothesis: The pre-stated hypothesis text.
         test: The test used, in words.
         effect_name: What ``effect`` is (``"spearman_rho"``, ...).
@@ -78,7 +78,7 @@ class TestResult:
         n: Observations (prompts, tokens or pairs) the test used.
         predicted_sign: +1 or -1, the predicted direction of ``effect``.
         smallest_effect: Smallest effect of interest for the "not supported" rule.
-        p_holm: Holm-corrected p-value within the H1-H4 family.
+        p_holm: Holm-corrected p-value within the family (H1-H6c).
         verdict: One of :data:`VERDICTS`.
         note: Why a test could not run, or a caveat.
         details: Extra numbers (e.g. the pairwise table for H3).
@@ -101,6 +101,9 @@ class TestResult:
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     ci_level: float = FAMILY_CI_LEVEL
+
+
+R = TypeVar("R")  # a judged result type: TestResult, or the intervention's InterventionTest
 
 
 # --------------------------------------------------------------------------- rules
@@ -440,17 +443,17 @@ def category_test(values: Sequence[float], groups: Sequence[str], *, name: str =
                       details={"H": float(res.statistic), "groups": group_info, "pairwise": pairs})
 
 
-def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str, predicted_sign: int,
+def paired_test(reference: Sequence[float], poisoned: Sequence[float], *, name: str, predicted_sign: int,
                 seed: int = 0, n_resamples: int = N_RESAMPLES, against: str = "clean",
                 ci_level: float = FAMILY_CI_LEVEL) -> TestResult:
-    """Paired Wilcoxon signed-rank test on ``poisoned - clean`` (or poisoned - neutral).
+    """Paired Wilcoxon signed-rank test on ``poisoned - reference``.
 
     Args:
-        clean, poisoned: Values of twin pairs, aligned (``clean``: the reference twin,
-            the neutral one for the study's H4a/H4b).
+        reference, poisoned: Values of twin pairs, aligned (``reference``: the twin the poisoned one is
+            compared with: the neutral one for the study's H4a/H4b, the clean one for their unadjusted form).
         name: ``"H4a"`` or ``"H4b"``.
         against: What the reference twin is, for the test's wording (``"clean"``, ``"neutral"``).
-        predicted_sign: Predicted sign of poisoned - clean.
+        predicted_sign: Predicted sign of poisoned - reference.
         seed, n_resamples, ci_level: As :func:`correlation_test`.
 
     Returns:
@@ -461,11 +464,11 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
     Raises:
         ValueError: lengths differ or values are not finite.
     """
-    c, p = np.asarray(clean, dtype=float), np.asarray(poisoned, dtype=float)
+    c, p = np.asarray(reference, dtype=float), np.asarray(poisoned, dtype=float)
     if c.shape != p.shape or c.ndim != 1:
         raise ValueError(f"{against} and poisoned must have equal length, got {c.shape} and {p.shape}")
     if not (np.isfinite(c).all() and np.isfinite(p).all()):
-        raise ValueError("clean and poisoned must be finite")
+        raise ValueError(f"{against} and poisoned must be finite")
     d = p - c
     test = f"paired Wilcoxon signed-rank (poisoned - {against}); matched-pairs rank-biserial r, BCa bootstrap CI"
     if d.size < MIN_N:
@@ -485,13 +488,18 @@ def paired_test(clean: Sequence[float], poisoned: Sequence[float], *, name: str,
                       details={"median_difference": float(np.median(d)), "n_pairs": int(d.size), "n_tied": n_tied})
 
 
-def judge(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:
-    """Holm-correct the family's p-values and set each result's ``p_holm`` and ``verdict``.
+def judge(results: Sequence[R], alpha: float = ALPHA) -> list[R]:
+    """Holm-correct the family's p-values and apply :func:`verdict` to each result.
 
-    Returns the same objects (updated), for chaining.
+    Args:
+        results: The family's tests (a :class:`TestResult`, or any frozen dataclass with ``effect``,
+            ``ci_low``, ``ci_high``, ``p_value``, ``predicted_sign``, ``smallest_effect``, ``p_holm``
+            and ``verdict``, such as :class:`lab.analysis.intervention.InterventionTest`).
+        alpha: Significance level for the corrected p-values.
+
+    Returns:
+        New results with ``p_holm`` and ``verdict`` set, in input order; ``results`` is not changed.
     """
-    for r, p_adj in zip(results, holm([r.p_value for r in results])):
-        r.p_holm = p_adj
-        r.verdict = verdict(r.effect, r.ci_low, r.ci_high, p_adj, r.predicted_sign, r.smallest_effect, alpha)
-    return list(results)
-
+    return [replace(r, p_holm=p_adj,
+                    verdict=verdict(r.effect, r.ci_low, r.ci_high, p_adj, r.predicted_sign, r.smallest_effect, alpha))
+            for r, p_adj in zip(results, holm([r.p_value for r in results]))]

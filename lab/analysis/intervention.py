@@ -46,15 +46,14 @@ the question) moves a twin's mean entropy by at least :data:`C_PLUS_MIN_BITS` on
 :data:`C_PLUS_MIN_SHARE` of twins; manipulation, the mediator under A1 and the sink mass under the
 ``sink`` arm are 0 within :data:`MASS_ZERO_TOL` (the L0.5 and L0.25 mediator ratios to A0 are reported).
 
-**Design version** :data:`DESIGN` = 2. Version 1 (the SmolLM2 run of 2026-12-03) had C+ mask key 0,
-the attention sink (Xiao et al. 2023). The Qwen2.5-Coder pair's pilot showed that masking key 0 moves
-its decode entropy by under 0.05 bits on every twin although the decode queries put 13 % of their
-attention there: the sink is not a mask every model needs, so it cannot be the control that proves
-a mask can move entropy. Version 2, stated before the pair's main triples were scored, keeps that mask
-as the described ``sink`` arm (:class:`ArmMove`: how many twins it moves) and makes C+ a mask that must
-move any model that reads its prompt: the decode queries cannot attend to the question (every key
-after the added span up to the last prompt token), the same kind of mask as A1 on text the
-continuation was generated from.
+**Design version** :data:`DESIGN` = 2 (recorded in every work directory and report). C+ is a mask that
+must move any model that reads its prompt: the decode queries cannot attend to the question (every key
+after the added span up to the last prompt token), the same kind of mask as A1 on text the continuation
+was generated from. Masking key 0, the attention sink (Xiao et al. 2023), is not a control: a model can
+give the sink much of its decode attention and not move its entropy when it is masked (the
+Qwen2.5-Coder pair: 13 % of the attention there, under 0.05 bits on every twin), so it is the described
+``sink`` arm (:class:`ArmMove`: how many twins it moves). ``docs/design.md`` says why design 1's C+,
+the sink, was replaced.
 
 **Secondary estimates** (reported, outside the family; 95 % intervals by resampling whole
 distractors): the share of the P - N entropy gap that masking removes, mean(D(1) - D(0)) / mean(D(1));
@@ -77,7 +76,7 @@ import numpy as np
 from scipy import stats
 
 from lab.analysis.effects import CI_LEVEL, MeanInterval, cluster_bootstrap_ci, mean_interval
-from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, holm, verdict
+from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, judge
 from lab.analysis.power import POWER
 
 VARIANTS = ("P", "N")
@@ -218,6 +217,16 @@ class InterventionTest:
     sd_triples: float
     icc: float
     note: str = ""
+
+    @property
+    def effect(self) -> float:
+        """The judge's name for ``estimate``."""
+        return self.estimate
+
+    @property
+    def predicted_sign(self) -> int:
+        """Every test predicts a positive estimate (one-sided)."""
+        return 1
 
 
 @dataclass(frozen=True)
@@ -506,13 +515,10 @@ def cluster_test(name: str, values: np.ndarray, codes: np.ndarray, alpha: float)
                             p_value=float(stats.t.sf(mean / se, df)), power=_power_from_se(smallest, se, df, alpha))
 
 
-def judge(tests: Sequence[InterventionTest], alpha: float, decides: bool) -> list[InterventionTest]:
-    """Holm over the tests' one-sided p, then the study's verdict rule; :data:`UNDECIDED` unless ``decides``."""
-    out = []
-    for t, p in zip(tests, holm([t.p_value for t in tests])):
-        rule = verdict(t.estimate, t.ci_low, t.ci_high, p, 1, t.smallest_effect, alpha)
-        out.append(replace(t, p_holm=p, rule_verdict=rule, verdict=rule if decides else UNDECIDED))
-    return out
+def judge_unless_undecided(tests: Sequence[InterventionTest], alpha: float, decides: bool) -> list[InterventionTest]:
+    """The study's judge (Holm over the one-sided p, then the verdict rule) as ``rule_verdict``; the
+    report's ``verdict`` is that rule's unless a control failed (``decides`` False): :data:`UNDECIDED`."""
+    return [replace(t, rule_verdict=t.verdict, verdict=t.verdict if decides else UNDECIDED) for t in judge(tests, alpha)]
 
 
 # --------------------------------------------------------------------------- controls
@@ -731,13 +737,15 @@ def analyze_intervention(triples: Sequence[TripleSummary], *, alpha: float = ALP
                     label_swap=label_swap_control(triples, alpha=alpha, seed=seed, n_swaps=n_swaps),
                     c_plus=c_plus_control(triples), manipulation=manipulation_control(triples))
     decides = all(c.passed for c in controls.values())
-    tests = judge([cluster_test(name, values[name], codes, alpha) for name in TEST_NAMES], alpha, decides)
+    tests = judge_unless_undecided([cluster_test(name, values[name], codes, alpha) for name in TEST_NAMES], alpha,
+                                   decides)
     sizes = np.bincount(codes)
     rows = tuple(DistractorRow(label, int(sizes[i]), float(values["did_entropy"][codes == i].mean()),
                                float(values["h4b_forced"][codes == i].mean())) for i, label in enumerate(labels))
     removed, slope, indirect = secondary_estimates(triples, values, seed=seed, n_resamples=n_resamples)
-    return InterventionAnalysis(len(triples), len(labels), *tests, removed, slope, indirect, rows, **controls,
-                                sink=arm_move(triples, "sink"), alpha=alpha, seed=seed)
+    return InterventionAnalysis(n_triples=len(triples), n_distractors=len(labels), **{t.name: t for t in tests},
+                                proportion_removed=removed, mediation_slope=slope, indirect_share=indirect,
+                                distractors=rows, **controls, sink=arm_move(triples, "sink"), alpha=alpha, seed=seed)
 
 
 # --------------------------------------------------------------------------- power before the run

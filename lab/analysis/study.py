@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -83,10 +83,10 @@ def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: in
     res.details["placebo"] = placebo
     if placebo["passes"] is False:
         res.details["control_rejects"] = True
-        res.note = "; ".join(part for part in (res.note, (
+        res = replace(res, note="; ".join(part for part in (res.note, (
             f"placebo control FAILED: health of length-matched prompts of other questions also correlates with "
             f"entropy (partial rho {placebo['rho']:.3f}, p {placebo['p_value']:.3g}), so the test does not read "
-            "this prompt's context here")) if part)
+            "this prompt's context here")) if part))
     return res
 
 
@@ -220,17 +220,17 @@ def _twin_test(pairs: Sequence[Mapping[str, Any]], key: str, *, name: str, predi
     res = paired_test([p[f"{key}_neutral"] for p in vn], [p[f"{key}_poisoned"] for p in vn], name=name,
                       predicted_sign=predicted_sign, seed=seed, n_resamples=n_resamples, against="neutral")
     if not vn:
-        res.note = "no neutral twins in the prompt set (poisoned - clean, unadjusted for length, in details)"
-    old = paired_test([p[f"{key}_clean"] for p in vc], [p[f"{key}_poisoned"] for p in vc], name=name,
+        res = replace(res, note="no neutral twins in the prompt set (poisoned - clean, unadjusted for length, in details)")
+    vs_clean = paired_test([p[f"{key}_clean"] for p in vc], [p[f"{key}_poisoned"] for p in vc], name=name,
                       predicted_sign=predicted_sign, seed=seed, n_resamples=n_resamples, against="clean")
-    res.details["vs_clean"] = {"effect": old.effect, "ci_low": old.ci_low, "ci_high": old.ci_high,
-                               "p_value": old.p_value, "n": old.n,
-                               "median_difference": old.details.get("median_difference", math.nan)}
+    res.details["vs_clean"] = {"effect": vs_clean.effect, "ci_low": vs_clean.ci_low, "ci_high": vs_clean.ci_high,
+                               "p_value": vs_clean.p_value, "n": vs_clean.n,
+                               "median_difference": vs_clean.details.get("median_difference", math.nan)}
     return res
 
 
 def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:
-    """:func:`lab.analysis.judge`, then the control rule and each test's power.
+    """:func:`lab.analysis.hypotheses.judge`, then the control rule and each test's power; new results.
 
     A test whose negative control rejects (``details["control_rejects"]``: H5's shuffled
     labels, H1's and H1c's placebo health) is ``inconclusive``: the test finds an effect
@@ -239,10 +239,12 @@ def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> lis
     """
     judged = judge(results, alpha)
     m = sum(math.isfinite(r.p_value) for r in judged)
+    out = []
     for r in judged:
-        if r.details.get("control_rejects"):
-            r.verdict = INCONCLUSIVE
-        r.details["power"] = power_summary(r, m, alpha)
+        r = replace(r, verdict=INCONCLUSIVE) if r.details.get("control_rejects") else r
+        power = power_summary(r, m, alpha)
+        note = r.note
         if r.verdict == INCONCLUSIVE and "as_measured" not in r.details:  # untestable: no n would settle it
-            r.note = "; ".join(x for x in (r.note, power_note(r.details["power"])) if x)
-    return judged
+            note = "; ".join(x for x in (r.note, power_note(power)) if x)
+        out.append(replace(r, note=note, details={**r.details, "power": power}))
+    return out

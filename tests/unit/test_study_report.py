@@ -4,6 +4,7 @@ prompts, missing data said in words, printed signs next to the predicted sign, p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_test_line_prints_raw_sign_with_predicted_sign_and_words_for_missing_ci(
     t = judge([correlation_test([1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1.5], n_resamples=99)])[0]
     line = study_summary.test_line(t)
     assert "spearman_rho = -1.000 (predicted < 0;" in line
-    t.ci_low = t.ci_high = math.nan
+    t = replace(t, ci_low=math.nan, ci_high=math.nan)
     assert "no CI (" in study_summary.test_line(t) and "n/a to n/a" not in study_summary.test_line(t)
 
 
