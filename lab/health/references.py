@@ -7,7 +7,7 @@ The ``*_for_length`` candidates of :mod:`lab.health.measures` read a prompt's va
 against what clean prompts *of the same length* get on the same model
 (:func:`lab.health.measures.for_length`), so length alone no longer moves them. This
 module fits that reference (:func:`fit_reference`) on the clean length-reference prompts
-(``lab/data/length_reference.jsonl``, :mod:`lab.data.make_length_reference`: 24
+(``lab/data/length_reference.jsonl``, :mod:`tools.datagen.make_length_reference`: 24
 held-out questions, each alone and after 4 passages of graded length; no question shared
 with the calibration or study sets) and stores it per profile.
 

@@ -5,7 +5,7 @@ prompts, and the ``*_for_length`` references are fitted on the length-reference 
 both are built from the same kind of text (CPython's help topics after a question), so
 passing there says little about other text. This module scores the lab's context health
 (:func:`lab.sinks.prefill.analyze_prefill`, the model's own stored length reference) on
-the validation set ``lab/data/health_validation.jsonl`` (:mod:`lab.data.make_health_validation`:
+the validation set ``lab/data/health_validation.jsonl`` (:mod:`tools.datagen.make_health_validation`:
 docstrings of NumPy, SciPy, Rich and the standard library, 16 to 1,000 content tokens,
 spread evenly in ``ln N``; none of it comes from the calibration, reference or study
 prompts) and states two bars, each a named constant with its reason:
