@@ -30,8 +30,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from lab.analysis.effects import CI_LEVEL
-from lab.analysis.intervention import MIN_DISTRACTORS, cluster_codes, cluster_means, one_way_icc
+from lab.analysis.effects import CI_LEVEL, cluster_codes, cluster_means, one_way_icc
+from lab.analysis.intervention import MIN_DISTRACTORS
 
 # The study's H4 tests: the per-pair measure and the sign of poisoned - neutral each predicts
 # (as lab.analysis.study passes them to paired_test).
@@ -58,7 +58,7 @@ class PooledTest:
         t, df, p_value: The t statistic, G - 1, and the two-sided p (NaN when not tested).
         n_distractors, n_pairs: Texts (G) and pairs used.
         icc: Share of the pair differences' variance between texts (one-way ANOVA estimate,
-            :func:`lab.analysis.intervention.one_way_icc`; NaN under 2 texts or one pair each).
+            :func:`lab.analysis.effects.one_way_icc`; NaN under 2 texts or one pair each).
         note: Why the test did not run, or empty.
     """
 

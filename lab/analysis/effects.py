@@ -2,11 +2,15 @@
 
 The lab's own math here: the matched-pairs rank-biserial correlation (Kerby 2014),
 eta-squared_H (Cohen 2008, in Tomczak & Tomczak 2014), a bootstrap wrapper around
-``scipy.stats.bootstrap`` (also over whole clusters), a cluster-robust test of a
-least-squares slope (the CR1 sandwich; Cameron & Miller 2015), a mean with its normal
-interval (error bars), binned acceptance rates
-with Wilson intervals and a least-squares line with its t-based confidence band. No
-model, no files, no Rich.
+``scipy.stats.bootstrap`` (also over whole clusters), a mean with its normal interval
+(error bars), binned acceptance rates with Wilson intervals and a least-squares line with
+its t-based confidence band.
+
+Clustered data (prompts that share a question, triples that share a distractor text), in
+one place: cluster codes and means, the one-sample t over cluster means (Donald & Lang
+2007), the one-way ICC (Searle et al. 1992), a cluster-robust test of a least-squares
+slope (the CR1 sandwich; Cameron & Miller 2015) and the partial Spearman rho with its
+cluster-robust p. No model, no files, no Rich.
 """
 
 from __future__ import annotations
@@ -123,11 +127,70 @@ def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., float], 
     return lo, hi
 
 
-def cluster_groups(clusters: Sequence[Any]) -> list[np.ndarray]:
-    """Indices of each cluster's members, clusters in order of first appearance."""
-    c = np.asarray([str(v) for v in clusters])
-    labels, first, codes = np.unique(c, return_index=True, return_inverse=True)
-    return [np.flatnonzero(codes == k) for k in np.argsort(first)]
+def cluster_codes(clusters: Sequence[Any]) -> tuple[np.ndarray, list[str]]:
+    """Integer code per member and the distinct labels, labels in order of first appearance.
+
+    Members are clustered by ``str(label)`` (a question id read as 7 or "7" is one cluster); the
+    order of first appearance is the order the reports list the clusters in.
+
+    Examples:
+        >>> codes, labels = cluster_codes(["b", "a", "b", 7])
+        >>> codes.tolist(), labels
+        ([0, 1, 0, 2], ['b', 'a', '7'])
+    """
+    keys = [str(v) for v in clusters]
+    labels = list(dict.fromkeys(keys))
+    index = {k: i for i, k in enumerate(labels)}
+    return np.array([index[k] for k in keys], dtype=int), labels
+
+
+def cluster_means(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Means of ``values`` (shape ``(..., n)``) within each code of ``codes`` (shape ``(n,)``, from
+    :func:`cluster_codes`): shape ``(..., G)`` for G clusters.
+
+    Examples:
+        >>> cluster_means(np.array([1.0, 2.0, 4.0]), np.array([0, 1, 0])).tolist()
+        [2.5, 2.0]
+    """
+    g = int(codes.max()) + 1
+    member = np.zeros((codes.size, g))
+    member[np.arange(codes.size), codes] = 1.0
+    return values @ member / member.sum(axis=0)
+
+
+def t_over_cluster_means(means: np.ndarray) -> tuple[float, float, int]:
+    """Mean, standard error and df of the one-sample t over G cluster means (last axis; G - 1 df).
+
+    Each cluster weighs the same (Donald & Lang 2007: with few clusters, aggregate to the cluster
+    and use t on G - 1 df).
+
+    Examples:
+        >>> mean, se, df = t_over_cluster_means(np.array([1.0, 2.0, 3.0]))
+        >>> float(mean), round(float(se), 4), df
+        (2.0, 0.5774, 2)
+    """
+    g = means.shape[-1]
+    return means.mean(axis=-1), means.std(axis=-1, ddof=1) / math.sqrt(g), g - 1
+
+
+def one_way_icc(values: np.ndarray, codes: np.ndarray) -> float:
+    """ANOVA estimate of the share of variance between clusters (unequal sizes: n0 of Searle et al.
+    1992, sec. 3.6), clipped at 0; NaN with under 2 clusters or no replication within one.
+
+    Examples:
+        >>> one_way_icc(np.array([0.0, 0.0, 1.0, 1.0]), np.array([0, 0, 1, 1]))
+        1.0
+    """
+    sizes = np.bincount(codes)
+    g, n = sizes.size, values.size
+    if g < 2 or n <= g:
+        return math.nan
+    means = np.bincount(codes, weights=values) / sizes
+    msb = float((sizes * (means - values.mean()) ** 2).sum()) / (g - 1)
+    msw = float(((values - means[codes]) ** 2).sum()) / (n - g)
+    n0 = (n - float((sizes ** 2).sum()) / n) / (g - 1)
+    between = max(0.0, (msb - msw) / n0)
+    return between / (between + msw) if between + msw > 0 else math.nan
 
 
 def cluster_bootstrap_ci(statistic: Callable[[np.ndarray], float], clusters: Sequence[Any], *, method: str,
@@ -135,7 +198,8 @@ def cluster_bootstrap_ci(statistic: Callable[[np.ndarray], float], clusters: Seq
     """Bootstrap CI resampling whole clusters (Field & Welsh 2007): ``statistic(idx)`` gets the
     concatenated row indices of the drawn clusters. BCa's jackknife leaves out one cluster at a
     time. NaN for fewer than two clusters or ``n_resamples = 0``."""
-    groups = cluster_groups(clusters)
+    codes, labels = cluster_codes(clusters)
+    groups = [np.flatnonzero(codes == k) for k in range(len(labels))]
     if len(groups) < 2 or n_resamples == 0:
         return math.nan, math.nan
 
@@ -168,6 +232,29 @@ def cluster_robust_slope_p(x: Sequence[float], y: Sequence[float], clusters: Seq
     if not var > 0:
         return math.nan
     return float(2 * stats.t.sf(abs(b) / math.sqrt(var), g - 1))
+
+
+def _rank_residuals(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Ranks of x minus their least-squares fit on the ranks of z (with an intercept)."""
+    rx, rz = stats.rankdata(x), stats.rankdata(z)
+    design = np.column_stack([np.ones_like(rz), rz])
+    return rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
+
+
+def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float]) -> float:
+    """Spearman rho of x and y given z: the Pearson r of the ranks of x and y, each residualized
+    (least squares) on the ranks of z. NaN when a residual is constant."""
+    za = np.asarray(z, dtype=float)
+    return pearson_r(_rank_residuals(np.asarray(x, dtype=float), za), _rank_residuals(np.asarray(y, dtype=float), za))
+
+
+def partial_spearman_p(x: Sequence[float], y: Sequence[float], z: Sequence[float], clusters: Sequence[Any]) -> float:
+    """Two-sided p of the partial Spearman rho, cluster-robust: the slope of y's rank residuals on x's
+    (:func:`partial_spearman`), whose sign and zero are the partial rho's, tested with the CR1 sandwich
+    over ``clusters`` (:func:`cluster_robust_slope_p`, t on clusters - 1 df)."""
+    za = np.asarray(z, dtype=float)
+    return cluster_robust_slope_p(_rank_residuals(np.asarray(x, dtype=float), za),
+                                  _rank_residuals(np.asarray(y, dtype=float), za), clusters)
 
 
 @dataclass(frozen=True)

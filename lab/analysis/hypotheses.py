@@ -15,8 +15,8 @@ from typing import Any, Sequence, TypeVar
 import numpy as np
 from scipy import stats
 
-from lab.analysis.effects import (bootstrap_ci, cluster_bootstrap_ci, cluster_robust_slope_p, eta_squared_h, pearson_r,
-                                  rank_biserial_paired)
+from lab.analysis.effects import (bootstrap_ci, cluster_bootstrap_ci, cluster_robust_slope_p, eta_squared_h,
+                                  partial_spearman, partial_spearman_p, pearson_r, rank_biserial_paired)
 
 ALPHA = 0.05  # family-wise error rate of the whole family (H1-H6c), for "supported" and "not supported" alike
 # Smallest effects worth finding. Correlations and rank-biserial r: 0.1 is Cohen's
@@ -220,29 +220,6 @@ def correlation_test(x: Sequence[float], y: Sequence[float], *, name: str = "H1"
                       float(res.pvalue), int(xa.size), predicted_sign, SMALLEST_EFFECT, ci_level=ci_level)
 
 
-def _rank_residuals(x: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Ranks of x minus their least-squares fit on the ranks of z (with an intercept)."""
-    rx, rz = stats.rankdata(x), stats.rankdata(z)
-    design = np.column_stack([np.ones_like(rz), rz])
-    return rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
-
-
-def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float]) -> float:
-    """Spearman rho of x and y given z: the Pearson r of the ranks of x and y, each residualized
-    (least squares) on the ranks of z. NaN when a residual is constant."""
-    za = np.asarray(z, dtype=float)
-    return pearson_r(_rank_residuals(np.asarray(x, dtype=float), za), _rank_residuals(np.asarray(y, dtype=float), za))
-
-
-def partial_spearman_p(x: Sequence[float], y: Sequence[float], z: Sequence[float], clusters: Sequence[Any]) -> float:
-    """Two-sided p of the partial Spearman rho, cluster-robust: the slope of y's rank residuals on x's
-    (:func:`partial_spearman`), whose sign and zero are the partial rho's, tested with the CR1 sandwich
-    over ``clusters`` (:func:`lab.analysis.effects.cluster_robust_slope_p`, t on clusters - 1 df)."""
-    za = np.asarray(z, dtype=float)
-    return cluster_robust_slope_p(_rank_residuals(np.asarray(x, dtype=float), za),
-                                  _rank_residuals(np.asarray(y, dtype=float), za), clusters)
-
-
 def partial_inputs(x, y, length, clusters) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """x, y, length (floats) and clusters (strings; each prompt its own when None) as checked arrays.
 
@@ -269,11 +246,12 @@ def partial_correlation_test(x: Sequence[float], y: Sequence[float], length: Seq
 
     The primary H1 / H1c test: ranks of x and y are residualized on the rank of
     ``log(length)`` (ranks, so the log changes nothing: it says which scale is meant) and
-    correlated (:func:`partial_spearman`). Prompts that share a question (a clean prompt
-    and its poisoned and neutral twins) are not independent, so the unit of inference is
-    the question: p cluster-robust by question (:func:`partial_spearman_p`), CI by a BCa
-    bootstrap that resamples whole questions. The unadjusted Spearman rho and each
-    variable's rho with length are reported in ``details``.
+    correlated (:func:`lab.analysis.effects.partial_spearman`). Prompts that share a question
+    (a clean prompt and its poisoned and neutral twins) are not independent, so the unit of
+    inference is the question: p cluster-robust by question
+    (:func:`lab.analysis.effects.partial_spearman_p`), CI by a BCa bootstrap that resamples
+    whole questions. The unadjusted Spearman rho and each variable's rho with length are
+    reported in ``details``.
 
     Args:
         x, y: One finite value per prompt (context health, mean entropy).

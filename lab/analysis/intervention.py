@@ -75,7 +75,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from lab.analysis.effects import CI_LEVEL, MeanInterval, cluster_bootstrap_ci, mean_interval
+from lab.analysis.effects import (CI_LEVEL, MeanInterval, cluster_bootstrap_ci, cluster_codes, cluster_means,
+                                  mean_interval, one_way_icc, t_over_cluster_means)
 from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, judge
 from lab.analysis.power import POWER
 
@@ -451,42 +452,6 @@ def swap_labels(triple: TripleSummary) -> TripleSummary:
 # --------------------------------------------------------------------------- the cluster t
 
 
-def cluster_codes(distractors: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Integer code per triple and the distinct labels, in order of first appearance."""
-    labels = list(dict.fromkeys(distractors))
-    index = {d: i for i, d in enumerate(labels)}
-    return np.array([index[d] for d in distractors], dtype=int), labels
-
-
-def cluster_means(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """Means of ``values`` (shape ``(..., n)``) within each code: shape ``(..., G)``."""
-    g = int(codes.max()) + 1
-    member = np.zeros((codes.size, g))
-    member[np.arange(codes.size), codes] = 1.0
-    return values @ member / member.sum(axis=0)
-
-
-def _t_on(means: np.ndarray) -> tuple[float, float, int]:
-    """Mean, standard error and df of the one-sample t over distractor means (last axis)."""
-    g = means.shape[-1]
-    return means.mean(axis=-1), means.std(axis=-1, ddof=1) / math.sqrt(g), g - 1
-
-
-def one_way_icc(values: np.ndarray, codes: np.ndarray) -> float:
-    """ANOVA estimate of the share of variance between clusters (unequal sizes: n0 of Searle et al.
-    1992, sec. 3.6), clipped at 0; NaN with under 2 clusters or no replication within one."""
-    sizes = np.bincount(codes)
-    g, n = sizes.size, values.size
-    if g < 2 or n <= g:
-        return math.nan
-    means = np.bincount(codes, weights=values) / sizes
-    msb = float((sizes * (means - values.mean()) ** 2).sum()) / (g - 1)
-    msw = float(((values - means[codes]) ** 2).sum()) / (n - g)
-    n0 = (n - float((sizes ** 2).sum()) / n) / (g - 1)
-    between = max(0.0, (msb - msw) / n0)
-    return between / (between + msw) if between + msw > 0 else math.nan
-
-
 def _power_from_se(smallest: float, se: float, df: int, alpha: float) -> float:
     if not (df >= 1 and math.isfinite(se)):
         return math.nan
@@ -507,7 +472,7 @@ def cluster_test(name: str, values: np.ndarray, codes: np.ndarray, alpha: float)
                 smallest_effect=smallest, sd_triples=sd, icc=icc)
     if g < MIN_DISTRACTORS:
         return InterventionTest(**base, **untested, note=f"{g} distractor(s): the test needs {MIN_DISTRACTORS}")
-    mean, se, df = _t_on(cluster_means(values, codes))
+    mean, se, df = t_over_cluster_means(cluster_means(values, codes))
     if not se > 0:
         return InterventionTest(**base, **untested, note="every distractor mean is equal: no variance to test on")
     half = float(stats.t.isf(alpha / FAMILY_SIZE, df)) * se
@@ -541,7 +506,7 @@ def position_only_control(triples: Sequence[TripleSummary], *, bound: float = EQ
         inside = bool((np.abs(a2) < bound).all())
         return PositionOnlyControl(inside, bound, float(a2.mean()), float(a2.min()), float(a2.max()), math.nan, alpha,
                                    a2.size, g, note="one distractor: every triple's gap must lie inside the bound")
-    mean, se, df = _t_on(cluster_means(a2, codes))
+    mean, se, df = t_over_cluster_means(cluster_means(a2, codes))
     mean, se = float(mean), float(se)
     if se > 0:
         p = max(float(stats.t.sf((mean + bound) / se, df)), float(stats.t.cdf((mean - bound) / se, df)))
@@ -576,7 +541,7 @@ def label_swap_control(triples: Sequence[TripleSummary], *, alpha: float = ALPHA
                                 note=f"fewer than {MIN_DISTRACTORS} distractors: the test does not run")
     kept, swapped = np.asarray(outcome(triples), float), np.asarray(outcome([swap_labels(t) for t in triples]), float)
     flip = np.random.default_rng(seed).random((n_swaps, kept.size)) < 0.5  # (n_swaps, n_triples)
-    mean, se, df = _t_on(cluster_means(np.where(flip, swapped, kept), codes))
+    mean, se, df = t_over_cluster_means(cluster_means(np.where(flip, swapped, kept), codes))
     with np.errstate(divide="ignore", invalid="ignore"):
         p = stats.t.sf(mean / se, df)
     count = int(np.sum(p < alpha))

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lab.analysis.hypotheses import ALPHA, MIN_N, partial_inputs, partial_spearman, partial_spearman_p
+from lab.analysis.effects import partial_spearman, partial_spearman_p
+from lab.analysis.hypotheses import ALPHA, MIN_N, partial_inputs
 
 # The placebo control's tolerance: the length-matched placebo health must not reach this raw
 # two-sided p (a clean design passes it in 95 % of studies).

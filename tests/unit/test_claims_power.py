@@ -187,7 +187,7 @@ def test_partial_spearman_removes_a_shared_length_and_matches_the_closed_form():
     shares only z has partial rho about 0 while its plain rho is large."""
     from scipy import stats
 
-    from lab.analysis.hypotheses import partial_spearman
+    from lab.analysis.effects import partial_spearman
 
     rng = np.random.default_rng(3)
     z = rng.uniform(1, 6, 200)
