@@ -1,7 +1,8 @@
 """What ``lab intervene`` reports: the main triples' analysis, the pilot's controls, the power table.
 
-:func:`build_report` computes nothing of its own beyond gathering: the tests, controls and
-power come from :mod:`lab.analysis.intervention`, the per-arm means from each triple's record.
+:func:`build_report` computes nothing of its own beyond gathering: the tests, controls, power and
+the per-arm means with their intervals come from :mod:`lab.analysis.intervention`, on the summaries
+of each triple's record. The renderer draws the report and computes no statistic.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.analysis.intervention import InterventionAnalysis, PowerRow, TripleSummary, analyze_intervention, power_table
+from lab.analysis.intervention import (ArmMeans, InterventionAnalysis, PowerRow, TripleSummary, analyze_intervention,
+                                       arm_means, power_table)
 from lab.intervene.record import TripleRecord
 from lab.intervene.run import InterventionSettings
 
@@ -29,6 +31,9 @@ class InterventionReport:
         power: Each test's power at its smallest effect of interest for the main run's size, from the
             pilot's SDs (the table that fixed n before the main triples were read); empty without a pilot.
         main: The main triples' summaries, in file order.
+        arms: The main triples' means per (table, twin, arm) and the P - N entropy gap per dose arm,
+            with their 95 % intervals (:func:`lab.analysis.intervention.arm_means`): the summary's arm
+            table and arms.png. Not written to report.json, which holds every triple's record instead.
         records: The main triples' full records (per-position outcomes), in file order.
         seconds: Summed per-triple wall time, pilot included.
         environment: Machine, library versions, threads, load (:func:`lab.reports.environment`).
@@ -41,6 +46,7 @@ class InterventionReport:
     pilot_ids: tuple[str, ...]
     power: tuple[PowerRow, ...]
     main: tuple[TripleSummary, ...]
+    arms: ArmMeans
     records: tuple[TripleRecord, ...]
     seconds: float
     environment: dict[str, Any]
@@ -68,5 +74,6 @@ def build_report(settings: InterventionSettings, pilot: Sequence[TripleRecord], 
         pilot_analysis.sd_by_test, len(summaries), n_distractors)
     return InterventionReport(
         settings=settings, analysis=analyze_intervention(summaries, seed=settings.seed), pilot=pilot_analysis,
-        pilot_ids=tuple(r.question_id for r in pilot), power=power, main=summaries, records=tuple(main),
-        seconds=sum(r.seconds for r in (*pilot, *main)), environment=environment(model), work_dir=str(work))
+        pilot_ids=tuple(r.question_id for r in pilot), power=power, main=summaries, arms=arm_means(summaries),
+        records=tuple(main), seconds=sum(r.seconds for r in (*pilot, *main)), environment=environment(model),
+        work_dir=str(work))

@@ -1,7 +1,7 @@
 """Rendering for ``lab intervene``: the console verdicts, summary.md, triples.csv, arms.png, the report.
 
 Consumes :class:`lab.intervene.report.InterventionReport`; computes nothing (tests, controls, power
-and the means per arm with their intervals come from :mod:`lab.analysis.intervention`).
+and the means per arm with their intervals come with the report, from :mod:`lab.analysis.intervention`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary, arm_means
+from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
 PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "sink", "C+")
@@ -157,7 +157,7 @@ def summary_markdown(report) -> str:
     head += ["", "## Secondary (outside the family)", ""] + [
         f"- {e.name}: {_f(e.value, '+.3f')} {e.unit} (95 % CI {_f(e.ci_low, '+.3f')} to {_f(e.ci_high, '+.3f')}, "
         f"{e.n_triples} triples): {e.statement}" for e in sec]
-    head += ["", "## Arms (means over triples)", ""] + _arm_table(arm_means(report.main))
+    head += ["", "## Arms (means over triples)", ""] + _arm_table(report.arms)
     head += ["", "## Per distractor", "", "| distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0 |",
              "|---|---|---|---|"] + [f"| {_md(d.distractor)} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
                                      f"{d.mean_h4b_gap:+.4f} |" for d in a.distractors]
@@ -199,7 +199,7 @@ def write_report(report, root: Path, work: Path) -> Path:
             "environment": report.environment, "work_dir": str(work),
             "triples": [r.to_json() for r in report.records]})
         rd.write_csv("triples.csv", triple_rows(report.main))
-        plot_arms(report.main, arm_means(report.main), rd.file("arms.png"),
+        plot_arms(report.main, report.arms, rd.file("arms.png"),
                   f"lab intervene, {report.settings.model}: arms per twin")
         rd.write_text("summary.md", summary_markdown(report))
     return rd.final

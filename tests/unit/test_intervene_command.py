@@ -567,6 +567,23 @@ def test_build_report_one_triple_pilot_is_reported_with_its_controls(tmp_path):
     assert report.decides == (report.analysis.decides and report.pilot.controls_passed)
 
 
+def test_build_report_carries_the_arm_means_that_summary_markdown_prints(tmp_path):
+    """Fault class: a statistic computed while rendering (the renderer recomputing the per-arm means the
+    report already carries, so the two could differ)."""
+    import dataclasses
+
+    from lab.analysis.effects import MeanInterval
+    from lab.analysis.intervention import ArmMeans, arm_means
+    from lab.intervene.report import build_report
+    from lab.render.intervention import summary_markdown
+
+    report = build_report(_settings(pilot_limit=0), [], [_record(f"q-{i}") for i in range(3)], work=tmp_path)
+    assert report.arms == arm_means(report.main)
+    planted = ArmMeans({k: MeanInterval(1.2345, 0.0, 0.95, 3) for k in report.arms.by_arm}, report.arms.dose_gap)
+    text = summary_markdown(dataclasses.replace(report, arms=planted))
+    assert "| A0 | 1.2345 | 1.2345 | 1.2345 | 1.2345 | 1.2345 | 1.2345 |" in text
+
+
 def test_summary_markdown_labels_with_pipes_and_line_breaks_stay_in_their_cell(tmp_path):
     """Fault class: a user's distractor label or id holding ``|`` or a line break splitting summary.md's tables
     and headings (a row read under the wrong columns)."""
