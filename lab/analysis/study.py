@@ -48,6 +48,13 @@ class StudyAnalysis:
     def verdicts(self) -> dict[str, str]:
         return {t.name: t.verdict for t in self.tests}
 
+    @property
+    def overall_alpha(self) -> float:
+        """Acceptance rate over every binned draft token: accepted / tested, the bins' counts summed
+        (NaN without bins)."""
+        n = sum(b.n for b in self.acceptance_bins)
+        return sum(b.k for b in self.acceptance_bins) / n if n else math.nan
+
     def test(self, name: str) -> TestResult:
         """The test called ``name`` (``"H1"`` ...).
 

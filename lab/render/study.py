@@ -34,7 +34,7 @@ from lab.study.run import StudyResult, config_dict, summarize_prompts
 
 class StudyProgress:
     """A Rich progress bar on stderr: prompts done, elapsed and time left; on a cluster
-    also the prompts in flight and failed (``status``, from :mod:`lab.study.cluster`).
+    also the prompts in flight and failed (``status``, from :mod:`lab.runs.cluster`).
 
     Use as a context manager and pass it as ``progress`` to :func:`lab.study.run_study`.
     """
@@ -136,8 +136,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
                     yerr=[[b.rate - b.ci_low for b in bins], [b.ci_high - b.rate for b in bins]],
                     xerr=[[m - b.low for m, b in zip(mids, bins)], [b.high - m for m, b in zip(mids, bins)]],
                     fmt="o-", capsize=3, label="binned acceptance (Wilson 95%)")
-        total_n, total_k = sum(b.n for b in bins), sum(b.k for b in bins)
-        ax.axhline(total_k / total_n, ls="--", color="gray", label=f"overall alpha {total_k / total_n:.3f}")
+        ax.axhline(a.overall_alpha, ls="--", color="gray", label=f"overall alpha {a.overall_alpha:.3f}")
         for m, b in zip(mids, bins):
             ax.annotate(f"n={b.n}", (m, b.ci_low), textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
     h2 = a.test("H2")

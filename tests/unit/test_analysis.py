@@ -185,6 +185,18 @@ def test_binned_acceptance_counts_and_wilson_intervals():
     assert bins[0].rate > bins[-1].rate  # the planted decline shows in the curve
 
 
+def test_study_analysis_overall_alpha_is_accepted_over_tested_across_bins_nan_without_bins():
+    """The overall alpha drawn in the acceptance plot is the bins' accepted / tested counts summed, and
+    NaN (not a division error) when no token was binned."""
+    from dataclasses import replace
+
+    h, a, _ = _tokens(6, slope=0.6)
+    analysis = analyze([], [], seed=0, n_resamples=0)
+    binned = replace(analysis, acceptance_bins=binned_acceptance(h, a, n_bins=6))
+    assert binned.overall_alpha == int(a.sum()) / a.size
+    assert math.isnan(replace(analysis, acceptance_bins=[]).overall_alpha)
+
+
 def test_binned_acceptance_bad_bins_raises():
     with pytest.raises(ValueError, match="n_bins"):
         binned_acceptance([1.0], [True], n_bins=0)
