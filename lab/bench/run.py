@@ -57,6 +57,7 @@ from lab.speculative.per_pass import parse_draft_dtype
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.results import SpeculativeResult
 from lab.speculative.settings import SpeculativeSettings
+from lab.speculative.setups import MIN_GAMMA, is_gamma
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +102,8 @@ class BenchConfig:
     no_cache: bool = False  # also run the speculative loop without KV caches at each gamma (lab.speculative.no_cache)
 
     def __post_init__(self) -> None:
-        if not self.gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gammas):
-            raise ValueError(f"gammas={self.gammas!r} must be integers >= 1")
+        if not self.gammas or not all(is_gamma(g) for g in self.gammas):
+            raise ValueError(f"gammas={self.gammas!r} must be integers >= {MIN_GAMMA}")
         for spec in self.adaptive:
             AdaptiveDraftLength.parse(spec)
         if self.max_new_tokens < 2:

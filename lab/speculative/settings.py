@@ -19,7 +19,7 @@ from lab.decode import check_max_new_tokens, eos_set
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength
 from lab.speculative.policies import DynamicGamma, GammaPolicy
-from lab.speculative.setups import DraftSetup
+from lab.speculative.setups import DraftSetup, check_gamma
 
 GREEDY = SamplingConfig()  # temperature 0: the argmax on both sides
 
@@ -60,8 +60,7 @@ class SpeculativeSettings:
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
-            raise ValueError(f"gamma={self.gamma!r} must be an integer >= 1")
+        check_gamma(self.gamma)
         if not isinstance(self.sampling, SamplingConfig):
             raise ValueError(f"sampling={self.sampling!r} must be a lab.sampling.SamplingConfig")
         if isinstance(self.adaptive, str):
