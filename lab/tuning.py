@@ -1,19 +1,27 @@
-"""The draft set-up ``lab bench --tune`` measured best on this machine: written, read back, or ignored with a reason.
+"""The tuned files: what ``lab bench --tune`` and ``--tune-runtime`` measured best on this machine, written,
+read back, or ignored with a reason.
 
-One JSON file per target profile in :func:`lab.user_dirs.tuning_dir`
-(``draft-setup-<profile>.json``), holding the winning
-:class:`~lab.speculative.setups.DraftSetup`, the draft it was measured with, the
-machine it was measured on (:func:`machine_key`: CPU model and flags, torch version,
-torch threads) and the measured figures of every candidate. A reader
-(:func:`read_tuned`) uses the file only for the same profile, draft and machine key:
+One JSON file per kind and target profile in :func:`lab.user_dirs.tuning_dir`, one writer
+(:func:`write_tuned`) and one reader (:func:`read_tuned`) for every kind (:class:`TunedKind`); the
+kinds differ only in their payload (:mod:`lab.speculative.tuning_schema`):
+
+* :data:`DRAFT_SETUP`, ``draft-setup-<profile>.json``: the winning
+  :class:`~lab.speculative.setups.DraftSetup` and the draft it was measured with (``lab speculate``
+  runs it, :func:`choose_setup`);
+* :data:`RUNTIME`, ``runtime-<profile>.json``: the runtime and weights that ran the target fastest
+  (commands run it when ``--runtime`` is not typed, :func:`lab.commands.common.resolve_runtime`).
+
+Each holds the machine it was measured on (:func:`machine_key`: CPU model and flags, torch version,
+torch threads; :func:`runtime_machine_key` adds the llama.cpp build) and the measured figures. A reader
+uses the file only for the same profile (and draft) and machine key:
 
 * another CPU model or other CPU flags: **foreign**, ignored;
 * another thread count: foreign too, unless the command cannot choose its threads
   (``lab speculate`` has no ``--threads``): then the file is used and a note says with how
   many threads it was measured (``OMP_NUM_THREADS`` runs with as many);
-* another torch version: **stale** (kernels change between versions), ignored;
-* unreadable, not JSON, or outside its schema (:mod:`lab.speculative.tuning_schema`: every field of
-  the set-up within what the command line accepts for its flag): **corrupt**, ignored;
+* another torch version (or llama.cpp build): **stale** (kernels change between versions), ignored;
+* unreadable, not JSON, or outside its schema (every field of the set-up within what the command
+  line accepts for its flag): **corrupt**, ignored;
 
 each with one line naming the file and why, which the command shows and reports. The
 file is written atomically (:func:`lab.runs.files.write_text_atomic`).
@@ -35,8 +43,9 @@ from typing import Any
 from lab.machine import cpu_identity
 from lab.models.profiles import PROFILES
 from lab.schemas import FileSchemaError
-from lab.speculative.tuning_schema import RUNTIME_TUNING_FORMAT, TUNING_FORMAT, load_runtime_tuning, load_tuning
+from lab.speculative import tuning_schema
 from lab.speculative.setups import DraftSetup, ResolvedSetup, default_ggml_setup, default_setup, resolve_setup
+from lab.speculative.tuning_schema import TunedSchema
 from lab.runs.files import write_text_atomic
 from lab.user_dirs import tuning_dir
 
@@ -52,26 +61,55 @@ def machine_key(threads: int) -> dict[str, Any]:
     return {**cpu_identity(), "torch": torch_version, "threads": int(threads)}
 
 
-def _file_safe(profile: str) -> str:
-    """The profile name as a file name's part (``owner/name`` and paths too)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
+def runtime_machine_key(threads: int) -> dict[str, Any]:
+    """:func:`machine_key` plus the llama.cpp build the runtime candidates ran on (``llama_cpp``)."""
+    from lab.runtime.build import SDIST_VERSION
+
+    return {**machine_key(threads), "llama_cpp": SDIST_VERSION}
 
 
-def tuning_path(profile: str) -> Path:
-    """``<tuning_dir>/draft-setup-<profile>.json`` (the profile name made file-safe)."""
-    return tuning_dir() / f"draft-setup-{_file_safe(profile)}.json"
+@dataclass(frozen=True)
+class TunedKind:
+    """One kind of tuned file: its schema, where it lives, who writes it and what a reader matches.
+
+    Attributes:
+        schema: The file's :class:`~lab.speculative.tuning_schema.TunedSchema` (its payload).
+        stem: The file is ``<tuning_dir>/<stem>-<profile>.json``.
+        command: The command that writes it, named in a note (re-run it).
+        matched: Payload fields a reader must find equal to what it asks for, besides the profile, each
+            with the words a note puts before its value (``("draft", "draft ")``).
+        used_note: Appended to the note on a file used although measured with another thread count
+            (``{threads}``: the file's count).
+    """
+
+    schema: TunedSchema
+    stem: str
+    command: str
+    matched: tuple[tuple[str, str], ...] = ()
+    used_note: str = ""
+
+    def path(self, profile: str) -> Path:
+        """``<tuning_dir>/<stem>-<profile>.json``, the profile name made file-safe (``owner/name`` and paths too)."""
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", profile).strip("._") or "model"
+        return tuning_dir() / f"{self.stem}-{safe}.json"
 
 
-def write_tuned(profile: str, draft: str, setup: DraftSetup, machine: dict[str, Any],
+DRAFT_SETUP = TunedKind(tuning_schema.DRAFT_SETUP, "draft-setup", "lab bench --tune", matched=(("draft", "draft "),),
+                        used_note=": its set-up runs all the same (OMP_NUM_THREADS={threads} runs as it was measured)")
+RUNTIME = TunedKind(tuning_schema.RUNTIME, "runtime", "lab bench --tune-runtime")
+
+
+def write_tuned(kind: TunedKind, profile: str, payload: dict[str, Any], machine: dict[str, Any],
                 measured: dict[str, Any]) -> Path:
-    """Write the winner for ``profile`` on ``machine``, replacing any earlier file.
+    """Write what ``profile`` measured best on ``machine``, replacing any earlier file of ``kind``.
 
     Args:
+        kind: :data:`DRAFT_SETUP` (payload ``draft``, ``setup``) or :data:`RUNTIME` (``runtime``,
+            ``weights``, ``report``).
         profile: The target profile (``--model``).
-        draft: The draft spec the set-up was measured with.
-        setup: The winning set-up.
-        machine: :func:`machine_key` of the measuring run.
-        measured: The figures behind the choice (the winner's and every candidate's).
+        payload: The kind's fields (:mod:`lab.speculative.tuning_schema`).
+        machine: :func:`machine_key` (:func:`runtime_machine_key` for :data:`RUNTIME`) of the measuring run.
+        measured: The figures behind the choice.
 
     Returns:
         The file's path.
@@ -79,10 +117,11 @@ def write_tuned(profile: str, draft: str, setup: DraftSetup, machine: dict[str, 
     Raises:
         OSError: the tuning folder cannot be written.
     """
-    data = {"format": TUNING_FORMAT, "profile": profile, "draft": draft, "setup": setup.as_dict(),
-            "machine": machine, "measured": measured,
+    after = {k: payload[k] for k in kind.schema.after_measured}
+    data = {"format": kind.schema.format, "profile": profile,
+            **{k: v for k, v in payload.items() if k not in after}, "machine": machine, "measured": measured, **after,
             "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    return write_text_atomic(tuning_path(profile), json.dumps(data, indent=2, allow_nan=False) + "\n")
+    return write_text_atomic(kind.path(profile), json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 @dataclass(frozen=True)
@@ -91,14 +130,13 @@ class TunedRead:
 
     Attributes:
         path: The file looked for.
-        setup: The tuned set-up, or None (no file, or ignored).
         note: One line to show about a file that exists: why it was ignored, or, when it is
             used, how its measurement differs from this run (another thread count); else None.
-        data: The file's contents when it was used.
+        data: The file's contents when it is used (its payload: ``data["setup"]``, ``data["runtime"]`` ...);
+            None when there is no file or it was ignored.
     """
 
     path: Path
-    setup: DraftSetup | None = None
     note: str | None = None
     data: dict[str, Any] | None = None
 
@@ -128,56 +166,60 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any], *,
     return foreign, stale
 
 
-def _not_this_machine(theirs: dict[str, Any], ours: dict[str, Any], *, any_threads: bool, head: str,
-                      command: str) -> str | None:
-    """The note for a file measured on another machine (foreign) or with other software (stale), else None."""
-    foreign, stale = _differences(theirs, ours, any_threads=any_threads)
+def _refusal(kind: TunedKind, data: dict[str, Any], wanted: dict[str, Any], machine: dict[str, Any], *,
+             any_threads: bool) -> str | None:
+    """Why a valid file is not for this run (measured for another profile or draft, on another machine, or with
+    other software), after ``ignoring the <kind> <path>: ``; None when it is."""
+    if any(data[k] != v for k, v in wanted.items()):
+        says = {"profile": "--model ", **dict(kind.matched)}
+        return (f"tuned for {' with '.join(says[k] + str(data[k]) for k in wanted)}, "
+                f"not {' with '.join(str(v) for v in wanted.values())}")
+    foreign, stale = _differences(data["machine"], machine, any_threads=any_threads)
     if foreign:
-        return f"{head}: measured on another machine ({'; '.join(foreign + stale)}); re-run {command} here"
+        return f"measured on another machine ({'; '.join(foreign + stale)}); re-run {kind.command} here"
     if stale:
-        return f"{head}: stale, measured with {'; '.join(stale)}; re-run {command}"
+        return f"stale, measured with {'; '.join(stale)}; re-run {kind.command}"
     return None
 
 
-def read_tuned(profile: str, draft: str, machine: dict[str, Any], *, any_threads: bool = False) -> TunedRead:
-    """The tuned set-up for ``profile`` and ``draft`` on ``machine``, or why there is none.
+def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match: dict[str, str] | None = None,
+               any_threads: bool = False) -> TunedRead:
+    """The tuned file of ``kind`` for ``profile`` on ``machine``, or why there is none.
 
-    Never raises for a bad file: a corrupt (:func:`lab.speculative.tuning_schema.load_tuning`), foreign or
-    stale file is ignored and named in ``note`` (one line); no file at all gives neither a
-    set-up nor a note.
+    Never raises for a bad file: a corrupt (:func:`lab.speculative.tuning_schema.load`), foreign or stale
+    file, or one measured for another profile (or, :data:`DRAFT_SETUP`, another draft), is ignored and named
+    in ``note`` (one line); no file at all gives neither data nor a note.
 
     Args:
+        kind: :data:`DRAFT_SETUP` or :data:`RUNTIME`.
         profile: The ``--model`` value.
-        draft: The draft spec in force.
-        machine: :func:`machine_key` of this run.
-        any_threads: The command cannot choose its thread count (it has no ``--threads``): a file
-            measured with another count is used, with a note naming the count it was measured with.
+        machine: :func:`machine_key` (:func:`runtime_machine_key` for :data:`RUNTIME`) of this run.
+        match: The kind's :attr:`TunedKind.matched` fields this run asks for (``{"draft": spec}``).
+        any_threads: The command cannot choose its thread count (it has no ``--threads``), or runs
+            any: a file measured with another count is used, with a note naming the count it was measured with.
     """
-    path = tuning_path(profile)
+    path = kind.path(profile)
     try:
         present = path.exists()
     except OSError:  # a folder that cannot be searched: the file is named below as unreadable
         present = True
     if not present:
         return TunedRead(path)
-    head = f"ignoring the tuning file {path}"
+    head = f"ignoring the {kind.schema.kind} {path}"
     try:
-        data = load_tuning(path)
+        data = tuning_schema.load(kind.schema, path)
     except FileSchemaError as exc:
-        return TunedRead(path, note=f"{head}: corrupt ({exc.problem}); re-run lab bench --tune or delete it")
-    if data["profile"] != profile or data["draft"] != draft:
-        return TunedRead(path, note=f"{head}: tuned for --model {data['profile']} with draft {data['draft']}, "
-                                    f"not {profile} with {draft}")
-    theirs = data["machine"]
-    refused = _not_this_machine(theirs, machine, any_threads=any_threads, head=head, command="lab bench --tune")
+        return TunedRead(path, note=f"{head}: corrupt ({exc.problem}); re-run {kind.command} or delete it")
+    wanted = {"profile": profile, **(match or {})}
+    assert set(wanted) == {"profile", *(k for k, _ in kind.matched)}, f"{kind.stem} files match {kind.matched}"
+    refused = _refusal(kind, data, wanted, machine, any_threads=any_threads)
     if refused:
-        return TunedRead(path, note=refused)
-    note = None
-    if theirs["threads"] != machine["threads"]:
-        note = (f"the tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
-                f"{machine['threads']}: its set-up runs all the same (OMP_NUM_THREADS={theirs['threads']} runs "
-                "as it was measured)")
-    return TunedRead(path, setup=DraftSetup(**data["setup"]), note=note, data=data)
+        return TunedRead(path, note=f"{head}: {refused}")
+    theirs, note = data["machine"]["threads"], None
+    if theirs != machine["threads"]:
+        note = (f"the {kind.schema.kind} {path} was measured with {_threads(theirs)}, this run has "
+                f"{machine['threads']}" + kind.used_note.format(threads=theirs))
+    return TunedRead(path, note=note, data=data)
 
 
 def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, threads: int,
@@ -215,106 +257,10 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
         chosen = resolve_setup({"dynamic": None, **flags}, base=base, base_source=source, has_weights=False)
         chosen.sources["draft_dtype"] = "the GGUF file's own weights (llama.cpp runtime)"
         return chosen
-    tuned = read_tuned(profile, draft_spec, machine_key(threads), any_threads=True)
-    if tuned.setup is not None:
-        base, source = tuned.setup, f"tuned: {tuned.path}"
+    tuned = read_tuned(DRAFT_SETUP, profile, machine_key(threads), match={"draft": draft_spec}, any_threads=True)
+    if tuned.data is not None:
+        base, source = DraftSetup(**tuned.data["setup"]), f"tuned: {tuned.path}"
     else:
         base, source = default_setup(profile if own_draft else None, has_weights)
     return resolve_setup({"dynamic": None, **flags}, base=base, base_source=source, has_weights=has_weights,
                          notes=(tuned.note,) if tuned.note else ())
-
-
-# ---- the runtime: ``lab bench --tune-runtime`` writes it, commands read it when --runtime is not typed ----
-
-def runtime_machine_key(threads: int) -> dict[str, Any]:
-    """:func:`machine_key` plus the llama.cpp build the runtime candidates ran on (``llama_cpp``)."""
-    from lab.runtime.build import SDIST_VERSION
-
-    return {**machine_key(threads), "llama_cpp": SDIST_VERSION}
-
-
-def runtime_tuning_path(profile: str) -> Path:
-    """``<tuning_dir>/runtime-<profile>.json`` (the profile name made file-safe)."""
-    return tuning_dir() / f"runtime-{_file_safe(profile)}.json"
-
-
-def write_tuned_runtime(profile: str, runtime: str, weights: str, machine: dict[str, Any],
-                        measured: dict[str, Any], report: str | None) -> Path:
-    """Write the runtime (and weights) that ran ``profile``'s target fastest on ``machine``, replacing any earlier file.
-
-    Args:
-        profile: The GGUF profile (``--model``).
-        runtime: ``"torch"`` or ``"llama.cpp"``.
-        weights: The torch representation (:data:`lab.models.weights.WEIGHTS`), or ``"gguf"`` for llama.cpp.
-        machine: :func:`runtime_machine_key` of the measuring run.
-        measured: Every candidate's figures.
-        report: The bench report that measured them.
-
-    Returns:
-        The file's path.
-
-    Raises:
-        OSError: the tuning folder cannot be written.
-    """
-    data = {"format": RUNTIME_TUNING_FORMAT, "profile": profile, "runtime": runtime, "weights": weights,
-            "machine": machine, "measured": measured, "report": report,
-            "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    return write_text_atomic(runtime_tuning_path(profile), json.dumps(data, indent=2, allow_nan=False) + "\n")
-
-
-@dataclass(frozen=True)
-class TunedRuntime:
-    """What :func:`read_tuned_runtime` found.
-
-    Attributes:
-        path: The file looked for.
-        runtime: ``"torch"`` or ``"llama.cpp"``, or None (no file, or ignored).
-        weights: The file's weights (``"gguf"`` for llama.cpp), or None.
-        note: One line about a file that exists: why it was ignored, or how its measurement differs
-            from this run (another thread count); else None.
-        data: The file's contents when it was used.
-    """
-
-    path: Path
-    runtime: str | None = None
-    weights: str | None = None
-    note: str | None = None
-    data: dict[str, Any] | None = None
-
-
-def read_tuned_runtime(profile: str, machine: dict[str, Any], *, any_threads: bool = False) -> TunedRuntime:
-    """The runtime ``lab bench --tune-runtime`` measured fastest for ``profile`` on ``machine``, or why there is none.
-
-    The same rules as :func:`read_tuned`: a corrupt file, one measured for another profile or on another
-    CPU (model or flags) or, unless ``any_threads``, with another thread count is ignored with a note;
-    one measured with another torch version or llama.cpp build is stale and ignored too. Never raises.
-
-    Args:
-        profile: The ``--model`` value.
-        machine: :func:`runtime_machine_key` of this run.
-        any_threads: Use a file measured with another thread count (with a note naming it).
-    """
-    path = runtime_tuning_path(profile)
-    try:
-        present = path.exists()
-    except OSError:
-        present = True
-    if not present:
-        return TunedRuntime(path)
-    head = f"ignoring the runtime tuning file {path}"
-    try:
-        data = load_runtime_tuning(path)
-    except FileSchemaError as exc:
-        return TunedRuntime(path, note=f"{head}: corrupt ({exc.problem}); re-run lab bench --tune-runtime or delete it")
-    if data["profile"] != profile:
-        return TunedRuntime(path, note=f"{head}: tuned for --model {data['profile']}, not {profile}")
-    theirs = data["machine"]
-    refused = _not_this_machine(theirs, machine, any_threads=any_threads, head=head,
-                                command="lab bench --tune-runtime")
-    if refused:
-        return TunedRuntime(path, note=refused)
-    note = None
-    if theirs["threads"] != machine["threads"]:
-        note = (f"the runtime tuning file {path} was measured with {_threads(theirs['threads'])}, this run has "
-                f"{machine['threads']}")
-    return TunedRuntime(path, runtime=data["runtime"], weights=data["weights"], note=note, data=data)

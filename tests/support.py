@@ -451,3 +451,21 @@ def edit_at(where: str, value):
             node[last] = value
         return data
     return edit
+
+
+def write_tuned_setup(profile, draft, setup, machine, measured):
+    """``lab bench --tune``'s file (:data:`lab.tuning.DRAFT_SETUP`): ``setup`` for ``profile``, measured with
+    ``draft`` on ``machine``."""
+    from lab.tuning import DRAFT_SETUP, write_tuned
+
+    return write_tuned(DRAFT_SETUP, profile, {"draft": draft, "setup": setup.as_dict()}, machine, measured)
+
+
+def read_tuned_setup(profile, draft, machine):
+    """``(set-up, read)``: the tuned :class:`~lab.speculative.setups.DraftSetup` for ``profile`` and ``draft`` on
+    ``machine`` (None: no file, or ignored) and :func:`lab.tuning.read_tuned`'s answer."""
+    from lab.speculative.setups import DraftSetup
+    from lab.tuning import DRAFT_SETUP, read_tuned
+
+    got = read_tuned(DRAFT_SETUP, profile, machine, match={"draft": draft})
+    return (DraftSetup(**got.data["setup"]) if got.data is not None else None), got

@@ -31,7 +31,7 @@ from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
 from lab.speculative.setups import DraftSetup
-from lab.tuning import machine_key, write_tuned
+from lab.tuning import DRAFT_SETUP, machine_key, write_tuned
 
 TUNE_GAMMAS = (3, 4, 5)
 TUNE_ADAPTIVE = ("pmin:0.6",)  # llama.cpp's draft-confidence stop at the bench's usual threshold
@@ -175,7 +175,7 @@ def tune(benches: Mapping[str, BenchResult], *, model: str, draft: str, threads:
     setup, measured = choose(benches)
     machine = machine_key(threads)
     measured["busy"] = {mode: bool((b.machine_load or {}).get("busy")) for mode, b in benches.items()}
-    path = write_tuned(model, draft, setup, machine, measured)
+    path = write_tuned(DRAFT_SETUP, model, {"draft": draft, "setup": setup.as_dict()}, machine, measured)
     return TuneOutcome(setup=setup, measured=measured, machine=machine, path=path)
 
 

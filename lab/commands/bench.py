@@ -467,7 +467,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from lab.render.console import stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
     from lab.reports import environment, report_dir
-    from lab.tuning import runtime_machine_key, write_tuned_runtime
+    from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
 
     # 1. Validate before loading.
     prompts, threads = _check_tune_runtime(args)
@@ -485,8 +485,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     out = stdout_console()
     with report_dir(args.out, "bench", f"tune-runtime-{args.model}") as rd:
         machine = runtime_machine_key(threads)
-        path = write_tuned_runtime(args.model, result.winner_runtime, result.winner_weights, machine,
-                                   {**result.measured(), "busy": bool(result.load.get("busy"))}, str(rd.final))
+        path = write_tuned(RUNTIME, args.model, {"runtime": result.winner_runtime, "weights": result.winner_weights,
+                                                 "report": str(rd.final)},
+                           machine, {**result.measured(), "busy": bool(result.load.get("busy"))})
         report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
                                    list(prompts.groups), prompts.humaneval, environment(first), result, machine,
                                    str(path))

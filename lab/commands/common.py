@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
-from lab.speculative.setups import MAX_GAMMA
+from lab.speculative.setups import GAMMA_BOUND_WHY, MAX_GAMMA, MIN_GAMMA
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +96,7 @@ _POSITIVE_TOKENS = Bound(1, MAX_TOKENS, " (128 Ki tokens, the longest context of
 # dest -> bound, for every command that has the flag (lab.cli checks them before a command runs).
 _BOUNDS = {
     "seed": Bound(0, SEED_MAX, " (2**64 - 1, what torch's generator takes)"),
-    "gamma": Bound(1, MAX_GAMMA, f": beyond {MAX_GAMMA} drafted tokens a round gains nothing measurable"),
+    "gamma": Bound(MIN_GAMMA, MAX_GAMMA, GAMMA_BOUND_WHY),  # gamma's range is declared with the draft set-up
     "resamples": Bound(1, MAX_RESAMPLES, " (50x the default; the CI's Monte Carlo error is negligible there)"),
     "top_alternatives": Bound(1, MAX_TOP_ALTERNATIVES, " (alternatives shown and saved per step)"),
     "max_new_tokens": _POSITIVE_TOKENS,
@@ -324,7 +324,7 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
 
 
 # When --runtime is not typed, a GGUF profile runs on the runtime ``lab bench --tune-runtime`` measured fastest for
-# its target on this machine (lab.tuning.read_tuned_runtime: the per-machine tuning file); without such a file, on
+# its target on this machine (lab.tuning.read_tuned: the per-machine runtime file); without such a file, on
 # torch. On the lab's 2-core AMD EPYC (AVX-512 BF16, no AMX) the measured winner for qwen2.5-coder is llama.cpp
 # (docs/results.md, "The runtime chosen per machine"); the choice is not shipped as a default for every CPU.
 
@@ -390,7 +390,7 @@ def resolve_runtime(args: argparse.Namespace) -> RuntimeChoice:
     """The runtime for ``--runtime`` and the model, checked before any model loads; ``args`` is not changed.
 
     Typed, it is used (and llama.cpp checked). Untyped, a GGUF profile on the CPU runs what the per-machine
-    runtime tuning file says (:func:`lab.tuning.read_tuned_runtime`; a torch winner's weights replace an
+    runtime tuning file says (:func:`lab.tuning.read_tuned`; a torch winner's weights replace an
     untyped ``--weights``), unless a torch-only flag was typed or the runtime is not built; every other case,
     and a file that is missing or ignored (its note says why), runs torch.
 
@@ -426,24 +426,25 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
     from lab.models.devices import resolve_device
     from lab.models.loading import is_gguf_model
     from lab.runtime.ggml import binding
-    from lab.tuning import read_tuned_runtime, runtime_machine_key
+    from lab.tuning import RUNTIME, read_tuned, runtime_machine_key
 
     def torch_because(why: str | None) -> RuntimeChoice:
         return RuntimeChoice("torch", RuntimeSource.DEFAULT, why, weights)
 
     if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
         return torch_because(None)  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
-    tuned = read_tuned_runtime(args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
-    if tuned.runtime is None:
+    tuned = read_tuned(RUNTIME, args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
+    if tuned.data is None:
         return torch_because(None if tuned.note is None else f"default: torch; {tuned.note}")
-    if tuned.runtime == "torch":
+    if tuned.data["runtime"] == "torch":
         # The tuned representation, as if typed; a typed --weights (float32 too: the reference) or --dtype wins.
-        if tuned.weights != "float32" and not getattr(args, "weights_typed", False) and hasattr(args, "weights") \
+        tuned_weights = tuned.data["weights"]
+        if tuned_weights != "float32" and not getattr(args, "weights_typed", False) and hasattr(args, "weights") \
                 and getattr(args, "dtype", None) is None:
-            note = f"tuned: {tuned.path} (torch with {tuned.weights} weights)"
-            return RuntimeChoice("torch", RuntimeSource.TUNED, note, tuned.weights)
+            note = f"tuned: {tuned.path} (torch with {tuned_weights} weights)"
+            return RuntimeChoice("torch", RuntimeSource.TUNED, note, tuned_weights)
         return RuntimeChoice("torch", RuntimeSource.TUNED,
-                             f"tuned: {tuned.path} (torch, {tuned.weights} weights measured fastest)", weights)
+                             f"tuned: {tuned.path} (torch, {tuned_weights} weights measured fastest)", weights)
     typed_torch = _torch_only_flags(args)
     if typed_torch:
         return torch_because(f"default: torch, because {', '.join(typed_torch)} apply to torch only (tuned: llama.cpp)")

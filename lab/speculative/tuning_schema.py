@@ -1,46 +1,136 @@
-"""The tuning file ``draft-setup-<profile>.json`` that ``lab bench --tune`` writes and ``lab speculate`` reads.
+"""The schemas of the tuned files :mod:`lab.tuning` writes and reads: one envelope, one payload per kind.
 
-Written by :func:`lab.tuning.write_tuned`: ``format`` (:data:`TUNING_FORMAT`), the target
-``profile`` and ``draft`` it was measured for, the winning ``setup`` (a
-:class:`lab.speculative.setups.DraftSetup`: ``draft_dtype``, ``gamma``, ``adaptive``,
-``dynamic``), the ``machine`` key it was measured on (``cpu_model``, ``cpu_flags``, ``torch``,
-``threads``), the ``measured`` figures and when it was ``written``.
+Every tuned file holds ``format``, the target ``profile`` it was measured for, the ``machine`` key it
+was measured on (``cpu_model``, ``cpu_flags``, ``torch``, ``threads``; the runtime file adds the
+llama.cpp build), the ``measured`` figures and when it was ``written``; a kind
+(:class:`TunedSchema`) declares only its payload:
 
-Every field of the set-up is held to what the command line accepts for the same flag
-(:data:`SCHEMA` and :func:`check`): a draft dtype of
-:data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`, a gamma in [1,
-:data:`lab.speculative.setups.MAX_GAMMA`], an ``adaptive`` stop that
-:meth:`lab.speculative.drafts.AdaptiveDraftLength.parse` takes and a ``dynamic`` policy that
-:meth:`lab.speculative.policies.DynamicGamma.parse` takes with its MAX within the same bound.
-A file that fails is ignored with a note naming it (:func:`lab.tuning.read_tuned`); the run
-goes on with the documented set-up.
+* :data:`DRAFT_SETUP` (``draft-setup-<profile>.json``, ``lab bench --tune``): the ``draft`` it was
+  measured with and the winning ``setup`` (a :class:`lab.speculative.setups.DraftSetup`), every
+  field held to what the command line accepts for the same flag: a draft dtype of
+  :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`, a gamma in
+  [:data:`~lab.speculative.setups.MIN_GAMMA`, :data:`~lab.speculative.setups.MAX_GAMMA`], an
+  ``adaptive`` stop that :meth:`lab.speculative.drafts.AdaptiveDraftLength.parse` takes and a
+  ``dynamic`` policy that :func:`lab.speculative.setups.parse_dynamic` takes;
+* :data:`RUNTIME` (``runtime-<profile>.json``, ``lab bench --tune-runtime``): the ``runtime`` and
+  ``weights`` that ran the profile's target fastest here, end to end, and the ``report`` that
+  measured them.
+
+A file that fails :func:`load` is ignored with a note naming it (:func:`lab.tuning.read_tuned`); the
+run goes on without it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lab import schemas
-from lab.speculative.setups import ADAPTIVE_STOPS, MAX_GAMMA, MIN_GAMMA, parse_dynamic
-from lab.schemas import FileSchemaError
 from lab.models.weights import WEIGHTS
+from lab.schemas import FileSchemaError
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
+from lab.speculative.setups import ADAPTIVE_STOPS, MAX_GAMMA, MIN_GAMMA, parse_dynamic
 
-KIND = "tuning file"
-TUNING_FORMAT = 1
 # A name the lab prints in a note: one line, so no control characters (a newline would split it).
 _TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}
 _NAME = {**_TEXT, "minLength": 1}
-_WHOLE = {"type": "integer", "minimum": 1}
 MAX_THREADS = 4096  # more torch threads than any machine the lab meets has cores: a hand-edited number
-
-SCHEMA: dict[str, Any] = {
+MACHINE = {
     "type": "object",
-    "required": ["format", "profile", "draft", "setup", "machine"],
+    "required": ["cpu_model", "cpu_flags", "torch", "threads"],
     "properties": {
-        "format": {"const": TUNING_FORMAT},
-        "profile": _NAME,
+        "cpu_model": _TEXT,
+        "cpu_flags": {"type": "array", "items": _NAME},
+        "torch": _NAME,
+        "threads": {"type": "integer", "minimum": 1, "maximum": MAX_THREADS},
+    },
+}
+
+
+@dataclass(frozen=True)
+class TunedSchema:
+    """One kind of tuned file, by its payload (the envelope is every kind's).
+
+    Attributes:
+        kind: What the file is called in an error and a note (``"tuning file"``).
+        format: The ``format`` a file of this kind holds.
+        payload: The payload's fields and their schemas, in the file's order.
+        required: The payload's fields a file must have.
+        after_measured: Payload fields the file holds after ``measured``, not before ``machine``
+            (the runtime file's ``report``): the order of the files already written.
+        whole: Payload fields, ``"a/b"`` paths, whose numbers must be written as whole numbers.
+        rules: JSON Schema ``allOf`` entries relating the payload's fields.
+        check: What a schema cannot state (a spec parsed as the command line parses it), or None;
+            raises :class:`~lab.schemas.FileSchemaError`.
+    """
+
+    kind: str
+    format: int
+    payload: dict[str, Any]
+    required: tuple[str, ...]
+    after_measured: tuple[str, ...] = ()
+    whole: tuple[str, ...] = ()
+    rules: tuple[dict[str, Any], ...] = ()
+    check: Callable[[dict, "str | Path"], None] | None = field(default=None, compare=False)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The whole file's JSON Schema: the envelope around :attr:`payload`."""
+        before = {k: v for k, v in self.payload.items() if k not in self.after_measured}
+        after = {k: self.payload[k] for k in self.after_measured}
+        schema = {"type": "object", "required": ["format", "profile", *self.required, "machine"],
+                  "properties": {"format": {"const": self.format}, "profile": _NAME, **before, "machine": MACHINE,
+                                 "measured": {"type": "object"}, **after, "written": {"type": ["string", "null"]}}}
+        return {**schema, "allOf": list(self.rules)} if self.rules else schema
+
+
+def _at(data: dict, where: str) -> Any:
+    for key in where.split("/"):
+        data = data[key]
+    return data
+
+
+def load(kind: TunedSchema, path: str | Path) -> dict:
+    """A tuned file of ``kind``, validated by shape and range (:attr:`TunedSchema.schema`), whole numbers
+    written as such (JSON Schema counts ``4.0`` as an integer; the lab does not) and ``kind.check``.
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file and the field).
+    """
+    data = schemas.load(path, kind.schema, kind.kind)
+    for where in (*kind.whole, "machine/threads"):
+        if not isinstance(_at(data, where), int):
+            raise FileSchemaError(path, kind.kind, f"{where}: {_at(data, where)!r} is not a whole number")
+    if kind.check is not None:
+        kind.check(data, path)
+    return data
+
+
+def _problem(where: str, value: Any, exc: Exception) -> str:
+    return f"{where}: {value!r}: {exc}"
+
+
+def _check_setup(data: dict, path: str | Path) -> None:
+    """The set-up's ``adaptive`` and ``dynamic`` specs parsed as the command line parses them."""
+    from lab.speculative.drafts import AdaptiveDraftLength
+
+    setup = data["setup"]
+    if setup["adaptive"] is not None:
+        try:
+            AdaptiveDraftLength.parse(setup["adaptive"])
+        except ValueError as exc:
+            raise FileSchemaError(path, DRAFT_SETUP.kind, _problem("setup/adaptive", setup["adaptive"], exc)) from None
+    if setup["dynamic"] is not None:
+        try:
+            parse_dynamic(setup["dynamic"])
+        except ValueError as exc:
+            raise FileSchemaError(path, DRAFT_SETUP.kind, _problem("setup/dynamic", setup["dynamic"], exc)) from None
+
+
+DRAFT_SETUP = TunedSchema(
+    kind="tuning file", format=1, required=("draft", "setup"), whole=("setup/gamma",), check=_check_setup,
+    payload={
         "draft": _NAME,
         "setup": {
             "type": "object",
@@ -54,94 +144,12 @@ SCHEMA: dict[str, Any] = {
                 "dynamic": {"oneOf": [{"type": "null"}, {"type": "string", "pattern": r"^dynamic(:[0-9]{1,6}){0,2}$"}]},
             },
         },
-        "machine": {
-            "type": "object",
-            "required": ["cpu_model", "cpu_flags", "torch", "threads"],
-            "properties": {
-                "cpu_model": _TEXT,
-                "cpu_flags": {"type": "array", "items": _NAME},
-                "torch": _NAME,
-                "threads": {**_WHOLE, "maximum": MAX_THREADS},
-            },
-        },
-        "measured": {"type": "object"},
-        "written": {"type": ["string", "null"]},
-    },
-}
+    })
 
-
-def _problem(where: str, value: Any, exc: Exception) -> str:
-    return f"{where}: {value!r}: {exc}"
-
-
-def check(data: dict, path: str | Path) -> dict:
-    """What :data:`SCHEMA` cannot state: whole numbers written as such, and the set-up's specs parsed
-    as the command line parses them.
-
-    JSON Schema counts ``4.0`` as an integer; :class:`~lab.speculative.setups.DraftSetup` does not.
-
-    Raises:
-        FileSchemaError: naming the field and its value.
-    """
-    from lab.speculative.drafts import AdaptiveDraftLength
-
-    setup, machine = data["setup"], data["machine"]
-    for where, value in (("setup/gamma", setup["gamma"]), ("machine/threads", machine["threads"])):
-        if not isinstance(value, int):
-            raise FileSchemaError(path, KIND, f"{where}: {value!r} is not a whole number")
-    if setup["adaptive"] is not None:
-        try:
-            AdaptiveDraftLength.parse(setup["adaptive"])
-        except ValueError as exc:
-            raise FileSchemaError(path, KIND, _problem("setup/adaptive", setup["adaptive"], exc)) from None
-    if setup["dynamic"] is not None:
-        try:
-            parse_dynamic(setup["dynamic"])
-        except ValueError as exc:
-            raise FileSchemaError(path, KIND, _problem("setup/dynamic", setup["dynamic"], exc)) from None
-    return data
-
-
-def load_tuning(path: str | Path) -> dict:
-    """A tuning file, validated by shape, range (:data:`SCHEMA`) and :func:`check`.
-
-    Raises:
-        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
-    """
-    return check(schemas.load(path, SCHEMA, KIND), path)
-
-
-# ``runtime-<profile>.json``, written by ``lab bench --tune-runtime`` (:func:`lab.tuning.write_tuned_runtime`):
-# the runtime and weights that ran the profile's target fastest here, end to end.
-RUNTIME_KIND = "runtime tuning file"
-RUNTIME_TUNING_FORMAT = 1
 RUNTIMES = ("torch", "llama.cpp")
-RUNTIME_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["format", "profile", "runtime", "weights", "machine"],
-    "properties": {
-        "format": {"const": RUNTIME_TUNING_FORMAT},
-        "profile": _NAME,
-        "runtime": {"enum": list(RUNTIMES)},
-        "weights": _NAME,
-        "machine": SCHEMA["properties"]["machine"],
-        "measured": {"type": "object"},
-        "report": {"type": ["string", "null"]},
-        "written": {"type": ["string", "null"]},
-    },
-    "allOf": [{"if": {"properties": {"runtime": {"const": "llama.cpp"}}},
-               "then": {"properties": {"weights": {"const": "gguf"}}},
-               "else": {"properties": {"weights": {"enum": list(WEIGHTS)}}}}],
-}
-
-
-def load_runtime_tuning(path: str | Path) -> dict:
-    """A runtime tuning file, validated by :data:`RUNTIME_SCHEMA` (threads a whole number).
-
-    Raises:
-        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
-    """
-    data = schemas.load(path, RUNTIME_SCHEMA, RUNTIME_KIND)
-    if not isinstance(data["machine"]["threads"], int):
-        raise FileSchemaError(path, RUNTIME_KIND, f"machine/threads: {data['machine']['threads']!r} is not a whole number")
-    return data
+RUNTIME = TunedSchema(
+    kind="runtime tuning file", format=1, required=("runtime", "weights"), after_measured=("report",),
+    payload={"runtime": {"enum": list(RUNTIMES)}, "weights": _NAME, "report": {"type": ["string", "null"]}},
+    rules=({"if": {"properties": {"runtime": {"const": "llama.cpp"}}},
+            "then": {"properties": {"weights": {"const": "gguf"}}},
+            "else": {"properties": {"weights": {"enum": list(WEIGHTS)}}}},))

@@ -150,7 +150,7 @@ def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_lo
     next command follows the file is."""
     import json
 
-    from lab.tuning import runtime_tuning_path
+    from lab.tuning import RUNTIME
 
     rc, report = lab_log.cli(["bench", "--model", "smollm2", "--tune-runtime", "--max-new-tokens", "4", "--repeats", "1",
                               "--humaneval", "tuning:1", "--threads", "1"])
@@ -158,10 +158,10 @@ def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_lo
     data = json.loads((report / "report.json").read_text())
     assert data["result"]["candidates"] == ["torch (float32)", "torch (q4)", "llama.cpp (gguf)"]
     assert len(data["result"]["runs"]) == 3 * 2  # three candidates, two prompts (a code prompt, one problem)
-    tuned = json.loads(runtime_tuning_path("smollm2").read_text())
+    tuned = json.loads(RUNTIME.path("smollm2").read_text())
     assert tuned["runtime"] == data["result"]["winner_runtime"] and tuned["report"] == str(report)
     lab_log.record(winner=data["result"]["winner"])
     capsys.readouterr()
     rc, report = lab_log.cli(["entropy", "Say hi.", "--model", "smollm2", "--max-new-tokens", "2"])
     err = capsys.readouterr().err
-    assert rc == 0 and f"runtime: {tuned['runtime']} (tuned: {runtime_tuning_path('smollm2')}" in err
+    assert rc == 0 and f"runtime: {tuned['runtime']} (tuned: {RUNTIME.path('smollm2')}" in err

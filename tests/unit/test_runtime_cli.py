@@ -48,10 +48,10 @@ def _tune(runtime="llama.cpp", weights="gguf", **machine):
     """A runtime tuning file for qwen2.5-coder measured on this machine (``machine`` overrides its key's fields)."""
     import torch
 
-    from lab.tuning import runtime_machine_key, write_tuned_runtime
+    from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
 
     key = {**runtime_machine_key(torch.get_num_threads()), **machine}
-    return write_tuned_runtime("qwen2.5-coder", runtime, weights, key, {}, None)
+    return write_tuned(RUNTIME, "qwen2.5-coder", {"runtime": runtime, "weights": weights, "report": None}, key, {})
 
 
 def test_resolve_runtime_untyped_without_a_tuning_file_is_torch(built):

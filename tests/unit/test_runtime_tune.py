@@ -15,8 +15,8 @@ import pytest
 from lab.bench import runtime_tune as rt
 from lab.machine import LoadLog
 from lab.schemas import FileSchemaError
-from lab.speculative.tuning_schema import load_runtime_tuning
-from lab.tuning import read_tuned_runtime, runtime_machine_key, runtime_tuning_path, write_tuned_runtime
+from lab.speculative import tuning_schema
+from lab.tuning import RUNTIME, read_tuned, runtime_machine_key, write_tuned
 
 pytestmark = pytest.mark.unit
 
@@ -110,30 +110,41 @@ def _machine():
     return runtime_machine_key(2)
 
 
+def _write_runtime(runtime, weights, machine, measured, report):
+    return write_tuned(RUNTIME, "qwen2.5-coder", {"runtime": runtime, "weights": weights, "report": report}, machine,
+                       measured)
+
+
+def _read_runtime(profile, machine, **kwargs):
+    """``(runtime, weights, the read)`` of ``profile``'s runtime file (None, None: no file, or ignored)."""
+    got = read_tuned(RUNTIME, profile, machine, **kwargs)
+    return (*((got.data["runtime"], got.data["weights"]) if got.data is not None else (None, None)), got)
+
+
 def test_runtime_tuning_file_round_trips_for_this_machine():
-    path = write_tuned_runtime("qwen2.5-coder", "llama.cpp", "gguf", _machine(), {"x": 1}, "reports/r")
-    assert path == runtime_tuning_path("qwen2.5-coder") and path.name == "runtime-qwen2.5-coder.json"
-    got = read_tuned_runtime("qwen2.5-coder", _machine())
-    assert (got.runtime, got.weights, got.note) == ("llama.cpp", "gguf", None)
+    path = _write_runtime("llama.cpp", "gguf", _machine(), {"x": 1}, "reports/r")
+    assert path == RUNTIME.path("qwen2.5-coder") and path.name == "runtime-qwen2.5-coder.json"
+    runtime, weights, got = _read_runtime("qwen2.5-coder", _machine())
+    assert (runtime, weights, got.note) == ("llama.cpp", "gguf", None)
 
 
 def test_runtime_tuning_file_of_another_thread_count_is_used_only_with_any_threads():
-    write_tuned_runtime("qwen2.5-coder", "llama.cpp", "gguf", runtime_machine_key(1), {}, None)
-    assert read_tuned_runtime("qwen2.5-coder", _machine()).runtime is None
-    got = read_tuned_runtime("qwen2.5-coder", _machine(), any_threads=True)
-    assert got.runtime == "llama.cpp" and "1 torch thread" in got.note
+    _write_runtime("llama.cpp", "gguf", runtime_machine_key(1), {}, None)
+    assert _read_runtime("qwen2.5-coder", _machine())[0] is None
+    runtime, _, got = _read_runtime("qwen2.5-coder", _machine(), any_threads=True)
+    assert runtime == "llama.cpp" and "1 torch thread" in got.note
 
 
 def test_runtime_tuning_file_of_another_profile_is_ignored():
-    path = write_tuned_runtime("qwen2.5-coder", "llama.cpp", "gguf", _machine(), {}, None)
-    path.rename(runtime_tuning_path("smollm2"))
-    got = read_tuned_runtime("smollm2", _machine())
-    assert got.runtime is None and "not smollm2" in got.note
+    path = _write_runtime("llama.cpp", "gguf", _machine(), {}, None)
+    path.rename(RUNTIME.path("smollm2"))
+    runtime, _, got = _read_runtime("smollm2", _machine())
+    assert runtime is None and "not smollm2" in got.note
 
 
 def test_no_runtime_tuning_file_gives_neither_runtime_nor_note():
-    got = read_tuned_runtime("qwen2.5-coder", _machine())
-    assert got.runtime is None and got.note is None
+    runtime, _, got = _read_runtime("qwen2.5-coder", _machine())
+    assert runtime is None and got.note is None
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -148,7 +159,7 @@ def test_runtime_tuning_schema_refuses_what_no_command_could_run(tmp_path, chang
     path = tmp_path / "runtime.json"
     path.write_text(json.dumps(data))
     with pytest.raises(FileSchemaError, match=problem):
-        load_runtime_tuning(path)
+        tuning_schema.load(tuning_schema.RUNTIME, path)
 
 
 def test_runtime_tuning_schema_refuses_fractional_threads(tmp_path):
@@ -156,4 +167,4 @@ def test_runtime_tuning_schema_refuses_fractional_threads(tmp_path):
     path = tmp_path / "runtime.json"
     path.write_text(json.dumps(data))
     with pytest.raises(FileSchemaError, match="whole number"):
-        load_runtime_tuning(path)
+        tuning_schema.load(tuning_schema.RUNTIME, path)

@@ -19,9 +19,9 @@ from tests.support import edit_at
 from lab import cli
 from lab.speculative.setups import MAX_GAMMA
 from lab.schemas import FileSchemaError
-from lab.speculative.tuning_schema import load_tuning
+from lab.speculative import tuning_schema
 from lab.speculative.setups import DraftSetup
-from lab.tuning import choose_setup, machine_key, read_tuned, tuning_path, write_tuned
+from lab.tuning import DRAFT_SETUP, choose_setup, machine_key
 from tests import support
 
 PROFILE, DRAFT = "qwen2.5-coder", "qwen2.5-coder-0.5b"
@@ -29,12 +29,12 @@ TUNED = DraftSetup(draft_dtype="bfloat16", gamma=3, adaptive="pmin:0.6", dynamic
 
 
 def _valid() -> dict:
-    write_tuned(PROFILE, DRAFT, TUNED, machine_key(2), {"winner": "x"})
-    return json.loads(tuning_path(PROFILE).read_text(encoding="utf-8"))
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine_key(2), {"winner": "x"})
+    return json.loads(DRAFT_SETUP.path(PROFILE).read_text(encoding="utf-8"))
 
 
 def _write(content) -> str:
-    path = tuning_path(PROFILE)
+    path = DRAFT_SETUP.path(PROFILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -85,8 +85,8 @@ HOSTILE_EDITS = {
 def test_read_tuned_hostile_field_ignored_with_one_line_naming_the_file(edit):
     """Every field of the file within what the command line accepts, or the file is ignored (one line)."""
     path = _write(edit(_valid()))
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None, got
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None, got
     assert got.note.startswith(f"ignoring the tuning file {path}: corrupt (") and "\n" not in got.note, got.note
     assert "re-run lab bench --tune or delete it" in got.note
 
@@ -95,15 +95,15 @@ def test_read_tuned_hostile_field_ignored_with_one_line_naming_the_file(edit):
                                      "{}", '{"format": 1}'], ids=repr)
 def test_read_tuned_unreadable_or_not_an_object_ignored_with_one_line(content):
     path = _write(content)
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt (")
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt (")
     assert "\n" not in got.note
 
 
 def test_load_tuning_names_the_file_and_the_field_in_one_line():
     path = _write(edit_at("setup/gamma", 100_000)(_valid()))
     with pytest.raises(FileSchemaError) as exc:
-        load_tuning(path)
+        tuning_schema.load(tuning_schema.DRAFT_SETUP, path)
     message = str(exc.value)
     assert message.startswith(f"{path} is not a valid tuning file: setup/gamma: 100000") and "\n" not in message
 
@@ -111,39 +111,39 @@ def test_load_tuning_names_the_file_and_the_field_in_one_line():
 def test_load_tuning_negative_control_the_writers_file_passes():
     """What ``lab bench --tune`` writes (every field set: dtype, gamma, adaptive, dynamic) passes as written."""
     data = _valid()
-    assert load_tuning(tuning_path(PROFILE)) == data
-    assert read_tuned(PROFILE, DRAFT, machine_key(2)).setup == TUNED
+    assert tuning_schema.load(tuning_schema.DRAFT_SETUP, DRAFT_SETUP.path(PROFILE)) == data
+    assert support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))[0] == TUNED
 
 
 def test_read_tuned_gamma_100000_is_not_used():
     """Regression (a tuning file validated by type, not by range): gamma 100000 ran and hung."""
     _write(edit_at("setup/gamma", 100_000)(_valid()))
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and "setup/gamma" in got.note
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and "setup/gamma" in got.note
 
 
 def test_read_tuned_cpu_flags_with_a_number_does_not_raise():
     """Regression (an unforeseen TypeError): ``cpu_flags: [1, "avx"]`` could not be sorted with this run's flags."""
     _write(edit_at("machine/cpu_flags", [1, "avx"])(_valid()))
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and "machine/cpu_flags/0" in got.note
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and "machine/cpu_flags/0" in got.note
 
 
 def test_read_tuned_bad_adaptive_is_ignored_not_blamed_on_the_flag():
     """Regression (a file's fault blamed on a flag): ``adaptive: "bogus"`` was accepted, then refused the run
     as ``--adaptive 'bogus'``."""
     _write(edit_at("setup/adaptive", "bogus")(_valid()))
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and "setup/adaptive" in got.note
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and "setup/adaptive" in got.note
 
 
 def test_choose_setup_uses_a_file_measured_with_other_threads_and_says_so():
     """Regression (a file written by ``lab bench --tune --threads 1`` refused by ``lab speculate``, which has
     no ``--threads``, as measured on another machine): it is used, with a note naming the thread counts."""
-    write_tuned(PROFILE, DRAFT, TUNED, machine_key(1), {})
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine_key(1), {})
     chosen = choose_setup(PROFILE, DRAFT, {"draft_dtype": None, "gamma": None, "adaptive": None}, threads=2,
                           has_weights=True)
-    assert chosen.setup == TUNED and chosen.sources["gamma"] == f"tuned: {tuning_path(PROFILE)}"
+    assert chosen.setup == TUNED and chosen.sources["gamma"] == f"tuned: {DRAFT_SETUP.path(PROFILE)}"
     (note,) = chosen.notes
     assert "measured with 1 torch thread, this run has 2" in note and "OMP_NUM_THREADS=1" in note
     assert "\n" not in note and "ignoring" not in note
@@ -151,10 +151,10 @@ def test_choose_setup_uses_a_file_measured_with_other_threads_and_says_so():
 
 def test_choose_setup_same_threads_no_note_and_foreign_cpu_still_ignored():
     """Negative controls: the same thread count gives no note; another CPU is still foreign."""
-    write_tuned(PROFILE, DRAFT, TUNED, machine_key(2), {})
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine_key(2), {})
     flags = {"draft_dtype": None, "gamma": None, "adaptive": None}
     assert choose_setup(PROFILE, DRAFT, flags, threads=2, has_weights=True).notes == ()
-    write_tuned(PROFILE, DRAFT, TUNED, {**machine_key(1), "cpu_model": "Elsewhere"}, {})
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, {**machine_key(1), "cpu_model": "Elsewhere"}, {})
     chosen = choose_setup(PROFILE, DRAFT, flags, threads=2, has_weights=True)
     assert chosen.setup != TUNED and "another machine" in chosen.notes[0] and "torch thread" not in chosen.notes[0]
 
@@ -192,7 +192,8 @@ def test_cli_speculate_runs_a_file_tuned_with_other_threads(tmp_path, capsys, mo
 
     asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
     other = torch.get_num_threads() + 1
-    path = write_tuned(PROFILE, DRAFT, DraftSetup(draft_dtype="per-pass", gamma=3), machine_key(other), {})
+    path = support.write_tuned_setup(PROFILE, DRAFT, DraftSetup(draft_dtype="per-pass", gamma=3), machine_key(other),
+                                     {})
     rc, err, out = _speculate(tmp_path, capsys)
     assert rc == 0, err
     assert asked == [(DRAFT, "per-pass")] and f"from tuned: {path}" in err

@@ -12,7 +12,8 @@ import torch
 
 from lab import cli
 from lab.bench.prompt_split import HELD_BACK
-from lab.tuning import read_tuned, machine_key
+from lab.speculative.setups import DraftSetup
+from lab.tuning import DRAFT_SETUP, machine_key, read_tuned
 
 
 def _tiny_models(monkeypatch):
@@ -34,8 +35,9 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
         report = json.loads((run / "report.json").read_text(encoding="utf-8"))
         assert not any(f"humaneval-{i:03d}" in json.dumps(report["prompts"]) for i in HELD_BACK)
         assert set(report["configs"]) == {"greedy", "sampling"} and report["configs"]["sampling"]["sampling"]["temperature"] > 0
-        tuned = read_tuned("smollm2", "early-exit:1", machine_key(1))
-        assert tuned.setup is not None and tuned.setup.as_dict() == report["winner"], tuned.note
+        tuned = read_tuned(DRAFT_SETUP, "smollm2", machine_key(1), match={"draft": "early-exit:1"})
+        assert tuned.data is not None, tuned.note
+        assert DraftSetup(**tuned.data["setup"]).as_dict() == report["winner"]
         assert "tuned set-up:" in out.out and "winner:" in (run / "summary.md").read_text(encoding="utf-8")
 
         rc = cli.main(["speculate", "hi", "--draft", "early-exit:1", "--max-new-tokens", "4", "--device", "cpu",
@@ -44,7 +46,7 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
         assert rc == 0, err
         (srun,) = list((tmp_path / "spec").iterdir())
         setup = json.loads((srun / "report.json").read_text(encoding="utf-8"))["settings"]["draft_setup"]
-        assert setup["sources"]["gamma"] == f"tuned: {tuned.path}" and setup["gamma"] == tuned.setup.gamma
+        assert setup["sources"]["gamma"] == f"tuned: {tuned.path}" and setup["gamma"] == tuned.data["setup"]["gamma"]
         assert f"from tuned: {tuned.path}" in err
     finally:
         torch.set_num_threads(before)

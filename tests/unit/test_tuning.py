@@ -8,13 +8,15 @@ set-up that runs without the terminal and the report saying so.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
 from lab import cli
 from lab.bench.tune import choose, setup_of, tune_configs
 from lab.speculative.setups import DraftSetup
-from lab.tuning import machine_key, read_tuned, tuning_path, write_tuned
+from lab import tuning
+from lab.tuning import DRAFT_SETUP, RUNTIME, machine_key
 from tests import support
 
 PROFILE, DRAFT = "qwen2.5-coder", "qwen2.5-coder-0.5b"
@@ -59,9 +61,92 @@ def test_tune_configs_run_the_same_candidates_greedy_and_sampling():
 
 def test_tuned_setup_is_written_and_read_back_on_the_same_machine():
     machine = machine_key(2)
-    path = write_tuned(PROFILE, DRAFT, TUNED, machine, {"winner": "x"})
-    got = read_tuned(PROFILE, DRAFT, machine)
-    assert got.setup == TUNED and got.note is None and got.path == path == tuning_path(PROFILE)
+    path = support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine, {"winner": "x"})
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine)
+    assert setup == TUNED and got.note is None and got.path == path == DRAFT_SETUP.path(PROFILE)
+
+
+# Files as lab bench --tune and --tune-runtime write them (each kind's format 1), byte for byte: the files on users'
+# machines, which every later lab reads as they are.
+MACHINE = {"cpu_model": "CPU X", "cpu_flags": ["avx2", "amx_bf16"], "torch": "2.5.0", "threads": 2}
+DRAFT_SETUP_FILE = """{
+  "format": 1,
+  "profile": "qwen2.5-coder",
+  "draft": "qwen2.5-coder-0.5b",
+  "setup": {
+    "draft_dtype": "bfloat16",
+    "gamma": 5,
+    "adaptive": "pmin:0.6",
+    "dynamic": null
+  },
+  "machine": {
+    "cpu_model": "CPU X",
+    "cpu_flags": [
+      "avx2",
+      "amx_bf16"
+    ],
+    "torch": "2.5.0",
+    "threads": 2
+  },
+  "measured": {
+    "winner": "w",
+    "score": 1.25
+  },
+  "written": "2026-12-04T20:04:00+00:00"
+}
+"""
+RUNTIME_FILE = """{
+  "format": 1,
+  "profile": "qwen2.5-coder",
+  "runtime": "llama.cpp",
+  "weights": "gguf",
+  "machine": {
+    "cpu_model": "CPU X",
+    "cpu_flags": [
+      "avx2",
+      "amx_bf16"
+    ],
+    "torch": "2.5.0",
+    "threads": 2,
+    "llama_cpp": "0.3.2"
+  },
+  "measured": {
+    "busy": false
+  },
+  "report": "reports/r",
+  "written": "2026-12-04T20:04:00+00:00"
+}
+"""
+
+
+def test_tuned_files_are_written_byte_for_byte_as_before(monkeypatch):
+    """Regression (a file format changed by a refactor of its writer): both kinds keep their fields' order and bytes."""
+    class _Clock:
+        @staticmethod
+        def now(tz):
+            return datetime(2026, 12, 4, 20, 4, tzinfo=tz)
+
+    monkeypatch.setattr(tuning, "datetime", _Clock)
+    setup = DraftSetup(draft_dtype="bfloat16", gamma=5, adaptive="pmin:0.6")
+    path = support.write_tuned_setup(PROFILE, DRAFT, setup, MACHINE, {"winner": "w", "score": 1.25})
+    assert path.read_text(encoding="utf-8") == DRAFT_SETUP_FILE
+    path = tuning.write_tuned(RUNTIME, PROFILE, {"runtime": "llama.cpp", "weights": "gguf", "report": "reports/r"},
+                              {**MACHINE, "llama_cpp": "0.3.2"}, {"busy": False})
+    assert path.read_text(encoding="utf-8") == RUNTIME_FILE
+
+
+def test_tuned_files_in_todays_format_are_read_as_written():
+    """Negative control beside the byte test: the same texts, placed by hand, are read and used."""
+    DRAFT_SETUP.path(PROFILE).parent.mkdir(parents=True, exist_ok=True)
+    DRAFT_SETUP.path(PROFILE).write_text(DRAFT_SETUP_FILE, encoding="utf-8")
+    RUNTIME.path(PROFILE).write_text(RUNTIME_FILE, encoding="utf-8")
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, MACHINE)
+    assert setup == DraftSetup(draft_dtype="bfloat16", gamma=5, adaptive="pmin:0.6") and got.note is None
+    got = tuning.read_tuned(RUNTIME, PROFILE, {**MACHINE, "llama_cpp": "0.3.2"})
+    assert (got.data["runtime"], got.data["weights"], got.note) == ("llama.cpp", "gguf", None)
+    got = tuning.read_tuned(RUNTIME, PROFILE, {**MACHINE, "llama_cpp": "0.3.3"})
+    assert got.data is None and got.note.endswith("stale, measured with llama.cpp build 0.3.2, this is 0.3.3; re-run "
+                                                  "lab bench --tune-runtime")
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -72,25 +157,25 @@ def test_tuned_setup_is_written_and_read_back_on_the_same_machine():
 ])
 def test_foreign_or_stale_tuning_file_is_ignored_naming_why(change, needle):
     machine = machine_key(2)
-    write_tuned(PROFILE, DRAFT, TUNED, {**machine, **change}, {})
-    got = read_tuned(PROFILE, DRAFT, machine)
-    assert got.setup is None and needle in got.note and "\n" not in got.note
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, {**machine, **change}, {})
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine)
+    assert setup is None and needle in got.note and "\n" not in got.note
 
 
 def test_tuning_file_of_another_draft_is_ignored():
-    write_tuned(PROFILE, "some-other-draft", TUNED, machine_key(2), {})
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and "some-other-draft" in got.note
+    support.write_tuned_setup(PROFILE, "some-other-draft", TUNED, machine_key(2), {})
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and "some-other-draft" in got.note
 
 
 @pytest.mark.parametrize("text", ["{not json", "[]", '{"format": 1}', json.dumps(
     {"format": 1, "profile": PROFILE, "draft": DRAFT, "setup": {"gamma": 0}, "machine": {}})])
 def test_corrupt_tuning_file_gives_one_line(text):
-    path = tuning_path(PROFILE)
+    path = DRAFT_SETUP.path(PROFILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    got = read_tuned(PROFILE, DRAFT, machine_key(2))
-    assert got.setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt")
+    setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
+    assert setup is None and got.note.startswith(f"ignoring the tuning file {path}: corrupt")
 
 
 def _speculate(tmp_path, capsys, *extra):
@@ -106,7 +191,7 @@ def test_speculate_runs_the_tuned_setup_and_says_so(tmp_path, capsys, monkeypatc
     import torch
 
     asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
-    path = write_tuned(PROFILE, DRAFT, TUNED, machine_key(torch.get_num_threads()), {})
+    path = support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine_key(torch.get_num_threads()), {})
     settings, err = _speculate(tmp_path, capsys)
     assert asked == [(DRAFT, "per-pass")] and settings["gamma"] == 3 and settings["adaptive"] == "pmin:0.6"
     assert settings["draft_setup"]["sources"]["draft_dtype"] == f"tuned: {path}"
@@ -117,7 +202,8 @@ def test_speculate_with_a_foreign_tuning_file_runs_the_default_with_one_note(tmp
     import torch
 
     asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
-    write_tuned(PROFILE, DRAFT, TUNED, {**machine_key(torch.get_num_threads()), "cpu_model": "Elsewhere"}, {})
+    support.write_tuned_setup(PROFILE, DRAFT, TUNED, {**machine_key(torch.get_num_threads()), "cpu_model": "Elsewhere"},
+                              {})
     settings, err = _speculate(tmp_path, capsys)
     assert asked[0][1] != "per-pass" and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
     assert err.count("ignoring the tuning file") == 1 and "Traceback" not in err
@@ -126,7 +212,7 @@ def test_speculate_with_a_foreign_tuning_file_runs_the_default_with_one_note(tmp
 
 def test_speculate_with_a_corrupt_tuning_file_runs_with_one_clear_line(tmp_path, capsys, monkeypatch):
     support.patch_tiny_loader_recording_drafts(monkeypatch)
-    path = tuning_path(PROFILE)
+    path = DRAFT_SETUP.path(PROFILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{truncated", encoding="utf-8")
     settings, err = _speculate(tmp_path, capsys)
