@@ -33,7 +33,7 @@ def sweep_table(statistic: str, sweep: tuple[SweepRow, ...] | list[SweepRow], *,
         long_cells = (f"{r.long_position0_flagged}/{r.long_n_prompts}",
                       f"{r.long_content_flagged}/{r.long_n_content}") if has_long else ()
         t.add_row(f"{r.threshold:.2f}", f"{r.position0_flagged}/{r.n_prompts}",
-                  f"{r.content_flagged}/{r.n_content} ({r.content_flagged / max(1, r.n_content):.2%})",
+                  f"{r.content_flagged}/{r.n_content} ({r.content_rate:.2%})",
                   *long_cells, "yes" if r.feasible else "")
     return t
 
@@ -96,13 +96,13 @@ def plot_sweep(report: SinkCalibrationReport, path) -> None:
 
     sweep = report.sweep
     xs = [r.threshold for r in sweep]
-    p0 = [r.position0_flagged / r.n_prompts for r in sweep]
-    ct = [r.content_flagged / max(1, r.n_content) for r in sweep]
+    p0 = [r.position0_rate for r in sweep]
+    ct = [r.content_rate for r in sweep]
     fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
     ax.plot(xs, p0, label="position 0 flagged (share of prompts)")
     ax.plot(xs, ct, label="content tokens flagged (share)")
     if any(r.long_n_prompts for r in sweep):
-        ax.plot(xs, [r.long_content_flagged / max(1, r.long_n_content) for r in sweep], ls="--",
+        ax.plot(xs, [r.long_content_rate for r in sweep], ls="--",
                 label="content tokens flagged, long prompts (share)")
     ax.axhline(report.position0_min_rate, ls=":", color="grey")
     ax.axhline(report.content_max_rate, ls=":", color="grey")

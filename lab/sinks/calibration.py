@@ -202,19 +202,31 @@ class SweepRow:
 
     @property
     def position0_rate(self) -> float:
+        """Share of the prompts whose position 0 is flagged."""
         return self.position0_flagged / self.n_prompts
 
     @property
     def content_rate(self) -> float:
+        """Share of the observed content tokens flagged (0 when none was observed)."""
         return self.content_flagged / self.n_content if self.n_content else 0.0
+
+    @property
+    def long_position0_rate(self) -> float:
+        """:attr:`position0_rate` on the long prompts (0 when none was scored)."""
+        return self.long_position0_flagged / self.long_n_prompts if self.long_n_prompts else 0.0
+
+    @property
+    def long_content_rate(self) -> float:
+        """:attr:`content_rate` on the long prompts (0 when none was observed)."""
+        return self.long_content_flagged / self.long_n_content if self.long_n_content else 0.0
 
     @property
     def feasible(self) -> bool:
         short = self.position0_rate >= POSITION0_MIN_RATE and self.content_rate < CONTENT_MAX_RATE
         if not self.long_n_prompts:
             return short
-        return (short and self.long_position0_flagged / self.long_n_prompts >= POSITION0_MIN_RATE
-                and self.long_content_flagged / max(1, self.long_n_content) < CONTENT_MAX_RATE)
+        return (short and self.long_position0_rate >= POSITION0_MIN_RATE
+                and self.long_content_rate < CONTENT_MAX_RATE)
 
 
 def sweep(scores: Sequence[PromptScores], thresholds: Sequence[float] = THRESHOLD_GRID,

@@ -189,6 +189,17 @@ def test_calibration_packaged_held_out_set_is_disjoint_from_calibration_set():
                       "trailing_flagged": 1}
 
 
+def test_sweep_row_rates_are_counts_over_totals_and_zero_with_nothing_observed():
+    """The shares the sweep table and plot print are the row's own: flagged / observed, short and long
+    prompts apart, 0 (not a division error) where nothing was observed."""
+    row = SweepRow(threshold=1.0, position0_flagged=9, n_prompts=10, content_flagged=3, n_content=100,
+                   long_position0_flagged=2, long_n_prompts=4, long_content_flagged=5, long_n_content=50)
+    assert (row.position0_rate, row.content_rate, row.long_position0_rate, row.long_content_rate) == (
+        0.9, 0.03, 0.5, 0.1)
+    empty = SweepRow(threshold=1.0, position0_flagged=1, n_prompts=1, content_flagged=0, n_content=0)
+    assert (empty.content_rate, empty.long_position0_rate, empty.long_content_rate) == (0.0, 0.0, 0.0)
+
+
 def test_calibration_no_feasible_threshold_raises():
     rows = [SweepRow(threshold=1.0, position0_flagged=1, n_prompts=10, content_flagged=0, n_content=100)]
     with pytest.raises(ValueError, match="no threshold"):
