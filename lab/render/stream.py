@@ -209,7 +209,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
                   f"cache and is not run. Draft cache at the end: "
                   + ", ".join(f"{a['policy']} {a['draft_cache_size']}" for a in result.acceptance
                               if a["mode"] == "greedy") + f" entries (first run {a0['wall_s']:.1f} s)."]
-        lines += acceptance_detail_lines(result.acceptance)
+        lines += acceptance_detail_lines(result)
     lines += ["", "## Benchmark", "", _bench_line(result),
               "Peak memory is the kernel's resident high-water mark during each policy, minus the RSS before it.",
               "", f"Files: `report.json`, `policies.csv`, `tokens.csv`, `rolling_nll.png` (trailing mean of "
@@ -241,8 +241,9 @@ def plot_rolling(result: StreamResult, path: str | Path) -> None:
     plt.close(fig)
 
 
-def acceptance_detail_lines(acceptance: list[dict]) -> list[str]:
+def acceptance_detail_lines(result: StreamResult) -> list[str]:
     """Markdown: how greedy drafts' proposals differ from dense's, the large-sample top-1, what equal alphas mean."""
+    acceptance = result.acceptance
     greedy = [a for a in acceptance if a["mode"] == "greedy"]
     if not greedy or "top1_n" not in greedy[0]:
         return []
@@ -274,8 +275,7 @@ def acceptance_detail_lines(acceptance: list[dict]) -> list[str]:
             if all(a["rounds_accepted_differ"] == 0 for a in changed):
                 words += (", but in no compared round did the accepted count change: each changed token was either "
                           "past the first rejection or a rejection under the dense draft too")
-        lo = min(a["top1_agree_target"] for a in greedy)
-        hi = max(a["top1_agree_target"] for a in greedy)
+        lo, hi = result.greedy_top1_agree_range
         words += (f". The equal alphas are {n_tested} tested tokens too few to show a difference, not evidence of "
                   f"none: over {greedy[0]['top1_n']} prompt positions the drafts' top-1 matches the target's at "
                   f"{lo} to {hi} of them. Read the large-sample columns, not greedy alpha, for the effect of eviction.")

@@ -114,6 +114,15 @@ class StreamResult:
     bench: dict[str, Any]
     rolling: dict[str, np.ndarray]
 
+    @property
+    def greedy_top1_agree_range(self) -> tuple[int, int] | None:
+        """Fewest and most prompt positions, over the greedy drafts, at which a draft's top-1 is the
+        target's (``top1_agree_target`` of the large-sample check,
+        :func:`lab.stream.acceptance.draft_top1`); None when no greedy draft carries the check."""
+        agree = [a["top1_agree_target"] for a in self.acceptance
+                 if a["mode"] == "greedy" and "top1_agree_target" in a]
+        return (min(agree), max(agree)) if agree else None
+
 
 def default_text() -> tuple[str, str]:
     """The default text: ``pydoc_data.topics`` (the ``help()`` topics shipped with CPython), topics in key order."""
