@@ -49,9 +49,6 @@ from lab.speculative.tuning_schema import TunedSchema
 from lab.runs.files import write_text_atomic
 from lab.user_dirs import tuning_dir
 
-MACHINE_FIELDS = ("cpu_model", "cpu_flags", "torch", "threads")
-
-
 def machine_key(threads: int) -> dict[str, Any]:
     """What a tuned set-up is valid for: ``{"cpu_model", "cpu_flags", "torch", "threads"}``."""
     try:
@@ -155,7 +152,8 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any], *,
     if sorted(theirs["cpu_flags"]) != sorted(ours["cpu_flags"]):
         extra = sorted(set(theirs["cpu_flags"]) - set(ours["cpu_flags"]))
         lacking = sorted(set(ours["cpu_flags"]) - set(theirs["cpu_flags"]))
-        parts = ([f"it had {' '.join(extra[:6])}"] if extra else []) + ([f"it lacked {' '.join(lacking[:6])}"] if lacking else [])
+        parts = ([f"it had {' '.join(extra[:6])}"] if extra else []) + \
+            ([f"it lacked {' '.join(lacking[:6])}"] if lacking else [])
         foreign.append(f"other CPU flags ({', '.join(parts)})")
     if not any_threads and theirs["threads"] != ours["threads"]:
         foreign.append(f"{_threads(theirs['threads'])}, this run has {ours['threads']}")
@@ -186,7 +184,7 @@ def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match:
                any_threads: bool = False) -> TunedRead:
     """The tuned file of ``kind`` for ``profile`` on ``machine``, or why there is none.
 
-    Never raises for a bad file: a corrupt (:func:`lab.speculative.tuning_schema.load`), foreign or stale
+    Never raises for a bad file (only for a ``match`` that is not the kind's): a corrupt (:func:`lab.speculative.tuning_schema.load`), foreign or stale
     file, or one measured for another profile (or, :data:`DRAFT_SETUP`, another draft), is ignored and named
     in ``note`` (one line); no file at all gives neither data nor a note.
 
@@ -197,7 +195,14 @@ def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match:
         match: The kind's :attr:`TunedKind.matched` fields this run asks for (``{"draft": spec}``).
         any_threads: The command cannot choose its thread count (it has no ``--threads``), or runs
             any: a file measured with another count is used, with a note naming the count it was measured with.
+
+    Raises:
+        ValueError: ``match`` does not name exactly the kind's matched fields (naming ``match``).
     """
+    wanted = {"profile": profile, **(match or {})}
+    if set(wanted) != {"profile", *(k for k, _ in kind.matched)}:
+        raise ValueError(f"match={match!r} must name the fields a {kind.schema.kind} is matched on: "
+                         f"{[k for k, _ in kind.matched]}")
     path = kind.path(profile)
     try:
         present = path.exists()
@@ -210,8 +215,6 @@ def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match:
         data = tuning_schema.load(kind.schema, path)
     except FileSchemaError as exc:
         return TunedRead(path, note=f"{head}: corrupt ({exc.problem}); re-run {kind.command} or delete it")
-    wanted = {"profile": profile, **(match or {})}
-    assert set(wanted) == {"profile", *(k for k, _ in kind.matched)}, f"{kind.stem} files match {kind.matched}"
     refused = _refusal(kind, data, wanted, machine, any_threads=any_threads)
     if refused:
         return TunedRead(path, note=f"{head}: {refused}")

@@ -149,6 +149,14 @@ def test_tuned_files_in_todays_format_are_read_as_written():
                                                   "lab bench --tune-runtime")
 
 
+def test_read_tuned_without_the_kinds_match_raises_naming_match():
+    """A draft set-up file is matched on its draft: a reader that does not say which is refused, not guessed."""
+    with pytest.raises(ValueError, match=r"match=None must name .*\['draft'\]"):
+        tuning.read_tuned(DRAFT_SETUP, PROFILE, machine_key(2))
+    with pytest.raises(ValueError, match="match="):
+        tuning.read_tuned(RUNTIME, PROFILE, machine_key(2), match={"draft": DRAFT})
+
+
 @pytest.mark.parametrize("change, needle", [
     ({"cpu_model": "Some Other CPU"}, "another machine (CPU 'Some Other CPU'"),
     ({"cpu_flags": ["amx_bf16"]}, "other CPU flags"),
