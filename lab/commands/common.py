@@ -116,7 +116,7 @@ _BOUNDS = {
     "top_k": Bound(1, MAX_TOP_K, " (2**20, above any vocabulary here)"),
     "limit": Bound(1, MAX_PROMPTS, " (the largest prompt set here holds 1,440)"),
     "ray_actors": Bound(1, MAX_ACTORS),
-    "ray_timeout": Bound(0, 3600, " seconds (an hour, lab.study.cluster.ClusterConfig's own limit)", lo_open=True),
+    "ray_timeout": Bound(0, 3600, " seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)", lo_open=True),
     "new_tokens": _POSITIVE_TOKENS,
     "pilot_limit": Bound(0, PILOT_MAX, " (a pilot checks the controls and is excluded from the analysis: it stays "
                                        "small)"),
@@ -209,6 +209,55 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 1 <= k <= n:
         raise ValueError(f"--shard {text!r} needs 1 <= K <= N")
     return k, n
+
+
+def add_ray_args(p: argparse.ArgumentParser, *, units: str, command: str, what: str) -> None:
+    """``--ray``, ``--ray-timeout`` and ``--ray-actors`` of ``command``: its ``units`` ("prompts", "triples") on a
+    Ray cluster; ``what`` names the run in the help ("study", "run")."""
+    from lab.runs.cluster import DEFAULT_CONNECT_TIMEOUT_S
+
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help=f"run the {units} on a Ray cluster (needs the lab[cluster] extra): 'auto' (the cluster ray "
+                        "start left running), host:port or ray://host:port joins a running cluster, which must "
+                        "answer within --ray-timeout; no address (or 'local') starts a local one on this machine, "
+                        "sized to it, its logs in a lab-ray-* temp folder")
+    p.add_argument("--ray-timeout", type=float, default=None, metavar="S",
+                   help=f"with --ray ADDRESS: seconds the cluster has to answer before the {what} gives up, "
+                        f"{range_text(command, 'ray_timeout')} (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
+    p.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                   help=f"with --ray: actors to start, each holding the target and draft, "
+                        f"{range_text(command, 'ray_actors')} (default: one per GPU, else one per --threads CPUs of "
+                        "the cluster)")
+
+
+def cluster_config(args: argparse.Namespace):
+    """The :class:`lab.runs.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
+
+    Raises:
+        ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray``, a count below 1, a
+            timeout outside (0, 3600] s, an address of no accepted form
+            (:func:`lab.runs.cluster.parse_address`), or Ray not installed (naming the
+            ``lab[cluster]`` extra to install).
+    """
+    import math
+
+    from lab.runs.cluster import DEFAULT_CONNECT_TIMEOUT_S, ClusterConfig, parse_address, require_ray
+
+    if args.ray is None:
+        for flag, v in (("--ray-actors", args.ray_actors), ("--ray-timeout", args.ray_timeout)):
+            if v is not None:
+                raise ValueError(f"{flag} needs --ray")
+        return None
+    for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag}={v} must be an integer >= 1")
+    timeout = DEFAULT_CONNECT_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout
+    if not (math.isfinite(timeout) and 0 < timeout <= 3600):
+        raise ValueError(f"--ray-timeout={args.ray_timeout:g} must be in (0, 3600] seconds")
+    address = parse_address(args.ray)  # before Ray is imported: a bad address is bad input, Ray or not
+    require_ray()
+    return ClusterConfig(address=address, n_actors=args.ray_actors, threads=args.threads or 1,
+                         connect_timeout_s=timeout)
 
 
 def parse_adaptive(text: str):

@@ -23,7 +23,8 @@ the teacher-forced H4b, and a dose-response trend over lambda; the design is sta
 
 Writes ``<out>/<timestamp>-intervene-<model>/`` (``report.json``, ``triples.csv``,
 ``summary.md``, ``arms.png``); the work directory beside it keeps each finished triple, so the
-same command continues where it stopped and ``--shard K/N`` splits a run over processes.
+same command continues where it stopped, ``--shard K/N`` splits a run over processes and ``--ray``
+scores the triples on a Ray cluster (the records equal a serial run's).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import (PILOT_MAX, add_draft_weights_arg, add_model_args, add_out_arg, check_model_args,
-                                 parse_shard, range_text)
+from lab.commands.common import (PILOT_MAX, add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
+                                 check_model_args, cluster_config, parse_shard, range_text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,8 +72,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="score only the K-th of N interleaved slices into the work directory, without a report; "
                         "the same command without --shard then writes the report")
+    add_ray_args(p, units="triples", command="intervene", what="run")
     p.add_argument("--threads", type=int, default=None,
-                   help=f"torch threads, {range_text('intervene', 'threads')} (default: torch's choice)")
+                   help=f"torch threads, {range_text('intervene', 'threads')}: of this process (default: torch's "
+                        "choice), or with --ray of each actor, which reserves as many CPUs (default 1); the numbers "
+                        "equal across runs with equal threads")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -124,14 +128,11 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
 
 def run(args: argparse.Namespace) -> int:
     from lab.intervene import run as iv
-    from lab.runs.locks import hold
-    from lab.runs.shards import deal
-    from lab.machine import set_threads
-    from lab.render.console import stderr_console, stdout_console
-    from lab.render.intervention import render_console, write_report
+    from lab.render.console import stdout_console
 
     # 1. Everything checked before a model loads.
     shard = parse_shard(args.shard) if args.shard else None
+    cluster = cluster_config(args)
     device = check_model_args(args)
     settings = settings_from(args, device)
     main = iv.load_triples(settings.triples_file, settings.limit)
@@ -140,40 +141,79 @@ def run(args: argparse.Namespace) -> int:
     if shard is not None and shard[1] > len(pilot + main):
         raise ValueError(f"--shard {args.shard!r}: {len(pilot + main)} triples (pilot included) cannot fill "
                          f"{shard[1]} shards; use N <= {len(pilot + main)}")
-    if args.threads is not None:
+    if args.threads is not None and cluster is None:
+        from lab.machine import set_threads
+
         set_threads(args.threads)
     work = iv.work_dir_for(args.out, settings)
     iv.prepare_work_dir(work, settings)
 
-    # 2. Score what is left (pilot first), a progress line on stderr.
-    err = stderr_console()
-    todo = deal(pilot + main, shard)
-    kept = f"the finished triples are kept in {work}; the same command continues"
-    try:
-        with hold(work, shard, "intervention"), err.status("intervene") as status:
-            def progress(i: int, n: int, tid: str) -> None:
-                status.update(f"triple {i + 1}/{n} {tid}" if tid else f"{n} triples scored")
-            records = iv.run_triples(work, todo, settings, lambda: iv.load_models(settings), progress=progress,
-                                     note=lambda msg: err.print(f"note: {msg}", markup=False, highlight=False,
-                                                               soft_wrap=True))
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the CLI's one line says what was kept
-        exc.args = (kept,)
-        raise
-    out = stdout_console()
+    # 2. Score what is left (pilot first), here or on the cluster, a progress line on stderr.
+    records, failed = _score(work, pilot + main, settings, shard, cluster)
+    if failed:
+        return _report_failed(failed, work, len(pilot + main))
     if shard is not None:
-        out.print(f"shard {shard[0]}/{shard[1]}: {len(todo)} triples scored in {work}; the same command without "
-                  "--shard writes the report", markup=False, highlight=False, soft_wrap=True)
+        stdout_console().print(f"shard {shard[0]}/{shard[1]}: {len(records)} triples scored in {work}; the same "
+                               "command without --shard writes the report", markup=False, highlight=False,
+                               soft_wrap=True)
         return 0
 
     # 3. Analyse the main triples, check the pilot's controls, write the report.
+    return _analyse_and_report(settings, [records[t.id] for t in pilot], [records[t.id] for t in main], work,
+                               Path(args.out))
+
+
+def _score(work: Path, triples: list, settings, shard: tuple[int, int] | None, cluster) -> tuple[dict, dict]:
+    """The shard's triples scored into ``work`` (:func:`lab.intervene.run.run_triples`), held against other runs.
+
+    Returns:
+        ``({triple id: record}, {triple id: why the cluster gave up on it})``.
+    """
+    from lab.intervene import run as iv
+    from lab.render.console import stderr_console
+    from lab.runs.cluster import RayExecutor
+    from lab.runs.locks import hold
+    from lab.runs.shards import deal
+
+    err = stderr_console()
+    todo = deal(triples, shard)
+    try:
+        with hold(work, shard, "intervention"), err.status("intervene") as status:
+            def progress(done: int, n: int, tid: str) -> None:
+                status.update(f"{done}/{n} triples scored" + (f", the last {tid}" if tid else ""))
+            return iv.run_triples(work, todo, settings, RayExecutor(cluster) if cluster is not None else None,
+                                  progress=progress, note=lambda msg: err.print(f"note: {msg}", markup=False,
+                                                                                highlight=False, soft_wrap=True))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the CLI's one line says what was kept
+        exc.args = (f"the finished triples are kept in {work}; the same command continues",)
+        raise
+
+
+def _report_failed(failed: dict[str, str], work: Path, n: int) -> int:
+    """No report for an intervention that lacks triples: name them and say how to finish (exit 1)."""
+    import sys
+
+    lines = [f"lab intervene: {len(failed)} of {n} triples failed on the cluster, so no report was written:"]
+    lines += [f"  {tid}: {error}" for tid, error in failed.items()]
+    lines.append(f"the finished triples are kept in {work}; the same command continues with the rest")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
+
+
+def _analyse_and_report(settings, pilot: list, main: list, work: Path, out: Path) -> int:
+    """The analysis of the main triples and the pilot's controls, shown and written as the report."""
     from lab.intervene.report import build_report
+    from lab.render.console import stdout_console
+    from lab.render.intervention import render_console, write_report
     from lab.reports import ReportWriteError
 
-    report = build_report(settings, [records[t.id] for t in pilot], [records[t.id] for t in main], work=work)
-    render_console(report, out)
+    report = build_report(settings, pilot, main, work=work)
+    console = stdout_console()
+    render_console(report, console)
     try:
-        final = write_report(report, Path(args.out), work)
+        final = write_report(report, out, work)
     except ReportWriteError as exc:
-        raise ReportWriteError(f"{exc}; {kept} and writes the report") from exc
-    out.print(f"report: {final}", markup=False, highlight=False, soft_wrap=True)
+        raise ReportWriteError(f"{exc}; the finished triples are kept in {work}; the same command continues "
+                               "and writes the report") from exc
+    console.print(f"report: {final}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -21,7 +21,7 @@ their value (as ``--resume`` does). Any scheduler (a Slurm array, GNU parallel, 
 machines with a shared disk) can run the shards.
 
 On a Ray cluster: ``--ray [ADDRESS]`` runs the prompts on actors that each hold
-the models (:mod:`lab.study.cluster`), into the same work directory, so
+the models (:mod:`lab.runs.cluster`), into the same work directory, so
 ``--resume`` and ``--merge`` work as for a serial run. Without an address a local
 cluster is started on this machine; ``--ray auto`` joins a running one. Prompts
 that fail after Ray's retries are named, and no report is written without them.
@@ -33,8 +33,8 @@ import argparse
 import logging
 import os
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_torch_only_runtime_arg,
-                                 parse_shard, range_text, refuse_runtime)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
+                                 add_torch_only_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,6 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
 
 def _add_work_args(p: argparse.ArgumentParser) -> None:
     """Where and how the work runs: resume, shards and their merge, a Ray cluster, threads."""
-    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S
-
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the interrupted study in this work directory (renamed or copied ones too), with "
                         "its stored settings and prompt set; flags that change the numbers are refused unless they "
@@ -106,18 +104,7 @@ def _add_work_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="build one report from these shards' .study-work-* directories (their settings must agree); "
                         "flags that change the numbers are refused unless they equal the directories'")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run the prompts on a Ray cluster (needs the lab[cluster] extra): 'auto' (the cluster ray "
-                        "start left running), host:port or ray://host:port joins a running cluster, which must "
-                        "answer within --ray-timeout; no address (or 'local') starts a local one on this machine, "
-                        "sized to it, its logs in a lab-ray-* temp folder")
-    p.add_argument("--ray-timeout", type=float, default=None, metavar="S",
-                   help=f"with --ray ADDRESS: seconds the cluster has to answer before the study gives up, "
-                        f"{range_text('study', 'ray_timeout')} (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
-    p.add_argument("--ray-actors", type=int, default=None, metavar="N",
-                   help=f"with --ray: actors to start, each holding the target and draft, "
-                        f"{range_text('study', 'ray_actors')} (default: one per GPU, else one per --threads CPUs of "
-                        "the cluster)")
+    add_ray_args(p, units="prompts", command="study", what="study")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help=f"torch threads, {range_text('study', 'threads')}: of this process (default: torch's choice), "
                         "or with --ray of each actor, which reserves as many CPUs (default 1); the numbers equal "
@@ -266,11 +253,11 @@ def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
     from lab.reports import ReportWriteError
     from lab.study.work import discard_work
     from lab.study.run import run_study
-    from lab.study.cluster import RayExecutor
+    from lab.runs.cluster import RayExecutor
 
     # 2. Run (or resume), with a progress bar on stderr.
     factory = checked_runner_factory(plan)
-    executor = RayExecutor(cluster, factory) if cluster is not None else None
+    executor = RayExecutor(cluster) if cluster is not None else None
     with StudyProgress() as progress:
         result = run_study(plan, progress=progress, runner_factory=factory, executor=executor)
     if result.failed:
@@ -320,37 +307,6 @@ def usable_out(out: str) -> str:
         logger.warning("cannot write the study under %s (%s); writing it under %s instead",
                        out, exc.strerror or exc, fallback)
         return str(fallback)
-
-
-def cluster_config(args: argparse.Namespace):
-    """The :class:`lab.study.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
-
-    Raises:
-        ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray``, a count below 1, a
-            timeout outside (0, 3600] s, an address of no accepted form
-            (:func:`lab.study.cluster.parse_address`), or Ray not installed (naming the
-            ``lab[cluster]`` extra to install).
-    """
-    import math
-
-    from lab.study.cluster import ClusterConfig, parse_address, require_ray
-    from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S
-
-    if args.ray is None:
-        for flag, v in (("--ray-actors", args.ray_actors), ("--ray-timeout", args.ray_timeout)):
-            if v is not None:
-                raise ValueError(f"{flag} needs --ray")
-        return None
-    for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
-        if v is not None and v < 1:
-            raise ValueError(f"{flag}={v} must be an integer >= 1")
-    timeout = DEFAULT_CONNECT_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout
-    if not (math.isfinite(timeout) and 0 < timeout <= 3600):
-        raise ValueError(f"--ray-timeout={args.ray_timeout:g} must be in (0, 3600] seconds")
-    address = parse_address(args.ray)  # before Ray is imported: a bad address is bad input, Ray or not
-    require_ray()
-    return ClusterConfig(address=address, n_actors=args.ray_actors, threads=args.threads or 1,
-                         connect_timeout_s=timeout)
 
 
 def _report_failed(result) -> int:

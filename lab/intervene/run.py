@@ -10,7 +10,8 @@ is fixed by the settings that change the numbers (:func:`settings_of`). So:
 * ``--shard K/N`` scores only every N-th triple from the K-th (pilot and main alike) into
   the same directory and writes no report; several shards may run at once; the run
   without ``--shard`` scores what is left and writes the report;
-* a second whole run of the same directory at once is refused (an ``flock``).
+* a second whole run of the same directory at once is refused (an ``flock``, :mod:`lab.runs.locks`);
+* ``--ray`` scores the triples on a Ray cluster (:mod:`lab.runs.cluster`), the records equal a serial run's.
 
 The pilot triples are scored first and only feed the pilot section of the report (the
 controls, and the SDs the power table reads); the analysis reads the main triples only.
@@ -27,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from lab.analysis.intervention import DESIGN
 from lab.prompts import StudyPrompt, load_prompts
+from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.files import work_file_name, write_json_atomic
 from lab.schemas import FileSchemaError
 
@@ -354,35 +356,85 @@ def check_context(models: Models, triples: Sequence[Triple], new_tokens: int) ->
         check_fits(triples, longest_twins(models.tokenizer, triples), new_tokens, limits)
 
 
+@dataclass(frozen=True)
+class InterventionExperiment:
+    """The intervention as an experiment of the run engine (:class:`lab.runs.engine.Experiment`).
+
+    A unit is a triple, scored by :func:`score_triple` on the models a worker loads once
+    (:func:`load_models`), which are first checked against the triples to score (:func:`check_context`).
+    """
+
+    settings: InterventionSettings
+    triples: tuple[Triple, ...]
+
+    @property
+    def device(self) -> str:
+        return self.settings.device
+
+    def load(self) -> Models:
+        models = load_models(self.settings)
+        check_context(models, self.triples, self.settings.new_tokens)
+        return models
+
+    def info(self, models: Models) -> dict[str, Any]:
+        return {}
+
+    def measure(self, models: Models, triple: Triple):
+        return score_triple(models, triple, self.settings.new_tokens)
+
+    def for_workers(self) -> InterventionExperiment:
+        return self  # the settings fix the device and dtype already
+
+
 def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSettings,
-                models_factory: Callable[[], Models], *, progress: Callable[[int, int, str], None] = lambda i, n, tid: None,
-                note: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+                executor: Executor | None = None, *,
+                progress: Callable[[int, int, str], None] = lambda i, n, tid: None,
+                note: Callable[[str], None] = lambda msg: None) -> tuple[dict[str, Any], dict[str, str]]:
     """Score every triple of ``triples`` that has no good record in ``work``, saving each as it finishes.
 
-    Models load only if some triple is left. Returns ``{triple id: TripleRecord}`` for all of ``triples``.
+    Args:
+        executor: Where the triples are scored (:class:`lab.runs.engine.Executor`); default a
+            :class:`lab.runs.engine.SerialExecutor`. Models load only if some triple is left.
+        progress: Called with (triples finished, triples to score, the triple finished last).
+
+    Returns:
+        ``({triple id: TripleRecord or None}, {triple id: why the executor gave up on it})`` for all of
+        ``triples``; a record is None only for a triple in the second mapping.
 
     Raises:
         ValueError: a folder where a record goes, or a triple too long for the context (:func:`check_context`).
         lab.reports.ReportWriteError: a record that could not be written (a full disk, a read-only
             folder), naming it; the records finished before it are kept.
     """
-    from lab.reports import ReportWriteError
-
     done = {t.id: read_or_none(work, t, note) for t in triples}
     left = [t for t in triples if done[t.id] is None]
-    if left:
-        models = models_factory()
-        check_context(models, left, settings.new_tokens)
-        for i, t in enumerate(left):
-            progress(i, len(left), t.id)
-            rec = score_triple(models, t, settings.new_tokens)
-            path = record_path(work, t.id)
-            try:
-                write_json_atomic(path, rec.to_json())
-            except OSError as exc:
-                raise ReportWriteError(f"writing the record of {t.id!r} to {str(path)!r} failed "
-                                       f"({exc.strerror or exc}); the {sum(r is not None for r in done.values())} "
-                                       f"triples finished before it are kept in {work}") from None
-            done[t.id] = rec
-        progress(len(left), len(left), "")
-    return done
+    failed: dict[str, str] = {}
+    if not left:
+        return done, failed
+    executor = executor or SerialExecutor()
+    try:
+        executor.start(InterventionExperiment(settings, tuple(left)))
+        progress(0, len(left), "")
+        for i, (t, rec) in enumerate(executor.run(left, None)):  # in the order they finish
+            if isinstance(rec, UnitFailure):
+                failed[t.id] = rec.error
+            else:
+                _save(work, t, rec, done)
+            progress(i + 1, len(left), t.id)
+    finally:
+        executor.close()
+    return done, failed
+
+
+def _save(work: Path, triple: Triple, record: Any, done: dict[str, Any]) -> None:
+    """Write a finished triple's record atomically and note it in ``done``."""
+    from lab.reports import ReportWriteError
+
+    path = record_path(work, triple.id)
+    try:
+        write_json_atomic(path, record.to_json())
+    except OSError as exc:
+        raise ReportWriteError(f"writing the record of {triple.id!r} to {str(path)!r} failed "
+                               f"({exc.strerror or exc}); the {sum(r is not None for r in done.values())} "
+                               f"triples finished before it are kept in {work}") from None
+    done[triple.id] = record

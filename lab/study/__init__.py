@@ -49,7 +49,8 @@ Modules: :mod:`lab.study.config` (settings, interfaces), :mod:`lab.study.outcome
 per-prompt records: :class:`~lab.study.outcome.PromptRow`, one ``per_prompt.csv`` row),
 :mod:`lab.study.runner` (the real runner), :mod:`lab.study.work` (plan, work
 directory, shards, its lock on :mod:`lab.runs`), :mod:`lab.study.run` (running through an executor, merging,
-tables), :mod:`lab.study.cluster` (the prompts on a Ray cluster, ``lab study --ray``).
+tables; :class:`~lab.study.run.StudyExperiment`, the study on the run engine, :mod:`lab.runs.engine`, so
+``lab study --ray`` runs its prompts on :mod:`lab.runs.cluster`).
 
 The per-prompt runner is injectable (:class:`lab.study.config.Runner`): tests pass a fake;
 :class:`lab.study.runner.ModelRunner` is the real one.

@@ -23,11 +23,6 @@ DEFAULT_MAX_NEW_TOKENS = 24
 DEFAULT_GAMMA = 2
 DEFAULT_TEMPERATURE = 1.0  # sampling mode: alpha is the probabilistic acceptance rate
 WORK_PREFIX = ".study-work-"
-# Seconds `--ray ADDRESS` waits for a running cluster to answer before it gives up
-# (lab.study.cluster.check_reachable). Ray's own connect retries for minutes, printing GCS
-# time-outs; a head node that answers at all answers a TCP connect and an HTTP/2 greeting in
-# milliseconds on a LAN, so 10 s leave room for a busy one.
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # Bump when the work-file layout or the pipeline changes: a work file of another format is redone.
 # Format 3: one target decode per prompt (read off the speculative run's verify passes; no decode_s).
 # Format 4: finished prompts in outcomes/<stem>-<digest>.json (lab.study.work.work_file_name), so no
@@ -176,7 +171,7 @@ class Progress(Protocol):
     def advance(self, prompt_id: str, wall_s: float) -> None: ...
 
     # Optional: ``status(in_flight: int, failed: int)``, called by executors that run
-    # several prompts at once (:mod:`lab.study.cluster`) whenever either count changes.
+    # several prompts at once (:mod:`lab.runs.cluster`) whenever either count changes.
 
 
 class NoProgress:

@@ -9,7 +9,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from lab.health.choice import load_chosen
 from lab.health.validation import health_unmeasurable
@@ -23,6 +23,7 @@ from lab.schemas import FileSchemaError
 from lab.study.work import (StudyPlan, hold_work_dir, load_finished, plan_from_work_dir, plan_study,
                             read_finished, read_runner_info, read_settings, save_finished, write_prompt_set)
 from lab.runs.files import write_json_atomic
+from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.locks import WorkDirBusyError, running_shards
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def run_study(config_or_plan: StudyConfig | StudyPlan, *, runner: Runner | None 
             ``None`` (default :meth:`ModelRunner.load`); called only when some
             prompt is left to run, so a finished work directory loads no model.
         progress: Progress events (``start`` once, ``advance`` per prompt run).
-        executor: Where the prompts run (:class:`Executor`); default a
-            :class:`SerialExecutor` over ``runner`` / ``runner_factory``. Prompts it
+        executor: Where the prompts run (:class:`lab.runs.engine.Executor`, given a
+            :class:`StudyExperiment`); default a :class:`lab.runs.engine.SerialExecutor` over ``runner``
+            (else one loaded by ``runner_factory``). Prompts it
             gives up on are in ``failed`` and ``missing`` of the result.
 
     Returns:
@@ -122,9 +124,9 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
     info: dict[str, Any] = {}
     failed: dict[str, str] = {}
     if todo:
-        executor = executor or SerialExecutor(runner, runner_factory)
+        executor = executor or SerialExecutor(runner)
         try:
-            info = executor.start(plan)
+            info = executor.start(StudyExperiment(plan, runner_factory))
         except BaseException:  # e.g. a draft deeper than the target: leave nothing behind
             executor.close()
             if created:
@@ -137,7 +139,7 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
     if todo:
         try:
             for p, got in executor.run(todo, progress):  # in the order they finish
-                if isinstance(got, PromptFailure):
+                if isinstance(got, UnitFailure):
                     failed[p.id] = got.error
                     continue
                 save_finished(plan, p, got)
@@ -155,8 +157,8 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
 def measure(runner: Runner, prompt: StudyPrompt, plan: StudyPlan) -> PromptOutcome:
     """One prompt's full outcome: the runner's numbers, the H6 temperature runs, its wall time and ids.
 
-    The unit of work of every executor (run here by :class:`SerialExecutor`, inside
-    an actor by :mod:`lab.study.cluster`); a prompt's numbers depend only on the
+    The unit of work of every executor (:class:`StudyExperiment`: in this process, or inside
+    an actor by :mod:`lab.runs.cluster`); a prompt's numbers depend only on the
     settings and its seed, never on where or in which order it runs.
     """
     t0 = time.perf_counter()
@@ -170,57 +172,33 @@ def measure(runner: Runner, prompt: StudyPrompt, plan: StudyPlan) -> PromptOutco
 
 
 @dataclass(frozen=True)
-class PromptFailure:
-    """A prompt an executor gave up on (after its own retries): ``error`` says why, in one line."""
+class StudyExperiment:
+    """The study as an experiment of the run engine (:class:`lab.runs.engine.Experiment`).
 
-    error: str
-
-
-class Executor(Protocol):
-    """Where the study's prompts run: :class:`SerialExecutor` here, :class:`lab.study.cluster.RayExecutor` on Ray.
-
-    ``run_study`` calls ``start`` once (it loads the models and returns the runner's
-    ``info``), then iterates ``run``, which yields ``(prompt, outcome)`` for every
-    prompt in the order they finish, the outcome being :func:`measure`'s or a
-    :class:`PromptFailure`; ``close`` is always called last. The driver alone writes
-    the work directory, so an executor never touches files.
+    A unit is a prompt, measured by :func:`measure` on a runner that a worker loads once
+    (``runner_factory``, default :meth:`ModelRunner.load`).
     """
 
-    def start(self, plan: StudyPlan) -> dict[str, Any]: ...
+    plan: StudyPlan
+    runner_factory: Callable[[StudyConfig], Runner] | None = None
 
-    def run(self, prompts: Sequence[StudyPrompt],
-            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]: ...
+    @property
+    def device(self) -> str:
+        return str(self.plan.settings["device"])
 
-    def close(self) -> None: ...
+    def load(self) -> Runner:
+        return (self.runner_factory or ModelRunner.load)(self.plan.config)
 
+    def info(self, runner: Runner) -> dict[str, Any]:
+        return dict(getattr(runner, "info", {}) or {})
 
-class SerialExecutor:
-    """The prompts one after another in this process, with one runner (the default executor).
+    def measure(self, runner: Runner, prompt: StudyPrompt) -> PromptOutcome:
+        return measure(runner, prompt, self.plan)
 
-    Args:
-        runner: A :data:`Runner` (tests pass a fake); ``None`` builds one in ``start``.
-        runner_factory: Builds it from the config (default :meth:`ModelRunner.load`).
-
-    A runner's exception is not caught: it stops the study (finished prompts stay in
-    the work directory), as a serial run always has.
-    """
-
-    def __init__(self, runner: Runner | None = None, runner_factory: Callable[[StudyConfig], Runner] | None = None):
-        self.runner, self.runner_factory, self.plan = runner, runner_factory, None
-
-    def start(self, plan: StudyPlan) -> dict[str, Any]:
-        if self.runner is None:
-            self.runner = (self.runner_factory or ModelRunner.load)(plan.config)
-        self.plan = plan
-        return dict(getattr(self.runner, "info", {}) or {})
-
-    def run(self, prompts: Sequence[StudyPrompt],
-            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]:
-        for p in prompts:
-            yield p, measure(self.runner, p, self.plan)
-
-    def close(self) -> None:
-        pass
+    def for_workers(self) -> StudyExperiment:
+        """The plan with the device and dtype its settings resolved, so every worker loads the same models."""
+        pinned = replace(self.plan.config, device=self.plan.settings["device"], dtype=self.plan.settings["dtype"])
+        return StudyExperiment(replace(self.plan, config=pinned), self.runner_factory)
 
 
 def _temperature_runs(runner: Runner, prompt: StudyPrompt, row: PromptRow, temperature: float) -> PromptRow:

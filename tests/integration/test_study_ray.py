@@ -34,7 +34,7 @@ from lab.study.runner import ModelRunner
 from lab.study.config import StudyConfig
 from lab.study.work import discard_work, plan_study, work_file
 from lab.study.run import run_study
-from lab.study.cluster import ClusterConfig, RayExecutor
+from lab.runs.cluster import ClusterConfig, RayExecutor
 from tests.study_fakes import (ROOT, FaultyFactory, assert_no_ray_process_left, attempts, fake_config, ray_processes,
                                short_tmpdir, untimed)
 
@@ -126,8 +126,8 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
     victim = plan.prompts[LIMIT // 2].id
     log = tmp_path / "attempts.log"
     t0 = time.perf_counter()
-    result = run_study(plan, executor=RayExecutor(ClusterConfig(n_actors=ACTORS, threads=1),
-                                                  FaultyFactory(str(log), die_on=victim, real=True)))
+    result = run_study(plan, executor=RayExecutor(ClusterConfig(n_actors=ACTORS, threads=1)),
+                       runner_factory=FaultyFactory(str(log), die_on=victim, real=True))
     ray_s = time.perf_counter() - t0
     lab_log.add_report(write_report(result, lab_log.out))
     tried = attempts(log)
@@ -151,9 +151,9 @@ def test_ray_prompts_that_keep_failing_are_named_and_the_rest_complete(ray_clust
     plan = plan_study(fake_config(tmp_path))
     dies, raises = plan.prompts[2].id, plan.prompts[7].id
     log = tmp_path / "attempts.log"
-    executor = RayExecutor(ClusterConfig(n_actors=ACTORS, max_restarts=1, max_task_retries=1),
-                           FaultyFactory(str(log), die_on=dies, die_once=False, raise_on=raises))
-    result = run_study(plan, executor=executor)
+    executor = RayExecutor(ClusterConfig(n_actors=ACTORS, max_restarts=1, max_task_retries=1))
+    result = run_study(plan, executor=executor,
+                       runner_factory=FaultyFactory(str(log), die_on=dies, die_once=False, raise_on=raises))
     assert result.failed[raises] == f"ValueError: cannot measure {raises}"
     assert result.failed[dies].startswith("its actor died 2 times")
     # Ray retries deaths only: `dies` kills its actor on each of its 1 + max_task_retries attempts;
@@ -184,12 +184,12 @@ def test_ray_resumed_driver_never_recomputes_a_stored_prompt(ray_cluster, tmp_pa
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_study(plan, executor=RayExecutor(ClusterConfig(n_actors=ACTORS), FaultyFactory(str(tmp_path / "a.log"))),
-                  progress=StopAfter(5))
+        run_study(plan, executor=RayExecutor(ClusterConfig(n_actors=ACTORS)),
+                  runner_factory=FaultyFactory(str(tmp_path / "a.log")), progress=StopAfter(5))
     stored = {p.id for p in plan.prompts if work_file(plan, p).is_file()}
     assert len(stored) == 5
     log = tmp_path / "b.log"
-    result = run_study(cfg, executor=RayExecutor(ClusterConfig(n_actors=ACTORS), FaultyFactory(str(log))))
+    result = run_study(cfg, executor=RayExecutor(ClusterConfig(n_actors=ACTORS)), runner_factory=FaultyFactory(str(log)))
     assert set(attempts(log)) == {p.id for p in plan.prompts} - stored
     assert result.n_resumed == 5 and result.failed == {} and len(result.per_prompt) == LIMIT
 

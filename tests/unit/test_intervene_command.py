@@ -681,3 +681,84 @@ def test_intervene_non_integer_flag_exits_2_in_one_line_naming_it(flag, value, t
     assert exc.value.code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("lab intervene: error: ") and flag in lines[0], lines
     assert not (tmp_path / "reports").exists()
+
+
+class _ReversedExecutor:
+    """An executor (lab.runs.engine.Executor) that scores the triples in this process in reverse order, as a
+    cluster may return them, giving up on the ids in ``fail``; stands in for lab.runs.cluster.RayExecutor."""
+
+    made: list = []
+
+    def __init__(self, config, fail: frozenset[str] = frozenset()):
+        from lab.runs.engine import SerialExecutor
+
+        self.config, self.fail, self.serial, self.events = config, fail, SerialExecutor(), []
+        _ReversedExecutor.made.append(self)
+
+    def start(self, experiment):
+        self.events.append("start")
+        return self.serial.start(experiment)
+
+    def run(self, units, progress):
+        from lab.runs.engine import UnitFailure
+
+        for unit in reversed(list(units)):
+            yield unit, (UnitFailure("RuntimeError: boom") if unit.id in self.fail
+                         else self.serial.experiment.measure(self.serial.state, unit))
+
+    def close(self):
+        self.events.append("close")
+
+
+def _untimed(value):
+    """``value`` without its wall-clock fields (``seconds``)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+@pytest.mark.slow
+def test_intervene_ray_executor_out_of_order_equals_the_serial_run(triples_file, tmp_path, monkeypatch, capsys,
+                                                                   one_torch_thread):
+    """Fault class: records that depend on where or in which order the triples were scored (a cluster run
+    that differs from the serial one), or a --ray flag that does not reach the executor."""
+    from lab.runs import cluster
+
+    patch_eager_loader(monkeypatch)
+    monkeypatch.setattr(cluster, "require_ray", lambda: None)
+    monkeypatch.setattr(cluster, "RayExecutor", _ReversedExecutor)
+    _ReversedExecutor.made = []
+    argv = ["intervene", *RUN, "--new-tokens", "3", "--triples", str(triples_file)]
+    assert main([*argv, "--out", str(tmp_path / "serial")]) == 0
+    assert _ReversedExecutor.made == []
+    assert main([*argv, "--out", str(tmp_path / "ray"), "--ray", "auto", "--ray-actors", "2"]) == 0
+    (ex,) = _ReversedExecutor.made
+    assert ex.config == cluster.ClusterConfig(address="auto", n_actors=2, threads=1)
+    assert ex.events == ["start", "close"]
+    serial, ray = (json.loads((reports(tmp_path / d)[0] / "report.json").read_text()) for d in ("serial", "ray"))
+    assert [t["question_id"] for t in ray["triples"]] == ["factual-0", "math-1", "code-2"]
+    same = [k for k in SAME_NUMBERS if k != "seconds"]  # the total scoring time is the one figure that differs
+    assert {k: _untimed(serial[k]) for k in same} == {k: _untimed(ray[k]) for k in same}
+
+
+@pytest.mark.slow
+def test_intervene_triple_the_cluster_gives_up_on_exits_1_naming_it_with_no_report(triples_file, tmp_path,
+                                                                                   monkeypatch, capsys,
+                                                                                   one_torch_thread):
+    """Fault class: a triple lost on a cluster leaving a report that silently lacks it, or its finished
+    neighbours lost with it."""
+    from lab.runs import cluster
+
+    patch_eager_loader(monkeypatch)
+    monkeypatch.setattr(cluster, "require_ray", lambda: None)
+    monkeypatch.setattr(cluster, "RayExecutor", lambda config: _ReversedExecutor(config, frozenset({"math-1"})))
+    out = tmp_path / "reports"
+    argv = ["intervene", *RUN, "--new-tokens", "3", "--triples", str(triples_file), "--out", str(out)]
+    assert main([*argv, "--ray", "auto"]) == 1
+    err = capsys.readouterr().err
+    assert "1 of 3 triples failed on the cluster, so no report was written" in err
+    assert "math-1: RuntimeError: boom" in err and f"kept in {work_dir(out)}" in err
+    assert reports(out) == [] and len(list((work_dir(out) / "records").iterdir())) == 2
+    assert main(argv) == 0 and len(reports(out)) == 1  # the same command, serially, scores the one left

@@ -18,8 +18,9 @@ import pytest
 
 from lab.study.work import plan_study, work_file
 from lab.study.run import run_study
-from lab.study.cluster import ClusterConfig, plan_slots
-from lab.study.run import PromptFailure, measure
+from lab.runs.cluster import ClusterConfig, plan_slots
+from lab.runs.engine import UnitFailure
+from lab.study.run import measure
 from tests.study_fakes import FakeRunner, fake_config, untimed
 
 
@@ -32,9 +33,9 @@ class FakeExecutor:
         self.events: list[str] = []
         self.runner = FakeRunner()
 
-    def start(self, plan):
+    def start(self, experiment):
         self.events.append("start")
-        self.plan = plan
+        self.plan = experiment.plan
         return {**self.runner.info, "cluster": {"address": "fake"}}
 
     def run(self, prompts, progress):
@@ -43,7 +44,7 @@ class FakeExecutor:
             if self.interrupt_after is not None and n >= self.interrupt_after:
                 raise KeyboardInterrupt
             getattr(progress, "status", lambda *a: None)(len(prompts) - n, n)
-            yield p, PromptFailure("RuntimeError: boom") if p.id in self.fail else measure(self.runner, p, self.plan)
+            yield p, UnitFailure("RuntimeError: boom") if p.id in self.fail else measure(self.runner, p, self.plan)
 
     def close(self):
         self.events.append("close")
@@ -88,7 +89,7 @@ def test_run_study_executor_interrupted_is_closed_and_keeps_what_arrived(tmp_pat
 def test_run_study_executor_that_fails_to_start_is_closed_and_leaves_no_work_dir(tmp_path):
     plan = plan_study(fake_config(tmp_path))
     ex = FakeExecutor()
-    ex.start = lambda plan: (_ for _ in ()).throw(ValueError("threads=4 per actor: the cluster has only 2 CPUs"))
+    ex.start = lambda experiment: (_ for _ in ()).throw(ValueError("threads=4 per actor: the cluster has only 2 CPUs"))
     with pytest.raises(ValueError, match="only 2 CPUs"):
         run_study(plan, executor=ex)
     assert ex.events == ["close"] and not plan.work_dir.exists()
@@ -109,7 +110,7 @@ def test_plan_slots_one_actor_per_gpu_else_per_threads_cpus(resources, threads, 
 def test_plan_slots_too_many_actors_local_raises_remote_warns(caplog):
     with pytest.raises(ValueError, match=r"n_actors=3: this machine's cluster has 2 slots"):
         plan_slots({"CPU": 2.0}, ClusterConfig(n_actors=3), local=True)
-    with caplog.at_level(logging.WARNING, logger="lab.study.cluster"):
+    with caplog.at_level(logging.WARNING, logger="lab.runs.cluster"):
         s = plan_slots({"CPU": 2.0}, ClusterConfig(n_actors=3, address="auto"), local=False)
     assert s.n_actors == 3 and "wait for nodes" in caplog.text
     with pytest.raises(ValueError, match=r"threads=4 per actor: the cluster has only 2 CPUs"):
@@ -161,7 +162,7 @@ def test_cli_study_bad_ray_flags_exit_2_before_model_work(tmp_path, capsys, monk
 
 def test_cli_study_ray_with_failed_prompt_exits_1_names_it_and_writes_no_report(tmp_path, capsys, monkeypatch):
     from lab import cli
-    from lab.study import cluster
+    from lab.runs import cluster
 
     made = []
 

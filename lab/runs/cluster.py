@@ -1,31 +1,30 @@
-"""The study on a Ray cluster: one actor per worker slot holds the models, prompts are tasks.
+"""An experiment on a Ray cluster: one actor per worker slot holds the models, units are tasks.
 
-:class:`RayExecutor` is an :class:`lab.study.run.Executor`: ``run_study`` drives it
-exactly as it drives the serial one, and the driver alone writes each finished
-prompt into the study's work directory as it arrives (so ``--resume`` and
-``--merge`` work unchanged, and a restarted driver never recomputes a stored
-prompt). Each prompt is :func:`lab.study.run.measure` run inside an actor; its
-numbers depend only on the settings, its seed and the torch thread count, so a
-cluster run equals a serial run with the same threads.
+:class:`RayExecutor` is a :class:`lab.runs.engine.Executor`: the driver (``lab study``'s
+:func:`lab.study.run.run_study`, ``lab intervene``'s :func:`lab.intervene.run.run_triples`) drives it
+exactly as it drives the serial one, and the driver alone writes each finished unit into the work
+directory as it arrives (so resume and merge work unchanged, and a restarted driver never recomputes
+a stored unit). Each unit is the experiment's ``measure`` run inside an actor; its numbers depend only
+on the settings, the unit and the torch thread count, so a cluster run equals a serial run with the
+same threads.
 
 Layout (Ray's documented patterns, https://docs.ray.io/en/latest/ray-core/actors.html):
 
 * **Actors, one per worker slot.** With GPUs in the cluster a slot is one GPU
   (``num_gpus=1``) plus ``threads`` CPUs; without, it is ``threads`` CPUs. Each
-  actor sets ``torch.set_num_threads(threads)`` and loads the target and draft
-  once, in its constructor (the runner factory, default
-  :meth:`lab.study.ModelRunner.load`), with the device and dtype the driver
-  fixed in the study's settings.
-* **Prompts are actor tasks**, at most :data:`IN_FLIGHT_PER_ACTOR` per actor, the
+  actor sets ``torch.set_num_threads(threads)`` and loads the models once, in its
+  constructor (the experiment's ``load``), as the experiment sent to the workers
+  fixes them (``for_workers``: the device and dtype the driver resolved).
+* **Units are actor tasks**, at most :data:`IN_FLIGHT_PER_ACTOR` per actor, the
   next sent when one finishes, so a slow actor never holds a queue of its own.
 * **Faults are Ray's business** (https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html):
   an actor whose process dies is restarted by Ray (``max_restarts``) and its
-  unfinished prompts are resent by Ray (``max_task_retries``); this module
-  retries nothing itself. A prompt whose retries are used up, or that raises a
+  unfinished units are resent by Ray (``max_task_retries``); this module
+  retries nothing itself. A unit whose retries are used up, or that raises a
   Python error (deterministic: it would raise again, so Ray does not retry it),
-  comes back as a :class:`lab.study.run.PromptFailure` naming it, and the study
-  then lacks it (``StudyResult.failed``). An actor that stays dead after its
-  restarts gets no more prompts; when none is left the rest fail as well.
+  comes back as a :class:`lab.runs.engine.UnitFailure` naming it, and the run
+  then lacks it. An actor that stays dead after its restarts gets no more units;
+  when none is left the rest fail as well.
 
 The cluster: ``address=None`` starts a local one on this machine (dashboard off,
 sized by Ray to the CPUs and GPUs it detects) and stops it at the end; ``"auto"``
@@ -40,7 +39,6 @@ here, only when a cluster run starts.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -53,26 +51,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from lab.prompts import StudyPrompt
-from lab.study.config import DEFAULT_CONNECT_TIMEOUT_S, Progress, Runner, StudyConfig
-from lab.study.outcome import PromptOutcome
-from lab.study.run import PromptFailure, measure
-from lab.study.runner import ModelRunner
-from lab.study.work import StudyPlan
+from lab.runs.engine import Experiment, UnitFailure
 
 logger = logging.getLogger(__name__)
 
 RAY_EXTRA = "lab[cluster]"
+# Seconds `--ray ADDRESS` waits for a running cluster to answer before it gives up
+# (check_reachable). Ray's own connect retries for minutes, printing GCS
+# time-outs; a head node that answers at all answers a TCP connect and an HTTP/2 greeting in
+# milliseconds on a LAN, so 10 s leave room for a busy one.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # An actor's process may die (OOM killer, a node lost, a crashed kernel) several times
 # in a long study; three restarts cover that without looping forever on a node that
 # cannot load the models at all.
 DEFAULT_MAX_RESTARTS = 3
-# A prompt is resent after its actor died at most twice: a prompt that kills its
-# actor three times (e.g. runs it out of memory) is a property of the prompt, and is
+# A unit is resent after its actor died at most twice: a unit that kills its
+# actor three times (e.g. runs it out of memory) is a property of the unit, and is
 # reported rather than allowed to use up every actor's restarts.
 DEFAULT_MAX_TASK_RETRIES = 2
-# One prompt running and one queued behind it per actor: the actor never idles while
-# the driver saves a result, and no actor holds more than one prompt in reserve.
+# One unit running and one queued behind it per actor: the actor never idles while
+# the driver saves a result, and no actor holds more than one unit in reserve.
 IN_FLIGHT_PER_ACTOR = 2
 # The first bytes of every HTTP/2 connection (RFC 9113, section 3.4): the client's preface and an
 # empty SETTINGS frame. Ray's GCS and its client server speak gRPC, so they answer with a frame
@@ -181,18 +179,18 @@ def require_ray() -> Any:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Where and how wide a cluster study runs.
+    """Where and how wide a cluster run is.
 
     Attributes:
         address: ``None`` starts a local cluster on this machine; ``"auto"``,
             ``host:port`` or ``ray://host:port`` joins a running one
             (:func:`parse_address`).
         connect_timeout_s: Seconds a running cluster has to answer
-            (:func:`check_reachable`) before the study gives up.
+            (:func:`check_reachable`) before the run gives up.
         n_actors: Actors to start; ``None`` = one per worker slot of the cluster.
         threads: CPUs each actor reserves, and its torch threads.
         max_restarts: Ray's ``max_restarts`` of each actor.
-        max_task_retries: Ray's ``max_task_retries`` of each prompt.
+        max_task_retries: Ray's ``max_task_retries`` of each unit.
     """
 
     address: str | None = None
@@ -252,20 +250,20 @@ def plan_slots(resources: dict[str, float], config: ClusterConfig, *, local: boo
     return Slots(n, config.threads, num_gpus, capacity)
 
 
-class PromptActor:
-    """Inside one Ray actor: the runner, loaded once, and :func:`measure` per prompt.
+class UnitActor:
+    """Inside one Ray actor: the experiment's state, loaded once, and its ``measure`` per unit.
 
     A load error is kept and raised by :meth:`ready` (so the driver shows the
     cause, not a dead actor) and by every :meth:`measure`.
     """
 
-    def __init__(self, plan: StudyPlan, runner_factory: Callable[[StudyConfig], Runner] | None, threads: int):
+    def __init__(self, experiment: Experiment, threads: int):
         import torch
 
         torch.set_num_threads(threads)
-        self.plan, self.runner, self.error = plan, None, None
+        self.experiment, self.state, self.error = experiment, None, None
         try:
-            self.runner = (runner_factory or ModelRunner.load)(plan.config)
+            self.state = experiment.load()
         except Exception as exc:  # noqa: BLE001 - re-raised by ready() and measure()
             self.error = exc
 
@@ -274,70 +272,70 @@ class PromptActor:
 
         if self.error is not None:
             raise self.error
-        return {"info": dict(getattr(self.runner, "info", {}) or {}), "pid": os.getpid(),
+        return {"info": self.experiment.info(self.state), "pid": os.getpid(),
                 "torch_threads": torch.get_num_threads()}
 
-    def measure(self, prompt: StudyPrompt) -> PromptOutcome:
-        if self.runner is None:
+    def measure(self, unit: Any) -> Any:
+        if self.state is None:
             raise RuntimeError(f"this actor could not load the models: {self.error!r}")
-        return measure(self.runner, prompt, self.plan)
+        return self.experiment.measure(self.state, unit)
 
 
 class RayExecutor:
-    """Runs the study's prompts on a Ray cluster (:class:`lab.study.run.Executor`).
+    """Runs an experiment's units on a Ray cluster (:class:`lab.runs.engine.Executor`).
 
     Args:
         config: Address, actors, threads and Ray's retry limits.
-        runner_factory: Builds each actor's runner from the study config (default
-            :meth:`ModelRunner.load`); pickled to the actors, so it must be
-            importable there or defined locally (cloudpickle sends it by value).
+
+    The experiment (its ``for_workers()``) is pickled to the actors, so what it holds (a runner
+    factory) must be importable there or defined locally (cloudpickle sends it by value). Each unit
+    has an ``id``, which names it when it fails.
 
     Raises:
         ValueError: Ray not installed (:func:`require_ray`), a cluster without room
-            (:func:`plan_slots`), or the runner factory's own error in an actor
+            (:func:`plan_slots`), or the experiment's own load error in an actor
             (re-raised as itself, e.g. a prompt too long for the target).
     """
 
-    def __init__(self, config: ClusterConfig, runner_factory: Callable[[StudyConfig], Runner] | None = None):
-        self.config, self.runner_factory = config, runner_factory
+    def __init__(self, config: ClusterConfig):
+        self.config = config
         self.ray = require_ray()
         self.actors: list[Any] = []
-        self._plan_ref: Any = None
+        self._experiment_ref: Any = None
         self._owns_cluster = False
         self._session_dir: str | None = None  # Ray's files of a local cluster this executor started
         self._n_failed = 0
         self._sigterm_handler: Callable[[int, Any], Any] | None = None  # this process's, wrapped while Ray runs
         self._sigterm_seen = False
 
-    def start(self, plan: StudyPlan) -> dict[str, Any]:
+    def start(self, experiment: Experiment) -> dict[str, Any]:
         ray = self.ray
         # 1. join or start the cluster
         if not ray.is_initialized():
             self._init_cluster()
         resources = ray.cluster_resources()
         slots = plan_slots(resources, self.config, local=self.config.address is None)
-        if slots.num_gpus and plan.settings["device"] == "cpu":
-            logger.warning("the cluster has GPUs but the study's device is cpu; pass --device cuda to use them")
+        if slots.num_gpus and experiment.device == "cpu":
+            logger.warning("the cluster has GPUs but the run's device is cpu; pass --device cuda to use them")
 
         # 2. one actor per slot, each loading the models once, with the device the settings fixed
-        pinned = dataclasses.replace(plan.config, device=plan.settings["device"], dtype=plan.settings["dtype"])
         # Held for the executor's life: Ray rebuilds a restarted actor from these arguments
         # (Ray warns once per actor that they live in the object store; this reference keeps them).
-        self._plan_ref = ray.put(dataclasses.replace(plan, config=pinned))
+        self._experiment_ref = ray.put(experiment.for_workers())
         actor_cls = ray.remote(num_cpus=slots.num_cpus, num_gpus=slots.num_gpus,
                                max_restarts=self.config.max_restarts,
-                               max_task_retries=self.config.max_task_retries)(PromptActor)
+                               max_task_retries=self.config.max_task_retries)(UnitActor)
         logger.info("starting %d actors (%d CPUs, %d GPUs each); each loads the models",
                     slots.n_actors, slots.num_cpus, slots.num_gpus)
-        self.actors = [actor_cls.remote(self._plan_ref, self.runner_factory, self.config.threads)
+        self.actors = [actor_cls.remote(self._experiment_ref, self.config.threads)
                        for _ in range(slots.n_actors)]
         try:
             with self._signals_as_raised():
                 ready = ray.get([a.ready.remote() for a in self.actors])
-        except ray.exceptions.RayTaskError as exc:  # the factory's own error, e.g. a too-long prompt
+        except ray.exceptions.RayTaskError as exc:  # the experiment's own load error, e.g. a too-long prompt
             raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
 
-        # 3. what the report records: the runner's info plus the cluster's shape
+        # 3. what the report records: the experiment's info plus the cluster's shape
         info = dict(ready[0]["info"])
         if any("load_s" in r["info"] for r in ready):  # the actors load in parallel: the slowest counts
             info["load_s"] = max(float(r["info"].get("load_s") or 0.0) for r in ready)
@@ -349,11 +347,10 @@ class RayExecutor:
                            "max_task_retries": self.config.max_task_retries}
         return info
 
-    def run(self, prompts: Sequence[StudyPrompt],
-            progress: Progress) -> Iterator[tuple[StudyPrompt, PromptOutcome | PromptFailure]]:
+    def run(self, units: Sequence[Any], progress: Any) -> Iterator[tuple[Any, Any]]:
         ray = self.ray
-        queue = deque(prompts)
-        pending: dict[Any, tuple[StudyPrompt, int]] = {}  # object ref -> (prompt, actor index)
+        queue = deque(units)
+        pending: dict[Any, tuple[Any, int]] = {}  # object ref -> (unit, actor index)
         load = [0] * len(self.actors)
         alive = set(range(len(self.actors)))
         n_failed = 0
@@ -377,16 +374,16 @@ class RayExecutor:
             actor_died = False
             try:
                 with self._signals_as_raised():
-                    got: PromptOutcome | PromptFailure = ray.get(ref)
+                    got = ray.get(ref)
             except ray.exceptions.RayTaskError as exc:  # a Python error in the task: not retried
-                got = PromptFailure(_one_line(exc.cause or exc))
+                got = UnitFailure(_one_line(exc.cause or exc))
             except ray.exceptions.RayError as exc:  # the actor died and Ray's retries are used up
-                got = PromptFailure(f"its actor died {self.config.max_task_retries + 1} times ({_one_line(exc)})")
+                got = UnitFailure(f"its actor died {self.config.max_task_retries + 1} times ({_one_line(exc)})")
                 actor_died = True
-            if isinstance(got, PromptFailure):
+            if isinstance(got, UnitFailure):
                 n_failed += 1
                 self._n_failed = n_failed
-                logger.warning("prompt %s failed: %s", p.id, got.error)
+                logger.warning("%s failed: %s", p.id, got.error)
             yield p, got
             if actor_died and i in alive and not self._still_alive(i):
                 alive.discard(i)
@@ -396,7 +393,7 @@ class RayExecutor:
                 while queue:
                     n_failed += 1
                     self._n_failed = n_failed
-                    yield queue.popleft(), PromptFailure("no live actor was left to run it")
+                    yield queue.popleft(), UnitFailure("no live actor was left to run it")
             feed()
         if status is not None:
             status(0, n_failed)
@@ -479,7 +476,7 @@ class RayExecutor:
                 ray.kill(a, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
-        self.actors, self._plan_ref = [], None
+        self.actors, self._experiment_ref = [], None
         if self._owns_cluster and ray.is_initialized():
             ray.shutdown()
         self._owns_cluster = False
