@@ -49,6 +49,7 @@ from lab.speculative.tuning_schema import TunedSchema
 from lab.runs.files import write_text_atomic
 from lab.user_dirs import tuning_dir
 
+
 def machine_key(threads: int) -> dict[str, Any]:
     """What a tuned set-up is valid for: ``{"cpu_model", "cpu_flags", "torch", "threads"}``."""
     try:
