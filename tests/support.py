@@ -469,3 +469,13 @@ def read_tuned_setup(profile, draft, machine):
 
     got = read_tuned(DRAFT_SETUP, profile, machine, match={"draft": draft})
     return (DraftSetup(**got.data["setup"]) if got.data is not None else None), got
+
+
+def without_seconds(value):
+    """A report's JSON ``value`` without its wall-clock fields (every ``seconds`` key, at any depth), for
+    comparing two runs of one experiment."""
+    if isinstance(value, dict):
+        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [without_seconds(v) for v in value]
+    return value

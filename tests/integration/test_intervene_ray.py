@@ -18,24 +18,17 @@ import pytest
 
 from lab.cli import main
 from tests.study_fakes import assert_no_ray_process_left, ray_processes
+from tests.support import without_seconds
 
 pytestmark = pytest.mark.integration
 ray = pytest.importorskip("ray", reason="the lab[cluster] extra (make setup-test installs it)")
 
-TRIPLES = 12  # the bound: enough triples that both actors score several, out of order
-NEW_TOKENS = 8  # keeps the two runs of the embedded model to about a minute on 2 busy cores
+TRIPLES = 12  # enough that both actors score several triples, and out of order
+NEW_TOKENS = 8  # the arms score every position: a short continuation keeps the two runs to minutes
 SAME = ("settings", "decides", "analysis", "controls", "pilot", "power", "triples")  # all but the wall times
 
 
-def _untimed(value):
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
-def _report(out) -> dict:
+def _report(out) -> tuple:
     (rd,) = [p for p in out.iterdir() if "-intervene-" in p.name and not p.name.startswith(".")]
     return rd, json.loads((rd / "report.json").read_text())
 
@@ -51,6 +44,6 @@ def test_cli_intervene_ray_local_cluster_equals_the_serial_run(tmp_path, lab_log
     lab_log.add_report(serial_dir)
     lab_log.add_report(ray_dir)
     assert len(on_ray["triples"]) == TRIPLES
-    assert {k: _untimed(on_ray[k]) for k in SAME} == {k: _untimed(serial[k]) for k in SAME}
+    assert {k: without_seconds(on_ray[k]) for k in SAME} == {k: without_seconds(serial[k]) for k in SAME}
     lab_log.record(triples=TRIPLES, serial_s=serial["seconds"], ray_s=on_ray["seconds"], load_1m=os.getloadavg()[0])
     assert_no_ray_process_left(before)

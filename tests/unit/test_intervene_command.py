@@ -710,15 +710,6 @@ class _ReversedExecutor:
         self.events.append("close")
 
 
-def _untimed(value):
-    """``value`` without its wall-clock fields (``seconds``)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
 @pytest.mark.slow
 def test_intervene_ray_executor_out_of_order_equals_the_serial_run(triples_file, tmp_path, monkeypatch, capsys,
                                                                    one_torch_thread):
@@ -740,7 +731,7 @@ def test_intervene_ray_executor_out_of_order_equals_the_serial_run(triples_file,
     serial, ray = (json.loads((reports(tmp_path / d)[0] / "report.json").read_text()) for d in ("serial", "ray"))
     assert [t["question_id"] for t in ray["triples"]] == ["factual-0", "math-1", "code-2"]
     same = [k for k in SAME_NUMBERS if k != "seconds"]  # the total scoring time is the one figure that differs
-    assert {k: _untimed(serial[k]) for k in same} == {k: _untimed(ray[k]) for k in same}
+    assert {k: support.without_seconds(serial[k]) for k in same} == {k: support.without_seconds(ray[k]) for k in same}
 
 
 @pytest.mark.slow
