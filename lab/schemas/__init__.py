@@ -21,8 +21,11 @@ defines is passed in by the part's loader. The kinds and where their schemas liv
   (refused, redone on resume, left out of a merge), built from the study's own record types.
 
 The schemas are JSON Schema (draft 2020-12, checked with :mod:`jsonschema`) plus one keyword
-of the lab's, ``"finite": true``: the number must be finite (Python's :mod:`json` reads
-``NaN`` and ``Infinity``, which JSON Schema's ``"number"`` lets through).
+of the lab's, ``"finite"``: ``true`` says the number must be finite (Python's :mod:`json` reads
+``NaN`` and ``Infinity``, which JSON Schema's ``"number"`` lets through) and a float would hold it
+(an integer of 400 digits would end in ``OverflowError`` where the lab computes with it);
+a number ``M`` says that and ``|x| <= M``, the magnitude the math allows. Every number a kind
+reads back is bounded: by ``minimum`` and ``maximum``, or by a ``finite`` magnitude.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -61,9 +65,30 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 3] + "..."
 
 
-def _finite(validator: Any, wanted: bool, instance: Any, schema: Mapping[str, Any]):
-    if wanted and isinstance(instance, float) and not math.isfinite(instance):
+# Counts and positions read back: no context or file the lab handles comes near 2**31 (int32 positions).
+MAX_COUNT = 2**31 - 1
+# log2 V bounds an entropy over V tokens; where V is not recorded, this stands for it: every
+# vocabulary the lab loads (at most ~2**18 tokens) is far below 2**32.
+MAX_ENTROPY_BITS = 32.0
+# Float rounding at a bound of a computed value (a normalized entropy of 1 + 1e-7, a beta of 1 + 1e-7).
+RANGE_TOLERANCE = 1e-6
+
+
+def _finite(validator: Any, wanted: bool | float, instance: Any, schema: Mapping[str, Any]):
+    """``"finite": true``: a finite number a float holds; ``"finite": M``: also ``|x| <= M``."""
+    if wanted is False or isinstance(instance, bool) or not isinstance(instance, (int, float)):
+        return
+    if isinstance(instance, float) and not math.isfinite(instance):
         yield ValidationError(f"{instance!r} is not a finite number")
+    elif isinstance(instance, int) and abs(instance) > sys.float_info.max:  # float(x) raises OverflowError
+        yield ValidationError(f"a {len(str(abs(instance)))}-digit integer is beyond any number a float holds")
+    elif wanted is not True and abs(instance) > wanted:
+        yield ValidationError(f"{_number_text(instance)} is beyond the magnitude {wanted:g} this field allows")
+
+
+def _number_text(x: int | float) -> str:
+    """``x`` in a line: an integer of many digits by its digit count (its text would fill the line)."""
+    return f"a {len(str(abs(x)))}-digit integer" if isinstance(x, int) and abs(x) >= 10**16 else repr(x)
 
 
 Validator = validators.extend(Draft202012Validator, {"finite": _finite})
@@ -86,6 +111,8 @@ def read_json(path: str | Path, kind: str) -> Any:
                                               f"({MAX_FILE_BYTES:,})")
         raw = Path(path).read_bytes()
     except OSError as exc:
+        if Path(path).is_symlink() and not Path(path).exists():
+            raise FileSchemaError(path, kind, "a symbolic link to nothing, not a regular file") from None
         raise FileSchemaError(path, kind, f"cannot be read ({exc.strerror or exc})") from None
     try:
         text = raw.decode("utf-8")
@@ -114,7 +141,10 @@ def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: st
         raise FileSchemaError(path, kind, "JSON nested too deeply to check") from None
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "top level"
-        raise FileSchemaError(path, kind, f"{where}: {error.message}")
+        message = error.message
+        if isinstance(error.instance, int) and not isinstance(error.instance, bool):  # 400 digits would fill the line
+            message = message.replace(str(error.instance), _number_text(error.instance))
+        raise FileSchemaError(path, kind, f"{where}: {message}")
     return data
 
 

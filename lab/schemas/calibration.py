@@ -28,10 +28,14 @@ from lab.schemas import FileSchemaError
 
 KIND = "sink calibration"
 CHOICE_KIND = "sink detector choice"
+# The magnitude a threshold may have: a sink rate lies in (0, 1), and a log-MAD z is at most
+# -ln(1e-30) = 69 (the detector's log floor) over a MAD of at least 0.05, under 1,400: a larger
+# number in a file is no threshold the detector could use (and a 400-digit one overflows a float).
+MAX_THRESHOLD = 1e6
 
 _NAME = {"type": "string", "minLength": 1, "pattern": r"^[^\x00-\x1f\x7f]*$"}  # printed in a line: no newlines
 _STATISTIC = {"type": "string", "minLength": 1}  # one of the detector's statistics: checked by the loaders
-_NUMBER = {"type": "number", "finite": True}
+_NUMBER = {"type": "number", "finite": MAX_THRESHOLD}
 _WHEN = {"type": ["string", "null"]}
 
 SCHEMA: dict[str, Any] = {
@@ -44,7 +48,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "minProperties": 1,
             "propertyNames": _STATISTIC,
-            "additionalProperties": {"type": ["number", "null"], "finite": True},
+            "additionalProperties": {"type": ["number", "null"], "finite": MAX_THRESHOLD},
         },
         "candidates": {
             "type": "object",

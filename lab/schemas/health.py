@@ -22,15 +22,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab import schemas
+from lab.schemas import MAX_COUNT
 
 CHOSEN_KIND = "context-health choice"
 # A length reference's residual SD is in the base measure's units (entropies normalized to [0, 1],
 # so well under 1); above this every health reading would sit at 5 / 10 whatever the context.
 MAX_SCALE = 10.0
 REFERENCE_KIND = "length reference"
+# The magnitude of a length reference's intercept and slope: a line through values in [0, 1] on ln N
+# (N at most 2**31 tokens, ln N < 22) needs nothing near it; a 400-digit number overflows a float.
+MAX_LINE = 1e6
 
 _TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}  # printed in a line: no newlines
 _NUMBER = {"type": "number", "finite": True}
+_LINE = {"type": "number", "finite": MAX_LINE}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
 _WHEN = {"type": ["string", "null"]}
 
 CHOSEN_SCHEMA: dict[str, Any] = {
@@ -52,8 +58,8 @@ REFERENCE_SCHEMA: dict[str, Any] = {
         "profile": {**_TEXT, "minLength": 1},
         "model": {"type": "string"},
         "prompts_file": {"type": "string"},
-        "n_prompts": {"type": "integer", "minimum": 0},
-        "n_content_range": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer", "minimum": 1}},
+        "n_prompts": _COUNT,
+        "n_content_range": {"type": "array", "minItems": 2, "maxItems": 2, "items": {**_COUNT, "minimum": 1}},
         "fitted_at": _WHEN,
         "fit": {"type": "string"},
         "references": {
@@ -63,7 +69,7 @@ REFERENCE_SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "required": ["intercept", "slope", "scale"],
-                "properties": {"intercept": _NUMBER, "slope": _NUMBER, "scale": {**_NUMBER, "exclusiveMinimum": 0, "maximum": MAX_SCALE}},
+                "properties": {"intercept": _LINE, "slope": _LINE, "scale": {**_NUMBER, "exclusiveMinimum": 0, "maximum": MAX_SCALE}},
             },
         },
     },
@@ -81,7 +87,7 @@ VALIDITY_SCHEMA: dict[str, Any] = {
         "rho": {**_NUMBER, "minimum": -1, "maximum": 1},
         "p": {**_NUMBER, "minimum": 0, "maximum": 1},
         "saturated_share": {**_NUMBER, "minimum": 0, "maximum": 1},
-        "n": {"type": "integer", "minimum": 1},
+        "n": {**_COUNT, "minimum": 1},
         "prompts_file": _TEXT,
         "report": _TEXT,
     },

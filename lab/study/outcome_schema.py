@@ -28,21 +28,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.analysis.claims import H6_COLUMNS
-from lab.schemas import FileSchemaError, load as load_json
+from lab.schemas import MAX_COUNT, MAX_ENTROPY_BITS, RANGE_TOLERANCE, FileSchemaError, load as load_json
 from lab.study.outcome import HEALTH_CANDIDATE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TOKEN_KEYS
 
 KIND = "study outcome file"
-RANGE_TOLERANCE = 1e-6  # float rounding at a bound of a computed mean (a normalized entropy of 1 + 1e-7)
 # alpha is stored as the float quotient of the two stored counts and JSON round-trips floats
 # exactly; the slack admits a writer that keeps 12 significant digits, and nothing near a real error.
 ALPHA_TOLERANCE = 1e-9
-# log2 V bounds an entropy over V tokens; V is not recorded in the work directory, and every
-# vocabulary the lab loads (at most ~2**18 tokens) is far below 2**32.
-MAX_ENTROPY_BITS = 32.0
 # Per-step entropies lie in [0, MAX_ENTROPY_BITS], so their variance is at most (MAX_ENTROPY_BITS / 2)**2.
 MAX_ENTROPY_VARIANCE = (MAX_ENTROPY_BITS / 2) ** 2
-# Token counts and positions: no context the lab runs comes near 2**31 tokens (int32 positions).
-MAX_COUNT = 2**31 - 1
 WORD_POSITIONS = ("initial", "continuation", "")  # lab.analysis.claims.word_positions
 
 COUNT_COLUMNS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_new_tokens", "n_drafted",
