@@ -3,7 +3,8 @@
 - :func:`calibration_dir`: calibrations a user made (``lab calibrate-sinks``, ``lab
   calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
   The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
-  the package's own; nothing ever writes into the package. The calibrations refuse a
+  the package's own (:func:`read_first`: anything at its path, a folder or a FIFO included, is
+  the user's and refused by name if it is no file, never skipped); nothing ever writes into the package. The calibrations refuse a
   ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one, before their minutes of work
   (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
 - :func:`tuning_dir`: the draft set-ups ``lab bench --tune`` measured best on this machine
@@ -55,6 +56,21 @@ def check_calibration_dir() -> Path:
         raise ValueError(f"{CALIBRATION_ENV}={os.environ.get(CALIBRATION_ENV)!r} {where}, not a folder: point it at "
                          f"a folder (or unset it for {lab_home() / 'calibrations'})")
     return path
+
+
+def read_first(user: Path, packaged: Path) -> Path:
+    """``user`` when anything is at its path, else ``packaged`` (which need not exist).
+
+    A folder, a FIFO or a symbolic link to nothing where the user's file goes is the user's file:
+    its reader refuses it by name (:func:`lab.schemas.read_json`: "not a regular file"), never
+    skips it for the packaged one, which would change the run's numbers without a word.
+    """
+    return user if present(user) else packaged
+
+
+def present(path: Path) -> bool:
+    """Whether anything is at ``path``: a file, a folder, a FIFO, a symbolic link (one to nothing included)."""
+    return os.path.lexists(path)
 
 
 def _file_in_the_way(path: Path) -> Path | None:

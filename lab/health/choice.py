@@ -32,7 +32,7 @@ from lab.health.measures import CANDIDATES
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_chosen_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import calibration_dir
+from lab.user_dirs import calibration_dir, read_first
 
 CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
 
@@ -49,8 +49,7 @@ def user_path() -> Path:
 
 def chosen_path() -> Path:
     """The choice the loader reads: the user's, else the packaged one."""
-    user = user_path()
-    return user if user.is_file() else packaged_path()
+    return read_first(user_path(), packaged_path())  # a folder or FIFO there is refused by name, never skipped
 
 
 def load_chosen() -> str:

@@ -37,7 +37,7 @@ from lab.health.measures import REFERENCED_BASES, LengthReference
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_reference_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import calibration_dir
+from lab.user_dirs import calibration_dir, present, read_first
 
 LENGTH_DIR = "health/length"  # inside the lab package, and inside the user's calibration folder
 REFERENCE_PROMPTS = "data/length_reference.jsonl"
@@ -57,10 +57,8 @@ def user_path(profile: str) -> Path:
 
 def reference_path(profile: str) -> Path | None:
     """The file :func:`load_references` reads for ``profile``: the user's, else the packaged one, else None."""
-    for path in (user_path(profile), packaged_path(profile)):
-        if path.is_file():
-            return path
-    return None
+    path = read_first(user_path(profile), packaged_path(profile))  # a folder or FIFO there is refused by name
+    return path if present(path) else None
 
 
 def fit_reference(base: str, values: Sequence[float], n_content: Sequence[int]) -> LengthReference:

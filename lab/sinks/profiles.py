@@ -56,7 +56,7 @@ from lab.models.source import model_source
 from lab.schemas import FileSchemaError
 from lab.schemas.calibration import load_calibration_file, load_choice_file, threshold_problem
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
-from lab.user_dirs import calibration_dir as user_calibration_root
+from lab.user_dirs import calibration_dir as user_calibration_root, present, read_first
 from lab.runs.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -134,8 +134,7 @@ def user_dir() -> Path:
 
 
 def _read_first(name: str) -> Path:
-    user = user_dir() / name
-    return user if user.is_file() else calibration_dir() / name
+    return read_first(user_dir() / name, calibration_dir() / name)
 
 
 def calibration_path(profile: str) -> Path:
@@ -216,7 +215,7 @@ def load_calibration(profile: str | None, path: str | Path | None = None, *,
         return None
     else:
         path = calibration_path(profile)
-        if not path.is_file():
+        if not present(path):  # a folder or FIFO in the user's place is read, and refused by name
             return None
     if statistic is not None and statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
@@ -281,7 +280,7 @@ def recorded_feasible(profiles: Sequence[str]) -> dict[str, dict[str, list[float
     out = {}
     for name in profiles:
         path = calibration_path(name)
-        if not path.is_file():
+        if not present(path):
             continue
         fix = _fix(path, f"lab calibrate-sinks --model {name}")
         data = _read(load_calibration_file, path, fix)
@@ -345,7 +344,7 @@ def migrate_statistic(profile: str, statistic: str, *, reason: str, at: str) -> 
         ValueError: no file for ``profile``, the file fails its schema, or it has no threshold for ``statistic``.
     """
     path = calibration_path(profile)
-    if not path.is_file():
+    if not present(path):
         raise ValueError(f"profile={profile!r} has no sink calibration ({path})")
     data = _read(load_calibration_file, path, _fix(path, f"lab calibrate-sinks --model {profile}"))
     if data["thresholds"].get(statistic) is None:

@@ -160,14 +160,17 @@ def health_settings(model: str) -> dict[str, Any]:
 
     Raises:
         ValueError: the chosen measure reads a length reference and ``model`` has none (its
-            health would be NaN for every prompt, leaving H1 and H4 untestable).
+            health would be NaN for every prompt, leaving H1 and H4 untestable); the chosen
+            measure's or the reference's file is bad (not a regular file, outside its schema), naming it.
     """
     from lab.health.choice import load_chosen
     from lab.health.measures import FOR_LENGTH
-    from lab.health.references import reference_path
+    from lab.health.references import load_references, reference_path
 
     measure = load_chosen()
     path = reference_path(model) if model in PROFILES else None
+    if path is not None:
+        load_references(model)  # a bad file (a folder or a FIFO where it goes) is refused by name before it is hashed
     if measure.endswith(FOR_LENGTH) and path is None:
         raise ValueError(f"context health ({measure}) reads each prompt against clean prompts of its length on the "
                          f"same model, and {model!r} has no length reference: make one first with "
