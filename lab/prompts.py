@@ -198,6 +198,20 @@ def parse_prompts(lines: Sequence[str], source: str = "<prompts>") -> list[Study
     return prompts
 
 
+def jsonl_lines(text: str) -> list[str]:
+    r"""The lines of a JSON Lines (or one-record-a-line) text: split at ``"\n"`` only, a CRLF's ``"\r"`` dropped.
+
+    JSON Lines ends a record at ``"\n"``; a raw U+2028, U+0085 or form feed inside a JSON string is
+    valid and stays in its line (:meth:`str.splitlines` would cut the record there). Numbered from 1,
+    the lines are the file's lines as an editor shows them.
+
+    Examples:
+        >>> jsonl_lines('{"a": "x\u2028y"}\r\n{"b": 1}\n')
+        ['{"a": "x\u2028y"}', '{"b": 1}', '']
+    """
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def read_utf8(path: str | Path, what: str) -> str:
     """The text of a UTF-8 file a user named; ``what`` is how the user named it (``--prompts 'x.jsonl'``).
 
@@ -227,7 +241,7 @@ def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
     if not p.is_file():
         raise ValueError(f"prompts={str(p)!r} is not a file")
     text = read_utf8(p, f"prompts={str(p)!r}")
-    return parse_prompts(text.splitlines(), source=str(p))
+    return parse_prompts(jsonl_lines(text), source=str(p))
 
 
 def select_prompts(prompts: Sequence[StudyPrompt], limit: int | None) -> list[StudyPrompt]:

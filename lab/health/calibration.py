@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from lab.prompts import CalibrationPrompt
+from lab.prompts import CalibrationPrompt, jsonl_lines
 from lab.health.measures import (CANDIDATES, CONTROLS, REFERENCED_BASES, HealthInputs, LengthReference,
                                  check_properties, check_properties_on)
 from lab.health.references import fit_reference
@@ -81,7 +81,7 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     src = resources.files("lab").joinpath("data/calibration_neutral.jsonl") if path is None else Path(path)
     try:
         text = src.read_text(encoding="utf-8")
-        added = {r["twin_of"]: r["added"] for r in map(json.loads, filter(str.strip, text.splitlines()))}
+        added = {r["twin_of"]: r["added"] for r in map(json.loads, filter(str.strip, jsonl_lines(text)))}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError) as exc:
         raise ValueError(f"neutral={str(src)!r} cannot be read as neutral variants ({type(exc).__name__}: {exc})") from None
     missing = [p.id for p in prompts if p.id not in added]

@@ -223,8 +223,10 @@ def load_sources(text: str) -> dict[str, str]:
     """
     import json
 
+    from lab.prompts import jsonl_lines
+
     out = {}
-    for n, line in enumerate(filter(str.strip, text.splitlines()), 1):
+    for n, line in enumerate(filter(str.strip, jsonl_lines(text)), 1):
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, RecursionError):

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.prompts import CalibrationPrompt, read_utf8
+from lab.prompts import CalibrationPrompt, jsonl_lines, read_utf8
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import capture_received
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, candidate_scores
@@ -82,7 +82,7 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
         where = str(path)
         text = read_utf8(path, f"{arg}={where!r}")
     out, seen = [], set()
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():
             continue
         try:
