@@ -24,7 +24,13 @@ Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>``,
 staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
 included, in one ``os.rename``: an interrupted build leaves only a staging directory,
 which the next run deletes, never a directory that looks installed. A second run finds
-the manifest and its binaries and does nothing. Runs are serialized with a lock file.
+the manifest and its binaries, checks that the binding imports, and does nothing. Runs are
+serialized with a lock file.
+
+``pip``, cmake, ninja and the compilers run in a process group of their own. SIGINT or SIGTERM
+(Ctrl-C, ``make`` stopped) ends that group (SIGTERM, then SIGKILL after
+``STOP_GRACE_SECONDS``), removes the staging directory and says so in one line, exit 130 or
+143: nothing keeps compiling into a folder the next build deletes.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -116,6 +123,85 @@ class BuildError(RuntimeError):
     """The sdist could not be fetched or verified, or cmake/ninja failed."""
 
 
+class BuildInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during the build (:func:`main` raises it from its signal handler).
+
+    Attributes:
+        signum: the signal.
+        left: pids of the build's process group still running after it was ended (empty: none).
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.left: tuple[int, ...] = ()
+
+
+# How long pip, cmake, ninja and the compilers get to exit on SIGTERM before SIGKILL: a compiler
+# exits at once; the grace is only for cmake/ninja to remove their own temporary files.
+STOP_GRACE_SECONDS = 5.0
+# How long to wait for the group to be gone after SIGKILL (the kernel needs no more).
+KILL_WAIT_SECONDS = 5.0
+
+
+def group_members(pgid: int) -> tuple[int, ...]:
+    """The pids of process group ``pgid`` still running (zombies, already dead, are not counted).
+
+    Reads ``/proc`` on Linux; elsewhere asks ``killpg(pgid, 0)`` (then the answer is ``(pgid,)`` or ``()``).
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return ()
+        return (pgid,)
+    members = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # exited while listed
+            continue
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return tuple(sorted(members))
+
+
+def stop_group(proc: subprocess.Popen, grace: float | None = None) -> tuple[int, ...]:
+    """End ``proc``'s process group (``proc`` leads it): SIGTERM, then SIGKILL to what is left after
+    ``grace`` seconds (default ``STOP_GRACE_SECONDS``); reaps ``proc``. Returns the pids still
+    running after that (normally none)."""
+    deadline = time.monotonic() + (STOP_GRACE_SECONDS if grace is None else grace)
+    for signum, until in ((signal.SIGTERM, deadline), (signal.SIGKILL, deadline + KILL_WAIT_SECONDS)):
+        try:
+            os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):  # the group is gone already
+            pass
+        while True:
+            proc.poll()  # reap the leader, so that it does not count as running
+            left = group_members(proc.pid)
+            if not left or time.monotonic() >= until:
+                break
+            time.sleep(0.05)
+        if not left:
+            break
+    proc.wait()
+    return left
+
+
+def _call(cmd: list[str], **popen: object) -> int:
+    """Run ``cmd`` in a process group of its own and return its exit code; on any exception
+    (SIGINT, SIGTERM) while it runs, end the group with :func:`stop_group` first."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+    try:
+        return proc.wait()
+    except BaseException as exc:
+        left = stop_group(proc)
+        if isinstance(exc, BuildInterrupted):
+            exc.left = exc.left + left
+        raise
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     """Where and how to build.
@@ -156,9 +242,34 @@ def installed(install_dir: Path) -> dict | None:
                 return None
         if not (install_dir / PYTHON_DIR / "llama_cpp" / "llama_cpp.py").is_file():
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # RecursionError: deep JSON
         return None
     return manifest
+
+
+# A generous bound on importing the binding in a child Python (about a second when it loads).
+IMPORT_TIMEOUT_SECONDS = 120
+
+
+def binding_problem(install_dir: Path) -> str | None:
+    """Why the binding in ``install_dir`` does not import with its libraries, or None when it does.
+
+    Imported in a child Python (``llama_cpp.llama_cpp``, as :func:`lab.runtime.ggml.binding` does),
+    so a library that crashes the interpreter cannot take the caller down. An install whose
+    files have the recorded sizes can still not load (a library overwritten with bytes of the
+    same length, a binding edited): :func:`build` then builds it again.
+    """
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp.llama_cpp"
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}  # its own lib/, built with it
+    try:
+        done = subprocess.run([sys.executable, "-c", code, str(install_dir / PYTHON_DIR)], capture_output=True,
+                              text=True, errors="replace", env=env, timeout=IMPORT_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"importing its binding took over {IMPORT_TIMEOUT_SECONDS} s"
+    if done.returncode == 0:
+        return None
+    last = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return last[-1] if last else f"importing its binding exited {done.returncode}"
 
 
 def _sha256(path: Path) -> str:
@@ -174,7 +285,7 @@ def fetch_sdist(dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
            "--no-binary", ":all:", f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(dest)]
     log.info("fetching the sdist: %s", " ".join(cmd))
-    if subprocess.run(cmd).returncode != 0:
+    if _call(cmd) != 0:
         raise BuildError(f"`{' '.join(cmd)}` failed (is PyPI reachable?)")
     found = sorted(dest.glob(f"llama_cpp_python-{SDIST_VERSION}.tar.gz"))
     if not found:
@@ -220,7 +331,7 @@ def unpack_vendor(sdist: Path, dest: Path) -> Path:
 def _run(cmd: list[str], log_file: Path) -> None:
     log.info("%s", " ".join(cmd))
     with log_file.open("ab") as out:
-        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+        code = _call(cmd, stdout=out, stderr=subprocess.STDOUT)
     if code != 0:
         tail = log_file.read_text(errors="replace")[-3000:]
         raise BuildError(f"`{' '.join(cmd)}` exited {code}; last output:\n{tail}")
@@ -256,7 +367,10 @@ def build(config: BuildConfig | None = None) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second waits, then finds it done
         manifest = installed(config.install_dir)
         if manifest is not None:
-            return {**manifest, "built": False}
+            problem = binding_problem(config.install_dir)
+            if problem is None:
+                return {**manifest, "built": False}
+            log.info("the install in %s does not load (%s); building it again", config.install_dir, problem)
         for stale in config.root.glob(".staging-*"):  # interrupted builds' leftovers
             shutil.rmtree(stale, ignore_errors=True)
         if config.install_dir.exists():  # incomplete (a binary removed or truncated)
@@ -305,6 +419,34 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
     return manifest
 
 
+def _hold_signals() -> None:
+    """Ignore SIGINT and SIGTERM: ending the build's process group and removing its staging
+    directory must not be cut short by a second signal."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    _hold_signals()
+    raise BuildInterrupted(signum)
+
+
+def stopped_line(exc: KeyboardInterrupt, config: BuildConfig) -> str:
+    """The one line :func:`main` prints when a signal stopped the build: which signal, whether any
+    of its processes is still running (pids), whether a staging directory is left and whether
+    the install is complete."""
+    name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+    left = getattr(exc, "left", ())
+    ended = (f"processes {', '.join(map(str, left))} of the build still run after SIGKILL" if left
+             else "the build's processes (pip, cmake, ninja, the compilers) were ended, none is left running")
+    staging = sorted(config.root.glob(".staging-*"))
+    kept = (f"{staging[0]} is left (the next build deletes it)" if staging
+            else "its staging directory was removed")
+    if installed(config.install_dir) is not None:  # the signal came after the install was renamed into place
+        return f"stopped by {name}: {ended}; {kept}; the install in {config.install_dir} is complete"
+    return f"stopped by {name}: {ended}; {kept}; nothing was installed; run `make peer` again to build"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.runtime.build", description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, help="llama.cpp cache (default <cache_dir()>/llama.cpp)")
@@ -314,11 +456,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     config = BuildConfig(**{k: v for k, v in (("root", args.root), ("sdist", args.sdist)) if v},
                          jobs=args.jobs)
+    handlers = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         manifest = build(config)
     except BuildError as exc:
         print(f"lab.runtime.build: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:  # BuildInterrupted from _interrupt; a plain one if raised before it was set
+        _hold_signals()
+        print(f"lab.runtime.build: {stopped_line(exc, config)}", file=sys.stderr)
+        return 128 + getattr(exc, "signum", signal.SIGINT)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     state = (f"built in {manifest['build_seconds']} s" if manifest["built"]
              else f"already installed (its build took {manifest['build_seconds']} s)")
     print(f"llama.cpp {manifest['llama_cpp_commit']} ({manifest['sdist']}) {state}: {config.install_dir / 'bin'}",

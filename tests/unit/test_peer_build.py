@@ -10,7 +10,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import tarfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +174,98 @@ def test_installed_older_layout_or_missing_library_is_rebuilt(fake_build):
     (config.install_dir / peer_build.LIB_DIR / "libllama.so.0.5.0").unlink()
     assert peer_build.installed(config.install_dir) is None
     assert peer_build.build(config)["built"] is True and calls["n"] == 3
+
+
+# A fake cmake for the signal tests: it starts a "compiler" that ignores SIGTERM (so only SIGKILL
+# ends it, as a compiler stuck in a long write would), records both pids, then waits.
+FAKE_CMAKE = """#!/bin/sh
+sh -c 'trap "" TERM; exec sleep 600' &
+echo $! > "$PIDS/compiler.tmp" && mv "$PIDS/compiler.tmp" "$PIDS/compiler"
+echo $$ > "$PIDS/cmake"
+wait
+"""
+BUILD_MAIN = """import sys
+from lab.runtime import build
+build.SDIST_SHA256, build.STOP_GRACE_SECONDS = sys.argv[1], 0.5
+build._x86_avx512 = lambda: False
+sys.exit(build.main(sys.argv[2:]))
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it has stopped)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_build_main_signal_ends_the_compilers_process_group_and_says_so_in_one_line(tmp_path, signum):
+    """Fault class: SIGTERM to ``make peer`` exited 143 while cmake, ninja and the compilers went
+    on (reparented to PID 1) writing into a staging folder the next build deletes; SIGINT
+    printed a 36-line traceback. Now the build's process group is ended (SIGTERM, then SIGKILL),
+    no pid of it is left running, the staging folder is removed, and one line says so."""
+    sdist = _fake_sdist(tmp_path / "sdist.tar.gz")
+    tools, pids, root = tmp_path / "tools", tmp_path / "pids", tmp_path / "llama.cpp"
+    tools.mkdir()
+    pids.mkdir()
+    for tool in ("cmake", "ninja"):
+        (tools / tool).write_text(FAKE_CMAKE)
+        (tools / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PIDS": str(pids)}
+    proc = subprocess.Popen([sys.executable, "-c", BUILD_MAIN, hashlib.sha256(sdist.read_bytes()).hexdigest(),
+                             "--root", str(root), "--sdist", str(sdist), "--jobs", "1"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until the fake compiler runs (a bound, not a timing the test relies on)
+            if (pids / "compiler").exists() and (pids / "cmake").exists():
+                break
+            time.sleep(0.05)
+        started = [int((pids / name).read_text()) for name in ("cmake", "compiler")]
+        proc.send_signal(signum)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"lab.runtime.build: stopped by {signal.Signals(signum).name}: ") and "none is left running" in last
+    assert "staging directory was removed" in last and "run `make peer` again" in last
+    assert [pid for pid in started if _running(pid)] == []
+    assert list(root.glob(".staging-*")) == [] and not (root / peer_build.SDIST_VERSION).exists()
+
+
+def test_stopped_line_names_processes_still_running_and_a_staging_left(tmp_path):
+    config = peer_build.BuildConfig(root=tmp_path, jobs=1)
+    (tmp_path / ".staging-x").mkdir()
+    exc = peer_build.BuildInterrupted(signal.SIGTERM)
+    exc.left = (123, 456)
+    line = peer_build.stopped_line(exc, config)
+    assert line.startswith("stopped by SIGTERM: processes 123, 456 of the build still run after SIGKILL")
+    assert ".staging-x is left" in line and "\n" not in line
+
+
+def test_build_install_whose_binding_does_not_import_is_rebuilt(fake_build):
+    """Fault class: an install with the recorded sizes whose binding is cut (or library
+    overwritten) did not load, and `make peer` said "already installed": it could not be mended."""
+    config, calls = fake_build
+    peer_build.build(config)
+    binding = config.install_dir / peer_build.PYTHON_DIR / "llama_cpp" / "llama_cpp.py"
+    size = binding.stat().st_size
+    binding.write_text("def (\n"[:size].ljust(size))  # same size, not Python
+    assert peer_build.installed(config.install_dir) is not None
+    assert "SyntaxError" in peer_build.binding_problem(config.install_dir)
+    assert peer_build.build(config)["built"] is True and calls["n"] == 2
+    assert peer_build.binding_problem(config.install_dir) is None
+
+
+def test_installed_deeply_nested_manifest_is_not_installed(fake_build):
+    """Fault class: a manifest nested 100,000 deep raised RecursionError out of the check."""
+    config, calls = fake_build
+    peer_build.build(config)
+    (config.install_dir / peer_build.MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    assert peer_build.installed(config.install_dir) is None
+    assert peer_build.build(config)["built"] is True
