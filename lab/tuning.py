@@ -22,6 +22,7 @@ uses the file only for the same profile (and draft) and machine key:
 * another torch version (or llama.cpp build): **stale** (kernels change between versions), ignored;
 * unreadable, not JSON, or outside its schema (every field of the set-up within what the command
   line accepts for its flag): **corrupt**, ignored;
+* a symbolic link that leads to no file (to one that does not exist, or in a loop): ignored;
 
 each with one line naming the file and why, which the command shows and reports. The
 file is written atomically (:func:`lab.runs.files.write_text_atomic`).
@@ -32,7 +33,9 @@ so the commands can decide before any model loads.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -181,13 +184,42 @@ def _refusal(kind: TunedKind, data: dict[str, Any], wanted: dict[str, Any], mach
     return None
 
 
+def _present(path: Path) -> bool:
+    """Whether anything is at ``path`` itself: a symbolic link counts, even one that leads nowhere or loops."""
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:  # a folder that cannot be searched: the file is named as unreadable when it is read
+        pass
+    return True
+
+
+def _broken_link(path: Path) -> str | None:
+    """Why the symbolic link at ``path`` leads to no file (it dangles, or loops), in words; None when it does not."""
+    try:
+        if not path.is_symlink():
+            return None
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        try:
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        except OSError:  # gone since: still no file to read
+            return "a symbolic link to nothing"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+    return None
+
+
 def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match: dict[str, str] | None = None,
                any_threads: bool = False) -> TunedRead:
     """The tuned file of ``kind`` for ``profile`` on ``machine``, or why there is none.
 
-    Never raises for a bad file (only for a ``match`` that is not the kind's): a corrupt (:func:`lab.speculative.tuning_schema.load`), foreign or stale
-    file, or one measured for another profile (or, :data:`DRAFT_SETUP`, another draft), is ignored and named
-    in ``note`` (one line); no file at all gives neither data nor a note.
+    Never raises for a bad file (only for a ``match`` that is not the kind's): a corrupt
+    (:func:`lab.speculative.tuning_schema.load`), foreign or stale file, a symbolic link to no file, or one
+    measured for another profile (or, :data:`DRAFT_SETUP`, another draft), is ignored and named in ``note``
+    (one line); no file at all gives neither data nor a note.
 
     Args:
         kind: :data:`DRAFT_SETUP` or :data:`RUNTIME`.
@@ -205,13 +237,12 @@ def read_tuned(kind: TunedKind, profile: str, machine: dict[str, Any], *, match:
         raise ValueError(f"match={match!r} must name the fields a {kind.schema.kind} is matched on: "
                          f"{[k for k, _ in kind.matched]}")
     path = kind.path(profile)
-    try:
-        present = path.exists()
-    except OSError:  # a folder that cannot be searched: the file is named below as unreadable
-        present = True
-    if not present:
+    if not _present(path):
         return TunedRead(path)
     head = f"ignoring the {kind.schema.kind} {path}"
+    broken = _broken_link(path)
+    if broken is not None:
+        return TunedRead(path, note=f"{head}: {broken}; re-run {kind.command} or delete it")
     try:
         data = tuning_schema.load(kind.schema, path)
     except FileSchemaError as exc:

@@ -228,7 +228,7 @@ class RuntimeTuneReport:
         environment: :func:`lab.reports.environment`.
         result: The measurements and the choice.
         machine: :func:`lab.tuning.runtime_machine_key` of the run (what the tuning file is valid for).
-        tuning_file: Where the choice was written.
+        tuning_file: Where the choice goes (written after the report, so a file that cannot be written keeps it).
     """
 
     model: str

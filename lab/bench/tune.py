@@ -152,7 +152,7 @@ class TuneOutcome:
         setup: The winning :class:`DraftSetup`.
         measured: :func:`choose`'s figures, with ``busy`` per mode (a busy machine's timings).
         machine: :func:`lab.tuning.machine_key` of this machine.
-        path: The tuning file written (:func:`lab.tuning.write_tuned`).
+        path: The tuning file it goes to (:func:`save_tuned`).
     """
 
     setup: DraftSetup
@@ -161,12 +161,13 @@ class TuneOutcome:
     path: Path
 
 
-def tune(benches: Mapping[str, BenchResult], *, model: str, draft: str, threads: int) -> TuneOutcome:
-    """Choose the winner of the two modes' benches and write it for this machine.
+def tune(benches: Mapping[str, BenchResult], *, model: str, threads: int) -> TuneOutcome:
+    """Choose the winner of the two modes' benches for this machine; :func:`save_tuned` writes it (after the
+    report, so that a tuning file that cannot be written loses no measurement).
 
     Args:
         benches: ``{"greedy": ..., "sampling": ...}`` of :func:`tune_configs`.
-        model / draft: The ``--model`` and ``--draft`` the set-up is for.
+        model: The ``--model`` the set-up is for.
         threads: Torch threads (part of the machine's key).
 
     Raises:
@@ -175,8 +176,17 @@ def tune(benches: Mapping[str, BenchResult], *, model: str, draft: str, threads:
     setup, measured = choose(benches)
     machine = machine_key(threads)
     measured["busy"] = {mode: bool((b.machine_load or {}).get("busy")) for mode, b in benches.items()}
-    path = write_tuned(DRAFT_SETUP, model, {"draft": draft, "setup": setup.as_dict()}, machine, measured)
-    return TuneOutcome(setup=setup, measured=measured, machine=machine, path=path)
+    return TuneOutcome(setup=setup, measured=measured, machine=machine, path=DRAFT_SETUP.path(model))
+
+
+def save_tuned(outcome: TuneOutcome, *, model: str, draft: str) -> Path:
+    """Write ``outcome``'s set-up to its tuning file (``outcome.path``), replacing any earlier one.
+
+    Raises:
+        OSError: the tuning file cannot be written (a folder in its place, a full disk, no permission).
+    """
+    return write_tuned(DRAFT_SETUP, model, {"draft": draft, "setup": outcome.setup.as_dict()}, outcome.machine,
+                       outcome.measured)
 
 
 @dataclass(frozen=True)

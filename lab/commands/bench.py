@@ -17,7 +17,7 @@ from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args, add_model_args,
                                  add_out_arg, add_runtime_arg, add_threads_arg, bound_for, check_adaptive_draft,
                                  check_model_args, load_for_runtime, parse_adaptive, parse_lengths, range_text,
-                                 resolve_runtime)
+                                 resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.speculative.setups import parse_dynamic
 
@@ -228,10 +228,8 @@ def run(args: argparse.Namespace) -> int:
         return _other_schedule(args)
     config, prompts = _bench_config(args)
     device, threads, draft_spec, _ = _model_draft_args(args, config)
-    runtime = resolve_runtime(args)
-    if runtime.runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
-        config = dataclasses.replace(config, assisted=False, draft_dtypes=())
-    side_specs = check_sides(args, runtime, draft_spec)
+    runtime, config = _bench_runtime(args, config, draft_spec)
+    side_specs = check_sides(args, runtime, draft_spec, config.methods)
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
@@ -301,6 +299,37 @@ def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | Non
 
 
 SIDE_RUNTIMES = ("torch:float32", "torch:bfloat16", "torch:int8", "torch:q4", "llama.cpp")
+# What parts of a --methods name say it asks for a method that runs on the main torch target only: transformers'
+# assisted generation and the draft casts (a side times the lab's loops; transformers runs neither a GGUF file nor
+# a cast draft on llama.cpp's kernels), and on llama.cpp transformers' generate too.
+TORCH_MAIN_ONLY = {"assisted": "transformers' assisted generation", "draft=": "a cast draft"}
+TORCH_ONLY = {**TORCH_MAIN_ONLY, "generate": "transformers' generate"}
+
+
+def _torch_only_methods(wanted: tuple[str, ...], only: dict[str, str]) -> tuple[str, str] | None:
+    """``(name, what)`` for the first ``--methods`` name that asks for one of ``only``'s methods, else None."""
+    return next(((w, what) for w in wanted for part, what in only.items() if part in w), None)
+
+
+def _bench_runtime(args: argparse.Namespace, config, draft_spec: str):
+    """``(runtime, config)`` of the bench's main target, before any model loads: the draft and the ``--methods`` typed
+    checked against a llama.cpp runtime (typed: refused, naming them; tuned: torch instead, saying why), and the
+    config stripped of what llama.cpp does not run (assisted generation, draft casts)."""
+    from lab.speculative.draft_specs import check_draft_spec
+
+    runtime = runtime_for_draft(resolve_runtime(args), draft_spec, check_draft_spec(draft_spec))
+    if runtime.runtime != "llama.cpp":
+        return runtime, config
+    asked = _torch_only_methods(config.methods, TORCH_ONLY)
+    if asked is not None:
+        runtime = torch_unless_typed(runtime, f"--methods {asked[0]} asks for {asked[1]}, which runs on torch only",
+                                     f"--methods {asked[0]!r} asks for {asked[1]}, which runs on torch only; on "
+                                     "--runtime llama.cpp drop it (or use --runtime torch)")
+    elif "llama.cpp" in (args.also_runtime or []) and runtime.source is not RuntimeSource.TYPED:
+        runtime = torch_unless_typed(runtime, "--also-runtime llama.cpp times llama.cpp beside it", "")
+    if runtime.runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
+        config = dataclasses.replace(config, assisted=False, draft_dtypes=())
+    return runtime, config
 
 
 def _other_schedule(args: argparse.Namespace) -> int:
@@ -318,13 +347,17 @@ def _other_schedule(args: argparse.Namespace) -> int:
     return run_seed_tables(args) if args.seed_tables else run_tune(args)
 
 
-def check_sides(args: argparse.Namespace, runtime: RuntimeChoice, draft_spec: str) -> list[tuple[str, str, str]]:
+def check_sides(args: argparse.Namespace, runtime: RuntimeChoice, draft_spec: str,
+                methods: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
     """``--also-runtime`` checked before any model loads: ``[(label, runtime, weights)]``.
+
+    ``methods``: the ``--methods`` names, each of which must be one a side can run (a side times the lab's loops:
+    no assisted generation, no draft casts, and on llama.cpp no transformers generate).
 
     Raises:
         ValueError: an unknown spec, one equal to the main set-up or given twice, a side off the CPU, llama.cpp
-            for a model without a GGUF file, with an early-exit draft or before ``make peer``, or q4 weights a
-            model or draft without a GGUF file cannot take.
+            for a model without a GGUF file, with an early-exit draft or before ``make peer``, q4 weights a
+            model or draft without a GGUF file cannot take, or a ``--methods`` name no side runs.
     """
     from lab.models.loading import is_gguf_model
     from lab.speculative.draft_specs import check_draft, check_draft_spec
@@ -337,6 +370,10 @@ def check_sides(args: argparse.Namespace, runtime: RuntimeChoice, draft_spec: st
     for i, spec in enumerate(specs):
         if spec not in SIDE_RUNTIMES:
             raise ValueError(f"--also-runtime {spec!r} is not one of {', '.join(SIDE_RUNTIMES)}")
+        asked = _torch_only_methods(methods, TORCH_ONLY if spec == "llama.cpp" else TORCH_MAIN_ONLY)
+        if asked is not None:
+            raise ValueError(f"--also-runtime {spec}: --methods {asked[0]!r} asks for {asked[1]}, which a side does "
+                             "not run (it times the lab's loops); drop one of them")
         if spec == main or spec in specs[:i]:
             raise ValueError(f"--also-runtime {spec} is already in the schedule "
                              f"({'the main set-up' if spec == main else 'given twice'})")
@@ -481,26 +518,45 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         result = run_runtime_tune(generators, len(prompts.texts), repeats=repeats, load_log=LoadLog(threads=threads),
                                   progress=status.update)
 
-    # 3. The report (atomically), then the tuning file, and show both.
+    # 3. The report (atomically), then the tuning file (one that cannot be written keeps the report), and show both.
     out = stdout_console()
+    machine = runtime_machine_key(threads)
+    report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
+                               list(prompts.groups), prompts.humaneval, environment(first), result, machine,
+                               str(RUNTIME.path(args.model)))
+    summary = runtime_tune_markdown(report)
     with report_dir(args.out, "bench", f"tune-runtime-{args.model}") as rd:
-        machine = runtime_machine_key(threads)
-        path = write_tuned(RUNTIME, args.model, {"runtime": result.winner_runtime, "weights": result.winner_weights,
-                                                 "report": str(rd.final)},
-                           machine, {**result.measured(), "busy": bool(result.load.get("busy"))})
-        report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
-                                   list(prompts.groups), prompts.humaneval, environment(first), result, machine,
-                                   str(path))
-        summary = runtime_tune_markdown(report)
         rd.write_json("report.json", report.as_dict())
         rd.write_text("summary.md", summary)
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     warning = busy_warning(result.load)
     if warning:
         err.print(warning, style="yellow", markup=False, highlight=False, soft_wrap=True)
-    out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    choice = {"runtime": result.winner_runtime, "weights": result.winner_weights, "report": str(rd.final)}
+    measured = {**result.measured(), "busy": bool(result.load.get("busy"))}
+    path = _save_tuning(RUNTIME.path(args.model), rd.final,
+                        lambda: write_tuned(RUNTIME, args.model, choice, machine, measured))
+    out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _save_tuning(path: Path, report: Path, write):
+    """``write()`` (a tuning file's writer, returning its path) once the report is complete.
+
+    Raises:
+        lab.reports.ReportWriteError: the file cannot be written (an ``OSError``: a folder in its place, a full
+            disk); one line naming it and the report, which keeps the measurement (the CLI exits 1).
+    """
+    from lab.reports import ReportWriteError
+    from lab.user_dirs import TUNING_ENV
+
+    try:
+        return write()
+    except OSError as exc:
+        raise ReportWriteError(f"the report is complete in {str(report)!r}, but the tuning file {str(path)!r} could "
+                               f"not be written ({exc.strerror or exc}); remove what is in its place or set "
+                               f"{TUNING_ENV} to a writable folder, and re-run") from exc
 
 
 def _check_tune_runtime(args: argparse.Namespace):
@@ -567,7 +623,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
     from lab.bench.run import encode_prompts, run_schedules
     from lab.bench.tune import (TUNE_EXCLUSIVE, TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
-                                TuneReport, tune, tune_configs, tune_prompts)
+                                TuneReport, save_tuned, tune, tune_configs, tune_prompts)
     from lab.models.chat import eos_token_ids
     from lab.render.console import stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
@@ -590,7 +646,7 @@ def run_tune(args: argparse.Namespace) -> int:
     ids = encode_prompts(model, tokenizer, prompts.texts, configs["greedy"].max_new_tokens, device)
     benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
                             status=err.status, label="tuning", groups=list(prompts.groups))
-    outcome = tune(benches, model=args.model, draft=draft_spec, threads=threads)
+    outcome = tune(benches, model=args.model, threads=threads)
 
     # 3. The report (atomically), and show both.
     report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
@@ -602,7 +658,7 @@ def run_tune(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
         rd.write_json("report.json", report.as_dict())
         rd.write_text("summary.md", summary)
-    out.print(f"tuned set-up: {outcome.setup.describe()} -> {outcome.path}", markup=False, highlight=False,
-              soft_wrap=True)
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    path = _save_tuning(outcome.path, rd.final, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
+    out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0

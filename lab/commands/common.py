@@ -505,6 +505,49 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
     return RuntimeChoice("llama.cpp", RuntimeSource.TUNED, note, weights)
 
 
+def torch_unless_typed(choice: RuntimeChoice, why: str, typed_error: str) -> RuntimeChoice:
+    """``choice`` on torch when llama.cpp cannot run what the command was asked for (``why``).
+
+    A typed ``--runtime llama.cpp`` is refused with ``typed_error``; a tuned one (:func:`resolve_runtime`) gives
+    way to torch, with a note saying ``why`` and which tuning file chose llama.cpp, since the user typed neither
+    the runtime nor the flags llama.cpp would have to refuse.
+
+    Raises:
+        ValueError: ``typed_error``, for a typed ``--runtime llama.cpp``.
+    """
+    if choice.source is RuntimeSource.TYPED:
+        raise ValueError(typed_error)
+    return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch, because {why} (llama.cpp was {choice.said})",
+                         choice.weights)
+
+
+def runtime_for_draft(choice: RuntimeChoice, draft_spec: str, kind: str) -> RuntimeChoice:
+    """``choice``, unless it is llama.cpp and the draft cannot run there, before any model loads.
+
+    llama.cpp runs prompt lookup and a GGUF profile's draft model; an early-exit draft borrows the target's
+    torch layers, and another draft model has no GGUF file to run. Then :func:`torch_unless_typed`.
+
+    Args:
+        choice: :func:`resolve_runtime`'s choice.
+        draft_spec: The draft in force (typed or the profile's own).
+        kind: Its kind (:func:`lab.speculative.draft_specs.check_draft_spec`).
+
+    Raises:
+        ValueError: a typed ``--runtime llama.cpp`` with such a draft, naming ``--draft``.
+    """
+    from lab.models.loading import is_gguf_model
+
+    if choice.runtime != "llama.cpp" or kind == "prompt-lookup" or (kind == "model" and is_gguf_model(draft_spec)):
+        return choice
+    if kind == "early-exit":
+        return torch_unless_typed(choice, f"the draft {draft_spec} runs the target's own torch layers",
+                                  f"--draft {draft_spec}: an early-exit draft runs the target's own torch layers; on "
+                                  "--runtime llama.cpp use a GGUF draft model or prompt-lookup")
+    return torch_unless_typed(choice, f"the draft {draft_spec} has no GGUF file for llama.cpp to run",
+                              f"--draft {draft_spec}: on --runtime llama.cpp a draft model runs from a GGUF profile's "
+                              f"file; {draft_spec!r} has none (use a GGUF draft model or prompt-lookup)")
+
+
 def load_for_runtime(args: argparse.Namespace, choice: RuntimeChoice, device: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count), in the chosen weights."""
     if choice.runtime == "llama.cpp":

@@ -13,9 +13,9 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
-from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args, add_model_args,
-                                 add_out_arg, add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args,
-                                 load_for_runtime, parse_adaptive, range_text, resolve_runtime)
+from lab.commands.common import (RuntimeChoice, add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg,
+                                 add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args,
+                                 load_for_runtime, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -95,13 +95,7 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     kind = check_draft_spec(draft_spec)
     if args.adaptive:
         check_adaptive_draft(args.adaptive, kind)
-    runtime = resolve_runtime(args)
-    if runtime.runtime == "llama.cpp" and kind == "early-exit":
-        if runtime.source is RuntimeSource.TYPED:
-            raise ValueError(f"--draft {draft_spec}: an early-exit draft runs the target's own torch layers; on "
-                             "--runtime llama.cpp use a GGUF draft model or prompt-lookup")
-        runtime = RuntimeChoice("torch", RuntimeSource.DEFAULT, "default: torch, because an early-exit draft runs the "
-                                "target's torch layers", runtime.weights)
+    runtime = runtime_for_draft(resolve_runtime(args), draft_spec, kind)
     chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
                                                    "adaptive": args.adaptive},
                           threads=threads, has_weights=kind == "model" and runtime.runtime == "torch",

@@ -150,6 +150,9 @@ RUNTIMES = ("torch", "llama.cpp")
 RUNTIME = TunedSchema(
     kind="runtime tuning file", format=1, required=("runtime", "weights"), after_measured=("report",),
     payload={"runtime": {"enum": list(RUNTIMES)}, "weights": _NAME, "report": {"type": ["string", "null"]}},
-    rules=({"if": {"properties": {"runtime": {"const": "llama.cpp"}}},
-            "then": {"properties": {"weights": {"const": "gguf"}}},
-            "else": {"properties": {"weights": {"enum": list(WEIGHTS)}}}},))
+    # The weights are checked against a runtime the file names (and only then): a runtime that is none of
+    # RUNTIMES is named itself, not blamed on the weights that would suit another.
+    rules=({"if": {"required": ["runtime"], "properties": {"runtime": {"const": "llama.cpp"}}},
+            "then": {"properties": {"weights": {"const": "gguf"}}}},
+           {"if": {"required": ["runtime"], "properties": {"runtime": {"const": "torch"}}},
+            "then": {"properties": {"weights": {"enum": list(WEIGHTS)}}}}))

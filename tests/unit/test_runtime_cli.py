@@ -242,3 +242,78 @@ def test_cli_tune_runtime_refuses_what_it_does_not_time_in_one_line(tmp_path, ca
 def test_cli_tune_runtime_without_the_build_names_make_peer(tmp_path, capsys, no_model_loading, not_built):
     rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--out", str(tmp_path)])
     assert rc == 2 and "make peer" in capsys.readouterr().err
+
+
+def _tune_smollm2():
+    """A runtime tuning file choosing llama.cpp for smollm2 (whose own draft is early-exit:24) on this machine."""
+    import torch
+
+    from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
+
+    return write_tuned(RUNTIME, "smollm2", {"runtime": "llama.cpp", "weights": "gguf", "report": None},
+                       runtime_machine_key(torch.get_num_threads()), {})
+
+
+def _bench_until_load(monkeypatch, capsys, argv):
+    """``lab bench`` stopped where the models would load: ``(rc, stderr, the runtime it would load on or None)``."""
+    from lab.commands import bench
+
+    seen = []
+
+    def stop(args, device, draft_spec, err, runtime=None):
+        seen.append(runtime)
+        raise ValueError("stopped where the models load")
+
+    monkeypatch.setattr(bench, "_load_target_and_draft", stop)
+    rc = cli.main(["bench", *argv])
+    return rc, capsys.readouterr().err, (seen[0] if seen else None)
+
+
+def test_bench_tuned_llama_cpp_with_the_profiles_early_exit_draft_falls_back_to_torch_saying_why(
+        tmp_path, capsys, monkeypatch, no_model_loading, built):
+    """Fault class: a runtime tuning file's choice refused, after the model loaded, in terms of flags the user never
+    typed (``--draft early-exit:24 ... on --runtime llama.cpp``); lab speculate falls back to torch."""
+    path = _tune_smollm2()
+    rc, err, runtime = _bench_until_load(monkeypatch, capsys, ["--out", str(tmp_path)])
+    assert runtime is not None and runtime.runtime == "torch" and runtime.source is RuntimeSource.DEFAULT
+    line = next(x for x in err.splitlines() if x.startswith("runtime:"))
+    assert line.startswith("runtime: torch (default: torch, because the draft early-exit:24") and str(path) in line
+    assert "--runtime llama.cpp" not in err and "--draft" not in err
+
+
+def test_speculate_tuned_llama_cpp_with_a_draft_model_without_gguf_falls_back_to_torch():
+    """Fault class: a tuned llama.cpp runtime refusing a typed draft model after the target loaded."""
+    choice = RuntimeChoice("llama.cpp", RuntimeSource.TUNED, "tuned: /t/runtime-qwen2.5-coder.json", "float32")
+    fell = common.runtime_for_draft(choice, "Qwen/Qwen2.5-0.5B-Instruct", "model")
+    assert fell.runtime == "torch" and "no GGUF file" in fell.said and "/t/runtime-qwen2.5-coder.json" in fell.said
+    assert common.runtime_for_draft(choice, "qwen2.5-coder-0.5b", "model") is choice
+    assert common.runtime_for_draft(choice, "prompt-lookup", "prompt-lookup") is choice
+    with pytest.raises(ValueError, match="--draft Qwen/Qwen2.5-0.5B-Instruct: on --runtime llama.cpp"):
+        common.runtime_for_draft(RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, "float32"),
+                                 "Qwen/Qwen2.5-0.5B-Instruct", "model")
+
+
+def test_bench_tuned_llama_cpp_with_methods_llama_cpp_lacks_falls_back_to_torch(tmp_path, capsys, monkeypatch,
+                                                                                no_model_loading, built):
+    _tune()
+    rc, err, runtime = _bench_until_load(monkeypatch, capsys, ["--model", "qwen2.5-coder", "--methods", "assisted",
+                                                               "--out", str(tmp_path)])
+    assert runtime is not None and runtime.runtime == "torch" and "--methods assisted" in runtime.said
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--runtime", "llama.cpp"], "--draft early-exit:24: an early-exit draft runs the target's own torch layers"),
+    (["--also-runtime", "torch:bfloat16", "--methods", "assisted"],
+     "--also-runtime torch:bfloat16: --methods 'assisted' asks for transformers' assisted generation"),
+    (["--model", "qwen2.5-coder", "--runtime", "llama.cpp", "--methods", "assisted"],
+     "--methods 'assisted' asks for transformers' assisted generation, which runs on torch only"),
+    (["--model", "qwen2.5-coder", "--also-runtime", "llama.cpp", "--methods", "generate"],
+     "--also-runtime llama.cpp: --methods 'generate'"),
+])
+def test_bench_runtime_or_side_that_cannot_run_the_draft_or_methods_is_refused_before_any_model_loads(
+        tmp_path, capsys, monkeypatch, no_model_loading, built, argv, says):
+    """Fault class: a run refused only after its models loaded (the draft or a --methods name the runtime or a
+    side cannot run)."""
+    monkeypatch.setattr(ggml, "load_ggml_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    rc, err, runtime = _bench_until_load(monkeypatch, capsys, [*argv, "--out", str(tmp_path)])
+    assert rc == 2 and runtime is None and says in err and len(err.strip().splitlines()) == 1

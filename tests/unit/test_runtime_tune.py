@@ -168,3 +168,34 @@ def test_runtime_tuning_schema_refuses_fractional_threads(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(FileSchemaError, match="whole number"):
         tuning_schema.load(tuning_schema.RUNTIME, path)
+
+
+@pytest.mark.parametrize("runtime", [7, "vllm", None, ["llama.cpp"]])
+def test_runtime_tuning_schema_names_a_bad_runtime_not_the_weights(tmp_path, runtime):
+    """Fault class: a runtime that is none of the runtimes blamed on ``weights`` (the weights of the other branch)."""
+    data = {"format": 1, "profile": "qwen2.5-coder", "runtime": runtime, "weights": "gguf", "machine": _machine()}
+    path = tmp_path / "runtime.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FileSchemaError) as info:
+        tuning_schema.load(tuning_schema.RUNTIME, path)
+    assert info.value.problem.startswith("runtime: ") and "weights" not in info.value.problem
+
+
+def test_tune_runtime_keeps_the_report_when_the_tuning_file_cannot_be_written(tmp_path, capsys, monkeypatch):
+    """Fault class: every candidate timed, then the measurement thrown away (no report, the report's folder blamed)
+    because the tuning file could not be written (a folder in its place)."""
+    from lab import cli
+    from lab.bench.tune import tune_prompts
+    from lab.commands import bench
+
+    cands = {c: (lambda p, s=2.0 if c.runtime == "llama.cpp" else 4.0: (12, 8, s, 1.0, [1] * 8)) for c in rt.CANDIDATES}
+    monkeypatch.setattr(bench, "_check_tune_runtime", lambda args: (tune_prompts("tuning:1"), 1))
+    monkeypatch.setattr(bench, "_warm_runtime_candidates", lambda *a: (cands, {}, None))
+    RUNTIME.path("qwen2.5-coder").mkdir(parents=True)  # a folder where the file goes
+    rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--repeats", "1", "--out", str(tmp_path)])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("WARNING")]  # a busy machine
+    (run,) = list(tmp_path.iterdir())
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    assert rc == 1 and len(err) == 1 and f"the tuning file '{RUNTIME.path('qwen2.5-coder')}' could not" in err[0]
+    assert str(run) in err[0] and report["result"]["winner"] == "llama.cpp (gguf)"
+    assert (run / "summary.md").exists() and RUNTIME.path("qwen2.5-coder").is_dir()

@@ -56,3 +56,22 @@ def test_cli_tune_refuses_the_held_back_split(tmp_path, capsys):
     rc = cli.main(["bench", "--tune", "--humaneval", "held-back:2", "--out", str(tmp_path)])
     assert rc == 2 and "tuning split only" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_tune_keeps_the_report_when_the_tuning_file_cannot_be_written(tmp_path, capsys, monkeypatch):
+    """Fault class: a measured set-up lost (an unforeseen OSError, no report) because its tuning file could not be
+    written (a folder in its place)."""
+    _tiny_models(monkeypatch)
+    before = torch.get_num_threads()
+    DRAFT_SETUP.path("smollm2").mkdir(parents=True)
+    try:
+        rc = cli.main(["bench", "--tune", "--draft", "early-exit:1", "--gammas", "1", "--max-new-tokens", "3",
+                       "--repeats", "1", "--humaneval", "tuning:1", "--threads", "1", "--device", "cpu",
+                       "--out", str(tmp_path / "bench")])
+    finally:
+        torch.set_num_threads(before)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lab bench")]
+    (run,) = list((tmp_path / "bench").iterdir())
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    assert rc == 1 and len(err) == 1 and f"the tuning file '{DRAFT_SETUP.path('smollm2')}' could not" in err[0]
+    assert str(run) in err[0] and report["winner"]["gamma"] == 1 and (run / "summary.md").exists()

@@ -225,3 +225,16 @@ def test_speculate_with_a_corrupt_tuning_file_runs_with_one_clear_line(tmp_path,
     path.write_text("{truncated", encoding="utf-8")
     settings, err = _speculate(tmp_path, capsys)
     assert err.count("ignoring the tuning file") == 1 and "corrupt" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind, match", [(DRAFT_SETUP, {"draft": DRAFT}), (RUNTIME, None)])
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+def test_read_tuned_names_a_dangling_or_looping_symlink_in_place_of_the_file(tmp_path, kind, match, link):
+    """Fault class: a symbolic link that leads to no file, in place of a tuning file, skipped with no note."""
+    path = kind.path(PROFILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(tmp_path / "gone.json" if link == "dangling" else path)
+    got = tuning.read_tuned(kind, PROFILE, machine_key(2), match=match)
+    assert got.data is None and got.note is not None and "\n" not in got.note
+    assert got.note.startswith(f"ignoring the {kind.schema.kind} {path}: a symbolic link")
+    assert ("does not exist" if link == "dangling" else "loops") in got.note
