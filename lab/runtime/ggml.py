@@ -65,16 +65,24 @@ def binding() -> Any:
     """The ``llama_cpp.llama_cpp`` module of the pinned build, imported once, with llama.cpp's log silenced.
 
     Raises:
-        RuntimeUnavailableError: the build is not installed (run ``make peer``), or a
-            different ``llama_cpp`` was imported first in this process.
+        RuntimeUnavailableError: the build is not installed (run ``make peer``), is damaged (its
+            manifest does not match its files, a library or the binding does not import: "does
+            not load ... run `make peer` again", which rebuilds it), or a different
+            ``llama_cpp`` was imported first in this process.
+        MemoryError: the libraries could not be mapped (``ulimit -v``).
     """
     global _BINDING, _LOG_CALLBACK
     if _BINDING is not None:
         return _BINDING
-    from lab.runtime.build import BuildConfig, installed
+    from lab.runtime.build import MANIFEST, BuildConfig, installed
 
     root = binding_dir()
-    if installed(BuildConfig().install_dir) is None:
+    complete = installed(BuildConfig().install_dir) is not None
+    if not complete and (root.parent / MANIFEST).exists():
+        raise RuntimeUnavailableError(f"the llama.cpp runtime in {root.parent} does not load (its manifest {MANIFEST} "
+                                      "does not parse, or does not match the files there or this machine's build "
+                                      "flags): run `make peer` again")
+    if not complete:
         raise RuntimeUnavailableError(f"the llama.cpp runtime is not built ({root.parent} has no complete install); "
                                       "run `make peer` (once, about 15 minutes on 2 cores)")
     loaded = sys.modules.get("llama_cpp")
@@ -85,16 +93,35 @@ def binding() -> Any:
     sys.path.insert(0, str(root))
     try:
         module = importlib.import_module("llama_cpp.llama_cpp")
-    except (ImportError, OSError) as exc:
-        raise RuntimeUnavailableError(f"the llama.cpp runtime in {root} does not load ({type(exc).__name__}: {exc}); "
-                                      "delete that folder's parent and run `make peer` again") from exc
+        callback = module.llama_log_callback(lambda level, text, data: None)
+        module.llama_log_set(callback, ctypes.c_void_p(0))
+        module.llama_backend_init()
+    except Exception as exc:  # a damaged install fails in any way: a library's bytes, a cut binding, ...
+        _forget_binding()
+        raise _not_loading(root, exc) from exc
     finally:
         sys.path.remove(str(root))
-    _LOG_CALLBACK = module.llama_log_callback(lambda level, text, data: None)
-    module.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
-    module.llama_backend_init()
-    _BINDING = module
+    _LOG_CALLBACK, _BINDING = callback, module
     return module
+
+
+def _forget_binding() -> None:
+    """Drop a half-imported binding from ``sys.modules``, so that a second try imports it afresh."""
+    for name in [n for n in sys.modules if n == "llama_cpp" or n.startswith("llama_cpp.")]:
+        del sys.modules[name]
+
+
+def _not_loading(root: Path, exc: Exception) -> Exception:
+    """The error for a binding that does not import: memory exhausted (``ulimit -v``) stays a
+    ``MemoryError`` the CLI reports as such; anything else is a damaged install, a one-line
+    :class:`RuntimeUnavailableError` that says to build it again."""
+    detail = " ".join(str(exc).split()) or "no detail given"
+    lowered = detail.lower()
+    if (isinstance(exc, MemoryError) or "failed to map segment" in lowered
+            or ("cannot allocate memory" in lowered and "static tls" not in lowered)):  # TLS: no shortage of memory
+        return MemoryError(f"loading the llama.cpp runtime in {root}: {detail}")
+    return RuntimeUnavailableError(f"the llama.cpp runtime in {root} does not load ({type(exc).__name__}: {detail}): "
+                                   "run `make peer` again (it checks the install and builds it anew)")
 
 
 @dataclass
