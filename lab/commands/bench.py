@@ -147,7 +147,7 @@ def _typed_adaptive(args: argparse.Namespace) -> tuple[str, ...]:
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     from lab.bench.run import DEFAULT_PROMPTS
     from lab.bench.levers import CODE_PROMPTS
-    from lab.prompts import read_utf8
+    from lab.prompts import jsonl_lines, read_utf8
 
     if not values:
         return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
@@ -157,7 +157,7 @@ def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
             path = Path(v[1:])
             if not path.is_file():
                 raise ValueError(f"--prompts {v!r}: {path} is not a file")
-            out += [line.strip() for line in read_utf8(path, f"--prompts {v!r}").splitlines() if line.strip()]
+            out += [line.strip() for line in jsonl_lines(read_utf8(path, f"--prompts {v!r}")) if line.strip()]
         elif v.strip():
             out.append(v)
     if not out:

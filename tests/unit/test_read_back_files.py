@@ -197,6 +197,15 @@ def test_jsonl_lines_splits_at_newline_only():
     assert jsonl_lines("a\u2028b\u0085c\r\nd\n") == ["a\u2028b\u0085c", "d", ""]
 
 
+def test_bench_prompts_file_one_prompt_a_line_split_at_newline_only(tmp_path):
+    """``lab bench --prompts @FILE``: one prompt a line; a U+2028 inside a prompt stays in it."""
+    from lab.commands.bench import _prompts
+
+    path = tmp_path / "prompts.txt"
+    path.write_text("first\u2028still first\r\nsecond\n\n", encoding="utf-8")
+    assert _prompts([f"@{path}"]) == ["first\u2028still first", "second"]
+
+
 def test_jsonl_readers_use_one_splitter():
     """No reader of JSON Lines in the lab splits with str.splitlines() (which cuts at U+2028, U+0085 ...)."""
     readers = ["prompts.py", "sinks/calibration.py", "health/calibration.py", "health/validation.py"]
