@@ -5,7 +5,8 @@ work in one directory at once, on purpose) plus an exclusive lock of its own, so
 same shard is refused. Locks live in ``<parent>/.locks/``, beside the work directories, so a lock
 outlives its directory's removal by a finishing run; after locking, the lock file is checked to be the
 one at the path (a finishing run removes it), else it is taken again. A process that cannot get its
-lock fails at once, in one line, before any model loads.
+lock fails at once, in one line naming who holds it (the shards running, by K/N, when they keep a
+whole run out), before any model loads.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def _lock(path: Path, mode: int, work_dir: Path, shard: tuple[int, int] | None, 
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise WorkDirBusyError(f"{_holder(path, shard, what)} already running in {str(work_dir)!r} "
-                                   f"(it holds {path.name}); wait for it to finish, or use another --out") from None
+            raise WorkDirBusyError(f"{_holder(path, work_dir, shard, what)} already running in {str(work_dir)!r} "
+                                   f"(holding {path.name}); wait for it to finish, or use another --out") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -88,10 +89,17 @@ def _lock(path: Path, mode: int, work_dir: Path, shard: tuple[int, int] | None, 
     raise WorkDirBusyError(f"could not lock {str(path)!r}")
 
 
-def _holder(path: Path, shard: tuple[int, int] | None, what: str) -> str:
+def _holder(path: Path, work_dir: Path, shard: tuple[int, int] | None, what: str) -> str:
+    """Who holds the lock this process could not get, as the subject of "... already running"."""
     if ".shard-" in path.name and shard:
         return f"shard {shard[0]}/{shard[1]} of this {what} is"
-    return f"an unsharded run of this {what} is" if shard else f"this {what} (or a shard of it) is"
+    if shard:
+        return f"an unsharded run of this {what} is"
+    shards = running_shards(work_dir)  # a whole run is kept out by its own shards as much as by another run
+    if shards:
+        many = len(shards) > 1
+        return f"shard{'s' if many else ''} {', '.join(shards)} of this {what} {'are' if many else 'is'}"
+    return f"another whole run of this {what} is"
 
 
 def running_shards(work_dir: Path) -> list[str]:

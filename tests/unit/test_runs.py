@@ -36,7 +36,7 @@ def test_deal_shard_outside_one_to_n_is_refused_naming_it(shard):
 def test_hold_second_whole_run_is_refused_naming_the_directory(tmp_path):
     work = tmp_path / ".x-work-1"
     with hold(work, None, "intervention"):
-        with pytest.raises(WorkDirBusyError, match="this intervention \\(or a shard of it\\) is already running") as exc:
+        with pytest.raises(WorkDirBusyError, match="another whole run of this intervention is already running") as exc:
             with hold(work, None, "intervention"):
                 pass
     assert str(work) in str(exc.value)
@@ -52,7 +52,7 @@ def test_hold_shards_share_the_directory_but_not_a_shard_or_a_whole_run(tmp_path
         with pytest.raises(WorkDirBusyError, match="shard 1/2 of this study is already running"):
             with hold(work, (1, 2), "study"):
                 pass
-        with pytest.raises(WorkDirBusyError, match="this study \\(or a shard of it\\) is already running"):
+        with pytest.raises(WorkDirBusyError, match="shards 1/2, 2/2 of this study are already running"):
             with hold(work, None, "study"):
                 pass
     assert running_shards(work) == []
