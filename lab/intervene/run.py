@@ -51,6 +51,14 @@ class Triple:
     def id(self) -> str:
         return self.clean.id
 
+    def labels(self) -> "TripleLabels":  # noqa: F821 (lab.intervene.record imports nothing of this module)
+        """What its record must carry (:class:`lab.intervene.record.TripleLabels`): ids, category, distractor."""
+        from lab.intervene.record import TripleLabels
+
+        return TripleLabels(question_id=self.id, category=self.clean.category,
+                            distractor=self.poisoned.distractor or "",
+                            twin_ids={"P": self.poisoned.id, "N": self.neutral.id})
+
 
 @dataclass(frozen=True)
 class InterventionSettings:
@@ -164,8 +172,14 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
     Raises:
         ValueError: the directory holds another run's settings (its name's key says otherwise), or it,
             its ``records`` folder or its ``settings.json`` is not what this run writes (a file where a
-            folder goes, a FIFO, a folder the process may not write), naming the path.
+            folder goes, a FIFO or a folder as ``settings.json``, a file that is not JSON, a folder the
+            process may not write), naming the path.
+        lab.reports.ReportWriteError: ``settings.json`` could not be written (a full disk), naming it;
+            nothing half-written is left.
     """
+    import os
+
+    from lab.reports import ReportWriteError
     from lab.schemas import read_json
 
     try:
@@ -174,16 +188,21 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
         raise ValueError(f"cannot use the work directory {str(work)!r} ({exc.strerror or exc}: "
                          f"{exc.filename or work}); remove it or use another --out") from None
     path = work / "settings.json"
-    if path.exists():
+    if os.path.lexists(path):
         try:
-            stored = read_json(path, "intervention settings")  # a FIFO or a device is refused, never read
-        except FileSchemaError:
-            stored = None
+            stored = read_json(path, "intervention settings file")  # a FIFO, a folder or a device is refused, unread
+        except FileSchemaError as exc:
+            raise ValueError(f"{exc}; remove the work directory or use another --out") from None
         if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "seed"} != settings.scored():
-            raise ValueError(f"{work} holds the settings of another run (its settings.json differs or is unreadable); "
+            raise ValueError(f"{work} holds the settings of another run (its settings.json differs); "
                              "remove the directory or use another --out")
         return
-    write_json_atomic(path, settings.scored())
+    try:
+        write_json_atomic(path, settings.scored())
+    except OSError as exc:
+        raise ReportWriteError(f"writing the intervention's settings to {str(path)!r} failed "
+                               f"({exc.strerror or exc}); nothing was scored or half-written; free space or use "
+                               "another --out") from None
 
 
 def record_path(work: Path, triple_id: str) -> Path:
@@ -253,11 +272,16 @@ def score_triple(models: Models, triple: Triple, new_tokens: int):
                                     prompt_id=twin.id, variant=twin.variant)
     return TripleRecord(question_id=triple.id, category=triple.clean.category,
                         distractor=triple.poisoned.distractor or "", continuation=tuple(continuation.tolist()),
-                        twins=twins, seconds=time.perf_counter() - t0)
+                        twins=twins, seconds=time.perf_counter() - t0,
+                        vocab_size=int(models.target.config.vocab_size))  # the width of its logits (lm_head)
 
 
 def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
-    """The triple's finished record, or None (absent, or damaged: named in a note, to be redone)."""
+    """The triple's finished record, or None (absent, or damaged: named in a note, to be redone).
+
+    A record is damaged when :func:`lab.intervene.record.load_record` refuses it: outside its ranges, of
+    another triple, or under a label or twin other than ``triple``'s in the triple file.
+    """
     from lab.intervene.record import load_record
 
     path = record_path(work, triple.id)
@@ -266,7 +290,7 @@ def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
     if not path.exists():
         return None
     try:
-        return load_record(path, triple.id)
+        return load_record(path, triple.labels())
     except FileSchemaError as exc:
         note(f"{exc}; scoring {triple.id!r} again")
         return None

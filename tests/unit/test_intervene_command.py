@@ -9,6 +9,7 @@ changing anything.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -21,7 +22,8 @@ import pytest
 
 from lab.analysis.intervention import ARMS
 from lab.cli import main
-from lab.intervene.record import TripleRecord, load_record
+from lab.intervene.record import TripleLabels, TripleRecord, load_record
+from lab.intervene.run import load_triples
 from lab.schemas import FileSchemaError
 from tests import support
 
@@ -196,10 +198,32 @@ def _other_question(path: Path, other: Path) -> None:
     shutil.copyfile(other, path)
 
 
+def _edit(path: Path, other: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data, json.loads(other.read_text()))
+    path.write_text(json.dumps(data))
+
+
+def _entropy_below_zero(path: Path, other: Path) -> None:
+    _edit(path, other, lambda data, _: data["twins"]["P"]["arms"]["A1"]["entropy_bits"].__setitem__(0, -50.0))
+
+
+def _distractor_edited(path: Path, other: Path) -> None:
+    _edit(path, other, lambda data, _: data.update(distractor="d2"))
+
+
+def _twin_of_another_triple(path: Path, other: Path) -> None:
+    _edit(path, other, lambda data, theirs: data["twins"].update(N=theirs["twins"]["N"]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("damage,needle", [(_truncate, "not JSON"), (_short_entropy, "per-position lists"),
-                                           (_nan, "finite"), (_other_question, "belongs to 'factual-0'")],
-                         ids=["truncated", "entropy-list-length", "nan", "another-question"])
+                                           (_nan, "finite"), (_other_question, "belongs to 'factual-0'"),
+                                           (_entropy_below_zero, "minimum"),
+                                           (_distractor_edited, "distractor 'd2' is not the triple file's 'd1'"),
+                                           (_twin_of_another_triple, "not the triple file's neutral twin")],
+                         ids=["truncated", "entropy-list-length", "nan", "another-question", "entropy-below-zero",
+                              "distractor-edited", "twin-of-another-triple"])
 def test_intervene_damaged_record_is_named_once_and_scored_again(whole_run, tmp_path, monkeypatch, capsys,
                                                                  damage, needle):
     """Fault class: a hand-edited or truncated record entering the analysis, or failing the run, instead of
@@ -214,7 +238,8 @@ def test_intervene_damaged_record_is_named_once_and_scored_again(whole_run, tmp_
     assert len(notes) == 1 and str(victim) in notes[0] and "'math-1'" in notes[0], notes
     assert needle in notes[0]
     assert loads == ["smollm2"]
-    assert load_record(victim, "math-1").question_id == "math-1"  # redone, whole again
+    triple = next(t for t in load_triples(whole_run_triples(whole_run)) if t.id == "math-1")
+    assert load_record(victim, triple.labels()).question_id == "math-1"  # redone, whole again
     second = next(p for p in reports(out) if p != first)
     a, b = (json.loads((p / "report.json").read_text()) for p in (first, second))
     assert [t["twins"] for t in a["triples"]] == [t["twins"] for t in b["triples"]]  # greedy: the same numbers
@@ -254,7 +279,7 @@ def test_intervene_second_whole_run_while_locked_is_refused_in_one_line(whole_ru
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == shard_rc == 2 and len(lines) == 2, lines
     assert all(line.startswith("lab intervene: error: ") for line in lines)
-    assert "this intervention (or a shard of it) is already running" in lines[0]
+    assert "another whole run of this intervention is already running" in lines[0]
     assert "an unsharded run of this intervention is already running" in lines[1]
     assert loads == [] and len(reports(out)) == 1
 
@@ -362,12 +387,15 @@ def _record(question_id: str = "math-1", n: int = 3) -> TripleRecord:
     from lab.intervene.score import ArmOutcome, TwinOutcome
 
     def twin(variant: str, k: float) -> TwinOutcome:
-        arms = {arm: ArmOutcome(entropy_bits=tuple(0.1 * k + j / 7 + i / 3 for i in range(n)),
-                                beta=tuple(0.5 + 0.01 * (i + j) for i in range(n)),
+        def bits(j: int, arm: str) -> tuple[float, ...]:  # the empty arm reproduces A0 to 1e-7 bits
+            return tuple(0.1 * k + (1e-7 * k if arm == "empty" else j / 7) + i / 3 for i in range(n))
+
+        arms = {arm: ArmOutcome(entropy_bits=bits(j, arm), beta=tuple(0.5 + 0.01 * (i + j) for i in range(n)),
                                 span_mass=0.0 if arm == "A1" else 0.2 / (j + 1), sink_mass=0.6 - 0.05 * j)
                 for j, arm in enumerate(ARMS)}
+        gap = max(abs(a - b) for a, b in zip(arms["empty"].entropy_bits, arms["A0"].entropy_bits))
         return TwinOutcome(prompt_id=f"{question_id}-{variant[0].upper()}", variant=variant, n_prompt=20,
-                           span=AddedSpan(5, 11), n_decode=n, arms=arms, empty_max_diff_bits=1e-7 * k)
+                           span=AddedSpan(5, 11), n_decode=n, arms=arms, empty_max_diff_bits=gap)
 
     return TripleRecord(question_id=question_id, category="math", distractor="d1", continuation=(4, 9, 4)[:n],
                         twins={"P": twin("poisoned", 1.0), "N": twin("neutral", 2.0)}, seconds=0.25)
@@ -377,11 +405,12 @@ def test_triple_record_round_trip_gives_equal_summary(tmp_path):
     rec = _record()
     path = tmp_path / "math-1.json"
     path.write_text(json.dumps(rec.to_json()))
-    back = load_record(path, "math-1")
+    labels = TripleLabels("math-1", "math", "d1", {"P": "math-1-P", "N": "math-1-N"})
+    back = load_record(path, labels)
     assert back.summary() == rec.summary()
     assert back.to_json() == rec.to_json()
     with pytest.raises(FileSchemaError, match="belongs to 'math-1'"):
-        load_record(path, "code-2")
+        load_record(path, dataclasses.replace(labels, question_id="code-2"))
 
 
 def test_render_console_failed_controls_line_is_styled_not_markup():
@@ -433,7 +462,8 @@ def _fifo_for_settings(work: Path) -> None:
                                            (_file_for_records, "cannot use the work directory"),
                                            (_file_for_work_dir, "cannot use the work directory"),
                                            (_folder_for_lock, "cannot lock the intervention's work directory"),
-                                           (_fifo_for_settings, "settings of another run")],
+                                           (_fifo_for_settings, "settings.json is not a valid intervention "
+                                                                "settings file: not a regular file")],
                          ids=["record-folder", "records-file", "work-dir-file", "lock-folder", "settings-fifo"])
 def test_intervene_work_dir_of_wrong_kinds_exits_2_in_one_line_before_any_load(whole_run, tmp_path, capsys,
                                                                                no_model_loading, damage, needle):
