@@ -79,36 +79,75 @@ def _notes(err, report, save: bool) -> None:
             f"{model}'s own prompts (see summary.md)")
 
 
-def _validate(args: argparse.Namespace) -> int:
-    """``--validate``: the current context health on the validation set (:mod:`lab.health.validation`)."""
-    from lab.health.calibration import score_candidates
-    from lab.health.choice import load_chosen
-    from lab.health.graded import model_length_reference
-    from lab.health.validation import (PACKAGED_VALIDATION, VALIDATION_PROMPTS, load_sources, save_validity,
-                                       validation_report, validity_of)
-    from lab.models.loading import load_model
+def _validation_set(args: argparse.Namespace):
+    """``--validate``'s file read and checked, and ``--save``'s preconditions, before any model loads."""
+    from lab.health.validation import MIN_MEASURABLE, PACKAGED_VALIDATION, VALIDATION_PROMPTS, validation_set
     from lab.models.profiles import PROFILES
-    from lab.render.console import stderr_console, stdout_console
     from lab.prompts import read_utf8
-    from lab.render.health import validation_markdown, validation_table
-    from lab.reports import environment, report_dir
     from lab.sinks.calibration import load_prompts
-    from lab.sinks.prefill import analyze_prefill
 
     path = args.validate or str(resources.files("lab").joinpath(VALIDATION_PROMPTS))
     prompts = load_prompts(path, arg="validate")
-    sources = load_sources(read_utf8(path, f"validate={path!r}"))
+    vset = validation_set(prompts, read_utf8(path, f"validate={path!r}"), args.validate or PACKAGED_VALIDATION)
+    if args.save and args.model not in PROFILES:
+        raise ValueError(f"--save keeps the verdict of a model profile ({', '.join(PROFILES)}); "
+                         f"--model {args.model!r} is not one (drop --save)")
+    if args.save and len(vset.prompts) < MIN_MEASURABLE:
+        raise ValueError(f"--save: --validate {vset.file!r} holds {len(vset.prompts)} prompt(s), and a verdict needs "
+                         f"Spearman rho over at least {MIN_MEASURABLE}: none could be saved (drop --save, or add prompts)")
+    return vset
+
+
+def _save_verdict(report, profile: str, folder) -> str:
+    """``--validate --save``: the verdict to the user's calibration folder; returns the line saying where, and what
+    it replaces. A verdict the study would refuse raises ``ValueError`` (nothing saved; the report stays)."""
+    from lab.health.validation import save_validity, validity_of, validity_path
+    from lab.reports import ReportWriteError
+
+    user, packaged = validity_path(profile, packaged=False), validity_path(profile, packaged=True)
+    replaces = ("your earlier verdict" if user.is_file() or user.is_symlink() else
+                f"the packaged verdict {packaged}" if packaged.is_file() else None)
+    try:
+        saved = save_validity(validity_of(report.to_json(), profile, folder.name))
+    except ValueError as exc:
+        raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
+    except OSError as exc:
+        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but the verdict could not be saved to "
+                               f"{str(user)!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR to a writable "
+                               "folder and re-run") from exc
+    if replaces is None:
+        return f"saved: {saved}"
+    return (f"saved: {saved}; it replaces {replaces} for every later run on {profile}"
+            + (" (delete it to read the packaged one again)" if packaged.is_file() else ""))
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """``--validate``: the current context health on the validation set (:mod:`lab.health.validation`)."""
+    from lab.decode import context_length
+    from lab.health.calibration import score_candidates
+    from lab.health.choice import load_chosen
+    from lab.health.graded import model_length_reference
+    from lab.health.validation import check_lengths, validation_report
+    from lab.models.chat import encode_chat
+    from lab.models.loading import load_model
+    from lab.render.console import stderr_console, stdout_console
+    from lab.render.health import validation_markdown, validation_table
+    from lab.reports import environment, report_dir
+    from lab.sinks.prefill import analyze_prefill
+
+    vset = _validation_set(args)
     device = check_model_args(args)
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    check_lengths(vset, lambda p: encode_chat(tokenizer, p.messages()).shape[-1], context_length(model))
     measure = load_chosen()
     with err.status("scoring validation prompts") as status:
-        values = score_candidates(lambda messages: analyze_prefill(model, tokenizer, messages), prompts,
+        values = score_candidates(lambda messages: analyze_prefill(model, tokenizer, messages), vset.prompts,
                                   progress=lambda i, n, pid: status.update(f"validation prompt {i + 1}/{n}: {pid}"))
     info = model_source(model).as_dict()
-    report = validation_report(values, prompts, sources, measure=measure, model=info, environment=environment(model),
-                               prompts_file=args.validate or PACKAGED_VALIDATION,
+    report = validation_report(values, vset.prompts, vset.sources, measure=measure, model=info,
+                               environment=environment(model), prompts_file=vset.file,
                                reference_file=model_length_reference(model, measure).path)
     if not report.valid:
         err.print(f"calibrate-health: context health ({measure}) fails on independent text on {info['model']}: "
@@ -120,9 +159,9 @@ def _validate(args: argparse.Namespace) -> int:
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", validation_markdown(report))
     stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
-    if args.save and args.model in PROFILES:  # the verdict the study reads (H1 untestable where it failed)
-        saved = save_validity(validity_of(report.to_json(), args.model, rd.final.name))
-        stdout_console().print(f"saved: {saved}", markup=False, highlight=False, soft_wrap=True)
+    if args.save:  # the verdict the study reads (H1 untestable where it failed)
+        stdout_console().print(_save_verdict(report, args.model, rd.final), markup=False, highlight=False,
+                               soft_wrap=True)
     return 0
 
 

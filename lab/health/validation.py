@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -215,26 +215,74 @@ def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequen
                                   reference_file=reference_file)
 
 
-def load_sources(text: str) -> dict[str, str]:
-    """Each validation prompt's ``source`` by id, from the JSONL text of the validation set (``"?"`` when absent).
+@dataclass(frozen=True)
+class ValidationSet:
+    """The prompts of a validation file, with each one's source package and line, as read before a model loads.
+
+    Attributes:
+        prompts: The prompts, in file order (:func:`lab.sinks.calibration.load_prompts`, which checks
+            ``id``, ``prompt`` and ``system``).
+        sources: Each prompt's ``source`` by id (``"?"`` when absent).
+        lines: Each prompt's 1-based line in the file, by id.
+        file: The file as the report and errors name it.
+    """
+
+    prompts: tuple[CalibrationPrompt, ...]
+    sources: dict[str, str]
+    lines: dict[str, int]
+    file: str
+
+
+def validation_set(prompts: Sequence[CalibrationPrompt], text: str, file: str) -> ValidationSet:
+    """The :class:`ValidationSet` of ``prompts``, read from ``text`` (the file's JSONL text) and named ``file``.
 
     Raises:
-        ValueError: a line is not a JSON object (or not JSON).
+        ValueError: a line is not a JSON object, or its ``source`` is neither a string nor absent
+            (naming ``file``, the line and the field); a prompt whose line is not in ``text``.
     """
     import json
 
     from lab.prompts import jsonl_lines
 
-    out = {}
-    for n, line in enumerate(filter(str.strip, jsonl_lines(text)), 1):
+    sources, lines = {}, {}
+    for n, line in enumerate(jsonl_lines(text), 1):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             row = None
-        if not isinstance(row, dict):
-            raise ValueError(f"validation set line {n} is not a JSON object")
-        out[str(row.get("id"))] = str(row.get(SOURCE_KEY, "?"))
-    return out
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise ValueError(f"{file}:{n} is not a JSON object with a string 'id'")
+        source = row.get(SOURCE_KEY, "?")
+        if not isinstance(source, str):
+            raise ValueError(f"{file}:{n} needs a string {SOURCE_KEY!r} (or none), got {type(source).__name__}")
+        sources[row["id"]], lines[row["id"]] = source, n
+    missing = [p.id for p in prompts if p.id not in lines]
+    if missing:
+        raise ValueError(f"{file} holds no line for prompt(s) {missing[:5]}")
+    return ValidationSet(prompts=tuple(prompts), sources=sources, lines=lines, file=file)
+
+
+def check_lengths(vset: ValidationSet, n_tokens: Callable[[CalibrationPrompt], int], context: int | None) -> None:
+    """Refuse a validation prompt longer than the model's context, before any prompt is scored.
+
+    Args:
+        vset: The validation set.
+        n_tokens: A prompt's tokens as the prefill sees them (its chat messages through the model's
+            template, :func:`lab.models.loading.encode_chat`).
+        context: The model's context in positions; None (unknown): nothing is refused.
+
+    Raises:
+        ValueError: the first prompt past ``context``, naming the file, its line, its id and both lengths.
+    """
+    if context is None:
+        return
+    for p in vset.prompts:
+        n = n_tokens(p)
+        if n > context:
+            raise ValueError(f"{vset.file}:{vset.lines[p.id]}: prompt {p.id!r} has {n} tokens, more than the "
+                             f"model's context of {context}; shorten it or leave it out")
 
 
 # --------------------------------------------------------------------------- the verdict kept for the study
@@ -334,13 +382,32 @@ def load_validity(profile: str) -> HealthValidity | None:
 
 
 def save_validity(validity: HealthValidity) -> "Path":
-    """Write ``validity`` to the user's calibration folder; returns the path."""
+    """Write ``validity`` to the user's calibration folder, atomically; returns the path.
+
+    The text is checked first as :func:`load_validity` reads it back (:data:`lab.schemas.health.VALIDITY_SCHEMA`),
+    so a verdict the study would refuse (a NaN rho from fewer than :data:`MIN_MEASURABLE` measurable
+    prompts, none measurable) is never written.
+
+    Raises:
+        ValueError: the verdict fails the schema, in one line naming the file and the field; nothing is written.
+        OSError: the file cannot be written.
+    """
     import json
 
+    from lab import schemas
     from lab.runs.files import write_text_atomic
+    from lab.schemas.health import VALIDITY_KIND, VALIDITY_SCHEMA
 
     path = validity_path(validity.profile, packaged=False)
-    return write_text_atomic(path, json.dumps(validity.to_json(), indent=2) + "\n")
+    text = json.dumps(validity.to_json(), indent=2) + "\n"
+    try:
+        schemas.validate(json.loads(text), VALIDITY_SCHEMA, path=path, kind=VALIDITY_KIND)
+    except schemas.FileSchemaError as exc:
+        few = (f"; {validity.n} measurable prompt(s), Spearman rho needs {MIN_MEASURABLE}"
+               if validity.n < MIN_MEASURABLE else "")
+        raise ValueError(f"the verdict on {validity.profile} is not saved to {str(path)!r}: the study would refuse "
+                         f"to read it back ({exc.problem}{few})") from None
+    return write_text_atomic(path, text)
 
 
 def health_unmeasurable(profile: str, measure: str) -> str | None:

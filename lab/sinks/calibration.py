@@ -65,6 +65,26 @@ LONG_LENGTHS = (2048,)
 TRAILING_FRACTION = 0.1
 
 
+def _json_kind(value: Any) -> str:
+    """``value``'s JSON type in words (``"a list"``), for an error that must not echo a huge value."""
+    kinds = ((bool, "true/false"), (str, "a string"), ((int, float), "a number"), (list, "a list"),
+             (dict, "an object"))
+    return "null" if value is None else next((k for t, k in kinds if isinstance(value, t)), type(value).__name__)
+
+
+def _prompt_row_problem(row: Any) -> str | None:
+    """What is wrong with one parsed line of a prompt set, or None: the fields every reader relies on."""
+    if not isinstance(row, dict):
+        return f"is not a JSON object (it is {_json_kind(row)})"
+    for key in ("id", "prompt"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            got = "missing" if key not in row else "empty" if row[key] == "" else _json_kind(row[key])
+            return f"needs a non-empty string {key!r}, got {got}"
+    if not isinstance(row.get("system"), (str, type(None))):
+        return f"needs a string or null 'system', got {_json_kind(row['system'])}"
+    return None
+
+
 def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_SET,
                  arg: str = "prompts") -> list[CalibrationPrompt]:
     """Read a JSONL prompt set (``{"id", "prompt", "system"?}`` per line); default: the packaged ``packaged`` set.
@@ -72,14 +92,19 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
     ``arg`` names the argument ``path`` came from in a read error (``held_out``: the CLI says ``--held-out``).
 
     Raises:
-        ValueError: the file cannot be read or is not UTF-8 (naming it and the line), a line is not
-            valid JSON, lacks ``id``/``prompt``, or ids repeat; the file is empty.
+        ValueError: the file is not a regular file (a folder, or a FIFO that would block), cannot be
+            read or is not UTF-8 (naming it and the line); a line is not valid JSON (a number past
+            Python's digit limit included), is not an object, or its ``id``/``prompt`` is not a
+            non-empty string or its ``system`` not a string or null (naming the line and the field);
+            ids repeat; the file is empty.
     """
     if path is None:
         text = resources.files("lab").joinpath(f"data/{packaged}").read_text(encoding="utf-8")
         where = f"lab/data/{packaged}"
     else:
         where = str(path)
+        if Path(path).exists() and not Path(path).is_file():  # the study's check: a FIFO would block the read
+            raise ValueError(f"{arg}={where!r} is not a file")
         text = read_utf8(path, f"{arg}={where!r}")
     out, seen = [], set()
     for n, line in enumerate(jsonl_lines(text), 1):
@@ -87,10 +112,11 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
             continue
         try:
             row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested past the recursion limit
+        except (ValueError, RecursionError) as exc:  # a JSONDecodeError, an int past the digit limit, deep nesting
             raise ValueError(f"{where}:{n} is not valid JSON: {exc}") from None
-        if not isinstance(row, dict) or not row.get("id") or not row.get("prompt"):
-            raise ValueError(f"{where}:{n} needs non-empty 'id' and 'prompt', got {row!r}")
+        problem = _prompt_row_problem(row)
+        if problem is not None:
+            raise ValueError(f"{where}:{n} {problem}")
         if row["id"] in seen:
             raise ValueError(f"{where}:{n} repeats id {row['id']!r}")
         seen.add(row["id"])

@@ -12,8 +12,8 @@ from scipy import stats
 
 from lab.health.calibration import N_CONTENT
 from lab.health.measures import CANDIDATES, CONTROLS
-from lab.health.validation import (END_MARGIN, MAX_SATURATED_SHARE, VALIDATION_PROMPTS, load_sources,
-                                   validation_figures, validation_report)
+from lab.health.validation import (END_MARGIN, MAX_SATURATED_SHARE, VALIDATION_PROMPTS, check_lengths,
+                                   validation_figures, validation_report, validation_set)
 from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
 from tools.datagen import make_health_validation as mk
@@ -223,11 +223,13 @@ def test_validation_report_unknown_measure_or_missing_prompt_raises():
                           measure=next(iter(CANDIDATES)), model={}, environment={})
 
 
-def test_load_sources_reads_each_prompts_source():
-    assert load_sources('{"id": "a", "prompt": "x", "source": "numpy"}\n{"id": "b", "prompt": "y"}\n') == \
-        {"a": "numpy", "b": "?"}
-    with pytest.raises(ValueError):
-        load_sources("[1]\n")
+def test_validation_set_reads_each_prompts_source_and_line():
+    prompts = [CalibrationPrompt(id="a", prompt="x"), CalibrationPrompt(id="b", prompt="y")]
+    vset = validation_set(prompts, '{"id": "a", "prompt": "x", "source": "numpy"}\n\n{"id": "b", "prompt": "y"}\n',
+                          "v.jsonl")
+    assert vset.sources == {"a": "numpy", "b": "?"} and vset.lines == {"a": 1, "b": 3} and vset.file == "v.jsonl"
+    with pytest.raises(ValueError, match=r"v.jsonl:1 is not a JSON object"):
+        validation_set([], "[1]\n", "v.jsonl")
 
 
 def test_docstring_reference_set_shares_no_package_or_text_with_the_validation_set():
@@ -309,3 +311,155 @@ def test_analyze_health_unmeasurable_makes_h1_untestable_with_reason_and_keeps_f
         assert t.verdict == "inconclusive" and math.isnan(t.p_value) and math.isnan(t.p_holm)
         assert "untestable on this model: it drifts with content length" in t.note
         assert t.details["as_measured"]["effect"] == measured.test(name).effect and "placebo" in t.details
+
+
+# --- hostile --validate files and --save: refused by name and line, before the model where the input allows --------
+
+
+def _validation_file(tmp_path, rows, name="validation.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"id": f"p{i}", "prompt": "what is the capital of france " * (i + 1), "source": "s"} for i in range(n)]
+
+
+def _validate(path, tmp_path, *extra) -> int:
+    from lab import cli
+
+    return cli.main(["calibrate-health", "--validate", str(path), "--model", "smollm2", "--device", "cpu",
+                     "--out", str(tmp_path / "out"), *extra])
+
+
+def _fake_scores(monkeypatch, value) -> None:
+    """Every candidate's value of prompt i is ``value(i)`` (content length 10 + i): the figures without a prefill."""
+    import lab.health.calibration
+
+    def score(analyze, prompts, progress=None, **kw):
+        return {p.id: {**{k: value(i) for k in {**CANDIDATES, **CONTROLS}}, N_CONTENT: 10 + i}
+                for i, p in enumerate(prompts)}
+
+    monkeypatch.setattr(lab.health.calibration, "score_candidates", score)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("id", ["a", "b"], "'id', got a list"), ("id", {"a": 1}, "'id', got an object"),
+    ("id", 10 ** 400, "'id', got a number"), ("system", 7, "'system', got a number"),
+    ("prompt", 12345, "'prompt', got a number"), ("prompt", ["x", "y"], "'prompt', got a list"),
+    ("source", ["numpy"], "'source' (or none), got list"), ("source", 10 ** 400, "'source' (or none), got int")],
+    ids=["id-list", "id-dict", "id-400-digits", "system-number", "prompt-number", "prompt-list", "source-list",
+         "source-400-digits"])
+def test_validate_field_of_wrong_type_refused_naming_file_line_and_field_before_loading(
+        tmp_path, capsys, no_model_loading, field, value, says):
+    """Fault class: an unhashable id (TypeError) or a numeric system (AttributeError after the model loaded), a
+    prompt that is a number or a list refused without its line, a 400-digit number echoed or overflowing."""
+    rows = _rows(3)
+    rows[1][field] = value
+    path = _validation_file(tmp_path, rows)
+    assert _validate(path, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{path}:2 " in err and says in err and len(err.splitlines()) == 1 and "99999" not in err, err
+
+
+def test_validate_fifo_refused_by_name_not_read(tmp_path):
+    """Fault class: a FIFO named by --validate blocks the read forever (the study and intervene refuse one).
+    A writer is ready, so that a reader that opens it anyway goes on (and the test fails) instead of hanging."""
+    import os
+    import threading
+
+    from lab.sinks.calibration import load_prompts
+
+    fifo = tmp_path / "validation.jsonl"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(json.dumps(_rows(1)[0]) + "\n")
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(ValueError, match=r"^validate='.*validation.jsonl' is not a file$"):
+            load_prompts(fifo, arg="validate")
+    finally:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open return when nothing read
+        writer.join()
+        os.close(reader)
+
+
+def test_check_lengths_names_file_line_id_and_both_lengths():
+    prompts = [CalibrationPrompt(id="a", prompt="x"), CalibrationPrompt(id="b", prompt="y" * 50)]
+    vset = validation_set(prompts, '{"id": "a", "prompt": "x"}\n\n{"id": "b", "prompt": "yy"}\n', "v.jsonl")
+    count = lambda p: len(p.prompt)  # noqa: E731
+    check_lengths(vset, count, 50)
+    check_lengths(vset, count, None)  # context unknown: nothing refused
+    with pytest.raises(ValueError, match=r"^v.jsonl:3: prompt 'b' has 50 tokens, more than the model's context of 49"):
+        check_lengths(vset, count, 49)
+
+
+@pytest.mark.slow
+def test_validate_prompt_past_the_context_refused_naming_its_line_before_scoring(tmp_path, monkeypatch, capsys):
+    """Fault class: a prompt longer than the context refused by the prefill, after earlier prompts were scored,
+    without its id or line."""
+    import lab.health.calibration
+    from tests import support
+
+    support.patch_tiny_loader(monkeypatch)  # 4,096 positions
+    monkeypatch.setattr(lab.health.calibration, "score_candidates",
+                        lambda *a, **k: pytest.fail("a prompt was scored before the lengths were checked"))
+    rows = _rows(3)
+    rows[2]["prompt"] = "the " * 5000
+    path = _validation_file(tmp_path, rows)
+    assert _validate(path, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{path}:3: prompt 'p2' has 50" in err and "context of 4096" in err and len(err.splitlines()) == 1, err
+
+
+def test_validate_save_with_fewer_prompts_than_a_verdict_needs_refused_before_loading(
+        tmp_path, capsys, no_model_loading):
+    """Fault class: --save on a three-prompt file wrote "rho": NaN over the packaged verdict, which the study
+    then refused only at its analysis, after scoring every prompt."""
+    from lab.health.validation import validity_path
+
+    path = _validation_file(tmp_path, _rows(3))
+    assert _validate(path, tmp_path, "--save") == 2
+    err = capsys.readouterr().err.strip()
+    assert "--save" in err and "3 prompt(s)" in err and "at least 10" in err and len(err.splitlines()) == 1, err
+    assert not validity_path("smollm2", packaged=False).exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.filterwarnings("ignore:context health")  # the tiny model has no length reference: said, and meant
+def test_validate_save_refuses_a_verdict_the_study_would_not_read_back(tmp_path, monkeypatch, capsys):
+    """Fault class: --save wrote a verdict its reader refuses (rho NaN: no prompt measurable); now nothing is
+    saved, the report is kept, exit 2 in one line."""
+    from lab.health.validation import validity_path
+    from tests import support
+
+    support.patch_tiny_loader(monkeypatch)
+    _fake_scores(monkeypatch, lambda i: math.nan)
+    path = _validation_file(tmp_path, _rows(12))
+    assert _validate(path, tmp_path, "--save") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--save" in err and "not saved" in err and "rho" in err and "report is in" in err, err
+    assert not validity_path("smollm2", packaged=False).exists() and len(list((tmp_path / "out").iterdir())) == 1
+
+
+@pytest.mark.filterwarnings("ignore:context health")
+def test_validate_save_says_it_replaces_the_packaged_verdict(tmp_path, monkeypatch, capsys):
+    """Fault class: --save put a verdict before the packaged one with no word of it."""
+    from lab.health.validation import load_validity, validity_path
+    from tests import support
+
+    support.patch_tiny_loader(monkeypatch)
+    _fake_scores(monkeypatch, lambda i: 1.0 + (i * 7) % 12 * 0.5)
+    path = _validation_file(tmp_path, _rows(12))
+    assert _validate(path, tmp_path, "--save") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    user, packaged = validity_path("smollm2", packaged=False), validity_path("smollm2", packaged=True)
+    assert f"saved: {user}; it replaces the packaged verdict {packaged}" in out, out
+    saved = load_validity("smollm2")
+    assert saved.prompts_file == str(path) and saved.n == 12 and math.isfinite(saved.rho)
+    assert _validate(path, tmp_path, "--save") == 0
+    assert "it replaces your earlier verdict" in " ".join(capsys.readouterr().out.split())
