@@ -12,8 +12,10 @@ are staged and renamed into place, :func:`lab.reports.report_dir`):
 - bad input (``ValueError``, an unavailable model, a name taken): exit 2;
 - a report that could not be written, a failed peer binary, memory exhausted (an import that
   could not map its library too, torch under ``ulimit -v``): exit 1, the cause named (for
-  memory: what was loading, what the machine has, what to try);
-- Ctrl-C: 130, SIGTERM: 143, with what the command kept;
+  memory: what was loading, what the machine has, what to try; a helper thread's memory error
+  prints no traceback beside it, :func:`_quiet_memory_error`);
+- Ctrl-C: 130, SIGTERM: 143, with what the command kept (also when the signal lands in a
+  ``__del__``, where Python would swallow it: :func:`_signal_again`);
 - any other exception (a fault the lab did not foresee): exit 1, the line gives its type and
   message and names a file holding the full traceback (:func:`write_traceback`, under
   :func:`lab.user_dirs.log_dir`); ``-v`` also prints the traceback on stderr.
@@ -40,7 +42,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from lab.machine import memory_text
+from lab.machine import address_space_limit, memory_text
 from lab.safe_text import printable
 
 # Subcommand modules, in the order `lab --help` lists them.
@@ -66,6 +68,9 @@ COMMANDS = (
 NO_THREAD = "can't start new thread"
 # torch's words when it cannot map a weights file (safetensors, ``ulimit -v``): the errno's text, ENOMEM.
 NO_MAP = re.compile(r"unable to mmap .*Cannot allocate memory \(12\)")
+# CPython's words when a C function failed without setting an exception: under ``ulimit -v``, an
+# allocation that failed and lost its MemoryError (seen importing transformers' lazy modules).
+NO_EXCEPTION_SET = re.compile(r"returned NULL without setting an exception|error return without exception set")
 NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory(?! in static TLS)", re.IGNORECASE)
 
 
@@ -162,19 +167,66 @@ def main(argv: list[str] | None = None, *, restore_signals: bool = True) -> int:
     if threading.current_thread() is not threading.main_thread():  # signals can only be set there
         return _main(argv)
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    hooks = sys.unraisablehook, threading.excepthook
     signal.signal(signal.SIGTERM, _raise_terminated)
+    sys.unraisablehook, threading.excepthook = _signal_again(hooks[0]), _quiet_memory_error(hooks[1])
     try:
         try:
             return _main(argv)
         except KeyboardInterrupt as exc:  # a second signal before _main's handler held them
             return _stopped("", exc)
     finally:
+        sys.unraisablehook, threading.excepthook = hooks
         if not restore_signals:
             _hold_signals()
         else:
             for signum, handler in previous.items():
                 if handler is not None:  # None: a handler not set from Python, which cannot be put back
                     signal.signal(signum, handler)
+
+
+def _signal_again(previous: Any) -> Any:
+    """A ``sys.unraisablehook`` that does not let a signal be swallowed: a ``KeyboardInterrupt`` (Ctrl-C,
+    or :class:`Terminated`) raised inside a ``__del__`` or a callback Python cannot raise from (which it
+    would print as "Exception ignored in ..." and go on) is raised again at the run's next call, so it
+    ends the run where the run is; any other exception goes to ``previous``.
+
+    The raise is a one-shot profile function: it fires at the first call made outside this hook
+    (``signal.raise_signal`` would run the handler inside the hook, where its exception would be
+    ignored once more). Raised in another finalizer, it comes back here and is set again.
+    """
+    import _thread
+
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        if not isinstance(exc, KeyboardInterrupt):
+            previous(unraisable)
+            return
+        if threading.current_thread() is not threading.main_thread():  # the main thread's handler raises it
+            _thread.interrupt_main(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+            return
+        prior = sys.getprofile()
+
+        def raise_again(frame: Any, event: str, arg: Any) -> None:
+            if frame.f_code is hook.__code__:  # still in this hook: its own calls and its return
+                return
+            sys.setprofile(prior)
+            raise type(exc)(*exc.args)
+
+        sys.setprofile(raise_again)
+    return hook
+
+
+def _quiet_memory_error(previous: Any) -> Any:
+    """A ``threading.excepthook`` that keeps a helper thread's out-of-memory error (Rich's live
+    display under ``ulimit -v``) out of the terminal: the run's own one line says memory ran out; the
+    traceback goes to the debug log (``-v``). Any other exception goes to ``previous``."""
+    def hook(args: Any) -> None:
+        if out_of_memory(args.exc_value):
+            logging.getLogger("lab").debug("a thread ran out of memory", exc_info=args.exc_value)
+        else:
+            previous(args)
+    return hook
 
 
 def entry() -> int:
@@ -262,11 +314,15 @@ def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` says memory ran out: a ``MemoryError``, an ``OSError`` with errno ENOMEM, or an
     ``ImportError``/``OSError`` in which the dynamic loader could not map or allocate an extension
     (``libtorch_cpu.so: failed to map segment from shared object`` under ``ulimit -v``), or a
-    thread whose stack could not be mapped (:data:`NO_THREAD`)."""
+    thread whose stack could not be mapped (:data:`NO_THREAD`), or, under an address-space limit
+    (``ulimit -v``), a ``SystemError`` for a C call that failed without setting an exception
+    (:data:`NO_EXCEPTION_SET`)."""
     if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
         return True
     if isinstance(exc, RuntimeError) and (str(exc).startswith(NO_THREAD) or NO_MAP.search(str(exc))):
         return True
+    if isinstance(exc, SystemError) and NO_EXCEPTION_SET.search(str(exc)) and address_space_limit() is not None:
+        return True  # an allocation that failed inside CPython or an extension and lost its MemoryError
     return isinstance(exc, (ImportError, OSError)) and NO_MEMORY.search(str(exc)) is not None
 
 

@@ -168,6 +168,18 @@ def _meminfo_kib(field_name: str) -> int | None:
     return None
 
 
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (``ulimit -v``), or None when none is set or
+    the platform cannot say."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):  # not on every platform
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
 def memory_text() -> str:
     """The memory this process can have, in words: the machine's total and available memory and
     the address-space limit (``ulimit -v``) when one is set. Parts it cannot read are left out."""
@@ -176,14 +188,9 @@ def memory_text() -> str:
     if total is not None:
         parts.append(f"the machine has {total / 2**20:.1f} GiB"
                      + (f", {available / 2**20:.1f} GiB available" if available is not None else ""))
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            parts.append(f"this process is limited to {soft / 2**30:.1f} GiB of address space (ulimit -v)")
-    except (ImportError, OSError, ValueError):  # not on every platform
-        pass
+    limit = address_space_limit()
+    if limit is not None:
+        parts.append(f"this process is limited to {limit / 2**30:.1f} GiB of address space (ulimit -v)")
     return "; ".join(parts) if parts else "the machine's memory could not be read"
 
 

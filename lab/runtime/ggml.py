@@ -124,6 +124,17 @@ def _not_loading(root: Path, exc: Exception) -> Exception:
                                    "run `make peer` again (it checks the install and builds it anew)")
 
 
+def _load_failed(message: str) -> Exception:
+    """llama.cpp says only that a load failed: under an address-space limit (``ulimit -v``) that is
+    almost always memory (a ``MemoryError`` the CLI reports as out of memory), else a bad file
+    (``ValueError``)."""
+    from lab.machine import address_space_limit
+
+    if address_space_limit() is not None:
+        return MemoryError(f"{message}, under an address-space limit")
+    return ValueError(message)
+
+
 @dataclass
 class _Output:
     logits: torch.Tensor  # [1, k, V]
@@ -178,6 +189,7 @@ class GgmlModel:
     Raises:
         RuntimeUnavailableError: the runtime is not built.
         ValueError: the file does not load, or the model keeps a recurrent state (cannot roll back).
+        MemoryError: the file or its context does not load under an address-space limit (``ulimit -v``).
     """
 
     runtime = "llama.cpp"
@@ -190,7 +202,7 @@ class GgmlModel:
         params.n_gpu_layers = 0
         self._model = lib.llama_model_load_from_file(str(gguf).encode(), params)
         if not self._model:
-            raise ValueError(f"llama.cpp could not load {gguf}")
+            raise _load_failed(f"llama.cpp could not load {gguf}")
         self._ctx = None
         if lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model):
             self.close()
@@ -209,7 +221,7 @@ class GgmlModel:
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
-            raise ValueError(f"llama.cpp could not make a context of {self.n_ctx} positions for {gguf}")
+            raise _load_failed(f"llama.cpp could not make a context of {self.n_ctx} positions for {gguf}")
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_ctx, 0, 1)
         self._batch_size = self.n_ctx

@@ -78,3 +78,12 @@ def test_cli_speculate_on_a_damaged_runtime_exits_2_in_one_line(install, tmp_pat
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("lab speculate: error: the llama.cpp runtime in ") and "run `make peer` again" in err
+
+
+@pytest.mark.parametrize("limit, raised", [(1 << 30, MemoryError), (None, ValueError)])
+def test_ggml_load_failure_under_an_address_space_limit_is_out_of_memory(monkeypatch, limit, raised):
+    """Fault class: under ``ulimit -v`` llama.cpp's failed load read as a bad file (exit 2), not memory."""
+    import lab.machine
+
+    monkeypatch.setattr(lab.machine, "address_space_limit", lambda: limit)
+    assert type(ggml._load_failed("llama.cpp could not load m.gguf")) is raised
