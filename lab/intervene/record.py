@@ -28,14 +28,12 @@ from typing import Any, Mapping
 from lab.analysis.intervention import DESIGN, TripleSummary
 from lab.intervene.masks import ARMS, AddedSpan
 from lab.intervene.score import ArmOutcome, TwinOutcome
-from lab.schemas import MAX_COUNT, MAX_ENTROPY_BITS, RANGE_TOLERANCE, FileSchemaError, load
+from lab.schemas import MAX_COUNT, MAX_ENTROPY_BITS, MAX_SECONDS, RANGE_TOLERANCE, FileSchemaError, load
 
 FORMAT = DESIGN  # a record of another design version lacks or misreads arms: it is redone
 KIND = "intervention record"
 TWIN_KEYS = {"P": "poisoned", "N": "neutral"}  # the analysis' variant name -> the prompt file's
 
-# A triple's wall time: its passes take seconds to minutes; 1e7 s (116 days) is no measurement.
-MAX_SECONDS = 1e7
 # float32 logits: an entropy near log2 V carries rounding of about 1e-6 of it (~1e-5 bits at V = 2**18).
 ENTROPY_SLACK_BITS = 1e-4
 # empty_max_diff_bits is computed from the stored entropies, which JSON round-trips exactly.

@@ -72,6 +72,12 @@ MAX_COUNT = 2**31 - 1
 MAX_ENTROPY_BITS = 32.0
 # Float rounding at a bound of a computed value (a normalized entropy of 1 + 1e-7, a beta of 1 + 1e-7).
 RANGE_TOLERANCE = 1e-6
+# A wall time the lab measures and keeps (a prompt, a triple, a model load) takes seconds to hours;
+# 1e7 s (116 days) is no measurement.
+MAX_SECONDS = 1e7
+# A surprisal -log2 p of any positive double is at most 1075 bits (the smallest is 2**-1074), so a
+# varentropy (the variance of the surprisal) is at most 1075**2.
+MAX_VARENTROPY_BITS2 = 1075.0**2
 
 
 def _finite(validator: Any, wanted: bool | float, instance: Any, schema: Mapping[str, Any]):

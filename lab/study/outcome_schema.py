@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.analysis.claims import H6_COLUMNS
-from lab.schemas import MAX_COUNT, MAX_ENTROPY_BITS, RANGE_TOLERANCE, FileSchemaError, load as load_json
+from lab.schemas import (MAX_COUNT, MAX_ENTROPY_BITS, MAX_SECONDS, MAX_VARENTROPY_BITS2, RANGE_TOLERANCE,
+                         FileSchemaError, load as load_json)
 from lab.study.outcome import HEALTH_CANDIDATE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TOKEN_KEYS
 
 KIND = "study outcome file"
@@ -44,7 +45,6 @@ COUNT_COLUMNS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_ne
 _UNIT = ("alpha", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", *H6_COLUMNS)  # [0, 1]
 _HEALTH = ("context_health", "content_sink_health", *HEALTH_CANDIDATE_COLUMNS)  # [0, 10]
 _ENTROPY = ("mean_entropy_bits", "max_entropy_bits", "initial_entropy_bits", "continuation_entropy_bits")
-_SPREAD = ("mean_varentropy_bits2", "tau")  # >= 0; tau is bounded by the row's n_new_tokens (check)
 _SECONDS = ("prefill_s", "speculative_s", "wall_s", "temperature_s", "decode_s")  # measured: never NaN
 _TEXT = ("id", "category", "variant", "text")
 
@@ -69,8 +69,9 @@ def _column_schemas() -> dict[str, dict[str, Any]]:
     out.update({c: _number(0.0, 1.0) for c in _UNIT})
     out.update({c: _number(0.0, 10.0) for c in _HEALTH})
     out.update({c: _number(0.0, MAX_ENTROPY_BITS) for c in _ENTROPY})
-    out.update({c: _number(0.0) for c in _SPREAD})
-    out.update({c: _number(0.0, finite=True, slack=0.0) for c in _SECONDS})
+    out["mean_varentropy_bits2"] = _number(0.0, MAX_VARENTROPY_BITS2)
+    out["tau"] = _number(0.0, MAX_COUNT)  # and by the row's n_new_tokens (check)
+    out.update({c: _number(0.0, MAX_SECONDS, finite=True, slack=0.0) for c in _SECONDS})
     for c in (*OPTIONAL_COLUMNS, "twin_of", "wall_s"):  # None where a runner (or a plain runner call) leaves it
         out[c] = {**out[c], "type": [out[c]["type"], "null"]}
     return out

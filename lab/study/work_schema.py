@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from lab.models.weights import WEIGHTS
+from lab.schemas import MAX_COUNT, MAX_SECONDS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
 SETTINGS_KIND = "study settings file"
@@ -23,8 +24,12 @@ PROMPTS_KIND = "stored prompt set"
 
 _NAME = {"type": "string", "minLength": 1}
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-_POSITIVE = {"type": "integer", "minimum": 1}
-_TEMPERATURE = {"type": "number", "exclusiveMinimum": 0, "finite": True}
+# Every number bounded (lab.schemas): counts by MAX_COUNT, the seed by what torch's generator takes, a
+# temperature by a magnitude far past the flag's own limit (the draw is near uniform above 100).
+SEED_MAX = 2**64 - 1
+MAX_TEMPERATURE_MAGNITUDE = 1e6
+_POSITIVE = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
+_TEMPERATURE = {"type": "number", "exclusiveMinimum": 0, "finite": MAX_TEMPERATURE_MAGNITUDE}
 
 SETTINGS_SCHEMA = {
     "type": "object",
@@ -32,13 +37,13 @@ SETTINGS_SCHEMA = {
                  "limit", "max_new_tokens", "gamma", "seed", "temperature", "design_temperatures",
                  "temperature_subset", "draft_dtype", "draft_dtype_flag"],
     "properties": {
-        "format": {"type": "integer"},
+        "format": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
         "model": _NAME, "draft": _NAME, "device": _NAME, "dtype": _NAME,
         "prompts_file": {"type": ["string", "null"], "minLength": 1},
         "prompts_sha256": _SHA256,
         "n_prompts": _POSITIVE,
-        "limit": {"type": ["integer", "null"], "minimum": 1},
-        "max_new_tokens": _POSITIVE, "gamma": _POSITIVE, "seed": {"type": "integer", "minimum": 0},
+        "limit": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_COUNT},
+        "max_new_tokens": _POSITIVE, "gamma": _POSITIVE, "seed": {"type": "integer", "minimum": 0, "maximum": SEED_MAX},
         "temperature": _TEMPERATURE,
         "design_temperatures": {"type": "array", "items": _TEMPERATURE},
         "temperature_subset": {"type": "array", "items": {"type": "string"}},
@@ -56,7 +61,7 @@ RUNNER_SCHEMA = {  # what lab.study.runner.ModelRunner.load (or a fake runner, o
     "properties": {
         "model": {"type": "object"}, "draft": {"type": "string"}, "draft_name": {"type": "string"},
         "cluster": {"type": "object"},
-        "load_s": {"type": ["number", "null"], "minimum": 0, "finite": True},
+        "load_s": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_SECONDS, "finite": True},
         "weights": {"enum": list(WEIGHTS)}, "draft_weights": {"enum": list(WEIGHTS)},
         "target_dtype": _TEXT_OR_NULL, "draft_dtype": _TEXT_OR_NULL, "draft_dtype_source": _TEXT_OR_NULL,
         "pipeline": _TEXT_OR_NULL,

@@ -126,11 +126,20 @@ def _bounded(schema: dict) -> bool:
     return (low and high) or (magnitude is not None and magnitude is not True)
 
 
-@pytest.mark.parametrize("schema", [calibration_schema.SCHEMA, calibration_schema.CHOICE_SCHEMA,
-                                    health_schema.REFERENCE_SCHEMA, health_schema.VALIDITY_SCHEMA],
-                         ids=["sink calibration", "sink choice", "length reference", "validity record"])
-def test_calibration_schemas_every_number_bounded(schema):
-    """Every number a calibration kind reads back has a range or a magnitude: none reaches float overflow."""
+def _schemas() -> dict[str, dict]:
+    from lab.intervene.record import RECORD_SCHEMA
+    from lab.study import outcome_schema, work_schema
+
+    return {"sink calibration": calibration_schema.SCHEMA, "sink choice": calibration_schema.CHOICE_SCHEMA,
+            "length reference": health_schema.REFERENCE_SCHEMA, "validity record": health_schema.VALIDITY_SCHEMA,
+            "intervention record": RECORD_SCHEMA, "study outcome": outcome_schema.SCHEMA,
+            "study settings": work_schema.SETTINGS_SCHEMA, "study runner": work_schema.RUNNER_SCHEMA}
+
+
+@pytest.mark.parametrize("name", list(_schemas()))
+def test_read_back_schemas_every_number_bounded(name):
+    """Every number these kinds read back has a range or a magnitude: none reaches float overflow."""
+    schema = _schemas()[name]
     loose = [where for where, s in _numbers(schema) if not _bounded(s)]
     assert not loose, loose
 
