@@ -258,8 +258,9 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
     :data:`CACHE_FILE`, :data:`LAYERS_FILE` and the manifest of :mod:`lab.models.cache`
     (sizes, sha256), staged and renamed into place (:func:`lab.models.cache.staged_cache`). A
     damaged one (a file changed or missing, a manifest or layers file outside its schema,
-    :mod:`lab.schemas.cache`; layers that do not fit the model) is discarded and rebuilt, with a
-    warning, and so is one made from another GGUF file than ``source``
+    :mod:`lab.schemas.cache`; layers that do not fit the model, or a layer of the model it lacks,
+    :func:`unlisted_layers`) is discarded and rebuilt, with a warning naming the cache and why,
+    and so is one made from another GGUF file than ``source``
     (:func:`lab.models.cache.source_problem`) or by another version of this conversion
     (:data:`CONVERSION_VERSION`). A cache that cannot be moved aside or written (a read-only
     cache folder, a full disk) is not used: the model is converted for this run only, with a
@@ -286,7 +287,7 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
     if source is None and gguf_file is not None:
         source = Path(gguf_file)
     if cache is not None and cache.exists():
-        summary = _from_cache(model, weights, cache, source)
+        summary = _from_cache(model, weights, cache, source, gguf_file)
         if summary is not None:
             return summary
         try:
@@ -313,7 +314,29 @@ def load_or_convert(model: nn.Module, gguf_file: str | Path | None, weights: str
     return summary
 
 
-def _from_cache(model: nn.Module, weights: str, cache: Path, source: Path | dict | None) -> dict | None:
+def unlisted_layers(model: nn.Module, layers: dict[str, str], weights: str,
+                    gguf_file: str | Path | None) -> list[str]:
+    """The linear layers of ``model`` that a converted cache's ``layers`` do not list although the
+    conversion to ``weights`` converts them (every linear layer, except under ``q4`` one whose GGUF
+    tensor stays float32, :data:`Q4_FALLBACK`). A cache that lacks one would run it in float32
+    while its report says ``weights``.
+
+    Raises:
+        QuantizeError: under ``q4``, an unlisted layer has no tensor in ``gguf_file``.
+    """
+    unlisted = [name for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in layers]
+    if not unlisted or weights != "q4" or gguf_file is None:
+        return unlisted
+    from gguf import GGUFReader
+
+    tensors = linear_tensors(model, GGUFReader(str(gguf_file)))
+    types = {name: tensors[name][0].tensor_type.name for name in unlisted}
+    return [name for name in unlisted
+            if types[name] in gguf_blocks.DECODABLE or Q4_FALLBACK.get(types[name], "bfloat16") != "float32"]
+
+
+def _from_cache(model: nn.Module, weights: str, cache: Path, source: Path | dict | None,
+                gguf_file: str | Path | None = None) -> dict | None:
     """Install the converted layers from ``cache`` and return its summary; ``None`` (after a warning
     saying why) when it is damaged or stale, to be discarded and converted again."""
     from safetensors import SafetensorError
@@ -332,6 +355,14 @@ def _from_cache(model: nn.Module, weights: str, cache: Path, source: Path | dict
             problem = str(exc)
     if problem is None and meta["summary"]["weights"] != weights:
         problem = f"it holds {meta['summary']['weights']} weights, not {weights}"
+    if problem is None:
+        try:
+            missing = unlisted_layers(model, meta["layers"], weights, gguf_file)
+        except QuantizeError as exc:
+            missing, problem = [], str(exc)
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            problem = f"its {LAYERS_FILE} lacks the model's layer {missing[0]!r}{more}, which would run in float32"
     stale = None
     if problem is None and meta.get("conversion", 1) != CONVERSION_VERSION:
         stale = f"written by conversion version {meta.get('conversion', 1)}, this lab's is {CONVERSION_VERSION}"

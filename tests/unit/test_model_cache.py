@@ -465,3 +465,44 @@ def test_load_model_float32_cache_that_cannot_be_written_is_one_line_naming_lab_
         models.load_model("smollm2", device="cpu")
     assert built == [] and "LAB_CACHE_DIR" in str(info.value) and str(tmp_path / "ro") in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_load_or_convert_cache_lacking_a_layer_of_the_model_converts_again_naming_it(tmp_path, caplog):
+    """Fault class (silently wrong numbers): a ``layers.json`` without ``lm_head``, its summary and
+    manifest kept consistent, ran that layer in float32 while the report said the cache's weights."""
+    import json
+
+    from lab.models.qlinear import Int8Linear
+    from lab.models.quantize import LAYERS_FILE, load_or_convert
+
+    cache = tmp_path / "tiny.weights-int8"
+    load_or_convert(support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2), None, "int8", cache)
+    layers = json.loads((cache / LAYERS_FILE).read_text())
+    del layers["layers"]["lm_head"]
+    layers["summary"]["layers"]["int8"] -= 1
+    (cache / LAYERS_FILE).write_text(json.dumps(layers))
+    source = json.loads((cache / model_cache.MANIFEST).read_text())["source"]
+    model_cache.write_manifest(cache, source)  # consistent: the cache reads as whole
+    assert model_cache.cache_problem(cache, index=LAYERS_FILE) is None
+    model = support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2)
+    with caplog.at_level(logging.WARNING, logger="lab"):
+        summary = load_or_convert(model, None, "int8", cache)
+    assert summary["layers"] == {"int8": 8} and isinstance(model.lm_head, Int8Linear)
+    warning = next(r.getMessage() for r in caplog.records if "lm_head" in r.getMessage())
+    assert str(cache) in warning and "damaged" in warning and "converting again" in warning
+    assert "lm_head" in json.loads((cache / LAYERS_FILE).read_text())["layers"]  # rebuilt whole
+
+
+@pytest.mark.parametrize("gguf_type, unlisted", [("F32", []), ("Q6_K", ["lm_head"]), ("Q4_K", ["lm_head"])])
+def test_unlisted_layers_under_q4_spares_only_a_layer_the_conversion_leaves_float32(monkeypatch, gguf_type, unlisted):
+    from types import SimpleNamespace
+
+    from lab.models import quantize
+
+    model = support.tiny_llama(vocab_size=64, num_layers=1, hidden=32, heads=2)
+    listed = {name: "q4" for name, m in model.named_modules() if type(m).__name__ == "Linear" and name != "lm_head"}
+    tensor = SimpleNamespace(tensor_type=SimpleNamespace(name=gguf_type))
+    monkeypatch.setattr(quantize, "linear_tensors", lambda model, reader: {"lm_head": (tensor, None)})
+    monkeypatch.setattr("gguf.GGUFReader", lambda path: None)
+    assert quantize.unlisted_layers(model, listed, "q4", "m.gguf") == unlisted
+    assert quantize.unlisted_layers(model, listed, "int8", None) == ["lm_head"]
