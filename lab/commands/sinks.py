@@ -73,11 +73,11 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages
     from lab.models.loading import load_model
-    from lab.sinks.prefill import analyze_prefill
+    from lab.sinks.prefill import analyze_prefill, check_calibration_files
     from lab.render.console import stderr_console, stdout_console
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
-    from lab.sinks.profiles import check_threshold, load_calibration, load_choice
+    from lab.sinks.profiles import check_threshold, load_choice
 
     refuse_runtime(args, "sinks")
 
@@ -88,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
         check_threshold(statistic, args.threshold, "--threshold")
         if args.calibration is not None:
             raise ValueError(f"--threshold={args.threshold!r} and --calibration={args.calibration!r}: give one")
-    elif args.calibration is not None:
-        load_calibration(None, args.calibration)  # a bad file is named before the model loads
+    check_calibration_files(args.model, threshold=args.threshold, calibration=args.calibration)  # before it loads
     messages = build_messages(prompt, args.system)
     device = check_model_args(args)
 

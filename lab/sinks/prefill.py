@@ -304,6 +304,30 @@ def _check_threshold(threshold: float | None, epsilon: float) -> None:
         raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
 
 
+def check_calibration_files(model: str, *, threshold: float | None = None, calibration: str | Path | None = None) -> None:
+    """Read now the calibration files :func:`analyze_prefill` will read for ``model``, so that a bad one (outside
+    its schema, or a folder or FIFO where the user's goes) is refused before the model loads: the
+    context-health choice, and for a named profile its length reference and, without ``threshold``, its
+    sink calibration (``calibration`` instead when given). A model that is no profile is checked for the
+    choice only; its files are known once it loads.
+
+    Raises:
+        ValueError: as :func:`lab.sinks.profiles.load_calibration`, :func:`lab.health.choice.load_chosen`
+            and :func:`lab.health.references.load_references`, naming the file.
+    """
+    from lab.health.references import load_references
+    from lab.models.profiles import PROFILES
+    from lab.sinks.profiles import load_calibration
+
+    load_chosen()
+    if threshold is None and calibration is not None:
+        load_calibration(None, calibration)
+    if model in PROFILES:
+        load_references(model)
+        if threshold is None and calibration is None:
+            load_calibration(model)
+
+
 def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str]], *,
                     threshold: float | None = None, epsilon: float = DEFAULT_EPSILON,
                     min_observers: int = MIN_OBSERVING_QUERIES,

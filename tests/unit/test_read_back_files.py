@@ -180,6 +180,22 @@ def test_user_calibration_not_a_regular_file_refused_by_name(tmp_path, name, how
     assert "not a regular file" in message and "delete it" in message, message
 
 
+@pytest.mark.parametrize("name", list(_user_files()))
+def test_sinks_user_calibration_not_a_regular_file_exits_2_before_the_model_loads(tmp_path, capsys, no_model_loading,
+                                                                                   name):
+    """``lab sinks`` reads every calibration file it will use before the model loads: a FIFO there is one line."""
+    from lab.cli import main
+
+    path = _user_files()[name][0]()
+    _occupy(path, "fifo", tmp_path)
+    try:
+        rc = main(["sinks", "--model", PROFILE, "--out", str(tmp_path / "out"), "hello there"])
+    finally:
+        path.unlink()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and str(path) in lines[0] and "not a regular file" in lines[0], lines
+
+
 def test_user_calibration_absent_packaged_file_read_negative_control():
     """Nothing at the user's path: the packaged file is read, as before."""
     assert not os.path.lexists(health_choice.user_path())
