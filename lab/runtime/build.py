@@ -27,9 +27,9 @@ which the next run deletes, never a directory that looks installed. A second run
 the manifest and its binaries, checks that the binding imports, and does nothing. Runs are
 serialized with a lock file.
 
-``pip``, cmake, ninja and the compilers run in a process group of their own. SIGINT or SIGTERM
-(Ctrl-C, ``make`` stopped) ends that group (SIGTERM, then SIGKILL after
-``STOP_GRACE_SECONDS``), removes the staging directory and says so in one line, exit 130 or
+``pip``, cmake, ninja and the compilers run in a session of their own (ninja puts each compile
+in its own process group, inside that session). SIGINT or SIGTERM (Ctrl-C, ``make`` stopped)
+ends every process of it (SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``), removes the staging directory and says so in one line, exit 130 or
 143: nothing keeps compiling into a folder the next build deletes.
 """
 
@@ -128,7 +128,7 @@ class BuildInterrupted(KeyboardInterrupt):
 
     Attributes:
         signum: the signal.
-        left: pids of the build's process group still running after it was ended (empty: none).
+        left: pids of the build's session still running after it was ended (empty: none).
     """
 
     def __init__(self, signum: int):
@@ -144,42 +144,50 @@ STOP_GRACE_SECONDS = 5.0
 KILL_WAIT_SECONDS = 5.0
 
 
-def group_members(pgid: int) -> tuple[int, ...]:
-    """The pids of process group ``pgid`` still running (zombies, already dead, are not counted).
+def session_members(sid: int) -> tuple[int, ...]:
+    """The pids of session ``sid`` still running (zombies, already dead, are not counted).
 
-    Reads ``/proc`` on Linux; elsewhere asks ``killpg(pgid, 0)`` (then the answer is ``(pgid,)`` or ``()``).
+    A session, not a process group: ninja starts each compile in a process group of its own, but
+    within its session. Reads ``/proc`` on Linux; elsewhere asks ``killpg(sid, 0)`` (the group the
+    session's leader leads; then the answer is ``(sid,)`` or ``()``).
     """
     proc = Path("/proc")
     if not (proc / "self" / "stat").exists():
         try:
-            os.killpg(pgid, 0)
+            os.killpg(sid, 0)
         except (ProcessLookupError, PermissionError):
             return ()
-        return (pgid,)
+        return (sid,)
     members = []
     for stat in proc.glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rpartition(")")[2].split()
+            fields = stat.read_text().rpartition(")")[2].split()  # state, ppid, pgrp, session, ...
         except OSError:  # exited while listed
             continue
-        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+        if len(fields) > 3 and fields[0] not in ("Z", "X") and int(fields[3]) == sid:
             members.append(int(stat.parent.name))
     return tuple(sorted(members))
 
 
-def stop_group(proc: subprocess.Popen, grace: float | None = None) -> tuple[int, ...]:
-    """End ``proc``'s process group (``proc`` leads it): SIGTERM, then SIGKILL to what is left after
-    ``grace`` seconds (default ``STOP_GRACE_SECONDS``); reaps ``proc``. Returns the pids still
-    running after that (normally none)."""
-    deadline = time.monotonic() + (STOP_GRACE_SECONDS if grace is None else grace)
-    for signum, until in ((signal.SIGTERM, deadline), (signal.SIGKILL, deadline + KILL_WAIT_SECONDS)):
+def _signal_all(sid: int, members: tuple[int, ...], signum: int) -> None:
+    for target, kill in ((sid, os.killpg), *((pid, os.kill) for pid in members)):
         try:
-            os.killpg(proc.pid, signum)
-        except (ProcessLookupError, PermissionError):  # the group is gone already
+            kill(target, signum)
+        except (ProcessLookupError, PermissionError):  # gone already
             pass
+
+
+def stop_group(proc: subprocess.Popen, grace: float | None = None) -> tuple[int, ...]:
+    """End every process of ``proc``'s session (``proc`` leads it, :func:`_call`): SIGTERM, then
+    SIGKILL to what is left after ``grace`` seconds (default ``STOP_GRACE_SECONDS``); reaps
+    ``proc``. Returns the pids still running after that (normally none)."""
+    deadline = time.monotonic() + (STOP_GRACE_SECONDS if grace is None else grace)
+    left = session_members(proc.pid)
+    for signum, until in ((signal.SIGTERM, deadline), (signal.SIGKILL, deadline + KILL_WAIT_SECONDS)):
+        _signal_all(proc.pid, left, signum)
         while True:
             proc.poll()  # reap the leader, so that it does not count as running
-            left = group_members(proc.pid)
+            left = session_members(proc.pid)
             if not left or time.monotonic() >= until:
                 break
             time.sleep(0.05)
@@ -190,8 +198,8 @@ def stop_group(proc: subprocess.Popen, grace: float | None = None) -> tuple[int,
 
 
 def _call(cmd: list[str], **popen: object) -> int:
-    """Run ``cmd`` in a process group of its own and return its exit code; on any exception
-    (SIGINT, SIGTERM) while it runs, end the group with :func:`stop_group` first."""
+    """Run ``cmd`` in a session (and process group) of its own and return its exit code; on any
+    exception (SIGINT, SIGTERM) while it runs, end the session's processes with :func:`stop_group` first."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)
     try:
         return proc.wait()
@@ -420,7 +428,7 @@ def _build_in(staging: Path, config: BuildConfig) -> dict:
 
 
 def _hold_signals() -> None:
-    """Ignore SIGINT and SIGTERM: ending the build's process group and removing its staging
+    """Ignore SIGINT and SIGTERM: ending the build's processes and removing its staging
     directory must not be cut short by a second signal."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

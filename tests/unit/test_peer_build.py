@@ -176,12 +176,15 @@ def test_installed_older_layout_or_missing_library_is_rebuilt(fake_build):
     assert peer_build.build(config)["built"] is True and calls["n"] == 3
 
 
-# A fake cmake for the signal tests: it starts a "compiler" that ignores SIGTERM (so only SIGKILL
-# ends it, as a compiler stuck in a long write would), records both pids, then waits.
-FAKE_CMAKE = """#!/bin/sh
-sh -c 'trap "" TERM; exec sleep 600' &
-echo $! > "$PIDS/compiler.tmp" && mv "$PIDS/compiler.tmp" "$PIDS/compiler"
+# A fake cmake for the signal tests: it starts a "compiler" in a process group of its own (as ninja
+# starts each compile) that ignores SIGTERM (so only SIGKILL ends it, as a compiler stuck in a long
+# write would), records both pids, then waits.
+COMPILER = ("import os, signal, sys, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.tmp', sys.argv[1]); "
+            "time.sleep(600)")
+FAKE_CMAKE = f"""#!/bin/sh
 echo $$ > "$PIDS/cmake"
+"$PYTHON" -c "{COMPILER}" "$PIDS/compiler" &
 wait
 """
 BUILD_MAIN = """import sys
@@ -206,8 +209,9 @@ def _running(pid: int) -> bool:
 def test_build_main_signal_ends_the_compilers_process_group_and_says_so_in_one_line(tmp_path, signum):
     """Fault class: SIGTERM to ``make peer`` exited 143 while cmake, ninja and the compilers went
     on (reparented to PID 1) writing into a staging folder the next build deletes; SIGINT
-    printed a 36-line traceback. Now the build's process group is ended (SIGTERM, then SIGKILL),
-    no pid of it is left running, the staging folder is removed, and one line says so."""
+    printed a 36-line traceback. Now every process of the build's session is ended (SIGTERM,
+    then SIGKILL), a compiler in a process group of its own too, no pid of it is left running,
+    the staging folder is removed, and one line says so."""
     sdist = _fake_sdist(tmp_path / "sdist.tar.gz")
     tools, pids, root = tmp_path / "tools", tmp_path / "pids", tmp_path / "llama.cpp"
     tools.mkdir()
@@ -215,7 +219,7 @@ def test_build_main_signal_ends_the_compilers_process_group_and_says_so_in_one_l
     for tool in ("cmake", "ninja"):
         (tools / tool).write_text(FAKE_CMAKE)
         (tools / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PIDS": str(pids)}
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PIDS": str(pids), "PYTHON": sys.executable}
     proc = subprocess.Popen([sys.executable, "-c", BUILD_MAIN, hashlib.sha256(sdist.read_bytes()).hexdigest(),
                              "--root", str(root), "--sdist", str(sdist), "--jobs", "1"],
                             env=env, stderr=subprocess.PIPE, text=True)
@@ -229,12 +233,15 @@ def test_build_main_signal_ends_the_compilers_process_group_and_says_so_in_one_l
         err = proc.communicate(timeout=120)[1]
     finally:
         proc.kill()
+    running = [pid for pid in started if _running(pid)]
+    for pid in running:  # what a failing build left: ended here, not by the next test run
+        os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 128 + signum, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"lab.runtime.build: stopped by {signal.Signals(signum).name}: ") and "none is left running" in last
     assert "staging directory was removed" in last and "run `make peer` again" in last
-    assert [pid for pid in started if _running(pid)] == []
+    assert running == []
     assert list(root.glob(".staging-*")) == [] and not (root / peer_build.SDIST_VERSION).exists()
 
 
