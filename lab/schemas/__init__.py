@@ -18,7 +18,9 @@ defines is passed in by the part's loader. The kinds and where their schemas liv
   draft set-up it records;
 * a study's work directory (``settings.json``, ``runner.json``, ``prompts.json``, the
   per-prompt outcomes): :mod:`lab.study.work_schema` and :mod:`lab.study.outcome_schema`
-  (refused, redone on resume, left out of a merge), built from the study's own record types.
+  (refused, redone on resume, left out of a merge), built from the study's own record types;
+* an intervention's per-triple record: :mod:`lab.intervene.record` (named in a note and scored again),
+  checked against the triple file's labels too.
 
 The schemas are JSON Schema (draft 2020-12, checked with :mod:`jsonschema`) plus one keyword
 of the lab's, ``"finite"``: ``true`` says the number must be finite (Python's :mod:`json` reads
