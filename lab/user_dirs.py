@@ -4,8 +4,9 @@
   calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
   The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
   the package's own (:func:`read_first`: anything at its path, a folder or a FIFO included, is
-  the user's and refused by name if it is no file, never skipped); nothing ever writes into the package. The calibrations refuse a
-  ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one, before their minutes of work
+  the user's and refused by name if it is no file, never skipped); nothing ever writes into the
+  package. The calibrations refuse a ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one,
+  before their minutes of work
   (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
 - :func:`tuning_dir`: the draft set-ups ``lab bench --tune`` measured best on this machine
   (:mod:`lab.tuning`): ``$LAB_TUNING_DIR``, else ``~/.cache/lab/tuning``.

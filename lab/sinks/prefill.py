@@ -304,7 +304,8 @@ def _check_threshold(threshold: float | None, epsilon: float) -> None:
         raise ValueError(f"epsilon={epsilon!r} must lie in (0, 1)")
 
 
-def check_calibration_files(model: str, *, threshold: float | None = None, calibration: str | Path | None = None) -> None:
+def check_calibration_files(model: str, *, threshold: float | None = None,
+                            calibration: str | Path | None = None) -> None:
     """Read now the calibration files :func:`analyze_prefill` will read for ``model``, so that a bad one (outside
     its schema, or a folder or FIFO where the user's goes) is refused before the model loads: the
     context-health choice, and for a named profile its length reference and, without ``threshold``, its

@@ -69,7 +69,8 @@ def _record(triple: iv.Triple, n: int = 3) -> TripleRecord:
                            n_decode=n, arms=arms, empty_max_diff_bits=gap)
 
     return TripleRecord(question_id=triple.id, category=triple.clean.category, distractor=triple.poisoned.distractor,
-                        continuation=(4, 9, 4)[:n], twins={"P": twin(triple.poisoned, 1.0), "N": twin(triple.neutral, 2.0)},
+                        continuation=(4, 9, 4)[:n],
+                        twins={"P": twin(triple.poisoned, 1.0), "N": twin(triple.neutral, 2.0)},
                         seconds=0.25, vocab_size=VOCAB)
 
 

@@ -158,7 +158,8 @@ def _occupy(path: Path, how: str, tmp_path: Path) -> None:
 
 def _user_files():
     return {
-        "sinks/<model>.json": (lambda: profiles.user_dir() / f"{PROFILE}.json", lambda: profiles.load_calibration(PROFILE)),
+        "sinks/<model>.json": (lambda: profiles.user_dir() / f"{PROFILE}.json",
+                               lambda: profiles.load_calibration(PROFILE)),
         "sinks/choice.json": (lambda: profiles.user_dir() / profiles.CHOICE_FILE, profiles.load_choice),
         "health/chosen.json": (health_choice.user_path, health_choice.load_chosen),
         "health/length/<model>.json": (lambda: health_references.user_path(PROFILE),
