@@ -21,6 +21,8 @@ DOCUMENTED_MODULES = (
     "lab.speculative.theory",
     "lab.analysis.effects",
     "lab.attention_mask",
+    "lab.health.reliance",
+    "lab.health.context_validity",
 )
 
 

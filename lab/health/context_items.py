@@ -1,0 +1,150 @@
+"""The context-measure validation items and their scoring on one model.
+
+An item (one line of ``lab/data/context_selection.jsonl``, ``context_validation.jsonl`` or
+``context_heldback.jsonl``, built by ``tools/datagen/make_context_validation.py``) is a
+documented function with a question about it, its own docstring (``relevant``) and another
+function's docstring of the same length within 5 % (``irrelevant``). Each context is asked
+as one user message, ``context + blank line + question`` (the study twins' form), so the
+context's token span is located exactly (:func:`lab.intervene.masks.twin_prompt_ids`).
+
+Per prompt (:func:`score_prompt`): the model's greedy continuation, then the two reliance
+measures (:func:`lab.health.reliance.context_reliance`) and, through a callable the command
+binds, today's context health (the prefill measure), so all three go through the same
+validation (:mod:`lab.health.context_validity`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+FIELDS = ("id", "package", "object", "question", "relevant", "irrelevant")
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One validation item (see the module docstring); ``line`` is its 1-based line in the file."""
+
+    id: str
+    package: str
+    object: str
+    question: str
+    relevant: str
+    irrelevant: str
+    line: int = 0
+
+
+def load_items(path: str | Path, limit: int | None = None) -> list[ContextItem]:
+    """Read validation items from a JSON Lines file (split at ``\\n`` only).
+
+    Raises:
+        ValueError: one line naming the file and line: not a regular file, bad JSON, a missing or
+            non-string field, a duplicate id, or no item.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{p}: not a regular file")
+    items: list[ContextItem] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{p}:{n}"
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: expected a JSON object")
+        for key in FIELDS:
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+        if obj["id"] in seen:
+            raise ValueError(f"{where}: duplicate id {obj['id']!r}")
+        seen.add(obj["id"])
+        items.append(ContextItem(*(obj[k] for k in FIELDS), line=n))
+    if not items:
+        raise ValueError(f"{p}: no items")
+    return items[:limit] if limit else items
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """One prompt's measures: ``lookback`` in [0, 1], ``contrast_bits`` >= 0, ``health`` on 0..10 (NaN if
+    not measurable), ``n_context`` the context's tokens, ``n_prompt`` the prompt's."""
+
+    lookback: float
+    contrast_bits: float
+    health: float
+    n_context: int
+    n_prompt: int
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    """Both prompts of one item."""
+
+    id: str
+    package: str
+    relevant: PromptScores
+    irrelevant: PromptScores
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready row: the id, package and each prompt's measures by ``relevant_*`` / ``irrelevant_*``."""
+        out: dict[str, Any] = {"id": self.id, "package": self.package}
+        for side in ("relevant", "irrelevant"):
+            for key, value in vars(getattr(self, side)).items():
+                out[f"{side}_{key}"] = value
+        return out
+
+
+def score_prompt(model: Any, tokenizer: Any, eos: frozenset[int], context: str, question: str, n_tokens: int,
+                 *, item_id: str = "", health: Callable[[list[dict[str, str]]], float] | None = None) -> PromptScores:
+    """Greedy continuation of ``context + blank line + question``, then its reliance measures and health.
+
+    ``health`` maps the prompt's chat messages to today's context health (in the lab,
+    :func:`lab.health.graded.graded_health` of :func:`lab.sinks.prefill.analyze_prefill` bound to the
+    model, as ``lab calibrate-health`` binds it); ``None`` records NaN.
+
+    Raises:
+        ValueError: the context's span cannot be located (named by ``item_id``), the prompt beyond the
+            model's context, or a continuation shorter than 2 tokens.
+    """
+    import torch
+
+    from lab.health.reliance import context_reliance
+    from lab.intervene.masks import twin_prompt_ids
+    from lab.intervene.score import greedy_continuation
+    from lab.models.chat import encode_chat
+    from lab.prompts import StudyPrompt
+
+    clean = StudyPrompt(id=item_id or "q", category="summary", messages=({"role": "user", "content": question},))
+    twin = StudyPrompt(id=f"{clean.id}-ctx", category="summary", variant="neutral", twin_of=clean.id,
+                       messages=({"role": "user", "content": f"{context}\n\n{question}"},))
+    with torch.inference_mode():
+        ids, span = twin_prompt_ids(tokenizer, twin, clean)
+        question_ids = encode_chat(tokenizer, [dict(m) for m in clean.messages])[0]
+        continuation = greedy_continuation(model, ids, n_tokens, eos)
+        if continuation.numel() < 2:  # an answer that ends at once: its first two tokens, EOS not stopping it
+            continuation = greedy_continuation(model, ids, 2)
+        rel = context_reliance(model, ids, span, question_ids, continuation)
+    value = math.nan if health is None else float(health([dict(twin.messages[0])]))
+    return PromptScores(lookback=rel.lookback_ratio, contrast_bits=rel.contrast_bits, health=value,
+                        n_context=len(span), n_prompt=int(ids.numel()))
+
+
+def score_items(model: Any, tokenizer: Any, eos: frozenset[int], items: Sequence[ContextItem], n_tokens: int, *,
+                health: Callable[[list[dict[str, str]]], float] | None = None,
+                progress: Callable[[int, int, str], None] | None = None) -> list[ItemScores]:
+    """:func:`score_prompt` on both contexts of every item, in order; ``progress(i, n, id)`` before each."""
+    out = []
+    for i, item in enumerate(items):
+        if progress is not None:
+            progress(i, len(items), item.id)
+        sides = [score_prompt(model, tokenizer, eos, ctx, item.question, n_tokens, item_id=item.id,
+                              health=health) for ctx in (item.relevant, item.irrelevant)]
+        out.append(ItemScores(item.id, item.package, *sides))
+    return out
