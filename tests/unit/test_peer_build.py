@@ -206,7 +206,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_build_main_signal_ends_the_compilers_process_group_and_says_so_in_one_line(tmp_path, signum):
+def test_build_main_signal_ends_every_process_of_the_build_and_says_so_in_one_line(tmp_path, signum):
     """Fault class: SIGTERM to ``make peer`` exited 143 while cmake, ninja and the compilers went
     on (reparented to PID 1) writing into a staging folder the next build deletes; SIGINT
     printed a 36-line traceback. Now every process of the build's session is ended (SIGTERM,
