@@ -360,7 +360,8 @@ def compile_targets(src: Path, build: Path, jobs: int, log_file: Path) -> None:
 
 
 def build(config: BuildConfig | None = None) -> dict:
-    """Build and install the peer binaries unless a complete install exists.
+    """Build and install the peer binaries unless a complete install exists whose binding imports
+    (:func:`installed`, :func:`binding_problem`); an incomplete or unloadable one is built anew.
 
     Returns:
         The install's manifest (``"built": false`` when it was already there).
@@ -368,6 +369,8 @@ def build(config: BuildConfig | None = None) -> dict:
     Raises:
         BuildError: fetching, verifying, configuring or compiling failed; nothing is
             installed then.
+        KeyboardInterrupt: (:class:`BuildInterrupted` under :func:`main`) a signal; the running
+            tool's session was ended (:func:`stop_group`) and the staging directory removed.
     """
     config = config or BuildConfig()
     config.root.mkdir(parents=True, exist_ok=True)
