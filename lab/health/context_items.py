@@ -73,14 +73,17 @@ def load_items(path: str | Path, limit: int | None = None) -> list[ContextItem]:
 
 @dataclass(frozen=True)
 class PromptScores:
-    """One prompt's measures: ``lookback`` in [0, 1], ``contrast_bits`` >= 0, ``health`` on 0..10 (NaN if
-    not measurable), ``n_context`` the context's tokens, ``n_prompt`` the prompt's."""
+    """One prompt's measures: ``lookback`` in [0, 1], ``contrast_bits`` >= 0, ``gain_bits`` (the answer's
+    log-probability gain), ``health`` on 0..10 (NaN if not measurable), ``n_context`` the context's tokens,
+    ``n_prompt`` the prompt's, ``lookback_per_head`` ``[L][H]``."""
 
     lookback: float
     contrast_bits: float
+    gain_bits: float
     health: float
     n_context: int
     n_prompt: int
+    lookback_per_head: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,9 @@ def score_prompt(model: Any, tokenizer: Any, eos: frozenset[int], context: str, 
             continuation = greedy_continuation(model, ids, 2)
         rel = context_reliance(model, ids, span, question_ids, continuation)
     value = math.nan if health is None else float(health([dict(twin.messages[0])]))
-    return PromptScores(lookback=rel.lookback_ratio, contrast_bits=rel.contrast_bits, health=value,
-                        n_context=len(span), n_prompt=int(ids.numel()))
+    return PromptScores(lookback=rel.lookback_ratio, contrast_bits=rel.contrast_bits, gain_bits=rel.gain_bits,
+                        health=value, n_context=len(span), n_prompt=int(ids.numel()),
+                        lookback_per_head=rel.lookback_per_head)
 
 
 def score_items(model: Any, tokenizer: Any, eos: frozenset[int], items: Sequence[ContextItem], n_tokens: int, *,

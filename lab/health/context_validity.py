@@ -156,3 +156,120 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
     return ValidityFigures(measure=measure, direction=direction, n_pairs=n, auroc=auroc, ci_low=low, ci_high=high,
                            length_auroc=length_auroc, placebo_auroc=placebo, length_rho=rho, end_share=ends,
                            failed=failed)
+
+
+# The candidates the rule chooses among: (measure, direction, the measure's scale). A control (a measure of
+# the context's length alone) goes through the same rule and must never be chosen.
+CANDIDATES = (("lookback", 1, (0.0, 1.0)), ("lookback", -1, (0.0, 1.0)),
+              ("contrast_bits", 1, (0.0, math.inf)), ("contrast_bits", -1, (0.0, math.inf)))
+CONTROLS = (("n_context", 1, (0.0, math.inf)), ("n_context", -1, (0.0, math.inf)))
+TODAY = (("health", 1, (0.0, 10.0)), ("health", -1, (0.0, 10.0)))
+RULE = ("on the selection set (lab/data/context_selection.jsonl, the lab's own), every candidate "
+        "(lookback ratio and context contrast, each oriented both ways) and every control (the context's "
+        "token count, both ways) is judged against the bar; the candidate with the largest paired AUROC among "
+        "those that pass every bar is chosen; none passing chooses nothing; a control chosen is an error")
+
+
+def choose(figures: Sequence[ValidityFigures]) -> ValidityFigures | None:
+    """The rule (:data:`RULE`): the passing candidate of largest AUROC, or None; a control may never win.
+
+    Raises:
+        ValueError: the rule would choose a control (a measure of length alone).
+    """
+    passing = [f for f in figures if f.passes and (f.measure, f.direction) in {(m, d) for m, d, _ in
+                                                                                CANDIDATES + CONTROLS}]
+    if not passing:
+        return None
+    best = max(passing, key=lambda f: f.auroc)
+    if best.measure in {m for m, _, _ in CONTROLS}:
+        raise ValueError(f"the rule chooses the control {best.measure!r}: the check does not reject a measure of "
+                         "length alone")
+    return best
+
+
+# --- the chosen measure: lookback heads, referenced to length ------------------------------------------------
+
+HEADS = 8  # heads kept; fixed before validation (leave-one-out on the selection set: 0.80 at 8, 0.83 at 4, 0.82 at 16)
+CHOSEN = "lookback_heads"
+CHOSEN_RULE = (f"the Lookback-Lens ratio (Chuang et al. 2024) averaged over the {HEADS} (layer, head) pairs with the "
+               "largest paired AUROC on the selection set (lab/data/context_selection.jsonl), minus the OLS line of "
+               "that average on ln(context tokens) over the selection set's prompts (both contexts of every pair); "
+               "higher = the decode reads the context more, for its length; fitted per model on the selection set "
+               "only, then judged once on the validation set against the bar")
+
+
+@dataclass(frozen=True)
+class HeadReference:
+    """A model's fitted lookback-heads measure (:data:`CHOSEN_RULE`).
+
+    Attributes:
+        heads: The kept ``(layer, head)`` pairs, best first.
+        intercept, slope: The length line ``intercept + slope * ln(context tokens)`` subtracted.
+        n_pairs: Selection pairs it was fitted on.
+        loo_auroc: Its leave-one-out paired AUROC on those pairs (heads and line refitted without each pair).
+    """
+
+    heads: tuple[tuple[int, int], ...]
+    intercept: float
+    slope: float
+    n_pairs: int
+    loo_auroc: float
+
+    def score(self, per_head: Sequence[Sequence[float]], n_context: int) -> float:
+        """The measure of one prompt from its per-head lookback ratios ``[L][H]`` and its context length.
+
+        Raises:
+            ValueError: a kept head outside ``per_head``, or ``n_context < 1``.
+        """
+        if n_context < 1:
+            raise ValueError(f"n_context={n_context} must be >= 1")
+        try:
+            mean = sum(per_head[layer][head] for layer, head in self.heads) / len(self.heads)
+        except IndexError:
+            raise ValueError(f"a kept head of {list(self.heads)} is outside the model's "
+                             f"{len(per_head)} layers") from None
+        return float(mean - (self.intercept + self.slope * math.log(n_context)))
+
+
+def _fit(rel: np.ndarray, irr: np.ndarray, n_rel: np.ndarray, n_irr: np.ndarray, k: int) -> tuple[list, float, float]:
+    """Heads (flat indices, best first) and the length line from ``[n, L*H]`` ratios and lengths."""
+    auroc = ((rel > irr) + 0.5 * (rel == irr)).mean(0)
+    top = list(np.argsort(-auroc, kind="stable")[:k])
+    x = np.log(np.concatenate([n_rel, n_irr]).astype(float))
+    y = np.concatenate([rel[:, top].mean(1), irr[:, top].mean(1)])
+    slope, intercept = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (0.0, float(y.mean()))
+    return top, float(intercept), float(slope)
+
+
+def fit_head_reference(relevant: np.ndarray, irrelevant: np.ndarray, n_relevant: Sequence[int],
+                       n_irrelevant: Sequence[int], k: int = HEADS) -> HeadReference:
+    """Fit :data:`CHOSEN_RULE` on selection pairs.
+
+    Args:
+        relevant, irrelevant: float ``[n, L, H]`` per-head lookback ratios of each pair's two prompts.
+        n_relevant, n_irrelevant: Context tokens of each.
+        k: Heads kept.
+
+    Returns:
+        :class:`HeadReference`, with its leave-one-out AUROC.
+
+    Raises:
+        ValueError: fewer than 3 pairs, shapes that differ, or k outside [1, L*H].
+    """
+    rel, irr = np.asarray(relevant, dtype=float), np.asarray(irrelevant, dtype=float)
+    if rel.ndim != 3 or rel.shape != irr.shape or rel.shape[0] < 3:
+        raise ValueError(f"need two [n >= 3, L, H] arrays of one shape, got {rel.shape} and {irr.shape}")
+    n, n_layers, n_heads = rel.shape
+    if not 1 <= k <= n_layers * n_heads:
+        raise ValueError(f"k={k} must be in [1, {n_layers * n_heads}]")
+    rel, irr = rel.reshape(n, -1), irr.reshape(n, -1)
+    nr, ni = np.asarray(n_relevant, dtype=float), np.asarray(n_irrelevant, dtype=float)
+    wins = []
+    for i in range(n):  # leave-one-out: the pair scored by heads and a line fitted without it
+        keep = np.arange(n) != i
+        top, c, b = _fit(rel[keep], irr[keep], nr[keep], ni[keep], k)
+        r, s = rel[i, top].mean() - b * math.log(nr[i]), irr[i, top].mean() - b * math.log(ni[i])
+        wins.append((r > s) + 0.5 * (r == s))
+    top, intercept, slope = _fit(rel, irr, nr, ni, k)
+    return HeadReference(heads=tuple(divmod(int(t), n_heads) for t in top), intercept=intercept, slope=slope,
+                         n_pairs=n, loo_auroc=float(np.mean(wins)))

@@ -49,7 +49,10 @@ class ContextReliance:
     Attributes:
         lookback_ratio: Mean Lookback-Lens ratio over layers, heads and decode queries 1..T-1, in [0, 1].
         lookback_per_layer: The same mean per layer (index = layer), each in [0, 1].
+        lookback_per_head: The mean over queries per layer and head, ``[L][H]`` (a probe's features).
         contrast_bits: Mean over the T decode positions of KL(p_with || p_without), bits, >= 0.
+        gain_bits: Mean over the T positions of log2 p_with(c_t) - log2 p_without(c_t): how much the
+            context raises the answer's own tokens (pointwise mutual information of answer and context).
         n_context: Tokens in the context span.
         n_decode: T, the teacher-forced continuation's length.
     """
@@ -57,8 +60,34 @@ class ContextReliance:
     lookback_ratio: float
     lookback_per_layer: tuple[float, ...]
     contrast_bits: float
+    gain_bits: float
     n_context: int
     n_decode: int
+    lookback_per_head: tuple[tuple[float, ...], ...] = ()
+
+
+def answer_gain_bits(with_logits: torch.Tensor, without_logits: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """Per-position log2 p_with(c_t) - log2 p_without(c_t) of the continuation's own tokens.
+
+    Args:
+        with_logits, without_logits: float logits ``[T, V]``; row t predicts ``continuation[t]``.
+        continuation: int64 ``[T]``.
+
+    Returns:
+        float32 ``[T]``, bits (negative where the context makes the token less likely).
+
+    Examples:
+        >>> import torch
+        >>> answer_gain_bits(torch.tensor([[0.0, -1e9]]), torch.zeros(1, 2), torch.tensor([0]))
+        tensor([1.])
+    """
+    if with_logits.shape != without_logits.shape or with_logits.shape[:1] != continuation.shape:
+        raise ValueError(f"logits [T, V] and continuation [T] must agree, got {tuple(with_logits.shape)}, "
+                         f"{tuple(without_logits.shape)} and {tuple(continuation.shape)}")
+    idx = continuation[:, None].to(with_logits.device)
+    lp = with_logits.float().log_softmax(-1).gather(-1, idx)[:, 0]
+    lq = without_logits.float().log_softmax(-1).gather(-1, idx)[:, 0]
+    return (lp - lq) / LN2
 
 
 def lookback_ratios(probs: torch.Tensor, span: AddedSpan, n_prompt: int) -> torch.Tensor:
@@ -192,6 +221,8 @@ def context_reliance(model: Any, prompt_ids: torch.Tensor, span: AddedSpan, ques
     without_logits = _decode_logits(model, question_ids, continuation)
     # 3. Aggregate by the fixed rule: means over heads and queries, then over layers.
     per_layer = tuple(float(r.mean()) for r in ratios)
+    per_head = tuple(tuple(r.mean(-1).tolist()) for r in ratios)
     return ContextReliance(lookback_ratio=sum(per_layer) / len(per_layer), lookback_per_layer=per_layer,
                            contrast_bits=float(kl_bits(with_logits, without_logits).mean()),
-                           n_context=len(span), n_decode=n_decode)
+                           gain_bits=float(answer_gain_bits(with_logits, without_logits, continuation).mean()),
+                           n_context=len(span), n_decode=n_decode, lookback_per_head=per_head)

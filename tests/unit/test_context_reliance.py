@@ -209,7 +209,7 @@ def test_load_items_reads_the_packaged_sets_and_refuses_a_bad_line(tmp_path):
 
 
 def test_item_scores_row_names_each_side():
-    s = PromptScores(0.5, 1.0, math.nan, 10, 30)
+    s = PromptScores(0.5, 1.0, 0.2, math.nan, 10, 30)
     row = ItemScores("a", "p", s, s).to_json()
     assert row["relevant_lookback"] == 0.5 and row["irrelevant_n_context"] == 10 and row["package"] == "p"
     assert ContextItem("a", "p", "o", "q", "r", "i").line == 0
