@@ -52,6 +52,7 @@ COMMANDS = (
     "lab.commands.sinks",
     "lab.commands.calibrate_sinks",
     "lab.commands.calibrate_health",
+    "lab.commands.validate_context",
     "lab.commands.bench_sinks",
     "lab.commands.bench_weights",
     "lab.commands.speculate",

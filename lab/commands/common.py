@@ -130,6 +130,8 @@ _COMMAND_BOUNDS = {
     ("bench", "max_new_tokens"): Bound(2, MAX_TOKENS, " (the first token is the prefill's; 128 Ki, the longest "
                                                       "context here)"),
     ("stream", "temperature"): _SAMPLED,
+    ("validate-context", "new_tokens"): Bound(2, MAX_TOKENS, " (the lookback ratio needs a query after the first; "
+                                                             "128 Ki, the longest context here)"),
     ("study", "temperature"): _SAMPLED,
 }
 # Commands whose --seed has a default of its own rather than None, so a typed seed cannot be told from it

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -158,35 +159,6 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
                            failed=failed)
 
 
-# The candidates the rule chooses among: (measure, direction, the measure's scale). A control (a measure of
-# the context's length alone) goes through the same rule and must never be chosen.
-CANDIDATES = (("lookback", 1, (0.0, 1.0)), ("lookback", -1, (0.0, 1.0)),
-              ("contrast_bits", 1, (0.0, math.inf)), ("contrast_bits", -1, (0.0, math.inf)))
-CONTROLS = (("n_context", 1, (0.0, math.inf)), ("n_context", -1, (0.0, math.inf)))
-TODAY = (("health", 1, (0.0, 10.0)), ("health", -1, (0.0, 10.0)))
-RULE = ("on the selection set (lab/data/context_selection.jsonl, the lab's own), every candidate "
-        "(lookback ratio and context contrast, each oriented both ways) and every control (the context's "
-        "token count, both ways) is judged against the bar; the candidate with the largest paired AUROC among "
-        "those that pass every bar is chosen; none passing chooses nothing; a control chosen is an error")
-
-
-def choose(figures: Sequence[ValidityFigures]) -> ValidityFigures | None:
-    """The rule (:data:`RULE`): the passing candidate of largest AUROC, or None; a control may never win.
-
-    Raises:
-        ValueError: the rule would choose a control (a measure of length alone).
-    """
-    passing = [f for f in figures if f.passes and (f.measure, f.direction) in {(m, d) for m, d, _ in
-                                                                                CANDIDATES + CONTROLS}]
-    if not passing:
-        return None
-    best = max(passing, key=lambda f: f.auroc)
-    if best.measure in {m for m, _, _ in CONTROLS}:
-        raise ValueError(f"the rule chooses the control {best.measure!r}: the check does not reject a measure of "
-                         "length alone")
-    return best
-
-
 # --- the chosen measure: lookback heads, referenced to length ------------------------------------------------
 
 HEADS = 8  # heads kept; fixed before validation (leave-one-out on the selection set: 0.80 at 8, 0.83 at 4, 0.82 at 16)
@@ -273,3 +245,140 @@ def fit_head_reference(relevant: np.ndarray, irrelevant: np.ndarray, n_relevant:
     top, intercept, slope = _fit(rel, irr, nr, ni, k)
     return HeadReference(heads=tuple(divmod(int(t), n_heads) for t in top), intercept=intercept, slope=slope,
                          n_pairs=n, loo_auroc=float(np.mean(wins)))
+
+
+def reference_path(profile: str, *, packaged: bool) -> Path:
+    """Where a model's fitted context measure lives: ``lab/health/context/<profile>.json`` in the package, or
+    ``<calibration dir>/health/context/<profile>.json`` (:func:`lab.user_dirs.calibration_dir`) for the user's."""
+    from importlib import resources
+
+    from lab.user_dirs import calibration_dir
+
+    root = Path(str(resources.files("lab"))) / "health" if packaged else calibration_dir() / "health"
+    return root / "context" / f"{profile}.json"
+
+
+def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
+    """The model's fitted context measure (the user's file before the packaged one), or None when neither exists.
+
+    Raises:
+        FileSchemaError: the file read is not a valid reference (one line naming it); a folder, FIFO or
+            dangling link in the user's place is refused, never skipped.
+    """
+    from lab.schemas.health import load_context_reference_file
+    from lab.user_dirs import present, read_first
+
+    path = read_first(reference_path(profile, packaged=False), reference_path(profile, packaged=True))
+    if not present(path):
+        return None
+    data = load_context_reference_file(path)
+    return HeadReference(heads=tuple((int(a), int(b)) for a, b in data["heads"]), intercept=float(data["intercept"]),
+                         slope=float(data["slope"]), n_pairs=int(data["n_pairs"]),
+                         loo_auroc=float(data["loo_auroc"])), path
+
+
+def save_reference(ref: HeadReference, profile: str, selection_file: str, report: str) -> Path:
+    """Write ``ref`` atomically to the user's :func:`reference_path`, checked by the schema that reads it.
+
+    Raises:
+        FileSchemaError: a reference the lab would refuse to read back (nothing written).
+        OSError: the file cannot be written.
+    """
+    from lab.runs.files import write_json_atomic
+    from lab.schemas import validate
+    from lab.schemas.health import CONTEXT_REFERENCE_KIND, CONTEXT_REFERENCE_SCHEMA
+
+    path = reference_path(profile, packaged=False)
+    data = {"profile": profile, "measure": CHOSEN, "heads": [list(h) for h in ref.heads], "intercept": ref.intercept,
+            "slope": ref.slope, "n_pairs": ref.n_pairs, "loo_auroc": ref.loo_auroc, "selection_file": selection_file,
+            "report": report}
+    validate(data, CONTEXT_REFERENCE_SCHEMA, path=path, kind=CONTEXT_REFERENCE_KIND)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data)
+    return path
+
+
+@dataclass(frozen=True)
+class ContextValidation:
+    """One model's context measures on one paired set (:func:`context_validation`).
+
+    Attributes:
+        profile: The model validated (its profile or path).
+        set_name: ``selection``, ``validation``, ``heldback`` or the file given.
+        items_file: The pairs file.
+        reference: The chosen measure's heads and length line; ``reference_from`` says where it came from
+            (``"fitted on this set"`` for the selection set, else the file read).
+        chosen: The chosen measure's figures (:data:`CHOSEN`).
+        others: The raw candidates (both directions), today's context health and the length-only control.
+        rows: Per pair, every prompt's measures (the report's ``pairs.csv``).
+    """
+
+    profile: str
+    set_name: str
+    items_file: str
+    reference: HeadReference
+    reference_from: str
+    chosen: ValidityFigures
+    others: tuple[ValidityFigures, ...]
+    rows: tuple[dict, ...]
+
+    @property
+    def fitted_here(self) -> bool:
+        """Whether the reference was fitted on this set (then the chosen figures are in-sample)."""
+        return self.reference_from == "fitted on this set"
+
+    def verdict(self) -> str:
+        """One line: whether the chosen measure passes the bar here, and why not."""
+        where = f"{self.chosen.n_pairs} {self.set_name} pairs"
+        if self.fitted_here:
+            return (f"{CHOSEN} fitted on {where}: leave-one-out AUROC {self.reference.loo_auroc:.2f} "
+                    f"(in-sample {self.chosen.auroc:.2f})")
+        if self.chosen.passes:
+            return (f"{CHOSEN} reads the context on {self.profile}: AUROC {self.chosen.auroc:.2f} "
+                    f"[{self.chosen.ci_low:.2f}, {self.chosen.ci_high:.2f}] on {where}")
+        return f"{CHOSEN} fails on {self.profile} ({where}): {'; '.join(self.chosen.failed)}"
+
+
+def _side(scores: Sequence, name: str) -> tuple[list[float], list[float]]:
+    return [getattr(s.relevant, name) for s in scores], [getattr(s.irrelevant, name) for s in scores]
+
+
+def context_validation(scores: Sequence, *, profile: str, set_name: str, items_file: str,
+                       reference: tuple[HeadReference, str] | None = None, seed: int = 0) -> ContextValidation:
+    """Every measure's figures on scored pairs (:class:`lab.health.context_items.ItemScores`).
+
+    Args:
+        scores: The pairs' scores, each prompt with its per-head lookback ratios.
+        profile, set_name, items_file: For the record.
+        reference: ``(reference, where it came from)``; None fits it here (the selection set).
+        seed: Seed of the bootstraps and placebos.
+
+    Raises:
+        ValueError: fewer than 3 pairs, or a prompt without per-head ratios.
+    """
+    if len(scores) < 3:
+        raise ValueError(f"{items_file}: {len(scores)} pair(s); the figures need at least 3")
+    n_rel, n_irr = _side(scores, "n_context")
+    if reference is None:
+        heads = [np.asarray(_side(scores, "lookback_per_head")[i], dtype=float) for i in (0, 1)]
+        reference = (fit_head_reference(heads[0], heads[1], n_rel, n_irr), "fitted on this set")
+    ref = reference[0]
+    chosen_rel = [ref.score(s.relevant.lookback_per_head, s.relevant.n_context) for s in scores]
+    chosen_irr = [ref.score(s.irrelevant.lookback_per_head, s.irrelevant.n_context) for s in scores]
+    chosen = validity_figures(CHOSEN, chosen_rel, chosen_irr, n_rel, n_irr, scale=(-math.inf, math.inf), seed=seed)
+    others = []
+    for name, scale in (("lookback", (0.0, 1.0)), ("contrast_bits", (0.0, math.inf)),
+                        ("gain_bits", (-math.inf, math.inf)), ("health", (0.0, 10.0)), ("n_context", (0.0, math.inf))):
+        rel, irr = _side(scores, name)
+        keep = [i for i in range(len(rel)) if math.isfinite(rel[i]) and math.isfinite(irr[i])]
+        if len(keep) < 3:
+            continue
+        for direction in (1, -1):
+            others.append(validity_figures(name, [rel[i] for i in keep], [irr[i] for i in keep],
+                                           [n_rel[i] for i in keep], [n_irr[i] for i in keep],
+                                           direction=direction, scale=scale, seed=seed))
+    rows = tuple({**{k: v for k, v in s.to_json().items() if not k.endswith("lookback_per_head")},
+                  f"relevant_{CHOSEN}": a, f"irrelevant_{CHOSEN}": b}
+                 for s, a, b in zip(scores, chosen_rel, chosen_irr))
+    return ContextValidation(profile=profile, set_name=set_name, items_file=items_file, reference=ref,
+                             reference_from=reference[1], chosen=chosen, others=tuple(others), rows=rows)

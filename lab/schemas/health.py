@@ -128,3 +128,35 @@ def load_validity_file(path: str | Path) -> dict:
         FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
     """
     return schemas.load(path, VALIDITY_SCHEMA, VALIDITY_KIND)
+
+
+CONTEXT_REFERENCE_KIND = "context-measure reference"
+MAX_HEADS = 1 << 16  # layers and heads per layer: far above any model here
+CONTEXT_REFERENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["profile", "measure", "heads", "intercept", "slope", "n_pairs", "loo_auroc", "selection_file",
+                 "report"],
+    "properties": {
+        "profile": {**_TEXT, "minLength": 1},
+        "measure": {"const": "lookback_heads"},
+        "heads": {"type": "array", "minItems": 1, "maxItems": 4096,
+                  "items": {"type": "array", "minItems": 2, "maxItems": 2,
+                            "items": {"type": "integer", "minimum": 0, "maximum": MAX_HEADS}}},
+        "intercept": {"type": "number", "finite": 1e6},
+        "slope": {"type": "number", "finite": 1e6},
+        "n_pairs": {**_COUNT, "minimum": 3},
+        "loo_auroc": {"type": "number", "minimum": 0, "maximum": 1},
+        "selection_file": _TEXT,
+        "report": _TEXT,
+    },
+}
+
+
+def load_context_reference_file(path: str | Path) -> dict:
+    """A model's fitted context measure (:class:`lab.health.context_validity.HeadReference` and where it came
+    from), validated by :data:`CONTEXT_REFERENCE_SCHEMA`.
+
+    Raises:
+        FileSchemaError: unreadable, not JSON, or invalid (one line naming the file).
+    """
+    return schemas.load(path, CONTEXT_REFERENCE_SCHEMA, CONTEXT_REFERENCE_KIND)

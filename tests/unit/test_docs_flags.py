@@ -20,6 +20,7 @@ ORDER = ("entropy", "bench-tracker", "sinks", "calibrate-sinks", "bench-sinks", 
          "study")
 SECTIONS = {cmd: (f"## `lab {cmd}`", f"## `lab {nxt}`") for cmd, nxt in zip(ORDER, ORDER[1:])}
 SECTIONS["stream"] = ("## `lab stream`", "## `lab intervene`")
+SECTIONS["validate-context"] = ("## `lab validate-context`", "## `lab stream`")
 SECTIONS["intervene"] = ("## `lab intervene`", None)
 
 

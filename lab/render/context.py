@@ -1,0 +1,50 @@
+"""Rendering of ``lab validate-context``: the figures table and summary.md of a
+:class:`lab.health.context_validity.ContextValidation`, drawn as given."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
+
+_COLS = ("measure", "dir", "AUROC", "95% interval", "length-only", "placebo", "rho(length)", "at ends", "passes")
+
+
+def _cells(f: ValidityFigures) -> tuple[str, ...]:
+    return (f.measure, "+" if f.direction > 0 else "-", f"{f.auroc:.2f}", f"{f.ci_low:.2f}-{f.ci_high:.2f}",
+            f"{f.length_auroc:.2f}", f"{f.placebo_auroc:.2f}", f"{f.length_rho:+.2f}", f"{f.end_share:.0%}",
+            "yes" if f.passes else "no")
+
+
+def figures_table(v: ContextValidation) -> Table:
+    """The chosen measure's figures first, then the raw candidates, today's health and the length-only control."""
+    table = Table(title=f"Context measures on {v.chosen.n_pairs} {v.set_name} pairs ({v.profile})",
+                  caption=f"bar: {BAR}" + ("; the chosen measure was fitted on these pairs (in-sample)"
+                                           if v.fitted_here else ""))
+    for col in _COLS:
+        table.add_column(col, no_wrap=col == "measure")
+    for f in (v.chosen, *v.others):
+        table.add_row(*_cells(f))
+    return table
+
+
+def summary_markdown(v: ContextValidation) -> str:
+    """summary.md of ``lab validate-context``."""
+    ref = v.reference
+    lines = [f"# Context measures on {v.set_name} pairs: {v.profile}", "",
+             f"Pairs: {v.chosen.n_pairs} from `{v.items_file}`: one question per documented function, asked after "
+             "its own docstring (relevant) and after another function's docstring within 5 % of its length "
+             "(irrelevant); the labels come from the documentation's structure.", "",
+             f"**Verdict: {v.verdict()}.**", "",
+             f"The chosen measure (`{CHOSEN}`): {CHOSEN_RULE}. Heads (layer, head): "
+             f"{', '.join(f'({a}, {b})' for a, b in ref.heads)}; length line {ref.intercept:+.4f} "
+             f"{ref.slope:+.4f} ln(tokens); fitted on {ref.n_pairs} pairs ({v.reference_from}), leave-one-out "
+             f"AUROC {ref.loo_auroc:.2f}.", "",
+             f"The bar: {BAR}.", "",
+             "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
+    lines += ["| " + " | ".join(_cells(f)) + " |" for f in (v.chosen, *v.others)]
+    lines += ["", "AUROC: the share of pairs whose relevant prompt scores above the irrelevant one (oriented by "
+              "dir), with a bootstrap interval over pairs; length-only: the same for the context's token count; "
+              "placebo: the measure with each pair's labels swapped by a seeded coin. `pairs.csv` holds every "
+              "prompt's measures.", ""]
+    return "\n".join(lines)
