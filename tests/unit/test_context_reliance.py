@@ -213,3 +213,58 @@ def test_item_scores_row_names_each_side():
     row = ItemScores("a", "p", s, s).to_json()
     assert row["relevant_lookback"] == 0.5 and row["irrelevant_n_context"] == 10 and row["package"] == "p"
     assert ContextItem("a", "p", "o", "q", "r", "i").line == 0
+
+
+# --- the chosen measure's fit (lookback heads referenced to length) ---------------------------------------------
+
+def _heads(gen: np.random.Generator, n: int, planted: dict, n_layers: int = 6, n_heads: int = 4):
+    """Per-head ratios [n, L, H] for both sides, lengths; ``planted`` (layer, head) -> relevant - irrelevant shift."""
+    n_rel = np.exp(gen.uniform(np.log(15), np.log(200), n)).round()
+    n_irr = (n_rel * gen.uniform(0.95, 1.05, n)).round()
+    rel = gen.uniform(0.3, 0.7, (n, n_layers, n_heads))
+    irr = gen.uniform(0.3, 0.7, (n, n_layers, n_heads))
+    for (layer, head), shift in planted.items():
+        rel[:, layer, head] += shift
+    return rel, irr, n_rel, n_irr
+
+
+def test_fit_head_reference_finds_the_planted_heads_and_its_leave_one_out_auroc_reads_them():
+    from lab.health.context_validity import fit_head_reference
+
+    planted = {(1, 2): 0.3, (4, 0): 0.3, (5, 3): 0.3}
+    rel, irr, n_rel, n_irr = _heads(np.random.default_rng(0), 60, planted)
+    ref = fit_head_reference(rel, irr, n_rel, n_irr, k=3)
+    assert set(ref.heads) == set(planted)
+    assert ref.loo_auroc > 0.9
+
+
+def test_fit_head_reference_never_keeps_a_head_that_reads_only_length():
+    """A planted proxy: a head whose ratio is the context's log length (paired lengths match within 5 %, so it
+    cannot rank a pair) must not be kept while heads that do rank them exist."""
+    from lab.health.context_validity import fit_head_reference
+
+    gen = np.random.default_rng(1)
+    rel, irr, n_rel, n_irr = _heads(gen, 60, {(2, 1): 0.3, (3, 3): 0.3})
+    rel[:, 0, 0], irr[:, 0, 0] = np.log(n_rel) / 6, np.log(n_irr) / 6
+    ref = fit_head_reference(rel, irr, n_rel, n_irr, k=2)
+    assert (0, 0) not in ref.heads and set(ref.heads) == {(2, 1), (3, 3)}
+
+
+def test_fit_head_reference_on_noise_has_a_leave_one_out_auroc_near_one_half():
+    """Size of the selection step: on 40 seeded draws of pure noise (60 pairs, 24 heads, 8 kept), the
+    leave-one-out AUROC stays below the 0.75 bar in every draw (in-sample selection would inflate it; the
+    leave-one-out does not). The mean is near 0.5."""
+    from lab.health.context_validity import fit_head_reference
+
+    loo = [fit_head_reference(*_heads(np.random.default_rng(seed), 60, {}), k=8).loo_auroc for seed in range(40)]
+    assert max(loo) < MIN_AUROC and abs(np.mean(loo) - 0.5) < 0.06, loo
+
+
+def test_head_reference_score_subtracts_the_length_line_and_refuses_a_head_outside_the_model():
+    from lab.health.context_validity import HeadReference
+
+    ref = HeadReference(heads=((0, 1), (1, 0)), intercept=0.1, slope=0.05, n_pairs=3, loo_auroc=0.5)
+    per_head = [[0.0, 0.6], [0.4, 0.0]]
+    assert ref.score(per_head, 10) == pytest.approx(0.5 - 0.1 - 0.05 * math.log(10))
+    with pytest.raises(ValueError, match="outside"):
+        HeadReference(heads=((5, 0),), intercept=0, slope=0, n_pairs=3, loo_auroc=0.5).score(per_head, 10)
