@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 FIELDS = ("id", "package", "object", "question", "relevant", "irrelevant")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON \udXXX escape without its pair
 
 
 @dataclass(frozen=True)
@@ -41,15 +43,19 @@ def load_items(path: str | Path, limit: int | None = None) -> list[ContextItem]:
     """Read validation items from a JSON Lines file (split at ``\\n`` only).
 
     Raises:
-        ValueError: one line naming the file and line: not a regular file, bad JSON, a missing or
-            non-string field, a duplicate id, or no item.
+        ValueError: one line naming the file and line: not a regular file, not UTF-8, bad JSON (nested
+            too deeply included), a missing or non-string field, a field holding a lone surrogate (no
+            tokenizer encodes it), a relevant context equal to the irrelevant one (the pair cannot tell
+            them apart), a duplicate id, or no item.
     """
+    from lab.prompts import jsonl_lines, read_utf8
+
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{p}: not a regular file")
     items: list[ContextItem] = []
     seen: set[str] = set()
-    for n, raw in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):
+    for n, raw in enumerate(jsonl_lines(read_utf8(p, str(p))), 1):
         if not raw.strip():
             continue
         where = f"{p}:{n}"
@@ -57,11 +63,18 @@ def load_items(path: str | Path, limit: int | None = None) -> list[ContextItem]:
             obj = json.loads(raw)
         except ValueError as exc:
             raise ValueError(f"{where}: not JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"{where}: not JSON (nested too deeply to read)") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{where}: expected a JSON object")
         for key in FIELDS:
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+            if _SURROGATE.search(obj[key]):
+                raise ValueError(f"{where}: field {key!r} holds a lone surrogate ({_SURROGATE.search(obj[key])[0]!a}),"
+                                 f" not text a tokenizer can encode")
+        if obj["relevant"] == obj["irrelevant"]:
+            raise ValueError(f"{where}: 'relevant' and 'irrelevant' are the same text; a pair needs two contexts")
         if obj["id"] in seen:
             raise ValueError(f"{where}: duplicate id {obj['id']!r}")
         seen.add(obj["id"])
