@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "docstring of the same length) with the context-reliance measures and today's context health; "
                     "judge the chosen measure against the bar (paired AUROC >= 0.75, length-only and placebo near "
                     "0.5, |rho(length)| <= 0.2); write a report directory.")
-    p.add_argument("--set", default="validation", choices=tuple(SETS), dest="pair_set",
+    p.add_argument("--set", default=None, choices=tuple(SETS), dest="pair_set",
                    help="the packaged paired set: selection (the lab's own, CPython docstrings: fits the measure), "
                         "validation (160 pairs of five third-party packages) or heldback (80 pairs of seven "
                         "others) (default: validation)")
@@ -54,13 +54,20 @@ def _inputs(args: argparse.Namespace):
     from lab.health.context_validity import load_reference
     from lab.models.profiles import PROFILES
 
-    fitting = args.pairs is None and args.pair_set == "selection"
+    if args.pairs is not None and args.pair_set is not None:
+        raise ValueError(f"--set {args.pair_set} has no effect with --pairs (a pairs file is judged as --set "
+                         "validation); drop one of them")
+    if args.pairs is not None and not args.pairs.strip():
+        raise ValueError("--pairs '' names no file")
+    pair_set = args.pair_set or "validation"
+    fitting = args.pairs is None and pair_set == "selection"
     if args.save and not fitting:
         raise ValueError("--save keeps a measure fitted on --set selection; drop --save or use --set selection")
-    if args.save and args.model not in PROFILES:
-        raise ValueError(f"--save keeps the measure of a model profile ({', '.join(PROFILES)}); --model "
-                         f"{args.model!r} is not one (drop --save)")
-    path = args.pairs or str(resources.files("lab") / "data" / SETS[args.pair_set])
+    if args.model not in PROFILES and (args.save or not fitting):
+        raise ValueError(f"--model {args.model!r} is not one of the model profiles ({', '.join(PROFILES)}), and only a "
+                         f"profile keeps a fitted context measure: " + ("drop --save" if args.save else
+                         "--set selection fits and judges it in one run"))
+    path = args.pairs or str(resources.files("lab") / "data" / SETS[pair_set])
     items = load_items(path, args.limit)
     if len(items) < 3:
         raise ValueError(f"{path}: {len(items)} pair(s) (after --limit); the figures need at least 3")
@@ -71,10 +78,26 @@ def _inputs(args: argparse.Namespace):
             raise ValueError(f"no fitted context measure for {args.model!r}: run lab validate-context --set selection "
                              f"--model {args.model} --save first")
         reference = (found[0], str(found[1]))
-    return items, path, ("pairs file" if args.pairs else args.pair_set), reference
+    return items, path, ("pairs file" if args.pairs else pair_set), reference
 
 
-def _score(args: argparse.Namespace, items, device, err):
+def _check(items, path: str, reference, new_tokens: int, tokenizer, config: dict | None) -> None:
+    """Refuse a pair the model cannot score, or a fitted measure whose heads the model lacks, before scoring:
+    with the tokenizer and ``config.json`` before the model loads where they are known, else after it loads."""
+    from lab.health.context_items import check_items
+
+    config = (config or {}).get("text_config", config or {})
+    context, layers, heads = (config.get(k) for k in ("max_position_embeddings", "num_hidden_layers",
+                                                        "num_attention_heads"))
+    check_items(tokenizer, items, path, new_tokens, context if isinstance(context, int) else None)
+    if reference is not None and isinstance(layers, int) and isinstance(heads, int):
+        try:
+            reference[0].check_shape(layers, heads)
+        except ValueError as exc:
+            raise ValueError(f"{reference[1]}: {exc}") from None
+
+
+def _score(args: argparse.Namespace, items, path: str, reference, checked: bool, device, err):
     """Load the model (eager attention) and score every pair, the prefill's context health beside."""
     from lab.health.context_items import score_items
     from lab.health.graded import graded_health
@@ -86,6 +109,8 @@ def _score(args: argparse.Namespace, items, device, err):
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights,
                                       attn_implementation="eager")
+    if not checked:  # nothing was known before the model loaded: its own config, before any pair is scored
+        _check(items, path, reference, args.new_tokens, tokenizer, model.config.to_dict())
 
     def health(messages):
         return graded_health(HealthInputs.from_prefill(analyze_prefill(model, tokenizer, messages)))
@@ -97,7 +122,7 @@ def _score(args: argparse.Namespace, items, device, err):
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.health.context_validity import context_validation, save_reference
+    from lab.health.context_validity import context_validation
     from lab.models.source import model_source
     from lab.render.console import stderr_console, stdout_console
     from lab.render.context import figures_table, summary_markdown
@@ -106,9 +131,10 @@ def run(args: argparse.Namespace) -> int:
     # 1. Everything that can be checked before the model loads.
     items, path, set_name, reference = _inputs(args)
     device = check_model_args(args)
+    checked = _check_before_loading(args, items, path, reference)
     err, out = stderr_console(), stdout_console()
     # 2. Score, then judge.
-    model, scores = _score(args, items, device, err)
+    model, scores = _score(args, items, path, reference, checked, device, err)
     info = model_source(model).as_dict()
     v = context_validation(scores, profile=args.model, set_name=set_name, items_file=path, reference=reference)
     out.print(figures_table(v))
@@ -121,6 +147,38 @@ def run(args: argparse.Namespace) -> int:
         rd.write_text("summary.md", summary_markdown(v))
     out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
     if args.save:
-        saved = save_reference(v.reference, args.model, path, rd.final.name)
-        out.print(f"saved: {saved}", markup=False, highlight=False, soft_wrap=True)
+        out.print(_save(v.reference, args.model, path, rd.final), markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _check_before_loading(args: argparse.Namespace, items, path: str, reference) -> bool:
+    """:func:`_check` with the tokenizer alone when the model's config is known without loading it; whether it ran."""
+    from lab.models.loading import known_config, load_tokenizer
+
+    config = known_config(args.model)
+    if config is None:
+        return False
+    _check(items, path, reference, args.new_tokens, load_tokenizer(args.model), config)
+    return True
+
+
+def _save(reference, profile: str, path: str, folder) -> str:
+    """``--save``: the fitted measure to the user's calibration folder; the line saying where, and what it replaces.
+    A file that cannot be written exits 1 naming it; the report stays."""
+    from lab.health.context_validity import reference_path, save_reference
+    from lab.reports import ReportWriteError
+
+    user, packaged = reference_path(profile, packaged=False), reference_path(profile, packaged=True)
+    replaces = ("your earlier fitted measure" if user.is_file() or user.is_symlink() else
+                f"the packaged {packaged}" if packaged.is_file() else None)
+    try:
+        saved = save_reference(reference, profile, path, folder.name)
+    except ValueError as exc:
+        raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
+    except OSError as exc:
+        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but the fitted measure could not be "
+                               f"saved to {str(user)!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR to a "
+                               "writable folder and re-run") from exc
+    if replaces is None:
+        return f"saved: {saved}"
+    return f"saved: {saved}; it replaces {replaces} for every later run on {profile}"

@@ -38,6 +38,7 @@ def tiny_eager(monkeypatch, tmp_path):
 
     monkeypatch.setattr(loading, "load_model", load)
     monkeypatch.setattr(loading, "check_model_available", lambda name: None)
+    monkeypatch.setattr(loading, "known_config", lambda name: None)  # not the real profile's config and tokenizer
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
 
 
@@ -94,3 +95,12 @@ def test_validate_context_refuses_a_folder_in_place_of_the_users_reference(no_mo
     reference_path("smollm2", packaged=False).mkdir(parents=True)
     assert cli.main(["validate-context", "--model", "smollm2", "--device", "cpu"]) == 2
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_packaged_smollm2_context_reference_reads_and_names_heads_inside_the_model(tmp_path, monkeypatch):
+    """SmolLM2-135M has 30 layers of 9 heads; the packaged fit keeps HEADS of them, fitted on the selection set."""
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    ref, path = load_reference("smollm2")
+    assert path == reference_path("smollm2", packaged=True)
+    assert len(ref.heads) == HEADS and all(0 <= layer < 30 and 0 <= head < 9 for layer, head in ref.heads)
+    assert json.loads(path.read_text())["selection_file"] == "lab/data/context_selection.jsonl"
