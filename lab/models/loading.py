@@ -415,10 +415,9 @@ def is_gguf_model(name_or_path: str) -> bool:
     return profile is not None and profile.source in ("gguf-package", "gguf-chunks")
 
 
-def known_context_length(name_or_path: str) -> int | None:
-    """The model's context length (``max_position_embeddings``) when it can be read without loading
-    or dequantizing anything: a GGUF profile's intact cache or a local directory's ``config.json``;
-    else ``None`` (check after loading)."""
+def known_config(name_or_path: str) -> dict | None:
+    """The model's ``config.json`` when it can be read without loading or dequantizing anything: a GGUF
+    profile's intact cache or a local directory's; else ``None`` (check after loading)."""
     profile = PROFILES.get(name_or_path)
     if profile is not None and profile.source in ("gguf-package", "gguf-chunks"):
         folder = cache_dir() / profile.name
@@ -427,9 +426,15 @@ def known_context_length(name_or_path: str) -> int | None:
     else:
         folder = Path(name_or_path).expanduser()
     try:
-        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
+    return config if isinstance(config, dict) else None
+
+
+def known_context_length(name_or_path: str) -> int | None:
+    """The model's context length (``max_position_embeddings`` of :func:`known_config`), or ``None``."""
+    value = (known_config(name_or_path) or {}).get("max_position_embeddings")
     return value if isinstance(value, int) and value > 0 else None
 
 
