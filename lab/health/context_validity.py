@@ -146,13 +146,16 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
     length_auroc = paired_auroc(n_relevant, n_irrelevant)
     swap = np.random.default_rng(seed + 1).random(n) < 0.5
     placebo = paired_auroc(np.where(swap, i, r), np.where(swap, r, i))
-    rho = float(stats.spearmanr(relevant, n_relevant).statistic) if np.ptp(relevant) > 0 else math.nan
+    rho = (float(stats.spearmanr(relevant, n_relevant).statistic)  # constant input: undefined, not a warning
+           if np.ptp(relevant) > 0 and np.ptp(n_relevant) > 0 else math.nan)
     ends = at_ends(list(relevant) + list(irrelevant), *scale)
     failed = tuple(name for name, ok in (
         (f"AUROC {auroc:.2f} < {MIN_AUROC}", auroc >= MIN_AUROC),
         (f"length-only AUROC {length_auroc:.2f} not within {NEAR_HALF} of 0.5", abs(length_auroc - 0.5) <= NEAR_HALF),
         (f"placebo AUROC {placebo:.2f} not within {NEAR_HALF} of 0.5", abs(placebo - 0.5) <= NEAR_HALF),
-        (f"|rho(length)| {abs(rho):.2f} > {MAX_LENGTH_RHO}", math.isfinite(rho) and abs(rho) <= MAX_LENGTH_RHO),
+        (f"|rho(length)| {abs(rho):.2f} > {MAX_LENGTH_RHO}" if math.isfinite(rho) else
+         "rho(length) undefined (the measure or the context length is the same on every relevant prompt)",
+         math.isfinite(rho) and abs(rho) <= MAX_LENGTH_RHO),
         (f"{ends:.0%} at the scale's ends > {MAX_END_SHARE:.0%}", ends <= MAX_END_SHARE)) if not ok)
     return ValidityFigures(measure=measure, direction=direction, n_pairs=n, auroc=auroc, ci_low=low, ci_high=high,
                            length_auroc=length_auroc, placebo_auroc=placebo, length_rho=rho, end_share=ends,
@@ -187,6 +190,17 @@ class HeadReference:
     n_pairs: int
     loo_auroc: float
 
+    def check_shape(self, n_layers: int, n_heads: int) -> None:
+        """Refuse a reference whose kept heads the model (``n_layers`` x ``n_heads``) does not have.
+
+        Raises:
+            ValueError: naming the first such head and the model's shape.
+        """
+        for layer, head in self.heads:
+            if not (0 <= layer < n_layers and 0 <= head < n_heads):
+                raise ValueError(f"its kept head (layer {layer}, head {head}) is not in the model's {n_layers} "
+                                 f"layers x {n_heads} heads (fitted for another model?)")
+
     def score(self, per_head: Sequence[Sequence[float]], n_context: int) -> float:
         """The measure of one prompt from its per-head lookback ratios ``[L][H]`` and its context length.
 
@@ -198,8 +212,8 @@ class HeadReference:
         try:
             mean = sum(per_head[layer][head] for layer, head in self.heads) / len(self.heads)
         except IndexError:
-            raise ValueError(f"a kept head of {list(self.heads)} is outside the model's "
-                             f"{len(per_head)} layers") from None
+            raise ValueError(f"a kept head of {list(self.heads)} is outside the model's {len(per_head)} layers x "
+                             f"{len(per_head[0]) if len(per_head) else 0} heads") from None
         return float(mean - (self.intercept + self.slope * math.log(n_context)))
 
 
@@ -262,16 +276,21 @@ def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
     """The model's fitted context measure (the user's file before the packaged one), or None when neither exists.
 
     Raises:
-        FileSchemaError: the file read is not a valid reference (one line naming it); a folder, FIFO or
-            dangling link in the user's place is refused, never skipped.
+        FileSchemaError: the file read is not a valid reference (one line naming it), or was fitted for
+            another profile; a folder, FIFO or dangling link in the user's place is refused, never skipped.
     """
-    from lab.schemas.health import load_context_reference_file
+    from lab.schemas import FileSchemaError
+    from lab.schemas.health import CONTEXT_REFERENCE_KIND, load_context_reference_file
     from lab.user_dirs import present, read_first
 
     path = read_first(reference_path(profile, packaged=False), reference_path(profile, packaged=True))
     if not present(path):
         return None
     data = load_context_reference_file(path)
+    if data["profile"] != profile:
+        raise FileSchemaError(path, CONTEXT_REFERENCE_KIND, f"fitted for {data['profile']!r}, not {profile!r} "
+                              f"(a copied file? fit it with lab validate-context --set selection --model {profile} "
+                              "--save)")
     return HeadReference(heads=tuple((int(a), int(b)) for a, b in data["heads"]), intercept=float(data["intercept"]),
                          slope=float(data["slope"]), n_pairs=int(data["n_pairs"]),
                          loo_auroc=float(data["loo_auroc"])), path
