@@ -117,6 +117,49 @@ class ItemScores:
         return out
 
 
+def _prompts(context: str, question: str, item_id: str):
+    """The clean prompt (the question alone) and its neutral twin (``context + blank line + question``)."""
+    from lab.prompts import StudyPrompt
+
+    clean = StudyPrompt(id=item_id or "q", category="summary", messages=({"role": "user", "content": question},))
+    twin = StudyPrompt(id=f"{clean.id}-ctx", category="summary", variant="neutral", twin_of=clean.id,
+                       messages=({"role": "user", "content": f"{context}\n\n{question}"},))
+    return clean, twin
+
+
+def prompt_ids(tokenizer: Any, context: str, question: str, item_id: str = "") -> tuple[tuple[Any, Any], Any, Any]:
+    """``((ids, span), clean, twin)``: the prompt's int64 ``[S]`` ids and its context's token span
+    (:func:`lab.intervene.masks.twin_prompt_ids`), and the two :class:`~lab.prompts.StudyPrompt` behind them.
+
+    Raises:
+        ValueError: the context's span cannot be located exactly (named by ``item_id``).
+    """
+    from lab.intervene.masks import twin_prompt_ids
+
+    clean, twin = _prompts(context, question, item_id)
+    return twin_prompt_ids(tokenizer, twin, clean), clean, twin
+
+
+def check_items(tokenizer: Any, items: Sequence[ContextItem], source: str, new_tokens: int,
+                context: int | None) -> None:
+    """Refuse, before any pair is scored, a prompt that cannot be scored: its context's span not located
+    exactly, or its tokens plus ``new_tokens`` past the model's ``context`` (None: not checked).
+
+    Raises:
+        ValueError: the first such prompt, naming ``source``, its line, its id, the side and the lengths.
+    """
+    for item in items:
+        for side in ("relevant", "irrelevant"):
+            where = f"{source}:{item.line}: pair {item.id!r} ({side} context)"
+            try:
+                (ids, _), _, _ = prompt_ids(tokenizer, getattr(item, side), item.question, item.id)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            if context is not None and ids.numel() + new_tokens > context:
+                raise ValueError(f"{where}: {ids.numel()} prompt tokens plus --new-tokens {new_tokens} pass the "
+                                 f"model's context of {context}; shorten it or leave the pair out")
+
+
 def score_prompt(model: Any, tokenizer: Any, eos: frozenset[int], context: str, question: str, n_tokens: int,
                  *, item_id: str = "", health: Callable[[list[dict[str, str]]], float] | None = None) -> PromptScores:
     """Greedy continuation of ``context + blank line + question``, then its reliance measures and health.
@@ -132,16 +175,11 @@ def score_prompt(model: Any, tokenizer: Any, eos: frozenset[int], context: str, 
     import torch
 
     from lab.health.reliance import context_reliance
-    from lab.intervene.masks import twin_prompt_ids
     from lab.intervene.score import greedy_continuation
     from lab.models.chat import encode_chat
-    from lab.prompts import StudyPrompt
 
-    clean = StudyPrompt(id=item_id or "q", category="summary", messages=({"role": "user", "content": question},))
-    twin = StudyPrompt(id=f"{clean.id}-ctx", category="summary", variant="neutral", twin_of=clean.id,
-                       messages=({"role": "user", "content": f"{context}\n\n{question}"},))
     with torch.inference_mode():
-        ids, span = twin_prompt_ids(tokenizer, twin, clean)
+        (ids, span), clean, twin = prompt_ids(tokenizer, context, question, item_id)
         question_ids = encode_chat(tokenizer, [dict(m) for m in clean.messages])[0]
         continuation = greedy_continuation(model, ids, n_tokens, eos)
         if continuation.numel() < 2:  # an answer that ends at once: its first two tokens, EOS not stopping it
