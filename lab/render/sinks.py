@@ -123,6 +123,8 @@ def health_panel(a: PrefillAnalysis) -> Panel:
     body = Text()
     body.append(health_text(a) + "\n", style=f"bold {colour}")
     body.append(health_meaning(a) + "\n", style="dim")
+    if a.health_invalid:
+        body.append(f"NOT a reading of the context on this model: {a.health_invalid}\n", style="bold red")
     body.append(f"content sinks: {len(a.content_sinks)} of {n_content} observed content tokens\n")
     body.append(f"structural sinks: {len(a.structural_sinks)} of {len(a.structural)} structural positions\n")
     body.append(f"attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)\n")
@@ -235,6 +237,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "calibration_file": a.calibration_file,
         "context_health": a.context_health,  # null: not measurable
         "context_health_measure": a.health_measure,
+        "context_health_invalid": a.health_invalid,  # null: no failed validation stored for this model
         "content_sink_health": a.content_sink_health,
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),
@@ -273,7 +276,8 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         "# Attention sinks (prefill)", "",
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')})",
         f"- tokens: {len(a.tokens)}; system prompt: {'given' if system else 'template default (if any)'}",
-        f"- context health: **{health_text(a)}** (lab.health.graded.graded_health, as in the study)",
+        f"- context health: **{health_text(a)}** (lab.health.graded.graded_health, as in the study)"
+        + (f"; **not a reading of the context on this model**: {a.health_invalid}" if a.health_invalid else ""),
         f"- attention on position 0: {a.position0_share:.1%} (mean over queries, layers, heads)",
         f"- threshold: {threshold_text(a)} on `{a.statistic}`; positions observed by < {a.min_observers} "
         "queries are not flagged",

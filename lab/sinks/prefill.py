@@ -62,6 +62,8 @@ import torch
 from lab.health.measures import HealthInputs, LengthReference
 from lab.health.choice import load_chosen
 from lab.health.graded import candidate_values, graded_health, model_length_reference
+from lab.health.validation import health_unmeasurable
+from lab.models.source import model_source
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import DEFAULT_MAX_CHUNK_BYTES, capture_received
 from lab.sinks.profiles import load_choice, resolve_threshold
@@ -127,6 +129,10 @@ class PrefillAnalysis:
             so what is drawn or written later names the measure this analysis used.
         health_reference: The length-reference file ``length_reference`` was read from (the
             user's or the packaged one), ``None`` when the model has none.
+        health_invalid: Why ``health_measure`` does not read the context on this model, with the
+            figures of its stored validation (:func:`lab.health.validation.health_unmeasurable`);
+            ``None`` when no failed validation is stored for this model and measure. Every place
+            that shows ``context_health`` shows this beside it.
         last_logits: Float32 ``[V]`` next-token logits after the prompt.
     """
 
@@ -161,6 +167,7 @@ class PrefillAnalysis:
     calibration_file: str | None = None
     health_candidates: dict[str, float] = field(default_factory=dict)
     length_reference: dict[str, LengthReference] | None = None
+    health_invalid: str | None = None
 
     @property
     def calibrated(self) -> bool:
@@ -329,6 +336,13 @@ def check_calibration_files(model: str, *, threshold: float | None = None,
             load_calibration(model)
 
 
+def _invalid_on(model: Any, measure: str) -> str | None:
+    """The stored validation's reason when ``measure`` failed it on ``model``'s profile; None otherwise."""
+    source = model_source(model, default=None)
+    profile = getattr(source, "profile", None)
+    return health_unmeasurable(profile, measure) if profile else None
+
+
 def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str]], *,
                     threshold: float | None = None, epsilon: float = DEFAULT_EPSILON,
                     min_observers: int = MIN_OBSERVING_QUERIES,
@@ -427,4 +441,5 @@ def analyze_prefill(model: Any, tokenizer: Any, messages: Sequence[dict[str, str
         length_reference=reference.references,
         health_measure=measure,
         health_reference=reference.path,
+        health_invalid=_invalid_on(model, measure),
     )

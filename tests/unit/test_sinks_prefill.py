@@ -328,3 +328,29 @@ def test_score_positions_recency_trend_global_baseline_flags_tail_negative_contr
     scores = score_positions(per_head, [ROLE_TEMPLATE] + [ROLE_CONTENT] * (s - 1), statistic="gm_content")
     z_global = robust_z(scores.typical, exclude=[0, *range(s - MIN_OBSERVING_QUERIES + 1, s)])
     assert int((z_global[-200:-MIN_OBSERVING_QUERIES] > Z_THRESHOLD).sum()) > 0
+
+
+def test_context_health_that_failed_validation_on_this_model_says_so_wherever_it_is_shown(tiny_chatml, monkeypatch):
+    """A model whose profile has a failed validation stored for the chosen measure (the packaged smollm2 verdict)
+    carries the reason into the analysis, and the panel, summary.md and report.json show it beside the score;
+    a model with no stored verdict shows nothing of the kind."""
+    import io
+
+    from rich.console import Console
+
+    from lab.render.sinks import health_panel
+
+    model, tok = tiny_chatml
+    msgs = [{"role": "user", "content": "what is the capital of france ?"}]
+    monkeypatch.setitem(model_sources._SOURCES, model, ModelSource(model="tiny", profile="smollm2", device="cpu",
+                                                                   dtype="float32"))
+    a = analyze_prefill(model, tok, msgs)
+    assert a.health_invalid and "does not read the context on smollm2" in a.health_invalid
+    out = io.StringIO()
+    Console(file=out, width=200).print(health_panel(a))
+    assert "NOT a reading of the context on this model" in out.getvalue()
+    assert "not a reading of the context" in summary_markdown(a, prompt="q", system=None, model_info={"model": "tiny"})
+    assert report_data(a)["context_health_invalid"] == a.health_invalid
+    monkeypatch.setitem(model_sources._SOURCES, model, ModelSource(model="tiny", profile=None, device="cpu",
+                                                                   dtype="float32"))
+    assert analyze_prefill(model, tok, msgs).health_invalid is None
