@@ -236,7 +236,8 @@ def cluster_config(args: argparse.Namespace):
     """The :class:`lab.runs.cluster.ClusterConfig` of ``--ray`` (``None`` without ``--ray``).
 
     Raises:
-        ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray``, a count below 1, a
+        ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray`` (``--ray-timeout`` without an
+            address too: a local cluster has no answer to wait for), a count below 1, a
             timeout outside (0, 3600] s, an address of no accepted form
             (:func:`lab.runs.cluster.parse_address`), or Ray not installed (naming the
             ``lab[cluster]`` extra to install).
@@ -257,6 +258,9 @@ def cluster_config(args: argparse.Namespace):
     if not (math.isfinite(timeout) and 0 < timeout <= 3600):
         raise ValueError(f"--ray-timeout={args.ray_timeout:g} must be in (0, 3600] seconds")
     address = parse_address(args.ray)  # before Ray is imported: a bad address is bad input, Ray or not
+    if address is None and args.ray_timeout is not None:  # it bounds a running cluster's answer only
+        raise ValueError("--ray-timeout has no effect on the local cluster --ray without an address starts; it "
+                         "bounds how long --ray ADDRESS has to answer: drop it")
     require_ray()
     return ClusterConfig(address=address, n_actors=args.ray_actors, threads=args.threads or 1,
                          connect_timeout_s=timeout)
