@@ -17,6 +17,7 @@ import ast
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import lab
@@ -47,8 +48,9 @@ def path_of(module: str) -> str:
     return f"{module.replace('.', '/')}/__init__.py" if path.is_dir() else f"{module.replace('.', '/')}.py"
 
 
+@lru_cache(maxsize=1)  # read once per process: the rules below ask for it once per module
 def lab_modules() -> dict[str, Path]:
-    """Every module of the ``lab`` package: ``{dotted name: file}``."""
+    """Every module of the ``lab`` package: ``{dotted name: file}`` (shared: do not modify)."""
     modules = {}
     for path in sorted(LAB_DIR.rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -58,6 +60,7 @@ def lab_modules() -> dict[str, Path]:
     return modules
 
 
+@lru_cache(maxsize=None)  # each module's source is parsed once per process, not once per rule
 def imported_names(source: str, module: str, is_package: bool) -> list[tuple[str, int, tuple[str, ...]]]:
     """Every import statement of ``source`` as ``(dotted name, line, names)``, wherever it stands.
 
