@@ -162,13 +162,22 @@ def resolve_auto(ray: Any) -> str:
                          "address (--ray host:port), or drop the address to start a local one for this run") from None
 
 
+RAY_NO_FAILURE_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"  # set before Ray is first imported (require_ray)
+
+
 def require_ray() -> Any:
-    """The ``ray`` module.
+    """The ``ray`` module, imported with Ray's native failure signal handlers off (:data:`RAY_NO_FAILURE_HANDLER`,
+    inherited by the cluster a run starts), so this process's SIGTERM handler holds through ``ray.shutdown``.
 
     Raises:
         ValueError: Ray is not installed, naming the extra that installs it (the
             CLI turns this into exit status 2 before any model loads).
     """
+    # Ray's core worker puts native failure handlers on SIGTERM (and SIGSEGV, ...) in this process, and
+    # ray.shutdown() sets SIGTERM back to SIG_DFL at the OS level, while Python still believes its own
+    # handler is in place: a SIGTERM in the ~2 s shutdown then spends stopping a local cluster killed the
+    # run with no line (exit -15) and left Ray's session folder. Ray reads this switch when imported.
+    os.environ.setdefault(RAY_NO_FAILURE_HANDLER, "1")
     try:
         import ray
     except ImportError:
@@ -471,24 +480,33 @@ class RayExecutor:
     def close(self) -> None:
         """Stop the actors; stop the local cluster if this executor started it (disconnect otherwise)."""
         ray = self.ray
-        for a in self.actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        self.actors, self._experiment_ref = [], None
-        if self._owns_cluster and ray.is_initialized():
-            ray.shutdown()
-        self._owns_cluster = False
-        if self._sigterm_handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._sigterm_handler)
-            self._sigterm_handler = None
-        if self._session_dir is not None:
-            if self._n_failed:  # the actors' logs may say why
-                logger.warning("Ray's logs of this run are kept in %s", self._session_dir)
-            else:
-                shutil.rmtree(self._session_dir, ignore_errors=True)
-            self._session_dir = None
+        try:
+            for a in self.actors:
+                try:
+                    ray.kill(a, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            self.actors, self._experiment_ref = [], None
+            if self._owns_cluster and ray.is_initialized():
+                ray.shutdown()
+        except BaseException:  # a Ctrl-C or SIGTERM in the shutdown (~2 s): finish stopping the cluster first
+            if self._owns_cluster:
+                try:
+                    ray.shutdown()
+                except BaseException:  # noqa: BLE001 - a second signal: the first one is already on its way
+                    pass
+            raise
+        finally:  # ... then neither this process's handler stays wrapped nor the session folder stays
+            self._owns_cluster = False
+            if self._sigterm_handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._sigterm_handler)
+                self._sigterm_handler = None
+            if self._session_dir is not None:
+                if self._n_failed:  # the actors' logs may say why
+                    logger.warning("Ray's logs of this run are kept in %s", self._session_dir)
+                else:
+                    shutil.rmtree(self._session_dir, ignore_errors=True)
+                self._session_dir = None
 
 
 def _one_line(exc: BaseException) -> str:
