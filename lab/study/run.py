@@ -260,8 +260,8 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
         overrides: Fields that do not change the numbers (``n_resamples``, ``out``).
 
     Raises:
-        ValueError: no directory, a directory without settings, settings that
-            differ (naming the keys), a changed prompt set, or no finished prompt.
+        ValueError: no directory, one directory named twice, a directory without settings, settings
+            that differ (naming the keys), a changed prompt set, or no finished prompt.
         WorkDirBusyError: a shard (or a whole run) still runs in one of the
             directories, naming it and the shards: a report then would silently lack
             their prompts. Each directory is held while it is read.
@@ -270,6 +270,13 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
     dirs = [Path(d) for d in work_dirs]
     if not dirs:
         raise ValueError("merge needs at least one work directory")
+    named: dict[Path, Path] = {}
+    for d in dirs:  # one directory twice (or by two paths) was merged once and listed twice in the report
+        if d.resolve() in named:
+            raise ValueError(f"--merge names the work directory {str(named[d.resolve()])!r} twice"
+                             + (f" (again as {str(d)!r})" if str(d) != str(named[d.resolve()]) else "")
+                             + "; name each once")
+        named[d.resolve()] = d
     settings = [read_settings(d, flag="--merge") for d in dirs]  # raises for a non-work dir
     for d, s in zip(dirs[1:], settings[1:]):
         if s != settings[0]:

@@ -75,3 +75,17 @@ def test_require_ray_turns_off_rays_native_signal_handlers(monkeypatch):
     monkeypatch.delenv(cluster.RAY_NO_FAILURE_HANDLER, raising=False)
     cluster.require_ray()
     assert os.environ[cluster.RAY_NO_FAILURE_HANDLER] == "1"
+
+
+def test_merge_study_one_work_directory_named_twice_refused(tmp_path, monkeypatch):
+    """Fault class: ``lab study --merge DIR DIR`` (or DIR and a link to it) reported "merged from 2 shard work
+    directories" listing one twice."""
+    from lab.study.run import merge_study
+
+    work = tmp_path / ".study-work-0123"
+    work.mkdir()
+    (tmp_path / "link").symlink_to(work)
+    with pytest.raises(ValueError, match=r"names the work directory .*\.study-work-0123' twice; name each once"):
+        merge_study([work, work])
+    with pytest.raises(ValueError, match=r"twice \(again as .*link'\)"):
+        merge_study([work, tmp_path / "link"])
