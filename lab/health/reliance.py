@@ -38,6 +38,7 @@ from typing import Any, Iterator
 import torch
 
 from lab.intervene.masks import AddedSpan, check_eager
+from lab.intervene.score import decoder_layers
 
 LN2 = math.log(2.0)
 
@@ -155,13 +156,6 @@ def kl_bits(with_logits: torch.Tensor, without_logits: torch.Tensor) -> torch.Te
     return ((log_p.exp() * (log_p - log_q)).sum(-1) / LN2).clamp_min(0.0)
 
 
-def _decoder_layers(model: Any) -> Any:
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__} has no decoder layers at .model.layers; cannot read its attention")
-    return layers
-
-
 @contextmanager
 def _layer_ratios(model: Any, span: AddedSpan, n_prompt: int, n_decode: int, out: list[torch.Tensor]) -> Iterator[None]:
     """While open, each attention layer appends its ``[H, T - 1]`` lookback ratios to ``out``."""
@@ -170,7 +164,7 @@ def _layer_ratios(model: Any, span: AddedSpan, n_prompt: int, n_decode: int, out
         assert probs is not None, "the attention layer returned no probabilities (not eager)"
         out.append(lookback_ratios(probs[0, :, -n_decode:], span, n_prompt))
 
-    handles = [layer.self_attn.register_forward_hook(hook) for layer in _decoder_layers(model)]
+    handles = [layer.self_attn.register_forward_hook(hook) for layer in decoder_layers(model)]
     try:
         yield
     finally:

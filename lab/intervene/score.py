@@ -126,7 +126,12 @@ def greedy_continuation(model: Any, prompt_ids: torch.Tensor, n_tokens: int,
     return torch.tensor(result.tokens, dtype=torch.long)
 
 
-def _decoder_layers(model: Any) -> Any:
+def decoder_layers(model: Any) -> Any:
+    """``model.model.layers`` (the decoder layers whose attention modules the hooks read).
+
+    Raises:
+        ValueError: the model has none there.
+    """
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise ValueError(f"{type(model).__name__} has no decoder layers at .model.layers; cannot read its attention")
@@ -143,7 +148,7 @@ def _attention_masses(model: Any, span: AddedSpan, n_decode: int, out: list[tupl
         rows = probs[0, :, -n_decode:].float()  # [H, T, K]
         out.append((float(rows[..., span.start:span.end].sum(-1).mean()), float(rows[..., 0].mean())))
 
-    handles = [layer.self_attn.register_forward_hook(hook) for layer in _decoder_layers(model)]
+    handles = [layer.self_attn.register_forward_hook(hook) for layer in decoder_layers(model)]
     try:
         yield
     finally:
@@ -154,7 +159,7 @@ def _attention_masses(model: Any, span: AddedSpan, n_decode: int, out: list[tupl
 def shared_layers(target: Any, draft: Any) -> int | None:
     """L when ``draft`` is the target's first L layers with its final norm and head (an early-exit view)
     and the model has no final logit soft-capping, so its logits can be read from the target's pass; else None."""
-    t_layers, d_layers = _decoder_layers(target), _decoder_layers(draft)
+    t_layers, d_layers = decoder_layers(target), decoder_layers(draft)
     if len(d_layers) > len(t_layers) or any(a is not b for a, b in zip(d_layers, t_layers)):
         return None
     if draft.lm_head is not target.lm_head or getattr(draft.model, "norm", None) is not getattr(target.model, "norm", 1):
@@ -172,7 +177,7 @@ def _early_exit_logits(target: Any, draft: Any, n_layers: int, n_decode: int, ou
         hidden = output[0] if isinstance(output, tuple) else output  # [1, Q, D]
         out.append(draft.lm_head(draft.model.norm(hidden[:, -n_decode:]))[0].float())
 
-    handle = _decoder_layers(target)[n_layers - 1].register_forward_hook(hook)
+    handle = decoder_layers(target)[n_layers - 1].register_forward_hook(hook)
     try:
         yield
     finally:
