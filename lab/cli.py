@@ -60,6 +60,7 @@ COMMANDS = (
     "lab.commands.study",
     "lab.commands.stream",
     "lab.commands.intervene",
+    "lab.commands.view",
 )
 
 

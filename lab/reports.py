@@ -324,12 +324,38 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    _write_page(staging, report.final.name, kind)
     try:
         report.final = _rename_to_free_name(staging, report.final)  # atomic on one filesystem
     except OSError as exc:
         raise ReportWriteError(f"the report is complete in {str(staging)!r} but could not be renamed to "
                                f"{str(report.final)!r} ({exc.strerror or exc})") from exc
     report.path = report.final
+    _write_log(root)
+
+
+def _write_page(staging: Path, name: str, kind: str) -> None:
+    """The report's ``index.html`` (:mod:`lab.views`), written into the staging directory before the rename so a
+    visible report has its page (a command that drew its own, ``lab view A B``, keeps it). A page that cannot be
+    drawn costs the page, never the report: a warning says so."""
+    from lab.views.page import PAGE, write_page
+
+    if (staging / PAGE).exists():
+        return
+    try:
+        write_page(staging, name=name, kind=kind)
+    except Exception as exc:  # noqa: BLE001 - the report's files are complete; only its page is lost
+        logger.warning("the report's page (index.html) was not written: %s: %s", type(exc).__name__, exc)
+
+
+def _write_log(root: Path) -> None:
+    """Rebuild ``<root>/index.html``, the experiment log; a failure costs the log's update, with a warning."""
+    from lab.views.log import rebuild_log
+
+    try:
+        rebuild_log(root)
+    except Exception as exc:  # noqa: BLE001 - the report is in place; `lab view --rebuild` redraws the log
+        logger.warning("the experiment log %s was not updated: %s: %s", root / "index.html", type(exc).__name__, exc)
 
 
 def _failed_file(exc: OSError, staging: Path) -> str:

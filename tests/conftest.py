@@ -76,3 +76,16 @@ def ggml_smollm2():
     except RuntimeUnavailableError as exc:
         pytest.fail(f"the llama.cpp runtime must be built for this tier (make peer): {exc}")
     return load_ggml_model("smollm2", n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the session's page tests (:mod:`tests.browser`); skipped, with the
+    reason and the command that installs it, where Debian's chromium or chromedriver is missing."""
+    from tests.browser import Browser, missing
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    with Browser() as b:
+        yield b

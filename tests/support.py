@@ -479,3 +479,11 @@ def without_seconds(value):
     if isinstance(value, list):
         return [without_seconds(v) for v in value]
     return value
+
+
+def report_dirs(root) -> list:
+    """The report directories in a reports root, by name: the visible folders (the root also holds the
+    experiment log, ``index.html``, and a run in progress its hidden staging folder)."""
+    from pathlib import Path
+
+    return sorted((p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)

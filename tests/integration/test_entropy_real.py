@@ -87,7 +87,7 @@ def _run_cli(lab_log, *extra):
 def test_cli_entropy_real_model_writes_parsable_complete_report(lab_log, capsys, smollm2, extra):
     """`lab entropy` end to end: all four files exist, JSON parses, CSV matches JSON, settings recorded."""
     report = _run_cli(lab_log, *extra)
-    assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "report.json", "summary.md", "tokens.csv"]
+    assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "index.html", "report.json", "summary.md", "tokens.csv"]
     data = json.loads((report / "report.json").read_text())
     assert data["model"]["model"] == "smollm2" and data["vocab_size"] == 49152
     # The stop reason must agree with the tokens: the whole budget, or an EOS as the last token before it.

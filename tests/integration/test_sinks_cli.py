@@ -36,7 +36,7 @@ def test_cli_sinks_writes_report_that_parses(tmp_path, capsys, lab_log):
     stdout = capsys.readouterr().out
     assert "context health" in stdout and "[bold]markup[/bold]" in stdout
     assert "-sinks-prompt" in rd.name
-    assert {p.name for p in rd.iterdir()} == {"report.json", "positions.csv", "summary.md", "heatmap.png"}
+    assert {p.name for p in rd.iterdir()} == {"report.json", "positions.csv", "summary.md", "heatmap.png", "index.html"}
     report = read_json(rd / "report.json")
     a = report["analysis"]
     s = a["n_tokens"]
@@ -77,7 +77,7 @@ def test_cli_calibrate_sinks_small_set_writes_report(tmp_path, lab_log):
         held = data["held_out"]
         assert held["short"]["n_prompts"] == 2 and held["long"]["n_prompts"] == 1
         assert "held-out set" in (rd / "summary.md").read_text()
-    assert {p.name for p in rd.iterdir()} == {"calibration.json", "sweep.csv", "prompts.csv", "summary.md",
+    assert {p.name for p in rd.iterdir()} == {"calibration.json", "sweep.csv", "prompts.csv", "summary.md", "index.html",
                                              "sweep.png"}
 
 

@@ -109,7 +109,7 @@ def test_lab_speculate_writes_complete_report(lab_log, capsys):
                               "--temperature", "0.7", "--seed", "3", "--device", "cpu"])
     assert rc == 0 and report is not None
     assert report.name.endswith("-speculate-what-is-the-capital-of-france")
-    assert {p.name for p in report.iterdir()} == {"report.json", "rounds.csv", "summary.md", "accepted_length.png"}
+    assert {p.name for p in report.iterdir()} == {"report.json", "rounds.csv", "summary.md", "accepted_length.png", "index.html"}
     data = json.loads((report / "report.json").read_text())
     lab_log.record(alpha=data["acceptance"].get("alpha"), n_tokens=len(data["new_token_ids"]))
     assert len(data["new_token_ids"]) <= 8 and data["settings"]["seed"] == 3

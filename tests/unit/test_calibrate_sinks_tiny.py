@@ -11,6 +11,8 @@ from lab.models.source import ModelSource, register_source
 from lab.sinks import profiles as sink_profiles
 from tests import support
 
+from tests.support import report_dirs
+
 
 @pytest.mark.slow  # a whole calibrate-sinks run on a tiny model
 @pytest.mark.parametrize("rule_gives", [None, ("sink_rate", 0.05)])
@@ -52,5 +54,5 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     assert ("detector choice written" in err) == (rule_gives is not None), err
     for path in support.packaged_sink_profile_files():
         assert json.loads(sink_profiles.calibration_path(path.stem).read_text())["statistic"] == choice.statistic
-    report = next((tmp_path / "out").iterdir())
+    report = report_dirs(tmp_path / "out")[0]
     assert json.loads((report / "calibration.json").read_text())["saved_to"] == str(user)

@@ -25,6 +25,8 @@ from lab.health import references as health_references
 from lab.models.source import ModelSource, register_source
 from lab.sinks import profiles
 
+from tests.support import report_dirs
+
 STATISTIC = profiles.load_choice().statistic  # the packaged choice: sink_rate
 
 
@@ -124,7 +126,7 @@ def test_cli_sinks_calibration_file_is_used_and_named_in_the_report(tmp_path, ca
         rc = cli.main(["sinks", "hello there", "--model", "smollm2", "--calibration", str(given), "--device", "cpu",
                        "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
-    (report,) = (tmp_path / "out").iterdir()
+    (report,) = report_dirs(tmp_path / "out")
     analysis = json.loads((report / "report.json").read_text())["analysis"]
     assert analysis["threshold"] == 0.45 and analysis["calibration_file"] == str(given)
     assert str(given) in (report / "summary.md").read_text()
@@ -146,7 +148,7 @@ def test_cli_calibrate_sinks_unwritable_user_dir_keeps_report_and_package_exits_
     lines = [line for line in err.splitlines() if "error" in line]
     assert rc == 1 and len(lines) == 1 and "report is complete" in lines[0] and "LAB_CALIBRATION_DIR" in lines[0], err
     assert "Traceback" not in err
-    (report,) = (tmp_path / "out").iterdir()
+    (report,) = report_dirs(tmp_path / "out")
     assert {"calibration.json", "summary.md", "sweep.csv", "prompts.csv", "sweep.png"} <= {p.name for p in report.iterdir()}
     assert {p.name: p.read_bytes() for p in profiles.calibration_dir().glob("*.json")} == packaged
 
@@ -178,7 +180,7 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     assert health_choice.packaged_path().read_bytes() == before
     assert health_choice.chosen_path() == health_choice.user_path()
     written = json.loads(health_choice.user_path().read_text())
-    (report,) = (tmp_path / "out").iterdir()
+    (report,) = report_dirs(tmp_path / "out")
     data = json.loads((report / "calibration.json").read_text())
     assert written["measure"] == data["chosen"] and data["saved_to"] == str(health_choice.user_path())
     profile = data["length_reference"]["profile"]  # and the model's length reference, beside it, read back

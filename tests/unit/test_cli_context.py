@@ -16,6 +16,8 @@ import lab.models.loading
 from lab import cli
 from tests import support
 
+from tests.support import report_dirs
+
 CONTEXT = 64
 
 
@@ -73,7 +75,7 @@ def test_cli_entropy_prompt_plus_budget_within_context_runs(tmp_path, capsys, sh
     rc = cli.main(["entropy", LONG_PROMPT, "--max-new-tokens", str(CONTEXT - n), "--device", "cpu",
                    "--out", str(tmp_path)])
     assert rc == 0, capsys.readouterr().err
-    assert len(list(tmp_path.iterdir())) == 1
+    assert len(report_dirs(tmp_path)) == 1
 
 
 def test_cli_bench_with_a_prompt_lookup_draft_writes_its_report(tmp_path, capsys, short_context_backend):

@@ -16,6 +16,8 @@ from lab.reports import rows_from_csv
 from lab.tracker.results import DecodeSettings, StepRecord, TrackResult
 from tests import support
 
+from tests.support import report_dirs
+
 
 @pytest.fixture
 def tiny_backend(monkeypatch):
@@ -91,9 +93,9 @@ def test_cli_entropy_tiny_model_writes_complete_report(tmp_path, capsys, tiny_ba
     rc = cli.main(["entropy", "what is the capital of france ?", "--max-new-tokens", "6", "--temperature", "0.8",
                    "--top-k", "10", "--seed", "5", "--device", "cpu", "--out", str(tmp_path)])
     assert rc == 0
-    (report,) = list(tmp_path.iterdir())
+    (report,) = report_dirs(tmp_path)
     assert report.name.endswith("-entropy-what-is-the-capital-of-france")
-    assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "report.json", "summary.md", "tokens.csv"]
+    assert sorted(p.name for p in report.iterdir()) == ["entropy.png", "index.html", "report.json", "summary.md", "tokens.csv"]
     data = json.loads((report / "report.json").read_text())
     assert data["settings"] == {"max_new_tokens": 6, "temperature": 0.8, "top_p": 1.0, "top_k": 10, "seed": 5,
                                 "top_alternatives": 5}
@@ -197,7 +199,7 @@ def test_cli_bench_tracker_tiny_model_writes_report(tmp_path, capsys, tiny_backe
     rc = cli.main(["bench-tracker", "--max-new-tokens", "4", "--repeats", "2", "--stats-iterations", "3",
                    "--device", "cpu", "--out", str(tmp_path)])
     assert rc == 0
-    (report,) = list(tmp_path.iterdir())
+    (report,) = report_dirs(tmp_path)
     assert report.name.endswith("-bench-tracker")
     data = json.loads((report / "report.json").read_text())
     assert len(data["times_s"]["on"]) == len(data["times_s"]["off"]) == 2

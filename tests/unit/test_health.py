@@ -20,6 +20,8 @@ from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, fig
 from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
 
+from tests.support import report_dirs
+
 
 @st.composite
 def health_inputs(draw, min_content: int = 1):
@@ -267,7 +269,7 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
     assert cli.main(["calibrate-health", "--prompts", str(cal), "--distractors", str(study), "--study-set",
                      "--neutral", str(neutral), "--reference-prompts", str(ref), "--device", "cpu",
                      "--out", str(tmp_path / "out")]) == 0
-    (report,) = (tmp_path / "out").iterdir()
+    (report,) = report_dirs(tmp_path / "out")
     data = json.loads((report / "calibration.json").read_text())
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 12
     assert data["controls_rejected"] == {"length_only": True}

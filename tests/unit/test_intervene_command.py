@@ -38,7 +38,7 @@ CLEAN = (("factual", "factual-0", "what is the capital of france ?"),
 DISTRACTORS = {"d0": "the the the of of of", "d1": "hello world hello world", "d2": "0 1 2 3 4 5 6 7"}
 NEUTRAL = "paris is the capital of france"
 RUN = ["--model", "smollm2", "--draft", "early-exit:1", "--pilot-limit", "0", "--limit", "3"]
-REPORT_FILES = {"report.json", "summary.md", "triples.csv", "arms.png"}
+REPORT_FILES = {"index.html", "report.json", "summary.md", "triples.csv", "arms.png"}
 SAME_NUMBERS = ("settings", "decides", "analysis", "controls", "pilot", "power", "seconds", "triples")
 
 

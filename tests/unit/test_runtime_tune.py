@@ -18,6 +18,8 @@ from lab.schemas import FileSchemaError
 from lab.speculative import tuning_schema
 from lab.tuning import RUNTIME, read_tuned, runtime_machine_key, write_tuned
 
+from tests.support import report_dirs
+
 pytestmark = pytest.mark.unit
 
 
@@ -194,7 +196,7 @@ def test_tune_runtime_keeps_the_report_when_the_tuning_file_cannot_be_written(tm
     RUNTIME.path("qwen2.5-coder").mkdir(parents=True)  # a folder where the file goes
     rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--repeats", "1", "--out", str(tmp_path)])
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("WARNING")]  # a busy machine
-    (run,) = list(tmp_path.iterdir())
+    (run,) = report_dirs(tmp_path)
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     assert rc == 1 and len(err) == 1 and f"the tuning file '{RUNTIME.path('qwen2.5-coder')}' could not" in err[0]
     assert str(run) in err[0] and report["result"]["winner"] == "llama.cpp (gguf)"

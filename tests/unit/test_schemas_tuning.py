@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from tests.support import edit_at
+from tests.support import edit_at, report_dirs
 from lab import cli
 from lab.speculative.setups import MAX_GAMMA
 from lab.schemas import FileSchemaError
@@ -179,7 +179,7 @@ def test_cli_speculate_bad_tuning_file_runs_the_default_with_one_note(tmp_path, 
     assert rc == 0, err
     assert err.count(f"ignoring the tuning file {path}: corrupt") == 1 and "--adaptive" not in err
     assert "Traceback" not in err and "did not foresee" not in err
-    (run,) = list(out.iterdir())
+    (run,) = report_dirs(out)
     settings = json.loads((run / "report.json").read_text(encoding="utf-8"))["settings"]
     assert settings["gamma"] <= MAX_GAMMA and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
 
@@ -198,6 +198,6 @@ def test_cli_speculate_runs_a_file_tuned_with_other_threads(tmp_path, capsys, mo
     assert rc == 0, err
     assert asked == [(DRAFT, "per-pass")] and f"from tuned: {path}" in err
     assert f"measured with {other} torch thread" in err and "ignoring" not in err
-    (run,) = list(out.iterdir())
+    (run,) = report_dirs(out)
     notes = json.loads((run / "report.json").read_text(encoding="utf-8"))["settings"]["draft_setup"]["notes"]
     assert len(notes) == 1 and f"OMP_NUM_THREADS={other}" in notes[0]

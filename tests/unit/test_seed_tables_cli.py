@@ -13,6 +13,8 @@ import math
 from lab import cli
 from lab.bench.seed_tables import SEED_CACHING, SEED_GAMMA_SWEEP
 
+from tests.support import report_dirs
+
 
 def _tiny_models(monkeypatch):
     from tests import support
@@ -26,7 +28,7 @@ def test_cli_seed_tables_writes_both_tables_beside_the_seeds_figures(tmp_path, c
                    "--threads", "1", "--device", "cpu", "--out", str(tmp_path)])
     out = capsys.readouterr()
     assert rc == 0, out.err
-    (run,) = list(tmp_path.iterdir())
+    (run,) = report_dirs(tmp_path)
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     cmp = report["comparison"]
     assert [r["row"] for r in cmp["gamma_sweep"]] == list(SEED_GAMMA_SWEEP)

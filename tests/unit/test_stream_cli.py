@@ -13,6 +13,8 @@ import pytest
 from lab.cli import main
 from tests import support
 
+from tests.support import report_dirs
+
 TINY_ARGS = ["--tokens", "160", "--policies", "dense,window:12,sinks:4+12,detected:4+12,recompute:16",
              "--chunk-tokens", "16", "--detect-tokens", "32", "--recompute-every", "2", "--prompt-tokens", "40",
              "--max-new-tokens", "6", "--gamma", "2", "--draft", "early-exit:1"]
@@ -85,9 +87,9 @@ def test_stream_cli_tiny_run_writes_consistent_report(tmp_path, capsys, tiny_loa
     the PPL never scored, "targets 16..169")."""
     out = tmp_path / "r"
     assert main(["stream", "--text-file", str(text_file), *TINY_ARGS, "--tokens", "170", "--out", str(out)]) == 0
-    (rd,) = list(out.iterdir())
+    (rd,) = report_dirs(out)
     assert rd.name.endswith("-stream-text")
-    assert {p.name for p in rd.iterdir()} == {"report.json", "policies.csv", "tokens.csv", "summary.md",
+    assert {p.name for p in rd.iterdir()} == {"index.html", "report.json", "policies.csv", "tokens.csv", "summary.md",
                                                "rolling_nll.png"}
     report = json.loads((rd / "report.json").read_text())
     specs = ["dense", "window:12", "sinks:4+12", "detected:4+12", "recompute:16"]
@@ -154,6 +156,6 @@ def test_stream_cli_draft_weights_reach_the_draft_and_the_report(tmp_path, capsy
     assert main(["stream", "--text-file", str(text_file), *args, "--tokens", "170", "--draft-weights", "int8",
                  "--policies", "dense,window:12", "--out", str(out)]) == 0
     assert seen == [("qwen2.5-coder-0.5b", "int8")]
-    (rd,) = list(out.iterdir())
+    (rd,) = report_dirs(out)
     assert json.loads((rd / "report.json").read_text())["settings"]["draft_weights"] == "int8"
     assert "(int8 weights)" in (rd / "summary.md").read_text()

@@ -15,6 +15,8 @@ from lab.bench.prompt_split import HELD_BACK
 from lab.speculative.setups import DraftSetup
 from lab.tuning import DRAFT_SETUP, machine_key, read_tuned
 
+from tests.support import report_dirs
+
 
 def _tiny_models(monkeypatch):
     from tests import support
@@ -31,7 +33,7 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
                        "--out", str(tmp_path / "bench")])
         out = capsys.readouterr()
         assert rc == 0, out.err
-        (run,) = list((tmp_path / "bench").iterdir())
+        (run,) = report_dirs((tmp_path / "bench"))
         report = json.loads((run / "report.json").read_text(encoding="utf-8"))
         assert not any(f"humaneval-{i:03d}" in json.dumps(report["prompts"]) for i in HELD_BACK)
         assert set(report["configs"]) == {"greedy", "sampling"} and report["configs"]["sampling"]["sampling"]["temperature"] > 0
@@ -44,7 +46,7 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
                        "--out", str(tmp_path / "spec")])
         err = capsys.readouterr().err
         assert rc == 0, err
-        (srun,) = list((tmp_path / "spec").iterdir())
+        (srun,) = report_dirs((tmp_path / "spec"))
         setup = json.loads((srun / "report.json").read_text(encoding="utf-8"))["settings"]["draft_setup"]
         assert setup["sources"]["gamma"] == f"tuned: {tuned.path}" and setup["gamma"] == tuned.data["setup"]["gamma"]
         assert f"from tuned: {tuned.path}" in err
@@ -71,7 +73,7 @@ def test_cli_tune_keeps_the_report_when_the_tuning_file_cannot_be_written(tmp_pa
     finally:
         torch.set_num_threads(before)
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lab bench")]
-    (run,) = list((tmp_path / "bench").iterdir())
+    (run,) = report_dirs((tmp_path / "bench"))
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     assert rc == 1 and len(err) == 1 and f"the tuning file '{DRAFT_SETUP.path('smollm2')}' could not" in err[0]
     assert str(run) in err[0] and report["winner"]["gamma"] == 1 and (run / "summary.md").exists()

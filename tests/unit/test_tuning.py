@@ -19,6 +19,8 @@ from lab import tuning
 from lab.tuning import DRAFT_SETUP, RUNTIME, machine_key
 from tests import support
 
+from tests.support import report_dirs
+
 PROFILE, DRAFT = "qwen2.5-coder", "qwen2.5-coder-0.5b"
 TUNED = DraftSetup(draft_dtype="per-pass", gamma=3, adaptive="pmin:0.6")
 
@@ -191,7 +193,7 @@ def _speculate(tmp_path, capsys, *extra):
                    "--out", str(tmp_path / "o"), *extra])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    (run,) = list((tmp_path / "o").iterdir())
+    (run,) = report_dirs((tmp_path / "o"))
     return json.loads((run / "report.json").read_text(encoding="utf-8"))["settings"], captured.err
 
 

@@ -1,0 +1,73 @@
+"""``lab view``: the page of a report, the experiment log, or two reports side by side.
+
+- ``lab view DIR``: DIR's page (``DIR/index.html``, drawn again from its files) or, for a reports
+  folder, its experiment log; prints the path and opens it where a browser is available.
+- ``lab view A B``: a comparison of two reports of one kind, written as a report of its own
+  (``<out>/<timestamp>-compare-<kind>/index.html``, listed in the log).
+- ``lab view --rebuild [ROOT]``: every report's page in ROOT drawn again, then the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lab.commands.common import add_out_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "view", help="open a report's page, the experiment log, or two reports side by side",
+        description="Draw a report's self-contained page (index.html) or a reports folder's experiment log and "
+                    "print its path; with two reports of one kind, write a page comparing them.",
+    )
+    p.add_argument("reports", nargs="*", metavar="DIR",
+                   help="a report directory or a reports folder (default: reports/); two report directories to compare")
+    p.add_argument("--rebuild", action="store_true",
+                   help="draw every report's page in the folder again, then the experiment log")
+    p.add_argument("--no-open", action="store_true", help="print the page's path without opening a browser")
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.views.open import open_page, rebuild_folder, show
+
+    # 1. What was asked: one folder (a report, or a reports root), two reports, or a rebuild.
+    if len(args.reports) > 2:
+        raise ValueError(f"DIR: {len(args.reports)} paths given; give one report or folder, or two reports to compare")
+    if args.rebuild and len(args.reports) == 2:
+        raise ValueError("--rebuild takes one reports folder, not two reports")
+    # 2. Draw the page.
+    if len(args.reports) == 2:
+        page = write_comparison(Path(args.reports[0]), Path(args.reports[1]), Path(args.out))
+    elif args.rebuild:
+        page, count = rebuild_folder(Path(args.reports[0] if args.reports else args.out))
+        print(f"{count} pages drawn again")
+    else:
+        page = show(Path(args.reports[0] if args.reports else args.out))
+    # 3. Say where it is (and open it where a browser is at hand).
+    print(f"page: {page}")
+    if not args.no_open:
+        open_page(page)
+    return 0
+
+
+def write_comparison(a: Path, b: Path, out: Path) -> Path:
+    """Write the comparison of reports ``a`` and ``b`` as a report of its own under ``out``; return its page.
+
+    Raises:
+        ValueError: either is not a report directory, or the two are of different kinds.
+    """
+    from lab.reports import check_reports_root, report_dir
+    from lab.views.compare import compare_html, read_pair
+    from lab.views.page import PAGE
+
+    first, second = read_pair(a, b)
+    check_reports_root(out)
+    html = compare_html(first, second)
+    with report_dir(out, "compare", first.kind) as rd:
+        rd.write_json("report.json", {"kind": "compare", "compared_kind": first.kind,
+                                      "a": str(a.resolve()), "b": str(b.resolve())})
+        (rd.path / PAGE).write_text(html, encoding="utf-8")
+    return rd.final / PAGE

@@ -1,0 +1,67 @@
+"""Two reports of one kind side by side: ``lab view A B``.
+
+A kind's module may define ``compare(a, b) -> tuple[Section, ...]`` (two entropy runs: the
+tokens aligned and the entropy difference coloured; two studies: verdicts and effects with both
+intervals; two benches: rows with both figures). Every comparison page also shows the two
+headlines and summaries in two columns, so a kind without its own comparison still compares.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from lab.views.core import ReportFiles, Section, asset, markdown, read_report, render
+from lab.views.page import kind_page
+
+
+class KindMismatchError(ValueError):
+    """The two reports are of different kinds (or one is of no known kind)."""
+
+
+def kind_compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
+    """The kind's own comparison sections (``lab.views.kinds.<kind>.compare``), or none."""
+    module_name = "lab.views.kinds." + a.kind.replace("-", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        return ()
+    made = getattr(module, "compare", None)
+    return tuple(made(a, b)) if made is not None else ()
+
+
+def read_pair(a: str | Path, b: str | Path) -> tuple[ReportFiles, ReportFiles]:
+    """Read two report directories and check they are of one kind.
+
+    Raises:
+        ValueError: a path is not a report directory (no ``report.json`` or ``summary.md``).
+        KindMismatchError: the two are of different kinds, or of none the lab knows.
+    """
+    pair = []
+    for label, path in (("A", a), ("B", b)):
+        p = Path(path)
+        if not p.is_dir():
+            raise ValueError(f"{label}={str(path)!r} is not a report directory")
+        files = read_report(p)
+        if not files.report and not files.summary:
+            raise ValueError(f"{label}={str(path)!r} holds no report.json or summary.md: not a report directory")
+        pair.append(files)
+    ra, rb = pair
+    if not ra.kind or ra.kind != rb.kind:
+        raise KindMismatchError(f"A is {'a ' + repr(ra.kind) if ra.kind else 'of no known kind'} report and B "
+                                f"{'a ' + repr(rb.kind) if rb.kind else 'of no known kind'} one: lab view A B "
+                                "compares two reports of one kind")
+    return ra, rb
+
+
+def compare_html(a: ReportFiles, b: ReportFiles) -> str:
+    """The comparison page of two reports of one kind, as HTML text."""
+    heads = (kind_page(a).headline, kind_page(b).headline)
+    sections = list(kind_compare(a, b))
+    sections.append(Section("Summaries", render("pair.html.j2", a=a, b=b, heads=heads,
+                                                 a_html=markdown(a.summary, a.images),
+                                                 b_html=markdown(b.summary, b.images)), "summaries"))
+    return render("compare.html.j2", a=a, b=b, heads=heads, sections=sections, css=asset("page.css"),
+                  script=asset("page.js"))

@@ -1,0 +1,294 @@
+"""What a page is drawn from: a report directory's files as read, page sections, the Jinja2 environment.
+
+A report directory holds ``report.json`` (the exact figures), ``summary.md`` (the prose and
+tables), CSVs (one row per token, round, prompt ...) and plots (PNG, SVG). :func:`read_report`
+reads them once, bounded (:data:`MAX_JSON_BYTES` ...), so a page is drawn from what the report
+says, never from the run's objects. A kind's module (``lab/views/kinds/<kind>.py``) turns them
+into :class:`Section` objects; :mod:`lab.views.page` lays the sections out.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+# Bounds on what a page embeds, so a page's size follows its data and a damaged or huge file
+# cannot make a page of gigabytes: a study's report.json is ~1-3 MB, its CSVs ~100 kB.
+MAX_JSON_BYTES = 32 * 1024 * 1024
+MAX_CSV_BYTES = 8 * 1024 * 1024
+MAX_IMAGE_BYTES = 4 * 1024 * 1024
+MAX_TABLE_ROWS = 500  # rows of one CSV shown in a page's table; the file holds the rest
+
+# Every kind of report the lab writes, longest first so "bench-sinks" is not read as "bench".
+KINDS = ("calibrate-health-validate", "calibrate-health", "calibrate-sinks", "validate-context", "bench-weights",
+         "bench-tracker", "bench-sinks", "bench", "entropy", "sinks", "speculate", "study", "stream", "intervene",
+         "compare", "integration")
+
+_STAMP = re.compile(r"^(\d{8})-(\d{6})(?:-(.*))?$")
+
+
+def kind_of(name: str) -> str:
+    """The report kind in a directory name ``<YYYYmmdd-HHMMSS>-<kind>-<slug>``; ``""`` when none is known.
+
+    >>> kind_of("20261205-015910-entropy-what-is-the-capital")
+    'entropy'
+    >>> kind_of("20261205-015910-bench-sinks-smollm2")
+    'bench-sinks'
+    >>> kind_of("notes")
+    ''
+    """
+    m = _STAMP.match(name)
+    rest = (m.group(3) or "") if m else name
+    for kind in KINDS:
+        if rest == kind or rest.startswith(kind + "-"):
+            return kind
+    return ""
+
+
+def stamp_of(name: str) -> str:
+    """``YYYY-mm-dd HH:MM:SS`` from a report directory's name, ``""`` when it has no timestamp.
+
+    >>> stamp_of("20261205-015910-entropy-x")
+    '2026-12-05 01:59:10'
+    """
+    m = _STAMP.match(name)
+    if not m:
+        return ""
+    d, t = m.group(1), m.group(2)
+    return f"{d[:4]}-{d[4:6]}-{d[6:]} {t[:2]}:{t[2:4]}:{t[4:]}"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """One report directory as read.
+
+    Attributes:
+        path: The directory.
+        name: Its name (the final one, also while the report is still being staged).
+        kind: The report kind (:data:`KINDS`), ``""`` when the name says none.
+        report: ``report.json`` parsed (``{}`` when absent, unreadable or too large; see ``problems``).
+        summary: ``summary.md`` as text (``""`` when absent).
+        csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
+        images: ``{file name: data URI}`` of every PNG; SVGs are in ``svgs`` as text.
+        svgs: ``{file name: SVG text}``, inlined as is (the lab writes them; links in them work).
+        other: Names of the other files (listed, not embedded).
+        problems: One line per file that could not be read or was too large, shown on the page.
+    """
+
+    path: Path
+    name: str
+    kind: str
+    report: dict[str, Any]
+    summary: str = ""
+    csvs: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    images: dict[str, str] = field(default_factory=dict)
+    svgs: dict[str, str] = field(default_factory=dict)
+    other: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def model(self) -> dict[str, Any]:
+        """The report's model record (``report.json``'s ``model``, or its environment's), ``{}`` when none."""
+        for candidate in (self.report.get("model"), (self.report.get("environment") or {}).get("model")):
+            if isinstance(candidate, dict):
+                return candidate
+        return {}
+
+
+def _read_bounded(path: Path, limit: int) -> bytes | None:
+    try:
+        if not path.is_file() or path.stat().st_size > limit:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def read_report(path: str | Path, name: str | None = None, kind: str | None = None) -> ReportFiles:
+    """Read a report directory's files for a page.
+
+    Args:
+        path: The report directory (a staging directory while the report is being written).
+        name: Its final name (default: ``path``'s name); the kind and date are read from it.
+        kind: The report kind, when the caller knows it (default: read from ``name``).
+
+    Returns:
+        A :class:`ReportFiles`; a file that cannot be read is named in ``problems``, never raised.
+
+    Raises:
+        NotADirectoryError: ``path`` is not a directory.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{str(path)!r} is not a report directory")
+    name = name or path.name
+    problems: list[str] = []
+    report: dict[str, Any] = {}
+    summary = ""
+    csvs: dict[str, list[dict[str, str]]] = {}
+    images: dict[str, str] = {}
+    svgs: dict[str, str] = {}
+    other: list[str] = []
+    for f in sorted(path.iterdir(), key=lambda p: p.name):
+        if f.name.startswith(".") or f.name == "index.html" or not f.is_file():
+            continue
+        suffix = f.suffix.lower()
+        limit = {".json": MAX_JSON_BYTES, ".csv": MAX_CSV_BYTES, ".png": MAX_IMAGE_BYTES,
+                 ".svg": MAX_IMAGE_BYTES, ".md": MAX_CSV_BYTES}.get(suffix)
+        if limit is None:
+            other.append(f.name)
+            continue
+        data = _read_bounded(f, limit)
+        if data is None:
+            problems.append(f"{f.name}: not read (larger than {limit // (1024 * 1024)} MB or unreadable)")
+            other.append(f.name)
+            continue
+        try:
+            if f.name == "report.json":
+                parsed = json.loads(data.decode("utf-8"))
+                report = parsed if isinstance(parsed, dict) else {}
+            elif f.name == "summary.md":
+                summary = data.decode("utf-8")
+            elif suffix == ".csv":
+                csvs[f.name] = list(csv.DictReader(data.decode("utf-8").splitlines()))
+            elif suffix == ".png":
+                images[f.name] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+            elif suffix == ".svg":
+                svgs[f.name] = _svg_body(data.decode("utf-8"))
+            else:
+                other.append(f.name)
+        except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
+            problems.append(f"{f.name}: not read ({type(exc).__name__})")
+    return ReportFiles(path=path, name=name, kind=kind if kind is not None else kind_of(name), report=report,
+                       summary=summary, csvs=csvs, images=images, svgs=svgs, other=tuple(other),
+                       problems=tuple(problems))
+
+
+def _svg_body(text: str) -> str:
+    """An SVG file's ``<svg>`` element alone (no XML declaration or DOCTYPE, which HTML does not take)."""
+    start = text.find("<svg")
+    return text[start:] if start >= 0 else ""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of a page: a heading and its HTML (already escaped, or built by a template)."""
+
+    title: str
+    html: Markup
+    anchor: str = ""
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number as a page shows it: ``digits`` significant figures, ``-`` for None or non-finite.
+
+    >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x")
+    ('0.123', '-', '-', '12', 'x')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if math.isfinite(value) else "-"
+    return str(value)
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("lab.views", "templates"),
+                             autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = fmt
+    return env
+
+
+def render(template: str, **context: Any) -> Markup:
+    """Render one template of ``lab/views/templates`` with ``context``; the result is safe HTML."""
+    return Markup(environment().get_template(template).render(**context))
+
+
+@lru_cache(maxsize=None)
+def asset(name: str) -> Markup:
+    """An inline asset of ``lab/views/static`` (the pages' CSS and script), as text."""
+    return Markup(resources.files("lab.views").joinpath("static", name).read_text(encoding="utf-8"))
+
+
+def table(rows: list[dict[str, Any]], columns: list[str] | None = None, *, limit: int = MAX_TABLE_ROWS,
+          row_ids: list[str] | None = None) -> Markup:
+    """An HTML table of ``rows`` (the first ``limit``; a line says how many more the file holds).
+
+    Args:
+        rows: One mapping per row.
+        columns: The columns in order (default: the first row's keys).
+        limit: Rows shown.
+        row_ids: An ``id`` per row (so a plotted point can link to ``#<id>``), or None.
+    """
+    columns = columns or (list(rows[0].keys()) if rows else [])
+    return render("table.html.j2", rows=rows[:limit], columns=columns, more=max(0, len(rows) - limit),
+                  row_ids=row_ids[:limit] if row_ids else None)
+
+
+@dataclass(frozen=True)
+class KindPage:
+    """What a kind's module adds to its reports' pages (``lab/views/kinds/<kind>.py``'s ``page(files)``).
+
+    Attributes:
+        headline: The run's headline figure in a line (shown under the title and in the experiment log).
+        sections: The kind's own sections, shown first (verdicts before plots, plots before raw rows).
+        covers: Files those sections already show; the page's generic "Files" part skips them.
+    """
+
+    headline: str = ""
+    sections: tuple[Section, ...] = ()
+    covers: frozenset[str] = frozenset()
+
+
+def markdown(text: str, images: dict[str, str] | None = None) -> Markup:
+    """``summary.md`` as HTML: CommonMark with tables (markdown-it-py, Rich's own parser).
+
+    Raw HTML in the text is escaped, never passed through, so a prompt cannot inject markup into a
+    page. An image the summary shows (``![](entropy.png)``) becomes the report's own data URI from
+    ``images``; one the report does not hold is shown as its alt text, so the page asks for no file.
+    """
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(text)
+    for token in tokens:
+        for child in token.children or ():
+            if child.type == "image":
+                src = str(child.attrGet("src") or "")
+                if images and src in images:
+                    child.attrSet("src", images[src])
+                else:
+                    child.type, child.tag, child.children = "text", "", None
+                    child.content = f"[{child.content or src}]"
+    return Markup(md.renderer.render(tokens, md.options, {}))
+
+
+def first_bold_line(text: str) -> str:
+    """The first ``**...**`` line of a summary (the lab's summaries put their verdict there), ``""`` if none.
+
+    >>> first_bold_line("# T\\n\\n**Verdict: H2 supported.**\\n")
+    'Verdict: H2 supported.'
+    """
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("**") and s.count("**") >= 2:
+            return s.split("**")[1].strip()
+    return ""

@@ -1,0 +1,87 @@
+"""One self-contained ``index.html`` per report directory.
+
+The page is the report's files laid out for looking: the kind's own sections first (from
+``lab/views/kinds/<kind>.py`` when that module exists: a token view, a plot whose points link
+to their rows), then the summary, then every CSV as a table and every plot inline. Styles and
+script are inline, images are data URIs, so the file opens from disk with no network and can be
+sent on its own; without script the tables and summary are all there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table
+
+PAGE = "index.html"
+
+
+def kind_page(files: ReportFiles) -> KindPage:
+    """The kind's own part of a page: ``lab.views.kinds.<kind>.page(files)``, or an empty one for a kind
+    with no module of its own (its page is then the summary and the files)."""
+    if not files.kind:
+        return KindPage(headline=first_bold_line(files.summary))
+    module_name = "lab.views.kinds." + files.kind.replace("-", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        return KindPage(headline=first_bold_line(files.summary))
+    made = module.page(files)
+    return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
+
+
+def file_sections(files: ReportFiles, covers: frozenset[str]) -> list[Section]:
+    """The summary, then each CSV as a table and each plot inline, skipping what the kind's sections show."""
+    out = []
+    if files.summary and "summary.md" not in covers:
+        out.append(Section("Summary", markdown(files.summary, files.images), "summary"))
+    for name, svg in files.svgs.items():
+        if name not in covers:
+            out.append(Section(name, render("figure.html.j2", svg=svg, name=name), "file-" + _anchor(name)))
+    for name, uri in files.images.items():
+        if name not in covers:
+            out.append(Section(name, render("figure.html.j2", uri=uri, name=name), "file-" + _anchor(name)))
+    for name, rows in files.csvs.items():
+        if name not in covers:
+            out.append(Section(name, table(rows), "file-" + _anchor(name)))
+    return out
+
+
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
+def page_html(files: ReportFiles) -> str:
+    """The whole page of one report as HTML text."""
+    made = kind_page(files)
+    model = files.model
+    return render("page.html.j2", files=files, headline=made.headline, model=model,
+                  sections=list(made.sections) + file_sections(files, made.covers),
+                  css=asset("page.css"), script=asset("page.js"))
+
+
+def write_page(path: str | Path, name: str | None = None, kind: str | None = None) -> Path:
+    """Write ``<path>/index.html`` for the report directory ``path`` (atomic: a partial file, then a rename).
+
+    Args:
+        path: The report directory (its staging directory while the report is written).
+        name: The report's final directory name (default: ``path``'s).
+        kind: The report kind (default: read from ``name``).
+
+    Returns:
+        The page's path.
+
+    Raises:
+        NotADirectoryError: ``path`` is not a directory.
+        OSError: the page could not be written.
+    """
+    path = Path(path)
+    html = page_html(read_report(path, name=name, kind=kind))
+    tmp = path / f".{PAGE}.partial"
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path / PAGE)
+    return path / PAGE
