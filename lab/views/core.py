@@ -292,3 +292,36 @@ def first_bold_line(text: str) -> str:
         if s.startswith("**") and s.count("**") >= 2:
             return s.split("**")[1].strip()
     return ""
+
+
+# The pages' one colour scale for a quantity in [0, 1] (normalized entropy, attention, a difference
+# mapped to [0, 1]): matplotlib's cividis, made to be read by colour-blind viewers (Nunez et al. 2018)
+# and monotone in lightness, so it also reads in greyscale.
+COLOUR_MAP = "cividis"
+
+
+def colour(value: float | None, cmap: str = COLOUR_MAP) -> str:
+    """``value`` in [0, 1] (clipped) as ``#rrggbb`` on the pages' scale; grey for None or non-finite.
+
+    >>> colour(0.0), colour(1.0), colour(None)
+    ('#00224e', '#fee838', '#999999')
+    """
+    if value is None or not math.isfinite(value):
+        return "#999999"
+    import matplotlib
+
+    r, g, b, _ = matplotlib.colormaps[cmap](min(1.0, max(0.0, float(value))))
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def text_colour(background: str) -> str:
+    """Black or white, whichever reads on ``background`` (``#rrggbb``), by its relative luminance (WCAG 2)."""
+    r, g, b = (int(background[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return "#000000" if 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2] > 0.179 else "#ffffff"
+
+
+def legend(low: str, high: str, cmap: str = COLOUR_MAP, steps: int = 11) -> Markup:
+    """A colour bar from ``low`` to ``high`` on the scale (a CSS gradient, no image)."""
+    stops = ", ".join(colour(i / (steps - 1), cmap) for i in range(steps))
+    return render("legend.html.j2", low=low, high=high, stops=stops)
