@@ -104,11 +104,18 @@ def _integration_row(path: Path) -> LogRow:
                   headline=headline, link=link)
 
 
+RUN_FILES = ("report.json", "summary.md", "index.json")  # a folder holding none of these is no run (screenshots/)
+
+
+def is_run(path: Path) -> bool:
+    """A visible folder holding a report's files (or an integration run's index); staging folders are hidden."""
+    return path.is_dir() and not path.name.startswith(".") and any((path / f).is_file() for f in RUN_FILES)
+
+
 def log_rows(root: str | Path) -> list[LogRow]:
-    """Every run in ``root``, newest first: each visible sub-folder is one run (staging folders are skipped)."""
+    """Every run in ``root``, newest first (:func:`is_run`)."""
     root = Path(root)
-    return [log_row(p) for p in sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                                       key=lambda p: p.name, reverse=True)]
+    return [log_row(p) for p in sorted((p for p in root.iterdir() if is_run(p)), key=lambda p: p.name, reverse=True)]
 
 
 def rebuild_log(root: str | Path) -> Path:

@@ -153,6 +153,14 @@ def lab_log(request) -> LabLog:
     return LabLog(_session_log(request.config), request.node.nodeid)
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The page tests (``test_pages_browser.py``) run last, so they open the pages of every report the
+    tier's other tests wrote into the run folder."""
+    last = [item for item in items if Path(str(item.fspath)).name == "test_pages_browser.py"]
+    if last:
+        items[:] = [item for item in items if item not in last] + last
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Every integration test gets an index row (outcome and time), written as it finishes.

