@@ -1,0 +1,179 @@
+"""The page of a ``lab sinks`` report: attention received per position, per layer, and the context measure.
+
+Drawn from ``report.json``'s ``analysis`` (:func:`lab.render.sinks.report_data`): the per-position
+arrays (``tokens``, ``roles``, ``received``, ``is_sink``, ``observed``), ``layer_levels``,
+``layer_sinks``, ``per_head`` ``[L, H, S]`` (absent for long prompts) and the context health with
+its validity record ``context_health_invalid``. A report without the arrays falls back to
+``positions.csv``. Nothing is recomputed beyond a mean over heads for the per-layer table (the
+same mean ``heatmap.png`` draws, :meth:`lab.sinks.prefill.PrefillAnalysis.received_per_layer`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, text_colour
+
+ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
+
+# Bar chart geometry, in CSS pixels: one bar per position; a long prompt scrolls sideways.
+BAR_STEP = 16
+BAR_WIDTH = 12
+PLOT_HEIGHT = 180
+PLOT_LEFT = 56  # room for the axis labels
+PLOT_TOP = 16  # room for the sink markers
+LABEL_HEIGHT = 96  # room for the rotated token labels
+LABEL_CHARS = 14  # a token label longer than this is cut (the tooltip has it whole)
+# Attention received spans orders of magnitude (a sink takes ~0.5, a content token ~0.01), so the
+# bars are on a log axis, as heatmap.png's colour scale is; values below the floor sit on it.
+MIN_FLOOR = 1e-6
+MAX_LEVEL_ROWS = 40  # positions in the per-layer table, those a sink in the most layers first
+
+
+@dataclass(frozen=True)
+class Position:
+    """One prompt position as the report holds it."""
+
+    index: int
+    token: str
+    role: str
+    received: float
+    is_sink: bool
+    observed: bool
+
+    @property
+    def template(self) -> bool:
+        """Whether the chat template fixes this position (any role but content)."""
+        return self.role != ROLE_CONTENT
+
+
+def visible(token: str) -> str:
+    """Token text with newlines and tabs shown as escapes (as ``positions.csv`` writes it)."""
+    return token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def _float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _bool(x: Any) -> bool:
+    return x is True or str(x).strip().lower() in ("true", "1", "yes")
+
+
+def positions(files: ReportFiles) -> list[Position]:
+    """Every prompt position: from ``report.json``'s arrays, else from ``positions.csv``; ``[]`` when neither."""
+    a = files.report.get("analysis") or {}
+    keys = ("tokens", "roles", "received", "is_sink", "observed")
+    if all(isinstance(a.get(k), list) for k in keys) and len({len(a[k]) for k in keys}) == 1:
+        return [Position(i, str(t), str(r), _float(v), bool(s), bool(o))
+                for i, (t, r, v, s, o) in enumerate(zip(*(a[k] for k in keys)))]
+    rows = files.csvs.get("positions.csv") or []
+    return [Position(int(_float(r.get("position", i))) if math.isfinite(_float(r.get("position", i))) else i,
+                     r.get("token", ""), r.get("role", ""), _float(r.get("received")), _bool(r.get("is_sink")),
+                     _bool(r.get("observed"))) for i, r in enumerate(rows)]
+
+
+def _floor(values: list[float]) -> float:
+    """The log axis' floor: the decade at or below the smallest positive value (at least :data:`MIN_FLOOR`)."""
+    positive = [v for v in values if math.isfinite(v) and v > 0]
+    if not positive:
+        return 1e-3
+    return max(MIN_FLOOR, 10.0 ** math.floor(math.log10(min(positive))))
+
+
+def chart(ps: list[Position]) -> dict[str, Any]:
+    """Geometry of the bar chart: one bar per position on a log axis from the floor to 1."""
+    floor = _floor([p.received for p in ps])
+    decades = max(1, round(-math.log10(floor)))
+
+    def y(v: float) -> float:
+        v = min(1.0, max(floor, v)) if math.isfinite(v) else floor
+        return PLOT_TOP + PLOT_HEIGHT * (-math.log10(v)) / decades
+
+    base = PLOT_TOP + PLOT_HEIGHT
+    bars = []
+    for k, p in enumerate(ps):
+        x = PLOT_LEFT + k * BAR_STEP + (BAR_STEP - BAR_WIDTH) / 2
+        top = y(p.received)
+        shown = visible(p.token)
+        bars.append({"p": p, "x": round(x, 1), "cx": round(x + BAR_WIDTH / 2, 1), "y": round(top, 1),
+                     "h": round(max(1.0, base - top), 1), "label": shown if len(shown) <= LABEL_CHARS
+                     else shown[:LABEL_CHARS - 1] + "…", "shown": shown or "∅",
+                     "value": f"{p.received:.4g}" if math.isfinite(p.received) else "-"})
+    ticks = [{"y": round(y(10.0 ** -d), 1), "label": f"{10.0 ** -d:g}"} for d in range(decades + 1)]
+    return {"bars": bars, "ticks": ticks, "base": base, "width": PLOT_LEFT + len(ps) * BAR_STEP + 8,
+            "height": base + LABEL_HEIGHT, "left": PLOT_LEFT, "top": PLOT_TOP, "bar_width": BAR_WIDTH,
+            "fill": colour(0.2), "floor": f"{floor:g}"}
+
+
+def _health_value(a: dict[str, Any]) -> str:
+    h = a.get("context_health")
+    return f"{h:.1f} / 10" if isinstance(h, (int, float)) and math.isfinite(h) else "not measurable"
+
+
+def headline(a: dict[str, Any], ps: list[Position]) -> str:
+    """One line: the flagged sinks (each with its sink rate) of the positions, and the context measure."""
+    rates = a.get("sink_rate") if isinstance(a.get("sink_rate"), list) else []
+    sinks = [p for p in ps if p.is_sink]
+    named = ", ".join(f"{p.index} {visible(p.token)!r}" + (f" (sink rate {rates[p.index]:.2f})"
+                                                          if p.index < len(rates) else "") for p in sinks[:3])
+    more = f" and {len(sinks) - 3} more" if len(sinks) > 3 else ""
+    line = f"{len(sinks)} sink{'s' if len(sinks) != 1 else ''} of {len(ps)} positions" + (
+        f": {named}{more}" if sinks else "")
+    health = f"context health {_health_value(a)}"
+    if a.get("context_health_invalid"):
+        health += " (failed validation on this model: not a reading of the context)"
+    return f"{line}; {health}"
+
+
+def levels(a: dict[str, Any], ps: list[Position]) -> dict[str, Any]:
+    """The per-layer table: rows = positions a sink in some layer, cells = mean over heads per layer."""
+    layer_sinks = a.get("layer_sinks") if isinstance(a.get("layer_sinks"), list) else []
+    per_head = a.get("per_head") if isinstance(a.get("per_head"), list) else None
+    n_layers = len(layer_sinks) or (len(per_head) if per_head else 0)
+    flagged = [set(row) for row in layer_sinks]
+    by_index = {p.index: p for p in ps}
+    rows = []
+    for lv in (a.get("layer_levels") or [])[:MAX_LEVEL_ROWS]:
+        pos = lv.get("position")
+        p = by_index.get(pos)
+        cells = []
+        for layer in range(n_layers):
+            value = None
+            if per_head and layer < len(per_head):
+                heads = [h[pos] for h in per_head[layer] if isinstance(h, list) and pos < len(h)]
+                value = sum(heads) / len(heads) if heads else None
+            bg = colour(value)
+            cells.append({"layer": layer, "value": value, "bg": bg, "fg": text_colour(bg),
+                          "sink": layer < len(flagged) and pos in flagged[layer]})
+        rows.append({"level": lv, "token": visible(p.token) if p else str(lv.get("token", "")),
+                     "role": p.role if p else lv.get("role", ""), "cells": cells})
+    return {"rows": rows, "n_layers": n_layers, "more": max(0, len(a.get("layer_levels") or []) - MAX_LEVEL_ROWS),
+            "has_values": per_head is not None, "legend": legend("0", "1")}
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The sinks page: received attention per position, sinks per layer, the context measure."""
+    a = files.report.get("analysis") or {}
+    ps = positions(files)
+    sections = []
+    covers = set()
+    if ps:
+        sections.append(Section("Attention received per position",
+                                render("sinks_positions.html.j2", chart=chart(ps), a=a,
+                                       n_template=sum(p.template for p in ps),
+                                       n_sinks=sum(p.is_sink for p in ps)), "positions"))
+    lv = levels(a, ps)
+    if lv["rows"] or "heatmap.png" in files.images:
+        sections.append(Section("Per layer", render("sinks_layers.html.j2", lv=lv, a=a,
+                                                    heatmap=files.images.get("heatmap.png")), "layers"))
+        covers.add("heatmap.png")
+    if a:
+        sections.append(Section("Context measure", render("sinks_context.html.j2", a=a, value=_health_value(a)),
+                                "context"))
+    return KindPage(headline=headline(a, ps) if ps else "", sections=tuple(sections), covers=frozenset(covers))
