@@ -84,6 +84,10 @@ class LabLogSession:
         tmp = self.folder / ".index.md.partial"
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(tmp, self.folder / "index.md")
+        from lab.views.log import rebuild_log
+
+        rebuild_log(self.folder)  # the run's own log of its reports, and the reports root's, listing this run
+        rebuild_log(self.root)
 
 
 def _fmt(v: Any) -> str:

@@ -91,4 +91,5 @@ def test_integration_log_env_variable_moves_it_and_unit_tier_writes_nothing(tmp_
     assert not out.exists() and not (root / "reports").exists(), "a unit-tier run writes no log"
     proc = _pytest(root, "tests/integration/test_fake.py::test_measures", env={"LAB_TEST_REPORTS": str(out)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(list(out.iterdir())) == 1 and not (root / "reports").exists()
+    assert len(report_dirs(out)) == 1 and not (root / "reports").exists()
+    assert (out / "index.html").is_file(), "the reports root's experiment log lists the integration run"
