@@ -79,8 +79,12 @@ clean twin, so ordering them below the clean twin, the criterion before the neut
 variants existed, is what a measure of length alone does (``length_only`` orders all 36).
 
 Properties (the first five tested with hypothesis in ``tests/unit/test_health.py``):
-bounded in [0, 10]; non-increasing when attention mass moves from a content position
-onto a content position holding at least as much (a sink forming among the content);
+bounded in [0, 10]; non-increasing when attention mass moves from the content position
+holding the least onto the one holding the most (a sink forming among the content), where
+"holding" is what the candidate reads: received attention for ``content_entropy``, received
+attention over :func:`uniform_baseline` for ``relative_entropy`` (a move ranked by raw
+attention can raise that one: the raw-richer position may hold less than its baseline, so
+the move evens the content out; :func:`move_to_content_sink` takes the ranking);
 invariant to the values at structural positions; defined and finite for 1-token
 content; equal for equal inputs; and *length-neutral*: over the clean calibration
 prompts and their neutral variants (clean context from about 5 to 500 content tokens)
@@ -363,16 +367,24 @@ def random_inputs(gen: torch.Generator, s: int, n_content: int) -> HealthInputs:
                         threshold=threshold, length_reference=SYNTHETIC_REFERENCES)
 
 
-def move_to_content_sink(h: HealthInputs, frac: float) -> HealthInputs:
+def move_to_content_sink(h: HealthInputs, frac: float, baseline: torch.Tensor | None = None) -> HealthInputs:
     """Move ``frac`` of the poorest content position's received attention to the richest one.
 
     The receiving position's z rises and the giver's falls in step (log-scale, as the
     detector's z does for a fixed baseline), and the richest becomes a flagged sink
     with all heads above epsilon once it holds most of the content's attention.
+
+    Args:
+        h: The inputs; not changed.
+        frac: Share in [0, 1] of the giver's received attention that moves.
+        baseline: Float ``[S]`` positive; when given, "poorest" and "richest" rank content
+            positions by ``received / baseline`` (``uniform_baseline(S)``: what
+            ``relative_entropy`` reads) instead of by ``received``. The amount moved is
+            received attention either way.
     """
     idx = torch.nonzero(h.content).flatten()
     r = h.received.clone()
-    vals = r[idx]
+    vals = r[idx] if baseline is None else (r / baseline)[idx]
     rich, poor = int(idx[int(vals.argmax())]), int(idx[int(vals.argmin())])
     if rich == poor:
         return h
