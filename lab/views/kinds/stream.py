@@ -1,0 +1,103 @@
+"""The page of a ``lab stream`` report: the pre-stated test's verdict, the policy table, the rolling NLL.
+
+Drawn from ``report.json`` (``tests``, ``recompute_check``, ``detection``) and ``policies.csv`` (one
+row per retention policy: perplexity with its interval, the ratio to dense, acceptance counts).
+The summary's prose follows without its tables and verdict lines, which the sections show.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, markdown, render, table
+from lab.views.kinds._summary import prose
+
+PLOT = "rolling_nll.png"
+MAX_HEADLINE_POLICIES = 4  # policies named in the headline's ratio list; the table has them all
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _f(x: Any, spec: str) -> str:
+    v = _num(x)
+    return format(v, spec) if math.isfinite(v) else "-"
+
+
+def _interval(value: Any, low: Any, high: Any, spec: str) -> str:
+    if not math.isfinite(_num(value)):
+        return "-"
+    return f"{_f(value, spec)} [{_f(low, spec)}, {_f(high, spec)}]"
+
+
+def _alpha(row: dict[str, str], mode: str) -> str:
+    if not math.isfinite(_num(row.get(f"alpha_{mode}"))):
+        return "n/a"
+    return f"{_f(row[f'alpha_{mode}'], '.2f')} ({row.get(f'n_accepted_{mode}')}/{row.get(f'n_tested_{mode}')})"
+
+
+def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``policies.csv``'s rows as the table shows them (the same columns as summary.md's table)."""
+    return [{"policy": r.get("policy", ""), "keys/query": r.get("budget") or "all",
+             "PPL [95% CI]": _interval(r.get("ppl"), r.get("ppl_low"), r.get("ppl_high"), ".2f"),
+             "x dense [95% CI]": _interval(r.get("ratio_to_dense"), r.get("ratio_low"), r.get("ratio_high"), ".3f"),
+             "PPL all targets": _f(r.get("ppl_all_targets"), ".2f"), "alpha greedy": _alpha(r, "greedy"),
+             "alpha sampled": _alpha(r, "sampled"), "wall s": _f(r.get("wall_s"), ".1f"),
+             "peak MB": _f(r.get("peak_rss_mb"), ".0f")} for r in rows]
+
+
+def test_verdict(t: dict[str, Any]) -> str:
+    """A test's verdict in words."""
+    return "rejects the null" if t.get("reject") else "does not reject"
+
+
+def recompute_check(rc: Any) -> dict[str, str] | None:
+    """``report.json``'s recompute check as the page words it (3 decimals, as summary.md), None when not run."""
+    if not isinstance(rc, dict):
+        return None
+    tolerance = _num(rc.get("tolerance"))
+    return {"tolerance": f"{tolerance:.0%}" if math.isfinite(tolerance) else "-",
+            "recompute": str(rc.get("recompute", "")), "sinks": str(rc.get("sinks", "")),
+            "ratio": _interval(rc.get("ratio"), rc.get("low"), rc.get("high"), ".3f"),
+            "n_targets": str(rc.get("n_targets", "-")), "verdict": "within" if rc.get("within") else "not within"}
+
+
+def headline(report: dict[str, Any]) -> str:
+    """The pre-stated test's verdict and each policy's perplexity against dense."""
+    parts = []
+    tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
+    if tests:
+        t = tests[0]
+        parts.append(f"{t.get('name')}: {test_verdict(t)} (p {_f(t.get('p_value'), '.3g')})")
+    ratios = [f"{p.get('policy')} {_f(p.get('ratio_to_dense'), '.2f')}" for p in report.get("policies") or []
+              if isinstance(p, dict) and p.get("kind") != "dense"]
+    if ratios:
+        more = len(ratios) - MAX_HEADLINE_POLICIES
+        parts.append("PPL x dense: " + ", ".join(ratios[:MAX_HEADLINE_POLICIES]) + (f" and {more} more" if more > 0 else ""))
+    return "; ".join(parts)
+
+
+def page(files: ReportFiles) -> KindPage:
+    """Verdict and tests, the policy table, the rolling NLL plot, then the summary's prose."""
+    report = files.report
+    tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
+    sections = [Section("Verdict", render("stream_verdict.html.j2", tests=tests, rc=recompute_check(report.get("recompute_check")),
+                                          verdict=test_verdict), "verdict")]
+    covers = set()
+    if files.csvs.get("policies.csv"):
+        sections.append(Section("Policies", table(policy_rows(files.csvs["policies.csv"])), "policies"))
+        covers.add("policies.csv")
+    if PLOT in files.images:
+        sections.append(Section("Rolling NLL", render("figure.html.j2", uri=files.images[PLOT], name=PLOT), "rolling"))
+        covers.add(PLOT)
+    if files.summary:
+        text = prose(files.summary)
+        if text:
+            sections.append(Section("How it was measured", markdown(text, files.images), "method"))
+        covers.add("summary.md")
+    return KindPage(headline=headline(report), sections=tuple(sections), covers=frozenset(covers))
