@@ -178,7 +178,8 @@ def test_sinks_page_failed_validation_shows_warning_with_figures(page_tree):
     warning = page_tree.root.all("div", "context-invalid")
     assert len(warning) == 1
     text = warning[0].text_all()
-    assert "NOT a reading of the context" in text and "rho +0.27" in text and "p 0.021" in text and "bar |rho| <= 0.2" in text
+    for figure in ("NOT a reading of the context", "rho +0.27", "p 0.021", "bar |rho| <= 0.2"):
+        assert figure in text, figure
     headline = page_tree.root.all("p", "headline")[0].text_all()
     assert "2 sinks of 7 positions" in headline and "failed validation" in headline and "4.2 / 10" in headline
 

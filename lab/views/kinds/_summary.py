@@ -1,4 +1,4 @@
-"""The prose of a report's ``summary.md`` without what a kind's page already shows from ``report.json``.
+"""What several kinds' pages share: ``summary.md``'s prose without what the page draws, a report's own JSON.
 
 A kind's page draws its verdict (the summary's bold lines) and its tables from the report's exact
 figures; the summary's remaining prose (what was measured, how, the bar) is shown under them, so a
@@ -6,6 +6,12 @@ page shows nothing twice.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.views.core import MAX_JSON_BYTES, ReportFiles
 
 
 def prose(summary: str) -> str:
@@ -20,3 +26,22 @@ def prose(summary: str) -> str:
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text.strip()
+
+
+def own_json(files: ReportFiles, name: str) -> dict[str, Any]:
+    """A report's own JSON file other than ``report.json`` (``calibration.json``, ``bench.json`` ...), parsed.
+
+    :func:`lab.views.core.read_report` parses ``report.json`` only; the calibration and benchmark
+    commands write their figures under another name. Bounded like it (:data:`MAX_JSON_BYTES`).
+
+    Returns:
+        The parsed object, ``{}`` when the file is absent, too large, unreadable or not an object.
+    """
+    path = Path(files.path) / name
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

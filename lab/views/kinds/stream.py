@@ -78,7 +78,8 @@ def headline(report: dict[str, Any]) -> str:
               if isinstance(p, dict) and p.get("kind") != "dense"]
     if ratios:
         more = len(ratios) - MAX_HEADLINE_POLICIES
-        parts.append("PPL x dense: " + ", ".join(ratios[:MAX_HEADLINE_POLICIES]) + (f" and {more} more" if more > 0 else ""))
+        tail = f" and {more} more" if more > 0 else ""
+        parts.append("PPL x dense: " + ", ".join(ratios[:MAX_HEADLINE_POLICIES]) + tail)
     return "; ".join(parts)
 
 
@@ -86,8 +87,9 @@ def page(files: ReportFiles) -> KindPage:
     """Verdict and tests, the policy table, the rolling NLL plot, then the summary's prose."""
     report = files.report
     tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
-    sections = [Section("Verdict", render("stream_verdict.html.j2", tests=tests, rc=recompute_check(report.get("recompute_check")),
-                                          verdict=test_verdict), "verdict")]
+    verdict = render("stream_verdict.html.j2", tests=tests, rc=recompute_check(report.get("recompute_check")),
+                     verdict=test_verdict)
+    sections = [Section("Verdict", verdict, "verdict")]
     covers = set()
     if files.csvs.get("policies.csv"):
         sections.append(Section("Policies", table(policy_rows(files.csvs["policies.csv"])), "policies"))

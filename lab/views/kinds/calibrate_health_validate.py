@@ -1,0 +1,47 @@
+"""The page of a ``lab calibrate-health --validate`` report: whether context health reads the context.
+
+Figures from ``validation.json`` (:mod:`lab.health.validation`): the chosen measure's Spearman rho
+with content length and its saturated share, against the bars it was judged by. A measure that
+fails is shown as a warning with those figures before the summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, render
+from lab.views.kinds._summary import own_json
+
+
+def figures(v: dict[str, Any]) -> dict[str, Any]:
+    """The chosen measure's figures and its bars, as the verdict shows them."""
+    f = v.get("figures") or {}
+    bars = v.get("bars") or {}
+    return {"measure": v.get("measure") or f.get("name") or "", "valid": bool(v.get("valid")), "rho": f.get("rho"),
+            "p": f.get("p"), "saturated_share": f.get("saturated_share"), "n": f.get("n_measurable"),
+            "max_rho": bars.get("max_length_rho"), "max_share": bars.get("max_saturated_share"),
+            "valid_candidates": list(v.get("valid_candidates") or [])}
+
+
+def headline(f: dict[str, Any]) -> str:
+    """One line: the measure, passes or fails, rho and the saturated share."""
+    if not f["measure"]:
+        return ""
+
+    def num(x: Any, spec: str) -> str:
+        return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+    return (f"context health ({f['measure']}) {'reads' if f['valid'] else 'FAILS to read'} the context: "
+            f"Spearman rho with length {num(f['rho'], '+.2f')} (p {num(f['p'], '.2g')}; bar |rho| <= "
+            f"{num(f['max_rho'], 'g')}), {num(f['saturated_share'], '.0%')} at an end of the scale "
+            f"(bar {num(f['max_share'], '.0%')}), {f['n']} measurable prompts")
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The verdict from ``validation.json`` (a warning when it fails); the summary and prompts follow."""
+    f = figures(own_json(files, "validation.json"))
+    if not f["measure"]:
+        return KindPage()
+    verdict = headline(f)
+    return KindPage(headline=verdict, sections=(
+        Section("Verdict", render("calibrate_health_validate_verdict.html.j2", f=f, verdict=verdict), "verdict"),))

@@ -1,0 +1,40 @@
+"""The page of a ``lab calibrate-sinks`` report: the chosen threshold in the headline, the sweep plot first.
+
+Figures from ``calibration.json`` (the calibration report's ``to_json``, as the command wrote it): the chosen
+threshold, its feasible range and the held-out check. The summary and the CSVs follow as the
+generic page shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, fmt, render
+from lab.views.kinds._summary import own_json
+
+PLOT = "sweep.png"
+
+
+def headline(c: dict[str, Any]) -> str:
+    """The chosen threshold, its feasible range and the held-out check, from ``calibration.json``."""
+    if c.get("chosen_threshold") is None:
+        return "no feasible threshold" if c else ""
+    feasible = c.get("feasible_thresholds") or []
+    span = f"feasible {fmt(feasible[0])} to {fmt(feasible[-1])}, " if feasible else ""
+    line = (f"threshold {fmt(c['chosen_threshold'])} on {c.get('statistic', 'the statistic')} "
+            f"({span}{c.get('n_prompts', '?')} prompts)")
+    short = (c.get("held_out") or {}).get("short") or {}
+    if short:
+        line += (f"; held out: position 0 flagged on {short.get('position0_flagged')}/{short.get('n_prompts')}, "
+                 f"content {short.get('content_flagged')}/{short.get('n_content')}")
+    return line
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The headline from ``calibration.json``, then the sweep plot; the rest as the generic page shows it."""
+    sections, covers = [], set()
+    if PLOT in files.images:
+        sections.append(Section("Sweep", render("figure.html.j2", uri=files.images[PLOT], name=PLOT), "sweep"))
+        covers.add(PLOT)
+    return KindPage(headline=headline(own_json(files, "calibration.json")), sections=tuple(sections),
+                    covers=frozenset(covers))

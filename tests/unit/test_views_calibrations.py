@@ -1,0 +1,83 @@
+"""The calibration and benchmark pages (calibrate-sinks, calibrate-health --validate, bench-sinks).
+
+Fault classes guarded: a headline whose figures differ from the command's own JSON (which
+read_report does not parse), a failed validation shown without its warning, a plot shown twice,
+a damaged JSON file that breaks the page instead of leaving the headline out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab.reports import report_dir
+from lab.views.page import PAGE
+from tests.unit.test_views_sinks import PNG, Tree
+
+pytestmark = pytest.mark.unit
+
+
+def _write(root: Path, kind: str, name: str, data, png: str | None = None) -> Tree:
+    with report_dir(root, kind, "smollm2") as rd:
+        rd.file(name).write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+        rd.write_text("summary.md", "# Title\n\nBody.\n")
+        if png:
+            rd.file(png).write_bytes(PNG)
+    return Tree((rd.final / PAGE).read_text(encoding="utf-8"))
+
+
+def _headline(tree: Tree) -> str:
+    found = tree.root.all("p", "headline")
+    return found[0].text_all() if found else ""
+
+
+def test_calibrate_sinks_page_headline_from_calibration_json(tmp_path):
+    """The chosen threshold, its feasible range and the held-out counts are calibration.json's; sweep.png once."""
+    data = {"chosen_threshold": 0.43, "statistic": "sink_rate", "feasible_thresholds": [0.17, 0.3, 0.69],
+            "n_prompts": 24, "held_out": {"short": {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3,
+                                                    "n_content": 900}}}
+    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", data, png="sweep.png")
+    assert _headline(tree) == ("threshold 0.43 on sink_rate (feasible 0.17 to 0.69, 24 prompts); held out: "
+                               "position 0 flagged on 11/12, content 3/900")
+    assert len([i for i in tree.root.all("img") if i.attrs["src"].startswith("data:")]) == 1
+
+
+def test_calibrate_sinks_page_damaged_json_leaves_headline_out(tmp_path):
+    """A calibration.json that does not parse gives the summary's page, not an error."""
+    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", "{not json")
+    assert "threshold" not in _headline(tree)
+    assert [s for s in tree.root.all("section") if s.attrs.get("id") == "summary"]
+
+
+def _validation(valid: bool) -> dict:
+    return {"measure": "relative_entropy_for_length", "valid": valid, "valid_candidates": ["content_entropy"],
+            "bars": {"max_length_rho": 0.2, "max_saturated_share": 0.05},
+            "figures": {"rho": 0.5151, "p": 0.12755, "saturated_share": 0.1, "n_measurable": 10}}
+
+
+def test_calibrate_health_validate_page_failed_shows_warning_with_figures(tmp_path):
+    """A failed validation: a warning carrying rho, p, the saturated share and both bars."""
+    tree = _write(tmp_path, "calibrate-health-validate", "validation.json", _validation(False))
+    warning = [p for p in tree.root.all("p") if "warning" in p.classes()]
+    assert len(warning) == 1
+    text = warning[0].text_all()
+    for figure in ("FAILS", "+0.52", "p 0.13", "|rho| <= 0.2", "10% at an end", "bar 5%", "not a reading"):
+        assert figure in text, figure
+
+
+def test_calibrate_health_validate_page_valid_has_no_warning(tmp_path):
+    """A passing validation says it reads the context, with no warning."""
+    tree = _write(tmp_path, "calibrate-health-validate", "validation.json", _validation(True))
+    assert not [p for p in tree.root.all("p") if "warning" in p.classes()]
+    assert _headline(tree).startswith("context health (relative_entropy_for_length) reads the context")
+
+
+def test_bench_sinks_page_headline_from_bench_json(tmp_path):
+    """The capture's time ratio and memory are bench.json's comparison."""
+    data = {"comparison": {"length": 4096, "time_ratio": 1.4017, "capture_extra_bytes": 3 * 2**30,
+                           "plain_extra_bytes": 2**29}}
+    tree = _write(tmp_path, "bench-sinks", "bench.json", data)
+    assert _headline(tree) == ("at 4096 tokens the streaming capture takes 1.40x the plain prefill's time and "
+                               "3.00 GiB beyond the model (plain: 0.50 GiB)")
