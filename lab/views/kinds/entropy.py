@@ -1,0 +1,510 @@
+"""The page of a ``lab entropy`` report: the answer's tokens coloured by uncertainty, entropy and varentropy per step.
+
+Drawn from ``report.json``'s ``steps`` (:func:`lab.render.entropy.step_dicts`: per generated token
+``position``, ``token_id``, ``token_text``, ``entropy_bits``, ``normalized_entropy`` = H / log2 V,
+``varentropy_bits2``, ``chosen_prob``, ``alternatives`` ``[{token_id, token_text, prob}]``, raw
+distribution at T = 1) and ``summary`` (``mean_entropy_bits`` ...). A report without ``steps`` (an
+older format) falls back to ``tokens.csv`` (``alt<i>_id/_text/_prob`` columns); one with neither
+still draws a page, saying what it lacks. Nothing is recomputed but what the report leaves out: a
+mean over steps where ``summary`` has none, ``entropy_bits / log2 V`` where ``normalized_entropy`` is
+missing. Entropy is in bits, varentropy (the variance of the surprisal) in bits².
+
+``compare(a, b)`` aligns two runs' tokens (the rule is in :func:`align`) and colours the entropy
+difference B - A on a diverging, colour-blind-safe scale (:data:`DIVERGING_MAP`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, table, text_colour
+
+# A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
+# and light in the middle, so "no difference" reads as no colour. (Kept here, not in lab.views.core,
+# until a second kind needs it; core.colour takes any matplotlib map name.)
+DIVERGING_MAP = "PuOr"
+# Below this |B - A| (bits) the diverging scale is not stretched further: two runs that agree to a
+# hundredth of a bit everywhere are shown as agreeing, not as maximal differences.
+MIN_DIFF_SCALE_BITS = 0.01
+
+# Chart geometry, in SVG user units (the SVG scales to the page's width).
+CHART_WIDTH = 860
+PANEL_HEIGHT = 130
+CHART_LEFT = 64  # room for the y tick labels and the axis title
+CHART_RIGHT = 12
+CHART_TOP = 12
+PANEL_GAP = 34  # between the entropy and the varentropy panel
+CHART_BOTTOM = 40  # room for the x ticks and the axis title
+MAX_X_TICKS = 12
+Y_TICKS = 4  # about this many ticks per panel
+MAX_POINTS = 400  # a dot per step up to here; past it the dots hide the line and weigh on the page
+ALTS_SHOWN = 10  # alternatives in a tooltip (reports keep 5 by default)
+
+SUMMARY_FIELDS = (  # summary keys in the order the comparison lists them; others follow as found
+    ("n_steps", "generated tokens"), ("stop_reason", "stopped on"), ("mean_entropy_bits", "mean entropy (bits)"),
+    ("max_entropy_bits", "max entropy (bits)"), ("var_entropy_bits", "variance of entropy over steps (bits²)"),
+    ("mean_varentropy_bits2", "mean varentropy (bits²)"),
+    ("mean_sampled_entropy_bits", "mean sampled-from entropy (bits)"), ("elapsed_s", "decode time (s)"),
+    ("tokens_per_s", "tokens per second"),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token as the report holds it (a missing figure is None).
+
+    Attributes:
+        step: 0-based decode step.
+        token_id: The chosen token's id (None when the report has none).
+        text: Its text as decoded (special tokens kept).
+        entropy_bits: Entropy of the raw next-token distribution, bits.
+        normalized: ``entropy_bits / log2 V`` in [0, 1].
+        varentropy_bits2: Variance of the surprisal, bits².
+        sampled_entropy_bits: Entropy of the distribution sampled from (after T, top-k, top-p), bits.
+        chosen_prob: The chosen token's raw probability.
+        alternatives: ``(token_id, text, prob)`` of the raw top-k, most likely first.
+    """
+
+    step: int
+    token_id: int | None
+    text: str
+    entropy_bits: float | None
+    normalized: float | None
+    varentropy_bits2: float | None
+    sampled_entropy_bits: float | None
+    chosen_prob: float | None
+    alternatives: tuple[tuple[int | None, str, float | None], ...] = ()
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None (absent, empty CSV cell, NaN, not a number)."""
+    if isinstance(x, bool) or x is None or x == "":
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _int(x: Any) -> int | None:
+    v = _num(x)
+    return int(v) if v is not None else None
+
+
+def visible(text: str) -> str:
+    """Token text for a table cell or tooltip: spaces as ``·``, newline ``⏎``, tab ``⇥``, empty ``∅``.
+
+    >>> visible(" Paris\\n")
+    '·Paris⏎'
+    """
+    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
+    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+
+
+def inline(text: str) -> str:
+    """Token text for the running answer: as written, a newline shown as ``⏎`` and kept as a line break.
+
+    >>> inline("a\\n")
+    'a⏎\\n'
+    """
+    return text.replace("\r", "␍").replace("\n", "⏎\n") or "∅"
+
+
+def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
+    """The run's steps and where they came from (``"report.json"``, ``"tokens.csv"`` or ``""`` for none)."""
+    vocab = _num(files.report.get("vocab_size"))
+    log2_v = math.log2(vocab) if vocab and vocab > 1 else None
+
+    def make(i: int, d: dict[str, Any], alts: list[tuple[Any, Any, Any]]) -> Step:
+        h = _num(d.get("entropy_bits"))
+        norm = _num(d.get("normalized_entropy"))
+        if norm is None and h is not None and log2_v:
+            norm = h / log2_v
+        step = _int(d.get("step"))
+        return Step(step=step if step is not None else i, token_id=_int(d.get("token_id")),
+                    text=str(d.get("token_text") or ""), entropy_bits=h, normalized=norm,
+                    varentropy_bits2=_num(d.get("varentropy_bits2")),
+                    sampled_entropy_bits=_num(d.get("sampled_entropy_bits")), chosen_prob=_num(d.get("chosen_prob")),
+                    alternatives=tuple((_int(t), str(x if x is not None else ""), _num(p)) for t, x, p in alts))
+
+    steps = files.report.get("steps")
+    if isinstance(steps, list) and steps:
+        out = []
+        for i, d in enumerate(s for s in steps if isinstance(s, dict)):
+            alts = [(a.get("token_id"), a.get("token_text"), a.get("prob"))
+                    for a in (d.get("alternatives") or []) if isinstance(a, dict)]
+            out.append(make(i, {k: v for k, v in d.items() if k != "step"}, alts))
+        return out, "report.json"
+    rows = files.csvs.get("tokens.csv") or []
+    if rows:
+        out = []
+        for i, r in enumerate(rows):
+            alts, k = [], 1
+            while f"alt{k}_text" in r:
+                if r.get(f"alt{k}_prob") not in (None, ""):
+                    alts.append((r.get(f"alt{k}_id"), r.get(f"alt{k}_text"), r.get(f"alt{k}_prob")))
+                k += 1
+            out.append(make(i, r, alts))
+        return out, "tokens.csv"
+    return [], ""
+
+
+def summary_of(files: ReportFiles, steps: list[Step]) -> dict[str, Any]:
+    """``report.json``'s ``summary``, with the step means filled in where it lacks them (an older report)."""
+    summ = dict(files.report.get("summary") or {}) if isinstance(files.report.get("summary"), dict) else {}
+    hs = [s.entropy_bits for s in steps if s.entropy_bits is not None]
+    vs = [s.varentropy_bits2 for s in steps if s.varentropy_bits2 is not None]
+    if steps:
+        summ.setdefault("n_steps", len(steps))
+    if hs:
+        summ.setdefault("mean_entropy_bits", statistics.fmean(hs))
+        summ.setdefault("max_entropy_bits", max(hs))
+    if vs:
+        summ.setdefault("mean_varentropy_bits2", statistics.fmean(vs))
+    return summ
+
+
+def headline(summ: dict[str, Any]) -> str:
+    """The run in a line: ``48 tokens, mean entropy 1.21 bits (max 5.17), mean varentropy 4.20 bits²``.
+
+    A figure the summary lacks is left out; ``""`` when it has none.
+    """
+    parts = []
+    n, h, hmax, v = (summ.get(k) for k in
+                     ("n_steps", "mean_entropy_bits", "max_entropy_bits", "mean_varentropy_bits2"))
+    if _int(n) is not None:
+        parts.append(f"{_int(n)} tokens")
+    if _num(h) is not None:
+        top = f" (max {_num(hmax):.2f})" if _num(hmax) is not None else ""
+        parts.append(f"mean entropy {_num(h):.2f} bits{top}")
+    if _num(v) is not None:
+        parts.append(f"mean varentropy {_num(v):.2f} bits²")
+    return ", ".join(parts)
+
+
+def _prob(p: float | None) -> str:
+    return fmt(p, 3)
+
+
+def token_view(steps: list[Step], id_prefix: str = "tok") -> dict[str, Any]:
+    """The template context of a token view: one dict per token with its colours and tooltip rows."""
+    toks = []
+    for s in steps:
+        bg = colour(s.normalized)
+        alts = [{"text": visible(t), "prob": _prob(p), "outside": False,
+                 "chosen": tid == s.token_id if tid is not None else t == s.text}
+                for tid, t, p in s.alternatives[:ALTS_SHOWN]]
+        if not any(a["chosen"] for a in alts):  # sampled outside the shown top-k: still say what it was
+            alts.append({"text": visible(s.text), "prob": _prob(s.chosen_prob), "chosen": True, "outside": True})
+        toks.append({"id": f"{id_prefix}-{s.step}", "step": s.step, "text": inline(s.text), "bg": bg,
+                     "fg": text_colour(bg), "alts": alts, "h": fmt(s.entropy_bits), "norm": fmt(s.normalized),
+                     "v": fmt(s.varentropy_bits2), "p": _prob(s.chosen_prob)})
+    return {"tokens": toks, "legend": legend("certain (H / log2 V = 0)", "uniform over the vocabulary (1)")}
+
+
+def _round_step(raw: float) -> float:
+    """The smallest round step (1, 2 or 5 x 10^k) at least ``raw`` (> 0).
+
+    >>> _round_step(1.6), _round_step(6), _round_step(0.3)
+    (2, 10, 0.5)
+    """
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def chart(steps: list[Step]) -> dict[str, Any]:
+    """The template context of the entropy and varentropy chart: two panels sharing the step axis.
+
+    Returns a dict of SVG geometry (user units): ``panels`` (title, y ticks, line segments, points),
+    ``bands`` (one hover band per step with its ``<title>`` text), ``x_ticks``, sizes.
+    """
+    n = len(steps)
+    plot_w = CHART_WIDTH - CHART_LEFT - CHART_RIGHT
+    dx = plot_w / max(n, 1)
+
+    def x(i: int) -> float:
+        return round(CHART_LEFT + (i + 0.5) * dx, 1)
+
+    sampled = any((s.sampled_entropy_bits or 0) > 0 for s in steps)
+    series = [("entropy (bits)", [("entropy", [s.entropy_bits for s in steps])]
+               + ([("sampled-from entropy", [s.sampled_entropy_bits for s in steps])] if sampled else [])),
+              ("varentropy (bits²)", [("varentropy", [s.varentropy_bits2 for s in steps])])]
+    panels = []
+    for k, (title, lines) in enumerate(series):
+        top = CHART_TOP + k * (PANEL_HEIGHT + PANEL_GAP)
+        values = [v for _, vs in lines for v in vs if v is not None]
+        top_value = max(values + [1e-9]) if values else 1.0
+        step = _round_step(top_value / Y_TICKS)
+        hi = step * max(1, math.ceil(top_value / step - 1e-9))
+
+        def y(v: float, top: int = top, hi: float = hi) -> float:
+            return round(top + PANEL_HEIGHT * (1 - v / hi), 1)
+
+        drawn = []
+        for name, vs in lines:
+            segments, current = [], []
+            for i, v in enumerate(vs):
+                if v is None:
+                    if current:
+                        segments.append(current)
+                    current = []
+                else:
+                    current.append(f"{x(i)},{y(v)}")
+            if current:
+                segments.append(current)
+            drawn.append({"name": name, "segments": [" ".join(seg) for seg in segments]})
+        points = [{"x": x(i), "y": y(v), "fill": colour(s.normalized)}
+                  for i, (s, v) in enumerate(zip(steps, lines[0][1])) if v is not None] if n <= MAX_POINTS else []
+        ticks = [{"y": y(t), "label": fmt(round(t, 10))} for t in (j * step for j in range(int(round(hi / step)) + 1))]
+        panels.append({"title": title, "top": top, "base": top + PANEL_HEIGHT, "mid": top + PANEL_HEIGHT / 2,
+                       "lines": drawn, "points": points, "ticks": ticks})
+    bottom = CHART_TOP + 2 * PANEL_HEIGHT + PANEL_GAP
+    x_step = 1 if n <= MAX_X_TICKS else int(_round_step(n / MAX_X_TICKS))
+    x_ticks = [{"x": x(i), "label": str(i)} for i in range(0, n, x_step)]
+    bands = [{"step": s.step, "x": round(CHART_LEFT + i * dx, 1), "w": round(dx, 2),
+              "title": f"step {s.step}: {visible(s.text)}, entropy {fmt(s.entropy_bits)} bits, "
+                       f"varentropy {fmt(s.varentropy_bits2)} bits², p(chosen) {_prob(s.chosen_prob)}"}
+             for i, s in enumerate(steps)]
+    data = [{"step": s.step, "text": visible(s.text), "h": fmt(s.entropy_bits), "v": fmt(s.varentropy_bits2),
+             "p": _prob(s.chosen_prob), "x": x(i)} for i, s in enumerate(steps)]
+    return {"width": CHART_WIDTH, "height": bottom + CHART_BOTTOM, "left": CHART_LEFT,
+            "right": CHART_WIDTH - CHART_RIGHT, "top": CHART_TOP, "bottom": bottom, "panels": panels,
+            "x_ticks": x_ticks, "bands": bands, "data": data, "sampled": sampled}
+
+
+def step_table(steps: list[Step]) -> Any:
+    """The steps as a table, one row ``step-<n>`` per token (the chart's steps link here)."""
+    rows = [{"step": s.step, "token": visible(s.text), "token_id": s.token_id, "entropy_bits": s.entropy_bits,
+             "normalized_entropy": s.normalized, "varentropy_bits2": s.varentropy_bits2, "chosen_prob": s.chosen_prob,
+             "alternatives": "  ".join(f"{visible(t)} {_prob(p)}" for _, t, p in s.alternatives)} for s in steps]
+    return table(rows, row_ids=[f"step-{s.step}" for s in steps])
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The entropy page's own part: headline, the answer's tokens, the chart, the per-token table.
+
+    Args:
+        files: The report directory as read.
+
+    Returns:
+        A :class:`KindPage`; ``tokens.csv`` and ``entropy.png`` are covered when the steps were read
+        (the table and the SVG chart show them), left to the generic part otherwise.
+    """
+    steps, source = read_steps(files)
+    summ = summary_of(files, steps)
+    if not steps:
+        note = render("entropy_missing.html.j2", text=str(files.report.get("text") or ""))
+        return KindPage(headline(summ), (Section("Answer", note, "answer"),), frozenset())
+    sections = (
+        Section("Answer", render("entropy_tokens.html.j2", source=source, prompt=str(files.report.get("prompt") or ""),
+                                 **token_view(steps)), "answer"),
+        Section("Entropy and varentropy per token", render("entropy_chart.html.j2", **chart(steps)), "chart"),
+        Section("Per token", step_table(steps), "per-token"),
+    )
+    return KindPage(headline(summ), sections, frozenset({"tokens.csv", "entropy.png"}))
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One row of an alignment: tokens of A and of B covering the same thing, and their entropies.
+
+    ``a_bits`` / ``b_bits`` sum the entropies of the row's tokens (bits); ``diff`` is ``b_bits - a_bits``,
+    None where one side has no token (an unaligned tail).
+    """
+
+    a: tuple[Step, ...]
+    b: tuple[Step, ...]
+
+    @property
+    def a_bits(self) -> float | None:
+        return _total(self.a)
+
+    @property
+    def b_bits(self) -> float | None:
+        return _total(self.b)
+
+    @property
+    def diff(self) -> float | None:
+        a, b = self.a_bits, self.b_bits
+        return b - a if a is not None and b is not None else None
+
+
+def _total(steps: tuple[Step, ...]) -> float | None:
+    hs = [s.entropy_bits for s in steps]
+    return sum(hs) if steps and all(h is not None for h in hs) else None  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How two runs' tokens were paired: ``rule`` in words, the rows, and what was left unpaired."""
+
+    rule: str
+    pairs: tuple[Pair, ...]
+    note: str = ""
+
+
+def same_tokenizer(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step]) -> bool:
+    """Whether the two runs tokenize alike: equal ``vocab_size`` (where both say) and no token id seen in
+    both (chosen or alternative) with two different texts, and at least one id seen in both."""
+    va, vb = _int(a.report.get("vocab_size")), _int(b.report.get("vocab_size"))
+    if va is not None and vb is not None and va != vb:
+        return False
+    seen: dict[int, str] = {}
+    for s in sa:
+        for tid, text in [(s.token_id, s.text)] + [(t, x) for t, x, _ in s.alternatives]:
+            if tid is not None:
+                seen[tid] = text
+    shared = False
+    for s in sb:
+        for tid, text in [(s.token_id, s.text)] + [(t, x) for t, x, _ in s.alternatives]:
+            if tid is not None and tid in seen:
+                if seen[tid] != text:
+                    return False
+                shared = True
+    return shared
+
+
+def align(sa: list[Step], sb: list[Step], by_step: bool) -> Alignment:
+    """Pair two runs' tokens.
+
+    The rule:
+
+    * Same tokenizer (``by_step``, see :func:`same_tokenizer`): step i of A with step i of B, for every
+      step both have (decode time is comparable even where the chosen tokens differ; the note says
+      where they first differ). Steps past the shorter run are listed unpaired.
+    * Different tokenizers: on character offsets of the decoded text (the concatenated token texts).
+      A row is the shortest span ``[c, c')`` where both runs have a token boundary at ``c`` and at
+      ``c'``, holding every token of A and of B that starts inside it; its entropy on each side is
+      the sum of its tokens' entropies (bits, the uncertainty met along that span). This runs only
+      over the two texts' common prefix: after the first character where they differ, the tokens
+      are listed unpaired (no difference computed), and the note says at which character and step.
+
+    Returns:
+        An :class:`Alignment`; never raises for runs that cannot be paired: they give an alignment
+        whose ``pairs`` are all unpaired, and whose note says why.
+    """
+    if by_step:
+        n = min(len(sa), len(sb))
+        pairs = [Pair((sa[i],), (sb[i],)) for i in range(n)]
+        pairs += [Pair((s,), ()) for s in sa[n:]] + [Pair((), (s,)) for s in sb[n:]]
+        differ = next((i for i in range(n) if sa[i].token_id != sb[i].token_id or sa[i].text != sb[i].text), None)
+        notes = ["same tokens at every paired step" if differ is None else
+                 f"the chosen tokens first differ at step {differ}; "
+                 f"{sum(sa[i].text == sb[i].text for i in range(n))} of {n} paired steps choose the same token"]
+        if len(sa) != len(sb):
+            notes.append(f"{abs(len(sa) - len(sb))} steps of {'A' if len(sa) > len(sb) else 'B'} past the shorter "
+                         "run are unpaired")
+        return Alignment("by decode step (the two runs tokenize alike)", tuple(pairs), "; ".join(notes) + ".")
+
+    def offsets(steps: list[Step]) -> list[int]:
+        out, c = [], 0
+        for s in steps:
+            out.append(c)
+            c += len(s.text)
+        return out + [c]
+
+    oa, ob = offsets(sa), offsets(sb)
+    ta, tb = "".join(s.text for s in sa), "".join(s.text for s in sb)
+    common = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    cuts = sorted(c for c in set(oa) & set(ob) if c <= common)
+    pairs: list[Pair] = []
+    ia = ib = 0
+    for lo, hi in zip(cuts, cuts[1:]):
+        ga, gb = [], []
+        while ia < len(sa) and oa[ia] < hi and oa[ia + 1] <= hi:
+            ga.append(sa[ia])
+            ia += 1
+        while ib < len(sb) and ob[ib] < hi and ob[ib + 1] <= hi:
+            gb.append(sb[ib])
+            ib += 1
+        if ga or gb:
+            pairs.append(Pair(tuple(ga), tuple(gb)))
+    rest_a, rest_b = sa[ia:], sb[ib:]
+    pairs += [Pair((s,), ()) for s in rest_a] + [Pair((), (s,)) for s in rest_b]
+    if common == len(ta) == len(tb):
+        note = "the two texts are the same; every token is paired."
+    else:
+        where = (f"the texts first differ at character {common}" if common < min(len(ta), len(tb)) else
+                 f"{'A' if len(ta) < len(tb) else 'B'}'s text ends at character {common} (a prefix of "
+                 f"{'B' if len(ta) < len(tb) else 'A'}'s)")
+        note = (where + (f" (step {rest_a[0].step} of A, step {rest_b[0].step} of B)" if rest_a and rest_b else "")
+                + f": {len(rest_a)} tokens of A and {len(rest_b)} of B after it are unpaired.")
+    return Alignment("on character offsets of the decoded text (the runs tokenize differently)", tuple(pairs), note)
+
+
+def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
+    """Two entropy runs side by side: the tokens aligned (:func:`align`), B - A coloured, both summaries.
+
+    Args:
+        a, b: Two entropy reports as read (two models on one prompt, two temperatures ...).
+
+    Returns:
+        Sections "Entropy difference" (a token view coloured by B - A on :data:`DIVERGING_MAP`, the
+        alignment rule stated, and a table of the rows) and "Summaries side by side". A run without
+        per-token steps gives a section that says so instead of the aligned tokens.
+    """
+    sa, src_a = read_steps(a)
+    sb, src_b = read_steps(b)
+    summaries = Section("Summaries side by side", render("entropy_summaries.html.j2", rows=summary_rows(a, b, sa, sb),
+                                                         a=a, b=b), "entropy-summaries")
+    if not sa or not sb:
+        missing = " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s)
+        return (Section("Entropy difference", render("entropy_missing.html.j2", text="", compare=missing),
+                        "entropy-diff"), summaries)
+    al = align(sa, sb, same_tokenizer(a, b, sa, sb))
+    diffs = [abs(p.diff) for p in al.pairs if p.diff is not None]
+    scale = max(diffs + [MIN_DIFF_SCALE_BITS])
+    rows = []
+    for i, p in enumerate(al.pairs):
+        d = p.diff
+        bg = colour(0.5 + d / (2 * scale), DIVERGING_MAP) if d is not None else "#999999"
+        rows.append({"id": f"pair-{i}", "row": i, "a": inline("".join(s.text for s in p.a)) if p.a else "",
+                     "b": inline("".join(s.text for s in p.b)) if p.b else "",
+                     "a_vis": visible("".join(s.text for s in p.a)) if p.a else "-",
+                     "b_vis": visible("".join(s.text for s in p.b)) if p.b else "-",
+                     "a_steps": ", ".join(str(s.step) for s in p.a) or "-",
+                     "b_steps": ", ".join(str(s.step) for s in p.b) or "-",
+                     "a_bits": fmt(p.a_bits), "b_bits": fmt(p.b_bits), "diff": fmt(d), "raw_diff": d,
+                     "same": bool(p.a and p.b) and [s.text for s in p.a] == [s.text for s in p.b],
+                     "bg": bg, "fg": text_colour(bg)})
+    mean_diff = statistics.fmean([p.diff for p in al.pairs if p.diff is not None]) if diffs else None
+    diff_legend = legend(f"-{fmt(scale)} bits (B more certain)", f"+{fmt(scale)} bits (B less certain)", DIVERGING_MAP)
+    html = render("entropy_compare.html.j2", rule=al.rule, note=al.note, rows=rows, legend=diff_legend,
+                  n_paired=len(diffs), mean_diff=fmt(mean_diff), sources=(src_a, src_b))
+    return Section("Entropy difference (B - A)", html, "entropy-diff"), summaries
+
+
+def summary_rows(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step]) -> list[dict[str, str]]:
+    """Rows ``{label, a, b, diff}`` of the two runs' settings and summaries (``diff`` = B - A for numbers)."""
+    ra, rb = a.report, b.report
+    sma, smb = summary_of(a, sa), summary_of(b, sb)
+
+    def setting(r: dict[str, Any], key: str) -> Any:
+        st = r.get("settings") if isinstance(r.get("settings"), dict) else {}
+        return st.get(key, r.get(key))
+
+    rows = [{"label": "model", "a": a.model.get("model"), "b": b.model.get("model")},
+            {"label": "prompt", "a": ra.get("prompt"), "b": rb.get("prompt")},
+            {"label": "temperature", "a": setting(ra, "temperature"), "b": setting(rb, "temperature")},
+            {"label": "seed", "a": setting(ra, "seed"), "b": setting(rb, "seed")},
+            {"label": "vocabulary V", "a": ra.get("vocab_size"), "b": rb.get("vocab_size")}]
+    known = [k for k, _ in SUMMARY_FIELDS]
+    labels = dict(SUMMARY_FIELDS)
+    for key in known + sorted((set(sma) | set(smb)) - set(known)):
+        if key in sma or key in smb:
+            rows.append({"label": labels.get(key, key), "a": sma.get(key), "b": smb.get(key)})
+    out = []
+    for r in rows:
+        x, y = _num(r["a"]), _num(r["b"])
+        both_numbers = not isinstance(r["a"], str) and not isinstance(r["b"], str)
+        out.append({"label": r["label"], "a": fmt(r["a"], 4), "b": fmt(r["b"], 4),
+                    "diff": fmt(y - x, 4) if both_numbers and x is not None and y is not None else ""})
+    return out
