@@ -6,14 +6,18 @@ number shown comes from :mod:`lab.analysis`). Plots use matplotlib's Agg backend
 
 Report layout (``<out>/<timestamp>-study/``): ``study.json`` (settings,
 environment, wall time, per-test results and verdicts, descriptive statistics),
-``per_prompt.csv``, ``per_token.csv``, four PNG figures (:data:`FIGURES`) and
-``summary.md``.
+``per_prompt.csv``, ``per_token.csv``, four PNG figures (:data:`FIGURES`), an SVG beside each
+plot whose points are prompts (:data:`LINKED_FIGURES`: each point a link to ``#prompt-<id>``, the
+prompt's row on the report's page, with the prompt as its tooltip) and ``summary.md``.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import re
 import time
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +29,10 @@ from lab.analysis.effects import CI_LEVEL
 from lab.analysis.hypotheses import FAMILY_CI_LEVEL
 from lab.render.console import stderr_console
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.render.study_summary import FIGURES, fmt_value, fmt_p, summary_markdown
+from lab.render.study_summary import FIGURES, LINKED_FIGURES, fmt_value, fmt_p, summary_markdown
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
+from lab.views.kinds.study import prompt_anchor
 
 # --------------------------------------------------------------------------- progress
 
@@ -93,8 +98,48 @@ def _finite(*v: Any) -> bool:
     return all(isinstance(x, (int, float)) and math.isfinite(x) for x in v)
 
 
+def _link(prompt_id: str) -> str:
+    return "#" + prompt_anchor(prompt_id)
+
+
+def save_linked_svg(fig: Any, path: Path, tips: dict[str, str]) -> None:
+    """Write ``fig`` as an SVG to inline in the report's page: each linked point (a collection's ``set_urls``)
+    an ``<a href="#prompt-<id>">`` with a ``<title>`` tooltip from ``tips`` (keyed by the link), text as paths
+    (no font), no metadata, and every id prefixed with the file's stem so several SVGs share one page.
+
+    Args:
+        fig: A matplotlib figure whose scatter collections carry ``#prompt-<id>`` urls.
+        path: The ``.svg`` file to write.
+        tips: ``{link: tooltip text}``; a link without one shows its prompt id.
+    """
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": path.stem}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", buf.getvalue(), flags=re.S)
+
+    def point(m: re.Match) -> str:  # matplotlib writes xlink:href and target="_blank"; the page wants a same-page jump
+        link = m.group(1)
+        return f'<a href="{link}"><title>{escape(tips.get(link, link.removeprefix("#prompt-")))}</title>'
+
+    text = re.sub(r'<a xlink:href="(#prompt-[^"]*)"(?: target="_blank")?>', point, text)
+    ids = set(re.findall(r' id="([^"]+)"', text))
+    prefix = path.stem + "-"
+    text = re.sub(r' id="([^"]+)"', lambda m: f' id="{prefix}{m.group(1)}"', text)
+    text = re.sub(r'(url\(#|xlink:href="#)([^)"]+)',
+                  lambda m: m.group(1) + (prefix if m.group(2) in ids else "") + m.group(2), text)
+    path.write_text(text, encoding="utf-8")
+
+
+def _tip(r: Any) -> str:
+    return (f"{r.id} ({r.variant}, {r.category}): health {fmt_value(r.context_health)}, "
+            f"entropy {fmt_value(r.mean_entropy_bits)} bits, alpha {fmt_value(r.alpha)}")
+
+
 def write_plots(result: StudyResult, folder: Path) -> list[str]:
-    """Write the four figures of :data:`FIGURES` into ``folder``; return their names."""
+    """Write the four figures of :data:`FIGURES` (PNG) and the SVGs of :data:`LINKED_FIGURES` into ``folder``;
+    return their names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,33 +147,36 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
 
     a = result.analysis
     rows = result.per_prompt
+    tips = {_link(r.id): _tip(r) for r in rows}
     names = []
 
-    # 1. health vs entropy, fit and band
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    # 1. health vs entropy, fit and band; each dot a link to its prompt
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), layout="constrained")
     for variant, marker, color in (("clean", "o", "tab:blue"), ("poisoned", "x", "tab:red"),
                                    ("neutral", "^", "tab:green")):
-        pts = [(r.context_health, r.mean_entropy_bits) for r in rows
+        pts = [(r.context_health, r.mean_entropy_bits, r.id) for r in rows
                if r.variant == variant and _finite(r.context_health, r.mean_entropy_bits)]
         if pts:
-            ax.scatter(*zip(*pts), marker=marker, color=color, label=f"{variant} (n={len(pts)})", alpha=0.8)
+            xs, ys, ids = zip(*pts)
+            dots = ax.scatter(xs, ys, marker=marker, color=color, label=f"{variant} (n={len(pts)})", alpha=0.8)
+            dots.set_urls([_link(i) for i in ids])
     if a.health_entropy_fit is not None:
         f = a.health_entropy_fit
         ax.plot(f.grid, f.fit, color="black", lw=1.2, label=f"OLS fit, slope {f.slope:.3f}")
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
     h1, h1c = a.test("H1"), a.test("H1c")
-    ax.set_title(f"H1: partial rho | length = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}; "
+    ax.set_title(f"H1: partial rho | length = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}\n"
                  f"H1c (clean): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("context health (0..10)")
     ax.set_ylabel("mean decode entropy (bits)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
     fig.savefig(folder / "health_vs_entropy.png", dpi=110)
+    save_linked_svg(fig, folder / "health_vs_entropy.svg", tips)
     plt.close(fig)
-    names.append("health_vs_entropy.png")
+    names += ["health_vs_entropy.png", "health_vs_entropy.svg"]
 
     # 2. acceptance vs draft entropy, binned with Wilson intervals
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
     bins = a.acceptance_bins
     if bins:
         mids = [(b.low + b.high) / 2 for b in bins]
@@ -145,53 +193,65 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     fig.savefig(folder / "acceptance_vs_draft_entropy.png", dpi=110)
     plt.close(fig)
     names.append("acceptance_vs_draft_entropy.png")
 
-    # 3. per-category boxplots (clean prompts)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    # 3. per-category boxplots (clean prompts), every prompt a dot over its box (spread evenly across the box,
+    # not at random, so the figure is the same on every run), each dot a link to its prompt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), layout="constrained")
     cats = list(a.categories)
     for ax, key, label in ((axes[0], "alpha", "alpha (per prompt)"),
                            (axes[1], "mean_entropy_bits", "mean decode entropy (bits)")):
-        clean = [(r.category, getattr(r, key)) for r in rows if r.variant == "clean"]
-        data = [[v for cat, v in clean if cat == c and _finite(v)] for c in cats]
+        clean = [(r.category, getattr(r, key), r.id) for r in rows if r.variant == "clean"]
+        data = [[(v, i) for cat, v, i in clean if cat == c and _finite(v)] for c in cats]
         keep = [(c, d) for c, d in zip(cats, data) if d]
         if keep:
-            ax.boxplot([d for _, d in keep])
+            ax.boxplot([[v for v, _ in d] for _, d in keep], showfliers=False)
             ax.set_xticks(range(1, len(keep) + 1), [c for c, _ in keep])
+            for k, (_, d) in enumerate(keep, start=1):
+                spread = [0.0] if len(d) == 1 else [-0.15 + 0.3 * j / (len(d) - 1) for j in range(len(d))]
+                dots = ax.scatter([k + dx for dx in spread], [v for v, _ in d], s=12, color="tab:gray", alpha=0.7,
+                                  zorder=3)
+                dots.set_urls([_link(i) for _, i in d])
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
     h3 = a.test("H3")
     fig.suptitle(f"H3: eta^2_H = {fmt_value(h3.effect)}, Kruskal-Wallis p(Holm) = {fmt_p(h3.p_holm)}, {h3.verdict}",
                  fontsize=10)
-    fig.tight_layout()
     fig.savefig(folder / "category_boxplots.png", dpi=110)
+    save_linked_svg(fig, folder / "category_boxplots.svg", tips)
     plt.close(fig)
-    names.append("category_boxplots.png")
+    names += ["category_boxplots.png", "category_boxplots.svg"]
 
     # 4. clean -> neutral -> poisoned, one line per triple; the neutral-to-poisoned step (equal length) is what
     # H4a/H4b test; tied steps dashed grey and nudged apart so they can be counted
     from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), layout="constrained")
     for ax, key, label, t in ((axes[0], "context_health", "context health (0..10)", a.test("H4a")),
                               (axes[1], "mean_entropy_bits", "mean decode entropy (bits)", a.test("H4b"))):
         counts = {"rises": 0, "falls": 0, "tied": 0}
-        triples = [(p[f"{key}_clean"], p.get(f"{key}_neutral"), p[f"{key}_poisoned"]) for p in a.pairs]
-        for c, n, q in triples:
+        for p in a.pairs:
+            c, n, q = p[f"{key}_clean"], p.get(f"{key}_neutral"), p[f"{key}_poisoned"]
             ref = n if _finite(n) else c  # a set without neutral twins: the clean twin
             if not _finite(ref, q):
                 continue
             kind = "rises" if q > ref else "falls" if q < ref else "tied"
             counts[kind] += 1
-            xs, ys = ([0, 1, 2], [c, n, q]) if _finite(c, n) else ([0, 2], [c, q])
+            xs, ys, ids = (([0, 1, 2], [c, n, q], [p["clean"], p.get("neutral"), p["poisoned"]]) if _finite(c, n)
+                           else ([0, 2], [c, q], [p["clean"], p["poisoned"]]))
+            # the line, then its markers as a scatter so that each one links to its own prompt
             if kind == "tied":
                 dx = 0.04 * (counts["tied"] - 1)  # each tied triple its own column, so n tied = n lines
-                ax.plot([x + dx for x in xs], ys, "--s", color="tab:gray", alpha=0.9, ms=4)
+                xs = [x + dx for x in xs]
+                ax.plot(xs, ys, "--", color="tab:gray", alpha=0.9)
+                dots = ax.scatter(xs, ys, marker="s", s=16, color="tab:gray", alpha=0.9, zorder=3)
             else:
-                ax.plot(xs, ys, "-o", color="tab:red" if kind == "rises" else "tab:blue", alpha=0.6)
+                colour = "tab:red" if kind == "rises" else "tab:blue"
+                ax.plot(xs, ys, "-", color=colour, alpha=0.6)
+                dots = ax.scatter(xs, ys, marker="o", s=36, color=colour, alpha=0.6, zorder=3)
+            dots.set_urls([_link(i) for i in ids])
         ax.legend(handles=[Line2D([], [], color="tab:red", marker="o", label=f"poisoned higher ({counts['rises']})"),
                            Line2D([], [], color="tab:blue", marker="o", label=f"poisoned lower ({counts['falls']})"),
                            Line2D([], [], color="tab:gray", ls="--", marker="s",
@@ -200,10 +260,10 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_xlim(-0.3, 2.5)
         ax.set_ylabel(label)
         ax.set_title(f"{t.name}: r_rb = {fmt_value(t.effect)}, p(Holm) = {fmt_p(t.p_holm)}, {t.verdict}", fontsize=10)
-    fig.tight_layout()
     fig.savefig(folder / "clean_vs_poisoned.png", dpi=110)
+    save_linked_svg(fig, folder / "clean_vs_poisoned.svg", tips)
     plt.close(fig)
-    names.append("clean_vs_poisoned.png")
+    names += ["clean_vs_poisoned.png", "clean_vs_poisoned.svg"]
     return names
 
 

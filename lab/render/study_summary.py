@@ -33,6 +33,10 @@ FIGURES = {
                              "neutral-to-poisoned step falling on the left, H4b rising on the right.",
 }
 
+# The figures whose points are prompts, also written as SVG with each point a link to its prompt's row.
+LINKED_FIGURES = ("health_vs_entropy.svg", "category_boxplots.svg", "clean_vs_poisoned.svg")
+assert {n[:-4] for n in LINKED_FIGURES} <= {n[:-4] for n in FIGURES}
+
 _SIGN_WORD = {1: "> 0", -1: "< 0"}
 
 
@@ -269,5 +273,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
               "(`length_drift`).",
               "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures; "
               "`content_sink_health` is the old count-based health; `alpha_t*` the H6 runs).",
-              "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).", ""]
+              "- `per_token.csv`: one row per drafted token (draft entropy, accepted, tested).",
+              "- " + ", ".join(f"`{n}`" for n in LINKED_FIGURES) + ": those figures with each point a link to its "
+              "prompt's row on `index.html` (hover a point for its prompt).", ""]
     return "\n".join(lines)

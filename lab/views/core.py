@@ -77,7 +77,8 @@ class ReportFiles:
         path: The directory.
         name: Its name (the final one, also while the report is still being staged).
         kind: The report kind (:data:`KINDS`), ``""`` when the name says none.
-        report: ``report.json`` parsed (``{}`` when absent, unreadable or too large; see ``problems``).
+        report: ``report.json`` parsed, or the kind's own ``<kind>.json`` where it writes no report.json (a
+            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``).
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
         images: ``{file name: data URI}`` of every PNG; SVGs are in ``svgs`` as text.
@@ -133,6 +134,9 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
     if not path.is_dir():
         raise NotADirectoryError(f"{str(path)!r} is not a report directory")
     name = name or path.name
+    kind = kind if kind is not None else kind_of(name)
+    # The exact figures: report.json, or where a kind writes none, its own <kind>.json (a study's study.json).
+    exact = "report.json" if (path / "report.json").is_file() else f"{kind or 'report'}.json"
     problems: list[str] = []
     report: dict[str, Any] = {}
     summary = ""
@@ -155,7 +159,7 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
             other.append(f.name)
             continue
         try:
-            if f.name == "report.json":
+            if f.name == exact:
                 parsed = json.loads(data.decode("utf-8"))
                 report = parsed if isinstance(parsed, dict) else {}
             elif f.name == "summary.md":
@@ -170,7 +174,7 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 other.append(f.name)
         except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
             problems.append(f"{f.name}: not read ({type(exc).__name__})")
-    return ReportFiles(path=path, name=name, kind=kind if kind is not None else kind_of(name), report=report,
+    return ReportFiles(path=path, name=name, kind=kind, report=report,
                        summary=summary, csvs=csvs, images=images, svgs=svgs, other=tuple(other),
                        problems=tuple(problems))
 
@@ -179,6 +183,16 @@ def _svg_body(text: str) -> str:
     """An SVG file's ``<svg>`` element alone (no XML declaration or DOCTYPE, which HTML does not take)."""
     start = text.find("<svg")
     return text[start:] if start >= 0 else ""
+
+
+def row_anchor(prefix: str, key: Any) -> str:
+    """The id of a table row a plotted point links to: ``prefix`` then ``key``, each character outside
+    ``[A-Za-z0-9_-]`` written as ``.<hex>.``, so any key gives a valid fragment and two keys never one id.
+
+    >>> row_anchor("prompt-", "factual-01"), row_anchor("prompt-", "a b.c")
+    ('prompt-factual-01', 'prompt-a.20.b.2e.c')
+    """
+    return prefix + "".join(c if c.isascii() and (c.isalnum() or c in "_-") else f".{ord(c):x}." for c in str(key))
 
 
 @dataclass(frozen=True)

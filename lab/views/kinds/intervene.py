@@ -1,0 +1,98 @@
+"""An intervention's page (``lab intervene``): the pre-stated tests' verdicts and the controls first,
+then the arms plot, then one row per triple (``id="triple-<question id>"``).
+
+Drawn from ``report.json`` (:func:`lab.render.intervention.write_report`), ``triples.csv`` and
+``arms.png``; computes nothing: every number is as the report holds it. The arms plot draws lines
+and means, not one point per triple, so it stays a PNG; a triple's row is still the target a later
+scatter plot of triples can link to (:func:`triple_anchor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, fmt, render, row_anchor, table
+
+CONTROLS = ("empty_mask", "position_only", "label_swap", "c_plus", "manipulation")
+# The per-triple table: (column title, twin, arm, triples.csv column), read from triples.csv as written.
+TRIPLE_CELLS = tuple((f"{what}({twin},{arm})", twin, arm, column)
+                     for what, column in (("H", "entropy_bits"), ("beta", "beta"))
+                     for arm in ("A0", "A1") for twin in ("P", "N"))
+
+
+def triple_anchor(question_id: str) -> str:
+    """The id of a triple's row on an intervention's page, ``triple-<question id>``.
+
+    >>> triple_anchor("factual-P111")
+    'triple-factual-P111'
+    """
+    return row_anchor("triple-", question_id)
+
+
+def stated_tests(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pre-stated tests in the report's order: every entry of ``analysis`` that carries a verdict."""
+    analysis = report.get("analysis") if isinstance(report.get("analysis"), dict) else {}
+    return [v for v in analysis.values() if isinstance(v, dict) and "verdict" in v and "name" in v]
+
+
+def headline(report: dict[str, Any]) -> str:
+    """``did_entropy supported (+0.12 bits); 3 inconclusive; controls passed``, or that the controls failed.
+
+    >>> headline({"decides": True, "analysis": {"t": {"name": "t", "verdict": "inconclusive"}}})
+    '1 inconclusive; controls passed'
+    """
+    if report.get("decides") is False:
+        failed = [k for k, v in (report.get("controls") or {}).items() if not v]
+        return f"CONTROLS FAILED ({', '.join(failed) or 'pilot'}): this run decides nothing"
+    ts = stated_tests(report)
+    decided = [f"{t['name']} {t['verdict']} ({fmt(t.get('estimate'))} {t.get('unit', '')})".replace(" )", ")")
+               for t in ts if t["verdict"] in ("supported", "not supported")]
+    rest = len(ts) - len(decided)
+    parts = [", ".join(decided)] if decided else []
+    parts += [f"{rest} inconclusive"] if rest else []
+    return "; ".join(parts + ["controls passed"]) if ts else ""
+
+
+def triple_rows(files: ReportFiles) -> list[dict[str, Any]]:
+    """One row per triple from ``triples.csv`` (one row per triple, twin and arm): the mean entropy and beta of
+    both twins under A0 and A1, cells as the file writes them."""
+    by_triple: dict[str, dict[str, Any]] = {}
+    for r in files.csvs.get("triples.csv", []):
+        qid = r.get("question_id", "")
+        row = by_triple.setdefault(qid, {"question_id": qid, "category": r.get("category", ""),
+                                         "distractor": r.get("distractor", "")})
+        for title, twin, arm, column in TRIPLE_CELLS:
+            if r.get("twin") == twin and r.get("arm") == arm:
+                row[title] = _number(r.get(column, ""))
+    return list(by_triple.values())
+
+
+def _number(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The intervention's own sections: verdicts and controls, the arms plot, one row per triple."""
+    report = files.report
+    sections = []
+    ts = stated_tests(report)
+    analysis = report.get("analysis") if isinstance(report.get("analysis"), dict) else {}
+    if ts:
+        controls = [(name, analysis.get(name) or {}) for name in CONTROLS if name in analysis]
+        sections.append(Section("Verdicts", render("intervene_verdicts.html.j2", tests=ts, controls=controls,
+                                                   decides=report.get("decides") is not False), "verdicts"))
+    covers = set()
+    if "arms.png" in files.images:
+        sections.append(Section("Arms", render("figure.html.j2", uri=files.images["arms.png"], name="arms.png"),
+                                "arms"))
+        covers.add("arms.png")
+    rows = triple_rows(files)
+    if rows:
+        columns = ["question_id", "category", "distractor"] + [c[0] for c in TRIPLE_CELLS]
+        sections.append(Section("Triples", table(rows, columns, limit=len(rows),
+                                                 row_ids=[triple_anchor(r["question_id"]) for r in rows]),
+                                "triples"))
+    return KindPage(headline(report), tuple(sections), frozenset(covers))

@@ -1,0 +1,130 @@
+"""A study's page (``lab study``): the verdicts first, then the plots with every point a link to its
+prompt's row, then the per-prompt table; and two studies side by side (``lab view A B``).
+
+Drawn from ``study.json`` (read as the report's exact figures by :func:`lab.views.core.read_report`),
+``per_prompt.csv`` and the figures :mod:`lab.render.study` writes: each PNG, and for the plots whose
+points are prompts an SVG beside it whose points link to ``#prompt-<id>`` (:func:`prompt_anchor`).
+A report written before the SVGs existed shows its PNGs; nothing here computes a statistic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.views.core import KindPage, ReportFiles, Section, fmt, render, row_anchor, table
+
+# Columns of per_prompt.csv the page's table shows (the file holds every column); ``text`` clipped.
+PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "context_health", "mean_entropy_bits",
+                  "alpha", "n_accepted", "n_drafted_tested", "text")
+TEXT_COLUMNS = frozenset({"id", "category", "variant", "twin_of", "text"})  # shown as written, never as numbers
+TEXT_CHARS = 80  # of a prompt's generated text in the table; the CSV holds it whole
+VERDICT_ORDER = ("supported", "not supported", "inconclusive")
+
+
+def prompt_anchor(prompt_id: str) -> str:
+    """The id of a prompt's row on a study's page, ``prompt-<id>`` (:func:`lab.views.core.row_anchor`).
+
+    >>> prompt_anchor("factual-01-poisoned")
+    'prompt-factual-01-poisoned'
+    """
+    return row_anchor("prompt-", prompt_id)
+
+
+def _cell(text: str) -> Any:
+    """A CSV cell as the table shows it: an int or float when it reads as one (so fmt rounds it), else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _tests(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in report.get("tests") or [] if isinstance(t, dict) and t.get("name")]
+
+
+def headline(tests: list[dict[str, Any]]) -> str:
+    """``H2 supported (point_biserial_r -0.342), H5 supported (...); 6 inconclusive``: every decided test with
+    its effect, the undecided counted.
+
+    >>> headline([{"name": "H2", "verdict": "supported", "effect_name": "r", "effect": -0.3421},
+    ...           {"name": "H1", "verdict": "inconclusive"}])
+    'H2 supported (r -0.342); 1 inconclusive'
+    """
+    decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {fmt(t.get('effect'))})"
+               for t in tests if t.get("verdict") in ("supported", "not supported")]
+    rest = sum(1 for t in tests if t.get("verdict") not in ("supported", "not supported"))
+    return ", ".join(decided) + ("; " if decided and rest else "") + (f"{rest} inconclusive" if rest else "")
+
+
+def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per test for the verdict table, with the numbers as ``study.json`` holds them."""
+    rows = []
+    for t in tests:
+        power = (t.get("details") or {}).get("power") or {}
+        rows.append({"name": t["name"], "hypothesis": t.get("hypothesis", ""), "statistic": t.get("effect_name", ""),
+                     "predicted": "< 0" if t.get("predicted_sign", 1) < 0 else "> 0", "effect": t.get("effect"),
+                     "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"), "ci_level": t.get("ci_level"),
+                     "p": t.get("p_value"), "p_holm": t.get("p_holm"), "n": t.get("n"),
+                     "detectable": power.get("min_detectable"), "smallest": t.get("smallest_effect"),
+                     "underpowered": power.get("underpowered"), "verdict": t.get("verdict", ""),
+                     "note": t.get("note", "")})
+    return rows
+
+
+def figures(files: ReportFiles) -> list[dict[str, Any]]:
+    """The study's plots in the report's order, each its SVG when the report holds one (points linked to
+    rows), else its PNG; with the caption ``study.json`` gives it."""
+    captions = files.report.get("figures") if isinstance(files.report.get("figures"), dict) else {}
+    names = list(captions) + [n for n in files.images if n not in captions]
+    out = []
+    for png in names:
+        svg = png[:-4] + ".svg" if png.endswith(".png") else ""
+        if svg in files.svgs:
+            out.append({"name": svg, "png": png, "svg": files.svgs[svg], "caption": captions.get(png, "")})
+        elif png in files.images:
+            out.append({"name": png, "png": png, "uri": files.images[png], "caption": captions.get(png, "")})
+    return out
+
+
+def prompt_rows(files: ReportFiles) -> tuple[list[dict[str, Any]], list[str]]:
+    """per_prompt.csv's rows (numbers as numbers, ``text`` clipped to :data:`TEXT_CHARS`) and their row ids."""
+    csv_rows = files.csvs.get("per_prompt.csv", [])
+    rows = []
+    for r in csv_rows:
+        text = r.get("text") or ""
+        rows.append({**{k: v if k in TEXT_COLUMNS else _cell(v) for k, v in r.items()},
+                     "text": text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "..."})
+    return rows, [prompt_anchor(r.get("id", "")) for r in csv_rows]
+
+
+def page(files: ReportFiles) -> KindPage:
+    """The study's own sections: verdicts, plots (points linked to prompts), per-prompt rows."""
+    tests = _tests(files.report)
+    sections = []
+    if tests:
+        sections.append(Section("Verdicts", render("study_verdicts.html.j2", rows=verdict_rows(tests)), "verdicts"))
+    figs = figures(files)
+    if figs:
+        sections.append(Section("Plots", render("study_plots.html.j2", figures=figs), "plots"))
+    rows, ids = prompt_rows(files)
+    if rows:
+        columns = [c for c in PROMPT_COLUMNS if c in rows[0]]
+        sections.append(Section("Prompts", render("study_prompts.html.j2", n=len(rows),
+                                                  table=table(rows, columns, limit=len(rows), row_ids=ids)),
+                                "prompts"))
+    covers = {f["name"] for f in figs} | {f["png"] for f in figs} | ({"per_prompt.csv"} if rows else set())
+    return KindPage(headline(tests), tuple(sections), frozenset(covers))
+
+
+def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
+    """Both studies' verdicts and effects side by side, each effect with its interval."""
+    ta = {t["name"]: t for t in _tests(a.report)}
+    tb = {t["name"]: t for t in _tests(b.report)}
+    names = list(ta) + [n for n in tb if n not in ta]
+    if not names:
+        return ()
+    rows = [{"name": n, "a": verdict_rows([ta[n]])[0] if n in ta else None,
+             "b": verdict_rows([tb[n]])[0] if n in tb else None} for n in names]
+    return (Section("Verdicts, A and B", render("study_compare.html.j2", rows=rows), "verdicts"),)

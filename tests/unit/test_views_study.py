@@ -1,0 +1,218 @@
+"""The study's and the intervention's pages (lab.views.kinds.study, .intervene): verdicts first, every
+plotted point a link to its prompt's row, SVGs that ask for nothing, older reports without SVGs.
+
+The study report is written once per module by the real writer (lab.render.study.write_report) from a
+fake run (tests.study_fakes: no model); the intervention report is its files as
+lab.render.intervention.write_report lays them out, with made-up numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.views.core import fmt, read_report, row_anchor
+from lab.views.kinds import intervene as intervene_kind
+from lab.views.kinds import study as study_kind
+from lab.views.page import page_html
+
+pytestmark = pytest.mark.unit
+
+HREF = re.compile(r'<a href="(#[^"]*)"')
+ROW_ID = re.compile(r'<tr id="([^"]+)"')
+PAGE_LIMIT_BYTES = 5 * 1024 * 1024  # a study's page is mailed and opened from disk: it must stay small
+
+
+@pytest.fixture(scope="module")
+def study_report(tmp_path_factory) -> Path:
+    from lab.render.study import write_report
+    from lab.study.run import run_study
+    from tests.study_fakes import FakeRunnerWithDecode, fake_config
+
+    root = tmp_path_factory.mktemp("study")
+    return write_report(run_study(fake_config(root, limit=12), runner=FakeRunnerWithDecode()))
+
+
+def _older(study_report: Path, tmp_path: Path) -> Path:
+    """A copy of the report as written before the SVGs existed."""
+    old = tmp_path / study_report.name
+    shutil.copytree(study_report, old)
+    for svg in old.glob("*.svg"):
+        svg.unlink()
+    (old / "index.html").unlink()
+    return old
+
+
+def _svgs(html: str) -> list[str]:
+    return re.findall(r"<svg.*?</svg>", html, flags=re.S)
+
+
+def test_study_page_every_plotted_point_links_to_a_row_on_the_page(study_report):
+    """Fault class: a point whose link lands nowhere (anchor drawn one way in the SVG, another in the table)."""
+    from lab.render.study_summary import LINKED_FIGURES
+
+    assert sorted(p.name for p in study_report.glob("*.svg")) == sorted(LINKED_FIGURES)
+    html = (study_report / "index.html").read_text(encoding="utf-8")
+    svgs = _svgs(html)
+    assert len(svgs) == len(LINKED_FIGURES)
+    rows = set(ROW_ID.findall(html))
+    ids = [r["id"] for r in csv.DictReader((study_report / "per_prompt.csv").open(encoding="utf-8"))]
+    assert {study_kind.prompt_anchor(i) for i in ids} <= rows
+    for svg in svgs:
+        links = HREF.findall(svg)
+        assert links, "a linked figure without a linked point"
+        assert all(link.startswith("#prompt-") for link in links)
+        missing = {link[1:] for link in links} - rows
+        assert not missing, f"points link to rows the page lacks: {sorted(missing)[:5]}"
+    health = html[html.index('id="figure-health_vs_entropy-png"'):]
+    points = set(HREF.findall(_svgs(health)[0]))
+    assert len(points) == len(ids)  # every prompt of the scatter is a point with its own link
+
+
+def test_study_svg_points_carry_their_prompt_as_tooltip(study_report):
+    svg = (study_report / "health_vs_entropy.svg").read_text(encoding="utf-8")
+    tips = re.findall(r'<a href="#prompt-([^"]+)"><title>([^<]*)</title>', svg)
+    assert tips and all(text.startswith(pid + " (") for pid, text in tips)
+
+
+def test_study_svgs_hold_no_external_reference_and_page_stays_small(study_report):
+    """Fault class: an inlined SVG that asks for a file, a font or a new window (the page's CSP forbids fetches)."""
+    for path in study_report.glob("*.svg"):
+        svg = path.read_text(encoding="utf-8")
+        refs = re.findall(r'href="([^"]*)"', svg) + re.findall(r"url\(([^)]*)\)", svg)
+        assert refs and all(r.startswith("#") for r in refs), (path.name, [r for r in refs if not r.startswith("#")])
+        for banned in ("<image", "@import", "@font-face", "<text", "target=", "<metadata", "<script"):
+            assert banned not in svg, (path.name, banned)
+        ids = re.findall(r' id="([^"]+)"', svg)
+        assert all(i.startswith(path.stem + "-") for i in ids), path.name  # no clash between two inlined SVGs
+    assert (study_report / "index.html").stat().st_size < PAGE_LIMIT_BYTES
+
+
+def test_study_page_ids_unique_across_inlined_svgs(study_report):
+    html = (study_report / "index.html").read_text(encoding="utf-8")
+    ids = re.findall(r' id="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})[:5]
+
+
+def test_study_verdict_table_numbers_equal_study_json(study_report):
+    html = (study_report / "index.html").read_text(encoding="utf-8")
+    study = json.loads((study_report / "study.json").read_text(encoding="utf-8"))
+    assert html.index('id="verdicts"') < html.index('id="plots"') < html.index('id="prompts"')
+    for t in study["tests"]:
+        row = re.search(rf'<tr id="verdict-{t["name"]}">(.*?)</tr>', html, flags=re.S).group(1)
+        cells = dict(re.findall(r'data-field="(\w+)">([^<]*)</td>', row))
+        assert cells["effect"] == fmt(t["effect"]) and cells["p"] == fmt(t["p_value"])
+        assert cells["p_holm"] == fmt(t["p_holm"])
+        if t["ci_low"] is not None:
+            assert cells["interval"].startswith(f"[{fmt(t['ci_low'])}, {fmt(t['ci_high'])}]")
+        assert f">{t['verdict']}</td>" in row
+
+
+def test_study_headline_names_decided_tests_and_counts_the_rest(study_report):
+    study = json.loads((study_report / "study.json").read_text(encoding="utf-8"))
+    line = study_kind.headline(study["tests"])
+    decided = [t for t in study["tests"] if t["verdict"] != "inconclusive"]
+    for t in decided:
+        assert f"{t['name']} {t['verdict']} ({t['effect_name']} {fmt(t['effect'])})" in line
+    rest = len(study["tests"]) - len(decided)
+    assert line.endswith(f"{rest} inconclusive") if rest else "inconclusive" not in line
+
+
+def test_study_page_of_older_report_without_svgs_shows_pngs(study_report, tmp_path):
+    """Fault class: a page that needs the newest files to draw (old reports must still redraw)."""
+    html = page_html(read_report(_older(study_report, tmp_path)))
+    plots = html[html.index('<section id="plots"'):html.index('<section id="prompts"')]
+    assert "<svg" not in plots and plots.count('<img src="data:image/png;base64,') == 4
+    assert 'id="prompt-' in html and 'id="verdict-H1"' in html
+
+
+def test_study_page_without_study_json_or_csv_still_draws(study_report, tmp_path):
+    old = _older(study_report, tmp_path)
+    (old / "study.json").unlink()
+    (old / "per_prompt.csv").unlink()
+    html = page_html(read_report(old))
+    assert 'id="verdicts"' not in html and "<img" in html
+
+
+def test_study_compare_sets_both_studies_intervals_side_by_side(study_report, tmp_path):
+    other = tmp_path / (study_report.name[:-len("study")] + "study-b")
+    shutil.copytree(study_report, other)
+    study = json.loads((other / "study.json").read_text(encoding="utf-8"))
+    study["tests"][0].update(effect=-0.5, ci_low=-0.75, ci_high=-0.25, verdict="supported")
+    (other / "study.json").write_text(json.dumps(study), encoding="utf-8")
+    a, b = read_report(study_report), read_report(other)
+    (section,) = study_kind.compare(a, b)
+    first = a.report["tests"][0]
+    row = re.search(rf'<tr id="verdict-{first["name"]}">(.*?)</tr>', str(section.html), flags=re.S).group(1)
+    assert "-0.5 [-0.75, -0.25]" in row and ">supported<" in row
+    if first["ci_low"] is not None:
+        assert f"{fmt(first['effect'])} [{fmt(first['ci_low'])}, {fmt(first['ci_high'])}]" in row
+
+
+def test_row_anchor_distinct_keys_give_distinct_valid_ids():
+    keys = ["a b", "a.b", "a-b", "a_b", "a.20.b", "é", "a/b", "<x>", ""]
+    anchors = [row_anchor("prompt-", k) for k in keys]
+    assert len(set(anchors)) == len(keys)
+    assert all(re.fullmatch(r"prompt-[A-Za-z0-9_.-]*", a) for a in anchors)
+
+
+# --------------------------------------------------------------------------- intervene
+
+TESTS = ("did_entropy", "did_beta", "h4b_forced", "dose")
+
+
+def _intervene_report(root: Path, decides: bool = True) -> Path:
+    """A report directory laid out as lab.render.intervention.write_report writes one (made-up numbers)."""
+    from lab.render.intervention import PLOT_ARMS
+
+    path = root / "20261205-005046-intervene-smollm2"
+    path.mkdir()
+    analysis = {"n_triples": 2, "n_distractors": 2}
+    for i, name in enumerate(TESTS):
+        analysis[name] = {"name": name, "statement": f"{name} > 0.", "estimate": 0.01 * (i + 1), "unit": "bits",
+                          "ci_low": -0.1, "ci_high": 0.2 + i, "ci_level": 0.975, "p_value": 0.3, "p_holm": 0.9,
+                          "verdict": "supported" if i == 0 else "inconclusive", "n_triples": 2, "n_distractors": 2,
+                          "smallest_effect": 0.05, "power": 0.5}
+    controls = {c: decides or c != "label_swap" for c in intervene_kind.CONTROLS}
+    analysis.update({c: {"passed": ok} for c, ok in controls.items()})
+    (path / "report.json").write_text(json.dumps({"kind": "intervene", "decides": decides, "analysis": analysis,
+                                                  "controls": controls, "settings": {"model": "smollm2"}}))
+    with (path / "triples.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, ["question_id", "category", "distractor", "twin", "arm", "entropy_bits", "beta",
+                               "span_mass", "sink_mass"])
+        w.writeheader()
+        for q in ("factual-1", "math 2"):
+            for twin in ("P", "N"):
+                for k, arm in enumerate(PLOT_ARMS):
+                    w.writerow({"question_id": q, "category": q.split("-")[0], "distractor": "d", "twin": twin,
+                                "arm": arm, "entropy_bits": 2 + k / 10, "beta": 0.25, "span_mass": 0.1,
+                                "sink_mass": 0.3})
+    (path / "summary.md").write_text("# lab intervene\n", encoding="utf-8")
+    return path
+
+
+def test_intervene_page_verdicts_first_numbers_as_report_and_one_row_per_triple(tmp_path):
+    path = _intervene_report(tmp_path)
+    files = read_report(path)
+    html = page_html(files)
+    assert html.index('id="verdicts"') < html.index('id="triples"') < html.index('id="summary"')
+    for name in TESTS:
+        t = files.report["analysis"][name]
+        row = re.search(rf'<tr id="verdict-{name}">(.*?)</tr>', html, flags=re.S).group(1)
+        cells = dict(re.findall(r'data-field="(\w+)">([^<]*)</td>', row))
+        assert cells["estimate"].strip() == f"{fmt(t['estimate'])} bits" and cells["p_holm"] == fmt(t["p_holm"])
+        assert cells["interval"].startswith(f"[{fmt(t['ci_low'])}, {fmt(t['ci_high'])}]")
+    rows = ROW_ID.findall(html[html.index('id="triples"'):])
+    assert rows == [intervene_kind.triple_anchor("factual-1"), intervene_kind.triple_anchor("math 2")]
+    assert intervene_kind.headline(files.report) == "did_entropy supported (0.01 bits); 3 inconclusive; controls passed"
+
+
+def test_intervene_failed_control_headline_says_it_decides_nothing(tmp_path):
+    files = read_report(_intervene_report(tmp_path, decides=False))
+    assert intervene_kind.headline(files.report) == "CONTROLS FAILED (label_swap): this run decides nothing"
+    assert "<strong>FAILED</strong>" in page_html(files)
