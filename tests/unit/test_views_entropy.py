@@ -238,3 +238,14 @@ def test_entropy_view_docstring_examples_pass():
 
     result = doctest.testmod(ent, report=False)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_page_chart_of_certain_run_has_finite_readable_axis(tmp_path):
+    """A run with zero entropy and varentropy at every step (greedy, fully certain) draws finite coordinates
+    and an axis from 0 to MIN_AXIS_TOP, not a division by zero."""
+    steps = [_step(i, f" w{i}", 0.0, 0.0, [(i, f" w{i}", 1.0)]) for i in range(3)]
+    html = (_report(tmp_path, "certain", _data(steps, {})) / PAGE).read_text()
+    svg = html[html.index('<svg id="entropy-chart"'):html.index("</svg>", html.index('<svg id="entropy-chart"'))]
+    assert "nan" not in svg.lower() and "inf" not in svg.lower()
+    assert f">{fmt(ent.MIN_AXIS_TOP)}</text>" in svg
+    assert "3 tokens, mean entropy 0.00 bits (max 0.00), mean varentropy 0.00 bits²" in html

@@ -41,6 +41,7 @@ PANEL_GAP = 34  # between the entropy and the varentropy panel
 CHART_BOTTOM = 40  # room for the x ticks and the axis title
 MAX_X_TICKS = 12
 Y_TICKS = 4  # about this many ticks per panel
+MIN_AXIS_TOP = 0.1  # bits (bits²): a run certain at every step still gets a readable axis, not 0 to 1e-9
 MAX_POINTS = 400  # a dot per step up to here; past it the dots hide the line and weigh on the page
 ALTS_SHOWN = 10  # alternatives in a tooltip (reports keep 5 by default)
 
@@ -238,7 +239,7 @@ def chart(steps: list[Step]) -> dict[str, Any]:
     for k, (title, lines) in enumerate(series):
         top = CHART_TOP + k * (PANEL_HEIGHT + PANEL_GAP)
         values = [v for _, vs in lines for v in vs if v is not None]
-        top_value = max(values + [1e-9]) if values else 1.0
+        top_value = max(values + [MIN_AXIS_TOP])
         step = _round_step(top_value / Y_TICKS)
         hi = step * max(1, math.ceil(top_value / step - 1e-9))
 
