@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.chat import encode_chat, eos_token_ids
     from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.render.console import stderr_console, stdout_console
-    from lab.render.speculative import answer_text, plot_histogram, render_speculation, round_rows, summary_markdown
+    from lab.render.speculative import (answer_text, plot_histogram, render_speculation, round_rows, summary_markdown,
+                                       token_texts)
     from lab.reports import environment, report_dir
     from lab.speculative.draft_specs import make_draft  # at call time: tests stand in for make_draft
     from lab.speculative.loop import speculative_generate
@@ -153,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     with report_dir(args.out, "speculate", args.prompt) as rd:
         rd.write_json("report.json", cfg.report(result, prompt_ids=input_ids[0].tolist(), model_info=info,
                                                 environment=environment(model),
-                                                text=answer_text(tokenizer, result.tokens), cost=cost))
+                                                text=answer_text(tokenizer, result.tokens), cost=cost,
+                                                token_texts=token_texts(tokenizer, result)))
         rd.write_csv("rounds.csv", round_rows(result, tokenizer))
         plot_histogram(result, rd.file("accepted_length.png"))
         rd.write_text("summary.md", summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info,

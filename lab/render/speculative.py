@@ -48,6 +48,15 @@ def _tok(tokenizer: Any, token_id: int) -> str:
     return visible(tokenizer.decode([token_id]))
 
 
+def token_texts(tokenizer: Any, result: SpeculativeResult) -> dict[int, str]:
+    """Each token id the result emitted or proposed, with its text decoded alone (as the tokenizer gives it,
+    whitespace kept), for the report page's token view; ``{}`` without a tokenizer."""
+    if tokenizer is None:
+        return {}
+    ids = set(result.tokens).union(*(r.proposed for r in result.rounds))
+    return {t: tokenizer.decode([t]) for t in sorted(ids)}
+
+
 def answer_text(tokenizer: Any, token_ids: list[int]) -> str:
     """The generated text as a user reads it: special tokens (``<|im_end|>``) kept in the ids, not shown."""
     if tokenizer is None:
@@ -163,6 +172,8 @@ def round_rows(result: SpeculativeResult, tokenizer: Any = None) -> list[dict[st
             "stop_reason": r.stop_reason, "proposed_ids": " ".join(map(str, r.proposed)),
             "proposed_text": "".join(_tok(tokenizer, t) for t in r.proposed) if tokenizer else "",
             "draft_entropies_bits": " ".join(f"{h:.4f}" for h in r.draft_entropies),
+            "target_probs": " ".join(f"{p:.4g}" for p in r.target_probs),
+            "draft_probs": " ".join(f"{q:.4g}" for q in r.draft_probs),
             "draft_time_s": r.draft_time_s, "verify_time_s": r.verify_time_s,
             "prefill_positions": r.prefill_positions,
         })

@@ -183,7 +183,8 @@ def speculative_round(target: Any, draft: Drafter, cache: Any, seq: torch.Tensor
         on_commit(raw_logits[:m], seq[n : n + m])
     rollback_cache(cache, n + m - 1)
     draft.commit(n_acc)
-    return round_record(index, prop, n_acc, next_token, next_kind, verify_s, prefill_positions=n - 1 - held)
+    return round_record(index, prop, n_acc, next_token, next_kind, verify_s, prefill_positions=n - 1 - held,
+                        target_probs=sampling_probs(logits[:k], settings.sampling) if k else None)
 
 
 def accept(prop: Proposal, logits: torch.Tensor, settings: SpeculativeSettings,
@@ -215,17 +216,24 @@ def accept(prop: Proposal, logits: torch.Tensor, settings: SpeculativeSettings,
 
 
 def round_record(index: int, prop: Proposal, n_acc: int, next_token: int | None, next_kind: str,
-                 verify_s: float, *, prefill_positions: int = 0) -> RoundRecord:
+                 verify_s: float, *, prefill_positions: int = 0, target_probs: torch.Tensor | None = None) -> RoundRecord:
     """The :class:`~lab.speculative.results.RoundRecord` of a finished round (``prefill_positions``: prompt
-    positions its verify pass also filled, the fused prefill)."""
+    positions its verify pass also filled, the fused prefill; ``target_probs``: float ``[k, V]`` probabilities
+    p the accept step used at the k draft positions, or None to record no p(x) / q(x))."""
     k = int(prop.tokens.shape[0])
     tested = min(k, n_acc + 1) if next_kind != "none" else n_acc
+    p_x: list[float] = []
+    q_x: list[float] = []
+    if target_probs is not None and k:
+        ids = prop.tokens.unsqueeze(-1)  # [k, 1]
+        p_x = target_probs.gather(-1, ids.to(target_probs.device)).squeeze(-1).float().tolist()  # [k]
+        q_x = prop.probs.gather(-1, ids.to(prop.probs.device)).squeeze(-1).float().tolist()  # [k]
     return RoundRecord(
         round=index, proposed=prop.tokens.tolist(), n_accepted=n_acc, next_token=next_token, next_kind=next_kind,
         stop_reason=prop.stop_reason, draft_entropies=prop.entropies.tolist(),
         draft_normalized_entropies=prop.normalized_entropies.tolist(), accepted_mask=[i < n_acc for i in range(k)],
         tested_mask=[i < tested for i in range(k)], draft_time_s=prop.forward_time_s, verify_time_s=verify_s,
-        n_draft_forwards=prop.n_forwards, prefill_positions=prefill_positions)
+        n_draft_forwards=prop.n_forwards, prefill_positions=prefill_positions, target_probs=p_x, draft_probs=q_x)
 
 
 def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, settings: SpeculativeSettings, *,

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from lab.decode import check_decode_input, model_device, sync
-from lab.sampling import SamplingConfig
+from lab.sampling import SamplingConfig, sampling_probs
 from lab.speculative.drafts import Drafter, draft_loop, empty_proposal
 from lab.speculative.loop import accept, cut_at_eos, round_record
 from lab.speculative.results import RoundRecord, SpeculativeResult
@@ -105,7 +105,8 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
             n_acc, next_token, next_kind, emitted = accept(prop, logits, settings, generator)
             seq[n : n + len(emitted)] = torch.tensor(emitted, dtype=torch.long, device=dev)
             n += len(emitted)
-            rounds.append(round_record(len(rounds), prop, n_acc, next_token, next_kind, verify_s))
+            rounds.append(round_record(len(rounds), prop, n_acc, next_token, next_kind, verify_s,
+                                       target_probs=sampling_probs(logits[:k], settings.sampling) if k else None))
             if on_round is not None:
                 on_round(rounds[-1])
             if emitted[-1] in settings.eos_token_ids:

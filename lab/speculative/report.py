@@ -64,7 +64,8 @@ class SpeculateConfig:
         return text
 
     def report(self, result: SpeculativeResult, *, prompt_ids: list[int], model_info: dict[str, Any],
-               environment: dict[str, Any], text: str, cost: DraftCost | None) -> dict[str, Any]:
+               environment: dict[str, Any], text: str, cost: DraftCost | None,
+               token_texts: dict[int, str] | None = None) -> dict[str, Any]:
         """``report.json``'s content.
 
         Args:
@@ -74,6 +75,8 @@ class SpeculateConfig:
             environment: :func:`lab.reports.environment` of the run.
             text: The answer as a user reads it (special tokens not shown).
             cost: The draft's FLOP cost ratio (:attr:`lab.speculative.drafts.DraftFacts.cost`), or None.
+            token_texts: Each generated or proposed token id's text as decoded alone (the report page
+                shows tokens with it), or None.
 
         Returns:
             The report: the prompt, the settings and set-up with its sources, the model, the
@@ -94,4 +97,5 @@ class SpeculateConfig:
             "acceptance": result.acceptance_summary(), "draft_cost": cost,
             "text": text, "new_token_ids": result.tokens,
             "rounds": result.rounds, "per_token": result.per_token(),
+            "token_texts": {str(t): x for t, x in sorted((token_texts or {}).items())},
         }

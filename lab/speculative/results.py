@@ -11,7 +11,7 @@ p = target, q = draft (Leviathan et al. 2023).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lab.sampling import SamplingConfig
@@ -40,6 +40,10 @@ class RoundRecord:
         prefill_positions: prompt positions the verify pass also filled (the first round of a
             loop whose prefill is fused into it; 0 otherwise). Such a pass is the result's
             prefill, not one of its verify passes.
+        target_probs / draft_probs: per proposed token x, p(x) and q(x) as the accept step used
+            them (the sampling filter applied; one-hot in greedy mode), so min(1, p(x) / q(x)) is
+            its acceptance probability (Leviathan et al. 2023, Algorithm 1); empty in records
+            made before these were kept.
     """
 
     round: int
@@ -56,6 +60,8 @@ class RoundRecord:
     verify_time_s: float
     n_draft_forwards: int
     prefill_positions: int = 0
+    target_probs: list[float] = field(default_factory=list)
+    draft_probs: list[float] = field(default_factory=list)
 
     @property
     def emitted(self) -> list[int]:
