@@ -14,7 +14,7 @@ import pytest
 from lab.reports import report_dir
 from lab.views.kinds._summary import prose
 from lab.views.page import PAGE
-from tests.unit.test_views_sinks import PNG, Tree
+from tests.page_dom import PNG, Tree
 
 pytestmark = pytest.mark.unit
 
