@@ -14,6 +14,7 @@ import csv
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -83,6 +84,8 @@ class ReportFiles:
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
         images: ``{file name: data URI}`` of every PNG; SVGs are in ``svgs`` as text.
         svgs: ``{file name: SVG text}``, inlined as is (the lab writes them; links in them work).
+        jsons: ``{file name: object}`` of the report's other JSON files (a calibration's ``calibration.json``,
+            a bench's ``bench.json``), parsed and bounded like ``report``.
         other: Names of the other files (listed, not embedded).
         problems: One line per file that could not be read or was too large, shown on the page.
     """
@@ -95,15 +98,21 @@ class ReportFiles:
     csvs: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
     svgs: dict[str, str] = field(default_factory=dict)
+    jsons: dict[str, dict[str, Any]] = field(default_factory=dict)
     other: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
 
     @property
     def model(self) -> dict[str, Any]:
-        """The report's model record (``report.json``'s ``model``, or its environment's), ``{}`` when none."""
-        for candidate in (self.report.get("model"), (self.report.get("environment") or {}).get("model")):
-            if isinstance(candidate, dict):
-                return candidate
+        """The report's model record, ``{}`` when none: its ``model`` or its environment's (``report.json``
+        first, then the report's other JSON files), else a ``settings`` naming the model (``lab intervene``)."""
+        for data in (self.report, *self.jsons.values()):
+            for candidate in (data.get("model"), (data.get("environment") or {}).get("model")):
+                if isinstance(candidate, dict):
+                    return candidate
+            settings = data.get("settings")
+            if isinstance(settings, dict) and isinstance(settings.get("model"), str):
+                return {k: settings[k] for k in ("model", "weights", "runtime", "device", "dtype") if k in settings}
         return {}
 
 
@@ -143,6 +152,7 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
     csvs: dict[str, list[dict[str, str]]] = {}
     images: dict[str, str] = {}
     svgs: dict[str, str] = {}
+    jsons: dict[str, dict[str, Any]] = {}
     other: list[str] = []
     for f in sorted(path.iterdir(), key=lambda p: p.name):
         if f.name.startswith(".") or f.name == "index.html" or not f.is_file():
@@ -170,12 +180,17 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 images[f.name] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
             elif suffix == ".svg":
                 svgs[f.name] = _svg_body(data.decode("utf-8"))
+            elif suffix == ".json":
+                parsed = json.loads(data.decode("utf-8"))
+                if isinstance(parsed, dict):
+                    jsons[f.name] = parsed
+                other.append(f.name)
             else:
                 other.append(f.name)
         except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
             problems.append(f"{f.name}: not read ({type(exc).__name__})")
     return ReportFiles(path=path, name=name, kind=kind, report=report,
-                       summary=summary, csvs=csvs, images=images, svgs=svgs, other=tuple(other),
+                       summary=summary, csvs=csvs, images=images, svgs=svgs, jsons=jsons, other=tuple(other),
                        problems=tuple(problems))
 
 
@@ -292,7 +307,7 @@ def markdown(text: str, images: dict[str, str] | None = None) -> Markup:
                 else:
                     child.type, child.tag, child.children = "text", "", None
                     child.content = f"[{child.content or src}]"
-    return Markup(md.renderer.render(tokens, md.options, {}))
+    return Markup('<div class="md">' + md.renderer.render(tokens, md.options, {}) + "</div>")
 
 
 def first_bold_line(text: str) -> str:
@@ -300,11 +315,13 @@ def first_bold_line(text: str) -> str:
 
     >>> first_bold_line("# T\\n\\n**Verdict: H2 supported.**\\n")
     'Verdict: H2 supported.'
+    >>> first_bold_line("**Verdict: rho **0.31** fails.**")
+    'Verdict: rho 0.31 fails.'
     """
     for line in text.splitlines():
         s = line.strip()
         if s.startswith("**") and s.count("**") >= 2:
-            return s.split("**")[1].strip()
+            return s[2:s.rfind("**")].replace("**", "").strip()  # bold inside bold: the whole line, marks dropped
     return ""
 
 
@@ -339,3 +356,23 @@ def legend(low: str, high: str, cmap: str = COLOUR_MAP, steps: int = 11) -> Mark
     """A colour bar from ``low`` to ``high`` on the scale (a CSS gradient, no image)."""
     stops = ", ".join(colour(i / (steps - 1), cmap) for i in range(steps))
     return render("legend.html.j2", low=low, high=high, stops=stops)
+
+
+def token_cell(text: str) -> str:
+    """Token text for a table cell or tooltip: spaces as ``·``, newline ``⏎``, tab ``⇥``, empty ``∅``.
+
+    >>> token_cell(" Paris\\n")
+    '·Paris⏎'
+    """
+    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
+    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+
+
+def token_inline(text: str) -> str:
+    """Token text in running text: as written, a newline shown as ``⏎`` and kept as a line break, an empty
+    token as ``∅`` (so every token has something to hover and focus).
+
+    >>> token_inline("a\\n")
+    'a⏎\\n'
+    """
+    return text.replace("\r", "␍").replace("\n", "⏎\n") or "∅"

@@ -16,7 +16,7 @@ import pytest
 
 from lab.reports import report_dir
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import ReportFiles, colour, fmt
+from lab.views.core import ReportFiles, colour, fmt, token_cell
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
 
@@ -90,7 +90,7 @@ def test_page_tooltips_show_each_alternative_and_probability_of_the_report(tmp_p
         assert f"entropy {fmt(s['entropy_bits'])} bits" in tip
         assert f"varentropy {fmt(s['varentropy_bits2'])} bits²" in tip
         for a in s["alternatives"]:
-            shown = ent.visible(a["token_text"]).replace("<", "&lt;").replace(">", "&gt;")
+            shown = token_cell(a["token_text"]).replace("<", "&lt;").replace(">", "&gt;")
             row = re.search(rf"<tr( class=\"chosen\")?><td>(▶?)</td><td>{re.escape(shown)}</td>"
                             r"<td>([^<]*)</td></tr>", tip)
             assert row, f"step {i}: alternative {a['token_text']!r} missing from its tooltip"
@@ -233,7 +233,7 @@ def test_compare_summaries_table_gives_both_runs_and_difference(tmp_path):
 
 
 def test_entropy_view_docstring_examples_pass():
-    """The module's examples (visible, inline, _round_step) run, so what its docstrings claim stays true."""
+    """The module's examples (_round_step; token_cell and token_inline are lab.views.core's) run, so what its docstrings claim stays true."""
     import doctest
 
     result = doctest.testmod(ent, report=False)

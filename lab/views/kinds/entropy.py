@@ -21,7 +21,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, table, text_colour
+from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, table, text_colour, token_cell, token_inline
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
 # and light in the middle, so "no difference" reads as no colour. (Kept here, not in lab.views.core,
@@ -95,25 +95,6 @@ def _num(x: Any) -> float | None:
 def _int(x: Any) -> int | None:
     v = _num(x)
     return int(v) if v is not None else None
-
-
-def visible(text: str) -> str:
-    """Token text for a table cell or tooltip: spaces as ``·``, newline ``⏎``, tab ``⇥``, empty ``∅``.
-
-    >>> visible(" Paris\\n")
-    '·Paris⏎'
-    """
-    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
-    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-
-
-def inline(text: str) -> str:
-    """Token text for the running answer: as written, a newline shown as ``⏎`` and kept as a line break.
-
-    >>> inline("a\\n")
-    'a⏎\\n'
-    """
-    return text.replace("\r", "␍").replace("\n", "⏎\n") or "∅"
 
 
 def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
@@ -197,12 +178,12 @@ def token_view(steps: list[Step], id_prefix: str = "tok") -> dict[str, Any]:
     toks = []
     for s in steps:
         bg = colour(s.normalized)
-        alts = [{"text": visible(t), "prob": _prob(p), "outside": False,
+        alts = [{"text": token_cell(t), "prob": _prob(p), "outside": False,
                  "chosen": tid == s.token_id if tid is not None else t == s.text}
                 for tid, t, p in s.alternatives[:ALTS_SHOWN]]
         if not any(a["chosen"] for a in alts):  # sampled outside the shown top-k: still say what it was
-            alts.append({"text": visible(s.text), "prob": _prob(s.chosen_prob), "chosen": True, "outside": True})
-        toks.append({"id": f"{id_prefix}-{s.step}", "step": s.step, "text": inline(s.text), "bg": bg,
+            alts.append({"text": token_cell(s.text), "prob": _prob(s.chosen_prob), "chosen": True, "outside": True})
+        toks.append({"id": f"{id_prefix}-{s.step}", "step": s.step, "text": token_inline(s.text), "bg": bg,
                      "fg": text_colour(bg), "alts": alts, "h": fmt(s.entropy_bits), "norm": fmt(s.normalized),
                      "v": fmt(s.varentropy_bits2), "p": _prob(s.chosen_prob)})
     return {"tokens": toks, "legend": legend("certain (H / log2 V = 0)", "uniform over the vocabulary (1)")}
@@ -268,10 +249,10 @@ def chart(steps: list[Step]) -> dict[str, Any]:
     x_step = 1 if n <= MAX_X_TICKS else int(_round_step(n / MAX_X_TICKS))
     x_ticks = [{"x": x(i), "label": str(i)} for i in range(0, n, x_step)]
     bands = [{"step": s.step, "x": round(CHART_LEFT + i * dx, 1), "w": round(dx, 2),
-              "title": f"step {s.step}: {visible(s.text)}, entropy {fmt(s.entropy_bits)} bits, "
+              "title": f"step {s.step}: {token_cell(s.text)}, entropy {fmt(s.entropy_bits)} bits, "
                        f"varentropy {fmt(s.varentropy_bits2)} bits², p(chosen) {_prob(s.chosen_prob)}"}
              for i, s in enumerate(steps)]
-    data = [{"step": s.step, "text": visible(s.text), "h": fmt(s.entropy_bits), "v": fmt(s.varentropy_bits2),
+    data = [{"step": s.step, "text": token_cell(s.text), "h": fmt(s.entropy_bits), "v": fmt(s.varentropy_bits2),
              "p": _prob(s.chosen_prob), "x": x(i)} for i, s in enumerate(steps)]
     return {"width": CHART_WIDTH, "height": bottom + CHART_BOTTOM, "left": CHART_LEFT,
             "right": CHART_WIDTH - CHART_RIGHT, "top": CHART_TOP, "bottom": bottom, "panels": panels,
@@ -280,9 +261,9 @@ def chart(steps: list[Step]) -> dict[str, Any]:
 
 def step_table(steps: list[Step]) -> Any:
     """The steps as a table, one row ``step-<n>`` per token (the chart's steps link here)."""
-    rows = [{"step": s.step, "token": visible(s.text), "token_id": s.token_id, "entropy_bits": s.entropy_bits,
+    rows = [{"step": s.step, "token": token_cell(s.text), "token_id": s.token_id, "entropy_bits": s.entropy_bits,
              "normalized_entropy": s.normalized, "varentropy_bits2": s.varentropy_bits2, "chosen_prob": s.chosen_prob,
-             "alternatives": "  ".join(f"{visible(t)} {_prob(p)}" for _, t, p in s.alternatives)} for s in steps]
+             "alternatives": "  ".join(f"{token_cell(t)} {_prob(p)}" for _, t, p in s.alternatives)} for s in steps]
     return table(rows, row_ids=[f"step-{s.step}" for s in steps])
 
 
@@ -467,10 +448,10 @@ def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
     for i, p in enumerate(al.pairs):
         d = p.diff
         bg = colour(0.5 + d / (2 * scale), DIVERGING_MAP) if d is not None else "#999999"
-        rows.append({"id": f"pair-{i}", "row": i, "a": inline("".join(s.text for s in p.a)) if p.a else "",
-                     "b": inline("".join(s.text for s in p.b)) if p.b else "",
-                     "a_vis": visible("".join(s.text for s in p.a)) if p.a else "-",
-                     "b_vis": visible("".join(s.text for s in p.b)) if p.b else "-",
+        rows.append({"id": f"pair-{i}", "row": i, "a": token_inline("".join(s.text for s in p.a)) if p.a else "",
+                     "b": token_inline("".join(s.text for s in p.b)) if p.b else "",
+                     "a_vis": token_cell("".join(s.text for s in p.a)) if p.a else "-",
+                     "b_vis": token_cell("".join(s.text for s in p.b)) if p.b else "-",
                      "a_steps": ", ".join(str(s.step) for s in p.a) or "-",
                      "b_steps": ", ".join(str(s.step) for s in p.b) or "-",
                      "a_bits": fmt(p.a_bits), "b_bits": fmt(p.b_bits), "diff": fmt(d), "raw_diff": d,

@@ -19,7 +19,7 @@ import unicodedata
 from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render
+from lab.views.core import KindPage, ReportFiles, Section, fmt, render, token_cell, token_inline
 
 # Rounds drawn as <details>; a longer run's other rounds are in rounds.csv and report.json.
 MAX_ROUNDS_SHOWN = 400
@@ -27,27 +27,6 @@ MAX_ROUNDS_SHOWN = 400
 ORIGINS = (("accepted", "draft token, accepted by the target"),
            ("correction", "target's correction (resampled where a draft token was rejected)"),
            ("bonus", "bonus token (every draft token kept)"))
-
-
-def visible(text: str) -> str:
-    """Token text for a table cell or tooltip: spaces as ``·``, newline ``⏎``, tab ``⇥``, empty ``∅`` (the
-    entropy page's convention).
-
-    >>> visible(" sea\n")
-    '·sea⏎'
-    """
-    text = "".join("·" if unicodedata.category(ch) == "Zs" else ch for ch in text)
-    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-
-
-def inline(text: str) -> str:
-    """Token text for the running answer: as written, a newline shown as ``⏎`` and kept as a line break,
-    an empty token as ``∅`` (so every token has something to hover and focus).
-
-    >>> inline("a\n")
-    'a⏎\n'
-    """
-    return text.replace("\n", "⏎\n") or "∅"
 
 
 def _num(value: Any) -> float | None:
@@ -180,10 +159,10 @@ def page(files: ReportFiles) -> KindPage:
     raw_rounds = report.get("rounds") or []
     sections = (
         Section("Tokens by origin", render("speculate_tokens.html.j2", tokens=tokens, origins=ORIGINS, counts=counts,
-                                           mismatch=mismatch, has_texts=bool(report.get("token_texts")), inline=inline,
-                                           visible=visible), "tokens"),
+                                           mismatch=mismatch, has_texts=bool(report.get("token_texts")), inline=token_inline,
+                                           visible=token_cell), "tokens"),
         Section("Rounds", render("speculate_rounds.html.j2", rounds=round_views(report), n_rounds=len(raw_rounds),
-                                 has_probs=any(r.get("target_probs") for r in raw_rounds), visible=visible), "rounds"),
+                                 has_probs=any(r.get("target_probs") for r in raw_rounds), visible=token_cell), "rounds"),
         Section("Theory and measurement", render("speculate_theory.html.j2", th=theory(report),
                                                  acc=report.get("acceptance") or {}, times=time_figures(report),
                                                  image=files.images.get("accepted_length.png")), "theory"),
