@@ -1,6 +1,7 @@
 """Every report page the tier wrote, opened from disk in a real browser (Debian's headless Chromium).
 
-These tests run last in the integration tier (``conftest.py`` moves them there), so they see the
+These tests run last in the integration tier, and the two that open every page and the log run last
+in this file (after the comparisons it writes) (``conftest.py`` moves them there), so they see the
 reports the tier's other tests wrote into the run folder; a kind the run folder lacks (this file
 run alone) is made here with the embedded model in a few seconds. Each page must open from
 ``file://`` with no console error and no request leaving the disk; tokens show their
@@ -56,6 +57,99 @@ def _shot(browser, folder: Path, name: str) -> Path:
     return browser.screenshot(shots / f"{name}.png")
 
 
+def test_entropy_token_shows_its_alternatives_on_hover_and_on_focus(browser, run_folder):
+    """A token's alternatives are hidden until the mouse is on it, and show on keyboard focus too."""
+    report = _reports(run_folder, "entropy")[-1]
+    browser.open(report / PAGE)
+    assert browser.script("return document.querySelectorAll('.tok').length") > 0
+    assert not browser.visible(".tok .alts")
+    browser.hover(".tok")
+    assert browser.visible(".tok .alts"), "hovering a token shows no alternatives"
+    _shot(browser, run_folder, "entropy-hover")
+    browser.hover("h1")
+    browser.focus(".tok:nth-of-type(2)")
+    shown = browser.script("var t = document.activeElement; return t.classList.contains('tok') && "
+                           "getComputedStyle(t.querySelector('.alts')).display !== 'none'")
+    assert shown, "a focused token shows no alternatives"
+
+
+def test_speculate_page_marks_every_token_by_origin_and_rounds_expand(browser, run_folder):
+    """Each generated token carries its origin (accepted draft, correction, bonus); a round opens to its
+    proposals; a focused token shows its round."""
+    report = _reports(run_folder, "speculate")[-1]
+    opened = browser.open(report / PAGE)
+    assert not opened.console_errors and not opened.remote_requests, opened
+    origins = browser.script("return Array.from(document.querySelectorAll('#spec-tokens .tok')).map(t => t.dataset.origin)")
+    assert origins and set(origins) <= {"accepted", "correction", "bonus"}
+    browser.focus("#spec-tokens .tok")
+    assert browser.script("return getComputedStyle(document.activeElement.querySelector('.alts')).display") != "none"
+    browser.script("document.querySelector('details.round > summary').click()")
+    assert browser.script("return document.querySelector('details.round').open") is True
+    assert browser.script("return document.querySelector('details.round').querySelectorAll('tr[data-status]').length") > 0
+    _shot(browser, run_folder, "speculate-round-open")
+
+
+def test_compare_page_aligns_the_tokens_of_two_entropy_runs(browser, run_folder, lab_log):
+    """``lab view A B`` on two entropy runs of one prompt (greedy, and sampled): every aligned pair has
+    its token on both sides, and the page opens offline."""
+    from lab import cli
+
+    prompt = "Name two planets."
+    runs = []
+    for extra in ([], ["--temperature", "0.7", "--seed", "1"]):
+        rc, report = lab_log.cli(["entropy", prompt, "--max-new-tokens", "16", "--model", "smollm2", *extra])
+        assert rc == 0
+        runs.append(report)
+    assert cli.main(["view", str(runs[0]), str(runs[1]), "--out", str(run_folder), "--no-open"]) == 0
+    (page,) = [p / PAGE for p in _reports(run_folder, "compare") if runs[0].name in (p / "report.json").read_text()]
+    opened = browser.open(page)
+    assert not opened.console_errors and not opened.remote_requests, opened
+    a = browser.script("return Array.from(document.querySelectorAll('#entropy-diff-a .tok[id]')).map(t => t.id)")
+    b = browser.script("return Array.from(document.querySelectorAll('#entropy-diff-b .tok[id]')).map(t => t.id)")
+    assert a and [x.removesuffix("-a") for x in a] == [x.removesuffix("-b") for x in b]
+    _shot(browser, run_folder, "compare-entropy")
+
+
+@pytest.fixture(scope="module")
+def study_folder(run_folder: Path) -> Path:
+    """A study report in the run folder: the tier's own (tests/integration/test_study.py), else a reduced
+    one made here (14 prompts, 24 tokens: about two minutes)."""
+    from lab import cli
+
+    if not _reports(run_folder, "study"):
+        assert cli.main(["study", "--limit", "14", "--max-new-tokens", "24", "--resamples", "199",
+                         "--out", str(run_folder)]) == 0
+    return _reports(run_folder, "study")[-1]
+
+
+def test_study_page_every_plotted_point_links_to_its_prompt_row(browser, study_folder, run_folder):
+    """Every point of every plot links to a prompt row that exists; following one marks that row."""
+    opened = browser.open(study_folder / PAGE)
+    assert not opened.console_errors and not opened.remote_requests, opened
+    hrefs = browser.script("return Array.from(document.querySelectorAll('svg a')).map(a => a.getAttribute('href'))")
+    assert hrefs, "the study page has no linked points"
+    missing = browser.script("return arguments[0].filter(h => !document.getElementById(decodeURIComponent(h.slice(1))))",
+                             hrefs)
+    assert not missing, f"points linking to no row: {missing[:5]}"
+    browser.script("location.hash = arguments[0]", hrefs[0])
+    assert browser.script("return document.getElementById(decodeURIComponent(location.hash.slice(1))).classList"
+                          ".contains('linked')")
+    _shot(browser, run_folder, "study-point-linked")
+
+
+def test_two_studies_side_by_side_open_offline(browser, study_folder, run_folder):
+    """``lab view A B`` on studies: each hypothesis with both effects and intervals (here the tier's study beside
+    itself, which checks the page, not a difference)."""
+    from lab import cli
+
+    assert cli.main(["view", str(study_folder), str(study_folder), "--out", str(run_folder), "--no-open"]) == 0
+    page = [p for p in _reports(run_folder, "compare") if "study" in p.name][-1] / PAGE
+    opened = browser.open(page)
+    assert not opened.console_errors and not opened.remote_requests, opened
+    assert browser.script("return document.querySelectorAll('table').length") > 0
+    _shot(browser, run_folder, "compare-study")
+
+
 def test_every_report_page_opens_offline_without_console_error(browser, run_folder, lab_log):
     """Every report folder of the run has a page; each opens with no console error and no request."""
     from lab.views.core import kind_of
@@ -85,19 +179,3 @@ def test_experiment_log_lists_every_run_and_opens_offline(browser, run_folder):
     names = browser.script("return Array.from(document.querySelectorAll('#log tbody tr a')).map(a => a.textContent)")
     expected = {p.name for p in report_dirs(run_folder) if p.name != "screenshots"}
     assert set(names) == expected
-
-
-def test_entropy_token_shows_its_alternatives_on_hover_and_on_focus(browser, run_folder):
-    """A token's alternatives are hidden until the mouse is on it, and show on keyboard focus too."""
-    report = _reports(run_folder, "entropy")[-1]
-    browser.open(report / PAGE)
-    assert browser.script("return document.querySelectorAll('.tok').length") > 0
-    assert not browser.visible(".tok .alts")
-    browser.hover(".tok")
-    assert browser.visible(".tok .alts"), "hovering a token shows no alternatives"
-    _shot(browser, run_folder, "entropy-hover")
-    browser.hover("h1")
-    browser.focus(".tok:nth-of-type(2)")
-    shown = browser.script("var t = document.activeElement; return t.classList.contains('tok') && "
-                           "getComputedStyle(t.querySelector('.alts')).display !== 'none'")
-    assert shown, "a focused token shows no alternatives"
