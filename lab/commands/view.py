@@ -69,5 +69,5 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     with report_dir(out, "compare", first.kind) as rd:
         rd.write_json("report.json", {"kind": "compare", "compared_kind": first.kind,
                                       "a": str(a.resolve()), "b": str(b.resolve())})
-        (rd.path / PAGE).write_text(html, encoding="utf-8")
+        (rd.path / PAGE).write_text(html, encoding="utf-8", errors="backslashreplace")
     return rd.final / PAGE

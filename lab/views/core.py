@@ -13,8 +13,11 @@ import base64
 import csv
 import json
 import math
+import os
 import re
+import stat
 import unicodedata
+import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -82,8 +85,9 @@ class ReportFiles:
             study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``).
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
-        images: ``{file name: data URI}`` of every PNG; SVGs are in ``svgs`` as text.
-        svgs: ``{file name: SVG text}``, inlined as is (the lab writes them; links in them work).
+        images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`svg_is_inert` refuses
+            to inline (an ``<img>`` runs no script and loads nothing).
+        svgs: ``{file name: SVG text}`` of every SVG :func:`svg_is_inert` passes, inlined (links in them work).
         jsons: ``{file name: object}`` of the report's other JSON files (a calibration's ``calibration.json``,
             a bench's ``bench.json``), parsed and bounded like ``report``.
         other: Names of the other files (listed, not embedded).
@@ -107,7 +111,8 @@ class ReportFiles:
         """The report's model record, ``{}`` when none: its ``model`` or its environment's (``report.json``
         first, then the report's other JSON files), else a ``settings`` naming the model (``lab intervene``)."""
         for data in (self.report, *self.jsons.values()):
-            for candidate in (data.get("model"), (data.get("environment") or {}).get("model")):
+            environment = data.get("environment")
+            for candidate in (data.get("model"), environment.get("model") if isinstance(environment, dict) else None):
                 if isinstance(candidate, dict):
                     return candidate
             settings = data.get("settings")
@@ -117,12 +122,23 @@ class ReportFiles:
 
 
 def _read_bounded(path: Path, limit: int) -> bytes | None:
+    """``path``'s bytes when it is a regular file (a link is not followed, a FIFO not waited on) of at most
+    ``limit`` bytes; None otherwise."""
     try:
-        if not path.is_file() or path.stat().st_size > limit:
-            return None
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = fh.read(limit + 1)
+    return data if len(data) <= limit else None
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Rows of a CSV with more cells than its header keep them under this column, so none is lost unseen.
+EXTRA_CELLS = "(extra cells)"
 
 
 def read_report(path: str | Path, name: str | None = None, kind: str | None = None) -> ReportFiles:
@@ -155,7 +171,10 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
     jsons: dict[str, dict[str, Any]] = {}
     other: list[str] = []
     for f in sorted(path.iterdir(), key=lambda p: p.name):
-        if f.name.startswith(".") or f.name == "index.html" or not f.is_file():
+        if f.name.startswith(".") or f.name == "index.html" or (f.is_dir() and not f.is_symlink()):
+            continue
+        if f.is_symlink() or not f.is_file():  # the lab writes neither: a page shows the report's own files only
+            problems.append(f"{f.name}: not read ({'a link' if f.is_symlink() else 'not a regular file'})")
             continue
         suffix = f.suffix.lower()
         limit = {".json": MAX_JSON_BYTES, ".csv": MAX_CSV_BYTES, ".png": MAX_IMAGE_BYTES,
@@ -171,15 +190,35 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
         try:
             if f.name == exact:
                 parsed = json.loads(data.decode("utf-8"))
-                report = parsed if isinstance(parsed, dict) else {}
+                if isinstance(parsed, dict):
+                    report = parsed
+                else:
+                    kind_of_value = "an array" if isinstance(parsed, list) else "null" if parsed is None else "a single value"
+                    problems.append(f"{f.name}: not read ({kind_of_value}, not a JSON object)")
             elif f.name == "summary.md":
                 summary = data.decode("utf-8")
             elif suffix == ".csv":
-                csvs[f.name] = list(csv.DictReader(data.decode("utf-8").splitlines()))
+                rows = list(csv.DictReader(data.decode("utf-8").splitlines(), restkey=EXTRA_CELLS))
+                csvs[f.name] = rows
+                if any(EXTRA_CELLS in r or None in r.values() for r in rows):
+                    problems.append(f"{f.name}: some rows have more or fewer cells than the header")
             elif suffix == ".png":
+                if not data.startswith(PNG_SIGNATURE):
+                    problems.append(f"{f.name}: not shown (not a PNG image)")
+                    other.append(f.name)
+                    continue
                 images[f.name] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
             elif suffix == ".svg":
-                svgs[f.name] = _svg_body(data.decode("utf-8"))
+                body = _svg_body(data.decode("utf-8"))
+                if svg_is_inert(body):
+                    svgs[f.name] = body
+                elif body:
+                    images[f.name] = "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
+                    problems.append(f"{f.name}: shown as an image, not inline (it holds what a plot does not: a "
+                                    "script, an event handler, a non-SVG element or an outside reference)")
+                else:
+                    problems.append(f"{f.name}: not shown (not an SVG image)")
+                    other.append(f.name)
             elif suffix == ".json":
                 parsed = json.loads(data.decode("utf-8"))
                 if isinstance(parsed, dict):
@@ -189,6 +228,8 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 other.append(f.name)
         except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
             problems.append(f"{f.name}: not read ({type(exc).__name__})")
+        except RecursionError:  # JSON nested deeper than Python's parser recurses
+            problems.append(f"{f.name}: not read (nested too deeply)")
     return ReportFiles(path=path, name=name, kind=kind, report=report,
                        summary=summary, csvs=csvs, images=images, svgs=svgs, jsons=jsons, other=tuple(other),
                        problems=tuple(problems))
@@ -198,6 +239,57 @@ def _svg_body(text: str) -> str:
     """An SVG file's ``<svg>`` element alone (no XML declaration or DOCTYPE, which HTML does not take)."""
     start = text.find("<svg")
     return text[start:] if start >= 0 else ""
+
+
+# What an inlined SVG may hold: SVG's drawing elements (and matplotlib's metadata), by local name, so no element
+# runs script, embeds a document, animates an attribute or leaves SVG for HTML (an HTML parser reads <p>, <meta>
+# ... inside an <svg> as HTML). No event handler, and every link and url(...) inside the page (#...). The lab's
+# own plots (matplotlib's SVG, the study's linked points) hold nothing else.
+SVG_ELEMENTS = frozenset({
+    "svg", "g", "defs", "symbol", "use", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon",
+    "text", "tspan", "textpath", "title", "desc", "metadata", "clippath", "mask", "pattern", "marker",
+    "lineargradient", "radialgradient", "stop", "style", "a", "image", "filter", "feblend", "fecolormatrix",
+    "fecomponenttransfer", "fecomposite", "feflood", "fefunca", "fefuncb", "fefuncg", "fefuncr",
+    "fegaussianblur", "femerge", "femergenode", "femorphology", "feoffset", "fetile",
+    "rdf", "work", "format", "type", "date", "creator", "agent"})  # the last: matplotlib's <metadata>
+_SVG_URL = re.compile(r"url\s*\(\s*['\"]?\s*([^)'\"\s]*)", re.IGNORECASE)
+_SVG_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);", re.IGNORECASE)
+# Markup an XML parser reads as a comment or a declaration but an HTML parser may end early (<!--> ...):
+# refused, so the two parsers read the same elements.
+_SVG_MARKUP_DECLARATION = re.compile(r"<\?|<!(?!--|\[CDATA\[)|<!-->|<!---", re.IGNORECASE)
+
+
+def svg_is_inert(body: str) -> bool:
+    """True when ``body`` (an SVG file from ``<svg`` on) is one well-formed ``<svg>`` element a page may inline:
+    only :data:`SVG_ELEMENTS`, no ``on*`` attribute, every ``href``/``src`` and ``url(...)`` inside the page
+    (``#...``; an ``<image>`` may also take a PNG/JPEG/GIF/WebP data URI), no ``@import`` or ``javascript:``,
+    no processing instruction or declaration. Anything else is shown as an ``<img>``, where an SVG runs no
+    script and loads nothing.
+    """
+    lowered = body.lower()
+    if not body or "javascript:" in lowered or "@import" in lowered or _SVG_MARKUP_DECLARATION.search(body):
+        return False
+    try:
+        root = ElementTree.fromstring(body)  # expat: no external entities; entity expansion bounded (2.4+)
+    except (ElementTree.ParseError, ValueError, RecursionError):
+        return False
+    if not isinstance(root.tag, str) or root.tag.rsplit("}", 1)[-1] != "svg":
+        return False
+    for element in root.iter():
+        tag = element.tag.rsplit("}", 1)[-1].lower() if isinstance(element.tag, str) else ""
+        if tag not in SVG_ELEMENTS:
+            return False
+        for key, value in element.attrib.items():
+            name = key.rsplit("}", 1)[-1].lower()
+            if name.startswith("on"):
+                return False
+            if name in ("href", "src") and not (value.startswith("#") or (tag == "image" and _SVG_DATA_IMAGE.match(value))):
+                return False
+            if any(not ref.startswith("#") for ref in _SVG_URL.findall(value)):
+                return False
+        if any(not ref.startswith("#") for ref in _SVG_URL.findall(element.text or "")):
+            return False
+    return True
 
 
 def row_anchor(prefix: str, key: Any) -> str:
@@ -243,7 +335,20 @@ def environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
+    env.filters["href"] = href
     return env
+
+
+def href(path: str) -> str:
+    """A relative link to ``path`` (a file or folder name, ``/`` kept): ``./`` then every byte of its file-system
+    name percent-encoded but ``/``, so no name reads as a scheme (``javascript:``), a fragment (``#``) or a query.
+
+    >>> href("a b#?.csv"), href("javascript:x/index.html")
+    ('./a%20b%23%3F.csv', './javascript%3Ax/index.html')
+    """
+    from urllib.parse import quote
+
+    return "./" + quote(os.fsencode(path))
 
 
 def render(template: str, **context: Any) -> Markup:

@@ -143,7 +143,7 @@ def rebuild_log(root: str | Path) -> Path:
                   css=asset("page.css"), script=asset("page.js"))
     tmp = root / f".{PAGE}.partial-{os.getpid()}"
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 folder name
         os.replace(tmp, root / PAGE)
     finally:
         tmp.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -9,6 +10,16 @@ from pathlib import Path
 from lab.views.core import kind_of
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
+
+logger = logging.getLogger(__name__)
+
+
+def _written(what: Path, write, *args) -> Path:
+    """``write(*args)``; an ``OSError`` (a read-only folder, an ``index.html`` that is a folder) as one line."""
+    try:
+        return write(*args)
+    except OSError as exc:
+        raise ValueError(f"{str(what)!r}: its page could not be written ({exc.strerror or exc})") from exc
 
 
 def is_report(path: Path) -> bool:
@@ -20,16 +31,18 @@ def show(path: Path) -> Path:
     """The page of ``path``: a report's ``index.html`` drawn again from its files, or a reports folder's log.
 
     Raises:
-        ValueError: ``path`` does not exist or is not a folder.
+        ValueError: ``path`` does not exist or is not a folder, or its page could not be written.
     """
     if not path.is_dir():
         raise ValueError(f"DIR={str(path)!r} is not a folder" if path.exists() else f"DIR={str(path)!r} does not exist")
     if is_report(path):
-        page = write_page(path)
-        if path.parent.is_dir():
+        page = _written(path, write_page, path)
+        try:
             rebuild_log(path.parent)
+        except OSError as exc:  # the page is drawn; only the log beside it is not updated
+            logger.warning("the experiment log %s was not updated (%s)", path.parent / PAGE, exc.strerror or exc)
         return page
-    return rebuild_log(path)
+    return _written(path, rebuild_log, path)
 
 
 def rebuild_folder(root: Path) -> tuple[Path, int]:
@@ -37,19 +50,19 @@ def rebuild_folder(root: Path) -> tuple[Path, int]:
     the log; returns the log's path and the number of pages drawn.
 
     Raises:
-        ValueError: ``root`` is not a folder.
+        ValueError: ``root`` is not a folder, or a page or the log could not be written.
     """
     if not root.is_dir():
         raise ValueError(f"DIR={str(root)!r} is not a reports folder")
     count = 0
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if is_report(path):
-            write_page(path)
+            _written(path, write_page, path)
             count += 1
         elif kind_of(path.name) == "integration":
             page, n = rebuild_folder(path)
             count += n
-    return rebuild_log(root), count
+    return _written(root, rebuild_log, root), count
 
 
 def open_page(page: Path) -> bool:

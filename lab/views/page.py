@@ -30,7 +30,14 @@ def kind_page(files: ReportFiles) -> KindPage:
         if exc.name != module_name:
             raise
         return KindPage(headline=first_bold_line(files.summary))
-    made = module.page(files)
+    try:
+        made = module.page(files)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report): the page
+        # keeps the generic parts (summary, files) and says why the kind's own sections are missing.
+        note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=f"{type(exc).__name__}: {exc}"),
+                       "not-drawn")
+        return KindPage(headline=first_bold_line(files.summary), sections=(note,))
     return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
 
 
@@ -84,6 +91,6 @@ def write_page(path: str | Path, name: str | None = None, kind: str | None = Non
     path = Path(path)
     html = page_html(read_report(path, name=name, kind=kind))
     tmp = path / f".{PAGE}.partial"
-    tmp.write_text(html, encoding="utf-8")
+    tmp.write_text(html, encoding="utf-8", errors="backslashreplace")  # a lone surrogate (\ud800) shows as its escape
     os.replace(tmp, path / PAGE)
     return path / PAGE

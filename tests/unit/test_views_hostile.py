@@ -1,0 +1,186 @@
+"""Report pages and the experiment log under hostile report folders: bad files get one line on the page,
+never a traceback, a lost log, a script that runs or a file from outside the report.
+
+Fault classes guarded: JSON nested past Python's recursion limit killing the page and the whole log; a
+non-object report.json read as an empty report without a word; a link in a report folder embedding a file
+from outside it (/etc/passwd) into a page; a FIFO read for ever; a report's SVG inlined with its script, event
+handler, foreign HTML or outside reference; a file or folder name used unquoted as an href (``javascript:``,
+``#``, ``?``); a report.json of the wrong shape raising out of a kind's page; a page that cannot be written
+ending ``lab view`` as "an error the lab did not foresee" (exit 1) instead of one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab import cli
+from lab.views.core import read_report, svg_is_inert
+from lab.views.log import rebuild_log
+from lab.views.page import PAGE, write_page
+
+pytestmark = pytest.mark.unit
+
+SVG_NS = 'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"'
+
+
+def _dir(root: Path, name: str, files: dict[str, str | bytes]) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    for file, data in files.items():
+        (path / file).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+def test_read_report_json_nested_10000_deep_names_it_and_log_still_written(tmp_path):
+    """RecursionError from json.loads escaped read_report: no page, and one such folder lost the whole log."""
+    run = _dir(tmp_path, "20261205-010101-entropy-deep", {"report.json": "[" * 10_000 + "]" * 10_000})
+    assert any("nested too deeply" in p for p in read_report(run).problems)
+    assert write_page(run).is_file()
+    assert "20261205-010101-entropy-deep" in rebuild_log(tmp_path).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("text, words", [("[1, 2]", "an array"), ("null", "null"), ("3", "a single value")])
+def test_read_report_json_not_an_object_is_named_a_problem(tmp_path, text, words):
+    """A report.json that is a list or null was read as {} without a word on the page."""
+    files = read_report(_dir(tmp_path, "20261205-010101-entropy-x", {"report.json": text}))
+    assert files.report == {} and any(words in p and "report.json" in p for p in files.problems)
+
+
+def test_read_report_link_to_outside_file_is_not_embedded(tmp_path):
+    """A symlink named like a CSV embedded /etc/passwd (any file the viewer can read) into the page."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("name,pw\nroot,SECRET-VALUE\n")
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x"})
+    (run / "leak.csv").symlink_to(secret)
+    (run / "loop.md").symlink_to(run / "loop.md")
+    files = read_report(run)
+    assert "leak.csv" not in files.csvs and any("leak.csv: not read (a link)" in p for p in files.problems)
+    assert "SECRET-VALUE" not in write_page(run).read_text(encoding="utf-8")
+
+
+def test_read_report_fifo_named_report_json_does_not_hang(tmp_path):
+    """A FIFO named report.json (or a link to one) must be named, not opened and waited on."""
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x"})
+    os.mkfifo(run / "report.json")
+    files = read_report(run)
+    assert any("report.json: not read (not a regular file)" in p for p in files.problems)
+
+
+@pytest.mark.parametrize("svg", [
+    f"<svg {SVG_NS}><script>alert(1)</script></svg>",
+    f'<svg {SVG_NS} onload="alert(1)"><rect/></svg>',
+    f"<svg {SVG_NS}><foreignObject><div>x</div></foreignObject></svg>",
+    f'<svg {SVG_NS}><image xlink:href="http://example.com/x.png"/></svg>',
+    f'<svg {SVG_NS}><image href="file:///etc/passwd"/></svg>',
+    f"<svg {SVG_NS}></svg><script>alert(2)</script>",
+    f"<svg {SVG_NS}><!--><script>alert(3)</script>--></svg>",
+    f"<svg {SVG_NS}><?x a><script>alert(4)</script>?></svg>",
+    f'<svg {SVG_NS}><metadata><meta http-equiv="refresh" content="0;url=http://x"/></metadata></svg>',
+    f'<svg {SVG_NS}><a href="javascript:alert(5)"><rect/></a></svg>',
+    f'<svg {SVG_NS}><rect style="fill:url(http://x/y)"/></svg>',
+])
+def test_page_svg_with_script_or_outside_reference_is_an_img_not_inline(tmp_path, svg):
+    """A report's SVG was inlined as is: its script, handler, foreign HTML or outside reference reached the page."""
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x", "plot.svg": svg})
+    files = read_report(run)
+    assert "plot.svg" not in files.svgs and files.images["plot.svg"].startswith("data:image/svg+xml;base64,")
+    assert any("plot.svg: shown as an image" in p for p in files.problems)
+    page = write_page(run).read_text(encoding="utf-8")
+    assert "alert(" not in page and "http://x" not in page and "etc/passwd" not in page
+
+
+def test_svg_is_inert_passes_the_labs_own_linked_plot():
+    """The sanitizer must keep what the lab writes: matplotlib's SVG, comments, CDATA style, same-page links."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.scatter([1, 2], [3, 4]).set_urls(["#prompt-a", "#prompt-b"])
+    ax.imshow([[0, 1], [1, 0]])
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    assert svg_is_inert(text[text.find("<svg"):])
+    assert svg_is_inert(f"<svg {SVG_NS}><style><![CDATA[*{{fill:red}}]]></style><!-- 0.5 -->"
+                        f'<a href="#prompt-x"><use xlink:href="#m1" clip-path="url(#c1)"/></a></svg>')
+
+
+def test_read_report_png_that_is_not_a_png_is_named_not_embedded(tmp_path):
+    """Any bytes named .png were embedded as an image the browser shows broken, with no word why."""
+    files = read_report(_dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x", "a.png": "<script>"}))
+    assert "a.png" not in files.images and any("a.png: not shown (not a PNG image)" in p for p in files.problems)
+
+
+def test_read_report_ragged_csv_keeps_extra_cells_and_names_it(tmp_path):
+    """A ragged CSV's extra cells went under a column named None and missing ones read as '-', without a word."""
+    files = read_report(_dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x", "a.csv": "a,b\n1,2,3\n4\n"}))
+    assert None not in files.csvs["a.csv"][0] and files.csvs["a.csv"][0]["(extra cells)"] == ["3"]
+    assert any("a.csv: some rows have more or fewer cells" in p for p in files.problems)
+
+
+def test_page_and_log_links_quote_hostile_names(tmp_path):
+    """File and folder names went into href unquoted: ``javascript:...`` ran, ``#`` and ``?`` cut the link."""
+    weird = '20261205-010101-entropy-a b"<x>#?%\né'
+    write_page(_dir(tmp_path, weird, {"summary.md": "x"}))
+    run = _dir(tmp_path, "javascript:alert(1)", {"summary.md": "x", "javascript:alert(2)": "x"})
+    page = write_page(run).read_text(encoding="utf-8")
+    assert 'href="./javascript%3Aalert%282%29"' in page and 'href="javascript:' not in page
+    log = rebuild_log(tmp_path).read_text(encoding="utf-8")
+    assert 'href="./javascript%3Aalert%281%29/index.html"' in log
+    assert 'href="./20261205-010101-entropy-a%20b%22%3Cx%3E%23%3F%25%0A%C3%A9/index.html"' in log
+    assert "<x>" not in log
+
+
+def test_page_report_of_wrong_shape_keeps_generic_page_and_says_why(tmp_path):
+    """A report.json of the wrong shape (environment a list, alternatives a number) raised out of the page."""
+    steps = [{"token_text": "a", "entropy_bits": 1.0, "alternatives": 5}]
+    run = _dir(tmp_path, "20261205-010101-entropy-x",
+               {"report.json": json.dumps({"environment": [None], "steps": steps}), "summary.md": "**V.**"})
+    page = write_page(run).read_text(encoding="utf-8")
+    assert "was not drawn" in page and "TypeError" in page and "<h2>Summary</h2>" in page
+
+
+def test_view_page_that_cannot_be_written_exits_2_with_one_line(tmp_path, capsys):
+    """An index.html that cannot be replaced (a folder there; a read-only folder) ended as exit 1, 'not foreseen'."""
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x"})
+    (run / PAGE).mkdir()
+    assert cli.main(["view", "--no-open", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "its page could not be written" in err
+
+
+def test_view_rebuild_with_unreadable_folder_names_it(tmp_path, capsys):
+    """--rebuild over a folder whose page cannot be written: one line naming it, exit 2, never a traceback."""
+    _dir(tmp_path, "20261205-010101-entropy-ok", {"summary.md": "x"})
+    bad = _dir(tmp_path, "20261205-010101-entropy-bad", {"summary.md": "x"})
+    (bad / PAGE).mkdir()
+    assert cli.main(["view", "--no-open", "--rebuild", str(tmp_path)]) == 2
+    assert "20261205-010101-entropy-bad" in capsys.readouterr().err
+
+
+def test_page_embedded_json_cannot_be_closed_by_token_text(tmp_path):
+    """Token text with </script>, <!--, U+2028, RTL override, NUL or a lone surrogate must stay text."""
+    text = "</script><script>alert(1)</script><!--]]>\u2028\u202e\x00"
+    steps = [{"token_text": text, "entropy_bits": 1.0, "normalized_entropy": 0.1, "alternatives": []},
+             {"token_text": "\ud800", "entropy_bits": 1.0, "normalized_entropy": 0.1, "alternatives": []}]
+    data = json.dumps({"steps": steps, "prompt": text})  # ensure_ascii: the surrogate is written as \ud800
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": data, "summary.md": "x"})
+    page = write_page(run).read_text(encoding="utf-8", errors="strict")
+    assert "<script>alert(1)" not in page and page.count("</script>") == page.count("<script")
+
+
+def test_log_folder_name_not_utf8_is_linked_by_its_bytes(tmp_path):
+    """A folder name that is not UTF-8 (a lone surrogate once decoded) made the log's write raise: no log."""
+    run = Path(os.fsdecode(os.fsencode(tmp_path) + b"/20261205-010101-entropy-\xff"))
+    run.mkdir()
+    (run / "summary.md").write_text("x")
+    write_page(run)
+    assert 'href="./20261205-010101-entropy-%FF/index.html"' in rebuild_log(tmp_path).read_text(encoding="utf-8")
