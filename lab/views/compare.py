@@ -50,9 +50,10 @@ def read_pair(a: str | Path, b: str | Path) -> tuple[ReportFiles, ReportFiles]:
         pair.append(files)
     ra, rb = pair
     if not ra.kind or ra.kind != rb.kind:
-        raise KindMismatchError(f"A is {'a ' + repr(ra.kind) if ra.kind else 'of no known kind'} report and B "
-                                f"{'a ' + repr(rb.kind) if rb.kind else 'of no known kind'} one: lab view A B "
-                                "compares two reports of one kind")
+        def kind(files: ReportFiles) -> str:
+            return f"of kind {files.kind!r}" if files.kind else "of no known kind"
+
+        raise KindMismatchError(f"A is {kind(ra)} and B {kind(rb)}: lab view A B compares two reports of one kind")
     return ra, rb
 
 
