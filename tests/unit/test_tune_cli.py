@@ -76,4 +76,5 @@ def test_cli_tune_keeps_the_report_when_the_tuning_file_cannot_be_written(tmp_pa
     (run,) = report_dirs((tmp_path / "bench"))
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     assert rc == 1 and len(err) == 1 and f"the tuning file '{DRAFT_SETUP.path('smollm2')}' could not" in err[0]
-    assert str(run) in err[0] and report["winner"]["gamma"] == 1 and (run / "summary.md").exists()
+    # Which candidate wins (gamma 1, or the dynamic policy's max 12) is a timing; that one was kept is not.
+    assert str(run) in err[0] and report["winner"]["gamma"] in (1, 12) and (run / "summary.md").exists()
