@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         page = show(Path(args.reports[0] if args.reports else args.out))
     # 3. Say where it is (and open it where a browser is at hand).
-    print(f"page: {page}")
-    if not args.no_open:
-        open_page(page)
+    print(f"page: {page.resolve().as_uri()}")
+    if not args.no_open and not open_page(page):
+        print("no browser here: open that address on this machine, or copy the file (it is self-contained)")
     return 0
 
 

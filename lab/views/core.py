@@ -392,12 +392,13 @@ class KindPage:
     covers: frozenset[str] = frozenset()
 
 
-def markdown(text: str, images: dict[str, str] | None = None) -> Markup:
+def markdown(text: str, images: dict[str, str] | None = None, shown_above: frozenset[str] = frozenset()) -> Markup:
     """``summary.md`` as HTML: CommonMark with tables (markdown-it-py, Rich's own parser).
 
     Raw HTML in the text is escaped, never passed through, so a prompt cannot inject markup into a
     page. An image the summary shows (``![](entropy.png)``) becomes the report's own data URI from
-    ``images``; one the report does not hold is shown as its alt text, so the page asks for no file.
+    ``images``; one the report does not hold is shown as its alt text, so the page asks for no file, and
+    one the page already draws (``shown_above``) says so.
     """
     from markdown_it import MarkdownIt
 
@@ -411,7 +412,8 @@ def markdown(text: str, images: dict[str, str] | None = None) -> Markup:
                     child.attrSet("src", images[src])
                 else:
                     child.type, child.tag, child.children = "text", "", None
-                    child.content = f"[{child.content or src}]"
+                    child.content = f"({child.content or src}: drawn above)" if src in shown_above else \
+                        f"[{child.content or src}]"
     return Markup('<div class="md">' + md.renderer.render(tokens, md.options, {}) + "</div>")
 
 

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from lab.views.core import kind_of
+from lab.views.compare import compare_html, read_pair
+from lab.views.core import kind_of, read_report
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 
@@ -20,6 +21,29 @@ def _written(what: Path, write, *args) -> Path:
         return write(*args)
     except OSError as exc:
         raise ValueError(f"{str(what)!r}: its page could not be written ({exc.strerror or exc})") from exc
+
+
+def redraw(path: Path) -> Path:
+    """Draw a report's page again: a comparison from the two reports its ``report.json`` names (while both
+    exist; else its page is kept as it is: it cannot be drawn again from nothing), any other report from its
+    own files.
+
+    Raises:
+        OSError: the page could not be written.
+    """
+    if kind_of(path.name) != "compare":
+        return write_page(path)
+    names = read_report(path).report
+    a, b = Path(str(names.get("a", ""))), Path(str(names.get("b", "")))
+    if names.get("a") and names.get("b") and a.is_dir() and b.is_dir():
+        try:
+            html = compare_html(*read_pair(a, b))
+        except ValueError:
+            return path / PAGE
+        tmp = path / f".{PAGE}.partial"
+        tmp.write_text(html, encoding="utf-8", errors="backslashreplace")
+        os.replace(tmp, path / PAGE)
+    return path / PAGE
 
 
 def is_report(path: Path) -> bool:
@@ -36,7 +60,7 @@ def show(path: Path) -> Path:
     if not path.is_dir():
         raise ValueError(f"DIR={str(path)!r} is not a folder" if path.exists() else f"DIR={str(path)!r} does not exist")
     if is_report(path):
-        page = _written(path, write_page, path)
+        page = _written(path, redraw, path)
         try:
             rebuild_log(path.parent)
         except OSError as exc:  # the page is drawn; only the log beside it is not updated
@@ -57,7 +81,7 @@ def rebuild_folder(root: Path) -> tuple[Path, int]:
     count = 0
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if is_report(path):
-            _written(path, write_page, path)
+            _written(path, redraw, path)
             count += 1
         elif kind_of(path.name) == "integration":
             page, n = rebuild_folder(path)
@@ -67,7 +91,7 @@ def rebuild_folder(root: Path) -> tuple[Path, int]:
 
 def open_page(page: Path) -> bool:
     """Open ``page`` in the user's browser when one is at hand (a terminal, and a display or a desktop
-    system); False when none is (the path is already printed)."""
+    system); False when none is (the caller says where the page is: copy it, or open its file:// address)."""
     import webbrowser
 
     if not sys.stdout.isatty():

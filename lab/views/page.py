@@ -47,7 +47,7 @@ def file_sections(files: ReportFiles, covers: frozenset[str]) -> list[Section]:
     if files.summary and "summary.md" not in covers:
         # A plot the kind's sections already show is named in the summary, not embedded twice.
         shown = {k: v for k, v in files.images.items() if k not in covers}
-        out.append(Section("Summary", markdown(files.summary, shown), "summary"))
+        out.append(Section("summary.md", markdown(files.summary, shown, covers), "summary"))
     for name, svg in files.svgs.items():
         if name not in covers:
             out.append(Section(name, render("figure.html.j2", svg=svg, name=name), "file-" + _anchor(name)))

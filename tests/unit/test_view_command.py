@@ -50,7 +50,7 @@ def test_view_report_prints_its_page_and_the_log_is_rebuilt(tmp_path, capsys):
     (a / PAGE).unlink()
     (root / PAGE).unlink()
     assert cli.main(["view", str(a), "--no-open"]) == 0
-    assert f"page: {a / PAGE}" in capsys.readouterr().out
+    assert f"page: {(a / PAGE).resolve().as_uri()}" in capsys.readouterr().out
     assert (a / PAGE).is_file() and (root / PAGE).is_file()
 
 
@@ -81,3 +81,20 @@ def test_view_never_opens_a_browser_without_a_terminal(tmp_path, monkeypatch):
 
     monkeypatch.setattr(webbrowser, "open", lambda *a, **k: pytest.fail("a browser was started"))
     assert open_page(tmp_path / "x.html") is False  # pytest captures stdout: no terminal
+
+
+def test_view_rebuild_keeps_a_comparison_page_drawn_from_its_two_reports(tmp_path, capsys):
+    """Fault class: --rebuild (or lab view on a comparison folder) drew a comparison as an empty generic page,
+    losing it; it is drawn again from A and B, and kept as it is when they are gone."""
+    import shutil
+
+    root = tmp_path / "r"
+    a, b = _report(root, "entropy", "**Verdict: A.**\n"), _report(root, "entropy", "**Verdict: B.**\n")
+    assert cli.main(["view", str(a), str(b), "--out", str(root), "--no-open"]) == 0
+    (compare,) = [p for p in report_dirs(root) if "-compare-" in p.name]
+    before = (compare / PAGE).read_text()
+    assert cli.main(["view", "--rebuild", str(root), "--no-open"]) == 0
+    assert (compare / PAGE).read_text() == before
+    shutil.rmtree(b)
+    assert cli.main(["view", str(compare), "--no-open"]) == 0
+    assert (compare / PAGE).read_text() == before, "a comparison whose B is gone is kept, not redrawn empty"

@@ -145,7 +145,7 @@ def test_page_report_of_wrong_shape_keeps_generic_page_and_says_why(tmp_path):
     run = _dir(tmp_path, "20261205-010101-entropy-x",
                {"report.json": json.dumps({"environment": [None], "steps": steps}), "summary.md": "**V.**"})
     page = write_page(run).read_text(encoding="utf-8")
-    assert "was not drawn" in page and "TypeError" in page and "<h2>Summary</h2>" in page
+    assert "was not drawn" in page and "TypeError" in page and "<h2>summary.md</h2>" in page
 
 
 def test_view_page_that_cannot_be_written_exits_2_with_one_line(tmp_path, capsys):

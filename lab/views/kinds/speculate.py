@@ -86,7 +86,8 @@ def round_views(report: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({"i": i, "id": tok, "text": _text_of(texts, tok),
                          "status": "accepted" if accepted else "rejected" if tested else "untested",
                          "entropy": _at(r.get("draft_entropies"), i),
-                         "p": _at(r.get("target_probs"), i), "q": _at(r.get("draft_probs"), i)})
+                         # p(x) of an untested proposal was never used by an accept step: not shown.
+                         "p": _at(r.get("target_probs"), i) if tested else None, "q": _at(r.get("draft_probs"), i)})
         nxt = r.get("next_token")
         views.append({"round": r.get("round"), "n_proposed": len(proposed), "n_accepted": r.get("n_accepted"),
                       "next_kind": r.get("next_kind"), "next_id": nxt,

@@ -5,8 +5,8 @@
   function cellValue(row, i) {
     var cell = row.children[i];
     var text = cell ? cell.getAttribute("data-sort") || cell.textContent.trim() : "";
-    var num = parseFloat(text);
-    return isNaN(num) || !/^[-+]?[\d.]/.test(text) ? text.toLowerCase() : num;
+    // A number only when the whole cell is one (a date "2026-12-05 02:38" is text, and sorts as text).
+    return /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(text) ? parseFloat(text) : text.toLowerCase();
   }
   function sortBy(table, index, th) {
     var body = table.tBodies[0];
@@ -44,9 +44,21 @@
   function markTarget() {
     document.querySelectorAll("tr.linked").forEach(function (r) { r.classList.remove("linked"); });
     var id = decodeURIComponent(location.hash.slice(1));
-    var row = id && document.getElementById(id);
-    if (row && row.tagName === "TR") row.classList.add("linked");
+    var target = id && document.getElementById(id);
+    if (target && target.tagName === "TR") target.classList.add("linked");
+    if (target && target.tagName === "DETAILS") target.open = true;  // a link to a round opens it
   }
+  // A token's tooltip that would run past the window's right edge is anchored to the token's right instead.
+  function place(e) {
+    var tok = e.target.closest && e.target.closest(".tok");
+    var tip = tok && tok.querySelector(".alts");
+    if (!tip) return;
+    tip.style.left = ""; tip.style.right = "";
+    var box = tip.getBoundingClientRect();
+    if (box.right > document.documentElement.clientWidth - 4) { tip.style.left = "auto"; tip.style.right = "0"; }
+  }
+  document.addEventListener("mouseover", place);
+  document.addEventListener("focusin", place);
   window.addEventListener("hashchange", markTarget);
   markTarget();
 })();
