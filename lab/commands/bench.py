@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog
     from lab.models.chat import eos_token_ids
     from lab.render.bench import bench_report_markdown, peer_markdown, plot_bench, render_bench
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.reports import environment, report_dir
 
     # 1. Validate before loading (another schedule runs on its own).
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         rd.write_json("report.json", report.to_json())
         plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_report_markdown(report))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0
 
 
@@ -452,7 +452,7 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     from lab.bench.seed_tables import (SEED_TABLES_EXCLUSIVE, SeedTablesReport, seed_passage, seed_prompt,
                                        seed_table_configs)
     from lab.models.chat import eos_token_ids
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.seed_tables import seed_tables_markdown
     from lab.reports import environment, report_dir
 
@@ -481,7 +481,7 @@ def run_seed_tables(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", "seed-tables") as rd:
         rd.write_json("report.json", report.to_json())
         rd.write_text("summary.md", summary)
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0
 
 
@@ -501,7 +501,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from lab.bench.runtime_tune import (RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS, RuntimeTuneReport,
                                         run_runtime_tune)
     from lab.machine import LoadLog, busy_warning
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
     from lab.reports import environment, report_dir
     from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
@@ -532,7 +532,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     warning = busy_warning(result.load)
     if warning:
         err.print(warning, style="yellow", markup=False, highlight=False, soft_wrap=True)
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     choice = {"runtime": result.winner_runtime, "weights": result.winner_weights, "report": str(rd.final)}
     measured = {**result.measured(), "busy": bool(result.load.get("busy"))}
     path = _save_tuning(RUNTIME.path(args.model), rd.final,
@@ -625,7 +625,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from lab.bench.tune import (TUNE_EXCLUSIVE, TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
                                 TuneReport, save_tuned, tune, tune_configs, tune_prompts)
     from lab.models.chat import eos_token_ids
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
     from lab.reports import environment, report_dir
 
@@ -658,7 +658,7 @@ def run_tune(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
         rd.write_json("report.json", report.as_dict())
         rd.write_text("summary.md", summary)
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     path = _save_tuning(outcome.path, rd.final, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
     out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.bench.sinks import CSV_FIELDS, bench_sinks
     from lab.machine import LoadLog, busy_warning, set_threads
     from lab.models.loading import load_model
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sinks import bench_markdown, bench_table
     from lab.reports import environment, report_dir
 
@@ -79,5 +79,5 @@ def run(args: argparse.Namespace) -> int:
         rd.write_json("bench.json", data.as_dict())
         rd.write_csv("bench.csv", data.results, fieldnames=CSV_FIELDS)
         rd.write_text("summary.md", bench_markdown(data))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog, set_threads
     from lab.models.chat import build_messages, encode_chat
     from lab.models.loading import load_model
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
     from lab.tracker.results import DecodeSettings
@@ -91,5 +91,5 @@ def run(args: argparse.Namespace) -> int:
     with report_dir(args.out, "bench-tracker") as rd:
         rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", bench_markdown(result))
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
     return 0

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.bench.weights import bench_weights
     from lab.machine import LoadLog, set_threads
     from lab.render.bench_weights import weights_markdown
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.reports import report_dir
 
     load_log = LoadLog(threads=set_threads(args.threads))
@@ -105,5 +105,5 @@ def run(args: argparse.Namespace) -> int:
         rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", summary)
     stdout_console().print(summary, markup=False, highlight=False, soft_wrap=True)
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
     return 0

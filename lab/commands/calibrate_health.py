@@ -130,7 +130,7 @@ def _validate(args: argparse.Namespace) -> int:
     from lab.health.validation import check_lengths, validation_report
     from lab.models.chat import encode_chat
     from lab.models.loading import load_model
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import validation_markdown, validation_table
     from lab.reports import environment, report_dir
     from lab.sinks.prefill import analyze_prefill
@@ -158,7 +158,7 @@ def _validate(args: argparse.Namespace) -> int:
         rd.write_json("validation.json", report.to_json())
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", validation_markdown(report))
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
     if args.save:  # the verdict the study reads (H1 untestable where it failed)
         stdout_console().print(_save_verdict(report, args.model, rd.final), markup=False, highlight=False,
                                soft_wrap=True)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.health.choice import chosen_path, load_chosen, user_path
     from lab.health.references import REFERENCE_PROMPTS
     from lab.models.loading import load_model
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import calibration_markdown, candidates_table
     from lab.reports import ReportWriteError, environment, report_dir
     from lab.sinks.calibration import load_prompts
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         rd.write_json("calibration.json", report.to_json())
         rd.write_csv("prompts.csv", list(report.calibration.prompts))
         rd.write_text("summary.md", calibration_markdown(report))
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
 
     # 5. Save the choice (after the report: a failure leaves neither half-written).
     if args.save and report.chosen is not None:

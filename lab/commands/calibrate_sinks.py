@@ -111,7 +111,7 @@ def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> No
 def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
     from lab.models.profiles import PROFILES
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
     from lab.reports import ReportWriteError, environment, report_dir
     from lab.sinks.calibration import HELD_OUT_SET
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("prompts.csv", report.prompt_rows())
         rd.write_text("summary.md", calibration_markdown(report) + candidates_markdown(report))
         plot_sweep(report, rd.file("sweep.png"))
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
 
     # 5. Save the calibration for the commands that read it (the user's folder, never the package), after
     #    the report, so a run that fails leaves neither half-written.

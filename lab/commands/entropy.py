@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages, encode_chat
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
     from lab.decode import check_context
@@ -99,5 +99,5 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("tokens.csv", step_rows(result))
         plot_entropy(result, rd.file("entropy.png"))
         rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info))
-    stdout_console().print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(stdout_console(), rd.final)
     return 0

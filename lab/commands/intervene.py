@@ -128,7 +128,7 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
 
 def run(args: argparse.Namespace) -> int:
     from lab.intervene import run as iv
-    from lab.render.console import stdout_console
+    from lab.render.console import print_report, stdout_console
 
     # 1. Everything checked before a model loads.
     shard = parse_shard(args.shard) if args.shard else None
@@ -203,7 +203,7 @@ def _report_failed(failed: dict[str, str], work: Path, n: int) -> int:
 def _analyse_and_report(settings, pilot: list, main: list, work: Path, out: Path) -> int:
     """The analysis of the main triples and the pilot's controls, shown and written as the report."""
     from lab.intervene.report import build_report
-    from lab.render.console import stdout_console
+    from lab.render.console import print_report, stdout_console
     from lab.render.intervention import render_console, write_report
     from lab.reports import ReportWriteError
 
@@ -215,5 +215,5 @@ def _analyse_and_report(settings, pilot: list, main: list, work: Path, out: Path
     except ReportWriteError as exc:
         raise ReportWriteError(f"{exc}; the finished triples are kept in {work}; the same command continues "
                                "and writes the report") from exc
-    console.print(f"report: {final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(console, final)
     return 0

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages
     from lab.models.loading import load_model
     from lab.sinks.prefill import analyze_prefill, check_calibration_files
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
     from lab.sinks.profiles import check_threshold, load_choice
@@ -124,5 +124,5 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("positions.csv", position_rows(analysis))
         rd.write_text("summary.md", summary_markdown(analysis, prompt=prompt, system=args.system, model_info=info))
         plot_heatmap(analysis, rd.file("heatmap.png"))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.decode import check_context
     from lab.models.chat import encode_chat, eos_token_ids
     from lab.models.loading import ModelUnavailableError, as_draft_error
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.speculative import (answer_text, plot_histogram, render_speculation, round_rows, summary_markdown,
                                        token_texts)
     from lab.reports import environment, report_dir
@@ -160,5 +160,5 @@ def run(args: argparse.Namespace) -> int:
         plot_histogram(result, rd.file("accepted_length.png"))
         rd.write_text("summary.md", summary_markdown(result, tokenizer, prompt=args.prompt, model_info=info,
                                                      seed=cfg.seed) + cfg.summary_notes(cost))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0

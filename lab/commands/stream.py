@@ -143,7 +143,7 @@ def stream_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
     from lab.reports import environment, report_dir
     from lab.stream.experiment import run_stream
@@ -190,5 +190,5 @@ def run(args: argparse.Namespace) -> int:
         rd.write_csv("tokens.csv", token_rows(result, tokenizer))
         plot_rolling(result, rd.file("rolling_nll.png"))
         rd.write_text("summary.md", summary_markdown(result, model_info=info, text_source=source))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     return 0

@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
-    from lab.render.console import stdout_console
+    from lab.render.console import print_report, stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
     from lab.reports import ReportWriteError
     from lab.study.work import discard_work
@@ -279,7 +279,7 @@ def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
     discard_work(plan)
     out = stdout_console()
     out.print(verdict_table(result))
-    out.print(f"report: {path}")
+    print_report(out, path)
     return 0
 
 
@@ -326,7 +326,7 @@ def _report_failed(result) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from lab.render.console import stdout_console
+    from lab.render.console import print_report, stdout_console
     from lab.render.study import verdict_table, write_report
     from lab.study.run import merge_study
 
@@ -342,8 +342,7 @@ def _merge(args: argparse.Namespace) -> int:
     if result.missing:
         out.print(f"warning: {len(result.missing)} prompts had no finished result in the shards and are left out",
                   markup=False, highlight=False)
-    out.print(f"report: {path} (the shard work directories are kept; remove them when done)",
-              markup=False, highlight=False, soft_wrap=True)
+    print_report(out, path, "(the shard work directories are kept; remove them when done)")
     return 0
 
 

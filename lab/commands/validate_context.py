@@ -124,7 +124,7 @@ def _score(args: argparse.Namespace, items, path: str, reference, checked: bool,
 def run(args: argparse.Namespace) -> int:
     from lab.health.context_validity import context_validation
     from lab.models.source import model_source
-    from lab.render.console import stderr_console, stdout_console
+    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import figures_table, summary_markdown
     from lab.reports import environment, report_dir
 
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                                       "verdict": v.verdict()})
         rd.write_csv("pairs.csv", list(v.rows))
         rd.write_text("summary.md", summary_markdown(v))
-    out.print(f"report: {rd.final}", markup=False, highlight=False, soft_wrap=True)
+    print_report(out, rd.final)
     if args.save:
         out.print(_save(v.reference, args.model, path, rd.final), markup=False, highlight=False, soft_wrap=True)
     return 0

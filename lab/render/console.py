@@ -69,3 +69,15 @@ def setup_logging(verbose: bool = False) -> None:
         hf_logging.set_verbosity_error()
     except ImportError:  # pragma: no cover
         pass
+
+
+def print_report(console: Console, folder: object, note: str = "") -> None:
+    """The last lines of a run: where its report is (``report: DIR``, then ``note`` when given) and, when it has
+    one, its page's address (``page: file:///.../index.html``, :mod:`lab.views`), so a run from a terminal
+    without a browser says what to open or copy."""
+    from pathlib import Path
+
+    console.print(f"report: {folder}" + (f" {note}" if note else ""), markup=False, highlight=False, soft_wrap=True)
+    page = Path(str(folder)) / "index.html"
+    if page.is_file():
+        console.print(f"page: {page.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
