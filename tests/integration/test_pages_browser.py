@@ -176,6 +176,6 @@ def test_experiment_log_lists_every_run_and_opens_offline(browser, run_folder):
     opened = browser.open(log)
     _shot(browser, run_folder, "experiment-log")
     assert not opened.console_errors and not opened.remote_requests, opened
-    names = browser.script("return Array.from(document.querySelectorAll('#log tbody tr a')).map(a => a.textContent)")
+    names = browser.script("return Array.from(document.querySelectorAll('#log tbody tr td:last-child a')).map(a => a.textContent)")
     expected = {p.name for p in report_dirs(run_folder) if p.name != "screenshots"}
     assert set(names) == expected
