@@ -216,3 +216,23 @@ def test_intervene_failed_control_headline_says_it_decides_nothing(tmp_path):
     files = read_report(_intervene_report(tmp_path, decides=False))
     assert intervene_kind.headline(files.report) == "CONTROLS FAILED (label_swap): this run decides nothing"
     assert "<strong>FAILED</strong>" in page_html(files)
+
+
+def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_path):
+    """Fault class: a context health that failed validation on the model drawn and listed on the study page as
+    if it read the context (issue 50: the study's tables and plots say so, with the record's figures)."""
+    from lab.views.core import ReportFiles
+    from lab.views.kinds import study
+
+    note = ("untestable on this model: context health (relative_entropy_for_length) does not read the context on "
+            "smollm2: it drifts with content length (Spearman rho +0.27, p 0.021; bar |rho| <= 0.2)")
+    tests = [{"name": "H1", "verdict": "inconclusive", "note": note}, {"name": "H2", "verdict": "supported"}]
+    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report={"tests": tests},
+                        csvs={"per_prompt.csv": [{"id": "q1", "health": "3.2", "text": "x"}]},
+                        images={"health_vs_entropy.png": "data:image/png;base64,AA=="})
+    html = "".join(str(s.html) for s in study.page(files).sections)
+    assert html.count("not a reading of the context on this model") == 2 and "rho +0.27" in html
+    valid = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study",
+                        report={"tests": [{"name": "H1", "verdict": "supported", "note": ""}]},
+                        images={"health_vs_entropy.png": "data:image/png;base64,AA=="})
+    assert "not a reading" not in "".join(str(s.html) for s in study.page(valid).sections)

@@ -99,19 +99,28 @@ def prompt_rows(files: ReportFiles) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, [prompt_anchor(r.get("id", "")) for r in csv_rows]
 
 
+def health_invalid(tests: list[dict[str, Any]]) -> str:
+    """Why context health is no reading of the context on the study's model (H1's note when the study found
+    it untestable for that reason), ``""`` when it is not known to be invalid."""
+    note = next((str(t.get("note") or "") for t in tests if t.get("name") == "H1"), "")
+    return note.removeprefix("untestable on this model: ") if "does not read the context" in note else ""
+
+
 def page(files: ReportFiles) -> KindPage:
-    """The study's own sections: verdicts, plots (points linked to prompts), per-prompt rows."""
+    """The study's own sections: verdicts, plots (points linked to prompts), per-prompt rows; wherever context
+    health is drawn or listed on a model where it failed validation, a warning with the record says so."""
     tests = _tests(files.report)
+    invalid = health_invalid(tests)
     sections = []
     if tests:
         sections.append(Section("Verdicts", render("study_verdicts.html.j2", rows=verdict_rows(tests)), "verdicts"))
     figs = figures(files)
     if figs:
-        sections.append(Section("Plots", render("study_plots.html.j2", figures=figs), "plots"))
+        sections.append(Section("Plots", render("study_plots.html.j2", figures=figs, invalid=invalid), "plots"))
     rows, ids = prompt_rows(files)
     if rows:
         columns = [c for c in PROMPT_COLUMNS if c in rows[0]]
-        sections.append(Section("Prompts", render("study_prompts.html.j2", n=len(rows),
+        sections.append(Section("Prompts", render("study_prompts.html.j2", n=len(rows), invalid=invalid,
                                                   table=table(rows, columns, limit=len(rows), row_ids=ids)),
                                 "prompts"))
     covers = {f["name"] for f in figs} | {f["png"] for f in figs} | ({"per_prompt.csv"} if rows else set())
