@@ -8,11 +8,10 @@ headlines and summaries in two columns, so a kind without its own comparison sti
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from lab.views.core import ReportFiles, Section, asset, markdown, read_report, render
-from lab.views.page import kind_page
+from lab.views.page import kind_module, kind_page
 
 
 class KindMismatchError(ValueError):
@@ -21,14 +20,7 @@ class KindMismatchError(ValueError):
 
 def kind_compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
     """The kind's own comparison sections (``lab.views.kinds.<kind>.compare``), or none."""
-    module_name = "lab.views.kinds." + a.kind.replace("-", "_")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        return ()
-    made = getattr(module, "compare", None)
+    made = getattr(kind_module(a.kind), "compare", None)
     return tuple(made(a, b)) if made is not None else ()
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab.runs.files import write_text_atomic
+
 # Bounds on what a page embeds, so a page's size follows its data and a damaged or huge file
 # cannot make a page of gigabytes: a study's report.json is ~1-3 MB, its CSVs ~100 kB.
 MAX_JSON_BYTES = 32 * 1024 * 1024
@@ -483,3 +485,13 @@ def token_inline(text: str) -> str:
     'a⏎\\n'
     """
     return text.replace("\r", "␍").replace("\n", "⏎\n") or "∅"
+
+
+def write_html(path: Path, text: str) -> Path:
+    """Write a page whole or not at all (:func:`lab.runs.files.write_text_atomic`); a lone surrogate a report
+    carried (``\\ud800``, which UTF-8 cannot hold) is written as its escape instead of failing the page.
+
+    Raises:
+        OSError: the page could not be written.
+    """
+    return write_text_atomic(path, text.encode("utf-8", "backslashreplace").decode("utf-8"))

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.views.core import asset, kind_of, read_report, render, stamp_of
+from lab.views.core import asset, kind_of, read_report, render, stamp_of, write_html
 from lab.views.page import PAGE, kind_page
 
 HEAD_BYTES = 16 * 1024  # a page's <meta> rows come before its styles, well inside this
@@ -141,10 +140,5 @@ def rebuild_log(root: str | Path) -> Path:
     text = render("log.html.j2", root=root.resolve().name, rows=rows,
                   kinds=sorted({r.kind for r in rows if r.kind}), models=sorted({r.model for r in rows if r.model}),
                   css=asset("page.css"), script=asset("page.js"))
-    tmp = root / f".{PAGE}.partial-{os.getpid()}"
-    try:
-        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 folder name
-        os.replace(tmp, root / PAGE)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_html(root / PAGE, text)
     return root / PAGE

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import kind_of, read_report
+from lab.views.core import kind_of, read_report, write_html
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 
@@ -40,9 +40,7 @@ def redraw(path: Path) -> Path:
             html = compare_html(*read_pair(a, b))
         except ValueError:
             return path / PAGE
-        tmp = path / f".{PAGE}.partial"
-        tmp.write_text(html, encoding="utf-8", errors="backslashreplace")
-        os.replace(tmp, path / PAGE)
+        write_html(path / PAGE, html)
     return path / PAGE
 
 

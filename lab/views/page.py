@@ -10,12 +10,23 @@ sent on its own; without script the tables and summary are all there.
 from __future__ import annotations
 
 import importlib
-import os
 from pathlib import Path
+from types import ModuleType
 
-from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table
+from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table, write_html
 
 PAGE = "index.html"
+
+
+def kind_module(kind: str) -> ModuleType | None:
+    """``lab.views.kinds.<kind with - as _>``, or None for a kind with no module of its own."""
+    module_name = "lab.views.kinds." + kind.replace("-", "_")
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        return None
 
 
 def kind_page(files: ReportFiles) -> KindPage:
@@ -23,12 +34,8 @@ def kind_page(files: ReportFiles) -> KindPage:
     with no module of its own (its page is then the summary and the files)."""
     if not files.kind:
         return KindPage(headline=first_bold_line(files.summary))
-    module_name = "lab.views.kinds." + files.kind.replace("-", "_")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
+    module = kind_module(files.kind)
+    if module is None:
         return KindPage(headline=first_bold_line(files.summary))
     try:
         made = module.page(files)
@@ -90,7 +97,5 @@ def write_page(path: str | Path, name: str | None = None, kind: str | None = Non
     """
     path = Path(path)
     html = page_html(read_report(path, name=name, kind=kind))
-    tmp = path / f".{PAGE}.partial"
-    tmp.write_text(html, encoding="utf-8", errors="backslashreplace")  # a lone surrogate (\ud800) shows as its escape
-    os.replace(tmp, path / PAGE)
+    write_html(path / PAGE, html)
     return path / PAGE
