@@ -29,6 +29,8 @@ def test_commands_mirror_bench_config(tmp_path):
     for cmd in (spec, alone):  # same model, prompt, threads, greedy sampler, context
         assert (_flag(cmd, "-m"), _flag(cmd, "-f"), _flag(cmd, "-c")) == (str(target), str(prompt), "512")
         assert (_flag(cmd, "-t"), _flag(cmd, "-tb"), _flag(cmd, "--temp"), _flag(cmd, "--top-k")) == ("2", "2", "0", "1")
+        # llama.cpp would turn a prompt's two characters \n into a newline: the prompt must reach it as the lab's
+        assert "--no-escape" in cmd
     # speculative-simple emits one token more than its -n; completion exactly -n
     assert (_flag(spec, "-n"), _flag(alone, "-n")) == ("15", "16")
     assert (_flag(spec, "-md"), _flag(spec, "--spec-type"), _flag(spec, "--spec-draft-n-max")) == (

@@ -119,9 +119,12 @@ def prompt_file_text(prompt: str) -> str:
 
 
 def _common_args(model: Path, prompt_file: Path, cfg: PeerRunConfig, n_predict: int) -> list[str]:
+    """The flags both binaries take. ``--no-escape``: llama.cpp turns the two characters ``\\n`` (and ``\\t``,
+    ``\\"`` ...) of a prompt into a newline (and a tab, a quote ...) unless told not to, so a prompt holding
+    code with string escapes would reach it as other tokens than the lab's."""
     return ["-m", str(model), "-f", str(prompt_file), "-n", str(n_predict), "-c", str(cfg.ctx_size),
             "-t", str(cfg.threads), "-tb", str(cfg.threads), "--temp", "0", "--top-k", "1",
-            "-s", str(cfg.seed), "--color", "off"]
+            "-s", str(cfg.seed), "--color", "off", "--no-escape"]
 
 
 def completion_command(bins: PeerBinaries, target: Path, prompt_file: Path, cfg: PeerRunConfig) -> list[str]:
