@@ -122,8 +122,11 @@ def pytest_addoption(parser):
 def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's own calibrations, logs or tuned set-ups (``~/.cache/lab/...``):
     each test gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``, ``LAB_TUNING_DIR``; subprocesses
-    inherit them)."""
+    inherit them), and torch as the default runtime (``LAB_RUNTIME``)."""
     root = tmp_path_factory.mktemp("lab-user")
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
     monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))
     monkeypatch.setenv("LAB_TUNING_DIR", str(root / "tuning"))
+    # A GGUF profile's default runtime is llama.cpp wherever `make peer` built it (lab.commands.common): a test
+    # runs torch unless it names llama.cpp, whatever this machine has built; the default's own tests unset this.
+    monkeypatch.setenv("LAB_RUNTIME", "torch")

@@ -50,6 +50,7 @@ from lab.bench.phases import FirstTokenClock
 from lab.bench.results import BenchResult
 from lab.bench.summary import summarize
 from lab.sampling import SamplingConfig
+from lab.speculative.auto import AUTO_MAX_GAMMA, AutoDraft
 from lab.speculative.drafts import AdaptiveDraftLength, Drafter
 from lab.speculative.loop import target_generate
 from lab.speculative.no_cache import no_cache_generate
@@ -61,6 +62,7 @@ from lab.speculative.setups import MIN_GAMMA, is_gamma
 
 logger = logging.getLogger(__name__)
 
+LAB_DEFAULT_METHOD = "lab default (auto)"
 DEFAULT_PROMPTS = (
     "Explain step by step how a hash table handles collisions.",
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -100,6 +102,9 @@ class BenchConfig:
     seed: int = 0  # sampling mode: each (repeat, prompt)'s seed derives from it (run_seed)
     dtype_sweep: bool = False  # run each cast draft at every gamma, not only the largest (lab bench --tune)
     no_cache: bool = False  # also run the speculative loop without KV caches at each gamma (lab.speculative.no_cache)
+    # Also run the lab's default, the auto draft (lab.speculative.auto: per round no draft, prompt lookup or the
+    # bench's draft model, by the costs it measures; up to AUTO_MAX_GAMMA tokens a round), as `lab speculate` does
+    lab_default: bool = True
 
     def __post_init__(self) -> None:
         if not self.gammas or not all(is_gamma(g) for g in self.gammas):
@@ -374,6 +379,8 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     methods.append(("target-only (lab loop)", lab_target))
     if not is_ggml(target):  # transformers generate runs a torch model only
         methods.append(("target-only (transformers generate)", hf_target))
+    if config.lab_default:
+        methods.append(_auto_method(target, draft, config, eos, seeds))
 
     def spec_method(gamma: int, adaptive: str | None) -> Callable[[torch.Tensor, int], Run]:
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")
@@ -434,6 +441,21 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     methods += lever_methods(target, draft, config, eos=eos, make_run=Run, seeds=seeds,
                              hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad, sampling))
     return methods
+
+
+def _auto_method(target: Any, draft: Drafter, config: BenchConfig, eos: list[int], seeds: RunSeeds) -> Method:
+    """``lab speculate``'s default as a bench method: a fresh auto draft each run (what one command starts with),
+    on the bench's draft model where it has one with a cache of its own, else prompt lookup alone."""
+    facts = draft.facts()
+    inner = draft if facts.model is not None and not facts.drafts_on_target_cache else None
+    name = LAB_DEFAULT_METHOD
+
+    def fn(ids: torch.Tensor, budget: int) -> Run:
+        auto = AutoDraft(int(target.config.vocab_size), inner, runtime="llama.cpp" if is_ggml(target) else "torch")
+        settings = SpeculativeSettings(max_new_tokens=budget, gamma=AUTO_MAX_GAMMA, sampling=config.sampling,
+                                       eos_token_ids=eos)
+        return timed_speculative(name, target, auto, ids, Run, settings, generator=seeds.generator(ids.device))
+    return name, fn
 
 
 def _warm_up(methods: list[Method], ids: torch.Tensor, budget: int,

@@ -293,8 +293,12 @@ def check_adaptive_draft(adaptive: str, draft_kind: str) -> None:
         draft_kind: The draft's kind (:func:`lab.speculative.draft_specs.check_draft_spec`).
 
     Raises:
-        ValueError: a prompt-lookup draft, naming ``--adaptive`` as typed.
+        ValueError: a prompt-lookup or auto draft (auto chooses each round's length itself), naming
+            ``--adaptive`` as typed.
     """
+    if draft_kind == "auto":
+        raise ValueError(f"--adaptive {adaptive!r}: the auto draft chooses each round's draft length from the costs "
+                         "it measures; use --draft MODEL for a fixed set-up with an adaptive stop")
     if draft_kind == "prompt-lookup":
         raise ValueError(f"--adaptive {adaptive!r} has no effect with the prompt-lookup draft: it copies tokens "
                          "(q one-hot: entropy 0, top probability 1), so no stop fires; drop --adaptive")
@@ -378,18 +382,25 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
     return device
 
 
-# When --runtime is not typed, a GGUF profile runs on the runtime ``lab bench --tune-runtime`` measured fastest for
-# its target on this machine (lab.tuning.read_tuned: the per-machine runtime file); without such a file, on
-# torch. On the lab's 2-core AMD EPYC (AVX-512 BF16, no AMX) the measured winner for qwen2.5-coder is llama.cpp
-# (docs/results.md, "The runtime chosen per machine"); the choice is not shipped as a default for every CPU.
+# When --runtime is not typed, a GGUF profile on the CPU runs on llama.cpp's kernels whenever `make peer` built
+# them (the tuning file of `lab bench --tune-runtime`, where there is one for the machine, overrides); else on
+# torch, with one line saying what building them gives. Measured on the lab's 2-core AMD EPYC (AVX-512 BF16, no
+# AMX): SmolLM2 decodes in 7.3 ms a token on llama.cpp against 30 ms on torch float32, the Qwen pair's target
+# 20.9 tok/s end to end against 13.5 on torch q4; the 2-core Intel Xeon class ranked them the same
+# (docs/results.md, "The runtime chosen per machine").
+# The line torch prints when the runtime is not built (a GGUF profile on the CPU, nothing typed that needs torch).
+RUNTIME_ENV = "LAB_RUNTIME"  # torch or llama.cpp: the default for this shell, in place of the tuning file and build
+BUILD_HINT = ("llama.cpp's kernels run GGUF profiles 1.5-4x faster than torch on the CPUs measured; `make peer` "
+              "builds them once (about 6 minutes on 2 idle cores), then they are the default")
 
 
 def add_runtime_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
                    help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
                         "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
-                        "pinned build of `make peer`; lab.runtime.ggml) (default: the runtime lab bench "
-                        "--tune-runtime measured fastest for the profile on this machine, else torch)")
+                        "pinned build of `make peer`; lab.runtime.ggml) (default: for a GGUF profile on the CPU, the "
+                        "runtime lab bench --tune-runtime measured fastest on this machine, else llama.cpp where "
+                        "make peer built it; else torch)")
 
 
 class RuntimeSource(enum.Enum):
@@ -397,7 +408,7 @@ class RuntimeSource(enum.Enum):
 
     TYPED = "--runtime"  # the user typed --runtime
     TUNED = "tuned"  # the per-machine runtime tuning file (lab bench --tune-runtime)
-    DEFAULT = "default"  # neither: torch, or torch because the tuned runtime cannot run here
+    DEFAULT = "default"  # neither: llama.cpp where built for a GGUF profile on the CPU, else torch
 
 
 @dataclass(frozen=True)
@@ -446,13 +457,15 @@ def resolve_runtime(args: argparse.Namespace) -> RuntimeChoice:
 
     Typed, it is used (and llama.cpp checked). Untyped, a GGUF profile on the CPU runs what the per-machine
     runtime tuning file says (:func:`lab.tuning.read_tuned`; a torch winner's weights replace an
-    untyped ``--weights``), unless a torch-only flag was typed or the runtime is not built; every other case,
-    and a file that is missing or ignored (its note says why), runs torch.
+    untyped ``--weights``), else llama.cpp, unless a torch-only flag was typed or the runtime is not built
+    (then torch, with :data:`BUILD_HINT` as its note); every other model or device runs torch.
+    ``$LAB_RUNTIME`` (:data:`RUNTIME_ENV`: ``torch`` or ``llama.cpp``) replaces the tuning file and the build
+    check as the default of a shell (the test tiers set ``torch``, so a test runs what it names).
 
     Raises:
         ValueError: ``--runtime llama.cpp`` for a model without a GGUF file, with a torch-only flag
             (``--weights``, ``--dtype``, ``--device``, ``--draft-weights``, ``--draft-dtype``), or
-            before ``make peer`` built the runtime (one line naming it).
+            before ``make peer`` built the runtime (one line naming it); ``$LAB_RUNTIME`` set to another value.
     """
     from lab.models.loading import is_gguf_model
     from lab.runtime.ggml import binding
@@ -488,9 +501,14 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
 
     if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
         return torch_because(None)  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
+    chosen = os.environ.get(RUNTIME_ENV, "").strip()
+    if chosen:
+        if chosen not in ("torch", "llama.cpp"):
+            raise ValueError(f"${RUNTIME_ENV}={chosen!r} must be torch or llama.cpp (or unset)")
+        return torch_because(None) if chosen == "torch" else _built_or_torch(args, weights, None)
     tuned = read_tuned(RUNTIME, args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
     if tuned.data is None:
-        return torch_because(None if tuned.note is None else f"default: torch; {tuned.note}")
+        return _built_or_torch(args, weights, tuned.note)
     if tuned.data["runtime"] == "torch":
         # The tuned representation, as if typed; a typed --weights (float32 too: the reference) or --dtype wins.
         tuned_weights = tuned.data["weights"]
@@ -509,6 +527,26 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
         return torch_because(f"default: torch, because {exc}")
     note = f"tuned: {tuned.path}" + (f"; {tuned.note}" if tuned.note else "")
     return RuntimeChoice("llama.cpp", RuntimeSource.TUNED, note, weights)
+
+
+def _built_or_torch(args: argparse.Namespace, weights: str, tuning_note: str | None) -> RuntimeChoice:
+    """No tuning file applies: llama.cpp where it is built and nothing typed needs torch, else torch (with
+    :data:`BUILD_HINT` when the runtime is simply not built)."""
+    from lab.runtime.ggml import RuntimeNotBuiltError, binding
+
+    ignored = f"; {tuning_note}" if tuning_note else ""
+    typed_torch = _torch_only_flags(args)
+    if typed_torch:
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch, as {', '.join(typed_torch)} asked"
+                             f"{ignored}" if ignored else None, weights)
+    try:
+        binding()
+    except RuntimeNotBuiltError:
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch{ignored}; {BUILD_HINT}", weights)
+    except ValueError as exc:  # built but damaged, or another llama_cpp imported: one line saying so
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch, because {exc}{ignored}", weights)
+    return RuntimeChoice("llama.cpp", RuntimeSource.DEFAULT,
+                         f"default: llama.cpp, built by make peer{ignored}", weights)
 
 
 def torch_unless_typed(choice: RuntimeChoice, why: str, typed_error: str) -> RuntimeChoice:
@@ -542,7 +580,13 @@ def runtime_for_draft(choice: RuntimeChoice, draft_spec: str, kind: str) -> Runt
         ValueError: a typed ``--runtime llama.cpp`` with such a draft, naming ``--draft``.
     """
     from lab.models.loading import is_gguf_model
+    from lab.speculative.draft_specs import auto_model
 
+    if kind == "auto":  # prompt lookup, and a draft model if named: the model must be a GGUF profile on llama.cpp
+        inner = auto_model(draft_spec)
+        if inner is None:
+            return choice
+        draft_spec, kind = inner, "model"
     if choice.runtime != "llama.cpp" or kind == "prompt-lookup" or (kind == "model" and is_gguf_model(draft_spec)):
         return choice
     if kind == "early-exit":

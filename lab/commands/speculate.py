@@ -34,11 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None,
-                   help="early-exit:N (the target's first N layers), prompt-lookup, or a model name/path "
-                        "(default: the profile's draft, early-exit:24 for smollm2)")
+                   help="auto (per round: no draft or prompt lookup, by the costs measured as it runs), auto:M (the "
+                        "same, and the draft model M), early-exit:N (the target's first N layers), prompt-lookup, or "
+                        "a model name/path (default: auto:<the profile's draft model> where the profile has one, "
+                        "else auto)")
     p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per round, {range_text('speculate', 'gamma')} (default: the tuned or documented "
-                        "set-up, else 4)")
+                   help=f"draft tokens per round, {range_text('speculate', 'gamma')}; with auto the most in a round "
+                        "(default: auto 16; else the tuned or documented set-up, else 4)")
     p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
                    help=f"a draft model's dtype ({PER_PASS_ALIAS} = {PER_PASS_SPEC}: the prompt's pass in float32, "
                         "one-token steps in bfloat16; lab.speculative.per_pass) (default: the tuned or documented "
@@ -81,30 +83,74 @@ def speculate_config(args: argparse.Namespace, threads: int) -> tuple["Speculate
     """
     from lab.models.chat import build_messages
     from lab.sampling import SamplingConfig
-    from lab.speculative.draft_specs import check_draft, check_draft_spec, resolve_draft_spec
+    from lab.speculative.draft_specs import check_draft, check_draft_spec
     from lab.speculative.report import SpeculateConfig
     from lab.speculative.settings import SpeculativeSettings
-    from lab.tuning import choose_setup
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if args.adaptive:
         parse_adaptive(args.adaptive)  # errors name --adaptive as typed
     messages = build_messages(args.prompt, args.system)
     device = check_model_args(args)
-    draft_spec = resolve_draft_spec(args.draft, args.model)
+    draft_spec, runtime = speculate_draft(args)
     kind = check_draft_spec(draft_spec)
     if args.adaptive:
         check_adaptive_draft(args.adaptive, kind)
-    runtime = runtime_for_draft(resolve_runtime(args), draft_spec, kind)
-    chosen = choose_setup(args.model, draft_spec, {"draft_dtype": args.draft_dtype, "gamma": args.gamma,
-                                                   "adaptive": args.adaptive},
-                          threads=threads, has_weights=kind == "model" and runtime.runtime == "torch",
-                          runtime=runtime.runtime)
+    chosen = speculate_setup(args, draft_spec, kind, runtime.runtime, threads)
     settings = SpeculativeSettings.from_setup(chosen.setup, max_new_tokens=args.max_new_tokens, sampling=sampling)
     check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     return SpeculateConfig(args.prompt, args.system, messages, draft_spec, chosen, settings, seed, runtime.runtime,
                            runtime.said), device, runtime
+
+
+def speculate_draft(args: argparse.Namespace) -> tuple[str, RuntimeChoice]:
+    """The draft spec in force and the runtime it runs on, before any model loads.
+
+    ``--draft`` as typed; untyped, ``auto:<the profile's draft>`` where that draft is a separate model the runtime
+    can run (a GGUF profile on llama.cpp), else plain ``auto`` (prompt lookup or nothing, per round): the lab's
+    default drafts only where its measured costs say drafting pays (:class:`lab.speculative.auto.AutoDraft`).
+    """
+    from lab.models.loading import is_gguf_model
+    from lab.models.profiles import PROFILES
+    from lab.speculative.draft_specs import check_draft_spec
+
+    if args.draft:
+        kind = check_draft_spec(args.draft)
+        return args.draft, runtime_for_draft(resolve_runtime(args), args.draft, kind)
+    runtime = resolve_runtime(args)
+    profile = PROFILES.get(args.model)
+    own = profile.draft if profile is not None else None
+    if own is None or check_draft_spec(own) != "model" or (runtime.runtime == "llama.cpp" and not is_gguf_model(own)):
+        return "auto", runtime
+    return f"auto:{own}", runtime
+
+
+def speculate_setup(args: argparse.Namespace, draft_spec: str, kind: str, runtime: str, threads: int):
+    """The draft set-up (:class:`lab.speculative.setups.ResolvedSetup`): :func:`lab.tuning.choose_setup`'s; for
+    auto, gamma is the most it drafts in a round (``--gamma``, else :data:`lab.speculative.auto.AUTO_MAX_GAMMA`)
+    and its draft model's dtype is chosen as for that model."""
+    from lab.speculative.auto import AUTO_MAX_GAMMA
+    from lab.speculative.draft_specs import auto_model
+    from lab.speculative.setups import ResolvedSetup
+    from lab.tuning import choose_setup
+
+    flags = {"draft_dtype": args.draft_dtype, "gamma": args.gamma, "adaptive": args.adaptive}
+    if kind != "auto":
+        return choose_setup(args.model, draft_spec, flags, threads=threads,
+                            has_weights=kind == "model" and runtime == "torch", runtime=runtime)
+    inner = auto_model(draft_spec)
+    if args.draft_dtype is not None and inner is None:
+        raise ValueError(f"--draft-dtype {args.draft_dtype}: the draft {draft_spec!r} runs no model (auto:M takes one)")
+    chosen = choose_setup(args.model, inner or "prompt-lookup", {**flags, "gamma": None}, threads=threads,
+                          has_weights=inner is not None and runtime == "torch", runtime=runtime)
+    gamma_source = "--gamma" if args.gamma is not None else (
+        f"default: auto drafts 0 to {AUTO_MAX_GAMMA} tokens a round, chosen by the costs it measures")
+    per_round = "auto: chosen per round"
+    return ResolvedSetup(dataclasses.replace(chosen.setup, gamma=args.gamma or AUTO_MAX_GAMMA, adaptive=None,
+                                             dynamic=None),
+                         {**chosen.sources, "gamma": gamma_source, "adaptive": per_round, "dynamic": per_round},
+                         chosen.notes)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,6 +43,10 @@ class RuntimeUnavailableError(ValueError):
     """The ggml runtime is not built or cannot load (a ValueError: the CLI prints one line, exit 2)."""
 
 
+class RuntimeNotBuiltError(RuntimeUnavailableError):
+    """The ggml runtime was never built here (no install, no manifest): ``make peer`` builds it."""
+
+
 def check_runtime(runtime: Any) -> str:
     """Return ``runtime`` if it is one of :data:`RUNTIMES`, else raise ``ValueError`` naming them."""
     if runtime not in RUNTIMES:
@@ -65,7 +69,8 @@ def binding() -> Any:
     """The ``llama_cpp.llama_cpp`` module of the pinned build, imported once, with llama.cpp's log silenced.
 
     Raises:
-        RuntimeUnavailableError: the build is not installed (run ``make peer``), is damaged (its
+        RuntimeUnavailableError: the build is not installed (:class:`RuntimeNotBuiltError`: run ``make peer``), is
+            damaged (its
             manifest does not match its files, a library or the binding does not import: "does
             not load ... run `make peer` again", which rebuilds it), or a different
             ``llama_cpp`` was imported first in this process.
@@ -83,7 +88,7 @@ def binding() -> Any:
                                       "does not parse, or does not match the files there or this machine's build "
                                       "flags): run `make peer` again")
     if not complete:
-        raise RuntimeUnavailableError(f"the llama.cpp runtime is not built ({root.parent} has no complete install); "
+        raise RuntimeNotBuiltError(f"the llama.cpp runtime is not built ({root.parent} has no complete install); "
                                       "run `make peer` (once, about 15 minutes on 2 cores)")
     loaded = sys.modules.get("llama_cpp")
     if loaded is not None and Path(loaded.__file__).resolve().parent != (root / "llama_cpp").resolve():

@@ -2,15 +2,17 @@
 
 A draft spec is ``"early-exit:N"`` (the target's first N layers:
 :class:`~lab.speculative.self_draft.EarlyExitDraft`), ``"prompt-lookup"``
-(:class:`~lab.speculative.drafts.PromptLookupDraft`) or a model profile / path / hub
+(:class:`~lab.speculative.drafts.PromptLookupDraft`), a model profile / path / hub
 id (:func:`~lab.speculative.drafts.model_draft`, optionally cast per
-:mod:`lab.speculative.per_pass`). :func:`check_draft_spec` validates a spec without
+:mod:`lab.speculative.per_pass`), or ``"auto"`` / ``"auto:M"``: per round no draft, prompt
+lookup or the draft model M, by the costs measured as it runs
+(:class:`~lab.speculative.auto.AutoDraft`). :func:`check_draft_spec` validates a spec without
 building anything and :func:`check_draft` adds the draft's weights and whether its model
 can be loaded, so the commands fail before any model loads;
 :func:`make_draft` builds the drafter; :func:`resolve_draft_spec` picks the spec a command
 runs. This module alone knows every kind of
 drafter, so the kinds' own modules (:mod:`.drafts`, :mod:`.self_draft`,
-:mod:`.per_pass`) import only downward.
+:mod:`.per_pass`, :mod:`.auto`) import only downward.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lab.models import loading  # looked up at each call, so a test can stand in
 from lab.models.profiles import PROFILES
 from lab.runtime.ggml import is_ggml
 from lab.speculative.admission import check_tokenizer_vocab
+from lab.speculative.auto import AutoDraft
 from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
 from lab.speculative.per_pass import parse_draft_dtype, per_pass_draft
@@ -79,12 +82,32 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
         return "early-exit"
     if spec == "prompt-lookup":
         return "prompt-lookup"
+    if spec == "auto" or spec.startswith("auto:"):
+        inner = auto_model(spec)
+        if inner is not None and check_draft_spec(inner, num_layers) != "model":
+            raise ValueError(f"draft={spec!r}: auto:M takes a draft model M (auto alone drafts by prompt lookup "
+                             "only); the rest it chooses per round")
+        return "auto"
     try:
         loading.check_model_name(spec)
     except ValueError as exc:
         why = str(exc).removeprefix(f"model={spec!r} is ")  # `model=` would be read as --model at the CLI
         raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {why}") from None
     return "model"
+
+
+def auto_model(spec: str) -> str | None:
+    """The draft model of an ``auto:M`` spec (``M``), or None for ``auto`` (:class:`lab.speculative.auto.AutoDraft`).
+
+    Raises:
+        ValueError: ``auto:`` with nothing after it.
+    """
+    if spec == "auto":
+        return None
+    inner = spec.removeprefix("auto:")
+    if not inner.strip():
+        raise ValueError(f"draft={spec!r}: auto:M needs a draft model M (or plain auto)")
+    return inner
 
 
 def check_draft(spec: str, weights: str = "float32") -> str:
@@ -109,6 +132,13 @@ def check_draft(spec: str, weights: str = "float32") -> str:
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec)
+    if kind == "auto":
+        inner = auto_model(spec)
+        if inner is None and weights != "float32":
+            raise ValueError(f"--draft-weights={weights!r}: the draft {spec!r} runs no model (auto:M takes one)")
+        if inner is not None:
+            check_draft(inner, weights)
+        return kind
     if weights != "float32":
         if kind != "model":
             why = "it shares the target's: use --weights" if kind == "early-exit" else "it runs no model"
@@ -148,6 +178,11 @@ def make_draft(target: Any, spec: str, *, target_tokenizer: Any = None, device: 
         lab.models.loading.ModelUnavailableError: a draft model that cannot be loaded.
     """
     kind = check_draft_spec(spec, int(target.config.num_hidden_layers))
+    if kind == "auto":
+        inner = auto_model(spec)
+        model = None if inner is None else make_draft(target, inner, target_tokenizer=target_tokenizer, device=device,
+                                                      dtype=dtype, weights=weights)
+        return AutoDraft(int(target.config.vocab_size), model, runtime="llama.cpp" if is_ggml(target) else "torch")
     if is_ggml(target):
         return _ggml_draft(target, spec, kind, target_tokenizer)
     target_dtype = next(target.parameters()).dtype

@@ -43,7 +43,7 @@ from lab.sampling import SamplingConfig, sample, sampling_probs
 from lab.speculative.admission import DraftCost, draft_cost
 from lab.speculative.theory import flops_per_token
 
-STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget")
+STOP_REASONS = ("gamma", "entropy", "pmin", "eos", "no-match", "budget", "cost")
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Proposal:
         stop_reason: why drafting stopped: one of :data:`STOP_REASONS`.
         forward_time_s: wall time of the draft's forward passes this round.
         n_forwards: number of draft forward passes this round.
+        source: who drafted, for a drafter that chooses per round (:class:`~lab.speculative.auto.AutoDraft`:
+            ``"none"``, ``"prompt-lookup"`` or ``"model"``); ``""`` for a drafter of one kind.
     """
 
     tokens: torch.Tensor
@@ -68,6 +70,7 @@ class Proposal:
     stop_reason: str
     forward_time_s: float = 0.0
     n_forwards: int = 0
+    source: str = ""
 
 
 def empty_proposal(vocab_size: int, stop_reason: str, device: Any = "cpu") -> Proposal:
@@ -156,6 +159,8 @@ class DraftFacts:
             order (the first is its prefill); () for a drafter that logs none.
         n_casts: KV-cache dtype casts (a per-pass draft; 0 otherwise).
         cast_time_s: Seconds of those casts (also inside the rounds' draft time).
+        observes_rounds: True for a drafter that learns from each finished round (its ``observe(record)``,
+            which the decode loop then calls: :class:`~lab.speculative.auto.AutoDraft`).
     """
 
     model: Any = None
@@ -166,6 +171,7 @@ class DraftFacts:
     passes: tuple[tuple[int, str, float], ...] = ()
     n_casts: int = 0
     cast_time_s: float = 0.0
+    observes_rounds: bool = False
 
     def flops_per_token(self, context: int) -> float:
         """Forward FLOPs of one draft step at ``context`` cached positions
@@ -416,14 +422,24 @@ class PromptLookupDraft:
     def commit(self, n_kept: int) -> None:
         pass  # no state
 
-    def _match(self, seq: list[int], gamma: int) -> list[int]:
+    def match(self, seq: list[int], gamma: int, max_run: int = 64) -> tuple[int, list[int]]:
+        """``(run, continuation)`` for the latest earlier occurrence of the longest n-gram ending ``seq``
+        (``max_ngram`` down to ``min_ngram``): up to ``gamma`` tokens that followed it, and how many tokens
+        before the end of ``seq`` agree with what preceded that occurrence (the n-gram and as far back as the
+        two keep agreeing, at most ``max_run``: a long run means the text is copying); ``(0, [])`` if none."""
         n_seq = len(seq)
         for n in range(min(self.max_ngram, n_seq - 1), self.min_ngram - 1, -1):
             tail = seq[n_seq - n:]
             for start in range(n_seq - n - 1, -1, -1):  # latest earlier occurrence first
                 if seq[start:start + n] == tail:
-                    return seq[start + n: start + n + gamma]
-        return []
+                    run = n
+                    while run < max_run and start + n - run - 1 >= 0 and seq[start + n - run - 1] == seq[n_seq - run - 1]:
+                        run += 1
+                    return run, seq[start + n: start + n + gamma]
+        return 0, []
+
+    def _match(self, seq: list[int], gamma: int) -> list[int]:
+        return self.match(seq, gamma)[1]
 
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,

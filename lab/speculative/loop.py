@@ -91,7 +91,7 @@ def cut_at_eos(proposal: Proposal, eos_token_ids: frozenset[int]) -> Proposal:
         return proposal
     p = proposal
     return Proposal(p.tokens[: cut + 1], p.probs[: cut + 1], p.entropies[: cut + 1], p.normalized_entropies[: cut + 1],
-                    "eos", p.forward_time_s, p.n_forwards)
+                    "eos", p.forward_time_s, p.n_forwards, p.source)
 
 
 def prefilled_cache(target: Any, prompt_ids: torch.Tensor, target_cache: Any = None) -> tuple[Any, float]:
@@ -233,7 +233,8 @@ def round_record(index: int, prop: Proposal, n_acc: int, next_token: int | None,
         stop_reason=prop.stop_reason, draft_entropies=prop.entropies.tolist(),
         draft_normalized_entropies=prop.normalized_entropies.tolist(), accepted_mask=[i < n_acc for i in range(k)],
         tested_mask=[i < tested for i in range(k)], draft_time_s=prop.forward_time_s, verify_time_s=verify_s,
-        n_draft_forwards=prop.n_forwards, prefill_positions=prefill_positions, target_probs=p_x, draft_probs=q_x)
+        n_draft_forwards=prop.n_forwards, prefill_positions=prefill_positions, target_probs=p_x, draft_probs=q_x,
+        draft_source=prop.source)
 
 
 def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, settings: SpeculativeSettings, *,
@@ -290,8 +291,8 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, s
     seq[:prompt_len] = input_ids[0]
     n, rounds, stopped_by = prompt_len, [], "max_new_tokens"
     draft.reset()
-    fused = (settings.fuse_prefill and target_cache is None and prompt_len > 1
-             and not draft.facts().drafts_on_target_cache)
+    facts = draft.facts()
+    fused = settings.fuse_prefill and target_cache is None and prompt_len > 1 and not facts.drafts_on_target_cache
     t_start = time.perf_counter()
     with torch.inference_mode():
         if fused:  # the first verify pass carries the prompt: one target pass fewer
@@ -307,6 +308,8 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, s
             rounds.append(speculative_round(target, draft, cache, seq, n, g, settings, generator=generator,
                                             on_commit=on_commit, index=len(rounds)))
             n += len(rounds[-1].emitted)
+            if facts.observes_rounds:  # a drafter that chooses per round learns the round's costs and acceptance
+                draft.observe(rounds[-1])
             if on_round is not None:
                 on_round(rounds[-1], seq[:n], cache)
             if rounds[-1].emitted[-1] in settings.eos_token_ids:

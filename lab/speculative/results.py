@@ -44,6 +44,8 @@ class RoundRecord:
             them (the sampling filter applied; one-hot in greedy mode), so min(1, p(x) / q(x)) is
             its acceptance probability (Leviathan et al. 2023, Algorithm 1); empty in records
             made before these were kept.
+        draft_source: who drafted this round when the drafter chooses per round (``"none"``,
+            ``"prompt-lookup"``, ``"model"``: :class:`~lab.speculative.auto.AutoDraft`); ``""`` otherwise.
     """
 
     round: int
@@ -62,6 +64,7 @@ class RoundRecord:
     prefill_positions: int = 0
     target_probs: list[float] = field(default_factory=list)
     draft_probs: list[float] = field(default_factory=list)
+    draft_source: str = ""
 
     @property
     def emitted(self) -> list[int]:

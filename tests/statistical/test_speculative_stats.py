@@ -233,9 +233,11 @@ N_LOOP = 1500  # runs of the full decode loop
 LOOP_SAMPLING = SamplingConfig(temperature=1.0, top_k=6)  # top-k keeps the two-token outcome space small
 
 
-# a separate draft model on its own cache; the target's first layer on the target's cache; and both models
-# with int8 weight-only layers (lab.models.quantize): lossless relative to the target as loaded
-LOOP_DRAFTS = ("model", "early-exit", "model-int8")
+# a separate draft model on its own cache; the target's first layer on the target's cache; both models
+# with int8 weight-only layers (lab.models.quantize): lossless relative to the target as loaded; and the auto
+# draft (lab.speculative.auto) with that draft model, its plan forced to alternate prompt lookup and the model
+# round by round (a function of the rounds so far), so both drafting sources and a switch between them are drawn
+LOOP_DRAFTS = ("model", "early-exit", "model-int8", "auto-rotating")
 
 
 def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counter, dict]:
@@ -254,9 +256,13 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
         quantize_model(draft.model, None, "int8")
     elif draft_kind == "early-exit":  # lab.speculative.self_draft: drafts on the loop's (lent) target cache
         draft = EarlyExitDraft(target, 1)
+    elif draft_kind == "auto-rotating":
+        draft = _rotating_auto(model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4,
+                                                                     init_std=0.1)))
     else:
         draft = model_draft(target, tiny_llama_untied(vocab_size=16, num_layers=1, seed=4, init_std=0.1))
-    prompt = torch.tensor([[3, 7, 5, 9]])
+    # auto: 3 repeats, so prompt lookup proposes 15 (p gives it 0.25: both outcomes of its test are drawn)
+    prompt = torch.tensor([[3, 15, 5, 9, 3]] if draft_kind == "auto-rotating" else [[3, 7, 5, 9]])
     with torch.inference_mode():
         p1 = sampling_probs(target(prompt).logits[0, -1], LOOP_SAMPLING)
         exact = {}
@@ -272,6 +278,28 @@ def _loop_two_token_counts(seed: int, draft_kind: str = "model") -> tuple[Counte
                                    generator=g)
         counts[tuple(res.tokens)] += 1
     return counts, exact
+
+
+def _rotating_auto(model):
+    """An auto draft whose plan is prompt lookup (one token) and the model (three tokens) in turn, per planned
+    round across runs (two-token runs plan about one round each, so each run's first round alternates). Its third
+    choice, no draft, is a plain target step: greedy-checked in tests/unit/test_auto_draft.py, and left out here
+    because it draws no accept test and would only thin the control's power."""
+    from lab.speculative import auto
+
+    class Rotating(auto.AutoDraft):
+        planned = 0
+
+        def _plan(self, prefix, gamma):
+            run, cont = self.lookup.match(prefix, gamma)
+            source = ("prompt-lookup", "model")[self.planned % 2]
+            self.planned += 1
+            if source == "prompt-lookup" and not cont:
+                source = "model"
+            g = 0 if source == "none" else min(gamma, 1 if source == "prompt-lookup" else 3)
+            return auto.RoundPlan(source, g, 1.0, 1.0), "lookup-1", cont
+
+    return Rotating(16, model)
 
 
 @pytest.mark.parametrize("draft_kind", LOOP_DRAFTS)

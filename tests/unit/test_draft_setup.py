@@ -26,7 +26,7 @@ def test_speculate_draft_dtype_flag_reaches_the_draft_and_the_report(tmp_path, c
                    "--max-new-tokens", "4", "--device", "cpu", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert asked == [("qwen2.5-coder-0.5b", "float32")]
+    assert asked == [("auto:qwen2.5-coder-0.5b", "float32")]  # the default draft: auto with the profile's model
     setup = _report(tmp_path)["settings"]["draft_setup"]
     assert setup["draft_dtype"] == "float32" and setup["gamma"] == 3
     assert setup["sources"]["draft_dtype"] == "--draft-dtype" and setup["sources"]["gamma"] == "--gamma"
@@ -36,8 +36,8 @@ def test_speculate_draft_dtype_flag_reaches_the_draft_and_the_report(tmp_path, c
 def test_speculate_without_setup_flags_runs_the_documented_default_and_says_why(tmp_path, capsys, monkeypatch):
     """Negative control of the flag test: without --draft-dtype the documented default runs, named as such."""
     asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
-    rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--max-new-tokens", "4", "--device", "cpu",
-                   "--out", str(tmp_path / "o")])
+    rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--draft", "qwen2.5-coder-0.5b", "--max-new-tokens",
+                   "4", "--device", "cpu", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 0, err
     expected = DEFAULT_SETUPS["qwen2.5-coder"][0]
@@ -46,6 +46,22 @@ def test_speculate_without_setup_flags_runs_the_documented_default_and_says_why(
     assert settings["gamma"] == expected.gamma
     assert settings["draft_setup"]["sources"]["draft_dtype"].startswith("default: ")
     assert "draft set-up:" in err and "from default: " in err
+
+
+def test_speculate_untyped_draft_is_auto_with_the_profiles_model_in_its_documented_dtype(tmp_path, capsys, monkeypatch):
+    """No --draft: auto with the profile's draft model (its documented dtype), gamma the most auto drafts a round."""
+    from lab.speculative.auto import AUTO_MAX_GAMMA
+
+    asked = support.patch_tiny_loader_recording_drafts(monkeypatch)
+    rc = cli.main(["speculate", "hi", "--model", "qwen2.5-coder", "--max-new-tokens", "4", "--device", "cpu",
+                   "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert asked == [("auto:qwen2.5-coder-0.5b", DEFAULT_SETUPS["qwen2.5-coder"][0].draft_dtype)]
+    settings = _report(tmp_path / "o")["settings"]
+    assert settings["draft"] == "auto:qwen2.5-coder-0.5b" and settings["gamma"] == AUTO_MAX_GAMMA
+    assert settings["draft_setup"]["sources"]["gamma"].startswith("default: auto drafts 0 to")
+    assert settings["adaptive"] is None and settings["dynamic"] is None
 
 
 def test_speculate_draft_dtype_for_an_early_exit_draft_exits_2(tmp_path, capsys):

@@ -14,9 +14,15 @@ import lab.runtime.ggml as ggml
 from lab import cli
 from lab.commands import common
 from lab.commands.common import RuntimeChoice, RuntimeSource
-from lab.runtime.ggml import GgmlCache, RuntimeUnavailableError
+from lab.runtime.ggml import GgmlCache, RuntimeNotBuiltError, RuntimeUnavailableError
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _default_runtime_chosen_here(monkeypatch):
+    """These tests are of the default itself: no ``$LAB_RUNTIME`` (the test tiers set torch)."""
+    monkeypatch.delenv("LAB_RUNTIME", raising=False)
 
 
 def _args(**kw):
@@ -33,7 +39,7 @@ def built(monkeypatch):
 @pytest.fixture
 def not_built(monkeypatch):
     def refuse():
-        raise RuntimeUnavailableError("the llama.cpp runtime is not built (...); run `make peer`")
+        raise RuntimeNotBuiltError("the llama.cpp runtime is not built (...); run `make peer`")
 
     monkeypatch.setattr(ggml, "binding", refuse)
 
@@ -54,10 +60,49 @@ def _tune(runtime="llama.cpp", weights="gguf", **machine):
     return write_tuned(RUNTIME, "qwen2.5-coder", {"runtime": runtime, "weights": weights, "report": None}, key, {})
 
 
-def test_resolve_runtime_untyped_without_a_tuning_file_is_torch(built):
+def test_resolve_runtime_untyped_without_a_tuning_file_is_llama_cpp_where_built(built):
     choice = common.resolve_runtime(_args())
-    assert choice == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, "float32")
-    assert choice.said == "default" and choice.line is None  # the torch default says nothing new
+    assert choice == RuntimeChoice("llama.cpp", RuntimeSource.DEFAULT, "default: llama.cpp, built by make peer",
+                                   "float32")
+    assert choice.line == "runtime: llama.cpp (default: llama.cpp, built by make peer)"
+
+
+def test_resolve_runtime_untyped_not_built_is_torch_with_one_line_naming_make_peer(not_built):
+    """Negative control of the default: without the build, torch, and the line says what building it gives."""
+    choice = common.resolve_runtime(_args())
+    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
+    assert choice.said == f"default: torch; {common.BUILD_HINT}" and "make peer" in choice.line
+    assert "\n" not in choice.line
+
+
+def test_resolve_runtime_untyped_damaged_build_is_torch_saying_why(monkeypatch):
+    def damaged():
+        raise RuntimeUnavailableError("the llama.cpp runtime in /x does not load (OSError: bad): run `make peer` again")
+
+    monkeypatch.setattr(ggml, "binding", damaged)
+    choice = common.resolve_runtime(_args())
+    assert choice.runtime == "torch" and choice.said.startswith("default: torch, because the llama.cpp runtime in /x")
+
+
+@pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
+                                dict(dtype="bfloat16")])
+def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch(built, kw):
+    choice = common.resolve_runtime(_args(**kw))
+    assert choice == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, kw.get("weights", "float32"))
+
+
+@pytest.mark.parametrize("value, runtime", [("torch", "torch"), ("llama.cpp", "llama.cpp")])
+def test_lab_runtime_env_replaces_the_tuning_file_as_the_default(built, monkeypatch, value, runtime):
+    _tune("torch", "q4")
+    monkeypatch.setenv("LAB_RUNTIME", value)
+    assert common.resolve_runtime(_args()).runtime == runtime
+    assert common.resolve_runtime(_args(runtime="torch")).source is RuntimeSource.TYPED
+
+
+def test_lab_runtime_env_of_another_value_is_one_line(monkeypatch):
+    monkeypatch.setenv("LAB_RUNTIME", "cuda")
+    with pytest.raises(ValueError, match=r"\$LAB_RUNTIME='cuda' must be torch or llama.cpp"):
+        common.resolve_runtime(_args())
 
 
 def test_resolve_runtime_untyped_runs_the_tuned_runtime_and_typed_torch_wins(built):
@@ -108,15 +153,16 @@ def test_resolve_runtime_ignores_a_foreign_or_stale_tuning_file_saying_so(built,
     path = _tune(**machine)
     choice = common.resolve_runtime(_args())
     why = choice.said
-    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
-    assert why.startswith("default: torch; ") and says in why and str(path) in why and "\n" not in why
+    assert choice.runtime == "llama.cpp" and choice.source is RuntimeSource.DEFAULT  # the built default instead
+    assert why.startswith("default: llama.cpp, built by make peer; ") and says in why and str(path) in why
+    assert "\n" not in why
 
 
 def test_resolve_runtime_ignores_a_corrupt_tuning_file_saying_so(built):
     path = _tune()
     path.write_text('{"format": 1, "profile": "qwen2.5-coder", "runtime": "llama.cpp", "weights": "q4"}')
     choice = common.resolve_runtime(_args())
-    assert choice.runtime == "torch" and "corrupt" in choice.said
+    assert choice.runtime == "llama.cpp" and "corrupt" in choice.said
 
 
 def test_resolve_runtime_tuned_torch_weights_apply_unless_weights_are_typed(built):

@@ -189,8 +189,10 @@ def test_corrupt_tuning_file_gives_one_line(text):
 
 
 def _speculate(tmp_path, capsys, *extra):
-    rc = cli.main(["speculate", "hi", "--model", PROFILE, "--max-new-tokens", "4", "--device", "cpu",
-                   "--out", str(tmp_path / "o"), *extra])
+    """``lab speculate`` with the profile's draft model named: a tuned set-up is for a fixed draft (the untyped
+    default, auto, chooses its gamma per round)."""
+    rc = cli.main(["speculate", "hi", "--model", PROFILE, "--draft", DRAFT, "--max-new-tokens", "4", "--device",
+                   "cpu", "--out", str(tmp_path / "o"), *extra])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     (run,) = report_dirs((tmp_path / "o"))
