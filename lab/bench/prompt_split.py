@@ -13,8 +13,14 @@ overfit the choice, so the problems are split once, here, before any measurement
 * every other problem is the tuning pool; the bench's default HumanEval prompts
   are :data:`BENCH_TUNING` from it (185-215 tokens).
 
+Input-grounded tasks (``--grounded SPLIT[:N]``): edits whose answer copies most of the
+prompt (renames, a quoted docstring), on real functions of installed packages
+(``lab/data/grounded_tasks.jsonl``, built by ``tools/datagen/make_grounded_tasks.py``), split
+the same way: a ``tuning`` split (tqdm, attrs) and a ``held-back`` split (markdown-it-py, Pygments)
+from other packages.
+
 Prompt groups: every bench prompt carries a group name, ``"short"`` (the built-in
-or user prompts) or ``"humaneval"``, and the bench reports each group apart.
+or user prompts), ``"humaneval"`` or ``"grounded"``, and the bench reports each group apart.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ BENCH_TUNING = (10, 17, 20, 33, 38)
 SPLITS = ("tuning", "held-back")
 GROUP_SHORT = "short"
 GROUP_HUMANEVAL = "humaneval"
+GROUP_GROUNDED = "grounded"
+GROUNDED_FILE = "grounded_tasks.jsonl"
 
 
 def tuning_pool() -> tuple[int, ...]:
@@ -77,6 +85,47 @@ def parse_humaneval(spec: str) -> tuple[str, int | None]:
     return split, n
 
 
+def grounded_tasks(split: str) -> list[dict]:
+    """The input-grounded tasks of a split (``"tuning"`` or ``"held-back"``), in file order.
+
+    Raises:
+        ValueError: an unknown split, or a data file that does not hold the split's tasks.
+    """
+    import json
+    from importlib.resources import files
+
+    if split not in SPLITS:
+        raise ValueError(f"--grounded split {split!r} must be one of {', '.join(SPLITS)}")
+    text = files("lab.data").joinpath(GROUNDED_FILE).read_text(encoding="utf-8")
+    tasks = [t for t in (json.loads(line) for line in text.splitlines() if line.strip()) if t["split"] == split]
+    if not tasks:
+        raise ValueError(f"lab/data/{GROUNDED_FILE} holds no {split} task")
+    return tasks
+
+
+def parse_grounded(spec: str) -> tuple[str, int | None]:
+    """Parse ``--grounded SPLIT[:N]`` (e.g. ``held-back:3``).
+
+    Raises:
+        ValueError: naming ``--grounded`` and echoing ``spec``: an unknown split, or an N that is not an
+            integer in [1, size of the split].
+    """
+    split, colon, count = str(spec).partition(":")
+    tasks = grounded_tasks(split)
+    try:
+        n = int(count) if colon else None
+    except ValueError:
+        raise ValueError(f"--grounded {spec!r}: N must be an integer, as in held-back:3") from None
+    if n is not None and not 1 <= n <= len(tasks):
+        raise ValueError(f"--grounded {spec!r}: the count must be in [1, {len(tasks)}]")
+    return split, n
+
+
+def grounded_prompts(split: str, count: int | None = None) -> list[tuple[str, str]]:
+    """``(id, prompt text)`` of a split's first ``count`` input-grounded tasks (None = all)."""
+    return [(t["id"], t["prompt"]) for t in grounded_tasks(split)[:count]]
+
+
 def humaneval_prompts(split: str, count: int | None = None) -> list[tuple[str, str]]:
     """``(id, prompt text)`` for a split's problems, ids like ``"humaneval-148"``.
 
@@ -95,21 +144,25 @@ def humaneval_prompts(split: str, count: int | None = None) -> list[tuple[str, s
 
 @dataclass(frozen=True)
 class PromptSet:
-    """The prompts one bench runs: their texts, one group name each, and the ``--humaneval`` spec.
+    """The prompts one bench runs: their texts, one group name each, and the ``--humaneval`` and ``--grounded``
+    specs.
 
     Attributes:
         texts: The user messages, short prompts first.
-        groups: :data:`GROUP_SHORT` or :data:`GROUP_HUMANEVAL`, one per text.
+        groups: :data:`GROUP_SHORT`, :data:`GROUP_HUMANEVAL` or :data:`GROUP_GROUNDED`, one per text.
         humaneval: The HumanEval spec the problems came from (``"tuning:2"``), ``"none"`` for none.
+        grounded: The input-grounded spec the tasks came from (``"held-back:3"``), ``"none"`` for none.
     """
 
     texts: tuple[str, ...]
     groups: tuple[str, ...]
     humaneval: str
+    grounded: str = "none"
 
     @classmethod
-    def of(cls, short: Sequence[str], humaneval: str) -> PromptSet:
-        """``short`` prompts, then the problems of ``humaneval`` (``SPLIT[:N]`` or ``"none"``).
+    def of(cls, short: Sequence[str], humaneval: str, grounded: str = "none") -> PromptSet:
+        """``short`` prompts, then the problems of ``humaneval`` and the tasks of ``grounded`` (each
+        ``SPLIT[:N]`` or ``"none"``).
 
         Raises:
             ValueError: a bad spec, or no prompt at all.
@@ -119,6 +172,10 @@ class PromptSet:
             problems = humaneval_prompts(*parse_humaneval(humaneval))  # before any model loads
             texts += [text for _, text in problems]
             groups += [GROUP_HUMANEVAL] * len(problems)
+        if grounded != "none":
+            tasks = grounded_prompts(*parse_grounded(grounded))
+            texts += [text for _, text in tasks]
+            groups += [GROUP_GROUNDED] * len(tasks)
         if not texts:
-            raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N]")
-        return cls(tuple(texts), tuple(groups), humaneval)
+            raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N] or --grounded SPLIT[:N]")
+        return cls(tuple(texts), tuple(groups), humaneval, grounded)

@@ -248,7 +248,10 @@ class BenchReport:
         """The JSON-ready report, its keys in the file's order."""
         return to_jsonable({"kind": "bench", "model": self.model, "draft": self.draft_spec,
                             "prompts": list(self.prompts.texts), "prompt_groups": list(self.prompts.groups),
-                            "humaneval": self.prompts.humaneval, "torch_threads": self.torch_threads,
+                            "humaneval": self.prompts.humaneval,
+                            **({"grounded": self.prompts.grounded} if getattr(self.prompts, "grounded", "none") != "none"
+                               else {}),
+                            "torch_threads": self.torch_threads,
                             "environment": self.environment, "draft_cost": self.draft_cost,
                             **({"side_models": self.side_models} if self.side_models else {}),
                             **self.bench.to_json()})

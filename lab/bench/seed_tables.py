@@ -180,7 +180,7 @@ def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str
 
 
 # lab bench flags that choose another schedule, or (no_assisted) that it never runs.
-SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
+SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "grounded", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
                          "prompt_lookup", "gammas", "no_assisted")
 
 

@@ -41,7 +41,7 @@ TUNE_SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9)  # the seed's samplin
 TUNE_MAX_NEW_TOKENS, TUNE_REPEATS = 48, 2
 TUNE_HUMANEVAL = "tuning:2"
 # lab bench flags that choose another schedule, or (no_assisted) that it never runs.
-TUNE_EXCLUSIVE = ("levers", "prompts", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup",
+TUNE_EXCLUSIVE = ("levers", "prompts", "grounded", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup",
                   "no_assisted")
 SCORE_RULE = ("the highest geometric mean over greedy and sampling of the median (over repeats) end-to-end "
               "speedup over the lab's target-only loop, on the tuning prompts")

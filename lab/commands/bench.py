@@ -64,7 +64,7 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                         "--seed-tables: the seed's 5, and 3 for caching; --tune: 2 per mode)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
-                        "--humaneval prompts) (default: three built-in)")
+                        "--humaneval and --grounded prompts) (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true",
                    help="skip transformers' assisted generation (--seed-tables and --tune never run it)")
     add_threads_arg(p)
@@ -78,6 +78,10 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="add the first N HumanEval problems of a fixed split (tuning or held-back; "
                         "lab.bench.prompt_split) beside the short prompts, reported as their own group; "
                         "'none' to skip (default: tuning:2 with --levers and no --prompts, else none)")
+    p.add_argument("--grounded", default=None, metavar="SPLIT[:N]",
+                   help="add the first N input-grounded tasks of a fixed split (tuning or held-back: renames and "
+                        "quoted docstrings of real functions, whose answers copy the prompt; lab.bench.prompt_split) "
+                        "beside the other prompts, reported as their own group (default: none)")
     p.add_argument("--methods", default=None,
                    help="comma-separated substrings: run only the methods whose name contains one (the lab's "
                         "target-only loop, the baseline, always runs), e.g. 'generate,assisted gamma=5,"
@@ -209,7 +213,8 @@ def _bench_config(args: argparse.Namespace):
                          dynamic=dynamic, draft_dtypes=dtypes, prompt_lookup=args.prompt_lookup or args.levers,
                          methods=wanted, sampling=sampling, seed=args.seed)
     short = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
-    return config, PromptSet.of(short, args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none"))
+    return config, PromptSet.of(short, args.humaneval or ("tuning:2" if args.levers and not args.prompts else "none"),
+                                args.grounded or "none")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -486,7 +491,7 @@ def run_seed_tables(args: argparse.Namespace) -> int:
 
 
 # Flags --tune-runtime does not take: it times its own candidates, the target alone, greedy.
-TUNE_RUNTIME_EXCLUSIVE = ("tune", "seed_tables", "levers", "prompts", "peer", "methods", "dynamic", "draft_dtype",
+TUNE_RUNTIME_EXCLUSIVE = ("tune", "seed_tables", "levers", "prompts", "grounded", "peer", "methods", "dynamic", "draft_dtype",
                           "adaptive", "prompt_lookup", "gammas", "draft", "runtime", "dtype", "also_runtime")
 
 

@@ -120,7 +120,7 @@ def phase_table(bench: BenchResult) -> Table | None:
     if not by:
         return None
     groups = [g for g in _groups(bench) if g != "all"] or ["all"]  # 80 columns: "all" is in summary.md
-    short = {"humaneval": "HE"}
+    short = {"humaneval": "HE", "grounded": "GR"}
     t = Table(title="speedup over target lab: end to end (e2e) and decode-only (dec), per prompt group",
               title_justify="left", box=box.SIMPLE_HEAD, caption="e2e: all time, prefill included; dec: after the "
               "first new token(s); see summary.md", caption_justify="left")
