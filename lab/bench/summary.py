@@ -154,11 +154,13 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
     c_time = t_draft / t_step
     decode_tps = _ratio(n_tokens, decode_s)
     measured_speedup = decode_tps / base.decode_tokens_per_s
-    fixed = specs[0].adaptive is None and specs[0].gamma_policy is None and not math.isnan(alpha)
+    # a drafter that chooses per round (the auto draft: no draft, prompt lookup or the model) has no fixed gamma
+    chooses = any(r.draft_source for s in specs for r in s.rounds)
+    fixed = specs[0].adaptive is None and specs[0].gamma_policy is None and not chooses and not math.isnan(alpha)
     if fixed:
         e_tokens = expected_tokens_per_round(alpha, gamma)
         predicted = _ratio(e_tokens * t_step, gamma * t_draft + t_verify)
-    else:  # adaptive: draft length varies, use the measured tokens and draft steps per round
+    else:  # adaptive or auto: draft length varies, use the measured tokens and draft steps per round
         e_tokens = tau
         predicted = _ratio(tau * t_step, _ratio(draft_fw, n_rounds) * t_draft + t_verify)
     return SpeculativeFigures(
