@@ -122,7 +122,8 @@ def pytest_addoption(parser):
 def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's own calibrations, logs or tuned set-ups (``~/.cache/lab/...``):
     each test gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``, ``LAB_TUNING_DIR``; subprocesses
-    inherit them), and torch as the default runtime (``LAB_RUNTIME``)."""
+    inherit them), torch as the default runtime (``LAB_RUNTIME``) and the few-row layout without timing it
+    (``LAB_PLAIN_LINEAR=0``)."""
     root = tmp_path_factory.mktemp("lab-user")
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
     monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))
@@ -130,3 +131,6 @@ def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     # A GGUF profile's default runtime is llama.cpp wherever `make peer` built it (lab.commands.common): a test
     # runs torch unless it names llama.cpp, whatever this machine has built; the default's own tests unset this.
     monkeypatch.setenv("LAB_RUNTIME", "torch")
+    # The few-row float32 layout is chosen by timing it at load (lab.models.fewrow.few_row_pays); a test takes it
+    # without timing, so two processes of one test never decode with different layouts
+    monkeypatch.setenv("LAB_PLAIN_LINEAR", "0")

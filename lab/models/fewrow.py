@@ -13,13 +13,22 @@ unchanged. Rows are independent in a product, so padding changes no row's value;
 differs from ``F.linear``'s only by float32 summation order (SmolLM2's logits within 6e-5 of the
 plain layer's; relative tolerance :data:`REL_TOL` in the tests).
 
+The same layout doubles the step on another CPU class (a 2-core Intel Xeon with AVX-512 FP16,
+BF16 and VNNI, no AMX: SmolLM2's step 62 ms with it against 31-34 ms without), so it is chosen
+by measuring on the machine, never from a table: :func:`few_row_pays` times one pass of a model's
+float32 linear layers on one row both ways when the model loads (a few hundred milliseconds, once
+per process and layer shapes) and the layout is used only where it is at least
+:data:`PAY_MARGIN` faster.
+
 Nothing at import beyond torch; :func:`use_few_row_gemm` switches a loaded model's layers in place.
-``LAB_PLAIN_LINEAR=1`` in the environment keeps the plain layer (to compare the two, as the bench does).
+``LAB_PLAIN_LINEAR=1`` in the environment keeps the plain layer, ``LAB_PLAIN_LINEAR=0`` takes the
+few-row one, both without measuring (to compare the two, as the bench does).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +36,9 @@ import torch.nn.functional as F
 MAX_ROWS = 4  # above this the two kernels cost about the same here (measured up to 256 rows)
 REL_TOL = 1e-5  # float32 summation order: a few ulps of a dot product of ~1,500 terms
 PLAIN_ENV = "LAB_PLAIN_LINEAR"
+PAY_MARGIN = 1.1  # the few-row pass must be at least 10 % faster than the plain one, measured, to be used
+TIMED_PASSES = 3  # of each layout, alternating, after one untimed pass of each; the fastest of each is compared
+_CHOSEN: dict[tuple, bool] = {}  # (layer shapes, threads) -> the choice made in this process
 
 
 def _padded_rows(rows: int) -> int:
@@ -83,6 +95,52 @@ class FewRowLinear(torch.nn.Linear):
                 and x.device.type == "cpu" and self.weight.device.type == "cpu"):
             return few_row_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+
+def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear) and type(m) in (torch.nn.Linear, FewRowLinear)
+            and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"]
+
+
+def few_row_pays(model: torch.nn.Module) -> bool:
+    """Whether the few-row layout makes ``model``'s one-row passes faster on this machine, measured.
+
+    One pass through every float32 CPU linear layer of the model (what a one-token step reads, so
+    the weights come from memory as in a real step, not from cache) is timed with ``F.linear`` and
+    with :func:`few_row_linear`, alternating, :data:`TIMED_PASSES` times each after one untimed pass
+    of each; the layout pays when its fastest pass is :data:`PAY_MARGIN` times faster than the plain
+    one's. The answer is kept for the process per layer shapes and torch thread count, so every
+    model of a run decodes the same way. ``LAB_PLAIN_LINEAR=1`` answers False and ``=0`` True
+    without timing.
+
+    Returns:
+        True to switch the model's layers (:func:`use_few_row_gemm`).
+    """
+    forced = os.environ.get(PLAIN_ENV, "")
+    if forced in ("0", "1"):
+        return forced == "0"
+    layers = _plain_layers(model)
+    if not layers:
+        return False
+    key = (tuple(sorted({tuple(m.weight.shape) for m in layers})), torch.get_num_threads())
+    if key not in _CHOSEN:
+        xs = {k: torch.randn(1, k) for k in {m.weight.shape[1] for m in layers}}  # one row per input width
+
+        def one_pass(fn) -> float:
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for m in layers:
+                    fn(xs[m.weight.shape[1]], m.weight, None)
+            return time.perf_counter() - t0
+
+        plain, few = [], []
+        for i in range(TIMED_PASSES + 1):
+            p, f = one_pass(F.linear), one_pass(few_row_linear)
+            if i:  # the first of each warms the kernels up
+                plain.append(p)
+                few.append(f)
+        _CHOSEN[key] = min(few) * PAY_MARGIN <= min(plain)
+    return _CHOSEN[key]
 
 
 def use_few_row_gemm(model: torch.nn.Module) -> int:

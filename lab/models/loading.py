@@ -317,7 +317,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lab.models.fewrow import use_few_row_gemm
+    from lab.models.fewrow import few_row_pays, use_few_row_gemm
     from lab.models.qlinear import check_cpu
     from lab.models.quantize import load_or_convert
     from lab.models.weights import check_weights
@@ -368,8 +368,9 @@ def load_model(
         converted = cache_dir() / f"{profile.name}.weights-{weights}" if gguf_model else None
         summary = load_or_convert(model, gguf_path(profile) if gguf_model else None, weights, converted,
                                   source=gguf_source(profile) if gguf_model else None)
-    # Float32 CPU passes of a few rows (the decode step, the verify pass) through MKL's faster layout.
-    few_rows = use_few_row_gemm(model) if dev.type == "cpu" else 0
+    # Float32 CPU passes of a few rows (the decode step, the verify pass) through MKL's other layout, where a
+    # measurement on this machine says it is faster (lab.models.fewrow.few_row_pays)
+    few_rows = use_few_row_gemm(model) if dev.type == "cpu" and few_row_pays(model) else 0
     if attn_implementation is not None:
         actual = getattr(model.config, "_attn_implementation", None)
         if actual != attn_implementation:

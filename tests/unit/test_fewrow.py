@@ -8,6 +8,9 @@ a path that is never taken at all (a no-op "optimisation" every equality test wo
 
 from __future__ import annotations
 
+import time
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -138,6 +141,46 @@ def test_plain_env_keeps_the_plain_layer(monkeypatch):
     monkeypatch.setenv(fewrow.PLAIN_ENV, "1")
     model = torch.nn.Sequential(torch.nn.Linear(8, 8))
     assert use_few_row_gemm(model) == 0 and type(model[0]) is torch.nn.Linear
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """few_row_pays measuring (no LAB_PLAIN_LINEAR), with an empty record of choices made."""
+    monkeypatch.delenv(fewrow.PLAIN_ENV, raising=False)
+    monkeypatch.setattr(fewrow, "_CHOSEN", {})
+
+
+def _slow(fn, seconds):
+    def slowed(*args):
+        time.sleep(seconds)
+        return fn(*args)
+    return slowed
+
+
+def test_few_row_pays_where_the_plain_layout_is_slower(measured, monkeypatch):
+    monkeypatch.setattr(fewrow, "F", types.SimpleNamespace(linear=_slow(F.linear, 0.002)))
+    assert fewrow.few_row_pays(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32)))
+
+
+def test_few_row_does_not_pay_where_it_is_slower_and_the_choice_is_kept(measured, monkeypatch):
+    """The negative control: the layout's own pass made slower (the Intel Xeon's case) is refused, and
+    the choice holds for the process for those shapes."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
+    monkeypatch.setattr(fewrow, "few_row_linear", _slow(fewrow.few_row_linear, 0.002))
+    assert not fewrow.few_row_pays(model)
+    monkeypatch.setattr(fewrow, "few_row_linear", lambda *a: pytest.fail("timed again"))
+    assert not fewrow.few_row_pays(model)
+
+
+@pytest.mark.parametrize("value, pays", [("1", False), ("0", True)])
+def test_plain_env_decides_without_timing(measured, monkeypatch, value, pays):
+    monkeypatch.setenv(fewrow.PLAIN_ENV, value)
+    monkeypatch.setattr(fewrow, "few_row_linear", lambda *a: pytest.fail("timed"))
+    assert fewrow.few_row_pays(torch.nn.Sequential(torch.nn.Linear(8, 8))) is pays
+
+
+def test_few_row_pays_without_float32_cpu_layers_is_false(measured):
+    assert not fewrow.few_row_pays(torch.nn.Sequential(torch.nn.Linear(8, 8).bfloat16()))
 
 
 def test_load_model_records_the_switched_layers(tmp_path):
