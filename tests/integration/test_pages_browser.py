@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 # The quick kinds this file makes itself when the run folder has none (the embedded model, few tokens).
 QUICK = {
     "entropy": ["entropy", "Name three primary colours.", "--max-new-tokens", "24"],
-    "speculate": ["speculate", "Write a haiku about the sea.", "--max-new-tokens", "24"],
+    "speculate": ["speculate", "Write a haiku about the sea.", "--max-new-tokens", "24", "--draft", "early-exit:24"],
     "sinks": ["sinks", "Summarize: The quick brown fox jumps over the lazy dog. The dog did not react."],
 }
 

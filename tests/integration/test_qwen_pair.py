@@ -159,13 +159,14 @@ def test_qwen_lab_sinks_end_to_end(shared_loads, lab_log):
 
 
 def test_qwen_lab_speculate_end_to_end(shared_loads, lab_log):
-    """`lab speculate --model qwen2.5-coder` as a user runs it, shortened: the default draft is the 0.5B."""
+    """`lab speculate --model qwen2.5-coder` on torch, shortened: the default draft is auto over the 0.5B."""
     rc, report = lab_log.cli(["speculate", "Write a Python function that merges two sorted lists.",
                               "--model", "qwen2.5-coder", "--max-new-tokens", "24", "--device", "cpu"])
     assert rc == 0 and report is not None
     data = json.loads((report / "report.json").read_text())
-    assert data["settings"]["draft"] == "qwen2.5-coder-0.5b"
-    assert data["settings"]["runtime"] == "torch"
+    assert data["settings"]["draft"] == "auto:qwen2.5-coder-0.5b"
+    assert data["settings"]["runtime"] == "torch"  # the tiers' LAB_RUNTIME; the default's own test unsets it
+    assert {r["draft_source"] for r in data["rounds"]} <= {"none", "prompt-lookup", "model"}
     assert data["draft_cost"]["ratio"] < 1.0
     acc = data["acceptance"]
     lab_log.record(alpha=acc.get("alpha"), tau=acc.get("tau"), n_tokens=len(data["new_token_ids"]))

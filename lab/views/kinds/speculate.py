@@ -93,6 +93,7 @@ def round_views(report: dict[str, Any]) -> list[dict[str, Any]]:
                       "next_kind": r.get("next_kind"), "next_id": nxt,
                       "next_text": _text_of(texts, nxt) if nxt is not None else None,
                       "stop_reason": r.get("stop_reason"), "draft_time_s": r.get("draft_time_s"),
+                      "source": r.get("draft_source") if isinstance(r.get("draft_source"), str) else "",
                       "verify_time_s": r.get("verify_time_s"), "rows": rows})
     return views
 
