@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--adaptive", default=None,
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
                         "probability below X) (default: the tuned or documented set-up, else off; not with "
-                        "prompt-lookup)")
+                        "prompt-lookup or auto)")
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help=f"stop after this many new tokens, {range_text('speculate', 'max_new_tokens')} (default: 64)")
     p.add_argument("--temperature", type=float, default=0.0,
