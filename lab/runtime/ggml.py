@@ -327,7 +327,8 @@ def is_ggml(model: Any) -> bool:
     return getattr(model, "runtime", None) == "llama.cpp"
 
 
-def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | None = None) -> tuple[GgmlModel, Any]:
+def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | None = None,
+                    tokenizer: Any = None) -> tuple[GgmlModel, Any]:
     """Load a GGUF profile on the llama.cpp runtime, with the lab's tokenizer for it.
 
     The tokenizer, config and EOS ids are the ones :func:`lab.models.loading.load_model` gives
@@ -338,6 +339,8 @@ def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | Non
         name: A GGUF profile (``smollm2``, ``gemma3-270m``, ``qwen2.5-coder``, ...).
         n_threads: CPU threads (default ``torch.get_num_threads()``, what the torch runtime uses).
         n_ctx: KV positions to allocate (default: the model's training context).
+        tokenizer: The profile's tokenizer, when the caller has loaded it already (it takes a second of
+            the command's start: a draft's was loaded to check its vocabulary); default: loaded here.
 
     Returns:
         ``(model, tokenizer)``; :func:`lab.models.source.model_source` records ``runtime="llama.cpp"``.
@@ -372,7 +375,7 @@ def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | Non
     else:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
         generation = GenerationConfig()
-    tokenizer = load_tokenizer(name)
+    tokenizer = load_tokenizer(name) if tokenizer is None else tokenizer
     if profile.eos_token_ids:
         generation.eos_token_id = list(profile.eos_token_ids)
     elif generation.eos_token_id is None:

@@ -230,9 +230,11 @@ def _ggml_draft(target: Any, spec: str, kind: str, target_tokenizer: Any) -> Dra
                          "llama.cpp use a GGUF draft model (e.g. qwen2.5-coder-0.5b) or prompt-lookup")
     if kind == "prompt-lookup":
         return PromptLookupDraft(int(target.config.vocab_size))
+    own = None
     if target_tokenizer is not None:
-        check_tokenizer_vocab(target_tokenizer, loading.load_tokenizer(spec), spec)
-    draft_model, draft_tok = load_ggml_model(spec, n_threads=target.n_threads)
+        own = loading.load_tokenizer(spec)
+        check_tokenizer_vocab(target_tokenizer, own, spec)
+    draft_model, draft_tok = load_ggml_model(spec, n_threads=target.n_threads, tokenizer=own)  # loaded once
     if target_tokenizer is None:
         return model_draft(target, draft_model, name=spec)
     return model_draft(target, draft_model, target_tokenizer=target_tokenizer, draft_tokenizer=draft_tok, name=spec)
