@@ -152,7 +152,8 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
     t_verify = _ratio(sum(s.verify_time_s for s in specs), sum(s.n_verify_passes for s in specs))
     tau = _ratio(n_tokens, n_rounds)
     c_time = t_draft / t_step
-    decode_tps = _ratio(n_tokens, decode_s)
+    # the tokens of a fused first round came with the prefill's time, not the decode's (like the target alone's first)
+    decode_tps = _ratio(sum(s.decode_tokens for s in specs), decode_s)
     measured_speedup = decode_tps / base.decode_tokens_per_s
     # a drafter that chooses per round (the auto draft: no draft, prompt lookup or the model) has no fixed gamma
     chooses = any(r.draft_source for s in specs for r in s.rounds)

@@ -7,6 +7,7 @@ torch and the model loader are imported inside :func:`check_model_args`, which r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import os
 import re
@@ -408,6 +409,7 @@ class RuntimeSource(enum.Enum):
 
     TYPED = "--runtime"  # the user typed --runtime
     TUNED = "tuned"  # the per-machine runtime tuning file (lab bench --tune-runtime)
+    ENV = "$LAB_RUNTIME"  # the shell's default (RUNTIME_ENV); torch from it prints no line, the report records it
     DEFAULT = "default"  # neither: llama.cpp where built for a GGUF profile on the CPU, else torch
 
 
@@ -437,7 +439,8 @@ class RuntimeChoice:
     @property
     def line(self) -> str | None:
         """The line a command prints before loading; None for the plain torch default, which says nothing new."""
-        if self.source is RuntimeSource.DEFAULT and self.note is None:
+        if (self.source is RuntimeSource.DEFAULT and self.note is None) or (
+                self.source is RuntimeSource.ENV and self.runtime == "torch"):
             return None
         return f"runtime: {self.runtime} ({self.said})"
 
@@ -505,7 +508,12 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
     if chosen:
         if chosen not in ("torch", "llama.cpp"):
             raise ValueError(f"${RUNTIME_ENV}={chosen!r} must be torch or llama.cpp (or unset)")
-        return torch_because(None) if chosen == "torch" else _built_or_torch(args, weights, None)
+        if chosen == "torch":
+            return RuntimeChoice("torch", RuntimeSource.ENV, None, weights)
+        built = _built_or_torch(args, weights, None)
+        if built.runtime == "llama.cpp":
+            return dataclasses.replace(built, source=RuntimeSource.ENV, note=f"${RUNTIME_ENV}=llama.cpp, built by make peer")
+        return built
     tuned = read_tuned(RUNTIME, args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
     if tuned.data is None:
         return _built_or_torch(args, weights, tuned.note)
@@ -537,8 +545,8 @@ def _built_or_torch(args: argparse.Namespace, weights: str, tuning_note: str | N
     ignored = f"; {tuning_note}" if tuning_note else ""
     typed_torch = _torch_only_flags(args)
     if typed_torch:
-        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch, as {', '.join(typed_torch)} asked"
-                             f"{ignored}" if ignored else None, weights)
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT,
+                             f"default: torch, as {', '.join(typed_torch)} apply to torch only{ignored}", weights)
     try:
         binding()
     except RuntimeNotBuiltError:

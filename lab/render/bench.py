@@ -85,8 +85,8 @@ def sampling_text(sampling: SamplingConfig | None, seed: int | None) -> str:
 def _bench_tables(bench: BenchResult) -> tuple[Table, Table | None]:
     """Throughput of every method, and the speculative figures, each fitting 80 columns."""
     speed = Table(title=f"lab bench: draft {bench.draft}", title_justify="left", box=box.SIMPLE_HEAD,
-                  caption="tok/s: decode tokens/s, median and min-max over repeats; speedup: over target lab; "
-                          "same: same tokens as target lab", caption_justify="left")
+                  caption="tok/s: end-to-end tokens/s, median and min-max over repeats; speedup: decode tokens/s "
+                          "over target lab's; same: same tokens as target lab", caption_justify="left")
     speed.add_column("method", no_wrap=True)
     for col in ("tok/s", "min", "max", "speedup", "same"):
         speed.add_column(col, justify="right", no_wrap=True)

@@ -175,7 +175,7 @@ def round_rows(result: SpeculativeResult, tokenizer: Any = None) -> list[dict[st
             "target_probs": " ".join(f"{p:.4g}" for p in r.target_probs),
             "draft_probs": " ".join(f"{q:.4g}" for q in r.draft_probs),
             "draft_time_s": r.draft_time_s, "verify_time_s": r.verify_time_s,
-            "prefill_positions": r.prefill_positions,
+            "prefill_positions": r.prefill_positions, "draft_source": r.draft_source,
         })
     return rows
 

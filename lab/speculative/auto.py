@@ -304,7 +304,8 @@ class AutoDraft:
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
                 eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
-        """Up to ``gamma`` tokens from the source :func:`plan_round` chooses (``source`` on the proposal)."""
+        """Up to ``gamma`` tokens from the source :func:`plan_round` chooses (``source`` on the proposal; stop
+        reason ``"cost"`` where auto drafted nothing, or fewer than ``gamma`` tokens by its own choice)."""
         device = prefix_ids.device
         if gamma < 1:
             self._pending = None
@@ -326,6 +327,8 @@ class AutoDraft:
                                       adaptive=adaptive, eos_token_ids=eos_token_ids)
             self._proposed_k = int(prop.tokens.shape[0])
         prop.source = plan.source
+        if prop.stop_reason == "gamma" and plan.gamma < gamma:  # auto chose this length, not the most allowed
+            prop.stop_reason = "cost"
         return prop
 
     def commit(self, n_kept: int) -> None:

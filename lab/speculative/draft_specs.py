@@ -68,7 +68,7 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
             neither a profile, a path nor a hub id.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"draft={spec!r} is empty; use early-exit:N, prompt-lookup or a model name")
+        raise ValueError(f"draft={spec!r} is empty; use auto, auto:M, early-exit:N, prompt-lookup or a model name")
     if spec.startswith("early-exit"):
         head, _, value = spec.partition(":")
         try:
@@ -84,7 +84,11 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
         return "prompt-lookup"
     if spec == "auto" or spec.startswith("auto:"):
         inner = auto_model(spec)
-        if inner is not None and check_draft_spec(inner, num_layers) != "model":
+        try:
+            inner_kind = None if inner is None else check_draft_spec(inner, num_layers)
+        except ValueError as exc:
+            raise ValueError(f"draft={spec!r}: {exc}") from None
+        if inner is not None and inner_kind != "model":
             raise ValueError(f"draft={spec!r}: auto:M takes a draft model M (auto alone drafts by prompt lookup "
                              "only); the rest it chooses per round")
         return "auto"
@@ -92,7 +96,7 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
         loading.check_model_name(spec)
     except ValueError as exc:
         why = str(exc).removeprefix(f"model={spec!r} is ")  # `model=` would be read as --model at the CLI
-        raise ValueError(f"draft={spec!r} is not early-exit:N, prompt-lookup or a model: {why}") from None
+        raise ValueError(f"draft={spec!r} is not auto, auto:M, early-exit:N, prompt-lookup or a model: {why}") from None
     return "model"
 
 

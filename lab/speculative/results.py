@@ -175,6 +175,13 @@ class SpeculativeResult:
         return self.total_time_s - self.prefill_time_s
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens emitted in :attr:`decode_time_s`: all of them, less those of a first round whose verify pass
+        was the fused prefill (that pass's time is :attr:`prefill_time_s`, so its tokens are not the decode's)."""
+        fused = self.rounds[0].emitted if self.rounds and self.rounds[0].prefill_positions else []
+        return len(self.tokens) - len(fused)
+
+    @property
     def overhead_time_s(self) -> float:
         return self.total_time_s - self.prefill_time_s - self.draft_time_s - self.verify_time_s
 

@@ -144,13 +144,15 @@ def test_ggml_stale_cache_is_refused(ggml_smollm2, prompt_ids):
         model(prompt_ids, old)
 
 
-def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_log, capsys):
+def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_log, capsys, monkeypatch):
     """``lab bench --tune-runtime`` on SmolLM2's GGUF times the three candidates and writes the winner; ``lab entropy``
     without ``--runtime`` then runs it and says so. Which one wins is not asserted (that is the measurement); that the
     next command follows the file is."""
     import json
 
     from lab.tuning import RUNTIME
+
+    monkeypatch.delenv("LAB_RUNTIME", raising=False)  # the default's own test: the tiers' torch would hide the file
 
     rc, report = lab_log.cli(["bench", "--model", "smollm2", "--tune-runtime", "--max-new-tokens", "4", "--repeats", "1",
                               "--humaneval", "tuning:1", "--threads", "1"])

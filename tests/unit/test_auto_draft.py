@@ -222,3 +222,28 @@ def test_make_draft_builds_auto_with_and_without_a_model(tiny_model):
     plain = make_draft(tiny_model, "auto")
     assert isinstance(plain, AutoDraft) and plain.model is None and plain.name == "auto"
     assert plain.facts().observes_rounds and plain.facts().model is None
+
+
+def test_bench_speedup_of_a_run_that_never_drafts_is_one_not_n_over_n_minus_one():
+    """Fault class: a speculative run whose first round was the fused prefill counted that round's token as
+    decoded in the prefill's time, so an auto run that drafted nothing read 1.06x at 16 tokens (n / (n - 1))."""
+    from lab.bench.summary import _Baseline, _speculative_figures
+    from lab.sampling import SamplingConfig
+    from lab.speculative.results import RoundRecord, SpeculativeResult
+
+    n, step = 16, 0.03
+
+    def record(i: int, prefill: int) -> RoundRecord:
+        return RoundRecord(round=i, proposed=[], n_accepted=0, next_token=5, next_kind="bonus", stop_reason="cost",
+                           draft_entropies=[], draft_normalized_entropies=[], accepted_mask=[], tested_mask=[],
+                           draft_time_s=0.0, verify_time_s=0.1 if prefill else step, n_draft_forwards=0,
+                           prefill_positions=prefill, draft_source="none")
+
+    rounds = [record(0, 40)] + [record(i, 0) for i in range(1, n)]
+    spec = SpeculativeResult(tokens=[5] * n, rounds=rounds, gamma=16, prompt_length=41, stopped_by="max_new_tokens",
+                             prefill_time_s=0.1, total_time_s=0.1 + (n - 1) * step, draft_name="auto",
+                             sampling=SamplingConfig())
+    base = _Baseline(step_s=step, decode_tokens_per_s=(n - 1) / ((n - 1) * step), tokens={})
+    figures = _speculative_figures([spec], base, 0.0)
+    assert figures.measured_speedup == pytest.approx(1.0)
+    assert spec.decode_tokens == n - 1

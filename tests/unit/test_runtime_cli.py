@@ -86,16 +86,20 @@ def test_resolve_runtime_untyped_damaged_build_is_torch_saying_why(monkeypatch):
 
 @pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
                                 dict(dtype="bfloat16")])
-def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch(built, kw):
+def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch_saying_so(built, kw):
     choice = common.resolve_runtime(_args(**kw))
-    assert choice == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, kw.get("weights", "float32"))
+    assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
+    assert choice.weights == kw.get("weights", "float32")
+    assert "apply to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, as --")
 
 
 @pytest.mark.parametrize("value, runtime", [("torch", "torch"), ("llama.cpp", "llama.cpp")])
 def test_lab_runtime_env_replaces_the_tuning_file_as_the_default(built, monkeypatch, value, runtime):
     _tune("torch", "q4")
     monkeypatch.setenv("LAB_RUNTIME", value)
-    assert common.resolve_runtime(_args()).runtime == runtime
+    choice = common.resolve_runtime(_args())
+    assert choice.runtime == runtime and choice.source is RuntimeSource.ENV and choice.said.startswith("$LAB_RUNTIME")
+    assert (choice.line is None) == (runtime == "torch")  # torch from the shell's own setting prints nothing
     assert common.resolve_runtime(_args(runtime="torch")).source is RuntimeSource.TYPED
 
 

@@ -160,7 +160,9 @@ def test_choose_setup_same_threads_no_note_and_foreign_cpu_still_ignored():
 
 
 def _speculate(tmp_path, capsys):
-    rc = cli.main(["speculate", "hi", "--model", PROFILE, "--max-new-tokens", "4", "--device", "cpu",
+    """``lab speculate`` with the profile's draft named (a tuned set-up is a fixed draft's; the default, auto,
+    chooses its gamma per round)."""
+    rc = cli.main(["speculate", "hi", "--model", PROFILE, "--draft", DRAFT, "--max-new-tokens", "4", "--device", "cpu",
                    "--out", str(tmp_path / "o")])
     captured = capsys.readouterr()
     return rc, captured.err, tmp_path / "o"

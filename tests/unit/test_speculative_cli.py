@@ -78,7 +78,7 @@ def test_bench_pipeline_on_tiny_model_summarizes_and_renders(tmp_path):
     ("early-exit:abc", "integer N"),
     ("early-exit:0", "N >= 1"),
     ("", "empty"),
-    ("nonexistent", "draft='nonexistent' is not early-exit:N, prompt-lookup or a model"),
+    ("nonexistent", "draft='nonexistent' is not auto, auto:M, early-exit:N, prompt-lookup or a model"),
 ])
 def test_check_draft_spec_bad_spec_raises_naming_draft(spec, match):
     """Regression (bad input): draft specs were checked only after the target had loaded."""
