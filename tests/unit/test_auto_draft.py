@@ -202,7 +202,8 @@ def test_auto_records_each_rounds_source_and_learns_from_the_rounds(monkeypatch)
                                                                                               gamma=4))
     sources = [r.draft_source for r in res.rounds]
     assert "model" in sources and "none" in sources
-    assert all(r.proposed == [] and r.stop_reason == "cost" for r in res.rounds if r.draft_source == "none")
+    assert all(r.proposed == [] and r.stop_reason in ("cost", "budget") for r in res.rounds if r.draft_source == "none")
+    assert all(r.draft_source in ("none", "prompt-lookup", "model") for r in res.rounds)  # the budget round too
     assert draft.accept["model"].tested > 0  # observed: the kept and tested counts reached the estimate
     assert draft.costs.step() > 0 and 1 in draft.costs._n
 
