@@ -25,6 +25,7 @@ or user prompts), ``"humaneval"`` or ``"grounded"``, and the bench reports each 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -85,19 +86,25 @@ def parse_humaneval(spec: str) -> tuple[str, int | None]:
     return split, n
 
 
+@functools.cache
+def _grounded_file() -> tuple[dict, ...]:
+    """Every record of the packaged grounded-task file, read once a process (parsing and building a bench read it)."""
+    import json
+    from importlib.resources import files
+
+    text = files("lab.data").joinpath(GROUNDED_FILE).read_text(encoding="utf-8")
+    return tuple(json.loads(line) for line in text.splitlines() if line.strip())
+
+
 def grounded_tasks(split: str) -> list[dict]:
     """The input-grounded tasks of a split (``"tuning"`` or ``"held-back"``), in file order.
 
     Raises:
         ValueError: an unknown split, or a data file that does not hold the split's tasks.
     """
-    import json
-    from importlib.resources import files
-
     if split not in SPLITS:
         raise ValueError(f"--grounded split {split!r} must be one of {', '.join(SPLITS)}")
-    text = files("lab.data").joinpath(GROUNDED_FILE).read_text(encoding="utf-8")
-    tasks = [t for t in (json.loads(line) for line in text.splitlines() if line.strip()) if t["split"] == split]
+    tasks = [dict(t) for t in _grounded_file() if t["split"] == split]
     if not tasks:
         raise ValueError(f"lab/data/{GROUNDED_FILE} holds no {split} task")
     return tasks

@@ -7,7 +7,6 @@ torch and the model loader are imported inside :func:`check_model_args`, which r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import enum
 import os
 import re
@@ -496,27 +495,24 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
 
     from lab.models.devices import resolve_device
     from lab.models.loading import is_gguf_model
-    from lab.runtime.ggml import binding
     from lab.tuning import RUNTIME, read_tuned, runtime_machine_key
 
-    def torch_because(why: str | None) -> RuntimeChoice:
-        return RuntimeChoice("torch", RuntimeSource.DEFAULT, why, weights)
-
     if not is_gguf_model(args.model) or resolve_device(getattr(args, "device", None)).type != "cpu":
-        return torch_because(None)  # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
+        # the tuning compares CPU runtimes; a GPU (the default where there is one) is not
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, None, weights)
     chosen = os.environ.get(RUNTIME_ENV, "").strip()
     if chosen:
         if chosen not in ("torch", "llama.cpp"):
             raise ValueError(f"${RUNTIME_ENV}={chosen!r} must be torch or llama.cpp (or unset)")
         if chosen == "torch":
             return RuntimeChoice("torch", RuntimeSource.ENV, None, weights)
-        built = _built_or_torch(args, weights, None)
-        if built.runtime == "llama.cpp":
-            return dataclasses.replace(built, source=RuntimeSource.ENV, note=f"${RUNTIME_ENV}=llama.cpp, built by make peer")
-        return built
+        return _llama_cpp_if_it_runs(args, RuntimeChoice("llama.cpp", RuntimeSource.ENV,
+                                                         f"${RUNTIME_ENV}=llama.cpp, built by make peer", weights))
     tuned = read_tuned(RUNTIME, args.model, runtime_machine_key(torch.get_num_threads()), any_threads=True)
-    if tuned.data is None:
-        return _built_or_torch(args, weights, tuned.note)
+    if tuned.data is None:  # no file applies: llama.cpp where it is built
+        said = f"; {tuned.note}" if tuned.note else ""
+        return _llama_cpp_if_it_runs(args, RuntimeChoice("llama.cpp", RuntimeSource.DEFAULT,
+                                                         f"default: llama.cpp, built by make peer{said}", weights), said)
     if tuned.data["runtime"] == "torch":
         # The tuned representation, as if typed; a typed --weights (float32 too: the reference) or --dtype wins.
         tuned_weights = tuned.data["weights"]
@@ -526,35 +522,30 @@ def _untyped_runtime(args: argparse.Namespace, weights: str) -> RuntimeChoice:
             return RuntimeChoice("torch", RuntimeSource.TUNED, note, tuned_weights)
         return RuntimeChoice("torch", RuntimeSource.TUNED,
                              f"tuned: {tuned.path} (torch, {tuned_weights} weights measured fastest)", weights)
-    typed_torch = _torch_only_flags(args)
-    if typed_torch:
-        return torch_because(f"default: torch, because {', '.join(typed_torch)} apply to torch only (tuned: llama.cpp)")
-    try:
-        binding()
-    except ValueError as exc:
-        return torch_because(f"default: torch, because {exc}")
     note = f"tuned: {tuned.path}" + (f"; {tuned.note}" if tuned.note else "")
-    return RuntimeChoice("llama.cpp", RuntimeSource.TUNED, note, weights)
+    return _llama_cpp_if_it_runs(args, RuntimeChoice("llama.cpp", RuntimeSource.TUNED, note, weights),
+                                 " (tuned: llama.cpp)")
 
 
-def _built_or_torch(args: argparse.Namespace, weights: str, tuning_note: str | None) -> RuntimeChoice:
-    """No tuning file applies: llama.cpp where it is built and nothing typed needs torch, else torch (with
-    :data:`BUILD_HINT` when the runtime is simply not built)."""
+def _llama_cpp_if_it_runs(args: argparse.Namespace, runs: RuntimeChoice, said: str = "") -> RuntimeChoice:
+    """``runs`` (a llama.cpp choice not typed), unless a torch-only flag was typed or the runtime does not load:
+    then torch, its note saying why (with :data:`BUILD_HINT` when the runtime is simply not built), and ``said``
+    (what else chose it, or a tuning file's note) after."""
     from lab.runtime.ggml import RuntimeNotBuiltError, binding
 
-    ignored = f"; {tuning_note}" if tuning_note else ""
+    def torch_because(why: str) -> RuntimeChoice:
+        return RuntimeChoice("torch", RuntimeSource.DEFAULT, why, runs.weights)
+
     typed_torch = _torch_only_flags(args)
     if typed_torch:
-        return RuntimeChoice("torch", RuntimeSource.DEFAULT,
-                             f"default: torch, as {', '.join(typed_torch)} apply to torch only{ignored}", weights)
+        return torch_because(f"default: torch, because {', '.join(typed_torch)} apply to torch only{said}")
     try:
         binding()
     except RuntimeNotBuiltError:
-        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch{ignored}; {BUILD_HINT}", weights)
+        return torch_because(f"default: torch{said}; {BUILD_HINT}")
     except ValueError as exc:  # built but damaged, or another llama_cpp imported: one line saying so
-        return RuntimeChoice("torch", RuntimeSource.DEFAULT, f"default: torch, because {exc}{ignored}", weights)
-    return RuntimeChoice("llama.cpp", RuntimeSource.DEFAULT,
-                         f"default: llama.cpp, built by make peer{ignored}", weights)
+        return torch_because(f"default: torch, because {exc}{said}")
+    return runs
 
 
 def torch_unless_typed(choice: RuntimeChoice, why: str, typed_error: str) -> RuntimeChoice:

@@ -288,8 +288,6 @@ class AutoDraft:
         self._model_len = 0  # committed positions in the draft model's cache
         self._passes0 = 0  # the draft model's logged passes before the round in flight
         self._proposed_at = self._proposed_k = 0  # the round in flight's committed length and model drafts
-        self.rounds = 0
-        self.plans: list[RoundPlan] = []
         self._pending: tuple[str, str] | None = None  # (source, its acceptance key) of the round in flight
 
     def _plan(self, prefix: list[int], gamma: int) -> tuple[RoundPlan, str, list[int]]:
@@ -311,13 +309,12 @@ class AutoDraft:
             self._pending = None
             return empty_proposal(self.vocab_size, "budget", device)
         plan, key, cont = self._plan(prefix_ids.tolist(), gamma)
-        self.plans.append(plan)
         if plan.source == "none":
             self._pending = ("none", "")
             prop = empty_proposal(self.vocab_size, "cost", device)
         elif plan.source == "prompt-lookup":
             self._pending = ("prompt-lookup", key)
-            prop = self.lookup.propose(prefix_ids, plan.gamma, sampling=sampling, eos_token_ids=eos_token_ids)
+            prop = self.lookup.proposal(cont[:plan.gamma], plan.gamma, eos_token_ids, device)  # the match planned on
         else:
             self._pending = ("model", "model")
             assert self.model is not None
@@ -340,7 +337,6 @@ class AutoDraft:
 
     def observe(self, record: "RoundRecord") -> None:
         """Learn from a finished round: its verify pass's time and length, its draft steps, what was kept."""
-        self.rounds += 1
         for estimate in self.accept.values():
             estimate.forget()
         pending, self._pending = self._pending, None

@@ -438,16 +438,17 @@ class PromptLookupDraft:
                     return run, seq[start + n: start + n + gamma]
         return 0, []
 
-    def _match(self, seq: list[int], gamma: int) -> list[int]:
-        return self.match(seq, gamma)[1]
-
     def propose(self, prefix_ids: torch.Tensor, gamma: int, *, sampling: SamplingConfig,
                 generator: torch.Generator | None = None, adaptive: AdaptiveDraftLength | None = None,
                 eos_token_ids: frozenset[int] = frozenset()) -> Proposal:
         device = prefix_ids.device
         if gamma < 1:
             return empty_proposal(self.vocab_size, "budget", device)
-        cont = self._match(prefix_ids.tolist(), gamma)
+        return self.proposal(self.match(prefix_ids.tolist(), gamma)[1], gamma, eos_token_ids, device)
+
+    def proposal(self, cont: list[int], gamma: int, eos_token_ids: frozenset[int], device: Any) -> Proposal:
+        """The proposal of a match's continuation ``cont`` (at most ``gamma`` ids, from :meth:`match`): cut
+        after its first EOS, q one-hot; ``"no-match"`` when it is empty or shorter than ``gamma``."""
         if not cont:
             return empty_proposal(self.vocab_size, "no-match", device)
         reason = "gamma" if len(cont) == gamma else "no-match"

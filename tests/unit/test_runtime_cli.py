@@ -90,7 +90,7 @@ def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch_saying_so
     choice = common.resolve_runtime(_args(**kw))
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
     assert choice.weights == kw.get("weights", "float32")
-    assert "apply to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, as --")
+    assert "apply to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, because --")
 
 
 @pytest.mark.parametrize("value, runtime", [("torch", "torch"), ("llama.cpp", "llama.cpp")])
