@@ -57,6 +57,8 @@ COMMANDS = (
     "lab.commands.bench_weights",
     "lab.commands.speculate",
     "lab.commands.bench",
+    "lab.commands.bench_seed_tables",
+    "lab.commands.bench_tune",
     "lab.commands.study",
     "lab.commands.stream",
     "lab.commands.intervene",
@@ -83,6 +85,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {printable(one_line(message))}\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's, with a flag the command does not have refused by that command's parser (``lab bench-tune:
+        error: unrecognized arguments: ...``), not the top-level one."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = next((a.choices.get(getattr(namespace, a.dest, None)) for a in self._actions
+                        if isinstance(a, argparse._SubParsersAction)), None)
+            (sub or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
 
 
 def build_parser() -> argparse.ArgumentParser:

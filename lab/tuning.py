@@ -1,4 +1,4 @@
-"""The tuned files: what ``lab bench --tune`` and ``--tune-runtime`` measured best on this machine, written,
+"""The tuned files: what ``lab bench-tune`` and ``lab bench-tune-runtime`` measured best on this machine, written,
 read back, or ignored with a reason.
 
 One JSON file per kind and target profile in :func:`lab.user_dirs.tuning_dir`, one writer
@@ -95,9 +95,9 @@ class TunedKind:
         return tuning_dir() / f"{self.stem}-{safe}.json"
 
 
-DRAFT_SETUP = TunedKind(tuning_schema.DRAFT_SETUP, "draft-setup", "lab bench --tune", matched=(("draft", "draft "),),
+DRAFT_SETUP = TunedKind(tuning_schema.DRAFT_SETUP, "draft-setup", "lab bench-tune", matched=(("draft", "draft "),),
                         used_note=": its set-up runs all the same (OMP_NUM_THREADS={threads} runs as it was measured)")
-RUNTIME = TunedKind(tuning_schema.RUNTIME, "runtime", "lab bench --tune-runtime")
+RUNTIME = TunedKind(tuning_schema.RUNTIME, "runtime", "lab bench-tune-runtime")
 
 
 def write_tuned(kind: TunedKind, profile: str, payload: dict[str, Any], machine: dict[str, Any],
@@ -262,7 +262,7 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
     """The draft set-up a command runs, and where each field came from (``lab speculate``).
 
     Field by field (:func:`lab.speculative.setups.resolve_setup`): the flags typed, else the
-    set-up ``lab bench --tune`` measured best for this model, draft and machine
+    set-up ``lab bench-tune`` measured best for this model, draft and machine
     (:func:`read_tuned`; a foreign, stale or corrupt file is ignored with a note; one measured
     with another thread count is used with a note, since ``lab speculate`` has no ``--threads``
     to match it), else the documented set-up for the profile's own draft
@@ -275,7 +275,7 @@ def choose_setup(profile: str, draft_spec: str, flags: dict[str, Any], *, thread
             :data:`lab.speculative.setups.SETUP_FIELDS`).
         threads: torch's thread count for this run (compared with the file's, for the note).
         has_weights: Whether the draft is a separate model (only such a draft has a dtype).
-        runtime: ``"llama.cpp"``: no tuning file (``lab bench --tune`` measures torch set-ups);
+        runtime: ``"llama.cpp"``: no tuning file (``lab bench-tune`` measures torch set-ups);
             the documented llama.cpp set-up for the profile's own draft
             (:data:`lab.speculative.setups.DEFAULT_GGML_SETUPS`), else the fallback's gamma.
 

@@ -8,7 +8,7 @@
   package. The calibrations refuse a ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one,
   before their minutes of work
   (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
-- :func:`tuning_dir`: the draft set-ups ``lab bench --tune`` measured best on this machine
+- :func:`tuning_dir`: the draft set-ups ``lab bench-tune`` measured best on this machine
   (:mod:`lab.tuning`): ``$LAB_TUNING_DIR``, else ``~/.cache/lab/tuning``.
 - :func:`log_dir`: full tracebacks of errors the lab did not foresee (``lab.cli``):
   ``$LAB_LOG_DIR``, else ``~/.cache/lab/logs``; when that cannot be written,
@@ -86,7 +86,7 @@ def _file_in_the_way(path: Path) -> Path | None:
 
 
 def tuning_dir() -> Path:
-    """Where ``lab bench --tune`` writes its winners: ``$LAB_TUNING_DIR`` or ``~/.cache/lab/tuning`` (may not exist yet)."""
+    """Where ``lab bench-tune`` writes its winners: ``$LAB_TUNING_DIR`` or ``~/.cache/lab/tuning`` (may not exist yet)."""
     root = os.environ.get(TUNING_ENV)
     return Path(root).expanduser() if root else lab_home() / "tuning"
 

@@ -454,7 +454,7 @@ def edit_at(where: str, value):
 
 
 def write_tuned_setup(profile, draft, setup, machine, measured):
-    """``lab bench --tune``'s file (:data:`lab.tuning.DRAFT_SETUP`): ``setup`` for ``profile``, measured with
+    """``lab bench-tune``'s file (:data:`lab.tuning.DRAFT_SETUP`): ``setup`` for ``profile``, measured with
     ``draft`` on ``machine``."""
     from lab.tuning import DRAFT_SETUP, write_tuned
 
@@ -487,3 +487,13 @@ def report_dirs(root) -> list:
     from pathlib import Path
 
     return sorted((p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
+
+
+def cli_exit(argv: list[str]) -> int:
+    """``lab ARGV``'s exit code, argparse's own refusals (an unknown flag, a bad choice: ``SystemExit(2)``) included."""
+    from lab import cli
+
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return int(exc.code)

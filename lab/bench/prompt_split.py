@@ -33,6 +33,9 @@ N_PROBLEMS = 164  # HumanEval/0 .. HumanEval/163
 HELD_BACK = (112, 124, 136, 148, 160)
 BENCH_TUNING = (10, 17, 20, 33, 38)
 SPLITS = ("tuning", "held-back")
+# The draft tuning's schedule (lab bench-tune, lab.bench.tune): the HumanEval tuning problems it times on beside
+# the code prompts (bench-tune-runtime's too), tokens per generation and repeats per mode.
+TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS = "tuning:2", 48, 2
 GROUP_SHORT = "short"
 GROUP_HUMANEVAL = "humaneval"
 GROUP_GROUNDED = "grounded"

@@ -100,7 +100,7 @@ class BenchConfig:
     # the same tokens, which the report checks).
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0  # sampling mode: each (repeat, prompt)'s seed derives from it (run_seed)
-    dtype_sweep: bool = False  # run each cast draft at every gamma, not only the largest (lab bench --tune)
+    dtype_sweep: bool = False  # run each cast draft at every gamma, not only the largest (lab bench-tune)
     no_cache: bool = False  # also run the speculative loop without KV caches at each gamma (lab.speculative.no_cache)
     # Also run the lab's default, the auto draft (lab.speculative.auto: per round no draft, prompt lookup or the
     # bench's draft model, by the costs it measures; up to AUTO_MAX_GAMMA tokens a round), as `lab speculate` does

@@ -1,4 +1,4 @@
-"""``lab bench --tune-runtime``: which runtime and weights run a GGUF profile's target fastest on this machine.
+"""``lab bench-tune-runtime``: which runtime and weights run a GGUF profile's target fastest on this machine.
 
 The candidates (:data:`CANDIDATES`) are the target alone, on the lab's own decode loop
 (:func:`lab.speculative.loop.target_generate`), greedy: torch with float32 weights (the
@@ -138,7 +138,7 @@ def alternating_order(n: int, repeat: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RuntimeTuneResult:
-    """What ``lab bench --tune-runtime`` measured and chose.
+    """What ``lab bench-tune-runtime`` measured and chose.
 
     Attributes:
         candidates: Labels in schedule order.
@@ -217,7 +217,7 @@ def timed_target(model: Any, ids: Sequence[Any], max_new_tokens: int, eos: Seque
 
 @dataclass(frozen=True)
 class RuntimeTuneReport:
-    """The ``report.json`` of ``lab bench --tune-runtime``.
+    """The ``report.json`` of ``lab bench-tune-runtime``.
 
     Attributes:
         model: The profile.

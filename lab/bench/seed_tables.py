@@ -1,4 +1,4 @@
-"""The seed's two Part 3 tables, rerun by ``lab bench --seed-tables``, with the seed's figures beside.
+"""The seed's two Part 3 tables, rerun by ``lab bench-seed-tables``, with the seed's figures beside.
 
 The seed (the project's founding write-up) measured speculative decoding in **sampling mode**
 (temperature 0.7, top-p 0.9) in two tables:
@@ -66,7 +66,7 @@ def seed_passage() -> dict[str, str]:
     try:
         from pydoc_data.topics import topics
     except ImportError:
-        raise ValueError("--seed-tables needs CPython's pydoc_data.topics (the passage's source), which this "
+        raise ValueError("lab bench-seed-tables needs CPython's pydoc_data.topics (the passage's source), which this "
                          "Python lacks") from None
     text = topics[PASSAGE_TOPIC].split("-[ Footnotes ]-")[0].strip()
     return {"text": text, "python": platform.python_version(),
@@ -179,14 +179,9 @@ def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str
     ]
 
 
-# lab bench flags that choose another schedule, or (no_assisted) that it never runs.
-SEED_TABLES_EXCLUSIVE = ("levers", "prompts", "humaneval", "grounded", "peer", "methods", "dynamic", "draft_dtype", "adaptive",
-                         "prompt_lookup", "gammas", "no_assisted")
-
-
 @dataclass(frozen=True)
 class SeedTablesReport:
-    """``lab bench --seed-tables``' ``report.json``: both schedules and the seed's figures beside them.
+    """``lab bench-seed-tables``' ``report.json``: both schedules and the seed's figures beside them.
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).

@@ -1,4 +1,4 @@
-"""``lab bench --tune``: measure the candidate draft set-ups here and choose the fastest.
+"""``lab bench-tune``: measure the candidate draft set-ups here and choose the fastest.
 
 The candidates are the bench's levers combined (:func:`tune_configs`): the draft in its
 own dtype and, for a separate draft model, cast to bfloat16 and per pass
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.bench.levers import CODE_PROMPTS
-from lab.bench.prompt_split import GROUP_HUMANEVAL, GROUP_SHORT, PromptSet, humaneval_prompts, parse_humaneval
+from lab.bench.prompt_split import (GROUP_HUMANEVAL, GROUP_SHORT, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
+                                   PromptSet, humaneval_prompts, parse_humaneval)
 from lab.bench.results import BenchResult, MethodFigures
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
@@ -38,11 +39,6 @@ TUNE_ADAPTIVE = ("pmin:0.6",)  # llama.cpp's draft-confidence stop at the bench'
 TUNE_DYNAMIC = ("dynamic:4:12",)  # the bench's --levers policy
 TUNE_DTYPES = ("bfloat16", PER_PASS_ALIAS)  # beside the draft's own dtype (a separate draft model only)
 TUNE_SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9)  # the seed's sampling mode
-TUNE_MAX_NEW_TOKENS, TUNE_REPEATS = 48, 2
-TUNE_HUMANEVAL = "tuning:2"
-# lab bench flags that choose another schedule, or (no_assisted) that it never runs.
-TUNE_EXCLUSIVE = ("levers", "prompts", "grounded", "peer", "methods", "dynamic", "draft_dtype", "adaptive", "prompt_lookup",
-                  "no_assisted")
 SCORE_RULE = ("the highest geometric mean over greedy and sampling of the median (over repeats) end-to-end "
               "speedup over the lab's target-only loop, on the tuning prompts")
 
@@ -137,7 +133,7 @@ def tune_prompts(humaneval: str = TUNE_HUMANEVAL) -> PromptSet:
     """
     split, count = parse_humaneval(humaneval)
     if split != "tuning":
-        raise ValueError(f"--tune --humaneval {humaneval!r}: tuning runs on the tuning split only (the held-back "
+        raise ValueError(f"--humaneval {humaneval!r}: tuning runs on the tuning split only (the held-back "
                          "problems certify a choice and are never tuned on)")
     problems = humaneval_prompts(split, count)
     return PromptSet(texts=(CODE_PROMPTS[0], *(text for _, text in problems)),
@@ -191,7 +187,7 @@ def save_tuned(outcome: TuneOutcome, *, model: str, draft: str) -> Path:
 
 @dataclass(frozen=True)
 class TuneReport:
-    """``lab bench --tune``'s ``report.json``.
+    """``lab bench-tune``'s ``report.json``.
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).

@@ -4,7 +4,9 @@ Runs target-only decoding (the lab's loop and transformers ``generate``),
 speculative decoding over a gamma sweep and adaptive lengths, and transformers'
 assisted generation with the same draft, alternating in one process; see
 :mod:`lab.bench.run`. Writes ``<out>/<timestamp>-bench-<draft>/`` with
-``report.json``, ``summary.md`` and ``bench.png``.
+``report.json``, ``summary.md`` and ``bench.png``. The bench's other schedules are commands of
+their own: ``lab bench-seed-tables`` (:mod:`lab.commands.bench_seed_tables`), ``lab bench-tune`` and
+``lab bench-tune-runtime`` (:mod:`lab.commands.bench_tune`).
 """
 
 from __future__ import annotations
@@ -45,28 +47,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:
-    """What the default schedule times: the draft, its sweep, the prompts and lengths, the levers."""
+    """What the schedule times: the draft, its sweep, the prompts and lengths, the levers."""
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_HELP
 
     p.add_argument("--draft", default=None, help="early-exit:N, prompt-lookup or a model name/path "
                                                  "(default: the profile's draft)")
     p.add_argument("--gammas", default=None,
                    help=f"comma-separated draft lengths to sweep, each {range_text('bench', 'gamma')} (default: "
-                        f"{DEFAULT_GAMMAS}; --tune: 3,4,5; not with --seed-tables, which sweeps the seed's)")
+                        f"{DEFAULT_GAMMAS})")
     p.add_argument("--adaptive", action="append", default=None,
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per generation, {range_text('bench', 'max_new_tokens')} (default: 64; "
-                        "--seed-tables: the seed's, 500 and 100; --tune: 48)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help=f"timed repeats of the whole schedule, {range_text('bench', 'repeats')} (default: 3; "
-                        "--seed-tables: the seed's 5, and 3 for caching; --tune: 2 per mode)")
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"new tokens per generation, {range_text('bench', 'max_new_tokens')} (default: 64)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help=f"timed repeats of the whole schedule, {range_text('bench', 'repeats')} (default: 3)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
                         "--humaneval and --grounded prompts) (default: three built-in)")
     p.add_argument("--no-assisted", action="store_true",
-                   help="skip transformers' assisted generation (--seed-tables and --tune never run it)")
+                   help="skip transformers' assisted generation")
     add_threads_arg(p)
     p.add_argument("--dynamic", action="append", default=None,
                    help="dynamic draft length dynamic:START:MAX (grow by 2 on full acceptance, shrink by 1 on a "
@@ -102,23 +102,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_schedule_args(p: argparse.ArgumentParser) -> None:
-    """The other schedules (the seed's tables, the two tunings), the sides and the levers."""
-    p.add_argument("--seed-tables", action="store_true",
-                   help="rerun the seed's two Part 3 tables with its figures beside them (lab.bench.seed_tables): "
-                        "target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats, and the no-cache vs cached "
-                        "speculative loop, 100 tokens; sampling at temperature 0.7, top-p 0.9, on a passage of "
-                        "the Python Language Reference; --max-new-tokens / --repeats shorten both")
-    p.add_argument("--tune", action="store_true",
-                   help="measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy "
-                        "and sampling, on tuning prompts only (never the held-back split), and write the fastest "
-                        "for this machine to the lab's cache, where lab speculate finds it (lab.bench.tune; "
-                        "--gammas, --max-new-tokens, --repeats, --humaneval tuning:N and --threads apply)")
-    p.add_argument("--tune-runtime", action="store_true",
-                   help="measure a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp "
-                        "(the file's own, built by make peer), alternating, end to end, on tuning prompts only, and "
-                        "write the fastest for this machine to the lab's cache: lab entropy, speculate and bench then "
-                        "run it when --runtime is not typed (lab.bench.runtime_tune; --max-new-tokens, --repeats, "
-                        "--humaneval tuning:N and --threads apply)")
+    """The sides and the levers; the flags of the schedules that became commands of their own, each answering
+    with its command in one line."""
     p.add_argument("--also-runtime", action="append", default=None, metavar="RUNTIME",
                    help="also time the same methods on another runtime or weights in the same alternating schedule, "
                         "summarized apart against its own target alone: torch:float32, torch:bfloat16, torch:int8, "
@@ -128,9 +113,22 @@ def _add_schedule_args(p: argparse.ArgumentParser) -> None:
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
+    for flag, command in MOVED.items():
+        p.add_argument(flag, nargs=0, action=_Moved, const=command, help=argparse.SUPPRESS)
 
 
-def _parse_gammas(text: str) -> tuple[int, ...]:
+# lab bench's former schedule flags -> the commands that run them now.
+MOVED = {"--seed-tables": "bench-seed-tables", "--tune": "bench-tune", "--tune-runtime": "bench-tune-runtime"}
+
+
+class _Moved(argparse.Action):
+    """A flag whose schedule is a command of its own now: refused in one line naming that command."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: D102 - argparse's
+        parser.error(f"{option_string} is a command of its own now: lab {self.const} (see lab {self.const} --help)")
+
+
+def parse_gammas(text: str) -> tuple[int, ...]:
     return parse_lengths(text, "--gammas", bound_for("bench", "gamma"))
 
 
@@ -207,9 +205,8 @@ def _bench_config(args: argparse.Namespace):
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
     sampling = sampling_config(args)
-    config = BenchConfig(gammas=_parse_gammas(args.gammas or DEFAULT_GAMMAS), adaptive=adaptive,
-                         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
-                         repeats=3 if args.repeats is None else args.repeats, assisted=not args.no_assisted,
+    config = BenchConfig(gammas=parse_gammas(args.gammas or DEFAULT_GAMMAS), adaptive=adaptive,
+                         max_new_tokens=args.max_new_tokens, repeats=args.repeats, assisted=not args.no_assisted,
                          dynamic=dynamic, draft_dtypes=dtypes, prompt_lookup=args.prompt_lookup or args.levers,
                          methods=wanted, sampling=sampling, seed=args.seed)
     short = [] if args.prompts == ["none"] else _prompts(args.prompts, code=args.levers)
@@ -228,11 +225,9 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.reports import environment, report_dir
 
-    # 1. Validate before loading (another schedule runs on its own).
-    if args.seed_tables or args.tune or args.tune_runtime:
-        return _other_schedule(args)
+    # 1. Validate before loading.
     config, prompts = _bench_config(args)
-    device, threads, draft_spec, _ = _model_draft_args(args, config)
+    device, threads, draft_spec, _ = model_draft_args(args, config)
     runtime, config = _bench_runtime(args, config, draft_spec)
     side_specs = check_sides(args, runtime, draft_spec, config.methods)
     peer_setup = check_peer_args(args, draft_spec)  # binaries and GGUF files, before any model loads
@@ -241,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     err = stderr_console()
     if runtime.line is not None:
         err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
-    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err, runtime)
+    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err, runtime)
     sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
              for label, side_runtime, weights in side_specs]
     cost = draft.facts().cost
@@ -270,16 +265,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_flags(args: argparse.Namespace, names: tuple[str, ...], message: str) -> None:
-    """Raise ``message`` + the flags typed among ``names`` (and any sampling flag), if any was typed."""
-    typed = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None) not in (None, False, [])]
-    if args.temperature or args.top_p != 1.0 or args.top_k is not None:
-        typed.append("--temperature/--top-p/--top-k")
-    if typed:
-        raise ValueError(f"{message}{', '.join(typed)}")
-
-
-def _model_draft_args(args: argparse.Namespace, config=None, no_model: str | None = None):
+def model_draft_args(args: argparse.Namespace, config=None, no_model: str | None = None):
     """``(device, threads, draft spec, kind)``, the draft checked before any model loads.
 
     ``config``: the bench's, whose ``--draft-dtype`` needs a model draft and whose typed ``--adaptive`` a draft
@@ -335,21 +321,6 @@ def _bench_runtime(args: argparse.Namespace, config, draft_spec: str):
     if runtime.runtime == "llama.cpp":  # transformers runs neither the GGUF file nor a cast draft on llama.cpp's kernels
         config = dataclasses.replace(config, assisted=False, draft_dtypes=())
     return runtime, config
-
-
-def _other_schedule(args: argparse.Namespace) -> int:
-    """``--seed-tables``, ``--tune`` or ``--tune-runtime``: each its own schedule, after the flags it cannot take."""
-    if args.tune_runtime:
-        return run_tune_runtime(args)
-    if args.seed_tables and args.tune:
-        raise ValueError("--seed-tables and --tune are two different schedules: choose one")
-    name = "seed-tables" if args.seed_tables else "tune"
-    if args.also_runtime:
-        raise ValueError(f"--also-runtime adds a side to the bench's own schedule; --{name} has its own")
-    if args.runtime == "llama.cpp":
-        raise ValueError(f"--{name} runs on --runtime torch (its schedules cast drafts and re-forward them without a "
-                         "cache); drop --runtime llama.cpp")
-    return run_seed_tables(args) if args.seed_tables else run_tune(args)
 
 
 def check_sides(args: argparse.Namespace, runtime: RuntimeChoice, draft_spec: str,
@@ -426,11 +397,11 @@ def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str,
     return BenchSide(label, model, draft)
 
 
-def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err,
+def load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err,
                            runtime: RuntimeChoice | None = None):
     """The target (in ``runtime``'s weights) and the draft (``--draft-weights``) on ``runtime``, a draft failure
     named as the draft's. ``runtime`` None: torch with ``--weights``, for the schedules that choose no runtime
-    (``--seed-tables``, ``--tune``)."""
+    (lab bench-seed-tables, bench-tune)."""
     from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.speculative.draft_specs import make_draft
 
@@ -442,228 +413,3 @@ def _load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, er
         except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
             raise as_draft_error(exc, draft_spec) from None
     return model, tokenizer, draft
-
-
-def run_seed_tables(args: argparse.Namespace) -> int:
-    """``lab bench --seed-tables``: both of the seed's Part 3 schedules, one report with its figures beside.
-
-    Raises:
-        ValueError: a flag that chooses another schedule, a draft without a model
-            (the no-cache loop re-forwards one), or a Python without ``pydoc_data``.
-    """
-    import torch
-
-    from lab.bench.run import encode_prompts, run_schedules
-    from lab.bench.seed_tables import (SEED_TABLES_EXCLUSIVE, SeedTablesReport, seed_passage, seed_prompt,
-                                       seed_table_configs)
-    from lab.models.chat import eos_token_ids
-    from lab.render.console import print_report, stderr_console, stdout_console
-    from lab.render.seed_tables import seed_tables_markdown
-    from lab.reports import environment, report_dir
-
-    # 1. Validate before loading.
-    _refuse_flags(args, SEED_TABLES_EXCLUSIVE, "--seed-tables runs the seed's own schedule and sampling; drop ")
-    configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
-    passage = seed_passage()
-    device, threads, draft_spec, _ = _model_draft_args(
-        args, no_model="--seed-tables needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
-
-    # 2. Load and run both schedules (progress on stderr).
-    err = stderr_console()
-    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
-    ids = encode_prompts(model, tokenizer, [seed_prompt(passage)], max(c.max_new_tokens for c in configs.values()),
-                         device)
-    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
-                            status=err.status, label="seed tables")
-
-    # 3. Compare, show, 4. write the report atomically.
-    report = SeedTablesReport(model=model_source(model).as_dict(), draft=draft_spec, passage=passage,
-                              prompt_tokens=int(ids[0].shape[1]), torch_threads=torch.get_num_threads(),
-                              environment=environment(model), configs=configs, benches=benches)
-    summary = seed_tables_markdown(report)
-    out = stdout_console()
-    out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    with report_dir(args.out, "bench", "seed-tables") as rd:
-        rd.write_json("report.json", report.to_json())
-        rd.write_text("summary.md", summary)
-    print_report(out, rd.final)
-    return 0
-
-
-# Flags --tune-runtime does not take: it times its own candidates, the target alone, greedy.
-TUNE_RUNTIME_EXCLUSIVE = ("tune", "seed_tables", "levers", "prompts", "grounded", "peer", "methods", "dynamic", "draft_dtype",
-                          "adaptive", "prompt_lookup", "gammas", "draft", "runtime", "dtype", "also_runtime")
-
-
-def run_tune_runtime(args: argparse.Namespace) -> int:
-    """``lab bench --tune-runtime``: time a GGUF profile's target alone on each runtime and weights, alternating, and
-    write the fastest end to end for this machine (:mod:`lab.bench.runtime_tune`).
-
-    Raises:
-        ValueError: a flag of another schedule, a model without a GGUF file, ``--humaneval`` outside the tuning
-            split, or the llama.cpp runtime not built (naming ``make peer``).
-    """
-    from lab.bench.runtime_tune import (RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS, RuntimeTuneReport,
-                                        run_runtime_tune)
-    from lab.machine import LoadLog, busy_warning
-    from lab.render.console import print_report, stderr_console, stdout_console
-    from lab.render.runtime_tune import runtime_tune_markdown
-    from lab.reports import environment, report_dir
-    from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
-
-    # 1. Validate before loading.
-    prompts, threads = _check_tune_runtime(args)
-    max_new = RUNTIME_TUNE_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
-    repeats = RUNTIME_TUNE_REPEATS if args.repeats is None else args.repeats
-
-    # 2. Load every candidate, warm each up, and time them alternating (progress on stderr).
-    err = stderr_console()
-    generators, sources, first = _warm_runtime_candidates(args, prompts.texts, max_new, threads, err)
-    with err.status("timing") as status:
-        result = run_runtime_tune(generators, len(prompts.texts), repeats=repeats, load_log=LoadLog(threads=threads),
-                                  progress=status.update)
-
-    # 3. The report (atomically), then the tuning file (one that cannot be written keeps the report), and show both.
-    out = stdout_console()
-    machine = runtime_machine_key(threads)
-    report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
-                               list(prompts.groups), prompts.humaneval, environment(first), result, machine,
-                               str(RUNTIME.path(args.model)))
-    summary = runtime_tune_markdown(report)
-    with report_dir(args.out, "bench", f"tune-runtime-{args.model}") as rd:
-        rd.write_json("report.json", report.as_dict())
-        rd.write_text("summary.md", summary)
-    out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    warning = busy_warning(result.load)
-    if warning:
-        err.print(warning, style="yellow", markup=False, highlight=False, soft_wrap=True)
-    print_report(out, rd.final)
-    choice = {"runtime": result.winner_runtime, "weights": result.winner_weights, "report": str(rd.final)}
-    measured = {**result.measured(), "busy": bool(result.load.get("busy"))}
-    path = _save_tuning(RUNTIME.path(args.model), rd.final,
-                        lambda: write_tuned(RUNTIME, args.model, choice, machine, measured))
-    out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)
-    return 0
-
-
-def _save_tuning(path: Path, report: Path, write):
-    """``write()`` (a tuning file's writer, returning its path) once the report is complete.
-
-    Raises:
-        lab.reports.ReportWriteError: the file cannot be written (an ``OSError``: a folder in its place, a full
-            disk); one line naming it and the report, which keeps the measurement (the CLI exits 1).
-    """
-    from lab.reports import ReportWriteError
-    from lab.user_dirs import TUNING_ENV
-
-    try:
-        return write()
-    except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(report)!r}, but the tuning file {str(path)!r} could "
-                               f"not be written ({exc.strerror or exc}); remove what is in its place or set "
-                               f"{TUNING_ENV} to a writable folder, and re-run") from exc
-
-
-def _check_tune_runtime(args: argparse.Namespace):
-    """``lab bench --tune-runtime``'s flags checked before any model loads: ``(tuning prompts, threads)``."""
-    from lab.bench.prompt_split import parse_humaneval
-    from lab.bench.tune import TUNE_HUMANEVAL, tune_prompts
-    from lab.machine import set_threads
-    from lab.models.loading import is_gguf_model
-    from lab.runtime.ggml import binding
-
-    _refuse_flags(args, TUNE_RUNTIME_EXCLUSIVE, "--tune-runtime times its own candidates (the target alone, greedy, "
-                                                "on each runtime) on the tuning prompts; drop ")
-    if args.weights != "float32" or args.draft_weights != "float32":
-        raise ValueError("--tune-runtime times float32 and q4 weights on torch and the GGUF file on llama.cpp; "
-                         "drop --weights / --draft-weights")
-    if not is_gguf_model(args.model):
-        raise ValueError(f"--tune-runtime compares runtimes on a GGUF profile's file; {args.model!r} has none")
-    device = check_model_args(args)
-    if str(device) != "cpu":
-        raise ValueError(f"--tune-runtime compares CPU runtimes; --device {device} is not the CPU")
-    if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
-        raise ValueError(f"--tune-runtime --humaneval {args.humaneval!r}: it times on the tuning split only (the "
-                         "held-back problems certify a choice and are never tuned on)")
-    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
-    binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
-    return prompts, set_threads(args.threads)
-
-
-def _warm_runtime_candidates(args: argparse.Namespace, texts, max_new: int, threads: int, err):
-    """Each runtime candidate loaded, its timed target built on ``texts`` and warmed up once:
-    ``(timing function per candidate, model source per label, the first model)``."""
-    from lab.bench.run import encode_prompts
-    from lab.bench.runtime_tune import CANDIDATES, timed_target
-    from lab.models.chat import eos_token_ids
-    from lab.models.loading import load_model
-    from lab.runtime.ggml import load_ggml_model
-
-    generators, sources, first = {}, {}, None
-    for cand in CANDIDATES:
-        with err.status(f"loading {args.model}: {cand.label}"):
-            if cand.runtime == "llama.cpp":
-                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-            else:
-                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
-        first = first or model
-        ids = encode_prompts(model, tokenizer, texts, max_new, "cpu")
-        fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))
-        with err.status(f"warming up {cand.label}"):
-            fn(0)
-        generators[cand] = fn
-        sources[cand.label] = model_source(model).as_dict()
-    return generators, sources, first
-
-
-def run_tune(args: argparse.Namespace) -> int:
-    """``lab bench --tune``: measure the candidate set-ups greedy and sampling, write the winner for this machine
-    (:func:`lab.bench.tune.tune`).
-
-    Raises:
-        ValueError: a flag that chooses another schedule, ``--humaneval`` outside the tuning
-            split, or a draft without a model.
-    """
-    import torch
-
-    from lab.bench.run import encode_prompts, run_schedules
-    from lab.bench.tune import (TUNE_EXCLUSIVE, TUNE_GAMMAS, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
-                                TuneReport, save_tuned, tune, tune_configs, tune_prompts)
-    from lab.models.chat import eos_token_ids
-    from lab.render.console import print_report, stderr_console, stdout_console
-    from lab.render.tune import tune_summary_markdown
-    from lab.reports import environment, report_dir
-
-    # 1. Validate before loading.
-    _refuse_flags(args, TUNE_EXCLUSIVE, "--tune measures its own candidates, greedy and sampling, on the tuning "
-                                        "prompts; drop ")
-    prompts = tune_prompts(args.humaneval or TUNE_HUMANEVAL)
-    gammas = _parse_gammas(args.gammas) if args.gammas is not None else TUNE_GAMMAS
-    device, threads, draft_spec, kind = _model_draft_args(
-        args, no_model="--tune chooses a draft model's set-up; --draft {} has none to tune")
-    configs = tune_configs(model_draft=kind == "model", gammas=gammas,
-                           max_new_tokens=TUNE_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens,
-                           repeats=TUNE_REPEATS if args.repeats is None else args.repeats, seed=args.seed)
-
-    # 2. Load and run both modes (progress on stderr), then choose and write the winner.
-    err = stderr_console()
-    model, tokenizer, draft = _load_target_and_draft(args, device, draft_spec, err)
-    ids = encode_prompts(model, tokenizer, prompts.texts, configs["greedy"].max_new_tokens, device)
-    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
-                            status=err.status, label="tuning", groups=list(prompts.groups))
-    outcome = tune(benches, model=args.model, threads=threads)
-
-    # 3. The report (atomically), and show both.
-    report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
-                        torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
-                        outcome=outcome, benches=benches)
-    summary = tune_summary_markdown(report)
-    out = stdout_console()
-    out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
-        rd.write_json("report.json", report.as_dict())
-        rd.write_text("summary.md", summary)
-    print_report(out, rd.final)
-    path = _save_tuning(outcome.path, rd.final, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
-    out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
-    return 0

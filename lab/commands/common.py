@@ -125,17 +125,20 @@ _BOUNDS = {
 }
 _SAMPLED = Bound(0, MAX_TEMPERATURE, " (the run samples; above 100 the draw is close to uniform)", lo_open=True)
 # (command, dest) -> bound, where a command gives a flag another range than _BOUNDS.
+# The bench's schedules derive one seed per (repeat, prompt) and time at least one token past the prefill's.
+_BENCH_COMMANDS = ("bench", "bench-seed-tables", "bench-tune", "bench-tune-runtime")
 _COMMAND_BOUNDS = {
-    ("bench", "seed"): Bound(0, BENCH_SEED_MAX, " (2**62 - 1: each repeat and prompt derives a seed from it)"),
-    ("bench", "max_new_tokens"): Bound(2, MAX_TOKENS, " (the first token is the prefill's; 128 Ki, the longest "
-                                                      "context here)"),
+    **{(command, "seed"): Bound(0, BENCH_SEED_MAX, " (2**62 - 1: each repeat and prompt derives a seed from it)")
+       for command in _BENCH_COMMANDS},
+    **{(command, "max_new_tokens"): Bound(2, MAX_TOKENS, " (the first token is the prefill's; 128 Ki, the longest "
+                                                         "context here)") for command in _BENCH_COMMANDS},
     ("stream", "temperature"): _SAMPLED,
     ("validate-context", "new_tokens"): Bound(2, MAX_TOKENS, " (the lookback ratio needs a query after the first; "
                                                              "128 Ki, the longest context here)"),
     ("study", "temperature"): _SAMPLED,
 }
 # Commands whose --seed has a default of its own rather than None, so a typed seed cannot be told from it
-# (lab bench's 0, which --seed-tables' sampled schedule also uses): not refused under greedy decoding.
+# (lab bench's 0): not refused under greedy decoding.
 _SEED_DEFAULTED = frozenset({"bench"})
 
 
@@ -383,7 +386,7 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
 
 
 # When --runtime is not typed, a GGUF profile on the CPU runs on llama.cpp's kernels whenever `make peer` built
-# them (the tuning file of `lab bench --tune-runtime`, where there is one for the machine, overrides); else on
+# them (the tuning file of `lab bench-tune-runtime`, where there is one for the machine, overrides); else on
 # torch, with one line saying what building them gives. Measured on the lab's 2-core AMD EPYC (AVX-512 BF16, no
 # AMX): SmolLM2 decodes in 7.3 ms a token on llama.cpp against 30 ms on torch float32, the Qwen pair's target
 # 20.9 tok/s end to end against 13.5 on torch q4; the 2-core Intel Xeon class ranked them the same
@@ -399,7 +402,7 @@ def add_runtime_arg(p: argparse.ArgumentParser) -> None:
                    help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
                         "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
                         "pinned build of `make peer`; lab.runtime.ggml) (default: for a GGUF profile on the CPU, the "
-                        "runtime lab bench --tune-runtime measured fastest on this machine, else llama.cpp where "
+                        "runtime lab bench-tune-runtime measured fastest on this machine, else llama.cpp where "
                         "make peer built it; else torch)")
 
 
@@ -407,7 +410,7 @@ class RuntimeSource(enum.Enum):
     """Where a run's runtime came from."""
 
     TYPED = "--runtime"  # the user typed --runtime
-    TUNED = "tuned"  # the per-machine runtime tuning file (lab bench --tune-runtime)
+    TUNED = "tuned"  # the per-machine runtime tuning file (lab bench-tune-runtime)
     ENV = "$LAB_RUNTIME"  # the shell's default (RUNTIME_ENV); torch from it prints no line, the report records it
     DEFAULT = "default"  # neither: llama.cpp where built for a GGUF profile on the CPU, else torch
 

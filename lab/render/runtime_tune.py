@@ -1,4 +1,4 @@
-"""Rendering ``lab bench --tune-runtime``: each runtime's figures, the winner and where it was written.
+"""Rendering ``lab bench-tune-runtime``: each runtime's figures, the winner and where it was written.
 
 Consumes a :class:`lab.bench.runtime_tune.RuntimeTuneReport`; computes nothing new.
 """
@@ -13,7 +13,7 @@ from lab.render.speculative import fmt_number
 def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
     """``summary.md`` of a runtime tuning run."""
     result = report.result
-    lines = ["# lab bench --tune-runtime: the runtime for this machine", ""]
+    lines = ["# lab bench-tune-runtime: the runtime for this machine", ""]
     warning = busy_warning(result.load)
     if warning:
         lines += [f"> **{warning}**", ""]

@@ -1,4 +1,4 @@
-"""Rendering ``lab bench --seed-tables``: the seed's Part 3 figures beside the measured ones, row by row.
+"""Rendering ``lab bench-seed-tables``: the seed's Part 3 figures beside the measured ones, row by row.
 
 Consumes a :class:`lab.bench.seed_tables.SeedTablesReport` (with :func:`lab.bench.seed_tables.compare`'s
 rows); computes nothing new. A figure that is not finite prints as "n/a" or "-" (as ``report.json``
@@ -36,11 +36,11 @@ def _pct(stats: Spread | None) -> str:
 
 
 def seed_tables_markdown(report: SeedTablesReport) -> str:
-    """``summary.md`` of a ``--seed-tables`` run: both tables, the findings, the set-up and the passage's source."""
+    """``summary.md`` of a ``lab bench-seed-tables`` run: both tables, the findings, the set-up and the passage's source."""
     cmp, cfg = report.comparison(), report.configs
     sweep_cfg, caching_cfg = cfg["gamma_sweep"], cfg["caching"]
     s = sweep_cfg.sampling
-    lines = ["# lab bench --seed-tables: the seed's Part 3, rerun", ""]
+    lines = ["# lab bench-seed-tables: the seed's Part 3, rerun", ""]
     for part in ("gamma_sweep", "caching"):
         warning = busy_warning(report.benches[part].machine_load or {})
         if warning:

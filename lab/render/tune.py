@@ -1,4 +1,4 @@
-"""Rendering ``lab bench --tune``: the candidates ranked, the winner and where it was written.
+"""Rendering ``lab bench-tune``: the candidates ranked, the winner and where it was written.
 
 Consumes a :class:`lab.bench.tune.TuneReport`; computes nothing new.
 """
@@ -13,7 +13,7 @@ from lab.render.speculative import fmt_number
 def tune_summary_markdown(report: TuneReport) -> str:
     """``summary.md`` of a tuning run."""
     measured, machine = report.outcome.measured, report.outcome.machine
-    lines = ["# lab bench --tune: the draft set-up for this machine", ""]
+    lines = ["# lab bench-tune: the draft set-up for this machine", ""]
     for mode in ("greedy", "sampling"):
         warning = busy_warning(report.benches[mode].machine_load or {})
         if warning:

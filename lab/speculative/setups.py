@@ -1,7 +1,7 @@
 """A draft set-up (draft dtype, gamma, adaptive stop, dynamic draft length) and where each part came from.
 
 Which set-up is fastest depends on the CPU (bfloat16 arithmetic or not, AMX or not), the
-thread count and the torch version, so ``lab bench --tune`` measures the candidates on a
+thread count and the torch version, so ``lab bench-tune`` measures the candidates on a
 machine and writes the winner to the lab's cache (:mod:`lab.tuning`). A command that
 decodes speculatively (``lab speculate``, the study) resolves its set-up field by field
 with :func:`resolve_setup`: a flag the user typed, else the tuned set-up for this

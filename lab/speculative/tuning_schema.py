@@ -5,14 +5,14 @@ was measured on (``cpu_model``, ``cpu_flags``, ``torch``, ``threads``; the runti
 llama.cpp build), the ``measured`` figures and when it was ``written``; a kind
 (:class:`TunedSchema`) declares only its payload:
 
-* :data:`DRAFT_SETUP` (``draft-setup-<profile>.json``, ``lab bench --tune``): the ``draft`` it was
+* :data:`DRAFT_SETUP` (``draft-setup-<profile>.json``, ``lab bench-tune``): the ``draft`` it was
   measured with and the winning ``setup`` (a :class:`lab.speculative.setups.DraftSetup`), every
   field held to what the command line accepts for the same flag: a draft dtype of
   :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`, a gamma in
   [:data:`~lab.speculative.setups.MIN_GAMMA`, :data:`~lab.speculative.setups.MAX_GAMMA`], an
   ``adaptive`` stop that :meth:`lab.speculative.drafts.AdaptiveDraftLength.parse` takes and a
   ``dynamic`` policy that :func:`lab.speculative.setups.parse_dynamic` takes;
-* :data:`RUNTIME` (``runtime-<profile>.json``, ``lab bench --tune-runtime``): the ``runtime`` and
+* :data:`RUNTIME` (``runtime-<profile>.json``, ``lab bench-tune-runtime``): the ``runtime`` and
   ``weights`` that ran the profile's target fastest here, end to end, and the ``report`` that
   measured them.
 

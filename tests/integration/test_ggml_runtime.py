@@ -145,7 +145,7 @@ def test_ggml_stale_cache_is_refused(ggml_smollm2, prompt_ids):
 
 
 def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_log, capsys, monkeypatch):
-    """``lab bench --tune-runtime`` on SmolLM2's GGUF times the three candidates and writes the winner; ``lab entropy``
+    """``lab bench-tune-runtime`` on SmolLM2's GGUF times the three candidates and writes the winner; ``lab entropy``
     without ``--runtime`` then runs it and says so. Which one wins is not asserted (that is the measurement); that the
     next command follows the file is."""
     import json
@@ -154,7 +154,7 @@ def test_tune_runtime_writes_a_choice_the_next_command_runs(ggml_smollm2, lab_lo
 
     monkeypatch.delenv("LAB_RUNTIME", raising=False)  # the default's own test: the tiers' torch would hide the file
 
-    rc, report = lab_log.cli(["bench", "--model", "smollm2", "--tune-runtime", "--max-new-tokens", "4", "--repeats", "1",
+    rc, report = lab_log.cli(["bench-tune-runtime", "--model", "smollm2", "--max-new-tokens", "4", "--repeats", "1",
                               "--humaneval", "tuning:1", "--threads", "1"])
     assert rc == 0 and report is not None
     data = json.loads((report / "report.json").read_text())

@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import cli
 from lab.bench.run import BenchConfig, BenchSide, run_bench
 from lab.speculative.draft_specs import make_draft
-from tests.support import tiny_llama_untied
+from tests.support import cli_exit, tiny_llama_untied
 
 pytestmark = pytest.mark.unit
 
@@ -61,11 +60,11 @@ def test_no_side_leaves_the_report_without_the_key(targets):
     (["--also-runtime", "torch:q4", "--also-runtime", "torch:q4"], "given twice"),
     (["--also-runtime", "tensorrt"], "is not one of"),
     (["--also-runtime", "llama.cpp", "--draft", "early-exit:20"], "torch layers"),
-    (["--also-runtime", "llama.cpp", "--tune"], "has its own"),
-    (["--tune-runtime", "--also-runtime", "llama.cpp"], "drop --also-runtime"),
+    (["--also-runtime", "llama.cpp", "--tune"], "a command of its own now: lab bench-tune"),
+    (["--tune-runtime", "--also-runtime", "llama.cpp"], "a command of its own now: lab bench-tune-runtime"),
 ])
 def test_cli_also_runtime_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, no_model_loading, argv, says):
-    rc = cli.main(["bench", "--model", "smollm2", *argv, "--out", str(tmp_path / "reports")])
+    rc = cli_exit(["bench", "--model", "smollm2", *argv, "--out", str(tmp_path / "reports")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and says in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "reports").exists()

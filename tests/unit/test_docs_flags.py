@@ -17,7 +17,7 @@ DOCS = Path(__file__).parents[2] / "docs" / "commands.md"
 # command -> (its section's heading, the next heading). lab study's table has its own layout (flag | default |
 # what); calibrate-health's is kept by hand.
 ORDER = ("entropy", "bench-tracker", "sinks", "calibrate-sinks", "bench-sinks", "bench-weights", "speculate", "bench",
-         "study")
+         "bench-seed-tables", "bench-tune", "bench-tune-runtime", "study")
 SECTIONS = {cmd: (f"## `lab {cmd}`", f"## `lab {nxt}`") for cmd, nxt in zip(ORDER, ORDER[1:])}
 SECTIONS["stream"] = ("## `lab stream`", "## `lab intervene`")
 SECTIONS["validate-context"] = ("## `lab validate-context`", "## `lab stream`")

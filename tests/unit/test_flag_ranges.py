@@ -91,16 +91,16 @@ def test_numeric_flag_outside_its_range_exits_2_naming_it_before_model_loads(cmd
 
 
 @pytest.mark.parametrize("argv,flag", [
-    (["bench", "--seed-tables", "--repeats", "0"], "--repeats"),
-    (["bench", "--seed-tables", "--max-new-tokens", "0"], "--max-new-tokens"),
-    (["bench", "--tune", "--max-new-tokens", "0"], "--max-new-tokens"),
-    (["bench", "--tune", "--repeats", "0"], "--repeats"),
+    (["bench-seed-tables", "--repeats", "0"], "--repeats"),
+    (["bench-seed-tables", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["bench-tune", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["bench-tune", "--repeats", "0"], "--repeats"),
     (["study", "--temperature", "1e9"], "--temperature"),
     (["bench", "--temperature", "1000"], "--temperature"),
     (["calibrate-sinks", "--long-lengths", "0"], "--long-lengths"),
     (["calibrate-sinks", "--long-lengths", ""], "--long-lengths"),
     (["bench-weights", "--model", "smollm2", "--repeats", "1000000000"], "--repeats"),
-    (["bench", "--tune", "--threads", "100000"], "--threads"),
+    (["bench-tune", "--threads", "100000"], "--threads"),
     (["bench-weights", "--model", "smollm2", "--problems", "100000"], "--problems"),
     (["calibrate-sinks", "--held-out", "/nonexistent"], "--held-out"),
     (["calibrate-health", "--reference-prompts", "/nonexistent"], "--reference-prompts"),
@@ -121,9 +121,9 @@ def test_cli_issue_39_flag_value_exits_2_naming_the_flag_typed(argv, flag, tmp_p
     (["bench-weights", "--model", "smollm2", "--skip-kernels", "--steps", "3"], "--steps"),
     (["bench-weights", "--model", "smollm2", "--problems", "0", "--text", ""], "--text"),
     (["bench-weights", "--model", "smollm2", "--text", " \n"], "--text"),
-    (["bench", "--seed-tables", "--gammas", "4,6"], "--gammas"),
-    (["bench", "--seed-tables", "--no-assisted"], "--no-assisted"),
-    (["bench", "--tune", "--no-assisted"], "--no-assisted"),
+    (["bench-seed-tables", "--gammas", "4,6"], "--gammas"),
+    (["bench-seed-tables", "--no-assisted"], "--no-assisted"),
+    (["bench-tune", "--no-assisted"], "--no-assisted"),
     (["entropy", "hi", "--top-k", "5"], "--top-k"),
     (["speculate", "hi", "--top-p", "0.9"], "--top-p"),
     (["bench-tracker", "--top-k", "5"], "--top-k"),
@@ -138,7 +138,7 @@ def test_cli_issue_39_flag_value_exits_2_naming_the_flag_typed(argv, flag, tmp_p
     (["entropy", "hi", "--seed", "5"], "--seed"),
     (["bench", "--humaneval", "tuning:"], "--humaneval"),
     (["bench", "--humaneval", "held-back: "], "--humaneval"),
-    (["bench", "--tune", "--humaneval", "tuning:"], "--humaneval"),
+    (["bench-tune", "--humaneval", "tuning:"], "--humaneval"),
     (["intervene", "--pilot", "pilot.jsonl", "--pilot-limit", "0"], "--pilot"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_cli_flag_without_effect_in_its_combination_exits_2_naming_it(argv, flag, tmp_path, capsys,
@@ -201,9 +201,9 @@ def test_check_bounds_refuses_a_typed_seed_only_under_greedy_decoding():
 
 
 def test_bench_tune_typed_default_gammas_are_used_not_replaced(monkeypatch):
-    """Fault class: --tune --gammas 1,2,4,6 (the plain bench's default, typed) was silently replaced by
+    """Fault class: bench-tune --gammas 1,2,4,6 (the plain bench's default, typed) was silently replaced by
     the tuning gammas."""
-    from lab.commands import bench
+    from lab.commands import bench, bench_tune
 
     class Stop(Exception):
         pass
@@ -212,12 +212,12 @@ def test_bench_tune_typed_default_gammas_are_used_not_replaced(monkeypatch):
         raise Stop
 
     seen = []
-    real = bench._parse_gammas
-    monkeypatch.setattr(bench, "_parse_gammas", lambda text: seen.append(real(text)) or seen[-1])
-    monkeypatch.setattr(bench, "_model_draft_args", stop)  # the set-up is read before this: stop here
-    args = cli.build_parser().parse_args(["bench", "--tune", "--gammas", "1,2,4,6"])
+    real = bench.parse_gammas
+    monkeypatch.setattr(bench, "parse_gammas", lambda text: seen.append(real(text)) or seen[-1])
+    monkeypatch.setattr(bench, "model_draft_args", stop)  # the set-up is read before this: stop here
+    args = cli.build_parser().parse_args(["bench-tune", "--gammas", "1,2,4,6"])
     with pytest.raises(Stop):
-        bench.run_tune(args)
+        bench_tune.run_tune(args)
     assert seen == [(1, 2, 4, 6)]
 
 

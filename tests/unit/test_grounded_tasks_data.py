@@ -85,11 +85,11 @@ def test_prompt_set_adds_grounded_tasks_as_their_own_group():
 
 
 def test_bench_refuses_grounded_with_its_other_schedules(tmp_path, capsys, no_model_loading):
-    from lab import cli
+    from tests.support import cli_exit
 
-    for flag in ("--tune", "--seed-tables", "--tune-runtime"):
-        rc = cli.main(["bench", flag, "--grounded", "held-back", "--out", str(tmp_path)])
-        assert rc == 2 and "--grounded" in capsys.readouterr().err, flag
+    for command in ("bench-tune", "bench-seed-tables", "bench-tune-runtime"):
+        rc = cli_exit([command, "--grounded", "held-back", "--out", str(tmp_path)])
+        assert rc == 2 and "--grounded" in capsys.readouterr().err, command
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from lab import cli
 from lab.commands import common
 from lab.commands.common import RuntimeChoice, RuntimeSource
 from lab.runtime.ggml import GgmlCache, RuntimeNotBuiltError, RuntimeUnavailableError
+from tests.support import cli_exit
 
 pytestmark = pytest.mark.unit
 
@@ -221,10 +222,11 @@ def test_cli_torch_only_command_with_llama_cpp_exits_2_in_one_line(tmp_path, cap
     assert not (tmp_path / "reports").exists()
 
 
-@pytest.mark.parametrize("flag", ["--seed-tables", "--tune"])
-def test_cli_bench_schedule_on_llama_cpp_exits_2(tmp_path, capsys, no_model_loading, flag):
-    rc = cli.main(["bench", flag, "--runtime", "llama.cpp", "--out", str(tmp_path)])
-    assert rc == 2 and "drop --runtime llama.cpp" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["bench-seed-tables", "bench-tune"])
+def test_cli_bench_schedule_on_llama_cpp_exits_2(tmp_path, capsys, no_model_loading, command):
+    """Their schedules cast drafts and re-forward them without a cache: torch only, so no --runtime to take."""
+    rc = cli_exit([command, "--runtime", "llama.cpp", "--out", str(tmp_path)])
+    assert rc == 2 and "unrecognized arguments: --runtime llama.cpp" in capsys.readouterr().err
 
 
 def test_cli_speculate_llama_cpp_with_early_exit_draft_exits_2(tmp_path, capsys, no_model_loading, built):
@@ -276,21 +278,21 @@ def test_choose_setup_on_llama_cpp_ignores_torch_tuning_and_has_no_draft_dtype(m
 
 @pytest.mark.parametrize("extra, says", [
     (["--model", "Qwen/Qwen2.5-3B-Instruct"], "has none"),
-    (["--model", "qwen2.5-coder", "--gammas", "3"], "drop --gammas"),
-    (["--model", "qwen2.5-coder", "--runtime", "llama.cpp"], "drop --runtime"),
-    (["--model", "qwen2.5-coder", "--weights", "q4"], "drop --weights"),
-    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "--tune-runtime --humaneval 'held-back': it times on the tuning split"),
+    (["--model", "qwen2.5-coder", "--gammas", "3"], "unrecognized arguments: --gammas"),
+    (["--model", "qwen2.5-coder", "--runtime", "llama.cpp"], "unrecognized arguments: --runtime"),
+    (["--model", "qwen2.5-coder", "--weights", "q4"], "unrecognized arguments: --weights"),
+    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "--humaneval 'held-back': it times on the tuning split"),
 ])
 def test_cli_tune_runtime_refuses_what_it_does_not_time_in_one_line(tmp_path, capsys, no_model_loading, built, extra,
                                                                     says):
-    rc = cli.main(["bench", "--tune-runtime", *extra, "--out", str(tmp_path / "reports")])
+    rc = cli_exit(["bench-tune-runtime", *extra, "--out", str(tmp_path / "reports")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and says in err and len(err.splitlines()) == 1
     assert not (tmp_path / "reports").exists()
 
 
 def test_cli_tune_runtime_without_the_build_names_make_peer(tmp_path, capsys, no_model_loading, not_built):
-    rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--out", str(tmp_path)])
+    rc = cli.main(["bench-tune-runtime", "--model", "qwen2.5-coder", "--out", str(tmp_path)])
     assert rc == 2 and "make peer" in capsys.readouterr().err
 
 
@@ -314,7 +316,7 @@ def _bench_until_load(monkeypatch, capsys, argv):
         seen.append(runtime)
         raise ValueError("stopped where the models load")
 
-    monkeypatch.setattr(bench, "_load_target_and_draft", stop)
+    monkeypatch.setattr(bench, "load_target_and_draft", stop)
     rc = cli.main(["bench", *argv])
     return rc, capsys.readouterr().err, (seen[0] if seen else None)
 

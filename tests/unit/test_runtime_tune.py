@@ -188,13 +188,13 @@ def test_tune_runtime_keeps_the_report_when_the_tuning_file_cannot_be_written(tm
     because the tuning file could not be written (a folder in its place)."""
     from lab import cli
     from lab.bench.tune import tune_prompts
-    from lab.commands import bench
+    from lab.commands import bench_tune
 
     cands = {c: (lambda p, s=2.0 if c.runtime == "llama.cpp" else 4.0: (12, 8, s, 1.0, [1] * 8)) for c in rt.CANDIDATES}
-    monkeypatch.setattr(bench, "_check_tune_runtime", lambda args: (tune_prompts("tuning:1"), 1))
-    monkeypatch.setattr(bench, "_warm_runtime_candidates", lambda *a: (cands, {}, None))
+    monkeypatch.setattr(bench_tune, "_check_tune_runtime", lambda args: (tune_prompts("tuning:1"), 1))
+    monkeypatch.setattr(bench_tune, "_warm_runtime_candidates", lambda *a: (cands, {}, None))
     RUNTIME.path("qwen2.5-coder").mkdir(parents=True)  # a folder where the file goes
-    rc = cli.main(["bench", "--tune-runtime", "--model", "qwen2.5-coder", "--repeats", "1", "--out", str(tmp_path)])
+    rc = cli.main(["bench-tune-runtime", "--model", "qwen2.5-coder", "--repeats", "1", "--out", str(tmp_path)])
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("WARNING")]  # a busy machine
     (run,) = report_dirs(tmp_path)
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))

@@ -3,7 +3,7 @@
 Fault classes: a tuning file validated by type but not by range (``"gamma": 100000`` printed a
 100,001-bin histogram and hung ``lab speculate``); a bad ``adaptive`` or ``dynamic`` value in the
 file refusing the run and blaming ``--adaptive``, a flag the user never typed; ``cpu_flags: [1,
-"avx"]`` ending in an unforeseen ``TypeError``; a file written by ``lab bench --tune --threads 1``
+"avx"]`` ending in an unforeseen ``TypeError``; a file written by ``lab bench-tune --threads 1``
 refused by ``lab speculate`` (which has no ``--threads``) as "measured on another machine" on the
 same machine.
 """
@@ -88,7 +88,7 @@ def test_read_tuned_hostile_field_ignored_with_one_line_naming_the_file(edit):
     setup, got = support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))
     assert setup is None, got
     assert got.note.startswith(f"ignoring the tuning file {path}: corrupt (") and "\n" not in got.note, got.note
-    assert "re-run lab bench --tune or delete it" in got.note
+    assert "re-run lab bench-tune or delete it" in got.note
 
 
 @pytest.mark.parametrize("content", [b"\x00\xff\xfe binary", "{not json", "", "[]", "null", "4", '"text"',
@@ -109,7 +109,7 @@ def test_load_tuning_names_the_file_and_the_field_in_one_line():
 
 
 def test_load_tuning_negative_control_the_writers_file_passes():
-    """What ``lab bench --tune`` writes (every field set: dtype, gamma, adaptive, dynamic) passes as written."""
+    """What ``lab bench-tune`` writes (every field set: dtype, gamma, adaptive, dynamic) passes as written."""
     data = _valid()
     assert tuning_schema.load(tuning_schema.DRAFT_SETUP, DRAFT_SETUP.path(PROFILE)) == data
     assert support.read_tuned_setup(PROFILE, DRAFT, machine_key(2))[0] == TUNED
@@ -138,7 +138,7 @@ def test_read_tuned_bad_adaptive_is_ignored_not_blamed_on_the_flag():
 
 
 def test_choose_setup_uses_a_file_measured_with_other_threads_and_says_so():
-    """Regression (a file written by ``lab bench --tune --threads 1`` refused by ``lab speculate``, which has
+    """Regression (a file written by ``lab bench-tune --threads 1`` refused by ``lab speculate``, which has
     no ``--threads``, as measured on another machine): it is used, with a note naming the thread counts."""
     support.write_tuned_setup(PROFILE, DRAFT, TUNED, machine_key(1), {})
     chosen = choose_setup(PROFILE, DRAFT, {"draft_dtype": None, "gamma": None, "adaptive": None}, threads=2,
@@ -188,7 +188,7 @@ def test_cli_speculate_bad_tuning_file_runs_the_default_with_one_note(tmp_path, 
 
 @pytest.mark.slow  # a tiny speculate run
 def test_cli_speculate_runs_a_file_tuned_with_other_threads(tmp_path, capsys, monkeypatch):
-    """Regression (``lab bench --tune --threads N`` then ``lab speculate`` on the same machine): the tuned
+    """Regression (``lab bench-tune --threads N`` then ``lab speculate`` on the same machine): the tuned
     set-up runs, and the terminal and the report say with how many threads it was measured."""
     import torch
 

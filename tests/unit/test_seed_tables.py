@@ -1,4 +1,4 @@
-"""``lab bench --seed-tables``: the seed's Part 3 schedules, its figures beside the measured ones.
+"""``lab bench-seed-tables``: the seed's Part 3 schedules, its figures beside the measured ones.
 
 Fault classes: a preset that drifts from the seed's set-up (gammas, tokens, repeats, sampling);
 a report whose rows are not the rows the seed printed; a finding stated against the wrong figure.

@@ -1,4 +1,4 @@
-"""``lab bench --seed-tables`` end to end on tiny random models (a few seconds: the passage's ~700-token
+"""``lab bench-seed-tables`` end to end on tiny random models (a few seconds: the passage's ~700-token
 prompt is re-read by the no-cache loop at every step, so it lives in this tier).
 
 Fault class: a report whose rows are not the rows the seed printed, or that lacks the seed's figures.
@@ -13,7 +13,7 @@ import math
 from lab import cli
 from lab.bench.seed_tables import SEED_CACHING, SEED_GAMMA_SWEEP
 
-from tests.support import report_dirs
+from tests.support import cli_exit, report_dirs
 
 
 def _tiny_models(monkeypatch):
@@ -24,7 +24,7 @@ def _tiny_models(monkeypatch):
 
 def test_cli_seed_tables_writes_both_tables_beside_the_seeds_figures(tmp_path, capsys, monkeypatch):
     _tiny_models(monkeypatch)
-    rc = cli.main(["bench", "--seed-tables", "--draft", "early-exit:1", "--max-new-tokens", "4", "--repeats", "1",
+    rc = cli.main(["bench-seed-tables", "--draft", "early-exit:1", "--max-new-tokens", "4", "--repeats", "1",
                    "--threads", "1", "--device", "cpu", "--out", str(tmp_path)])
     out = capsys.readouterr()
     assert rc == 0, out.err
@@ -46,6 +46,6 @@ def test_cli_seed_tables_writes_both_tables_beside_the_seeds_figures(tmp_path, c
 
 
 def test_cli_seed_tables_refuses_flags_of_another_schedule(tmp_path, capsys):
-    rc = cli.main(["bench", "--seed-tables", "--temperature", "1", "--out", str(tmp_path)])
-    assert rc == 2 and "--seed-tables runs the seed's own schedule" in capsys.readouterr().err
+    rc = cli_exit(["bench-seed-tables", "--temperature", "1", "--out", str(tmp_path)])
+    assert rc == 2 and "unrecognized arguments: --temperature 1" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,4 @@
-"""``lab bench --tune`` end to end on tiny random models, then ``lab speculate`` reading its winner.
+"""``lab bench-tune`` end to end on tiny random models, then ``lab speculate`` reading its winner.
 
 Fault classes: a tuning run that touches the held-back split; a winner that is written but not
 the one ``lab speculate`` runs; a tuned set-up that runs without being named. No speed is tested.
@@ -28,7 +28,7 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
     _tiny_models(monkeypatch)
     before = torch.get_num_threads()
     try:
-        rc = cli.main(["bench", "--tune", "--draft", "early-exit:1", "--gammas", "1,2", "--max-new-tokens", "4",
+        rc = cli.main(["bench-tune", "--draft", "early-exit:1", "--gammas", "1,2", "--max-new-tokens", "4",
                        "--repeats", "1", "--humaneval", "tuning:1", "--threads", "1", "--device", "cpu",
                        "--out", str(tmp_path / "bench")])
         out = capsys.readouterr()
@@ -55,7 +55,7 @@ def test_cli_tune_writes_the_winner_and_speculate_runs_it(tmp_path, capsys, monk
 
 
 def test_cli_tune_refuses_the_held_back_split(tmp_path, capsys):
-    rc = cli.main(["bench", "--tune", "--humaneval", "held-back:2", "--out", str(tmp_path)])
+    rc = cli.main(["bench-tune", "--humaneval", "held-back:2", "--out", str(tmp_path)])
     assert rc == 2 and "tuning split only" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
@@ -67,7 +67,7 @@ def test_cli_tune_keeps_the_report_when_the_tuning_file_cannot_be_written(tmp_pa
     before = torch.get_num_threads()
     DRAFT_SETUP.path("smollm2").mkdir(parents=True)
     try:
-        rc = cli.main(["bench", "--tune", "--draft", "early-exit:1", "--gammas", "1", "--max-new-tokens", "3",
+        rc = cli.main(["bench-tune", "--draft", "early-exit:1", "--gammas", "1", "--max-new-tokens", "3",
                        "--repeats", "1", "--humaneval", "tuning:1", "--threads", "1", "--device", "cpu",
                        "--out", str(tmp_path / "bench")])
     finally:

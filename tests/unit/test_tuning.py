@@ -68,7 +68,7 @@ def test_tuned_setup_is_written_and_read_back_on_the_same_machine():
     assert setup == TUNED and got.note is None and got.path == path == DRAFT_SETUP.path(PROFILE)
 
 
-# Files as lab bench --tune and --tune-runtime write them (each kind's format 1), byte for byte: the files on users'
+# Files as lab bench-tune and bench-tune-runtime write them (each kind's format 1), byte for byte: the files on users'
 # machines, which every later lab reads as they are.
 MACHINE = {"cpu_model": "CPU X", "cpu_flags": ["avx2", "amx_bf16"], "torch": "2.5.0", "threads": 2}
 DRAFT_SETUP_FILE = """{
@@ -148,7 +148,7 @@ def test_tuned_files_in_todays_format_are_read_as_written():
     assert (got.data["runtime"], got.data["weights"], got.note) == ("llama.cpp", "gguf", None)
     got = tuning.read_tuned(RUNTIME, PROFILE, {**MACHINE, "llama_cpp": "0.3.3"})
     assert got.data is None and got.note.endswith("stale, measured with llama.cpp build 0.3.2, this is 0.3.3; re-run "
-                                                  "lab bench --tune-runtime")
+                                                  "lab bench-tune-runtime")
 
 
 def test_read_tuned_without_the_kinds_match_raises_naming_match():

@@ -1,0 +1,85 @@
+"""``lab bench-seed-tables``: rerun the seed's two Part 3 tables with its figures beside them.
+
+Target alone against gamma 4 and gamma 6 (500 tokens, 5 repeats) and the no-cache against the
+cached speculative loop (100 tokens, 3 repeats), sampling at temperature 0.7, top-p 0.9, on a passage
+of the Python Language Reference; see :mod:`lab.bench.seed_tables`. Writes
+``<out>/<timestamp>-bench-seed-tables/`` with ``report.json`` and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg, range_text
+
+COMMAND = "bench-seed-tables"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        COMMAND, help="rerun the seed's two speculative-decoding tables with its figures beside them",
+        description="Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats; "
+                    "the no-cache vs cached speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, "
+                    "top-p 0.9 on a passage of the Python Language Reference, with the seed's figures beside them.",
+    )
+    add_model_args(p)
+    add_draft_weights_arg(p)
+    p.add_argument("--draft", default=None, help="early-exit:N or a model name/path: the no-cache loop re-forwards "
+                                                 "the draft, so it needs one (default: the profile's draft)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"new tokens per generation, {range_text(COMMAND, 'max_new_tokens')}, shortening both "
+                        "schedules (default: the seed's, 500 and 100)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help=f"timed repeats of each schedule, {range_text(COMMAND, 'repeats')} (default: the seed's 5, "
+                        "and 3 for caching)")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"sampling seed, {range_text(COMMAND, 'seed')}; each repeat derives one from it (default: 0)")
+    add_threads_arg(p)
+    add_out_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Both of the seed's Part 3 schedules, one report with its figures beside.
+
+    Raises:
+        ValueError: a draft without a model (the no-cache loop re-forwards one), or a Python without
+            ``pydoc_data``.
+    """
+    import torch
+
+    from lab.bench.run import encode_prompts, run_schedules
+    from lab.bench.seed_tables import SeedTablesReport, seed_passage, seed_prompt, seed_table_configs
+    from lab.commands.bench import load_target_and_draft, model_draft_args
+    from lab.models.chat import eos_token_ids
+    from lab.models.source import model_source
+    from lab.render.console import print_report, stderr_console, stdout_console
+    from lab.render.seed_tables import seed_tables_markdown
+    from lab.reports import environment, report_dir
+
+    # 1. Validate before loading.
+    configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
+    passage = seed_passage()
+    device, threads, draft_spec, _ = model_draft_args(
+        args, no_model="it needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
+
+    # 2. Load and run both schedules (progress on stderr).
+    err = stderr_console()
+    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err)
+    ids = encode_prompts(model, tokenizer, [seed_prompt(passage)], max(c.max_new_tokens for c in configs.values()),
+                         device)
+    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
+                            status=err.status, label="seed tables")
+
+    # 3. Compare, show, 4. write the report atomically.
+    report = SeedTablesReport(model=model_source(model).as_dict(), draft=draft_spec, passage=passage,
+                              prompt_tokens=int(ids[0].shape[1]), torch_threads=torch.get_num_threads(),
+                              environment=environment(model), configs=configs, benches=benches)
+    summary = seed_tables_markdown(report)
+    out = stdout_console()
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    with report_dir(args.out, "bench", "seed-tables") as rd:
+        rd.write_json("report.json", report.to_json())
+        rd.write_text("summary.md", summary)
+    print_report(out, rd.final)
+    return 0
