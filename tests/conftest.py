@@ -28,6 +28,17 @@ def _torch_threads_per_xdist_worker():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Torch's thread count as it was before each test: a command run in-process with ``--threads 1`` (the
+    runtime tuning, the Ray intervention's serial run) set it for the whole process, and every later test of
+    the integration tier then ran its real models on one thread of two (the tier took minutes longer)."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread for a module: tiny models run fastest so, and two threads on a busy 2-core
