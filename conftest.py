@@ -122,8 +122,8 @@ def pytest_addoption(parser):
 def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's own calibrations, logs or tuned set-ups (``~/.cache/lab/...``):
     each test gets empty ones (``LAB_CALIBRATION_DIR``, ``LAB_LOG_DIR``, ``LAB_TUNING_DIR``; subprocesses
-    inherit them), torch as the default runtime (``LAB_RUNTIME``) and the few-row layout without timing it
-    (``LAB_PLAIN_LINEAR=0``)."""
+    inherit them), torch as the default runtime (``LAB_RUNTIME``), the few-row layout without timing it
+    (``LAB_PLAIN_LINEAR=0``) and ``lab study`` in one process (``LAB_STUDY_WORKERS=1``)."""
     root = tmp_path_factory.mktemp("lab-user")
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
     monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))
@@ -134,3 +134,6 @@ def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     # The few-row float32 layout is chosen by timing it at load (lab.models.fewrow.few_row_pays); a test takes it
     # without timing, so two processes of one test never decode with different layouts
     monkeypatch.setenv("LAB_PLAIN_LINEAR", "0")
+    # lab study spreads its prompts over worker processes by default (lab.runs.local.auto_workers); a test runs
+    # them in its own process, where its fakes are, unless it asks for workers
+    monkeypatch.setenv("LAB_STUDY_WORKERS", "1")

@@ -256,3 +256,27 @@ class _Faulty:
 def attempts(log: Path) -> Counter:
     """Attempts per prompt id in a :class:`FaultyFactory` log."""
     return Counter(line.split()[1] for line in log.read_text().splitlines()) if log.exists() else Counter()
+
+
+@dataclass(frozen=True)
+class FakeRunnerFactory:
+    """A picklable runner factory for worker processes (:class:`lab.runs.local.ProcessExecutor`): a
+    :class:`FakeRunner` per worker; ``fail_after``: it raises :class:`InterruptAfter` on the prompt after that
+    many of its own; ``die_after``: its process exits (code 3) instead, as one killed or out of memory."""
+
+    fail_after: int | None = None
+    die_after: int | None = None
+
+    def __call__(self, config: StudyConfig) -> Any:
+        return _Dying(self.die_after) if self.die_after is not None else FakeRunner(fail_after=self.fail_after)
+
+
+class _Dying(FakeRunner):
+    def __init__(self, die_after: int):
+        super().__init__()
+        self.die_after = die_after
+
+    def __call__(self, prompt: Any) -> PromptOutcome:
+        if len(self.calls) >= self.die_after:
+            os._exit(3)
+        return super().__call__(prompt)

@@ -111,6 +111,7 @@ _BOUNDS = {
     "stats_iterations": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
     "steps": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
     "threads": Bound(1, None, ": more threads than CPUs only contend for them"),
+    "workers": Bound(1, None, ": more worker processes than CPUs only contend for them"),
     "temperature": Bound(0, MAX_TEMPERATURE, f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)"),
     "top_p": Bound(0, 1, " (1 = off)", lo_open=True),
     "top_k": Bound(1, MAX_TOP_K, " (2**20, above any vocabulary here)"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from dataclasses import dataclass
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
                                  add_torch_only_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
@@ -107,8 +108,13 @@ def _add_work_args(p: argparse.ArgumentParser) -> None:
     add_ray_args(p, units="prompts", command="study", what="study")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help=f"torch threads, {range_text('study', 'threads')}: of this process (default: torch's choice), "
-                        "or with --ray of each actor, which reserves as many CPUs (default 1); the numbers equal "
+                        "or of each worker or Ray actor, which reserves as many CPUs (default 1); the numbers equal "
                         "across runs with equal threads")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help=f"local worker processes, {range_text('study', 'workers')}, each loading the models once and "
+                        "taking prompts from one queue, with --threads threads each (default: on the CPU, one "
+                        "one-thread worker per CPU where every worker's GGUF models fit in half the memory, "
+                        "lab.runs.local.auto_workers; else 1, this process alone with --threads)")
 
 
 # Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.
@@ -162,7 +168,7 @@ def _resume_conflicts(args: argparse.Namespace, settings: dict) -> list[str]:
     return out
 
 
-def checked_runner_factory(plan):
+def checked_runner_factory(plan) -> "CheckedRunnerFactory":
     """A runner factory that loads the models, then checks every prompt's length + ``--max-new-tokens``
     against the target's context (:func:`lab.decode.check_context`) before any prompt runs.
 
@@ -170,23 +176,30 @@ def checked_runner_factory(plan):
         ValueError: a prompt too long for the context, or one the chat template refuses,
             naming the prompt's id.
     """
-    from lab.decode import check_context
-    from lab.models.chat import encode_chat
-    from lab.study.runner import ModelRunner
+    return CheckedRunnerFactory(tuple(plan.prompts))
 
-    def factory(config):
+
+@dataclass(frozen=True)
+class CheckedRunnerFactory:
+    """:func:`checked_runner_factory`'s factory: a value, not a closure, so that it pickles to a worker process."""
+
+    prompts: tuple
+
+    def __call__(self, config):
+        from lab.decode import check_context
+        from lab.models.chat import encode_chat
+        from lab.study.runner import ModelRunner
+
         runner = ModelRunner.load(config)
         if getattr(runner, "target", None) is None:  # a runner without a model (tests' fakes): nothing to check
             return runner
-        for prompt in plan.prompts:
+        for prompt in self.prompts:
             try:
                 ids = encode_chat(runner.tokenizer, [dict(m) for m in prompt.messages])
                 check_context(runner.target, ids.shape[1], config.max_new_tokens, arg="--max-new-tokens")
             except ValueError as exc:  # in a set of hundreds, say which prompt
                 raise ValueError(f"prompt {prompt.id!r}: {exc}") from None
         return runner
-
-    return factory
 
 
 def run(args: argparse.Namespace) -> int:
@@ -201,8 +214,8 @@ def run(args: argparse.Namespace) -> int:
     if args.merge:
         return _merge(args)
     cluster = cluster_config(args)
-    if cluster is None:
-        set_threads(args.threads)
+    if cluster is not None and args.workers is not None:
+        raise ValueError("--workers runs local processes and --ray runs Ray actors: choose one")
     shard = parse_shard(args.shard) if args.shard else None
     if args.resume:  # DIR fixes everything that changes the numbers; --out only moves the report
         conflicts = _resume_conflicts(args, read_settings(args.resume))
@@ -233,10 +246,13 @@ def run(args: argparse.Namespace) -> int:
                          f"form {count_units(plan.all_prompts)} units (a twin pair or a single prompt), so N must "
                          "be at most that")
 
+    executor = _executor(args, plan, cluster)
+    if executor is None:
+        set_threads(args.threads)
     with hold_work_dir(plan):  # another run in this work directory is refused here, in one line
         logger.info("study: %d prompts, work directory %s", len(plan.prompts), plan.work_dir)
         try:
-            return _run_and_report(plan, shard, cluster)
+            return _run_and_report(plan, shard, executor)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what is kept and how to go on
             from lab.study.work import load_finished
 
@@ -247,17 +263,31 @@ def run(args: argparse.Namespace) -> int:
             raise
 
 
-def _run_and_report(plan, shard: tuple[int, int] | None, cluster) -> int:
+def _executor(args: argparse.Namespace, plan, cluster):
+    """Where the prompts run: a Ray cluster (``--ray``), local worker processes (``--workers``, or by default
+    where :func:`lab.runs.local.auto_workers` says more than one fits), or ``None``: this process."""
+    from lab.runs.cluster import RayExecutor
+    from lab.runs.local import ProcessExecutor, auto_workers
+
+    if cluster is not None:
+        return RayExecutor(cluster)
+    workers = args.workers
+    if workers is None:
+        workers = 1 if args.threads is not None else auto_workers(plan.config.model, plan.config.draft_spec(),
+                                                                   str(plan.settings["device"]))
+    workers = min(workers, max(1, len(plan.prompts)))
+    return ProcessExecutor(workers, args.threads or 1) if workers > 1 else None
+
+
+def _run_and_report(plan, shard: tuple[int, int] | None, executor) -> int:
     from lab.render.console import print_report, stdout_console
     from lab.render.study import StudyProgress, verdict_table, write_report
     from lab.reports import ReportWriteError
     from lab.study.work import discard_work
     from lab.study.run import run_study
-    from lab.runs.cluster import RayExecutor
 
     # 2. Run (or resume), with a progress bar on stderr.
     factory = checked_runner_factory(plan)
-    executor = RayExecutor(cluster) if cluster is not None else None
     with StudyProgress() as progress:
         result = run_study(plan, progress=progress, runner_factory=factory, executor=executor)
     if result.failed:
@@ -350,14 +380,14 @@ def _check_merge_flags(args: argparse.Namespace) -> None:
     """Refuse the flags a merge would ignore: it runs no model, and its directories fix the settings.
 
     Raises:
-        ValueError: ``--threads``, ``--ray-actors`` or ``--ray-timeout`` (nothing runs), or a flag
+        ValueError: ``--threads``, ``--workers``, ``--ray-actors`` or ``--ray-timeout`` (nothing runs), or a flag
             that DIR fixes (:data:`RESUME_FIXED`) typed with another value than the first
             directory's (the directories agree with each other, :func:`lab.study.run.merge_study`);
             naming the flags as typed.
     """
     from lab.study.work import read_settings
 
-    idle = [f for f, v in (("--threads", args.threads), ("--ray-actors", args.ray_actors),
+    idle = [f for f, v in (("--threads", args.threads), ("--workers", args.workers), ("--ray-actors", args.ray_actors),
                            ("--ray-timeout", args.ray_timeout)) if v is not None]
     if idle:
         raise ValueError(f"--merge runs no model, so {' and '.join(idle)} would have no effect: drop "

@@ -277,8 +277,9 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
     if result.info.get("model"):
         env["model"] = result.info["model"]
     env["draft"] = result.info.get("draft", result.plan.settings["draft"])
-    if result.info.get("cluster"):
-        env["cluster"] = result.info["cluster"]
+    for key in ("cluster", "workers"):  # where the prompts ran: a Ray cluster, local worker processes
+        if result.info.get(key):
+            env[key] = result.info[key]
     for key in ("target_dtype", "draft_dtype", "draft_dtype_source", "pipeline"):  # what ModelRunner reports
         if key in result.info:
             env[key] = result.info[key]
