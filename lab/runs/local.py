@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import queue
 import signal
 from typing import Any, Iterator, Sequence
 
@@ -40,36 +39,40 @@ def _sendable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _worker(experiment: Experiment, threads: int, chosen: dict, tasks: Any, results: Any) -> None:
-    """A worker's life: load once, then measure units from ``tasks`` until the ``None`` that ends it."""
+def _worker(experiment: Experiment, threads: int, chosen: dict, conn: Any, verbose: bool) -> None:
+    """A worker's life: load once, then measure each unit the driver sends until the ``None`` that ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops the workers
     import torch
 
     from lab.models import fewrow
+    from lab.render.console import setup_logging
 
+    setup_logging(verbose)  # as the driver's: no progress bars from the loaders
     torch.set_num_threads(threads)
     fewrow._CHOSEN.update(chosen)
     try:
         state = experiment.load()
-        results.put(("ready", None, (experiment.info(state), dict(fewrow._CHOSEN))))
+        conn.send(("ready", None, (experiment.info(state), dict(fewrow._CHOSEN))))
     except BaseException as exc:
-        results.put(("failed", None, _sendable(exc)))
+        conn.send(("failed", None, _sendable(exc)))
         return
-    while (item := tasks.get()) is not None:
+    while (item := conn.recv()) is not None:
         i, unit = item
         try:
-            results.put(("done", i, experiment.measure(state, unit)))
+            conn.send(("done", i, experiment.measure(state, unit)))
         except BaseException as exc:
-            results.put(("failed", i, _sendable(exc)))
+            conn.send(("failed", i, _sendable(exc)))
             return
 
 
 class ProcessExecutor:
     """The units on ``workers`` local processes of ``threads`` torch threads each (:class:`lab.runs.engine.Executor`).
 
-    An exception in a worker's ``load`` or ``measure`` is raised in the driver and stops the run (the
-    finished units stay in the work directory), as with :class:`lab.runs.engine.SerialExecutor`; a worker
-    that dies (killed, out of memory) stops it with a ``RuntimeError`` naming its exit code.
+    The driver sends each worker one unit at a time over its own pipe and the next when it answers, so a
+    slow unit never holds back the others. An exception in a worker's ``load`` or ``measure`` is raised in
+    the driver and stops the run (the finished units stay in the work directory), as with
+    :class:`lab.runs.engine.SerialExecutor`; a worker that dies (killed, out of memory) stops it with a
+    ``RuntimeError`` naming its exit code.
 
     Args:
         workers: Processes, >= 1.
@@ -84,53 +87,71 @@ class ProcessExecutor:
             raise ValueError(f"workers={workers} and threads={threads} must be >= 1")
         self.workers, self.threads = workers, threads
         self._procs: list[Any] = []
-        self._tasks = self._results = None
+        self._conns: list[Any] = []
         self._finished = False  # every unit came back: the workers are exiting on their own
 
     def start(self, experiment: Experiment) -> dict[str, Any]:
+        import logging
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        self._tasks, self._results = ctx.Queue(), ctx.Queue()
-        sent = experiment.for_workers()
-        self._spawn(ctx, sent, {})
-        info, chosen = self._next()[2]  # the first worker's models and layout choices
+        sent, verbose = experiment.for_workers(), logging.getLogger().level <= logging.DEBUG
+        self._spawn(ctx, sent, {}, verbose)
+        _, _, (info, chosen) = self._receive(self._conns[0])  # the first worker's models and layout choices
         for _ in range(self.workers - 1):
-            self._spawn(ctx, sent, chosen)
+            self._spawn(ctx, sent, chosen, verbose)
         return {**info, "workers": {"processes": self.workers, "torch_threads_per_worker": self.threads}}
 
-    def _spawn(self, ctx: Any, experiment: Experiment, chosen: dict) -> None:
-        proc = ctx.Process(target=_worker, args=(experiment, self.threads, chosen, self._tasks, self._results),
-                           daemon=True)
+    def _spawn(self, ctx: Any, experiment: Experiment, chosen: dict, verbose: bool) -> None:
+        here, there = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(experiment, self.threads, chosen, there, verbose), daemon=True)
         proc.start()
+        there.close()  # the worker's end lives in the worker: its death reads as the end of the pipe here
         self._procs.append(proc)
+        self._conns.append(here)
 
-    def _next(self) -> tuple[str, int | None, Any]:
-        """The next message of a worker (a failure raised here), checking while waiting that none died."""
-        while True:
-            try:
-                kind, i, payload = self._results.get(timeout=POLL_S)
-            except queue.Empty:
-                dead = [p.exitcode for p in self._procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"a worker process died (exit code {dead[0]}; a negative code is the signal "
-                                       "that ended it, e.g. -9 when the system ran out of memory)") from None
-                continue
-            if kind == "failed":
-                raise payload
-            return kind, i, payload
+    def _receive(self, conn: Any) -> tuple[str, int | None, Any]:
+        """The next message on ``conn`` (a worker's failure raised here, its death a ``RuntimeError``)."""
+        from multiprocessing.connection import wait
+
+        while not wait([conn], timeout=POLL_S):
+            pass  # a signal (Ctrl-C, SIGTERM) interrupts the wait between polls
+        try:
+            kind, i, payload = conn.recv()
+        except EOFError:
+            proc = self._procs[self._conns.index(conn)]
+            proc.join(timeout=POLL_S)
+            raise RuntimeError(f"a worker process died (exit code {proc.exitcode}; a negative code is the signal "
+                               "that ended it, e.g. -9 when the system ran out of memory)") from None
+        if kind == "failed":
+            raise payload
+        return kind, i, payload
 
     def run(self, units: Sequence[Any], progress: Any = None) -> Iterator[tuple[Any, Any]]:
-        for item in enumerate(units):
-            self._tasks.put(item)
-        for _ in self._procs:
-            self._tasks.put(None)
-        for _ in units:
-            kind, i, result = self._next()
-            while kind == "ready":  # a later worker's models loaded
-                kind, i, result = self._next()
-            yield units[i], result
+        from multiprocessing.connection import wait
+
+        todo = list(enumerate(units))[::-1]  # popped from the end: in order
+        busy = {self._conns[0]}  # the first worker is ready (start); the others say so when they are
+        self._feed(self._conns[0], todo)
+        done = 0
+        while done < len(units):
+            for conn in wait(self._conns, timeout=POLL_S):
+                kind, i, result = self._receive(conn)
+                if kind == "done":
+                    done += 1
+                    yield units[i], result
+                if kind == "done" or conn not in busy:
+                    busy.add(conn)
+                    self._feed(conn, todo)
+        for conn in self._conns:
+            if conn not in busy:  # still loading: its None waits in the pipe
+                conn.send(None)
         self._finished = True
+
+    @staticmethod
+    def _feed(conn: Any, todo: list) -> None:
+        """The next unit to ``conn``'s worker, or ``None`` (exit) when none is left."""
+        conn.send(todo.pop() if todo else None)
 
     def close(self) -> None:
         import time
@@ -147,11 +168,9 @@ class ProcessExecutor:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-        for q in (self._tasks, self._results):
-            if q is not None:
-                q.cancel_join_thread()
-                q.close()
-        self._procs, self._tasks, self._results = [], None, None  # collected now: their semaphores are released
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
 
 
 def auto_workers(model: str, draft: str | None, device: str) -> int:
