@@ -129,7 +129,16 @@ class _Moved(argparse.Action):
 
 
 def parse_gammas(text: str) -> tuple[int, ...]:
-    return parse_lengths(text, "--gammas", bound_for("bench", "gamma"))
+    """``--gammas`` as distinct draft lengths, each in gamma's range.
+
+    Raises:
+        ValueError: a bad item (:func:`lab.commands.common.parse_lengths`) or a length given twice.
+    """
+    gammas = parse_lengths(text, "--gammas", bound_for("bench", "gamma"))
+    twice = sorted({g for g in gammas if gammas.count(g) > 1})
+    if twice:
+        raise ValueError(f"--gammas={text!r} names gamma {twice[0]} twice: each length is one method of the sweep")
+    return gammas
 
 
 def _check_dynamic(specs: tuple[str, ...]) -> None:

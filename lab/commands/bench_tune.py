@@ -79,6 +79,8 @@ def _tuning_prompts(args: argparse.Namespace):
     from lab.bench.prompt_split import TUNE_HUMANEVAL, parse_humaneval
     from lab.bench.tune import tune_prompts
 
+    if args.humaneval is not None and not args.humaneval.strip():
+        raise ValueError("--humaneval '' is empty: give tuning:N, or drop it for the default " + TUNE_HUMANEVAL)
     if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
         raise ValueError(f"--humaneval {args.humaneval!r}: it times on the tuning split only (the "
                          "held-back problems certify a choice and are never tuned on)")

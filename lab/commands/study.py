@@ -113,8 +113,9 @@ def _add_work_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help=f"local worker processes, {range_text('study', 'workers')}, each loading the models once and "
                         "taking prompts from one queue, with --threads threads each (default: on the CPU, one "
-                        "one-thread worker per CPU where every worker's GGUF models fit in half the memory, "
-                        "lab.runs.local.auto_workers; else 1, this process alone with --threads)")
+                        "one-thread worker per CPU where every worker's float32 models, at most 8x their GGUF files, "
+                        "fit in half the memory, lab.runs.local.auto_workers; else 1, this process alone with "
+                        "--threads)")
 
 
 # Flags whose values DIR fixes under --resume: dest -> the settings.json key they set.

@@ -131,27 +131,31 @@ class ProcessExecutor:
         from multiprocessing.connection import wait
 
         todo = list(enumerate(units))[::-1]  # popped from the end: in order
-        busy = {self._conns[0]}  # the first worker is ready (start); the others say so when they are
-        self._feed(self._conns[0], todo)
+        open_ = list(self._conns)  # workers not yet sent their None: a closed pipe from one of them is a death
+        ready = {self._conns[0]}  # the first worker is ready (start); the others say so when they are
+        self._feed(self._conns[0], todo, open_)
         done = 0
         while done < len(units):
-            for conn in wait(self._conns, timeout=POLL_S):
+            for conn in wait(open_, timeout=POLL_S):
                 kind, i, result = self._receive(conn)
                 if kind == "done":
                     done += 1
                     yield units[i], result
-                if kind == "done" or conn not in busy:
-                    busy.add(conn)
-                    self._feed(conn, todo)
-        for conn in self._conns:
-            if conn not in busy:  # still loading: its None waits in the pipe
-                conn.send(None)
+                if kind == "done" or conn not in ready:
+                    ready.add(conn)
+                    self._feed(conn, todo, open_)
+        for conn in list(open_):  # still loading: its None waits in the pipe
+            self._feed(conn, todo, open_)
         self._finished = True
 
     @staticmethod
-    def _feed(conn: Any, todo: list) -> None:
-        """The next unit to ``conn``'s worker, or ``None`` (exit) when none is left."""
-        conn.send(todo.pop() if todo else None)
+    def _feed(conn: Any, todo: list, open_: list) -> None:
+        """The next unit to ``conn``'s worker, or ``None`` (it exits, no longer waited on) when none is left."""
+        if todo:
+            conn.send(todo.pop())
+        else:
+            conn.send(None)
+            open_.remove(conn)
 
     def close(self) -> None:
         import time
@@ -185,12 +189,13 @@ def auto_workers(model: str, draft: str | None, device: str) -> int:
     from lab.models.loading import gguf_path, is_gguf_model
     from lab.models.profiles import PROFILES
 
+    cpus = os.cpu_count() or 1
     typed = os.environ.get(WORKERS_ENV, "").strip()
     if typed:
-        if not typed.isdigit() or int(typed) < 1:
-            raise ValueError(f"${WORKERS_ENV}={typed!r} must be a count of worker processes, >= 1")
+        if not (typed.isascii() and typed.isdigit() and 1 <= int(typed) <= cpus):
+            raise ValueError(f"${WORKERS_ENV}={typed!r} must be a count of worker processes in [1, {cpus}] (this "
+                             "machine's CPUs: more only contend for them)")
         return int(typed)
-    cpus = os.cpu_count() or 1
     if device != "cpu" or cpus < 2 or not is_gguf_model(model):
         return 1
     names = [model] + ([draft] if draft is not None and is_gguf_model(draft) else [])

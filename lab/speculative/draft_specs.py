@@ -45,6 +45,8 @@ def resolve_draft_spec(draft: str | None, model: str) -> str:
     Raises:
         ValueError: no ``draft`` and a model without a profile draft (naming ``--model`` and ``--draft``).
     """
+    if draft is not None and not draft.strip():
+        raise ValueError(f"--draft {draft!r} is empty: give a draft spec, or drop --draft for the profile's own")
     if draft:
         return draft
     profile = PROFILES.get(model)

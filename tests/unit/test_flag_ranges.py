@@ -106,6 +106,11 @@ def test_numeric_flag_outside_its_range_exits_2_naming_it_before_model_loads(cmd
     (["calibrate-health", "--reference-prompts", "/nonexistent"], "--reference-prompts"),
     (["entropy", "hi", "--device", "cpu:1"], "--device"),
     (["study", "--device", "cpu:0"], "--device"),
+    (["bench-tune", "--humaneval", ""], "--humaneval"),
+    (["bench-tune", "--draft", " "], "--draft"),
+    (["bench", "--draft", ""], "--draft"),
+    (["bench", "--gammas", "3,3"], "--gammas"),
+    (["bench-tune", "--gammas", "4,3,4"], "--gammas"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_cli_issue_39_flag_value_exits_2_naming_the_flag_typed(argv, flag, tmp_path, capsys, no_model_loading):
     """Fault class: a flag value accepted silently (0 read as "the seed's default", cpu:1 recorded as a

@@ -53,6 +53,18 @@ def test_a_worker_that_dies_stops_the_run_naming_its_exit_code(tmp_path):
     assert _alive_children() == []
 
 
+@pytest.mark.slow
+def test_more_workers_than_units_left_finish_the_run(tmp_path):
+    """Fault class: a worker sent its None (nothing left when it was ready) exits with code 0; that closed pipe
+    was read as a death, and a resumed study with one prompt left failed every time."""
+    plan = plan_study(fake_config(tmp_path))
+    with pytest.raises(InterruptAfter):
+        run_study(plan, runner=FakeRunner(fail_after=len(plan.prompts) - 1))
+    result = run_study(plan, runner_factory=FakeRunnerFactory(), executor=ProcessExecutor(2))
+    assert result.n_resumed == len(plan.prompts) - 1 and len(result.per_prompt) == len(plan.prompts)
+    assert _alive_children() == []
+
+
 def test_executor_refuses_no_worker():
     with pytest.raises(ValueError, match="workers=0"):
         ProcessExecutor(0)
@@ -81,11 +93,13 @@ def test_auto_workers_planted_small_memory_gives_fewer_workers(monkeypatch):
 
 
 def test_auto_workers_env_answers_and_a_bad_value_is_named(monkeypatch):
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 4)
     monkeypatch.setenv(local.WORKERS_ENV, "3")
     assert auto_workers("smollm2", None, "cpu") == 3
-    monkeypatch.setenv(local.WORKERS_ENV, "two")
-    with pytest.raises(ValueError, match=r"\$LAB_STUDY_WORKERS='two'"):
-        auto_workers("smollm2", None, "cpu")
+    for bad in ("two", "0", "5", "\u00b2"):  # not a count, none, more than the CPUs, a digit int() refuses
+        monkeypatch.setenv(local.WORKERS_ENV, bad)
+        with pytest.raises(ValueError, match=r"\$LAB_STUDY_WORKERS=.* must be a count of worker processes in \[1, 4\]"):
+            auto_workers("smollm2", None, "cpu")
 
 
 @pytest.mark.parametrize("argv, says", [
