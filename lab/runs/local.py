@@ -45,9 +45,8 @@ def _worker(experiment: Experiment, threads: int, chosen: dict, conn: Any, verbo
     import torch
 
     from lab.models import fewrow
-    from lab.render.console import setup_logging
 
-    setup_logging(verbose)  # as the driver's: no progress bars from the loaders
+    _quiet_loaders(verbose)
     torch.set_num_threads(threads)
     fewrow._CHOSEN.update(chosen)
     try:
@@ -63,6 +62,23 @@ def _worker(experiment: Experiment, threads: int, chosen: dict, conn: Any, verbo
         except BaseException as exc:
             conn.send(("failed", i, _sendable(exc)))
             return
+
+
+def _quiet_loaders(verbose: bool) -> None:
+    """A worker's logging as the driver's (:func:`lab.render.console.setup_logging`, which this layer does not
+    import): the lab's warnings on stderr, no progress bars or info lines from transformers and its hub."""
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s")
+    for noisy in ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - the lab needs transformers to load a model at all
+        pass
 
 
 class ProcessExecutor:
