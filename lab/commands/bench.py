@@ -113,8 +113,8 @@ def _add_schedule_args(p: argparse.ArgumentParser) -> None:
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
-    for flag, command in MOVED.items():
-        p.add_argument(flag, nargs=0, action=_Moved, const=command, help=argparse.SUPPRESS)
+    for flag, command in MOVED.items():  # nargs="?": --tune=3 is answered the same way
+        p.add_argument(flag, nargs="?", action=_Moved, const=command, default=None, help=argparse.SUPPRESS)
 
 
 # lab bench's former schedule flags -> the commands that run them now.
@@ -125,7 +125,8 @@ class _Moved(argparse.Action):
     """A flag whose schedule is a command of its own now: refused in one line naming that command."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # noqa: D102 - argparse's
-        parser.error(f"{option_string} is a command of its own now: lab {self.const} (see lab {self.const} --help)")
+        command = MOVED[option_string]
+        parser.error(f"{option_string} is a command of its own now: lab {command} (see lab {command} --help)")
 
 
 def parse_gammas(text: str) -> tuple[int, ...]:

@@ -62,6 +62,7 @@ def test_no_side_leaves_the_report_without_the_key(targets):
     (["--also-runtime", "llama.cpp", "--draft", "early-exit:20"], "torch layers"),
     (["--also-runtime", "llama.cpp", "--tune"], "a command of its own now: lab bench-tune"),
     (["--tune-runtime", "--also-runtime", "llama.cpp"], "a command of its own now: lab bench-tune-runtime"),
+    (["--tune=3"], "a command of its own now: lab bench-tune"),
 ])
 def test_cli_also_runtime_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, no_model_loading, argv, says):
     rc = cli_exit(["bench", "--model", "smollm2", *argv, "--out", str(tmp_path / "reports")])
