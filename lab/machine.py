@@ -51,6 +51,26 @@ class LoadSample:
     wall_s: float
 
 
+NOISY_LOGGERS = ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3")
+
+
+def quiet_loaders() -> None:
+    """No info lines or progress bars from the model loaders (transformers, its hub client): the lab's own
+    logging set-up (:func:`lab.render.console.setup_logging`) and a worker process
+    (:mod:`lab.runs.local`) both call this."""
+    import logging
+
+    for noisy in NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - the lab needs transformers to load a model at all
+        pass
+
+
 def sample_load(label: str = "") -> LoadSample:
     """Read the load average and torch's intra-op thread count now."""
     import torch

@@ -113,8 +113,8 @@ def _add_schedule_args(p: argparse.ArgumentParser) -> None:
                    help=f"all speed levers: --dynamic dynamic:4:12 --draft-dtype {LEVER_DTYPE} --prompt-lookup, and code "
                         "prompts (one a code-editing prompt) and two HumanEval tuning problems unless --prompts "
                         "is given")
-    for flag, command in MOVED.items():  # nargs="?": --tune=3 is answered the same way
-        p.add_argument(flag, nargs="?", action=_Moved, const=command, default=None, help=argparse.SUPPRESS)
+    for flag in MOVED:  # nargs="?": --tune=3 is answered the same way
+        p.add_argument(flag, nargs="?", action=_Moved, default=None, help=argparse.SUPPRESS)
 
 
 # lab bench's former schedule flags -> the commands that run them now.

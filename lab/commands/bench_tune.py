@@ -75,15 +75,13 @@ def _add_timing_args(p: argparse.ArgumentParser, command: str, *, max_new: int, 
 
 
 def _tuning_prompts(args: argparse.Namespace):
-    """The tuning prompts of ``--humaneval``, refusing the held-back split in one line."""
-    from lab.bench.prompt_split import TUNE_HUMANEVAL, parse_humaneval
+    """The tuning prompts of ``--humaneval`` (:func:`lab.bench.tune.tune_prompts`, which refuses the held-back
+    split in one line); an empty one is refused, not read as the default."""
+    from lab.bench.prompt_split import TUNE_HUMANEVAL
     from lab.bench.tune import tune_prompts
 
     if args.humaneval is not None and not args.humaneval.strip():
         raise ValueError("--humaneval '' is empty: give tuning:N, or drop it for the default " + TUNE_HUMANEVAL)
-    if parse_humaneval(args.humaneval or TUNE_HUMANEVAL)[0] != "tuning":
-        raise ValueError(f"--humaneval {args.humaneval!r}: it times on the tuning split only (the "
-                         "held-back problems certify a choice and are never tuned on)")
     return tune_prompts(args.humaneval or TUNE_HUMANEVAL)
 
 

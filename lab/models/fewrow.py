@@ -97,6 +97,18 @@ class FewRowLinear(torch.nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
 
+def layout_choices() -> dict[tuple, bool]:
+    """The few-row choices this process made (:func:`few_row_pays`), to hand to another process that must decode
+    the same way (:func:`adopt_layout_choices`)."""
+    return dict(_CHOSEN)
+
+
+def adopt_layout_choices(choices: dict[tuple, bool]) -> None:
+    """Take another process's few-row choices (:func:`layout_choices`) as this process's, so that a model of the
+    same layer shapes and thread count loads with the same layout instead of timing it again here."""
+    _CHOSEN.update(choices)
+
+
 def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear) and type(m) in (torch.nn.Linear, FewRowLinear)
             and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"]

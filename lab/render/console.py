@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.segment import Segment
 
+from lab.machine import quiet_loaders
 from lab.safe_text import printable
 
 
@@ -57,18 +58,10 @@ def setup_logging(verbose: bool = False) -> None:
         handlers=[RichHandler(console=stderr_console(), show_path=False, markup=False)],
         force=True,
     )
-    for noisy in ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    quiet_loaders()
     # torch's own default, set by its import; one that failed part-way (`ulimit -v`) never set it,
     # and its exit hooks then logged at INFO after the run's one line
     logging.getLogger("torch").setLevel(logging.WARNING)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def print_report(console: Console, folder: object, note: str = "") -> None:

@@ -44,14 +44,18 @@ def _worker(experiment: Experiment, threads: int, chosen: dict, conn: Any, verbo
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops the workers
     import torch
 
+    import logging
+
+    from lab.machine import quiet_loaders
     from lab.models import fewrow
 
-    _quiet_loaders(verbose)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s")
+    quiet_loaders()  # as the driver's logging set-up: no progress bars or info lines from the loaders
     torch.set_num_threads(threads)
-    fewrow._CHOSEN.update(chosen)
+    fewrow.adopt_layout_choices(chosen)
     try:
         state = experiment.load()
-        conn.send(("ready", None, (experiment.info(state), dict(fewrow._CHOSEN))))
+        conn.send(("ready", None, (experiment.info(state), fewrow.layout_choices())))
     except BaseException as exc:
         conn.send(("failed", None, _sendable(exc)))
         return
@@ -62,23 +66,6 @@ def _worker(experiment: Experiment, threads: int, chosen: dict, conn: Any, verbo
         except BaseException as exc:
             conn.send(("failed", i, _sendable(exc)))
             return
-
-
-def _quiet_loaders(verbose: bool) -> None:
-    """A worker's logging as the driver's (:func:`lab.render.console.setup_logging`, which this layer does not
-    import): the lab's warnings on stderr, no progress bars or info lines from transformers and its hub."""
-    import logging
-
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s")
-    for noisy in ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover - the lab needs transformers to load a model at all
-        pass
 
 
 class ProcessExecutor:

@@ -281,7 +281,7 @@ def test_choose_setup_on_llama_cpp_ignores_torch_tuning_and_has_no_draft_dtype(m
     (["--model", "qwen2.5-coder", "--gammas", "3"], "unrecognized arguments: --gammas"),
     (["--model", "qwen2.5-coder", "--runtime", "llama.cpp"], "unrecognized arguments: --runtime"),
     (["--model", "qwen2.5-coder", "--weights", "q4"], "unrecognized arguments: --weights"),
-    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "--humaneval 'held-back': it times on the tuning split"),
+    (["--model", "qwen2.5-coder", "--humaneval", "held-back"], "--humaneval 'held-back': tuning runs on the tuning split only"),
 ])
 def test_cli_tune_runtime_refuses_what_it_does_not_time_in_one_line(tmp_path, capsys, no_model_loading, built, extra,
                                                                     says):
