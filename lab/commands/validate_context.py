@@ -7,7 +7,7 @@ then judges the chosen measure (:data:`lab.health.context_validity.CHOSEN_RULE`)
 (:data:`lab.health.context_validity.BAR`), the raw candidates, today's health and a length-only
 control beside it. ``--set selection`` fits the chosen measure's heads and length line on the
 lab's own pairs (``--save`` keeps them for the model); the validation and held-back sets are
-judged with the fitted measure. Writes ``<out>/<timestamp>-validate-context-<model>/``.
+judged with the fitted measure (``--save`` keeps the verdict beside it, where ``lab study`` reads it). Writes ``<out>/<timestamp>-validate-context-<model>/``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"score only the first N pairs, {range_text('validate-context', 'limit')} (default: all)")
     p.add_argument("--save", action="store_true",
                    help="with --set selection: keep the fitted measure for this model profile in "
-                        "$LAB_CALIBRATION_DIR/health/context/<profile>.json, read before the packaged one")
+                        "$LAB_CALIBRATION_DIR/health/context/<profile>.json, read before the packaged one; with "
+                        "--set validation or heldback: keep the verdict beside the measure it judged (the study "
+                        "tests H1 only where the validation verdict passes)")
     add_model_args(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _inputs(args: argparse.Namespace):
     """The pairs, the set's name and the fitted measure to judge with (None: fit it here), before any model loads."""
     from lab.health.context_items import load_items
-    from lab.health.context_validity import load_reference
+    from lab.health.context_validity import load_context_measure
     from lab.models.profiles import PROFILES
 
     if args.pairs is not None and args.pair_set is not None:
@@ -61,8 +63,12 @@ def _inputs(args: argparse.Namespace):
         raise ValueError("--pairs '' names no file")
     pair_set = args.pair_set or "validation"
     fitting = args.pairs is None and pair_set == "selection"
-    if args.save and not fitting:
-        raise ValueError("--save keeps a measure fitted on --set selection; drop --save or use --set selection")
+    if args.save and args.pairs is not None:
+        raise ValueError("--save keeps a measure fitted on --set selection, or its verdict on --set validation or "
+                         "heldback; a pairs file's figures stay in its report: drop --save")
+    if args.save and not fitting and args.limit is not None:
+        raise ValueError(f"--save with --limit: a verdict on part of the {pair_set} set is not kept; drop --limit "
+                         "(or --save)")
     if args.model not in PROFILES and (args.save or not fitting):
         raise ValueError(f"--model {args.model!r} is not one of the model profiles ({', '.join(PROFILES)}), and only a "
                          f"profile keeps a fitted context measure: " + ("drop --save" if args.save else
@@ -71,14 +77,13 @@ def _inputs(args: argparse.Namespace):
     items = load_items(path, args.limit)
     if len(items) < 3:
         raise ValueError(f"{path}: {len(items)} pair(s) (after --limit); the figures need at least 3")
-    reference = None
+    measure = None
     if not fitting:
-        found = load_reference(args.model)
-        if found is None:
+        measure = load_context_measure(args.model)
+        if measure is None:
             raise ValueError(f"no fitted context measure for {args.model!r}: run lab validate-context --set selection "
                              f"--model {args.model} --save first")
-        reference = (found[0], str(found[1]))
-    return items, path, ("pairs file" if args.pairs else pair_set), reference
+    return items, path, ("pairs file" if args.pairs else pair_set), measure
 
 
 def _check(items, path: str, reference, new_tokens: int, tokenizer, config: dict | None) -> None:
@@ -129,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.reports import environment, report_dir
 
     # 1. Everything that can be checked before the model loads.
-    items, path, set_name, reference = _inputs(args)
+    items, path, set_name, measure = _inputs(args)
+    reference = None if measure is None else (measure.reference, str(measure.path))
     device = check_model_args(args)
     checked = _check_before_loading(args, items, path, reference)
     err, out = stderr_console(), stdout_console()
@@ -147,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         rd.write_text("summary.md", summary_markdown(v))
     print_report(out, rd.final)
     if args.save:
-        out.print(_save(v.reference, args.model, path, rd.final), markup=False, highlight=False, soft_wrap=True)
+        out.print(_save(v, measure, args.model, path, rd.final), markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -162,17 +168,21 @@ def _check_before_loading(args: argparse.Namespace, items, path: str, reference)
     return True
 
 
-def _save(reference, profile: str, path: str, folder) -> str:
-    """``--save``: the fitted measure to the user's calibration folder; the line saying where, and what it replaces.
+def _save(v, measure, profile: str, path: str, folder) -> str:
+    """``--save``: the fitted measure (``measure`` None: fitted here) or its verdict on this set (kept beside the
+    measure it judged) to the user's calibration folder; the line saying where, and what it replaces.
     A file that cannot be written exits 1 naming it; the report stays."""
-    from lab.health.context_validity import reference_path, save_reference
+    from lab.health.context_validity import reference_path, save_reference, save_verdict
     from lab.reports import ReportWriteError
 
     user, packaged = reference_path(profile, packaged=False), reference_path(profile, packaged=True)
     replaces = ("your earlier fitted measure" if user.is_file() or user.is_symlink() else
                 f"the packaged {packaged}" if packaged.is_file() else None)
+    if measure is not None:
+        replaces = f"its earlier {v.set_name} verdict" if v.set_name in measure.verdicts else None
     try:
-        saved = save_reference(reference, profile, path, folder.name)
+        saved = (save_reference(v.reference, profile, path, folder.name) if measure is None else
+                 save_verdict(measure, v, folder.name))
     except ValueError as exc:
         raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
     except OSError as exc:

@@ -272,8 +272,96 @@ def reference_path(profile: str, *, packaged: bool) -> Path:
     return root / "context" / f"{profile}.json"
 
 
-def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
-    """The model's fitted context measure (the user's file before the packaged one), or None when neither exists.
+@dataclass(frozen=True)
+class ContextVerdict:
+    """A fitted measure's figures on one judged set, kept in its reference file beside it.
+
+    Attributes:
+        set_name: ``validation`` or ``heldback``.
+        items_file: The pairs judged (a packaged set by its ``lab/data/`` name).
+        report: The ``lab validate-context`` report folder the figures come from.
+        figures: The chosen measure's :class:`ValidityFigures` there.
+    """
+
+    set_name: str
+    items_file: str
+    report: str
+    figures: ValidityFigures
+
+    def line(self) -> str:
+        """One line: the verdict with its figures (AUROC, interval, controls, drift, failed bars)."""
+        f = self.figures
+        rho = f"{f.length_rho:+.2f}" if math.isfinite(f.length_rho) else "undefined"
+        head = "passes" if f.passes else f"fails ({'; '.join(f.failed)})"
+        return (f"{f.measure} {head} on {f.n_pairs} {self.set_name} pairs ({self.items_file}): AUROC {f.auroc:.2f} "
+                f"[{f.ci_low:.2f}, {f.ci_high:.2f}], length-only {f.length_auroc:.2f}, placebo {f.placebo_auroc:.2f}, "
+                f"rho(length) {rho}; report {self.report}")
+
+    def to_json(self) -> dict:
+        f = self.figures
+        return {"items_file": self.items_file, "report": self.report, "n_pairs": f.n_pairs, "auroc": f.auroc,
+                "ci_low": f.ci_low, "ci_high": f.ci_high, "length_auroc": f.length_auroc,
+                "placebo_auroc": f.placebo_auroc, "length_rho": f.length_rho if math.isfinite(f.length_rho) else None,
+                "end_share": f.end_share, "failed": list(f.failed)}
+
+    @classmethod
+    def from_json(cls, set_name: str, data: dict) -> "ContextVerdict":
+        rho = data["length_rho"]
+        figures = ValidityFigures(measure=CHOSEN, direction=1, n_pairs=int(data["n_pairs"]),
+                                  auroc=float(data["auroc"]), ci_low=float(data["ci_low"]),
+                                  ci_high=float(data["ci_high"]), length_auroc=float(data["length_auroc"]),
+                                  placebo_auroc=float(data["placebo_auroc"]),
+                                  length_rho=math.nan if rho is None else float(rho),
+                                  end_share=float(data["end_share"]), failed=tuple(data["failed"]))
+        return cls(set_name=set_name, items_file=str(data["items_file"]), report=str(data["report"]), figures=figures)
+
+
+VERDICT_SETS = ("validation", "heldback")  # the judged sets a reference file keeps
+
+
+@dataclass(frozen=True)
+class ContextMeasure:
+    """A model's fitted context measure as read from its file, with the verdicts kept beside it.
+
+    Attributes:
+        profile: The model profile.
+        reference: The heads and length line.
+        path: The file read (the user's before the packaged one).
+        selection_file, selection_report: Where it was fitted.
+        verdicts: By set name (:data:`VERDICT_SETS`), those judged and saved.
+    """
+
+    profile: str
+    reference: HeadReference
+    path: Path
+    selection_file: str
+    selection_report: str
+    verdicts: dict[str, ContextVerdict] = field(default_factory=dict)
+
+    def unmeasurable(self) -> str | None:
+        """Why the measure may not stand for the context on this model (the study's H1 gate), or None when
+        it passed the bar on the validation set; the reason names the record's figures."""
+        v = self.verdicts.get("validation")
+        if v is None:
+            return (f"{CHOSEN} has no validation record for {self.profile} in {self.path} (run lab validate-context "
+                    f"--model {self.profile} --set validation --save)")
+        if v.figures.passes:
+            return None
+        return f"{CHOSEN} does not read the context on {self.profile}: it {v.line().split(' ', 1)[1]}"
+
+
+def _relative(path: str) -> str:
+    """A packaged data file by its ``lab/data/`` name, any other path as given."""
+    from importlib import resources
+
+    data = Path(str(resources.files("lab"))) / "data"
+    p = Path(path)
+    return f"lab/data/{p.name}" if p.parent.resolve() == data.resolve() else path
+
+
+def load_context_measure(profile: str) -> ContextMeasure | None:
+    """The model's fitted context measure and its saved verdicts (the user's file before the packaged one),
+    or None when neither exists.
 
     Raises:
         FileSchemaError: the file read is not a valid reference (one line naming it), or was fitted for
@@ -291,13 +379,27 @@ def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
         raise FileSchemaError(path, CONTEXT_REFERENCE_KIND, f"fitted for {data['profile']!r}, not {profile!r} "
                               f"(a copied file? fit it with lab validate-context --set selection --model {profile} "
                               "--save)")
-    return HeadReference(heads=tuple((int(a), int(b)) for a, b in data["heads"]), intercept=float(data["intercept"]),
-                         slope=float(data["slope"]), n_pairs=int(data["n_pairs"]),
-                         loo_auroc=float(data["loo_auroc"])), path
+    ref = HeadReference(heads=tuple((int(a), int(b)) for a, b in data["heads"]), intercept=float(data["intercept"]),
+                        slope=float(data["slope"]), n_pairs=int(data["n_pairs"]), loo_auroc=float(data["loo_auroc"]))
+    verdicts = {name: ContextVerdict.from_json(name, data[name]) for name in VERDICT_SETS if name in data}
+    return ContextMeasure(profile=profile, reference=ref, path=Path(path), selection_file=str(data["selection_file"]),
+                          selection_report=str(data["report"]), verdicts=verdicts)
 
 
-def save_reference(ref: HeadReference, profile: str, selection_file: str, report: str) -> Path:
-    """Write ``ref`` atomically to the user's :func:`reference_path`, checked by the schema that reads it.
+def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
+    """The model's fitted context measure and the file it came from (:func:`load_context_measure`), or None.
+
+    Raises:
+        FileSchemaError: as :func:`load_context_measure`.
+    """
+    found = load_context_measure(profile)
+    return None if found is None else (found.reference, found.path)
+
+
+def save_reference(ref: HeadReference, profile: str, selection_file: str, report: str,
+                   verdicts: Sequence[ContextVerdict] = ()) -> Path:
+    """Write ``ref`` (and the ``verdicts`` judged with it) atomically to the user's :func:`reference_path`,
+    checked by the schema that reads it.
 
     Raises:
         FileSchemaError: a reference the lab would refuse to read back (nothing written).
@@ -309,12 +411,32 @@ def save_reference(ref: HeadReference, profile: str, selection_file: str, report
 
     path = reference_path(profile, packaged=False)
     data = {"profile": profile, "measure": CHOSEN, "heads": [list(h) for h in ref.heads], "intercept": ref.intercept,
-            "slope": ref.slope, "n_pairs": ref.n_pairs, "loo_auroc": ref.loo_auroc, "selection_file": selection_file,
-            "report": report}
+            "slope": ref.slope, "n_pairs": ref.n_pairs, "loo_auroc": ref.loo_auroc,
+            "selection_file": _relative(selection_file), "report": report,
+            **{v.set_name: v.to_json() for v in verdicts}}
     validate(data, CONTEXT_REFERENCE_SCHEMA, path=path, kind=CONTEXT_REFERENCE_KIND)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, data)
     return path
+
+
+def save_verdict(measure: ContextMeasure, validation: "ContextValidation", report: str) -> Path:
+    """Keep ``validation``'s figures beside the measure it judged: the measure's file, with this set's verdict
+    added (an earlier one of the same set replaced), written to the user's :func:`reference_path`.
+
+    Raises:
+        ValueError: ``validation`` is not of a set in :data:`VERDICT_SETS`, or was judged with another measure.
+        FileSchemaError, OSError: as :func:`save_reference`.
+    """
+    if validation.set_name not in VERDICT_SETS:
+        raise ValueError(f"only the packaged sets' verdicts ({', '.join(VERDICT_SETS)}) are kept, not "
+                         f"{validation.set_name!r}")
+    if validation.reference != measure.reference:
+        raise ValueError(f"the figures were judged with another fitted measure than {measure.path}")
+    verdict = ContextVerdict(set_name=validation.set_name, items_file=_relative(validation.items_file), report=report,
+                             figures=validation.chosen)
+    kept = [v for name, v in measure.verdicts.items() if name != verdict.set_name] + [verdict]
+    return save_reference(measure.reference, measure.profile, measure.selection_file, measure.selection_report, kept)
 
 
 @dataclass(frozen=True)

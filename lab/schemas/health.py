@@ -148,7 +148,26 @@ CONTEXT_REFERENCE_SCHEMA: dict[str, Any] = {
         "loo_auroc": {"type": "number", "minimum": 0, "maximum": 1},
         "selection_file": _TEXT,
         "report": _TEXT,
+        "validation": {"$ref": "#/$defs/verdict"},
+        "heldback": {"$ref": "#/$defs/verdict"},
     },
+    # A judged set's figures (lab.health.context_validity.ContextVerdict), written by
+    # `lab validate-context --set validation|heldback --save` beside the measure they judged.
+    "$defs": {"verdict": {
+        "type": "object",
+        "required": ["items_file", "report", "n_pairs", "auroc", "ci_low", "ci_high", "length_auroc",
+                     "placebo_auroc", "length_rho", "end_share", "failed"],
+        "additionalProperties": False,
+        "properties": {
+            "items_file": _TEXT,
+            "report": _TEXT,
+            "n_pairs": {**_COUNT, "minimum": 3},
+            **{k: {"type": "number", "minimum": 0, "maximum": 1}
+               for k in ("auroc", "ci_low", "ci_high", "length_auroc", "placebo_auroc", "end_share")},
+            "length_rho": {"type": ["number", "null"], "minimum": -1, "maximum": 1},
+            "failed": {"type": "array", "maxItems": 16, "items": _TEXT},
+        },
+    }},
 }
 
 

@@ -61,11 +61,12 @@ def test_validate_context_fits_on_selection_saves_and_judges_a_pairs_file_with_i
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["--set", "validation", "--save"], "--save keeps a measure fitted on --set selection"),
+    (["--pairs", "x.jsonl", "--save"], "a pairs file's figures stay in its report"),
+    (["--set", "validation", "--save", "--limit", "5"], "a verdict on part of the validation set is not kept"),
     (["--set", "selection", "--save", "--model", "./somewhere"], "not one"),
     (["--new-tokens", "1"], r"--new-tokens=1 must be in \[2,"),
     (["--set", "validation", "--model", "smollm2"], "no fitted context measure|validate-context"),
-], ids=["save-not-selection", "save-not-profile", "one-token", "no-reference"])
+], ids=["save-pairs-file", "save-verdict-limit", "save-not-profile", "one-token", "no-reference"])
 def test_validate_context_refuses_bad_arguments_before_any_model_loads(argv, match, no_model_loading, tmp_path,
                                                                        monkeypatch, capsys):
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
@@ -104,3 +105,72 @@ def test_packaged_smollm2_context_reference_reads_and_names_heads_inside_the_mod
     assert path == reference_path("smollm2", packaged=True)
     assert len(ref.heads) == HEADS and all(0 <= layer < 30 and 0 <= head < 9 for layer, head in ref.heads)
     assert json.loads(path.read_text())["selection_file"] == "lab/data/context_selection.jsonl"
+
+
+def _validation(ref, set_name="validation", auroc=0.8):
+    from lab.health.context_validity import ContextValidation, ValidityFigures
+
+    fig = ValidityFigures(measure="lookback_heads", direction=1, n_pairs=160, auroc=auroc, ci_low=auroc - 0.07,
+                          ci_high=auroc + 0.07, length_auroc=0.5, placebo_auroc=0.5, length_rho=0.01, end_share=0.0,
+                          failed=() if auroc >= 0.75 else (f"AUROC {auroc:.2f} < 0.75",))
+    return ContextValidation(profile="smollm2", set_name=set_name, items_file="/x/context_validation.jsonl",
+                             reference=ref, reference_from="packaged", chosen=fig, others=(), rows=())
+
+
+def test_packaged_context_measures_carry_their_verdicts_and_the_study_gate_reads_them(tmp_path, monkeypatch):
+    """SmolLM2's measure failed the validation set (AUROC 0.73): the gate names the figures; the pair's passed."""
+    from lab.health.context_validity import load_context_measure
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    small, pair = load_context_measure("smollm2"), load_context_measure("qwen2.5-coder")
+    assert set(small.verdicts) == set(pair.verdicts) == {"validation", "heldback"}
+    reason = small.unmeasurable()
+    assert "AUROC 0.73 < 0.75" in reason and "160 validation pairs" in reason and "lab/data/context_validation" in reason
+    assert pair.unmeasurable() is None and pair.verdicts["heldback"].figures.passes
+
+
+def test_save_verdict_keeps_the_figures_beside_the_measure_and_a_new_fit_drops_them(tmp_path, monkeypatch):
+    from lab.health.context_validity import load_context_measure, save_reference, save_verdict
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    packaged = load_context_measure("smollm2")
+    path = save_verdict(packaged, _validation(packaged.reference, auroc=0.8), "R1")
+    mine = load_context_measure("smollm2")
+    assert mine.path == path and mine.reference == packaged.reference and mine.unmeasurable() is None
+    assert mine.verdicts["validation"].report == "R1" and mine.verdicts["heldback"] == packaged.verdicts["heldback"]
+    save_verdict(mine, _validation(mine.reference, auroc=0.6), "R2")  # the same set again: replaced
+    again = load_context_measure("smollm2")
+    assert again.verdicts["validation"].report == "R2" and "AUROC 0.60 < 0.75" in again.unmeasurable()
+    save_reference(again.reference, "smollm2", "lab/data/context_selection.jsonl", "R3")  # a new fit: no verdict
+    assert "no validation record" in load_context_measure("smollm2").unmeasurable()
+
+
+def test_save_verdict_refuses_a_pairs_file_and_figures_of_another_measure(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from lab.health.context_validity import load_context_measure, save_verdict
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    m = load_context_measure("smollm2")
+    with pytest.raises(ValueError, match="only the packaged sets"):
+        save_verdict(m, _validation(m.reference, set_name="pairs file"), "R")
+    with pytest.raises(ValueError, match="another fitted measure"):
+        save_verdict(m, _validation(replace(m.reference, slope=0.0)), "R")
+    assert not reference_path("smollm2", packaged=False).exists()
+
+
+@pytest.mark.parametrize("edit", [{"auroc": 2.0}, {"failed": "AUROC"}, {"extra": 1}, {"n_pairs": 1}],
+                         ids=["auroc-above-1", "failed-not-list", "unknown-field", "too-few-pairs"])
+def test_a_hostile_verdict_in_the_users_reference_is_refused_in_one_line(edit, tmp_path, monkeypatch):
+    from lab.health.context_validity import load_context_measure
+    from lab.schemas import FileSchemaError
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    data = json.loads(reference_path("smollm2", packaged=True).read_text())
+    data["validation"].update(edit)
+    user = reference_path("smollm2", packaged=False)
+    user.parent.mkdir(parents=True)
+    user.write_text(json.dumps(data))
+    with pytest.raises(FileSchemaError) as exc:
+        load_context_measure("smollm2")
+    assert str(user) in str(exc.value) and "\n" not in str(exc.value)
