@@ -9,6 +9,10 @@ the structure the study's data have (every standard deviation is a named constan
 
 * context health and mean decode entropy carry a random effect of the question, shared
   by a triple, and both drift with log prompt length (which H1 holds fixed);
+* H1's context measure ``lookback_heads`` exists for the twins only (NaN for a clean prompt, as
+  the study records it), with a question effect shared by a question's two twins and a drift
+  with log length; it is drawn from a generator of its own (``[seed, 1]``), so the draws of
+  every other column are those of the study without it;
 * per-prompt alpha carries a question effect and a prompt effect; the tested drafted
   tokens (:data:`TOKENS_PER_PROMPT`, as the study's 24 new tokens at gamma 2 give) draw
   acceptance from the prompt's alpha, and their draft entropies share a prompt level,
@@ -53,13 +57,18 @@ DRAFT_ENTROPY_MEAN = 2.0  # a prompt's draft entropy level, mean over prompts (b
 SUBWORD_QUESTION_SD = 0.3  # H5: a question's words shift initial - continuation (mean 0)
 WORDS_PER_DECODE = 10
 DECODE_TOKEN_SD = 1.0  # a decoded token's entropy about its prompt's mean entropy (bits)
+# H1's lookback_heads (twins only): a question's two twins correlate at about 0.5; it drifts with length a
+# little (the measure is referenced to length, the study's twins' lengths vary with their distractor)
+LOOKBACK_QUESTION_SD, LOOKBACK_PROMPT_SD = 0.05, 0.05
+LOOKBACK_PER_LOG_LENGTH = -0.01
 
 
 @dataclass(frozen=True)
 class Plant:
     """Effects to plant (0: none), each positive in the direction its hypothesis predicts. Units:
 
-    * ``h1``: the partial Pearson correlation of health and entropy given length (planted negative);
+    * ``h1``: the partial Pearson correlation of ``lookback_heads`` and entropy given length among the twins
+      (planted negative; clean prompts carry no value and no plant);
     * ``h2``: the point-biserial r of draft entropy and acceptance over all tested tokens (planted
       negative), by a drop in acceptance probability with a token's draft entropy about its prompt's
       level (:func:`draft_entropy_slope`);
@@ -81,11 +90,14 @@ class Plant:
     h6c: float = 0.0
 
 
-def study_prompts() -> list[dict[str, Any]]:
-    """The embedded prompt set's rows: id, category, variant, twin_of, n_prompt_tokens (about 1.3 tokens
-    a word of the messages plus 20 for the chat template)."""
+def study_prompts(path: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """A prompt set's rows (default: the embedded set; ``limit`` selects as ``lab study --limit``): id,
+    category, variant, twin_of, n_prompt_tokens (about 1.3 tokens a word of the messages plus 20 for the chat
+    template)."""
+    from lab.prompts import select_prompts
+
     out = []
-    for p in load_prompts():
+    for p in select_prompts(load_prompts(path), limit):
         words = sum(len(m["content"].split()) for m in p.messages)
         out.append({"id": p.id, "category": p.category, "variant": p.variant, "twin_of": p.twin_of,
                     "n_prompt_tokens": int(round(1.3 * words + 20))})
@@ -223,7 +235,20 @@ def subword_shift_bits(r: float) -> float:
     return float(brentq(gap, -10.0, 10.0))
 
 
-def simulate_study(seed: int, plant: Plant = Plant(), subset: frozenset[str] | None = None, *, decodes: bool = True
+def pair_design_prompts() -> tuple[dict[str, Any], ...]:
+    """The rows of the pair's study design: ``--limit 344`` of the power set (172 clean prompts, 86 twin pairs)."""
+    return _pair_prompts()
+
+
+@functools.cache
+def _pair_prompts() -> tuple[dict[str, Any], ...]:
+    from importlib import resources
+
+    return tuple(study_prompts(str(resources.files("lab") / "data" / "prompts_power.jsonl"), 344))
+
+
+def simulate_study(seed: int, plant: Plant = Plant(), subset: frozenset[str] | None = None, *, decodes: bool = True,
+                   prompts: tuple[dict[str, Any], ...] | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, list]]]:
     """One simulated study: ``(per_prompt rows, per_token rows, decodes)`` for :func:`lab.analysis.study.analyze`.
 
@@ -232,18 +257,21 @@ def simulate_study(seed: int, plant: Plant = Plant(), subset: frozenset[str] | N
         plant: Effects to plant.
         subset: H6's temperature subset; ``None``: :func:`h6_subset`.
         decodes: Draw the decodes (H5); ``False`` leaves them empty (faster, for checks of other tests).
+        prompts: The design's rows (:func:`study_prompts`); ``None``: the embedded set's.
     """
     rng = np.random.default_rng(seed)
-    prompts = _prompts()
+    prompts = _prompts() if prompts is None else prompts
     subset = h6_subset() if subset is None else subset
     questions = sorted({p["twin_of"] or p["id"] for p in prompts})
     qi = {q: i for i, q in enumerate(questions)}
     nq = len(questions)
     q_health, q_entropy = rng.normal(0, HEALTH_QUESTION_SD, nq), rng.normal(0, ENTROPY_QUESTION_SD, nq)
+    rng_lb = np.random.default_rng([seed, 1])  # H1's measure: its own draws, the other columns' unchanged
+    q_lookback, lookback_sd = rng_lb.normal(0, LOOKBACK_QUESTION_SD, nq), math.hypot(LOOKBACK_QUESTION_SD,
+                                                                                     LOOKBACK_PROMPT_SD)
     q_alpha, q_subword = rng.normal(0, ALPHA_QUESTION_SD, nq), rng.normal(0, SUBWORD_QUESTION_SD, nq)
     logn = np.log([p["n_prompt_tokens"] for p in prompts])
     z = (logn - logn.mean()) / logn.std()
-    health_sd = math.hypot(HEALTH_QUESTION_SD, HEALTH_PROMPT_SD)
     entropy_sd = math.hypot(ENTROPY_QUESTION_SD, ENTROPY_PROMPT_SD)
     pair_sd = math.sqrt(2) * HEALTH_PROMPT_SD, math.sqrt(2) * ENTROPY_PROMPT_SD
     alpha_sd = math.hypot(ALPHA_QUESTION_SD, ALPHA_PROMPT_SD)
@@ -262,10 +290,13 @@ def simulate_study(seed: int, plant: Plant = Plant(), subset: frozenset[str] | N
         in_subset = p["id"] in subset
         health_dev = q_health[q] + rng.normal(0, HEALTH_PROMPT_SD)
         health = 5 + health_dev + HEALTH_PER_LOG_LENGTH * z[k] - (plant.h4 * pair_sd[0] if poisoned else 0)
-        # H1: entropy = ... + beta * health_dev with beta for partial correlation plant.h1 given length
-        beta = -plant.h1 / math.sqrt(max(1e-12, 1 - plant.h1 ** 2)) * entropy_sd / health_sd
+        twin = p["variant"] != "clean"
+        lookback_dev = q_lookback[q] + rng_lb.normal(0, LOOKBACK_PROMPT_SD) if twin else 0.0
+        lookback = 0.5 + lookback_dev + LOOKBACK_PER_LOG_LENGTH * z[k] if twin else math.nan
+        # H1: a twin's entropy = ... + beta * lookback_dev, beta for partial correlation plant.h1 given length
+        beta = -plant.h1 / math.sqrt(max(1e-12, 1 - plant.h1 ** 2)) * entropy_sd / lookback_sd
         entropy = (ENTROPY_MEAN + q_entropy[q] + rng.normal(0, ENTROPY_PROMPT_SD) + ENTROPY_PER_LOG_LENGTH * z[k]
-                   + beta * health_dev + (plant.h4 * pair_sd[1] if poisoned else 0))
+                   + beta * lookback_dev + (plant.h4 * pair_sd[1] if poisoned else 0))
         a_mean = float(np.clip(ALPHA_MEAN + q_alpha[q] + rng.normal(0, ALPHA_PROMPT_SD)
                                + category[p["category"]] * (h3_sd + (h6c_sd if in_subset else 0.0)), 0.05, 0.95))
         m = int(rng.integers(TOKENS_PER_PROMPT[0], TOKENS_PER_PROMPT[1] + 1))
@@ -274,7 +305,8 @@ def simulate_study(seed: int, plant: Plant = Plant(), subset: frozenset[str] | N
         a_main = a_mean + (shifts[1.0] if in_subset else 0.0)
         prob = np.clip(a_main - slope * (draft_h - level), 0.02, 0.98)
         accepted = rng.random(m) < prob
-        row = {**p, "context_health": float(health), "mean_entropy_bits": float(entropy),
+        row = {**p, "context_health": float(health), "lookback_heads": float(lookback),
+               "mean_entropy_bits": float(entropy),
                "alpha": float(accepted.mean())}
         if in_subset:
             for t, col in zip(DESIGN_TEMPERATURES, H6_COLUMNS):

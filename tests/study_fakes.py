@@ -9,6 +9,7 @@ repository root without pytest.
 
 from __future__ import annotations
 
+
 import os
 import re
 import subprocess
@@ -54,6 +55,13 @@ def _counts(tokens: tuple[DraftedToken, ...]) -> dict[str, Any]:
             "alpha": n_accepted / len(tokens)}
 
 
+def _lookback(prompt: Any, health: float) -> dict[str, Any]:
+    """H1's measure as the study records it: a twin's from its health, a clean prompt's None (no span)."""
+    if prompt.variant == "clean":
+        return {"lookback_heads": None, "n_context_tokens": None}
+    return {"lookback_heads": health / 10 - 0.5, "n_context_tokens": 12}
+
+
 class FakeRunner:
     """Deterministic per-prompt numbers derived from the prompt's seed; records calls.
 
@@ -79,7 +87,7 @@ class FakeRunner:
                         position0_share=0.5, n_content_sinks=0, mean_entropy_bits=3 - 0.2 * health + u,
                         max_entropy_bits=6.0, var_entropy_bits=1.0, mean_varentropy_bits2=2.0, n_new_tokens=8,
                         tau=1.5, n_rounds=3, prefill_s=0.0, decode_s=0.0, speculative_s=0.0, text="fake",
-                        **_counts(tokens))
+                        **_lookback(prompt, health), **_counts(tokens))
         return PromptOutcome(row=row, tokens=tokens)
 
 
@@ -103,7 +111,7 @@ class FakeRunnerWithDecode:
                         mean_entropy_bits=3 - 0.2 * health + u, max_entropy_bits=6.0, var_entropy_bits=1.0,
                         mean_varentropy_bits2=2.0, n_new_tokens=12, tau=1.5, n_rounds=4, prefill_s=0.0, decode_s=0.0,
                         speculative_s=0.0, text="fake", initial_entropy_bits=1.0, continuation_entropy_bits=0.5,
-                        n_multi_token_words=4, **_counts(tokens))
+                        n_multi_token_words=4, **_lookback(prompt, health), **_counts(tokens))
         return PromptOutcome(row=row, tokens=tokens, decode=TrackedDecode(ent, word))
 
     def alpha_at(self, prompt: Any, temperature: float) -> float:

@@ -35,10 +35,12 @@ INCONCLUSIVE = "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
 
 HYPOTHESES = {
-    "H1": "Prompts with lower context health have higher mean decode entropy at equal prompt length "
-          "(partial Spearman rho(context health, mean entropy | log prompt tokens) < 0).",
-    "H1c": "Among clean prompts, lower context health goes with higher mean decode entropy at equal prompt length "
-           "(partial Spearman rho(context health, mean entropy | log prompt tokens) < 0, clean prompts only).",
+    "H1": "Among prompts with a context (the twins' added text), those whose decode reads the context less for its "
+          "length have higher mean decode entropy at equal prompt length (partial Spearman rho(lookback_heads, "
+          "mean entropy | log prompt tokens) < 0).",
+    "H1c": "Among the neutral twins (added text that is not a distractor), a lower lookback_heads goes with higher "
+           "mean decode entropy at equal prompt length (partial Spearman rho(lookback_heads, mean entropy | log "
+           "prompt tokens) < 0, neutral twins only).",
     "H2": "Drafted tokens with higher draft entropy are accepted less often "
           "(point-biserial r(draft entropy, accepted) < 0).",
     "H3": "The acceptance rate alpha differs between prompt categories "

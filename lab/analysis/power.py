@@ -147,6 +147,11 @@ def power_summary(result: Any, m: int, alpha: float, power: float = POWER) -> di
     if name == "spearman_rho" and n > 3:
         min_det, needed = spearman_min_effect(n, a, power), spearman_n_needed(s, a, power)
     elif name == "partial_spearman_rho" and n > 4:
+        # H1's prompts cluster in questions (a question's two twins): power is stated on the questions, never
+        # on more units than carry independent information (conservative where twins differ within a question)
+        n_units = int(result.details.get("n_clusters", n))
+        if 4 < n_units < n:
+            n, unit = n_units, "questions"
         min_det, needed = partial_spearman_min_effect(n, a, power), partial_spearman_n_needed(s, a, power)
     elif name == "rank_biserial_r" and n >= 1:
         unit = "pairs" if result.name.startswith("H4") else "prompts"

@@ -27,13 +27,13 @@ class StudyAnalysis:
             each has ``details["power"]`` (:func:`lab.analysis.power.power_summary`); H1 and
             H1c have ``details["placebo"]`` (:func:`lab.analysis.placebo.placebo_check`).
         acceptance_bins: :func:`binned_acceptance` of tested draft tokens.
-        health_entropy_fit: :func:`linear_fit_band` of mean entropy on health (all prompts).
+        health_entropy_fit: :func:`linear_fit_band` of mean entropy on H1's context measure (H1's prompts).
         categories: Per category: n, median alpha, median mean-entropy (clean prompts).
         pairs: Twin triples (:func:`twin_triples`): clean, poisoned, neutral and their numbers.
         distractor_tables: H4a's and H4b's poisoned - neutral per distractor text and pooled with the
             distractor as a random effect (:func:`lab.analysis.distractors.h4_distractor_tables`; secondary,
             outside the Holm family).
-        length_drift: Context health's drift with prompt length within each variant and category
+        length_drift: H1's context measure's drift with prompt length within each variant and category
             (:func:`lab.analysis.length_drift.length_drift`); a drifting group makes H1/H1c untestable.
     """
 
@@ -79,10 +79,13 @@ def question_of(row: Mapping[str, Any]) -> str:
     return str(row.get("twin_of") or row["id"])
 
 
+H1_MEASURE = "lookback_heads"  # H1's context measure (lab.health.context_validity.CHOSEN), NaN without a span
+
+
 def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: int) -> TestResult:
-    """H1 / H1c on ``rows``, with the placebo-health control in ``details["placebo"]``; a placebo that
+    """H1 / H1c on ``rows``, with the placebo control in ``details["placebo"]``; a placebo that
     rejects makes the verdict inconclusive (``control_rejects``, as H5's control)."""
-    x, y, n = ([r[k] for r in rows] for k in ("context_health", "mean_entropy_bits", "n_prompt_tokens"))
+    x, y, n = ([r[k] for r in rows] for k in (H1_MEASURE, "mean_entropy_bits", "n_prompt_tokens"))
     q = [question_of(r) for r in rows]
     res = partial_correlation_test(x, y, n, name=name, predicted_sign=-1, seed=seed, n_resamples=n_resamples,
                                    clusters=q)
@@ -91,14 +94,15 @@ def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: in
     if placebo["passes"] is False:
         res.details["control_rejects"] = True
         res = replace(res, note="; ".join(part for part in (res.note, (
-            f"placebo control FAILED: health of length-matched prompts of other questions also correlates with "
+            f"placebo control FAILED: the context measure of length-matched prompts of other questions also "
+            f"correlates with "
             f"entropy (partial rho {placebo['rho']:.3f}, p {placebo['p_value']:.3g}), so the test does not read "
             "this prompt's context here")) if part))
     return res
 
 
 def _untestable_health(measured: TestResult, reason: str) -> TestResult:
-    """H1 / H1c when context health fails on independent text: untested, saying why, the figures kept."""
+    """H1 / H1c when the context measure fails on independent text: untested, saying why, the figures kept."""
     res = untested_result(measured.name, measured.test, measured.effect_name, measured.n, measured.predicted_sign,
                           measured.smallest_effect, f"untestable on this model: {reason}")
     res.details.update({k: v for k, v in measured.details.items() if k != "control_rejects"})
@@ -110,7 +114,7 @@ def _untestable_health(measured: TestResult, reason: str) -> TestResult:
 def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping[str, Any]], *, seed: int = 0,
             n_resamples: int = N_RESAMPLES, n_bins: int = 8,
             decodes: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
-            health_unmeasurable: str | None = None, distractors: Mapping[str, str] | None = None) -> StudyAnalysis:
+            context_unmeasurable: str | None = None, distractors: Mapping[str, str] | None = None) -> StudyAnalysis:
     """Run H1-H6c on the study's tables and judge them together (one Holm family).
 
     The study passes its records as their columns (``lab.study.outcome.PromptRow.as_columns()``,
@@ -132,10 +136,11 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         decodes: Per prompt id, the tracked decode's ``entropy_bits`` and ``word``
             labels (H5); ``None`` or empty leaves H5 untested. H6 reads the
             ``alpha_t*`` columns of ``per_prompt`` (clean prompts of the subset).
-        health_unmeasurable: Why context health does not read the context on this model
-            (:func:`lab.health.validation.health_unmeasurable`); H1 and H1c are then untested with
-            that reason, their figures as measured kept in ``details["as_measured"]``, and out of the
-            Holm family. Without it, a drift of health with length within a variant or a category
+        context_unmeasurable: Why H1's context measure (``lookback_heads``, a twin's added text as its
+            span) does not read the context on this model
+            (:meth:`lab.health.context_validity.ContextMeasure.unmeasurable`); H1 and H1c are then untested
+            with that reason, their figures as measured kept in ``details["as_measured"]``, and out of the
+            Holm family. Without it, a drift of the measure with length within a variant
             (:attr:`StudyAnalysis.length_drift`) untests them in the same way.
         distractors: Poisoned prompt id -> the label of its distractor text, for H4a's and H4b's
             per-distractor table and random-effect test (``distractor_tables``); ``None`` or empty
@@ -145,12 +150,12 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         A :class:`StudyAnalysis`.
     """
     rows = list(per_prompt)
-    h1_rows = [r for r in rows if _finite(r.get("context_health"), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
+    h1_rows = [r for r in rows if _finite(r.get(H1_MEASURE), r.get("mean_entropy_bits"), r.get("n_prompt_tokens"))]
     h1 = _h1(h1_rows, "H1", seed, n_resamples)
-    h1c = _h1([r for r in h1_rows if r.get("variant", "clean") == "clean"], "H1c", seed, n_resamples)
-    drift = length_drift([r["context_health"] for r in h1_rows], [r["n_prompt_tokens"] for r in h1_rows],
+    h1c = _h1([r for r in h1_rows if r.get("variant") == "neutral"], "H1c", seed, n_resamples)
+    drift = length_drift([r[H1_MEASURE] for r in h1_rows], [r["n_prompt_tokens"] for r in h1_rows],
                          [r.get("variant", "clean") for r in h1_rows], [r["category"] for r in h1_rows])
-    reason = health_unmeasurable or drift.reason()
+    reason = context_unmeasurable or drift.reason()
     if reason:
         h1, h1c = (_untestable_health(t, reason) for t in (h1, h1c))
 
@@ -186,7 +191,7 @@ def analyze(per_prompt: Sequence[Mapping[str, Any]], per_token: Sequence[Mapping
         tests=judge_with_power([h1, h1c, h2, h3, h4a, h4b, h5, h6, h6c]),
         acceptance_bins=binned_acceptance([t["draft_entropy_bits"] for t in toks],
                                           [bool(t["accepted"]) for t in toks], n_bins=n_bins),
-        health_entropy_fit=linear_fit_band([r["context_health"] for r in h1_rows],
+        health_entropy_fit=linear_fit_band([r[H1_MEASURE] for r in h1_rows],
                                            [r["mean_entropy_bits"] for r in h1_rows]),
         categories=categories,
         pairs=pairs,

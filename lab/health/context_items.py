@@ -203,3 +203,38 @@ def score_items(model: Any, tokenizer: Any, eos: frozenset[int], items: Sequence
                               health=health) for ctx in (item.relevant, item.irrelevant)]
         out.append(ItemScores(item.id, item.package, *sides))
     return out
+
+
+def twin_lookback(model: Any, tokenizer: Any, eos: frozenset[int], twin: Any, clean: Any, reference: Any,
+                  n_tokens: int) -> tuple[float, int]:
+    """The fitted context measure of a study twin, its added text as the context span: ``(value, span tokens)``.
+
+    Scored as a validation prompt is (:func:`score_prompt`): the twin's ``n_tokens`` greedy continuation
+    and the teacher-forced pass that reads the per-head lookback ratios, both with eager attention
+    (switched on for the call, :func:`lab.health.reliance.eager_attention`), then
+    :meth:`lab.health.context_validity.HeadReference.score`.
+
+    Args:
+        model, tokenizer: The study's target and its fast tokenizer.
+        eos: Ids that end the continuation.
+        twin, clean: A poisoned or neutral :class:`~lab.prompts.StudyPrompt` and its clean prompt.
+        reference: The model's :class:`~lab.health.context_validity.HeadReference`.
+        n_tokens: The continuation's budget (the validation's ``--new-tokens``).
+
+    Raises:
+        ValueError: the added text's span cannot be located exactly (named by the twin's id), or a kept
+            head outside the model.
+    """
+    import torch
+
+    from lab.health.reliance import eager_attention, lookback_per_head
+    from lab.intervene.masks import twin_prompt_ids
+    from lab.intervene.score import greedy_continuation
+
+    ids, span = twin_prompt_ids(tokenizer, twin, clean)
+    with torch.inference_mode(), eager_attention(model):
+        continuation = greedy_continuation(model, ids, n_tokens, eos)
+        if continuation.numel() < 2:  # an answer that ends at once: its first two tokens, as score_prompt
+            continuation = greedy_continuation(model, ids, 2)
+        per_head = lookback_per_head(model, ids, span, continuation)
+    return reference.score(per_head, len(span)), len(span)

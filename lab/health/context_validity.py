@@ -164,6 +164,7 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
 
 # --- the chosen measure: lookback heads, referenced to length ------------------------------------------------
 
+NEW_TOKENS = 24  # the greedy continuation each prompt is scored on (validate-context's --new-tokens default)
 HEADS = 8  # heads kept; fixed before validation (leave-one-out on the selection set: 0.80 at 8, 0.83 at 4, 0.82 at 16)
 CHOSEN = "lookback_heads"
 CHOSEN_RULE = (f"the Lookback-Lens ratio (Chuang et al. 2024) averaged over the {HEADS} (layer, head) pairs with the "

@@ -172,12 +172,62 @@ def _layer_ratios(model: Any, span: AddedSpan, n_prompt: int, n_decode: int, out
             handle.remove()
 
 
+@contextmanager
+def eager_attention(model: Any) -> Iterator[Any]:
+    """While open, ``model`` runs transformers' eager attention (the path that returns attention probabilities);
+    its own implementation is restored on exit, error or not.
+
+    Raises:
+        ValueError: the model cannot switch (no ``set_attn_implementation``) or refuses eager.
+    """
+    original = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if original == "eager":
+        yield model
+        return
+    if not callable(getattr(model, "set_attn_implementation", None)):
+        raise ValueError(f"{type(model).__name__} cannot switch to eager attention (no set_attn_implementation)")
+    model.set_attn_implementation("eager")
+    try:
+        check_eager(model, "model")
+        yield model
+    finally:
+        model.set_attn_implementation(original)
+
+
 def _decode_logits(model: Any, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
     """float32 logits ``[T, V]`` at the T decode positions of ``prompt_ids`` + ``continuation[:-1]``."""
     ids = torch.cat([prompt_ids, continuation[:-1]])[None]  # [1, S + T - 1]
     device = next(model.parameters()).device
     n = continuation.numel()
     return model(input_ids=ids.to(device), use_cache=False, logits_to_keep=n).logits[0, -n:].float().cpu()
+
+
+def _with_context(model: Any, prompt_ids: torch.Tensor, span: AddedSpan,
+                  continuation: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Every layer's ``[H, T - 1]`` lookback ratios and the ``[T, V]`` logits of one teacher-forced pass."""
+    ratios: list[torch.Tensor] = []
+    with _layer_ratios(model, span, prompt_ids.numel(), continuation.numel(), ratios):
+        logits = _decode_logits(model, prompt_ids, continuation)
+    return ratios, logits
+
+
+@torch.inference_mode()
+def lookback_per_head(model: Any, prompt_ids: torch.Tensor, span: AddedSpan,
+                      continuation: torch.Tensor) -> tuple[tuple[float, ...], ...]:
+    """The Lookback-Lens ratio per layer and head, ``[L][H]``, each the mean over decode queries 1..T-1:
+    :func:`context_reliance`'s ``lookback_per_head`` without the pass on the question alone (what a fitted
+    measure, :class:`lab.health.context_validity.HeadReference`, reads).
+
+    Raises:
+        ValueError: as :func:`context_reliance`.
+    """
+    check_eager(model, "model")
+    if continuation.numel() < 2:
+        raise ValueError(f"continuation has {continuation.numel()} token(s); the lookback ratio needs at least 2")
+    if span.end > prompt_ids.numel():
+        raise ValueError(f"span=[{span.start}, {span.end}) must lie inside the {prompt_ids.numel()}-token prompt")
+    ratios, _ = _with_context(model, prompt_ids, span, continuation)
+    return tuple(tuple(r.mean(-1).tolist()) for r in ratios)
 
 
 @torch.inference_mode()
@@ -206,11 +256,8 @@ def context_reliance(model: Any, prompt_ids: torch.Tensor, span: AddedSpan, ques
         raise ValueError(f"continuation has {continuation.numel()} token(s); the lookback ratio needs at least 2")
     if span.end > prompt_ids.numel():
         raise ValueError(f"span=[{span.start}, {span.end}) must lie inside the {prompt_ids.numel()}-token prompt")
-    n_prompt, n_decode = prompt_ids.numel(), continuation.numel()
     # 1. The prompt with its context: logits and every layer's lookback ratios in one pass.
-    ratios: list[torch.Tensor] = []
-    with _layer_ratios(model, span, n_prompt, n_decode, ratios):
-        with_logits = _decode_logits(model, prompt_ids, continuation)
+    ratios, with_logits = _with_context(model, prompt_ids, span, continuation)
     # 2. The question alone, teacher-forced on the same continuation.
     without_logits = _decode_logits(model, question_ids, continuation)
     # 3. Aggregate by the fixed rule: means over heads and queries, then over layers.
@@ -219,4 +266,4 @@ def context_reliance(model: Any, prompt_ids: torch.Tensor, span: AddedSpan, ques
     return ContextReliance(lookback_ratio=sum(per_layer) / len(per_layer), lookback_per_layer=per_layer,
                            contrast_bits=float(kl_bits(with_logits, without_logits).mean()),
                            gain_bits=float(answer_gain_bits(with_logits, without_logits, continuation).mean()),
-                           n_context=len(span), n_decode=n_decode, lookback_per_head=per_head)
+                           n_context=len(span), n_decode=continuation.numel(), lookback_per_head=per_head)

@@ -134,6 +134,7 @@ def save_linked_svg(fig: Any, path: Path, tips: dict[str, str]) -> None:
 
 def _tip(r: Any) -> str:
     return (f"{r.id} ({r.variant}, {r.category}): health {fmt_value(r.context_health)}, "
+            f"lookback_heads {fmt_value(r.lookback_heads) if r.lookback_heads is not None else '-'}, "
             f"entropy {fmt_value(r.mean_entropy_bits)} bits, alpha {fmt_value(r.alpha)}")
 
 
@@ -150,12 +151,11 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     tips = {_link(r.id): _tip(r) for r in rows}
     names = []
 
-    # 1. health vs entropy, fit and band; each dot a link to its prompt
+    # 1. H1's context measure vs entropy, fit and band (the twins: clean prompts have no span); each dot a link
     fig, ax = plt.subplots(figsize=(6.4, 4.8), layout="constrained")
-    for variant, marker, color in (("clean", "o", "tab:blue"), ("poisoned", "x", "tab:red"),
-                                   ("neutral", "^", "tab:green")):
-        pts = [(r.context_health, r.mean_entropy_bits, r.id) for r in rows
-               if r.variant == variant and _finite(r.context_health, r.mean_entropy_bits)]
+    for variant, marker, color in (("poisoned", "x", "tab:red"), ("neutral", "^", "tab:green")):
+        pts = [(r.lookback_heads, r.mean_entropy_bits, r.id) for r in rows
+               if r.variant == variant and _finite(r.lookback_heads, r.mean_entropy_bits)]
         if pts:
             xs, ys, ids = zip(*pts)
             dots = ax.scatter(xs, ys, marker=marker, color=color, label=f"{variant} (n={len(pts)})", alpha=0.8)
@@ -166,8 +166,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
     h1, h1c = a.test("H1"), a.test("H1c")
     ax.set_title(f"H1: partial rho | length = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}\n"
-                 f"H1c (clean): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
-    ax.set_xlabel("context health (0..10)")
+                 f"H1c (neutral twins): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
+    ax.set_xlabel("lookback_heads: the decode's reading of the added text, for its length")
     ax.set_ylabel("mean decode entropy (bits)")
     ax.legend(fontsize=8)
     fig.savefig(folder / "health_vs_entropy.png", dpi=110)
@@ -299,7 +299,8 @@ def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
         "categories": to_jsonable(a.categories),
         "pairs": to_jsonable(a.pairs),
         "distractor_tables": to_jsonable(a.distractor_tables),  # secondary: outside the Holm family
-        "length_drift": to_jsonable(a.length_drift),  # health on length within each variant and category
+        "context_measure": result.context_measure,  # H1's measure, its file and its validity record
+        "length_drift": to_jsonable(a.length_drift),  # H1's measure on length within each variant
         "missing_prompts": list(result.missing),
         "merged_from": list(result.merged_from),
         "figures": FIGURES,

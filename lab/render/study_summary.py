@@ -17,10 +17,11 @@ from lab.study.run import StudyResult
 from lab.study.work import prompts_display
 
 FIGURES = {
-    "health_vs_entropy.png": "Context health (x, 0..10) against the mean decode entropy in bits (y), one dot per "
-                             "prompt (clean, poisoned and neutral marked apart), with the least-squares line and its 95% "
-                             "confidence band for the mean. H1 predicts a falling trend over all dots, H1c over the "
-                             "clean dots alone.",
+    "health_vs_entropy.png": "H1's context measure, lookback_heads (x: how much the decode reads the twin's added "
+                             "text, for its length), against the mean decode entropy in bits (y), one dot per twin "
+                             "(poisoned and neutral marked apart; clean prompts have no context span), with the "
+                             "least-squares line and its 95% confidence band for the mean. H1 predicts a falling "
+                             "trend over all dots, H1c over the neutral dots alone.",
     "acceptance_vs_draft_entropy.png": "Acceptance rate of drafted tokens (y) in quantile bins of the draft's "
                                        "entropy in bits (x), each with its Wilson 95% interval; the dashed line is "
                                        "the overall alpha. H2 predicts a falling curve.",
@@ -62,12 +63,25 @@ def _ci_text(t: TestResult) -> str:
     return "no CI (the bootstrap had too few distinct resamples)"
 
 
+def context_measure_lines(cm: dict[str, Any]) -> list[str]:
+    """The set-up bullet of H1's context measure: what it is, the file read and its validity record."""
+    if not cm:
+        return []
+    verdicts = "; ".join(f"{line}" for line in cm.get("verdicts", {}).values()) or "no saved verdict"
+    gate = ("it passed the bar on the validation set, so H1 and H1c are tested" if not cm.get("unmeasurable") else
+            f"**H1 and H1c are untestable on this model**: {cm['unmeasurable']}")
+    return [f"- H1's context measure: `{cm.get('measure', '?')}` (`lab.health.context_validity`: the decode's "
+            "Lookback-Lens ratio on a twin's added text over the model's fitted heads, less its length line; a "
+            f"clean prompt has no context span and no value), from `{cm.get('file')}`. Validity record: {verdicts}. "
+            f"{gate[0].upper()}{gate[1:]}."]
+
+
 def placebo_line(p: dict[str, Any]) -> str:
     """H1's placebo control in words: its partial rho, p, tolerance and whether it passed."""
     if p.get("passes") is None:
         return f"placebo control: not run (too few prompts: {p.get('n', 0)})."
     state = "passed" if p["passes"] else "FAILED: the verdict is inconclusive"
-    return (f"placebo control (each of {p['n']} prompts given the context health of a length-matched prompt of "
+    return (f"placebo control (each of {p['n']} prompts given the lookback_heads of a length-matched prompt of "
             f"another question): partial rho = {fmt_value(p['rho'])}, p = {fmt_p(p['p_value'])}; it must stay "
             f"at p >= {p['tolerance']:g}: {state}.")
 
@@ -171,7 +185,8 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         + (f"; read against the model's clean length reference, sha256 {s['length_reference_sha256'][:12]}"
            if s.get("length_reference_sha256") else "")
         + "); every candidate's value and the content length are in per_prompt.csv (`health_*`, "
-        "`n_content_tokens`), and the count-based score as `content_sink_health`.",
+        "`n_content_tokens`), and the count-based score as `content_sink_health`. H4a reads it.",
+        *context_measure_lines(study.get("context_measure") or {}),
         f"- Model: {s['model']} on {s['device']} ({s['dtype']}"
         + (f", {s['weights']} weights" if s.get("weights") else "") + f"); draft `{s['draft']}`"
         + (f" ({s['draft_weights']} weights)" if s.get("draft_weights") else "") + ".",
@@ -201,7 +216,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"rank-biserial r, {SMALLEST_ETA_SQ} for eta^2 and epsilon^2, {SMALLEST_VARIANCE_GAP:g} alpha^2 for H6's "
         f"variance gap); **inconclusive** otherwise (including too little data). A test whose negative control "
         f"rejects is inconclusive: H5's (labels shuffled within each prompt) and H1's and H1c's placebo (each "
-        f"prompt given the context health of a length-matched prompt of another question).",
+        f"prompt given the lookback_heads of a length-matched prompt of another question).",
         "",
         "## Verdicts",
         "",
@@ -214,10 +229,10 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}, from {h2.details.get('n_clusters', 'n/a')} "
         "prompts); its p-value is cluster-robust by prompt and its CI resamples whole prompts (scipy's p taking "
         f"tokens as independent: {fmt_p(h2.details.get('p_independent_tokens', math.nan))}). H3 uses clean prompts "
-        "only; H1 uses all prompts, H1c clean prompts only; a twin triple shares its question, and H1, H1c and H5 "
-        "infer on questions (cluster-robust p, intervals resampling whole questions).",
+        "only; H1 uses the twins (the prompts with a context span), H1c the neutral twins only; a twin triple "
+        "shares its question, and H1, H1c and H5 infer on questions (cluster-robust p, intervals resampling whole questions).",
     ]
-    lines += ["", "Length held fixed (context health fell with prompt length, and the poisoned twins are the "
+    lines += ["", "Length held fixed (a context measure may drift with length, and the poisoned twins are the "
               "longest prompts): H1 and H1c are partial Spearman correlations given log prompt tokens; H4a and H4b "
               "compare each poisoned twin with its neutral twin of the same added length (relevant, harmless "
               "text). The unadjusted figures, beside them:"]
@@ -225,7 +240,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         d = t.details
         if "unadjusted_rho" in d:
             lines.append(f"- {t.name} unadjusted: Spearman rho = {fmt_value(d['unadjusted_rho'])}, "
-                         f"p = {fmt_p(d['unadjusted_p'])}; health's rho with length {fmt_value(d['x_length_rho'])}, "
+                         f"p = {fmt_p(d['unadjusted_p'])}; lookback_heads' rho with length {fmt_value(d['x_length_rho'])}, "
                          f"entropy's {fmt_value(d['y_length_rho'])}.")
         if d.get("placebo"):
             lines.append(f"- {t.name} {placebo_line(d['placebo'])}")

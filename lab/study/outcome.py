@@ -136,6 +136,13 @@ class PromptRow:
     """Health candidate ``relative_entropy_for_length``, 0..10."""
     health_local_entropy_for_length: float | None = _optional()
     """Health candidate ``local_entropy_for_length``, 0..10."""
+    lookback_heads: float | None = _optional()
+    """The context measure on a twin's added text (``lookback_heads``, :mod:`lab.health.context_validity`: the
+    decode's Lookback-Lens ratio on the span over the model's fitted heads, minus its length line; higher = read
+    more for its length); None (not measured) for a prompt without a context span (a clean prompt) or on a model
+    without a fitted measure (H1, H1c)."""
+    n_context_tokens: int | None = _optional()
+    """Tokens of the twin's added text, the span ``lookback_heads`` reads (count); None without a span."""
     text: str
     """The decoded answer."""
 

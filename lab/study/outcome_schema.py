@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from lab.analysis.claims import H6_COLUMNS
 from lab.schemas import (MAX_COUNT, MAX_ENTROPY_BITS, MAX_SECONDS, MAX_VARENTROPY_BITS2, RANGE_TOLERANCE,
                          FileSchemaError, load as load_json)
+from lab.schemas.health import MAX_LINE
 from lab.study.outcome import HEALTH_CANDIDATE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TOKEN_KEYS
 
 KIND = "study outcome file"
@@ -38,9 +39,10 @@ KIND = "study outcome file"
 ALPHA_TOLERANCE = 1e-9
 # Per-step entropies lie in [0, MAX_ENTROPY_BITS], so their variance is at most (MAX_ENTROPY_BITS / 2)**2.
 MAX_ENTROPY_VARIANCE = (MAX_ENTROPY_BITS / 2) ** 2
+MAX_LOOKBACK_HEADS = 23 * MAX_LINE + 1  # |lookback_heads| for any reference the schema admits
 WORD_POSITIONS = ("initial", "continuation", "")  # lab.analysis.claims.word_positions
 
-COUNT_COLUMNS = ("n_prompt_tokens", "n_content_tokens", "n_content_sinks", "n_new_tokens", "n_drafted",
+COUNT_COLUMNS = ("n_prompt_tokens", "n_content_tokens", "n_context_tokens", "n_content_sinks", "n_new_tokens", "n_drafted",
                  "n_drafted_tested", "n_accepted", "n_rounds", "n_multi_token_words")
 _UNIT = ("alpha", "sink_rate_pos0", "sink_rate_content_mean", "position0_share", *H6_COLUMNS)  # [0, 1]
 _HEALTH = ("context_health", "content_sink_health", *HEALTH_CANDIDATE_COLUMNS)  # [0, 10]
@@ -71,6 +73,9 @@ def _column_schemas() -> dict[str, dict[str, Any]]:
     out.update({c: _number(0.0, MAX_ENTROPY_BITS) for c in _ENTROPY})
     out["mean_varentropy_bits2"] = _number(0.0, MAX_VARENTROPY_BITS2)
     out["tau"] = _number(0.0, MAX_COUNT)  # and by the row's n_new_tokens (check)
+    # a ratio in [0, 1] less a fitted line a + b ln(n), |a|, |b| <= MAX_LINE (lab.schemas.health) and ln n < 22;
+    # NaN = no context span
+    out["lookback_heads"] = _number(-MAX_LOOKBACK_HEADS, MAX_LOOKBACK_HEADS)
     out.update({c: _number(0.0, MAX_SECONDS, finite=True, slack=0.0) for c in _SECONDS})
     for c in (*OPTIONAL_COLUMNS, "twin_of", "wall_s"):  # None where a runner (or a plain runner call) leaves it
         out[c] = {**out[c], "type": [out[c]["type"], "null"]}

@@ -11,8 +11,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.health.choice import load_chosen
-from lab.health.validation import health_unmeasurable
 from lab.analysis.study import StudyAnalysis, analyze
 from lab.prompts import StudyPrompt
 from lab.study.config import NoProgress, Progress, Runner, StudyConfig
@@ -47,6 +45,7 @@ class StudyResult:
         failed: Prompt id -> why the executor gave up on it (empty for a serial run, which
             stops at a runner's error instead).
         merged_from: Work directories a merged report was built from (empty otherwise).
+        context_measure: H1's context measure and its validity record (:func:`context_measure_record`).
     """
 
     plan: StudyPlan
@@ -60,6 +59,7 @@ class StudyResult:
     missing: list[str] = field(default_factory=list)
     merged_from: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    context_measure: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compute_s(self) -> float:
@@ -235,13 +235,36 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     per_token = [replace(t, prompt_id=p.id, category=p.category, variant=p.variant)
                  for p in done for t in outcomes[p.id].tokens]
     decodes = {p.id: outcomes[p.id].decode.as_columns() for p in done if outcomes[p.id].decode}
+    context_measure = context_measure_record(plan.config.model)
     # the analysis reads the records as their columns (it sits below the study and knows no study type)
     analysis = analyze([r.as_columns() for r in per_prompt], [t.as_columns() for t in per_token],
                        seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes,
-                       health_unmeasurable=health_unmeasurable(plan.config.model, load_chosen()),
+                       context_unmeasurable=context_measure["unmeasurable"],
                        distractors={p.id: p.distractor for p in done if p.distractor})
     return StudyResult(plan, per_prompt, per_token, analysis, info, n_resumed, time.perf_counter() - started,
-                       started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from))
+                       started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from),
+                       context_measure=context_measure)
+
+
+def context_measure_record(model: str) -> dict[str, Any]:
+    """H1's context measure on ``model`` for the report: ``measure``, the ``file`` read, each saved verdict's
+    line (``verdicts``) and ``unmeasurable``: why H1 and H1c are untestable (the validation verdict failed or is
+    missing, or the model has no fitted measure: :meth:`lab.health.context_validity.ContextMeasure.unmeasurable`),
+    None where the measure passed.
+
+    Raises:
+        FileSchemaError: the measure's file is bad (one line naming it).
+    """
+    from lab.health.context_validity import CHOSEN, load_context_measure
+    from lab.models.profiles import PROFILES
+
+    found = load_context_measure(model) if model in PROFILES else None
+    if found is None:
+        return {"measure": CHOSEN, "file": None, "verdicts": {},
+                "unmeasurable": f"{model!r} has no fitted context measure ({CHOSEN}): fit and validate one with "
+                                "lab validate-context --set selection --save, then --set validation --save"}
+    return {"measure": CHOSEN, "file": str(found.path), "verdicts": {k: v.line() for k, v in found.verdicts.items()},
+            "unmeasurable": found.unmeasurable()}
 
 
 def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResult:

@@ -37,7 +37,9 @@ def _count(value: Any) -> int:
 
 
 PIPELINE = ("one target prefill (the attention capture's, which fills the KV cache) and one target decode "
-            "(speculative; the tracker's statistics read off its verify passes: lab.tracker.track_speculative)")
+            "(speculative; the tracker's statistics read off its verify passes: lab.tracker.track_speculative); "
+            "a twin also a 24-token greedy continuation and one teacher-forced pass with eager attention for its "
+            "context measure (lookback_heads, H1)")
 
 
 def model_dtypes(target: Any, draft: Drafter, draft_dtype_source: str) -> dict[str, Any]:
@@ -48,6 +50,38 @@ def model_dtypes(target: Any, draft: Drafter, draft_dtype_source: str) -> dict[s
     target_dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
     return {"target_dtype": target_dtype, "draft_dtype": draft.facts().weight_dtype or target_dtype,
             "draft_dtype_source": draft_dtype_source, "pipeline": PIPELINE}
+
+
+def context_measure_inputs(config: StudyConfig) -> tuple[Any, dict[str, StudyPrompt]]:
+    """The model's fitted context measure (:func:`lab.health.context_validity.load_context_measure`; None for a
+    model that is not a profile or has none) and the prompt file's clean prompts by id, for the twins' spans.
+
+    Raises:
+        FileSchemaError: the measure's file is bad (one line naming it).
+    """
+    from lab.health.context_validity import load_context_measure
+    from lab.models.profiles import PROFILES
+    from lab.prompts import load_prompts
+
+    found = load_context_measure(config.model) if config.model in PROFILES else None
+    clean = {p.id: p for p in load_prompts(config.prompts) if p.variant == "clean"}
+    return (None if found is None else found.reference), clean
+
+
+def twin_context_measure(runner: "ModelRunner", prompt: StudyPrompt) -> tuple[float | None, int | None]:
+    """``(lookback_heads, span tokens)`` of a twin (:func:`lab.health.context_items.twin_lookback`); ``(None, None)``
+    (not measured) for a clean prompt, a twin whose clean prompt is not in the file, or a model without a fitted
+    measure."""
+    from lab.health.context_items import twin_lookback
+    from lab.health.context_validity import NEW_TOKENS
+
+    clean = runner.clean_prompts.get(prompt.twin_of or "")
+    if prompt.variant == "clean" or clean is None or runner.context_reference is None:
+        return None, None
+    eos = frozenset(eos_token_ids(runner.target, runner.tokenizer))
+    value, n_context = twin_lookback(runner.target, runner.tokenizer, eos, prompt, clean, runner.context_reference,
+                                     NEW_TOKENS)
+    return value, n_context
 
 
 class ModelRunner:
@@ -61,9 +95,13 @@ class ModelRunner:
         info: Description of the models for the report.
     """
 
-    def __init__(self, target: Any, tokenizer: Any, draft: Drafter, config: StudyConfig, info: dict[str, Any]):
+    def __init__(self, target: Any, tokenizer: Any, draft: Drafter, config: StudyConfig, info: dict[str, Any],
+                 context_reference: Any = None, clean_prompts: dict[str, StudyPrompt] | None = None):
         self.target, self.tokenizer, self.draft, self.config, self.info = target, tokenizer, draft, config, info
         self._prefilled: tuple[str | None, Any] = (None, None)  # (prompt id, its capture cache) for alpha_at
+        # H1's context measure: the model's fitted lookback_heads and the clean prompts its twins' spans are
+        # located against; without either a twin's lookback_heads is NaN
+        self.context_reference, self.clean_prompts = context_reference, clean_prompts or {}
 
     @classmethod
     def load(cls, config: StudyConfig) -> "ModelRunner":
@@ -86,7 +124,7 @@ class ModelRunner:
                 "draft": spec, "draft_name": draft.name,
                 "load_s": time.perf_counter() - t0, "weights": config.weights, "draft_weights": config.draft_weights,
                 **model_dtypes(target, draft, source)}
-        return cls(target, tokenizer, draft, config, info)
+        return cls(target, tokenizer, draft, config, info, *context_measure_inputs(config))
 
     def _speculative(self, input_ids: Any, temperature: float, seed: int, target_cache: Any = None) -> Any:
         """One seeded speculative decode of the prompt (:func:`lab.speculative.loop.speculative_generate`)."""
@@ -155,6 +193,7 @@ class ModelRunner:
         track, spec = track_speculative(self.target, self.draft, self.tokenizer, input_ids, decode, gamma=cfg.gamma,
                                         target_cache=cache)
         t_spec = time.perf_counter()
+        lookback, n_context = twin_context_measure(self, prompt)  # H1's measure: twins only, after the decode
 
         # 3. word positions (H5) from the tokenizer, per generated token
         entropies = [float(s.entropy_bits) for s in track.steps]
@@ -189,6 +228,8 @@ class ModelRunner:
             n_rounds=len(spec.rounds),
             prefill_s=t_pre - t_start,
             speculative_s=t_spec - t_pre,
+            lookback_heads=lookback,
+            n_context_tokens=n_context,
             text=track.text,
         )
         tokens = tuple(DraftedToken(**{k: t[k] for k in TOKEN_KEYS}) for t in spec.per_token())

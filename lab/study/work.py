@@ -150,7 +150,8 @@ def plan_study(config: StudyConfig) -> StudyPlan:
 
 
 def health_settings(model: str) -> dict[str, Any]:
-    """What fixes a run's context-health numbers: the chosen measure and the model's length reference.
+    """What fixes a run's context numbers: the chosen health measure, the model's length reference and its
+    fitted context measure (H1's ``lookback_heads``).
 
     Part of the settings (and so of the work directory's key), so that a study resumed or
     merged after ``lab calibrate-health --save`` changed either is refused, naming it,
@@ -175,8 +176,12 @@ def health_settings(model: str) -> dict[str, Any]:
         raise ValueError(f"context health ({measure}) reads each prompt against clean prompts of its length on the "
                          f"same model, and {model!r} has no length reference: make one first with "
                          f"`lab calibrate-health --model {model} --save` (a prefill of 228 short prompts)")
+    from lab.health.context_validity import load_context_measure
+
+    context = load_context_measure(model) if model in PROFILES else None  # a bad file refused by name first
     return {"health_measure": measure,
-            "length_reference_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path else None}
+            "length_reference_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path else None,
+            "context_measure_sha256": hashlib.sha256(context.path.read_bytes()).hexdigest() if context else None}
 
 
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:

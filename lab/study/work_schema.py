@@ -51,6 +51,7 @@ SETTINGS_SCHEMA = {
         "draft_dtype_flag": {"enum": [*DRAFT_DTYPE_CHOICES, None]},
         "health_measure": _NAME,
         "length_reference_sha256": {"anyOf": [_SHA256, {"type": "null"}]},
+        "context_measure_sha256": {"anyOf": [_SHA256, {"type": "null"}]},
         "weights": {"enum": list(WEIGHTS)}, "draft_weights": {"enum": list(WEIGHTS)},
     },
 }

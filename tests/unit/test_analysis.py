@@ -298,8 +298,9 @@ def test_linear_fit_band_contains_fit_and_is_narrowest_at_mean():
 
 def _synthetic_study(seed: int, planted: bool, length_only: bool = False):
     """36 clean prompts (12 with a poisoned and a neutral twin of ~300 added tokens). ``planted``: health
-    falls on poisoned twins and entropy falls with health; ``length_only``: health and entropy depend on
-    the prompt length alone (what a length proxy would give)."""
+    falls on poisoned twins, entropy falls with health and a twin's ``lookback_heads`` follows its health;
+    ``length_only``: health, the twins' measure and entropy depend on the prompt length alone (what a length
+    proxy would give)."""
     rng = np.random.default_rng(seed)
     rows, tokens = [], []
     cats = ["factual", "creative", "code", "math", "ambiguous", "summary"]
@@ -311,14 +312,17 @@ def _synthetic_study(seed: int, planted: bool, length_only: bool = False):
             n = n_clean + (added if variant != "clean" else 0)
             if length_only:
                 h = 10 - 1.2 * np.log(n) + rng.normal(0, 0.3)
-                ent = 1 + 0.4 * np.log(n) + rng.normal(0, 0.2)
+                ent = 1 + 0.4 * np.log(n) + rng.normal(0, 0.05)
             else:
                 h = health - (2.5 if variant == "poisoned" and planted else 0) + rng.normal(0, 0.3)
                 ent = (4 - 0.3 * h if planted else 2.5) + rng.normal(0, 0.4)
             pid = f"p{i}" + ("" if variant == "clean" else f"-{variant}")
+            # H1's measure, on the twins only: it follows health (planted) or length alone (length_only)
+            lookback = (math.nan if variant == "clean" else
+                        1.0 - 0.12 * np.log(n) + rng.normal(0, 0.003) if length_only else h / 10)
             rows.append({"id": pid, "category": cats[i % 6], "variant": variant, "n_prompt_tokens": n,
                          "twin_of": f"p{i}" if variant != "clean" else None, "context_health": h,
-                         "mean_entropy_bits": ent, "alpha": rng.uniform(0.2, 0.6)})
+                         "lookback_heads": lookback, "mean_entropy_bits": ent, "alpha": rng.uniform(0.2, 0.6)})
             for j in range(20):
                 de = rng.uniform(0, 6)
                 tokens.append({"prompt_id": pid, "draft_entropy_bits": de, "tested": j % 5 != 4,
@@ -346,10 +350,12 @@ def test_analyze_planted_study_supports_h1_h2_h4():
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
     verdicts = a.verdicts()
     assert list(verdicts) == ["H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6", "H6c"]
-    assert verdicts["H1"] == verdicts["H1c"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
+    assert verdicts["H1"] == verdicts["H2"] == verdicts["H4a"] == verdicts["H4b"] == SUPPORTED
+    # H1c: 12 neutral twins detect 0.85 at 80 % (its power note says so); the planted -0.74 is seen, not settled
+    assert a.test("H1c").effect < -0.5 and verdicts["H1c"] == INCONCLUSIVE and "underpowered" in a.test("H1c").note
     assert verdicts["H5"] == verdicts["H6"] == verdicts["H6c"] == INCONCLUSIVE  # no decodes, no temperature runs
     assert all(t.ci_level == FAMILY_CI_LEVEL for t in a.tests)
-    assert a.test("H1").details["n_clusters"] == 36 and a.test("H1").details["placebo"]["passes"]
+    assert a.test("H1").details["n_clusters"] == 12 and a.test("H1").details["placebo"]["passes"]
     assert verdicts["H3"] != SUPPORTED  # alpha was drawn independently of category
     assert len(a.pairs) == 12
     h2 = a.test("H2")
@@ -369,9 +375,9 @@ def test_analyze_negative_control_null_study_supports_nothing():
 def test_analyze_nonfinite_rows_are_left_out_of_that_test_only():
     rows, tokens = _synthetic_study(14, planted=True)
     rows[0]["alpha"] = math.nan
-    rows[1]["context_health"] = None
+    rows[1]["lookback_heads"] = None  # p0-poisoned
     a = analyze(rows, tokens, n_resamples=RESAMPLES)
-    assert a.test("H1").n == len(rows) - 1
+    assert a.test("H1").n == sum(r["variant"] != "clean" for r in rows) - 1
     assert a.test("H3").n == sum(r["variant"] == "clean" for r in rows) - 1
 
 

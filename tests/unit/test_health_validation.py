@@ -297,16 +297,20 @@ def test_user_validity_record_out_of_range_refused_in_one_line(tmp_path, monkeyp
     assert "\n" not in str(info.value)
 
 
-def test_analyze_health_unmeasurable_makes_h1_untestable_with_reason_and_keeps_figures():
-    """Fault class: a study reporting H1 on a health that does not read the context (issue 36, item 4)."""
+def test_analyze_context_unmeasurable_makes_h1_untestable_with_reason_and_keeps_figures():
+    """Fault class: a study reporting H1 on a context measure that does not read the context."""
     from lab.analysis.study import analyze
 
     rng = np.random.default_rng(0)
-    rows = [{"id": f"p{i}", "category": "c", "variant": "clean", "twin_of": None, "n_prompt_tokens": 20 + i,
-             "context_health": float(h), "mean_entropy_bits": float(-h + rng.normal()), "alpha": 0.5}
-            for i, h in enumerate(rng.normal(size=40))]
+    rows = []
+    for i, h in enumerate(rng.normal(size=40)):  # 40 questions, each a clean prompt and a neutral twin
+        rows.append({"id": f"p{i}", "category": "c", "variant": "clean", "twin_of": None, "n_prompt_tokens": 20 + i,
+                     "lookback_heads": math.nan, "mean_entropy_bits": float(rng.normal()), "alpha": 0.5})
+        rows.append({"id": f"p{i}-n", "category": "c", "variant": "neutral", "twin_of": f"p{i}",
+                     "n_prompt_tokens": 60 + i, "lookback_heads": float(h),
+                     "mean_entropy_bits": float(-h + rng.normal()), "alpha": 0.5})
     measured = analyze(rows, [], n_resamples=0)
-    blind = analyze(rows, [], n_resamples=0, health_unmeasurable="it drifts with content length")
+    blind = analyze(rows, [], n_resamples=0, context_unmeasurable="it drifts with content length")
     for name in ("H1", "H1c"):
         assert measured.test(name).p_value < 0.05  # a planted effect the measured test sees
         t = blind.test(name)

@@ -90,8 +90,9 @@ def test_mismatched_lengths_are_refused():
         length_drift([1.0, 2.0], [1.0], ["clean"], ["a"])
 
 
-def test_study_untests_h1_when_health_drifts_within_a_variant():
-    """Fault class: a health that drifts with length among clean prompts read as H1's evidence anyway."""
+def test_study_untests_h1_when_its_measure_drifts_within_a_variant():
+    """Fault class: a context measure that drifts with length among the neutral twins read as H1's evidence
+    anyway."""
     from lab.analysis.study import analyze
     from tests.simulated_study import simulate_study
 
@@ -100,11 +101,11 @@ def test_study_untests_h1_when_health_drifts_within_a_variant():
     assert plain.length_drift is not None and plain.length_drift.rows
     drifting = [dict(r) for r in rows]
     for r in drifting:
-        if r.get("variant", "clean") == "clean":
-            r["context_health"] = min(10.0, r["n_prompt_tokens"] / 20)  # health that is only length
+        if r.get("variant") == "neutral":
+            r["lookback_heads"] = r["n_prompt_tokens"] / 20  # a measure that is only length
     a = analyze(drifting, tokens, n_resamples=0)
     assert a.length_drift.reason() is not None
     for name in ("H1", "H1c"):
         t = a.test(name)
         assert t.verdict == "untested" or "untestable" in t.note, (name, t.verdict)
-        assert "drifts with prompt length within variant clean" in t.note
+        assert "drifts with prompt length within variant neutral" in t.note

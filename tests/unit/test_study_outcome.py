@@ -31,7 +31,7 @@ ON_DISK_PER_PROMPT = (
     "decode_s", "n_content_tokens", "health_soft_penalty", "health_content_share", "health_content_entropy",
     "health_content_sink_rate", "health_relative_entropy", "health_local_entropy",
     "health_content_entropy_for_length", "health_relative_entropy_for_length", "health_local_entropy_for_length",
-    "text",
+    "lookback_heads", "n_context_tokens", "text",
 )
 ON_DISK_PER_TOKEN = ("prompt_id", "category", "variant", "round", "index", "draft_entropy_bits",
                      "draft_normalized_entropy", "accepted", "tested")

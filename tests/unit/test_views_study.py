@@ -61,7 +61,8 @@ def test_study_page_every_plotted_point_links_to_a_row_on_the_page(study_report)
     svgs = _svgs(html)
     assert len(svgs) == len(LINKED_FIGURES)
     rows = set(ROW_ID.findall(html))
-    ids = [r["id"] for r in csv.DictReader((study_report / "per_prompt.csv").open(encoding="utf-8"))]
+    table = list(csv.DictReader((study_report / "per_prompt.csv").open(encoding="utf-8")))
+    ids = [r["id"] for r in table]
     assert {study_kind.prompt_anchor(i) for i in ids} <= rows
     for svg in svgs:
         links = HREF.findall(svg)
@@ -71,7 +72,8 @@ def test_study_page_every_plotted_point_links_to_a_row_on_the_page(study_report)
         assert not missing, f"points link to rows the page lacks: {sorted(missing)[:5]}"
     health = html[html.index('id="figure-health_vs_entropy-png"'):]
     points = set(HREF.findall(_svgs(health)[0]))
-    assert len(points) == len(ids)  # every prompt of the scatter is a point with its own link
+    twins = [r["id"] for r in table if r["lookback_heads"]]  # H1's scatter: the prompts with a context span
+    assert twins and len(points) == len(twins)  # every prompt of the scatter is a point with its own link
 
 
 def test_study_svg_points_carry_their_prompt_as_tooltip(study_report):
