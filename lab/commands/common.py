@@ -7,6 +7,7 @@ torch and the model loader are imported inside :func:`check_model_args`, which r
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import enum
 import os
 import re
@@ -345,6 +346,31 @@ def add_draft_weights_arg(p: argparse.ArgumentParser) -> None:
 def add_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", help="the user message")
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
+
+
+def add_context_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--context", default=None, metavar="TEXT",
+                   help="text placed before the prompt (a blank line between), whose reading the report scores with "
+                        "the model's validated context measure, its validity record beside it (default: none)")
+    g.add_argument("--context-file", default=None, metavar="FILE", help="read --context from this UTF-8 text file")
+
+
+def read_context_arg(args: argparse.Namespace) -> str | None:
+    """``--context`` or ``--context-file``'s text, None when neither is given.
+
+    Raises:
+        ValueError: the file cannot be read, or the text is empty.
+    """
+    text, path = getattr(args, "context", None), getattr(args, "context_file", None)
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--context-file={path!r} cannot be read: {exc}") from None
+    if text is not None and not text.strip():
+        raise ValueError("--context-file holds no text" if path is not None else "--context '' holds no text")
+    return text
 
 
 def add_out_arg(p: argparse.ArgumentParser) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lab.commands.common import (add_filter_args, add_model_args, add_out_arg, add_prompt_args, add_runtime_arg,
-                                 check_model_args, load_for_runtime, range_text, resolve_runtime)
+from lab.commands.common import (add_context_args, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
+                                 add_runtime_arg, check_model_args, load_for_runtime, range_text, read_context_arg,
+                                 resolve_runtime)
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "alternatives; print a coloured view and write a report directory.",
     )
     add_prompt_args(p)
+    add_context_args(p)
     add_model_args(p)
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help=f"stop after this many new tokens, {range_text('entropy', 'max_new_tokens')} (default: 64)")
@@ -43,8 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.health.context_items import read_context, with_context
     from lab.models.chat import build_messages, encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
+    from lab.render.context import context_markdown, print_context_reading
     from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
     from lab.reports import environment, report_dir
     from lab.decode import check_context
@@ -54,9 +58,14 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate everything before loading anything.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
-    messages = build_messages(args.prompt, args.system)
+    context = read_context_arg(args)
+    question = build_messages(args.prompt, args.system)
+    messages = question if context is None else with_context(question, context)
     device = check_model_args(args)
     runtime = resolve_runtime(args)
+    if context is not None and runtime.runtime != "torch":
+        raise ValueError("--context is read from the decode's attention, which the llama.cpp runtime does not "
+                         "expose: add --runtime torch")
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
@@ -71,11 +80,17 @@ def run(args: argparse.Namespace) -> int:
                                 temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                                 seed=settings.seed, top_alternatives=settings.top_alternatives)
 
+    reading = None
+    if context is not None:  # the decode's reading of the context: a greedy continuation, teacher-forced
+        with err.status("reading the context (24-token greedy continuation, teacher-forced)"):
+            reading = read_context(model, tokenizer, args.model, question, context)
+
     # 3. Show the result on stdout.
     info = model_source(model).as_dict()
     render_result(result, stdout_console(), prompt=args.prompt, model_name=f"{info['model']} ({info['device']}, "
                                                                            f"{info['dtype']})",
                   special_ids=tokenizer.all_special_ids)
+    print_context_reading(stdout_console(), reading)
 
     # 4. Write the report atomically.
     with report_dir(args.out, "entropy", args.prompt) as rd:
@@ -95,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
             "new_token_ids": result.new_token_ids,
             "stop_reason": result.stop_reason,
             "steps": step_dicts(result.steps),
+            **({"context": context, "context_measure": reading.to_json()} if reading is not None else {}),
         })
         rd.write_csv("tokens.csv", step_rows(result))
         plot_entropy(result, rd.file("entropy.png"))
-        rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info))
+        rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info)
+                      + context_markdown(reading))
     print_report(stdout_console(), rd.final)
     return 0

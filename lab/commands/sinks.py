@@ -12,7 +12,8 @@ import argparse
 import warnings
 from pathlib import Path
 
-from lab.commands.common import add_model_args, add_out_arg, add_torch_only_runtime_arg, check_model_args, refuse_runtime
+from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+                                 check_model_args, read_context_arg, refuse_runtime)
 from lab.models.source import model_source
 
 
@@ -34,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", nargs="?", default=None, help="the user message (or use --prompt-file)")
     p.add_argument("--prompt-file", default=None, help="read the user message from this UTF-8 text file")
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
+    add_context_args(p)
     add_model_args(p)
     p.add_argument("--threshold", type=float, default=None,
                    help=what
@@ -71,10 +73,12 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.health.context_items import read_context, with_context
     from lab.models.chat import build_messages
     from lab.models.loading import load_model
     from lab.sinks.prefill import analyze_prefill, check_calibration_files
     from lab.render.console import print_report, stderr_console, stdout_console
+    from lab.render.context import context_markdown, print_context_reading
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
     from lab.sinks.profiles import check_threshold, load_choice
@@ -89,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
         if args.calibration is not None:
             raise ValueError(f"--threshold={args.threshold!r} and --calibration={args.calibration!r}: give one")
     check_calibration_files(args.model, threshold=args.threshold, calibration=args.calibration)  # before it loads
-    messages = build_messages(prompt, args.system)
+    context = read_context_arg(args)
+    question = build_messages(prompt, args.system)
+    messages = question if context is None else with_context(question, context)
     device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).
@@ -104,10 +110,16 @@ def run(args: argparse.Namespace) -> int:
                   f"{analysis.threshold:g} (run `lab calibrate-sinks --model PROFILE` for a named profile)",
                   style="bold yellow", markup=False, highlight=False)
 
+    reading = None
+    if context is not None:  # the decode's reading of the context: a greedy continuation, teacher-forced
+        with err.status("reading the context (24-token greedy continuation, teacher-forced)"):
+            reading = read_context(model, tokenizer, args.model, question, context)
+
     # 3. Show the result on stdout.
     info = model_source(model).as_dict()
     out = stdout_console()
     render_analysis(analysis, out, model_name=f"{info['model']} ({info['device']}, {info['dtype']})")
+    print_context_reading(out, reading)
 
     # 4. Write the report atomically.
     slug = args.prompt if args.prompt is not None else Path(args.prompt_file).stem
@@ -120,9 +132,11 @@ def run(args: argparse.Namespace) -> int:
             "model": info,
             "environment": environment(model),
             "analysis": report_data(analysis),
+            **({"context": context, "context_measure": reading.to_json()} if reading is not None else {}),
         })
         rd.write_csv("positions.csv", position_rows(analysis))
-        rd.write_text("summary.md", summary_markdown(analysis, prompt=prompt, system=args.system, model_info=info))
+        rd.write_text("summary.md", summary_markdown(analysis, prompt=prompt, system=args.system, model_info=info)
+                      + context_markdown(reading))
         plot_heatmap(analysis, rd.file("heatmap.png"))
     print_report(out, rd.final)
     return 0

@@ -42,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
     if len(args.reports) == 2:
         page = write_comparison(Path(args.reports[0]), Path(args.reports[1]), Path(args.out))
     elif args.rebuild:
-        page, count = rebuild_folder(Path(args.reports[0] if args.reports else args.out))
+        folder = Path(args.reports[0] if args.reports else args.out)
+        if (folder / "report.json").is_file():  # a report, not a folder of them: its own page is not a log's
+            raise ValueError(f"--rebuild takes a reports folder, and {str(folder)!r} is one report: `lab view "
+                             f"{folder}` draws its page, `lab view --rebuild {folder.parent}` every page there")
+        page, count = rebuild_folder(folder)
         print(f"{count} pages drawn again")
     else:
         page = show(Path(args.reports[0] if args.reports else args.out))

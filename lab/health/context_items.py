@@ -238,3 +238,71 @@ def twin_lookback(model: Any, tokenizer: Any, eos: frozenset[int], twin: Any, cl
             continuation = greedy_continuation(model, ids, 2)
         per_head = lookback_per_head(model, ids, span, continuation)
     return reference.score(per_head, len(span)), len(span)
+
+
+@dataclass(frozen=True)
+class ContextReading:
+    """The context measure of one prompt a user gave with ``--context`` (``lab sinks``, ``lab entropy``).
+
+    Attributes:
+        value: ``lookback_heads`` of the prompt (higher = the decode reads the context more, for its length);
+            None when the model has no fitted measure.
+        n_context: Tokens of the context span.
+        record: :func:`lab.health.context_validity.context_measure_record` of the model: the file, each saved
+            verdict's line and ``unmeasurable`` (why the value may not be read as the context; None: it passed).
+    """
+
+    value: float | None
+    n_context: int
+    record: dict[str, Any]
+
+    def line(self) -> str:
+        """One line: the value and whether the measure passed validation on this model (with the record)."""
+        head = (f"context measure {self.record['measure']}: {self.value:+.3f} on {self.n_context} context tokens "
+                "(higher = the decode reads the context more, for its length)" if self.value is not None else
+                f"context measure {self.record['measure']}: not measured on this model")
+        why = self.record.get("unmeasurable")
+        if why:
+            return f"{head}; NOT VALIDATED here: {why}"
+        return f"{head}; validated: {self.record['verdicts'].get('validation', '')}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "n_context": self.n_context, **self.record}
+
+
+def with_context(messages: Sequence[dict[str, str]], context: str) -> list[dict[str, str]]:
+    """``messages`` with ``context`` and a blank line before the last user message's text (the study twins' and
+    the validation pairs' form, the one the measure was validated on)."""
+    out = [dict(m) for m in messages]
+    last = max(i for i, m in enumerate(out) if m["role"] == "user")
+    out[last]["content"] = f"{context}\n\n{out[last]['content']}"
+    return out
+
+
+def read_context(model: Any, tokenizer: Any, profile: str, messages: Sequence[dict[str, str]],
+                 context: str, n_tokens: int = 24) -> ContextReading:
+    """The context measure of ``context`` before the question ``messages`` (:func:`with_context`), read with the
+    model's fitted measure (:func:`lab.health.context_validity.load_context_measure`) as a study twin's is
+    (:func:`twin_lookback`), with the measure's validity record beside it.
+
+    Raises:
+        ValueError: the context's span cannot be located exactly, or a kept head outside the model.
+        FileSchemaError: the measure's file is bad.
+    """
+    from lab.health.context_validity import context_measure_record, load_context_measure
+    from lab.intervene.masks import twin_prompt_ids
+    from lab.models.chat import eos_token_ids
+    from lab.models.profiles import PROFILES
+    from lab.prompts import StudyPrompt
+
+    clean = StudyPrompt(id="prompt", category="summary", messages=tuple(dict(m) for m in messages))
+    twin = StudyPrompt(id="prompt-with-context", category="summary", variant="neutral", twin_of="prompt",
+                       messages=tuple(with_context(messages, context)))
+    record = context_measure_record(profile)
+    found = load_context_measure(profile) if profile in PROFILES else None
+    if found is None:
+        _, span = twin_prompt_ids(tokenizer, twin, clean)  # the span is still checked and counted
+        return ContextReading(value=None, n_context=len(span), record=record)
+    eos = frozenset(eos_token_ids(model, tokenizer))
+    value, n_context = twin_lookback(model, tokenizer, eos, twin, clean, found.reference, n_tokens)
+    return ContextReading(value=value, n_context=n_context, record=record)

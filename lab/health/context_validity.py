@@ -387,6 +387,28 @@ def load_context_measure(profile: str) -> ContextMeasure | None:
                           selection_report=str(data["report"]), verdicts=verdicts)
 
 
+def context_measure_record(model: str) -> dict:
+    """The context measure of ``model`` as a report shows it: ``measure``, the ``file`` read (a packaged one by
+    its ``lab/`` name), each saved verdict's line (``verdicts``) and ``unmeasurable``: why its values may not be
+    read as the context (the validation verdict failed or is missing, or the model has no fitted measure:
+    :meth:`ContextMeasure.unmeasurable`), None where it passed.
+
+    Raises:
+        FileSchemaError: the measure's file is bad (one line naming it).
+    """
+    from lab.models.profiles import PROFILES
+
+    found = load_context_measure(model) if model in PROFILES else None
+    if found is None:
+        return {"measure": CHOSEN, "file": None, "verdicts": {},
+                "unmeasurable": f"{model!r} has no fitted context measure ({CHOSEN}): fit and validate one with "
+                                "lab validate-context --set selection --save, then --set validation --save"}
+    packaged = reference_path(model, packaged=True)
+    shown = f"lab/health/context/{packaged.name} (packaged)" if found.path == packaged else str(found.path)
+    return {"measure": CHOSEN, "file": shown, "verdicts": {k: v.line() for k, v in found.verdicts.items()},
+            "unmeasurable": found.unmeasurable()}
+
+
 def load_reference(profile: str) -> tuple[HeadReference, Path] | None:
     """The model's fitted context measure and the file it came from (:func:`load_context_measure`), or None.
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
@@ -48,3 +50,30 @@ def summary_markdown(v: ContextValidation) -> str:
               "placebo: the measure with each pair's labels swapped by a seeded coin. `pairs.csv` holds every "
               "prompt's measures.", ""]
     return "\n".join(lines)
+
+
+def print_context_reading(console: Any, reading: Any) -> None:
+    """The ``--context`` line of ``lab sinks`` / ``lab entropy`` (:class:`lab.health.context_items.ContextReading`):
+    in bold yellow where the measure is not validated on the model; nothing when no context was given."""
+    if reading is not None:
+        style = "bold yellow" if reading.record.get("unmeasurable") else None
+        console.print(reading.line(), style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def context_markdown(reading: Any) -> str:
+    """``summary.md``'s section on the ``--context`` reading, with the measure's validity record ("" without)."""
+    if reading is None:
+        return ""
+    r = reading.record
+    value = f"{reading.value:+.3f}" if reading.value is not None else "not measured (no fitted measure)"
+    lines = ["", "## Context measure", "",
+             f"- `{r['measure']}` of the context ({reading.n_context} tokens, placed before the prompt with a blank "
+             f"line): **{value}**; higher = the decode reads the context more, for its length "
+             "(`lab.health.context_validity`).",
+             f"- Fitted measure: `{r.get('file')}`."]
+    lines += [f"- Validity record ({name}): {line}." for name, line in r.get("verdicts", {}).items()]
+    lines.append(f"- **Not validated on this model**: {r['unmeasurable']}. Read the value as a number, not as "
+                 "how well the context is read." if r.get("unmeasurable") else
+                 "- It passed the bar on the validation set (AUROC >= 0.75 against length-matched irrelevant "
+                 "documentation).")
+    return "\n".join(lines) + "\n"

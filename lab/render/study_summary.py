@@ -68,8 +68,10 @@ def context_measure_lines(cm: dict[str, Any]) -> list[str]:
     if not cm:
         return []
     verdicts = "; ".join(f"{line}" for line in cm.get("verdicts", {}).values()) or "no saved verdict"
-    gate = ("it passed the bar on the validation set, so H1 and H1c are tested" if not cm.get("unmeasurable") else
-            f"**H1 and H1c are untestable on this model**: {cm['unmeasurable']}")
+    unmeasurable = cm.get("unmeasurable")
+    gate = ("it passed the bar on the validation set, so H1 and H1c are tested" if not unmeasurable else
+            "**H1 and H1c are untestable on this model**: its validation verdict fails the bar"
+            if cm.get("verdicts", {}).get("validation") else f"**H1 and H1c are untestable on this model**: {unmeasurable}")
     return [f"- H1's context measure: `{cm.get('measure', '?')}` (`lab.health.context_validity`: the decode's "
             "Lookback-Lens ratio on a twin's added text over the model's fitted heads, less its length line; a "
             f"clean prompt has no context span and no value), from `{cm.get('file')}`. Validity record: {verdicts}. "

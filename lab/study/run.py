@@ -17,6 +17,7 @@ from lab.study.config import NoProgress, Progress, Runner, StudyConfig
 from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, temperature_field
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.study.runner import ModelRunner
+from lab.health.context_validity import context_measure_record
 from lab.schemas import FileSchemaError
 from lab.study.work import (StudyPlan, hold_work_dir, load_finished, plan_from_work_dir, plan_study,
                             read_finished, read_runner_info, read_settings, save_finished, write_prompt_set)
@@ -45,7 +46,8 @@ class StudyResult:
         failed: Prompt id -> why the executor gave up on it (empty for a serial run, which
             stops at a runner's error instead).
         merged_from: Work directories a merged report was built from (empty otherwise).
-        context_measure: H1's context measure and its validity record (:func:`context_measure_record`).
+        context_measure: H1's context measure and its validity record
+            (:func:`lab.health.context_validity.context_measure_record`).
     """
 
     plan: StudyPlan
@@ -235,7 +237,7 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     per_token = [replace(t, prompt_id=p.id, category=p.category, variant=p.variant)
                  for p in done for t in outcomes[p.id].tokens]
     decodes = {p.id: outcomes[p.id].decode.as_columns() for p in done if outcomes[p.id].decode}
-    context_measure = context_measure_record(plan.config.model)
+    context_measure = context_measure_record(plan.config.model)  # H1's gate: the measure's validity record
     # the analysis reads the records as their columns (it sits below the study and knows no study type)
     analysis = analyze([r.as_columns() for r in per_prompt], [t.as_columns() for t in per_token],
                        seed=plan.config.seed, n_resamples=plan.config.n_resamples, decodes=decodes,
@@ -244,27 +246,6 @@ def assemble(plan: StudyPlan, outcomes: dict[str, PromptOutcome], info: dict[str
     return StudyResult(plan, per_prompt, per_token, analysis, info, n_resumed, time.perf_counter() - started,
                        started, missing=[p.id for p in order if p.id not in outcomes], merged_from=list(merged_from),
                        context_measure=context_measure)
-
-
-def context_measure_record(model: str) -> dict[str, Any]:
-    """H1's context measure on ``model`` for the report: ``measure``, the ``file`` read, each saved verdict's
-    line (``verdicts``) and ``unmeasurable``: why H1 and H1c are untestable (the validation verdict failed or is
-    missing, or the model has no fitted measure: :meth:`lab.health.context_validity.ContextMeasure.unmeasurable`),
-    None where the measure passed.
-
-    Raises:
-        FileSchemaError: the measure's file is bad (one line naming it).
-    """
-    from lab.health.context_validity import CHOSEN, load_context_measure
-    from lab.models.profiles import PROFILES
-
-    found = load_context_measure(model) if model in PROFILES else None
-    if found is None:
-        return {"measure": CHOSEN, "file": None, "verdicts": {},
-                "unmeasurable": f"{model!r} has no fitted context measure ({CHOSEN}): fit and validate one with "
-                                "lab validate-context --set selection --save, then --set validation --save"}
-    return {"measure": CHOSEN, "file": str(found.path), "verdicts": {k: v.line() for k, v in found.verdicts.items()},
-            "unmeasurable": found.unmeasurable()}
 
 
 def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResult:

@@ -268,3 +268,43 @@ def test_head_reference_score_subtracts_the_length_line_and_refuses_a_head_outsi
     assert ref.score(per_head, 10) == pytest.approx(0.5 - 0.1 - 0.05 * math.log(10))
     with pytest.raises(ValueError, match="outside"):
         HeadReference(heads=((5, 0),), intercept=0, slope=0, n_pairs=3, loo_auroc=0.5).score(per_head, 10)
+
+
+def test_a_study_twin_is_scored_as_a_validation_prompt_and_the_models_attention_is_restored():
+    """The study's H1 value of a twin (lab.health.context_items.twin_lookback) equals the validation's scoring of
+    the same context and question (score_prompt's per-head ratios through the same fitted measure), on a model
+    that runs SDPA: eager is switched on for the call and the model's own implementation comes back."""
+    from lab.health.context_items import score_prompt, twin_lookback
+    from lab.health.context_validity import HeadReference
+    from lab.prompts import StudyPrompt
+
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok), attn_implementation="sdpa")
+    context, question = " ".join(support.WORDS[:9]), "what does " + " ".join(support.WORDS[9:12]) + " do"
+    clean = StudyPrompt(id="q1", category="code", messages=({"role": "user", "content": question},))
+    twin = StudyPrompt(id="q1-neutral", category="code", variant="neutral", twin_of="q1",
+                       messages=({"role": "user", "content": f"{context}\n\n{question}"},))
+    ref = HeadReference(heads=((1, 0), (0, 3)), intercept=0.1, slope=0.02, n_pairs=3, loo_auroc=0.5)
+    value, n_context = twin_lookback(model, tok, frozenset(), twin, clean, ref, 4)
+    assert model.config._attn_implementation == "sdpa"
+    eager = support.tiny_llama(vocab_size=len(tok), attn_implementation="eager")
+    scores = score_prompt(eager, tok, frozenset(), context, question, 4)
+    assert n_context == scores.n_context and math.isfinite(value)
+    assert value == pytest.approx(ref.score(scores.lookback_per_head, scores.n_context), abs=RATIO_ATOL)
+
+
+def test_a_clean_prompt_and_a_model_without_a_fitted_measure_get_no_value():
+    """Fault class: a prompt without a context span given a number (0 or NaN read as measured)."""
+    from types import SimpleNamespace
+
+    from lab.prompts import StudyPrompt
+    from lab.study.runner import twin_context_measure
+
+    clean = StudyPrompt(id="q1", category="code", messages=({"role": "user", "content": "q"},))
+    twin = StudyPrompt(id="q1-neutral", category="code", variant="neutral", twin_of="q1",
+                       messages=({"role": "user", "content": "c\n\nq"},))
+    runner = SimpleNamespace(clean_prompts={"q1": clean}, context_reference=None)
+    assert twin_context_measure(runner, clean) == (None, None)
+    assert twin_context_measure(runner, twin) == (None, None)  # no fitted measure
+    runner.context_reference, runner.clean_prompts = object(), {}
+    assert twin_context_measure(runner, twin) == (None, None)  # its clean prompt not in the file

@@ -74,6 +74,16 @@ def test_view_rebuild_draws_every_page_and_the_log(tmp_path, capsys):
     assert all((r / PAGE).is_file() for r in reports)
 
 
+def test_view_rebuild_of_one_report_is_refused_and_its_page_kept(tmp_path, capsys):
+    """Fault class: --rebuild given a report took it for a reports folder and wrote an empty log over its page."""
+    report = _report(tmp_path / "r", "entropy")
+    before = (report / PAGE).read_bytes()
+    assert cli.main(["view", "--rebuild", str(report), "--no-open"]) == 2
+    err = capsys.readouterr().err
+    assert "is one report" in err and len(err.strip().splitlines()) == 1
+    assert (report / PAGE).read_bytes() == before
+
+
 def test_view_never_opens_a_browser_without_a_terminal(tmp_path, monkeypatch):
     import webbrowser
 

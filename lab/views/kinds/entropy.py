@@ -288,6 +288,11 @@ def page(files: ReportFiles) -> KindPage:
         Section("Entropy and varentropy per token", render("entropy_chart.html.j2", **chart(steps)), "chart"),
         Section("Per token", step_table(steps), "per-token"),
     )
+    cm = files.report.get("context_measure")
+    if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
+        sections += (Section("Context reading", render("context_reading.html.j2", cm=cm,
+                                                       context=str(files.report.get("context") or "")),
+                             "context-reading"),)
     return KindPage(headline(summ), sections, frozenset({"tokens.csv", "entropy.png"}))
 
 

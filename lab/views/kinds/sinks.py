@@ -176,4 +176,9 @@ def page(files: ReportFiles) -> KindPage:
     if a:
         sections.append(Section("Context measure", render("sinks_context.html.j2", a=a, value=_health_value(a)),
                                 "context"))
+    cm = files.report.get("context_measure")
+    if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
+        sections.append(Section("Context reading", render("context_reading.html.j2", cm=cm,
+                                                          context=str(files.report.get("context") or "")),
+                                "context-reading"))
     return KindPage(headline=headline(a, ps) if ps else "", sections=tuple(sections), covers=frozenset(covers))

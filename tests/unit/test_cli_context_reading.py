@@ -1,0 +1,79 @@
+"""``--context`` of ``lab sinks`` and ``lab entropy``: the decode's reading of a context placed before the prompt,
+with the model's fitted context measure and its validity record in the terminal, report.json and summary.md.
+
+Runs in-process on a tiny Llama routed in as ``smollm2`` (whose packaged measure failed the validation set, so
+every place that shows the value must say so); bad input is refused in one line before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import lab.models.loading
+from lab import cli
+from lab.health.context_validity import HeadReference
+from tests import support
+from tests.support import report_dirs
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CONTEXT = "alpha beta gamma delta epsilon zeta eta theta"
+
+
+@pytest.fixture
+def tiny_smollm2(monkeypatch, tmp_path):
+    """``smollm2`` loads a tiny Llama; its packaged context measure is read, its heads mapped into the tiny model."""
+    import lab.health.context_validity as cv
+
+    tok = support.chatml_tokenizer()
+    model = support.tiny_llama(vocab_size=len(tok), max_positions=512)
+    monkeypatch.setattr(lab.models.loading, "load_model", lambda name, **kw: (model, tok))
+    monkeypatch.setattr(lab.models.loading, "check_model_available", lambda name: None)
+    monkeypatch.setattr(lab.models.loading, "known_config", lambda name: None)
+    monkeypatch.setattr(lab.models.loading, "resolve_source", lambda name: (name, None))
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
+    real = cv.load_context_measure
+
+    def tiny_heads(profile):
+        found = real(profile)
+        from dataclasses import replace
+        return replace(found, reference=HeadReference(heads=((0, 1), (1, 2)), intercept=0.2, slope=0.01,
+                                                      n_pairs=60, loo_auroc=0.8))
+    monkeypatch.setattr(cv, "load_context_measure", tiny_heads)
+    return model
+
+
+@pytest.mark.parametrize("command", [["sinks", "what is it"], ["entropy", "what is it", "--runtime", "torch",
+                                                                   "--max-new-tokens", "4"]], ids=["sinks", "entropy"])
+def test_context_reading_is_shown_with_the_failed_validation_everywhere(command, tiny_smollm2, tmp_path, capsys):
+    assert cli.main([*command, "--context", CONTEXT, "--model", "smollm2", "--device", "cpu",
+                     "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "context measure lookback_heads" in out and "NOT VALIDATED here" in out and "AUROC 0.73 < 0.75" in out
+    (report,) = report_dirs(tmp_path / "r")
+    data = json.loads((report / "report.json").read_text())
+    cm = data["context_measure"]
+    assert data["context"] == CONTEXT and isinstance(cm["value"], float) and cm["n_context"] >= 8
+    assert "AUROC 0.73 < 0.75" in cm["unmeasurable"] and set(cm["verdicts"]) == {"validation", "heldback"}
+    assert data["messages"][-1]["content"] == f"{CONTEXT}\n\nwhat is it"  # the prompt read is the one scored
+    summary = (report / "summary.md").read_text()
+    assert "## Context measure" in summary and "Not validated on this model" in summary
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["sinks", "q", "--context", "  "], "--context '' holds no text"),
+    (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file='/nonexistent/ctx.txt' cannot be read"),
+    (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context is read from the decode's attention"),
+], ids=["blank", "missing-file", "llama-cpp-runtime"])
+def test_bad_context_is_refused_in_one_line_before_any_model_loads(argv, match, no_model_loading, tmp_path, capsys):
+    assert cli.main([*argv, "--model", "smollm2", "--device", "cpu", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_context_and_context_file_together_are_refused(no_model_loading, tmp_path, capsys):
+    assert support.cli_exit(["sinks", "q", "--context", "c", "--context-file", str(tmp_path / "c.txt")]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
