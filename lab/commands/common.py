@@ -373,6 +373,36 @@ def read_context_arg(args: argparse.Namespace) -> str | None:
     return text
 
 
+def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -> tuple[str | None, list]:
+    """``(context, messages)``: ``--context`` (:func:`read_context_arg`) and the messages the command runs, the
+    context before the question (:func:`lab.health.context_items.with_context`), or the question alone.
+
+    Raises:
+        ValueError: as :func:`read_context_arg`.
+    """
+    from lab.health.context_items import with_context
+
+    context = read_context_arg(args)
+    return context, (question if context is None else with_context(question, context))
+
+
+def read_context_step(err: Any, model: Any, tokenizer: Any, profile: str, question: list[dict[str, str]],
+                      context: str | None) -> Any:
+    """The ``--context`` reading (:func:`lab.health.context_items.read_context`) under a status line; None
+    without a context."""
+    if context is None:
+        return None
+    from lab.health.context_items import read_context
+
+    with err.status("reading the context (24-token greedy continuation, teacher-forced)"):
+        return read_context(model, tokenizer, profile, question, context)
+
+
+def context_fields(context: str | None, reading: Any) -> dict[str, Any]:
+    """report.json's ``context`` and ``context_measure`` for a ``--context`` reading ({} without one)."""
+    return {} if reading is None else {"context": context, "context_measure": reading.to_json()}
+
+
 def add_out_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports", type=os.path.expanduser,  # a quoted '~/x' is the user's home too
                    help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 from lab.commands.common import (add_context_args, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
-                                 add_runtime_arg, check_model_args, load_for_runtime, range_text, read_context_arg,
-                                 resolve_runtime)
+                                 add_runtime_arg, check_model_args, context_fields, context_messages, load_for_runtime,
+                                 range_text, read_context_step, resolve_runtime)
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -45,12 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.health.context_items import read_context, with_context
     from lab.models.chat import build_messages, encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import context_markdown, print_context_reading
-    from lab.render.entropy import render_result, step_dicts, step_rows, summary_markdown, plot_entropy
-    from lab.reports import environment, report_dir
+    from lab.render.entropy import render_result, step_rows, summary_markdown, plot_entropy
+    from lab.reports import report_dir
     from lab.decode import check_context
     from lab.tracker.results import DecodeSettings
     from lab.tracker.loop import track_generate
@@ -58,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate everything before loading anything.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
-    context = read_context_arg(args)
     question = build_messages(args.prompt, args.system)
-    messages = question if context is None else with_context(question, context)
+    context, messages = context_messages(args, question)
     device = check_model_args(args)
     runtime = resolve_runtime(args)
     if context is not None and runtime.runtime != "torch":
@@ -80,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
                                 temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                                 seed=settings.seed, top_alternatives=settings.top_alternatives)
 
-    reading = None
-    if context is not None:  # the decode's reading of the context: a greedy continuation, teacher-forced
-        with err.status("reading the context (24-token greedy continuation, teacher-forced)"):
-            reading = read_context(model, tokenizer, args.model, question, context)
+    reading = read_context_step(err, model, tokenizer, args.model, question, context)
 
     # 3. Show the result on stdout.
     info = model_source(model).as_dict()
@@ -94,27 +90,26 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Write the report atomically.
     with report_dir(args.out, "entropy", args.prompt) as rd:
-        rd.write_json("report.json", {
-            "kind": "entropy",
-            "prompt": args.prompt,
-            "system": args.system,
-            "messages": messages,
-            "prompt_ids": result.prompt_ids[0].tolist(),
-            "settings": settings,
-            "seed": result.seed,
-            "model": info, "device": info["device"], "dtype": info["dtype"],
-            "runtime": runtime.runtime, "runtime_source": runtime.said, "vocab_size": result.vocab_size,
-            "environment": environment(model),
-            "summary": result.summary(),
-            "text": result.text,
-            "new_token_ids": result.new_token_ids,
-            "stop_reason": result.stop_reason,
-            "steps": step_dicts(result.steps),
-            **({"context": context, "context_measure": reading.to_json()} if reading is not None else {}),
-        })
+        rd.write_json("report.json", {**report_data(args, messages, settings, result, info, runtime, model),
+                                      **context_fields(context, reading)})
         rd.write_csv("tokens.csv", step_rows(result))
         plot_entropy(result, rd.file("entropy.png"))
         rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info)
                       + context_markdown(reading))
     print_report(stdout_console(), rd.final)
     return 0
+
+
+def report_data(args: argparse.Namespace, messages: list, settings: Any, result: Any, info: dict, runtime: Any,
+                model: Any) -> dict[str, Any]:
+    """report.json of one tracked decode (the ``--context`` fields are added beside it)."""
+    from lab.render.entropy import step_dicts
+    from lab.reports import environment
+
+    return {"kind": "entropy", "prompt": args.prompt, "system": args.system, "messages": messages,
+            "prompt_ids": result.prompt_ids[0].tolist(), "settings": settings, "seed": result.seed,
+            "model": info, "device": info["device"], "dtype": info["dtype"],
+            "runtime": runtime.runtime, "runtime_source": runtime.said, "vocab_size": result.vocab_size,
+            "environment": environment(model), "summary": result.summary(), "text": result.text,
+            "new_token_ids": result.new_token_ids, "stop_reason": result.stop_reason,
+            "steps": step_dicts(result.steps)}

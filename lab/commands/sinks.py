@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 
 from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_torch_only_runtime_arg,
-                                 check_model_args, read_context_arg, refuse_runtime)
+                                 check_model_args, context_fields, context_messages, read_context_step,
+                                 refuse_runtime)
 from lab.models.source import model_source
 
 
@@ -73,29 +74,21 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.health.context_items import read_context, with_context
     from lab.models.chat import build_messages
     from lab.models.loading import load_model
-    from lab.sinks.prefill import analyze_prefill, check_calibration_files
+    from lab.sinks.prefill import analyze_prefill
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import context_markdown, print_context_reading
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
     from lab.reports import environment, report_dir
-    from lab.sinks.profiles import check_threshold, load_choice
 
     refuse_runtime(args, "sinks")
 
     # 1. Validate everything before loading anything.
     prompt = read_prompt(args.prompt, args.prompt_file)
-    statistic = load_choice().statistic
-    if args.threshold is not None:
-        check_threshold(statistic, args.threshold, "--threshold")
-        if args.calibration is not None:
-            raise ValueError(f"--threshold={args.threshold!r} and --calibration={args.calibration!r}: give one")
-    check_calibration_files(args.model, threshold=args.threshold, calibration=args.calibration)  # before it loads
-    context = read_context_arg(args)
+    check_threshold_args(args)
     question = build_messages(prompt, args.system)
-    messages = question if context is None else with_context(question, context)
+    context, messages = context_messages(args, question)
     device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).
@@ -110,10 +103,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{analysis.threshold:g} (run `lab calibrate-sinks --model PROFILE` for a named profile)",
                   style="bold yellow", markup=False, highlight=False)
 
-    reading = None
-    if context is not None:  # the decode's reading of the context: a greedy continuation, teacher-forced
-        with err.status("reading the context (24-token greedy continuation, teacher-forced)"):
-            reading = read_context(model, tokenizer, args.model, question, context)
+    reading = read_context_step(err, model, tokenizer, args.model, question, context)
 
     # 3. Show the result on stdout.
     info = model_source(model).as_dict()
@@ -132,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             "model": info,
             "environment": environment(model),
             "analysis": report_data(analysis),
-            **({"context": context, "context_measure": reading.to_json()} if reading is not None else {}),
+            **context_fields(context, reading),
         })
         rd.write_csv("positions.csv", position_rows(analysis))
         rd.write_text("summary.md", summary_markdown(analysis, prompt=prompt, system=args.system, model_info=info)
@@ -140,3 +130,20 @@ def run(args: argparse.Namespace) -> int:
         plot_heatmap(analysis, rd.file("heatmap.png"))
     print_report(out, rd.final)
     return 0
+
+
+def check_threshold_args(args: argparse.Namespace) -> None:
+    """``--threshold`` in the chosen statistic's range and not beside ``--calibration``, and the calibration
+    files the run would read, before the model loads.
+
+    Raises:
+        ValueError: one line naming the flag or the file.
+    """
+    from lab.sinks.prefill import check_calibration_files
+    from lab.sinks.profiles import check_threshold, load_choice
+
+    if args.threshold is not None:
+        check_threshold(load_choice().statistic, args.threshold, "--threshold")
+        if args.calibration is not None:
+            raise ValueError(f"--threshold={args.threshold!r} and --calibration={args.calibration!r}: give one")
+    check_calibration_files(args.model, threshold=args.threshold, calibration=args.calibration)  # before it loads

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -348,7 +349,7 @@ def validity_of(validation: Mapping[str, Any], profile: str, report: str) -> Hea
                           n=int(fig["n_measurable"]), prompts_file=str(validation["prompts_file"]), report=report)
 
 
-def validity_path(profile: str, *, packaged: bool) -> "Path":
+def validity_path(profile: str, *, packaged: bool) -> Path:
     """``health/validity/<profile>.json`` in the package (``packaged``) or in the user's calibration folder."""
     from importlib import resources
     from pathlib import Path
@@ -381,7 +382,7 @@ def load_validity(profile: str) -> HealthValidity | None:
     return None
 
 
-def save_validity(validity: HealthValidity) -> "Path":
+def save_validity(validity: HealthValidity) -> Path:
     """Write ``validity`` to the user's calibration folder, atomically; returns the path.
 
     The text is checked first as :func:`load_validity` reads it back (:data:`lab.schemas.health.VALIDITY_SCHEMA`),
