@@ -26,7 +26,7 @@ ALPHA_TOL = 1e-12  # alpha is a ratio of two counts; only float rounding may dif
 def study_report(smollm2, lab_log_dir):
     from lab.render.study import write_report
     from lab.speculative.draft_specs import make_draft
-    from lab.study.runner import ModelRunner
+    from lab.study.runner import ModelRunner, context_measure_inputs
     from lab.study.config import StudyConfig
     from lab.study.work import discard_work, plan_study
     from lab.study.run import run_study
@@ -37,7 +37,8 @@ def study_report(smollm2, lab_log_dir):
                          out=str(out), n_resamples=RESAMPLES)
     plan = plan_study(config)
     runner = ModelRunner(model, tok, make_draft(model, config.draft_spec()), config,
-                         {"model": model_source(model).as_dict(), "draft": config.draft_spec()})
+                         {"model": model_source(model).as_dict(), "draft": config.draft_spec()},
+                         *context_measure_inputs(config))  # as ModelRunner.load: H1's measure and the spans
     result = run_study(plan, runner=runner)
     path = write_report(result)
     discard_work(plan)
@@ -98,8 +99,14 @@ def test_study_json_matches_csvs(study_report):
     h5 = next(t for t in study["tests"] if t["name"] == "H5")
     split_questions = {r["twin_of"] or r["id"] for r in prompts if int(r["n_multi_token_words"]) > 0}
     assert h5["n"] == len(split_questions) and split_questions
+    # H1 reads lookback_heads: a twin's added text has it (a finite number), a clean prompt none (empty cell)
+    twins = [r for r in prompts if r["variant"] != "clean"]
+    assert twins and all(r["lookback_heads"] == "" and r["n_context_tokens"] == "" for r in prompts
+                         if r["variant"] == "clean")
+    assert all(math.isfinite(float(r["lookback_heads"])) and int(r["n_context_tokens"]) > 0 for r in twins)
     h1 = next(t for t in study["tests"] if t["name"] == "H1")
-    assert h1["n"] == LIMIT
+    assert h1["n"] == len(twins)
+    assert study["context_measure"]["measure"] == "lookback_heads" and study["context_measure"]["verdicts"]
 
 
 def test_study_summary_states_the_json_verdicts(study_report):

@@ -30,7 +30,7 @@ import time
 import pytest
 
 from lab.models.source import model_source
-from lab.study.runner import ModelRunner
+from lab.study.runner import ModelRunner, context_measure_inputs
 from lab.study.config import StudyConfig
 from lab.study.work import discard_work, plan_study, work_file
 from lab.study.run import run_study
@@ -118,7 +118,8 @@ def test_ray_study_embedded_model_with_actor_killed_equals_serial(ray_cluster, s
     try:
         t0 = time.perf_counter()
         serial = run_study(config, runner=ModelRunner(model, tok, make_draft(model, config.draft_spec()), config,
-                                                      {"model": model_source(model).as_dict(), "draft": config.draft_spec()}))
+                                                      {"model": model_source(model).as_dict(), "draft": config.draft_spec()},
+                                                      *context_measure_inputs(config)))
         serial_s = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)
