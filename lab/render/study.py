@@ -169,7 +169,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
                  f"H1c (neutral twins): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("lookback_heads: the decode's reading of the added text, for its length")
     ax.set_ylabel("mean decode entropy (bits)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # a study without a measured twin draws no dot and needs no legend
+        ax.legend(fontsize=8)
     fig.savefig(folder / "health_vs_entropy.png", dpi=110)
     save_linked_svg(fig, folder / "health_vs_entropy.svg", tips)
     plt.close(fig)
