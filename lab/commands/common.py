@@ -510,7 +510,9 @@ def _torch_only_flags(args: argparse.Namespace) -> list[str]:
              "--dtype": getattr(args, "dtype", None) is not None,
              "--device": getattr(args, "device", None) not in (None, "cpu"),
              "--draft-weights": getattr(args, "draft_weights", "float32") != "float32",
-             "--draft-dtype": bool(getattr(args, "draft_dtype", None))}
+             "--draft-dtype": bool(getattr(args, "draft_dtype", None)),
+             # --context is read from the decode's attention, which the llama.cpp runtime does not expose
+             "--context": getattr(args, "context", None) is not None or getattr(args, "context_file", None) is not None}
     return [flag for flag, on in typed.items() if on]
 
 
@@ -544,7 +546,7 @@ def resolve_runtime(args: argparse.Namespace) -> RuntimeChoice:
     typed_torch = _torch_only_flags(args)
     if typed_torch:
         raise ValueError(f"--runtime llama.cpp runs the GGUF file's own weights on the CPU; {', '.join(typed_torch)} "
-                         "apply to --runtime torch only")
+                         f"{'applies' if len(typed_torch) == 1 else 'apply'} to --runtime torch only")
     binding()  # RuntimeUnavailableError (a ValueError): one line naming `make peer`
     return RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, weights)
 
@@ -598,7 +600,8 @@ def _llama_cpp_if_it_runs(args: argparse.Namespace, runs: RuntimeChoice, said: s
 
     typed_torch = _torch_only_flags(args)
     if typed_torch:
-        return torch_because(f"default: torch, because {', '.join(typed_torch)} apply to torch only{said}")
+        verb = "applies" if len(typed_torch) == 1 else "apply"
+        return torch_because(f"default: torch, because {', '.join(typed_torch)} {verb} to torch only{said}")
     try:
         binding()
     except RuntimeNotBuiltError:

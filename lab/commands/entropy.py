@@ -62,9 +62,6 @@ def run(args: argparse.Namespace) -> int:
     context, messages = context_messages(args, question)
     device = check_model_args(args)
     runtime = resolve_runtime(args)
-    if context is not None and runtime.runtime != "torch":
-        raise ValueError("--context is read from the decode's attention, which the llama.cpp runtime does not "
-                         "expose: add --runtime torch")
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()

@@ -45,8 +45,8 @@ def tiny_smollm2(monkeypatch, tmp_path):
     return model
 
 
-@pytest.mark.parametrize("command", [["sinks", "what is it"], ["entropy", "what is it", "--runtime", "torch",
-                                                                   "--max-new-tokens", "4"]], ids=["sinks", "entropy"])
+@pytest.mark.parametrize("command", [["sinks", "what is it"], ["entropy", "what is it", "--max-new-tokens", "4"]],
+                         ids=["sinks", "entropy"])  # entropy: --context alone makes the untyped runtime torch
 def test_context_reading_is_shown_with_the_failed_validation_everywhere(command, tiny_smollm2, tmp_path, capsys):
     assert cli.main([*command, "--context", CONTEXT, "--model", "smollm2", "--device", "cpu",
                      "--out", str(tmp_path / "r")]) == 0
@@ -65,7 +65,7 @@ def test_context_reading_is_shown_with_the_failed_validation_everywhere(command,
 @pytest.mark.parametrize("argv, match", [
     (["sinks", "q", "--context", "  "], "--context '' holds no text"),
     (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file='/nonexistent/ctx.txt' cannot be read"),
-    (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context is read from the decode's attention"),
+    (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context applies to --runtime torch only"),
 ], ids=["blank", "missing-file", "llama-cpp-runtime"])
 def test_bad_context_is_refused_in_one_line_before_any_model_loads(argv, match, no_model_loading, tmp_path, capsys):
     assert cli.main([*argv, "--model", "smollm2", "--device", "cpu", "--out", str(tmp_path / "r")]) == 2

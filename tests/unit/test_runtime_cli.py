@@ -86,12 +86,12 @@ def test_resolve_runtime_untyped_damaged_build_is_torch_saying_why(monkeypatch):
 
 
 @pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
-                                dict(dtype="bfloat16")])
+                                dict(dtype="bfloat16"), dict(context="some text")])
 def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch_saying_so(built, kw):
     choice = common.resolve_runtime(_args(**kw))
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
     assert choice.weights == kw.get("weights", "float32")
-    assert "apply to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, because --")
+    assert "applies to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, because --")
 
 
 @pytest.mark.parametrize("value, runtime", [("torch", "torch"), ("llama.cpp", "llama.cpp")])
@@ -132,7 +132,7 @@ def test_resolve_runtime_tuned_llama_cpp_with_a_torch_only_flag_is_torch_naming_
     _tune()
     choice = common.resolve_runtime(_args(**kw))
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
-    assert "apply to torch only" in choice.said
+    assert "applies to torch only" in choice.said
 
 
 def test_resolve_runtime_tuning_is_not_read_for_a_model_without_a_gguf_file(built):
