@@ -365,12 +365,14 @@ def read_context_arg(args: argparse.Namespace) -> str | None:
     text, path = getattr(args, "context", None), getattr(args, "context_file", None)
     if path is not None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not text
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--context-file={path!r} cannot be read: {exc}") from None
     if text is not None and not text.strip():
-        raise ValueError("--context-file holds no text" if path is not None else "--context '' holds no text")
-    return text
+        raise ValueError(f"--context-file={path!r} holds no text" if path is not None else
+                         f"--context={text!r} holds no text")
+    # the measure was validated on a context followed by exactly one blank line: no edge whitespace of its own
+    return None if text is None else text.strip()
 
 
 def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -> tuple[str | None, list]:
@@ -384,6 +386,25 @@ def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -
 
     context = read_context_arg(args)
     return context, (question if context is None else with_context(question, context))
+
+
+def check_context_room(model: Any, tokenizer: Any, messages: list[dict[str, str]], context: str | None) -> None:
+    """Refuse, right after the model loads and before any prefill, a ``--context`` whose prompt leaves no room for
+    the 24-token continuation the measure reads (:data:`lab.health.context_validity.NEW_TOKENS`).
+
+    Raises:
+        ValueError: one line naming ``--context`` and the lengths.
+    """
+    if context is None:
+        return
+    from lab.decode import context_length
+    from lab.health.context_validity import NEW_TOKENS
+    from lab.models.chat import encode_chat
+
+    n, limit = int(encode_chat(tokenizer, messages).shape[1]), context_length(model)
+    if limit is not None and n + NEW_TOKENS > limit:
+        raise ValueError(f"--context: the prompt with it is {n} tokens, and reading the context needs {NEW_TOKENS} "
+                         f"more (a greedy continuation), past the model's context of {limit}; shorten the context")
 
 
 def read_context_step(err: Any, model: Any, tokenizer: Any, profile: str, question: list[dict[str, str]],

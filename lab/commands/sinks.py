@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 
 from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_torch_only_runtime_arg,
-                                 check_model_args, context_fields, context_messages, read_context_step,
-                                 refuse_runtime)
+                                 check_context_room, check_model_args, context_fields, context_messages,
+                                 read_context_step, refuse_runtime)
 from lab.models.source import model_source
 
 
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     err = stderr_console()
     with err.status(f"loading {args.model} on {device}"):
         model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    check_context_room(model, tokenizer, messages, context)  # before the prefill: the reading's 24 tokens fit
     with err.status("prefill with streaming attention capture"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the uncalibrated notice is printed below, once
         analysis = analyze_prefill(model, tokenizer, messages, threshold=args.threshold, calibration=args.calibration)

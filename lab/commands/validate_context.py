@@ -66,9 +66,9 @@ def _inputs(args: argparse.Namespace):
     if args.save and args.pairs is not None:
         raise ValueError("--save keeps a measure fitted on --set selection, or its verdict on --set validation or "
                          "heldback; a pairs file's figures stay in its report: drop --save")
-    if args.save and not fitting and args.limit is not None:
-        raise ValueError(f"--save with --limit: a verdict on part of the {pair_set} set is not kept; drop --limit "
-                         "(or --save)")
+    if args.save and args.limit is not None:
+        raise ValueError(f"--save with --limit: a {'measure fitted' if fitting else 'verdict'} on part of the "
+                         f"{pair_set} set is not kept; drop --limit (or --save)")
     if args.model not in PROFILES and (args.save or not fitting):
         raise ValueError(f"--model {args.model!r} is not one of the model profiles ({', '.join(PROFILES)}), and only a "
                          f"profile keeps a fitted context measure: " + ("drop --save" if args.save else

@@ -259,7 +259,8 @@ class ContextReading:
     def line(self) -> str:
         """One line: the value and whether the measure passed validation on this model (with the record)."""
         head = (f"context measure {self.record['measure']}: {self.value:+.3f} on {self.n_context} context tokens "
-                "(higher = the decode reads the context more, for its length)" if self.value is not None else
+                "(read on its own 24-token greedy continuation; higher = the context read more, for its length)"
+                if self.value is not None else
                 f"context measure {self.record['measure']}: not measured on this model")
         why = self.record.get("unmeasurable")
         if why:

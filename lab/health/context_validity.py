@@ -112,6 +112,18 @@ class ValidityFigures:
         return not self.failed
 
 
+def failed_bars(auroc: float, length_auroc: float, placebo: float, rho: float, ends: float) -> tuple[str, ...]:
+    """The bars of :data:`BAR` these figures miss, each in words (empty: they pass)."""
+    return tuple(name for name, ok in (
+        (f"AUROC {auroc:.2f} < {MIN_AUROC}", auroc >= MIN_AUROC),
+        (f"length-only AUROC {length_auroc:.2f} not within {NEAR_HALF} of 0.5", abs(length_auroc - 0.5) <= NEAR_HALF),
+        (f"placebo AUROC {placebo:.2f} not within {NEAR_HALF} of 0.5", abs(placebo - 0.5) <= NEAR_HALF),
+        (f"|rho(length)| {abs(rho):.2f} > {MAX_LENGTH_RHO}" if math.isfinite(rho) else
+         "rho(length) undefined (the measure or the context length is the same on every relevant prompt)",
+         math.isfinite(rho) and abs(rho) <= MAX_LENGTH_RHO),
+        (f"{ends:.0%} at the scale's ends > {MAX_END_SHARE:.0%}", ends <= MAX_END_SHARE)) if not ok)
+
+
 def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequence[float],
                      n_relevant: Sequence[int], n_irrelevant: Sequence[int], *, direction: int = 1,
                      scale: tuple[float, float] = (0.0, math.inf), seed: int = 0,
@@ -149,14 +161,7 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
     rho = (float(stats.spearmanr(relevant, n_relevant).statistic)  # constant input: undefined, not a warning
            if np.ptp(relevant) > 0 and np.ptp(n_relevant) > 0 else math.nan)
     ends = at_ends(list(relevant) + list(irrelevant), *scale)
-    failed = tuple(name for name, ok in (
-        (f"AUROC {auroc:.2f} < {MIN_AUROC}", auroc >= MIN_AUROC),
-        (f"length-only AUROC {length_auroc:.2f} not within {NEAR_HALF} of 0.5", abs(length_auroc - 0.5) <= NEAR_HALF),
-        (f"placebo AUROC {placebo:.2f} not within {NEAR_HALF} of 0.5", abs(placebo - 0.5) <= NEAR_HALF),
-        (f"|rho(length)| {abs(rho):.2f} > {MAX_LENGTH_RHO}" if math.isfinite(rho) else
-         "rho(length) undefined (the measure or the context length is the same on every relevant prompt)",
-         math.isfinite(rho) and abs(rho) <= MAX_LENGTH_RHO),
-        (f"{ends:.0%} at the scale's ends > {MAX_END_SHARE:.0%}", ends <= MAX_END_SHARE)) if not ok)
+    failed = failed_bars(auroc, length_auroc, placebo, rho, ends)
     return ValidityFigures(measure=measure, direction=direction, n_pairs=n, auroc=auroc, ci_low=low, ci_high=high,
                            length_auroc=length_auroc, placebo_auroc=placebo, length_rho=rho, end_share=ends,
                            failed=failed)
@@ -307,13 +312,13 @@ class ContextVerdict:
 
     @classmethod
     def from_json(cls, set_name: str, data: dict) -> "ContextVerdict":
-        rho = data["length_rho"]
-        figures = ValidityFigures(measure=CHOSEN, direction=1, n_pairs=int(data["n_pairs"]),
-                                  auroc=float(data["auroc"]), ci_low=float(data["ci_low"]),
-                                  ci_high=float(data["ci_high"]), length_auroc=float(data["length_auroc"]),
-                                  placebo_auroc=float(data["placebo_auroc"]),
-                                  length_rho=math.nan if rho is None else float(rho),
-                                  end_share=float(data["end_share"]), failed=tuple(data["failed"]))
+        """The verdict as stored; its failed bars are judged again from the figures (a file whose ``failed``
+        list says otherwise does not decide it)."""
+        rho = math.nan if data["length_rho"] is None else float(data["length_rho"])
+        fig = {k: float(data[k]) for k in ("auroc", "ci_low", "ci_high", "length_auroc", "placebo_auroc", "end_share")}
+        failed = failed_bars(fig["auroc"], fig["length_auroc"], fig["placebo_auroc"], rho, fig["end_share"])
+        figures = ValidityFigures(measure=CHOSEN, direction=1, n_pairs=int(data["n_pairs"]), length_rho=rho,
+                                  failed=failed, **fig)
         return cls(set_name=set_name, items_file=str(data["items_file"]), report=str(data["report"]), figures=figures)
 
 

@@ -68,8 +68,8 @@ def context_markdown(reading: Any) -> str:
     value = f"{reading.value:+.3f}" if reading.value is not None else "not measured (no fitted measure)"
     lines = ["", "## Context measure", "",
              f"- `{r['measure']}` of the context ({reading.n_context} tokens, placed before the prompt with a blank "
-             f"line): **{value}**; higher = the decode reads the context more, for its length "
-             "(`lab.health.context_validity`).",
+             f"line): **{value}**, read on the model's own 24-token greedy continuation teacher-forced (not this run's "
+             "decode); higher = the context read more, for its length (`lab.health.context_validity`).",
              f"- Fitted measure: `{r.get('file')}`."]
     lines += [f"- Validity record ({name}): {line}." for name, line in r.get("verdicts", {}).items()]
     lines.append(f"- **Not validated on this model**: {r['unmeasurable']}. Read the value as a number, not as "

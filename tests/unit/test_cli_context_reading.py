@@ -63,7 +63,7 @@ def test_context_reading_is_shown_with_the_failed_validation_everywhere(command,
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["sinks", "q", "--context", "  "], "--context '' holds no text"),
+    (["sinks", "q", "--context", "  "], "--context='  ' holds no text"),
     (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file='/nonexistent/ctx.txt' cannot be read"),
     (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context applies to --runtime torch only"),
 ], ids=["blank", "missing-file", "llama-cpp-runtime"])
@@ -77,3 +77,22 @@ def test_bad_context_is_refused_in_one_line_before_any_model_loads(argv, match, 
 def test_context_and_context_file_together_are_refused(no_model_loading, tmp_path, capsys):
     assert support.cli_exit(["sinks", "q", "--context", "c", "--context-file", str(tmp_path / "c.txt")]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_context_that_leaves_no_room_for_the_reading_is_refused_before_the_prefill(tiny_smollm2, tmp_path,
+                                                                                      capsys):
+    """Fault class: a context that fits the prefill but not the reading's 24 tokens, refused only after the
+    prefill ran, with advice naming a flag the command does not have."""
+    def no_forward(module, args, kwargs):
+        raise AssertionError("a forward ran before the room check")
+
+    handle = tiny_smollm2.register_forward_pre_hook(no_forward, with_kwargs=True)
+    try:
+        long = " ".join(["alpha beta gamma delta"] * 120)  # about 480 words on a 512-position model
+        assert cli.main(["sinks", "q", "--context", long, "--model", "smollm2", "--device", "cpu",
+                         "--out", str(tmp_path / "r")]) == 2
+    finally:
+        handle.remove()
+    err = capsys.readouterr().err
+    assert "--context: the prompt with it is" in err and "needs 24 more" in err and "max_new_tokens" not in err
+    assert not (tmp_path / "r").exists()

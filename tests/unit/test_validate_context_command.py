@@ -43,11 +43,16 @@ def tiny_eager(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_validate_context_fits_on_selection_saves_and_judges_a_pairs_file_with_it(tiny_eager, tmp_path, capsys):
+def test_validate_context_fits_on_selection_saves_and_judges_a_pairs_file_with_it(tiny_eager, tmp_path, capsys,
+                                                                                 monkeypatch):
     pairs = _pairs(tmp_path / "pairs.jsonl")
     out = tmp_path / "reports"
     argv = ["--model", "smollm2", "--device", "cpu", "--new-tokens", "3", "--out", str(out)]
-    assert cli.main(["validate-context", "--set", "selection", "--limit", "4", "--save", *argv]) == 0
+    import lab.commands.validate_context as vc
+
+    small = _pairs(tmp_path / "selection.jsonl", n=4)  # the selection set, cut to 4 pairs (--save refuses --limit)
+    monkeypatch.setitem(vc.SETS, "selection", small)
+    assert cli.main(["validate-context", "--set", "selection", "--save", *argv]) == 0
     saved = reference_path("smollm2", packaged=False)
     assert saved.is_file()
     ref, path = load_reference("smollm2")
@@ -63,10 +68,11 @@ def test_validate_context_fits_on_selection_saves_and_judges_a_pairs_file_with_i
 @pytest.mark.parametrize("argv,match", [
     (["--pairs", "x.jsonl", "--save"], "a pairs file's figures stay in its report"),
     (["--set", "validation", "--save", "--limit", "5"], "a verdict on part of the validation set is not kept"),
+    (["--set", "selection", "--save", "--limit", "3"], "a measure fitted on part of the selection set is not kept"),
     (["--set", "selection", "--save", "--model", "./somewhere"], "not one"),
     (["--new-tokens", "1"], r"--new-tokens=1 must be in \[2,"),
     (["--set", "validation", "--model", "smollm2"], "no fitted context measure|validate-context"),
-], ids=["save-pairs-file", "save-verdict-limit", "save-not-profile", "one-token", "no-reference"])
+], ids=["save-pairs-file", "save-verdict-limit", "save-fit-limit", "save-not-profile", "one-token", "no-reference"])
 def test_validate_context_refuses_bad_arguments_before_any_model_loads(argv, match, no_model_loading, tmp_path,
                                                                        monkeypatch, capsys):
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
@@ -174,3 +180,16 @@ def test_a_hostile_verdict_in_the_users_reference_is_refused_in_one_line(edit, t
     with pytest.raises(FileSchemaError) as exc:
         load_context_measure("smollm2")
     assert str(user) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_verdict_edited_to_pass_is_judged_again_from_its_figures(tmp_path, monkeypatch):
+    """Fault class: a hand-edited file whose empty ``failed`` list claims a pass its AUROC does not reach."""
+    from lab.health.context_validity import load_context_measure
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    data = json.loads(reference_path("smollm2", packaged=True).read_text())
+    data["validation"].update(auroc=0.5, ci_low=0.4, ci_high=0.6, failed=[])
+    user = reference_path("smollm2", packaged=False)
+    user.parent.mkdir(parents=True)
+    user.write_text(json.dumps(data))
+    assert "AUROC 0.50 < 0.75" in load_context_measure("smollm2").unmeasurable()

@@ -179,7 +179,15 @@ def test_validate_context_save_that_cannot_be_written_exits_1_naming_the_file_re
     (tmp_path / "cal" / "health").write_text("a file where the folder goes")
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path / "cal"))
     out = tmp_path / "reports"
-    assert cli.main(["validate-context", "--set", "selection", "--limit", "3", "--save", "--new-tokens", "3",
+    import lab.commands.validate_context as vc
+    from lab.health.context_items import load_items
+
+    small = tmp_path / "selection.jsonl"  # the selection set cut to 3 pairs (--save refuses --limit)
+    lines = vc.resources.files("lab").joinpath("data", vc.SETS["selection"]).read_text().splitlines()[:3]
+    small.write_text("\n".join(lines) + "\n")
+    assert len(load_items(small)) == 3
+    monkeypatch.setitem(vc.SETS, "selection", str(small))
+    assert cli.main(["validate-context", "--set", "selection", "--save", "--new-tokens", "3",
                      "--model", "smollm2", "--device", "cpu", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "the report is complete in" in err and "could not be saved to" in err
