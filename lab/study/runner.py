@@ -61,10 +61,12 @@ def context_measure_inputs(config: StudyConfig) -> tuple[Any, dict[str, StudyPro
     """
     from lab.health.context_validity import load_context_measure
     from lab.models.profiles import PROFILES
-    from lab.prompts import load_prompts
+    from lab.prompts import default_prompts_path
+    from lab.sources import load_prompt_set
 
     found = load_context_measure(config.model) if config.model in PROFILES else None
-    clean = {p.id: p for p in load_prompts(config.prompts) if p.variant == "clean"}
+    # the study's own loader: a file or a named source (humaneval, pydoc-topics, ...), as plan_study reads it
+    clean = {p.id: p for p in load_prompt_set(config.prompts or default_prompts_path()) if p.variant == "clean"}
     return (None if found is None else found.reference), clean
 
 

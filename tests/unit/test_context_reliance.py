@@ -308,3 +308,14 @@ def test_a_clean_prompt_and_a_model_without_a_fitted_measure_get_no_value():
     assert twin_context_measure(runner, twin) == (None, None)  # no fitted measure
     runner.context_reference, runner.clean_prompts = object(), {}
     assert twin_context_measure(runner, twin) == (None, None)  # its clean prompt not in the file
+
+
+@pytest.mark.parametrize("prompts", [None, "humaneval"], ids=["embedded", "named-source"])
+def test_the_runner_finds_clean_prompts_in_a_file_and_in_a_named_source(prompts, tmp_path, monkeypatch):
+    """Fault class: the runner read --prompts as a file only, so `lab study --prompts humaneval` failed to load."""
+    from lab.study.config import StudyConfig
+    from lab.study.runner import context_measure_inputs
+
+    monkeypatch.setenv("LAB_CALIBRATION_DIR", str(tmp_path))
+    reference, clean = context_measure_inputs(StudyConfig(model="smollm2", prompts=prompts, out=str(tmp_path)))
+    assert reference is not None and clean and all(p.variant == "clean" for p in clean.values())
