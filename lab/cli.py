@@ -129,6 +129,20 @@ def as_typed(message: str, flags: dict[str, str]) -> str:
     return pattern.sub(lambda m: flags[m.group(1)] + "=", message)
 
 
+def check_utf8(args: argparse.Namespace, flags: dict[str, str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python keeps its bytes as lone surrogates, which no
+    tokenizer or file name takes).
+
+    Raises:
+        ValueError: naming the flag (or the positional argument) and showing the text with the bad bytes escaped.
+    """
+    for dest, value in vars(args).items():
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(text, str) and any("\udc80" <= ch <= "\udcff" for ch in text):
+                shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise ValueError(f"{flags.get(dest, dest)}: {shown} is not valid UTF-8")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is so that the cleanup of an interrupt runs (a report's
     staging directory removed, a study's finished prompts kept) instead of dying mid-write."""
@@ -262,6 +276,7 @@ def _main(argv: list[str] | None) -> int:
         from lab.commands.common import check_bounds
 
         setup_logging(args.verbose)
+        check_utf8(args, flags)
         check_bounds(args)
         if getattr(args, "out", None) is not None:
             from lab.reports import check_reports_root

@@ -375,9 +375,11 @@ def read_context_arg(args: argparse.Namespace) -> str | None:
     return None if text is None else text.strip()
 
 
-def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -> tuple[str | None, list]:
-    """``(context, messages)``: ``--context`` (:func:`read_context_arg`) and the messages the command runs, the
-    context before the question (:func:`lab.health.context_items.with_context`), or the question alone.
+def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -> tuple[str | None, list, list]:
+    """``(context, question, messages)``: ``--context`` (:func:`read_context_arg`), the question and the messages
+    the command runs, the context before the question (:func:`lab.health.context_items.with_context`), or the
+    question alone. With a context the question's text loses its leading whitespace: blank lines after the
+    context's own would merge into one token with them, and the question's tokens would differ with and without.
 
     Raises:
         ValueError: as :func:`read_context_arg`.
@@ -385,7 +387,12 @@ def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -
     from lab.health.context_items import with_context
 
     context = read_context_arg(args)
-    return context, (question if context is None else with_context(question, context))
+    if context is None:
+        return None, question, question
+    question = [dict(m) for m in question]
+    last = max(i for i, m in enumerate(question) if m["role"] == "user")
+    question[last]["content"] = question[last]["content"].lstrip()
+    return context, question, with_context(question, context)
 
 
 def check_context_room(model: Any, tokenizer: Any, messages: list[dict[str, str]], context: str | None) -> None:

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
     question = build_messages(args.prompt, args.system)
-    context, messages = context_messages(args, question)
+    context, question, messages = context_messages(args, question)
     device = check_model_args(args)
     runtime = resolve_runtime(args)
 

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = read_prompt(args.prompt, args.prompt_file)
     check_threshold_args(args)
     question = build_messages(prompt, args.system)
-    context, messages = context_messages(args, question)
+    context, question, messages = context_messages(args, question)
     device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).

@@ -96,3 +96,14 @@ def test_a_context_that_leaves_no_room_for_the_reading_is_refused_before_the_pre
     err = capsys.readouterr().err
     assert "--context: the prompt with it is" in err and "needs 24 more" in err and "max_new_tokens" not in err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_prompt_that_starts_with_blank_lines_is_read_with_a_context(tiny_smollm2, tmp_path, capsys):
+    """Fault class: the question's leading blank lines merged with the context's own into one token, so the
+    question's tokens differed with and without the context and the reading failed with an internal span error."""
+    assert cli.main(["sinks", "\n\nwhat is it", "--context", CONTEXT, "--model", "smollm2", "--device", "cpu",
+                     "--out", str(tmp_path / "r")]) == 0
+    (report,) = report_dirs(tmp_path / "r")
+    data = json.loads((report / "report.json").read_text())
+    assert data["messages"][-1]["content"] == f"{CONTEXT}\n\nwhat is it"
+    assert isinstance(data["context_measure"]["value"], float)

@@ -37,6 +37,16 @@ def test_cli_seed_out_of_range_exits_2_naming_seed_before_model_loads(argv, seed
     assert "2**64" in line or "18446744073709551615" in line
 
 
+@pytest.mark.parametrize("argv,flag", [(["entropy", "x\udcff"], "prompt"), (["entropy", "hi", "--system", "\udcffx"], "--system"),
+                                       (["sinks", "q", "--context", "a\udcc3"], "--context")],
+                         ids=["prompt", "system", "context"])
+def test_cli_argument_that_is_not_utf8_exits_2_naming_it(argv, flag, tmp_path, capsys, no_model_loading):
+    """Fault class: a command line that is not valid UTF-8 (Python keeps the bytes as lone surrogates) reached
+    the tokenizer and ended in an unforeseen TypeError."""
+    line = _exit_2_naming(argv, flag, tmp_path, capsys)
+    assert "is not valid UTF-8" in line and "\\x" in line
+
+
 @pytest.mark.parametrize("argv,flag", [
     (["speculate", "hi", "--gamma", "100000"], "--gamma"),
     (["stream", "--gamma", "100000"], "--gamma"),
