@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 
-from lab import cli
 from lab.models.chat import build_messages, encode_chat, eos_token_ids
 from lab.reports import rows_from_csv
 from lab.tracker.loop import track_generate

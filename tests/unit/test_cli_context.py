@@ -10,7 +10,6 @@ whose context is 64 positions; the check must exit 2 with one line naming
 from __future__ import annotations
 
 import pytest
-import torch
 
 import lab.models.loading
 from lab import cli

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 

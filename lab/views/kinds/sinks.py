@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, text_colour
+from lab.views.core import KindPage, ReportFiles, Section, colour, legend, render, text_colour
 
 ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
 

@@ -15,7 +15,6 @@ ids in brackets and no p(x) / q(x) columns.
 from __future__ import annotations
 
 import math
-import unicodedata
 from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
