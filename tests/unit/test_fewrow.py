@@ -8,7 +8,6 @@ a path that is never taken at all (a no-op "optimisation" every equality test wo
 
 from __future__ import annotations
 
-import time
 import types
 
 import pytest
@@ -150,26 +149,44 @@ def measured(monkeypatch):
     monkeypatch.setattr(fewrow, "_CHOSEN", {})
 
 
-def _slow(fn, seconds):
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that moves only when a slowed function runs (:func:`_slow`): the choice never depends on how
+    busy the machine is."""
+    now = [0.0]
+    monkeypatch.setattr(fewrow, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    return now
+
+
+def _slow(fn, clock, seconds):
     def slowed(*args):
-        time.sleep(seconds)
+        clock[0] += seconds
         return fn(*args)
     return slowed
 
 
-def test_few_row_pays_where_the_plain_layout_is_slower(measured, monkeypatch):
-    monkeypatch.setattr(fewrow, "F", types.SimpleNamespace(linear=_slow(F.linear, 0.002)))
+def test_few_row_pays_where_the_plain_layout_is_slower(measured, clock, monkeypatch):
+    monkeypatch.setattr(fewrow, "F", types.SimpleNamespace(linear=_slow(F.linear, clock, 0.002)))
+    monkeypatch.setattr(fewrow, "few_row_linear", _slow(fewrow.few_row_linear, clock, 0.001))
     assert fewrow.few_row_pays(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32)))
 
 
-def test_few_row_does_not_pay_where_it_is_slower_and_the_choice_is_kept(measured, monkeypatch):
+def test_few_row_does_not_pay_where_it_is_slower_and_the_choice_is_kept(measured, clock, monkeypatch):
     """The negative control: the layout's own pass made slower (the Intel Xeon's case) is refused, and
     the choice holds for the process for those shapes."""
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
-    monkeypatch.setattr(fewrow, "few_row_linear", _slow(fewrow.few_row_linear, 0.002))
+    monkeypatch.setattr(fewrow, "F", types.SimpleNamespace(linear=_slow(F.linear, clock, 0.001)))
+    monkeypatch.setattr(fewrow, "few_row_linear", _slow(fewrow.few_row_linear, clock, 0.002))
     assert not fewrow.few_row_pays(model)
     monkeypatch.setattr(fewrow, "few_row_linear", lambda *a: pytest.fail("timed again"))
     assert not fewrow.few_row_pays(model)
+
+
+def test_few_row_within_its_margin_does_not_pay(measured, clock, monkeypatch):
+    """A layout 5 % faster is inside PAY_MARGIN (10 %): the plain layout is kept."""
+    monkeypatch.setattr(fewrow, "F", types.SimpleNamespace(linear=_slow(F.linear, clock, 0.00105)))
+    monkeypatch.setattr(fewrow, "few_row_linear", _slow(fewrow.few_row_linear, clock, 0.001))
+    assert not fewrow.few_row_pays(torch.nn.Sequential(torch.nn.Linear(64, 64)))
 
 
 @pytest.mark.parametrize("value, pays", [("1", False), ("0", True)])
