@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Sequence
@@ -45,7 +44,7 @@ from lab.decode import check_context
 from lab.machine import LoadLog
 from lab.models.chat import build_messages, encode_chat
 from lab.runtime.ggml import is_ggml
-from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
+from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_generate, timed_speculative
 from lab.bench.phases import FirstTokenClock
 from lab.bench.results import BenchResult
 from lab.bench.summary import summarize
@@ -367,14 +366,8 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                    r.tokens, target_step_s=r.decode_step_time_s, first_token_s=r.prefill_time_s)  # token 1: prefill
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
-        seeds.seed_global()
-        clock = FirstTokenClock()
-        with torch.inference_mode():
-            out = target.generate(ids, max_new_tokens=budget, streamer=clock, **_hf_kwargs(ids, eos, pad, sampling))
-        dt = clock.elapsed()
-        toks = out[0, ids.shape[1]:].tolist()
-        return Run("target-only (transformers generate)", 0, 0, len(toks), dt, None, toks,
-                   first_token_s=clock.first_token_s, n_first=clock.n_first)
+        return timed_generate("target-only (transformers generate)", target, ids, Run, seeds, max_new_tokens=budget,
+                              **_hf_kwargs(ids, eos, pad, sampling))
 
     methods.append(("target-only (lab loop)", lab_target))
     if not is_ggml(target):  # transformers generate runs a torch model only
@@ -403,31 +396,20 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                 extra = dict(assistant_model=assistant)
                 settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0.0)
-            seeds.seed_global()
-            clock = FirstTokenClock()
-            with torch.inference_mode(), assistant_settings(assistant, **settings):
-                out = target.generate(ids, max_new_tokens=budget, streamer=clock, **extra,
-                                      **_hf_kwargs(ids, eos, pad, sampling))
-            dt = clock.elapsed()
-            toks = out[0, ids.shape[1]:].tolist()
-            return Run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
+            return timed_generate(name, target, ids, Run, seeds, assistant_settings(assistant, **settings),
+                                  max_new_tokens=budget, **extra, **_hf_kwargs(ids, eos, pad, sampling))
         return name, fn
 
     def no_cache_method(gamma: int) -> tuple[str, Callable[[torch.Tensor, int], Run]]:
         name = f"speculative gamma={gamma} no-cache"
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
-            first: dict[str, Any] = {}
-            t0 = time.perf_counter()
-
-            def on_round(record: Any) -> None:
-                if not first:
-                    first["s"], first["n"] = time.perf_counter() - t0, len(record.emitted)
-
+            clock = FirstTokenClock()
             r = no_cache_generate(target, draft, ids, gamma=gamma, max_new_tokens=budget, eos_token_ids=eos,
-                                  sampling=sampling, generator=seeds.generator(ids.device), on_round=on_round)
-            return Run(name, 0, 0, len(r.tokens), time.perf_counter() - t0, r.decode_time_s, r.tokens, spec=r,
-                       first_token_s=first.get("s"), n_first=first.get("n", 0))
+                                  sampling=sampling, generator=seeds.generator(ids.device),
+                                  on_round=lambda record: clock.first(len(record.emitted)))
+            return Run(name, 0, 0, len(r.tokens), clock.elapsed(), r.decode_time_s, r.tokens, spec=r,
+                       first_token_s=clock.first_token_s, n_first=clock.n_first)
         return name, fn
 
     for g in config.gammas:

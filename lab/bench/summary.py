@@ -11,6 +11,7 @@ raw counts and times.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -84,9 +85,7 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     mean_prompt = sum(p.shape[1] for p in prompts) / len(prompts)
     context = int(mean_prompt + config.max_new_tokens / 2)
     c_flops_draft = _cost_ratio_flops(target, draft, context)
-    records = tuple(RunRecord(method=r.method, repeat=r.repeat, prompt=r.prompt, group=r.group, n_tokens=r.n_tokens,
-                              time_s=r.time_s, decode_time_s=r.decode_time_s, first_token_s=r.first_token_s,
-                              n_first=r.n_first, seed=r.seed) for r in runs)
+    records = tuple(RunRecord(**{f.name: getattr(r, f.name) for f in dataclasses.fields(RunRecord)}) for r in runs)
     raw = [r.as_dict() for r in records]
     spread = repeat_spread(raw, BASELINE)
     methods = {name: _method_figures(name, rs, config, base, spread.get(name, {}), c_flops_draft)
@@ -139,8 +138,7 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
     the fused first pass (which is the prefill), there is no verify pass to time, so ``verify_s``,
     the verify pass over a target step and the prediction built on it (and the efficiency) are NaN.
     """
-    tested = sum(s.n_drafted_tested for s in specs)
-    alpha = sum(s.n_accepted for s in specs) / tested if tested else float("nan")
+    alpha = _alpha(specs)
     n_rounds = sum(len(s.rounds) for s in specs)
     n_tokens = sum(len(s.tokens) for s in specs)
     draft_fw = sum(r.n_draft_forwards for s in specs for r in s.rounds)
@@ -166,7 +164,8 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
         predicted = _ratio(tau * t_step, _ratio(draft_fw, n_rounds) * t_draft + t_verify)
     return SpeculativeFigures(
         gamma=gamma, adaptive=specs[0].adaptive, gamma_policy=specs[0].gamma_policy, alpha=alpha, tau=tau,
-        n_drafted_tested=tested, n_accepted=sum(s.n_accepted for s in specs), n_rounds=n_rounds,
+        n_drafted_tested=sum(s.n_drafted_tested for s in specs), n_accepted=sum(s.n_accepted for s in specs),
+        n_rounds=n_rounds,
         accepted_length_histogram=[sum(s.accepted_length_histogram[k] for s in specs) for k in range(gamma + 1)],
         draft_step_s=t_draft, verify_s=t_verify, target_step_s=t_step, verify_over_target_step=t_verify / t_step,
         cost_ratio_time=c_time, cost_ratio_flops=c_flops, decode_tokens_per_s=decode_tps,

@@ -92,10 +92,6 @@ def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, rep
     return ArmTimes(off=times["off"], on=times["on"], identical=all(o == outputs[0] for o in outputs))
 
 
-def _spread(times: list[float]) -> Spread:
-    return Spread(min(times), statistics.median(times), max(times))
-
-
 def _pct(on: float, off: float) -> float:
     return (on - off) / off * 100.0
 
@@ -137,12 +133,12 @@ class TrackerBenchReport:
     @property
     def off_s(self) -> Spread:
         """Seconds per run without the tracker, min / median / max over the pairs."""
-        return _spread(self.arms.off)
+        return Spread.of(self.arms.off)
 
     @property
     def on_s(self) -> Spread:
         """Seconds per run with the tracker, min / median / max over the pairs."""
-        return _spread(self.arms.on)
+        return Spread.of(self.arms.on)
 
     @property
     def overhead_pct_median(self) -> float:
