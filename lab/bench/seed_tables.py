@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import math
 import platform
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,10 +108,6 @@ def _finite_median(spread: Spread | None) -> float | None:
     return spread.median if spread is not None and math.isfinite(spread.median) else None
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
     """The measured figures beside the seed's, row by row, and which seed findings held.
 
@@ -142,8 +137,8 @@ def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
         m = caching.methods.get(method)
         n_runs = max(1, m.n_runs if m is not None else 1)
         crow.append({"row": row, "method": method, "seed": SEED_CACHING[row],
-                     "lab": {"tokens_median": _median(_per_run(caching, method, "n_tokens")),
-                             "time_s_median": _median(_per_run(caching, method, "time_s")),
+                     "lab": {"tokens_median": Spread.of(_per_run(caching, method, "n_tokens")).median,
+                             "time_s_median": Spread.of(_per_run(caching, method, "time_s")).median,
                              "tokens_per_s": m.per_repeat.get("e2e_tokens_per_s") if m is not None else None,
                              "rounds_per_run": (_speculative(m, "n_rounds") or 0) / n_runs,
                              "alpha": _speculative(m, "alpha")}})

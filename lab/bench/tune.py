@@ -211,8 +211,7 @@ class TuneReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report, its keys in the file's order (figures as measured, not JSON-converted)."""
-        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, "prompts": list(self.prompts.texts),
-                "prompt_groups": list(self.prompts.groups), "humaneval": self.prompts.humaneval,
+        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, **self.prompts.as_report(),
                 "torch_threads": self.torch_threads, "machine": self.outcome.machine,
                 "environment": self.environment, "configs": to_jsonable(self.configs),
                 "winner": self.outcome.setup.as_dict(), "tuning_file": str(self.outcome.path),

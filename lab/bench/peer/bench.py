@@ -233,14 +233,14 @@ class LlamaCppPeer:
         base_texts = {(r.repeat, r.prompt): r.peer.text for r in base}
         e2e = lambda rs: sum(r.n_tokens for r in rs) / sum(r.time_s for r in rs)  # noqa: E731
         dec = lambda rs: sum(r.n_tokens for r in rs) / sum(r.decode_time_s for r in rs)  # noqa: E731
-        prompt_tps = lambda rs: (sum(_n_prompt(r.peer) for r in rs)  # noqa: E731
+        prompt_tps = lambda rs: (sum(r.peer.n_prompt for r in rs)  # noqa: E731
                                  / sum(r.time_s - r.decode_time_s for r in rs))
         methods: dict[str, Any] = {}
         for name, rs in by.items():
             m: dict[str, Any] = {"n_runs": len(rs), "n_tokens": sum(r.n_tokens for r in rs),
                                  "tokens_per_s": e2e(rs), "decode_tokens_per_s": dec(rs),
                                  "prompt_tokens_per_s": prompt_tps(rs),
-                                 "prompt_tokens": sorted({_n_prompt(r.peer) for r in rs}),
+                                 "prompt_tokens": sorted({r.peer.n_prompt for r in rs}),
                                  "unaccounted_pct_median": statistics.median(r.peer.perf.unaccounted_pct for r in rs)}
             if name != TARGET_METHOD and base:
                 g = rs[0].peer.gamma
@@ -277,10 +277,6 @@ def _agree(text: str, other: str | None) -> bool:
     if other is None:
         return False
     return text.startswith(other) or other.startswith(text)
-
-
-def _n_prompt(out: Any) -> int:
-    return out.n_prompt
 
 
 def _same_as_lab(base: Sequence[Any], lab_runs: Sequence[Any], decode: Callable[[list[int]], str] | None) -> bool | None:
