@@ -215,12 +215,6 @@ def hf_sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
                 top_p=float(sampling.top_p), repetition_penalty=1.0)
 
 
-def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int,
-               sampling: SamplingConfig = SamplingConfig()) -> dict[str, Any]:
-    return dict(attention_mask=torch.ones_like(input_ids), eos_token_id=eos or None, pad_token_id=pad,
-                **hf_sampling_kwargs(sampling))
-
-
 def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
@@ -354,10 +348,14 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     (the lab's loop, transformers ``generate``), then per gamma the speculative loop (and its
     no-cache twin, and transformers' assisted generation), the adaptive stops and the levers."""
     pad = eos[0] if eos else 0
-    methods: list[tuple[str, Callable[[torch.Tensor, int], Run]]] = []
+    methods: list[Method] = []
     draft_facts = draft.facts()
     assistant = draft_facts.assistant_model
     sampling = config.sampling
+
+    def hf_kwargs(ids: torch.Tensor, eos_ids: list[int] | None = eos) -> dict[str, Any]:  # transformers' generate
+        return dict(attention_mask=torch.ones_like(ids), eos_token_id=eos_ids or None, pad_token_id=pad,
+                    **hf_sampling_kwargs(sampling))
 
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
         r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos, sampling=sampling,
@@ -367,7 +365,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
         return timed_generate("target-only (transformers generate)", target, ids, Run, seeds, max_new_tokens=budget,
-                              **_hf_kwargs(ids, eos, pad, sampling))
+                              **hf_kwargs(ids))
 
     methods.append(("target-only (lab loop)", lab_target))
     if not is_ggml(target):  # transformers generate runs a torch model only
@@ -375,7 +373,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     if config.lab_default:
         methods.append(_auto_method(target, draft, config, eos, seeds))
 
-    def spec_method(gamma: int, adaptive: str | None) -> Callable[[torch.Tensor, int], Run]:
+    def spec_method(gamma: int, adaptive: str | None) -> Method:
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
@@ -384,7 +382,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
             return timed_speculative(name, target, draft, ids, Run, settings, generator=seeds.generator(ids.device))
         return name, fn
 
-    def assisted_method(gamma: int) -> Callable[[torch.Tensor, int], Run]:
+    def assisted_method(gamma: int) -> Method:
         name = f"transformers assisted gamma={gamma}"
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
@@ -397,10 +395,10 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                 settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0.0)
             return timed_generate(name, target, ids, Run, seeds, assistant_settings(assistant, **settings),
-                                  max_new_tokens=budget, **extra, **_hf_kwargs(ids, eos, pad, sampling))
+                                  max_new_tokens=budget, **extra, **hf_kwargs(ids))
         return name, fn
 
-    def no_cache_method(gamma: int) -> tuple[str, Callable[[torch.Tensor, int], Run]]:
+    def no_cache_method(gamma: int) -> Method:
         name = f"speculative gamma={gamma} no-cache"
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
@@ -421,7 +419,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     for spec in config.adaptive:
         methods.append(spec_method(max(config.gammas), spec))
     methods += lever_methods(target, draft, config, eos=eos, make_run=Run, seeds=seeds,
-                             hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad, sampling))
+                             hf_kwargs=hf_kwargs)
     return methods
 
 

@@ -27,11 +27,11 @@ threads; the caller records the load average (:mod:`lab.machine`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
 from collections import Counter, defaultdict
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
