@@ -88,22 +88,12 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     records = tuple(RunRecord(**{f.name: getattr(r, f.name) for f in dataclasses.fields(RunRecord)}) for r in runs)
     raw = [r.as_dict() for r in records]
     spread = repeat_spread(raw, BASELINE)
-    methods = {name: _method_figures(name, rs, config, base, spread.get(name, {}), c_flops_draft)
+    methods = {name: _method_figures(name, rs, config, base, spread[name], c_flops_draft)
                for name, rs in by.items()}
     return BenchResult(config=config, draft=draft.name, mean_prompt_tokens=mean_prompt, flops_context=context,
                        target_flops_per_token=flops_per_token(target.config, context), target_step_s=base.step_s,
                        methods=methods, comparisons=_comparisons(config, methods), assisted_errors=assisted_errors,
                        by_group=group_speedups(raw, BASELINE), runs=records)
-
-
-def _per_repeat_tps(runs: Sequence[Any], repeats: int) -> list[float]:
-    """End-to-end tokens/s of each repeat that has runs (its prompts pooled)."""
-    out = []
-    for rep in range(repeats):
-        sel = [r for r in runs if r.repeat == rep]
-        if sel:
-            out.append(sum(r.n_tokens for r in sel) / sum(r.time_s for r in sel))
-    return out
 
 
 def _method_figures(name: str, runs: Sequence[Any], config: Any, base: _Baseline,
@@ -120,7 +110,7 @@ def _method_figures(name: str, runs: Sequence[Any], config: Any, base: _Baseline
         per_repeat["alpha"] = Spread.of([_alpha([r.spec for r in runs if r.repeat == rep and r.spec is not None])
                                          for rep in range(config.repeats)])
     return MethodFigures(
-        tokens_per_s=Spread.of(_per_repeat_tps(runs, config.repeats)), n_runs=len(runs),
+        tokens_per_s=per_repeat["e2e_tokens_per_s"], n_runs=len(runs),
         n_tokens=sum(r.n_tokens for r in runs),
         # sampling mode: methods draw differently from the same seed, so no comparison (None)
         same_tokens_as_lab_target_loop=(all(r.tokens == base.tokens.get((r.repeat, r.prompt)) for r in runs)
