@@ -86,16 +86,15 @@ def seed_table_configs(*, max_new_tokens: int | None = None, repeats: int | None
 
     ``max_new_tokens`` / ``repeats`` (None = the seed's) override both tables, for a short check.
     """
-    def given(value: int | None, seeds: int) -> int:  # 0 is a value (BenchConfig refuses it), not "the seed's"
-        return seeds if value is None else value
+    def table(gammas: tuple[int, ...], tokens: int, reps: int, **extra: Any) -> BenchConfig:
+        # 0 is a value (BenchConfig refuses it), not "the seed's"
+        return BenchConfig(gammas=gammas, adaptive=(), assisted=False, sampling=SEED_SAMPLING, seed=seed,
+                           max_new_tokens=tokens if max_new_tokens is None else max_new_tokens,
+                           repeats=reps if repeats is None else repeats,
+                           methods=tuple(f"speculative gamma={g}" for g in gammas), **extra)
 
-    sweep = BenchConfig(gammas=SWEEP_GAMMAS, adaptive=(), max_new_tokens=given(max_new_tokens, SWEEP_TOKENS),
-                        repeats=given(repeats, SWEEP_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
-                        methods=tuple(f"speculative gamma={g}" for g in SWEEP_GAMMAS))
-    caching = BenchConfig(gammas=(CACHING_GAMMA,), adaptive=(), max_new_tokens=given(max_new_tokens, CACHING_TOKENS),
-                          repeats=given(repeats, CACHING_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
-                          no_cache=True, methods=(f"speculative gamma={CACHING_GAMMA}",))
-    return {"gamma_sweep": sweep, "caching": caching}
+    return {"gamma_sweep": table(SWEEP_GAMMAS, SWEEP_TOKENS, SWEEP_REPEATS),
+            "caching": table((CACHING_GAMMA,), CACHING_TOKENS, CACHING_REPEATS, no_cache=True)}
 
 
 def _per_run(bench: BenchResult, method: str, key: str) -> list[float]:
