@@ -32,24 +32,21 @@ class FirstTokenClock:
 
     ``generate(streamer=clock)`` calls :meth:`put` once with the prompt ids and then
     once per emitted chunk (one token per step alone; the accepted tokens of a round
-    in assisted generation). Start the clock right before ``generate``.
+    in assisted generation). Make the clock right before ``generate``: it starts then.
 
     Attributes:
-        first_token_s: Seconds from :meth:`start` to the first new-token ``put``; None before it.
+        first_token_s: Seconds from the clock's making to the first new-token ``put``; None before it.
         n_first: Tokens in that first chunk.
     """
 
     def __init__(self) -> None:
-        self.start()
-
-    def start(self) -> None:
         self._t0 = time.perf_counter()
         self._puts = 0
         self.first_token_s: float | None = None
         self.n_first = 0
 
     def elapsed(self) -> float:
-        """Seconds since :meth:`start`."""
+        """Seconds since the clock was made."""
         return time.perf_counter() - self._t0
 
     def first(self, n: int) -> None:
@@ -60,8 +57,7 @@ class FirstTokenClock:
     def put(self, value: Any) -> None:
         self._puts += 1
         if self._puts == 2:  # the first put is the prompt
-            self.first_token_s = time.perf_counter() - self._t0
-            self.n_first = int(value.numel())  # batch size 1: [1, k] or [k]
+            self.first_token_s, self.n_first = self.elapsed(), int(value.numel())  # batch size 1: [1, k] or [k]
 
     def end(self) -> None:
         pass
