@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from lab.bench.phases import FirstTokenClock
+from lab.bench.results import BASELINE
 from lab.speculative.drafts import Drafter, PromptLookupDraft
 from lab.speculative.loop import speculative_generate
 from lab.speculative.per_pass import pass_shapes, per_pass_draft
@@ -120,7 +121,7 @@ def select_methods(methods: list[tuple[str, Any]], wanted: tuple[str, ...]) -> l
     missing = [w for w in wanted if not any(w in n for n in names)]
     if missing:
         raise ValueError(f"--methods {','.join(missing)!r} matches no method; the methods are: {'; '.join(names)}")
-    return [(n, f) for n, f in methods if n == "target-only (lab loop)" or any(w in n for w in wanted)]
+    return [(n, f) for n, f in methods if n == BASELINE or any(w in n for w in wanted)]
 
 
 def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kwargs: Callable[..., dict],

@@ -46,7 +46,7 @@ from lab.models.chat import build_messages, encode_chat
 from lab.runtime.ggml import is_ggml
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_generate, timed_speculative
 from lab.bench.phases import FirstTokenClock
-from lab.bench.results import BenchResult
+from lab.bench.results import BASELINE, BenchResult
 from lab.bench.summary import summarize
 from lab.sampling import SamplingConfig
 from lab.speculative.auto import AUTO_MAX_GAMMA, AutoDraft
@@ -360,14 +360,14 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
         r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos, sampling=sampling,
                             generator=seeds.generator(ids.device))
-        return Run("target-only (lab loop)", 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
+        return Run(BASELINE, 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
                    r.tokens, target_step_s=r.decode_step_time_s, first_token_s=r.prefill_time_s)  # token 1: prefill
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
         return timed_generate("target-only (transformers generate)", target, ids, Run, seeds, max_new_tokens=budget,
                               **hf_kwargs(ids))
 
-    methods.append(("target-only (lab loop)", lab_target))
+    methods.append((BASELINE, lab_target))
     if not is_ggml(target):  # transformers generate runs a torch model only
         methods.append(("target-only (transformers generate)", hf_target))
     if config.lab_default:

@@ -25,7 +25,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from lab.bench.results import BenchResult, Spread
+from lab.bench.results import BASELINE, BenchResult, Spread
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
@@ -120,7 +120,7 @@ def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
         (the seed's figures) and ``lab`` (a :class:`~lab.bench.results.Spread` over repeats, or None, per
         figure; floats as measured, NaN where none).
     """
-    names = {"verifier-only": "target-only (lab loop)",
+    names = {"verifier-only": BASELINE,
              **{f"gamma {g}": f"speculative gamma={g}" for g in SWEEP_GAMMAS}}
     rows = []
     for row, method in names.items():

@@ -31,7 +31,7 @@ from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfi
                                      bench_command,
                                      completion_command, prompt_file_text, speculative_command, version_command)
 from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
-from lab.bench.results import MethodFigures
+from lab.bench.results import BASELINE, MethodFigures
 from lab.speculative.theory import expected_tokens_per_round
 
 TARGET_METHOD = "llama.cpp target-only"
@@ -267,7 +267,7 @@ class LlamaCppPeer:
                 "same_text_as_lab_target": _same_as_lab(base, lab_runs, self.decode),
                 "texts": {name: [r.peer.text for r in rs if r.repeat == 0] for name, rs in by.items()},
                 "lab_target_texts": ([self.decode(r.tokens) for r in lab_runs
-                                      if r.method == "target-only (lab loop)" and r.repeat == 0]
+                                      if r.method == BASELINE and r.repeat == 0]
                                      if self.decode is not None else None)}
 
 
@@ -283,7 +283,7 @@ def _same_as_lab(base: Sequence[Any], lab_runs: Sequence[Any], decode: Callable[
     """llama.cpp's target-only text equals the lab's target-only tokens decoded (None: no decoder)."""
     if decode is None:
         return None
-    lab = {(r.repeat, r.prompt): r.tokens for r in lab_runs if r.method == "target-only (lab loop)"}
+    lab = {(r.repeat, r.prompt): r.tokens for r in lab_runs if r.method == BASELINE}
     return all((r.repeat, r.prompt) in lab and _agree(decode(lab[(r.repeat, r.prompt)]), r.peer.text) for r in base)
 
 
