@@ -6,28 +6,15 @@ target-only decoding with the lab's own KV-cache loop and with transformers'
 and transformers' assisted generation (``generate(assistant_model=...)`` or
 ``prompt_lookup_num_tokens``) with the same draft, gamma and greedy settings.
 
-From the measurements it derives, per speculative configuration (Leviathan et al.
-2023, Theorem 3.8): the measured speedup over the lab's target-only loop; the
-speedup predicted from the measured alpha with the FLOP cost ratio c and with the
-measured time ratio c (both assume one verify pass costs one target step); the
-speedup predicted from the measured alpha, draft step time and time of one verify
-pass over gamma + 1 tokens (no such assumption: this is the loop's ceiling); the
-loop's efficiency (measured / that prediction); its orchestration overhead
-(time outside forward passes); and the breakeven alpha. Per method, min / median / max
-over repeats of tokens/s, alpha and speedup, end to end and decode-only
-(:func:`lab.bench.phases.repeat_spread`).
+The figures (Leviathan et al. 2023, Theorem 3.8, beside what was measured) are derived in
+:mod:`lab.bench.summary`; per method, min / median / max over repeats of tokens/s, alpha and
+speedup, end to end and decode-only (:func:`lab.bench.phases.repeat_spread`).
 
 Greedy by default, so every method emits the same tokens (checked and reported, not
 assumed). In sampling mode (``BenchConfig.sampling`` with temperature > 0) every method
-draws through the same filter: the lab's loops through :func:`lab.sampling.sampling_probs`
-with that :class:`~lab.sampling.SamplingConfig`, transformers' ``generate`` alone and
-assisted through its temperature / top-k / top-p warpers with the same values
-(:func:`hf_sampling_kwargs`, which also switches off any other processor a model's
-generation config would add, such as a repetition penalty); the lab's filter performs
-exactly those warpers' operations (:mod:`lab.sampling`). Each (repeat, prompt) has one seed
-(:func:`run_seed`), the same for every method, recorded per run: the lab's loops draw
-from a ``torch.Generator`` seeded with it, transformers from torch's global generator
-seeded with it. Outputs then differ by method; tokens are compared only in greedy mode.
+draws through the same filter (the lab's loops through :mod:`lab.sampling`, transformers
+through the same warpers, :func:`hf_sampling_kwargs`) from the same seed per (repeat, prompt)
+(:func:`run_seed`, :class:`RunSeeds`), recorded per run; tokens are then compared only in greedy mode.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
 here so this module does not import the schedule) into a :class:`~lab.bench.results.BenchResult`:
 per method its tokens/s over repeats, token agreement with the lab's target-only loop and, for a
 speculative method, Leviathan et al. (2023)'s figures (p = target, q = draft): alpha, tau, the
-cost ratio c from time and from FLOPs, Theorem 3.8's speedup, the speedup predicted from the
-measured step times, efficiency, overhead and breakeven alpha. Rates are derived from the runs'
-raw counts and times.
+cost ratio c from time and from FLOPs, Theorem 3.8's speedup (which assumes a verify pass costs
+one target step), the speedup predicted from the measured draft step and verify pass times (no
+such assumption: the loop's ceiling), efficiency (measured / that), overhead (time outside forward
+passes) and breakeven alpha. Rates are derived from the runs' raw counts and times.
 """
 
 from __future__ import annotations
