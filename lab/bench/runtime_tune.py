@@ -166,7 +166,6 @@ class RuntimeTuneResult:
         return asdict(self)
 
 
-
 def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int], tuple[int, int, float, float, list[int]]]],
                      n_prompts: int, *, repeats: int, load_log: Any,
                      progress: Callable[[str], None] = lambda _: None) -> RuntimeTuneResult:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from lab.bench.results import Spread
+from lab.bench.runtime_tune import alternating_order
 from lab.machine import LoadLog
 from lab.tracker.loop import run_decode
 from lab.tracker.results import DecodeSettings
@@ -81,8 +82,7 @@ def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, rep
     times: dict[str, list[float]] = {"off": [], "on": []}
     outputs: list[list[int]] = []
     for r in range(repeats):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        for record in order:
+        for record in (bool(i) for i in alternating_order(2, r)):  # off-on, on-off, ...
             arm = "on" if record else "off"
             progress(f"pair {r + 1}/{repeats}, tracker {arm}")
             with load_log.around(f"tracker {arm}"):
