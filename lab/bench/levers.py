@@ -24,13 +24,13 @@ the last one a code-editing prompt (the model rewrites a function it was given).
 from __future__ import annotations
 
 import copy
-import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
 import torch
 
 from lab.bench.phases import FirstTokenClock
+from lab.bench.results import BASELINE
 from lab.speculative.drafts import Drafter, PromptLookupDraft
 from lab.speculative.loop import speculative_generate
 from lab.speculative.per_pass import pass_shapes, per_pass_draft
@@ -78,18 +78,14 @@ def timed_speculative(name: str, target: Any, drafter: Drafter, ids: torch.Tenso
     (:attr:`~lab.speculative.drafts.DraftFacts.passes`) are grouped by shape, with a
     per-pass draft's cache casts beside them.
     """
-    first: dict[str, Any] = {}
-    t0 = time.perf_counter()
+    clock = FirstTokenClock()
 
     def on_round(record: Any, committed: Any, cache: Any) -> None:
-        if not first:
-            first["s"] = time.perf_counter() - t0
-            first["n"] = record.n_accepted + (record.next_token is not None)
+        clock.first(record.n_accepted + (record.next_token is not None))
 
     r = speculative_generate(target, drafter, ids, settings, generator=generator, on_round=on_round)
-    total = time.perf_counter() - t0
-    run = make_run(name, 0, 0, len(r.tokens), total, r.decode_time_s, r.tokens, spec=r,
-                   first_token_s=first.get("s"), n_first=first.get("n", 0))
+    run = make_run(name, 0, 0, len(r.tokens), clock.elapsed(), r.decode_time_s, r.tokens, spec=r,
+                   first_token_s=clock.first_token_s, n_first=clock.n_first)
     facts = drafter.facts()
     if facts.passes:
         run.draft_passes = pass_shapes(facts.passes)
@@ -97,6 +93,20 @@ def timed_speculative(name: str, target: Any, drafter: Drafter, ids: torch.Tenso
             run.draft_passes["cache cast"] = {"dtypes": [], "n": facts.n_casts, "tokens": 0,
                                               "time_s": facts.cast_time_s}
     return run
+
+
+def timed_generate(name: str, target: Any, ids: torch.Tensor, make_run: Callable[..., Any], seeds: Any,
+                   settings: AbstractContextManager[Any] | None = None, **generate_kwargs: Any) -> Any:
+    """One transformers ``generate`` as a bench ``Run``: seeded from ``seeds`` (sampling mode), timed by a
+    :class:`~lab.bench.phases.FirstTokenClock`, inside ``settings`` (:func:`assistant_settings` for assisted
+    generation); ``generate_kwargs`` go to ``target.generate``."""
+    seeds.seed_global()
+    clock = FirstTokenClock()
+    with torch.inference_mode(), settings or nullcontext():
+        out = target.generate(ids, streamer=clock, **generate_kwargs)
+    dt = clock.elapsed()
+    toks = out[0, ids.shape[1]:].tolist()
+    return make_run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
 
 
 def select_methods(methods: list[tuple[str, Any]], wanted: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -111,7 +121,7 @@ def select_methods(methods: list[tuple[str, Any]], wanted: tuple[str, ...]) -> l
     missing = [w for w in wanted if not any(w in n for n in names)]
     if missing:
         raise ValueError(f"--methods {','.join(missing)!r} matches no method; the methods are: {'; '.join(names)}")
-    return [(n, f) for n, f in methods if n == "target-only (lab loop)" or any(w in n for w in wanted)]
+    return [(n, f) for n, f in methods if n == BASELINE or any(w in n for w in wanted)]
 
 
 def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kwargs: Callable[..., dict],
@@ -162,13 +172,7 @@ def lever_methods(target: Any, draft: Any, config: Any, *, eos: list[int], hf_kw
         name = "transformers assisted (its defaults)"
 
         def assisted_defaults(ids: torch.Tensor, budget: int) -> Any:
-            seeds.seed_global()
-            clock = FirstTokenClock()
-            with torch.inference_mode(), assistant_settings(assistant):  # restore what the run may change
-                out = target.generate(ids, max_new_tokens=budget, assistant_model=assistant, streamer=clock,
-                                      **hf_kwargs(ids, eos))
-            toks = out[0, ids.shape[1]:].tolist()
-            return make_run(name, 0, 0, len(toks), clock.elapsed(), None, toks, first_token_s=clock.first_token_s,
-                            n_first=clock.n_first)
+            return timed_generate(name, target, ids, make_run, seeds, assistant_settings(assistant),  # restore after
+                                  max_new_tokens=budget, assistant_model=assistant, **hf_kwargs(ids, eos))
         methods.append((name, assisted_defaults))
     return methods

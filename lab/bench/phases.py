@@ -24,37 +24,40 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from lab.bench.results import Spread
+
 
 class FirstTokenClock:
     """A transformers streamer that records when the first new tokens arrive.
 
     ``generate(streamer=clock)`` calls :meth:`put` once with the prompt ids and then
     once per emitted chunk (one token per step alone; the accepted tokens of a round
-    in assisted generation). Start the clock right before ``generate``.
+    in assisted generation). Make the clock right before ``generate``: it starts then.
 
     Attributes:
-        first_token_s: Seconds from :meth:`start` to the first new-token ``put``; None before it.
+        first_token_s: Seconds from the clock's making to the first new-token ``put``; None before it.
         n_first: Tokens in that first chunk.
     """
 
     def __init__(self) -> None:
-        self.start()
-
-    def start(self) -> None:
         self._t0 = time.perf_counter()
         self._puts = 0
         self.first_token_s: float | None = None
         self.n_first = 0
 
     def elapsed(self) -> float:
-        """Seconds since :meth:`start`."""
+        """Seconds since the clock was made."""
         return time.perf_counter() - self._t0
+
+    def first(self, n: int) -> None:
+        """Mark ``n`` tokens committed now, if none were before (a loop's round callback, not a streamer)."""
+        if self.first_token_s is None:
+            self.first_token_s, self.n_first = self.elapsed(), n
 
     def put(self, value: Any) -> None:
         self._puts += 1
         if self._puts == 2:  # the first put is the prompt
-            self.first_token_s = time.perf_counter() - self._t0
-            self.n_first = int(value.numel())  # batch size 1: [1, k] or [k]
+            self.first_token_s, self.n_first = self.elapsed(), int(value.numel())  # batch size 1: [1, k] or [k]
 
     def end(self) -> None:
         pass
@@ -123,16 +126,6 @@ def group_speedups(runs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str
     return out
 
 
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    """min / median / max of the finite values (NaN for each when none)."""
-    import statistics
-
-    vals = sorted(v for v in values if v is not None and v == v and abs(v) != float("inf"))
-    if not vals:
-        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
-    return {"min": vals[0], "median": statistics.median(vals), "max": vals[-1]}
-
-
 REPEAT_FIGURES = ("e2e_tokens_per_s", "decode_tokens_per_s", "e2e_speedup", "decode_speedup")
 
 
@@ -157,4 +150,4 @@ def repeat_spread(runs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str,
             figs = per_method.setdefault(method, {f: [] for f in REPEAT_FIGURES})
             for f in REPEAT_FIGURES:
                 figs[f].append(row[f])
-    return {m: {f: _spread(v) for f, v in figs.items()} for m, figs in per_method.items()}
+    return {m: {f: Spread.of(v).as_dict() for f, v in figs.items()} for m, figs in per_method.items()}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 N_PROBLEMS = 164  # HumanEval/0 .. HumanEval/163
 HELD_BACK = (112, 124, 136, 148, 160)
@@ -189,3 +189,9 @@ class PromptSet:
         if not texts:
             raise ValueError("--prompts none leaves no prompt: add --humaneval SPLIT[:N] or --grounded SPLIT[:N]")
         return cls(tuple(texts), tuple(groups), humaneval, grounded)
+
+    def as_report(self) -> dict[str, Any]:
+        """The set as a report holds it: ``prompts``, ``prompt_groups``, ``humaneval`` and, only with tasks,
+        ``grounded``."""
+        return {"prompts": list(self.texts), "prompt_groups": list(self.groups), "humaneval": self.humaneval,
+                **({"grounded": self.grounded} if self.grounded != "none" else {})}

@@ -196,15 +196,12 @@ class BenchResult:
     machine_load: dict[str, Any] | None = None
     sides: Mapping[str, "BenchResult"] = field(default_factory=dict)
 
-    def methods_dict(self) -> dict[str, dict[str, Any]]:
-        """``methods`` as the report's flat dicts."""
-        return {name: m.as_dict() for name, m in self.methods.items()}
-
     def as_dict(self) -> dict[str, Any]:
         """The report's dict: the keys ``report.json`` holds, in its order (``peer`` only with a peer)."""
         out = {"config": self.config, "draft": self.draft, "mean_prompt_tokens": self.mean_prompt_tokens,
                "flops_context": self.flops_context, "target_flops_per_token": self.target_flops_per_token,
-               "target_step_s": self.target_step_s, "methods": self.methods_dict(),
+               "target_step_s": self.target_step_s,
+               "methods": {name: m.as_dict() for name, m in self.methods.items()},
                "comparisons": [c.as_dict() for c in self.comparisons], "assisted_errors": dict(self.assisted_errors),
                "by_group": self.by_group, "runs": [r.as_dict() for r in self.runs]}
         if self.peer is not None:
@@ -247,11 +244,7 @@ class BenchReport:
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready report, its keys in the file's order."""
         return to_jsonable({"kind": "bench", "model": self.model, "draft": self.draft_spec,
-                            "prompts": list(self.prompts.texts), "prompt_groups": list(self.prompts.groups),
-                            "humaneval": self.prompts.humaneval,
-                            **({"grounded": self.prompts.grounded} if getattr(self.prompts, "grounded", "none") != "none"
-                               else {}),
-                            "torch_threads": self.torch_threads,
+                            **self.prompts.as_report(), "torch_threads": self.torch_threads,
                             "environment": self.environment, "draft_cost": self.draft_cost,
                             **({"side_models": self.side_models} if self.side_models else {}),
                             **self.bench.to_json()})

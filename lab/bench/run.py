@@ -6,35 +6,21 @@ target-only decoding with the lab's own KV-cache loop and with transformers'
 and transformers' assisted generation (``generate(assistant_model=...)`` or
 ``prompt_lookup_num_tokens``) with the same draft, gamma and greedy settings.
 
-From the measurements it derives, per speculative configuration (Leviathan et al.
-2023, Theorem 3.8): the measured speedup over the lab's target-only loop; the
-speedup predicted from the measured alpha with the FLOP cost ratio c and with the
-measured time ratio c (both assume one verify pass costs one target step); the
-speedup predicted from the measured alpha, draft step time and time of one verify
-pass over gamma + 1 tokens (no such assumption: this is the loop's ceiling); the
-loop's efficiency (measured / that prediction); its orchestration overhead
-(time outside forward passes); and the breakeven alpha. Per method, min / median / max
-over repeats of tokens/s, alpha and speedup, end to end and decode-only
-(:func:`lab.bench.phases.repeat_spread`).
+The figures (Leviathan et al. 2023, Theorem 3.8, beside what was measured) are derived in
+:mod:`lab.bench.summary`; per method, min / median / max over repeats of tokens/s, alpha and
+speedup, end to end and decode-only (:func:`lab.bench.phases.repeat_spread`).
 
 Greedy by default, so every method emits the same tokens (checked and reported, not
 assumed). In sampling mode (``BenchConfig.sampling`` with temperature > 0) every method
-draws through the same filter: the lab's loops through :func:`lab.sampling.sampling_probs`
-with that :class:`~lab.sampling.SamplingConfig`, transformers' ``generate`` alone and
-assisted through its temperature / top-k / top-p warpers with the same values
-(:func:`hf_sampling_kwargs`, which also switches off any other processor a model's
-generation config would add, such as a repetition penalty); the lab's filter performs
-exactly those warpers' operations (:mod:`lab.sampling`). Each (repeat, prompt) has one seed
-(:func:`run_seed`), the same for every method, recorded per run: the lab's loops draw
-from a ``torch.Generator`` seeded with it, transformers from torch's global generator
-seeded with it. Outputs then differ by method; tokens are compared only in greedy mode.
+draws through the same filter (the lab's loops through :mod:`lab.sampling`, transformers
+through the same warpers, :func:`hf_sampling_kwargs`) from the same seed per (repeat, prompt)
+(:func:`run_seed`, :class:`RunSeeds`), recorded per run; tokens are then compared only in greedy mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Sequence
@@ -45,9 +31,9 @@ from lab.decode import check_context
 from lab.machine import LoadLog
 from lab.models.chat import build_messages, encode_chat
 from lab.runtime.ggml import is_ggml
-from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_speculative
+from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_generate, timed_speculative
 from lab.bench.phases import FirstTokenClock
-from lab.bench.results import BenchResult
+from lab.bench.results import BASELINE, BenchResult
 from lab.bench.summary import summarize
 from lab.sampling import SamplingConfig
 from lab.speculative.auto import AUTO_MAX_GAMMA, AutoDraft
@@ -216,12 +202,6 @@ def hf_sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
                 top_p=float(sampling.top_p), repetition_penalty=1.0)
 
 
-def _hf_kwargs(input_ids: torch.Tensor, eos: list[int] | None, pad: int,
-               sampling: SamplingConfig = SamplingConfig()) -> dict[str, Any]:
-    return dict(attention_mask=torch.ones_like(input_ids), eos_token_id=eos or None, pad_token_id=pad,
-                **hf_sampling_kwargs(sampling))
-
-
 def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], config: BenchConfig, *,
               eos_token_ids: Sequence[int] | None = None,
               progress: Callable[[str], None] | None = None,
@@ -355,34 +335,32 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     (the lab's loop, transformers ``generate``), then per gamma the speculative loop (and its
     no-cache twin, and transformers' assisted generation), the adaptive stops and the levers."""
     pad = eos[0] if eos else 0
-    methods: list[tuple[str, Callable[[torch.Tensor, int], Run]]] = []
+    methods: list[Method] = []
     draft_facts = draft.facts()
     assistant = draft_facts.assistant_model
     sampling = config.sampling
 
+    def hf_kwargs(ids: torch.Tensor, eos_ids: list[int] | None = eos) -> dict[str, Any]:  # transformers' generate
+        return dict(attention_mask=torch.ones_like(ids), eos_token_id=eos_ids or None, pad_token_id=pad,
+                    **hf_sampling_kwargs(sampling))
+
     def lab_target(ids: torch.Tensor, budget: int) -> Run:
         r = target_generate(target, ids, max_new_tokens=budget, eos_token_ids=eos, sampling=sampling,
                             generator=seeds.generator(ids.device))
-        return Run("target-only (lab loop)", 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
+        return Run(BASELINE, 0, 0, len(r.tokens), r.total_time_s, r.total_time_s - r.prefill_time_s,
                    r.tokens, target_step_s=r.decode_step_time_s, first_token_s=r.prefill_time_s)  # token 1: prefill
 
     def hf_target(ids: torch.Tensor, budget: int) -> Run:
-        seeds.seed_global()
-        clock = FirstTokenClock()
-        with torch.inference_mode():
-            out = target.generate(ids, max_new_tokens=budget, streamer=clock, **_hf_kwargs(ids, eos, pad, sampling))
-        dt = clock.elapsed()
-        toks = out[0, ids.shape[1]:].tolist()
-        return Run("target-only (transformers generate)", 0, 0, len(toks), dt, None, toks,
-                   first_token_s=clock.first_token_s, n_first=clock.n_first)
+        return timed_generate("target-only (transformers generate)", target, ids, Run, seeds, max_new_tokens=budget,
+                              **hf_kwargs(ids))
 
-    methods.append(("target-only (lab loop)", lab_target))
+    methods.append((BASELINE, lab_target))
     if not is_ggml(target):  # transformers generate runs a torch model only
         methods.append(("target-only (transformers generate)", hf_target))
     if config.lab_default:
         methods.append(_auto_method(target, draft, config, eos, seeds))
 
-    def spec_method(gamma: int, adaptive: str | None) -> Callable[[torch.Tensor, int], Run]:
+    def spec_method(gamma: int, adaptive: str | None) -> Method:
         name = f"speculative gamma={gamma}" + (f" adaptive={adaptive}" if adaptive else "")
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
@@ -391,7 +369,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
             return timed_speculative(name, target, draft, ids, Run, settings, generator=seeds.generator(ids.device))
         return name, fn
 
-    def assisted_method(gamma: int) -> Callable[[torch.Tensor, int], Run]:
+    def assisted_method(gamma: int) -> Method:
         name = f"transformers assisted gamma={gamma}"
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
@@ -403,31 +381,20 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
                 extra = dict(assistant_model=assistant)
                 settings = dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0.0)
-            seeds.seed_global()
-            clock = FirstTokenClock()
-            with torch.inference_mode(), assistant_settings(assistant, **settings):
-                out = target.generate(ids, max_new_tokens=budget, streamer=clock, **extra,
-                                      **_hf_kwargs(ids, eos, pad, sampling))
-            dt = clock.elapsed()
-            toks = out[0, ids.shape[1]:].tolist()
-            return Run(name, 0, 0, len(toks), dt, None, toks, first_token_s=clock.first_token_s, n_first=clock.n_first)
+            return timed_generate(name, target, ids, Run, seeds, assistant_settings(assistant, **settings),
+                                  max_new_tokens=budget, **extra, **hf_kwargs(ids))
         return name, fn
 
-    def no_cache_method(gamma: int) -> tuple[str, Callable[[torch.Tensor, int], Run]]:
+    def no_cache_method(gamma: int) -> Method:
         name = f"speculative gamma={gamma} no-cache"
 
         def fn(ids: torch.Tensor, budget: int) -> Run:
-            first: dict[str, Any] = {}
-            t0 = time.perf_counter()
-
-            def on_round(record: Any) -> None:
-                if not first:
-                    first["s"], first["n"] = time.perf_counter() - t0, len(record.emitted)
-
+            clock = FirstTokenClock()
             r = no_cache_generate(target, draft, ids, gamma=gamma, max_new_tokens=budget, eos_token_ids=eos,
-                                  sampling=sampling, generator=seeds.generator(ids.device), on_round=on_round)
-            return Run(name, 0, 0, len(r.tokens), time.perf_counter() - t0, r.decode_time_s, r.tokens, spec=r,
-                       first_token_s=first.get("s"), n_first=first.get("n", 0))
+                                  sampling=sampling, generator=seeds.generator(ids.device),
+                                  on_round=lambda record: clock.first(len(record.emitted)))
+            return Run(name, 0, 0, len(r.tokens), clock.elapsed(), r.decode_time_s, r.tokens, spec=r,
+                       first_token_s=clock.first_token_s, n_first=clock.n_first)
         return name, fn
 
     for g in config.gammas:
@@ -439,7 +406,7 @@ def _lab_methods(target: Any, draft: Drafter, config: BenchConfig, eos: list[int
     for spec in config.adaptive:
         methods.append(spec_method(max(config.gammas), spec))
     methods += lever_methods(target, draft, config, eos=eos, make_run=Run, seeds=seeds,
-                             hf_kwargs=lambda ids, e: _hf_kwargs(ids, e, pad, sampling))
+                             hf_kwargs=hf_kwargs)
     return methods
 
 

@@ -19,9 +19,10 @@ its own weights, so the tokens of different weights may differ; they are recorde
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
+
+from lab.bench.results import Spread
 
 SCORE_RULE = ("the highest median over repeats of end-to-end tokens/s (new tokens over prefill + decode time, "
               "summed over the tuning prompts), the target alone on the lab's loop, greedy")
@@ -115,8 +116,7 @@ def candidate_figures(runs: Sequence[RuntimeRun]) -> dict[str, CandidateFigures]
             e2e.append(sum(r.n_new for r in group) / total)
             dec.append(sum(max(r.n_new - 1, 0) for r in group) / decode_s if decode_s > 0 else float("nan"))
             pre.append(sum(r.prefill_s for r in group))
-        out[label] = CandidateFigures(label, e2e, dec, pre, statistics.median(e2e),
-                                      statistics.median([d for d in dec if d == d] or [float("nan")]))
+        out[label] = CandidateFigures(label, e2e, dec, pre, Spread.of(e2e).median, Spread.of(dec).median)
     return out
 
 
@@ -164,7 +164,6 @@ class RuntimeTuneResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
 
 
 def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int], tuple[int, int, float, float, list[int]]]],

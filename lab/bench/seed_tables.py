@@ -22,11 +22,10 @@ from __future__ import annotations
 import hashlib
 import math
 import platform
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.bench.results import BenchResult, Spread
+from lab.bench.results import BASELINE, BenchResult, Spread
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
@@ -87,16 +86,15 @@ def seed_table_configs(*, max_new_tokens: int | None = None, repeats: int | None
 
     ``max_new_tokens`` / ``repeats`` (None = the seed's) override both tables, for a short check.
     """
-    def given(value: int | None, seeds: int) -> int:  # 0 is a value (BenchConfig refuses it), not "the seed's"
-        return seeds if value is None else value
+    def table(gammas: tuple[int, ...], tokens: int, reps: int, **extra: Any) -> BenchConfig:
+        # 0 is a value (BenchConfig refuses it), not "the seed's"
+        return BenchConfig(gammas=gammas, adaptive=(), assisted=False, sampling=SEED_SAMPLING, seed=seed,
+                           max_new_tokens=tokens if max_new_tokens is None else max_new_tokens,
+                           repeats=reps if repeats is None else repeats,
+                           methods=tuple(f"speculative gamma={g}" for g in gammas), **extra)
 
-    sweep = BenchConfig(gammas=SWEEP_GAMMAS, adaptive=(), max_new_tokens=given(max_new_tokens, SWEEP_TOKENS),
-                        repeats=given(repeats, SWEEP_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
-                        methods=tuple(f"speculative gamma={g}" for g in SWEEP_GAMMAS))
-    caching = BenchConfig(gammas=(CACHING_GAMMA,), adaptive=(), max_new_tokens=given(max_new_tokens, CACHING_TOKENS),
-                          repeats=given(repeats, CACHING_REPEATS), assisted=False, sampling=SEED_SAMPLING, seed=seed,
-                          no_cache=True, methods=(f"speculative gamma={CACHING_GAMMA}",))
-    return {"gamma_sweep": sweep, "caching": caching}
+    return {"gamma_sweep": table(SWEEP_GAMMAS, SWEEP_TOKENS, SWEEP_REPEATS),
+            "caching": table((CACHING_GAMMA,), CACHING_TOKENS, CACHING_REPEATS, no_cache=True)}
 
 
 def _per_run(bench: BenchResult, method: str, key: str) -> list[float]:
@@ -107,10 +105,6 @@ def _per_run(bench: BenchResult, method: str, key: str) -> list[float]:
 def _finite_median(spread: Spread | None) -> float | None:
     """A spread's median, None when there is none or it is not finite (as ``report.json`` holds it)."""
     return spread.median if spread is not None and math.isfinite(spread.median) else None
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
@@ -126,7 +120,7 @@ def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
         (the seed's figures) and ``lab`` (a :class:`~lab.bench.results.Spread` over repeats, or None, per
         figure; floats as measured, NaN where none).
     """
-    names = {"verifier-only": "target-only (lab loop)",
+    names = {"verifier-only": BASELINE,
              **{f"gamma {g}": f"speculative gamma={g}" for g in SWEEP_GAMMAS}}
     rows = []
     for row, method in names.items():
@@ -142,8 +136,8 @@ def compare(sweep: BenchResult, caching: BenchResult) -> dict[str, Any]:
         m = caching.methods.get(method)
         n_runs = max(1, m.n_runs if m is not None else 1)
         crow.append({"row": row, "method": method, "seed": SEED_CACHING[row],
-                     "lab": {"tokens_median": _median(_per_run(caching, method, "n_tokens")),
-                             "time_s_median": _median(_per_run(caching, method, "time_s")),
+                     "lab": {"tokens_median": Spread.of(_per_run(caching, method, "n_tokens")).median,
+                             "time_s_median": Spread.of(_per_run(caching, method, "time_s")).median,
                              "tokens_per_s": m.per_repeat.get("e2e_tokens_per_s") if m is not None else None,
                              "rounds_per_run": (_speculative(m, "n_rounds") or 0) / n_runs,
                              "alpha": _speculative(m, "alpha")}})

@@ -17,6 +17,7 @@ memory (:func:`compare_capture`; no pass/fail).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -159,9 +160,7 @@ class SinksBenchReport:
     machine_load: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": "bench-sinks", "model": self.model, "environment": self.environment,
-                "torch_threads": self.torch_threads, "results": self.results, "comparison": self.comparison,
-                "machine_load": self.machine_load}
+        return {"kind": "bench-sinks", **dataclasses.asdict(self)}
 
 
 def bench_sinks(model_name: str, lengths: Sequence[int], eager_length: int, *, device: Any, dtype: Any,

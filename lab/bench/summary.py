@@ -4,13 +4,15 @@
 here so this module does not import the schedule) into a :class:`~lab.bench.results.BenchResult`:
 per method its tokens/s over repeats, token agreement with the lab's target-only loop and, for a
 speculative method, Leviathan et al. (2023)'s figures (p = target, q = draft): alpha, tau, the
-cost ratio c from time and from FLOPs, Theorem 3.8's speedup, the speedup predicted from the
-measured step times, efficiency, overhead and breakeven alpha. Rates are derived from the runs'
-raw counts and times.
+cost ratio c from time and from FLOPs, Theorem 3.8's speedup (which assumes a verify pass costs
+one target step), the speedup predicted from the measured draft step and verify pass times (no
+such assumption: the loop's ceiling), efficiency (measured / that), overhead (time outside forward
+passes) and breakeven alpha. Rates are derived from the runs' raw counts and times.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -84,27 +86,15 @@ def summarize(target: Any, draft: Any, prompts: Sequence[torch.Tensor], config: 
     mean_prompt = sum(p.shape[1] for p in prompts) / len(prompts)
     context = int(mean_prompt + config.max_new_tokens / 2)
     c_flops_draft = _cost_ratio_flops(target, draft, context)
-    records = tuple(RunRecord(method=r.method, repeat=r.repeat, prompt=r.prompt, group=r.group, n_tokens=r.n_tokens,
-                              time_s=r.time_s, decode_time_s=r.decode_time_s, first_token_s=r.first_token_s,
-                              n_first=r.n_first, seed=r.seed) for r in runs)
+    records = tuple(RunRecord(**{f.name: getattr(r, f.name) for f in dataclasses.fields(RunRecord)}) for r in runs)
     raw = [r.as_dict() for r in records]
     spread = repeat_spread(raw, BASELINE)
-    methods = {name: _method_figures(name, rs, config, base, spread.get(name, {}), c_flops_draft)
+    methods = {name: _method_figures(name, rs, config, base, spread[name], c_flops_draft)
                for name, rs in by.items()}
     return BenchResult(config=config, draft=draft.name, mean_prompt_tokens=mean_prompt, flops_context=context,
                        target_flops_per_token=flops_per_token(target.config, context), target_step_s=base.step_s,
                        methods=methods, comparisons=_comparisons(config, methods), assisted_errors=assisted_errors,
                        by_group=group_speedups(raw, BASELINE), runs=records)
-
-
-def _per_repeat_tps(runs: Sequence[Any], repeats: int) -> list[float]:
-    """End-to-end tokens/s of each repeat that has runs (its prompts pooled)."""
-    out = []
-    for rep in range(repeats):
-        sel = [r for r in runs if r.repeat == rep]
-        if sel:
-            out.append(sum(r.n_tokens for r in sel) / sum(r.time_s for r in sel))
-    return out
 
 
 def _method_figures(name: str, runs: Sequence[Any], config: Any, base: _Baseline,
@@ -121,7 +111,7 @@ def _method_figures(name: str, runs: Sequence[Any], config: Any, base: _Baseline
         per_repeat["alpha"] = Spread.of([_alpha([r.spec for r in runs if r.repeat == rep and r.spec is not None])
                                          for rep in range(config.repeats)])
     return MethodFigures(
-        tokens_per_s=Spread.of(_per_repeat_tps(runs, config.repeats)), n_runs=len(runs),
+        tokens_per_s=per_repeat["e2e_tokens_per_s"], n_runs=len(runs),
         n_tokens=sum(r.n_tokens for r in runs),
         # sampling mode: methods draw differently from the same seed, so no comparison (None)
         same_tokens_as_lab_target_loop=(all(r.tokens == base.tokens.get((r.repeat, r.prompt)) for r in runs)
@@ -139,8 +129,7 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
     the fused first pass (which is the prefill), there is no verify pass to time, so ``verify_s``,
     the verify pass over a target step and the prediction built on it (and the efficiency) are NaN.
     """
-    tested = sum(s.n_drafted_tested for s in specs)
-    alpha = sum(s.n_accepted for s in specs) / tested if tested else float("nan")
+    alpha = _alpha(specs)
     n_rounds = sum(len(s.rounds) for s in specs)
     n_tokens = sum(len(s.tokens) for s in specs)
     draft_fw = sum(r.n_draft_forwards for s in specs for r in s.rounds)
@@ -166,7 +155,8 @@ def _speculative_figures(specs: list[SpeculativeResult], base: _Baseline, c_flop
         predicted = _ratio(tau * t_step, _ratio(draft_fw, n_rounds) * t_draft + t_verify)
     return SpeculativeFigures(
         gamma=gamma, adaptive=specs[0].adaptive, gamma_policy=specs[0].gamma_policy, alpha=alpha, tau=tau,
-        n_drafted_tested=tested, n_accepted=sum(s.n_accepted for s in specs), n_rounds=n_rounds,
+        n_drafted_tested=sum(s.n_drafted_tested for s in specs), n_accepted=sum(s.n_accepted for s in specs),
+        n_rounds=n_rounds,
         accepted_length_histogram=[sum(s.accepted_length_histogram[k] for s in specs) for k in range(gamma + 1)],
         draft_step_s=t_draft, verify_s=t_verify, target_step_s=t_step, verify_over_target_step=t_verify / t_step,
         cost_ratio_time=c_time, cost_ratio_flops=c_flops, decode_tokens_per_s=decode_tps,

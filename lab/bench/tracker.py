@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from lab.bench.results import Spread
+from lab.bench.runtime_tune import alternating_order
 from lab.machine import LoadLog
 from lab.tracker.loop import run_decode
 from lab.tracker.results import DecodeSettings
@@ -81,8 +82,7 @@ def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, rep
     times: dict[str, list[float]] = {"off": [], "on": []}
     outputs: list[list[int]] = []
     for r in range(repeats):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        for record in order:
+        for record in (bool(i) for i in alternating_order(2, r)):  # off-on, on-off, ...
             arm = "on" if record else "off"
             progress(f"pair {r + 1}/{repeats}, tracker {arm}")
             with load_log.around(f"tracker {arm}"):
@@ -90,10 +90,6 @@ def time_arms(model: Any, input_ids: torch.Tensor, settings: DecodeSettings, rep
             times[arm].append(run_result.elapsed_s)
             outputs.append(run_result.new_token_ids)
     return ArmTimes(off=times["off"], on=times["on"], identical=all(o == outputs[0] for o in outputs))
-
-
-def _spread(times: list[float]) -> Spread:
-    return Spread(min(times), statistics.median(times), max(times))
 
 
 def _pct(on: float, off: float) -> float:
@@ -137,12 +133,12 @@ class TrackerBenchReport:
     @property
     def off_s(self) -> Spread:
         """Seconds per run without the tracker, min / median / max over the pairs."""
-        return _spread(self.arms.off)
+        return Spread.of(self.arms.off)
 
     @property
     def on_s(self) -> Spread:
         """Seconds per run with the tracker, min / median / max over the pairs."""
-        return _spread(self.arms.on)
+        return Spread.of(self.arms.on)
 
     @property
     def overhead_pct_median(self) -> float:

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.bench.levers import CODE_PROMPTS
-from lab.bench.prompt_split import (GROUP_HUMANEVAL, GROUP_SHORT, TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS,
-                                   PromptSet, humaneval_prompts, parse_humaneval)
+from lab.bench.prompt_split import TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, PromptSet, parse_humaneval
 from lab.bench.results import BenchResult, MethodFigures
 from lab.bench.run import BenchConfig
 from lab.reports import to_jsonable
@@ -131,13 +130,10 @@ def tune_prompts(humaneval: str = TUNE_HUMANEVAL) -> PromptSet:
         ValueError: a bad spec, or one outside the tuning split (the held-back problems certify
             a choice and are never tuned on).
     """
-    split, count = parse_humaneval(humaneval)
-    if split != "tuning":
+    if parse_humaneval(humaneval)[0] != "tuning":
         raise ValueError(f"--humaneval {humaneval!r}: tuning runs on the tuning split only (the held-back "
                          "problems certify a choice and are never tuned on)")
-    problems = humaneval_prompts(split, count)
-    return PromptSet(texts=(CODE_PROMPTS[0], *(text for _, text in problems)),
-                     groups=(GROUP_SHORT, *[GROUP_HUMANEVAL] * len(problems)), humaneval=humaneval)
+    return PromptSet.of(CODE_PROMPTS[:1], humaneval)
 
 
 @dataclass(frozen=True)
@@ -211,8 +207,7 @@ class TuneReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report, its keys in the file's order (figures as measured, not JSON-converted)."""
-        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, "prompts": list(self.prompts.texts),
-                "prompt_groups": list(self.prompts.groups), "humaneval": self.prompts.humaneval,
+        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, **self.prompts.as_report(),
                 "torch_threads": self.torch_threads, "machine": self.outcome.machine,
                 "environment": self.environment, "configs": to_jsonable(self.configs),
                 "winner": self.outcome.setup.as_dict(), "tuning_file": str(self.outcome.path),

@@ -27,17 +27,18 @@ threads; the caller records the load average (:mod:`lab.machine`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-LOG2 = float(np.log(2.0))
+LOG2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -359,15 +360,9 @@ class WeightsBenchReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report, its keys in the file's order; each step profile with its GB/s per family."""
-        import dataclasses
-
-        return {"kind": "bench-weights", "model": self.model, "gamma": self.gamma, "repeats": self.repeats,
-                "texts": self.texts, "kernels": [dict(dataclasses.asdict(k)) for k in self.kernels],
-                "numerics": [dataclasses.asdict(r) for r in self.numerics], "torch_threads": self.torch_threads,
-                "steps": self.steps, "step_context": self.step_context, "file_linear_bytes": self.file_linear_bytes,
+        return {"kind": "bench-weights", **dataclasses.asdict(self),
                 "step_profiles": [dict(dataclasses.asdict(p), gb_per_s={f: p.gb_per_s(f) for f in FAMILIES})
-                                  for p in self.step_profiles],
-                "machine_load": self.machine_load, "environment": self.environment}
+                                  for p in self.step_profiles]}
 
 
 def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats: int, steps: int,

@@ -107,25 +107,17 @@ def load(kind: TunedSchema, path: str | Path) -> dict:
     return data
 
 
-def _problem(where: str, value: Any, exc: Exception) -> str:
-    return f"{where}: {value!r}: {exc}"
-
-
 def _check_setup(data: dict, path: str | Path) -> None:
     """The set-up's ``adaptive`` and ``dynamic`` specs parsed as the command line parses them."""
     from lab.speculative.drafts import AdaptiveDraftLength
 
-    setup = data["setup"]
-    if setup["adaptive"] is not None:
+    for name, parse in (("adaptive", AdaptiveDraftLength.parse), ("dynamic", parse_dynamic)):
+        value = data["setup"][name]
         try:
-            AdaptiveDraftLength.parse(setup["adaptive"])
+            if value is not None:
+                parse(value)
         except ValueError as exc:
-            raise FileSchemaError(path, DRAFT_SETUP.kind, _problem("setup/adaptive", setup["adaptive"], exc)) from None
-    if setup["dynamic"] is not None:
-        try:
-            parse_dynamic(setup["dynamic"])
-        except ValueError as exc:
-            raise FileSchemaError(path, DRAFT_SETUP.kind, _problem("setup/dynamic", setup["dynamic"], exc)) from None
+            raise FileSchemaError(path, DRAFT_SETUP.kind, f"setup/{name}: {value!r}: {exc}") from None
 
 
 DRAFT_SETUP = TunedSchema(

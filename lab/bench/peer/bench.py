@@ -31,7 +31,7 @@ from lab.bench.peer.llamacpp import (PeerBinaries, PeerOutputError, PeerRunConfi
                                      bench_command,
                                      completion_command, prompt_file_text, speculative_command, version_command)
 from lab.bench.peer.parse import parse_bench_json, parse_completion, parse_speculative, parse_version
-from lab.bench.results import MethodFigures
+from lab.bench.results import BASELINE, MethodFigures
 from lab.speculative.theory import expected_tokens_per_round
 
 TARGET_METHOD = "llama.cpp target-only"
@@ -233,14 +233,14 @@ class LlamaCppPeer:
         base_texts = {(r.repeat, r.prompt): r.peer.text for r in base}
         e2e = lambda rs: sum(r.n_tokens for r in rs) / sum(r.time_s for r in rs)  # noqa: E731
         dec = lambda rs: sum(r.n_tokens for r in rs) / sum(r.decode_time_s for r in rs)  # noqa: E731
-        prompt_tps = lambda rs: (sum(_n_prompt(r.peer) for r in rs)  # noqa: E731
+        prompt_tps = lambda rs: (sum(r.peer.n_prompt for r in rs)  # noqa: E731
                                  / sum(r.time_s - r.decode_time_s for r in rs))
         methods: dict[str, Any] = {}
         for name, rs in by.items():
             m: dict[str, Any] = {"n_runs": len(rs), "n_tokens": sum(r.n_tokens for r in rs),
                                  "tokens_per_s": e2e(rs), "decode_tokens_per_s": dec(rs),
                                  "prompt_tokens_per_s": prompt_tps(rs),
-                                 "prompt_tokens": sorted({_n_prompt(r.peer) for r in rs}),
+                                 "prompt_tokens": sorted({r.peer.n_prompt for r in rs}),
                                  "unaccounted_pct_median": statistics.median(r.peer.perf.unaccounted_pct for r in rs)}
             if name != TARGET_METHOD and base:
                 g = rs[0].peer.gamma
@@ -267,7 +267,7 @@ class LlamaCppPeer:
                 "same_text_as_lab_target": _same_as_lab(base, lab_runs, self.decode),
                 "texts": {name: [r.peer.text for r in rs if r.repeat == 0] for name, rs in by.items()},
                 "lab_target_texts": ([self.decode(r.tokens) for r in lab_runs
-                                      if r.method == "target-only (lab loop)" and r.repeat == 0]
+                                      if r.method == BASELINE and r.repeat == 0]
                                      if self.decode is not None else None)}
 
 
@@ -279,15 +279,11 @@ def _agree(text: str, other: str | None) -> bool:
     return text.startswith(other) or other.startswith(text)
 
 
-def _n_prompt(out: Any) -> int:
-    return out.n_prompt
-
-
 def _same_as_lab(base: Sequence[Any], lab_runs: Sequence[Any], decode: Callable[[list[int]], str] | None) -> bool | None:
     """llama.cpp's target-only text equals the lab's target-only tokens decoded (None: no decoder)."""
     if decode is None:
         return None
-    lab = {(r.repeat, r.prompt): r.tokens for r in lab_runs if r.method == "target-only (lab loop)"}
+    lab = {(r.repeat, r.prompt): r.tokens for r in lab_runs if r.method == BASELINE}
     return all((r.repeat, r.prompt) in lab and _agree(decode(lab[(r.repeat, r.prompt)]), r.peer.text) for r in base)
 
 

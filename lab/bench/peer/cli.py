@@ -68,37 +68,27 @@ def check_peer_args(args: argparse.Namespace, draft_spec: str) -> PeerSetup | No
     return PeerSetup(bins, target, draft, probe_version(bins))
 
 
-def make_peer(setup: PeerSetup, tokenizer: Any, messages: Sequence[list[dict[str, str]]], ids: Sequence[Any], *,
-              threads: int, gammas: Sequence[int], max_new_tokens: int) -> Any:
-    """The :class:`lab.bench.peer.bench.LlamaCppPeer` for the loaded prompts.
+def peer_for(setup: PeerSetup | None, tokenizer: Any, texts: Sequence[str], ids: Sequence[Any], *, threads: int,
+             gammas: Sequence[int], max_new_tokens: int) -> ContextManager[Any]:
+    """The :class:`lab.bench.peer.bench.LlamaCppPeer` for the prompts ``texts`` (user messages) and their
+    loaded ``ids``, a context that closes the peer on leaving; without ``--peer`` (``setup`` None) a context
+    that gives None.
 
     Each prompt's text is the lab's chat template rendered to text (``tokenize=False``)
     from the same messages it tokenized; llama.cpp tokenizes it with special tokens
     parsed, so both start from the same tokens (their counts are reported side by side).
     """
     from lab.bench.peer.bench import LlamaCppPeer
-
-    texts = {}
-    for msgs, prompt_ids in zip(messages, ids):
-        texts[tuple(prompt_ids[0].tolist())] = tokenizer.apply_chat_template(
-            list(msgs), add_generation_prompt=True, tokenize=False)
-    longest = max(t.shape[1] for t in ids)
-    ctx = longest + max_new_tokens + max(gammas) + CTX_MARGIN
-    return LlamaCppPeer(setup.bins, setup.target_gguf, setup.draft_gguf, texts, threads=threads, gammas=gammas,
-                        ctx_size=ctx, decode=lambda toks: tokenizer.decode(toks, skip_special_tokens=True),
-                        version=setup.version)
-
-
-def peer_for(setup: PeerSetup | None, tokenizer: Any, texts: Sequence[str], ids: Sequence[Any], *, threads: int,
-             gammas: Sequence[int], max_new_tokens: int) -> ContextManager[Any]:
-    """:func:`make_peer` for the prompts ``texts`` (user messages) as a context that closes the peer
-    on leaving; without ``--peer`` (``setup`` None) a context that gives None."""
     from lab.models.chat import build_messages
 
     if setup is None:
         return nullcontext()
-    return make_peer(setup, tokenizer, [build_messages(t) for t in texts], ids, threads=threads, gammas=gammas,
-                     max_new_tokens=max_new_tokens)
+    prompts = {tuple(prompt_ids[0].tolist()): tokenizer.apply_chat_template(
+        build_messages(text), add_generation_prompt=True, tokenize=False) for text, prompt_ids in zip(texts, ids)}
+    ctx = max(t.shape[1] for t in ids) + max_new_tokens + max(gammas) + CTX_MARGIN
+    return LlamaCppPeer(setup.bins, setup.target_gguf, setup.draft_gguf, prompts, threads=threads, gammas=gammas,
+                        ctx_size=ctx, decode=lambda toks: tokenizer.decode(toks, skip_special_tokens=True),
+                        version=setup.version)
 
 
-__all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "make_peer", "peer_for"]
+__all__ = ["PEERS", "PeerSetup", "PeerUnavailableError", "add_peer_args", "check_peer_args", "peer_for"]
