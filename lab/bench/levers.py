@@ -56,8 +56,13 @@ def assistant_settings(assistant: Any, **settings: Any) -> Iterator[None]:
     passed to ``generate()`` they are silently ignored and the library's defaults
     (20 tokens, confidence threshold 0.4) run instead. Restoring afterwards keeps a
     ``"heuristic"`` schedule, which writes its gamma back there, from leaking into
-    the next method.
+    the next method. ``assistant`` None (prompt lookup: transformers drafts from the
+    prompt itself) sets nothing.
     """
+    if assistant is None:
+        assert not settings, f"assisted settings {settings} without an assistant model"
+        yield
+        return
     saved = copy.deepcopy(assistant.generation_config)
     try:
         for key, value in settings.items():

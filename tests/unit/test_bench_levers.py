@@ -58,6 +58,17 @@ def test_assistant_settings_restores_the_assistant_config(target):
     assert assistant.generation_config.to_dict() == before
 
 
+def test_bench_assisted_rows_with_prompt_lookup_run_transformers_own_lookup(target):
+    """Fault class: with a draft that runs no model (prompt lookup), "transformers assisted gamma=G" failed at
+    its warm-up (the assistant's generation config read off None) and was reported as refused."""
+    prompts = [torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])]
+    bench = run_bench(target, make_draft(target, "prompt-lookup"), prompts,
+                      BenchConfig(gammas=(2,), adaptive=(), max_new_tokens=8, repeats=1, warmup_tokens=2))
+    m = bench.methods
+    assert "transformers assisted gamma=2" in m and m["transformers assisted gamma=2"].same_tokens_as_lab_target_loop
+    assert not bench.assisted_errors, bench.assisted_errors
+
+
 def test_bench_levers_run_in_the_alternating_schedule_and_stay_lossless(target):
     prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
     config = BenchConfig(gammas=(2,), adaptive=(), max_new_tokens=10, repeats=1, warmup_tokens=2,
