@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg, range_text
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
+                                 load_target_and_draft, range_text)
 
 COMMAND = "bench-seed-tables"
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.bench.run import encode_prompts, run_schedules
     from lab.bench.seed_tables import SeedTablesReport, seed_passage, seed_prompt, seed_table_configs
-    from lab.commands.bench import load_target_and_draft, model_draft_args
+    from lab.commands.bench import model_draft_args
     from lab.models.chat import eos_token_ids
     from lab.models.source import model_source
     from lab.render.console import print_report, stderr_console, stdout_console

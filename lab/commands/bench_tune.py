@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
-                                 check_model_args, range_text)
+                                 check_model_args, load_target_and_draft, range_text)
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
 
@@ -97,7 +97,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from lab.bench.run import encode_prompts, run_schedules
     from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, TuneReport, save_tuned, tune,
                                 tune_configs)
-    from lab.commands.bench import load_target_and_draft, model_draft_args, parse_gammas
+    from lab.commands.bench import model_draft_args, parse_gammas
     from lab.models.chat import eos_token_ids
     from lab.models.source import model_source
     from lab.render.console import print_report, stderr_console, stdout_console
