@@ -18,7 +18,7 @@ from pathlib import Path
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
                                  add_runtime_arg, add_sampling_args, add_threads_arg, bound_for, check_adaptive_draft,
-                                 check_model_args, draft_cost, load_target_and_draft, parse_adaptive, parse_lengths,
+                                 check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
                                  range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.speculative.setups import parse_dynamic
@@ -366,16 +366,11 @@ def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str,
     """A :class:`lab.bench.run.BenchSide`: the target in ``weights`` on ``runtime`` and the same draft spec (a draft
     model in the same weights)."""
     from lab.bench.run import BenchSide
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.speculative.draft_specs import check_draft_spec, make_draft
 
     with err.status(f"loading {args.model} on {label}"):
-        if runtime == "llama.cpp":
-            from lab.runtime.ggml import load_ggml_model
-
-            model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-        else:
-            model, tokenizer = load_model(args.model, device="cpu", weights=weights)
+        model, tokenizer = load_on(args.model, runtime, weights, threads=threads)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer,
                                weights=weights if runtime == "torch" and check_draft_spec(draft_spec) == "model"

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
-                                 check_model_args, load_target_and_draft, range_text)
+                                 check_model_args, load_on, load_target_and_draft, range_text, save_after_report)
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
 
@@ -189,21 +189,11 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
 
 
 def _save_tuning(path: Path, report: Path, write):
-    """``write()`` (a tuning file's writer, returning its path) once the report is complete.
-
-    Raises:
-        lab.reports.ReportWriteError: the file cannot be written (an ``OSError``: a folder in its place, a full
-            disk); one line naming it and the report, which keeps the measurement (the CLI exits 1).
-    """
-    from lab.reports import ReportWriteError
+    """``write()``, a tuning file's writer, once the report is complete (:func:`save_after_report`)."""
     from lab.user_dirs import TUNING_ENV
 
-    try:
-        return write()
-    except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(report)!r}, but the tuning file {str(path)!r} could "
-                               f"not be written ({exc.strerror or exc}); remove what is in its place or set "
-                               f"{TUNING_ENV} to a writable folder, and re-run") from exc
+    return save_after_report(report, f"the tuning file {str(path)!r} could not be written", write,
+                             f"remove what is in its place or set {TUNING_ENV} to a writable folder, and re-run")
 
 
 def _check_tune_runtime(args: argparse.Namespace):
@@ -226,17 +216,12 @@ def _warm_runtime_candidates(args: argparse.Namespace, texts, max_new: int, thre
     from lab.bench.run import encode_prompts
     from lab.bench.runtime_tune import CANDIDATES, timed_target
     from lab.models.chat import eos_token_ids
-    from lab.models.loading import load_model
     from lab.models.source import model_source
-    from lab.runtime.ggml import load_ggml_model
 
     generators, sources, first = {}, {}, None
     for cand in CANDIDATES:
         with err.status(f"loading {args.model}: {cand.label}"):
-            if cand.runtime == "llama.cpp":
-                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-            else:
-                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
+            model, tokenizer = load_on(args.model, cand.runtime, cand.weights, threads=threads)
         first = first or model
         ids = encode_prompts(model, tokenizer, texts, max_new, "cpu")
         fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))

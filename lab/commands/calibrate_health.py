@@ -17,6 +17,7 @@ Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
 from __future__ import annotations
 
 import argparse
+import functools
 from importlib import resources
 
 from lab.commands.common import add_model_args, add_out_arg, check_model_args
@@ -63,9 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _notes(err, report, save: bool) -> None:
     """The run's warnings on stderr: no choice, an unsaved new choice, a choice failing on the model's prompts."""
-    def say(text: str) -> None:
-        err.print(text, markup=False, highlight=False)
-
+    say = functools.partial(err.print, markup=False, highlight=False)
     cal, model = report.calibration, report.model["model"]
     if cal.chosen is None:
         say(f"calibrate-health: the rule chooses no measure on {model}: {cal.decided_by}"

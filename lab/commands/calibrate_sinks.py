@@ -25,6 +25,7 @@ layout of both files is in :mod:`lab.sinks.profiles`.
 from __future__ import annotations
 
 import argparse
+import functools
 
 from lab.commands.common import (MAX_TOKENS, Bound, add_model_args, add_out_arg, check_model_args, load_model_step,
                                  parse_lengths, save_after_report)
@@ -90,9 +91,7 @@ def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str
 
 def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> None:
     """The run's warnings on stderr: no feasible threshold, an unsaved run, the rule's refusal or move."""
-    def say(text: str) -> None:
-        err.print(text, markup=False, highlight=False)
-
+    say = functools.partial(err.print, markup=False, highlight=False)
     if report.chosen_threshold is None:
         say(f"calibration: no threshold of {report.statistic} meets both criteria on this prompt set")
     if args.save and not named:

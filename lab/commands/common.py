@@ -447,20 +447,22 @@ def load_model_step(err: Any, args: argparse.Namespace, device: Any, **kwargs: A
         return load_model(args.model, device=device, dtype=args.dtype, weights=args.weights, **kwargs)
 
 
-def save_after_report(folder: Any, what: str, save: Callable[[], Any]) -> Any:
-    """``save()`` (a calibration file's writer) once the report in ``folder`` is complete.
+def save_after_report(folder: Any, what: str, save: Callable[[], Any],
+                      fix: str = "set LAB_CALIBRATION_DIR to a writable folder and re-run") -> Any:
+    """``save()`` (a calibration or tuning file's writer) once the report in ``folder`` is complete.
 
     Raises:
-        lab.reports.ReportWriteError: an ``OSError``, in one line saying ``what`` ("the choice could not be saved
-            to '...'") and that the report stays (the CLI exits 1).
+        lab.reports.ReportWriteError: an ``OSError`` (a folder in the file's place, a full disk), in one line
+            saying ``what`` ("the choice could not be saved to '...'"), that the report stays, and ``fix``
+            (the CLI exits 1).
     """
     from lab.reports import ReportWriteError
 
     try:
         return save()
     except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but {what} ({exc.strerror or exc}); set "
-                               "LAB_CALIBRATION_DIR to a writable folder and re-run") from exc
+        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but {what} ({exc.strerror or exc}); "
+                               f"{fix}") from exc
 
 
 def saved_line(folder: Any, what: str, save: Callable[[], Any], replaces: str | None, profile: str,
@@ -738,17 +740,19 @@ def runtime_for_draft(choice: RuntimeChoice, draft_spec: str, kind: str) -> Runt
                               f"file; {draft_spec!r} has none (use a GGUF draft model or prompt-lookup)")
 
 
-def load_for_runtime(args: argparse.Namespace, choice: RuntimeChoice, device: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count), in the chosen weights."""
-    if choice.runtime == "llama.cpp":
+def load_on(model: str, runtime: str, weights: str, device: Any = "cpu", dtype: str | None = None,
+            threads: int | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` on ``runtime``: llama.cpp runs a GGUF profile's own file on ``threads`` threads
+    (default: torch's count); torch loads the model in ``weights`` and ``dtype`` on ``device``."""
+    if runtime == "llama.cpp":
         import torch
 
         from lab.runtime.ggml import load_ggml_model
 
-        return load_ggml_model(args.model, n_threads=torch.get_num_threads())
+        return load_ggml_model(model, n_threads=threads or torch.get_num_threads())
     from lab.models.loading import load_model
 
-    return load_model(args.model, device=device, dtype=args.dtype, weights=choice.weights)
+    return load_model(model, device=device, dtype=dtype, weights=weights)
 
 
 def load_target_and_draft(args: argparse.Namespace, device: Any, draft_spec: str, err: Any,
@@ -761,7 +765,7 @@ def load_target_and_draft(args: argparse.Namespace, device: Any, draft_spec: str
 
     runtime = runtime or RuntimeChoice("torch", RuntimeSource.DEFAULT, None, args.weights)
     with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_for_runtime(args, runtime, device)
+        model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
                                dtype=draft_dtype)
