@@ -277,6 +277,37 @@ def model_draft_args(args: argparse.Namespace, config=None, no_model: str | None
     return device, threads, draft_spec, kind
 
 
+def run_draft_schedules(args: argparse.Namespace, device, draft_spec: str, texts, configs: dict, threads: int,
+                        label: str, groups: list[str] | None = None):
+    """The target and draft loaded (:func:`load_target_and_draft`), ``texts`` encoded for the longest of ``configs``
+    and every schedule run on them (:func:`lab.bench.run.run_schedules`, progress on stderr):
+    ``(model, ids, {name: result})``; for lab bench-seed-tables and bench-tune."""
+    from lab.bench.run import encode_prompts, run_schedules
+    from lab.models.chat import eos_token_ids
+    from lab.render.console import stderr_console
+
+    err = stderr_console()
+    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err)
+    ids = encode_prompts(model, tokenizer, texts, max(c.max_new_tokens for c in configs.values()), device)
+    return model, ids, run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)),
+                                     threads=threads, status=err.status, label=label, groups=groups)
+
+
+def show_and_write(root: str, slug: str, data, summary: str):
+    """``summary`` on stdout, then a bench report ``<root>/<timestamp>-bench-<slug>/`` of ``report.json`` and
+    ``summary.md``, written atomically: ``(stdout console, the report's folder)``."""
+    from lab.render.console import print_report, stdout_console
+    from lab.reports import report_dir
+
+    out = stdout_console()
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    with report_dir(root, "bench", slug) as rd:
+        rd.write_json("report.json", data)
+        rd.write_text("summary.md", summary)
+    print_report(out, rd.final)
+    return out, rd.final
+
+
 SIDE_RUNTIMES = ("torch:float32", "torch:bfloat16", "torch:int8", "torch:q4", "llama.cpp")
 # What parts of a --methods name say it asks for a method that runs on the main torch target only: transformers'
 # assisted generation and the draft casts (a side times the lab's loops; transformers runs neither a GGUF file nor
