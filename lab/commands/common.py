@@ -534,13 +534,16 @@ BUILD_HINT = ("llama.cpp's kernels run GGUF profiles 1.5-4x faster than torch on
               "builds them once (about 6 minutes on 2 idle cores), then they are the default")
 
 
-def add_runtime_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
-                   help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
-                        "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
-                        "pinned build of `make peer`; lab.runtime.ggml) (default: for a GGUF profile on the CPU, the "
-                        "runtime lab bench-tune-runtime measured fastest on this machine, else llama.cpp where "
-                        "make peer built it; else torch)")
+def add_runtime_arg(p: argparse.ArgumentParser, torch_only: str | None = None) -> None:
+    """``--runtime``; ``torch_only``: what reads attention weights on a command that runs on torch only
+    (llama.cpp refused, :func:`refuse_runtime`)."""
+    chosen = ("whose kernels run the lab's decode loop: torch (the transformers model; --weights, --dtype and "
+              "--device apply) or llama.cpp (a GGUF profile's own file through the pinned build of `make peer`; "
+              "lab.runtime.ggml) (default: for a GGUF profile on the CPU, the runtime lab bench-tune-runtime measured "
+              "fastest on this machine, else llama.cpp where make peer built it; else torch)")
+    refused = (f"runs on torch: {torch_only} read(s) attention weights, which llama.cpp does not return; llama.cpp "
+               "is refused in one line")
+    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"), help=refused if torch_only else chosen)
 
 
 class RuntimeSource(enum.Enum):
@@ -780,13 +783,6 @@ def draft_cost(err: Any, draft: Any, draft_spec: str) -> Any:
     if cost is not None and cost.note:
         err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
     return cost
-
-
-def add_torch_only_runtime_arg(p: argparse.ArgumentParser, what: str) -> None:
-    """``--runtime`` on a command whose measures read attention weights: torch only, llama.cpp refused."""
-    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
-                   help=f"runs on torch: {what} read(s) attention weights, which llama.cpp does not return; "
-                        "llama.cpp is refused in one line")
 
 
 def refuse_runtime(args: argparse.Namespace, command: str) -> None:

@@ -12,7 +12,7 @@ import argparse
 import warnings
 from pathlib import Path
 
-from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
                                  check_context_room, check_model_args, context_fields, context_messages,
                                  load_model_step, read_context_step, refuse_runtime)
 from lab.models.source import model_source
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="read the threshold from this calibration file (a <profile>.json written by `lab "
                         "calibrate-sinks`) instead of the model's own (default: the model's own)")
-    add_torch_only_runtime_arg(p, "the sink detector and context health")
+    add_runtime_arg(p, torch_only="the sink detector and context health")
     add_out_arg(p)
     p.set_defaults(func=run)
 

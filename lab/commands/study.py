@@ -35,7 +35,7 @@ import logging
 import os
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
-                                 add_torch_only_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
+                                 add_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "choice for the profile, else the target's dtype)")
     _add_sample_args(p)
     _add_work_args(p)
-    add_torch_only_runtime_arg(p, "the study's prefill measures (sinks, context health)")
+    add_runtime_arg(p, torch_only="the study's prefill measures (sinks, context health)")
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
