@@ -1,7 +1,8 @@
-"""Flags shared by several subcommands, with the same names and help everywhere.
+"""Flags shared by several subcommands, with the same names and help everywhere, and the steps they share
+(checking the model flags, choosing the runtime, loading under a status line, saving after the report).
 
 Every command module imports this one while ``lab --help`` builds the parser, so it stays light:
-torch and the model loader are imported inside :func:`check_model_args`, which runs a command.
+torch and the model loader are imported inside the functions that run a command.
 """
 
 from __future__ import annotations
@@ -528,8 +529,8 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
 # AMX): SmolLM2 decodes in 7.3 ms a token on llama.cpp against 30 ms on torch float32, the Qwen pair's target
 # 20.9 tok/s end to end against 13.5 on torch q4; the 2-core Intel Xeon class ranked them the same
 # (docs/results.md, "The runtime chosen per machine").
-# The line torch prints when the runtime is not built (a GGUF profile on the CPU, nothing typed that needs torch).
 RUNTIME_ENV = "LAB_RUNTIME"  # torch or llama.cpp: the default for this shell, in place of the tuning file and build
+# The note torch runs with when the runtime is not built (a GGUF profile on the CPU, nothing typed that needs torch).
 BUILD_HINT = ("llama.cpp's kernels run GGUF profiles 1.5-4x faster than torch on the CPUs measured; `make peer` "
               "builds them once (about 6 minutes on 2 idle cores), then they are the default")
 
