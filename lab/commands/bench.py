@@ -16,10 +16,10 @@ import dataclasses
 from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_filter_args, add_model_args,
-                                 add_out_arg, add_runtime_arg, add_threads_arg, bound_for, check_adaptive_draft,
-                                 check_model_args, load_for_runtime, parse_adaptive, parse_lengths, range_text,
-                                 resolve_runtime, runtime_for_draft, torch_unless_typed)
+from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
+                                 add_runtime_arg, add_sampling_args, add_threads_arg, bound_for, check_adaptive_draft,
+                                 check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
+                                 range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.speculative.setups import parse_dynamic
 
@@ -91,11 +91,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     """How every method draws: temperature, the filters and the seed."""
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help=f"{range_text('bench', 'temperature')}: 0 = greedy (default); > 0 samples: every method (the "
-                        "lab's loops, transformers generate and assisted generation) draws through the same "
-                        "temperature / top-k / top-p filter")
-    add_filter_args(p, "bench")
+    add_sampling_args(p, "bench", more=": every method (the lab's loops, transformers generate and assisted "
+                                       "generation) draws through the same temperature / top-k / top-p filter")
     p.add_argument("--seed", type=int, default=0,
                    help=f"sampling seed, {range_text('bench', 'seed')}; each repeat and prompt gets one derived from "
                         "it, the same for every method, recorded per run (default: 0)")
@@ -177,24 +174,6 @@ def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     return out
 
 
-def sampling_config(args: argparse.Namespace):
-    """``--temperature`` / ``--top-p`` / ``--top-k`` as a :class:`lab.sampling.SamplingConfig`.
-
-    Raises:
-        ValueError: a value out of range, naming the flag.
-    """
-    from lab.sampling import SamplingConfig
-
-    try:
-        return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    except ValueError as exc:  # SamplingConfig names the field; the user typed the flag
-        flag = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
-        text = str(exc)
-        for field, name in flag.items():
-            text = text.replace(f"{field}=", f"{name}=", 1) if text.startswith(f"{field}=") else text
-        raise ValueError(text) from None
-
-
 def _bench_config(args: argparse.Namespace):
     """``lab bench``'s flags as ``(BenchConfig, PromptSet)``, each checked before any model loads.
 
@@ -203,6 +182,7 @@ def _bench_config(args: argparse.Namespace):
     """
     from lab.bench.prompt_split import PromptSet
     from lab.bench.run import BenchConfig
+    from lab.sampling import SamplingConfig
     from lab.speculative.per_pass import parse_draft_dtype
 
     adaptive = _typed_adaptive(args) if args.adaptive else BenchConfig.adaptive  # 'none' alone: no stop
@@ -214,7 +194,7 @@ def _bench_config(args: argparse.Namespace):
     for dtype in dtypes:
         parse_draft_dtype(dtype)  # errors name --draft-dtype as typed
     wanted = tuple(w.strip() for w in args.methods.split(",")) if args.methods is not None else ()
-    sampling = sampling_config(args)
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)  # lab.cli.as_typed
     config = BenchConfig(gammas=parse_gammas(args.gammas or DEFAULT_GAMMAS), adaptive=adaptive,
                          max_new_tokens=args.max_new_tokens, repeats=args.repeats, assisted=not args.no_assisted,
                          dynamic=dynamic, draft_dtypes=dtypes, prompt_lookup=args.prompt_lookup or args.levers,
@@ -249,9 +229,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err, runtime)
     sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
              for label, side_runtime, weights in side_specs]
-    cost = draft.facts().cost
-    if cost is not None and cost.note:
-        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
+    cost = draft_cost(err, draft, draft_spec)
     ids = encode_prompts(model, tokenizer, prompts.texts, config.max_new_tokens, device)  # before any decoding
     with peer_for(peer_setup, tokenizer, prompts.texts, ids, threads=threads, gammas=config.gammas,
                   max_new_tokens=config.max_new_tokens) as peer, err.status("benchmarking") as status:
@@ -297,6 +275,37 @@ def model_draft_args(args: argparse.Namespace, config=None, no_model: str | None
         raise ValueError(no_model.format(draft_spec))
     kind = check_draft(draft_spec, args.draft_weights)  # syntax, weights and model, before the target loads
     return device, threads, draft_spec, kind
+
+
+def run_draft_schedules(args: argparse.Namespace, device, draft_spec: str, texts, configs: dict, threads: int,
+                        label: str, groups: list[str] | None = None):
+    """The target and draft loaded (:func:`load_target_and_draft`), ``texts`` encoded for the longest of ``configs``
+    and every schedule run on them (:func:`lab.bench.run.run_schedules`, progress on stderr):
+    ``(model, ids, {name: result})``; for lab bench-seed-tables and bench-tune."""
+    from lab.bench.run import encode_prompts, run_schedules
+    from lab.models.chat import eos_token_ids
+    from lab.render.console import stderr_console
+
+    err = stderr_console()
+    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err)
+    ids = encode_prompts(model, tokenizer, texts, max(c.max_new_tokens for c in configs.values()), device)
+    return model, ids, run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)),
+                                     threads=threads, status=err.status, label=label, groups=groups)
+
+
+def show_and_write(root: str, slug: str, data, summary: str):
+    """``summary`` on stdout, then a bench report ``<root>/<timestamp>-bench-<slug>/`` of ``report.json`` and
+    ``summary.md``, written atomically: ``(stdout console, the report's folder)``."""
+    from lab.render.console import print_report, stdout_console
+    from lab.reports import report_dir
+
+    out = stdout_console()
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
+    with report_dir(root, "bench", slug) as rd:
+        rd.write_json("report.json", data)
+        rd.write_text("summary.md", summary)
+    print_report(out, rd.final)
+    return out, rd.final
 
 
 SIDE_RUNTIMES = ("torch:float32", "torch:bfloat16", "torch:int8", "torch:q4", "llama.cpp")
@@ -388,16 +397,11 @@ def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str,
     """A :class:`lab.bench.run.BenchSide`: the target in ``weights`` on ``runtime`` and the same draft spec (a draft
     model in the same weights)."""
     from lab.bench.run import BenchSide
-    from lab.models.loading import ModelUnavailableError, as_draft_error, load_model
+    from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.speculative.draft_specs import check_draft_spec, make_draft
 
     with err.status(f"loading {args.model} on {label}"):
-        if runtime == "llama.cpp":
-            from lab.runtime.ggml import load_ggml_model
-
-            model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-        else:
-            model, tokenizer = load_model(args.model, device="cpu", weights=weights)
+        model, tokenizer = load_on(args.model, runtime, weights, threads=threads)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer,
                                weights=weights if runtime == "torch" and check_draft_spec(draft_spec) == "model"
@@ -405,21 +409,3 @@ def _load_side(args: argparse.Namespace, label: str, runtime: str, weights: str,
         except ModelUnavailableError as exc:
             raise as_draft_error(exc, draft_spec) from None
     return BenchSide(label, model, draft)
-
-
-def load_target_and_draft(args: argparse.Namespace, device, draft_spec: str, err,
-                           runtime: RuntimeChoice | None = None):
-    """The target (in ``runtime``'s weights) and the draft (``--draft-weights``) on ``runtime``, a draft failure
-    named as the draft's. ``runtime`` None: torch with ``--weights``, for the schedules that choose no runtime
-    (lab bench-seed-tables, bench-tune)."""
-    from lab.models.loading import ModelUnavailableError, as_draft_error
-    from lab.speculative.draft_specs import make_draft
-
-    runtime = runtime or RuntimeChoice("torch", RuntimeSource.DEFAULT, None, args.weights)
-    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_for_runtime(args, runtime, device)
-        try:
-            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights)
-        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
-            raise as_draft_error(exc, draft_spec) from None
-    return model, tokenizer, draft

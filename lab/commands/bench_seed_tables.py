@@ -48,14 +48,11 @@ def run(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.run import encode_prompts, run_schedules
     from lab.bench.seed_tables import SeedTablesReport, seed_passage, seed_prompt, seed_table_configs
-    from lab.commands.bench import load_target_and_draft, model_draft_args
-    from lab.models.chat import eos_token_ids
+    from lab.commands.bench import model_draft_args, run_draft_schedules, show_and_write
     from lab.models.source import model_source
-    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.seed_tables import seed_tables_markdown
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
 
     # 1. Validate before loading.
     configs = seed_table_configs(max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed)
@@ -64,22 +61,12 @@ def run(args: argparse.Namespace) -> int:
         args, no_model="it needs a draft with a model (the no-cache loop re-forwards it), not --draft {}")
 
     # 2. Load and run both schedules (progress on stderr).
-    err = stderr_console()
-    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err)
-    ids = encode_prompts(model, tokenizer, [seed_prompt(passage)], max(c.max_new_tokens for c in configs.values()),
-                         device)
-    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
-                            status=err.status, label="seed tables")
+    model, ids, benches = run_draft_schedules(args, device, draft_spec, [seed_prompt(passage)], configs, threads,
+                                              "seed tables")
 
     # 3. Compare, show, 4. write the report atomically.
     report = SeedTablesReport(model=model_source(model).as_dict(), draft=draft_spec, passage=passage,
                               prompt_tokens=int(ids[0].shape[1]), torch_threads=torch.get_num_threads(),
                               environment=environment(model), configs=configs, benches=benches)
-    summary = seed_tables_markdown(report)
-    out = stdout_console()
-    out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    with report_dir(args.out, "bench", "seed-tables") as rd:
-        rd.write_json("report.json", report.to_json())
-        rd.write_text("summary.md", summary)
-    print_report(out, rd.final)
+    show_and_write(args.out, "seed-tables", report.to_json(), seed_tables_markdown(report))
     return 0

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_filter_args, add_model_args, add_out_arg, add_threads_arg, check_model_args, range_text
+from lab.commands.common import (add_model_args, add_out_arg, add_sampling_args, add_threads_arg, check_model_args,
+                                 load_model_step, range_text)
 from lab.models.source import model_source
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
@@ -32,10 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=5,
                    help=f"timed off/on pairs after one warm-up pair, {range_text('bench-tracker', 'repeats')} "
                         "(default: 5)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help=f"{range_text('bench-tracker', 'temperature')}: 0 = greedy (default); > 0 samples (seeded), "
-                        "adding the sampled-entropy statistics")
-    add_filter_args(p, "bench-tracker")
+    add_sampling_args(p, "bench-tracker", more=" (seeded), adding the sampled-entropy statistics")
     p.add_argument("--stats-iterations", type=int, default=200,
                    help=f"iterations of the statistics-only timing on one logits row, "
                         f"{range_text('bench-tracker', 'stats_iterations')} (default: 200)")
@@ -51,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
     from lab.decode import check_context
     from lab.machine import LoadLog, set_threads
     from lab.models.chat import build_messages, encode_chat
-    from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
     from lab.reports import environment, report_dir
@@ -60,18 +57,13 @@ def run(args: argparse.Namespace) -> int:
     # 1. Validate before loading.
     settings = DecodeSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_k=args.top_k, top_p=args.top_p, seed=0)
-    if isinstance(args.repeats, bool) or args.repeats < 1:
-        raise ValueError(f"repeats={args.repeats!r} must be >= 1")
-    if args.stats_iterations < 1:
-        raise ValueError(f"stats_iterations={args.stats_iterations!r} must be >= 1")
     messages = build_messages(args.prompt)
     device = check_model_args(args)
 
     # 2. Load.
     load_log = LoadLog(threads=set_threads(args.threads))
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    model, tokenizer = load_model_step(err, args, device)
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding
 

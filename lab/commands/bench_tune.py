@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
-                                 check_model_args, range_text)
+                                 check_model_args, load_on, range_text, save_after_report)
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
 
@@ -94,15 +94,12 @@ def run_tune(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.run import encode_prompts, run_schedules
     from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, TuneReport, save_tuned, tune,
                                 tune_configs)
-    from lab.commands.bench import load_target_and_draft, model_draft_args, parse_gammas
-    from lab.models.chat import eos_token_ids
+    from lab.commands.bench import model_draft_args, parse_gammas, run_draft_schedules, show_and_write
     from lab.models.source import model_source
-    from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.tune import tune_summary_markdown
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
 
     # 1. Validate before loading.
     prompts = _tuning_prompts(args)
@@ -114,25 +111,16 @@ def run_tune(args: argparse.Namespace) -> int:
                            repeats=TUNE_REPEATS if args.repeats is None else args.repeats, seed=args.seed)
 
     # 2. Load and run both modes (progress on stderr), then choose and write the winner.
-    err = stderr_console()
-    model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err)
-    ids = encode_prompts(model, tokenizer, prompts.texts, configs["greedy"].max_new_tokens, device)
-    benches = run_schedules(model, draft, ids, configs, eos=sorted(eos_token_ids(model, tokenizer)), threads=threads,
-                            status=err.status, label="tuning", groups=list(prompts.groups))
+    model, _, benches = run_draft_schedules(args, device, draft_spec, prompts.texts, configs, threads, "tuning",
+                                            list(prompts.groups))
     outcome = tune(benches, model=args.model, threads=threads)
 
     # 3. The report (atomically), and show both.
     report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
                         torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
                         outcome=outcome, benches=benches)
-    summary = tune_summary_markdown(report)
-    out = stdout_console()
-    out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    with report_dir(args.out, "bench", f"tune-{args.model}") as rd:
-        rd.write_json("report.json", report.as_dict())
-        rd.write_text("summary.md", summary)
-    print_report(out, rd.final)
-    path = _save_tuning(outcome.path, rd.final, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
+    out, folder = show_and_write(args.out, f"tune-{args.model}", report.as_dict(), tune_summary_markdown(report))
+    path = _save_tuning(outcome.path, folder, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
     out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
@@ -189,21 +177,11 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
 
 
 def _save_tuning(path: Path, report: Path, write):
-    """``write()`` (a tuning file's writer, returning its path) once the report is complete.
-
-    Raises:
-        lab.reports.ReportWriteError: the file cannot be written (an ``OSError``: a folder in its place, a full
-            disk); one line naming it and the report, which keeps the measurement (the CLI exits 1).
-    """
-    from lab.reports import ReportWriteError
+    """``write()``, a tuning file's writer, once the report is complete (:func:`save_after_report`)."""
     from lab.user_dirs import TUNING_ENV
 
-    try:
-        return write()
-    except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(report)!r}, but the tuning file {str(path)!r} could "
-                               f"not be written ({exc.strerror or exc}); remove what is in its place or set "
-                               f"{TUNING_ENV} to a writable folder, and re-run") from exc
+    return save_after_report(report, f"the tuning file {str(path)!r} could not be written", write,
+                             f"remove what is in its place or set {TUNING_ENV} to a writable folder, and re-run")
 
 
 def _check_tune_runtime(args: argparse.Namespace):
@@ -226,17 +204,12 @@ def _warm_runtime_candidates(args: argparse.Namespace, texts, max_new: int, thre
     from lab.bench.run import encode_prompts
     from lab.bench.runtime_tune import CANDIDATES, timed_target
     from lab.models.chat import eos_token_ids
-    from lab.models.loading import load_model
     from lab.models.source import model_source
-    from lab.runtime.ggml import load_ggml_model
 
     generators, sources, first = {}, {}, None
     for cand in CANDIDATES:
         with err.status(f"loading {args.model}: {cand.label}"):
-            if cand.runtime == "llama.cpp":
-                model, tokenizer = load_ggml_model(args.model, n_threads=threads)
-            else:
-                model, tokenizer = load_model(args.model, device="cpu", weights=cand.weights)
+            model, tokenizer = load_on(args.model, cand.runtime, cand.weights, threads=threads)
         first = first or model
         ids = encode_prompts(model, tokenizer, texts, max_new, "cpu")
         fn = timed_target(model, ids, max_new, sorted(eos_token_ids(model, tokenizer)))

@@ -17,6 +17,7 @@ Re-run it after a change to the sink detector (:mod:`lab.sinks.scores`,
 from __future__ import annotations
 
 import argparse
+import functools
 from importlib import resources
 
 from lab.commands.common import add_model_args, add_out_arg, check_model_args
@@ -63,9 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _notes(err, report, save: bool) -> None:
     """The run's warnings on stderr: no choice, an unsaved new choice, a choice failing on the model's prompts."""
-    def say(text: str) -> None:
-        err.print(text, markup=False, highlight=False)
-
+    say = functools.partial(err.print, markup=False, highlight=False)
     cal, model = report.calibration, report.model["model"]
     if cal.chosen is None:
         say(f"calibrate-health: the rule chooses no measure on {model}: {cal.decided_by}"
@@ -101,35 +100,26 @@ def _validation_set(args: argparse.Namespace):
 def _save_verdict(report, profile: str, folder) -> str:
     """``--validate --save``: the verdict to the user's calibration folder; returns the line saying where, and what
     it replaces. A verdict the study would refuse raises ``ValueError`` (nothing saved; the report stays)."""
+    from lab.commands.common import saved_line
     from lab.health.validation import save_validity, validity_of, validity_path
-    from lab.reports import ReportWriteError
 
     user, packaged = validity_path(profile, packaged=False), validity_path(profile, packaged=True)
     replaces = ("your earlier verdict" if user.is_file() or user.is_symlink() else
                 f"the packaged verdict {packaged}" if packaged.is_file() else None)
-    try:
-        saved = save_validity(validity_of(report.to_json(), profile, folder.name))
-    except ValueError as exc:
-        raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
-    except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but the verdict could not be saved to "
-                               f"{str(user)!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR to a writable "
-                               "folder and re-run") from exc
-    if replaces is None:
-        return f"saved: {saved}"
-    return (f"saved: {saved}; it replaces {replaces} for every later run on {profile}"
-            + (" (delete it to read the packaged one again)" if packaged.is_file() else ""))
+    return saved_line(folder, f"the verdict could not be saved to {str(user)!r}",
+                      lambda: save_validity(validity_of(report.to_json(), profile, folder.name)), replaces, profile,
+                      " (delete it to read the packaged one again)" if packaged.is_file() else "")
 
 
 def _validate(args: argparse.Namespace) -> int:
     """``--validate``: the current context health on the validation set (:mod:`lab.health.validation`)."""
+    from lab.commands.common import load_model_step
     from lab.decode import context_length
     from lab.health.calibration import score_candidates
     from lab.health.choice import load_chosen
     from lab.health.graded import model_length_reference
     from lab.health.validation import check_lengths, validation_report
     from lab.models.chat import encode_chat
-    from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import validation_markdown, validation_table
     from lab.reports import environment, report_dir
@@ -138,8 +128,7 @@ def _validate(args: argparse.Namespace) -> int:
     vset = _validation_set(args)
     device = check_model_args(args)
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    model, tokenizer = load_model_step(err, args, device)
     check_lengths(vset, lambda p: encode_chat(tokenizer, p.messages()).shape[-1], context_length(model))
     measure = load_chosen()
     with err.status("scoring validation prompts") as status:
@@ -166,14 +155,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.commands.common import load_model_step, save_after_report
     from lab.health.calibration_report import (HealthRun, health_prompt_sets, health_report, save_health_choice,
                                                score_health_sets)
     from lab.health.choice import chosen_path, load_chosen, user_path
     from lab.health.references import REFERENCE_PROMPTS
-    from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import calibration_markdown, candidates_table
-    from lab.reports import ReportWriteError, environment, report_dir
+    from lab.reports import environment, report_dir
     from lab.sinks.calibration import load_prompts
     from lab.sinks.prefill import analyze_prefill
 
@@ -189,8 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. One prefill per prompt (progress on stderr), the clean length reference first.
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    model, tokenizer = load_model_step(err, args, device)
     with err.status("scoring prompts") as status:
         scores = score_health_sets(lambda messages: analyze_prefill(model, tokenizer, messages), sets,
                                    study_set=args.study_set,
@@ -213,12 +201,8 @@ def run(args: argparse.Namespace) -> int:
 
     # 5. Save the choice (after the report: a failure leaves neither half-written).
     if args.save and report.chosen is not None:
-        try:
-            ref_path, path = save_health_choice(report)
-        except OSError as exc:
-            raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the choice could not be "
-                                   f"saved to {str(user_path())!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR "
-                                   "to a writable folder and re-run") from exc
+        ref_path, path = save_after_report(rd.final, f"the choice could not be saved to {str(user_path())!r}",
+                                           lambda: save_health_choice(report))
         err.print(f"context-health choice written: {path} ({report.chosen}); length reference of "
                   f"{report.reference_record['profile']}: {ref_path}", markup=False, highlight=False)
     return 2 if report.chosen is None and args.save else 0

@@ -25,13 +25,15 @@ layout of both files is in :mod:`lab.sinks.profiles`.
 from __future__ import annotations
 
 import argparse
+import functools
 
-from lab.commands.common import MAX_TOKENS, Bound, check_model_args, add_model_args, add_out_arg, parse_lengths
+from lab.commands.common import (MAX_TOKENS, Bound, add_model_args, add_out_arg, check_model_args, load_model_step,
+                                 parse_lengths, save_after_report)
+from lab.models.source import model_source
 
 # A long prompt's length: below 64 tokens it is not long (lab.sinks.calibration.long_prompts); 128 Ki, the longest
 # context of the models here (the model's own is checked too where it is known).
 LONG_LENGTH_BOUND = Bound(64, MAX_TOKENS, " (a long prompt has 64 tokens at least; 128 Ki, the longest context here)")
-from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,9 +91,7 @@ def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str
 
 def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> None:
     """The run's warnings on stderr: no feasible threshold, an unsaved run, the rule's refusal or move."""
-    def say(text: str) -> None:
-        err.print(text, markup=False, highlight=False)
-
+    say = functools.partial(err.print, markup=False, highlight=False)
     if report.chosen_threshold is None:
         say(f"calibration: no threshold of {report.statistic} meets both criteria on this prompt set")
     if args.save and not named:
@@ -109,11 +109,10 @@ def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models.loading import load_model
     from lab.models.profiles import PROFILES
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
-    from lab.reports import ReportWriteError, environment, report_dir
+    from lab.reports import environment, report_dir
     from lab.sinks.calibration import HELD_OUT_SET
     from lab.sinks.calibration_report import CalibrationRun, calibration_report, save_calibration, score_sets
     from lab.sinks.profiles import load_choice, recorded_feasible, user_dir
@@ -124,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Score every prompt set (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    model, tokenizer = load_model_step(err, args, device)
     with err.status("scoring prompts") as status:
         scored = score_sets(model, tokenizer, prompts, held, lengths, progress=lambda label, i, n, pid: status.update(
             f"{label} {i + 1}/{n}" + ("" if label == "held-out long prompt" else f": {pid}")))
@@ -153,11 +151,7 @@ def run(args: argparse.Namespace) -> int:
     # 5. Save the calibration for the commands that read it (the user's folder, never the package), after
     #    the report, so a run that fails leaves neither half-written.
     if save:
-        try:
-            save_calibration(report, args.model, packaged_statistic=choice.statistic,
-                             note=lambda text: err.print(text, markup=False, highlight=False))
-        except OSError as exc:
-            raise ReportWriteError(f"the report is complete in {str(rd.final)!r}, but the calibration could not be "
-                                   f"saved under {str(user_dir())!r} ({exc.strerror or exc}); set "
-                                   "LAB_CALIBRATION_DIR to a writable folder and re-run") from exc
+        save_after_report(rd.final, f"the calibration could not be saved under {str(user_dir())!r}",
+                          lambda: save_calibration(report, args.model, packaged_statistic=choice.statistic,
+                                                   note=lambda text: err.print(text, markup=False, highlight=False)))
     return 0

@@ -1,7 +1,8 @@
-"""Flags shared by several subcommands, with the same names and help everywhere.
+"""Flags shared by several subcommands, with the same names and help everywhere, and the steps they share
+(checking the model flags, choosing the runtime, loading under a status line, saving after the report).
 
 Every command module imports this one while ``lab --help`` builds the parser, so it stays light:
-torch and the model loader are imported inside :func:`check_model_args`, which runs a command.
+torch and the model loader are imported inside the functions that run a command.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import enum
 import os
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lab.bench.prompt_split import HELD_BACK
@@ -242,13 +244,11 @@ def cluster_config(args: argparse.Namespace):
 
     Raises:
         ValueError: ``--ray-actors`` or ``--ray-timeout`` without ``--ray`` (``--ray-timeout`` without an
-            address too: a local cluster has no answer to wait for), a count below 1, a
-            timeout outside (0, 3600] s, an address of no accepted form
+            address too: a local cluster has no answer to wait for), an address of no accepted form
             (:func:`lab.runs.cluster.parse_address`), or Ray not installed (naming the
-            ``lab[cluster]`` extra to install).
+            ``lab[cluster]`` extra to install). The counts' and the timeout's ranges are
+            :func:`check_bounds`'s (and :class:`lab.runs.cluster.ClusterConfig`'s).
     """
-    import math
-
     from lab.runs.cluster import DEFAULT_CONNECT_TIMEOUT_S, ClusterConfig, parse_address, require_ray
 
     if args.ray is None:
@@ -256,12 +256,7 @@ def cluster_config(args: argparse.Namespace):
             if v is not None:
                 raise ValueError(f"{flag} needs --ray")
         return None
-    for flag, v in (("--ray-actors", args.ray_actors), ("--threads", args.threads)):
-        if v is not None and v < 1:
-            raise ValueError(f"{flag}={v} must be an integer >= 1")
     timeout = DEFAULT_CONNECT_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout
-    if not (math.isfinite(timeout) and 0 < timeout <= 3600):
-        raise ValueError(f"--ray-timeout={args.ray_timeout:g} must be in (0, 3600] seconds")
     address = parse_address(args.ray)  # before Ray is imported: a bad address is bad input, Ray or not
     if address is None and args.ray_timeout is not None:  # it bounds a running cluster's answer only
         raise ValueError("--ray-timeout has no effect on the local cluster --ray without an address starts; it "
@@ -328,13 +323,26 @@ class _TypedWeights(argparse.Action):
         setattr(namespace, "weights_typed", True)
 
 
-def add_filter_args(p: argparse.ArgumentParser, command: str) -> None:
-    """``--top-p`` and ``--top-k``: the sampling filters (refused with ``--temperature 0``, :func:`check_bounds`)."""
+def add_sampling_args(p: argparse.ArgumentParser, command: str, more: str = "") -> None:
+    """``--temperature`` (``more`` ends its help), then the sampling filters ``--top-p`` and ``--top-k`` (refused
+    with ``--temperature 0``, :func:`check_bounds`)."""
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help=f"{range_text(command, 'temperature')}: 0 = greedy (default); > 0 samples{more}")
     p.add_argument("--top-p", type=float, default=1.0,
                    help=f"nucleus mass when sampling, {range_text(command, 'top_p')} (default: 1 = off; needs "
                         "--temperature > 0)")
     p.add_argument("--top-k", type=int, default=None,
                    help=f"keep the k most likely tokens when sampling, {range_text(command, 'top_k')} (default: off; "
+                        "needs --temperature > 0)")
+
+
+def add_decode_args(p: argparse.ArgumentParser, command: str) -> None:
+    """``--max-new-tokens``, :func:`add_sampling_args` and a ``--seed`` drawn fresh when not typed."""
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"stop after this many new tokens, {range_text(command, 'max_new_tokens')} (default: 64)")
+    add_sampling_args(p, command)
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"sampling seed, {range_text(command, 'seed')} (default: a fresh one, recorded in the report; "
                         "needs --temperature > 0)")
 
 
@@ -431,6 +439,51 @@ def context_fields(context: str | None, reading: Any) -> dict[str, Any]:
     return {} if reading is None else {"context": context, "context_measure": reading.to_json()}
 
 
+def load_model_step(err: Any, args: argparse.Namespace, device: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``--model`` in ``--dtype`` and ``--weights`` on ``device`` under a status line;
+    ``kwargs`` go to :func:`lab.models.loading.load_model`."""
+    from lab.models.loading import load_model
+
+    with err.status(f"loading {args.model} on {device}"):
+        return load_model(args.model, device=device, dtype=args.dtype, weights=args.weights, **kwargs)
+
+
+def save_after_report(folder: Any, what: str, save: Callable[[], Any],
+                      fix: str = "set LAB_CALIBRATION_DIR to a writable folder and re-run") -> Any:
+    """``save()`` (a calibration or tuning file's writer) once the report in ``folder`` is complete.
+
+    Raises:
+        lab.reports.ReportWriteError: an ``OSError`` (a folder in the file's place, a full disk), in one line
+            saying ``what`` ("the choice could not be saved to '...'"), that the report stays, and ``fix``
+            (the CLI exits 1).
+    """
+    from lab.reports import ReportWriteError
+
+    try:
+        return save()
+    except OSError as exc:
+        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but {what} ({exc.strerror or exc}); "
+                               f"{fix}") from exc
+
+
+def saved_line(folder: Any, what: str, save: Callable[[], Any], replaces: str | None, profile: str,
+               tail: str = "") -> str:
+    """``--save`` after the report: :func:`save_after_report`, and the line saying where and what it replaces
+    (``tail`` after that).
+
+    Raises:
+        ValueError: ``save()`` refused what it was given (nothing saved; the report stays).
+        lab.reports.ReportWriteError: as :func:`save_after_report`.
+    """
+    try:
+        saved = save_after_report(folder, what, save)
+    except ValueError as exc:
+        raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
+    if replaces is None:
+        return f"saved: {saved}"
+    return f"saved: {saved}; it replaces {replaces} for every later run on {profile}{tail}"
+
+
 def add_out_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports", type=os.path.expanduser,  # a quoted '~/x' is the user's home too
                    help="reports root; a new <timestamp>-<kind>-<slug>/ goes inside (default: reports/)")
@@ -476,19 +529,22 @@ def check_model_args(args: argparse.Namespace) -> torch.device:
 # AMX): SmolLM2 decodes in 7.3 ms a token on llama.cpp against 30 ms on torch float32, the Qwen pair's target
 # 20.9 tok/s end to end against 13.5 on torch q4; the 2-core Intel Xeon class ranked them the same
 # (docs/results.md, "The runtime chosen per machine").
-# The line torch prints when the runtime is not built (a GGUF profile on the CPU, nothing typed that needs torch).
 RUNTIME_ENV = "LAB_RUNTIME"  # torch or llama.cpp: the default for this shell, in place of the tuning file and build
+# The note torch runs with when the runtime is not built (a GGUF profile on the CPU, nothing typed that needs torch).
 BUILD_HINT = ("llama.cpp's kernels run GGUF profiles 1.5-4x faster than torch on the CPUs measured; `make peer` "
               "builds them once (about 6 minutes on 2 idle cores), then they are the default")
 
 
-def add_runtime_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
-                   help="whose kernels run the lab's decode loop: torch (the transformers model; --weights, "
-                        "--dtype and --device apply) or llama.cpp (a GGUF profile's own file through the "
-                        "pinned build of `make peer`; lab.runtime.ggml) (default: for a GGUF profile on the CPU, the "
-                        "runtime lab bench-tune-runtime measured fastest on this machine, else llama.cpp where "
-                        "make peer built it; else torch)")
+def add_runtime_arg(p: argparse.ArgumentParser, torch_only: str | None = None) -> None:
+    """``--runtime``; ``torch_only``: what reads attention weights on a command that runs on torch only
+    (llama.cpp refused, :func:`refuse_runtime`)."""
+    chosen = ("whose kernels run the lab's decode loop: torch (the transformers model; --weights, --dtype and "
+              "--device apply) or llama.cpp (a GGUF profile's own file through the pinned build of `make peer`; "
+              "lab.runtime.ggml) (default: for a GGUF profile on the CPU, the runtime lab bench-tune-runtime measured "
+              "fastest on this machine, else llama.cpp where make peer built it; else torch)")
+    refused = (f"runs on torch: {torch_only} read(s) attention weights, which llama.cpp does not return; llama.cpp "
+               "is refused in one line")
+    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"), help=refused if torch_only else chosen)
 
 
 class RuntimeSource(enum.Enum):
@@ -688,24 +744,46 @@ def runtime_for_draft(choice: RuntimeChoice, draft_spec: str, kind: str) -> Runt
                               f"file; {draft_spec!r} has none (use a GGUF draft model or prompt-lookup)")
 
 
-def load_for_runtime(args: argparse.Namespace, choice: RuntimeChoice, device: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` on the chosen runtime (llama.cpp with torch's thread count), in the chosen weights."""
-    if choice.runtime == "llama.cpp":
+def load_on(model: str, runtime: str, weights: str, device: Any = "cpu", dtype: str | None = None,
+            threads: int | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` on ``runtime``: llama.cpp runs a GGUF profile's own file on ``threads`` threads
+    (default: torch's count); torch loads the model in ``weights`` and ``dtype`` on ``device``."""
+    if runtime == "llama.cpp":
         import torch
 
         from lab.runtime.ggml import load_ggml_model
 
-        return load_ggml_model(args.model, n_threads=torch.get_num_threads())
+        return load_ggml_model(model, n_threads=threads or torch.get_num_threads())
     from lab.models.loading import load_model
 
-    return load_model(args.model, device=device, dtype=args.dtype, weights=choice.weights)
+    return load_model(model, device=device, dtype=dtype, weights=weights)
 
 
-def add_torch_only_runtime_arg(p: argparse.ArgumentParser, what: str) -> None:
-    """``--runtime`` on a command whose measures read attention weights: torch only, llama.cpp refused."""
-    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
-                   help=f"runs on torch: {what} read(s) attention weights, which llama.cpp does not return; "
-                        "llama.cpp is refused in one line")
+def load_target_and_draft(args: argparse.Namespace, device: Any, draft_spec: str, err: Any,
+                          runtime: RuntimeChoice | None = None, draft_dtype: Any = None) -> tuple[Any, Any, Any]:
+    """The target (in ``runtime``'s weights) and the draft (``--draft-weights``, ``draft_dtype``) on ``runtime``,
+    under a status line, a draft failure named as the draft's. ``runtime`` None: torch with ``--weights``, for the
+    schedules that choose no runtime (lab bench-seed-tables, bench-tune)."""
+    from lab.models.loading import ModelUnavailableError, as_draft_error
+    from lab.speculative.draft_specs import make_draft
+
+    runtime = runtime or RuntimeChoice("torch", RuntimeSource.DEFAULT, None, args.weights)
+    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
+        model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
+        try:
+            draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
+                               dtype=draft_dtype)
+        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
+            raise as_draft_error(exc, draft_spec) from None
+    return model, tokenizer, draft
+
+
+def draft_cost(err: Any, draft: Any, draft_spec: str) -> Any:
+    """The draft's measured cost (:meth:`lab.speculative.drafts.Drafter.facts`), its note warned on stderr."""
+    cost = draft.facts().cost
+    if cost is not None and cost.note:
+        err.print(f"warning: --draft {draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
+    return cost
 
 
 def refuse_runtime(args: argparse.Namespace, command: str) -> None:

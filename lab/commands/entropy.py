@@ -12,9 +12,9 @@ import argparse
 import logging
 from typing import Any
 
-from lab.commands.common import (add_context_args, add_filter_args, add_model_args, add_out_arg, add_prompt_args,
+from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
                                  add_runtime_arg, check_context_room, check_model_args, context_fields,
-                                 context_messages, load_for_runtime, range_text, read_context_step, resolve_runtime)
+                                 context_messages, load_on, range_text, read_context_step, resolve_runtime)
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -29,14 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_prompt_args(p)
     add_context_args(p)
     add_model_args(p)
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help=f"stop after this many new tokens, {range_text('entropy', 'max_new_tokens')} (default: 64)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help=f"{range_text('entropy', 'temperature')}: 0 = greedy (default); > 0 samples")
-    add_filter_args(p, "entropy")
-    p.add_argument("--seed", type=int, default=None,
-                   help=f"sampling seed, {range_text('entropy', 'seed')} (default: a fresh one, recorded in the report; "
-                        "needs --temperature > 0)")
+    add_decode_args(p, "entropy")
     p.add_argument("--top-alternatives", type=int, default=5,
                    help=f"alternatives recorded per step from the model's own distribution, "
                         f"{range_text('entropy', 'top_alternatives')} (default: 5)")
@@ -68,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if runtime.line is not None:
         err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
     with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_for_runtime(args, runtime, device)
+        model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
     check_context_room(model, tokenizer, messages, context)  # before the prefill: the reading's 24 tokens fit
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding

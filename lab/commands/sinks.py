@@ -12,9 +12,9 @@ import argparse
 import warnings
 from pathlib import Path
 
-from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
                                  check_context_room, check_model_args, context_fields, context_messages,
-                                 read_context_step, refuse_runtime)
+                                 load_model_step, read_context_step, refuse_runtime)
 from lab.models.source import model_source
 
 
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="read the threshold from this calibration file (a <profile>.json written by `lab "
                         "calibrate-sinks`) instead of the model's own (default: the model's own)")
-    add_torch_only_runtime_arg(p, "the sink detector and context health")
+    add_runtime_arg(p, torch_only="the sink detector and context health")
     add_out_arg(p)
     p.set_defaults(func=run)
 
@@ -75,7 +75,6 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages
-    from lab.models.loading import load_model
     from lab.sinks.prefill import analyze_prefill
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import context_markdown, print_context_reading
@@ -93,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load and run one streaming prefill (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)
+    model, tokenizer = load_model_step(err, args, device)
     check_context_room(model, tokenizer, messages, context)  # before the prefill: the reading's 24 tokens fit
     with err.status("prefill with streaming attention capture"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the uncalibrated notice is printed below, once

@@ -13,9 +13,9 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
-from lab.commands.common import (RuntimeChoice, add_draft_weights_arg, add_filter_args, add_model_args, add_out_arg,
-                                 add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args,
-                                 load_for_runtime, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
+from lab.commands.common import (RuntimeChoice, add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg,
+                                 add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args, draft_cost,
+                                 load_target_and_draft, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -49,14 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop drafting early: entropy:X (draft normalized entropy above X) or pmin:X (draft top "
                         "probability below X) (default: the tuned or documented set-up, else off; not with "
                         "prompt-lookup or auto)")
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help=f"stop after this many new tokens, {range_text('speculate', 'max_new_tokens')} (default: 64)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help=f"{range_text('speculate', 'temperature')}: 0 = greedy (default); > 0 samples")
-    add_filter_args(p, "speculate")
-    p.add_argument("--seed", type=int, default=None,
-                   help=f"sampling seed, {range_text('speculate', 'seed')} (default: a fresh one, recorded in the "
-                        "report; needs --temperature > 0)")
+    add_decode_args(p, "speculate")
     add_runtime_arg(p)
     add_out_arg(p)
     p.set_defaults(func=run)
@@ -158,12 +151,10 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.decode import check_context
     from lab.models.chat import encode_chat, eos_token_ids
-    from lab.models.loading import ModelUnavailableError, as_draft_error
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.speculative import (answer_text, plot_histogram, render_speculation, round_rows, summary_markdown,
                                        token_texts)
     from lab.reports import environment, report_dir
-    from lab.speculative.draft_specs import make_draft  # at call time: tests stand in for make_draft
     from lab.speculative.loop import speculative_generate
 
     # 1. Validate everything before loading anything.
@@ -171,18 +162,11 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load, build the draft, decode (progress on stderr).
     err = stderr_console()
-    with err.status(f"loading {args.model} on {device if cfg.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_for_runtime(args, runtime, device)
-        try:
-            draft = make_draft(model, cfg.draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
-                               dtype=cfg.chosen.setup.draft_dtype)
-        except ModelUnavailableError as exc:  # the draft model, not --model, is what failed to load
-            raise as_draft_error(exc, cfg.draft_spec) from None
+    model, tokenizer, draft = load_target_and_draft(args, device, cfg.draft_spec, err, runtime,
+                                                    draft_dtype=cfg.chosen.setup.draft_dtype)
     for line, style in cfg.setup_lines():  # the set-up in force, once the draft is admitted
         err.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
-    cost = draft.facts().cost
-    if cost is not None and cost.note:
-        err.print(f"warning: --draft {cfg.draft_spec}: {cost.note}", style="yellow", markup=False, highlight=False)
+    cost = draft_cost(err, draft, cfg.draft_spec)
     input_ids = encode_chat(tokenizer, cfg.messages).to(device)
     check_context(model, input_ids.shape[1], args.max_new_tokens, arg="--max-new-tokens")  # before any decoding
     settings = dataclasses.replace(cfg.settings, eos_token_ids=eos_token_ids(model, tokenizer))

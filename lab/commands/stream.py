@@ -15,7 +15,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_torch_only_runtime_arg,
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_runtime_arg,
                                  check_model_args, range_text, refuse_runtime)
 from lab.models.source import model_source
 
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None,
                    help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
     add_draft_weights_arg(p)
-    add_torch_only_runtime_arg(p, "the eviction policies' attention scores")
+    add_runtime_arg(p, torch_only="the eviction policies' attention scores")
     add_out_arg(p)
     p.set_defaults(func=run)
 

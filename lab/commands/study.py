@@ -30,12 +30,12 @@ that fail after Ray's retries are named, and no report is written without them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
-                                 add_torch_only_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
+                                 add_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "choice for the profile, else the target's dtype)")
     _add_sample_args(p)
     _add_work_args(p)
-    add_torch_only_runtime_arg(p, "the study's prefill measures (sinks, context health)")
+    add_runtime_arg(p, torch_only="the study's prefill measures (sinks, context health)")
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
@@ -180,7 +180,7 @@ def checked_runner_factory(plan) -> "CheckedRunnerFactory":
     return CheckedRunnerFactory(tuple(plan.prompts))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class CheckedRunnerFactory:
     """:func:`checked_runner_factory`'s factory: a value, not a closure, so that it pickles to a worker process."""
 
@@ -206,9 +206,7 @@ class CheckedRunnerFactory:
 def run(args: argparse.Namespace) -> int:
     from lab.machine import set_threads
     from lab.reports import check_reports_root
-    from lab.study.work import plan_from_work_dir, plan_study
-    from lab.study.work import hold_work_dir
-    from lab.study.work import read_settings
+    from lab.study.work import hold_work_dir, plan_from_work_dir, plan_study, read_settings
 
     # 1. Validate everything (flags, prompt file, device, Ray) before loading a model.
     refuse_runtime(args, "study")
@@ -231,14 +229,10 @@ def run(args: argparse.Namespace) -> int:
         check_reports_root(args.out or "reports")
         config = _fresh_config(args)
         if shard is not None:
-            import dataclasses
-
             config = dataclasses.replace(config, shard=shard)
         plan = plan_study(config)
         out = usable_out(config.out)
         if out != config.out:
-            import dataclasses
-
             plan = plan_study(dataclasses.replace(config, out=out))
     if shard is not None and not plan.prompts:
         from lab.study.work import count_units
@@ -359,13 +353,12 @@ def _report_failed(result) -> int:
 def _merge(args: argparse.Namespace) -> int:
     from lab.render.console import print_report, stdout_console
     from lab.render.study import verdict_table, write_report
+    from lab.reports import check_reports_root
     from lab.study.run import merge_study
 
     if args.resume or args.shard or args.ray is not None:
         raise ValueError("--merge cannot be combined with --resume, --shard or --ray")
     _check_merge_flags(args)
-    from lab.reports import check_reports_root
-
     result = merge_study(args.merge, n_resamples=args.resamples, out=str(check_reports_root(args.out or "reports")))
     path = write_report(result)
     out = stdout_console()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 
-from lab.commands.common import add_model_args, add_out_arg, check_model_args, range_text
+from lab.commands.common import add_model_args, add_out_arg, check_model_args, load_model_step, range_text, saved_line
 
 SETS = {"selection": "context_selection.jsonl", "validation": "context_validation.jsonl",
         "heldback": "context_heldback.jsonl"}
@@ -108,12 +108,9 @@ def _score(args: argparse.Namespace, items, path: str, reference, checked: bool,
     from lab.health.graded import graded_health
     from lab.health.measures import HealthInputs
     from lab.models.chat import eos_token_ids
-    from lab.models.loading import load_model
     from lab.sinks.prefill import analyze_prefill
 
-    with err.status(f"loading {args.model} on {device}"):
-        model, tokenizer = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights,
-                                      attn_implementation="eager")
+    model, tokenizer = load_model_step(err, args, device, attn_implementation="eager")
     if not checked:  # nothing was known before the model loaded: its own config, before any pair is scored
         _check(items, path, reference, args.new_tokens, tokenizer, model.config.to_dict())
 
@@ -173,22 +170,12 @@ def _save(v, measure, profile: str, path: str, folder) -> str:
     measure it judged) to the user's calibration folder; the line saying where, and what it replaces.
     A file that cannot be written exits 1 naming it; the report stays."""
     from lab.health.context_validity import reference_path, save_reference, save_verdict
-    from lab.reports import ReportWriteError
 
     user, packaged = reference_path(profile, packaged=False), reference_path(profile, packaged=True)
     replaces = ("your earlier fitted measure" if user.is_file() or user.is_symlink() else
                 f"the packaged {packaged}" if packaged.is_file() else None)
     if measure is not None:
         replaces = f"its earlier {v.set_name} verdict" if v.set_name in measure.verdicts else None
-    try:
-        saved = (save_reference(v.reference, profile, path, folder.name) if measure is None else
-                 save_verdict(measure, v, folder.name))
-    except ValueError as exc:
-        raise ValueError(f"--save: {exc}; nothing saved, the report is in {str(folder)!r}") from None
-    except OSError as exc:
-        raise ReportWriteError(f"the report is complete in {str(folder)!r}, but the fitted measure could not be "
-                               f"saved to {str(user)!r} ({exc.strerror or exc}); set LAB_CALIBRATION_DIR to a "
-                               "writable folder and re-run") from exc
-    if replaces is None:
-        return f"saved: {saved}"
-    return f"saved: {saved}; it replaces {replaces} for every later run on {profile}"
+    return saved_line(folder, f"the fitted measure could not be saved to {str(user)!r}",
+                      lambda: (save_reference(v.reference, profile, path, folder.name) if measure is None else
+                               save_verdict(measure, v, folder.name)), replaces, profile)
