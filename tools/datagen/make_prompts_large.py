@@ -17,12 +17,11 @@ Run from the project root::
 
 from __future__ import annotations
 
-import json
 import random
+from collections.abc import Sequence
 from itertools import product
-from typing import Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, write_jsonl
 from tools.datagen.make_neutral_twins import distractor_picker
 from tools.datagen.make_study_twins import load_sample, poisoned_twin
 
@@ -212,7 +211,7 @@ def main() -> None:
 
     records = build(load_sample())
     out = DATA_DIR / "prompts_large.jsonl"
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    write_jsonl(out, records)
     load_prompts(out)  # validate what was written
     print(f"wrote {len(records)} prompts to {out}")
 

@@ -33,12 +33,11 @@ Run from the project root::
 
 from __future__ import annotations
 
-import json
 import random
+from collections.abc import Sequence
 from itertools import combinations, product
-from typing import Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, write_jsonl
 from tools.datagen import make_prompts_large as large
 from tools.datagen.make_intervention_triples import neutral_pool
 from tools.datagen.make_neutral_twins import distractor_picker, token_counters
@@ -233,7 +232,7 @@ def main() -> None:
 
     records = with_neutral_twins(build(load_sample(), real_records()), token_counters(), study_pool(neutral_pool()))
     out = DATA_DIR / "prompts_power.jsonl"
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    write_jsonl(out, records)
     prompts = load_prompts(out)  # validate what was written
     print(f"wrote {len(prompts)} prompts ({sum(p.variant == 'poisoned' for p in prompts)} twin triples) to {out}")
     for row in power_table(prompts):
