@@ -110,11 +110,12 @@ def public_defs(tree: ast.Module, module: str, descend: Callable[[ast.ClassDef],
     A name with a leading underscore (dunders included) is private; functions nested in functions are
     not reached, and a class's members only where ``descend(class)`` holds.
     """
+    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     stack: list[tuple[ast.AST, str]] = [(tree, module)]
     while stack:
         node, prefix = stack.pop(0)
         for child in getattr(node, "body", []):
-            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_"):
+            if isinstance(child, kinds) and not child.name.startswith("_"):
                 name = f"{prefix}.{child.name}"
                 yield name, child
                 if isinstance(child, ast.ClassDef) and descend(child):

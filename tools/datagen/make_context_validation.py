@@ -4,19 +4,19 @@ A context measure must rank a context that answers the prompt's question above o
 not, at the same length. These sets give it pairs whose labels come from the documentation's
 own structure, not from anyone here: for a documented function F, the question
 ``In one sentence, what does `Class.method` do?`` (:data:`QUESTION`, the last two dotted
-components of F) asked (i) after F's own docstring, the *relevant* context, and (ii) after the
-docstring of another function of the same package, from a different module, whose text is
-within :data:`PAIR_TOLERANCE` of the relevant one's length in characters, the *irrelevant*
-context. Docstrings are read with :mod:`ast` from the installed source files, never imported.
+components of F) asked after F's own docstring, the *relevant* context, and after the docstring
+of another function of the same package and length (the pairing rule below), the *irrelevant* context.
+Docstrings are read with :mod:`ast` from the installed source files, never imported.
 
 Three files, one record per function F, sharing no object, no docstring text and no
-:data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with one another, with any other file in ``lab/data`` or with the
-study's named sources (HumanEval, CPython's help topics, PEP 20, SymPy's doctests):
+:data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with one another, with any
+other file in ``lab/data`` or with the study's named sources (HumanEval, CPython's help topics,
+PEP 20, SymPy's doctests):
 
 - ``context_selection.jsonl`` (:data:`SELECTION_FILE`): the lab's own choosing set,
-  :data:`N_SELECTION` functions from CPython's standard library
-  (:data:`~tools.datagen.make_health_validation.STDLIB_MODULES`, the
-  modules the health validation reads); the standard library is kept for checks of this kind.
+  :data:`N_SELECTION` functions from CPython's standard library (the modules the health validation
+  reads, :data:`~tools.datagen.make_health_validation.STDLIB_MODULES`); the standard library is kept
+  for checks of this kind.
 - ``context_validation.jsonl`` (:data:`VALIDATION_FILE`): the validation set, :data:`N_VALIDATION`
   functions from the third-party packages of :data:`VALIDATION_SOURCES` (hypothesis, pytest,
   Ray, huggingface_hub, NetworkX), none of which any other data file uses.
@@ -30,12 +30,9 @@ Each record: ``{"id", "package", "version", "licence", "object", "question", "re
 one-line License field, else its licence classifiers); token counts are SmolLM2's tokenizer's,
 without special tokens.
 
-A context is a docstring's leading paragraphs (:func:`context_texts`: the docstring is cut at
-its first doctest ``>>>``, reST directive, code fence, HTML tag, parameter or section block
-(``Parameters`` over dashes, ``Args:``, ``:param``, ...), then split at blank lines; an indented
-code paragraph or a bare call signature ends it), one, two, ... of them, so a text always ends at
-a paragraph boundary (and never on a colon). The relevant contexts' lengths are spread evenly in
-``ln N`` from :data:`N_MIN` to :data:`N_MAX` SmolLM2 tokens
+A context is a docstring's leading paragraphs, one, two, ... of them, before its first doctest,
+directive, code or parameter section (:func:`context_texts`). The relevant contexts' lengths are
+spread evenly in ``ln N`` from :data:`N_MIN` to :data:`N_MAX` SmolLM2 tokens
 (:func:`tools.datagen.make_health_validation.targets`, each within :data:`LENGTH_TOLERANCE` of its
 target), packages taking turns, so a length trend can be measured. Skipped: tests and vendored
 copies of other projects (:data:`SKIP_DIRS`), private names (a function or class name with a

@@ -37,18 +37,11 @@ takes the distractor used least so far in its set (ties: the next after the last
 that shares no content word (:func:`tools.datagen.make_neutral_twins.content_words`) with its
 question; a question that shares one with every distractor is passed over.
 
-Neutral twins are built as the study's (passage, blank line, question; the passage cut at
-a word boundary to the poisoned twin's added length within
-:data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, with
-:func:`~tools.datagen.make_neutral_twins.fit_passage`), from another pool than the length
-reference's help topics: the docstrings of CPython's standard library (public modules,
-classes and functions, read with :mod:`ast`, never imported; :func:`neutral_pool`) outside
-the health validation set's modules, ``pydoc_data``, ``this``, IDLE and the tests, ranked
-by content words shared with the question
-(:func:`~tools.datagen.make_neutral_twins.neutral_passage`). The match is lexical:
-close for the code questions, often none for the factual, creative and ambiguous ones,
-which the pool cannot be relevant to. Each neutral record's ``note`` names its docstring
-and the added tokens of both twins per tokenizer.
+Neutral twins are built as the study's (:func:`~tools.datagen.make_neutral_twins.neutral_record`), from
+another pool than the length reference's help topics: the docstrings of CPython's standard library
+outside the health validation set's modules (:func:`neutral_pool`), ranked by content words shared
+with the question. The match is lexical: close for the code questions, often none for the factual,
+creative and ambiguous ones, which the pool cannot be relevant to.
 
 Run from the project root (needs the tokenizers of ``TOKENIZERS``, no weights; about 20 s)::
 
@@ -160,11 +153,9 @@ def sentences(text: str) -> list[str]:
 
 def rejection(text: str) -> str | None:
     """Why ``text`` cannot be a distractor (a meta word, an imperative, a repeated sentence), or ``None``."""
-    low = text.lower()
-    for word in META_WORDS:
-        if word in low:
-            return f"holds {word!r}"
-    words = set(re.findall(r"[a-z']+", low))
+    if (meta := rejection_meta(text)) is not None:
+        return meta
+    words = set(re.findall(r"[a-z']+", text.lower()))
     for word in READER_WORDS:
         if word in words:
             return f"holds {word!r}"
@@ -252,11 +243,8 @@ def installed_documents() -> list[Document]:
         path = next((str(f) for f in dist.files or () if len(f.parts) == 2 and f.parts[1] == "METADATA"
                      and f.parts[0].endswith(".dist-info")), f"{meta['Name']}-{dist.version}.dist-info/METADATA")
         docs.append(Document("metadata", meta["Name"], dist.version, path, body))
-    lib = stdlib_dir()
-    for rel in CPYTHON_FILES:
-        docs.append(Document("cpython", "python", platform.python_version(), rel,
-                             (lib / rel).read_text(encoding="utf-8")))
-    return docs
+    return docs + [Document("cpython", "python", platform.python_version(), rel,
+                            (stdlib_dir() / rel).read_text(encoding="utf-8")) for rel in CPYTHON_FILES]
 
 
 def neutral_pool() -> dict[str, str]:

@@ -198,7 +198,8 @@ def poisoned_record(clean: dict, distractor: dict, suffix: str) -> dict:
 
 def neutral_record(clean: dict, poisoned: dict, counts: Sequence[Count], pool: dict[str, str],
                    pool_words: dict[str, set[str]], suffix: str) -> dict:
-    """The neutral twin ``<id>-<suffix>``: docstring text of the poisoned twin's added length, a blank line, the question.
+    """The neutral twin ``<id>-<suffix>``: docstring text of the poisoned twin's added length, a blank line, the
+    question.
 
     Args:
         clean: A clean prompt record.

@@ -1,12 +1,11 @@
 """Rebuild the twins of the study's prompt sets from the distractor sample, with neutral twins from docstrings.
 
 A poisoned twin is a distractor text, a blank line, then its clean question; its neutral twin adds
-harmless text of the same length instead. The study once drew every poisoned twin from six texts
-written here (two of them one repeated sentence, several telling the model what to do); a verdict
-on six texts is a verdict on those texts. Here the distractors are the sample of
+harmless text of the same length instead. The distractors are the sample of
 :data:`~tools.datagen.make_intervention_triples.DISTRACTOR_FILE` (prose that ships with installed
-packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts), so that
-H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
+packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts, since a
+verdict on a few texts is a verdict on those texts), so that H4a/H4b read a distractor as a random
+effect (:mod:`lab.analysis.distractors`):
 
 * **poisoned twins** (:func:`poisoned_twin`): each takes the least-used text of the sample so far in
   its file that shares no content word with its question
@@ -22,12 +21,11 @@ H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
   the calibration's poisoned variants, which take the embedded set's distractors in turn
   (:func:`lab.health.calibration.poisoned_variants`).
 
-This module rewrites the embedded set's twins in place (its clean prompts were written by hand)
-and the calibration's neutral variants; the generated sets' builders
-(:mod:`tools.datagen.make_prompts_large`, :mod:`tools.datagen.make_prompts_power`) call :func:`poisoned_twin`
-and :func:`with_neutral_twins` themselves.
-Ids, clean prompts and which clean prompt has a twin do not change, so ``--limit`` selections
-and the intervention triples' unused questions stay the same.
+This module rewrites the embedded set's twins in place (its hand-written clean prompts, their ids
+and which of them has a twin stay, so ``--limit`` selections and the intervention triples' unused
+questions stay the same) and the calibration's neutral variants; the generated sets' builders
+(:mod:`tools.datagen.make_prompts_large`, :mod:`tools.datagen.make_prompts_power`) call
+:func:`poisoned_twin` and :func:`with_neutral_twins` themselves.
 
 Deterministic for a given CPython and tokenizers; run from the project root (needs the tokenizers
 of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`, no weights; about a minute)::
