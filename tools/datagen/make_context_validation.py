@@ -66,7 +66,8 @@ from pathlib import Path
 
 from tools.datagen import (DATA_DIR, Count, module_files, package_root, parsed_modules, public_defs, read_jsonl,
                            token_counter, write_jsonl)
-from tools.datagen.make_health_validation import _strings, shingles, stdlib_files, targets
+from tools.datagen.make_health_validation import (_strings, leading_texts, not_prose, shingles, stdlib_files,
+                                                  targets)
 
 SELECTION_FILE = "context_selection.jsonl"
 VALIDATION_FILE = "context_validation.jsonl"
@@ -203,8 +204,6 @@ _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Rais
 _FIELD = re.compile(r"^\s*(:(param|parameter|arg|argument|key|keyword|type|returns?|rtype|raises?|except|ivar|var"
                     r"|yields?)\b|@param|>>>|```|\.\. |<[A-Za-z/])")
 _UNDERLINE = re.compile(r"^\s*(-{3,}|={3,}|~{3,})\s*$")
-_SIGNATURE = re.compile(r"^[\w.]+\(.*\)\s*(->.*)?$", re.DOTALL)  # "poly2herm(pol)": a call signature, not prose
-_TEMPLATE = "%("  # docstring templates filled in only at import
 
 
 def context_texts(doc: str) -> list[str]:
@@ -226,15 +225,8 @@ def context_texts(doc: str) -> list[str]:
         if _SECTION.match(line.strip()) or _FIELD.match(line) or underlined:
             lines = lines[:i]
             break
-    kept = []
-    for para in "\n".join(lines).split("\n\n"):
-        if not para.strip():
-            continue
-        if (all(ln[:1].isspace() for ln in para.strip("\n").splitlines()) or _TEMPLATE in para
-                or _SIGNATURE.match(para.strip()) or not re.search(r"[A-Za-z]{3}", para)):
-            break
-        kept.append(para.strip())
-    texts = ["\n\n".join(kept[:k]) for k in range(1, len(kept) + 1)]
+    texts = leading_texts("\n".join(lines), lambda p: all(ln[:1].isspace() for ln in p.strip("\n").splitlines())
+                          or not_prose(p.strip()))
     return [t for t in texts if not t.endswith(":")]  # "For example::" announces what was cut
 
 

@@ -150,6 +150,26 @@ _SIGNATURE = re.compile(r"^[\w.]+\(.*\)\s*(->.*)?$", re.DOTALL)  # "poly2herm(po
 _TEMPLATE = "%("  # SciPy's docstring templates ("%(before_notes)s"), filled in only at import
 
 
+def not_prose(para: str) -> bool:
+    """Whether a stripped paragraph is an unfilled template field, a bare call signature or has no word."""
+    return _TEMPLATE in para or bool(_SIGNATURE.match(para)) or not re.search(r"[A-Za-z]{3}", para)
+
+
+def leading_texts(text: str, ends: Callable[[str], bool]) -> list[str]:
+    """``text``'s leading paragraphs, one, two, ... of them joined by blank lines, up to the first that ``ends``.
+
+    Paragraphs are split at blank lines and stripped; ``ends`` sees each before it is stripped.
+    """
+    kept = []
+    for para in text.split("\n\n"):
+        if not para.strip():
+            continue
+        if ends(para):
+            break
+        kept.append(para.strip())
+    return [JOIN.join(kept[:k]) for k in range(1, len(kept) + 1)]
+
+
 def candidate_texts(doc: str) -> list[str]:
     """A docstring's leading paragraphs, one, two, ... of them joined by blank lines.
 
@@ -157,15 +177,7 @@ def candidate_texts(doc: str) -> list[str]:
     template field (``%(``) or only a call signature ends the text (the text stays a
     contiguous start); a docstring that starts with one gives none.
     """
-    kept = []
-    for para in (p.strip() for p in doc.strip().split("\n\n")):
-        if not para:
-            continue
-        if (">>>" in para or _TEMPLATE in para or _DIRECTIVE.match(para) or _SIGNATURE.match(para)
-                or not re.search(r"[A-Za-z]{3}", para)):
-            break
-        kept.append(para)
-    return [JOIN.join(kept[:k]) for k in range(1, len(kept) + 1)]
+    return leading_texts(doc.strip(), lambda p: ">>>" in p or bool(_DIRECTIVE.match(p)) or not_prose(p.strip()))
 
 
 def shingles(text: str, k: int = SHINGLE_WORDS) -> set[tuple[str, ...]]:

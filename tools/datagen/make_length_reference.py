@@ -25,7 +25,7 @@ Deterministic; run from the project root (needs SmolLM2's tokenizer, no weights)
 from __future__ import annotations
 
 from tools.datagen import DATA_DIR, Count, read_jsonl, token_counter, write_jsonl
-from tools.datagen.make_neutral_twins import JOIN, fit_passage, gather, ranked_topics
+from tools.datagen.make_neutral_twins import JOIN, fit_topics, ranked_topics
 
 ADDED_TOKENS = (0, 24, 64, 160, 420)  # per question: alone, then four log-spaced passage lengths
 REFERENCE_FILE = "length_reference.jsonl"
@@ -43,15 +43,12 @@ def reference_records(questions: list[dict], count: Count, topics: dict[str, str
     out = []
     for q in questions:
         question = q["prompt"]
-        base = count(question)
         ranked = ranked_topics(question, topics)
-        added = lambda t, question=question, base=base: [count(t + JOIN + question) - base]
         for k, target in enumerate(ADDED_TOKENS):
             if target == 0:
                 out.append({"id": f"{q['id']}-0", "prompt": question, "note": "the question alone"})
                 continue
-            words, used = gather(ranked[k:], topics, added, [target])
-            text = fit_passage(words, added, [target])
+            text, used = fit_topics(question, ranked[k:], topics, [count], [target])
             out.append({"id": f"{q['id']}-{target}", "prompt": text + JOIN + question,
                         "note": f"CPython help topics {', '.join(used)} (pydoc_data.topics), cut to about "
                                 f"{target} added tokens (SmolLM2's tokenizer)"})

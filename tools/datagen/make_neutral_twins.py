@@ -70,23 +70,15 @@ def ranked_topics(question: str, topics: dict[str, str]) -> list[str]:
     return sorted(topics, key=lambda k: (-len(q & content_words(topics[k])), k))
 
 
+def added_tokens(question: str, counts: Sequence[Count]) -> Callable[[str], list[int]]:
+    """A function text -> the tokens it adds before ``question`` (text, blank line, question), one per counter."""
+    base = [c(question) for c in counts]
+    return lambda text: [c(text + JOIN + question) - b for c, b in zip(counts, base)]
+
+
 def relative_error(got: Sequence[int], target: Sequence[int]) -> float:
     """The largest ``|got - target| / target`` over the tokenizers."""
     return max(abs(a - t) / t for a, t in zip(got, target))
-
-
-def gather(names: Sequence[str], topics: dict[str, str], added: Callable[[str], list[int]],
-           target: list[int]) -> tuple[list[str], list[str]]:
-    """The words of ``names``' topics in turn until their added tokens reach ``target`` on the first tokenizer,
-    and the names taken."""
-    words: list[str] = []
-    used: list[str] = []
-    for name in names:
-        used.append(name)
-        words += topics[name].split()
-        if added(" ".join(words))[0] >= target[0]:
-            break
-    return words, used
 
 
 def fit_passage(words: Sequence[str], added: Callable[[str], list[int]], target: list[int]) -> str:
@@ -108,6 +100,21 @@ def fit_passage(words: Sequence[str], added: Callable[[str], list[int]], target:
     return " ".join(words[:best])
 
 
+def fit_topics(question: str, names: Sequence[str], topics: dict[str, str], counts: Sequence[Count],
+               target: list[int]) -> tuple[str, list[str]]:
+    """The topics of ``names`` in turn, until they add ``target[0]`` tokens before ``question``, cut to
+    :func:`fit_passage`'s best match with ``target`` on every counter; and the names taken."""
+    added = added_tokens(question, counts)
+    words: list[str] = []
+    used: list[str] = []
+    for name in names:
+        used.append(name)
+        words += topics[name].split()
+        if added(" ".join(words))[0] >= target[0]:
+            break
+    return fit_passage(words, added, target), used
+
+
 def neutral_text(question: str, poisoned_added: list[int], counts: Sequence[Count],
                  topics: dict[str, str]) -> tuple[str, list[str]]:
     """The neutral passage for one clean question and the topics it draws on.
@@ -121,16 +128,11 @@ def neutral_text(question: str, poisoned_added: list[int], counts: Sequence[Coun
     Raises:
         ValueError: no match within :data:`LENGTH_TOLERANCE` on every tokenizer.
     """
-    base = [c(question) for c in counts]
-
-    def added(passage: str) -> list[int]:
-        return [c(passage + JOIN + question) - b for c, b in zip(counts, base)]
-
+    added = added_tokens(question, counts)
     ranked = ranked_topics(question, topics)
     best: tuple[float, str, list[str], list[int]] | None = None
     for start in range(len(ranked)):  # the most relevant topic whose text matches on every tokenizer
-        words, used = gather(ranked[start:], topics, added, poisoned_added)
-        text = fit_passage(words, added, poisoned_added)
+        text, used = fit_topics(question, ranked[start:], topics, counts, poisoned_added)
         got = added(text)
         worst = relative_error(got, poisoned_added)
         if best is None or worst < best[0]:
@@ -161,11 +163,7 @@ def neutral_passage(question: str, target: list[int], counts: Sequence[Count], p
     words = content_words(question)
     ranked = sorted(pool, key=lambda k: (-len(words & pool_words[k]), zlib.crc32(f"{question}\0{k}".encode()), k))
     ranked = ranked[:NEUTRAL_CANDIDATES]
-    base = [c(question) for c in counts]
-
-    def added(passage: str) -> list[int]:
-        return [c(passage + JOIN + question) - b for c, b in zip(counts, base)]
-
+    added = added_tokens(question, counts)
     for name in ranked:
         if any(a < t for a, t in zip(added(pool[name]), target)):
             continue  # too short alone
