@@ -11,17 +11,13 @@ Three files in ``lab/data``, deterministic for a given set of installed versions
   reference are docstrings (NumPy, SciPy, Rich, standard-library modules, Matplotlib,
   transformers, jsonschema, pip; none of those distributions is read here); the study
   prompts are templates, HumanEval, help topics, PEP 20 and SymPy. A text is a run of
-  consecutive prose paragraphs of one source (:func:`is_prose`: a paragraph with a markup
-  or indented line, inline code, a URL, or no final full stop ends a run; inline emphasis
-  and link markup are removed, the link text kept), extended from its first paragraph
-  until it reaches :data:`MIN_TOKENS` SmolLM2 tokens and kept only if it stays within
-  :data:`MAX_TOKENS`, passes :func:`rejection` (at least two sentences and none twice; none
-  of :data:`META_WORDS` or :data:`READER_WORDS`, words that talk to a reader or a model;
-  no sentence opening with an imperative of :data:`IMPERATIVES`), and shares no
-  :data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with the files of
-  :data:`AVOID_FILES` or with a text already taken. At most :data:`MAX_PER_SOURCE` texts
-  per source, sources in the order listed. Each record names its package, version and path
-  and its length on every tokenizer of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
+  consecutive prose paragraphs of one source (:func:`candidate_runs`, :func:`is_prose`) of
+  :data:`MIN_TOKENS` to :data:`MAX_TOKENS` SmolLM2 tokens that passes :func:`rejection` (no
+  word that talks to a reader or a model, no imperative, two sentences or more and none twice)
+  and shares no :data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with the
+  files of :data:`AVOID_FILES` or with a text already taken. At most :data:`MAX_PER_SOURCE`
+  texts per source, sources in the order listed. Each record names its package, version and
+  path and its length on every tokenizer of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
 * :data:`TRIPLES_FILE` (the main set) and :data:`PILOT_FILE` (the pilot), in the study's
   prompt format (:mod:`lab.prompts`): per triple the clean prompt (its record as in the
   power set, id kept), its poisoned twin ``<id>-iP`` (distractor, blank line, question;
