@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, jsonl_text, token_counter
 from tools.datagen import make_context_validation as mk
 from tools.datagen.make_health_validation import shingles
 
@@ -262,8 +262,8 @@ def test_context_files_equal_generator_output(sets):
             if installed != r["version"]:
                 pytest.skip(f"{r['package']} {installed} is installed; the files were built with {r['version']}")
     try:
-        count = mk.smollm2_count()
+        count = token_counter("smollm2")
     except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot be loaded here skips, whatever the cause
         pytest.skip(f"SmolLM2's tokenizer is not available: {exc}")
     for name, records in mk.generate(Path(DATA_DIR), count).items():
-        assert (DATA_DIR / name).read_text(encoding="utf-8") == mk.jsonl_text(records), name
+        assert (DATA_DIR / name).read_text(encoding="utf-8") == jsonl_text(records), name

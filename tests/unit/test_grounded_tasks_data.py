@@ -14,7 +14,7 @@ import re
 import pytest
 
 from lab.bench.prompt_split import (GROUP_GROUNDED, PromptSet, grounded_prompts, grounded_tasks, parse_grounded)
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, jsonl_text
 from tools.datagen import make_grounded_tasks as mk
 
 pytestmark = pytest.mark.unit
@@ -101,4 +101,4 @@ def test_grounded_file_equals_generator_output(tasks):
         if importlib.metadata.version(t["package"]) != t["version"]:
             pytest.skip(f"{t['package']} {importlib.metadata.version(t['package'])} is installed; the file was "
                         f"built with {t['version']}")
-    assert (DATA_DIR / mk.OUT_FILE).read_text(encoding="utf-8") == mk.jsonl_text(mk.generate())
+    assert (DATA_DIR / mk.OUT_FILE).read_text(encoding="utf-8") == jsonl_text(mk.generate(), sort_keys=True)

@@ -10,6 +10,7 @@ import pytest
 
 from lab.prompts import CATEGORIES, load_prompts, select_prompts
 from tools.datagen import DATA_DIR as DATA
+from tools.datagen import jsonl_text, read_jsonl
 from tools.datagen import make_intervention_triples as mk
 from tools.datagen.make_health_validation import shingles
 from tools.datagen.make_neutral_twins import JOIN, LENGTH_TOLERANCE, TOKENIZERS, content_words
@@ -31,7 +32,7 @@ TAKEN_PACKAGES = {"numpy", "scipy", "rich", "matplotlib", "transformers", "jsons
 
 
 def _records(name: str) -> list[dict]:
-    return mk.read_jsonl(DATA / name)
+    return read_jsonl(DATA / name)
 
 
 @pytest.fixture(scope="module")
@@ -255,4 +256,4 @@ def test_intervention_files_equal_generator_output(distractors, counters):
         if installed != d["version"]:
             pytest.skip(f"{d['package']} {installed} is installed; the files were built with {d['version']}")
     for name, records in mk.generate(DATA, counters).items():
-        assert (DATA / name).read_text(encoding="utf-8") == mk.jsonl_text(records), name
+        assert (DATA / name).read_text(encoding="utf-8") == jsonl_text(records), name

@@ -12,9 +12,9 @@ import pytest
 from lab.prompts import load_prompts
 from tests.support import assert_twins_built_like_the_embedded_set
 from tools.datagen import DATA_DIR as DATA
+from tools.datagen import jsonl_text, read_jsonl
 from tools.datagen import make_study_twins as twins
 from tools.datagen.make_health_validation import shingles
-from tools.datagen.make_intervention_triples import read_jsonl
 from tools.datagen.make_neutral_twins import LENGTH_TOLERANCE, TOKENIZERS, content_words, distractor_picker
 
 pytestmark = pytest.mark.unit
@@ -119,7 +119,7 @@ def test_neutral_twins_equal_generator_output(sample):
         pytest.skip(f"the tokenizers of {TOKENIZERS} are not available: {exc}")
     pool = twins.study_pool(neutral_pool())
     records = read_jsonl(DATA / "prompts.jsonl")
-    assert twins.jsonl_text(twins.with_neutral_twins(records, counts, pool)) == \
+    assert jsonl_text(twins.with_neutral_twins(records, counts, pool)) == \
         (DATA / "prompts.jsonl").read_text(encoding="utf-8")
-    assert twins.jsonl_text(twins.calibration_records(DATA / "prompts.jsonl", counts, pool)) == \
+    assert jsonl_text(twins.calibration_records(DATA / "prompts.jsonl", counts, pool)) == \
         (DATA / twins.CALIBRATION_FILE).read_text(encoding="utf-8")

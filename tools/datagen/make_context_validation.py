@@ -4,18 +4,19 @@ A context measure must rank a context that answers the prompt's question above o
 not, at the same length. These sets give it pairs whose labels come from the documentation's
 own structure, not from anyone here: for a documented function F, the question
 ``In one sentence, what does `Class.method` do?`` (:data:`QUESTION`, the last two dotted
-components of F) asked (i) after F's own docstring, the *relevant* context, and (ii) after the
-docstring of another function of the same package, from a different module, whose text is
-within :data:`PAIR_TOLERANCE` of the relevant one's length in characters, the *irrelevant*
-context. Docstrings are read with :mod:`ast` from the installed source files, never imported.
+components of F) asked after F's own docstring, the *relevant* context, and after the docstring
+of another function of the same package and length (the pairing rule below), the *irrelevant* context.
+Docstrings are read with :mod:`ast` from the installed source files, never imported.
 
 Three files, one record per function F, sharing no object, no docstring text and no
-:data:`SHINGLE_WORDS`-word run with one another, with any other file in ``lab/data`` or with the
-study's named sources (HumanEval, CPython's help topics, PEP 20, SymPy's doctests):
+:data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with one another, with any
+other file in ``lab/data`` or with the study's named sources (HumanEval, CPython's help topics,
+PEP 20, SymPy's doctests):
 
 - ``context_selection.jsonl`` (:data:`SELECTION_FILE`): the lab's own choosing set,
-  :data:`N_SELECTION` functions from CPython's standard library (:data:`STDLIB_MODULES`, the
-  modules the health validation reads); the standard library is kept for checks of this kind.
+  :data:`N_SELECTION` functions from CPython's standard library (the modules the health validation
+  reads, :data:`~tools.datagen.make_health_validation.STDLIB_MODULES`); the standard library is kept
+  for checks of this kind.
 - ``context_validation.jsonl`` (:data:`VALIDATION_FILE`): the validation set, :data:`N_VALIDATION`
   functions from the third-party packages of :data:`VALIDATION_SOURCES` (hypothesis, pytest,
   Ray, huggingface_hub, NetworkX), none of which any other data file uses.
@@ -29,12 +30,9 @@ Each record: ``{"id", "package", "version", "licence", "object", "question", "re
 one-line License field, else its licence classifiers); token counts are SmolLM2's tokenizer's,
 without special tokens.
 
-A context is a docstring's leading paragraphs (:func:`context_texts`: the docstring is cut at
-its first doctest ``>>>``, reST directive, code fence, HTML tag, parameter or section block
-(``Parameters`` over dashes, ``Args:``, ``:param``, ...), then split at blank lines; an indented
-code paragraph or a bare call signature ends it), one, two, ... of them, so a text always ends at
-a paragraph boundary (and never on a colon). The relevant contexts' lengths are spread evenly in
-``ln N`` from :data:`N_MIN` to :data:`N_MAX` SmolLM2 tokens
+A context is a docstring's leading paragraphs, one, two, ... of them, before its first doctest,
+directive, code or parameter section (:func:`context_texts`). The relevant contexts' lengths are
+spread evenly in ``ln N`` from :data:`N_MIN` to :data:`N_MAX` SmolLM2 tokens
 (:func:`tools.datagen.make_health_validation.targets`, each within :data:`LENGTH_TOLERANCE` of its
 target), packages taking turns, so a length trend can be measured. Skipped: tests and vendored
 copies of other projects (:data:`SKIP_DIRS`), private names (a function or class name with a
@@ -59,18 +57,18 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
-import importlib.util
-import json
 import platform
 import random
 import re
-import sysconfig
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
-from tools.datagen import DATA_DIR
-from tools.datagen.make_health_validation import SHINGLE_WORDS, STDLIB_MODULES, _strings, shingles, targets
+from tools.datagen import (DATA_DIR, Count, module_files, package_root, parsed_modules, public_defs, read_jsonl,
+                           token_counter, write_jsonl)
+from tools.datagen.make_health_validation import (_strings, leading_texts, not_prose, shingles, stdlib_files,
+                                                  targets)
 
 SELECTION_FILE = "context_selection.jsonl"
 VALIDATION_FILE = "context_validation.jsonl"
@@ -150,23 +148,14 @@ def module_functions(tree: ast.Module, module: str) -> list[tuple[str, str]]:
     nested in functions are not reached.
     """
     out = []
-    stack: list[tuple[ast.AST, str]] = [(tree, module)]
-    while stack:
-        node, prefix = stack.pop(0)
-        for child in getattr(node, "body", []):
-            kind = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-            if not isinstance(child, kind) or child.name.startswith("_"):
-                continue
-            name = f"{prefix}.{child.name}"
-            if isinstance(child, ast.ClassDef):
-                if "deprecat" not in _decorators(child).lower():
-                    stack.append((child, name))
-                continue
-            doc = ast.get_docstring(child)
-            marks = (_decorators(child) + " " + (doc or "")).lower()
-            if (doc and "overload" not in _decorators(child) and "deprecat" not in marks
-                    and ":meta private:" not in marks and not re.search(r"\balias", marks)):
-                out.append((name, doc))
+    for name, node in public_defs(tree, module, descend=lambda c: "deprecat" not in _decorators(c).lower()):
+        if isinstance(node, ast.ClassDef):
+            continue
+        doc = ast.get_docstring(node)
+        marks = (_decorators(node) + " " + (doc or "")).lower()
+        if (doc and "overload" not in _decorators(node) and "deprecat" not in marks
+                and ":meta private:" not in marks and not re.search(r"\balias", marks)):
+            out.append((name, doc))
     return out
 
 
@@ -185,14 +174,8 @@ def licence(dist: str) -> str:
 
 
 def _read(files: Sequence[tuple[Path, str]], package: str, version: str, lic: str) -> list[Function]:
-    out = []
-    for path, module in files:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        out += [Function(package, version, lic, module, obj, doc) for obj, doc in module_functions(tree, module)]
-    return out
+    return [Function(package, version, lic, module, obj, doc)
+            for module, tree in parsed_modules(files) for obj, doc in module_functions(tree, module)]
 
 
 def package_functions(dist: str, roots: Sequence[str]) -> list[Function]:
@@ -203,23 +186,17 @@ def package_functions(dist: str, roots: Sequence[str]) -> list[Function]:
     """
     files = []
     for root_name in roots:
-        spec = importlib.util.find_spec(root_name)
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(f"the context validation sets need the {root_name!r} package ({dist}), "
-                             "which is not installed")
-        root = Path(list(spec.submodule_search_locations)[0])
-        for path in sorted(root.rglob("*.py")):
-            parts = path.relative_to(root.parent).with_suffix("").parts
-            if not SKIP_DIRS & set(parts) and not any(p.startswith(SKIP_PREFIX) for p in parts):
-                files.append((path, ".".join(p for p in parts if p != "__init__")))
+        root = package_root(root_name, f"the context validation sets need the {root_name!r} package ({dist}), "
+                                       "which is not installed")
+        files += module_files(root, lambda parts: bool(SKIP_DIRS & set(parts))
+                              or any(p.startswith(SKIP_PREFIX) for p in parts))
     return _read(files, dist, importlib.metadata.version(dist), licence(dist))
 
 
 def stdlib_functions() -> list[Function]:
-    """The documented public functions of :data:`STDLIB_MODULES` in the running interpreter's standard library."""
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    files = [(lib / f"{m}.py", m.removesuffix("/__init__").replace("/", ".")) for m in STDLIB_MODULES]
-    return _read(files, "python", platform.python_version(), STDLIB_LICENCE)
+    """The documented public functions of :data:`~tools.datagen.make_health_validation.STDLIB_MODULES` in the
+    running interpreter's standard library."""
+    return _read(stdlib_files(), "python", platform.python_version(), STDLIB_LICENCE)
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Example usage|Usage"
@@ -228,8 +205,6 @@ _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Rais
 _FIELD = re.compile(r"^\s*(:(param|parameter|arg|argument|key|keyword|type|returns?|rtype|raises?|except|ivar|var"
                     r"|yields?)\b|@param|>>>|```|\.\. |<[A-Za-z/])")
 _UNDERLINE = re.compile(r"^\s*(-{3,}|={3,}|~{3,})\s*$")
-_SIGNATURE = re.compile(r"^[\w.]+\(.*\)\s*(->.*)?$", re.DOTALL)  # "poly2herm(pol)": a call signature, not prose
-_TEMPLATE = "%("  # docstring templates filled in only at import
 
 
 def context_texts(doc: str) -> list[str]:
@@ -251,15 +226,8 @@ def context_texts(doc: str) -> list[str]:
         if _SECTION.match(line.strip()) or _FIELD.match(line) or underlined:
             lines = lines[:i]
             break
-    kept = []
-    for para in "\n".join(lines).split("\n\n"):
-        if not para.strip():
-            continue
-        if (all(ln[:1].isspace() for ln in para.strip("\n").splitlines()) or _TEMPLATE in para
-                or _SIGNATURE.match(para.strip()) or not re.search(r"[A-Za-z]{3}", para)):
-            break
-        kept.append(para.strip())
-    texts = ["\n\n".join(kept[:k]) for k in range(1, len(kept) + 1)]
+    texts = leading_texts("\n".join(lines), lambda p: all(ln[:1].isspace() for ln in p.strip("\n").splitlines())
+                          or not_prose(p.strip()))
     return [t for t in texts if not t.endswith(":")]  # "For example::" announces what was cut
 
 
@@ -281,13 +249,11 @@ def mentions(text: str, name: str) -> bool:
 
 def _unique(functions: Sequence[Function]) -> list[Function]:
     """The functions whose docstring text is theirs alone (an overload, alias or copy shares its text: all go)."""
-    seen: dict[str, int] = {}
-    for f in functions:
-        seen[f.text] = seen.get(f.text, 0) + 1
+    seen = Counter(f.text for f in functions)
     return [f for f in functions if seen[f.text] == 1]
 
 
-def pair_records(functions: dict[str, Sequence[Function]], count: Callable[[str], int], avoid: set[tuple[str, ...]],
+def pair_records(functions: dict[str, Sequence[Function]], count: Count, avoid: set[tuple[str, ...]],
                  *, n: int, seed: int, prefix: str) -> list[dict]:
     """One paired record per target length of :func:`targets` (``n``, :data:`N_MIN` to :data:`N_MAX`), packages in turn.
 
@@ -351,12 +317,10 @@ def lab_data_shingles(data_dir: Path, exclude: Sequence[str] = OWN_FILES + LATER
     for path in sorted([*data_dir.glob("*.jsonl"), *data_dir.glob("*.txt")]):
         if path.name in exclude:
             continue
-        text = path.read_text(encoding="utf-8")
         if path.suffix == ".jsonl":
-            for line in filter(str.strip, text.splitlines()):
-                out |= shingles(_strings(json.loads(line)))
+            out |= set().union(*(shingles(_strings(r)) for r in read_jsonl(path)))
         else:
-            out |= shingles(text)
+            out |= shingles(path.read_text(encoding="utf-8"))
     return out
 
 
@@ -376,7 +340,7 @@ def _packages(sources: dict[str, tuple[str, ...]]) -> dict[str, list[Function]]:
     return {dist: package_functions(dist, roots) for dist, roots in sources.items()}
 
 
-def generate(data_dir: Path, count: Callable[[str], int]) -> dict[str, list[dict]]:
+def generate(data_dir: Path, count: Count) -> dict[str, list[dict]]:
     """The three files' records, built in turn, each avoiding the word runs of ``lab/data``'s other files, of the
     study's named sources and of the files built before it."""
     avoid = lab_data_shingles(data_dir) | study_source_shingles()
@@ -392,22 +356,9 @@ def generate(data_dir: Path, count: Callable[[str], int]) -> dict[str, list[dict
     return out
 
 
-def jsonl_text(records: Sequence[dict]) -> str:
-    """The JSONL text a file holds: one record a line, UTF-8 as is."""
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-
-
-def smollm2_count() -> Callable[[str], int]:
-    """Tokens of a text under SmolLM2's tokenizer, without special tokens."""
-    from lab.models.loading import load_tokenizer
-
-    tok = load_tokenizer("smollm2")
-    return lambda text: len(tok(text, add_special_tokens=False).input_ids)
-
-
 def main() -> None:
-    for name, records in generate(DATA_DIR, smollm2_count()).items():
-        (DATA_DIR / name).write_text(jsonl_text(records), encoding="utf-8")
+    for name, records in generate(DATA_DIR, token_counter("smollm2")).items():
+        write_jsonl(DATA_DIR / name, records)
         per = {p: sum(r["package"] == p for r in records) for p in dict.fromkeys(r["package"] for r in records)}
         print(f"{DATA_DIR / name}: {len(records)} pairs, " + ", ".join(f"{p} {k}" for p, k in per.items()))
 

@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
-import importlib.util
-import json
 import textwrap
-from pathlib import Path
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, module_files, package_root, write_jsonl
 from tools.datagen.make_context_validation import licence
 
 OUT_FILE = "grounded_tasks.jsonl"
@@ -60,22 +57,17 @@ ASK = {
 }
 
 
-def _public(node: ast.AST, parents: Sequence[ast.AST]) -> bool:
-    names = [getattr(p, "name", "") for p in parents if isinstance(p, ast.ClassDef)] + [getattr(node, "name", "")]
-    return not any(n.startswith("_") for n in names)
-
-
 def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef]]:
-    """``(qualified name within the module, node)`` of every function and method, in file order."""
-    def walk(node: ast.AST, parents: tuple[ast.AST, ...]):
+    """``(qualified name within the module, node)`` of every public function and method, in file order."""
+    def walk(node: ast.AST, prefix: str):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if _public(child, parents):
-                    qual = ".".join([p.name for p in parents if isinstance(p, ast.ClassDef)] + [child.name])
+            if isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qual = prefix + child.name
+                if not any(n.startswith("_") for n in qual.split(".")):  # nor its class's name
                     yield qual, child
-            elif isinstance(child, ast.ClassDef):
-                yield from walk(child, parents + (child,))
-    yield from walk(tree, ())
+    yield from walk(tree, "")
 
 
 def _param_used_twice(node: ast.FunctionDef) -> str | None:
@@ -108,7 +100,7 @@ def task(kind: str, node: ast.FunctionDef, code: str) -> str | None:
 
 
 def package_tasks(dist: str, roots: Sequence[str], split: str, n: int, start_kind: int = 0) -> list[dict]:
-    """``n`` tasks from an installed distribution, kinds in turn from ``KINDS[start_kind]``.
+    """``n`` tasks from an installed distribution, kinds in turn from ``KINDS[start_kind]``; :func:`generate` adds ids.
 
     Raises:
         ValueError: a package is not installed, or it holds fewer than ``n`` fitting functions.
@@ -117,17 +109,12 @@ def package_tasks(dist: str, roots: Sequence[str], split: str, n: int, start_kin
     out: list[dict] = []
     seen = 0
     for root_name in roots:
-        spec = importlib.util.find_spec(root_name)
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(f"the grounded tasks need the {root_name!r} package ({dist}), which is not installed")
-        root = Path(list(spec.submodule_search_locations)[0])
-        for path in sorted(root.rglob("*.py")):
-            parts = path.relative_to(root.parent).with_suffix("").parts
-            if any(p.startswith("test") or (p.startswith("_") and p != "__init__") for p in parts):
-                continue
+        root = package_root(root_name, f"the grounded tasks need the {root_name!r} package ({dist}), "
+                                       "which is not installed")
+        for path, module in module_files(root, lambda parts: any(
+                p.startswith("test") or (p.startswith("_") and p != "__init__") for p in parts)):
             text = path.read_text(encoding="utf-8")
             lines = text.splitlines(keepends=True)
-            module = ".".join(p for p in parts if p != "__init__")
             for qual, node in _functions(ast.parse(text)):
                 code = _source(lines, node)
                 if not MIN_LINES <= code.count("\n") <= MAX_LINES:
@@ -139,9 +126,8 @@ def package_tasks(dist: str, roots: Sequence[str], split: str, n: int, start_kin
                 prompt = task(kind, node, code)
                 if prompt is None:
                     continue
-                out.append({"id": f"{split}-{len(out):02d}-{dist.lower()}", "split": split, "kind": kind,
-                            "package": dist, "version": version, "licence": lic, "object": f"{module}.{qual}",
-                            "prompt": prompt})
+                out.append({"split": split, "kind": kind, "package": dist, "version": version, "licence": lic,
+                            "object": f"{module}.{qual}", "prompt": prompt})
                 if len(out) == n:
                     return out
     raise ValueError(f"{dist}: {len(out)} fitting functions, {n} wanted")
@@ -162,13 +148,9 @@ def generate() -> list[dict]:
     return records
 
 
-def jsonl_text(records: Sequence[dict]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
-
-
 def main() -> None:
-    path = Path(DATA_DIR) / OUT_FILE
-    path.write_text(jsonl_text(generate()), encoding="utf-8")
+    path = DATA_DIR / OUT_FILE
+    write_jsonl(path, generate(), sort_keys=True)
     print(f"wrote {path}")
 
 

@@ -33,18 +33,26 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
-import importlib.util
-import json
 import math
 import platform
 import random
 import re
-import sysconfig
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import (
+    DATA_DIR,
+    Count,
+    module_files,
+    package_root,
+    parsed_modules,
+    public_defs,
+    read_jsonl,
+    stdlib_dir,
+    token_counter,
+    write_jsonl,
+)
 
 VALIDATION_FILE = "health_validation.jsonl"
 QUESTION = "Summarize the text above in one sentence."
@@ -94,65 +102,40 @@ class Docstring:
     text: str
 
 
-def _public(name: str) -> bool:
-    return not name.startswith("_")
-
-
 def file_docstrings(tree: ast.Module, module: str) -> Iterable[tuple[str, str]]:
-    """``(dotted name, docstring)`` of a module and its public classes, functions and methods, in source order."""
+    """``(dotted name, docstring)`` of a module and its public classes, functions and methods (breadth first)."""
     doc = ast.get_docstring(tree)
     if doc:
         yield module, doc
-    stack: list[tuple[ast.AST, str]] = [(tree, module)]
-    while stack:
-        node, prefix = stack.pop(0)
-        for child in getattr(node, "body", []):
-            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and _public(child.name):
-                name = f"{prefix}.{child.name}"
-                doc = ast.get_docstring(child)
-                if doc:
-                    yield name, doc
-                if isinstance(child, ast.ClassDef):
-                    stack.append((child, name))
-
-
-def _module_files(root: Path, package: str) -> list[tuple[Path, str]]:
-    """Every non-test, non-vendored Python file under ``root`` with its dotted module name, sorted by path."""
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        if any(p in ("tests", "test", "testing", "_vendor", "vendored", "_lib") for p in parts):
-            continue
-        out.append((path, ".".join(p for p in parts if p != "__init__")))
-    return out
+    for name, node in public_defs(tree, module):
+        doc = ast.get_docstring(node)
+        if doc:
+            yield name, doc
 
 
 def package_docstrings(package: str) -> list[Docstring]:
-    """The docstrings of an installed package's public objects (:func:`file_docstrings`), read without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"the validation set needs the {package!r} package, which is not installed")
-    root = Path(list(spec.submodule_search_locations)[0])
+    """The docstrings of an installed package's public objects (:func:`file_docstrings`), read without importing it.
+
+    Raises:
+        ValueError: the package is not installed.
+    """
+    root = package_root(package, f"the validation set needs the {package!r} package, which is not installed")
+    skip = ("tests", "test", "testing", "_vendor", "vendored", "_lib")  # tests and vendored code
+    files = module_files(root, lambda parts: any(p in skip for p in parts))
     version = importlib.metadata.version(package)
-    out = []
-    for path, module in _module_files(root, package):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        out += [Docstring(package, package, version, name, doc) for name, doc in file_docstrings(tree, module)]
-    return out
+    return [Docstring(package, package, version, name, doc)
+            for module, tree in parsed_modules(files) for name, doc in file_docstrings(tree, module)]
+
+
+def stdlib_files() -> list[tuple[Path, str]]:
+    """``(path, dotted module)`` of each of :data:`STDLIB_MODULES` in the running interpreter's standard library."""
+    return [(stdlib_dir() / f"{m}.py", m.removesuffix("/__init__").replace("/", ".")) for m in STDLIB_MODULES]
 
 
 def stdlib_docstrings() -> list[Docstring]:
     """The docstrings of :data:`STDLIB_MODULES` in the running interpreter's standard library."""
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    out = []
-    for name in STDLIB_MODULES:
-        tree = ast.parse((lib / f"{name}.py").read_text(encoding="utf-8"))
-        module = name.removesuffix("/__init__").replace("/", ".")
-        out += [Docstring("stdlib", "python", platform.python_version(), n, d) for n, d in file_docstrings(tree, module)]
-    return out
+    return [Docstring("stdlib", "python", platform.python_version(), n, d)
+            for module, tree in parsed_modules(stdlib_files()) for n, d in file_docstrings(tree, module)]
 
 
 SOURCES: dict[str, Callable[[], list[Docstring]]] = {
@@ -167,6 +150,26 @@ _SIGNATURE = re.compile(r"^[\w.]+\(.*\)\s*(->.*)?$", re.DOTALL)  # "poly2herm(po
 _TEMPLATE = "%("  # SciPy's docstring templates ("%(before_notes)s"), filled in only at import
 
 
+def not_prose(para: str) -> bool:
+    """Whether a stripped paragraph is an unfilled template field, a bare call signature or has no word."""
+    return _TEMPLATE in para or bool(_SIGNATURE.match(para)) or not re.search(r"[A-Za-z]{3}", para)
+
+
+def leading_texts(text: str, ends: Callable[[str], bool]) -> list[str]:
+    """``text``'s leading paragraphs, one, two, ... of them joined by blank lines, up to the first that ``ends``.
+
+    Paragraphs are split at blank lines and stripped; ``ends`` sees each before it is stripped.
+    """
+    kept = []
+    for para in text.split("\n\n"):
+        if not para.strip():
+            continue
+        if ends(para):
+            break
+        kept.append(para.strip())
+    return [JOIN.join(kept[:k]) for k in range(1, len(kept) + 1)]
+
+
 def candidate_texts(doc: str) -> list[str]:
     """A docstring's leading paragraphs, one, two, ... of them joined by blank lines.
 
@@ -174,15 +177,7 @@ def candidate_texts(doc: str) -> list[str]:
     template field (``%(``) or only a call signature ends the text (the text stays a
     contiguous start); a docstring that starts with one gives none.
     """
-    kept = []
-    for para in (p.strip() for p in doc.strip().split("\n\n")):
-        if not para:
-            continue
-        if (">>>" in para or _TEMPLATE in para or _DIRECTIVE.match(para) or _SIGNATURE.match(para)
-                or not re.search(r"[A-Za-z]{3}", para)):
-            break
-        kept.append(para)
-    return [JOIN.join(kept[:k]) for k in range(1, len(kept) + 1)]
+    return leading_texts(doc.strip(), lambda p: ">>>" in p or bool(_DIRECTIVE.match(p)) or not_prose(p.strip()))
 
 
 def shingles(text: str, k: int = SHINGLE_WORDS) -> set[tuple[str, ...]]:
@@ -196,7 +191,7 @@ def targets(n: int = N_PROMPTS, low: int = N_MIN, high: int = N_MAX) -> list[int
     return [round(math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (n - 1))) for i in range(n)]
 
 
-def validation_records(docs: dict[str, Sequence[Docstring]], count: Callable[[str], int],
+def validation_records(docs: dict[str, Sequence[Docstring]], count: Count,
                        avoid: set[tuple[str, ...]], *, seed: int = SEED, n: int = N_PROMPTS) -> list[dict]:
     """One record per target length of :func:`targets`, sources taken in turn.
 
@@ -250,12 +245,10 @@ def other_prompt_shingles(data_dir: Path) -> set[tuple[str, ...]]:
     """The word runs of every prompt text in :data:`OTHER_FILES` (JSONL string fields, or the text file)."""
     out: set[tuple[str, ...]] = set()
     for name in OTHER_FILES:
-        text = (data_dir / name).read_text(encoding="utf-8")
         if name.endswith(".jsonl"):
-            for line in filter(str.strip, text.splitlines()):
-                out |= set().union(*(shingles(_strings(v)) for v in json.loads(line).values()))
+            out |= set().union(*(shingles(_strings(v)) for r in read_jsonl(data_dir / name) for v in r.values()))
         else:
-            out |= shingles(text)
+            out |= shingles((data_dir / name).read_text(encoding="utf-8"))
     return out
 
 
@@ -271,17 +264,14 @@ def _strings(value) -> str:
 
 
 def _write(path: Path, records: list[dict]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    write_jsonl(path, records)
     print(f"{path}: {len(records)} prompts, "
           + ", ".join(f"{s} {sum(r['source'] == s for r in records)}" for s in dict.fromkeys(r["source"] for r in records)))
 
 
 def main() -> None:
-    from lab.models.loading import load_tokenizer
-
-    tok = load_tokenizer("smollm2")
     here = DATA_DIR
-    count = lambda t: len(tok(t, add_special_tokens=False).input_ids)  # noqa: E731
+    count = token_counter("smollm2")
     avoid = other_prompt_shingles(here)
     records = validation_records({name: load() for name, load in SOURCES.items()}, count, avoid)
     _write(here / VALIDATION_FILE, records)

@@ -11,17 +11,13 @@ Three files in ``lab/data``, deterministic for a given set of installed versions
   reference are docstrings (NumPy, SciPy, Rich, standard-library modules, Matplotlib,
   transformers, jsonschema, pip; none of those distributions is read here); the study
   prompts are templates, HumanEval, help topics, PEP 20 and SymPy. A text is a run of
-  consecutive prose paragraphs of one source (:func:`is_prose`: a paragraph with a markup
-  or indented line, inline code, a URL, or no final full stop ends a run; inline emphasis
-  and link markup are removed, the link text kept), extended from its first paragraph
-  until it reaches :data:`MIN_TOKENS` SmolLM2 tokens and kept only if it stays within
-  :data:`MAX_TOKENS`, passes :func:`rejection` (at least two sentences and none twice; none
-  of :data:`META_WORDS` or :data:`READER_WORDS`, words that talk to a reader or a model;
-  no sentence opening with an imperative of :data:`IMPERATIVES`), and shares no
-  :data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with the files of
-  :data:`AVOID_FILES` or with a text already taken. At most :data:`MAX_PER_SOURCE` texts
-  per source, sources in the order listed. Each record names its package, version and path
-  and its length on every tokenizer of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
+  consecutive prose paragraphs of one source (:func:`candidate_runs`, :func:`is_prose`) of
+  :data:`MIN_TOKENS` to :data:`MAX_TOKENS` SmolLM2 tokens that passes :func:`rejection` (no
+  word that talks to a reader or a model, no imperative, two sentences or more and none twice)
+  and shares no :data:`~tools.datagen.make_health_validation.SHINGLE_WORDS`-word run with the
+  files of :data:`AVOID_FILES` or with a text already taken. At most :data:`MAX_PER_SOURCE`
+  texts per source, sources in the order listed. Each record names its package, version and
+  path and its length on every tokenizer of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`.
 * :data:`TRIPLES_FILE` (the main set) and :data:`PILOT_FILE` (the pilot), in the study's
   prompt format (:mod:`lab.prompts`): per triple the clean prompt (its record as in the
   power set, id kept), its poisoned twin ``<id>-iP`` (distractor, blank line, question;
@@ -37,17 +33,11 @@ takes the distractor used least so far in its set (ties: the next after the last
 that shares no content word (:func:`tools.datagen.make_neutral_twins.content_words`) with its
 question; a question that shares one with every distractor is passed over.
 
-Neutral twins are built as the study's (passage, blank line, question; the passage cut at
-a word boundary to the poisoned twin's added length within
-:data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, with
-:func:`~tools.datagen.make_neutral_twins.fit_passage`), from another pool than the length
-reference's help topics: the docstrings of CPython's standard library (public modules,
-classes and functions, read with :mod:`ast`, never imported; :func:`neutral_pool`) outside
-the health validation set's modules, ``pydoc_data``, ``this``, IDLE and the tests, ranked
-by content words shared with the question (:func:`neutral_passage`). The match is lexical:
-close for the code questions, often none for the factual, creative and ambiguous ones,
-which the pool cannot be relevant to. Each neutral record's ``note`` names its docstring
-and the added tokens of both twins per tokenizer.
+Neutral twins are built as the study's (:func:`~tools.datagen.make_neutral_twins.neutral_record`), from
+another pool than the length reference's help topics: the docstrings of CPython's standard library
+outside the health validation set's modules (:func:`neutral_pool`), ranked by content words shared
+with the question. The match is lexical: close for the code questions, often none for the factual,
+creative and ambiguous ones, which the pool cannot be relevant to.
 
 Run from the project root (needs the tokenizers of ``TOKENIZERS``, no weights; about 20 s)::
 
@@ -56,24 +46,21 @@ Run from the project root (needs the tokenizers of ``TOKENIZERS``, no weights; a
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import itertools
 import json
 import platform
 import random
 import re
-import sysconfig
 import unicodedata
-import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from tools.datagen import DATA_DIR
-from tools.datagen.make_health_validation import STDLIB_MODULES, candidate_texts, file_docstrings, shingles
-from tools.datagen.make_neutral_twins import (JOIN, LENGTH_TOLERANCE, TOKENIZERS, Count, content_words,
-                                             distractor_picker, fit_passage, neutral_text, token_counters)
+from tools.datagen import DATA_DIR, Count, module_files, parsed_modules, read_jsonl, stdlib_dir, write_jsonl
+from tools.datagen.make_health_validation import candidate_texts, file_docstrings, shingles, stdlib_files
+from tools.datagen.make_neutral_twins import (JOIN, TOKENIZERS, content_words, distractor_picker, neutral_record,
+                                             poisoned_record, token_counters)
 
 DISTRACTOR_FILE = "distractors.jsonl"
 TRIPLES_FILE = "intervention_triples.jsonl"
@@ -86,7 +73,6 @@ PILOT_PER_CATEGORY = 2
 SEED = 37
 MIN_TOKENS, MAX_TOKENS = 40, 120  # SmolLM2 tokens of a distractor: long enough to read, short for a 2-core run
 MAX_PER_SOURCE = 2  # spread the sample over many sources
-NEUTRAL_CANDIDATES = 60  # best-ranked docstrings tried per question (one long enough is nearly always in the first few)
 MIN_NEUTRAL_WORDS = 8  # shorter docstrings ("Return self == value.") are not passages
 # The lab's prompt and text files: a distractor shares no word run with any of them.
 AVOID_FILES = ("calibration_prompts.jsonl", "length_reference.jsonl",
@@ -163,11 +149,9 @@ def sentences(text: str) -> list[str]:
 
 def rejection(text: str) -> str | None:
     """Why ``text`` cannot be a distractor (a meta word, an imperative, a repeated sentence), or ``None``."""
-    low = text.lower()
-    for word in META_WORDS:
-        if word in low:
-            return f"holds {word!r}"
-    words = set(re.findall(r"[a-z']+", low))
+    if (meta := rejection_meta(text)) is not None:
+        return meta
+    words = set(re.findall(r"[a-z']+", text.lower()))
     for word in READER_WORDS:
         if word in words:
             return f"holds {word!r}"
@@ -255,11 +239,8 @@ def installed_documents() -> list[Document]:
         path = next((str(f) for f in dist.files or () if len(f.parts) == 2 and f.parts[1] == "METADATA"
                      and f.parts[0].endswith(".dist-info")), f"{meta['Name']}-{dist.version}.dist-info/METADATA")
         docs.append(Document("metadata", meta["Name"], dist.version, path, body))
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    for rel in CPYTHON_FILES:
-        docs.append(Document("cpython", "python", platform.python_version(), rel,
-                             (lib / rel).read_text(encoding="utf-8")))
-    return docs
+    return docs + [Document("cpython", "python", platform.python_version(), rel,
+                            (stdlib_dir() / rel).read_text(encoding="utf-8")) for rel in CPYTHON_FILES]
 
 
 def neutral_pool() -> dict[str, str]:
@@ -270,20 +251,12 @@ def neutral_pool() -> dict[str, str]:
     up to the first that is not a plain paragraph (:func:`neutral_paragraph`), if it has at least
     :data:`MIN_NEUTRAL_WORDS` words and none of :data:`META_WORDS`.
     """
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    skip_modules = {m.removesuffix("/__init__").replace("/", ".") for m in STDLIB_MODULES} | {"this"}
+    lib = stdlib_dir()
+    skip_modules = {m for _, m in stdlib_files()} | {"this"}
+    files = module_files(lib, lambda parts: any(p in NEUTRAL_SKIP or p.startswith(("config-", "_"))
+                                                for p in parts if p != "__init__"), base=lib)
     pool: dict[str, str] = {}
-    for path in sorted(lib.rglob("*.py")):
-        parts = path.relative_to(lib).with_suffix("").parts
-        if any(p in NEUTRAL_SKIP or p.startswith(("config-", "_")) for p in parts if p != "__init__"):
-            continue
-        module = ".".join(p for p in parts if p != "__init__")
-        if module in skip_modules:
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
+    for module, tree in parsed_modules((path, m) for path, m in files if m not in skip_modules):
         for name, doc in file_docstrings(tree, module):
             texts = candidate_texts(doc)
             paragraphs = texts[-1].split(JOIN) if texts else []
@@ -344,60 +317,11 @@ def assign(queues: dict[str, list[dict]], per_category: int, distractors: Sequen
     return out
 
 
-def neutral_passage(question: str, target: list[int], counts: Sequence[Count], pool: dict[str, str],
-                    pool_words: dict[str, set[str]]) -> tuple[str, list[str]]:
-    """The neutral passage for ``question`` of ``target`` added tokens, and the docstrings it draws on.
-
-    The docstrings are ranked by content words shared with the question (ties in an order drawn
-    per question: the CRC-32 of question and name, so that no one docstring serves every
-    question it shares nothing with); the
-    passage is the best-ranked one long enough on its own, cut at a word boundary
-    (:func:`~tools.datagen.make_neutral_twins.fit_passage`) to ``target`` within
-    :data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer, so it reads as
-    one text; when none of the first :data:`NEUTRAL_CANDIDATES` fits alone, consecutive ranked
-    docstrings are joined (:func:`~tools.datagen.make_neutral_twins.neutral_text`).
-
-    Raises:
-        ValueError: no passage within the tolerance.
-    """
-    words = content_words(question)
-    ranked = sorted(pool, key=lambda k: (-len(words & pool_words[k]), zlib.crc32(f"{question}\0{k}".encode()), k))
-    ranked = ranked[:NEUTRAL_CANDIDATES]
-    base = [c(question) for c in counts]
-
-    def added(passage: str) -> list[int]:
-        return [c(passage + JOIN + question) - b for c, b in zip(counts, base)]
-
-    for name in ranked:
-        if any(a < t for a, t in zip(added(pool[name]), target)):
-            continue  # too short alone
-        passage = fit_passage(pool[name].split(), added, target)
-        if max(abs(a - t) / t for a, t in zip(added(passage), target)) <= LENGTH_TOLERANCE:
-            return passage, [name]
-    return neutral_text(question, target, counts, {k: pool[k] for k in ranked})
-
-
 def triple_records(clean: dict, distractor: dict, counts: Sequence[Count], pool: dict[str, str],
                    pool_words: dict[str, set[str]]) -> list[dict]:
     """The clean record, its poisoned twin ``<id>-iP`` and its neutral twin ``<id>-iN``."""
-    q = clean["messages"][-1]["content"]
-    head = [dict(m) for m in clean["messages"][:-1]]
-    poisoned_text = distractor["text"] + JOIN + q
-    target = [c(poisoned_text) - c(q) for c in counts]
-    passage, used = neutral_passage(q, target, counts, pool, pool_words)
-    got = [c(passage + JOIN + q) - c(q) for c in counts]
-    common = {"category": clean["category"], "twin_of": clean["id"]}
-    poisoned = {"id": f"{clean['id']}-iP", **common, "variant": "poisoned", "distractor": distractor["id"],
-                "note": f"distractor {distractor['id']}: {distractor['package']} {distractor['version']}, "
-                        f"{distractor['path']}",
-                "messages": [*head, {"role": "user", "content": poisoned_text}]}
-    sizes = ", ".join(f"{n} {g} (poisoned {t})" for n, g, t in zip(TOKENIZERS, got, target))
-    neutral = {"id": f"{clean['id']}-iN", **common, "variant": "neutral",
-               "note": f"neutral: CPython {platform.python_version()} standard-library docstrings "
-                       f"{', '.join(used)} (read with ast), cut to the added length of {poisoned['id']}; "
-                       f"added tokens {sizes}",
-               "messages": [*head, {"role": "user", "content": passage + JOIN + q}]}
-    return [dict(clean), poisoned, neutral]
+    poisoned = poisoned_record(clean, distractor, "iP")
+    return [dict(clean), poisoned, neutral_record(clean, poisoned, counts, pool, pool_words, "iN")]
 
 
 def build(power: list[dict], used_ids: set[str], used_texts: set[str], distractors: list[dict],
@@ -421,11 +345,6 @@ def build(power: list[dict], used_ids: set[str], used_texts: set[str], distracto
     main = assign(queues, PER_CATEGORY - PILOT_PER_CATEGORY, distractors)
     return ([r for c, d in pilot for r in triple_records(c, d, counts, pool, pool_words)],
             [r for c, d in main for r in triple_records(c, d, counts, pool, pool_words)])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSONL file (blank lines skipped)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def study_used(data_dir: Path) -> tuple[set[str], set[str]]:
@@ -460,18 +379,13 @@ def generate(data_dir: Path, counts: Sequence[Count]) -> dict[str, list[dict]]:
     return {DISTRACTOR_FILE: distractors, PILOT_FILE: pilot, TRIPLES_FILE: main}
 
 
-def jsonl_text(records: list[dict]) -> str:
-    """Records as the files hold them: one JSON object a line, UTF-8 kept."""
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-
-
 def main() -> None:
     from lab.prompts import load_prompts
 
     assert TOKENIZERS[0] == "smollm2", "the distractor length rule counts SmolLM2's tokens"
     here = DATA_DIR
     for name, records in generate(here, token_counters()).items():
-        (here / name).write_text(jsonl_text(records), encoding="utf-8")
+        write_jsonl(here / name, records)
         if name != DISTRACTOR_FILE:
             load_prompts(here / name)  # validate what was written
         print(f"{here / name}: {len(records)} records")

@@ -24,17 +24,15 @@ Deterministic; run from the project root (needs SmolLM2's tokenizer, no weights)
 
 from __future__ import annotations
 
-import json
-
-from tools.datagen import DATA_DIR
-from tools.datagen.make_neutral_twins import JOIN, fit_passage, ranked_topics
+from tools.datagen import DATA_DIR, Count, read_jsonl, token_counter, write_jsonl
+from tools.datagen.make_neutral_twins import JOIN, fit_topics, ranked_topics
 
 ADDED_TOKENS = (0, 24, 64, 160, 420)  # per question: alone, then four log-spaced passage lengths
 REFERENCE_FILE = "length_reference.jsonl"
 QUESTIONS_FILE = "sinks_held_out.jsonl"
 
 
-def reference_records(questions: list[dict], count, topics: dict[str, str]) -> list[dict]:
+def reference_records(questions: list[dict], count: Count, topics: dict[str, str]) -> list[dict]:
     """``{"id", "prompt", "note"}`` per question and length of :data:`ADDED_TOKENS`.
 
     Args:
@@ -45,20 +43,12 @@ def reference_records(questions: list[dict], count, topics: dict[str, str]) -> l
     out = []
     for q in questions:
         question = q["prompt"]
-        base = count(question)
         ranked = ranked_topics(question, topics)
         for k, target in enumerate(ADDED_TOKENS):
             if target == 0:
                 out.append({"id": f"{q['id']}-0", "prompt": question, "note": "the question alone"})
                 continue
-            words: list[str] = []
-            used: list[str] = []
-            for name in ranked[k:]:
-                used.append(name)
-                words += topics[name].split()
-                if count(" ".join(words) + JOIN + question) - base >= target:
-                    break
-            text = fit_passage(words, lambda t: [count(t + JOIN + question) - base], [target])
+            text, used = fit_topics(question, ranked[k:], topics, [count], [target])
             out.append({"id": f"{q['id']}-{target}", "prompt": text + JOIN + question,
                         "note": f"CPython help topics {', '.join(used)} (pydoc_data.topics), cut to about "
                                 f"{target} added tokens (SmolLM2's tokenizer)"})
@@ -68,15 +58,9 @@ def reference_records(questions: list[dict], count, topics: dict[str, str]) -> l
 def main() -> None:
     from pydoc_data.topics import topics
 
-    from lab.models.loading import load_tokenizer
-
-    tok = load_tokenizer("smollm2")
     here = DATA_DIR
-    questions = [json.loads(line) for line in (here / QUESTIONS_FILE).read_text(encoding="utf-8").splitlines()
-                 if line.strip()]
-    records = reference_records(questions, lambda t: len(tok(t, add_special_tokens=False).input_ids), dict(topics))
-    (here / REFERENCE_FILE).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
-                                       encoding="utf-8")
+    records = reference_records(read_jsonl(here / QUESTIONS_FILE), token_counter("smollm2"), dict(topics))
+    write_jsonl(here / REFERENCE_FILE, records)
     print(f"{here / REFERENCE_FILE}: {len(records)} prompts")
 
 

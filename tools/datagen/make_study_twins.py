@@ -1,12 +1,11 @@
 """Rebuild the twins of the study's prompt sets from the distractor sample, with neutral twins from docstrings.
 
 A poisoned twin is a distractor text, a blank line, then its clean question; its neutral twin adds
-harmless text of the same length instead. The study once drew every poisoned twin from six texts
-written here (two of them one repeated sentence, several telling the model what to do); a verdict
-on six texts is a verdict on those texts. Here the distractors are the sample of
+harmless text of the same length instead. The distractors are the sample of
 :data:`~tools.datagen.make_intervention_triples.DISTRACTOR_FILE` (prose that ships with installed
-packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts), so that
-H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
+packages and CPython, nobody here wrote it, no instruction to a model; at least 24 texts, since a
+verdict on a few texts is a verdict on those texts), so that H4a/H4b read a distractor as a random
+effect (:mod:`lab.analysis.distractors`):
 
 * **poisoned twins** (:func:`poisoned_twin`): each takes the least-used text of the sample so far in
   its file that shares no content word with its question
@@ -15,19 +14,18 @@ H4a/H4b read a distractor as a random effect (:mod:`lab.analysis.distractors`):
 * **neutral twins** (:func:`with_neutral_twins`): standard-library docstrings (read with :mod:`ast`),
   ranked by content words shared with the question and cut to the poisoned twin's added length within
   :data:`~tools.datagen.make_neutral_twins.LENGTH_TOLERANCE` on every tokenizer
-  (:func:`~tools.datagen.make_intervention_triples.neutral_passage`; :func:`study_pool`). That pool is
+  (:func:`~tools.datagen.make_neutral_twins.neutral_passage`; :func:`study_pool`). That pool is
   neither the length reference's (CPython's help topics; Matplotlib, transformers, jsonschema and pip docstrings) nor
   the health validation set's (NumPy, SciPy, Rich and its standard-library modules);
 * **the calibration's neutral variants** (``calibration_neutral.jsonl``), matched in the same way to
   the calibration's poisoned variants, which take the embedded set's distractors in turn
   (:func:`lab.health.calibration.poisoned_variants`).
 
-This module rewrites the embedded set's twins in place (its clean prompts were written by hand)
-and the calibration's neutral variants; the generated sets' builders
-(:mod:`tools.datagen.make_prompts_large`, :mod:`tools.datagen.make_prompts_power`) call :func:`poisoned_twin`
-and :func:`with_neutral_twins` themselves.
-Ids, clean prompts and which clean prompt has a twin do not change, so ``--limit`` selections
-and the intervention triples' unused questions stay the same.
+This module rewrites the embedded set's twins in place (its hand-written clean prompts, their ids
+and which of them has a twin stay, so ``--limit`` selections and the intervention triples' unused
+questions stay the same) and the calibration's neutral variants; the generated sets' builders
+(:mod:`tools.datagen.make_prompts_large`, :mod:`tools.datagen.make_prompts_power`) call
+:func:`poisoned_twin` and :func:`with_neutral_twins` themselves.
 
 Deterministic for a given CPython and tokenizers; run from the project root (needs the tokenizers
 of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`, no weights; about a minute)::
@@ -39,15 +37,15 @@ of :data:`~tools.datagen.make_neutral_twins.TOKENIZERS`, no weights; about a min
 
 from __future__ import annotations
 
-import json
 import platform
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
-from tools.datagen import DATA_DIR
+from tools.datagen import DATA_DIR, Count, read_jsonl, write_jsonl
 from tools.datagen.make_health_validation import shingles
-from tools.datagen.make_intervention_triples import DISTRACTOR_FILE, neutral_passage, neutral_pool, read_jsonl
-from tools.datagen.make_neutral_twins import JOIN, TOKENIZERS, Count, content_words, distractor_picker, token_counters
+from tools.datagen.make_intervention_triples import DISTRACTOR_FILE, neutral_pool
+from tools.datagen.make_neutral_twins import (content_words, distractor_picker, neutral_passage, neutral_record,
+                                             poisoned_record, token_counters)
 
 EMBEDDED_FILE = "prompts.jsonl"
 CALIBRATION_FILE = "calibration_neutral.jsonl"
@@ -84,14 +82,10 @@ def poisoned_twin(clean: dict, pick: Picker) -> dict:
     Raises:
         ValueError: the question shares a content word with every text of the sample.
     """
-    q = clean["messages"][-1]["content"]
-    d = pick(q)
+    d = pick(clean["messages"][-1]["content"])
     if d is None:
         raise ValueError(f"{clean['id']}: shares a content word with every distractor of the sample")
-    return {"id": f"{clean['id']}-poisoned", "category": clean["category"], "twin_of": clean["id"],
-            "variant": "poisoned", "distractor": d["id"],
-            "note": f"distractor {d['id']}: {d['package']} {d['version']}, {d['path']}",
-            "messages": [*[dict(m) for m in clean["messages"][:-1]], {"role": "user", "content": d["text"] + JOIN + q}]}
+    return poisoned_record(clean, d, "poisoned")
 
 
 def with_sample_distractors(records: list[dict], sample: Sequence[dict]) -> list[dict]:
@@ -100,25 +94,6 @@ def with_sample_distractors(records: list[dict], sample: Sequence[dict]) -> list
     by_id = {r["id"]: r for r in records}
     return [poisoned_twin(by_id[r["twin_of"]], pick) if r.get("variant") == "poisoned" else r
             for r in records if r.get("variant") != "neutral"]
-
-
-def neutral_twin(clean: dict, poisoned: dict, counts: Sequence[Count], pool: dict[str, str],
-                 pool_words: dict[str, set[str]]) -> dict:
-    """The neutral twin ``<id>-neutral``: docstring text of the poisoned twin's added length, a blank line, the question.
-
-    Raises:
-        ValueError: no passage of the pool within the length tolerance.
-    """
-    q = clean["messages"][-1]["content"]
-    target = [c(poisoned["messages"][-1]["content"]) - c(q) for c in counts]
-    passage, used = neutral_passage(q, target, counts, pool, pool_words)
-    got = [c(passage + JOIN + q) - c(q) for c in counts]
-    sizes = ", ".join(f"{n} {g} (poisoned {t})" for n, g, t in zip(TOKENIZERS, got, target))
-    return {"id": f"{clean['id']}-neutral", "category": clean["category"], "twin_of": clean["id"],
-            "variant": "neutral",
-            "note": f"neutral: CPython {platform.python_version()} standard-library docstrings {', '.join(used)} "
-                    f"(read with ast), cut to the added length of {poisoned['id']}; added tokens {sizes}",
-            "messages": [*[dict(m) for m in clean["messages"][:-1]], {"role": "user", "content": passage + JOIN + q}]}
 
 
 def with_neutral_twins(records: list[dict], counts: Sequence[Count], pool: dict[str, str]) -> list[dict]:
@@ -130,7 +105,7 @@ def with_neutral_twins(records: list[dict], counts: Sequence[Count], pool: dict[
     for r in kept:
         out.append(r)
         if r.get("variant") == "poisoned":
-            out.append(neutral_twin(by_id[r["twin_of"]], r, counts, pool, pool_words))
+            out.append(neutral_record(by_id[r["twin_of"]], r, counts, pool, pool_words, "neutral"))
     return out
 
 
@@ -154,24 +129,18 @@ def calibration_records(embedded: Path, counts: Sequence[Count], pool: dict[str,
     return out
 
 
-def jsonl_text(records: list[dict]) -> str:
-    """Records as the files hold them: one JSON object a line, UTF-8 kept."""
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-
-
 def main() -> None:
     from lab.prompts import load_prompts
 
     here = DATA_DIR
     counts, pool = token_counters(), study_pool(neutral_pool(), here)
     records = with_sample_distractors(read_jsonl(here / EMBEDDED_FILE), load_sample(here))
-    (here / EMBEDDED_FILE).write_text(jsonl_text(with_neutral_twins(records, counts, pool)), encoding="utf-8")
+    write_jsonl(here / EMBEDDED_FILE, with_neutral_twins(records, counts, pool))
     prompts = load_prompts(here / EMBEDDED_FILE)  # validate what was written
     print(f"{here / EMBEDDED_FILE}: {sum(p.variant == 'poisoned' for p in prompts)} poisoned and "
           f"{sum(p.variant == 'neutral' for p in prompts)} neutral twins, "
           f"{len({p.distractor for p in prompts if p.variant == 'poisoned'})} distractor texts")
-    (here / CALIBRATION_FILE).write_text(jsonl_text(calibration_records(here / EMBEDDED_FILE, counts, pool)),
-                                         encoding="utf-8")
+    write_jsonl(here / CALIBRATION_FILE, calibration_records(here / EMBEDDED_FILE, counts, pool))
     print(f"{here / CALIBRATION_FILE}: written")
 
 
