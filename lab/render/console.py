@@ -13,13 +13,14 @@ itself emits for styles and cursor control are untouched.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.segment import Segment
+from rich.text import Text
 
-from lab.machine import quiet_loaders
+from lab.machine import busy_warning, quiet_loaders
 from lab.safe_text import printable
 
 
@@ -74,3 +75,9 @@ def print_report(console: Console, folder: object, note: str = "") -> None:
     page = Path(str(folder)) / "index.html"
     if page.is_file():
         console.print(f"page: {page.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_busy(console: Console, load: Mapping[str, Any] | None) -> None:
+    """The busy-machine warning (:func:`lab.machine.busy_warning`) in bold yellow; nothing on a quiet machine."""
+    if warning := busy_warning(load or {}):
+        console.print(Text(warning, style="bold yellow"))

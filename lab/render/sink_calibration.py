@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from lab.render import pyplot
 from lab.sinks.calibration import SweepRow
 from lab.sinks.calibration_report import CandidateCalibration, SinkCalibrationReport
 from lab.sinks.candidates import STATISTIC_LABEL
@@ -89,10 +90,7 @@ def calibration_markdown(report: SinkCalibrationReport) -> str:
 
 def plot_sweep(report: SinkCalibrationReport, path) -> None:
     """Position-0 flag rate and content flag rate against the threshold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sweep = report.sweep
     xs = [r.threshold for r in sweep]

@@ -16,6 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.render import pyplot
+from lab.render.markdown import busy_lines, md_table
 from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
 from lab.sinks.profiles import is_packaged
@@ -167,6 +169,11 @@ def token_repr(token: str) -> str:
 ROLE_LABEL = {"system-default": "system"}
 
 
+def _figures(a: PrefillAnalysis, i: int) -> tuple[str, str, str]:
+    """Position ``i``'s mean attention received, robust z and sink rate, as the tables print them."""
+    return f"{float(a.received[i]):.4f}", f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}"
+
+
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
     """One row per position, legible at 80 columns: short headers, a caption for the legend."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
@@ -177,8 +184,7 @@ def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
                       ("z", "right"), ("rate", "right"), ("sink", "center")):
         t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
-        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
-                  f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
+        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), *_figures(a, i),
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
 
@@ -284,29 +290,21 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         f"- structural sinks: {len(a.structural_sinks)}; content sinks: {len(a.content_sinks)}; "
         f"sink heads: {len(a.sink_heads)}",
         "", "## Structural positions", "",
-        "| pos | token | role | mean attn | z | sink rate | sink? |", "|---:|---|---|---:|---:|---:|:---:|",
+        *md_table("pos | token | role | mean attn | z | sink rate | sink?",
+                  [(i, _md(a.tokens[i]), a.roles[i], *_figures(a, i), "yes" if bool(a.is_sink[i]) else "")
+                   for i in a.structural], "rllrrrc"),
+        "", "## Content sinks", "",
+        *(md_table("pos | token | mean attn | z | sink rate", [(i, _md(a.tokens[i]), *_figures(a, i))
+                                                                for i in a.content_sinks], "rlrrr")
+          if a.content_sinks else ["None."]),
     ]
-    for i in a.structural:
-        lines.append(f"| {i} | {_md(a.tokens[i])} | {a.roles[i]} | {float(a.received[i]):.4f} | "
-                     f"{float(a.robust_z[i]):.2f} | {float(a.sink_rate[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
-    lines += ["", "## Content sinks", ""]
-    if a.content_sinks:
-        lines += ["| pos | token | mean attn | z | sink rate |", "|---:|---|---:|---:|---:|"]
-        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.robust_z[i]):.2f} | "
-                  f"{float(a.sink_rate[i]):.2f} |" for i in a.content_sinks]
-    else:
-        lines.append("None.")
     levels = level_rows(a)
     lines += ["", f"## Sink levels across {a.layer_scores.shape[0]} layers", "",
               f"`{a.statistic}` computed per layer, above the threshold.", ""]
-    if levels:
-        lines += ["| pos | token | role | first layer | last layer | layers | sink overall |",
-                  "|---:|---|---|---:|---:|---:|:---:|"]
-        lines += [f"| {r['position']} | {_md(a.tokens[r['position']])} | {r['role']} | {r['first_layer']} | "
-                  f"{r['last_layer']} | {r['n_layers']} | {'yes' if r['sink_overall'] else ''} |"
-                  for r in levels[:50]]
-    else:
-        lines.append("None.")
+    lines += md_table("pos | token | role | first layer | last layer | layers | sink overall",
+                      [(r["position"], _md(a.tokens[r["position"]]), r["role"], r["first_layer"], r["last_layer"],
+                        r["n_layers"], "yes" if r["sink_overall"] else "") for r in levels[:50]],
+                      "rllrrrc") if levels else ["None."]
     head = prompt if len(prompt) <= 500 else prompt[:500] + " …"
     lines += ["", "## Prompt", "", "```text", head.replace("```", "'''"), "```", ""]
     return "\n".join(lines)
@@ -314,10 +312,7 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
 
 def plot_heatmap(a: PrefillAnalysis, path) -> None:
     """Layer x position heatmap of received attention (mean over heads), log colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import LogNorm
 
     data = a.received_per_layer.clamp_min(1e-6).numpy()  # [L, S]
@@ -377,18 +372,15 @@ def comparison_sentence(cmp_: dict[str, Any]) -> str:
 
 def bench_markdown(data: SinksBenchReport) -> str:
     """``summary.md`` of ``lab bench-sinks``."""
-    from lab.machine import busy_warning
-
     load = data.machine_load or {}
-    warning = busy_warning(load)
-    lines = ["# Sink capture benchmark", "", *([f"> **{warning}**", ""] if warning else []),
+    lines = ["# Sink capture benchmark", "", *busy_lines(load),
              f"- model: {data.model}",
              f"- machine: {data.environment.get('platform')}, {data.environment.get('cpu_count')} CPUs",
              "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
              f"- torch threads: {data.torch_threads}; 1-minute load average up to "
              f"{load.get('max_load_1m', float('nan')):.2f} "
              f"({load.get('rule', 'not recorded')})",
-             "", "| method | tokens | seconds | peak beyond model |", "|---|---:|---:|---:|"]
+             "", *md_table("method | tokens | seconds | peak beyond model", align="lrrr")]
     for r in data.results:
         if "error" in r:
             lines.append(f"| {r['mode']} | {r['length']} | failed: {r['error']} | |")

@@ -17,6 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.render import pyplot
+from lab.render.markdown import fmt_number
 from lab.speculative.results import SpeculativeResult
 
 STYLES = {
@@ -130,13 +132,6 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
     return table
 
 
-def fmt_number(x: Any, spec: str = ".3f") -> str:
-    """``x`` in format ``spec``, or ``"n/a"`` for None or NaN (a figure that could not be measured)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return format(x, spec)
-
-
 def acceptance_panel(result: SpeculativeResult) -> Panel:
     s = result.acceptance_summary()
     lines = [
@@ -182,10 +177,7 @@ def round_rows(result: SpeculativeResult, tokenizer: Any = None) -> list[dict[st
 
 def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     """Observed accepted-length counts vs the truncated geometric law at the measured alpha (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     hist = result.accepted_length_histogram
     fit = result.geometric_fit()

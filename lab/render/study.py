@@ -27,9 +27,10 @@ from rich.text import Text
 
 from lab.analysis.effects import CI_LEVEL
 from lab.analysis.hypotheses import FAMILY_CI_LEVEL
+from lab.render import pyplot
 from lab.render.console import stderr_console
+from lab.render.study_summary import FIGURES, LINKED_FIGURES, fmt_p, fmt_value, summary_markdown
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.render.study_summary import FIGURES, LINKED_FIGURES, fmt_value, fmt_p, summary_markdown
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
 from lab.views.kinds.study import prompt_anchor
@@ -141,10 +142,7 @@ def _tip(r: Any) -> str:
 def write_plots(result: StudyResult, folder: Path) -> list[str]:
     """Write the four figures of :data:`FIGURES` (PNG) and the SVGs of :data:`LINKED_FIGURES` into ``folder``;
     return their names."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     a = result.analysis
     rows = result.per_prompt
