@@ -10,3 +10,11 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path, dpi: int = 110, tight: bool = True) -> None:
+    """Write ``fig`` to ``path`` (laid out tight first, unless ``tight`` is False) and close it."""
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.bench.results import BenchReport, BenchResult, MethodFigures, Spread
-from lab.render import pyplot
+from lab.render import pyplot, save_figure
 from lab.render.console import print_busy
 from lab.render.markdown import busy_lines, fmt_finite, md_table
 from lab.sampling import SamplingConfig
@@ -191,9 +191,7 @@ def plot_bench(bench: BenchResult, path: str | Path) -> None:
         a2.set_xlabel("gamma")
         a2.set_ylabel("speedup over target-only (lab loop)")
         a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _weights_note(weights: str | None) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
-from lab.render import pyplot
+from lab.render import pyplot, save_figure
 from lab.render.markdown import fmt_finite, md_table
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
@@ -31,14 +31,9 @@ def _md(text: str) -> str:
 
 def triple_rows(summaries: Sequence[TripleSummary]) -> list[dict[str, Any]]:
     """One row per (triple, twin, arm) for ``triples.csv``: mean entropy (bits), mean beta, the mediator."""
-    rows = []
-    for s in summaries:
-        for v in ("P", "N"):
-            for arm in ARMS:
-                rows.append({"question_id": s.question_id, "category": s.category, "distractor": s.distractor,
-                             "twin": v, "arm": arm, "entropy_bits": s.entropy[v, arm], "beta": s.beta[v, arm],
-                             "span_mass": s.span_mass[v, arm], "sink_mass": s.sink_mass[v, arm]})
-    return rows
+    return [{"question_id": s.question_id, "category": s.category, "distractor": s.distractor, "twin": v, "arm": arm,
+             "entropy_bits": s.entropy[v, arm], "beta": s.beta[v, arm], "span_mass": s.span_mass[v, arm],
+             "sink_mass": s.sink_mass[v, arm]} for s in summaries for v in ("P", "N") for arm in ARMS]
 
 
 def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Path, title: str) -> None:
@@ -70,9 +65,7 @@ def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Pa
     axes[2].set_ylabel("H(P) - H(N), bits")
     axes[2].set_title("dose-response", fontsize=10)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _ci(low: Any, high: Any, spec: str = "+.4f", sep: str = " to ") -> str:

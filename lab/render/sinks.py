@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.render import pyplot
+from lab.render import pyplot, save_figure
 from lab.render.markdown import busy_lines, md_table
 from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
@@ -69,12 +69,9 @@ def prompt_text(a: PrefillAnalysis) -> Text:
 
 
 def legend() -> Text:
-    t = Text("legend: ")
-    t.append("structural", style=STYLE_STRUCTURAL).append("  ")
-    t.append("structural sink", style=STYLE_STRUCTURAL_SINK).append("  ")
-    t.append("content sink", style=STYLE_CONTENT_SINK).append("  ")
-    t.append("tail (too few observers to flag)", style=STYLE_TAIL).append("  content")
-    return t
+    return Text.assemble("legend: ", ("structural", STYLE_STRUCTURAL), "  ", ("structural sink", STYLE_STRUCTURAL_SINK),
+                         "  ", ("content sink", STYLE_CONTENT_SINK), "  ",
+                         ("tail (too few observers to flag)", STYLE_TAIL), "  content")
 
 
 # Sink levels table: at most this many positions, those holding in the most layers first.
@@ -331,8 +328,7 @@ def plot_heatmap(a: PrefillAnalysis, path) -> None:
                    edgecolors="lime", linewidths=0.6, label="sink in this layer")
         ax.legend(loc="upper right", fontsize=7)
     fig.colorbar(im, ax=ax, label="attention (log scale)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, tight=False)
 
 
 # --------------------------------------------------------------------------- benchmark

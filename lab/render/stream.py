@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from lab.render import pyplot
+from lab.render import pyplot, save_figure
 from lab.render.markdown import fmt_finite, md_table
 from lab.stream.experiment import ROLLING_WIDTH, StreamResult
 
@@ -237,9 +237,7 @@ def plot_rolling(result: StreamResult, path: str | Path) -> None:
     ax.set_ylabel(f"NLL, nats (trailing mean of {ROLLING_WIDTH}; recompute: of its last 16 points)")
     ax.set_title("Rolling NLL under KV-cache eviction (dotted: start of the evaluation region)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def acceptance_detail_lines(result: StreamResult) -> list[str]:
