@@ -257,18 +257,21 @@ def summary_markdown(result: TrackResult, *, prompt: str, system: str | None, mo
     return "\n".join(lines)
 
 
+_STEP_FIELDS = ("position", "token_id", "token_text", "entropy_bits", "normalized_entropy", "varentropy_bits2",
+                "sampled_entropy_bits", "sampled_normalized_entropy", "chosen_prob")
+
+
+def _step_dict(s: StepRecord) -> dict[str, Any]:
+    """A step's figures (:data:`_STEP_FIELDS`) and its entropy bucket, shared by ``tokens.csv`` and ``report.json``."""
+    return {**{k: getattr(s, k) for k in _STEP_FIELDS}, "bucket": bucket_for(s.normalized_entropy).label}
+
+
 def step_rows(result: TrackResult) -> list[dict[str, Any]]:
     """One flat dict per step, for ``tokens.csv``."""
     prompt_len = result.prompt_ids.shape[-1]
     rows = []
     for s in result.steps:
-        row: dict[str, Any] = {
-            "step": s.position - prompt_len, "position": s.position, "token_id": s.token_id,
-            "token_text": s.token_text, "entropy_bits": s.entropy_bits, "normalized_entropy": s.normalized_entropy,
-            "varentropy_bits2": s.varentropy_bits2, "sampled_entropy_bits": s.sampled_entropy_bits,
-            "sampled_normalized_entropy": s.sampled_normalized_entropy, "chosen_prob": s.chosen_prob,
-            "bucket": bucket_for(s.normalized_entropy).label,
-        }
+        row = {"step": s.position - prompt_len, **_step_dict(s)}
         for i, (tid, text, p) in enumerate(s.alternatives, start=1):
             row[f"alt{i}_id"], row[f"alt{i}_text"], row[f"alt{i}_prob"] = tid, text, p
         rows.append(row)
@@ -277,15 +280,8 @@ def step_rows(result: TrackResult) -> list[dict[str, Any]]:
 
 def step_dicts(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
     """Steps as JSON-ready dicts, alternatives as ``{"token_id", "token_text", "prob"}``."""
-    out = []
-    for s in steps:
-        d = {k: getattr(s, k) for k in ("position", "token_id", "token_text", "entropy_bits", "normalized_entropy",
-                                       "varentropy_bits2", "sampled_entropy_bits", "sampled_normalized_entropy",
-                                       "chosen_prob")}
-        d["bucket"] = bucket_for(s.normalized_entropy).label
-        d["alternatives"] = [{"token_id": t, "token_text": x, "prob": p} for t, x, p in s.alternatives]
-        out.append(d)
-    return out
+    return [{**_step_dict(s), "alternatives": [{"token_id": t, "token_text": x, "prob": p}
+                                                for t, x, p in s.alternatives]} for s in steps]
 
 
 # --------------------------------------------------------------------------- bench-tracker

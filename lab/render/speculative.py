@@ -40,10 +40,6 @@ def visible(text: str) -> str:
                    else f"\\x{ord(ch):02x}" for ch in out)
 
 
-def _special_ids(tokenizer: Any) -> frozenset[int]:
-    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())
-
-
 def _tok(tokenizer: Any, token_id: int) -> str:
     if tokenizer is None:
         return f"[{token_id}]"
@@ -69,7 +65,7 @@ def answer_text(tokenizer: Any, token_ids: list[int]) -> str:
 def replay_text(result: SpeculativeResult, tokenizer: Any) -> Text:
     """The generated text, each token styled by how it was produced; special tokens are not shown."""
     text = Text()
-    special = _special_ids(tokenizer)
+    special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
     for r in result.rounds:
         for t in r.proposed[: r.n_accepted]:
             if t not in special:
