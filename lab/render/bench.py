@@ -233,8 +233,7 @@ def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) ->
         *md_table("method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
                   "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | "
                   "same tokens",
-                  [(name, f"{fmt_finite(m.tokens_per_s.median, '.1f')} ({fmt_finite(m.tokens_per_s.min, '.1f')}-"
-                          f"{fmt_finite(m.tokens_per_s.max, '.1f')})",
+                  [(name, _median_range(m.tokens_per_s, ".1f"),
                     *(fmt_finite(_spec(m, figure), spec) for figure, spec in _SUMMARY_FIGURES),
                     _same(m.same_tokens_as_lab_target_loop)) for name, m in bench.methods.items()]),
     ]
@@ -306,8 +305,10 @@ def peer_markdown(peer: dict[str, Any]) -> str:
 
 def spread_cell(stats: Spread | None, fmt: str = ".2f") -> str:
     """``"median (min-max)"`` of a spread, "-" when missing or its median is not finite."""
-    if stats is None or _finite(stats.median) is None:
-        return "-"
+    return "-" if stats is None or _finite(stats.median) is None else _median_range(stats, fmt)
+
+
+def _median_range(stats: Spread, fmt: str) -> str:
     return f"{fmt_finite(stats.median, fmt)} ({fmt_finite(stats.min, fmt)}-{fmt_finite(stats.max, fmt)})"
 
 

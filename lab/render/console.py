@@ -13,6 +13,7 @@ itself emits for styles and cursor control are untouched.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rich.console import Console
@@ -69,8 +70,6 @@ def print_report(console: Console, folder: object, note: str = "") -> None:
     """The last lines of a run: where its report is (``report: DIR``, then ``note`` when given) and, when it has
     one, its page's address (``page: file:///.../index.html``, :mod:`lab.views`), so a run from a terminal
     without a browser says what to open or copy."""
-    from pathlib import Path
-
     console.print(f"report: {folder}" + (f" {note}" if note else ""), markup=False, highlight=False, soft_wrap=True)
     page = Path(str(folder)) / "index.html"
     if page.is_file():

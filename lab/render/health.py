@@ -19,9 +19,8 @@ _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "bel
 
 
 def _row(c: CandidateFigures, compact: bool = False) -> tuple[str, ...]:
-    props = "all" if c.eligible else "fails " + ", ".join(k for k, v in c.properties.items() if not v)
-    if compact:
-        props = "all" if c.eligible else f"{sum(not v for v in c.properties.values())} fail"
+    failed = [k for k, v in c.properties.items() if not v]
+    props = "all" if c.eligible else f"{len(failed)} fail" if compact else "fails " + ", ".join(failed)
     name = c.name + (" (control)" if c.control else "")
     return (name, props, f"{c.length_rho:+.2f}", f"{c.iqr:.2f}", f"{c.std:.2f}",
             f"{c.n_distinct}/{c.n_pairs}", f"{c.max_tie_share:.0%}", f"{c.n_pairs_below}/{c.n_pairs}",

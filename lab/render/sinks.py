@@ -231,13 +231,8 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
     """The analysis as JSON-ready data (per-position arrays and per-head scores included)."""
     return {
         "n_tokens": len(a.tokens),
-        "threshold": a.threshold,
-        "epsilon": a.epsilon,
-        "min_observers": a.min_observers,
-        "statistic": a.statistic,
-        "threshold_source": a.threshold_source,
-        "calibrated_for": a.calibrated_for,
-        "calibration_file": a.calibration_file,
+        **{k: getattr(a, k) for k in ("threshold", "epsilon", "min_observers", "statistic", "threshold_source",
+                                      "calibrated_for", "calibration_file")},
         "context_health": a.context_health,  # null: not measurable
         "context_health_measure": a.health_measure,
         "context_health_invalid": a.health_invalid,  # null: no failed validation stored for this model
@@ -245,9 +240,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),
         "layer_sinks": [torch_nonzero_list(row) for row in a.layer_sinks],  # per layer: its sink positions
-        "structural": list(a.structural),
-        "structural_sinks": list(a.structural_sinks),
-        "content_sinks": list(a.content_sinks),
+        **{k: list(getattr(a, k)) for k in ("structural", "structural_sinks", "content_sinks")},
         "sink_heads": [list(p) for p in a.sink_heads],
         "input_ids": a.input_ids.tolist(),
         "tokens": list(a.tokens),
@@ -255,9 +248,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "received": a.received.tolist(),
         "score": a.score.tolist(),  # the detector's statistic (see "statistic")
         "z": a.robust_z.tolist(),
-        "sink_rate": a.sink_rate.tolist(),
-        "is_sink": a.is_sink.tolist(),
-        "observed": a.observed.tolist(),
+        **{k: getattr(a, k).tolist() for k in ("sink_rate", "is_sink", "observed")},
         "per_head_shape": list(a.per_head.shape),
         # [L, H, S]; omitted for long prompts (8,192 tokens would be ~40 MB of JSON)
         "per_head": a.per_head.tolist() if a.per_head.numel() <= MAX_PER_HEAD_IN_JSON else None,
@@ -291,8 +282,8 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
                   [(i, _md(a.tokens[i]), a.roles[i], *_figures(a, i), "yes" if bool(a.is_sink[i]) else "")
                    for i in a.structural], "rllrrrc"),
         "", "## Content sinks", "",
-        *(md_table("pos | token | mean attn | z | sink rate", [(i, _md(a.tokens[i]), *_figures(a, i))
-                                                                for i in a.content_sinks], "rlrrr")
+        *(md_table("pos | token | mean attn | z | sink rate",
+                   [(i, _md(a.tokens[i]), *_figures(a, i)) for i in a.content_sinks], "rlrrr")
           if a.content_sinks else ["None."]),
     ]
     levels = level_rows(a)
