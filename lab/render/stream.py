@@ -31,12 +31,10 @@ def policy_rows(result: StreamResult) -> list[dict[str, Any]]:
     """One row per policy for ``policies.csv`` (summary plus acceptance counts)."""
     rows = []
     for s in result.summary:
-        row = {k: v for k, v in s.items()}
+        row = dict(s)
         for mode in ("greedy", "sampled"):
             a = _alpha(result, s["policy"], mode)
-            row[f"alpha_{mode}"] = a["alpha"] if a else None
-            row[f"n_accepted_{mode}"] = a["n_accepted"] if a else None
-            row[f"n_tested_{mode}"] = a["n_tested"] if a else None
+            row.update({f"{key}_{mode}": a[key] if a else None for key in ("alpha", "n_accepted", "n_tested")})
         rows.append(row)
     return rows
 
