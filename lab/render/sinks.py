@@ -339,10 +339,8 @@ def bench_table(data: SinksBenchReport) -> Table:
         t.add_column(col, justify="left" if col == "method" else "right", no_wrap=col != "seconds")
     names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
     for r in data.results:
-        if "error" in r:
-            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), Text(f"failed: {r['error']}"), "")
-        else:
-            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
+        cells = (Text(f"failed: {r['error']}"), "") if "error" in r else (f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
+        t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), *cells)
     cmp_ = data.comparison
     if cmp_:
         t.caption = comparison_sentence(cmp_)
