@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rich import box
 from rich.console import Console
@@ -18,19 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.bench.results import BenchReport, BenchResult, MethodFigures, Spread
-from lab.machine import busy_warning
-from lab.render.speculative import fmt_number
+from lab.render import pyplot, save_figure
+from lab.render.console import print_busy
+from lab.render.markdown import busy_lines, fmt_finite, md_table
 from lab.sampling import SamplingConfig
 
 
 def _finite(x: Any) -> Any:
     """``x``, or None for a float that is not finite (NaN, +-inf): what ``report.json`` holds for it."""
     return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
-def _fmt(x: Any, spec: str = ".3f") -> str:
-    """:func:`fmt_number` of :func:`_finite` ``x``: "n/a" for None, NaN and +-inf."""
-    return fmt_number(_finite(x), spec)
 
 
 def _spec(m: MethodFigures, figure: str) -> Any:
@@ -82,29 +78,32 @@ def sampling_text(sampling: SamplingConfig | None, seed: int | None) -> str:
             f"seed {seed}, one seed per repeat and prompt, the same for every method)")
 
 
+def _method_table(title: str, caption: str, columns: Sequence[str]) -> Table:
+    """An 80-column table: the method's short name, then ``columns`` of figures, right-aligned and never wrapped."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=caption, caption_justify="left")
+    table.add_column("method", no_wrap=True)
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    return table
+
+
 def _bench_tables(bench: BenchResult) -> tuple[Table, Table | None]:
     """Throughput of every method, and the speculative figures, each fitting 80 columns."""
-    speed = Table(title=f"lab bench: draft {bench.draft}", title_justify="left", box=box.SIMPLE_HEAD,
-                  caption="tok/s: end-to-end tokens/s, median and min-max over repeats; speedup: decode tokens/s "
-                          "over target lab's; same: same tokens as target lab", caption_justify="left")
-    speed.add_column("method", no_wrap=True)
-    for col in ("tok/s", "min", "max", "speedup", "same"):
-        speed.add_column(col, justify="right", no_wrap=True)
-    spec = Table(title="speculative methods", title_justify="left", box=box.SIMPLE_HEAD,
-                 caption="predicted: speedup from the measured alpha and step times; efficiency = speedup / "
-                         "predicted; overhead: share of decode time outside forward passes", caption_justify="left")
-    spec.add_column("method", no_wrap=True)
-    for col in ("alpha", "tau", "predicted", "efficiency", "overhead"):
-        spec.add_column(col, justify="right", no_wrap=True)
+    speed = _method_table(f"lab bench: draft {bench.draft}", "tok/s: end-to-end tokens/s, median and min-max over "
+                          "repeats; speedup: decode tokens/s over target lab's; same: same tokens as target lab",
+                          ("tok/s", "min", "max", "speedup", "same"))
+    spec = _method_table("speculative methods", "predicted: speedup from the measured alpha and step times; "
+                         "efficiency = speedup / predicted; overhead: share of decode time outside forward passes",
+                         ("alpha", "tau", "predicted", "efficiency", "overhead"))
     for name, m in bench.methods.items():
         t = m.tokens_per_s
-        speed.add_row(method_label(name), _fmt(t.median, ".1f"), _fmt(t.min, ".1f"), _fmt(t.max, ".1f"),
-                      _fmt(_spec(m, "measured_speedup"), ".2f"), _same(m.same_tokens_as_lab_target_loop))
+        speed.add_row(method_label(name), *(fmt_finite(x, ".1f") for x in (t.median, t.min, t.max)),
+                      fmt_finite(_spec(m, "measured_speedup"), ".2f"), _same(m.same_tokens_as_lab_target_loop))
         s = m.speculative
         if s is not None:
-            spec.add_row(method_label(name), _fmt(s.alpha), _fmt(s.tau, ".2f"),
-                         _fmt(s.speedup_predicted_from_measured_times, ".2f"),
-                         _fmt(s.efficiency, ".2f"), _fmt(s.overhead_fraction, ".1%"))
+            spec.add_row(method_label(name), fmt_finite(s.alpha), fmt_finite(s.tau, ".2f"),
+                         fmt_finite(s.speedup_predicted_from_measured_times, ".2f"),
+                         fmt_finite(s.efficiency, ".2f"), fmt_finite(s.overhead_fraction, ".1%"))
     return speed, (spec if spec.row_count else None)
 
 
@@ -121,25 +120,16 @@ def phase_table(bench: BenchResult) -> Table | None:
         return None
     groups = [g for g in _groups(bench) if g != "all"] or ["all"]  # 80 columns: "all" is in summary.md
     short = {"humaneval": "HE", "grounded": "GR"}
-    t = Table(title="speedup over target lab: end to end (e2e) and decode-only (dec), per prompt group",
-              title_justify="left", box=box.SIMPLE_HEAD, caption="e2e: all time, prefill included; dec: after the "
-              "first new token(s); see summary.md", caption_justify="left")
-    t.add_column("method", no_wrap=True)
-    for g in groups:
-        t.add_column(f"e2e {short.get(g, g)}", justify="right", no_wrap=True)
-        t.add_column(f"dec {short.get(g, g)}", justify="right", no_wrap=True)
+    t = _method_table("speedup over target lab: end to end (e2e) and decode-only (dec), per prompt group",
+                      "e2e: all time, prefill included; dec: after the first new token(s); see summary.md",
+                      [f"{phase} {short.get(g, g)}" for g in groups for phase in ("e2e", "dec")])
     for name in by["all"]:
         cells = []
         for g in groups:
             row = by.get(g, {}).get(name, {})
-            cells += [_fmt(row.get("e2e_speedup"), ".2f"), _fmt(row.get("decode_speedup"), ".2f")]
+            cells += [fmt_finite(row.get("e2e_speedup"), ".2f"), fmt_finite(row.get("decode_speedup"), ".2f")]
         t.add_row(method_label(name), *cells)
     return t
-
-
-def bench_table(bench: BenchResult) -> Table:
-    """The throughput table (see :func:`render_bench` for the full view)."""
-    return _bench_tables(bench)[0]
 
 
 def comparisons_panel(bench: BenchResult) -> Panel:
@@ -167,17 +157,12 @@ def render_bench(bench: BenchResult, console: Console) -> None:
         for table in _bench_tables(side):
             if table is not None:
                 console.print(table)
-    warning = busy_warning(bench.machine_load or {})
-    if warning:
-        console.print(Text(warning, style="bold yellow"))
+    print_busy(console, bench.machine_load)
 
 
 def plot_bench(bench: BenchResult, path: str | Path) -> None:
     """Left: tokens/s per method (median, min-max bars). Right: speedup vs gamma, measured and predicted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     methods = bench.methods
     names = list(methods)
@@ -206,14 +191,20 @@ def plot_bench(bench: BenchResult, path: str | Path) -> None:
         a2.set_xlabel("gamma")
         a2.set_ylabel("speedup over target-only (lab loop)")
         a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _weights_note(weights: str | None) -> str:
     """``", weights q4"`` when the linear layers are not the loaded float weights, else ``""``."""
     return f", weights {weights}" if weights and weights != "float32" else ""
+
+
+# summary.md's speculative columns: (SpeculativeFigures field, format)
+_SUMMARY_FIGURES = (("measured_speedup", ".2f"), ("alpha", ".3f"), ("tau", ".2f"), ("cost_ratio_time", ".3f"),
+                    ("cost_ratio_flops", ".3f"), ("verify_over_target_step", ".2f"),
+                    ("speedup_predicted_from_measured_times", ".2f"), ("speedup_theory_time_ratio", ".2f"),
+                    ("speedup_theory_flops", ".2f"), ("efficiency", ".2f"), ("overhead_fraction", ".1%"),
+                    ("breakeven_alpha_time_ratio", ".3f"))
 
 
 def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) -> str:
@@ -226,38 +217,26 @@ def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) ->
     """
     cfg = bench.config
     load = bench.machine_load or {}
-    warning = busy_warning(load)
     lines = [
         "# lab bench: speculative decoding on this machine",
         "",
-        *([f"> **{warning}**", ""] if warning else []),
+        *busy_lines(load),
         f"- model: {model_info.get('model')} ({model_info.get('device')}, {model_info.get('dtype')}"
         f"{_weights_note(model_info.get('weights'))}); draft {bench.draft}; {sampling_text(cfg.sampling, cfg.seed)}; "
         f"max_new_tokens {cfg.max_new_tokens}; repeats {cfg.repeats}; "
         f"mean prompt {bench.mean_prompt_tokens:.0f} tokens",
         f"- one target decode step: {bench.target_step_s * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
-           f"{_fmt(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+           f"{fmt_finite(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
           if load else []),
         "",
-        "| method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
-        "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | same tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *md_table("method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
+                  "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | "
+                  "same tokens",
+                  [(name, _median_range(m.tokens_per_s, ".1f"),
+                    *(fmt_finite(_spec(m, figure), spec) for figure, spec in _SUMMARY_FIGURES),
+                    _same(m.same_tokens_as_lab_target_loop)) for name, m in bench.methods.items()]),
     ]
-    for name, m in bench.methods.items():
-        t = m.tokens_per_s
-
-        def f(figure: str, spec: str = ".3f") -> str:
-            return _fmt(_spec(m, figure), spec)
-
-        lines.append(
-            f"| {name} | {_fmt(t.median, '.1f')} ({_fmt(t.min, '.1f')}-{_fmt(t.max, '.1f')}) | "
-            f"{f('measured_speedup', '.2f')} | {f('alpha')} | {f('tau', '.2f')} | "
-            f"{f('cost_ratio_time')} | {f('cost_ratio_flops')} | {f('verify_over_target_step', '.2f')} | "
-            f"{f('speedup_predicted_from_measured_times', '.2f')} | "
-            f"{f('speedup_theory_time_ratio', '.2f')} | {f('speedup_theory_flops', '.2f')} | "
-            f"{f('efficiency', '.2f')} | {f('overhead_fraction', '.1%')} | "
-            f"{f('breakeven_alpha_time_ratio')} | {_same(m.same_tokens_as_lab_target_loop)} |")
     lines += _spread_markdown(bench) + _phase_markdown(bench) + _passes_markdown(bench)
     lines += ["", "## Comparisons", ""]
     lines += [f"- {c.text}" for c in bench.comparisons]
@@ -326,50 +305,43 @@ def peer_markdown(peer: dict[str, Any]) -> str:
 
 def spread_cell(stats: Spread | None, fmt: str = ".2f") -> str:
     """``"median (min-max)"`` of a spread, "-" when missing or its median is not finite."""
-    if stats is None or _finite(stats.median) is None:
-        return "-"
-    return f"{_fmt(stats.median, fmt)} ({_fmt(stats.min, fmt)}-{_fmt(stats.max, fmt)})"
+    return "-" if stats is None or _finite(stats.median) is None else _median_range(stats, fmt)
+
+
+def _median_range(stats: Spread, fmt: str) -> str:
+    return f"{fmt_finite(stats.median, fmt)} ({fmt_finite(stats.min, fmt)}-{fmt_finite(stats.max, fmt)})"
 
 
 def _spread_markdown(bench: BenchResult) -> list[str]:
-    rows = [(name, m.per_repeat) for name, m in bench.methods.items() if m.per_repeat]
+    rows = [(name, *(spread_cell(m.per_repeat.get(key), spec) for key, spec in (
+        ("e2e_tokens_per_s", ".2f"), ("decode_tokens_per_s", ".2f"), ("alpha", ".3f"), ("e2e_speedup", ".2f"),
+        ("decode_speedup", ".2f")))) for name, m in bench.methods.items() if m.per_repeat]
     if not rows:
         return []
-    lines = ["", "## Over repeats: median (min-max)", "",
-             "Each repeat's figure pools its prompts; speedups divide by the lab's target-only loop in the same "
-             "repeat.", "",
-             "| method | tok/s e2e | tok/s decode-only | alpha | speedup e2e | speedup decode-only |",
-             "|---|---|---|---|---|---|"]
-    for name, r in rows:
-        lines.append(f"| {name} | {spread_cell(r.get('e2e_tokens_per_s'), '.2f')} | "
-                     f"{spread_cell(r.get('decode_tokens_per_s'), '.2f')} | {spread_cell(r.get('alpha'), '.3f')} | "
-                     f"{spread_cell(r.get('e2e_speedup'))} | {spread_cell(r.get('decode_speedup'))} |")
-    return lines
+    return ["", "## Over repeats: median (min-max)", "",
+            "Each repeat's figure pools its prompts; speedups divide by the lab's target-only loop in the same "
+            "repeat.", "",
+            *md_table("method | tok/s e2e | tok/s decode-only | alpha | speedup e2e | speedup decode-only", rows)]
 
 
 def _phase_markdown(bench: BenchResult) -> list[str]:
     by = bench.by_group or {}
     if not by:
         return []
-    lines = ["", "## End to end and decode-only, per prompt group", "",
-             "| group | method | tok/s e2e | speedup e2e | tok/s decode-only | speedup decode-only | "
-             "prefill phase s (mean) | runs |", "|---|---|---|---|---|---|---|---|"]
-    for g in _groups(bench):
-        for name, row in by.get(g, {}).items():
-            lines.append(f"| {g} | {name} | {_fmt(row['e2e_tokens_per_s'], '.2f')} | "
-                         f"{_fmt(row['e2e_speedup'], '.2f')} | "
-                         f"{_fmt(row['decode_tokens_per_s'], '.2f')} | {_fmt(row['decode_speedup'], '.2f')} | "
-                         f"{_fmt(row['prefill_phase_s'], '.2f')} | {row['n_runs']} |")
-    return lines
+    rows = [(g, name, *(fmt_finite(row[key], ".2f") for key in ("e2e_tokens_per_s", "e2e_speedup",
+                                                                 "decode_tokens_per_s", "decode_speedup",
+                                                                 "prefill_phase_s")), row["n_runs"])
+            for g in _groups(bench) for name, row in by.get(g, {}).items()]
+    return ["", "## End to end and decode-only, per prompt group", "",
+            *md_table("group | method | tok/s e2e | speedup e2e | tok/s decode-only | speedup decode-only | "
+                      "prefill phase s (mean) | runs", rows)]
 
 
 def _passes_markdown(bench: BenchResult) -> list[str]:
-    rows = [(name, shape, p) for name, m in bench.methods.items() for shape, p in (m.draft_passes or {}).items()]
+    rows = [(name, shape, ", ".join(p["dtypes"]) or "-", p["n"], p["tokens"], fmt_finite(p["time_s"], ".2f"),
+             fmt_finite(p["mean_s"], ".4f"))
+            for name, m in bench.methods.items() for shape, p in (m.draft_passes or {}).items()]
     if not rows:
         return []
-    lines = ["", "## Draft forward passes by shape", "",
-             "| method | pass shape | dtype | passes | tokens | total s | mean s |", "|---|---|---|---|---|---|---|"]
-    for name, shape, p in rows:
-        lines.append(f"| {name} | {shape} | {', '.join(p['dtypes']) or '-'} | {p['n']} | {p['tokens']} | "
-                     f"{_fmt(p['time_s'], '.2f')} | {_fmt(p['mean_s'], '.4f')} |")
-    return lines
+    return ["", "## Draft forward passes by shape", "",
+            *md_table("method | pass shape | dtype | passes | tokens | total s | mean s", rows)]

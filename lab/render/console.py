@@ -13,13 +13,15 @@ itself emits for styles and cursor control are untouched.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.segment import Segment
+from rich.text import Text
 
-from lab.machine import quiet_loaders
+from lab.machine import busy_warning, quiet_loaders
 from lab.safe_text import printable
 
 
@@ -68,9 +70,13 @@ def print_report(console: Console, folder: object, note: str = "") -> None:
     """The last lines of a run: where its report is (``report: DIR``, then ``note`` when given) and, when it has
     one, its page's address (``page: file:///.../index.html``, :mod:`lab.views`), so a run from a terminal
     without a browser says what to open or copy."""
-    from pathlib import Path
-
     console.print(f"report: {folder}" + (f" {note}" if note else ""), markup=False, highlight=False, soft_wrap=True)
     page = Path(str(folder)) / "index.html"
     if page.is_file():
         console.print(f"page: {page.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_busy(console: Console, load: Mapping[str, Any] | None) -> None:
+    """The busy-machine warning (:func:`lab.machine.busy_warning`) in bold yellow; nothing on a quiet machine."""
+    if warning := busy_warning(load or {}):
+        console.print(Text(warning, style="bold yellow"))

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
+from lab.render.markdown import md_table
 
 _COLS = ("measure", "dir", "AUROC", "95% interval", "length-only", "placebo", "rho(length)", "at ends", "passes")
 
@@ -43,12 +44,11 @@ def summary_markdown(v: ContextValidation) -> str:
              f"{ref.slope:+.4f} ln(tokens); fitted on {ref.n_pairs} pairs ({v.reference_from}), leave-one-out "
              f"AUROC {ref.loo_auroc:.2f}.", "",
              f"The bar: {BAR}.", "",
-             "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
-    lines += ["| " + " | ".join(_cells(f)) + " |" for f in (v.chosen, *v.others)]
-    lines += ["", "AUROC: the share of pairs whose relevant prompt scores above the irrelevant one (oriented by "
-              "dir), with a bootstrap interval over pairs; length-only: the same for the context's token count; "
-              "placebo: the measure with each pair's labels swapped by a seeded coin. `pairs.csv` holds every "
-              "prompt's measures.", ""]
+             *md_table(_COLS, map(_cells, (v.chosen, *v.others))),
+             "", "AUROC: the share of pairs whose relevant prompt scores above the irrelevant one (oriented by "
+             "dir), with a bootstrap interval over pairs; length-only: the same for the context's token count; "
+             "placebo: the measure with each pair's labels swapped by a seeded coin. `pairs.csv` holds every "
+             "prompt's measures.", ""]
     return "\n".join(lines)
 
 

@@ -22,7 +22,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lab.machine import busy_warning
+from lab.render import pyplot
+from lab.render.console import print_busy
+from lab.render.markdown import busy_lines, md_table
 from lab.tracker.results import StepRecord, TrackResult
 
 if TYPE_CHECKING:  # the report's module times models (torch); the view only reads it
@@ -184,10 +186,7 @@ def render_result(result: TrackResult, console: Console, *, prompt: str | None =
 def plot_entropy(result: TrackResult, path: str | Path) -> None:
     """Save a PNG of entropy over decode steps: raw H (points coloured by bucket), the
     sampled-from H when sampling, and bucket boundaries as dashed lines (in bits)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = list(range(len(result.steps)))
     hs = [s.entropy_bits for s in result.steps]
@@ -258,18 +257,21 @@ def summary_markdown(result: TrackResult, *, prompt: str, system: str | None, mo
     return "\n".join(lines)
 
 
+_STEP_FIELDS = ("position", "token_id", "token_text", "entropy_bits", "normalized_entropy", "varentropy_bits2",
+                "sampled_entropy_bits", "sampled_normalized_entropy", "chosen_prob")
+
+
+def _step_dict(s: StepRecord) -> dict[str, Any]:
+    """A step's figures (:data:`_STEP_FIELDS`) and its entropy bucket, shared by ``tokens.csv`` and ``report.json``."""
+    return {**{k: getattr(s, k) for k in _STEP_FIELDS}, "bucket": bucket_for(s.normalized_entropy).label}
+
+
 def step_rows(result: TrackResult) -> list[dict[str, Any]]:
     """One flat dict per step, for ``tokens.csv``."""
     prompt_len = result.prompt_ids.shape[-1]
     rows = []
     for s in result.steps:
-        row: dict[str, Any] = {
-            "step": s.position - prompt_len, "position": s.position, "token_id": s.token_id,
-            "token_text": s.token_text, "entropy_bits": s.entropy_bits, "normalized_entropy": s.normalized_entropy,
-            "varentropy_bits2": s.varentropy_bits2, "sampled_entropy_bits": s.sampled_entropy_bits,
-            "sampled_normalized_entropy": s.sampled_normalized_entropy, "chosen_prob": s.chosen_prob,
-            "bucket": bucket_for(s.normalized_entropy).label,
-        }
+        row = {"step": s.position - prompt_len, **_step_dict(s)}
         for i, (tid, text, p) in enumerate(s.alternatives, start=1):
             row[f"alt{i}_id"], row[f"alt{i}_text"], row[f"alt{i}_prob"] = tid, text, p
         rows.append(row)
@@ -278,15 +280,8 @@ def step_rows(result: TrackResult) -> list[dict[str, Any]]:
 
 def step_dicts(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
     """Steps as JSON-ready dicts, alternatives as ``{"token_id", "token_text", "prob"}``."""
-    out = []
-    for s in steps:
-        d = {k: getattr(s, k) for k in ("position", "token_id", "token_text", "entropy_bits", "normalized_entropy",
-                                       "varentropy_bits2", "sampled_entropy_bits", "sampled_normalized_entropy",
-                                       "chosen_prob")}
-        d["bucket"] = bucket_for(s.normalized_entropy).label
-        d["alternatives"] = [{"token_id": t, "token_text": x, "prob": p} for t, x, p in s.alternatives]
-        out.append(d)
-    return out
+    return [{**_step_dict(s), "alternatives": [{"token_id": t, "token_text": x, "prob": p}
+                                                for t, x, p in s.alternatives]} for s in steps]
 
 
 # --------------------------------------------------------------------------- bench-tracker
@@ -320,9 +315,7 @@ def render_bench(report: TrackerBenchReport, console: Console) -> None:
         table.add_row(Text(name), Text(value))
     console.print(table)
     console.print(Text(overhead_sentence(report)))
-    warning = busy_warning(report.machine_load or {})
-    if warning:
-        console.print(Text(warning, style="bold yellow"))
+    print_busy(console, report.machine_load)
 
 
 def overhead_sentence(report: TrackerBenchReport) -> str:
@@ -337,10 +330,9 @@ def bench_markdown(report: TrackerBenchReport) -> str:
     model, st = report.model, report.settings
     mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
     load = report.machine_load or {}
-    warning = busy_warning(load)
     lines = [
         "# Entropy tracker overhead", "",
-        *([f"> **{warning}**", ""] if warning else []),
+        *busy_lines(load),
         f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
         f"- **runs**: {report.repeats} alternating off/on pairs after one warm-up pair; "
         f"{report.tokens_per_run} new tokens each (EOS ignored), {mode}; prompt of "
@@ -348,8 +340,7 @@ def bench_markdown(report: TrackerBenchReport) -> str:
         f"- **machine**: {report.environment['platform']}, {report.environment['cpu_count']} CPUs, "
         f"torch threads {report.torch_threads}"
         + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
-        "| measure | value |", "|---|---:|",
-        *[f"| {name} | {value} |" for name, value in bench_rows(report)], "",
+        *md_table("measure | value", bench_rows(report), "lr"), "",
         overhead_sentence(report), "",
         "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",
         "spread (min to max) shows how much load noise there is; the statistics-alone line is",

@@ -13,14 +13,14 @@ from lab.health.calibration_report import HealthCalibrationReport
 from lab.health.measures import PROPERTIES as _PROPS
 from lab.health.validation import (END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport,
                                    ValidationFigures)
+from lab.render.markdown import md_table
 
 _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
 
 def _row(c: CandidateFigures, compact: bool = False) -> tuple[str, ...]:
-    props = "all" if c.eligible else "fails " + ", ".join(k for k, v in c.properties.items() if not v)
-    if compact:
-        props = "all" if c.eligible else f"{sum(not v for v in c.properties.values())} fail"
+    failed = [k for k, v in c.properties.items() if not v]
+    props = "all" if c.eligible else f"{len(failed)} fail" if compact else "fails " + ", ".join(failed)
     name = c.name + (" (control)" if c.control else "")
     return (name, props, f"{c.length_rho:+.2f}", f"{c.iqr:.2f}", f"{c.std:.2f}",
             f"{c.n_distinct}/{c.n_pairs}", f"{c.max_tie_share:.0%}", f"{c.n_pairs_below}/{c.n_pairs}",
@@ -53,10 +53,9 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
         f"**Rule (stated before the study's entropy was looked at):** {cal.rule}.", "",
         (f"**Chosen: `{cal.chosen}`** ({cal.decided_by})." if cal.chosen is not None
          else f"**Chosen: none** ({cal.decided_by})."), "",
-        "| " + " | ".join(_COLS) + " | median | range |", "|" + "---|" * (len(_COLS) + 2),
+        *md_table((*_COLS, "median", "range"),
+                  [(*_row(c), f"{c.median:.2f}", f"{c.low:.2f} to {c.high:.2f}") for c in cal.candidates]),
     ]
-    for c in cal.candidates:
-        lines.append("| " + " | ".join(_row(c)) + f" | {c.median:.2f} | {c.low:.2f} to {c.high:.2f} |")
     rejected = cal.controls_rejected
     lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
               "'rho N' is the Spearman correlation with the content length N over the clean prompts and their "
@@ -74,11 +73,10 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
                   "Each `*_for_length` candidate is its base read against this line: "
                   "10 Phi((value - (intercept + slope ln N)) / scale). The fit never saw the calibration prompts, "
                   "so 'rho N' in the table above is an out-of-sample check of the reference.", "",
-                  "| base | intercept | slope per ln N | scale | base rho N here | read for length, rho N here |",
-                  "|---|---|---|---|---|---|"]
-        for base, f in ref["bases"].items():
-            lines.append(f"| {base} | {f['intercept']:.3f} | {f['slope']:+.3f} | {f['scale']:.3f} | "
-                         f"{f['rho_base_n']:+.2f} | {f['rho_for_length_n']:+.2f} |")
+                  *md_table("base | intercept | slope per ln N | scale | base rho N here | read for length, rho N here",
+                            [(base, f"{f['intercept']:.3f}", f"{f['slope']:+.3f}", f"{f['scale']:.3f}",
+                              f"{f['rho_base_n']:+.2f}", f"{f['rho_for_length_n']:+.2f}")
+                             for base, f in ref["bases"].items()])]
     if cal.properties_on_prompts:
         on = cal.properties_on_prompts
         n = next(iter(on.values()))
@@ -86,9 +84,8 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
                   f"{n['n_not_measurable']} not measurable)", "",
                   "Eligibility above is the pre-stated check on fixed random inputs; here each property is checked "
                   "on the received attention, z and sink flags this model actually produced.", "",
-                  "| candidate | " + " | ".join(_PROPS) + " |", "|" + "---|" * (len(_PROPS) + 1)]
-        for name, f in on.items():
-            lines.append(f"| {name} | " + " | ".join("holds" if f[k] else "fails" for k in _PROPS) + " |")
+                  *md_table(("candidate", *_PROPS),
+                            [(name, *("holds" if f[k] else "fails" for k in _PROPS)) for name, f in on.items()])]
         if cal.chosen is not None:
             lines += ["", f"The chosen measure (`{cal.chosen}`) "
                   + ("holds all five on this model's prompts." if cal.chosen_holds_on_prompts
@@ -97,12 +94,10 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
         lines += ["", f"## On the study prompt set ({report.study_set_file}; prefill only, no decode)", "",
                   "The ranking targets: no value shared by more than 10 % of clean prompts; no tied twin pair "
                   "(poisoned against its neutral twin).", "",
-                  "| candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied |",
-                  "|---|---|---|---|---|---|---|"]
-        for name, f in report.study_set.items():
-            lines.append(f"| {name} | {f['n_clean']} | {f['max_tie_share']:.0%} | {f['n_distinct']} | "
-                         f"{f['min']:.2f} to {f['max']:.2f} | {f['n_twins_below']}/{f['n_twins']} | "
-                         f"{f['n_twins_tied']}/{f['n_twins']} |")
+                  *md_table("candidate | clean prompts | largest tie share | distinct | range | twins below | twins tied",
+                            [(name, f["n_clean"], f"{f['max_tie_share']:.0%}", f["n_distinct"],
+                              f"{f['min']:.2f} to {f['max']:.2f}", f"{f['n_twins_below']}/{f['n_twins']}",
+                              f"{f['n_twins_tied']}/{f['n_twins']}") for name, f in report.study_set.items()])]
     return "\n".join(lines) + "\n"
 
 
@@ -144,10 +139,8 @@ def validation_markdown(report: HealthValidationReport) -> str:
         f"{f.rho:+.2f} (p {f.p:.2g}), {f.saturated_share:.0%} of measurable prompts at an end of the scale "
         f"({f.low_share:.0%} at 0, {f.high_share:.0%} at 10), range {f.low:.2f} to {f.high:.2f}. Bars: "
         f"|rho| <= {MAX_LENGTH_RHO:g}; at most {MAX_SATURATED_SHARE:.0%} within {END_MARGIN:g} of 0 or 10.", "",
-        "| " + " | ".join(_VCOLS) + " |", "|" + "---|" * len(_VCOLS)]
-    lines += ["| " + " | ".join(_vrow(c)) + " |" for c in report.candidates.values()]
-    lines += ["", f"## `{report.measure}` within each source", "", "| source | " + " | ".join(_VCOLS[1:]) + " |",
-              "|" + "---|" * len(_VCOLS)]
-    lines += [f"| {src} | " + " | ".join(_vrow(c)[1:]) + " |" for src, c in report.by_source.items()]
-    lines += ["", "Files: `validation.json` (bars, figures, per-prompt values), `prompts.csv`."]
+        *md_table(_VCOLS, map(_vrow, report.candidates.values())),
+        "", f"## `{report.measure}` within each source", "",
+        *md_table(("source", *_VCOLS[1:]), [(src, *_vrow(c)[1:]) for src, c in report.by_source.items()]),
+        "", "Files: `validation.json` (bars, figures, per-prompt values), `prompts.csv`."]
     return "\n".join(lines) + "\n"

@@ -6,13 +6,14 @@ and the means per arm with their intervals come with the report, from :mod:`lab.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
+from lab.render import pyplot, save_figure
+from lab.render.markdown import fmt_finite, md_table
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
 PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "sink", "C+")
@@ -28,29 +29,17 @@ def _md(text: str) -> str:
     return printable(text).replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ").replace("|", "\\|")
 
 
-def _f(x: Any, fmt: str = ".3f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
 def triple_rows(summaries: Sequence[TripleSummary]) -> list[dict[str, Any]]:
     """One row per (triple, twin, arm) for ``triples.csv``: mean entropy (bits), mean beta, the mediator."""
-    rows = []
-    for s in summaries:
-        for v in ("P", "N"):
-            for arm in ARMS:
-                rows.append({"question_id": s.question_id, "category": s.category, "distractor": s.distractor,
-                             "twin": v, "arm": arm, "entropy_bits": s.entropy[v, arm], "beta": s.beta[v, arm],
-                             "span_mass": s.span_mass[v, arm], "sink_mass": s.sink_mass[v, arm]})
-    return rows
+    return [{"question_id": s.question_id, "category": s.category, "distractor": s.distractor, "twin": v, "arm": arm,
+             "entropy_bits": s.entropy[v, arm], "beta": s.beta[v, arm], "span_mass": s.span_mass[v, arm],
+             "sink_mass": s.sink_mass[v, arm]} for s in summaries for v in ("P", "N") for arm in ARMS]
 
 
 def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Path, title: str) -> None:
     """Three panels (PNG): entropy and beta per arm for each twin (thin lines: triples; markers: the means
     of ``arms`` with their 95 % intervals), and the dose-response of the P - N entropy gap over lambda."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     x = np.arange(len(PLOT_ARMS))
@@ -76,28 +65,28 @@ def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Pa
     axes[2].set_ylabel("H(P) - H(N), bits")
     axes[2].set_title("dose-response", fontsize=10)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
-def _test_line(t) -> str:
-    p = "n/a" if not math.isfinite(t.p_holm) else f"{t.p_holm:.2g}"
-    return (f"| {t.name} | {_f(t.estimate, '+.4f')} {t.unit} | {_f(t.ci_low, '+.4f')} to {_f(t.ci_high, '+.4f')} | "
-            f"{p} | {t.n_triples} / {t.n_distractors} | {_f(t.power, '.2f')} at {t.smallest_effect:g} | "
-            f"**{t.verdict}**{' (' + t.note + ')' if t.note else ''} |")
+def _ci(low: Any, high: Any, spec: str = "+.4f", sep: str = " to ") -> str:
+    return f"{fmt_finite(low, spec)}{sep}{fmt_finite(high, spec)}"
+
+
+def _test_row(t) -> tuple[str, ...]:
+    return (t.name, f"{fmt_finite(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high), fmt_finite(t.p_holm, ".2g"),
+            f"{t.n_triples} / {t.n_distractors}", f"{fmt_finite(t.power, '.2f')} at {t.smallest_effect:g}",
+            f"**{t.verdict}**" + (f" ({t.note})" if t.note else ""))
 
 
 def _control_lines(a) -> list[str]:
     e, po, ls, cp, m = a.empty_mask, a.position_only, a.label_swap, a.c_plus, a.manipulation
     ok = {True: "passed", False: "**FAILED**"}
     return [
-        "| control | what must hold | measured | |",
-        "|---|---|---|---|",
+        *md_table("control | what must hold | measured |"),
         f"| empty mask | every triple within {e.tolerance_bits:g} bits of A0 | max {e.max_diff_bits:.2e} bits "
         f"({e.n_over} over; worst {_md(str(e.worst))}) | {ok[e.passed]} |",
         f"| position only (A2) | H(P,A2) - H(N,A2) within +-{po.bound_bits:g} bits (TOST at {po.alpha:g}) | "
-        f"{_f(po.mean_bits, '+.4f')} ({_f(po.ci_low, '+.4f')} to {_f(po.ci_high, '+.4f')}), p {_f(po.p_tost, '.2g')}"
+        f"{fmt_finite(po.mean_bits, '+.4f')} ({_ci(po.ci_low, po.ci_high)}), p {fmt_finite(po.p_tost, '.2g')}"
         f"{'; ' + po.note if po.note else ''} | {ok[po.passed]} |",
         f"| label swap | did_entropy rejects in at most {ls.max_rejecting} of {ls.n_swaps} swaps | {ls.n_rejecting} "
         f"({ls.share:.1%}){'; ' + ls.note if ls.note else ''} | {ok[ls.passed]} |",
@@ -108,19 +97,15 @@ def _control_lines(a) -> list[str]:
         f"L0.25 / A0 {m.ratio_l025:.3f} | {ok[m.passed]} |",
         "",
         f"Described, not a control: the sink arm (key 0 masked for the decode queries) moves mean entropy by "
-        f"{_f(a.sink.mean_bits, '+.3f')} bits on average and by >= {a.sink.min_bits:g} bits on {a.sink.n_moved} of "
-        f"{a.sink.n_twins} twins ({a.sink.share:.1%}).",
+        f"{fmt_finite(a.sink.mean_bits, '+.3f')} bits on average and by >= {a.sink.min_bits:g} bits on "
+        f"{a.sink.n_moved} of {a.sink.n_twins} twins ({a.sink.share:.1%}).",
     ]
 
 
 def _arm_table(arms: ArmMeans) -> list[str]:
-    lines = ["| arm | H(P) bits | H(N) bits | beta(P) | beta(N) | mediator P | mediator N |", "|---|---|---|---|---|---|---|"]
-    for arm in ARMS:
-        cells = [arms.by_arm[t, v, arm].mean
-                 for t, v in (("entropy", "P"), ("entropy", "N"), ("beta", "P"), ("beta", "N"),
-                              ("span_mass", "P"), ("span_mass", "N"))]
-        lines.append(f"| {arm} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
-    return lines
+    cells = (("entropy", "P"), ("entropy", "N"), ("beta", "P"), ("beta", "N"), ("span_mass", "P"), ("span_mass", "N"))
+    return md_table("arm | H(P) bits | H(N) bits | beta(P) | beta(N) | mediator P | mediator N",
+                    [(arm, *(f"{arms.by_arm[t, v, arm].mean:.4f}" for t, v in cells)) for arm in ARMS])
 
 
 def summary_markdown(report) -> str:
@@ -140,8 +125,8 @@ def summary_markdown(report) -> str:
              f"{report.seconds:.0f} s of scoring. Arms, tests and controls were stated before the run "
              f"(`lab intervene --help`, `lab.analysis.intervention`, design version {s.design}).", ""]
     head += ["## Pre-stated tests (one Holm family, one-sided, distractor as a random effect)", "",
-             "| test | estimate | CI (family level) | p (Holm) | triples / distractors | power at the smallest effect "
-             "| verdict |", "|---|---|---|---|---|---|---|"] + [_test_line(t) for t in a.tests]
+             *md_table("test | estimate | CI (family level) | p (Holm) | triples / distractors | power at the smallest "
+                       "effect | verdict", map(_test_row, a.tests))]
     head += [""] + [f"- **{t.name}**: {t.statement}" for t in a.tests]
     head += ["", "## Controls", ""] + _control_lines(a)
     if report.pilot is not None:
@@ -149,18 +134,20 @@ def summary_markdown(report) -> str:
                      f"{', '.join(map(_md, report.pilot_ids))})", ""] + _control_lines(report.pilot)
     if report.power:
         head += ["", "## Power, from the pilot's SDs, for this run's size (fixed before the main triples ran)", "",
-                 "| test | smallest effect | pilot SD | power at n | triples for 80 % |", "|---|---|---|---|---|"]
-        head += [f"| {r.test} | {r.smallest_effect:g} {r.unit} | {_f(r.sd, '.4f')} | {_f(r.power, '.2f')} at "
-                 f"{r.n_triples} | {r.required_triples if r.required_triples is not None else 'not reachable'} |"
-                 for r in report.power]
+                 *md_table("test | smallest effect | pilot SD | power at n | triples for 80 %", [
+                     (r.test, f"{r.smallest_effect:g} {r.unit}", fmt_finite(r.sd, ".4f"),
+                      f"{fmt_finite(r.power, '.2f')} at {r.n_triples}",
+                      r.required_triples if r.required_triples is not None else "not reachable")
+                     for r in report.power])]
     sec = (a.proportion_removed, a.mediation_slope, a.indirect_share)
     head += ["", "## Secondary (outside the family)", ""] + [
-        f"- {e.name}: {_f(e.value, '+.3f')} {e.unit} (95 % CI {_f(e.ci_low, '+.3f')} to {_f(e.ci_high, '+.3f')}, "
+        f"- {e.name}: {fmt_finite(e.value, '+.3f')} {e.unit} (95 % CI {_ci(e.ci_low, e.ci_high, '+.3f')}, "
         f"{e.n_triples} triples): {e.statement}" for e in sec]
     head += ["", "## Arms (means over triples)", ""] + _arm_table(report.arms)
-    head += ["", "## Per distractor", "", "| distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0 |",
-             "|---|---|---|---|"] + [f"| {_md(d.distractor)} | {d.n_triples} | {d.mean_did_entropy:+.4f} | "
-                                     f"{d.mean_h4b_gap:+.4f} |" for d in a.distractors]
+    head += ["", "## Per distractor", "", *md_table(
+        "distractor | triples | mean DiD entropy (bits) | mean H(P) - H(N) at A0",
+        [(_md(d.distractor), d.n_triples, f"{d.mean_did_entropy:+.4f}", f"{d.mean_h4b_gap:+.4f}")
+         for d in a.distractors])]
     return "\n".join(head) + "\n"
 
 
@@ -175,8 +162,8 @@ def render_console(report, console) -> None:
     for col in ("test", "estimate", "CI", "p (Holm)", "verdict"):
         table.add_column(col)
     for t in a.tests:
-        table.add_row(t.name, f"{_f(t.estimate, '+.4f')} {t.unit}", f"{_f(t.ci_low, '+.4f')} .. {_f(t.ci_high, '+.4f')}",
-                      _f(t.p_holm, '.2g'), t.verdict)
+        table.add_row(t.name, f"{fmt_finite(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high, sep=" .. "),
+                      fmt_finite(t.p_holm, ".2g"), t.verdict)
     console.print(table)
     console.print("controls: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in a.controls.items()),
                   markup=False, highlight=False)

@@ -6,19 +6,15 @@ Consumes a :class:`lab.bench.runtime_tune.RuntimeTuneReport`; computes nothing n
 from __future__ import annotations
 
 from lab.bench.runtime_tune import RuntimeTuneReport
-from lab.machine import busy_warning
-from lab.render.speculative import fmt_number
+from lab.render.markdown import busy_lines, fmt_number, md_table
 
 
 def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
     """``summary.md`` of a runtime tuning run."""
     result = report.result
-    lines = ["# lab bench-tune-runtime: the runtime for this machine", ""]
-    warning = busy_warning(result.load)
-    if warning:
-        lines += [f"> **{warning}**", ""]
     machine = report.machine
-    lines += [
+    lines = [
+        "# lab bench-tune-runtime: the runtime for this machine", "", *busy_lines(result.load),
         f"- model {report.model}, the target alone on the lab's loop, greedy; tuning prompts only: a code prompt "
         f"and HumanEval {report.humaneval} (never the held-back split); {report.max_new_tokens} new tokens, "
         f"{report.repeats} repeats, candidates alternating (order rotated each repeat)",
@@ -30,13 +26,10 @@ def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
         f"- written to `{report.tuning_file}`; lab entropy, speculate and bench run it on this machine when --runtime "
         "is not typed",
         "",
-        "| candidate | end to end tok/s (median) | decode tok/s (median) | prefill s per repeat (median) | "
-        "end to end per repeat |",
-        "|---|---:|---:|---:|---|",
+        *md_table("candidate | end to end tok/s (median) | decode tok/s (median) | prefill s per repeat (median) | "
+                  "end to end per repeat",
+                  [(label, *(fmt_number(x, ".2f") for x in (f.median_end_to_end, f.median_decode, f.median_prefill_s)),
+                    ", ".join(fmt_number(v, ".2f") for v in f.end_to_end_tok_s))
+                   for label, f in ((c, result.figures[c]) for c in result.candidates)], "lrrrl"),
     ]
-    for label in result.candidates:
-        f = result.figures[label]
-        lines.append(f"| {label} | {fmt_number(f.median_end_to_end, '.2f')} | {fmt_number(f.median_decode, '.2f')} | "
-                     f"{fmt_number(f.median_prefill_s, '.2f')} | "
-                     f"{', '.join(fmt_number(v, '.2f') for v in f.end_to_end_tok_s)} |")
     return "\n".join(lines) + "\n"

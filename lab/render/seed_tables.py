@@ -12,14 +12,8 @@ from typing import Any
 
 from lab.bench.results import Spread
 from lab.bench.seed_tables import SeedTablesReport
-from lab.machine import busy_warning
 from lab.render.bench import spread_cell
-from lab.render.speculative import fmt_number
-
-
-def _fmt(x: Any, spec: str = ".3f") -> str:
-    """:func:`fmt_number`, "n/a" also for +-inf."""
-    return fmt_number(None if isinstance(x, float) and math.isinf(x) else x, spec)
+from lab.render.markdown import busy_lines, fmt_finite, fmt_number, md_table
 
 
 def _range(pair: Any, fmt: str = ".1f", scale: float = 1.0) -> str:
@@ -31,8 +25,8 @@ def _range(pair: Any, fmt: str = ".1f", scale: float = 1.0) -> str:
 def _pct(stats: Spread | None) -> str:
     if stats is None or not math.isfinite(stats.median):
         return "-"
-    return (f"{_fmt(stats.median * 100, '.1f')} % ({_fmt(stats.min * 100, '.1f')}-"
-            f"{_fmt(stats.max * 100, '.1f')})")
+    return (f"{fmt_finite(stats.median * 100, '.1f')} % ({fmt_finite(stats.min * 100, '.1f')}-"
+            f"{fmt_finite(stats.max * 100, '.1f')})")
 
 
 def seed_tables_markdown(report: SeedTablesReport) -> str:
@@ -42,9 +36,7 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
     s = sweep_cfg.sampling
     lines = ["# lab bench-seed-tables: the seed's Part 3, rerun", ""]
     for part in ("gamma_sweep", "caching"):
-        warning = busy_warning(report.benches[part].machine_load or {})
-        if warning:
-            lines += [f"> **{part}: {warning}**", ""]
+        lines += busy_lines(report.benches[part].machine_load, f"{part}: ")
     lines += [
         f"- model {report.model.get('model')}, draft {report.draft}; sampling: temperature "
         f"{s.temperature:g}, top-p {s.top_p:g} (the seed's), seed {sweep_cfg.seed}, one per repeat and "
@@ -58,9 +50,8 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
         "Lab figures: median (min-max) over repeats; speedup over the lab's target-only loop in the same repeat, "
         "end to end. The seed's: its min-max (mean).",
         "",
-        "| row | seed tok/s | lab tok/s | seed acceptance | lab alpha | seed speedup | lab speedup | "
-        "lab speedup decode-only |",
-        "|---|---|---|---|---|---|---|---|",
+        *md_table("row | seed tok/s | lab tok/s | seed acceptance | lab alpha | seed speedup | lab speedup | "
+                  "lab speedup decode-only"),
     ]
     for r in cmp["gamma_sweep"]:
         seed, lab = r["seed"], r["lab"]
@@ -75,17 +66,16 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
         f"## Caching: {caching_cfg.max_new_tokens} new tokens, gamma {caching_cfg.gammas[0]}, "
         f"{caching_cfg.repeats} repeats",
         "",
-        "| row | seed | lab (median per run) | lab tok/s median (min-max) | lab rounds per run | lab alpha |",
-        "|---|---|---|---|---|---|",
+        *md_table("row | seed | lab (median per run) | lab tok/s median (min-max) | lab rounds per run | lab alpha"),
     ]
     for r in cmp["caching"]:
         seed, lab = r["seed"], r["lab"]
         lines.append(f"| {r['row']} | {seed['tokens']} tokens in {seed['time_s']} s ({seed['tokens_per_s']} tok/s), "
-                     f"{seed['rounds']} rounds | {_fmt(lab['tokens_median'], '.0f')} tokens in "
-                     f"{_fmt(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
-                     f"{_fmt(lab['rounds_per_run'], '.1f')} | {_fmt(lab['alpha'])} |")
+                     f"{seed['rounds']} rounds | {fmt_finite(lab['tokens_median'], '.0f')} tokens in "
+                     f"{fmt_finite(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
+                     f"{fmt_finite(lab['rounds_per_run'], '.1f')} | {fmt_finite(lab['alpha'])} |")
     sp = cmp["speedup_from_caching"]
-    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {_fmt(sp['lab_median_ratio'], '.2f')}x "
+    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {fmt_finite(sp['lab_median_ratio'], '.2f')}x "
                   "(median tokens/s, cached over no-cache).", "", "## The seed's findings on this run", ""]
     for f in cmp["findings"]:
         lines.append(f"- {f['finding']}: **{'holds' if f['holds'] else 'does not hold'}** ({f['rule']}; measured "
@@ -96,5 +86,5 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
 
 def _measured(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_fmt(v, '.2f')}x" for k, v in value.items())
-    return f"{_fmt(value, '.2f')}x"
+        return ", ".join(f"{k} {fmt_finite(v, '.2f')}x" for k, v in value.items())
+    return f"{fmt_finite(value, '.2f')}x"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from lab.render import pyplot, save_figure
+from lab.render.markdown import md_table
 from lab.sinks.calibration import SweepRow
 from lab.sinks.calibration_report import CandidateCalibration, SinkCalibrationReport
 from lab.sinks.candidates import STATISTIC_LABEL
@@ -77,22 +79,17 @@ def calibration_markdown(report: SinkCalibrationReport) -> str:
             lines.append(f"- held-out long prompts ({', '.join(map(str, held.long_n_tokens))} tokens): position 0 "
                          f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
                          f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
-    lines += ["", f"| {label} | position 0 flagged | content flagged | long: position 0 | long: content flagged "
-                  "| feasible |",
-              "|---:|---:|---:|---:|---:|:---:|"]
-    lines += [f"| {r.threshold:.2f} | {r.position0_flagged}/{r.n_prompts} | "
-              f"{r.content_flagged}/{r.n_content} | {r.long_position0_flagged}/"
-              f"{r.long_n_prompts} | {r.long_content_flagged}/{r.long_n_content} | "
-              f"{'yes' if r.feasible else ''} |" for r in report.sweep]
+    rows = [(f"{r.threshold:.2f}", f"{r.position0_flagged}/{r.n_prompts}", f"{r.content_flagged}/{r.n_content}",
+             f"{r.long_position0_flagged}/{r.long_n_prompts}", f"{r.long_content_flagged}/{r.long_n_content}",
+             "yes" if r.feasible else "") for r in report.sweep]
+    lines += ["", *md_table(f"{label} | position 0 flagged | content flagged | long: position 0 | "
+                            "long: content flagged | feasible", rows, "rrrrrc")]
     return "\n".join(lines) + "\n"
 
 
 def plot_sweep(report: SinkCalibrationReport, path) -> None:
     """Position-0 flag rate and content flag rate against the threshold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sweep = report.sweep
     xs = [r.threshold for r in sweep]
@@ -112,8 +109,7 @@ def plot_sweep(report: SinkCalibrationReport, path) -> None:
     ax.set_xlabel(f"{_label(report)} threshold")
     ax.set_ylabel("rate")
     ax.legend()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, tight=False)
 
 
 def _counts(c: CandidateCalibration, key: str) -> str:
@@ -126,18 +122,17 @@ def _counts(c: CandidateCalibration, key: str) -> str:
 
 def candidates_markdown(report: SinkCalibrationReport) -> str:
     """Every candidate statistic on this model: feasible range, its own threshold, counts there."""
+    rows = [(name, f"{c.feasible[0]:g} .. {c.feasible[1]:g}" if c.feasible else "none",
+             "" if c.chosen is None else c.chosen, f"{c.position0_lowest:.2f}",
+             "" if c.content_highest is None else f"{c.content_highest:.2f}",
+             *(_counts(c, key) for key in ("calibration", "calibration_long", "held_out", "held_out_long")))
+            for name, c in report.candidates.items()]
     lines = ["", "## Candidate statistics", "",
              f"The detector uses `{report.statistic}`. Each candidate's threshold is the middle of its own feasible "
              "range on the calibration prompts (short and long). Counts: position 0 flagged / prompts; content "
              "tokens flagged / observed content tokens.", "",
-             "| statistic | feasible | threshold | lowest pos-0 | highest content | calibration | calibration long | "
-             "held-out | held-out long |", "|---|---|---:|---:|---:|---|---|---|---|"]
-    for name, c in report.candidates.items():
-        feas = f"{c.feasible[0]:g} .. {c.feasible[1]:g}" if c.feasible else "none"
-        high = "" if c.content_highest is None else f"{c.content_highest:.2f}"
-        lines.append(f"| {name} | {feas} | {'' if c.chosen is None else c.chosen} | "
-                     f"{c.position0_lowest:.2f} | {high} | {_counts(c, 'calibration')} | "
-                     f"{_counts(c, 'calibration_long')} | {_counts(c, 'held_out')} | {_counts(c, 'held_out_long')} |")
+             *md_table("statistic | feasible | threshold | lowest pos-0 | highest content | calibration | "
+                       "calibration long | held-out | held-out long", rows, "llrrrllll")]
     cross = report.cross_model
     if cross:
         lines += ["", f"Rule across the calibrated profiles ({', '.join(cross.profiles)}): the first statistic "

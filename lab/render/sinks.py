@@ -16,6 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.render import pyplot, save_figure
+from lab.render.markdown import busy_lines, md_table
 from lab.sinks.candidates import STATISTIC_LABEL
 from lab.sinks.prefill import PrefillAnalysis
 from lab.sinks.profiles import is_packaged
@@ -67,12 +69,9 @@ def prompt_text(a: PrefillAnalysis) -> Text:
 
 
 def legend() -> Text:
-    t = Text("legend: ")
-    t.append("structural", style=STYLE_STRUCTURAL).append("  ")
-    t.append("structural sink", style=STYLE_STRUCTURAL_SINK).append("  ")
-    t.append("content sink", style=STYLE_CONTENT_SINK).append("  ")
-    t.append("tail (too few observers to flag)", style=STYLE_TAIL).append("  content")
-    return t
+    return Text.assemble("legend: ", ("structural", STYLE_STRUCTURAL), "  ", ("structural sink", STYLE_STRUCTURAL_SINK),
+                         "  ", ("content sink", STYLE_CONTENT_SINK), "  ",
+                         ("tail (too few observers to flag)", STYLE_TAIL), "  content")
 
 
 # Sink levels table: at most this many positions, those holding in the most layers first.
@@ -167,6 +166,11 @@ def token_repr(token: str) -> str:
 ROLE_LABEL = {"system-default": "system"}
 
 
+def _figures(a: PrefillAnalysis, i: int) -> tuple[str, str, str]:
+    """Position ``i``'s mean attention received, robust z and sink rate, as the tables print them."""
+    return f"{float(a.received[i]):.4f}", f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}"
+
+
 def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
     """One row per position, legible at 80 columns: short headers, a caption for the legend."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
@@ -177,8 +181,7 @@ def positions_table(a: PrefillAnalysis, positions, title: str) -> Table:
                       ("z", "right"), ("rate", "right"), ("sink", "center")):
         t.add_column(col, justify=just, no_wrap=col != "token", overflow="fold")
     for i in positions:
-        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), f"{float(a.received[i]):.4f}",
-                  f"{float(a.robust_z[i]):.2f}", f"{float(a.sink_rate[i]):.2f}",
+        t.add_row(str(i), Text(token_repr(a.tokens[i])), ROLE_LABEL.get(a.roles[i], a.roles[i]), *_figures(a, i),
                   "yes" if bool(a.is_sink[i]) else ("-" if bool(a.observed[i]) else "tail"))
     return t
 
@@ -228,13 +231,8 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
     """The analysis as JSON-ready data (per-position arrays and per-head scores included)."""
     return {
         "n_tokens": len(a.tokens),
-        "threshold": a.threshold,
-        "epsilon": a.epsilon,
-        "min_observers": a.min_observers,
-        "statistic": a.statistic,
-        "threshold_source": a.threshold_source,
-        "calibrated_for": a.calibrated_for,
-        "calibration_file": a.calibration_file,
+        **{k: getattr(a, k) for k in ("threshold", "epsilon", "min_observers", "statistic", "threshold_source",
+                                      "calibrated_for", "calibration_file")},
         "context_health": a.context_health,  # null: not measurable
         "context_health_measure": a.health_measure,
         "context_health_invalid": a.health_invalid,  # null: no failed validation stored for this model
@@ -242,9 +240,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "position0_share": a.position0_share,
         "layer_levels": level_rows(a),
         "layer_sinks": [torch_nonzero_list(row) for row in a.layer_sinks],  # per layer: its sink positions
-        "structural": list(a.structural),
-        "structural_sinks": list(a.structural_sinks),
-        "content_sinks": list(a.content_sinks),
+        **{k: list(getattr(a, k)) for k in ("structural", "structural_sinks", "content_sinks")},
         "sink_heads": [list(p) for p in a.sink_heads],
         "input_ids": a.input_ids.tolist(),
         "tokens": list(a.tokens),
@@ -252,9 +248,7 @@ def report_data(a: PrefillAnalysis) -> dict[str, Any]:
         "received": a.received.tolist(),
         "score": a.score.tolist(),  # the detector's statistic (see "statistic")
         "z": a.robust_z.tolist(),
-        "sink_rate": a.sink_rate.tolist(),
-        "is_sink": a.is_sink.tolist(),
-        "observed": a.observed.tolist(),
+        **{k: getattr(a, k).tolist() for k in ("sink_rate", "is_sink", "observed")},
         "per_head_shape": list(a.per_head.shape),
         # [L, H, S]; omitted for long prompts (8,192 tokens would be ~40 MB of JSON)
         "per_head": a.per_head.tolist() if a.per_head.numel() <= MAX_PER_HEAD_IN_JSON else None,
@@ -284,29 +278,21 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
         f"- structural sinks: {len(a.structural_sinks)}; content sinks: {len(a.content_sinks)}; "
         f"sink heads: {len(a.sink_heads)}",
         "", "## Structural positions", "",
-        "| pos | token | role | mean attn | z | sink rate | sink? |", "|---:|---|---|---:|---:|---:|:---:|",
+        *md_table("pos | token | role | mean attn | z | sink rate | sink?",
+                  [(i, _md(a.tokens[i]), a.roles[i], *_figures(a, i), "yes" if bool(a.is_sink[i]) else "")
+                   for i in a.structural], "rllrrrc"),
+        "", "## Content sinks", "",
+        *(md_table("pos | token | mean attn | z | sink rate",
+                   [(i, _md(a.tokens[i]), *_figures(a, i)) for i in a.content_sinks], "rlrrr")
+          if a.content_sinks else ["None."]),
     ]
-    for i in a.structural:
-        lines.append(f"| {i} | {_md(a.tokens[i])} | {a.roles[i]} | {float(a.received[i]):.4f} | "
-                     f"{float(a.robust_z[i]):.2f} | {float(a.sink_rate[i]):.2f} | {'yes' if bool(a.is_sink[i]) else ''} |")
-    lines += ["", "## Content sinks", ""]
-    if a.content_sinks:
-        lines += ["| pos | token | mean attn | z | sink rate |", "|---:|---|---:|---:|---:|"]
-        lines += [f"| {i} | {_md(a.tokens[i])} | {float(a.received[i]):.4f} | {float(a.robust_z[i]):.2f} | "
-                  f"{float(a.sink_rate[i]):.2f} |" for i in a.content_sinks]
-    else:
-        lines.append("None.")
     levels = level_rows(a)
     lines += ["", f"## Sink levels across {a.layer_scores.shape[0]} layers", "",
               f"`{a.statistic}` computed per layer, above the threshold.", ""]
-    if levels:
-        lines += ["| pos | token | role | first layer | last layer | layers | sink overall |",
-                  "|---:|---|---|---:|---:|---:|:---:|"]
-        lines += [f"| {r['position']} | {_md(a.tokens[r['position']])} | {r['role']} | {r['first_layer']} | "
-                  f"{r['last_layer']} | {r['n_layers']} | {'yes' if r['sink_overall'] else ''} |"
-                  for r in levels[:50]]
-    else:
-        lines.append("None.")
+    lines += md_table("pos | token | role | first layer | last layer | layers | sink overall",
+                      [(r["position"], _md(a.tokens[r["position"]]), r["role"], r["first_layer"], r["last_layer"],
+                        r["n_layers"], "yes" if r["sink_overall"] else "") for r in levels[:50]],
+                      "rllrrrc") if levels else ["None."]
     head = prompt if len(prompt) <= 500 else prompt[:500] + " …"
     lines += ["", "## Prompt", "", "```text", head.replace("```", "'''"), "```", ""]
     return "\n".join(lines)
@@ -314,10 +300,7 @@ def summary_markdown(a: PrefillAnalysis, *, prompt: str, system: str | None, mod
 
 def plot_heatmap(a: PrefillAnalysis, path) -> None:
     """Layer x position heatmap of received attention (mean over heads), log colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import LogNorm
 
     data = a.received_per_layer.clamp_min(1e-6).numpy()  # [L, S]
@@ -336,8 +319,7 @@ def plot_heatmap(a: PrefillAnalysis, path) -> None:
                    edgecolors="lime", linewidths=0.6, label="sink in this layer")
         ax.legend(loc="upper right", fontsize=7)
     fig.colorbar(im, ax=ax, label="attention (log scale)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, tight=False)
 
 
 # --------------------------------------------------------------------------- benchmark
@@ -357,10 +339,8 @@ def bench_table(data: SinksBenchReport) -> Table:
         t.add_column(col, justify="left" if col == "method" else "right", no_wrap=col != "seconds")
     names = {"sdpa": "plain SDPA prefill", "capture": "streaming capture", "eager": "eager output_attentions"}
     for r in data.results:
-        if "error" in r:
-            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), Text(f"failed: {r['error']}"), "")
-        else:
-            t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
+        cells = (Text(f"failed: {r['error']}"), "") if "error" in r else (f"{r['seconds']:.2f}", _gib(r["extra_bytes"]))
+        t.add_row(names.get(r["mode"], r["mode"]), str(r["length"]), *cells)
     cmp_ = data.comparison
     if cmp_:
         t.caption = comparison_sentence(cmp_)
@@ -377,18 +357,15 @@ def comparison_sentence(cmp_: dict[str, Any]) -> str:
 
 def bench_markdown(data: SinksBenchReport) -> str:
     """``summary.md`` of ``lab bench-sinks``."""
-    from lab.machine import busy_warning
-
     load = data.machine_load or {}
-    warning = busy_warning(load)
-    lines = ["# Sink capture benchmark", "", *([f"> **{warning}**", ""] if warning else []),
+    lines = ["# Sink capture benchmark", "", *busy_lines(load),
              f"- model: {data.model}",
              f"- machine: {data.environment.get('platform')}, {data.environment.get('cpu_count')} CPUs",
              "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
              f"- torch threads: {data.torch_threads}; 1-minute load average up to "
              f"{load.get('max_load_1m', float('nan')):.2f} "
              f"({load.get('rule', 'not recorded')})",
-             "", "| method | tokens | seconds | peak beyond model |", "|---|---:|---:|---:|"]
+             "", *md_table("method | tokens | seconds | peak beyond model", align="lrrr")]
     for r in data.results:
         if "error" in r:
             lines.append(f"| {r['mode']} | {r['length']} | failed: {r['error']} | |")

@@ -17,6 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.render import pyplot, save_figure
+from lab.render.markdown import fmt_number
 from lab.speculative.results import SpeculativeResult
 
 STYLES = {
@@ -36,10 +38,6 @@ def visible(text: str) -> str:
     out = text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
     return "".join(ch if ch.isprintable() or ch in "⏎⇥␍" else " " if unicodedata.category(ch) == "Zs"
                    else f"\\x{ord(ch):02x}" for ch in out)
-
-
-def _special_ids(tokenizer: Any) -> frozenset[int]:
-    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
 
 def _tok(tokenizer: Any, token_id: int) -> str:
@@ -67,7 +65,7 @@ def answer_text(tokenizer: Any, token_ids: list[int]) -> str:
 def replay_text(result: SpeculativeResult, tokenizer: Any) -> Text:
     """The generated text, each token styled by how it was produced; special tokens are not shown."""
     text = Text()
-    special = _special_ids(tokenizer)
+    special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
     for r in result.rounds:
         for t in r.proposed[: r.n_accepted]:
             if t not in special:
@@ -80,15 +78,8 @@ def replay_text(result: SpeculativeResult, tokenizer: Any) -> Text:
 
 
 def legend() -> Text:
-    t = Text("legend: ")
-    t.append("accepted draft", style=STYLES["accepted"])
-    t.append("  ")
-    t.append("correction", style=STYLES["correction"])
-    t.append("  ")
-    t.append("bonus", style=STYLES["bonus"])
-    t.append("  ")
-    t.append("¦ adaptive early stop", style=STYLES["early-stop"])
-    return t
+    return Text.assemble("legend: ", ("accepted draft", STYLES["accepted"]), "  ", ("correction", STYLES["correction"]),
+                         "  ", ("bonus", STYLES["bonus"]), "  ", ("¦ adaptive early stop", STYLES["early-stop"]))
 
 
 # Short names for the next-token kind in the rounds table (legend in its caption).
@@ -130,13 +121,6 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
     return table
 
 
-def fmt_number(x: Any, spec: str = ".3f") -> str:
-    """``x`` in format ``spec``, or ``"n/a"`` for None or NaN (a figure that could not be measured)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return format(x, spec)
-
-
 def acceptance_panel(result: SpeculativeResult) -> Panel:
     s = result.acceptance_summary()
     lines = [
@@ -164,28 +148,22 @@ def render_speculation(result: SpeculativeResult, tokenizer: Any, console: Conso
 
 def round_rows(result: SpeculativeResult, tokenizer: Any = None) -> list[dict[str, Any]]:
     """One CSV row per round."""
-    rows = []
-    for r in result.rounds:
-        rows.append({
-            "round": r.round, "n_proposed": len(r.proposed), "n_accepted": r.n_accepted,
-            "n_tested": sum(r.tested_mask), "next_kind": r.next_kind, "next_token": r.next_token,
-            "stop_reason": r.stop_reason, "proposed_ids": " ".join(map(str, r.proposed)),
-            "proposed_text": "".join(_tok(tokenizer, t) for t in r.proposed) if tokenizer else "",
-            "draft_entropies_bits": " ".join(f"{h:.4f}" for h in r.draft_entropies),
-            "target_probs": " ".join(f"{p:.4g}" for p in r.target_probs),
-            "draft_probs": " ".join(f"{q:.4g}" for q in r.draft_probs),
-            "draft_time_s": r.draft_time_s, "verify_time_s": r.verify_time_s,
-            "prefill_positions": r.prefill_positions, "draft_source": r.draft_source,
-        })
-    return rows
+    return [{
+        "round": r.round, "n_proposed": len(r.proposed), "n_accepted": r.n_accepted,
+        "n_tested": sum(r.tested_mask), "next_kind": r.next_kind, "next_token": r.next_token,
+        "stop_reason": r.stop_reason, "proposed_ids": " ".join(map(str, r.proposed)),
+        "proposed_text": "".join(_tok(tokenizer, t) for t in r.proposed) if tokenizer else "",
+        "draft_entropies_bits": " ".join(f"{h:.4f}" for h in r.draft_entropies),
+        "target_probs": " ".join(f"{p:.4g}" for p in r.target_probs),
+        "draft_probs": " ".join(f"{q:.4g}" for q in r.draft_probs),
+        "draft_time_s": r.draft_time_s, "verify_time_s": r.verify_time_s,
+        "prefill_positions": r.prefill_positions, "draft_source": r.draft_source,
+    } for r in result.rounds]
 
 
 def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     """Observed accepted-length counts vs the truncated geometric law at the measured alpha (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     hist = result.accepted_length_histogram
     fit = result.geometric_fit()
@@ -198,9 +176,7 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     ax.set_xticks(ks)
     ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {fmt_number(fit['p_value'], '.3g')})")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, model_info: dict[str, Any],

@@ -6,7 +6,6 @@ formatting (rolling means, intervals and tests come from :mod:`lab.stream`).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -15,27 +14,27 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from lab.render import pyplot, save_figure
+from lab.render.markdown import fmt_finite, md_table
 from lab.stream.experiment import ROLLING_WIDTH, StreamResult
-
-
-def _f(x: Any, fmt: str = ".3f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
 def _alpha(result: StreamResult, spec: str, mode: str) -> dict | None:
     return next((a for a in result.acceptance if a["policy"] == spec and a["mode"] == mode), None)
 
 
+def _alpha_counts(a: dict | None) -> str:
+    return f"{a['alpha']:.2f} ({a['n_accepted']}/{a['n_tested']})" if a else "n/a"
+
+
 def policy_rows(result: StreamResult) -> list[dict[str, Any]]:
     """One row per policy for ``policies.csv`` (summary plus acceptance counts)."""
     rows = []
     for s in result.summary:
-        row = {k: v for k, v in s.items()}
+        row = dict(s)
         for mode in ("greedy", "sampled"):
             a = _alpha(result, s["policy"], mode)
-            row[f"alpha_{mode}"] = a["alpha"] if a else None
-            row[f"n_accepted_{mode}"] = a["n_accepted"] if a else None
-            row[f"n_tested_{mode}"] = a["n_tested"] if a else None
+            row.update({f"{key}_{mode}": a[key] if a else None for key in ("alpha", "n_accepted", "n_tested")})
         rows.append(row)
     return rows
 
@@ -67,6 +66,11 @@ def _ppl(s: dict) -> str:
     return f"{s['ppl']:.2f} [{s['ppl_low']:.2f}, {s['ppl_high']:.2f}]"
 
 
+def _ratio(rc: dict) -> str:
+    """The recompute check's PPL ratio with its interval."""
+    return f"{rc['ratio']:.3f} [{rc['low']:.3f}, {rc['high']:.3f}]"
+
+
 def render_stream(result: StreamResult, console: Console) -> None:
     """Policy table, the pre-stated test with its control, the recompute check and the benchmark."""
     cfg = result.config
@@ -77,9 +81,9 @@ def render_stream(result: StreamResult, console: Console) -> None:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for s in result.summary:
         ag, asa = _alpha(result, s["policy"], "greedy"), _alpha(result, s["policy"], "sampled")
-        table.add_row(s["policy"], str(s["budget"] or "all"), _ppl(s), _f(s.get("ratio_to_dense"), ".2f"),
-                      _f(ag["alpha"] if ag else None, ".2f"), _f(asa["alpha"] if asa else None, ".2f"),
-                      _f(s["wall_s"], ".1f"), _f(s["peak_rss_mb"], ".0f"))
+        table.add_row(s["policy"], str(s["budget"] or "all"), _ppl(s), fmt_finite(s.get("ratio_to_dense"), ".2f"),
+                      fmt_finite(ag["alpha"] if ag else None, ".2f"), fmt_finite(asa["alpha"] if asa else None, ".2f"),
+                      fmt_finite(s["wall_s"], ".1f"), fmt_finite(s["peak_rss_mb"], ".0f"))
     console.print(table)
     det = result.detection
     if det is not None:
@@ -87,13 +91,12 @@ def render_stream(result: StreamResult, console: Console) -> None:
                       "first); detected:K+W keeps up to K of them and gives spare slots to the window", markup=False)
     for t in result.tests:
         verdict = "REJECTS the null" if t.reject else "does not reject"
-        console.print(f"{t.name}: Wilcoxon one-sided p = {_f(t.p_value, '.2g')} (alpha {t.alpha}), {verdict}; "
+        console.print(f"{t.name}: Wilcoxon one-sided p = {fmt_finite(t.p_value, '.2g')} (alpha {t.alpha}), {verdict}; "
                       f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks", markup=False)
     rc = result.recompute_check
     if rc:
-        console.print(f"{rc['recompute']} / {rc['sinks']} PPL ratio {rc['ratio']:.3f} [{rc['low']:.3f}, {rc['high']:.3f}] "
-                      f"on {rc['n_targets']} sampled targets: {'within' if rc['within'] else 'NOT within'} "
-                      f"{rc['tolerance']:.0%}", markup=False)
+        console.print(f"{rc['recompute']} / {rc['sinks']} PPL ratio {_ratio(rc)} on {rc['n_targets']} sampled targets: "
+                      f"{'within' if rc['within'] else 'NOT within'} {rc['tolerance']:.0%}", markup=False)
     b = result.bench
     style = "yellow" if b["busy"] else "green"
     console.print(Panel(_bench_line(result), title="benchmark", border_style=style))
@@ -141,11 +144,11 @@ def streamingllm_words(result: StreamResult) -> list[str]:
             rec_share = s.get("window_excess_recovered")
             share = f"; it wins back {rec_share:.0%} of the window's excess log-perplexity" if rec_share is not None else ""
             out.append(f"{n} kept token{'s' if n > 1 else ''} ({s['policy']}): PPL {s['ppl']:.2f}, "
-                       f"{_f(s.get('ratio_to_dense'), '.2f')}x dense{share}.")
+                       f"{fmt_finite(s.get('ratio_to_dense'), '.2f')}x dense{share}.")
     rc = result.recompute_check
     if rec and rc:
         out.append(f"Recompute ({rec['policy']}) vs {rc['sinks']} on the oracle's {rc['n_targets']} targets: ratio "
-                   f"{rc['ratio']:.3f} [{rc['low']:.3f}, {rc['high']:.3f}], "
+                   f"{_ratio(rc)}, "
                    + ("within" if rc["within"] else "not within") + f" the stated {rc['tolerance']:.0%}.")
     return out
 
@@ -164,14 +167,13 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
              f"{cfg.chunk_tokens} targets; 'PPL all targets' covers every scored target. `recompute` scores "
              f"one target in {cfg.recompute_every} (an exact fresh "
              "forward over its last W tokens each); its ratio to dense is on the same targets.", "",
-             "| policy | keys/query | PPL [95% CI] | x dense | PPL all targets | alpha greedy | alpha sampled | wall s | peak MB |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for s in result.summary:
-        ag, asa = _alpha(result, s["policy"], "greedy"), _alpha(result, s["policy"], "sampled")
-        fmt_a = lambda a: f"{a['alpha']:.2f} ({a['n_accepted']}/{a['n_tested']})" if a else "n/a"
-        lines.append(f"| `{s['policy']}` | {s['budget'] or 'all'} | {_ppl(s)} | {_f(s.get('ratio_to_dense'), '.2f')} | "
-                     f"{_f(s['ppl_all_targets'], '.2f')} | {fmt_a(ag)} | {fmt_a(asa)} | {_f(s['wall_s'], '.1f')} | "
-                     f"{_f(s['peak_rss_mb'], '.0f')} |")
+             *md_table("policy | keys/query | PPL [95% CI] | x dense | PPL all targets | alpha greedy | "
+                       "alpha sampled | wall s | peak MB",
+                       [(f"`{s['policy']}`", s["budget"] or "all", _ppl(s), fmt_finite(s.get("ratio_to_dense"), ".2f"),
+                         fmt_finite(s["ppl_all_targets"], ".2f"),
+                         *(_alpha_counts(_alpha(result, s["policy"], mode)) for mode in ("greedy", "sampled")),
+                         fmt_finite(s["wall_s"], ".1f"), fmt_finite(s["peak_rss_mb"], ".0f")) for s in result.summary],
+                       "lrrrrrrrr")]
     det = result.detection
     if det is not None:
         lines += ["", f"Sink detector (lab.sinks.prefill's rule, z > {det.threshold}) on the first {det.n_tokens} tokens: "
@@ -185,15 +187,15 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
               "test on `window:W` against itself with chunks paired at random (seeded); its null holds by "
               "construction, so it must not reject.", ""]
     for t in result.tests:
-        lines.append(f"- {t.name}: p = {_f(t.p_value, '.3g')}, W = {_f(t.statistic, '.1f')}, {t.a} higher on "
-                     f"{t.n_a_higher}/{t.n_pairs} chunks, median difference {t.median_diff:.3f} nats: "
+        lines.append(f"- {t.name}: p = {fmt_finite(t.p_value, '.3g')}, W = {fmt_finite(t.statistic, '.1f')}, "
+                     f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks, median difference {t.median_diff:.3f} nats: "
                      f"**{'rejects the null' if t.reject else 'does not reject'}**.")
     if not result.tests:
         lines.append("- not run: the policies do not include `window:W` and `sinks:4+W` with the same W.")
     rc = result.recompute_check
     if rc:
         lines += ["", f"Recompute check (stated in advance: within {rc['tolerance']:.0%}): `{rc['recompute']}` / "
-                  f"`{rc['sinks']}` PPL ratio {rc['ratio']:.3f} [{rc['low']:.3f}, {rc['high']:.3f}] on "
+                  f"`{rc['sinks']}` PPL ratio {_ratio(rc)} on "
                   f"{rc['n_targets']} targets: **{'within' if rc['within'] else 'not within'}**."]
     lines += ["", "## Side by side with StreamingLLM", ""] + [f"- {w}" for w in streamingllm_words(result)]
     if result.acceptance:
@@ -219,10 +221,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
 
 def plot_rolling(result: StreamResult, path: str | Path) -> None:
     """Rolling NLL against position, one line per policy, log y scale (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     styles = ["-", "--", ":", "-."]  # policies that coincide (sinks:1 and sinks:4) stay visible
@@ -236,9 +235,7 @@ def plot_rolling(result: StreamResult, path: str | Path) -> None:
     ax.set_ylabel(f"NLL, nats (trailing mean of {ROLLING_WIDTH}; recompute: of its last 16 points)")
     ax.set_title("Rolling NLL under KV-cache eviction (dotted: start of the evaluation region)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def acceptance_detail_lines(result: StreamResult) -> list[str]:
@@ -252,9 +249,8 @@ def acceptance_detail_lines(result: StreamResult) -> list[str]:
              f"of the draft over the prompt, at the {greedy[0]['top1_n']} positions where every cache is full. "
              "top-1 = target: the draft's argmax is the target's (a greedy draft token the target accepts); "
              "overlap: mean sum_x min(p, q), the expected acceptance of one sampled token.", "",
-             "| policy | greedy alpha | rounds with other proposals than dense | ... among tested tokens "
-             "| ... with another accepted count | top-1 = target | top-1 = dense draft | overlap |",
-             "|---|---|---|---|---|---|---|---|"]
+             *md_table("policy | greedy alpha | rounds with other proposals than dense | ... among tested tokens | "
+                       "... with another accepted count | top-1 = target | top-1 = dense draft | overlap")]
     for a in greedy:
         cmp = (f"{a['rounds_proposals_differ']}/{a['rounds_compared']} | {a['rounds_tested_differ']} | "
                f"{a['rounds_accepted_differ']}") if "rounds_compared" in a else "n/a | n/a | n/a"

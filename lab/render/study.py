@@ -27,9 +27,10 @@ from rich.text import Text
 
 from lab.analysis.effects import CI_LEVEL
 from lab.analysis.hypotheses import FAMILY_CI_LEVEL
+from lab.render import pyplot
 from lab.render.console import stderr_console
+from lab.render.study_summary import FIGURES, fmt_p, fmt_value, summary_markdown
 from lab.reports import environment, report_dir, timestamp, to_jsonable
-from lab.render.study_summary import FIGURES, LINKED_FIGURES, fmt_value, fmt_p, summary_markdown
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
 from lab.views.kinds.study import prompt_anchor
@@ -138,18 +139,24 @@ def _tip(r: Any) -> str:
             f"entropy {fmt_value(r.mean_entropy_bits)} bits, alpha {fmt_value(r.alpha)}")
 
 
+def _save(fig: Any, folder: Path, stem: str, tips: dict[str, str] | None = None) -> list[str]:
+    """Write ``fig`` as ``<stem>.png`` and, given its points' ``tips``, as the linked ``<stem>.svg``; close it and
+    return the names written."""
+    fig.savefig(folder / f"{stem}.png", dpi=110)
+    if tips is not None:
+        save_linked_svg(fig, folder / f"{stem}.svg", tips)
+    pyplot().close(fig)
+    return [f"{stem}.png", *([f"{stem}.svg"] if tips is not None else [])]
+
+
 def write_plots(result: StudyResult, folder: Path) -> list[str]:
     """Write the four figures of :data:`FIGURES` (PNG) and the SVGs of :data:`LINKED_FIGURES` into ``folder``;
     return their names."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     a = result.analysis
     rows = result.per_prompt
     tips = {_link(r.id): _tip(r) for r in rows}
-    names = []
 
     # 1. H1's context measure vs entropy, fit and band (the twins: clean prompts have no span); each dot a link
     fig, ax = plt.subplots(figsize=(6.4, 4.8), layout="constrained")
@@ -171,10 +178,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     ax.set_ylabel("mean decode entropy (bits)")
     if ax.get_legend_handles_labels()[0]:  # a study without a measured twin draws no dot and needs no legend
         ax.legend(fontsize=8)
-    fig.savefig(folder / "health_vs_entropy.png", dpi=110)
-    save_linked_svg(fig, folder / "health_vs_entropy.svg", tips)
-    plt.close(fig)
-    names += ["health_vs_entropy.png", "health_vs_entropy.svg"]
+    names = _save(fig, folder, "health_vs_entropy", tips)
 
     # 2. acceptance vs draft entropy, binned with Wilson intervals
     fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
@@ -194,9 +198,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=8)
-    fig.savefig(folder / "acceptance_vs_draft_entropy.png", dpi=110)
-    plt.close(fig)
-    names.append("acceptance_vs_draft_entropy.png")
+    names += _save(fig, folder, "acceptance_vs_draft_entropy")
 
     # 3. per-category boxplots (clean prompts), every prompt a dot over its box (spread evenly across the box,
     # not at random, so the figure is the same on every run), each dot a link to its prompt
@@ -220,10 +222,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
     h3 = a.test("H3")
     fig.suptitle(f"H3: eta^2_H = {fmt_value(h3.effect)}, Kruskal-Wallis p(Holm) = {fmt_p(h3.p_holm)}, {h3.verdict}",
                  fontsize=10)
-    fig.savefig(folder / "category_boxplots.png", dpi=110)
-    save_linked_svg(fig, folder / "category_boxplots.svg", tips)
-    plt.close(fig)
-    names += ["category_boxplots.png", "category_boxplots.svg"]
+    names += _save(fig, folder, "category_boxplots", tips)
 
     # 4. clean -> neutral -> poisoned, one line per triple; the neutral-to-poisoned step (equal length) is what
     # H4a/H4b test; tied steps dashed grey and nudged apart so they can be counted
@@ -261,11 +260,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_xlim(-0.3, 2.5)
         ax.set_ylabel(label)
         ax.set_title(f"{t.name}: r_rb = {fmt_value(t.effect)}, p(Holm) = {fmt_p(t.p_holm)}, {t.verdict}", fontsize=10)
-    fig.savefig(folder / "clean_vs_poisoned.png", dpi=110)
-    save_linked_svg(fig, folder / "clean_vs_poisoned.svg", tips)
-    plt.close(fig)
-    names += ["clean_vs_poisoned.png", "clean_vs_poisoned.svg"]
-    return names
+    return names + _save(fig, folder, "clean_vs_poisoned", tips)
 
 
 # --------------------------------------------------------------------------- the report

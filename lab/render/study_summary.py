@@ -13,6 +13,7 @@ from lab.analysis.claims import SMALLEST_VARIANCE_GAP
 from lab.analysis.distractors import DistractorTable
 from lab.analysis.length_drift import MIN_GROUP, LengthDrift
 from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.render.markdown import md_table
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
 
@@ -129,7 +130,7 @@ def distractor_lines(tables: dict[str, DistractorTable]) -> list[str]:
         else:
             test = f"not tested: {p.note}"
         lines += ["", f"{t.name} ({t.measure}, predicted {_SIGN_WORD[t.predicted_sign]}):", "",
-                  "| distractor | pairs | mean poisoned - neutral | SD | test |", "|---|---|---|---|---|"]
+                  *md_table("distractor | pairs | mean poisoned - neutral | SD | test")]
         lines += [f"| {r.distractor} | {r.n_pairs} | {fmt_value(r.mean_difference)} | {fmt_value(r.sd_difference)} | |"
                   for r in t.rows]
         lines.append(f"| pooled, distractor random | {p.n_pairs} in {p.n_distractors} texts | {fmt_value(p.estimate)} "
@@ -148,10 +149,10 @@ def drift_lines(drift: LengthDrift | None) -> list[str]:
              f"within a kind of prompt is not read. A group drifts when its whole {drift.level:.1%} interval "
              f"(Fisher z, Bonferroni over the judged groups) lies beyond |rho| {drift.bar:g}; groups under "
              f"{MIN_GROUP} prompts are shown, not judged.", "",
-             "| group | prompts | rho | interval | |", "|---|---|---|---|---|"]
-    for r in drift.rows:
-        ci = f"{fmt_value(r.ci_low)} to {fmt_value(r.ci_high)}" if r.judged else "not judged"
-        lines.append(f"| {r.kind} {r.group} | {r.n} | {fmt_value(r.rho)} | {ci} | {'**drifts**' if r.drifts else ''} |")
+             *md_table("group | prompts | rho | interval |", [
+                 (f"{r.kind} {r.group}", r.n, fmt_value(r.rho),
+                  f"{fmt_value(r.ci_low)} to {fmt_value(r.ci_high)}" if r.judged else "not judged",
+                  "**drifts**" if r.drifts else "") for r in drift.rows])]
     reason = drift.reason()
     lines += ["", f"H1 and H1c are untestable here: {reason}." if reason else "No judged group drifts."]
     return lines
@@ -275,12 +276,11 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     lines += drift_lines(a.length_drift)
     lines += ["", "## What the study could detect", "",
               f"Smallest effect detectable at 80% power, two-sided at alpha / {max(m, 1)} (Holm's strictest step):", "",
-              "| test | n | alpha | detectable | of interest | |", "|---|---|---|---|---|---|"]
-    lines += [_power_row(t) for t in a.tests]
-    lines += ["", "## Per category (counts are clean prompts)", "",
-              "| category | clean prompts | median alpha | median mean entropy (bits) |", "|---|---|---|---|"]
-    for cat, d in a.categories.items():
-        lines.append(f"| {cat} | {d['n']} | {fmt_value(d['median_alpha'])} | {fmt_value(d['median_mean_entropy_bits'])} |")
+              *md_table("test | n | alpha | detectable | of interest |"), *map(_power_row, a.tests),
+              "", "## Per category (counts are clean prompts)", "",
+              *md_table("category | clean prompts | median alpha | median mean entropy (bits)", [
+                  (cat, d["n"], fmt_value(d["median_alpha"]), fmt_value(d["median_mean_entropy_bits"]))
+                  for cat, d in a.categories.items()])]
     lines += ["", "## Figures", ""]
     for name, text in FIGURES.items():
         lines += [f"![{name}]({name})", "", text, ""]

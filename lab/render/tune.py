@@ -6,8 +6,7 @@ Consumes a :class:`lab.bench.tune.TuneReport`; computes nothing new.
 from __future__ import annotations
 
 from lab.bench.tune import TuneReport
-from lab.machine import busy_warning
-from lab.render.speculative import fmt_number
+from lab.render.markdown import busy_lines, fmt_number, md_table
 
 
 def tune_summary_markdown(report: TuneReport) -> str:
@@ -15,9 +14,7 @@ def tune_summary_markdown(report: TuneReport) -> str:
     measured, machine = report.outcome.measured, report.outcome.machine
     lines = ["# lab bench-tune: the draft set-up for this machine", ""]
     for mode in ("greedy", "sampling"):
-        warning = busy_warning(report.benches[mode].machine_load or {})
-        if warning:
-            lines += [f"> **{mode}: {warning}**", ""]
+        lines += busy_lines(report.benches[mode].machine_load, f"{mode}: ")
     cfg = report.configs["greedy"]
     lines += [
         f"- model {report.model.get('model')}, draft {report.draft}; tuning prompts only: a code prompt and "
@@ -30,13 +27,10 @@ def tune_summary_markdown(report: TuneReport) -> str:
         + ("" if measured["beats_target_alone"] else "; no candidate beat the target alone here") + ")",
         f"- written to `{report.outcome.path}`; `lab speculate` with this model and draft uses it on this machine",
         "",
-        "| rank | candidate | greedy e2e | sampling e2e | greedy decode-only | sampling decode-only | score |",
-        "|---|---|---|---|---|---|---|",
+        *md_table("rank | candidate | greedy e2e | sampling e2e | greedy decode-only | sampling decode-only | score",
+                  [(i, name, *(fmt_number(measured["candidates"][name][key], ".2f") for key in (
+                      "greedy_e2e_speedup", "sampling_e2e_speedup", "greedy_decode_speedup", "sampling_decode_speedup",
+                      "score"))) for i, name in enumerate(measured["ranking"], 1)]),
     ]
-    for i, name in enumerate(measured["ranking"], 1):
-        c = measured["candidates"][name]
-        lines.append(f"| {i} | {name} | {fmt_number(c['greedy_e2e_speedup'], '.2f')} | "
-                     f"{fmt_number(c['sampling_e2e_speedup'], '.2f')} | {fmt_number(c['greedy_decode_speedup'], '.2f')} | "
-                     f"{fmt_number(c['sampling_decode_speedup'], '.2f')} | {fmt_number(c['score'], '.2f')} |")
     lines += ["", "Speedups: median over repeats, over the lab's target-only loop in the same repeat and mode.", ""]
     return "\n".join(lines)
