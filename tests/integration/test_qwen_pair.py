@@ -30,9 +30,8 @@ from tests.support import chisq_pvalue
 
 GREEDY_PROMPTS = (
     "Write a Python function that merges two sorted lists.",
-    "Explain what a Python generator is, with a short example.",
     "Write a bash one-liner that counts lines in all .py files, and explain it.",
-)
+)  # two of a code task and an explanation: each prompt costs ~18 s; the loop's losslessness on every path is the unit tier's
 GREEDY_NEW_TOKENS = 32  # several verify rounds at GREEDY_GAMMA; every prompt here answers at length (asserted)
 GREEDY_GAMMA = 4
 P_THRESHOLD = 1e-3  # false-positive rate of the chi-square check: 1 in 1,000 runs of a correct loop
