@@ -15,7 +15,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ARGV = ["study", "--limit", "6", "--max-new-tokens", "12", "--resamples", "99", "--device", "cpu"]
+# Two prompts per worker: enough for one to be lost, doubled or scored by the wrong worker.
+ARGV = ["study", "--limit", "4", "--max-new-tokens", "8", "--resamples", "99", "--device", "cpu"]
 TIMING = {"prefill_s", "speculative_s", "wall_s", "temperature_s", "decode_s"}
 
 
