@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from lab.decode import check_max_new_tokens, eos_set
+from lab.ranges import GAMMA, check_value
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength
 from lab.speculative.policies import DynamicGamma, GammaPolicy
-from lab.ranges import GAMMA, check_value
 from lab.speculative.setups import DraftSetup
 
 GREEDY = SamplingConfig()  # temperature 0: the argmax on both sides

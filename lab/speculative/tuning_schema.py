@@ -27,9 +27,9 @@ from typing import Any, Callable
 
 from lab import schemas
 from lab.models.weights import WEIGHTS
+from lab.ranges import GAMMA, THREADS
 from lab.schemas import FileSchemaError
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
-from lab.ranges import GAMMA, THREADS
 from lab.speculative.setups import ADAPTIVE_STOPS, parse_dynamic
 
 # A name the lab prints in a note: one line, so no control characters (a newline would split it).

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from lab.ranges import SEED, TEMPERATURE, TOKENS, TOP_ALTERNATIVES, TOP_K, TOP_P, check_value
+from lab import ranges
+from lab.ranges import check_value
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,13 @@ class DecodeSettings:
     top_alternatives: int = 5
 
     def __post_init__(self) -> None:
-        check_value("max_new_tokens", self.max_new_tokens, TOKENS)
-        check_value("temperature", self.temperature, TEMPERATURE, "must be a finite number >= 0 (0 = greedy)")
-        check_value("top_p", self.top_p, TOP_P)
-        check_value("top_k", self.top_k, TOP_K)
+        check_value("max_new_tokens", self.max_new_tokens, ranges.TOKENS)
+        check_value("temperature", self.temperature, ranges.TEMPERATURE, "must be a finite number >= 0 (0 = greedy)")
+        check_value("top_p", self.top_p, ranges.TOP_P)
+        check_value("top_k", self.top_k, ranges.TOP_K)
         if self.seed is not None:  # None: a fresh seed, recorded in the result
-            check_value("seed", self.seed, SEED, "must be a non-negative integer or None")
-        check_value("top_alternatives", self.top_alternatives, TOP_ALTERNATIVES)
+            check_value("seed", self.seed, ranges.SEED, "must be a non-negative integer or None")
+        check_value("top_alternatives", self.top_alternatives, ranges.TOP_ALTERNATIVES)
 
     @property
     def do_sample(self) -> bool:
