@@ -19,8 +19,8 @@ from the lab, state their own domains; ``tests/unit/test_ranges.py`` checks that
 
 from __future__ import annotations
 
-import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,8 @@ class Range:
 
         The field's own ends only (``lo``, ``hi``); the ``limit`` is an input's, not the config's.
 
+        A ``bool`` is no number; a non-integer range takes a finite ``float`` or an ``int`` a float holds.
+
         Returns:
             None when ``value`` is in the range; else the problem as the end of a one-line error:
             ``"must be an integer >= 1"`` (``" or None"`` when optional), ``"must be a finite number >= 0"``,
@@ -122,7 +124,10 @@ class Range:
         """
         if value is None and self.optional:
             return None
-        number = isinstance(value, int) or (not self.integer and isinstance(value, float) and math.isfinite(value))
+        if self.integer:
+            number = isinstance(value, int)
+        else:  # a finite float, or an int a float holds (lab.schemas' "finite": float(x) must not overflow)
+            number = isinstance(value, (int, float)) and abs(value) <= sys.float_info.max  # NaN: False
         if (not isinstance(value, bool) and number and self._above_lo(value)
                 and (self.hi is None or self._below_hi(value, self.hi))):
             return None
