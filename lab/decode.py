@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from lab import sampling as filters
+from lab.ranges import TOKENS, check_value
 from lab.runtime.ggml import is_ggml
 from lab.sampling import SamplingConfig
 
@@ -85,9 +86,8 @@ def check_input_ids(input_ids: Any) -> torch.Tensor:
 
 
 def check_max_new_tokens(max_new_tokens: Any, *, arg: str = "max_new_tokens") -> int:
-    """Raise ``ValueError`` naming ``arg`` unless ``max_new_tokens`` is an integer >= 1."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"{arg}={max_new_tokens!r} must be an integer >= 1")
+    """Raise ``ValueError`` naming ``arg`` unless ``max_new_tokens`` is in :data:`lab.ranges.TOKENS` (an integer >= 1)."""
+    check_value(arg, max_new_tokens, TOKENS)
     return max_new_tokens
 
 

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from lab.ranges import THREADS, check_value
+
 # Half a runnable task of slack: a load of threads + 0.5 means another process has
 # been runnable at least half of the last minute.
 BUSY_MARGIN = 0.5
@@ -98,8 +100,7 @@ def set_threads(threads: int | None) -> int:
     import torch
 
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"--threads={threads!r} must be an integer >= 1")
+        check_value("--threads", threads, THREADS)
         torch.set_num_threads(threads)
     return torch.get_num_threads()
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.models.chat import build_messages
+from lab.ranges import LIMIT, check_value
 
 CATEGORIES = ("factual", "creative", "code", "math", "ambiguous", "summary")
 VARIANTS = ("clean", "poisoned", "neutral")
@@ -267,8 +268,7 @@ def select_prompts(prompts: Sequence[StudyPrompt], limit: int | None) -> list[St
     """
     if limit is None:
         return list(prompts)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit={limit!r} must be a positive integer")
+    check_value("limit", limit, LIMIT, "must be a positive integer")
     twins: dict[str, list[StudyPrompt]] = {}
     for p in prompts:
         if p.twin_of is not None:

@@ -30,6 +30,7 @@ import torch
 from lab.decode import check_context
 from lab.machine import LoadLog
 from lab.models.chat import build_messages, encode_chat
+from lab.ranges import BENCH_NEW_TOKENS, BENCH_SEED, GAMMA, REPEATS, check_value
 from lab.runtime.ggml import is_ggml
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_generate, timed_speculative
 from lab.bench.phases import FirstTokenClock
@@ -44,7 +45,6 @@ from lab.speculative.per_pass import parse_draft_dtype
 from lab.speculative.policies import DynamicGamma
 from lab.speculative.results import SpeculativeResult
 from lab.speculative.settings import SpeculativeSettings
-from lab.speculative.setups import MIN_GAMMA, is_gamma
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +93,12 @@ class BenchConfig:
     lab_default: bool = True
 
     def __post_init__(self) -> None:
-        if not self.gammas or not all(is_gamma(g) for g in self.gammas):
-            raise ValueError(f"gammas={self.gammas!r} must be integers >= {MIN_GAMMA}")
+        if not self.gammas or any(GAMMA.problem(g) for g in self.gammas):
+            raise ValueError(f"gammas={self.gammas!r} must be integers >= {GAMMA.lo}")
         for spec in self.adaptive:
             AdaptiveDraftLength.parse(spec)
-        if self.max_new_tokens < 2:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be >= 2")
-        if self.repeats < 1:
-            raise ValueError(f"repeats={self.repeats!r} must be >= 1")
+        check_value("max_new_tokens", self.max_new_tokens, BENCH_NEW_TOKENS, f"must be >= {BENCH_NEW_TOKENS.lo}")
+        check_value("repeats", self.repeats, REPEATS, f"must be >= {REPEATS.lo}")
         for spec in self.dynamic:
             DynamicGamma.parse(spec)
         for dtype in self.draft_dtypes:
@@ -109,8 +107,7 @@ class BenchConfig:
             raise ValueError(f"--methods={','.join(self.methods)!r} holds an empty name")
         if not isinstance(self.sampling, SamplingConfig):
             raise ValueError(f"sampling={self.sampling!r} must be a lab.sampling.SamplingConfig")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**62:
-            raise ValueError(f"--seed={self.seed!r} must be an integer in [0, 2**62)")
+        check_value("--seed", self.seed, BENCH_SEED, "must be an integer in [0, 2**62)")
 
 
 def run_seed(seed: int, repeat: int, prompt: int) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
-                                 add_runtime_arg, add_sampling_args, add_threads_arg, bound_for, check_adaptive_draft,
+                                 add_runtime_arg, add_sampling_args, add_threads_arg, check_adaptive_draft, flag_range,
                                  check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
                                  range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
@@ -132,7 +132,7 @@ def parse_gammas(text: str) -> tuple[int, ...]:
     Raises:
         ValueError: a bad item (:func:`lab.commands.common.parse_lengths`) or a length given twice.
     """
-    gammas = parse_lengths(text, "--gammas", bound_for("bench", "gamma"))
+    gammas = parse_lengths(text, "--gammas", flag_range("bench", "gamma"))
     twice = sorted({g for g in gammas if gammas.count(g) > 1})
     if twice:
         raise ValueError(f"--gammas={text!r} names gamma {twice[0]} twice: each length is one method of the sweep")

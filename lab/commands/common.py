@@ -19,150 +19,76 @@ from typing import TYPE_CHECKING, Any
 from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
-from lab.speculative.setups import GAMMA_BOUND_WHY, MAX_GAMMA, MIN_GAMMA
+from lab import ranges
+from lab.ranges import Range
 
 if TYPE_CHECKING:
     import torch
 
 
-# Bounds on values that pass the flags' types but break, or run for hours, after the model loads.
-SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes [0, 2**64 - 1]; beyond: "Overflow when unpacking long long"
-# lab bench derives one seed per (repeat, prompt) from --seed (lab.bench.run.run_seed), which must stay below 2**62.
-BENCH_SEED_MAX = 2**62 - 1
-# Bootstrap resamples. The Monte Carlo error of a percentile CI endpoint shrinks as 1/sqrt(B): at B = 100,000
-# (50x the default 1,999) it is ~0.07 percentage points of coverage; the analysis time grows linearly with B.
-MAX_RESAMPLES = 100_000
-# Alternatives recorded per decode step: a table for reading, saved per step in report.json
-# (1,000 x 64 steps is already 64,000 records); the full distribution is not what it is for.
-MAX_TOP_ALTERNATIVES = 1000
-# Any length in tokens (new tokens, a text's or a prompt's tokens): 131,072 (128 Ki) is the longest context of
-# the open models this lab loads or is likely to; the model's own context is checked as well where it is known.
-MAX_TOKENS = 131_072
-# Timed repeats: the median of 1,000 is as steady as a median gets on a shared machine; more only add hours.
-MAX_REPEATS = 1000
-# Logits are divided by the temperature: at 100 a softmax over logits spread by ~50 nats (wider than any model's
-# here) is within 0.5 nats of uniform, so a higher temperature samples noise, not the model.
-MAX_TEMPERATURE = 100.0
-# top-k above the vocabulary keeps every token (lab.sampling.filter_logits clamps k): 2**20 is above any
-# vocabulary here (Qwen2.5: 151,936; Gemma 3: 262,144).
-MAX_TOP_K = 2**20
-# Prompts of a study: the largest packaged set holds 1,440; --limit only selects from the set.
-MAX_PROMPTS = 100_000
-# Ray actors: each holds the target and the draft; a thousand is past any cluster this lab has been run on.
-MAX_ACTORS = 1000
-# Oracle windows per forward pass of lab stream's recompute:W policy: each is a W-token window, so the batch's
-# activations grow with it; past ~1,000 a forward only risks memory and runs no faster per window.
-MAX_RECOMPUTE_BATCH = 1024
-# Iterations of a timed loop (the statistics-only timing, decode steps profiled): 100,000 of a millisecond-scale
-# call is minutes; more adds no precision to a median.
-MAX_ITERATIONS = 100_000
-# lab intervene's pilot: it checks the controls before the main triples and is excluded from the analysis; the
-# design caps it at 12 triples (two per category) so that it stays a check, not a second sample.
-PILOT_MAX = 12
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The range a numeric flag accepts: ``[lo, hi]``, or ``(lo, hi]`` when ``lo_open``.
-
-    Attributes:
-        lo, hi: The ends. ``hi`` None: this machine's CPU count (:func:`os.cpu_count`), read when checked.
-        why: Why the ends are there, appended to the error (starts with " (" or ": ").
-        lo_open: Whether ``lo`` itself is refused (a temperature that must be > 0).
-    """
-
-    lo: float
-    hi: float | None
-    why: str = ""
-    lo_open: bool = False
-
-    @property
-    def text(self) -> str:
-        """The range as help texts and errors state it: ``[1, 64]``, ``(0, 1]``, ``[1, this machine's CPU count]``."""
-        hi = "this machine's CPU count" if self.hi is None else _number(self.hi)
-        return f"{'(' if self.lo_open else '['}{_number(self.lo)}, {hi}]"
-
-    def check(self, flag: str, value: float) -> None:
-        """Raise ``ValueError`` naming ``flag`` when ``value`` is outside the range (NaN included)."""
-        hi = (os.cpu_count() or 1) if self.hi is None else self.hi
-        above_lo = value > self.lo if self.lo_open else value >= self.lo
-        if not (above_lo and value <= hi):  # NaN fails both comparisons
-            where = f" ({hi} here)" if self.hi is None else ""
-            raise ValueError(f"{flag}={value!r} must be in {self.text}{where}{self.why}")
-
-
-def _number(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:g}"
-
-
-_POSITIVE_TOKENS = Bound(1, MAX_TOKENS, " (128 Ki tokens, the longest context of the models here)")
-# dest -> bound, for every command that has the flag (lab.cli checks them before a command runs).
-_BOUNDS = {
-    "seed": Bound(0, SEED_MAX, " (2**64 - 1, what torch's generator takes)"),
-    "gamma": Bound(MIN_GAMMA, MAX_GAMMA, GAMMA_BOUND_WHY),  # gamma's range is declared with the draft set-up
-    "resamples": Bound(1, MAX_RESAMPLES, " (50x the default; the CI's Monte Carlo error is negligible there)"),
-    "top_alternatives": Bound(1, MAX_TOP_ALTERNATIVES, " (alternatives shown and saved per step)"),
-    "max_new_tokens": _POSITIVE_TOKENS,
-    "tokens": _POSITIVE_TOKENS,
-    "chunk_tokens": _POSITIVE_TOKENS,
-    "detect_tokens": Bound(2, MAX_TOKENS, " (the detector needs two positions; 128 Ki, the longest context here)"),
-    "prompt_tokens": _POSITIVE_TOKENS,
-    "recompute_every": _POSITIVE_TOKENS,
-    "recompute_batch": Bound(1, MAX_RECOMPUTE_BATCH, " (oracle windows in one forward pass: more only risks memory)"),
-    "eager_length": Bound(0, MAX_TOKENS, " (0 skips it; 128 Ki, the longest context here)"),
-    "repeats": Bound(1, MAX_REPEATS, " (the median of 1,000 repeats is as steady as it gets)"),
-    "stats_iterations": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
-    "steps": Bound(1, MAX_ITERATIONS, " (more adds no precision to the median)"),
-    "threads": Bound(1, None, ": more threads than CPUs only contend for them"),
-    "workers": Bound(1, None, ": more worker processes than CPUs only contend for them"),
-    "temperature": Bound(0, MAX_TEMPERATURE, f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)"),
-    "top_p": Bound(0, 1, " (1 = off)", lo_open=True),
-    "top_k": Bound(1, MAX_TOP_K, " (2**20, above any vocabulary here)"),
-    "limit": Bound(1, MAX_PROMPTS, " (the largest prompt set here holds 1,440)"),
-    "ray_actors": Bound(1, MAX_ACTORS),
-    "ray_timeout": Bound(0, 3600, " seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)", lo_open=True),
-    "new_tokens": _POSITIVE_TOKENS,
-    "pilot_limit": Bound(0, PILOT_MAX, " (a pilot checks the controls and is excluded from the analysis: it stays "
-                                       "small)"),
-    "dense_rows": Bound(1, MAX_TOKENS, " (passes of at least this many positions take the dense path)"),
-    "problems": Bound(0, len(HELD_BACK), f" (the held-back HumanEval split has {len(HELD_BACK)})"),
+# The range of each numeric flag, by dest, for every command that has the flag (lab.cli checks them before a
+# command runs, so before any model loads): the ranges the configs and the file schemas read too (lab.ranges).
+_FLAG_RANGES = {
+    "seed": ranges.SEED,
+    "gamma": ranges.GAMMA,
+    "resamples": ranges.RESAMPLES,
+    "top_alternatives": ranges.TOP_ALTERNATIVES,
+    "max_new_tokens": ranges.TOKENS,
+    "tokens": ranges.TOKENS,
+    "chunk_tokens": ranges.TOKENS,
+    "detect_tokens": ranges.DETECT_TOKENS,
+    "prompt_tokens": ranges.TOKENS,
+    "recompute_every": ranges.TOKENS,
+    "recompute_batch": ranges.RECOMPUTE_BATCH,
+    "eager_length": ranges.EAGER_LENGTH,
+    "repeats": ranges.REPEATS,
+    "stats_iterations": ranges.ITERATIONS,
+    "steps": ranges.ITERATIONS,
+    "threads": ranges.THREADS,
+    "workers": ranges.WORKERS,
+    "temperature": ranges.TEMPERATURE,
+    "top_p": ranges.TOP_P,
+    "top_k": ranges.TOP_K,
+    "limit": ranges.LIMIT,
+    "ray_actors": ranges.RAY_ACTORS,
+    "ray_timeout": ranges.RAY_TIMEOUT,
+    "new_tokens": ranges.TOKENS,
+    "pilot_limit": ranges.PILOT_LIMIT,
+    "dense_rows": ranges.DENSE_ROWS,
+    # held-back HumanEval problems for bench-weights' numerics: a flag-only range, bounded by the split
+    "problems": Range(0, integer=True, limit=len(HELD_BACK), why=f" (the held-back HumanEval split has {len(HELD_BACK)})"),
 }
-_SAMPLED = Bound(0, MAX_TEMPERATURE, " (the run samples; above 100 the draw is close to uniform)", lo_open=True)
-# (command, dest) -> bound, where a command gives a flag another range than _BOUNDS.
-# The bench's schedules derive one seed per (repeat, prompt) and time at least one token past the prefill's.
+# (command, dest) -> range, where a command gives a flag another range than _FLAG_RANGES.
 _BENCH_COMMANDS = ("bench", "bench-seed-tables", "bench-tune", "bench-tune-runtime")
-_COMMAND_BOUNDS = {
-    **{(command, "seed"): Bound(0, BENCH_SEED_MAX, " (2**62 - 1: each repeat and prompt derives a seed from it)")
-       for command in _BENCH_COMMANDS},
-    **{(command, "max_new_tokens"): Bound(2, MAX_TOKENS, " (the first token is the prefill's; 128 Ki, the longest "
-                                                         "context here)") for command in _BENCH_COMMANDS},
-    ("stream", "temperature"): _SAMPLED,
-    ("validate-context", "new_tokens"): Bound(2, MAX_TOKENS, " (the lookback ratio needs a query after the first; "
-                                                             "128 Ki, the longest context here)"),
-    ("study", "temperature"): _SAMPLED,
+_COMMAND_RANGES = {
+    **{(command, "seed"): ranges.BENCH_SEED for command in _BENCH_COMMANDS},
+    **{(command, "max_new_tokens"): ranges.BENCH_NEW_TOKENS for command in _BENCH_COMMANDS},
+    ("stream", "temperature"): ranges.SAMPLED_TEMPERATURE,
+    ("validate-context", "new_tokens"): ranges.LOOKBACK_NEW_TOKENS,
+    ("study", "temperature"): ranges.SAMPLED_TEMPERATURE,
 }
 # Commands whose --seed has a default of its own rather than None, so a typed seed cannot be told from it
 # (lab bench's 0): not refused under greedy decoding.
 _SEED_DEFAULTED = frozenset({"bench"})
 
 
-def bound_for(command: str | None, dest: str) -> Bound | None:
+def flag_range(command: str | None, dest: str) -> Range | None:
     """The range of ``dest``'s flag in ``lab command`` (None: the flag has none here)."""
-    return _COMMAND_BOUNDS.get((command, dest), _BOUNDS.get(dest))
+    return _COMMAND_RANGES.get((command, dest), _FLAG_RANGES.get(dest))
 
 
 def range_text(command: str | None, dest: str) -> str:
     """``"in [lo, hi]"`` for a flag's help, from the one table :func:`check_bounds` checks."""
-    bound = bound_for(command, dest)
-    assert bound is not None, f"lab {command} --{dest.replace('_', '-')} has no bound"
-    return f"in {bound.text}"
+    rng = flag_range(command, dest)
+    assert rng is not None, f"lab {command} --{dest.replace('_', '-')} has no range"
+    return f"in {rng.text}"
 
 
 def check_bounds(args: argparse.Namespace) -> None:
     """Check every numeric flag against its range, and the flag combinations that would do nothing,
     before a command runs (so before any model loads).
 
-    Ranges: :data:`_BOUNDS`, with :data:`_COMMAND_BOUNDS` where a command differs. A flag left at
+    Ranges: :data:`_FLAG_RANGES`, with :data:`_COMMAND_RANGES` where a command differs. A flag left at
     None (not typed, its default filled in later) is not checked.
 
     Raises:
@@ -172,9 +98,9 @@ def check_bounds(args: argparse.Namespace) -> None:
     """
     command = getattr(args, "command", None)
     for dest, value in vars(args).items():
-        bound = bound_for(command, dest)
-        if bound is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            bound.check(f"--{dest.replace('_', '-')}", value)
+        rng = flag_range(command, dest)
+        if rng is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            rng.check(f"--{dest.replace('_', '-')}", value)
     if getattr(args, "temperature", None) == 0:
         typed = [f for f, on in (("--top-k", getattr(args, "top_k", None) is not None),
                                  ("--top-p", getattr(args, "top_p", 1.0) != 1.0)) if on]
@@ -190,18 +116,18 @@ def check_bounds(args: argparse.Namespace) -> None:
         raise ValueError(f"--device {device!r}: the CPU has no index; use --device cpu")
 
 
-def parse_lengths(text: str, flag: str, bound: Bound) -> tuple[int, ...]:
-    """A comma-separated list of integers, each in ``bound`` (``--gammas``, ``--lengths``, ``--long-lengths``).
+def parse_lengths(text: str, flag: str, rng: Range) -> tuple[int, ...]:
+    """A comma-separated list of integers, each in ``rng`` (``--gammas``, ``--lengths``, ``--long-lengths``).
 
     Raises:
-        ValueError: an empty item ("1,,2"), a non-integer, or a value outside ``bound``, naming ``flag``.
+        ValueError: an empty item ("1,,2"), a non-integer, or a value outside ``rng``, naming ``flag``.
     """
     try:
         values = tuple(int(x) for x in text.split(","))  # an empty item is an error, not skipped
     except ValueError:
         raise ValueError(f"{flag}={text!r} must be comma-separated integers, e.g. 1,2,4") from None
     for v in values:
-        bound.check(flag, v)
+        rng.check(flag, v)
     return values
 
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import (PILOT_MAX, add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
-                                 check_model_args, cluster_config, parse_shard, range_text)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args, check_model_args,
+                                 cluster_config, parse_shard, range_text)
+from lab.ranges import PILOT_MAX
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -51,6 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from lab.ranges import RAY_ACTORS, RAY_TIMEOUT, THREADS, Range, check_value
 from lab.runs.engine import Experiment, UnitFailure
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ DEFAULT_MAX_RESTARTS = 3
 # actor three times (e.g. runs it out of memory) is a property of the unit, and is
 # reported rather than allowed to use up every actor's restarts.
 DEFAULT_MAX_TASK_RETRIES = 2
+RETRIES = Range(0, integer=True)  # Ray's max_restarts and max_task_retries: 0 = none
 # One unit running and one queued behind it per actor: the actor never idles while
 # the driver saves a result, and no actor holds more than one unit in reserve.
 IN_FLIGHT_PER_ACTOR = 2
@@ -212,16 +214,10 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.address is not None and (not isinstance(self.address, str) or parse_address(self.address) is None):
             raise ValueError(f"address={self.address!r} must be {ADDRESS_FORMS} (None starts a local cluster)")
-        t = self.connect_timeout_s
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
-            raise ValueError(f"connect_timeout_s={t!r} must be in (0, 3600] seconds")
-        for name in ("n_actors", "threads", "max_restarts", "max_task_retries"):
-            v = getattr(self, name)
-            if v is None and name == "n_actors":
-                continue
-            low = 1 if name in ("n_actors", "threads") else 0
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{name}={v!r} must be an integer >= {low}")
+        check_value("connect_timeout_s", self.connect_timeout_s, RAY_TIMEOUT, f"must be in {RAY_TIMEOUT.text} seconds")
+        check_value("n_actors", self.n_actors, RAY_ACTORS, f"must be an integer >= {RAY_ACTORS.lo}")
+        for name, rng in (("threads", THREADS), ("max_restarts", RETRIES), ("max_task_retries", RETRIES)):
+            check_value(name, getattr(self, name), rng)
 
 
 @dataclass(frozen=True)

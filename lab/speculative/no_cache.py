@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from lab.decode import check_decode_input, model_device, sync
+from lab.ranges import GAMMA, check_value
 from lab.sampling import SamplingConfig, sampling_probs
 from lab.speculative.drafts import Drafter, draft_loop, empty_proposal
 from lab.speculative.loop import accept, cut_at_eos, round_record
@@ -66,8 +67,7 @@ def no_cache_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, *, m
         ValueError: gamma < 1, a drafter without a model (prompt lookup), or the checks of
             :func:`lab.decode.check_decode_input` (batch size, empty prompt, budget, context).
     """
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
+    check_value("gamma", gamma, GAMMA)
     draft_model = draft.facts().model
     if draft_model is None:
         raise ValueError(f"draft {draft.name!r} has no model to re-forward; the no-cache loop needs a model draft")

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from lab.decode import check_max_new_tokens, eos_set
+from lab.ranges import GAMMA, check_value
 from lab.sampling import SamplingConfig
 from lab.speculative.drafts import AdaptiveDraftLength
 from lab.speculative.policies import DynamicGamma, GammaPolicy
-from lab.speculative.setups import DraftSetup, check_gamma
+from lab.speculative.setups import DraftSetup
 
 GREEDY = SamplingConfig()  # temperature 0: the argmax on both sides
 
@@ -60,7 +61,7 @@ class SpeculativeSettings:
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
-        check_gamma(self.gamma)
+        check_value("gamma", self.gamma, GAMMA)
         if not isinstance(self.sampling, SamplingConfig):
             raise ValueError(f"sampling={self.sampling!r} must be a lab.sampling.SamplingConfig")
         if isinstance(self.adaptive, str):

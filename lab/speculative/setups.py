@@ -16,50 +16,25 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lab.ranges import GAMMA, check_value
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 from lab.speculative.policies import DynamicGamma
 
-# Gamma's range and the draft's stops, declared here once: the flags' range table (lab.commands.common), the
-# configs (DraftSetup, lab.speculative.settings.SpeculativeSettings, lab.bench.run.BenchConfig) and the tuning
-# file's schema (lab.speculative.tuning_schema) read them.
-MIN_GAMMA = 1  # a round drafts at least one token (no draft at all is the target alone)
-# Draft tokens per round. With acceptance rate alpha a round yields (1 - alpha**(gamma+1)) / (1 - alpha)
-# tokens in expectation (Leviathan et al. 2023, eq. 1): at alpha = 0.9, the best measured here (the Qwen
-# pair), gamma = 64 already gives 99.9 % of the gamma -> infinity limit, while every further drafted token
-# costs a draft forward, and the per-round table and histogram have gamma + 1 columns.
-MAX_GAMMA = 64
-GAMMA_BOUND_WHY = f": beyond {MAX_GAMMA} drafted tokens a round gains nothing measurable"  # ends the flags' error
 # The draft's early stops, "entropy:X" and "pmin:X" (lab.speculative.drafts.AdaptiveDraftLength.parse).
 ADAPTIVE_STOPS = ("entropy", "pmin")
 
 
-def is_gamma(value: Any) -> bool:
-    """Whether ``value`` is a gamma every config takes: an int, not a bool, >= :data:`MIN_GAMMA`.
-
-    The upper end, :data:`MAX_GAMMA`, is what the flags and the tuning file accept; a config built in
-    code may go past it.
-    """
-    return not isinstance(value, bool) and isinstance(value, int) and value >= MIN_GAMMA
-
-
-def check_gamma(value: Any) -> None:
-    """Raises:
-        ValueError: ``value`` is not :func:`is_gamma` (naming ``gamma`` and echoing the value).
-    """
-    if not is_gamma(value):
-        raise ValueError(f"gamma={value!r} must be an integer >= {MIN_GAMMA}")
-
-
 def parse_dynamic(spec: str) -> DynamicGamma:
-    """A ``dynamic:START:MAX`` policy whose MAX is within gamma's range (what ``--dynamic`` and a tuning file take).
+    """A ``dynamic:START:MAX`` policy whose MAX is within the gamma a flag takes (:data:`lab.ranges.GAMMA`): what
+    ``--dynamic`` and a tuning file take.
 
     Raises:
         ValueError: a malformed spec (the policy's own message) or ``MAX=<m> must be <= 64``; the caller says
             whose spec it was (a flag, a file's field).
     """
     policy = DynamicGamma.parse(spec)
-    if policy.max_gamma > MAX_GAMMA:
-        raise ValueError(f"MAX={policy.max_gamma} must be <= {MAX_GAMMA}")
+    if policy.max_gamma > GAMMA.limit:
+        raise ValueError(f"MAX={policy.max_gamma} must be <= {GAMMA.limit}")
     return policy
 
 SETUP_FIELDS = ("draft_dtype", "gamma", "adaptive", "dynamic")
@@ -72,7 +47,7 @@ class DraftSetup:
     Attributes:
         draft_dtype: A draft model's dtype (one of :data:`DRAFT_DTYPE_CHOICES`); None = the target's.
             Only a draft with weights of its own (a separate model) has one.
-        gamma: Draft tokens per round (the maximum, under a dynamic policy), >= 1.
+        gamma: Draft tokens per round (the maximum, under a dynamic policy), in :data:`lab.ranges.GAMMA`.
         adaptive: ``"entropy:X"`` / ``"pmin:X"`` early stop, or None.
         dynamic: ``"dynamic:START:MAX"`` draft-length policy, or None (fixed gamma).
 
@@ -88,7 +63,7 @@ class DraftSetup:
     def __post_init__(self) -> None:
         if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPE_CHOICES:
             raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPE_CHOICES)}")
-        check_gamma(self.gamma)
+        check_value("gamma", self.gamma, GAMMA)
 
     def describe(self) -> str:
         """``"draft bfloat16, gamma 5, pmin:0.6"`` (the target's dtype as ``"draft in the target's dtype"``)."""

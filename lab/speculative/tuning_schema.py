@@ -8,8 +8,7 @@ llama.cpp build), the ``measured`` figures and when it was ``written``; a kind
 * :data:`DRAFT_SETUP` (``draft-setup-<profile>.json``, ``lab bench-tune``): the ``draft`` it was
   measured with and the winning ``setup`` (a :class:`lab.speculative.setups.DraftSetup`), every
   field held to what the command line accepts for the same flag: a draft dtype of
-  :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`, a gamma in
-  [:data:`~lab.speculative.setups.MIN_GAMMA`, :data:`~lab.speculative.setups.MAX_GAMMA`], an
+  :data:`lab.speculative.draft_dtypes.DRAFT_DTYPE_CHOICES`, a gamma in :data:`lab.ranges.GAMMA`, an
   ``adaptive`` stop that :meth:`lab.speculative.drafts.AdaptiveDraftLength.parse` takes and a
   ``dynamic`` policy that :func:`lab.speculative.setups.parse_dynamic` takes;
 * :data:`RUNTIME` (``runtime-<profile>.json``, ``lab bench-tune-runtime``): the ``runtime`` and
@@ -28,9 +27,10 @@ from typing import Any, Callable
 
 from lab import schemas
 from lab.models.weights import WEIGHTS
+from lab.ranges import GAMMA, THREADS
 from lab.schemas import FileSchemaError
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
-from lab.speculative.setups import ADAPTIVE_STOPS, MAX_GAMMA, MIN_GAMMA, parse_dynamic
+from lab.speculative.setups import ADAPTIVE_STOPS, parse_dynamic
 
 # A name the lab prints in a note: one line, so no control characters (a newline would split it).
 _TEXT = {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"}
@@ -43,7 +43,7 @@ MACHINE = {
         "cpu_model": _TEXT,
         "cpu_flags": {"type": "array", "items": _NAME},
         "torch": _NAME,
-        "threads": {"type": "integer", "minimum": 1, "maximum": MAX_THREADS},
+        "threads": THREADS.schema(most=MAX_THREADS),
     },
 }
 
@@ -130,7 +130,7 @@ DRAFT_SETUP = TunedSchema(
             "additionalProperties": False,
             "properties": {
                 "draft_dtype": {"enum": [None, *DRAFT_DTYPE_CHOICES]},
-                "gamma": {"type": "integer", "minimum": MIN_GAMMA, "maximum": MAX_GAMMA},
+                "gamma": GAMMA.schema(),
                 "adaptive": {"oneOf": [{"type": "null"},
                                        {**_TEXT, "pattern": rf"^({'|'.join(ADAPTIVE_STOPS)}):[^\x00-\x1f\x7f]+$"}]},
                 "dynamic": {"oneOf": [{"type": "null"}, {"type": "string", "pattern": r"^dynamic(:[0-9]{1,6}){0,2}$"}]},

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from lab.ranges import DETECT_TOKENS, GAMMA, RECOMPUTE_BATCH, SAMPLED_TEMPERATURE, TOKENS, check_value
 from lab.stream import analysis
 from lab.stream.detect import Detection, detect_sinks
 from lab.stream.perplexity import check_fits, masked_nll, perplexity, recompute_nll, recompute_targets
@@ -54,20 +55,18 @@ class StreamConfig:
     calibration: str | None = None  # a sink calibration file for detected:K+W; None: the model's own
 
     def __post_init__(self) -> None:
-        for name in ("n_tokens", "chunk_tokens", "detect_tokens", "recompute_every", "recompute_batch",
-                     "prompt_tokens", "max_new_tokens", "gamma"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                flag = "--tokens" if name == "n_tokens" else "--" + name.replace("_", "-")
-                raise ValueError(f"{flag}={v!r} must be a positive integer")
+        for name, rng in (("n_tokens", TOKENS), ("chunk_tokens", TOKENS), ("detect_tokens", TOKENS),
+                          ("recompute_every", TOKENS), ("recompute_batch", RECOMPUTE_BATCH),
+                          ("prompt_tokens", TOKENS), ("max_new_tokens", TOKENS), ("gamma", GAMMA)):
+            flag = "--tokens" if name == "n_tokens" else "--" + name.replace("_", "-")
+            check_value(flag, getattr(self, name), rng, "must be a positive integer")
         from lab.models.weights import WEIGHTS
 
         if self.draft_weights not in WEIGHTS:
             raise ValueError(f"--draft-weights={self.draft_weights!r} must be one of {', '.join(WEIGHTS)}")
-        if self.detect_tokens < 2:
-            raise ValueError(f"--detect-tokens={self.detect_tokens} must be >= 2")
-        if not self.temperature > 0:
-            raise ValueError(f"--temperature={self.temperature!r} must be > 0 (the greedy run is always made too)")
+        check_value("--detect-tokens", self.detect_tokens, DETECT_TOKENS, f"must be >= {DETECT_TOKENS.lo}")
+        check_value("--temperature", self.temperature, SAMPLED_TEMPERATURE,
+                    "must be > 0 (the greedy run is always made too)")
         need = self.eval_start + 2 * self.chunk_tokens
         if self.n_tokens < need:
             raise ValueError(f"--tokens={self.n_tokens} leaves fewer than 2 chunks of {self.chunk_tokens} after the "

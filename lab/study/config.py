@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
 from lab.prompts import StudyPrompt
+from lab.ranges import GAMMA, LIMIT, RESAMPLES, SAMPLED_TEMPERATURE, SEED, TOKENS, check_value
 from lab.study.outcome import PromptOutcome
 from lab.models.weights import WEIGHTS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
@@ -103,21 +103,16 @@ class StudyConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be one of {', '.join(WEIGHTS)}")
         if self.draft_dtype is not None and self.draft_dtype not in DRAFT_DTYPE_CHOICES:
             raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPE_CHOICES)}")
-        for name in ("max_new_tokens", "gamma", "n_resamples"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}={v!r} must be a positive integer")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
-            raise ValueError(f"limit={self.limit!r} must be a positive integer")
+        for name, rng in (("max_new_tokens", TOKENS), ("gamma", GAMMA), ("n_resamples", RESAMPLES)):
+            check_value(name, getattr(self, name), rng, "must be a positive integer")
+        check_value("seed", self.seed, SEED, "must be a non-negative integer")
+        check_value("limit", self.limit, LIMIT, "must be a positive integer")
         if self.shard is not None:
             ok = (isinstance(self.shard, tuple) and len(self.shard) == 2
                   and all(isinstance(v, int) and not isinstance(v, bool) for v in self.shard))
             if not ok or not 1 <= self.shard[0] <= self.shard[1]:
                 raise ValueError(f"shard={self.shard!r} must be (K, N) with 1 <= K <= N")
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature <= 0:
-            raise ValueError(f"temperature={self.temperature!r} must be > 0: the study runs in sampling mode")
+        check_value("temperature", self.temperature, SAMPLED_TEMPERATURE, "must be > 0: the study runs in sampling mode")
 
     def draft_spec(self) -> str:
         """The draft spec in force.

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from lab.models.weights import WEIGHTS
+from lab.ranges import GAMMA, LIMIT, SAMPLED_TEMPERATURE, SEED, TOKENS
 from lab.schemas import MAX_COUNT, MAX_SECONDS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
 
@@ -24,12 +25,11 @@ PROMPTS_KIND = "stored prompt set"
 
 _NAME = {"type": "string", "minLength": 1}
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-# Every number bounded (lab.schemas): counts by MAX_COUNT, the seed by what torch's generator takes, a
-# temperature by a magnitude far past the flag's own limit (the draw is near uniform above 100).
-SEED_MAX = 2**64 - 1
+# Every number bounded (lab.schemas): the ranges are the study's (lab.ranges, read by StudyConfig), the counts'
+# open upper ends bounded by MAX_COUNT, the seed by what torch's generator takes, a temperature by a magnitude far
+# past the flag's own limit (the draw is near uniform above 100).
 MAX_TEMPERATURE_MAGNITUDE = 1e6
-_POSITIVE = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
-_TEMPERATURE = {"type": "number", "exclusiveMinimum": 0, "finite": MAX_TEMPERATURE_MAGNITUDE}
+_TEMPERATURE = SAMPLED_TEMPERATURE.schema(most=MAX_TEMPERATURE_MAGNITUDE)
 
 SETTINGS_SCHEMA = {
     "type": "object",
@@ -41,9 +41,9 @@ SETTINGS_SCHEMA = {
         "model": _NAME, "draft": _NAME, "device": _NAME, "dtype": _NAME,
         "prompts_file": {"type": ["string", "null"], "minLength": 1},
         "prompts_sha256": _SHA256,
-        "n_prompts": _POSITIVE,
-        "limit": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_COUNT},
-        "max_new_tokens": _POSITIVE, "gamma": _POSITIVE, "seed": {"type": "integer", "minimum": 0, "maximum": SEED_MAX},
+        "n_prompts": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
+        "limit": LIMIT.schema(most=MAX_COUNT),
+        "max_new_tokens": TOKENS.schema(most=MAX_COUNT), "gamma": GAMMA.schema(most=MAX_COUNT), "seed": SEED.schema(),
         "temperature": _TEMPERATURE,
         "design_temperatures": {"type": "array", "items": _TEMPERATURE},
         "temperature_subset": {"type": "array", "items": {"type": "string"}},

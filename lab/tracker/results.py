@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from lab import ranges
+from lab.ranges import check_value
+
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -43,18 +46,13 @@ class DecodeSettings:
     top_alternatives: int = 5
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 = greedy)")
-        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ValueError(f"top_k={self.top_k!r} must be an integer >= 1 or None")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ValueError(f"seed={self.seed!r} must be a non-negative integer or None")
-        if isinstance(self.top_alternatives, bool) or not isinstance(self.top_alternatives, int) or self.top_alternatives < 1:
-            raise ValueError(f"top_alternatives={self.top_alternatives!r} must be an integer >= 1")
+        check_value("max_new_tokens", self.max_new_tokens, ranges.TOKENS)
+        check_value("temperature", self.temperature, ranges.TEMPERATURE, "must be a finite number >= 0 (0 = greedy)")
+        check_value("top_p", self.top_p, ranges.TOP_P)
+        check_value("top_k", self.top_k, ranges.TOP_K)
+        if self.seed is not None:  # None: a fresh seed, recorded in the result
+            check_value("seed", self.seed, ranges.SEED, "must be a non-negative integer or None")
+        check_value("top_alternatives", self.top_alternatives, ranges.TOP_ALTERNATIVES)
 
     @property
     def do_sample(self) -> bool:

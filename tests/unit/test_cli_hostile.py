@@ -64,7 +64,10 @@ def test_cli_gamma_or_resamples_past_bound_exits_2_naming_flag(argv, flag, tmp_p
 def test_check_bounds_accepts_the_bounds_and_refuses_one_past():
     from argparse import Namespace
 
-    from lab.commands.common import MAX_GAMMA, MAX_RESAMPLES, SEED_MAX, check_bounds
+    from lab.commands.common import check_bounds
+    from lab.ranges import GAMMA, RESAMPLES, SEED
+
+    MAX_GAMMA, MAX_RESAMPLES, SEED_MAX = GAMMA.limit, RESAMPLES.limit, SEED.limit
 
     check_bounds(Namespace(gamma=MAX_GAMMA, seed=SEED_MAX, resamples=MAX_RESAMPLES))
     check_bounds(Namespace(gamma=1, seed=0, resamples=1))

@@ -24,6 +24,7 @@ DOCUMENTED_MODULES = (
     "lab.health.reliance",
     "lab.health.context_validity",
     "lab.views.core",
+    "lab.ranges",
 )
 
 

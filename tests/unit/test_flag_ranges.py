@@ -13,7 +13,8 @@ import os
 import pytest
 
 from lab import cli
-from lab.commands.common import Bound, bound_for, check_bounds, range_text
+from lab.commands.common import check_bounds, flag_range, range_text
+from lab.ranges import Range
 
 pytestmark = pytest.mark.unit
 
@@ -34,11 +35,11 @@ def _numeric_flags() -> list[tuple[str, argparse.Action]]:
             if a.option_strings and a.type in (int, float) and a.help != argparse.SUPPRESS]
 
 
-def _outside(bound: Bound, kind: type) -> tuple[str, str]:
-    """A value just below and one just above ``bound``, as typed."""
+def _outside(rng: Range, kind: type) -> tuple[str, str]:
+    """A value just below and one just above ``rng``, as typed."""
     step = 1 if kind is int else 0.5
-    low = bound.lo if bound.lo_open else bound.lo - step
-    high = (os.cpu_count() or 1) + 1 if bound.hi is None else bound.hi + step
+    low = rng.lo if rng.lo_open else rng.lo - step
+    high = (os.cpu_count() or 1) + 1 if rng.cpus else rng.input_hi + step
     return str(kind(low)), str(kind(high))
 
 
@@ -46,10 +47,10 @@ def _cases() -> list:
     out = []
     for cmd, action in _numeric_flags():
         flag = action.option_strings[-1]
-        bound = bound_for(cmd, action.dest)
-        if bound is not None:
-            values = _outside(bound, action.type)
-        else:  # no bound: the test below fails, naming the flag
+        rng = flag_range(cmd, action.dest)
+        if rng is not None:
+            values = _outside(rng, action.type)
+        else:  # no range: the test below fails, naming the flag
             values = OWN_CHECK.get((cmd, action.dest), ("?",))
         out += [pytest.param(cmd, flag, v, id=f"{cmd} {flag} {v}") for v in values]
     out += [pytest.param(cmd, flag, v, id=f"{cmd} {flag} {v}") for cmd, flag, *vs in LIST_FLAGS for v in vs]
@@ -76,7 +77,7 @@ def test_numeric_flag_has_a_bound_stated_in_its_help(cmd, action):
     """Fault class: a numeric flag without a range (``--repeats 1000000000`` ran on for hours)."""
     if (cmd, action.dest) in OWN_CHECK:
         return
-    assert bound_for(cmd, action.dest) is not None, f"lab {cmd} {action.option_strings[-1]} has no bound"
+    assert flag_range(cmd, action.dest) is not None, f"lab {cmd} {action.option_strings[-1]} has no range"
     assert range_text(cmd, action.dest) in action.help
 
 
@@ -227,14 +228,14 @@ def test_bench_tune_typed_default_gammas_are_used_not_replaced(monkeypatch):
 
 
 def test_bound_check_accepts_both_ends_and_refuses_past_them():
-    closed, half_open = Bound(1, 64), Bound(0, 1, lo_open=True)
-    for bound, inside in ((closed, (1, 64)), (half_open, (1e-9, 1.0))):
+    closed, half_open = Range(1, 64, integer=True), Range(0, 1, lo_open=True)
+    for rng, inside in ((closed, (1, 64)), (half_open, (1e-9, 1.0))):
         for v in inside:
-            bound.check("--x", v)
-    for bound, outside in ((closed, (0, 65)), (half_open, (0.0, 1.0000001, math.nan, math.inf))):
+            rng.check("--x", v)
+    for rng, outside in ((closed, (0, 65)), (half_open, (0.0, 1.0000001, math.nan, math.inf))):
         for v in outside:
             with pytest.raises(ValueError, match=r"^--x="):
-                bound.check("--x", v)
+                rng.check("--x", v)
 
 
 def test_check_bounds_skips_flags_left_unset_and_refuses_a_cpu_index():

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support import edit_at, report_dirs
 from lab import cli
-from lab.speculative.setups import MAX_GAMMA
+from lab.ranges import GAMMA
 from lab.schemas import FileSchemaError
 from lab.speculative import tuning_schema
 from lab.speculative.setups import DraftSetup
@@ -47,7 +47,7 @@ def _write(content) -> str:
 
 HOSTILE_EDITS = {
     "gamma 100000": edit_at("setup/gamma", 100_000),
-    "gamma above the CLI bound": edit_at("setup/gamma", MAX_GAMMA + 1),
+    "gamma above the CLI bound": edit_at("setup/gamma", GAMMA.limit + 1),
     "gamma 0": edit_at("setup/gamma", 0),
     "gamma NaN": edit_at("setup/gamma", math.nan),
     "gamma 4.0": edit_at("setup/gamma", 4.0),
@@ -59,7 +59,7 @@ HOSTILE_EDITS = {
     "adaptive a number": edit_at("setup/adaptive", 0.6),
     "dynamic bogus": edit_at("setup/dynamic", "bogus"),
     "dynamic START above MAX": edit_at("setup/dynamic", "dynamic:20:12"),
-    "dynamic MAX above the CLI bound": edit_at("setup/dynamic", f"dynamic:4:{MAX_GAMMA + 1}"),
+    "dynamic MAX above the CLI bound": edit_at("setup/dynamic", f"dynamic:4:{GAMMA.limit + 1}"),
     "draft dtype unknown": edit_at("setup/draft_dtype", "float8"),
     "setup key unknown": edit_at("setup/speed", 9),
     "setup empty": edit_at("setup", {}),
@@ -183,7 +183,7 @@ def test_cli_speculate_bad_tuning_file_runs_the_default_with_one_note(tmp_path, 
     assert "Traceback" not in err and "did not foresee" not in err
     (run,) = report_dirs(out)
     settings = json.loads((run / "report.json").read_text(encoding="utf-8"))["settings"]
-    assert settings["gamma"] <= MAX_GAMMA and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
+    assert settings["gamma"] <= GAMMA.limit and settings["draft_setup"]["sources"]["gamma"].startswith("default: ")
 
 
 @pytest.mark.slow  # a tiny speculate run

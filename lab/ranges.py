@@ -1,0 +1,276 @@
+"""Each numeric value's range, declared once: the flags, the configs and the file schemas read it here.
+
+A :class:`Range` states the values a quantity takes (its ends, each closed or open, whether it is an
+integer, whether ``None`` stands for "not given") and, where the value itself has no upper end, the
+``limit`` an input is held to: a flag or a tuning file takes gamma up to 64, a config built in code
+may go past it. Three readers:
+
+* :meth:`Range.problem`, for a config's ``__post_init__`` (:func:`check_value`): what is wrong with a
+  value (its type, a NaN or an infinity, an end), or None;
+* :meth:`Range.check` and :attr:`Range.text`, for a flag: ``--gamma=65 must be in [1, 64]: ...``
+  (:func:`lab.commands.common.check_bounds`, and the flag's help);
+* :meth:`Range.schema`, a field's JSON Schema in a file the lab reads back (:mod:`lab.schemas`).
+
+The lab's ranges follow the class, each with the reason for its ends. A ground-floor module: the
+standard library only, so that every part can read it (the math modules below it, which import nothing
+from the lab, state their own domains; ``tests/unit/test_ranges.py`` checks that
+:class:`lab.sampling.SamplingConfig` takes what these ranges take).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric field, flag or file field takes.
+
+    Attributes:
+        lo: The lower end.
+        hi: The value's own upper end, or None (none: see ``limit``). Checked by every reader.
+        lo_open, hi_open: Whether the end itself is refused (a temperature that must be > 0).
+        integer: Whether the value is an ``int`` (a ``bool`` is not); else any finite ``int`` or ``float``.
+        optional: Whether ``None`` ("not given": top-k off, every prompt) is a value.
+        limit: Where ``hi`` is None, the most a flag or a file takes (a config built in code is not held
+            to it); None: no limit.
+        cpus: The limit is this machine's CPU count (:func:`os.cpu_count`), read when checked.
+        why: Why the flag's ends are there, appended to its error (starts with ``" ("``, ``": "`` or
+            ``" "``).
+
+    Examples:
+        >>> top_p = Range(0, 1, lo_open=True)
+        >>> top_p.text, top_p.problem(0.0), top_p.problem(1)
+        ('(0, 1]', 'must be in (0, 1]', None)
+        >>> Range(1, integer=True, limit=64).text
+        '[1, 64]'
+    """
+
+    lo: float
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    optional: bool = False
+    limit: float | None = None
+    cpus: bool = False
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.hi is None or (self.limit is None and not self.cpus), "a limit is for a range with no upper end"
+        assert self.hi is None or self.lo < self.hi, f"empty range: {self.lo}, {self.hi}"
+
+    @property
+    def input_hi(self) -> float | None:
+        """The upper end a flag or a file is held to: ``hi``, else the ``limit`` (the CPU count with ``cpus``)."""
+        if self.hi is not None:
+            return self.hi
+        return (os.cpu_count() or 1) if self.cpus else self.limit
+
+    @property
+    def text(self) -> str:
+        """The flag's range as its help and error state it: ``[1, 64]``, ``(0, 1]``, ``[1, this machine's CPU count]``.
+
+        Examples:
+            >>> Range(1, integer=True, cpus=True).text
+            "[1, this machine's CPU count]"
+        """
+        hi = "this machine's CPU count" if self.cpus else _number(self.input_hi)
+        return f"{'(' if self.lo_open else '['}{_number(self.lo)}, {hi}{')' if self.hi_open else ']'}"
+
+    def check(self, flag: str, value: float) -> None:
+        """The flag reader: refuse a parsed flag value outside ``[lo, input_hi]``.
+
+        Args:
+            flag: The flag as typed (``"--top-p"``), named in the error.
+            value: The value argparse parsed (its type is the flag's).
+
+        Raises:
+            ValueError: ``value`` outside the range (NaN and the infinities included), as
+                ``--top-p=0.0 must be in (0, 1] (1 = off)``; with ``cpus``, the count here is named.
+
+        Examples:
+            >>> Range(0, 1, lo_open=True, why=" (1 = off)").check("--top-p", 0.0)
+            Traceback (most recent call last):
+            ...
+            ValueError: --top-p=0.0 must be in (0, 1] (1 = off)
+        """
+        hi = self.input_hi
+        if not (self._above_lo(value) and (hi is None or self._below_hi(value, hi))):  # NaN fails both
+            where = f" ({hi} here)" if self.cpus else ""
+            raise ValueError(f"{flag}={value!r} must be in {self.text}{where}{self.why}")
+
+    def problem(self, value: Any) -> str | None:
+        """The config reader: what is wrong with ``value`` for a field of this range, or None.
+
+        The field's own ends only (``lo``, ``hi``); the ``limit`` is an input's, not the config's.
+
+        A ``bool`` is no number; a non-integer range takes a finite ``float`` or an ``int`` a float holds.
+
+        Returns:
+            None when ``value`` is in the range; else the problem as the end of a one-line error:
+            ``"must be an integer >= 1"`` (``" or None"`` when optional), ``"must be a finite number >= 0"``,
+            ``"must be in (0, 1]"`` (both ends).
+
+        Examples:
+            >>> gamma = Range(1, integer=True, limit=64)
+            >>> gamma.problem(65), gamma.problem(0), gamma.problem(True)
+            (None, 'must be an integer >= 1', 'must be an integer >= 1')
+            >>> Range(0).problem(float("nan"))
+            'must be a finite number >= 0'
+        """
+        if value is None and self.optional:
+            return None
+        if self.integer:
+            number = isinstance(value, int)
+        else:  # a finite float, or an int a float holds (lab.schemas' "finite": float(x) must not overflow)
+            number = isinstance(value, (int, float)) and abs(value) <= sys.float_info.max  # NaN: False
+        if (not isinstance(value, bool) and number and self._above_lo(value)
+                and (self.hi is None or self._below_hi(value, self.hi))):
+            return None
+        kind = "an integer" if self.integer else "a finite number"
+        if self.hi is not None:
+            said = f"must be {kind + ' ' if self.integer else ''}in {self.text}"
+        else:
+            said = f"must be {kind} {'>' if self.lo_open else '>='} {_number(self.lo)}"
+        return said + (" or None" if self.optional else "")
+
+    def schema(self, most: float | None = None) -> dict[str, Any]:
+        """The schema reader: the field's JSON Schema in a file the lab reads back (:mod:`lab.schemas`).
+
+        Args:
+            most: None: the range an input is held to (``[lo, input_hi]``, a tuning file's gamma as its
+                flag takes it); else the upper end of a field with none of its own in a file the lab wrote
+                from a config (a count's ``maximum``; a number's magnitude, the lab's ``"finite"``).
+
+        Returns:
+            ``{"type": ..., "minimum" | "exclusiveMinimum": lo, "maximum" | "exclusiveMaximum": hi}``, with
+            ``"finite"`` for a non-integer (``true``, or ``most``) and ``"null"`` in the type when optional.
+
+        Examples:
+            >>> Range(1, integer=True, limit=64).schema()
+            {'type': 'integer', 'minimum': 1, 'maximum': 64}
+            >>> Range(0, lo_open=True, limit=100.0).schema(most=1e6)
+            {'type': 'number', 'exclusiveMinimum': 0, 'finite': 1000000.0}
+        """
+        kind = "integer" if self.integer else "number"
+        out: dict[str, Any] = {"type": [kind, "null"] if self.optional else kind,
+                               "exclusiveMinimum" if self.lo_open else "minimum": self.lo}
+        hi = self.input_hi if most is None or self.hi is not None else most
+        if hi is not None and (self.integer or most is None or self.hi is not None):
+            out["exclusiveMaximum" if self.hi_open else "maximum"] = hi
+        if not self.integer:
+            out["finite"] = True if most is None or self.hi is not None else most
+        return out
+
+    def _above_lo(self, value: float) -> bool:
+        return value > self.lo if self.lo_open else value >= self.lo
+
+    def _below_hi(self, value: float, hi: float) -> bool:
+        return value < hi if self.hi_open else value <= hi
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> None:
+    """Raise the config's error for a field outside its range.
+
+    Args:
+        name: The field (or the flag, where a config names its flags), as the error names it.
+        value: The field's value.
+        rng: Its :class:`Range`.
+        says: The config's own words for the problem, where they are not :meth:`Range.problem`'s.
+
+    Raises:
+        ValueError: ``rng.problem(value)`` is not None: ``f"{name}={value!r} {says or problem}"``.
+
+    Examples:
+        >>> check_value("gamma", 0, GAMMA)
+        Traceback (most recent call last):
+        ...
+        ValueError: gamma=0 must be an integer >= 1
+    """
+    problem = rng.problem(value)
+    if problem is not None:
+        raise ValueError(f"{name}={value!r} {says or problem}")
+
+
+# ---- the lab's ranges ----
+
+# Gamma, draft tokens per round. A round drafts at least one token (no draft at all is the target alone).
+# With acceptance rate alpha a round yields (1 - alpha**(gamma+1)) / (1 - alpha) tokens in expectation
+# (Leviathan et al. 2023, eq. 1): at alpha = 0.9, the best measured here (the Qwen pair), gamma = 64 already
+# gives 99.9 % of the gamma -> infinity limit, while every further drafted token costs a draft forward, and the
+# per-round table and histogram have gamma + 1 columns. A config built in code may go past 64.
+GAMMA = Range(1, integer=True, limit=64, why=": beyond 64 drafted tokens a round gains nothing measurable")
+
+# torch.Generator.manual_seed takes [0, 2**64 - 1]; beyond: "Overflow when unpacking long long".
+SEED = Range(0, integer=True, limit=2**64 - 1, why=" (2**64 - 1, what torch's generator takes)")
+# lab bench derives one seed per (repeat, prompt) from --seed (lab.bench.run.run_seed), which must stay below 2**62.
+BENCH_SEED = Range(0, 2**62 - 1, integer=True, why=" (2**62 - 1: each repeat and prompt derives a seed from it)")
+
+# Any length in tokens (new tokens, a text's or a prompt's tokens): 131,072 (128 Ki) is the longest context of
+# the open models this lab loads or is likely to; the model's own context is checked as well where it is known.
+MAX_TOKENS = 131_072
+TOKENS = Range(1, integer=True, limit=MAX_TOKENS, why=" (128 Ki tokens, the longest context of the models here)")
+# The bench's schedules time at least one token past the prefill's.
+BENCH_NEW_TOKENS = Range(2, integer=True, limit=MAX_TOKENS,
+                         why=" (the first token is the prefill's; 128 Ki, the longest context here)")
+# lab validate-context's lookback ratio needs a query after the first new token.
+LOOKBACK_NEW_TOKENS = Range(2, integer=True, limit=MAX_TOKENS,
+                            why=" (the lookback ratio needs a query after the first; 128 Ki, the longest context here)")
+DETECT_TOKENS = Range(2, integer=True, limit=MAX_TOKENS,
+                      why=" (the detector needs two positions; 128 Ki, the longest context here)")
+EAGER_LENGTH = Range(0, integer=True, limit=MAX_TOKENS, why=" (0 skips it; 128 Ki, the longest context here)")
+DENSE_ROWS = Range(1, integer=True, limit=MAX_TOKENS,
+                   why=" (passes of at least this many positions take the dense path)")
+
+# Logits are divided by the temperature (0 = greedy): at 100 a softmax over logits spread by ~50 nats (wider
+# than any model's here) is within 0.5 nats of uniform, so a higher temperature samples noise, not the model.
+MAX_TEMPERATURE = 100.0
+TEMPERATURE = Range(0, limit=MAX_TEMPERATURE,
+                    why=f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)")
+# A run that samples (the study, the stream's sampled run): > 0.
+SAMPLED_TEMPERATURE = Range(0, lo_open=True, limit=MAX_TEMPERATURE,
+                            why=" (the run samples; above 100 the draw is close to uniform)")
+TOP_P = Range(0, 1, lo_open=True, why=" (1 = off)")
+# top-k above the vocabulary keeps every token (lab.sampling.filter_logits clamps k): 2**20 is above any
+# vocabulary here (Qwen2.5: 151,936; Gemma 3: 262,144). None: off.
+TOP_K = Range(1, integer=True, optional=True, limit=2**20, why=" (2**20, above any vocabulary here)")
+# Alternatives recorded per decode step: a table for reading, saved per step in report.json
+# (1,000 x 64 steps is already 64,000 records); the full distribution is not what it is for.
+TOP_ALTERNATIVES = Range(1, integer=True, limit=1000, why=" (alternatives shown and saved per step)")
+
+# Bootstrap resamples. The Monte Carlo error of a percentile CI endpoint shrinks as 1/sqrt(B): at B = 100,000
+# (50x the default 1,999) it is ~0.07 percentage points of coverage; the analysis time grows linearly with B.
+RESAMPLES = Range(1, integer=True, limit=100_000,
+                  why=" (50x the default; the CI's Monte Carlo error is negligible there)")
+# Prompts of a study (None: all): the largest packaged set holds 1,440; --limit only selects from the set.
+LIMIT = Range(1, integer=True, optional=True, limit=100_000, why=" (the largest prompt set here holds 1,440)")
+# Timed repeats: the median of 1,000 is as steady as a median gets on a shared machine; more only add hours.
+REPEATS = Range(1, integer=True, limit=1000, why=" (the median of 1,000 repeats is as steady as it gets)")
+# Iterations of a timed loop (the statistics-only timing, decode steps profiled): 100,000 of a millisecond-scale
+# call is minutes; more adds no precision to a median.
+ITERATIONS = Range(1, integer=True, limit=100_000, why=" (more adds no precision to the median)")
+# Oracle windows per forward pass of lab stream's recompute:W policy: each is a W-token window, so the batch's
+# activations grow with it; past ~1,000 a forward only risks memory and runs no faster per window.
+RECOMPUTE_BATCH = Range(1, integer=True, limit=1024,
+                        why=" (oracle windows in one forward pass: more only risks memory)")
+# lab intervene's pilot: it checks the controls before the main triples and is excluded from the analysis; the
+# design caps it at 12 triples (two per category) so that it stays a check, not a second sample.
+PILOT_MAX = 12
+PILOT_LIMIT = Range(0, integer=True, limit=PILOT_MAX,
+                    why=" (a pilot checks the controls and is excluded from the analysis: it stays small)")
+
+THREADS = Range(1, integer=True, cpus=True, why=": more threads than CPUs only contend for them")
+WORKERS = Range(1, integer=True, cpus=True, why=": more worker processes than CPUs only contend for them")
+# Ray actors (None: one per worker slot): each holds the target and the draft; a thousand is past any cluster
+# this lab has been run on.
+RAY_ACTORS = Range(1, integer=True, optional=True, limit=1000)
+# Seconds a running Ray cluster has to answer: an hour is past any cluster that will answer.
+RAY_TIMEOUT = Range(0, 3600, lo_open=True, why=" seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)")

@@ -1,0 +1,237 @@
+"""``lab.ranges``: one declaration of a numeric value's range, read by the flag check, the config check and the schema.
+
+Fault classes guarded: a range stated in several places that drifts apart (the flag takes what the config
+refuses, the file schema takes what the flag refuses); an open end taken as closed; a NaN, an infinity or a
+``bool`` taken for a number; a config below the math floor (:class:`lab.sampling.SamplingConfig`, which may
+import nothing from the lab) whose own check no longer matches the range the flags read. Each agreement check
+has a planted control: a range stated wrongly must be found.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from lab import ranges
+from lab.ranges import Range, check_value
+from lab.schemas import Validator
+
+pytestmark = pytest.mark.unit
+
+# Values each agreement check tries: the ends of the lab's ranges, just past them, and what is no number.
+PROBES = (-1, 0, 0.0, 1e-9, 0.5, 1, 1.0, 2, 4.0, 63, 64, 65, 100, 100.0, 100.5, 2**20, 2**20 + 1, 2**62 - 1,
+          2**62, 2**64 - 1, 2**64, 10**400, True, False, None, "1", math.nan, math.inf, -math.inf, 1e309)
+
+
+def disagreements(rng: Range, accepts, values=PROBES) -> list:
+    """The values where ``accepts(value)`` (a config's or a schema's answer) differs from ``rng.problem``."""
+    return [v for v in values if accepts(v) != (rng.problem(v) is None)]
+
+
+def _takes(ctor, **kwargs) -> bool:
+    try:
+        ctor(**kwargs)
+    except ValueError:
+        return False
+    return True
+
+
+def _schema_takes(schema: dict, value) -> bool:
+    return not list(Validator(schema).iter_errors(value))
+
+
+# ---- the config reader: Range.problem ----
+
+@pytest.mark.parametrize("value,problem", [
+    (1, None), (64, None), (65, None), (10**400, None),  # a config is not held to the flag's limit
+    (0, "must be an integer >= 1"), (-1, "must be an integer >= 1"), (True, "must be an integer >= 1"),
+    (4.0, "must be an integer >= 1"), ("4", "must be an integer >= 1"), (None, "must be an integer >= 1"),
+])
+def test_range_problem_integer_with_a_limit_refuses_below_lo_and_non_integers_only(value, problem):
+    assert ranges.GAMMA.problem(value) == problem
+
+
+@pytest.mark.parametrize("value", [1e-300, 0.5, 1, 1.0])
+def test_range_problem_open_lo_closed_hi_accepts_inside(value):
+    assert ranges.TOP_P.problem(value) is None
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.0, 1.0000001, 2, math.nan, math.inf, -math.inf, True, "0.5", None])
+def test_range_problem_open_lo_closed_hi_refuses_the_open_end_past_hi_and_non_numbers(value):
+    assert ranges.TOP_P.problem(value) == "must be in (0, 1]"
+
+
+def test_range_problem_open_hi_refuses_hi_itself():
+    rng = Range(0, 1, hi_open=True)
+    assert rng.problem(0.999) is None and rng.problem(0) is None
+    assert rng.problem(1) == "must be in [0, 1)"
+    assert rng.text == "[0, 1)"
+
+
+def test_range_problem_optional_takes_none_and_says_so():
+    assert ranges.TOP_K.problem(None) is None
+    assert ranges.TOP_K.problem(0) == "must be an integer >= 1 or None"
+    assert ranges.GAMMA.problem(None) == "must be an integer >= 1"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e309, 10**400])
+def test_range_problem_non_finite_number_refused(value):
+    """Fault class: a NaN passing ``not x < 0`` (every comparison with NaN is False), an infinite temperature, an
+    int no float holds (``float(10**400)`` raises OverflowError where the lab computes with it)."""
+    assert ranges.TEMPERATURE.problem(value) == "must be a finite number >= 0"
+    assert ranges.SAMPLED_TEMPERATURE.problem(value) == "must be a finite number > 0"
+
+
+def test_range_problem_integer_with_both_ends_names_both():
+    assert ranges.BENCH_SEED.problem(2**62) == "must be an integer in [0, 4611686018427387903]"
+    assert ranges.BENCH_SEED.problem(2**62 - 1) is None
+
+
+def test_check_value_names_the_field_echoes_the_value_and_keeps_a_configs_words():
+    with pytest.raises(ValueError, match=r"^gamma=0 must be an integer >= 1$"):
+        check_value("gamma", 0, ranges.GAMMA)
+    with pytest.raises(ValueError, match=r"^limit=0 must be a positive integer$"):
+        check_value("limit", 0, ranges.LIMIT, "must be a positive integer")
+    check_value("limit", None, ranges.LIMIT, "must be a positive integer")
+
+
+# ---- the flag reader: Range.check and Range.text ----
+
+def test_range_check_flag_error_names_flag_range_and_why():
+    with pytest.raises(ValueError, match=r"^--gamma=65 must be in \[1, 64\]: beyond 64 drafted tokens"):
+        ranges.GAMMA.check("--gamma", 65)
+    ranges.GAMMA.check("--gamma", 64)
+    ranges.GAMMA.check("--gamma", 1)
+    with pytest.raises(ValueError, match=r"^--top-p=0\.0 must be in \(0, 1\] \(1 = off\)$"):
+        ranges.TOP_P.check("--top-p", 0.0)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_range_check_flag_non_finite_refused(value):
+    with pytest.raises(ValueError, match=r"^--temperature="):
+        ranges.TEMPERATURE.check("--temperature", value)
+
+
+def test_range_check_cpus_limit_is_this_machines_count():
+    cpus = os.cpu_count() or 1
+    ranges.THREADS.check("--threads", cpus)
+    with pytest.raises(ValueError, match=rf"^--threads={cpus + 1} must be in \[1, this machine's CPU count\] "
+                                         rf"\({cpus} here\): more threads"):
+        ranges.THREADS.check("--threads", cpus + 1)
+
+
+def test_range_text_formats_ends_as_typed():
+    assert ranges.TEMPERATURE.text == "[0, 100]"
+    assert ranges.SAMPLED_TEMPERATURE.text == "(0, 100]"
+    assert ranges.RAY_TIMEOUT.text == "(0, 3600]"
+    assert ranges.SEED.text == "[0, 18446744073709551615]"
+
+
+def test_range_with_hi_and_limit_is_refused():
+    with pytest.raises(AssertionError):
+        Range(0, 1, limit=2)
+    with pytest.raises(AssertionError):
+        Range(1, 1)
+
+
+# ---- the schema reader: Range.schema ----
+
+def test_range_schema_input_and_file_forms():
+    assert ranges.GAMMA.schema() == {"type": "integer", "minimum": 1, "maximum": 64}
+    assert ranges.GAMMA.schema(most=2**31 - 1) == {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+    assert ranges.LIMIT.schema(most=10) == {"type": ["integer", "null"], "minimum": 1, "maximum": 10}
+    assert ranges.TOP_P.schema() == {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "finite": True}
+    assert ranges.SAMPLED_TEMPERATURE.schema(most=1e6) == {"type": "number", "exclusiveMinimum": 0, "finite": 1e6}
+    assert Range(0, 1, hi_open=True).schema() == {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                                                  "finite": True}
+
+
+@pytest.mark.parametrize("name", ["GAMMA", "SEED", "BENCH_SEED", "TOKENS", "TOP_K", "TOP_P", "TEMPERATURE",
+                                  "SAMPLED_TEMPERATURE", "LIMIT", "RAY_TIMEOUT", "RESAMPLES", "PILOT_LIMIT"])
+def test_range_schema_takes_what_the_flag_takes(name):
+    """A file field read back (the tuning file's gamma) holds what the flag takes: the schema and the flag's
+    check agree on every probe that is a number."""
+    rng = getattr(ranges, name)
+
+    def flag_takes(v):
+        try:
+            rng.check("--x", v)
+        except ValueError:
+            return False
+        return True
+
+    numbers = [v for v in PROBES if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and not (rng.integer and isinstance(v, float))]
+    assert [v for v in numbers if _schema_takes(rng.schema(), v) != flag_takes(v)] == []
+
+
+def test_range_schema_planted_wrong_schema_is_caught():
+    """Negative control: a schema stated by hand with a closed end where the range is open disagrees."""
+    wrong = {"type": "number", "minimum": 0, "maximum": 1, "finite": True}
+    assert 0 in disagreements(ranges.TOP_P, lambda v: _schema_takes(wrong, v) and not isinstance(v, bool))
+
+
+# ---- below the math floor: SamplingConfig and theory state their own domains; they must match ----
+
+@pytest.mark.parametrize("field,rng", [("temperature", ranges.TEMPERATURE), ("top_k", ranges.TOP_K),
+                                       ("top_p", ranges.TOP_P)])
+def test_sampling_config_takes_what_its_range_takes(field, rng):
+    """:class:`lab.sampling.SamplingConfig` may import nothing from the lab, so it states its checks itself;
+    they must refuse exactly what the range the flags read refuses."""
+    from lab.sampling import SamplingConfig
+
+    # An int past any float (10**400) ends in OverflowError there, not in ValueError: not probed
+    probes = [v for v in PROBES if not (isinstance(v, int) and abs(v) > 1e308)]
+    assert disagreements(rng, lambda v: _takes(SamplingConfig, **{field: v}), probes) == []
+
+
+def test_theory_gamma_domain_is_gammas_range():
+    from lab.speculative.theory import expected_tokens_per_round
+
+    probes = [v for v in PROBES if not (isinstance(v, int) and v > 1000)]  # it sums gamma + 1 terms
+    assert disagreements(ranges.GAMMA, lambda v: _takes(expected_tokens_per_round, alpha=0.5, gamma=v), probes) == []
+
+
+def test_disagreements_planted_wrong_range_is_caught():
+    """Negative control: a range stated wrongly (top-p closed at 0, temperature open at 0) is found."""
+    from lab.sampling import SamplingConfig
+
+    probes = (-1, 0, 0.5, 1, 2)
+    assert 0 in disagreements(Range(0, 1), lambda v: _takes(SamplingConfig, top_p=v), probes)
+    assert 0 in disagreements(Range(0, lo_open=True), lambda v: _takes(SamplingConfig, temperature=v), probes)
+
+
+# ---- every config reads its field's range ----
+
+@pytest.mark.parametrize("ctor,field,rng", [
+    ("lab.tracker.results.DecodeSettings", "max_new_tokens", ranges.TOKENS),
+    ("lab.tracker.results.DecodeSettings", "temperature", ranges.TEMPERATURE),
+    ("lab.tracker.results.DecodeSettings", "top_p", ranges.TOP_P),
+    ("lab.tracker.results.DecodeSettings", "top_k", ranges.TOP_K),
+    ("lab.tracker.results.DecodeSettings", "top_alternatives", ranges.TOP_ALTERNATIVES),
+    ("lab.speculative.setups.DraftSetup", "gamma", ranges.GAMMA),
+    ("lab.study.config.StudyConfig", "gamma", ranges.GAMMA),
+    ("lab.study.config.StudyConfig", "max_new_tokens", ranges.TOKENS),
+    ("lab.study.config.StudyConfig", "n_resamples", ranges.RESAMPLES),
+    ("lab.study.config.StudyConfig", "seed", ranges.SEED),
+    ("lab.study.config.StudyConfig", "limit", ranges.LIMIT),
+    ("lab.study.config.StudyConfig", "temperature", ranges.SAMPLED_TEMPERATURE),
+    ("lab.runs.cluster.ClusterConfig", "n_actors", ranges.RAY_ACTORS),
+    ("lab.runs.cluster.ClusterConfig", "threads", ranges.THREADS),
+    ("lab.runs.cluster.ClusterConfig", "connect_timeout_s", ranges.RAY_TIMEOUT),
+    ("lab.stream.experiment.StreamConfig", "temperature", ranges.SAMPLED_TEMPERATURE),
+    ("lab.stream.experiment.StreamConfig", "recompute_batch", ranges.RECOMPUTE_BATCH),
+    ("lab.bench.run.BenchConfig", "repeats", ranges.REPEATS),
+    ("lab.bench.run.BenchConfig", "seed", ranges.BENCH_SEED),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_config_field_takes_what_its_range_takes(ctor, field, rng):
+    import importlib
+
+    module, _, name = ctor.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    # the stream's token counts relate to each other (--tokens holds two chunks past the budgets): probe small values
+    probes = [v for v in PROBES if not (isinstance(v, int) and not isinstance(v, bool) and v > 10**6)] \
+        if name == "StreamConfig" else PROBES
+    assert disagreements(rng, lambda v: _takes(cls, **{field: v}), probes) == []
