@@ -29,7 +29,7 @@ keep the same token set and give the same probabilities.
 
 from __future__ import annotations
 
-import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,8 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        # abs(t) <= float max: an int no float holds (10**400) is refused, not an OverflowError in isfinite
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not abs(t) <= sys.float_info.max or t < 0:
             raise ValueError(f"temperature={t!r} must be a finite number >= 0 (0 = greedy)")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k={self.top_k!r} must be a positive integer or None")

@@ -12,6 +12,7 @@ round follows a geometric law truncated at gamma; :func:`accepted_length_pmf` is
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import torch
@@ -27,7 +28,15 @@ def _check_alpha(alpha: float) -> float:
 def _check_gamma(gamma: int) -> int:
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma={gamma!r} must be an integer >= 1")
+    if gamma > sys.float_info.max:  # the closed forms compute in floats
+        raise ValueError(f"gamma={gamma!r} is past what a float holds")
     return gamma
+
+
+# Past this gamma the tokens per round come from the closed form (the sum would take minutes or never end).
+_SUMMED_GAMMA = 4096
+# A law over gamma + 1 lengths is a list of that many floats: 2**20 + 1 of them is 8 MB.
+MAX_PMF_GAMMA = 2**20
 
 
 def _check_cost(cost_ratio: float) -> float:
@@ -40,10 +49,12 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     """Expected tokens emitted per round, ``(1 - alpha^(gamma+1)) / (1 - alpha)``.
 
     Leviathan et al. 2023, Equation 1; equals gamma + 1 at alpha = 1. Computed as the
-    finite sum ``sum_{k=0..gamma} alpha^k`` (the same value, stable near alpha = 1).
+    finite sum ``sum_{k=0..gamma} alpha^k`` (the same value, stable near alpha = 1); past
+    gamma = 4096 as ``-expm1((gamma + 1) log1p(-(1 - alpha))) / (1 - alpha)``, which stays
+    accurate near alpha = 1 and takes any int gamma in constant time.
 
     Raises:
-        ValueError: alpha outside [0, 1] or gamma < 1.
+        ValueError: alpha outside [0, 1], gamma < 1, or gamma past what a float holds.
 
     Examples:
         >>> expected_tokens_per_round(0.5, 2)  # 1 + 0.5 + 0.25
@@ -52,7 +63,12 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
         5.0
     """
     a, g = _check_alpha(alpha), _check_gamma(gamma)
-    return float(sum(a ** k for k in range(g + 1)))
+    if g <= _SUMMED_GAMMA:
+        return float(sum(a ** k for k in range(g + 1)))
+    if a in (0.0, 1.0):
+        return 1.0 if a == 0.0 else float(g) + 1.0
+    d = 1.0 - a  # exact for alpha >= 0.5 (Sterbenz), where the cancellation would bite
+    return -math.expm1((float(g) + 1.0) * math.log1p(-d)) / d
 
 
 def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
@@ -116,13 +132,16 @@ def accepted_length_pmf(alpha: float, gamma: int) -> list[float]:
         ``gamma + 1`` probabilities summing to 1, index k = k tokens accepted.
 
     Raises:
-        ValueError: alpha outside [0, 1] or gamma < 1.
+        ValueError: alpha outside [0, 1], gamma < 1, or gamma above :data:`MAX_PMF_GAMMA` (2**20:
+            the list holds gamma + 1 floats).
 
     Examples:
         >>> accepted_length_pmf(0.5, 2)  # 0.5, 0.5 * 0.5, and all kept 0.5^2
         [0.5, 0.25, 0.25]
     """
     a, g = _check_alpha(alpha), _check_gamma(gamma)
+    if g > MAX_PMF_GAMMA:
+        raise ValueError(f"gamma={g!r} is past {MAX_PMF_GAMMA:,}: the law would be a list of gamma + 1 floats")
     return [a ** k * (1.0 - a) for k in range(g)] + [a ** g]
 
 

@@ -182,15 +182,14 @@ def test_sampling_config_takes_what_its_range_takes(field, rng):
     they must refuse exactly what the range the flags read refuses."""
     from lab.sampling import SamplingConfig
 
-    # An int past any float (10**400) ends in OverflowError there, not in ValueError: not probed
-    probes = [v for v in PROBES if not (isinstance(v, int) and abs(v) > 1e308)]
-    assert disagreements(rng, lambda v: _takes(SamplingConfig, **{field: v}), probes) == []
+    assert disagreements(rng, lambda v: _takes(SamplingConfig, **{field: v})) == []
 
 
 def test_theory_gamma_domain_is_gammas_range():
     from lab.speculative.theory import expected_tokens_per_round
 
-    probes = [v for v in PROBES if not (isinstance(v, int) and v > 1000)]  # it sums gamma + 1 terms
+    # theory computes in floats: an int no float holds (10**400) is refused there, a config may hold it
+    probes = [v for v in PROBES if not (isinstance(v, int) and v > 1e308)]
     assert disagreements(ranges.GAMMA, lambda v: _takes(expected_tokens_per_round, alpha=0.5, gamma=v), probes) == []
 
 

@@ -274,3 +274,32 @@ def test_geometric_fit_fewer_than_five_rounds_has_expected_but_no_statistic(hist
     n, gamma = sum(histogram), len(histogram) - 1
     assert fit["expected"] == [n * p for p in accepted_length_pmf(0.4, gamma)]
     assert fit["chi2"] is None and fit["p_value"] is None and fit["bins"] == 0
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.9, 0.999, 1 - 1e-9, 1.0])
+def test_tokens_per_round_closed_form_past_the_summed_gammas_agrees_with_the_sum(alpha):
+    """Past gamma = 4096 the closed form replaces the sum: at 4097 it agrees with the sum to 1e-12
+    relative, near alpha = 1 included (where ``(1 - a**n) / (1 - a)`` taken naively loses digits)."""
+    from lab.speculative.theory import _SUMMED_GAMMA
+
+    g = _SUMMED_GAMMA + 1
+    summed = math.fsum(alpha ** k for k in range(g + 1))
+    assert expected_tokens_per_round(alpha, g) == pytest.approx(summed, rel=1e-12)
+
+
+def test_tokens_per_round_takes_any_int_gamma_in_constant_time():
+    """Fault class: a gamma built in code (10**300) that summed gamma + 1 terms and never returned; one
+    past what a float holds (10**400) is refused in one line."""
+    assert expected_tokens_per_round(0.5, 10**300) == pytest.approx(2.0, rel=1e-12)
+    assert expected_tokens_per_round(1.0, 10**300) == pytest.approx(1e300, rel=1e-12)
+    assert expected_speedup(0.5, 10**9, 0.0) == pytest.approx(2.0, rel=1e-12)
+    with pytest.raises(ValueError, match=r"is past what a float holds"):
+        expected_tokens_per_round(0.5, 10**400)
+
+
+def test_accepted_length_pmf_past_its_largest_gamma_refused_in_one_line():
+    from lab.speculative.theory import MAX_PMF_GAMMA
+
+    assert len(accepted_length_pmf(0.5, MAX_PMF_GAMMA)) == MAX_PMF_GAMMA + 1
+    with pytest.raises(ValueError, match="gamma=1048577 is past 1,048,576"):
+        accepted_length_pmf(0.5, MAX_PMF_GAMMA + 1)
