@@ -210,7 +210,7 @@ def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> N
 GAMMA = Range(1, integer=True, limit=64, why=": beyond 64 drafted tokens a round gains nothing measurable")
 
 # torch.Generator.manual_seed takes [0, 2**64 - 1]; beyond: "Overflow when unpacking long long".
-SEED = Range(0, integer=True, limit=2**64 - 1, why=" (2**64 - 1, what torch's generator takes)")
+SEED = Range(0, 2**64 - 1, integer=True, why=" (2**64 - 1, what torch's generator takes)")  # torch's end: configs too
 # lab bench derives one seed per (repeat, prompt) from --seed (lab.bench.run.run_seed), which must stay below 2**62.
 BENCH_SEED = Range(0, 2**62 - 1, integer=True, why=" (2**62 - 1: each repeat and prompt derives a seed from it)")
 
@@ -226,6 +226,8 @@ LOOKBACK_NEW_TOKENS = Range(2, integer=True, limit=MAX_TOKENS,
                             why=" (the lookback ratio needs a query after the first; 128 Ki, the longest context here)")
 DETECT_TOKENS = Range(2, integer=True, limit=MAX_TOKENS,
                       why=" (the detector needs two positions; 128 Ki, the longest context here)")
+# Untimed warm-up tokens per method before lab bench times it (0: none).
+WARMUP_TOKENS = Range(0, integer=True, limit=MAX_TOKENS, why=" (0: no warm-up; 128 Ki, the longest context here)")
 EAGER_LENGTH = Range(0, integer=True, limit=MAX_TOKENS, why=" (0 skips it; 128 Ki, the longest context here)")
 DENSE_ROWS = Range(1, integer=True, limit=MAX_TOKENS,
                    why=" (passes of at least this many positions take the dense path)")

@@ -117,6 +117,7 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
 # half the maximum in exact arithmetic, so the float32 quotient cannot round to inf.
 NO_OVERFLOW_BOUND = float(torch.finfo(torch.float32).max) / 2
 _FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)  # smallest normal float32
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def _scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -135,6 +136,9 @@ def _scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     skipped where no row can overflow: temperature >= 1 (``|x / t| <= |x|``), or a normal float32
     temperature and every logit finite and below ``t * NO_OVERFLOW_BOUND`` in magnitude (one pass). Same result, fewer passes.
     """
+    # Past float32's largest the divisor would round to inf (-inf / inf = NaN) and an int past 2**63 is refused by
+    # torch: the largest float32 gives the same distribution (every finite logit scaled to within 1 of 0)
+    temperature = min(float(temperature), _FLOAT32_MAX)
     x = logits / temperature
     if temperature >= 1.0:
         return x

@@ -30,7 +30,7 @@ import torch
 from lab.decode import check_context
 from lab.machine import LoadLog
 from lab.models.chat import build_messages, encode_chat
-from lab.ranges import BENCH_NEW_TOKENS, BENCH_SEED, GAMMA, REPEATS, check_value
+from lab.ranges import BENCH_NEW_TOKENS, BENCH_SEED, GAMMA, REPEATS, WARMUP_TOKENS, check_value
 from lab.runtime.ggml import is_ggml
 from lab.bench.levers import assistant_settings, lever_methods, select_methods, timed_generate, timed_speculative
 from lab.bench.phases import FirstTokenClock
@@ -99,6 +99,7 @@ class BenchConfig:
             AdaptiveDraftLength.parse(spec)
         check_value("max_new_tokens", self.max_new_tokens, BENCH_NEW_TOKENS, f"must be >= {BENCH_NEW_TOKENS.lo}")
         check_value("repeats", self.repeats, REPEATS, f"must be >= {REPEATS.lo}")
+        check_value("warmup_tokens", self.warmup_tokens, WARMUP_TOKENS)
         for spec in self.dynamic:
             DynamicGamma.parse(spec)
         for dtype in self.draft_dtypes:

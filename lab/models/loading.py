@@ -251,6 +251,21 @@ def check_model_name(name_or_path: str) -> None:
     resolve_source(name_or_path)  # paths and hub ids: a syntax check, nothing is loaded
 
 
+def _is_path(name: str) -> bool:
+    """Whether ``name`` names an existing file or folder; a name the OS cannot take as a path (too long,
+    a NUL byte) names none."""
+    try:
+        return Path(name).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _shown(name: str, most: int = 120) -> str:
+    """``repr(name)``, cut to ``most`` characters with its length said, for a one-line error."""
+    shown = repr(name)
+    return shown if len(shown) <= most else f"{shown[:most]}... ({len(name):,} characters)"
+
+
 def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
     """Map a profile name, local path or hub id to what ``from_pretrained`` loads.
 
@@ -269,13 +284,13 @@ def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
         if profile.source in ("gguf-package", "gguf-chunks"):
             return str(_materialize_gguf(profile)), profile
         return profile.repo, profile
-    if Path(name_or_path).expanduser().exists():
+    if _is_path(name_or_path):
         return str(Path(name_or_path).expanduser()), None
     parts = name_or_path.split("/")
     if len(parts) == 2 and all(parts):
         return name_or_path, None
     raise ValueError(
-        f"model={name_or_path!r} is not a known profile ({', '.join(PROFILES)}), an existing path, "
+        f"model={_shown(name_or_path)} is not a known profile ({', '.join(PROFILES)}), an existing path, "
         "or a hub id of the form owner/name"
     )
 

@@ -20,7 +20,7 @@ from scipy.optimize import brentq
 
 
 def _check_alpha(alpha: float) -> float:
-    if not isinstance(alpha, (int, float)) or math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:  # NaN: False
         raise ValueError(f"alpha={alpha!r} must be a number in [0, 1]")
     return float(alpha)
 
@@ -40,7 +40,8 @@ MAX_PMF_GAMMA = 2**20
 
 
 def _check_cost(cost_ratio: float) -> float:
-    if not isinstance(cost_ratio, (int, float)) or math.isnan(cost_ratio) or cost_ratio < 0:
+    if (isinstance(cost_ratio, bool) or not isinstance(cost_ratio, (int, float)) or not cost_ratio >= 0  # NaN: False
+            or isinstance(cost_ratio, int) and cost_ratio > sys.float_info.max):  # an int no float holds
         raise ValueError(f"cost_ratio={cost_ratio!r} must be a number >= 0")
     return float(cost_ratio)
 
@@ -67,8 +68,11 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
         return float(sum(a ** k for k in range(g + 1)))
     if a in (0.0, 1.0):
         return 1.0 if a == 0.0 else float(g) + 1.0
+    n = float(g) + 1.0
+    if a < 0.5:  # no cancellation: 1 - a**n is near 1 (and 1 - a may round to 1, where log1p(-1) fails)
+        return (1.0 - a ** n) / (1.0 - a)
     d = 1.0 - a  # exact for alpha >= 0.5 (Sterbenz), where the cancellation would bite
-    return -math.expm1((float(g) + 1.0) * math.log1p(-d)) / d
+    return -math.expm1(n * math.log1p(-d)) / d
 
 
 def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:

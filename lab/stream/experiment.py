@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lab.ranges import DETECT_TOKENS, GAMMA, RECOMPUTE_BATCH, SAMPLED_TEMPERATURE, TOKENS, check_value
+from lab.ranges import DETECT_TOKENS, GAMMA, RECOMPUTE_BATCH, SAMPLED_TEMPERATURE, SEED, TOKENS, check_value
 from lab.stream import analysis
 from lab.stream.detect import Detection, detect_sinks
 from lab.stream.perplexity import check_fits, masked_nll, perplexity, recompute_nll, recompute_targets
@@ -64,6 +64,7 @@ class StreamConfig:
 
         if self.draft_weights not in WEIGHTS:
             raise ValueError(f"--draft-weights={self.draft_weights!r} must be one of {', '.join(WEIGHTS)}")
+        check_value("--seed", self.seed, SEED)
         check_value("--detect-tokens", self.detect_tokens, DETECT_TOKENS, f"must be >= {DETECT_TOKENS.lo}")
         check_value("--temperature", self.temperature, SAMPLED_TEMPERATURE,
                     "must be > 0 (the greedy run is always made too)")

@@ -105,7 +105,7 @@ class StudyConfig:
             raise ValueError(f"draft_dtype={self.draft_dtype!r} must be one of {', '.join(DRAFT_DTYPE_CHOICES)}")
         for name, rng in (("max_new_tokens", TOKENS), ("gamma", GAMMA), ("n_resamples", RESAMPLES)):
             check_value(name, getattr(self, name), rng, "must be a positive integer")
-        check_value("seed", self.seed, SEED, "must be a non-negative integer")
+        check_value("seed", self.seed, SEED)
         check_value("limit", self.limit, LIMIT, "must be a positive integer")
         if self.shard is not None:
             ok = (isinstance(self.shard, tuple) and len(self.shard) == 2

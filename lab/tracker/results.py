@@ -51,7 +51,7 @@ class DecodeSettings:
         check_value("top_p", self.top_p, ranges.TOP_P)
         check_value("top_k", self.top_k, ranges.TOP_K)
         if self.seed is not None:  # None: a fresh seed, recorded in the result
-            check_value("seed", self.seed, ranges.SEED, "must be a non-negative integer or None")
+            check_value("seed", self.seed, ranges.SEED)
         check_value("top_alternatives", self.top_alternatives, ranges.TOP_ALTERNATIVES)
 
     @property

@@ -112,3 +112,13 @@ def test_record_goes_with_its_model():
     del model
     gc.collect()  # other tests' models may go too: the count of records is no measure, this record is
     assert ref() is None and record not in sources._SOURCES.values()
+
+
+def test_a_model_name_too_long_for_a_path_is_refused_in_one_short_line():
+    """Fault class: ``--draft auto:<5,000 digits>`` reaching Path.exists(), whose OSError (file name too long)
+    ended the command as an unforeseen fault with a traceback file."""
+    from lab.models.loading import resolve_source
+
+    with pytest.raises(ValueError, match=r"\(5,000 characters\) is not a known profile") as err:
+        resolve_source("9" * 5000)
+    assert len(str(err.value)) < 400 and "\n" not in str(err.value)

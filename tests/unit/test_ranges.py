@@ -234,3 +234,21 @@ def test_config_field_takes_what_its_range_takes(ctor, field, rng):
     probes = [v for v in PROBES if not (isinstance(v, int) and not isinstance(v, bool) and v > 10**6)] \
         if name == "StreamConfig" else PROBES
     assert disagreements(rng, lambda v: _takes(cls, **{field: v}), probes) == []
+
+
+def test_configs_hold_the_seed_to_torchs_end_and_check_the_stream_seed_and_the_warmup():
+    """Fault class: a seed past 2**64 - 1 taken by a config and refused by torch mid-run; the stream's seed and
+    the bench's warm-up tokens not checked at all (None, -1, a bool, a string ran)."""
+    from lab.bench.run import BenchConfig
+    from lab.stream.experiment import StreamConfig
+    from lab.tracker.results import DecodeSettings
+
+    DecodeSettings(seed=2**64 - 1)
+    with pytest.raises(ValueError, match=r"seed=18446744073709551616 must be an integer in \[0, 18446744073709551615\]"):
+        DecodeSettings(seed=2**64)
+    for bad in (None, -1, True, "5", math.nan):
+        with pytest.raises(ValueError, match="--seed="):
+            StreamConfig(seed=bad)
+        with pytest.raises(ValueError, match="warmup_tokens="):
+            BenchConfig(warmup_tokens=bad)
+    BenchConfig(warmup_tokens=0)

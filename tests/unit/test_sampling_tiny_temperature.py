@@ -102,3 +102,14 @@ def test_scale_fast_paths_equal_the_full_overflow_test(logits, temperature, mask
         logits[0, 0] = float("-inf")
     torch.testing.assert_close(_scale(logits, temperature), _scale_full_test(logits, temperature), rtol=0, atol=0,
                                equal_nan=True)
+
+
+def test_temperature_past_float32_is_the_uniform_limit_not_nan():
+    """Fault class: a temperature float32 cannot hold rounded to inf (-inf / inf = NaN probabilities), and an
+    int past 2**63 that torch refused to divide by. Both give the limit: uniform over the finite logits."""
+    logits = torch.tensor([3.0, 1.0, float("-inf")])
+    for t in (1.7976931348623157e308, 1e39, 2**64):
+        probs = sampling_probs(logits, SamplingConfig(temperature=t))
+        torch.testing.assert_close(probs, torch.tensor([0.5, 0.5, 0.0]))
+    # control: a large temperature float32 holds still separates the logits
+    assert sampling_probs(logits, SamplingConfig(temperature=1.0))[0] > 0.8

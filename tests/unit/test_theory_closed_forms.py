@@ -303,3 +303,20 @@ def test_accepted_length_pmf_past_its_largest_gamma_refused_in_one_line():
     assert len(accepted_length_pmf(0.5, MAX_PMF_GAMMA)) == MAX_PMF_GAMMA + 1
     with pytest.raises(ValueError, match="gamma=1048577 is past 1,048,576"):
         accepted_length_pmf(0.5, MAX_PMF_GAMMA + 1)
+
+
+@pytest.mark.parametrize("alpha", [1e-320, 1e-17, 5e-17, 0.4999999])
+def test_tokens_per_round_closed_form_takes_a_tiny_alpha(alpha):
+    """Fault class: 1 - alpha rounding to 1 for alpha below ~5.5e-17, where log1p(-1) raised "math domain error"."""
+    g = 10**9
+    want = float(1 / (1 - Fraction(alpha)))  # the gamma -> infinity limit; alpha**(g + 1) underflows to 0
+    assert expected_tokens_per_round(alpha, g) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("call", [lambda: expected_tokens_per_round(10**400, 5), lambda: expected_tokens_per_round(True, 5),
+                                  lambda: expected_speedup(0.9, 5, 10**400), lambda: expected_speedup(0.9, 5, True),
+                                  lambda: breakeven_alpha(5, 10**400)])
+def test_theory_huge_int_or_bool_alpha_and_cost_refused_with_value_error(call):
+    """Fault class: an int no float holds reaching math.isnan (OverflowError), a bool taken as 1."""
+    with pytest.raises(ValueError, match="must be a number"):
+        call()
