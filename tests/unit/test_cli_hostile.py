@@ -67,7 +67,7 @@ def test_check_bounds_accepts_the_bounds_and_refuses_one_past():
     from lab.commands.common import check_bounds
     from lab.ranges import GAMMA, RESAMPLES, SEED
 
-    MAX_GAMMA, MAX_RESAMPLES, SEED_MAX = GAMMA.limit, RESAMPLES.limit, SEED.limit
+    MAX_GAMMA, MAX_RESAMPLES, SEED_MAX = GAMMA.limit, RESAMPLES.limit, SEED.input_hi
 
     check_bounds(Namespace(gamma=MAX_GAMMA, seed=SEED_MAX, resamples=MAX_RESAMPLES))
     check_bounds(Namespace(gamma=1, seed=0, resamples=1))
