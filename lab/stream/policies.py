@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lab.ranges import MAX_TOKENS
+
 if TYPE_CHECKING:
     import torch
 
@@ -72,28 +74,42 @@ class Policy:
         return self.kind != "dense"
 
 
+def _shown(spec: str, most: int = 80) -> str:
+    shown = repr(spec)
+    return shown if len(shown) <= most else f"{shown[:most]}... ({len(spec):,} characters)"
+
+
+def _tokens(digits: str, spec: str, what: str) -> int:
+    """A policy's K or W: at most :data:`lab.ranges.MAX_TOKENS` (no context here is longer), checked on the
+    digits first (Python refuses to convert an int string of more than 4,300 digits)."""
+    if len(digits) > len(str(MAX_TOKENS)) or int(digits) > MAX_TOKENS:
+        raise ValueError(f"policy {_shown(spec)}: {what} must be at most {MAX_TOKENS} (128 Ki tokens, the longest "
+                         "context here)")
+    return int(digits)
+
+
 def parse_policy(spec: str) -> Policy:
     """Parse ``dense``, ``window:W``, ``sinks:K+W``, ``detected:[K+]W`` or ``recompute:W``.
 
     Raises:
-        ValueError: any other form, W < 1, or K < 1 for sinks/detected (the message
-            echoes ``spec``).
+        ValueError: any other form, W < 1, K < 1 for sinks/detected, or K or W above
+            :data:`lab.ranges.MAX_TOKENS` (the message echoes ``spec``, cut when long).
     """
     m = _SPEC.match(str(spec).strip())
     if not m:
-        raise ValueError(f"policy {spec!r} is not one of dense, window:W, sinks:K+W, detected:K+W, recompute:W")
+        raise ValueError(f"policy {_shown(spec)} is not one of dense, window:W, sinks:K+W, detected:K+W, recompute:W")
     if m.group(1):
         return Policy("dense", "dense")
     if m.group(2):
-        w = int(m.group(3))
+        w = _tokens(m.group(3), spec, "the window W")
         if w < 1:
             raise ValueError(f"policy {spec!r}: the window W must be >= 1")
         return Policy(f"{m.group(2)}:{w}", m.group(2), window=w)
-    kind, k, w = m.group(4), m.group(5), int(m.group(6))
+    kind, k, w = m.group(4), m.group(5), _tokens(m.group(6), spec, "the window W")
     k = DEFAULT_DETECTED_KEEP if k is None and kind == "detected" else k
     if k is None:
         raise ValueError(f"policy {spec!r}: sinks needs K+W, e.g. sinks:4+252")
-    k = int(k)
+    k = _tokens(k, spec, "K") if isinstance(k, str) else k
     if k < 1 or w < 1:
         raise ValueError(f"policy {spec!r}: K and W must both be >= 1")
     return Policy(f"{kind}:{k}+{w}", kind, window=w, n_keep=k)

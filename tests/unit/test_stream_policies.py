@@ -123,3 +123,18 @@ def test_rank_detected_keeps_flagged_only_by_z():
     observed = torch.tensor([True, True, True, True, False])
     flagged = torch.tensor([True, False, True, True, True])
     assert rank_detected(z, observed, flagged) == (0, 2, 3)  # 4 is unobserved: never ranked
+
+
+@pytest.mark.parametrize("spec", ["window:131073", "recompute:" + "9" * 5000, "sinks:4+" + "9" * 5000,
+                                  "sinks:" + "9" * 5000 + "+252", "detected:131073"])
+def test_policy_sizes_past_the_longest_context_refused_in_one_short_line(spec):
+    """Fault class: ``window:<5,000 digits>`` ended in Python's own "Exceeds the limit (4300 digits)" message,
+    naming neither flag nor policy, and a window past any context blamed ``--tokens``."""
+    with pytest.raises(ValueError, match=r"must be at most 131072") as err:
+        parse_policy(spec)
+    assert len(str(err.value)) < 250
+
+
+def test_policy_sizes_at_the_longest_context_taken():
+    assert parse_policy("window:131072").window == 131072
+    assert parse_policy("sinks:131072+1").n_keep == 131072
