@@ -31,6 +31,19 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def clipped(text: str, most: int = 120) -> str:
+    """``repr(text)`` cut to ``most`` characters, with the length said, for a value echoed in a one-line error.
+
+    Examples:
+        >>> clipped("smollm2")
+        "'smollm2'"
+        >>> clipped("9" * 5000, most=6)
+        "'99999... (5,000 characters)"
+    """
+    shown = repr(text)
+    return shown if len(shown) <= most else f"{shown[:most]}... ({len(text):,} characters)"
+
+
 def printable(text: str) -> str:
     """``text`` with every control character but newline and tab, every bidirectional control and
     every invisible character written as ``\\xNN`` / ``\\uNNNN`` (see the module docstring)."""

@@ -47,6 +47,7 @@ from lab.models.devices import parse_dtype, resolve_device
 from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES, ModelProfile
 from lab.models.source import ModelSource, register_source
+from lab.safe_text import clipped
 
 logger = logging.getLogger(__name__)
 
@@ -260,12 +261,6 @@ def _is_path(name: str) -> bool:
         return False
 
 
-def _shown(name: str, most: int = 120) -> str:
-    """``repr(name)``, cut to ``most`` characters with its length said, for a one-line error."""
-    shown = repr(name)
-    return shown if len(shown) <= most else f"{shown[:most]}... ({len(name):,} characters)"
-
-
 def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
     """Map a profile name, local path or hub id to what ``from_pretrained`` loads.
 
@@ -290,7 +285,7 @@ def resolve_source(name_or_path: str) -> tuple[str, ModelProfile | None]:
     if len(parts) == 2 and all(parts):
         return name_or_path, None
     raise ValueError(
-        f"model={_shown(name_or_path)} is not a known profile ({', '.join(PROFILES)}), an existing path, "
+        f"model={clipped(name_or_path)} is not a known profile ({', '.join(PROFILES)}), an existing path, "
         "or a hub id of the form owner/name"
     )
 

@@ -20,8 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lab.ranges import (DETECT_TOKENS, GAMMA, MAX_TOKENS, RECOMPUTE_BATCH, SAMPLED_TEMPERATURE, SEED, TOKENS,
-                        check_value)
+from lab.ranges import DETECT_TOKENS, GAMMA, RECOMPUTE_BATCH, SAMPLED_TEMPERATURE, SEED, TOKENS, check_value
 from lab.stream import analysis
 from lab.stream.detect import Detection, detect_sinks
 from lab.stream.perplexity import check_fits, masked_nll, perplexity, recompute_nll, recompute_targets
@@ -71,8 +70,8 @@ class StreamConfig:
                     "must be > 0 (the greedy run is always made too)")
         need = self.eval_start + 2 * self.chunk_tokens
         if self.n_tokens < need:
-            use = (f"use at least {need}" if need <= MAX_TOKENS else
-                   f"no --tokens can (at most {MAX_TOKENS}): give smaller --policies or --chunk-tokens")
+            use = (f"use at least {need}" if need <= TOKENS.input_hi else
+                   f"no --tokens can (at most {TOKENS.input_hi}): give smaller --policies or --chunk-tokens")
             raise ValueError(f"--tokens={self.n_tokens} leaves fewer than 2 chunks of {self.chunk_tokens} after the "
                              f"largest budget {self.eval_start}; {use}")
         if self.acceptance and self.prompt_tokens > self.n_tokens:

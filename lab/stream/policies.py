@@ -33,7 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lab.ranges import MAX_TOKENS
+from lab.ranges import TOKENS
+from lab.safe_text import clipped
 
 if TYPE_CHECKING:
     import torch
@@ -74,17 +75,12 @@ class Policy:
         return self.kind != "dense"
 
 
-def _shown(spec: str, most: int = 80) -> str:
-    shown = repr(spec)
-    return shown if len(shown) <= most else f"{shown[:most]}... ({len(spec):,} characters)"
-
-
 def _tokens(digits: str, spec: str, what: str) -> int:
-    """A policy's K or W: at most :data:`lab.ranges.MAX_TOKENS` (no context here is longer), checked on the
-    digits first (Python refuses to convert an int string of more than 4,300 digits)."""
-    if len(digits) > len(str(MAX_TOKENS)) or int(digits) > MAX_TOKENS:
-        raise ValueError(f"policy {_shown(spec)}: {what} must be at most {MAX_TOKENS} (128 Ki tokens, the longest "
-                         "context here)")
+    """A policy's K or W: at most the longest length :data:`lab.ranges.TOKENS` takes, checked on the digits
+    first (Python refuses to convert an int string of more than 4,300 digits)."""
+    most = TOKENS.input_hi
+    if len(digits) > len(str(most)) or int(digits) > most:
+        raise ValueError(f"policy {clipped(spec)}: {what} must be at most {most}{TOKENS.why}")
     return int(digits)
 
 
@@ -93,11 +89,12 @@ def parse_policy(spec: str) -> Policy:
 
     Raises:
         ValueError: any other form, W < 1, K < 1 for sinks/detected, or K or W above
-            :data:`lab.ranges.MAX_TOKENS` (the message echoes ``spec``, cut when long).
+            the longest length :data:`lab.ranges.TOKENS` takes (the message echoes ``spec``, cut
+            when long).
     """
     m = _SPEC.match(str(spec).strip())
     if not m:
-        raise ValueError(f"policy {_shown(spec)} is not one of dense, window:W, sinks:K+W, detected:K+W, recompute:W")
+        raise ValueError(f"policy {clipped(spec)} is not one of dense, window:W, sinks:K+W, detected:K+W, recompute:W")
     if m.group(1):
         return Policy("dense", "dense")
     if m.group(2):

@@ -25,6 +25,7 @@ DOCUMENTED_MODULES = (
     "lab.health.context_validity",
     "lab.views.core",
     "lab.ranges",
+    "lab.safe_text",
 )
 
 
