@@ -20,7 +20,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-default-apps", "--window-size=1280,1000", "--hide-scrollbars")
-LOCAL_SCHEMES = ("file:", "data:", "about:", "chrome:", "devtools:")
+# chrome-untrusted: is the browser's own new-tab page, which the first load of a session may still request.
+LOCAL_SCHEMES = ("file:", "data:", "about:", "chrome:", "chrome-untrusted:", "devtools:")
 
 
 def missing() -> str:

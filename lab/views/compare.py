@@ -56,5 +56,4 @@ def compare_html(a: ReportFiles, b: ReportFiles) -> str:
     sections.append(Section("Summaries", render("pair.html.j2", a=a, b=b, heads=heads,
                                                  a_html=markdown(a.summary, a.images),
                                                  b_html=markdown(b.summary, b.images)), "summaries"))
-    return render("compare.html.j2", a=a, b=b, heads=heads, sections=sections, css=asset("page.css"),
-                  script=asset("page.js"))
+    return render("compare.html.j2", a=a, b=b, heads=heads, sections=sections, css=asset("page.css"))

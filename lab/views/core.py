@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
+import html
 import json
 import math
 import os
@@ -87,9 +89,10 @@ class ReportFiles:
             study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``).
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
-        images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`svg_is_inert` refuses
-            to inline (an ``<img>`` runs no script and loads nothing).
-        svgs: ``{file name: SVG text}`` of every SVG :func:`svg_is_inert` passes, inlined (links in them work).
+        images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`inline_svg` refuses
+            to inline (an ``<img>`` runs no script, loads nothing and styles nothing outside itself).
+        svgs: ``{file name: SVG markup}`` of every SVG :func:`inline_svg` passes, as it wrote it anew (links in
+            them work).
         jsons: ``{file name: object}`` of the report's other JSON files (a calibration's ``calibration.json``,
             a bench's ``bench.json``), parsed and bounded like ``report``.
         other: Names of the other files (listed, not embedded).
@@ -212,12 +215,13 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 images[f.name] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
             elif suffix == ".svg":
                 body = _svg_body(data.decode("utf-8"))
-                if svg_is_inert(body):
-                    svgs[f.name] = body
+                inline = inline_svg(body)
+                if inline is not None:
+                    svgs[f.name] = inline
                 elif body:
                     images[f.name] = "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
                     problems.append(f"{f.name}: shown as an image, not inline (it holds what a plot does not: a "
-                                    "script, an event handler, a non-SVG element or an outside reference)")
+                                    "script, an event handler, a non-SVG element, a stylesheet or an outside reference)")
                 else:
                     problems.append(f"{f.name}: not shown (not an SVG image)")
                     other.append(f.name)
@@ -243,55 +247,109 @@ def _svg_body(text: str) -> str:
     return text[start:] if start >= 0 else ""
 
 
-# What an inlined SVG may hold: SVG's drawing elements (and matplotlib's metadata), by local name, so no element
-# runs script, embeds a document, animates an attribute or leaves SVG for HTML (an HTML parser reads <p>, <meta>
-# ... inside an <svg> as HTML). No event handler, and every link and url(...) inside the page (#...). The lab's
-# own plots (matplotlib's SVG, the study's linked points) hold nothing else.
+# What an inlined SVG may hold: SVG's drawing elements by local name, so no element runs script, embeds a document,
+# animates an attribute or leaves SVG for HTML (an HTML parser reads <p>, <img> ... inside an <svg> as HTML). No event
+# handler, and every link and url(...) inside the page (#...). The lab's own plots (matplotlib's SVG, the study's
+# linked points) hold nothing else. <metadata> (matplotlib's RDF) is dropped, never shown.
 SVG_ELEMENTS = frozenset({
     "svg", "g", "defs", "symbol", "use", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon",
-    "text", "tspan", "textpath", "title", "desc", "metadata", "clippath", "mask", "pattern", "marker",
+    "text", "tspan", "textpath", "title", "desc", "clippath", "mask", "pattern", "marker",
     "lineargradient", "radialgradient", "stop", "style", "a", "image", "filter", "feblend", "fecolormatrix",
     "fecomponenttransfer", "fecomposite", "feflood", "fefunca", "fefuncb", "fefuncg", "fefuncr",
-    "fegaussianblur", "femerge", "femergenode", "femorphology", "feoffset", "fetile",
-    "rdf", "work", "format", "type", "date", "creator", "agent"})  # the last: matplotlib's <metadata>
+    "fegaussianblur", "femerge", "femergenode", "femorphology", "feoffset", "fetile"})
+# Elements whose content an HTML parser reads as HTML (SVG's HTML integration points): they may hold text only.
+SVG_TEXT_ONLY = frozenset({"title", "desc", "style"})
+# The one stylesheet an inlined SVG may carry: matplotlib's own. A <style> applies to the whole page, so any other
+# (restyling or blanking the page) sends the SVG to an <img>, where its styles stay inside it.
+MATPLOTLIB_SVG_STYLE = "*{stroke-linejoin: round; stroke-linecap: butt}"
+_SVG_NS = "http://www.w3.org/2000/svg"
+# Namespaced attributes an HTML parser maps back to the same namespace (the HTML standard's "adjust foreign
+# attributes"), so writing them with these prefixes reads the same in both parsers.
+_SVG_ATTRIBUTE_PREFIXES = {"http://www.w3.org/1999/xlink": "xlink:", "http://www.w3.org/XML/1998/namespace": "xml:"}
 _SVG_URL = re.compile(r"url\s*\(\s*['\"]?\s*([^)'\"\s]*)", re.IGNORECASE)
 _SVG_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);", re.IGNORECASE)
 # Markup an XML parser reads as a comment or a declaration but an HTML parser may end early (<!--> ...):
-# refused, so the two parsers read the same elements.
+# refused, so the file's own reading is never in doubt.
 _SVG_MARKUP_DECLARATION = re.compile(r"<\?|<!(?!--|\[CDATA\[)|<!-->|<!---", re.IGNORECASE)
 
 
-def svg_is_inert(body: str) -> bool:
-    """True when ``body`` (an SVG file from ``<svg`` on) is one well-formed ``<svg>`` element a page may inline:
-    only :data:`SVG_ELEMENTS`, no ``on*`` attribute, every ``href``/``src`` and ``url(...)`` inside the page
-    (``#...``; an ``<image>`` may also take a PNG/JPEG/GIF/WebP data URI), no ``@import`` or ``javascript:``,
-    no processing instruction or declaration. Anything else is shown as an ``<img>``, where an SVG runs no
-    script and loads nothing.
+def inline_svg(body: str) -> str | None:
+    """``body`` (an SVG file from ``<svg`` on) as markup a page may inline, or None when it must be an ``<img>``.
+
+    The file is parsed as XML (expat), checked, and written anew from the parsed tree: every element by its local
+    name, every text and attribute value escaped, no comment, CDATA section or processing instruction kept. So an
+    HTML parser (the browser's) reads exactly the elements the check saw: a CDATA section in a ``<title>`` that an
+    HTML parser would end early, or any markup hidden from the XML parser, reaches the page as text. Checked:
+    only :data:`SVG_ELEMENTS` in SVG's namespace, text only in :data:`SVG_TEXT_ONLY`, no ``on*`` attribute, every
+    ``href``/``src`` and ``url(...)`` inside the page (``#...``; an ``<image>`` may also take a PNG/JPEG/GIF/WebP
+    data URI), no ``@import`` or ``javascript:``, no stylesheet but :data:`MATPLOTLIB_SVG_STYLE`, no ``style`` on
+    the outer ``<svg>``, no attribute in a namespace other than xlink's and xml's. Anything else is shown as an ``<img>``, where an SVG runs no script,
+    loads nothing and styles nothing outside itself.
+
+    >>> inline_svg('<svg xmlns="http://www.w3.org/2000/svg"><title><![CDATA[</title><img src=x>]]></title></svg>')
+    '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"><title>&lt;/title&gt;&lt;img src=x&gt;</title></svg>'
+    >>> inline_svg('<svg xmlns="http://www.w3.org/2000/svg"><style>svg{display:none}</style></svg>') is None
+    True
     """
     lowered = body.lower()
     if not body or "javascript:" in lowered or "@import" in lowered or _SVG_MARKUP_DECLARATION.search(body):
-        return False
+        return None
     try:
         root = ElementTree.fromstring(body)  # expat: no external entities; entity expansion bounded (2.4+)
     except (ElementTree.ParseError, ValueError, RecursionError):
-        return False
-    if not isinstance(root.tag, str) or root.tag.rsplit("}", 1)[-1] != "svg":
-        return False
-    for element in root.iter():
-        tag = element.tag.rsplit("}", 1)[-1].lower() if isinstance(element.tag, str) else ""
-        if tag not in SVG_ELEMENTS:
-            return False
-        for key, value in element.attrib.items():
-            name = key.rsplit("}", 1)[-1].lower()
-            if name.startswith("on"):
-                return False
-            if name in ("href", "src") and not (value.startswith("#") or (tag == "image" and _SVG_DATA_IMAGE.match(value))):
-                return False
-            if any(not ref.startswith("#") for ref in _SVG_URL.findall(value)):
-                return False
-        if any(not ref.startswith("#") for ref in _SVG_URL.findall(element.text or "")):
-            return False
-    return True
+        return None
+    if root.tag != f"{{{_SVG_NS}}}svg":
+        return None
+    out: list[str] = []
+    try:
+        _write_svg_element(root, out, top=True)
+    except (_NotInert, RecursionError):
+        return None
+    return "".join(out)
+
+
+class _NotInert(Exception):
+    """An SVG holds what :func:`inline_svg` does not inline."""
+
+
+def _write_svg_element(element: ElementTree.Element, out: list[str], top: bool = False) -> None:
+    """Append ``element`` (checked) and its content to ``out`` as HTML-safe markup; raise :class:`_NotInert`."""
+    tag = element.tag if isinstance(element.tag, str) else ""
+    if not tag.startswith(f"{{{_SVG_NS}}}"):
+        raise _NotInert(tag)
+    name = tag.rsplit("}", 1)[1]
+    lower = name.lower()
+    if lower == "metadata":
+        return
+    if lower not in SVG_ELEMENTS:
+        raise _NotInert(name)
+    if lower in SVG_TEXT_ONLY and len(element):
+        raise _NotInert(name)
+    if lower == "style" and (element.text or "").strip() != MATPLOTLIB_SVG_STYLE:
+        raise _NotInert(name)
+    attributes = [f'xmlns="{_SVG_NS}" xmlns:xlink="http://www.w3.org/1999/xlink"'] if top else []
+    for key, value in element.attrib.items():
+        namespace, _, local = key[1:].partition("}") if key.startswith("{") else ("", "", key)
+        if namespace and namespace not in _SVG_ATTRIBUTE_PREFIXES:
+            raise _NotInert(key)
+        if local.lower().startswith("on") or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", local):
+            raise _NotInert(key)
+        if top and local.lower() == "style":  # the outer <svg> is a CSS box of the page: it could be laid over it
+            raise _NotInert(key)
+        if local.lower() in ("href", "src") and not (
+                value.startswith("#") or (lower == "image" and _SVG_DATA_IMAGE.match(value))):
+            raise _NotInert(key)
+        if any(not ref.startswith("#") for ref in _SVG_URL.findall(value)):
+            raise _NotInert(key)
+        attributes.append(f'{_SVG_ATTRIBUTE_PREFIXES.get(namespace, "")}{local}="{html.escape(value, quote=True)}"')
+    text = element.text or ""
+    if any(not ref.startswith("#") for ref in _SVG_URL.findall(text)):
+        raise _NotInert(name)
+    out.append(f"<{name}{''.join(' ' + a for a in attributes)}>{html.escape(text, quote=False)}")
+    for child in element:
+        _write_svg_element(child, out)
+        out.append(html.escape(child.tail or "", quote=False))
+    out.append(f"</{name}>")
 
 
 def row_anchor(prefix: str, key: Any) -> str:
@@ -338,6 +396,8 @@ def environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
     env.filters["href"] = href
+    env.globals["asset"] = asset
+    env.globals["content_security_policy"] = content_security_policy()
     return env
 
 
@@ -360,8 +420,29 @@ def render(template: str, **context: Any) -> Markup:
 
 @lru_cache(maxsize=None)
 def asset(name: str) -> Markup:
-    """An inline asset of ``lab/views/static`` (the pages' CSS and script), as text."""
+    """An inline asset of ``lab/views/static`` (the pages' CSS and scripts), as text."""
     return Markup(resources.files("lab.views").joinpath("static", name).read_text(encoding="utf-8"))
+
+
+# Every script a page may run: the files of ``lab/views/static`` that templates inline as ``<script>{{ asset(name)
+# }}</script>``. The Content-Security-Policy allows these by their SHA-256 and nothing else, so markup that reaches
+# a page from a report's files (an SVG, a prompt) cannot run script even if it gets past every check.
+PAGE_SCRIPTS = ("page.js", "entropy_chart.js", "sinks_bars.js")
+
+
+@lru_cache(maxsize=1)
+def content_security_policy() -> str:
+    """The pages' Content-Security-Policy: no request of any kind (``default-src 'none'``), images only as data
+    URIs, inline styles, and as script only :data:`PAGE_SCRIPTS`, each by its hash (CSP Level 3, ``'sha256-...'``).
+
+    >>> policy = content_security_policy()
+    >>> "'unsafe-inline'" in policy.split("script-src")[1], policy.count("'sha256-")
+    (False, 3)
+    """
+    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(asset(name).encode("utf-8")).digest()).decode("ascii")
+                      + "'" for name in PAGE_SCRIPTS)
+    return (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src {hashes}; "
+            "base-uri 'none'; form-action 'none'")
 
 
 def table(rows: list[dict[str, Any]], columns: list[str] | None = None, *, limit: int = MAX_TABLE_ROWS,

@@ -139,6 +139,6 @@ def rebuild_log(root: str | Path) -> Path:
     rows = log_rows(root)
     text = render("log.html.j2", root=root.resolve().name, rows=rows,
                   kinds=sorted({r.kind for r in rows if r.kind}), models=sorted({r.model for r in rows if r.model}),
-                  css=asset("page.css"), script=asset("page.js"))
+                  css=asset("page.css"))
     write_html(root / PAGE, text)
     return root / PAGE

@@ -77,7 +77,7 @@ def page_html(files: ReportFiles) -> str:
     model = files.model
     return render("page.html.j2", files=files, headline=made.headline, model=model,
                   sections=list(made.sections) + file_sections(files, made.covers),
-                  css=asset("page.css"), script=asset("page.js"))
+                  css=asset("page.css"))
 
 
 def write_page(path: str | Path, name: str | None = None, kind: str | None = None) -> Path:

@@ -179,3 +179,51 @@ def test_experiment_log_lists_every_run_and_opens_offline(browser, run_folder):
     names = browser.script("return Array.from(document.querySelectorAll('#log tbody tr td:last-child a')).map(a => a.textContent)")
     expected = {p.name for p in report_dirs(run_folder) if p.name != "screenshots"}
     assert set(names) == expected
+
+
+# A report's SVGs as a hostile user would leave them beside a report: each tries to run script (setting the title or
+# adding a marker element), restyle or blank the page, or make a request off the disk.
+HOSTILE_SVG = 'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"'
+HOSTILE_SVGS = {
+    "cdata-title.svg": f"<svg {HOSTILE_SVG}><title><![CDATA[</title></svg><img src=x onerror=\"document.title='PWNED'\">]]>"
+                       "</title><rect width='10' height='10'/></svg>",
+    "cdata-desc.svg": f"<svg {HOSTILE_SVG}><desc><![CDATA[</desc></svg><img src=x onerror=\"document.body.insertAdjacentHTML("
+                      "'beforeend','<b id=pwned></b>')\">]]></desc><rect width='10' height='10'/></svg>",
+    "style.svg": f"<svg {HOSTILE_SVG}><style>body{{display:none}} h1{{visibility:hidden}}</style><rect/></svg>",
+    "style-root.svg": f'<svg {HOSTILE_SVG} style="position:fixed;inset:0;z-index:99;background:red"><rect/></svg>',
+    "script.svg": f"<svg {HOSTILE_SVG}><script>document.title='PWNED'</script><rect/></svg>",
+    "handler.svg": f"<svg {HOSTILE_SVG} onload=\"document.title='PWNED'\"><rect onclick=\"document.title='PWNED'\"/></svg>",
+    "href.svg": f'<svg {HOSTILE_SVG}><image xlink:href="http://127.0.0.1:9/leak.png" width="5" height="5"/>'
+                f'<rect style="fill:url(http://127.0.0.1:9/fill#x)"/></svg>',
+}
+
+
+def test_hostile_svgs_beside_a_report_run_no_script_and_load_nothing(browser, tmp_path):
+    """Security: SVGs beside a report (CDATA that an HTML parser ends early inside <title> and <desc>, a stylesheet,
+    a styled outer <svg>, script, handlers, outside references) open in Chromium with no script run (the title and
+    the DOM unchanged), the page not blanked, and no request leaving the disk; and a script pasted into a page by
+    hand does not run either (the policy allows the lab's own scripts by hash only)."""
+    from lab.views.page import write_page
+
+    run = tmp_path / "20261205-010101-entropy-hostile"
+    run.mkdir()
+    (run / "summary.md").write_text("# entropy\n\n**Mean entropy 1.0 bits.**\n", encoding="utf-8")
+    for name, svg in HOSTILE_SVGS.items():
+        (run / name).write_text(svg, encoding="utf-8")
+    page = write_page(run)
+    opened = browser.open(page)
+    title = browser.script("return document.title")
+    assert "PWNED" not in title, title
+    assert not browser.script("return document.getElementById('pwned') !== null"), "a handler inserted an element"
+    assert not browser.script("return Array.from(document.images).some(i => i.hasAttribute('onerror'))")
+    assert browser.script("return getComputedStyle(document.body).display !== 'none' && "
+                          "getComputedStyle(document.querySelector('h1')).visibility === 'visible'")
+    assert not opened.remote_requests, opened.remote_requests
+    assert not opened.console_errors, opened.console_errors
+    # The policy as the last wall: a script written into the page by hand is refused by the browser.
+    text = page.read_text(encoding="utf-8").replace("</body>", "<script>document.title='PWNED'</script></body>")
+    pasted = run / "pasted.html"
+    pasted.write_text(text, encoding="utf-8")
+    opened = browser.open(pasted)
+    assert "PWNED" not in browser.script("return document.title")
+    assert any("Content Security Policy" in e for e in opened.console_errors), opened.console_errors

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.views.core import read_report, svg_is_inert
+from lab.views.core import content_security_policy, inline_svg, read_report
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 
@@ -79,9 +79,14 @@ def test_read_report_fifo_named_report_json_does_not_hang(tmp_path):
     f"<svg {SVG_NS}></svg><script>alert(2)</script>",
     f"<svg {SVG_NS}><!--><script>alert(3)</script>--></svg>",
     f"<svg {SVG_NS}><?x a><script>alert(4)</script>?></svg>",
-    f'<svg {SVG_NS}><metadata><meta http-equiv="refresh" content="0;url=http://x"/></metadata></svg>',
     f'<svg {SVG_NS}><a href="javascript:alert(5)"><rect/></a></svg>',
     f'<svg {SVG_NS}><rect style="fill:url(http://x/y)"/></svg>',
+    f"<svg {SVG_NS}><style>body{{display:none}}</style></svg>",
+    f"<svg {SVG_NS}><style><![CDATA[*{{stroke-linejoin: round; stroke-linecap: butt}} body{{display:none}}]]></style></svg>",
+    f'<svg {SVG_NS} style="position:fixed;inset:0;z-index:99;background:white"><rect/></svg>',
+    f"<svg {SVG_NS}><title><rect/></title></svg>",
+    f'<svg {SVG_NS}><rect xmlns:x="urn:x" x:onload="alert(6)"/></svg>',
+    f'<svg {SVG_NS}><html:img xmlns:html="http://www.w3.org/1999/xhtml" src="#"/></svg>',
 ])
 def test_page_svg_with_script_or_outside_reference_is_an_img_not_inline(tmp_path, svg):
     """A report's SVG was inlined as is: its script, handler, foreign HTML or outside reference reached the page."""
@@ -93,8 +98,9 @@ def test_page_svg_with_script_or_outside_reference_is_an_img_not_inline(tmp_path
     assert "alert(" not in page and "http://x" not in page and "etc/passwd" not in page
 
 
-def test_svg_is_inert_passes_the_labs_own_linked_plot():
-    """The sanitizer must keep what the lab writes: matplotlib's SVG, comments, CDATA style, same-page links."""
+def test_inline_svg_passes_the_labs_own_linked_plot():
+    """The sanitizer must keep what the lab writes: matplotlib's SVG (its one stylesheet, in CDATA too), comments,
+    same-page links."""
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     import io
@@ -108,9 +114,57 @@ def test_svg_is_inert_passes_the_labs_own_linked_plot():
     fig.savefig(buf, format="svg")
     plt.close(fig)
     text = buf.getvalue()
-    assert svg_is_inert(text[text.find("<svg"):])
-    assert svg_is_inert(f"<svg {SVG_NS}><style><![CDATA[*{{fill:red}}]]></style><!-- 0.5 -->"
-                        f'<a href="#prompt-x"><use xlink:href="#m1" clip-path="url(#c1)"/></a></svg>')
+    inline = inline_svg(text[text.find("<svg"):])
+    assert inline is not None and 'xlink:href="#prompt-a"' in inline and "<image " in inline
+    assert "<metadata" not in inline and "purl.org" not in inline
+    inline = inline_svg(f"<svg {SVG_NS}><style><![CDATA[*{{stroke-linejoin: round; stroke-linecap: butt}}]]></style>"
+                        f'<!-- 0.5 --><a href="#prompt-x"><use xlink:href="#m1" clip-path="url(#c1)"/></a></svg>')
+    assert inline is not None and "<!--" not in inline and "CDATA" not in inline
+
+
+def test_inline_svg_drops_metadata_with_what_it_holds(tmp_path):
+    """A <metadata> holding HTML (a refresh to an outside address) reached the page; it is never shown, so it is
+    not written at all."""
+    svg = f'<svg {SVG_NS}><metadata><meta http-equiv="refresh" content="0;url=http://x"/></metadata><rect/></svg>'
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x", "plot.svg": svg})
+    assert read_report(run).svgs["plot.svg"].endswith("<rect></rect></svg>")
+    assert "http://x" not in write_page(run).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("part", ["title", "desc", "text"])
+def test_inline_svg_cdata_closing_its_element_for_an_html_parser_stays_text(tmp_path, part):
+    """Security: a CDATA section in an SVG's <title> or <desc> is text to the XML check, but the browser's HTML
+    parser ends it at the first '>' and builds what follows (``</svg><img onerror=...>``), so a handler ran on
+    the page. Inlined markup is written anew from the checked tree: the same bytes reach the page as text."""
+    svg = (f"<svg {SVG_NS}><{part}><![CDATA[</{part}></svg><img src=x onerror=\"document.title='PWNED'\">]]>"
+           f"</{part}></svg>")
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x", "plot.svg": svg})
+    inline = read_report(run).svgs["plot.svg"]
+    assert "<img" not in inline and "&lt;img src=x" in inline and "<![CDATA[" not in inline
+    page = write_page(run).read_text(encoding="utf-8")
+    assert "<img src=x" not in page and "&lt;img src=x onerror=" in page
+
+
+def test_page_csp_lets_only_the_labs_own_scripts_run(tmp_path):
+    """Security: the pages' policy allowed any inline script ('unsafe-inline'), so markup that slipped into a page
+    ran. Script runs by hash only, and each script a page holds is one the policy names."""
+    import base64
+    import hashlib
+    import html
+    import re
+
+    policy = content_security_policy()
+    script_src = policy.split("script-src", 1)[1].split(";", 1)[0]
+    assert "'unsafe-inline'" not in script_src and "default-src 'none'" in policy
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "x"})
+    page = write_page(run).read_text(encoding="utf-8")
+    shipped = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert shipped and html.unescape(shipped.group(1)) == policy
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.DOTALL)
+    assert scripts
+    for body in scripts:
+        digest = base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")
+        assert f"'sha256-{digest}'" in script_src
 
 
 def test_read_report_png_that_is_not_a_png_is_named_not_embedded(tmp_path):
