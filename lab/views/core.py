@@ -28,6 +28,7 @@ import jinja2
 from markupsafe import Markup
 
 from lab.runs.files import write_text_atomic
+from lab.safe_text import printable
 
 # Bounds on what a page embeds, so a page's size follows its data and a damaged or huge file
 # cannot make a page of gigabytes: a study's report.json is ~1-3 MB, its CSVs ~100 kB.
@@ -84,7 +85,9 @@ class ReportFiles:
         name: Its name (the final one, also while the report is still being staged).
         kind: The report kind (:data:`KINDS`), ``""`` when the name says none.
         report: ``report.json`` parsed, or the kind's own ``<kind>.json`` where it writes no report.json (a
-            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``).
+            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``). Its text
+            (keys and strings), like ``summary``'s, ``csvs``' and ``jsons``', is as
+            :func:`lab.safe_text.printable` shows it: control, bidirectional and invisible characters escaped.
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
         images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`svg_is_inert` refuses
@@ -136,6 +139,48 @@ def _read_bounded(path: Path, limit: int) -> bytes | None:
             return None
         data = fh.read(limit + 1)
     return data if len(data) <= limit else None
+
+
+class _LongIntegerError(ValueError):
+    """A JSON integer with more digits than Python converts (``sys.int_info.default_max_str_digits``, 4,300):
+    no report the lab writes holds one, and ``int()`` refuses it with a message that names no file."""
+
+    def __init__(self, digits: int):
+        super().__init__(f"an integer of {digits:,} digits")
+
+
+def _json_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _LongIntegerError(len(text.lstrip("-"))) from None
+
+
+def _json(data: bytes) -> Any:
+    """A JSON file's bytes parsed, its text as :func:`printable_data` shows it.
+
+    Raises:
+        UnicodeDecodeError, json.JSONDecodeError, RecursionError: as :func:`json.loads`.
+        ValueError: an integer longer than Python converts (the message says how many digits).
+    """
+    return printable_data(json.loads(data.decode("utf-8"), parse_int=_json_int))
+
+
+def printable_data(value: Any) -> Any:
+    """``value`` (parsed JSON, a CSV row) with every string in it, keys too, as :func:`lab.safe_text.printable`
+    shows it: a page shows a report's text as the terminal and ``summary.md`` do, never a raw right-to-left
+    override or zero-width space.
+
+    >>> printable_data({"prompt\u200b": ["a\u202eb", 1, None]})
+    {'prompt\\\\u200b': ['a\\\\u202eb', 1, None]}
+    """
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_data(v) for v in value]
+    return value
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -191,16 +236,16 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
             continue
         try:
             if f.name == exact:
-                parsed = json.loads(data.decode("utf-8"))
+                parsed = _json(data)
                 if isinstance(parsed, dict):
                     report = parsed
                 else:
                     kind_of_value = "an array" if isinstance(parsed, list) else "null" if parsed is None else "a single value"
                     problems.append(f"{f.name}: not read ({kind_of_value}, not a JSON object)")
             elif f.name == "summary.md":
-                summary = data.decode("utf-8")
+                summary = printable(data.decode("utf-8"))
             elif suffix == ".csv":
-                rows = list(csv.DictReader(data.decode("utf-8").splitlines(), restkey=EXTRA_CELLS))
+                rows = printable_data(list(csv.DictReader(data.decode("utf-8").splitlines(), restkey=EXTRA_CELLS)))
                 csvs[f.name] = rows
                 if any(EXTRA_CELLS in r or None in r.values() for r in rows):
                     problems.append(f"{f.name}: some rows have more or fewer cells than the header")
@@ -222,7 +267,7 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                     problems.append(f"{f.name}: not shown (not an SVG image)")
                     other.append(f.name)
             elif suffix == ".json":
-                parsed = json.loads(data.decode("utf-8"))
+                parsed = _json(data)
                 if isinstance(parsed, dict):
                     jsons[f.name] = parsed
                 other.append(f.name)
@@ -230,6 +275,8 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 other.append(f.name)
         except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
             problems.append(f"{f.name}: not read ({type(exc).__name__})")
+        except _LongIntegerError as exc:
+            problems.append(f"{f.name}: not read ({exc})")
         except RecursionError:  # JSON nested deeper than Python's parser recurses
             problems.append(f"{f.name}: not read (nested too deeply)")
     return ReportFiles(path=path, name=name, kind=kind, report=report,
@@ -330,12 +377,20 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _printed(value: Any) -> Any:
+    """What a template prints: a string as :func:`lab.safe_text.printable` shows it (a file or folder name read
+    from the disk, a model name), markup built by the pages as it is."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on."""
+    """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on, every
+    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lab.views", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             finalize=_printed)
     env.filters["fmt"] = fmt
     env.filters["href"] = href
     return env
