@@ -16,9 +16,11 @@ import math
 import os
 import re
 import stat
+import sys
 import unicodedata
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab.ranges import Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
 
@@ -360,21 +363,94 @@ class Section:
     anchor: str = ""
 
 
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number as a page shows it: ``digits`` significant figures, ``-`` for None or non-finite.
+# A figure on a page is read, not copied: six significant figures are past any this lab measures to (timings
+# to a microsecond of a second, probabilities to 1e-6), and a hand-edited 1e308 must not fill a line. An integer
+# of up to seven digits (a count: tokens, rounds, prompts, a seed as typed) is shown whole; report.json keeps
+# every figure exact.
+MAX_FIGURES = 6
+MAX_EXACT_DIGITS = 7
 
-    >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x")
-    ('0.123', '-', '-', '12', 'x')
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number as a page shows it: ``digits`` significant figures (at most :data:`MAX_FIGURES`), ``-`` for
+    None or NaN; an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
+
+    >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x"), fmt(1e308, 400), fmt(10**400)
+    ('0.123', '-', '-', '12', 'x', '1e+308', '1.00000e+400')
     """
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    figures = max(1, min(digits, MAX_FIGURES))
     if isinstance(value, int):
-        return str(value)
+        if abs(value) < 10 ** MAX_EXACT_DIGITS:
+            return str(value)
+        if abs(value) <= sys.float_info.max:
+            return f"{float(value):.{MAX_FIGURES}g}"
+        return f"{Decimal(value):.{MAX_FIGURES - 1}e}"  # past a float: no int-to-text digit limit either
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if math.isfinite(value) else "-"
+        return f"{value:.{figures}g}" if math.isfinite(value) else "-"
     return str(value)
+
+
+def figure_problem(value: Any, rng: Range, what: str, top: tuple[float, str] | None = None) -> str | None:
+    """Why ``value`` cannot be the figure ``what`` (outside its physical range ``rng``, or above ``top``), or None.
+
+    The one check of a report's figures against their physical ranges (:mod:`lab.ranges`' "physical ranges of
+    a report's figures"); every kind's page calls it, through :func:`figure` or to leave a value out of a chart.
+
+    Args:
+        value: The figure as the report holds it; None or NaN (not measured) is never a problem.
+        rng: Its physical range (``lab.ranges.PROBABILITY`` ...).
+        what: The figure's name, as the problem says it (``"entropy"``).
+        top: An upper end the report itself sets, with its words: ``(log2 V, "log2 V = 15.9 bits")``.
+
+    Returns:
+        ``"entropy above log2 V = 15.9 bits"``, ``"alpha must be in [0, 1]"`` ..., or None.
+
+    >>> from lab.ranges import ENTROPY_BITS, PROBABILITY
+    >>> figure_problem(0.5, PROBABILITY, "alpha"), figure_problem(1.5, PROBABILITY, "alpha")
+    (None, 'alpha must be in [0, 1]')
+    >>> figure_problem(20.0, ENTROPY_BITS, "entropy", (15.9, "log2 V = 15.9 bits"))
+    'entropy above log2 V = 15.9 bits'
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    problem = rng.problem(value)
+    if problem is not None:
+        return f"{what} {problem}"
+    if top is not None and value > top[0]:
+        return f"{what} above {top[1]}"
+    return None
+
+
+def figure(value: Any, rng: Range, what: str, digits: int = 3, top: tuple[float, str] | None = None,
+           spec: str = "") -> str:
+    """A report's figure as a page shows it: :func:`fmt` (or ``format(value, spec)`` where that needs no more
+    than :data:`MAX_FIGURES` figures), and where :func:`figure_problem` finds it impossible, said so beside it,
+    never shown as fact.
+
+    >>> from lab.ranges import ENTROPY_BITS, PROBABILITY, VARENTROPY_BITS2
+    >>> figure(0.25, PROBABILITY, "p"), figure(None, PROBABILITY, "p"), figure(4.2, VARENTROPY_BITS2, "v", spec=".2f")
+    ('0.25', '-', '4.20')
+    >>> figure(1e308, ENTROPY_BITS, "entropy", top=(15.9, "log2 V = 15.9 bits"), spec=".2f")
+    '1e+308 (out of range: entropy above log2 V = 15.9 bits)'
+    >>> figure(1e308, VARENTROPY_BITS2, "varentropy", spec=".2f")
+    '1e+308'
+    """
+    problem = figure_problem(value, rng, what, top)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    shown = fmt(value, digits)
+    if number and spec and math.isfinite(value) and abs(value) <= sys.float_info.max:
+        written = format(value, spec)
+        if len(written.lstrip("-+0.").replace(".", "")) <= MAX_FIGURES:
+            shown = written
+    if problem is None:
+        return shown
+    if isinstance(value, float):  # an infinity, which fmt shows as "-" (not measured), is shown as itself here
+        shown = f"{value:.{max(1, min(digits, MAX_FIGURES))}g}"
+    return f"{shown} (out of range: {problem})"
 
 
 def _printed(value: Any) -> Any:

@@ -238,3 +238,21 @@ def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_
         assert "evil\\u202etxt.exe\\u202c zero\\u200bwidth" in page or "x\\u202ey" in page
     assert "prompt: evil\\u202etxt.exe\\u202c zero\\u200bwidth" in pages[0]
 
+
+def test_entropy_page_and_log_show_impossible_figures_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a hand-edited mean entropy of 1e308 was printed with 309 digits in the
+    headline and the log row; an entropy above log2 V, a negative one or a probability above 1 was not flagged."""
+    steps = [{"token_text": "a", "entropy_bits": 20.0, "normalized_entropy": 1.2, "chosen_prob": 1.5,
+              "varentropy_bits2": -1.0, "alternatives": []},
+             {"token_text": "b", "entropy_bits": -1.0, "normalized_entropy": 0.1, "chosen_prob": 0.5,
+              "alternatives": []}]
+    report = {"vocab_size": 60000, "steps": steps, "summary": {"n_steps": 2, "mean_entropy_bits": 1e308}}
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps(report)})
+    page = write_page(run).read_text(encoding="utf-8")
+    log = rebuild_log(tmp_path).read_text(encoding="utf-8")
+    headline = "mean entropy 1e+308 (out of range: entropy above log2 V = 15.9 bits) bits"
+    assert headline in page and headline in log and "0" * 20 not in page + log
+    for words in ("20 (out of range: entropy above log2 V = 15.9 bits)", "-1 (out of range: entropy must be",
+                  "1.2 (out of range: H / log2 V must be in [0, 1])", "1.5 (out of range: a probability must be",
+                  "-1 (out of range: varentropy must be"):
+        assert words in page, words
