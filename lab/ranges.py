@@ -276,3 +276,17 @@ WORKERS = Range(1, integer=True, cpus=True, why=": more worker processes than CP
 RAY_ACTORS = Range(1, integer=True, optional=True, limit=1000)
 # Seconds a running Ray cluster has to answer: an hour is past any cluster that will answer.
 RAY_TIMEOUT = Range(0, 3600, lo_open=True, why=" seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)")
+
+# ---- physical ranges of a report's figures ----
+# What a measured figure can be at all, whatever the run: the report pages check every figure they print against
+# these (lab.views.core.figure), so a damaged or hand-edited report.json shows an impossible value as such, never
+# as fact. Declared here, beside the flags' ranges, because they are the same declaration (ends, open or closed,
+# integer) read by the same Range.problem; the entropy's upper end, log2 V, is the report's own vocabulary size,
+# so the page passes it to the check.
+PROBABILITY = Range(0, 1)  # a probability, a rate, a share, alpha, an acceptance rate, a p-value
+NORMALIZED_ENTROPY = Range(0, 1)  # H / log2 V
+ENTROPY_BITS = Range(0)  # at most log2 V where the report gives V (Shannon 1948: uniform is the maximum)
+VARENTROPY_BITS2 = Range(0)  # a variance
+SECONDS = Range(0)  # a time
+COUNT = Range(0, integer=True)  # tokens, rounds, prompts
+NONNEGATIVE = Range(0)  # a speed (tokens/s), a mean count (tokens per round), a speed-up, a perplexity ratio

@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from lab.commands.common import add_out_arg
+from lab.safe_text import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lab.views.open import open_page, rebuild_folder, show
 
+    failed: list[str] = []
     # 1. What was asked: one folder (a report, or a reports root), two reports, or a rebuild.
     if len(args.reports) > 2:
         raise ValueError(f"DIR: {len(args.reports)} paths given; give one report or folder, or two reports to compare")
@@ -46,15 +49,17 @@ def run(args: argparse.Namespace) -> int:
         if (folder / "report.json").is_file():  # a report, not a folder of them: its own page is not a log's
             raise ValueError(f"--rebuild takes a reports folder, and {str(folder)!r} is one report: `lab view "
                              f"{folder}` draws its page, `lab view --rebuild {folder.parent}` every page there")
-        page, count = rebuild_folder(folder)
+        page, count, failed = rebuild_folder(folder)
         print(f"{count} pages drawn again")
+        for line in failed:  # each page not drawn, in one line; the others and the log are drawn
+            print(f"lab view: error: {printable(line)}", file=sys.stderr)
     else:
         page = show(Path(args.reports[0] if args.reports else args.out))
     # 3. Say where it is (and open it where a browser is at hand).
     print(f"page: {page.resolve().as_uri()}")
     if not args.no_open and not open_page(page):
         print("no browser here: open that address on this machine, or copy the file (it is self-contained)")
-    return 0
+    return 2 if failed else 0
 
 
 def write_comparison(a: Path, b: Path, out: Path) -> Path:
@@ -65,11 +70,12 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     """
     from lab.reports import check_reports_root, report_dir
     from lab.views.compare import compare_html, read_pair
+    from lab.views.open import drawn
     from lab.views.page import PAGE
 
     first, second = read_pair(a, b)
     check_reports_root(out)
-    html = compare_html(first, second)
+    html = drawn(f"A={str(a)!r} and B={str(b)!r}", compare_html, first, second)
     with report_dir(out, "compare", first.kind) as rd:
         rd.write_json("report.json", {"kind": "compare", "compared_kind": first.kind,
                                       "a": str(a.resolve()), "b": str(b.resolve())})

@@ -28,7 +28,8 @@ def read_pair(a: str | Path, b: str | Path) -> tuple[ReportFiles, ReportFiles]:
     """Read two report directories and check they are of one kind.
 
     Raises:
-        ValueError: a path is not a report directory (no ``report.json`` or ``summary.md``).
+        ValueError: a path is not a report directory (no ``report.json`` or ``summary.md``), or holds nothing
+            else than a ``report.json`` that could not be read (the file and why are named).
         KindMismatchError: the two are of different kinds, or of none the lab knows.
     """
     pair = []
@@ -38,6 +39,9 @@ def read_pair(a: str | Path, b: str | Path) -> tuple[ReportFiles, ReportFiles]:
             raise ValueError(f"{label}={str(path)!r} is not a report directory")
         files = read_report(p)
         if not files.report and not files.summary:
+            unread = next((x for x in files.problems if x.startswith(("report.json:", f"{files.kind}.json:"))), "")
+            if unread:  # the report's figures are there, and could not be read: say which file and why
+                raise ValueError(f"{label}={str(path)!r}: {unread}")
             raise ValueError(f"{label}={str(path)!r} holds no report.json or summary.md: not a report directory")
         pair.append(files)
     ra, rb = pair

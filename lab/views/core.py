@@ -18,9 +18,11 @@ import math
 import os
 import re
 import stat
+import sys
 import unicodedata
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -29,7 +31,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab.ranges import Range
 from lab.runs.files import write_text_atomic
+from lab.safe_text import printable
 
 # Bounds on what a page embeds, so a page's size follows its data and a damaged or huge file
 # cannot make a page of gigabytes: a study's report.json is ~1-3 MB, its CSVs ~100 kB.
@@ -86,7 +90,9 @@ class ReportFiles:
         name: Its name (the final one, also while the report is still being staged).
         kind: The report kind (:data:`KINDS`), ``""`` when the name says none.
         report: ``report.json`` parsed, or the kind's own ``<kind>.json`` where it writes no report.json (a
-            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``).
+            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``). Its text
+            (keys and strings), like ``summary``'s, ``csvs``' and ``jsons``', is as
+            :func:`lab.safe_text.printable` shows it: control, bidirectional and invisible characters escaped.
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
         images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`inline_svg` refuses
@@ -139,6 +145,48 @@ def _read_bounded(path: Path, limit: int) -> bytes | None:
             return None
         data = fh.read(limit + 1)
     return data if len(data) <= limit else None
+
+
+class _LongIntegerError(ValueError):
+    """A JSON integer with more digits than Python converts (``sys.int_info.default_max_str_digits``, 4,300):
+    no report the lab writes holds one, and ``int()`` refuses it with a message that names no file."""
+
+    def __init__(self, digits: int):
+        super().__init__(f"an integer of {digits:,} digits")
+
+
+def _json_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _LongIntegerError(len(text.lstrip("-"))) from None
+
+
+def _json(data: bytes) -> Any:
+    """A JSON file's bytes parsed, its text as :func:`printable_data` shows it.
+
+    Raises:
+        UnicodeDecodeError, json.JSONDecodeError, RecursionError: as :func:`json.loads`.
+        ValueError: an integer longer than Python converts (the message says how many digits).
+    """
+    return printable_data(json.loads(data.decode("utf-8"), parse_int=_json_int))
+
+
+def printable_data(value: Any) -> Any:
+    """``value`` (parsed JSON, a CSV row) with every string in it, keys too, as :func:`lab.safe_text.printable`
+    shows it: a page shows a report's text as the terminal and ``summary.md`` do, never a raw right-to-left
+    override or zero-width space.
+
+    >>> printable_data({"prompt\u200b": ["a\u202eb", 1, None]})
+    {'prompt\\\\u200b': ['a\\\\u202eb', 1, None]}
+    """
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_data(v) for v in value]
+    return value
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -194,16 +242,16 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
             continue
         try:
             if f.name == exact:
-                parsed = json.loads(data.decode("utf-8"))
+                parsed = _json(data)
                 if isinstance(parsed, dict):
                     report = parsed
                 else:
                     kind_of_value = "an array" if isinstance(parsed, list) else "null" if parsed is None else "a single value"
                     problems.append(f"{f.name}: not read ({kind_of_value}, not a JSON object)")
             elif f.name == "summary.md":
-                summary = data.decode("utf-8")
+                summary = printable(data.decode("utf-8"))
             elif suffix == ".csv":
-                rows = list(csv.DictReader(data.decode("utf-8").splitlines(), restkey=EXTRA_CELLS))
+                rows = printable_data(list(csv.DictReader(data.decode("utf-8").splitlines(), restkey=EXTRA_CELLS)))
                 csvs[f.name] = rows
                 if any(EXTRA_CELLS in r or None in r.values() for r in rows):
                     problems.append(f"{f.name}: some rows have more or fewer cells than the header")
@@ -226,7 +274,7 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                     problems.append(f"{f.name}: not shown (not an SVG image)")
                     other.append(f.name)
             elif suffix == ".json":
-                parsed = json.loads(data.decode("utf-8"))
+                parsed = _json(data)
                 if isinstance(parsed, dict):
                     jsons[f.name] = parsed
                 other.append(f.name)
@@ -234,6 +282,8 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
                 other.append(f.name)
         except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
             problems.append(f"{f.name}: not read ({type(exc).__name__})")
+        except _LongIntegerError as exc:
+            problems.append(f"{f.name}: not read ({exc})")
         except RecursionError:  # JSON nested deeper than Python's parser recurses
             problems.append(f"{f.name}: not read (nested too deeply)")
     return ReportFiles(path=path, name=name, kind=kind, report=report,
@@ -371,29 +421,110 @@ class Section:
     anchor: str = ""
 
 
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number as a page shows it: ``digits`` significant figures, ``-`` for None or non-finite.
+# A figure on a page is read, not copied: six significant figures are past any this lab measures to (timings
+# to a microsecond of a second, probabilities to 1e-6), and a hand-edited 1e308 must not fill a line. An integer
+# of up to seven digits (a count: tokens, rounds, prompts, a seed as typed) is shown whole; report.json keeps
+# every figure exact.
+MAX_FIGURES = 6
+MAX_EXACT_DIGITS = 7
 
-    >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x")
-    ('0.123', '-', '-', '12', 'x')
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number as a page shows it: ``digits`` significant figures (at most :data:`MAX_FIGURES`), ``-`` for
+    None or NaN; an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
+
+    >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x"), fmt(1e308, 400), fmt(10**400)
+    ('0.123', '-', '-', '12', 'x', '1e+308', '1.00000e+400')
     """
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    figures = max(1, min(digits, MAX_FIGURES))
     if isinstance(value, int):
-        return str(value)
+        if abs(value) < 10 ** MAX_EXACT_DIGITS:
+            return str(value)
+        if abs(value) <= sys.float_info.max:
+            return f"{float(value):.{MAX_FIGURES}g}"
+        return f"{Decimal(value):.{MAX_FIGURES - 1}e}"  # past a float: no int-to-text digit limit either
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if math.isfinite(value) else "-"
+        return f"{value:.{figures}g}" if math.isfinite(value) else "-"
     return str(value)
+
+
+def figure_problem(value: Any, rng: Range, what: str, top: tuple[float, str] | None = None) -> str | None:
+    """Why ``value`` cannot be the figure ``what`` (outside its physical range ``rng``, or above ``top``), or None.
+
+    The one check of a report's figures against their physical ranges (:mod:`lab.ranges`' "physical ranges of
+    a report's figures"); every kind's page calls it, through :func:`figure` or to leave a value out of a chart.
+
+    Args:
+        value: The figure as the report holds it; None or NaN (not measured) is never a problem.
+        rng: Its physical range (``lab.ranges.PROBABILITY`` ...).
+        what: The figure's name, as the problem says it (``"entropy"``).
+        top: An upper end the report itself sets, with its words: ``(log2 V, "log2 V = 15.9 bits")``.
+
+    Returns:
+        ``"entropy above log2 V = 15.9 bits"``, ``"alpha must be in [0, 1]"`` ..., or None.
+
+    >>> from lab.ranges import ENTROPY_BITS, PROBABILITY
+    >>> figure_problem(0.5, PROBABILITY, "alpha"), figure_problem(1.5, PROBABILITY, "alpha")
+    (None, 'alpha must be in [0, 1]')
+    >>> figure_problem(20.0, ENTROPY_BITS, "entropy", (15.9, "log2 V = 15.9 bits"))
+    'entropy above log2 V = 15.9 bits'
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    problem = rng.problem(value)
+    if problem is not None:
+        return f"{what} {problem}"
+    if top is not None and value > top[0]:
+        return f"{what} above {top[1]}"
+    return None
+
+
+def figure(value: Any, rng: Range, what: str, digits: int = 3, top: tuple[float, str] | None = None,
+           spec: str = "") -> str:
+    """A report's figure as a page shows it: :func:`fmt` (or ``format(value, spec)`` where that needs no more
+    than :data:`MAX_FIGURES` figures), and where :func:`figure_problem` finds it impossible, said so beside it,
+    never shown as fact.
+
+    >>> from lab.ranges import ENTROPY_BITS, PROBABILITY, VARENTROPY_BITS2
+    >>> figure(0.25, PROBABILITY, "p"), figure(None, PROBABILITY, "p"), figure(4.2, VARENTROPY_BITS2, "v", spec=".2f")
+    ('0.25', '-', '4.20')
+    >>> figure(1e308, ENTROPY_BITS, "entropy", top=(15.9, "log2 V = 15.9 bits"), spec=".2f")
+    '1e+308 (out of range: entropy above log2 V = 15.9 bits)'
+    >>> figure(1e308, VARENTROPY_BITS2, "varentropy", spec=".2f")
+    '1e+308'
+    """
+    problem = figure_problem(value, rng, what, top)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    shown = fmt(value, digits)
+    if number and spec and math.isfinite(value) and abs(value) <= sys.float_info.max:
+        written = format(value, spec)
+        if len(written.lstrip("-+0.").replace(".", "")) <= MAX_FIGURES:
+            shown = written
+    if problem is None:
+        return shown
+    if isinstance(value, float):  # an infinity, which fmt shows as "-" (not measured), is shown as itself here
+        shown = f"{value:.{max(1, min(digits, MAX_FIGURES))}g}"
+    return f"{shown} (out of range: {problem})"
+
+
+def _printed(value: Any) -> Any:
+    """What a template prints: a string as :func:`lab.safe_text.printable` shows it (a file or folder name read
+    from the disk, a model name), markup built by the pages as it is."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on."""
+    """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on, every
+    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lab.views", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             finalize=_printed)
     env.filters["fmt"] = fmt
     env.filters["href"] = href
     env.globals["asset"] = asset

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from lab.views.compare import compare_html, read_pair
 from lab.views.core import kind_of, read_report, write_html
@@ -15,12 +16,23 @@ from lab.views.page import PAGE, write_page
 logger = logging.getLogger(__name__)
 
 
-def _written(what: Path, write, *args) -> Path:
-    """``write(*args)``; an ``OSError`` (a read-only folder, an ``index.html`` that is a folder) as one line."""
+class PageNotDrawnError(ValueError):
+    """A page or a log that could not be drawn or written; the message names its folder and why, in one line."""
+
+
+def drawn(what: str, write, *args) -> Any:
+    """``write(*args)``; whatever stops it, as one line naming ``what`` (a folder's name as the user reads it,
+    quoted) (:class:`PageNotDrawnError`): an ``OSError`` (a read-only folder, an ``index.html`` that is a
+    folder), or anything a report's files provoke."""
     try:
         return write(*args)
     except OSError as exc:
-        raise ValueError(f"{str(what)!r}: its page could not be written ({exc.strerror or exc})") from exc
+        raise PageNotDrawnError(f"{what}: its page could not be written ({exc.strerror or exc})") from exc
+    except Exception as exc:  # a report folder holds anything: what its files provoke costs this page only
+        logger.debug("page of %s not drawn", what, exc_info=exc)
+        first = (str(exc).splitlines() or [""])[0]
+        raise PageNotDrawnError(f"{what}: its page could not be drawn ({type(exc).__name__}"
+                                f"{': ' + first if first else ''})") from exc
 
 
 def redraw(path: Path) -> Path:
@@ -58,33 +70,41 @@ def show(path: Path) -> Path:
     if not path.is_dir():
         raise ValueError(f"DIR={str(path)!r} is not a folder" if path.exists() else f"DIR={str(path)!r} does not exist")
     if is_report(path):
-        page = _written(path, redraw, path)
+        page = drawn(repr(str(path)), redraw, path)
         try:
             rebuild_log(path.parent)
         except OSError as exc:  # the page is drawn; only the log beside it is not updated
             logger.warning("the experiment log %s was not updated (%s)", path.parent / PAGE, exc.strerror or exc)
         return page
-    return _written(path, rebuild_log, path)
+    return drawn(repr(str(path)), rebuild_log, path)
 
 
-def rebuild_folder(root: Path) -> tuple[Path, int]:
+def rebuild_folder(root: Path) -> tuple[Path, int, list[str]]:
     """Draw every report's page under ``root`` again (and an integration run's reports inside it), then
-    the log; returns the log's path and the number of pages drawn.
+    the log. A page that cannot be drawn costs that page only: the others and the log are drawn.
+
+    Returns:
+        The log's path, the number of pages drawn, and one line per page (or integration log) not drawn,
+        naming its folder and why.
 
     Raises:
-        ValueError: ``root`` is not a folder, or a page or the log could not be written.
+        ValueError: ``root`` is not a folder, or its log could not be written.
     """
     if not root.is_dir():
         raise ValueError(f"DIR={str(root)!r} is not a reports folder")
-    count = 0
+    count, failed = 0, []
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if is_report(path):
-            _written(path, redraw, path)
-            count += 1
-        elif kind_of(path.name) == "integration":
-            page, n = rebuild_folder(path)
-            count += n
-    return _written(root, rebuild_log, root), count
+        try:
+            if is_report(path):
+                drawn(repr(str(path)), redraw, path)
+                count += 1
+            elif kind_of(path.name) == "integration":
+                _, n, more = rebuild_folder(path)
+                count += n
+                failed += more
+        except PageNotDrawnError as exc:
+            failed.append(str(exc))
+    return drawn(repr(str(root)), rebuild_log, root), count, failed
 
 
 def open_page(page: Path) -> bool:

@@ -39,9 +39,10 @@ def kind_page(files: ReportFiles) -> KindPage:
         return KindPage(headline=first_bold_line(files.summary))
     try:
         made = module.page(files)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report): the page
-        # keeps the generic parts (summary, files) and says why the kind's own sections are missing.
+    except Exception as exc:
+        # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report: a list where
+        # a dict was, an integer no float holds ...): whatever the kind's code raises on it, the page keeps the
+        # generic parts (summary, files) and says why the kind's own sections are missing.
         note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=f"{type(exc).__name__}: {exc}"),
                        "not-drawn")
         return KindPage(headline=first_bold_line(files.summary), sections=(note,))

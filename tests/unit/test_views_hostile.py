@@ -238,3 +238,75 @@ def test_log_folder_name_not_utf8_is_linked_by_its_bytes(tmp_path):
     (run / "summary.md").write_text("x")
     write_page(run)
     assert 'href="./20261205-010101-entropy-%FF/index.html"' in rebuild_log(tmp_path).read_text(encoding="utf-8")
+
+
+LONG_INTEGER = "1" * 5001  # past Python's 4,300-digit int-to-text limit
+
+
+def test_view_rebuild_report_json_with_5001_digit_integer_draws_every_page_and_the_log(tmp_path, capsys):
+    """One bad file stopping every page: a 5,001-digit integer in one report.json ended --rebuild with Python's
+    own digit-limit message, no file named, no other page and no log."""
+    big = _dir(tmp_path, "20261205-010101-entropy-big", {"report.json": '{"seed": ' + LONG_INTEGER + "}"})
+    ok = _dir(tmp_path, "20261205-010102-entropy-ok", {"summary.md": "**ok.**"})
+    assert cli.main(["view", "--no-open", "--rebuild", str(tmp_path)]) == 0
+    assert "report.json: not read (an integer of 5,001 digits)" in (big / PAGE).read_text(encoding="utf-8")
+    assert (ok / PAGE).is_file() and big.name in (tmp_path / PAGE).read_text(encoding="utf-8")
+    assert cli.main(["view", "--no-open", str(big)]) == 0
+    assert cli.main(["view", "--no-open", "--out", str(tmp_path / "out"), str(big), str(big)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "report.json: not read (an integer of 5,001 digits)" in err
+
+
+def test_view_rebuild_page_not_drawn_costs_that_page_only(tmp_path, capsys):
+    """One bad folder stopping every page: a page that could not be drawn ended --rebuild there, leaving the
+    pages after it and the log undrawn; now each failure is one line and the rest is drawn (exit 2)."""
+    bad = _dir(tmp_path, "20261205-010101-entropy-bad", {"summary.md": "x"})
+    (bad / PAGE).mkdir()
+    ok = _dir(tmp_path, "20261205-010102-entropy-ok", {"summary.md": "x"})
+    assert cli.main(["view", "--no-open", "--rebuild", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and bad.name in err[0] and "could not be written" in err[0]
+    assert (ok / PAGE).is_file() and ok.name in (tmp_path / PAGE).read_text(encoding="utf-8")
+
+
+SPOOF = "\u202e", "\u202c", "\u200b"  # right-to-left override, pop directional formatting, zero-width space
+
+
+def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_path):
+    """A raw control character on a page: the entropy page's prompt, model name, tokens, a CSV cell, the log's
+    folder name and the comparison page carried raw U+202E / U+202C / U+200B where summary.md escapes them."""
+    text = "evil\u202etxt.exe\u202c zero\u200bwidth"
+    steps = [{"token_text": text, "entropy_bits": 1.0, "normalized_entropy": 0.1, "chosen_prob": 0.5,
+              "alternatives": [{"token_id": 1, "token_text": text, "prob": 0.5}]}]
+    report = json.dumps({"prompt": text, "context": text, "model": {"model": text}, "steps": steps,
+                         "context_measure": {"value": 1.0}})
+    runs = [_dir(tmp_path, f"20261205-01010{i}-entropy-x\u202ey", {"report.json": report, "summary.md": "x",
+                                                                  "extra.csv": f"col\u200b\n{text}\n"})
+            for i in (1, 2)]
+    pages = [write_page(run).read_text(encoding="utf-8") for run in runs]
+    pages.append(rebuild_log(tmp_path).read_text(encoding="utf-8"))
+    assert cli.main(["view", "--no-open", "--out", str(tmp_path / "out"), str(runs[0]), str(runs[1])]) == 0
+    pages.append(next((tmp_path / "out").glob("*-compare-entropy*/index.html")).read_text(encoding="utf-8"))
+    for page in pages:
+        assert not any(c in page for c in SPOOF)
+        assert "evil\\u202etxt.exe\\u202c zero\\u200bwidth" in page or "x\\u202ey" in page
+    assert "prompt: evil\\u202etxt.exe\\u202c zero\\u200bwidth" in pages[0]
+
+
+def test_entropy_page_and_log_show_impossible_figures_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a hand-edited mean entropy of 1e308 was printed with 309 digits in the
+    headline and the log row; an entropy above log2 V, a negative one or a probability above 1 was not flagged."""
+    steps = [{"token_text": "a", "entropy_bits": 20.0, "normalized_entropy": 1.2, "chosen_prob": 1.5,
+              "varentropy_bits2": -1.0, "alternatives": []},
+             {"token_text": "b", "entropy_bits": -1.0, "normalized_entropy": 0.1, "chosen_prob": 0.5,
+              "alternatives": []}]
+    report = {"vocab_size": 60000, "steps": steps, "summary": {"n_steps": 2, "mean_entropy_bits": 1e308}}
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps(report)})
+    page = write_page(run).read_text(encoding="utf-8")
+    log = rebuild_log(tmp_path).read_text(encoding="utf-8")
+    headline = "mean entropy 1e+308 (out of range: entropy above log2 V = 15.9 bits) bits"
+    assert headline in page and headline in log and "0" * 20 not in page + log
+    for words in ("20 (out of range: entropy above log2 V = 15.9 bits)", "-1 (out of range: entropy must be",
+                  "1.2 (out of range: H / log2 V must be in [0, 1])", "1.5 (out of range: a probability must be",
+                  "-1 (out of range: varentropy must be"):
+        assert words in page, words

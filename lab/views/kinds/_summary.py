@@ -7,11 +7,9 @@ page shows nothing twice.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from lab.views.core import MAX_JSON_BYTES, ReportFiles
+from lab.views.core import ReportFiles
 
 
 def prose(summary: str) -> str:
@@ -29,19 +27,10 @@ def prose(summary: str) -> str:
 
 
 def own_json(files: ReportFiles, name: str) -> dict[str, Any]:
-    """A report's own JSON file other than ``report.json`` (``calibration.json``, ``bench.json`` ...), parsed.
-
-    :func:`lab.views.core.read_report` parses ``report.json`` only; the calibration and benchmark
-    commands write their figures under another name. Bounded like it (:data:`MAX_JSON_BYTES`).
+    """A report's own JSON file other than ``report.json`` (``calibration.json``, ``bench.json`` ...), as
+    :func:`lab.views.core.read_report` read it (bounded, its text escaped; ``files.jsons``).
 
     Returns:
         The parsed object, ``{}`` when the file is absent, too large, unreadable or not an object.
     """
-    path = Path(files.path) / name
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return files.jsons.get(name, {})

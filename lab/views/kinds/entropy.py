@@ -20,7 +20,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, table, text_colour, token_cell, token_inline
+from lab.ranges import COUNT, ENTROPY_BITS, NONNEGATIVE, NORMALIZED_ENTROPY, PROBABILITY, SECONDS, VARENTROPY_BITS2, Range
+from lab.views.core import (KindPage, ReportFiles, Section, colour, figure, figure_problem, fmt, legend, render, table,
+                            text_colour, token_cell, token_inline)
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
 # and light in the middle, so "no difference" reads as no colour. (Kept here, not in lab.views.core,
@@ -51,6 +53,18 @@ SUMMARY_FIELDS = (  # summary keys in the order the comparison lists them; other
     ("mean_sampled_entropy_bits", "mean sampled-from entropy (bits)"), ("elapsed_s", "decode time (s)"),
     ("tokens_per_s", "tokens per second"),
 )
+# Each figure the page prints, with its physical range (lab.ranges) and its name in an out-of-range note; an
+# entropy is also held to the report's log2 V (entropy_top).
+FIGURE_RANGES: dict[str, tuple[Range, str]] = {
+    "n_steps": (COUNT, "a token count"), "mean_entropy_bits": (ENTROPY_BITS, "entropy"),
+    "max_entropy_bits": (ENTROPY_BITS, "entropy"), "var_entropy_bits": (VARENTROPY_BITS2, "a variance"),
+    "mean_varentropy_bits2": (VARENTROPY_BITS2, "varentropy"), "mean_sampled_entropy_bits": (ENTROPY_BITS, "entropy"),
+    "elapsed_s": (SECONDS, "a time"), "tokens_per_s": (NONNEGATIVE, "a speed"), "temperature": (NONNEGATIVE, "a temperature"),
+    "seed": (COUNT, "a seed"), "vocab_size": (COUNT, "a vocabulary size"),
+    "entropy_bits": (ENTROPY_BITS, "entropy"), "sampled_entropy_bits": (ENTROPY_BITS, "entropy"),
+    "normalized_entropy": (NORMALIZED_ENTROPY, "H / log2 V"), "varentropy_bits2": (VARENTROPY_BITS2, "varentropy"),
+    "chosen_prob": (PROBABILITY, "a probability"), "prob": (PROBABILITY, "a probability"),
+}
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,32 @@ def _int(x: Any) -> int | None:
     return int(v) if v is not None else None
 
 
+def entropy_top(report: dict[str, Any]) -> tuple[float, str] | None:
+    """The most an entropy can be in this report, log2 V, with its words (``"log2 V = 15.9 bits"``); None when
+    the report gives no vocabulary size V > 1."""
+    vocab = _num(report.get("vocab_size"))
+    if vocab is None or vocab <= 1:
+        return None
+    top = math.log2(vocab)
+    return top, f"log2 V = {fmt(top)} bits"
+
+
+def shown(key: str, value: Any, top: tuple[float, str] | None = None, digits: int = 3, spec: str = "") -> str:
+    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure`); an entropy is held
+    to ``top`` (:func:`entropy_top`) too. A key with no range is printed as :func:`lab.views.core.fmt` does."""
+    if key not in FIGURE_RANGES:
+        return fmt(value, digits)
+    rng, what = FIGURE_RANGES[key]
+    return figure(value, rng, what, digits, top if rng is ENTROPY_BITS else None, spec)
+
+
+def plotted(key: str, value: float | None, top: tuple[float, str] | None = None) -> float | None:
+    """``value`` where it can be the figure ``key``, else None: a chart draws no impossible point (its table says
+    what it was)."""
+    rng, what = FIGURE_RANGES[key]
+    return None if figure_problem(value, rng, what, top if rng is ENTROPY_BITS else None) else value
+
+
 def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
     """The run's steps and where they came from (``"report.json"``, ``"tokens.csv"`` or ``""`` for none)."""
     vocab = _num(files.report.get("vocab_size"))
@@ -104,7 +144,7 @@ def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
     def make(i: int, d: dict[str, Any], alts: list[tuple[Any, Any, Any]]) -> Step:
         h = _num(d.get("entropy_bits"))
         norm = _num(d.get("normalized_entropy"))
-        if norm is None and h is not None and log2_v:
+        if norm is None and h is not None and log2_v and plotted("entropy_bits", h, entropy_top(files.report)) is not None:
             norm = h / log2_v
         step = _int(d.get("step"))
         return Step(step=step if step is not None else i, token_id=_int(d.get("token_id")),
@@ -150,41 +190,48 @@ def summary_of(files: ReportFiles, steps: list[Step]) -> dict[str, Any]:
     return summ
 
 
-def headline(summ: dict[str, Any]) -> str:
+def headline(summ: dict[str, Any], top: tuple[float, str] | None = None) -> str:
     """The run in a line: ``48 tokens, mean entropy 1.21 bits (max 5.17), mean varentropy 4.20 bits²``.
 
-    A figure the summary lacks is left out; ``""`` when it has none.
+    A figure the summary lacks is left out; ``""`` when it has none. Each is checked against its physical range
+    (:data:`FIGURE_RANGES`; an entropy against ``top``, log2 V, too) and an impossible one says so.
     """
     parts = []
     n, h, hmax, v = (summ.get(k) for k in
                      ("n_steps", "mean_entropy_bits", "max_entropy_bits", "mean_varentropy_bits2"))
-    if _int(n) is not None:
-        parts.append(f"{_int(n)} tokens")
-    if _num(h) is not None:
-        top = f" (max {_num(hmax):.2f})" if _num(hmax) is not None else ""
-        parts.append(f"mean entropy {_num(h):.2f} bits{top}")
-    if _num(v) is not None:
-        parts.append(f"mean varentropy {_num(v):.2f} bits²")
+    if _present(n):
+        parts.append(f"{shown('n_steps', n)} tokens")
+    if _present(h):
+        most = f" (max {shown('max_entropy_bits', hmax, top, spec='.2f')})" if _present(hmax) else ""
+        parts.append(f"mean entropy {shown('mean_entropy_bits', h, top, spec='.2f')} bits{most}")
+    if _present(v):
+        parts.append(f"mean varentropy {shown('mean_varentropy_bits2', v, spec='.2f')} bits²")
     return ", ".join(parts)
 
 
+def _present(x: Any) -> bool:
+    """A figure the report gives: a number (an impossible one too: it is shown as such), not absent or NaN."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not (isinstance(x, float) and math.isnan(x))
+
+
 def _prob(p: float | None) -> str:
-    return fmt(p, 3)
+    return shown("prob", p)
 
 
-def token_view(steps: list[Step], id_prefix: str = "tok") -> dict[str, Any]:
+def token_view(steps: list[Step], id_prefix: str = "tok", top: tuple[float, str] | None = None) -> dict[str, Any]:
     """The template context of a token view: one dict per token with its colours and tooltip rows."""
     toks = []
     for s in steps:
-        bg = colour(s.normalized)
+        bg = colour(plotted("normalized_entropy", s.normalized))
         alts = [{"text": token_cell(t), "prob": _prob(p), "outside": False,
                  "chosen": tid == s.token_id if tid is not None else t == s.text}
                 for tid, t, p in s.alternatives[:ALTS_SHOWN]]
         if not any(a["chosen"] for a in alts):  # sampled outside the shown top-k: still say what it was
             alts.append({"text": token_cell(s.text), "prob": _prob(s.chosen_prob), "chosen": True, "outside": True})
         toks.append({"id": f"{id_prefix}-{s.step}", "step": s.step, "text": token_inline(s.text), "bg": bg,
-                     "fg": text_colour(bg), "alts": alts, "h": fmt(s.entropy_bits), "norm": fmt(s.normalized),
-                     "v": fmt(s.varentropy_bits2), "p": _prob(s.chosen_prob)})
+                     "fg": text_colour(bg), "alts": alts, "h": shown("entropy_bits", s.entropy_bits, top),
+                     "norm": shown("normalized_entropy", s.normalized), "v": shown("varentropy_bits2", s.varentropy_bits2),
+                     "p": _prob(s.chosen_prob)})
     return {"tokens": toks, "legend": legend("certain (H / log2 V = 0)", "uniform over the vocabulary (1)")}
 
 
@@ -198,8 +245,10 @@ def _round_step(raw: float) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
-def chart(steps: list[Step]) -> dict[str, Any]:
+def chart(steps: list[Step], h_top: tuple[float, str] | None = None) -> dict[str, Any]:
     """The template context of the entropy and varentropy chart: two panels sharing the step axis.
+
+    An impossible figure (:func:`plotted`; an entropy above ``h_top``, log2 V) is no point of it; its band's title says what the report holds.
 
     Returns a dict of SVG geometry (user units): ``panels`` (title, y ticks, line segments, points),
     ``bands`` (one hover band per step with its ``<title>`` text), ``x_ticks``, sizes.
@@ -211,10 +260,11 @@ def chart(steps: list[Step]) -> dict[str, Any]:
     def x(i: int) -> float:
         return round(CHART_LEFT + (i + 0.5) * dx, 1)
 
-    sampled = any((s.sampled_entropy_bits or 0) > 0 for s in steps)
-    series = [("entropy (bits)", [("entropy", [s.entropy_bits for s in steps])]
-               + ([("sampled-from entropy", [s.sampled_entropy_bits for s in steps])] if sampled else [])),
-              ("varentropy (bits²)", [("varentropy", [s.varentropy_bits2 for s in steps])])]
+    hs = [plotted("entropy_bits", s.entropy_bits, h_top) for s in steps]
+    sampled_hs = [plotted("sampled_entropy_bits", s.sampled_entropy_bits, h_top) for s in steps]
+    sampled = any((h or 0) > 0 for h in sampled_hs)
+    series = [("entropy (bits)", [("entropy", hs)] + ([("sampled-from entropy", sampled_hs)] if sampled else [])),
+              ("varentropy (bits²)", [("varentropy", [plotted("varentropy_bits2", s.varentropy_bits2) for s in steps])])]
     panels = []
     for k, (title, lines) in enumerate(series):
         top = CHART_TOP + k * (PANEL_HEIGHT + PANEL_GAP)
@@ -239,7 +289,7 @@ def chart(steps: list[Step]) -> dict[str, Any]:
             if current:
                 segments.append(current)
             drawn.append({"name": name, "segments": [" ".join(seg) for seg in segments]})
-        points = [{"x": x(i), "y": y(v), "fill": colour(s.normalized)}
+        points = [{"x": x(i), "y": y(v), "fill": colour(plotted("normalized_entropy", s.normalized))}
                   for i, (s, v) in enumerate(zip(steps, lines[0][1])) if v is not None] if n <= MAX_POINTS else []
         ticks = [{"y": y(t), "label": fmt(round(t, 10))} for t in (j * step for j in range(int(round(hi / step)) + 1))]
         panels.append({"title": title, "top": top, "base": top + PANEL_HEIGHT, "mid": top + PANEL_HEIGHT / 2,
@@ -248,20 +298,24 @@ def chart(steps: list[Step]) -> dict[str, Any]:
     x_step = 1 if n <= MAX_X_TICKS else int(_round_step(n / MAX_X_TICKS))
     x_ticks = [{"x": x(i), "label": str(i)} for i in range(0, n, x_step)]
     bands = [{"step": s.step, "x": round(CHART_LEFT + i * dx, 1), "w": round(dx, 2),
-              "title": f"step {s.step}: {token_cell(s.text)}, entropy {fmt(s.entropy_bits)} bits, "
-                       f"varentropy {fmt(s.varentropy_bits2)} bits², p(chosen) {_prob(s.chosen_prob)}"}
+              "title": f"step {s.step}: {token_cell(s.text)}, entropy {shown('entropy_bits', s.entropy_bits, h_top)} bits, "
+                       f"varentropy {shown('varentropy_bits2', s.varentropy_bits2)} bits², p(chosen) {_prob(s.chosen_prob)}"}
              for i, s in enumerate(steps)]
-    data = [{"step": s.step, "text": token_cell(s.text), "h": fmt(s.entropy_bits), "v": fmt(s.varentropy_bits2),
-             "p": _prob(s.chosen_prob), "x": x(i)} for i, s in enumerate(steps)]
+    data = [{"step": s.step, "text": token_cell(s.text), "h": shown("entropy_bits", s.entropy_bits, h_top),
+             "v": shown("varentropy_bits2", s.varentropy_bits2), "p": _prob(s.chosen_prob), "x": x(i)}
+            for i, s in enumerate(steps)]
     return {"width": CHART_WIDTH, "height": bottom + CHART_BOTTOM, "left": CHART_LEFT,
             "right": CHART_WIDTH - CHART_RIGHT, "top": CHART_TOP, "bottom": bottom, "panels": panels,
             "x_ticks": x_ticks, "bands": bands, "data": data, "sampled": sampled}
 
 
-def step_table(steps: list[Step]) -> Any:
+def step_table(steps: list[Step], top: tuple[float, str] | None = None) -> Any:
     """The steps as a table, one row ``step-<n>`` per token (the chart's steps link here)."""
-    rows = [{"step": s.step, "token": token_cell(s.text), "token_id": s.token_id, "entropy_bits": s.entropy_bits,
-             "normalized_entropy": s.normalized, "varentropy_bits2": s.varentropy_bits2, "chosen_prob": s.chosen_prob,
+    rows = [{"step": s.step, "token": token_cell(s.text), "token_id": s.token_id,
+             "entropy_bits": shown("entropy_bits", s.entropy_bits, top),
+             "normalized_entropy": shown("normalized_entropy", s.normalized),
+             "varentropy_bits2": shown("varentropy_bits2", s.varentropy_bits2),
+             "chosen_prob": shown("chosen_prob", s.chosen_prob),
              "alternatives": "  ".join(f"{token_cell(t)} {_prob(p)}" for _, t, p in s.alternatives)} for s in steps]
     return table(rows, row_ids=[f"step-{s.step}" for s in steps])
 
@@ -278,21 +332,22 @@ def page(files: ReportFiles) -> KindPage:
     """
     steps, source = read_steps(files)
     summ = summary_of(files, steps)
+    top = entropy_top(files.report)
     if not steps:
         note = render("entropy_missing.html.j2", text=str(files.report.get("text") or ""))
-        return KindPage(headline(summ), (Section("Answer", note, "answer"),), frozenset())
+        return KindPage(headline(summ, top), (Section("Answer", note, "answer"),), frozenset())
     sections = (
         Section("Answer", render("entropy_tokens.html.j2", source=source, prompt=str(files.report.get("prompt") or ""),
-                                 **token_view(steps)), "answer"),
-        Section("Entropy and varentropy per token", render("entropy_chart.html.j2", **chart(steps)), "chart"),
-        Section("Per token", step_table(steps), "per-token"),
+                                 **token_view(steps, top=top)), "answer"),
+        Section("Entropy and varentropy per token", render("entropy_chart.html.j2", **chart(steps, top)), "chart"),
+        Section("Per token", step_table(steps, top), "per-token"),
     )
     cm = files.report.get("context_measure")
     if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
         sections += (Section("Context reading", render("context_reading.html.j2", cm=cm,
                                                        context=str(files.report.get("context") or "")),
                              "context-reading"),)
-    return KindPage(headline(summ), sections, frozenset({"tokens.csv", "entropy.png"}))
+    return KindPage(headline(summ, top), sections, frozenset({"tokens.csv", "entropy.png"}))
 
 
 # --------------------------------------------------------------------------- comparison
@@ -479,18 +534,22 @@ def summary_rows(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step])
 
     rows = [{"label": "model", "a": a.model.get("model"), "b": b.model.get("model")},
             {"label": "prompt", "a": ra.get("prompt"), "b": rb.get("prompt")},
-            {"label": "temperature", "a": setting(ra, "temperature"), "b": setting(rb, "temperature")},
-            {"label": "seed", "a": setting(ra, "seed"), "b": setting(rb, "seed")},
-            {"label": "vocabulary V", "a": ra.get("vocab_size"), "b": rb.get("vocab_size")}]
+            {"label": "temperature", "key": "temperature", "a": setting(ra, "temperature"), "b": setting(rb, "temperature")},
+            {"label": "seed", "key": "seed", "a": setting(ra, "seed"), "b": setting(rb, "seed")},
+            {"label": "vocabulary V", "key": "vocab_size", "a": ra.get("vocab_size"), "b": rb.get("vocab_size")}]
     known = [k for k, _ in SUMMARY_FIELDS]
     labels = dict(SUMMARY_FIELDS)
     for key in known + sorted((set(sma) | set(smb)) - set(known)):
         if key in sma or key in smb:
-            rows.append({"label": labels.get(key, key), "a": sma.get(key), "b": smb.get(key)})
+            rows.append({"label": labels.get(key, key), "key": key, "a": sma.get(key), "b": smb.get(key)})
     out = []
+    tops = entropy_top(ra), entropy_top(rb)
     for r in rows:
+        key = r.get("key", "")
+        a_text, b_text = shown(key, r["a"], tops[0], 4), shown(key, r["b"], tops[1], 4)
         x, y = _num(r["a"]), _num(r["b"])
         both_numbers = not isinstance(r["a"], str) and not isinstance(r["b"], str)
-        out.append({"label": r["label"], "a": fmt(r["a"], 4), "b": fmt(r["b"], 4),
-                    "diff": fmt(y - x, 4) if both_numbers and x is not None and y is not None else ""})
+        possible = "out of range" not in a_text + b_text  # no difference of an impossible figure
+        out.append({"label": r["label"], "a": a_text, "b": b_text,
+                    "diff": fmt(y - x, 4) if both_numbers and possible and x is not None and y is not None else ""})
     return out

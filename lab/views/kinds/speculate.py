@@ -18,7 +18,8 @@ import math
 from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render, token_cell, token_inline
+from lab.ranges import COUNT, NONNEGATIVE, PROBABILITY
+from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, token_cell, token_inline
 
 # Rounds drawn as <details>; a longer run's other rounds are in rounds.csv and report.json.
 MAX_ROUNDS_SHOWN = 400
@@ -138,14 +139,17 @@ def time_figures(report: dict[str, Any]) -> dict[str, float | None]:
 
 
 def headline(report: dict[str, Any]) -> str:
-    """alpha, tokens per round beside the theory, tokens/s and gamma, in a line."""
+    """alpha, tokens per round beside the theory, tokens/s and gamma, in a line; each measured figure checked
+    against its physical range (:func:`lab.views.core.figure`)."""
     acc = report.get("acceptance") or {}
     if not acc:
         return ""
     th = theory(report)
-    return (f"alpha {fmt(th['alpha'])} ({fmt(acc.get('n_accepted'))} of {fmt(acc.get('n_drafted_tested'))} tested "
-            f"drafts kept), {fmt(th['tau'])} tokens per round (theory {fmt(th['expected_tokens'])}), "
-            f"{fmt(_num(acc.get('tokens_per_s')))} tokens/s at gamma {fmt(th['gamma'])}")
+    return (f"alpha {figure(acc.get('alpha'), PROBABILITY, 'alpha')} ({figure(acc.get('n_accepted'), COUNT, 'a count')} "
+            f"of {figure(acc.get('n_drafted_tested'), COUNT, 'a count')} tested drafts kept), "
+            f"{figure(acc.get('tau'), NONNEGATIVE, 'tokens per round')} tokens per round (theory "
+            f"{fmt(th['expected_tokens'])}), {figure(acc.get('tokens_per_s'), NONNEGATIVE, 'a speed')} tokens/s at "
+            f"gamma {fmt(th['gamma'])}")
 
 
 def page(files: ReportFiles) -> KindPage:
