@@ -350,6 +350,11 @@ TEMPERATURE = Range(0, limit=MAX_TEMPERATURE,
 SAMPLED_TEMPERATURE = Range(0, lo_open=True, limit=MAX_TEMPERATURE,
                             why=" (the run samples; above 100 the draw is close to uniform)")
 TOP_P = Range(0, 1, lo_open=True, why=" (1 = off)")
+# --adaptive's thresholds X (lab.speculative.drafts.AdaptiveDraftLength): entropy:X stops drafting once the draft's
+# normalized entropy H / log2 V exceeds X (1 never stops); pmin:X once its top probability falls below X (1 would
+# stop every round at its first token).
+ADAPTIVE_ENTROPY = Range(0, 1, lo_open=True, why=" (normalized entropy)")
+ADAPTIVE_PMIN = Range(0, 1, lo_open=True, hi_open=True)
 # top-k above the vocabulary keeps every token (lab.sampling.filter_logits clamps k): 2**20 is above any
 # vocabulary here (Qwen2.5: 151,936; Gemma 3: 262,144). None: off.
 TOP_K = Range(1, integer=True, optional=True, limit=2**20, why=" (2**20, above any vocabulary here)")
