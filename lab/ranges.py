@@ -32,6 +32,10 @@ from typing import Any
 
 from lab.safe_text import clipped
 
+# Characters of a flag's value its error echoes (lab.safe_text.clipped): the range and its reason follow on the
+# same line, which stays short (a 5,000-digit value once made it 5,060 characters).
+ECHO_MOST = 60
+
 
 @dataclass(frozen=True)
 class Range:
@@ -110,7 +114,7 @@ class Range:
         """
         hi = self.input_hi
         if not (self._above_lo(value) and (hi is None or self._below_hi(value, hi))):  # NaN fails both
-            raise ValueError(f"{flag}={clipped(value)} {self.must}")
+            raise ValueError(f"{flag}={clipped(value, ECHO_MOST)} {self.must}")
 
     @property
     def must(self) -> str:
@@ -301,7 +305,7 @@ def typed_refusal(flag: str, text: str, exc: NumberTextError, rng: Range | None)
         >>> typed_refusal("--temperature", "1e-400", RoundsToZero("rounds to 0 in a float"), TEMPERATURE)
         "--temperature='1e-400' rounds to 0 in a float; use 0 for greedy"
     """
-    said = f"{flag}={clipped(text)} {exc}"
+    said = f"{flag}={clipped(text, ECHO_MOST)} {exc}"
     if isinstance(exc, RoundsToZero) and rng is not None and rng.zero:
         return f"{said}; use 0 for {rng.zero}"
     if isinstance(exc, Underscored) or rng is None:
