@@ -78,13 +78,46 @@ NO_EXCEPTION_SET = re.compile(r"returned NULL without setting an exception|error
 NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory(?! in static TLS)", re.IGNORECASE)
 
 
+# A negative number as a flag's value, exponent included (argparse before Python 3.13 reads "-1e-320" as a flag
+# and answers "expected one argument"; 3.13 reads any "-" followed by a digit as a number).
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse's parser, its refusals (a bad type or choice, a missing argument) in the lab's one line,
     ``lab COMMAND: error: ...`` with exit 2, without the usage block (``--help`` prints it); its
-    subcommands' parsers are of this class too."""
+    subcommands' parsers are of this class too.
+
+    An ``int`` or ``float`` flag's text is read by :func:`lab.ranges.read_number`: the number typed, or one
+    line saying why not, with the flag's range (:func:`lab.commands.common.flag_range` for ``command``); a
+    value that is no number keeps argparse's words, its echo cut.
+    """
+
+    command: str | None = None  # the subcommand this parser reads (build_parser sets it)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER  # argparse's own attribute, which it reads per argument
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {printable(one_line(message))}\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        if action.type not in (int, float):
+            return super()._get_value(action, arg_string)
+        from lab.commands.common import flag_range
+        from lab.ranges import NumberTextError, read_number, typed_refusal
+        from lab.safe_text import clipped
+
+        try:
+            return read_number(arg_string, integer=action.type is int)
+        except NumberTextError as exc:
+            flag = max(action.option_strings, key=len, default=action.dest)
+            refusal = typed_refusal(flag, arg_string, exc, flag_range(self.command, action.dest))
+            raise argparse.ArgumentError(None, refusal) from None
+        except ValueError:
+            raise argparse.ArgumentError(action, f"invalid {action.type.__name__} value: {clipped(arg_string)}") \
+                from None
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         """argparse's, with a flag the command does not have refused by that command's parser (``lab bench-tune:
@@ -106,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
+    for command, command_parser in sub.choices.items():
+        command_parser.command = command
     return parser
 
 

@@ -11,18 +11,30 @@ may go past it. Three readers:
   (:func:`lab.commands.common.check_bounds`, and the flag's help);
 * :meth:`Range.schema`, a field's JSON Schema in a file the lab reads back (:mod:`lab.schemas`).
 
+A flag's text becomes its number through :func:`read_number`, which reads what the user typed as that number
+or says why it cannot (too many digits, too large for a float, a float that rounds to 0, an underscore), and
+:func:`typed_refusal` turns that into the flag's one line, echoing the text cut (:func:`lab.safe_text.clipped`).
+
 The lab's ranges follow the class, each with the reason for its ends. A ground-floor module: the
-standard library only, so that every part can read it (the math modules below it, which import nothing
+standard library and :mod:`lab.safe_text` (itself the standard library only), so that every part can read it (the math modules below it, which import nothing
 from the lab, state their own domains; ``tests/unit/test_ranges.py`` checks that
 :class:`lab.sampling.SamplingConfig` takes what these ranges take).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from lab.safe_text import clipped
+
+# Characters of a flag's value its error echoes (lab.safe_text.clipped): the range and its reason follow on the
+# same line, which stays short (a 5,000-digit value once made it 5,060 characters).
+ECHO_MOST = 60
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class Range:
         cpus: The limit is this machine's CPU count (:func:`os.cpu_count`), read when checked.
         why: Why the flag's ends are there, appended to its error (starts with ``" ("``, ``": "`` or
             ``" "``).
+        zero: What 0 stands for where the range takes it (``"greedy"``), said to a typed value that rounds to 0.
 
     Examples:
         >>> top_p = Range(0, 1, lo_open=True)
@@ -58,6 +71,7 @@ class Range:
     limit: float | None = None
     cpus: bool = False
     why: str = ""
+    zero: str = ""
 
     def __post_init__(self) -> None:
         assert self.hi is None or (self.limit is None and not self.cpus), "a limit is for a range with no upper end"
@@ -100,8 +114,13 @@ class Range:
         """
         hi = self.input_hi
         if not (self._above_lo(value) and (hi is None or self._below_hi(value, hi))):  # NaN fails both
-            where = f" ({hi} here)" if self.cpus else ""
-            raise ValueError(f"{flag}={value!r} must be in {self.text}{where}{self.why}")
+            raise ValueError(f"{flag}={clipped(value, ECHO_MOST)} {self.must}")
+
+    @property
+    def must(self) -> str:
+        """The range as a flag's error states it: ``must be in [1, 64]: beyond ...``, with the CPU count here."""
+        where = f" ({self.input_hi} here)" if self.cpus else ""
+        return f"must be in {self.text}{where}{self.why}"
 
     def problem(self, value: Any) -> str | None:
         """The config reader: what is wrong with ``value`` for a field of this range, or None.
@@ -200,6 +219,100 @@ def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> N
         raise ValueError(f"{name}={value!r} {says or problem}")
 
 
+
+class NumberTextError(ValueError):
+    """A number typed as text that the lab does not read as Python's ``int`` or ``float`` would
+    (:func:`read_number`); ``str()`` is the reason, worded to follow the echoed text."""
+
+
+class TooLarge(NumberTextError):
+    """An integer of more digits than Python reads, or a float literal past the largest float: out of every range."""
+
+
+class RoundsToZero(NumberTextError):
+    """A float literal with a non-zero digit that a float rounds to 0 (``1e-400``)."""
+
+
+class Underscored(NumberTextError):
+    """A number written with an underscore (``5_0``, which Python reads as 50)."""
+
+
+# An integer as int() reads it, in digits alone: its sign and its digits after any leading zeros.
+_INTEGER = re.compile(r"\s*([+-]?)0*(\d+)\s*")
+
+
+def read_number(text: str, integer: bool) -> int | float:
+    """A number typed on a command line, read as the ``int`` (``integer``) or ``float`` it says, or refused.
+
+    Python's readers take more than the lab does, and say less: ``int("5_0")`` is 50, ``float("1e400")``
+    is inf, ``float("1e-400")`` is 0.0, and ``int`` calls a well-formed integer of more than
+    :func:`sys.get_int_max_str_digits` digits invalid (its guard against quadratic-time conversion). Leading
+    zeros do not count as digits. Surrounding whitespace, a sign and the forms ``float`` reads (``inf``,
+    ``nan``, ``1e-3``) are read as Python reads them; a subnormal float (``1e-320``) is a value.
+
+    Args:
+        text: The text as typed.
+        integer: Read an ``int``; else a ``float``.
+
+    Returns:
+        The number.
+
+    Raises:
+        Underscored: ``text`` holds an underscore.
+        TooLarge: an integer past Python's digit limit ("is out of range"), or a float literal that overflows
+            ("is too large for a float").
+        RoundsToZero: a float literal with a non-zero digit that rounds to 0 (either sign).
+        ValueError: not a number at all (``int``'s or ``float``'s own refusal).
+
+    Examples:
+        >>> read_number(" 007", integer=True), read_number("1e-3", integer=False)
+        (7, 0.001)
+        >>> read_number("1e400", integer=False)
+        Traceback (most recent call last):
+        ...
+        lab.ranges.TooLarge: is too large for a float
+    """
+    if "_" in text:
+        raise Underscored("is written with an underscore: type the digits alone")
+    if integer:
+        try:
+            return int(text)
+        except ValueError:
+            m = _INTEGER.fullmatch(text)
+            if m is None:
+                raise
+        try:  # well-formed: refused for its digits, which may be leading zeros
+            return int(m[1] + m[2])
+        except ValueError:
+            raise TooLarge("is out of range") from None
+    x = float(text)
+    mantissa = text.lower().partition("e")[0]
+    if math.isinf(x) and any(c.isdecimal() for c in mantissa):  # a number, not "inf" typed
+        raise TooLarge("is too large for a float")
+    if x == 0 and any(c.isdecimal() and int(c) != 0 for c in mantissa):
+        raise RoundsToZero("rounds to 0 in a float")
+    return x
+
+
+def typed_refusal(flag: str, text: str, exc: NumberTextError, rng: Range | None) -> str:
+    """The one-line refusal of ``flag``'s ``text`` that :func:`read_number` refused with ``exc``.
+
+    The text is echoed cut (:func:`lab.safe_text.clipped`); then the reason, and the range (``rng``: None for a
+    flag that checks its own): ``--top-k='99...' (5,000 characters) is out of range: must be in [1, 1048576] ...``;
+    a value that rounds to 0 where 0 has a meaning is told to type 0 for it (``use 0 for greedy``).
+
+    Examples:
+        >>> typed_refusal("--temperature", "1e-400", RoundsToZero("rounds to 0 in a float"), TEMPERATURE)
+        "--temperature='1e-400' rounds to 0 in a float; use 0 for greedy"
+    """
+    said = f"{flag}={clipped(text, ECHO_MOST)} {exc}"
+    if isinstance(exc, RoundsToZero) and rng is not None and rng.zero:
+        return f"{said}; use 0 for {rng.zero}"
+    if isinstance(exc, Underscored) or rng is None:
+        return said
+    return f"{said}: {rng.must}"
+
+
 # ---- the lab's ranges ----
 
 # Gamma, draft tokens per round. A round drafts at least one token (no draft at all is the target alone).
@@ -236,11 +349,16 @@ DENSE_ROWS = Range(1, integer=True, limit=MAX_TOKENS,
 # than any model's here) is within 0.5 nats of uniform, so a higher temperature samples noise, not the model.
 MAX_TEMPERATURE = 100.0
 TEMPERATURE = Range(0, limit=MAX_TEMPERATURE,
-                    why=f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)")
+                    why=f" (0 = greedy; above {MAX_TEMPERATURE:g} the draw is close to uniform)", zero="greedy")
 # A run that samples (the study, the stream's sampled run): > 0.
 SAMPLED_TEMPERATURE = Range(0, lo_open=True, limit=MAX_TEMPERATURE,
                             why=" (the run samples; above 100 the draw is close to uniform)")
 TOP_P = Range(0, 1, lo_open=True, why=" (1 = off)")
+# --adaptive's thresholds X (lab.speculative.drafts.AdaptiveDraftLength): entropy:X stops drafting once the draft's
+# normalized entropy H / log2 V exceeds X (1 never stops); pmin:X once its top probability falls below X (1 would
+# stop every round at its first token).
+ADAPTIVE_ENTROPY = Range(0, 1, lo_open=True, why=" (normalized entropy)")
+ADAPTIVE_PMIN = Range(0, 1, lo_open=True, hi_open=True)
 # top-k above the vocabulary keeps every token (lab.sampling.filter_logits clamps k): 2**20 is above any
 # vocabulary here (Qwen2.5: 151,936; Gemma 3: 262,144). None: off.
 TOP_K = Range(1, integer=True, optional=True, limit=2**20, why=" (2**20, above any vocabulary here)")

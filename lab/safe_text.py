@@ -31,17 +31,23 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def clipped(text: str, most: int = 120) -> str:
-    """``repr(text)`` cut to ``most`` characters, with the length said, for a value echoed in a one-line error.
+def clipped(value: object, most: int = 120) -> str:
+    """``repr(value)`` cut to ``most`` characters, with the length said, for a value echoed in a one-line error.
+
+    The length is the text's own for a ``str``, else its ``repr``'s (an int's digits and sign).
 
     Examples:
         >>> clipped("smollm2")
         "'smollm2'"
         >>> clipped("9" * 5000, most=6)
         "'99999... (5,000 characters)"
+        >>> clipped(10**300, most=5)
+        '10000... (301 characters)'
     """
-    shown = repr(text)
-    return shown if len(shown) <= most else f"{shown[:most]}... ({len(text):,} characters)"
+    shown = repr(value)
+    if len(shown) <= most:
+        return shown
+    return f"{shown[:most]}... ({len(value) if isinstance(value, str) else len(shown):,} characters)"
 
 
 def printable(text: str) -> str:

@@ -29,6 +29,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from lab.ranges import NumberTextError, Underscored, read_number
+from lab.safe_text import clipped
+
 N_PROBLEMS = 164  # HumanEval/0 .. HumanEval/163
 HELD_BACK = (112, 124, 136, 148, 160)
 BENCH_TUNING = (10, 17, 20, 33, 38)
@@ -61,11 +64,11 @@ def split_problems(split: str, count: int | None = None) -> tuple[int, ...]:
     elif split == "held-back":
         numbers = HELD_BACK
     else:
-        raise ValueError(f"--humaneval split {split!r} must be one of {', '.join(SPLITS)}")
+        raise ValueError(f"--humaneval split {clipped(split)} must be one of {', '.join(SPLITS)}")
     if count is None:
         return numbers
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(numbers):
-        raise ValueError(f"--humaneval {split}:{count!r}: the count must be in [1, {len(numbers)}]")
+        raise ValueError(f"--humaneval {split}:{clipped(count)}: the count must be in [1, {len(numbers)}]")
     return numbers[:count]
 
 
@@ -82,9 +85,13 @@ def parse_humaneval(spec: str) -> tuple[str, int | None]:
         raise ValueError(f"--humaneval {spec!r}: N is empty; give {split}:N, as in tuning:2, or {split} for the "
                          "whole split")
     try:
-        n = int(count) if count else None
+        n = read_number(count, integer=True) if count else None
+    except NumberTextError as exc:
+        said = f"--humaneval {clipped(spec)}: N {exc}"
+        raise ValueError(said if isinstance(exc, Underscored) else
+                         f"{said}: the count must be in [1, {len(split_problems(split, None))}]") from None
     except ValueError:
-        raise ValueError(f"--humaneval {spec!r}: N must be an integer, as in tuning:2") from None
+        raise ValueError(f"--humaneval {clipped(spec)}: N must be an integer, as in tuning:2") from None
     split_problems(split, n)  # validates both parts
     return split, n
 
@@ -106,7 +113,7 @@ def grounded_tasks(split: str) -> list[dict]:
         ValueError: an unknown split, or a data file that does not hold the split's tasks.
     """
     if split not in SPLITS:
-        raise ValueError(f"--grounded split {split!r} must be one of {', '.join(SPLITS)}")
+        raise ValueError(f"--grounded split {clipped(split)} must be one of {', '.join(SPLITS)}")
     tasks = [dict(t) for t in _grounded_file() if t["split"] == split]
     if not tasks:
         raise ValueError(f"lab/data/{GROUNDED_FILE} holds no {split} task")
@@ -123,11 +130,15 @@ def parse_grounded(spec: str) -> tuple[str, int | None]:
     split, colon, count = str(spec).partition(":")
     tasks = grounded_tasks(split)
     try:
-        n = int(count) if colon else None
+        n = read_number(count, integer=True) if colon else None
+    except NumberTextError as exc:
+        said = f"--grounded {clipped(spec)}: N {exc}"
+        raise ValueError(said if isinstance(exc, Underscored) else f"{said}: the count must be in [1, {len(tasks)}]") \
+            from None
     except ValueError:
-        raise ValueError(f"--grounded {spec!r}: N must be an integer, as in held-back:3") from None
+        raise ValueError(f"--grounded {clipped(spec)}: N must be an integer, as in held-back:3") from None
     if n is not None and not 1 <= n <= len(tasks):
-        raise ValueError(f"--grounded {spec!r}: the count must be in [1, {len(tasks)}]")
+        raise ValueError(f"--grounded {clipped(spec)}: the count must be in [1, {len(tasks)}]")
     return split, n
 
 

@@ -21,6 +21,7 @@ from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights
                                  check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
                                  range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
+from lab.safe_text import clipped
 from lab.speculative.setups import parse_dynamic
 
 
@@ -135,7 +136,7 @@ def parse_gammas(text: str) -> tuple[int, ...]:
     gammas = parse_lengths(text, "--gammas", flag_range("bench", "gamma"))
     twice = sorted({g for g in gammas if gammas.count(g) > 1})
     if twice:
-        raise ValueError(f"--gammas={text!r} names gamma {twice[0]} twice: each length is one method of the sweep")
+        raise ValueError(f"--gammas={clipped(text)} names gamma {twice[0]} twice: each length is one method of the sweep")
     return gammas
 
 
@@ -145,7 +146,7 @@ def _check_dynamic(specs: tuple[str, ...]) -> None:
         try:
             parse_dynamic(spec)
         except ValueError as exc:
-            raise ValueError(f"--dynamic {spec!r}: {exc}") from None
+            raise ValueError(f"--dynamic {clipped(spec)}: {exc}") from None
 
 
 def _typed_adaptive(args: argparse.Namespace) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
 from lab import ranges
-from lab.ranges import Range
+from lab.ranges import NumberTextError, Range, Underscored, read_number, typed_refusal
+from lab.safe_text import clipped
 
 if TYPE_CHECKING:
     import torch
@@ -120,15 +121,20 @@ def parse_lengths(text: str, flag: str, rng: Range) -> tuple[int, ...]:
     """A comma-separated list of integers, each in ``rng`` (``--gammas``, ``--lengths``, ``--long-lengths``).
 
     Raises:
-        ValueError: an empty item ("1,,2"), a non-integer, or a value outside ``rng``, naming ``flag``.
+        ValueError: an empty item ("1,,2"), a non-integer, or a value outside ``rng``, naming ``flag``; an item
+            :func:`lab.ranges.read_number` refuses (too many digits, an underscore) is echoed alone.
     """
-    try:
-        values = tuple(int(x) for x in text.split(","))  # an empty item is an error, not skipped
-    except ValueError:
-        raise ValueError(f"{flag}={text!r} must be comma-separated integers, e.g. 1,2,4") from None
+    values = []
+    for item in text.split(","):  # an empty item is an error, not skipped
+        try:
+            values.append(read_number(item, integer=True))
+        except NumberTextError as exc:
+            raise ValueError(typed_refusal(flag, item, exc, rng)) from None
+        except ValueError:
+            raise ValueError(f"{flag}={clipped(text)} must be comma-separated integers, e.g. 1,2,4") from None
     for v in values:
         rng.check(flag, v)
-    return values
+    return tuple(values)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -137,12 +143,21 @@ def parse_shard(text: str) -> tuple[int, int]:
     Raises:
         ValueError: not two integers with 1 <= K <= N, naming ``--shard``.
     """
-    try:
-        k, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard {text!r} must be K/N, e.g. 2/4") from None
+    parts = text.split("/")
+    if len(parts) != 2:
+        raise ValueError(f"--shard {clipped(text)} must be K/N, e.g. 2/4")
+    k_n = []
+    for name, part in zip("KN", parts):
+        try:
+            k_n.append(read_number(part, integer=True))
+        except NumberTextError as exc:
+            needs = "" if isinstance(exc, Underscored) else "; K/N needs 1 <= K <= N"
+            raise ValueError(f"--shard {clipped(text)}: {name} {exc}{needs}") from None
+        except ValueError:
+            raise ValueError(f"--shard {clipped(text)} must be K/N, e.g. 2/4") from None
+    k, n = k_n
     if not 1 <= k <= n:
-        raise ValueError(f"--shard {text!r} needs 1 <= K <= N")
+        raise ValueError(f"--shard {clipped(text)} needs 1 <= K <= N")
     return k, n
 
 
@@ -203,8 +218,8 @@ def parse_adaptive(text: str):
     try:
         return AdaptiveDraftLength.parse(text)
     except ValueError as exc:
-        message = re.sub(r"^(entropy_threshold|pmin)=", "X=", str(exc))  # the README's name for the threshold
-        raise ValueError(f"--adaptive {text!r}: {message}") from None
+        message = re.sub(r"^(entropy_threshold|pmin)(?=[= ])", "X", str(exc))  # the README's name for the threshold
+        raise ValueError(f"--adaptive {clipped(text)}: {message}") from None
 
 
 def check_adaptive_draft(adaptive: str, draft_kind: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from lab.safe_text import clipped
+
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
     """Pick the device: MPS, then CUDA, then CPU; or check the one asked for.
@@ -34,19 +36,19 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device={device!r} is not a valid torch device") from exc
+        raise ValueError(f"device={clipped(device)} is not a valid torch device") from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} requested but CUDA is not available here")
+            raise ValueError(f"device={clipped(device)} requested but CUDA is not available here")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(
-                f"device={device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
+                f"device={clipped(device)} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
             )
     elif dev.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"device={device!r} requested but MPS is not available here")
+            raise ValueError(f"device={clipped(device)} requested but MPS is not available here")
     elif dev.type != "cpu":
-        raise ValueError(f"device={device!r} is not supported; use cpu, cuda or mps")
+        raise ValueError(f"device={clipped(device)} is not supported; use cpu, cuda or mps")
     return dev
 
 

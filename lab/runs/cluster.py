@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from lab.ranges import RAY_ACTORS, RAY_TIMEOUT, THREADS, Range, check_value
 from lab.runs.engine import Experiment, UnitFailure
+from lab.safe_text import clipped
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ IN_FLIGHT_PER_ACTOR = 2
 # of their own; a port held by anything else stays silent, closes, or answers in another protocol.
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 _HTTP2_SETTINGS = 4  # frame type of the server's first frame (RFC 9113, section 6.5)
-ADDRESS_FORMS = "'auto', 'local', host:port or ray://host:port (port 1-65535)"
+MAX_PORT = 65535  # TCP's ports are 16-bit, 0 reserved
+ADDRESS_FORMS = f"'auto', 'local', host:port or ray://host:port (port 1-{MAX_PORT})"
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]+)$")
 
 
@@ -99,9 +101,11 @@ def parse_address(text: str | None) -> str | None:
         return text
     m = _HOST_PORT.match(text.removeprefix("ray://"))
     if m is None:
-        raise ValueError(f"--ray {text!r} is not an address: give {ADDRESS_FORMS}")
-    if not 1 <= int(m["port"]) <= 65535:
-        raise ValueError(f"--ray {text!r}: port {m['port']} is outside 1-65535")
+        raise ValueError(f"--ray {clipped(text)} is not an address: give {ADDRESS_FORMS}")
+    if len(m["port"].lstrip("0")) > len(str(MAX_PORT)):  # echoed with the address, cut (Python reads 4,300 digits)
+        raise ValueError(f"--ray {clipped(text)}: the port is outside 1-{MAX_PORT}")
+    if not 1 <= int(m["port"]) <= MAX_PORT:
+        raise ValueError(f"--ray {clipped(text)}: port {m['port']} is outside 1-{MAX_PORT}")
     return text
 
 

@@ -23,7 +23,9 @@ from lab.decode import model_device
 from lab.models.devices import parse_dtype
 from lab.models import loading  # looked up at each call, so a test can stand in for the loaders
 from lab.models.profiles import PROFILES
+from lab.ranges import TooLarge, Underscored, read_number
 from lab.runtime.ggml import is_ggml
+from lab.safe_text import clipped
 from lab.speculative.admission import check_tokenizer_vocab
 from lab.speculative.auto import AutoDraft
 from lab.speculative.drafts import Drafter, PromptLookupDraft, model_draft
@@ -74,13 +76,18 @@ def check_draft_spec(spec: str, num_layers: int | None = None) -> str:
     if spec.startswith("early-exit"):
         head, _, value = spec.partition(":")
         try:
-            layers = int(value)
+            layers = read_number(value, integer=True)
+        except TooLarge as exc:
+            raise ValueError(f"draft={clipped(spec)}: N {exc}: it must be in [1, the target's layers - 1]") from None
+        except Underscored as exc:
+            raise ValueError(f"draft={clipped(spec)}: N {exc}") from None
         except ValueError:
-            raise ValueError(f"draft={spec!r} must be early-exit:N with an integer N") from None
+            raise ValueError(f"draft={clipped(spec)} must be early-exit:N with an integer N") from None
         if head != "early-exit" or layers < 1:
-            raise ValueError(f"draft={spec!r} must be early-exit:N with N >= 1")
+            raise ValueError(f"draft={clipped(spec)} must be early-exit:N with N >= 1")
         if num_layers is not None and layers >= num_layers:
-            raise ValueError(f"draft={spec!r}: N must be in [1, {num_layers - 1}] (the target has {num_layers} layers)")
+            raise ValueError(f"draft={clipped(spec)}: N must be in [1, {num_layers - 1}] (the target has {num_layers} "
+                             "layers)")
         return "early-exit"
     if spec == "prompt-lookup":
         return "prompt-lookup"

@@ -39,6 +39,8 @@ import torch
 
 from lab.decode import check_rollback_supported, enable_rollback, new_cache, rollback_cache, sync
 from lab.entropy import entropy
+from lab.ranges import ADAPTIVE_ENTROPY, ADAPTIVE_PMIN, NumberTextError, Underscored, read_number
+from lab.safe_text import clipped
 from lab.sampling import SamplingConfig, sample, sampling_probs
 from lab.speculative.admission import DraftCost, draft_cost
 from lab.speculative.theory import flops_per_token
@@ -99,28 +101,33 @@ class AdaptiveDraftLength:
     def __post_init__(self) -> None:
         if self.entropy_threshold is None and self.pmin is None:
             raise ValueError("adaptive needs entropy_threshold or pmin")
-        if self.entropy_threshold is not None and not 0.0 < self.entropy_threshold <= 1.0:
-            raise ValueError(f"entropy_threshold={self.entropy_threshold!r} must be in (0, 1] (normalized entropy)")
-        if self.pmin is not None and not 0.0 < self.pmin < 1.0:
-            raise ValueError(f"pmin={self.pmin!r} must be in (0, 1)")
+        if self.entropy_threshold is not None:
+            ADAPTIVE_ENTROPY.check("entropy_threshold", self.entropy_threshold)
+        if self.pmin is not None:
+            ADAPTIVE_PMIN.check("pmin", self.pmin)
 
     @classmethod
     def parse(cls, spec: str) -> "AdaptiveDraftLength":
         """Parse ``"entropy:X"`` or ``"pmin:X"``.
 
         Raises:
-            ValueError: any other form (the message echoes ``spec``).
+            ValueError: any other form (the message echoes ``spec``, cut when long), or an X that
+                :func:`lab.ranges.read_number` refuses (the message names the field and its range, not X).
         """
         kind, _, value = str(spec).partition(":")
+        name, rng = {"entropy": ("entropy_threshold", ADAPTIVE_ENTROPY), "pmin": ("pmin", ADAPTIVE_PMIN)}.get(
+            kind, (None, None))
         try:
-            x = float(value)
+            x = read_number(value, integer=False)
+        except NumberTextError as exc:
+            if name is None:
+                raise ValueError(f"adaptive={clipped(spec)} must be 'entropy:X' or 'pmin:X'") from None
+            raise ValueError(f"{name} {exc}" + ("" if isinstance(exc, Underscored) else f": {rng.must}")) from None
         except ValueError:
-            raise ValueError(f"adaptive={spec!r} must be 'entropy:X' or 'pmin:X' with a number X") from None
-        if kind == "entropy":
-            return cls(entropy_threshold=x)
-        if kind == "pmin":
-            return cls(pmin=x)
-        raise ValueError(f"adaptive={spec!r} must be 'entropy:X' or 'pmin:X'")
+            raise ValueError(f"adaptive={clipped(spec)} must be 'entropy:X' or 'pmin:X' with a number X") from None
+        if name is None:
+            raise ValueError(f"adaptive={clipped(spec)} must be 'entropy:X' or 'pmin:X'")
+        return cls(**{name: x})
 
     def describe(self) -> str:
         return f"entropy:{self.entropy_threshold}" if self.entropy_threshold is not None else f"pmin:{self.pmin}"

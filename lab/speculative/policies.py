@@ -28,6 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from lab.ranges import GAMMA, NumberTextError, Underscored, read_number
+from lab.safe_text import clipped
+
+# Characters of a field's value an error shows: a parsed spec's message follows the spec itself, echoed whole.
+VALUE_SHOWN = 20
+
 if TYPE_CHECKING:
     from lab.speculative.results import RoundRecord
 
@@ -52,7 +58,7 @@ class GammaPolicy(Protocol):
 
 def _check_int(name: str, value: object, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+        raise ValueError(f"{name}={clipped(value, VALUE_SHOWN)} must be an integer >= {low}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,8 @@ class DynamicGamma:
         _check_int("shrink", self.shrink, 0)
         _check_int("initial", self.initial, self.min_gamma)
         if self.initial > self.max_gamma:
-            raise ValueError(f"initial={self.initial!r} must be <= max_gamma={self.max_gamma!r}")
+            raise ValueError(f"initial={clipped(self.initial, VALUE_SHOWN)} must be <= "
+                             f"max_gamma={clipped(self.max_gamma, VALUE_SHOWN)}")
 
     @classmethod
     def parse(cls, spec: str) -> "DynamicGamma":
@@ -127,16 +134,21 @@ class DynamicGamma:
         """
         head, *rest = str(spec).split(":")
         if head != "dynamic" or len(rest) > 2:
-            raise ValueError(f"gamma policy={spec!r} must be dynamic, dynamic:START or dynamic:START:MAX")
-        try:
-            values = [int(v) for v in rest]
-        except ValueError:
-            raise ValueError(f"gamma policy={spec!r}: START and MAX must be integers") from None
+            raise ValueError(f"gamma policy={clipped(spec)} must be dynamic, dynamic:START or dynamic:START:MAX")
+        values = []
+        for name, text in zip(("START", "MAX"), rest):
+            try:
+                values.append(read_number(text, integer=True))
+            except NumberTextError as exc:  # no echo: the caller names the spec (a flag, a file's field)
+                raise type(exc)(f"{name} {exc}" + ("" if isinstance(exc, Underscored) else f": {GAMMA.must}")) \
+                    from None
+            except ValueError:
+                raise ValueError(f"gamma policy={clipped(spec)}: START and MAX must be integers") from None
         kwargs = dict(zip(("initial", "max_gamma"), values))
         try:
             return cls(**kwargs)
         except ValueError as exc:
-            raise ValueError(f"gamma policy={spec!r}: {exc}") from None
+            raise ValueError(f"gamma policy={clipped(spec)}: {exc}") from None
 
     def step(self, gamma: int, n_proposed: int, n_accepted: int) -> int:
         """Gamma for the next round, from this round's gamma and counts.

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lab.ranges import GAMMA, check_value
+from lab.safe_text import clipped
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
-from lab.speculative.policies import DynamicGamma
+from lab.speculative.policies import VALUE_SHOWN, DynamicGamma
 
 # The draft's early stops, "entropy:X" and "pmin:X" (lab.speculative.drafts.AdaptiveDraftLength.parse).
 ADAPTIVE_STOPS = ("entropy", "pmin")
@@ -34,7 +35,7 @@ def parse_dynamic(spec: str) -> DynamicGamma:
     """
     policy = DynamicGamma.parse(spec)
     if policy.max_gamma > GAMMA.limit:
-        raise ValueError(f"MAX={policy.max_gamma} must be <= {GAMMA.limit}")
+        raise ValueError(f"MAX={clipped(policy.max_gamma, VALUE_SHOWN)} must be <= {GAMMA.limit}")
     return policy
 
 SETUP_FIELDS = ("draft_dtype", "gamma", "adaptive", "dynamic")

@@ -220,3 +220,106 @@ def test_cli_draft_that_fails_to_load_names_draft_not_model(tmp_path, capsys, mo
     rc = cli.main(["speculate", "hi", "--draft", str(draft_dir), "--device", "cpu", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and f"--draft {str(draft_dir)!r}" in err and "--model smollm2" not in err, err
+
+
+# A value no flag takes: more digits than Python reads as an int (4,300), and past the largest float.
+DIGITS_5000 = "9" * 5000
+# The most an error line may take with a 5,000-character value echoed cut.
+MOST_LINE = 300
+# What each command needs besides the flag under test to get past argparse.
+REQUIRED = {"entropy": ["hi"], "speculate": ["hi"], "sinks": ["hi"], "bench-weights": ["--model", "smollm2"]}
+
+
+def _numeric_flags(kind=(int, float)):
+    import argparse
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [pytest.param(cmd, a, id=f"{cmd} {a.option_strings[-1]}") for cmd, p in sub.choices.items()
+            for a in p._actions if a.option_strings and a.type in kind and a.help != argparse.SUPPRESS]
+
+
+def _one_short_line(argv, tmp_path, capsys):
+    """Run ``lab ARGV``: exit 2 and one stderr line under MOST_LINE characters, without "inf"; return it."""
+    try:
+        rc = cli.main([*argv, "--out", str(tmp_path / "out")])
+    except SystemExit as exc:
+        rc = exc.code
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert len(lines[0]) < MOST_LINE and "inf" not in lines[0].replace("info", ""), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("cmd,action", _numeric_flags())
+def test_cli_numeric_flag_5000_digits_exits_2_in_one_short_line_stating_the_range(cmd, action, tmp_path, capsys,
+                                                                                  no_model_loading):
+    """Fault class: an error line that dumps the whole value (5,060 characters), an error that names a wrong
+    reason (a valid integer called "invalid"), a value silently changed (echoed as --temperature=inf)."""
+    from lab.commands.common import flag_range
+
+    flag = max(action.option_strings, key=len)
+    line = _one_short_line([cmd, *REQUIRED.get(cmd, []), flag, DIGITS_5000], tmp_path, capsys)
+    assert f"{flag}='999" in line and "(5,000 characters)" in line, line
+    assert ("is out of range" if action.type is int else "is too large for a float") in line, line
+    rng = flag_range(cmd, action.dest)
+    assert rng is None or rng.text.split(", ")[0] in line, line  # the range (its CPU count, where it has one)
+
+
+@pytest.mark.parametrize("cmd,action", _numeric_flags((float,)))
+@pytest.mark.parametrize("value", ["1e-400", "-1e-400"])
+def test_cli_float_flag_that_rounds_to_0_exits_2_saying_so(cmd, action, value, tmp_path, capsys, no_model_loading):
+    """Fault class: a value silently changed (--temperature 1e-400 ran greedy, parsed to 0.0) or an error that
+    names a wrong reason (--top-p 1e-400 refused as --top-p=0.0)."""
+    flag = max(action.option_strings, key=len)
+    line = _one_short_line([cmd, *REQUIRED.get(cmd, []), flag, value], tmp_path, capsys)
+    assert f"{flag}='{value}' rounds to 0 in a float" in line and "=0.0" not in line, line
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["entropy", "hi", "--temperature", "1e-400"], "--temperature='1e-400' rounds to 0 in a float; use 0 for greedy"),
+    (["entropy", "hi", "--temperature", "0.5", "--top-p", "1e-400"],
+     "--top-p='1e-400' rounds to 0 in a float: must be in (0, 1]"),
+    (["entropy", "hi", "--temperature", "1e400"], "--temperature='1e400' is too large for a float: must be in [0, 100]"),
+    (["speculate", "hi", "--gamma", "5_0"], "--gamma='5_0' is written with an underscore"),
+    (["entropy", "hi", "--temperature", "0_5"], "--temperature='0_5' is written with an underscore"),
+    (["entropy", "hi", "--temperature", "-1e-320"], "--temperature=-1e-320 must be in [0, 100]"),
+    (["entropy", "hi", "--top-k", "9" * 4000], "(4,000 characters) must be in [1, 1048576]"),
+    (["entropy", "hi", "--seed", "x" * 5000], "argument --seed: invalid int value: 'xxx"),
+], ids=["temperature-1e-400", "top-p-1e-400", "temperature-1e400", "gamma-underscore", "temperature-underscore",
+        "temperature-negative-exponent", "top-k-4000-digits", "seed-not-a-number-long"])
+def test_cli_numeric_flag_hostile_value_exits_2_naming_the_reason(argv, needle, tmp_path, capsys, no_model_loading):
+    """Fault classes: a value silently changed (1e-400 ran greedy, 5_0 ran as gamma 50), an error that names a wrong
+    reason (argparse's "expected one argument" for -1e-320), an error line that dumps the whole value."""
+    assert needle in _one_short_line(argv, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["speculate", "hi", "--adaptive", f"pmin:{DIGITS_5000}"], "X is too large for a float: must be in (0, 1)"),
+    (["bench", "--adaptive", f"entropy:{DIGITS_5000}"], "X is too large for a float: must be in (0, 1]"),
+    (["speculate", "hi", "--adaptive", "entropy:1e-400"], "X rounds to 0 in a float: must be in (0, 1]"),
+    (["speculate", "hi", "--draft", f"early-exit:{DIGITS_5000}"], "N is out of range"),
+    (["speculate", "hi", "--draft", "early-exit:5_0"], "N is written with an underscore"),
+    (["bench", "--dynamic", f"dynamic:4:{DIGITS_5000}"], "MAX is out of range: must be in [1, 64]"),
+    (["bench", "--dynamic", f"dynamic:4:{'9' * 150}"], "must be <= 64"),
+    (["bench", "--gammas", f"1,{DIGITS_5000}"], "is out of range: must be in [1, 64]"),
+    (["bench-tune", "--gammas", "1,5_0"], "--gammas='5_0' is written with an underscore"),
+    (["bench-sinks", "--lengths", DIGITS_5000], "is out of range: must be in [16, 131072]"),
+    (["calibrate-sinks", "--long-lengths", DIGITS_5000], "is out of range: must be in [64, 131072]"),
+    (["bench", "--humaneval", f"held-back:{DIGITS_5000}"], "N is out of range: the count must be in [1, 5]"),
+    (["bench", "--grounded", f"held-back:{DIGITS_5000}"], "N is out of range: the count must be in [1,"),
+    (["study", "--shard", f"1/{DIGITS_5000}"], "N is out of range; K/N needs 1 <= K <= N"),
+    (["intervene", "--shard", "1_0/20"], "K is written with an underscore"),
+    (["study", "--ray", f"host:{DIGITS_5000}"], "the port is outside 1-65535"),
+    (["stream", "--policies", f"window:{DIGITS_5000}"], "the window W must be at most 131072"),
+    (["stream", "--policies", f"sinks:{DIGITS_5000}+4"], "K must be at most 131072"),
+    (["entropy", "hi", "--device", f"cuda:{DIGITS_5000}"], "is not a valid torch device"),
+], ids=["adaptive-pmin", "bench-adaptive-entropy", "adaptive-rounds-to-0", "early-exit", "early-exit-underscore",
+        "dynamic", "dynamic-150-digits", "gammas", "gammas-underscore", "lengths", "long-lengths", "humaneval",
+        "grounded", "shard", "shard-underscore", "ray-port", "policy-window", "policy-sinks", "device"])
+def test_cli_compound_flag_hostile_number_exits_2_in_one_short_line(argv, needle, tmp_path, capsys,
+                                                                    no_model_loading):
+    """Fault classes: an error line that dumps the whole value (10,099 characters for --dynamic, Python's own
+    digit-limit message for --ray), an error that names a wrong reason, a value silently changed
+    (early-exit:5_0 ran 50 layers, pmin:1e-400 refused as X=0.0)."""
+    line = _one_short_line(argv, tmp_path, capsys)
+    assert needle in line and "=0.0" not in line, line

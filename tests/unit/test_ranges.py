@@ -252,3 +252,54 @@ def test_configs_hold_the_seed_to_torchs_end_and_check_the_stream_seed_and_the_w
         with pytest.raises(ValueError, match="warmup_tokens="):
             BenchConfig(warmup_tokens=bad)
     BenchConfig(warmup_tokens=0)
+
+
+@pytest.mark.parametrize("text,integer,value", [
+    ("64", True, 64), (" 7 ", True, 7), ("-3", True, -3), ("0" * 5000 + "5", True, 5), ("0.5", False, 0.5),
+    ("1e-3", False, 0.001), ("1e-320", False, 1e-320), ("inf", False, math.inf), ("0e-999", False, 0.0),
+    ("-0", False, -0.0)])
+def test_read_number_reads_the_number_typed(text, integer, value):
+    """Fault class: a value silently changed, or a valid integer called invalid (a 5,000-character 5 with
+    leading zeros was past Python's digit limit); a subnormal and a typed inf stay what they were."""
+    assert ranges.read_number(text, integer) == value
+
+
+@pytest.mark.parametrize("text,integer,error,reason", [
+    ("9" * 5000, True, ranges.TooLarge, "is out of range"),
+    ("-" + "9" * 5000, True, ranges.TooLarge, "is out of range"),
+    ("9" * 5000, False, ranges.TooLarge, "is too large for a float"),
+    ("1e400", False, ranges.TooLarge, "is too large for a float"),
+    ("1e-400", False, ranges.RoundsToZero, "rounds to 0 in a float"),
+    ("-1e-400", False, ranges.RoundsToZero, "rounds to 0 in a float"),
+    ("5_0", True, ranges.Underscored, "underscore"),
+    ("0_5", False, ranges.Underscored, "underscore"),
+])
+def test_read_number_unheld_text_raises_its_reason(text, integer, error, reason):
+    """Fault class: an error that names a wrong reason ("invalid int value" for a valid integer), a value
+    silently changed (1e400 -> inf, 1e-400 -> 0.0, 5_0 -> 50)."""
+    with pytest.raises(error, match=reason):
+        ranges.read_number(text, integer)
+
+
+@pytest.mark.parametrize("text,integer", [("abc", True), ("1.5", True), ("1e3", True), ("", True), ("x", False)])
+def test_read_number_not_a_number_is_a_plain_value_error(text, integer):
+    """What is no number is Python's own refusal (the parser keeps argparse's "invalid int value")."""
+    with pytest.raises(ValueError) as info:
+        ranges.read_number(text, integer)
+    assert not isinstance(info.value, ranges.NumberTextError)
+
+
+def test_typed_refusal_echoes_the_text_cut_and_states_the_range():
+    """Fault class: an error line that dumps the whole value, or that states no range."""
+    line = ranges.typed_refusal("--top-k", "9" * 5000, ranges.TooLarge("is out of range"), ranges.TOP_K)
+    assert len(line) < 300 and "(5,000 characters) is out of range" in line and ranges.TOP_K.text in line
+    zero = ranges.typed_refusal("--top-p", "1e-400", ranges.RoundsToZero("rounds to 0 in a float"), ranges.TOP_P)
+    assert zero == "--top-p='1e-400' rounds to 0 in a float: must be in (0, 1] (1 = off)"
+
+
+def test_range_check_long_integer_is_echoed_cut():
+    """Fault class: an error line that dumps the whole value (a 4,000-digit int Python reads, refused by the
+    range with every digit echoed)."""
+    with pytest.raises(ValueError) as info:
+        ranges.TOP_K.check("--top-k", int("9" * 4000))
+    assert len(str(info.value)) < 300 and "(4,000 characters) must be in [1, 1048576]" in str(info.value)
