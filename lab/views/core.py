@@ -15,7 +15,6 @@ import json
 import math
 import os
 import re
-import stat
 import unicodedata
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab.files import FileRefused, read_bounded
 from lab.runs.files import write_text_atomic
 
 # Bounds on what a page embeds, so a page's size follows its data and a damaged or huge file
@@ -123,21 +123,6 @@ class ReportFiles:
         return {}
 
 
-def _read_bounded(path: Path, limit: int) -> bytes | None:
-    """``path``'s bytes when it is a regular file (a link is not followed, a FIFO not waited on) of at most
-    ``limit`` bytes; None otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        data = fh.read(limit + 1)
-    return data if len(data) <= limit else None
-
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Rows of a CSV with more cells than its header keep them under this column, so none is lost unseen.
 EXTRA_CELLS = "(extra cells)"
@@ -184,8 +169,9 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
         if limit is None:
             other.append(f.name)
             continue
-        data = _read_bounded(f, limit)
-        if data is None:
+        try:
+            data = read_bounded(f, limit, follow_links=False)  # a page shows the report's own files only
+        except FileRefused:
             problems.append(f"{f.name}: not read (larger than {limit // (1024 * 1024)} MB or unreadable)")
             other.append(f.name)
             continue

@@ -64,7 +64,7 @@ def test_context_reading_is_shown_with_the_failed_validation_everywhere(command,
 
 @pytest.mark.parametrize("argv, match", [
     (["sinks", "q", "--context", "  "], "--context='  ' holds no text"),
-    (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file='/nonexistent/ctx.txt' cannot be read"),
+    (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file /nonexistent/ctx.txt: no such file"),
     (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context applies to --runtime torch only"),
 ], ids=["blank", "missing-file", "llama-cpp-runtime"])
 def test_bad_context_is_refused_in_one_line_before_any_model_loads(argv, match, no_model_loading, tmp_path, capsys):

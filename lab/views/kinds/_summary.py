@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lab.files import FileRefused, read_bounded
 from lab.views.core import MAX_JSON_BYTES, ReportFiles
 
 
@@ -37,11 +38,8 @@ def own_json(files: ReportFiles, name: str) -> dict[str, Any]:
     Returns:
         The parsed object, ``{}`` when the file is absent, too large, unreadable or not an object.
     """
-    path = Path(files.path) / name
     try:
-        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(read_bounded(Path(files.path) / name, MAX_JSON_BYTES).decode("utf-8"))
+    except (FileRefused, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON
         return {}
     return data if isinstance(data, dict) else {}
