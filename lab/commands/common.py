@@ -312,6 +312,8 @@ def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -
     the command runs, the context before the question (:func:`lab.health.context_items.with_context`), or the
     question alone. With a context the question's text loses its leading whitespace: blank lines after the
     context's own would merge into one token with them, and the question's tokens would differ with and without.
+    The returned question's last message (the user's) is the prompt as the model is given it: the one a report
+    records.
 
     Raises:
         ValueError: as :func:`read_context_arg`.

@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     check_threshold_args(args)
     question = build_messages(prompt, args.system)
     context, question, messages = context_messages(args, question)
+    prompt = question[-1]["content"]  # recorded as the model was given it (a context strips its leading blank lines)
     device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).
