@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from lab.files import MAX_PROMPT_SET_BYTES, read_text
 from lab.models.chat import build_messages
 from lab.ranges import LIMIT, check_value
 
@@ -213,35 +214,16 @@ def jsonl_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
-def read_utf8(path: str | Path, what: str) -> str:
-    """The text of a UTF-8 file a user named; ``what`` is how the user named it (``--prompts 'x.jsonl'``).
-
-    Raises:
-        ValueError: the file cannot be read, or is not valid UTF-8 (naming ``what``, the
-            line and the byte offset of the first bad byte).
-    """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{what} cannot be read: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ValueError(f"{what}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-
-
 def load_prompts(path: str | Path | None = None) -> list[StudyPrompt]:
     """Load and validate a prompt file (default: :func:`default_prompts_path`).
 
     Raises:
-        ValueError: the file does not exist or fails validation (see :func:`parse_prompts`).
+        ValueError: the file is refused (:func:`lab.files.read_text`: no such file, not a regular file,
+            larger than :data:`lab.files.MAX_PROMPT_SET_BYTES`, not UTF-8) or fails validation (see
+            :func:`parse_prompts`).
     """
     p = Path(path) if path is not None else default_prompts_path()
-    if not p.is_file():
-        raise ValueError(f"prompts={str(p)!r} is not a file")
-    text = read_utf8(p, f"prompts={str(p)!r}")
+    text = read_text(p, MAX_PROMPT_SET_BYTES, f"prompts={str(p)!r}")
     return parse_prompts(jsonl_lines(text), source=str(p))
 
 

@@ -19,6 +19,7 @@ import csv
 import dataclasses
 import datetime as _dt
 import errno
+import io
 import json
 import logging
 import math
@@ -35,8 +36,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from lab.files import read_bounded
 from lab.models.source import model_source
 from lab.safe_text import printable
+from lab.schemas import MAX_FILE_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -368,9 +371,15 @@ def _failed_file(exc: OSError, staging: Path) -> str:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A report's JSON file, read back (bounded: :data:`lab.schemas.MAX_FILE_BYTES`, no file the lab writes nears it).
+
+    Raises:
+        lab.files.FileRefused: as :func:`lab.files.read_bounded`.
+        ValueError: not UTF-8, or not JSON.
+    """
+    return json.loads(read_bounded(path, MAX_FILE_BYTES).decode("utf-8"))
 
 
 def rows_from_csv(path: str | Path) -> list[dict[str, str]]:
-    with Path(path).open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    """A report's CSV file's rows, read back (bounded as :func:`read_json`)."""
+    return list(csv.DictReader(io.StringIO(read_bounded(path, MAX_FILE_BYTES).decode("utf-8"), newline="")))

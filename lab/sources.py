@@ -121,9 +121,8 @@ def load_prompt_set(spec: str | Path | None) -> list[StudyPrompt]:
     """
     if isinstance(spec, str) and spec in SOURCES:
         return load_source(spec)
-    if spec is not None and not Path(spec).is_file():
-        raise ValueError(f"prompts={str(spec)!r} is neither a prompt file nor a named source "
-                         f"({', '.join(SOURCES)})")
+    if spec is not None and not Path(spec).exists() and not Path(spec).is_symlink():  # what is there, refused by kind
+        raise ValueError(f"prompts={str(spec)!r}: no such file, nor a named source ({', '.join(SOURCES)})")
     return load_prompts(spec)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
@@ -157,17 +156,16 @@ def _typed_adaptive(args: argparse.Namespace) -> tuple[str, ...]:
 def _prompts(values: list[str] | None, code: bool = False) -> list[str]:
     from lab.bench.run import DEFAULT_PROMPTS
     from lab.bench.levers import CODE_PROMPTS
-    from lab.prompts import jsonl_lines, read_utf8
+    from lab.files import MAX_PROMPT_SET_BYTES, read_text
+    from lab.prompts import jsonl_lines
 
     if not values:
         return list(CODE_PROMPTS if code else DEFAULT_PROMPTS)
     out: list[str] = []
     for v in values:
         if v.startswith("@"):
-            path = Path(v[1:])
-            if not path.is_file():
-                raise ValueError(f"--prompts {v!r}: {path} is not a file")
-            out += [line.strip() for line in jsonl_lines(read_utf8(path, f"--prompts {v!r}")) if line.strip()]
+            text = read_text(v[1:], MAX_PROMPT_SET_BYTES, f"--prompts {v!r}")
+            out += [line.strip() for line in jsonl_lines(text) if line.strip()]
         elif v.strip():
             out.append(v)
     if not out:

@@ -82,12 +82,13 @@ def _validation_set(args: argparse.Namespace):
     """``--validate``'s file read and checked, and ``--save``'s preconditions, before any model loads."""
     from lab.health.validation import MIN_MEASURABLE, PACKAGED_VALIDATION, VALIDATION_PROMPTS, validation_set
     from lab.models.profiles import PROFILES
-    from lab.prompts import read_utf8
+    from lab.files import MAX_PROMPT_SET_BYTES, read_text
     from lab.sinks.calibration import load_prompts
 
     path = args.validate or str(resources.files("lab").joinpath(VALIDATION_PROMPTS))
     prompts = load_prompts(path, arg="validate")
-    vset = validation_set(prompts, read_utf8(path, f"validate={path!r}"), args.validate or PACKAGED_VALIDATION)
+    text = read_text(path, MAX_PROMPT_SET_BYTES, f"validate={path!r}")
+    vset = validation_set(prompts, text, args.validate or PACKAGED_VALIDATION)
     if args.save and args.model not in PROFILES:
         raise ValueError(f"--save keeps the verdict of a model profile ({', '.join(PROFILES)}); "
                          f"--model {args.model!r} is not one (drop --save)")

@@ -8,7 +8,6 @@ torch and the model loader are imported inside the functions that run a command.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import enum
 import os
 import re
@@ -20,6 +19,7 @@ from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
 from lab import ranges
+from lab.files import MAX_TEXT_BYTES, read_text
 from lab.ranges import NumberTextError, Range, Underscored, read_number, typed_refusal
 from lab.safe_text import clipped
 
@@ -309,14 +309,12 @@ def read_context_arg(args: argparse.Namespace) -> str | None:
     """``--context`` or ``--context-file``'s text, None when neither is given.
 
     Raises:
-        ValueError: the file cannot be read, or the text is empty.
+        ValueError: the file is refused (:func:`lab.files.read_text`: no such file, not a regular file, larger
+            than :data:`lab.files.MAX_TEXT_BYTES`, not UTF-8), or the text is empty.
     """
     text, path = getattr(args, "context", None), getattr(args, "context_file", None)
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not text
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--context-file={path!r} cannot be read: {exc}") from None
+        text = read_text(path, MAX_TEXT_BYTES, f"--context-file {path}").removeprefix("\ufeff")  # a BOM is not text
     if text is not None and not text.strip():
         raise ValueError(f"--context-file={path!r} holds no text" if path is not None else
                          f"--context={text!r} holds no text")
@@ -329,6 +327,8 @@ def context_messages(args: argparse.Namespace, question: list[dict[str, str]]) -
     the command runs, the context before the question (:func:`lab.health.context_items.with_context`), or the
     question alone. With a context the question's text loses its leading whitespace: blank lines after the
     context's own would merge into one token with them, and the question's tokens would differ with and without.
+    The returned question's last message (the user's) is the prompt as the model is given it: the one a report
+    records.
 
     Raises:
         ValueError: as :func:`read_context_arg`.

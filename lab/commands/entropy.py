@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
                               top_k=args.top_k, seed=args.seed, top_alternatives=args.top_alternatives)
     question = build_messages(args.prompt, args.system)
     context, question, messages = context_messages(args, question)
+    prompt = question[-1]["content"]  # recorded as the model was given it (a context strips its leading blank lines)
     device = check_model_args(args)
     runtime = resolve_runtime(args)
 
@@ -74,30 +75,31 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Show the result on stdout.
     info = model_source(model).as_dict()
-    render_result(result, stdout_console(), prompt=args.prompt, model_name=f"{info['model']} ({info['device']}, "
+    render_result(result, stdout_console(), prompt=prompt, model_name=f"{info['model']} ({info['device']}, "
                                                                            f"{info['dtype']})",
                   special_ids=tokenizer.all_special_ids)
     print_context_reading(stdout_console(), reading)
 
     # 4. Write the report atomically.
     with report_dir(args.out, "entropy", args.prompt) as rd:
-        rd.write_json("report.json", {**report_data(args, messages, settings, result, info, runtime, model),
+        rd.write_json("report.json", {**report_data(args, prompt, messages, settings, result, info, runtime, model),
                                       **context_fields(context, reading)})
         rd.write_csv("tokens.csv", step_rows(result))
         plot_entropy(result, rd.file("entropy.png"))
-        rd.write_text("summary.md", summary_markdown(result, prompt=args.prompt, system=args.system, model_info=info)
+        rd.write_text("summary.md", summary_markdown(result, prompt=prompt, system=args.system, model_info=info)
                       + context_markdown(reading))
     print_report(stdout_console(), rd.final)
     return 0
 
 
-def report_data(args: argparse.Namespace, messages: list, settings: Any, result: Any, info: dict, runtime: Any,
-                model: Any) -> dict[str, Any]:
-    """report.json of one tracked decode (the ``--context`` fields are added beside it)."""
+def report_data(args: argparse.Namespace, prompt: str, messages: list, settings: Any, result: Any, info: dict,
+                runtime: Any, model: Any) -> dict[str, Any]:
+    """report.json of one tracked decode (the ``--context`` fields are added beside it); ``prompt`` is the user
+    message as the model was given it."""
     from lab.render.entropy import step_dicts
     from lab.reports import environment
 
-    return {"kind": "entropy", "prompt": args.prompt, "system": args.system, "messages": messages,
+    return {"kind": "entropy", "prompt": prompt, "system": args.system, "messages": messages,
             "prompt_ids": result.prompt_ids[0].tolist(), "settings": settings, "seed": result.seed,
             "model": info, "device": info["device"], "dtype": info["dtype"],
             "runtime": runtime.runtime, "runtime_source": runtime.said, "vocab_size": result.vocab_size,

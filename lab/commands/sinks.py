@@ -15,6 +15,7 @@ from pathlib import Path
 from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
                                  check_context_room, check_model_args, context_fields, context_messages,
                                  load_model_step, read_context_step, refuse_runtime)
+from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 
 
@@ -56,16 +57,14 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     """The prompt from the positional argument or ``--prompt-file`` (exactly one).
 
     Raises:
-        ValueError: both or neither given, the file is unreadable, or the prompt is empty.
+        ValueError: both or neither given, the file is refused (:func:`lab.files.read_text`), or the prompt is
+            empty.
     """
     if (prompt is None) == (prompt_file is None):
         raise ValueError(f"give exactly one of PROMPT or --prompt-file (got prompt={prompt!r}, "
                          f"prompt_file={prompt_file!r})")
     if prompt_file is not None:
-        try:
-            prompt = Path(prompt_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--prompt-file={prompt_file!r} cannot be read: {exc}") from exc
+        prompt = read_text(prompt_file, MAX_TEXT_BYTES, f"--prompt-file {prompt_file}")
     if not prompt.strip():
         if prompt_file is not None:
             raise ValueError(f"--prompt-file={prompt_file!r} holds no prompt (it is empty or only whitespace)")
@@ -88,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     check_threshold_args(args)
     question = build_messages(prompt, args.system)
     context, question, messages = context_messages(args, question)
+    prompt = question[-1]["content"]  # recorded as the model was given it (a context strips its leading blank lines)
     device = check_model_args(args)
 
     # 2. Load and run one streaming prefill (progress on stderr).

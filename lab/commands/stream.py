@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_runtime_arg,
                                  check_model_args, range_text, refuse_runtime)
+from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 
 
@@ -78,12 +79,7 @@ def _read_text(path: str | None) -> tuple[str, str, str]:
     if path is None:
         text, source = default_text()
         return text, source, "pydoc-topics"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"--text-file={path!r} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ValueError(f"--text-file={path!r} cannot be read ({exc.strerror})") from None
+    text = read_text(path, MAX_TEXT_BYTES, f"--text-file {path}")
     if not text.strip():
         raise ValueError(f"--text-file={path!r} is empty")
     return text, f"--text-file {path}", Path(path).stem

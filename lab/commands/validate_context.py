@@ -74,7 +74,7 @@ def _inputs(args: argparse.Namespace):
                          f"profile keeps a fitted context measure: " + ("drop --save" if args.save else
                          "--set selection fits and judges it in one run"))
     path = args.pairs or str(resources.files("lab") / "data" / SETS[pair_set])
-    items = load_items(path, args.limit)
+    items = load_items(path, args.limit, flag="--pairs" if args.pairs is not None else None)
     if len(items) < 3:
         raise ValueError(f"{path}: {len(items)} pair(s) (after --limit); the figures need at least 3")
     measure = None

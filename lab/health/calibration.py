@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from lab.files import MAX_PROMPT_SET_BYTES, read_text
 from lab.prompts import CalibrationPrompt, jsonl_lines
 from lab.health.measures import (CANDIDATES, CONTROLS, REFERENCED_BASES, HealthInputs, LengthReference,
                                  check_properties, check_properties_on)
@@ -76,13 +77,15 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
     the poisoned variants are: the added text, a blank line, the clean prompt.
 
     Raises:
-        ValueError: the file lacks a neutral variant for one of ``prompts``.
+        ValueError: the file is refused (:func:`lab.files.read_text`), is not JSON Lines of neutral variants, or
+            lacks a neutral variant for one of ``prompts``.
     """
     src = resources.files("lab").joinpath("data/calibration_neutral.jsonl") if path is None else Path(path)
+    text = (src.read_text(encoding="utf-8") if path is None
+            else read_text(src, MAX_PROMPT_SET_BYTES, f"neutral={str(src)!r}"))
     try:
-        text = src.read_text(encoding="utf-8")
         added = {r["twin_of"]: r["added"] for r in map(json.loads, filter(str.strip, jsonl_lines(text)))}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, RecursionError, KeyError, TypeError) as exc:
         raise ValueError(f"neutral={str(src)!r} cannot be read as neutral variants ({type(exc).__name__}: {exc})") from None
     missing = [p.id for p in prompts if p.id not in added]
     if missing:

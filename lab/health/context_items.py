@@ -39,23 +39,24 @@ class ContextItem:
     line: int = 0
 
 
-def load_items(path: str | Path, limit: int | None = None) -> list[ContextItem]:
-    """Read validation items from a JSON Lines file (split at ``\\n`` only).
+def load_items(path: str | Path, limit: int | None = None, *, flag: str | None = None) -> list[ContextItem]:
+    """Read validation items from a JSON Lines file (split at ``\\n`` only); ``flag`` names the flag that named it
+    in a refusal of the file (``--pairs``).
 
     Raises:
-        ValueError: one line naming the file and line: not a regular file, not UTF-8, bad JSON (nested
+        ValueError: one line naming the file and line: refused by :func:`lab.files.read_text` (no such file,
+            not a regular file, larger than :data:`lab.files.MAX_PROMPT_SET_BYTES`, not UTF-8), bad JSON (nested
             too deeply included), a missing or non-string field, a field holding a lone surrogate (no
             tokenizer encodes it), a relevant context equal to the irrelevant one (the pair cannot tell
             them apart), a duplicate id, or no item.
     """
-    from lab.prompts import jsonl_lines, read_utf8
+    from lab.files import MAX_PROMPT_SET_BYTES, read_text
+    from lab.prompts import jsonl_lines
 
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{p}: not a regular file")
     items: list[ContextItem] = []
     seen: set[str] = set()
-    for n, raw in enumerate(jsonl_lines(read_utf8(p, str(p))), 1):
+    for n, raw in enumerate(jsonl_lines(read_text(p, MAX_PROMPT_SET_BYTES, f"{flag} {p}" if flag else str(p))), 1):
         if not raw.strip():
             continue
         where = f"{p}:{n}"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab.analysis.intervention import DESIGN
+from lab.files import MAX_PROMPT_SET_BYTES, read_bounded
 from lab.prompts import StudyPrompt, load_prompts
 from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.files import work_file_name, write_json_atomic
@@ -106,7 +107,12 @@ class InterventionSettings:
 
 
 def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """sha256 of a triples file (bounded as a prompt set: :data:`lab.files.MAX_PROMPT_SET_BYTES`).
+
+    Raises:
+        lab.files.FileRefused: as :func:`lab.files.read_bounded`.
+    """
+    return hashlib.sha256(read_bounded(path, MAX_PROMPT_SET_BYTES)).hexdigest()
 
 
 def load_triples(path: str | Path, limit: int | None = None, *, flag: str = "--triples") -> list[Triple]:

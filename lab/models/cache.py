@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from lab.schemas import FileSchemaError
+from lab.schemas import FileSchemaError, read_json
 from lab.schemas.cache import MANIFEST, MANIFEST_FORMAT, load_manifest
 
 # The sampled sha256: one page-sized window every MiB reads 1/256 of a file (2 MB of SmolLM2's
@@ -251,8 +251,8 @@ def cache_problem(folder: Path, index: str = "config.json") -> str | None:
     if not folder.is_dir():
         return f"{folder} is not a directory"
     try:
-        json.loads((folder / index).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        read_json(folder / index, "model index")  # bounded; a FIFO or a device in its place is refused unread
+    except FileSchemaError:
         return f"{index} is missing or unreadable"
     manifest = folder / MANIFEST
     if manifest.exists() or manifest.is_symlink():

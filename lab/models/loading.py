@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import errno
 import importlib.util
-import json
 import logging
 import os
 from pathlib import Path
@@ -48,6 +47,7 @@ from lab.models.gguf_chunks import ChunkError, assemble, missing_parts
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES, ModelProfile
 from lab.models.source import ModelSource, register_source
 from lab.safe_text import clipped
+from lab.schemas import FileSchemaError, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -437,8 +437,8 @@ def known_config(name_or_path: str) -> dict | None:
     else:
         folder = Path(name_or_path).expanduser()
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        config = read_json(folder / "config.json", "model config")  # bounded; a FIFO is refused unread
+    except FileSchemaError:
         return None
     return config if isinstance(config, dict) else None
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.models.cache import cache_dir
+from lab.schemas import read_json
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def installed(install_dir: Path) -> dict | None:
     made with other flags, or an older layout makes the install incomplete).
     """
     try:
-        manifest = json.loads((install_dir / MANIFEST).read_text())
+        manifest = read_json(install_dir / MANIFEST, "peer manifest")  # bounded; a FIFO is refused unread
         if manifest.get("layout") != LAYOUT or manifest["cmake_flags"] != list(cmake_flags()):
             return None
         for name, size in manifest["binaries"].items():

@@ -8,7 +8,7 @@ read with :func:`load`. A file that fails raises :class:`FileSchemaError`, one l
 the file and what is wrong; what happens next (the file ignored with a note, rebuilt or the
 run refused) is the caller's and is documented with each kind.
 
-This package is below every part (it imports none), so a kind's vocabulary that a part
+This package is below every part (it imports none, only the ground floor's reader :mod:`lab.files`), so a kind's vocabulary that a part
 defines is passed in by the part's loader. The kinds and where their schemas live:
 
 * converted-cache manifests and ``layers.json``: :mod:`lab.schemas.cache` (rebuilt when bad);
@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import json
 import math
-import stat
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
+
+from lab.files import FileRefused, read_bounded
 
 # No file the lab writes comes near this (a study outcome with its tokens is tens of kB, a converted
 # cache's manifest a few kB): a bigger one is not the lab's, and reading it whole could exhaust memory.
@@ -102,26 +103,23 @@ def _number_text(x: int | float) -> str:
 Validator = validators.extend(Draft202012Validator, {"finite": _finite})
 
 
-def read_json(path: str | Path, kind: str) -> Any:
-    """The JSON value in ``path``.
+def read_json(path: str | Path, kind: str, limit: int | None = None) -> Any:
+    """The JSON value in ``path``, read by :func:`lab.files.read_bounded`.
+
+    Args:
+        path: The file.
+        kind: Its kind in words, for errors.
+        limit: Most bytes read (default :data:`MAX_FILE_BYTES`; a kind with a smaller bound passes it).
 
     Raises:
-        FileSchemaError: the file is not a regular file, is over :data:`MAX_FILE_BYTES`, cannot be
-            read, is not UTF-8 text, is not JSON (an integer past Python's digit limit included) or
+        FileSchemaError: the file is refused (no such file, not a regular file, larger than ``limit``,
+            unreadable), is not UTF-8 text, is not JSON (an integer past Python's digit limit included) or
             nests too deeply.
     """
     try:
-        info = Path(path).stat()
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
-            raise FileSchemaError(path, kind, "not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise FileSchemaError(path, kind, f"{info.st_size:,} bytes, more than any file the lab writes "
-                                              f"({MAX_FILE_BYTES:,})")
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        if Path(path).is_symlink() and not Path(path).exists():
-            raise FileSchemaError(path, kind, "a symbolic link to nothing, not a regular file") from None
-        raise FileSchemaError(path, kind, f"cannot be read ({exc.strerror or exc})") from None
+        raw = read_bounded(path, MAX_FILE_BYTES if limit is None else limit)
+    except FileRefused as exc:
+        raise FileSchemaError(path, kind, exc.problem) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -156,6 +154,6 @@ def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: st
     return data
 
 
-def load(path: str | Path, schema: Mapping[str, Any], kind: str) -> Any:
-    """:func:`read_json` then :func:`validate`: the file's value, or :class:`FileSchemaError`."""
-    return validate(read_json(path, kind), schema, path=path, kind=kind)
+def load(path: str | Path, schema: Mapping[str, Any], kind: str, limit: int | None = None) -> Any:
+    """:func:`read_json` (bounded by ``limit``) then :func:`validate`: the file's value, or :class:`FileSchemaError`."""
+    return validate(read_json(path, kind, limit), schema, path=path, kind=kind)

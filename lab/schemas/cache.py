@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import re
-import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -154,19 +153,10 @@ def load_manifest(path: str | Path) -> dict:
     """A cache's manifest, validated by shape, range (:data:`SCHEMA`) and :func:`check`.
 
     Raises:
-        FileSchemaError: not a regular file, unreadable, larger than :data:`MAX_MANIFEST_BYTES`, not
-            JSON, or invalid.
+        FileSchemaError: refused by :func:`lab.files.read_bounded` (not a regular file, unreadable, larger
+            than :data:`MAX_MANIFEST_BYTES`), not JSON, or invalid.
     """
-    try:
-        st = Path(path).stat()
-    except OSError as exc:
-        raise FileSchemaError(path, KIND, f"cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):  # a directory, or a FIFO that would block the read
-        raise FileSchemaError(path, KIND, "not a regular file")
-    size = st.st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise FileSchemaError(path, KIND, f"{size:,} bytes, more than a manifest's {MAX_MANIFEST_BYTES:,}")
-    return check(schemas.load(path, SCHEMA, KIND), path)
+    return check(schemas.load(path, SCHEMA, KIND, MAX_MANIFEST_BYTES), path)
 
 
 def load_layers(path: str | Path) -> dict:

@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.prompts import CalibrationPrompt, jsonl_lines, read_utf8
+from lab.files import MAX_PROMPT_SET_BYTES, read_text
+from lab.prompts import CalibrationPrompt, jsonl_lines
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import capture_received
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, candidate_scores
@@ -92,20 +93,18 @@ def load_prompts(path: str | Path | None = None, *, packaged: str = CALIBRATION_
     ``arg`` names the argument ``path`` came from in a read error (``held_out``: the CLI says ``--held-out``).
 
     Raises:
-        ValueError: the file is not a regular file (a folder, or a FIFO that would block), cannot be
-            read or is not UTF-8 (naming it and the line); a line is not valid JSON (a number past
-            Python's digit limit included), is not an object, or its ``id``/``prompt`` is not a
-            non-empty string or its ``system`` not a string or null (naming the line and the field);
-            ids repeat; the file is empty.
+        ValueError: the file is refused (:func:`lab.files.read_text`: no such file, not a regular file,
+            larger than :data:`lab.files.MAX_PROMPT_SET_BYTES`, not UTF-8, naming it and the line); a line
+            is not valid JSON (a number past Python's digit limit included), is not an object, or its
+            ``id``/``prompt`` is not a non-empty string or its ``system`` not a string or null (naming the
+            line and the field); ids repeat; the file is empty.
     """
     if path is None:
         text = resources.files("lab").joinpath(f"data/{packaged}").read_text(encoding="utf-8")
         where = f"lab/data/{packaged}"
     else:
         where = str(path)
-        if Path(path).exists() and not Path(path).is_file():  # the study's check: a FIFO would block the read
-            raise ValueError(f"{arg}={where!r} is not a file")
-        text = read_utf8(path, f"{arg}={where!r}")
+        text = read_text(path, MAX_PROMPT_SET_BYTES, f"{arg}={where!r}")
     out, seen = [], set()
     for n, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():

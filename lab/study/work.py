@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+from lab.files import read_bounded
 from lab.models import loading as lab_models
 from lab.models.profiles import PROFILES
 from lab.models.devices import parse_dtype, resolve_device
@@ -21,7 +22,7 @@ from lab.prompts import CATEGORIES, StudyPrompt, default_prompts_path, parse_pro
 from lab.sources import SOURCES, load_prompt_set
 from lab.study.config import TEMPERATURE_SUBSET_PER_CATEGORY, WORK_FORMAT, WORK_PREFIX, StudyConfig
 from lab.study.outcome import TOKEN_KEYS, DraftedToken, PromptOutcome, PromptRow, TrackedDecode
-from lab.schemas import FileSchemaError, read_json, validate
+from lab.schemas import MAX_FILE_BYTES, FileSchemaError, read_json, validate
 from lab.study import outcome_schema
 from lab.study.work_schema import PROMPTS_KIND, PROMPTS_SCHEMA, RUNNER_KIND, RUNNER_SCHEMA, SETTINGS_KIND, SETTINGS_SCHEMA
 from lab.analysis.claims import DESIGN_TEMPERATURES
@@ -180,8 +181,13 @@ def health_settings(model: str) -> dict[str, Any]:
 
     context = load_context_measure(model) if model in PROFILES else None  # a bad file refused by name first
     return {"health_measure": measure,
-            "length_reference_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path else None,
-            "context_measure_sha256": hashlib.sha256(context.path.read_bytes()).hexdigest() if context else None}
+            "length_reference_sha256": _sha256(path) if path else None,
+            "context_measure_sha256": _sha256(context.path) if context else None}
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of a file the study reads back, bounded as :func:`lab.schemas.read_json` reads it."""
+    return hashlib.sha256(read_bounded(path, MAX_FILE_BYTES)).hexdigest()
 
 
 def _plan(config: StudyConfig, prompts: list[StudyPrompt], work_dir: Path | None = None) -> StudyPlan:

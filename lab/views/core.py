@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import stat
 import sys
 import unicodedata
 import xml.etree.ElementTree as ElementTree
@@ -31,6 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab.files import FileRefused, read_bounded
 from lab.ranges import Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
@@ -132,21 +132,6 @@ class ReportFiles:
         return {}
 
 
-def _read_bounded(path: Path, limit: int) -> bytes | None:
-    """``path``'s bytes when it is a regular file (a link is not followed, a FIFO not waited on) of at most
-    ``limit`` bytes; None otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        data = fh.read(limit + 1)
-    return data if len(data) <= limit else None
-
-
 class _LongIntegerError(ValueError):
     """A JSON integer with more digits than Python converts (``sys.int_info.default_max_str_digits``, 4,300):
     no report the lab writes holds one, and ``int()`` refuses it with a message that names no file."""
@@ -235,8 +220,9 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
         if limit is None:
             other.append(f.name)
             continue
-        data = _read_bounded(f, limit)
-        if data is None:
+        try:
+            data = read_bounded(f, limit, follow_links=False)  # a page shows the report's own files only
+        except FileRefused:
             problems.append(f"{f.name}: not read (larger than {limit // (1024 * 1024)} MB or unreadable)")
             other.append(f.name)
             continue

@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.views.core import asset, kind_of, read_report, render, stamp_of, write_html
+from lab.files import FileRefused, read_bounded
+from lab.views.core import MAX_JSON_BYTES, asset, kind_of, read_report, render, stamp_of, write_html
 from lab.views.page import PAGE, kind_page
 
 HEAD_BYTES = 16 * 1024  # a page's <meta> rows come before its styles, well inside this
@@ -64,9 +65,8 @@ def _holds(path: Path) -> str:
 def _page_meta(page: Path) -> dict[str, str] | None:
     """The ``lab-*`` meta rows of a page's head, or None when the page has none (not the lab's, or older)."""
     try:
-        with page.open("rb") as fh:
-            head = fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
-    except OSError:
+        head = read_bounded(page, HEAD_BYTES, head=True).decode("utf-8", errors="replace")
+    except FileRefused:
         return None
     found = {k: html.unescape(v) for k, v in _META.findall(head)}
     return found if "kind" in found else None
@@ -94,7 +94,7 @@ def log_row(path: Path) -> LogRow:
 def _integration_row(path: Path) -> LogRow:
     """An integration run's folder: its counts as the headline, its own log as the link."""
     try:
-        counts = json.loads((path / "index.json").read_text(encoding="utf-8")).get("counts", {})
+        counts = json.loads(read_bounded(path / "index.json", MAX_JSON_BYTES).decode("utf-8")).get("counts", {})
         headline = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
     except (OSError, ValueError, AttributeError):
         headline = "index.json unreadable"

@@ -62,9 +62,23 @@ def test_context_reading_is_shown_with_the_failed_validation_everywhere(command,
     assert "## Context measure" in summary and "Not validated on this model" in summary
 
 
+@pytest.mark.parametrize("command", [["sinks"], ["entropy", "--max-new-tokens", "2"]], ids=["sinks", "entropy"])
+def test_context_prompt_with_leading_blank_lines_recorded_as_the_model_was_given_it(command, tiny_smollm2, tmp_path,
+                                                                                   capsys):
+    """Fault class: a record that disagrees with the run (--context drops the prompt's leading blank lines before
+    the model, and report.json and summary.md kept them)."""
+    assert cli.main([command[0], "\n\n  what is it", *command[1:], "--context", CONTEXT, "--model", "smollm2",
+                     "--device", "cpu", "--out", str(tmp_path / "r")]) == 0
+    (report,) = report_dirs(tmp_path / "r")
+    data = json.loads((report / "report.json").read_text())
+    assert data["messages"][-1]["content"] == f"{CONTEXT}\n\nwhat is it"
+    assert data["prompt"] == "what is it"
+    assert "\n\n  what is it" not in (report / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("argv, match", [
     (["sinks", "q", "--context", "  "], "--context='  ' holds no text"),
-    (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file='/nonexistent/ctx.txt' cannot be read"),
+    (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file /nonexistent/ctx.txt: no such file"),
     (["entropy", "q", "--context", "c", "--runtime", "llama.cpp"], "--context applies to --runtime torch only"),
 ], ids=["blank", "missing-file", "llama-cpp-runtime"])
 def test_bad_context_is_refused_in_one_line_before_any_model_loads(argv, match, no_model_loading, tmp_path, capsys):

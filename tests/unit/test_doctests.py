@@ -26,6 +26,7 @@ DOCUMENTED_MODULES = (
     "lab.views.core",
     "lab.ranges",
     "lab.safe_text",
+    "lab.files",
 )
 
 

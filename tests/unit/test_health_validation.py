@@ -387,7 +387,7 @@ def test_validate_fifo_refused_by_name_not_read(tmp_path):
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
     try:
-        with pytest.raises(ValueError, match=r"^validate='.*validation.jsonl' is not a file$"):
+        with pytest.raises(ValueError, match=r"^validate='.*validation.jsonl': not a regular file \(a FIFO\)$"):
             load_prompts(fifo, arg="validate")
     finally:
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open return when nothing read

@@ -107,7 +107,7 @@ def test_parse_prompts_twin_without_variant_is_poisoned():
 
 
 def test_load_prompts_missing_file_raises(tmp_path):
-    with pytest.raises(ValueError, match="is not a file"):
+    with pytest.raises(ValueError, match="nope.jsonl': no such file$"):
         load_prompts(tmp_path / "nope.jsonl")
 
 

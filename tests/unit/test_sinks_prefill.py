@@ -262,11 +262,11 @@ def test_report_data_and_rows_are_json_ready(analysis):
     (["sinks"], "exactly one of PROMPT or --prompt-file"),
     (["sinks", "hi", "--prompt-file", "x.txt"], "exactly one"),
     (["sinks", "   "], "empty"),
-    (["sinks", "--prompt-file", "/nonexistent/prompt.txt"], "cannot be read"),
+    (["sinks", "--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file /nonexistent/prompt.txt: no such file"),
     (["sinks", "hi", "--threshold", "nan"], "threshold"),
     (["sinks", "hi", "--device", "tpu"], "device"),
     (["bench-sinks", "--lengths", "abc"], "lengths"),
-    (["calibrate-sinks", "--prompts", "/nonexistent.jsonl"], "cannot be read"),
+    (["calibrate-sinks", "--prompts", "/nonexistent.jsonl"], "--prompts='/nonexistent.jsonl': no such file"),
 ])
 def test_cli_sinks_bad_input_exits_2_without_report(argv, match, tmp_path, capsys):
     code = cli.main([*argv, "--out", str(tmp_path / "reports")])

@@ -120,7 +120,7 @@ def test_load_prompt_set_name_file_and_neither(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert len(load_prompt_set("zen-of-python")) == 19
     assert [p.id for p in load_prompt_set("./zen-of-python")] == ["a"]
-    with pytest.raises(ValueError, match="neither a prompt file nor a named source"):
+    with pytest.raises(ValueError, match="'humanevil': no such file, nor a named source"):
         load_prompt_set("humanevil")
 
 

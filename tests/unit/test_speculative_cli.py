@@ -18,7 +18,7 @@ from lab.machine import LoadLog
     (["bench", "--gammas", "0,2"], "--gammas"),
     (["bench", "--gammas", "a"], "--gammas"),
     (["bench", "--repeats", "0"], "--repeats=0"),
-    (["bench", "--prompts", "@/no/such/file"], "not a file"),
+    (["bench", "--prompts", "@/no/such/file"], "--prompts '@/no/such/file': no such file"),
 ])
 def test_cli_bad_input_exits_2_without_report(tmp_path, capsys, argv, needle):
     rc = main([*argv, "--out", str(tmp_path)])

@@ -54,7 +54,7 @@ def test_stream_cli_non_utf8_text_file_exits_2(tmp_path, capsys):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 au lait".encode("latin-1"))
     assert main(["stream", "--text-file", str(bad), "--out", str(tmp_path / "r")]) == 2
-    assert "not UTF-8" in capsys.readouterr().err
+    assert "latin1.txt:1: not valid UTF-8" in capsys.readouterr().err
 
 
 @pytest.fixture
