@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from lab.health.context_items import reading_text
 from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
 from lab.render.markdown import md_table
 
@@ -65,7 +66,7 @@ def context_markdown(reading: Any) -> str:
     if reading is None:
         return ""
     r = reading.record
-    value = f"{reading.value:+.3f}" if reading.value is not None else "not measured (no fitted measure)"
+    value = reading_text(reading.value) if reading.value is not None else "not measured (no fitted measure)"
     lines = ["", "## Context measure", "",
              f"- `{r['measure']}` of the context ({reading.n_context} tokens, placed before the prompt with a blank "
              f"line): **{value}**, read on the model's own 24-token greedy continuation teacher-forced (not this run's "
