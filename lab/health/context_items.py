@@ -240,25 +240,10 @@ def twin_lookback(model: Any, tokenizer: Any, eos: frozenset[int], twin: Any, cl
     return reference.score(per_head, len(span)), len(span)
 
 
-READING_DIGITS = 3  # significant figures of a reading: its length line is fitted to about two decimals
-
-
-def reading_text(value: Any) -> str:
-    """A context reading as the terminal, ``summary.md`` and the page all show it: :data:`READING_DIGITS`
-    significant figures with the sign of a value that is not zero, ``0`` for a zero (never ``-0.000`` for a
-    small negative value, nor a minus sign on a zero), ``-`` for anything that is no finite number.
-
-    >>> reading_text(0.1234), reading_text(-1.64e-05), reading_text(-0.0), reading_text(None)
-    ('+0.123', '-1.64e-05', '0', '-')
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:+.{READING_DIGITS}g}" if value != 0 else "0"
-
-
 @dataclass(frozen=True)
 class ContextReading:
-    """The context measure of one prompt a user gave with ``--context`` (``lab sinks``, ``lab entropy``).
+    """The context measure of one prompt a user gave with ``--context`` (``lab sinks``, ``lab entropy``); shown by
+    :mod:`lab.render.context` and the report's page.
 
     Attributes:
         value: ``lookback_heads`` of the prompt (higher = the decode reads the context more, for its length);
@@ -271,17 +256,6 @@ class ContextReading:
     value: float | None
     n_context: int
     record: dict[str, Any]
-
-    def line(self) -> str:
-        """One line: the value and whether the measure passed validation on this model (with the record)."""
-        head = (f"context measure {self.record['measure']}: {reading_text(self.value)} on {self.n_context} context tokens "
-                "(read on its own 24-token greedy continuation; higher = the context read more, for its length)"
-                if self.value is not None else
-                f"context measure {self.record['measure']}: not measured on this model")
-        why = self.record.get("unmeasurable")
-        if why:
-            return f"{head}; NOT VALIDATED here: {why}"
-        return f"{head}; validated: {self.record['verdicts'].get('validation', '')}"
 
     def to_json(self) -> dict[str, Any]:
         return {"value": self.value, "n_context": self.n_context, **self.record}

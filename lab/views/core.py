@@ -314,7 +314,8 @@ class Section:
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A number as a page shows it: ``digits`` significant figures, ``-`` for None or non-finite.
+    """A number as a page shows it: ``digits`` significant figures (a negative zero as ``0``), ``-`` for None or
+    non-finite.
 
     >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x")
     ('0.123', '-', '-', '12', 'x')
@@ -326,7 +327,7 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if math.isfinite(value) else "-"
+        return f"{value + 0.0:.{digits}g}" if math.isfinite(value) else "-"  # -0.0 + 0.0 is 0.0
     return str(value)
 
 

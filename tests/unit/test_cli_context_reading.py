@@ -67,7 +67,7 @@ def test_context_reading_is_shown_with_the_failed_validation_everywhere(command,
 def test_context_reading_near_zero_shows_one_way_in_terminal_summary_and_page_never_minus_zero(
         command, tiny_smollm2, tmp_path, capsys, monkeypatch):
     """Fault class: one figure shown two ways. A reading of -1.64e-05 printed "-0.000" in the terminal and
-    summary.md (a zero with a minus sign) and -1.64e-05 on the page; all three show it as reading_text writes it."""
+    summary.md (a zero with a minus sign) and -1.64e-05 on the page; all three show it as lab.views.core.fmt does."""
     import lab.health.context_items as items
 
     monkeypatch.setattr(items, "twin_lookback", lambda *a, **k: (-1.64e-05, 8))
@@ -77,10 +77,18 @@ def test_context_reading_near_zero_shows_one_way_in_terminal_summary_and_page_ne
     (report,) = report_dirs(tmp_path / "r")
     summary = (report / "summary.md").read_text()
     page = (report / "index.html").read_text()
-    shown = "-1.64e-05"  # lab.health.context_items.reading_text's three significant figures
+    shown = "-1.64e-05"  # fmt's three significant figures
     assert f"context measure lookback_heads: {shown} on 8 context tokens" in out
     assert f"**{shown}**" in summary and f'<dd class="value">{shown}</dd>' in page
     assert not any("-0.000" in text for text in (out, summary, page))
+
+
+
+def test_fmt_negative_zero_shows_no_minus_sign():
+    """Fault class: one figure shown two ways: a zero shown as "-0" where it is 0 (a reading of exactly -0.0)."""
+    from lab.views.core import fmt
+
+    assert fmt(-0.0) == fmt(0.0) == "0" and fmt(-1.64e-05) == "-1.64e-05"
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -20,7 +20,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.health.context_items import reading_text
 from lab.views.core import KindPage, ReportFiles, Section, colour, fmt, legend, render, table, text_colour, token_cell, token_inline
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
@@ -291,7 +290,6 @@ def page(files: ReportFiles) -> KindPage:
     cm = files.report.get("context_measure")
     if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
         sections += (Section("Context reading", render("context_reading.html.j2", cm=cm,
-                                                       value=reading_text(cm.get("value")),
                                                        context=str(files.report.get("context") or "")),
                              "context-reading"),)
     return KindPage(headline(summ), sections, frozenset({"tokens.csv", "entropy.png"}))

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab.health.context_items import reading_text
 from lab.views.core import KindPage, ReportFiles, Section, colour, legend, render, text_colour
 
 ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
@@ -180,7 +179,6 @@ def page(files: ReportFiles) -> KindPage:
     cm = files.report.get("context_measure")
     if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
         sections.append(Section("Context reading", render("context_reading.html.j2", cm=cm,
-                                                          value=reading_text(cm.get("value")),
                                                           context=str(files.report.get("context") or "")),
                                 "context-reading"))
     return KindPage(headline=headline(a, ps) if ps else "", sections=tuple(sections), covers=frozenset(covers))
