@@ -54,7 +54,10 @@ next to the predicted sign):
   interval falls short of the smallest effect of interest in the predicted direction
   (the data rule out an effect of interest);
 * ``inconclusive``: anything else, including too little data to test, and any test whose
-  negative control rejects (H5's shuffled labels, H1's and H1c's placebo).
+  negative control rejects (H5's shuffled labels, H1's and H1c's placebo);
+* ``untestable``: a precondition of the test failed, so no n would decide it (H1 and H1c
+  where their context measure fails its validation on the model or drifts with length):
+  not tested, with the reason, no p-value and outside the Holm family.
 
 One error control for both verdicts: a false "supported" (true effect on the other side
 of 0) needs the Holm test to err, a false "not supported" (true effect at least the

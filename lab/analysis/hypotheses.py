@@ -32,7 +32,8 @@ MIN_N = 5  # fewer observations (or pairs) than this: not tested, verdict inconc
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+UNTESTABLE = "untestable"  # a precondition failed (its measure does not read what it names): no n would decide it
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNTESTABLE)
 
 HYPOTHESES = {
     "H1": "Among prompts with a context (the twins' added text), those whose decode reads the context less for its "
@@ -83,6 +84,9 @@ class TestResult:
         p_holm: Holm-corrected p-value within the family (H1-H6c).
         verdict: One of :data:`VERDICTS`.
         note: Why a test could not run, or a caveat.
+        untestable: Why the test cannot decide on this study at any n (a precondition failed: its measure
+            failed validation on the model, or drifts with length); ``""`` when it can. The study's judge
+            (:func:`lab.analysis.study.judge_with_power`) then gives :data:`UNTESTABLE`.
         details: Extra numbers (e.g. the pairwise table for H3).
         ci_level: The interval's confidence level (:data:`FAMILY_CI_LEVEL` in the study).
     """
@@ -103,6 +107,7 @@ class TestResult:
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     ci_level: float = FAMILY_CI_LEVEL
+    untestable: str = ""
 
 
 R = TypeVar("R")  # a judged result type: TestResult, or the intervention's InterventionTest

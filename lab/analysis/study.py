@@ -12,9 +12,9 @@ from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, li
 from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
 from lab.analysis.distractors import DistractorTable, h4_distractor_tables
 from lab.analysis.length_drift import LengthDrift, length_drift
-from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, TestResult, acceptance_entropy_test,
-                                     category_test, judge, paired_test, partial_correlation_test,
-                                     untested_result)
+from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, UNTESTABLE, TestResult,
+                                     acceptance_entropy_test, category_test, judge, paired_test,
+                                     partial_correlation_test, untested_result)
 from lab.analysis.placebo import placebo_check
 from lab.analysis.power import power_note, power_summary
 
@@ -102,9 +102,11 @@ def _h1(rows: Sequence[Mapping[str, Any]], name: str, seed: int, n_resamples: in
 
 
 def _untestable_health(measured: TestResult, reason: str) -> TestResult:
-    """H1 / H1c when the context measure fails on independent text: untested, saying why, the figures kept."""
-    res = untested_result(measured.name, measured.test, measured.effect_name, measured.n, measured.predicted_sign,
-                          measured.smallest_effect, f"untestable on this model: {reason}")
+    """H1 / H1c when the context measure fails on independent text: untested (out of the Holm family), saying why,
+    the figures kept."""
+    res = replace(untested_result(measured.name, measured.test, measured.effect_name, measured.n,
+                                  measured.predicted_sign, measured.smallest_effect,
+                                  f"untestable on this model: {reason}"), untestable=reason)
     res.details.update({k: v for k, v in measured.details.items() if k != "control_rejects"})
     res.details["as_measured"] = {"effect": measured.effect, "p_value": measured.p_value,
                                   "ci_low": measured.ci_low, "ci_high": measured.ci_high}
@@ -242,21 +244,27 @@ def _twin_test(pairs: Sequence[Mapping[str, Any]], key: str, *, name: str, predi
 
 
 def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> list[TestResult]:
-    """:func:`lab.analysis.hypotheses.judge`, then the control rule and each test's power; new results.
+    """:func:`lab.analysis.hypotheses.judge`, then the precondition and control rules and each test's power; new
+    results. The study's verdicts are judged here and nowhere else.
 
-    A test whose negative control rejects (``details["control_rejects"]``: H5's shuffled
-    labels, H1's and H1c's placebo health) is ``inconclusive``: the test finds an effect
-    where there is none by construction. Every test gets
-    ``details["power"]``; an inconclusive one gets the power sentence in its note.
+    A test whose precondition failed (``untestable``: H1's and H1c's context measure fails its
+    validation on the model, or drifts with length) is ``untestable``; it has no p-value, so it
+    is not in the Holm family. A test whose negative control rejects (``details["control_rejects"]``:
+    H5's shuffled labels, H1's and H1c's placebo health) is ``inconclusive``: the test finds an
+    effect where there is none by construction. Every test gets ``details["power"]``; an
+    inconclusive one gets the power sentence in its note (no n settles an untestable one).
     """
     judged = judge(results, alpha)
     m = sum(math.isfinite(r.p_value) for r in judged)
     out = []
     for r in judged:
-        r = replace(r, verdict=INCONCLUSIVE) if r.details.get("control_rejects") else r
+        if r.untestable:
+            r = replace(r, verdict=UNTESTABLE)
+        elif r.details.get("control_rejects"):
+            r = replace(r, verdict=INCONCLUSIVE)
         power = power_summary(r, m, alpha)
         note = r.note
-        if r.verdict == INCONCLUSIVE and "as_measured" not in r.details:  # untestable: no n would settle it
+        if r.verdict == INCONCLUSIVE:
             note = "; ".join(x for x in (r.note, power_note(power)) if x)
         out.append(replace(r, note=note, details={**r.details, "power": power}))
     return out

@@ -243,7 +243,8 @@ def twin_lookback(model: Any, tokenizer: Any, eos: frozenset[int], twin: Any, cl
 
 @dataclass(frozen=True)
 class ContextReading:
-    """The context measure of one prompt a user gave with ``--context`` (``lab sinks``, ``lab entropy``).
+    """The context measure of one prompt a user gave with ``--context`` (``lab sinks``, ``lab entropy``); shown by
+    :mod:`lab.render.context` and the report's page.
 
     Attributes:
         value: ``lookback_heads`` of the prompt (higher = the decode reads the context more, for its length);
@@ -256,17 +257,6 @@ class ContextReading:
     value: float | None
     n_context: int
     record: dict[str, Any]
-
-    def line(self) -> str:
-        """One line: the value and whether the measure passed validation on this model (with the record)."""
-        head = (f"context measure {self.record['measure']}: {self.value:+.3f} on {self.n_context} context tokens "
-                "(read on its own 24-token greedy continuation; higher = the context read more, for its length)"
-                if self.value is not None else
-                f"context measure {self.record['measure']}: not measured on this model")
-        why = self.record.get("unmeasurable")
-        if why:
-            return f"{head}; NOT VALIDATED here: {why}"
-        return f"{head}; validated: {self.record['verdicts'].get('validation', '')}"
 
     def to_json(self) -> dict[str, Any]:
         return {"value": self.value, "n_context": self.n_context, **self.record}

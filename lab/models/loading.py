@@ -389,7 +389,7 @@ def load_model(
             )
     register_source(model, ModelSource(
         model=name_or_path,
-        source=source if profile is None or profile.source == "hub" else profile.repo,
+        source=source if profile is None or profile.source == "hub" else profile.origin("torch"),
         profile=profile.name if profile else None,
         device=str(dev),
         dtype=str(torch_dtype).removeprefix("torch."),

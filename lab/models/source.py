@@ -42,7 +42,10 @@ class ModelSource:
         draft: For a draft derived from a target (the early-exit shell), its spec
             (``"early-exit:N"``); ``None`` for a model loaded in its own right.
         runtime: Whose kernels run its passes: ``"torch"`` or ``"llama.cpp"``
-            (:mod:`lab.runtime.ggml`; ``weights`` then names the GGUF file type).
+            (:mod:`lab.runtime.ggml`; ``weights`` then names the GGUF file type, ``"Q4_1"``).
+        parameters: How many parameters its weights hold, counted from the GGUF file's tensor shapes
+            (llama.cpp's ``llama_model_n_params``: the elements of every tensor the file holds); ``None`` where
+            nobody counted them (the torch runtime's record).
         few_row_layers: How many float32 linear layers run passes of a few rows through
             :func:`lab.models.fewrow.few_row_linear` (``W @ X^T``, padded); ``None`` when none do.
     """
@@ -58,17 +61,18 @@ class ModelSource:
     weights_layers: dict[str, dict[str, int]] | None = None
     draft: str | None = None
     few_row_layers: int | None = None
+    parameters: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the dict reports write under ``"model"``.
 
         Returns:
             ``{"model", "source", "profile", "device", "dtype", "attn_implementation", "weights",
-            "runtime"}`` always, plus ``"weights_layers"``, ``"draft"`` and ``"few_row_layers"`` only when set (the keys reports have
-            always carried). A fresh dict; changing it changes nothing here.
+            "runtime"}`` always, plus ``"weights_layers"``, ``"draft"``, ``"few_row_layers"`` and ``"parameters"`` only
+            when set (the keys reports have always carried). A fresh dict; changing it changes nothing here.
         """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for optional in ("weights_layers", "draft", "few_row_layers"):
+        for optional in ("weights_layers", "draft", "few_row_layers", "parameters"):
             if out[optional] is None:
                 del out[optional]
         if "weights_layers" in out:

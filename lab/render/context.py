@@ -9,6 +9,7 @@ from rich.table import Table
 
 from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
 from lab.render.markdown import md_table
+from lab.views.core import fmt
 
 _COLS = ("measure", "dir", "AUROC", "95% interval", "length-only", "placebo", "rho(length)", "at ends", "passes")
 
@@ -52,12 +53,26 @@ def summary_markdown(v: ContextValidation) -> str:
     return "\n".join(lines)
 
 
+def reading_line(reading: Any) -> str:
+    """One line: the reading (:func:`lab.views.core.fmt`, as ``summary.md`` and the page show it) and whether the
+    measure passed validation on this model (with the record)."""
+    r = reading.record
+    head = (f"context measure {r['measure']}: {fmt(reading.value)} on {reading.n_context} context tokens "
+            "(read on its own 24-token greedy continuation; higher = the context read more, for its length)"
+            if reading.value is not None else
+            f"context measure {r['measure']}: not measured on this model")
+    why = r.get("unmeasurable")
+    if why:
+        return f"{head}; NOT VALIDATED here: {why}"
+    return f"{head}; validated: {r['verdicts'].get('validation', '')}"
+
+
 def print_context_reading(console: Any, reading: Any) -> None:
     """The ``--context`` line of ``lab sinks`` / ``lab entropy`` (:class:`lab.health.context_items.ContextReading`):
     in bold yellow where the measure is not validated on the model; nothing when no context was given."""
     if reading is not None:
         style = "bold yellow" if reading.record.get("unmeasurable") else None
-        console.print(reading.line(), style=style, markup=False, highlight=False, soft_wrap=True)
+        console.print(reading_line(reading), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 def context_markdown(reading: Any) -> str:
@@ -65,7 +80,7 @@ def context_markdown(reading: Any) -> str:
     if reading is None:
         return ""
     r = reading.record
-    value = f"{reading.value:+.3f}" if reading.value is not None else "not measured (no fitted measure)"
+    value = fmt(reading.value) if reading.value is not None else "not measured (no fitted measure)"
     lines = ["", "## Context measure", "",
              f"- `{r['measure']}` of the context ({reading.n_context} tokens, placed before the prompt with a blank "
              f"line): **{value}**, read on the model's own 24-token greedy continuation teacher-forced (not this run's "

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.analysis.effects import CI_LEVEL
-from lab.analysis.hypotheses import FAMILY_CI_LEVEL
+from lab.analysis.hypotheses import FAMILY_CI_LEVEL, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
 from lab.render import pyplot
 from lab.render.console import stderr_console
 from lab.render.study_summary import FIGURES, fmt_p, fmt_value, summary_markdown
@@ -84,7 +84,7 @@ def verdict_table(result: StudyResult) -> Table:
                   + ". pred: the sign the hypothesis predicts." + (f" {placebo}." if placebo else ""))
     for col in ("test", "effect", "pred", f"{FAMILY_CI_LEVEL:.1%} CI", "p (Holm)", "n", "verdict"):
         table.add_column(col, no_wrap=True)
-    colors = {"supported": "green", "not supported": "red", "inconclusive": "yellow"}
+    colors = {SUPPORTED: "green", NOT_SUPPORTED: "red", INCONCLUSIVE: "yellow", UNTESTABLE: "dim"}
     for t in tests:
         ci = f"[{fmt_value(t.ci_low)}, {fmt_value(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
         table.add_row(t.name, fmt_value(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, fmt_p(t.p_holm), str(t.n),

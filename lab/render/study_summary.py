@@ -12,7 +12,8 @@ from typing import Any
 from lab.analysis.claims import SMALLEST_VARIANCE_GAP
 from lab.analysis.distractors import DistractorTable
 from lab.analysis.length_drift import MIN_GROUP, LengthDrift
-from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.analysis.hypotheses import (ALPHA, FAMILY_CI_LEVEL, INCONCLUSIVE, SMALLEST_EFFECT, SMALLEST_ETA_SQ,
+                                     TestResult)
 from lab.render.markdown import md_table
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
@@ -79,11 +80,12 @@ def context_measure_lines(cm: dict[str, Any]) -> list[str]:
             f"{gate[0].upper()}{gate[1:]}."]
 
 
-def placebo_line(p: dict[str, Any]) -> str:
-    """H1's placebo control in words: its partial rho, p, tolerance and whether it passed."""
+def placebo_line(p: dict[str, Any], verdict: str = INCONCLUSIVE) -> str:
+    """H1's placebo control in words: its partial rho, p, tolerance and whether it passed (a failure beside the
+    test's ``verdict``, inconclusive unless the test was untestable anyway)."""
     if p.get("passes") is None:
         return f"placebo control: not run (too few prompts: {p.get('n', 0)})."
-    state = "passed" if p["passes"] else "FAILED: the verdict is inconclusive"
+    state = "passed" if p["passes"] else f"FAILED: the verdict is {verdict}"
     return (f"placebo control (each of {p['n']} prompts given the lookback_heads of a length-matched prompt of "
             f"another question): partial rho = {fmt_value(p['rho'])}, p = {fmt_p(p['p_value'])}; it must stay "
             f"at p >= {p['tolerance']:g}: {state}.")
@@ -219,7 +221,9 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
         f"rank-biserial r, {SMALLEST_ETA_SQ} for eta^2 and epsilon^2, {SMALLEST_VARIANCE_GAP:g} alpha^2 for H6's "
         f"variance gap); **inconclusive** otherwise (including too little data). A test whose negative control "
         f"rejects is inconclusive: H5's (labels shuffled within each prompt) and H1's and H1c's placebo (each "
-        f"prompt given the lookback_heads of a length-matched prompt of another question).",
+        f"prompt given the lookback_heads of a length-matched prompt of another question). A test whose "
+        f"precondition fails is **untestable**, with the reason, and not tested (no p-value, outside the Holm "
+        f"family): H1 and H1c where their context measure fails its validation on the model or drifts with length.",
         "",
         "## Verdicts",
         "",
@@ -246,7 +250,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
                          f"p = {fmt_p(d['unadjusted_p'])}; lookback_heads' rho with length {fmt_value(d['x_length_rho'])}, "
                          f"entropy's {fmt_value(d['y_length_rho'])}.")
         if d.get("placebo"):
-            lines.append(f"- {t.name} {placebo_line(d['placebo'])}")
+            lines.append(f"- {t.name} {placebo_line(d['placebo'], t.verdict)}")
     for t in (a.test("H4a"), a.test("H4b")):
         d = t.details.get("vs_clean")
         if d:

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lab.models.source import ModelSource, register_source
+
 RUNTIMES = ("torch", "llama.cpp")
 TORCH_ONLY = "attention capture, sinks, context health and the stream need attention weights and run on torch only"
 
@@ -188,7 +190,8 @@ class GgmlModel:
 
     Attributes:
         runtime: ``"llama.cpp"`` (the decode core dispatches on it through :func:`is_ggml`).
-        weight_type: The GGUF's file type as llama.cpp describes it (e.g. ``"Q4_K - Medium"``).
+        weight_type: The GGUF's file type as llama.cpp names it (``"Q4_1"``, ``"Q4_K - Medium"``).
+        n_params: The parameters the file's tensors hold (the product of each tensor's shape, summed).
         device: ``cpu``.
 
     Raises:
@@ -230,9 +233,11 @@ class GgmlModel:
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_ctx, 0, 1)
         self._batch_size = self.n_ctx
-        desc = ctypes.create_string_buffer(256)
-        lib.llama_model_desc(self._model, desc, len(desc))
-        self.weight_type = desc.value.decode(errors="replace")
+        # The file type alone: llama_model_desc would prefix the architecture and a size label llama.cpp picks
+        # from the layer count ("llama 256M Q4_1" for SmolLM2-135M), which is not the model's size.
+        ftype = lib.llama_ftype_name(lib.llama_model_ftype(self._model))
+        self.weight_type = ftype.decode(errors="replace") if ftype else "unknown GGUF file type"
+        self.n_params = int(lib.llama_model_n_params(self._model))
         self.dtype = self.weight_type
         self.device = torch.device("cpu")
         self.config = config
@@ -343,7 +348,7 @@ def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | Non
             the command's start: a draft's was loaded to check its vocabulary); default: loaded here.
 
     Returns:
-        ``(model, tokenizer)``; :func:`lab.models.source.model_source` records ``runtime="llama.cpp"``.
+        ``(model, tokenizer)``; :func:`lab.models.source.model_source` gives :func:`ggml_source`'s record.
 
     Raises:
         ValueError: ``name`` is not a GGUF profile (a hub id or folder has no GGUF file to run).
@@ -356,7 +361,6 @@ def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | Non
     from lab.models.cache import cache_dir
     from lab.models.loading import check_model_name, gguf_path, is_gguf_model, load_tokenizer
     from lab.models.profiles import PROFILES
-    from lab.models.source import ModelSource, register_source
 
     check_model_name(name)
     if not is_gguf_model(name):
@@ -387,6 +391,20 @@ def load_ggml_model(name: str, *, n_threads: int | None = None, n_ctx: int | Non
         model.close()
         raise ValueError(f"{path.name}: llama.cpp reads {vocab} tokens, the config {config.vocab_size}; "
                          "the runtimes would disagree on token ids")
-    register_source(model, ModelSource(model=name, source=profile.repo, profile=name, device="cpu",
-                                       dtype=model.weight_type, weights=model.weight_type, runtime="llama.cpp"))
+    register_source(model, ggml_source(name, model))
     return model, tokenizer
+
+
+def ggml_source(name: str, model: GgmlModel) -> ModelSource:
+    """The record of GGUF profile ``name`` loaded on llama.cpp as ``model``: the file ran on llama.cpp's kernels in
+    its own quantization (``source`` says so, never "dequantized"), ``weights`` and ``dtype`` are its file type, and
+    its size is ``parameters``, counted from its tensors (:attr:`GgmlModel.n_params`).
+
+    Raises:
+        KeyError: ``name`` is not a profile.
+    """
+    from lab.models.profiles import PROFILES
+
+    return ModelSource(model=name, source=PROFILES[name].origin("llama.cpp"), profile=name, device="cpu",
+                       dtype=model.weight_type, weights=model.weight_type, runtime="llama.cpp",
+                       parameters=model.n_params)

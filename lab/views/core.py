@@ -416,8 +416,8 @@ MAX_EXACT_DIGITS = 7
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A number as a page shows it: ``digits`` significant figures (at most :data:`MAX_FIGURES`), ``-`` for
-    None or NaN; an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
+    """A number as a page shows it: ``digits`` significant figures (at most :data:`MAX_FIGURES`; a negative zero as
+    ``0``), ``-`` for None or NaN; an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
 
     >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x"), fmt(1e308, 400), fmt(10**400)
     ('0.123', '-', '-', '12', 'x', '1e+308', '1.00000e+400')
@@ -434,7 +434,7 @@ def fmt(value: Any, digits: int = 3) -> str:
             return f"{float(value):.{MAX_FIGURES}g}"
         return f"{Decimal(value):.{MAX_FIGURES - 1}e}"  # past a float: no int-to-text digit limit either
     if isinstance(value, float):
-        return f"{value:.{figures}g}" if math.isfinite(value) else "-"
+        return f"{value + 0.0:.{figures}g}" if math.isfinite(value) else "-"  # -0.0 + 0.0 is 0.0
     return str(value)
 
 

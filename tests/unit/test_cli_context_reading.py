@@ -76,6 +76,35 @@ def test_context_prompt_with_leading_blank_lines_recorded_as_the_model_was_given
     assert "\n\n  what is it" not in (report / "summary.md").read_text()
 
 
+@pytest.mark.parametrize("command", [["sinks", "what is it"], ["entropy", "what is it", "--max-new-tokens", "4"]],
+                         ids=["sinks", "entropy"])
+def test_context_reading_near_zero_shows_one_way_in_terminal_summary_and_page_never_minus_zero(
+        command, tiny_smollm2, tmp_path, capsys, monkeypatch):
+    """Fault class: one figure shown two ways. A reading of -1.64e-05 printed "-0.000" in the terminal and
+    summary.md (a zero with a minus sign) and -1.64e-05 on the page; all three show it as lab.views.core.fmt does."""
+    import lab.health.context_items as items
+
+    monkeypatch.setattr(items, "twin_lookback", lambda *a, **k: (-1.64e-05, 8))
+    assert cli.main([*command, "--context", CONTEXT, "--model", "smollm2", "--device", "cpu",
+                     "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    (report,) = report_dirs(tmp_path / "r")
+    summary = (report / "summary.md").read_text()
+    page = (report / "index.html").read_text()
+    shown = "-1.64e-05"  # fmt's three significant figures
+    assert f"context measure lookback_heads: {shown} on 8 context tokens" in out
+    assert f"**{shown}**" in summary and f'<dd class="value">{shown}</dd>' in page
+    assert not any("-0.000" in text for text in (out, summary, page))
+
+
+
+def test_fmt_negative_zero_shows_no_minus_sign():
+    """Fault class: one figure shown two ways: a zero shown as "-0" where it is 0 (a reading of exactly -0.0)."""
+    from lab.views.core import fmt
+
+    assert fmt(-0.0) == fmt(0.0) == "0" and fmt(-1.64e-05) == "-1.64e-05"
+
+
 @pytest.mark.parametrize("argv, match", [
     (["sinks", "q", "--context", "  "], "--context='  ' holds no text"),
     (["sinks", "q", "--context-file", "/nonexistent/ctx.txt"], "--context-file /nonexistent/ctx.txt: no such file"),

@@ -314,9 +314,39 @@ def test_analyze_context_unmeasurable_makes_h1_untestable_with_reason_and_keeps_
     for name in ("H1", "H1c"):
         assert measured.test(name).p_value < 0.05  # a planted effect the measured test sees
         t = blind.test(name)
-        assert t.verdict == "inconclusive" and math.isnan(t.p_value) and math.isnan(t.p_holm)
+        assert t.verdict == "untestable" and math.isnan(t.p_value) and math.isnan(t.p_holm)
         assert "untestable on this model: it drifts with content length" in t.note
         assert t.details["as_measured"]["effect"] == measured.test(name).effect and "placebo" in t.details
+
+
+
+def test_analyze_context_unmeasurable_verdict_is_untestable_with_its_reason_outside_the_holm_family():
+    """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure
+    failed validation on the model, were judged "inconclusive" (a word that says more data could decide) under a note
+    saying "untestable on this model"; the judge calls them untestable with the reason, they carry no p-value, and
+    the Holm family is the tests that ran (the other tests' Holm p as if H1 and H1c were not in the study)."""
+    from lab.analysis.hypotheses import UNTESTABLE, holm
+    from lab.analysis.study import analyze
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for i, h in enumerate(rng.normal(size=30)):
+        rows.append({"id": f"p{i}", "category": "ab"[i % 2], "variant": "clean", "twin_of": None,
+                     "n_prompt_tokens": 20 + i, "lookback_heads": math.nan, "mean_entropy_bits": float(rng.normal()),
+                     "alpha": float(rng.uniform())})
+        rows.append({"id": f"p{i}-n", "category": "ab"[i % 2], "variant": "neutral", "twin_of": f"p{i}",
+                     "n_prompt_tokens": 60 + i, "lookback_heads": float(h),
+                     "mean_entropy_bits": float(-h + rng.normal()), "alpha": float(rng.uniform())})
+    reason = "context health does not read the context on smollm2: it drifts with content length"
+    a = analyze(rows, [], n_resamples=0, context_unmeasurable=reason)
+    for name in ("H1", "H1c"):
+        t = a.test(name)
+        assert t.verdict == UNTESTABLE and t.untestable == reason, t.verdict
+        assert t.note == f"untestable on this model: {reason}"  # no power sentence: no n would decide it
+        assert math.isnan(t.p_value) and math.isnan(t.p_holm)
+    tested = [t for t in a.tests if math.isfinite(t.p_value)]
+    assert tested and all(t.verdict != UNTESTABLE for t in a.tests if t.name not in ("H1", "H1c"))
+    assert [t.p_holm for t in tested] == pytest.approx(holm([t.p_value for t in tested]))
 
 
 # --- hostile --validate files and --save: refused by name and line, before the model where the input allows --------

@@ -7,6 +7,7 @@ No llama.cpp build is needed here: the binding is replaced by fakes (the real ru
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import pytest
 
@@ -369,3 +370,67 @@ def test_bench_runtime_or_side_that_cannot_run_the_draft_or_methods_is_refused_b
     monkeypatch.setattr(ggml, "load_ggml_model", lambda *a, **k: pytest.fail("a model was loaded"))
     rc, err, runtime = _bench_until_load(monkeypatch, capsys, [*argv, "--out", str(tmp_path)])
     assert rc == 2 and runtime is None and says in err and len(err.strip().splitlines()) == 1
+
+
+class _FakeBinding:
+    """The calls :class:`GgmlModel` makes of llama.cpp, answered for a SmolLM2-135M Q4_1 file: llama.cpp's own
+    description of it is ``llama 256M Q4_1`` (a size label it picks from the layer count, not the model's size)."""
+
+    LLAMA_FTYPE_MOSTLY_Q4_1 = 3
+    N_PARAMS = 134_515_008  # SmolLM2-135M's tensors, tied embeddings counted once
+
+    def __getattr__(self, name):  # the frees, the memory and the batch: nothing to do
+        return lambda *a, **k: object()
+
+    def llama_model_default_params(self):
+        return SimpleNamespace(n_gpu_layers=-1)
+
+    def llama_context_default_params(self):
+        return SimpleNamespace()
+
+    def llama_model_is_recurrent(self, model):
+        return False
+
+    llama_model_is_hybrid = llama_model_is_recurrent
+
+    def llama_vocab_n_tokens(self, vocab):
+        return 49152
+
+    def llama_model_n_ctx_train(self, model):
+        return 8192
+
+    def llama_model_desc(self, model, buf, size):
+        buf.value = b"llama 256M Q4_1"
+        return len(buf.value)
+
+    def llama_model_ftype(self, model):
+        return self.LLAMA_FTYPE_MOSTLY_Q4_1
+
+    def llama_ftype_name(self, ftype):
+        return {self.LLAMA_FTYPE_MOSTLY_Q4_1: b"Q4_1"}[ftype]
+
+    def llama_model_n_params(self, model):
+        return self.N_PARAMS
+
+
+def test_ggml_source_names_what_ran_on_llama_cpp_not_a_dequantized_file_or_llama_cpps_size_label(monkeypatch):
+    """Fault class: a record that names what did not run. A SmolLM2-135M run on llama.cpp was recorded as
+    ``source ... (Q4_1 GGUF, dequantized)`` (torch's way of loading it) and ``weights llama 256M Q4_1`` (llama.cpp's
+    size label, not the model's 135M parameters); the record says llama.cpp's kernels ran the file's own Q4_1
+    blocks, and the size it gives is the parameters counted from the file's tensors."""
+    monkeypatch.setattr(ggml, "binding", lambda: _FakeBinding())
+    model = ggml.GgmlModel("smollm2.gguf", SimpleNamespace(), name="smollm2")
+    record = ggml.ggml_source("smollm2", model).as_dict()
+    assert record["weights"] == record["dtype"] == "Q4_1" and record["runtime"] == "llama.cpp"
+    assert record["parameters"] == _FakeBinding.N_PARAMS
+    assert record["source"] == "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, run by llama.cpp's kernels in its " \
+                               "own quantization)"
+    assert not any("256M" in str(v) or "dequantized" in str(v) for v in record.values()), record
+
+
+def test_model_source_on_torch_says_the_gguf_was_dequantized_and_counts_no_parameters():
+    """Negative control of the record above: torch dequantizes a GGUF profile at load, and says so."""
+    from lab.models.profiles import PROFILES
+
+    assert PROFILES["smollm2"].origin("torch") == "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)"
+    assert PROFILES["qwen2.5"].origin("llama.cpp") == "Qwen/Qwen2.5-3B-Instruct"  # a hub model: no GGUF to describe

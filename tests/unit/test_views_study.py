@@ -12,9 +12,11 @@ import csv
 import json
 import re
 import shutil
+
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from lab.views.core import fmt, read_report, row_anchor
 from lab.views.kinds import intervene as intervene_kind
@@ -118,11 +120,12 @@ def test_study_verdict_table_numbers_equal_study_json(study_report):
 def test_study_headline_names_decided_tests_and_counts_the_rest(study_report):
     study = json.loads((study_report / "study.json").read_text(encoding="utf-8"))
     line = study_kind.headline(study["tests"])
-    decided = [t for t in study["tests"] if t["verdict"] != "inconclusive"]
+    decided = [t for t in study["tests"] if t["verdict"] in ("supported", "not supported")]
     for t in decided:
         assert f"{t['name']} {t['verdict']} ({t['effect_name']} {fmt(t['effect'])})" in line
-    rest = len(study["tests"]) - len(decided)
-    assert line.endswith(f"{rest} inconclusive") if rest else "inconclusive" not in line
+    for word in ("inconclusive", "untestable"):
+        rest = sum(t["verdict"] == word for t in study["tests"])
+        assert f"{rest} {word}" in line if rest else word not in line
 
 
 def test_study_page_of_older_report_without_svgs_shows_pngs(study_report, tmp_path):
@@ -145,7 +148,7 @@ def test_study_compare_sets_both_studies_intervals_side_by_side(study_report, tm
     other = tmp_path / (study_report.name[:-len("study")] + "study-b")
     shutil.copytree(study_report, other)
     study = json.loads((other / "study.json").read_text(encoding="utf-8"))
-    study["tests"][0].update(effect=-0.5, ci_low=-0.75, ci_high=-0.25, verdict="supported")
+    study["tests"][0].update(effect=-0.5, ci_low=-0.75, ci_high=-0.25, verdict="supported", untestable="")
     (other / "study.json").write_text(json.dumps(study), encoding="utf-8")
     a, b = read_report(study_report), read_report(other)
     (section,) = study_kind.compare(a, b)
@@ -238,3 +241,38 @@ def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_pat
                         report={"tests": [{"name": "H1", "verdict": "supported", "note": ""}]},
                         images={"health_vs_entropy.png": "data:image/png;base64,AA=="})
     assert "not a reading" not in "".join(str(s.html) for s in study.page(valid).sections)
+
+
+def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere(tmp_path):
+    """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure failed
+    validation on the model, read "inconclusive" in study.json, summary.md, the terminal table, the page and the
+    comparison page under a note saying "untestable on this model"; every one of them now says untestable, with
+    the reason, and none gives them a p-value."""
+    from rich.console import Console
+
+    from lab.render.study import verdict_table, write_report
+    from lab.study.run import run_study
+    from tests.study_fakes import FakeRunnerWithDecode, fake_config
+
+    result = run_study(fake_config(tmp_path, limit=12), runner=FakeRunnerWithDecode())
+    path = write_report(result)
+    untested = [t for t in result.analysis.tests if t.untestable]
+    assert {t.name for t in untested} == {"H1", "H1c"}  # the shipped record: the measure fails on smollm2
+    study = {t["name"]: t for t in json.loads((path / "study.json").read_text(encoding="utf-8"))["tests"]}
+    console = Console(record=True, width=200)
+    console.print(verdict_table(result))
+    terminal = {line.split()[1]: line for line in console.export_text().splitlines() if line.startswith("│ H")}
+    summary = (path / "summary.md").read_text(encoding="utf-8")
+    page = read_report(path)
+    html = page_html(page)
+    compared = str(study_kind.compare(page, page)[0].html)
+    for t in untested:
+        assert study[t.name]["verdict"] == "untestable" and study[t.name]["untestable"] == t.untestable
+        assert study[t.name]["p_value"] is None and study[t.name]["p_holm"] is None
+        assert terminal[t.name].rstrip(" │").endswith("untestable"), terminal[t.name]
+        assert f"- **{t.name}: untestable** (not tested: untestable on this model: {t.untestable}" in summary
+        row = re.search(rf'<tr id="verdict-{t.name}">(.*?)</tr>', html, flags=re.S).group(1)
+        assert ">untestable</td>" in row and escape(t.untestable) in row
+        row = re.search(rf'<tr id="verdict-{t.name}">(.*?)</tr>', compared, flags=re.S).group(1)
+        assert row.count(f"untestable: {escape(t.untestable)}") == 2
+    assert "inconclusive" not in "".join(terminal[t.name] for t in untested)

@@ -9,6 +9,7 @@ A report written before the SVGs existed shows its PNGs; nothing here computes a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from lab.views.core import KindPage, ReportFiles, Section, fmt, render, row_anchor, table
@@ -18,7 +19,7 @@ PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "co
                   "alpha", "n_accepted", "n_drafted_tested", "text")
 TEXT_COLUMNS = frozenset({"id", "category", "variant", "twin_of", "text"})  # shown as written, never as numbers
 TEXT_CHARS = 80  # of a prompt's generated text in the table; the CSV holds it whole
-VERDICT_ORDER = ("supported", "not supported", "inconclusive")
+DECIDED = ("supported", "not supported")  # the verdicts that decide (lab.analysis.hypotheses.VERDICTS spells them)
 
 
 def prompt_anchor(prompt_id: str) -> str:
@@ -45,17 +46,17 @@ def _tests(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def headline(tests: list[dict[str, Any]]) -> str:
-    """``H2 supported (point_biserial_r -0.342), H5 supported (...); 6 inconclusive``: every decided test with
-    its effect, the undecided counted.
+    """``H2 supported (point_biserial_r -0.342), H5 supported (...); 4 inconclusive, 2 untestable``: every decided
+    test with its effect, the undecided counted under their own verdict.
 
     >>> headline([{"name": "H2", "verdict": "supported", "effect_name": "r", "effect": -0.3421},
-    ...           {"name": "H1", "verdict": "inconclusive"}])
-    'H2 supported (r -0.342); 1 inconclusive'
+    ...           {"name": "H1", "verdict": "untestable"}, {"name": "H3", "verdict": "inconclusive"}])
+    'H2 supported (r -0.342); 1 untestable, 1 inconclusive'
     """
     decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {fmt(t.get('effect'))})"
-               for t in tests if t.get("verdict") in ("supported", "not supported")]
-    rest = sum(1 for t in tests if t.get("verdict") not in ("supported", "not supported"))
-    return ", ".join(decided) + ("; " if decided and rest else "") + (f"{rest} inconclusive" if rest else "")
+               for t in tests if t.get("verdict") in DECIDED]
+    rest = Counter(str(t.get("verdict") or "inconclusive") for t in tests if t.get("verdict") not in DECIDED)
+    return ", ".join(decided) + ("; " if decided and rest else "") + ", ".join(f"{n} {v}" for v, n in rest.items())
 
 
 def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -69,7 +70,7 @@ def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "p": t.get("p_value"), "p_holm": t.get("p_holm"), "n": t.get("n"),
                      "detectable": power.get("min_detectable"), "smallest": t.get("smallest_effect"),
                      "underpowered": power.get("underpowered"), "verdict": t.get("verdict", ""),
-                     "note": t.get("note", "")})
+                     "untestable": t.get("untestable") or "", "note": t.get("note", "")})
     return rows
 
 
