@@ -162,14 +162,35 @@ def _json_int(text: str) -> int:
         raise _LongIntegerError(len(text.lstrip("-"))) from None
 
 
-def _json(data: bytes) -> Any:
-    """A JSON file's bytes parsed, its text as :func:`printable_data` shows it.
+def _parsed(data: bytes) -> Any:
+    """A JSON file's bytes parsed, its text as written.
 
     Raises:
         UnicodeDecodeError, json.JSONDecodeError, RecursionError: as :func:`json.loads`.
         ValueError: an integer longer than Python converts (the message says how many digits).
     """
-    return printable_data(json.loads(data.decode("utf-8"), parse_int=_json_int))
+    return json.loads(data.decode("utf-8"), parse_int=_json_int)
+
+
+def _json(data: bytes) -> Any:
+    """A JSON file's bytes parsed (:func:`_parsed`), its text as :func:`printable_data` shows it."""
+    return printable_data(_parsed(data))
+
+
+def raw_json(path: Path) -> Any:
+    """A JSON file parsed with its text as written, bounded like every read (:data:`MAX_JSON_BYTES`), for what is
+    used, never shown: a folder's path, whose escaped form (:func:`read_report`) names no folder on the disk.
+
+    Returns:
+        The parsed value; None when the file is absent, too large, not a regular file or not JSON.
+    """
+    data = _read_bounded(path, MAX_JSON_BYTES)
+    if data is None:
+        return None
+    try:
+        return _parsed(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
+        return None
 
 
 def printable_data(value: Any) -> Any:
