@@ -31,6 +31,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab import ranges
 from lab.ranges import Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
@@ -541,12 +542,15 @@ def _printed(value: Any) -> Any:
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on, every
-    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`)."""
+    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`), a report's figure checked
+    against its physical range by the ``figure`` filter (:func:`figure`, with :mod:`lab.ranges` as ``ranges``)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lab.views", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              finalize=_printed)
     env.filters["fmt"] = fmt
+    env.filters["figure"] = figure  # {{ x | figure(ranges.PROBABILITY, "a probability") }}
+    env.globals["ranges"] = ranges
     env.filters["href"] = href
     env.globals["asset"] = asset
     env.globals["content_security_policy"] = content_security_policy()
