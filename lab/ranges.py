@@ -408,3 +408,6 @@ VARENTROPY_BITS2 = Range(0)  # a variance
 SECONDS = Range(0)  # a time
 COUNT = Range(0, integer=True)  # tokens, rounds, prompts
 NONNEGATIVE = Range(0)  # a speed (tokens/s), a mean count (tokens per round), a speed-up, a perplexity ratio
+PERPLEXITY = Range(1)  # exp of a mean negative log-likelihood, which is >= 0
+CORRELATION = Range(-1, 1)  # a correlation coefficient (Spearman's rho, a point-biserial r)
+HEALTH = Range(0, 10)  # a context health score (lab.sinks.scores.context_health: 10 when no content token is a sink)

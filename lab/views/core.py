@@ -30,6 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from lab import ranges
 from lab.files import FileRefused, read_bounded
 from lab.ranges import Range
 from lab.runs.files import write_text_atomic
@@ -147,14 +148,32 @@ def _json_int(text: str) -> int:
         raise _LongIntegerError(len(text.lstrip("-"))) from None
 
 
-def _json(data: bytes) -> Any:
-    """A JSON file's bytes parsed, its text as :func:`printable_data` shows it.
+def _parsed(data: bytes) -> Any:
+    """A JSON file's bytes parsed, its text as written.
 
     Raises:
         UnicodeDecodeError, json.JSONDecodeError, RecursionError: as :func:`json.loads`.
         ValueError: an integer longer than Python converts (the message says how many digits).
     """
-    return printable_data(json.loads(data.decode("utf-8"), parse_int=_json_int))
+    return json.loads(data.decode("utf-8"), parse_int=_json_int)
+
+
+def _json(data: bytes) -> Any:
+    """A JSON file's bytes parsed (:func:`_parsed`), its text as :func:`printable_data` shows it."""
+    return printable_data(_parsed(data))
+
+
+def raw_json(path: Path) -> Any:
+    """A JSON file parsed with its text as written, bounded like every read (:data:`MAX_JSON_BYTES`), for what is
+    used, never shown: a folder's path, whose escaped form (:func:`read_report`) names no folder on the disk.
+
+    Returns:
+        The parsed value; None when the file is absent, too large, not a regular file or not JSON.
+    """
+    try:
+        return _parsed(read_bounded(path, MAX_JSON_BYTES, follow_links=False))
+    except (FileRefused, UnicodeDecodeError, ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
+        return None
 
 
 def printable_data(value: Any) -> Any:
@@ -506,12 +525,15 @@ def _printed(value: Any) -> Any:
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The one Jinja2 environment of the pages: templates from ``lab/views/templates``, autoescaping on, every
-    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`)."""
+    printed string as :func:`lab.safe_text.printable` shows it (:func:`_printed`), a report's figure checked
+    against its physical range by the ``figure`` filter (:func:`figure`, with :mod:`lab.ranges` as ``ranges``)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lab.views", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              finalize=_printed)
     env.filters["fmt"] = fmt
+    env.filters["figure"] = figure  # {{ x | figure(ranges.PROBABILITY, "a probability") }}
+    env.globals["ranges"] = ranges
     env.filters["href"] = href
     env.globals["asset"] = asset
     env.globals["content_security_policy"] = content_security_policy()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import kind_of, read_report, write_html
+from lab.views.core import kind_of, raw_json, write_html
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 
@@ -36,16 +36,17 @@ def drawn(what: str, write, *args) -> Any:
 
 
 def redraw(path: Path) -> Path:
-    """Draw a report's page again: a comparison from the two reports its ``report.json`` names (while both
-    exist; else its page is kept as it is: it cannot be drawn again from nothing), any other report from its
-    own files.
+    """Draw a report's page again: a comparison from the two reports its ``report.json`` names (their paths as
+    written, while both exist; else its page is kept as it is: it cannot be drawn again from nothing), any other
+    report from its own files.
 
     Raises:
         OSError: the page could not be written.
     """
     if kind_of(path.name) != "compare":
         return write_page(path)
-    names = read_report(path).report
+    names = raw_json(path / "report.json")  # the folders' paths as written: read_report escapes what it shows
+    names = names if isinstance(names, dict) else {}
     a, b = Path(str(names.get("a", ""))), Path(str(names.get("b", "")))
     if names.get("a") and names.get("b") and a.is_dir() and b.is_dir():
         try:

@@ -108,3 +108,16 @@ def test_view_rebuild_keeps_a_comparison_page_drawn_from_its_two_reports(tmp_pat
     shutil.rmtree(b)
     assert cli.main(["view", str(compare), "--no-open"]) == 0
     assert (compare / PAGE).read_text() == before, "a comparison whose B is gone is kept, not redrawn empty"
+
+
+def test_view_rebuild_of_a_comparison_of_a_folder_named_with_an_invisible_character_redraws_it(tmp_path, capsys):
+    """Fault class: a path used as shown: --rebuild read a comparison's A and B paths with their text escaped for a
+    page (U+200B as ``\\u200b``), found no such folder and kept the comparison's page unredrawn."""
+    root = tmp_path / "r"
+    a, b = _report(root, "entropy", "**Verdict: A.**\n"), _report(root, "entropy", "**Verdict: B.**\n")
+    b = b.rename(b.with_name(b.name + "\u200b"))
+    assert cli.main(["view", str(a), str(b), "--out", str(root), "--no-open"]) == 0
+    (compare,) = [p for p in report_dirs(root) if "-compare-" in p.name]
+    (b / "summary.md").write_text("**Verdict: B again.**\n")
+    assert cli.main(["view", "--rebuild", str(root), "--no-open"]) == 0
+    assert "Verdict: B again." in (compare / PAGE).read_text()

@@ -11,6 +11,7 @@ ending ``lab view`` as "an error the lab did not foresee" (exit 1) instead of on
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from pathlib import Path
@@ -310,3 +311,96 @@ def test_entropy_page_and_log_show_impossible_figures_as_out_of_range(tmp_path):
                   "1.2 (out of range: H / log2 V must be in [0, 1])", "1.5 (out of range: a probability must be",
                   "-1 (out of range: varentropy must be"):
         assert words in page, words
+
+
+def _page_and_log(root: Path, name: str, files: dict[str, str | bytes]) -> tuple[str, str]:
+    """A report folder's page and the log beside it, their character references read (``>=``, not ``&gt;=``)."""
+    run = _dir(root, name, files)
+    return (html.unescape(write_page(run).read_text(encoding="utf-8")),
+            html.unescape(rebuild_log(root).read_text(encoding="utf-8")))
+
+
+def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a hand-edited sink rate of 1.5 (a share) was printed in the sinks
+    headline and the log row as a rate, attention received of 1.5 drawn as a bar at 1, a context health of -1 shown
+    as a reading."""
+    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [1.5, 0.01], "is_sink": [True, False],
+                "observed": [True, True], "sink_rate": [1.5, 0.0], "context_health": -1.0, "position0_share": 1.5}
+    page, log = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
+    headline = "(sink rate 1.5 (out of range: a sink rate must be in [0, 1]))"
+    assert headline in page and headline in log
+    assert "-1 (out of range: context health must be in [0, 10]) / 10" in page + log
+    assert 'data-received="1.5 (out of range: attention received must be in [0, 1])"' in page
+    assert "1.5 (out of range: a share must be in [0, 1])" in page
+
+
+def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: beyond its headline the speculate page printed a round's draft entropy
+    of -1 bits, a p(x) of 1.5 and a negative draft time, and the theory table an alpha of 1.5, as measurements."""
+    report = {"settings": {"gamma": 2}, "token_texts": {"5": "a", "6": "b"},
+              "acceptance": {"alpha": 1.5, "n_accepted": 1, "n_drafted_tested": 1, "tau": 2.0, "tokens_per_s": 3.0},
+              "rounds": [{"round": 0, "proposed": [5], "n_accepted": 1, "accepted_mask": [True], "tested_mask": [True],
+                          "draft_entropies": [-1.0], "target_probs": [1.5], "draft_probs": [0.5], "next_token": 6,
+                          "next_kind": "bonus", "draft_time_s": -0.5, "verify_time_s": 0.1}]}
+    page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
+    assert "alpha 1.5 (out of range: alpha must be in [0, 1])" in log
+    for words in ("-1 (out of range: entropy must be a finite number >= 0) bits",
+                  "<td>-1 (out of range: entropy must be", "<td>1.5 (out of range: a probability must be in [0, 1])</td>",
+                  "draft -0.5 (out of range: a time must be a finite number >= 0) s",
+                  "<td>1.5 (out of range: alpha must be in [0, 1]) (1 / 1)</td>"):
+        assert words in page, words
+
+
+def test_stream_page_and_log_show_impossible_p_value_perplexity_and_time_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a stream report's p-value of 1.5 was printed in its headline and log
+    row, a perplexity below 1 and a negative wall time in its policy table."""
+    report = {"tests": [{"name": "sinks vs window", "p_value": 1.5, "reject": False}],
+              "policies": [{"policy": "window:8", "kind": "window", "ratio_to_dense": -1.0}]}
+    csv_text = "policy,budget,ppl,ppl_low,ppl_high,ratio_to_dense,wall_s\nwindow:8,8,0.5,0.4,0.6,1.1,-2\n"
+    page, log = _page_and_log(tmp_path, "20261205-010101-stream-x",
+                              {"report.json": json.dumps(report), "policies.csv": csv_text})
+    for words in ("(p 1.5 (out of range: a p-value must be in [0, 1]))",
+                  "window:8 -1 (out of range: a perplexity ratio must be a finite number >= 0)"):
+        assert words in page and words in log, words
+    assert "0.5 (out of range: a perplexity must be a finite number >= 1)" in page
+    assert "-2 (out of range: a time must be a finite number >= 0)" in page
+
+
+def test_bench_page_and_log_show_impossible_speed_and_alpha_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a bench's negative tokens/s was its headline and log row, an alpha of
+    1.5 a cell of its results table."""
+    report = {"methods": {"speculative g4": {"gamma": 4, "alpha": 1.5}},
+              "by_group": {"all": {"speculative g4": {"e2e_tokens_per_s": -5.0}}}}
+    page, log = _page_and_log(tmp_path, "20261205-010101-bench-x", {"report.json": json.dumps(report)})
+    headline = "fastest: speculative g4, -5 (out of range: a speed must be a finite number >= 0) tokens/s"
+    assert headline in page and headline in log
+    assert '<td data-col="alpha">1.5 (out of range: alpha must be in [0, 1])</td>' in page
+
+
+def test_study_page_and_log_show_impossible_correlation_p_value_and_rate_as_out_of_range(tmp_path):
+    """An impossible number shown as fact: a study's rho of 1.5 was its headline and log row, a p-value of 1.5 a
+    verdict and a prompt's alpha of 1.5 a row of its prompt table."""
+    study = {"tests": [{"name": "H2", "verdict": "supported", "effect_name": "spearman_rho", "effect": 1.5,
+                        "p_value": 1.5, "p_holm": 0.01, "n": 10}]}
+    csv_text = "id,category,alpha\nq1,factual,1.5\n"
+    page, log = _page_and_log(tmp_path, "20261205-010101-study-x",
+                              {"study.json": json.dumps(study), "per_prompt.csv": csv_text, "summary.md": "# Study\n"})
+    headline = "H2 supported (spearman_rho 1.5 (out of range: spearman_rho must be in [-1, 1]))"
+    assert headline in page and headline in log
+    assert "1.5 (out of range: a p-value must be in [0, 1])" in page
+    assert "<td>1.5 (out of range: alpha must be in [0, 1])</td>" in page
+
+
+def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_out_of_range():
+    """An impossible number shown as fact: a bench-sinks time ratio of -2 and a health validation's rho of 1.5 and
+    share of 1.5 were printed in their headlines (the log's rows) as measurements."""
+    from lab.views.kinds import bench_sinks, calibrate_health_validate
+
+    line = bench_sinks.headline({"comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30,
+                                                "plain_extra_bytes": 2**30}})
+    assert "-2 (out of range: a time ratio must be a finite number >= 0)x" in line
+    f = calibrate_health_validate.figures({"measure": "m", "valid": True,
+                                           "figures": {"rho": 1.5, "p": 0.5, "saturated_share": 1.5, "n_measurable": 9}})
+    line = calibrate_health_validate.headline(f)
+    assert "rho with length 1.5 (out of range: rho must be in [-1, 1])" in line
+    assert "1.5 (out of range: a share must be in [0, 1]) at an end" in line

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render
+from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
+from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render
 
 # The method every speed-up divides by, as the report names it: lab.bench.results.BASELINE (a unit test checks
 # they agree). Not imported: lab.bench imports lab.reports, which draws pages, so that would be an import circle.
@@ -23,6 +24,26 @@ BASELINE = "target-only (lab loop)"
 COLUMNS = ("method", "gamma", "e2e tok/s", "e2e speed-up", "decode-only tok/s", "decode-only speed-up",
            "tok/s median", "tok/s min", "tok/s max", "alpha", "tau", "measured speed-up (loop)",
            "predicted (measured times)", "Thm 3.8 (time c)", "Thm 3.8 (FLOP c)", "same tokens")
+_SPEED, _SPEEDUP = (NONNEGATIVE, "a speed"), (NONNEGATIVE, "a speed-up")
+# Each figure the page prints (a results column, a set-up field), with its physical range (lab.ranges) and its name
+# in an out-of-range note; the ratio B / A of two benches has none.
+FIGURE_RANGES: dict[str, tuple[Range, str]] = {
+    "gamma": (GAMMA, "gamma"), "e2e tok/s": _SPEED, "e2e speed-up": _SPEEDUP, "decode-only tok/s": _SPEED,
+    "decode-only speed-up": _SPEEDUP, "tok/s median": _SPEED, "tok/s min": _SPEED, "tok/s max": _SPEED,
+    "alpha": (PROBABILITY, "alpha"), "tau": (NONNEGATIVE, "tokens per round"), "measured speed-up (loop)": _SPEEDUP,
+    "predicted (measured times)": _SPEEDUP, "Thm 3.8 (time c)": _SPEEDUP, "Thm 3.8 (FLOP c)": _SPEEDUP,
+    "max new tokens": (COUNT, "a token count"), "repeats": (COUNT, "a count"), "torch threads": (COUNT, "a count"),
+    "load": (NONNEGATIVE, "a load average"), "temperature": (TEMPERATURE, "temperature"), "top-k": (TOP_K, "top-k"),
+    "top-p": (TOP_P, "top-p"),
+}
+
+
+def shown(key: str, value: Any) -> str:
+    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure`); a key with no
+    range as :func:`lab.views.core.fmt` does."""
+    if key not in FIGURE_RANGES:
+        return fmt(value)
+    return figure(value, *FIGURE_RANGES[key])
 
 
 def _num(value: Any) -> float | None:
@@ -78,23 +99,24 @@ def headline(bench: dict[str, Any]) -> str:
     base = next((r for r in rows if r["method"] == BASELINE), None)
     busy = " (machine busy: figures noisy)" if (bench.get("machine_load") or {}).get("busy") else ""
     if base is None:
-        return f"fastest: {best['method']}, {fmt(best['e2e tok/s'])} tokens/s end to end{busy}"
+        return f"fastest: {best['method']}, {shown('e2e tok/s', best['e2e tok/s'])} tokens/s end to end{busy}"
     if best is base:
         others = [r for r in rows if r is not base]
         if not others:
-            return f"{BASELINE}: {fmt(base['e2e tok/s'])} tokens/s end to end{busy}"
+            return f"{BASELINE}: {shown('e2e tok/s', base['e2e tok/s'])} tokens/s end to end{busy}"
         runner = max(others, key=lambda r: r["e2e tok/s"])
-        return (f"fastest: {BASELINE} itself, {fmt(base['e2e tok/s'])} tokens/s end to end; best other: "
-                f"{runner['method']} at {fmt(runner['e2e speed-up'])}x (decode-only "
-                f"{fmt(runner['decode-only speed-up'])}x){busy}")
-    return (f"fastest: {best['method']}, {fmt(best['e2e tok/s'])} tokens/s end to end, {fmt(best['e2e speed-up'])}x "
-            f"{BASELINE} (decode-only {fmt(best['decode-only speed-up'])}x){busy}")
+        return (f"fastest: {BASELINE} itself, {shown('e2e tok/s', base['e2e tok/s'])} tokens/s end to end; best "
+                f"other: {runner['method']} at {shown('e2e speed-up', runner['e2e speed-up'])}x (decode-only "
+                f"{shown('decode-only speed-up', runner['decode-only speed-up'])}x){busy}")
+    return (f"fastest: {best['method']}, {shown('e2e tok/s', best['e2e tok/s'])} tokens/s end to end, "
+            f"{shown('e2e speed-up', best['e2e speed-up'])}x {BASELINE} (decode-only "
+            f"{shown('decode-only speed-up', best['decode-only speed-up'])}x){busy}")
 
 
 def _results_html(bench: dict[str, Any], prefix: str) -> Any:
     rows = result_rows(bench)
     load = bench.get("machine_load") or {}
-    return render("bench_results.html.j2", rows=rows, columns=COLUMNS, baseline=BASELINE,
+    return render("bench_results.html.j2", rows=rows, columns=COLUMNS, baseline=BASELINE, shown=shown,
                   row_ids=[_row_id(prefix, r["method"]) for r in rows],
                   busy=load.get("busy"), max_load=load.get("max_load_1m"), threads=load.get("threads"),
                   comparisons=[c for c in bench.get("comparisons") or [] if isinstance(c, dict)],
@@ -124,8 +146,8 @@ def _sampling(config: dict[str, Any]) -> str | None:
         return None if s is None else str(s)
     if not s.get("temperature"):
         return "greedy"
-    parts = [f"temperature {fmt(s.get('temperature'))}"]
-    parts += [f"{label} {fmt(s[key])}" for key, label in (("top_k", "top-k"), ("top_p", "top-p"))
+    parts = [f"temperature {shown('temperature', s.get('temperature'))}"]
+    parts += [f"{label} {shown(label, s[key])}" for key, label in (("top_k", "top-k"), ("top_p", "top-p"))
               if s.get(key) is not None and not (key == "top_p" and s[key] == 1.0)]
     return ", ".join(parts)
 
@@ -161,6 +183,6 @@ def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
         matched.append(row)
     setup = [{"field": label, "A": get(a.report), "B": get(b.report), "same": get(a.report) == get(b.report)}
              for label, get in SETUP_FIELDS]
-    return (Section("Benches side by side", render("bench_compare.html.j2", rows=matched, setup=setup, a=a, b=b,
+    return (Section("Benches side by side", render("bench_compare.html.j2", rows=matched, setup=setup, a=a, b=b, shown=shown,
                                                    keys=("e2e tok/s", "decode-only tok/s", "e2e speed-up",
                                                          "decode-only speed-up", "alpha")), "bench-compare"),)

@@ -6,21 +6,33 @@ words them the same way in the summary); the summary's table and ``bench.csv`` f
 
 from __future__ import annotations
 
-from lab.views.core import KindPage, ReportFiles
+import sys
+from typing import Any
+
+from lab.ranges import COUNT, NONNEGATIVE
+from lab.views.core import KindPage, ReportFiles, figure
 from lab.views.kinds._summary import own_json
+
+FIELDS = ("length", "time_ratio", "capture_extra_bytes", "plain_extra_bytes")
+
+
+def _gib(n: Any) -> str:
+    """Bytes as GiB, checked: a memory size is not negative (:func:`lab.views.core.figure`)."""
+    number = isinstance(n, (int, float)) and not isinstance(n, bool) and abs(n) <= sys.float_info.max
+    return figure(n / 2**30 if number else n, NONNEGATIVE, "a memory size", spec=".2f")
 
 
 def headline(bench: dict) -> str:
-    """The streaming capture's time and memory against plain prefill at the longest length measured."""
-    c = bench.get("comparison") or {}
-    try:
-        return (f"at {c['length']} tokens the streaming capture takes {c['time_ratio']:.2f}x the plain prefill's "
-                f"time and {c['capture_extra_bytes'] / 2**30:.2f} GiB beyond the model (plain: "
-                f"{c['plain_extra_bytes'] / 2**30:.2f} GiB)")
-    except (KeyError, TypeError, ValueError):
+    """The streaming capture's time and memory against plain prefill at the longest length measured; each figure
+    checked against its physical range."""
+    c = bench.get("comparison")
+    if not isinstance(c, dict) or any(c.get(k) is None for k in FIELDS):
         return ""
+    return (f"at {figure(c['length'], COUNT, 'a token count')} tokens the streaming capture takes "
+            f"{figure(c['time_ratio'], NONNEGATIVE, 'a time ratio', spec='.2f')}x the plain prefill's time and "
+            f"{_gib(c['capture_extra_bytes'])} GiB beyond the model (plain: {_gib(c['plain_extra_bytes'])} GiB)")
 
 
 def page(files: ReportFiles) -> KindPage:
-    """The headline from ``bench.json``; the summary and the CSV as the generic page shows them."""
+    """The headline from ``bench.json``; the summary and the CSV as the generic page shows it."""
     return KindPage(headline=headline(own_json(files, "bench.json")))

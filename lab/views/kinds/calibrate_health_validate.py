@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, render
+from lab.ranges import CORRELATION, COUNT, PROBABILITY
+from lab.views.core import KindPage, ReportFiles, Section, figure, render
 from lab.views.kinds._summary import own_json
 
 
@@ -24,17 +25,17 @@ def figures(v: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline(f: dict[str, Any]) -> str:
-    """One line: the measure, passes or fails, rho and the saturated share."""
+    """One line: the measure, passes or fails, rho and the saturated share, each checked against its physical
+    range (:func:`lab.views.core.figure`)."""
     if not f["measure"]:
         return ""
-
-    def num(x: Any, spec: str) -> str:
-        return format(x, spec) if isinstance(x, (int, float)) else "-"
-
     return (f"context health ({f['measure']}) {'reads' if f['valid'] else 'FAILS to read'} the context: "
-            f"Spearman rho with length {num(f['rho'], '+.2f')} (p {num(f['p'], '.2g')}; bar |rho| <= "
-            f"{num(f['max_rho'], 'g')}), {num(f['saturated_share'], '.0%')} at an end of the scale "
-            f"(bar {num(f['max_share'], '.0%')}), {f['n']} measurable prompts")
+            f"Spearman rho with length {figure(f['rho'], CORRELATION, 'rho', spec='+.2f')} "
+            f"(p {figure(f['p'], PROBABILITY, 'a p-value', spec='.2g')}; bar |rho| <= "
+            f"{figure(f['max_rho'], CORRELATION, 'rho', spec='g')}), "
+            f"{figure(f['saturated_share'], PROBABILITY, 'a share', spec='.0%')} at an end of the scale "
+            f"(bar {figure(f['max_share'], PROBABILITY, 'a share', spec='.0%')}), "
+            f"{figure(f['n'], COUNT, 'a count')} measurable prompts")
 
 
 def page(files: ReportFiles) -> KindPage:

@@ -9,25 +9,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render
+from lab.ranges import COUNT
+from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render
 from lab.views.kinds._summary import own_json
 
 PLOT = "sweep.png"
 
 
 def headline(c: dict[str, Any]) -> str:
-    """The chosen threshold, its feasible range and the held-out check, from ``calibration.json``."""
+    """The chosen threshold, its feasible range and the held-out check, from ``calibration.json``; each count
+    checked against its physical range (the threshold is on the detector's statistic, which has none)."""
     if c.get("chosen_threshold") is None:
         return "no feasible threshold" if c else ""
     feasible = c.get("feasible_thresholds") or []
     span = f"feasible {fmt(feasible[0])} to {fmt(feasible[-1])}, " if feasible else ""
     line = (f"threshold {fmt(c['chosen_threshold'])} on {c.get('statistic', 'the statistic')} "
-            f"({span}{c.get('n_prompts', '?')} prompts)")
+            f"({span}{_count(c.get('n_prompts', '?'))} prompts)")
     short = (c.get("held_out") or {}).get("short") or {}
     if short:
-        line += (f"; held out: position 0 flagged on {short.get('position0_flagged')}/{short.get('n_prompts')}, "
-                 f"content {short.get('content_flagged')}/{short.get('n_content')}")
+        line += (f"; held out: position 0 flagged on {_count(short.get('position0_flagged'))}/"
+                 f"{_count(short.get('n_prompts'))}, content {_count(short.get('content_flagged'))}/"
+                 f"{_count(short.get('n_content'))}")
     return line
+
+
+def _count(n: Any) -> str:
+    """A count as the page prints it, checked (:data:`lab.ranges.COUNT`); text (``"?"``) as it is."""
+    return n if isinstance(n, str) else figure(n, COUNT, "a count")
 
 
 def page(files: ReportFiles) -> KindPage:

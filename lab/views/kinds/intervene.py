@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render, row_anchor, table
+from lab.ranges import ENTROPY_BITS, PROBABILITY
+from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, row_anchor, table
 
 CONTROLS = ("empty_mask", "position_only", "label_swap", "c_plus", "manipulation")
 # The per-triple table: (column title, twin, arm, triples.csv column), read from triples.csv as written.
 TRIPLE_CELLS = tuple((f"{what}({twin},{arm})", twin, arm, column)
                      for what, column in (("H", "entropy_bits"), ("beta", "beta"))
                      for arm in ("A0", "A1") for twin in ("P", "N"))
+# Each triples.csv column's physical range and its name in an out-of-range note: beta, the draft's expected
+# acceptance, is a probability.
+CELL_RANGES = {"entropy_bits": (ENTROPY_BITS, "entropy"), "beta": (PROBABILITY, "beta")}
 
 
 def triple_anchor(question_id: str) -> str:
@@ -63,7 +67,8 @@ def triple_rows(files: ReportFiles) -> list[dict[str, Any]]:
                                          "distractor": r.get("distractor", "")})
         for title, twin, arm, column in TRIPLE_CELLS:
             if r.get("twin") == twin and r.get("arm") == arm:
-                row[title] = _number(r.get(column, ""))
+                value = _number(r.get(column, ""))
+                row[title] = value if isinstance(value, str) else figure(value, *CELL_RANGES[column])
     return list(by_triple.values())
 
 

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, colour, legend, render, text_colour
+from lab.ranges import HEALTH, PROBABILITY
+from lab.views.core import KindPage, ReportFiles, Section, colour, figure, figure_problem, legend, render, text_colour
 
 ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
 
@@ -86,9 +87,15 @@ def _floor(values: list[float]) -> float:
     return max(MIN_FLOOR, 10.0 ** math.floor(math.log10(min(positive))))
 
 
+def _share(value: float) -> float:
+    """Attention received (a share of the queries' attention, in [0, 1]) where it can be one, else NaN: a chart
+    draws no impossible bar (its tooltip says what the report holds)."""
+    return math.nan if figure_problem(value, PROBABILITY, "attention received") else value
+
+
 def chart(ps: list[Position]) -> dict[str, Any]:
     """Geometry of the bar chart: one bar per position on a log axis from the floor to 1."""
-    floor = _floor([p.received for p in ps])
+    floor = _floor([_share(p.received) for p in ps])
     decades = max(1, round(-math.log10(floor)))
 
     def y(v: float) -> float:
@@ -99,12 +106,12 @@ def chart(ps: list[Position]) -> dict[str, Any]:
     bars = []
     for k, p in enumerate(ps):
         x = PLOT_LEFT + k * BAR_STEP + (BAR_STEP - BAR_WIDTH) / 2
-        top = y(p.received)
+        top = y(_share(p.received))
         shown = visible(p.token)
         bars.append({"p": p, "x": round(x, 1), "cx": round(x + BAR_WIDTH / 2, 1), "y": round(top, 1),
                      "h": round(max(1.0, base - top), 1), "label": shown if len(shown) <= LABEL_CHARS
                      else shown[:LABEL_CHARS - 1] + "…", "shown": shown or "∅",
-                     "value": f"{p.received:.4g}" if math.isfinite(p.received) else "-"})
+                     "value": figure(p.received, PROBABILITY, "attention received", 4)})
     ticks = [{"y": round(y(10.0 ** -d), 1), "label": f"{10.0 ** -d:g}"} for d in range(decades + 1)]
     return {"bars": bars, "ticks": ticks, "base": base, "width": PLOT_LEFT + len(ps) * BAR_STEP + 8,
             "height": base + LABEL_HEIGHT, "left": PLOT_LEFT, "top": PLOT_TOP, "bar_width": BAR_WIDTH,
@@ -113,14 +120,16 @@ def chart(ps: list[Position]) -> dict[str, Any]:
 
 def _health_value(a: dict[str, Any]) -> str:
     h = a.get("context_health")
-    return f"{h:.1f} / 10" if isinstance(h, (int, float)) and math.isfinite(h) else "not measurable"
+    if not isinstance(h, (int, float)) or (isinstance(h, float) and math.isnan(h)):
+        return "not measurable"
+    return f"{figure(h, HEALTH, 'context health', spec='.1f')} / 10"
 
 
 def headline(a: dict[str, Any], ps: list[Position]) -> str:
     """One line: the flagged sinks (each with its sink rate) of the positions, and the context measure."""
     rates = a.get("sink_rate") if isinstance(a.get("sink_rate"), list) else []
     sinks = [p for p in ps if p.is_sink]
-    named = ", ".join(f"{p.index} {visible(p.token)!r}" + (f" (sink rate {rates[p.index]:.2f})"
+    named = ", ".join(f"{p.index} {visible(p.token)!r}" + (f" (sink rate {figure(rates[p.index], PROBABILITY, 'a sink rate', spec='.2f')})"
                                                           if p.index < len(rates) else "") for p in sinks[:3])
     more = f" and {len(sinks) - 3} more" if len(sinks) > 3 else ""
     line = f"{len(sinks)} sink{'s' if len(sinks) != 1 else ''} of {len(ps)} positions" + (
@@ -148,8 +157,8 @@ def levels(a: dict[str, Any], ps: list[Position]) -> dict[str, Any]:
             if per_head and layer < len(per_head):
                 heads = [h[pos] for h in per_head[layer] if isinstance(h, list) and pos < len(h)]
                 value = sum(heads) / len(heads) if heads else None
-            bg = colour(value)
-            cells.append({"layer": layer, "value": value, "bg": bg, "fg": text_colour(bg),
+            bg = colour(None if figure_problem(value, PROBABILITY, "attention received") else value)
+            cells.append({"layer": layer, "value": figure(value, PROBABILITY, "attention received"), "bg": bg, "fg": text_colour(bg),
                           "sink": layer < len(flagged) and pos in flagged[layer]})
         rows.append({"level": lv, "token": visible(p.token) if p else str(lv.get("token", "")),
                      "role": p.role if p else lv.get("role", ""), "cells": cells})

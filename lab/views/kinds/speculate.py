@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
-from lab.ranges import COUNT, NONNEGATIVE, PROBABILITY
+from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY
 from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, token_cell, token_inline
 
 # Rounds drawn as <details>; a longer run's other rounds are in rounds.csv and report.json.
@@ -149,7 +149,7 @@ def headline(report: dict[str, Any]) -> str:
             f"of {figure(acc.get('n_drafted_tested'), COUNT, 'a count')} tested drafts kept), "
             f"{figure(acc.get('tau'), NONNEGATIVE, 'tokens per round')} tokens per round (theory "
             f"{fmt(th['expected_tokens'])}), {figure(acc.get('tokens_per_s'), NONNEGATIVE, 'a speed')} tokens/s at "
-            f"gamma {fmt(th['gamma'])}")
+            f"gamma {figure(th['gamma'], GAMMA, 'gamma')}")
 
 
 def page(files: ReportFiles) -> KindPage:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, markdown, render, table
+from lab.ranges import COUNT, NONNEGATIVE, PERPLEXITY, PROBABILITY, SECONDS, Range
+from lab.views.core import MAX_FIGURES, KindPage, ReportFiles, Section, figure, markdown, render, table
 from lab.views.kinds._summary import prose
 
 PLOT = "rolling_nll.png"
@@ -24,31 +25,42 @@ def _num(x: Any) -> float:
         return math.nan
 
 
-def _f(x: Any, spec: str) -> str:
-    v = _num(x)
-    return format(v, spec) if math.isfinite(v) else "-"
+def _f(x: Any, rng: Range, what: str, spec: str) -> str:
+    """A figure of the report or of a CSV cell (text) as the page prints it, checked against its physical range
+    (:func:`lab.views.core.figure`); ``-`` where there is none."""
+    return figure(_num(x), rng, what, MAX_FIGURES, spec=spec)
 
 
-def _interval(value: Any, low: Any, high: Any, spec: str) -> str:
-    if not math.isfinite(_num(value)):
+def _interval(value: Any, low: Any, high: Any, rng: Range, what: str, spec: str) -> str:
+    if math.isnan(_num(value)):
         return "-"
-    return f"{_f(value, spec)} [{_f(low, spec)}, {_f(high, spec)}]"
+    return f"{_f(value, rng, what, spec)} [{_f(low, rng, what, spec)}, {_f(high, rng, what, spec)}]"
 
 
 def _alpha(row: dict[str, str], mode: str) -> str:
-    if not math.isfinite(_num(row.get(f"alpha_{mode}"))):
+    if math.isnan(_num(row.get(f"alpha_{mode}"))):
         return "n/a"
-    return f"{_f(row[f'alpha_{mode}'], '.2f')} ({row.get(f'n_accepted_{mode}')}/{row.get(f'n_tested_{mode}')})"
+    return (f"{_f(row[f'alpha_{mode}'], PROBABILITY, 'alpha', '.2f')} "
+            f"({_count(row.get(f'n_accepted_{mode}'))}/{_count(row.get(f'n_tested_{mode}'))})")
+
+
+def _count(x: Any) -> str:
+    """A count as the report or a CSV cell holds it, checked (:data:`lab.ranges.COUNT`); as written when no number."""
+    v = _num(x)
+    return figure(int(v) if v.is_integer() else v, COUNT, "a count") if math.isfinite(v) else str(x)
 
 
 def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """``policies.csv``'s rows as the table shows them (the same columns as summary.md's table)."""
     return [{"policy": r.get("policy", ""), "keys/query": r.get("budget") or "all",
-             "PPL [95% CI]": _interval(r.get("ppl"), r.get("ppl_low"), r.get("ppl_high"), ".2f"),
-             "x dense [95% CI]": _interval(r.get("ratio_to_dense"), r.get("ratio_low"), r.get("ratio_high"), ".3f"),
-             "PPL all targets": _f(r.get("ppl_all_targets"), ".2f"), "alpha greedy": _alpha(r, "greedy"),
-             "alpha sampled": _alpha(r, "sampled"), "wall s": _f(r.get("wall_s"), ".1f"),
-             "peak MB": _f(r.get("peak_rss_mb"), ".0f")} for r in rows]
+             "PPL [95% CI]": _interval(r.get("ppl"), r.get("ppl_low"), r.get("ppl_high"), PERPLEXITY, "a perplexity",
+                                       ".2f"),
+             "x dense [95% CI]": _interval(r.get("ratio_to_dense"), r.get("ratio_low"), r.get("ratio_high"),
+                                           NONNEGATIVE, "a perplexity ratio", ".3f"),
+             "PPL all targets": _f(r.get("ppl_all_targets"), PERPLEXITY, "a perplexity", ".2f"),
+             "alpha greedy": _alpha(r, "greedy"), "alpha sampled": _alpha(r, "sampled"),
+             "wall s": _f(r.get("wall_s"), SECONDS, "a time", ".1f"),
+             "peak MB": _f(r.get("peak_rss_mb"), NONNEGATIVE, "a memory size", ".0f")} for r in rows]
 
 
 def test_verdict(t: dict[str, Any]) -> str:
@@ -63,8 +75,8 @@ def recompute_check(rc: Any) -> dict[str, str] | None:
     tolerance = _num(rc.get("tolerance"))
     return {"tolerance": f"{tolerance:.0%}" if math.isfinite(tolerance) else "-",
             "recompute": str(rc.get("recompute", "")), "sinks": str(rc.get("sinks", "")),
-            "ratio": _interval(rc.get("ratio"), rc.get("low"), rc.get("high"), ".3f"),
-            "n_targets": str(rc.get("n_targets", "-")), "verdict": "within" if rc.get("within") else "not within"}
+            "ratio": _interval(rc.get("ratio"), rc.get("low"), rc.get("high"), NONNEGATIVE, "a perplexity ratio", ".3f"),
+            "n_targets": _count(rc.get("n_targets", "-")), "verdict": "within" if rc.get("within") else "not within"}
 
 
 def headline(report: dict[str, Any]) -> str:
@@ -73,8 +85,8 @@ def headline(report: dict[str, Any]) -> str:
     tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
     if tests:
         t = tests[0]
-        parts.append(f"{t.get('name')}: {test_verdict(t)} (p {_f(t.get('p_value'), '.3g')})")
-    ratios = [f"{p.get('policy')} {_f(p.get('ratio_to_dense'), '.2f')}" for p in report.get("policies") or []
+        parts.append(f"{t.get('name')}: {test_verdict(t)} (p {_f(t.get('p_value'), PROBABILITY, 'a p-value', '.3g')})")
+    ratios = [f"{p.get('policy')} {_f(p.get('ratio_to_dense'), NONNEGATIVE, 'a perplexity ratio', '.2f')}" for p in report.get("policies") or []
               if isinstance(p, dict) and p.get("kind") != "dense"]
     if ratios:
         more = len(ratios) - MAX_HEADLINE_POLICIES

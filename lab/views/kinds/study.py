@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, fmt, render, row_anchor, table
+from lab.ranges import CORRELATION, COUNT, ENTROPY_BITS, HEALTH, PROBABILITY, Range
+from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, row_anchor, table
 
 # Columns of per_prompt.csv the page's table shows (the file holds every column); ``text`` clipped.
 PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "context_health", "mean_entropy_bits",
@@ -20,6 +21,14 @@ PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "co
 TEXT_COLUMNS = frozenset({"id", "category", "variant", "twin_of", "text"})  # shown as written, never as numbers
 TEXT_CHARS = 80  # of a prompt's generated text in the table; the CSV holds it whole
 DECIDED = ("supported", "not supported")  # the verdicts that decide (lab.analysis.hypotheses.VERDICTS spells them)
+# Physical ranges of the figures the page prints (lab.ranges), with their names in an out-of-range note: the
+# per-prompt columns, and the effects that are correlations (lab.analysis.hypotheses' effect names); an effect
+# with no range of its own (a variance gap, eta squared H) is printed as it is.
+COLUMN_RANGES: dict[str, tuple[Range, str]] = {
+    "n_prompt_tokens": (COUNT, "a token count"), "context_health": (HEALTH, "context health"),
+    "mean_entropy_bits": (ENTROPY_BITS, "entropy"), "alpha": (PROBABILITY, "alpha"),
+    "n_accepted": (COUNT, "a count"), "n_drafted_tested": (COUNT, "a count")}
+CORRELATIONS = frozenset({"spearman_rho", "partial_spearman_rho", "point_biserial_r", "rank_biserial_r"})
 
 
 def prompt_anchor(prompt_id: str) -> str:
@@ -41,6 +50,11 @@ def _cell(text: str) -> Any:
     return text
 
 
+def _shown(column: str, value: Any) -> Any:
+    """A per-prompt cell checked against its column's physical range (:data:`COLUMN_RANGES`); text as it is."""
+    return figure(value, *COLUMN_RANGES[column]) if column in COLUMN_RANGES and not isinstance(value, str) else value
+
+
 def _tests(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in report.get("tests") or [] if isinstance(t, dict) and t.get("name")]
 
@@ -53,22 +67,31 @@ def headline(tests: list[dict[str, Any]]) -> str:
     ...           {"name": "H1", "verdict": "untestable"}, {"name": "H3", "verdict": "inconclusive"}])
     'H2 supported (r -0.342); 1 untestable, 1 inconclusive'
     """
-    decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {fmt(t.get('effect'))})"
+    decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {_effect(t, t.get('effect'))})"
                for t in tests if t.get("verdict") in DECIDED]
     rest = Counter(str(t.get("verdict") or "inconclusive") for t in tests if t.get("verdict") not in DECIDED)
     return ", ".join(decided) + ("; " if decided and rest else "") + ", ".join(f"{n} {v}" for v, n in rest.items())
 
 
+def _effect(t: dict[str, Any], value: Any) -> str:
+    """An effect of test ``t`` (or an end of its interval) as the page prints it: a correlation checked against
+    [-1, 1] (:func:`lab.views.core.figure`), another effect as :func:`lab.views.core.fmt` prints it."""
+    return figure(value, CORRELATION, t["effect_name"]) if t.get("effect_name") in CORRELATIONS else fmt(value)
+
+
 def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per test for the verdict table, with the numbers as ``study.json`` holds them."""
+    """One row per test for the verdict table, its figures as the page prints them (checked against their
+    physical ranges; an absent interval end or smallest effect None)."""
     rows = []
     for t in tests:
         power = (t.get("details") or {}).get("power") or {}
         rows.append({"name": t["name"], "hypothesis": t.get("hypothesis", ""), "statistic": t.get("effect_name", ""),
-                     "predicted": "< 0" if t.get("predicted_sign", 1) < 0 else "> 0", "effect": t.get("effect"),
-                     "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"), "ci_level": t.get("ci_level"),
-                     "p": t.get("p_value"), "p_holm": t.get("p_holm"), "n": t.get("n"),
-                     "detectable": power.get("min_detectable"), "smallest": t.get("smallest_effect"),
+                     "predicted": "< 0" if t.get("predicted_sign", 1) < 0 else "> 0", "effect": _effect(t, t.get("effect")),
+                     **{k: None if t.get(k) is None else _effect(t, t.get(k)) for k in ("ci_low", "ci_high")},
+                     "ci_level": t.get("ci_level"), "p": figure(t.get("p_value"), PROBABILITY, "a p-value"),
+                     "p_holm": figure(t.get("p_holm"), PROBABILITY, "a p-value"), "n": figure(t.get("n"), COUNT, "a count"),
+                     "detectable": _effect(t, power.get("min_detectable")),
+                     "smallest": None if t.get("smallest_effect") is None else _effect(t, t.get("smallest_effect")),
                      "underpowered": power.get("underpowered"), "verdict": t.get("verdict", ""),
                      "untestable": t.get("untestable") or "", "note": t.get("note", "")})
     return rows
@@ -95,7 +118,7 @@ def prompt_rows(files: ReportFiles) -> tuple[list[dict[str, Any]], list[str]]:
     rows = []
     for r in csv_rows:
         text = r.get("text") or ""
-        rows.append({**{k: v if k in TEXT_COLUMNS else _cell(v) for k, v in r.items()},
+        rows.append({**{k: v if k in TEXT_COLUMNS else _shown(k, _cell(v)) for k, v in r.items()},
                      "text": text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "..."})
     return rows, [prompt_anchor(r.get("id", "")) for r in csv_rows]
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.views.core import KindPage, ReportFiles, Section, first_bold_line, markdown, render
+from lab.ranges import PROBABILITY
+from lab.views.core import KindPage, ReportFiles, Section, figure, first_bold_line, markdown, render
 from lab.views.kinds._summary import prose
 
 
 def _interval(f: dict[str, Any]) -> str:
     lo, hi = f.get("ci_low"), f.get("ci_high")
-    ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi))
-    return f"{lo:.2f}-{hi:.2f}" if ok else "-"
+    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) for x in (lo, hi))
+    return (f"{figure(lo, PROBABILITY, 'an AUROC', spec='.2f')}-{figure(hi, PROBABILITY, 'an AUROC', spec='.2f')}"
+            if ok else "-")
 
 
 def measure_rows(validation: dict[str, Any]) -> list[dict[str, Any]]:
