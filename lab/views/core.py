@@ -322,6 +322,14 @@ _SVG_NS = "http://www.w3.org/2000/svg"
 # attributes"), so writing them with these prefixes reads the same in both parsers.
 _SVG_ATTRIBUTE_PREFIXES = {"http://www.w3.org/1999/xlink": "xlink:", "http://www.w3.org/XML/1998/namespace": "xml:"}
 _SVG_URL = re.compile(r"url\s*\(\s*['\"]?\s*([^)'\"\s]*)", re.IGNORECASE)
+# The CSS functions an attribute (a presentation attribute, ``style``, ``transform``) may call: url(#...) and the
+# transforms matplotlib writes. Any other (``image-set("http://...")``, ``src()``, ``cross-fade()``) may name a file
+# with no url( for the check to find; and no backslash, whose CSS escape (``u\72l(``) spells url( unseen.
+_SVG_FUNCTION = re.compile(r"([A-Za-z0-9_-]*)\s*\(")
+SVG_CSS_FUNCTIONS = frozenset({"url", "translate", "rotate", "scale", "matrix", "skewx", "skewy", "rgb", "rgba"})
+# What the outer <svg> (a CSS box of the page) may carry: its size and coordinates. overflow="visible" or a transform
+# there (presentation attributes, as a style would be) lays the drawing over the rest of the page.
+SVG_OUTER_ATTRIBUTES = frozenset({"width", "height", "viewbox", "version", "preserveaspectratio"})
 _SVG_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);", re.IGNORECASE)
 # Markup an XML parser reads as a comment or a declaration but an HTML parser may end early (<!--> ...):
 # refused, so the file's own reading is never in doubt.
@@ -337,8 +345,9 @@ def inline_svg(body: str) -> str | None:
     HTML parser would end early, or any markup hidden from the XML parser, reaches the page as text. Checked:
     only :data:`SVG_ELEMENTS` in SVG's namespace, text only in :data:`SVG_TEXT_ONLY`, no ``on*`` attribute, every
     ``href``/``src`` and ``url(...)`` inside the page (``#...``; an ``<image>`` may also take a PNG/JPEG/GIF/WebP
-    data URI), no ``@import`` or ``javascript:``, no stylesheet but :data:`MATPLOTLIB_SVG_STYLE`, no ``style`` on
-    the outer ``<svg>``, no attribute in a namespace other than xlink's and xml's. Anything else is shown as an ``<img>``, where an SVG runs no script,
+    data URI), no ``@import`` or ``javascript:``, no stylesheet but :data:`MATPLOTLIB_SVG_STYLE`, no CSS function in an attribute
+    but :data:`SVG_CSS_FUNCTIONS` and no backslash (a CSS escape), the outer ``<svg>`` holding only
+    :data:`SVG_OUTER_ATTRIBUTES` (no style, overflow or transform that lays it over the page), no attribute in a namespace other than xlink's and xml's. Anything else is shown as an ``<img>``, where an SVG runs no script,
     loads nothing and styles nothing outside itself.
 
     >>> inline_svg('<svg xmlns="http://www.w3.org/2000/svg"><title><![CDATA[</title><img src=x>]]></title></svg>')
@@ -389,7 +398,9 @@ def _write_svg_element(element: ElementTree.Element, out: list[str], top: bool =
             raise _NotInert(key)
         if local.lower().startswith("on") or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", local):
             raise _NotInert(key)
-        if top and local.lower() == "style":  # the outer <svg> is a CSS box of the page: it could be laid over it
+        if top and (namespace or local.lower() not in SVG_OUTER_ATTRIBUTES):  # a CSS box of the page: kept in it
+            raise _NotInert(key)
+        if "\\" in value or any(f and f.lower() not in SVG_CSS_FUNCTIONS for f in _SVG_FUNCTION.findall(value)):
             raise _NotInert(key)
         if local.lower() in ("href", "src") and not (
                 value.startswith("#") or (lower == "image" and _SVG_DATA_IMAGE.match(value))):

@@ -404,3 +404,24 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
     line = calibrate_health_validate.headline(f)
     assert "rho with length 1.5 (out of range: rho must be in [-1, 1])" in line
     assert "1.5 (out of range: a share must be in [0, 1]) at an end" in line
+
+
+@pytest.mark.parametrize("svg", [
+    f'<svg {SVG_NS}><rect width="9" height="9" style="fill:u\\72l(http://x/esc)"/></svg>',
+    f'<svg {SVG_NS}><rect width="9" height="9" style="background-image:image-set(\'http://x/is\' 1x)"/></svg>',
+    f'<svg {SVG_NS}><rect width="9" height="9" fill="src(\'http://x/s\')"/></svg>',
+])
+def test_inline_svg_css_escape_or_url_free_function_is_an_img(svg):
+    """Outside reference past the url( check: a CSS escape spelling url( or a function taking a bare string
+    (image-set) reached the page inline, and the browser asked for the file (the policy alone stopped it)."""
+    assert inline_svg(svg) is None
+
+
+@pytest.mark.parametrize("attribute", ['overflow="visible"', 'transform="scale(60)"', 'class="tok"',
+                                       'opacity="0"', 'xml:base="http://x/"'])
+def test_inline_svg_outer_svg_attribute_that_could_cover_the_page_is_an_img(attribute):
+    """Page blanked by an SVG: overflow="visible" or a transform on the outer <svg> (presentation attributes, no
+    style needed) laid a white rectangle over the whole page."""
+    svg = f'<svg {SVG_NS} width="100" height="100" {attribute}><rect x="-5000" y="-5000" width="20000" height="20000"/></svg>'
+    assert inline_svg(svg) is None
+    assert inline_svg(f'<svg {SVG_NS} width="100" height="100" viewBox="0 0 100 100" version="1.1"><rect/></svg>')
