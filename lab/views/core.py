@@ -516,7 +516,7 @@ def figure(value: Any, rng: Range, what: str, digits: int = 3, top: tuple[float,
     problem = figure_problem(value, rng, what, top)
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     shown = fmt(value, digits)
-    if number and spec and math.isfinite(value) and abs(value) <= sys.float_info.max:
+    if number and spec and abs(value) <= sys.float_info.max and math.isfinite(value):  # no float of a huge int
         written = format(value, spec)
         if len(written.lstrip("-+0.").replace(".", "")) <= MAX_FIGURES:
             shown = written
@@ -527,9 +527,17 @@ def figure(value: Any, rng: Range, what: str, digits: int = 3, top: tuple[float,
     return f"{shown} (out of range: {problem})"
 
 
+# An integer of more digits than any 64-bit count, id or seed (2**64 - 1 has 20) is no figure a run writes: a
+# template printing one as it is (a round number, a token id) shows it as fmt does, never hundreds of digits.
+MAX_PRINTED_DIGITS = 20
+
+
 def _printed(value: Any) -> Any:
     """What a template prints: a string as :func:`lab.safe_text.printable` shows it (a file or folder name read
-    from the disk, a model name), markup built by the pages as it is."""
+    from the disk, a model name), an integer past :data:`MAX_PRINTED_DIGITS` digits as :func:`fmt` shows it,
+    markup built by the pages as it is."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** MAX_PRINTED_DIGITS:
+        return fmt(value)
     return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 

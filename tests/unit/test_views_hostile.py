@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -425,3 +426,50 @@ def test_inline_svg_outer_svg_attribute_that_could_cover_the_page_is_an_img(attr
     svg = f'<svg {SVG_NS} width="100" height="100" {attribute}><rect x="-5000" y="-5000" width="20000" height="20000"/></svg>'
     assert inline_svg(svg) is None
     assert inline_svg(f'<svg {SVG_NS} width="100" height="100" viewBox="0 0 100 100" version="1.1"><rect/></svg>')
+
+
+def test_figure_integer_no_float_holds_with_a_format_is_shown_out_of_range():
+    """A page not drawn for one figure: figure() with a format asked math.isfinite of a 400-digit integer, whose
+    OverflowError cost the kind's whole page (an entropy table, a stream policy) instead of that one figure."""
+    from lab.ranges import PROBABILITY
+    from lab.views.core import figure
+
+    assert figure(10**400, PROBABILITY, "p", spec=".2f") == "1.00000e+400 (out of range: p must be in [0, 1])"
+
+
+def test_speculate_page_integer_of_hundreds_of_digits_is_not_printed_whole(tmp_path):
+    """A number of hundreds of digits on a page: a round number and token ids of 401 digits (printed by the
+    templates as they are) and a gamma of 401 digits (the theory's refusal echoed it whole as the page's
+    "not drawn" reason) filled lines of the speculate page."""
+    huge = 10**400 + 7
+    report = {"settings": {"gamma": huge},
+              "acceptance": {"alpha": 0.5, "n_accepted": 1, "n_drafted_tested": 2, "tau": 1.5, "tokens_per_s": 3.0},
+              "rounds": [{"round": huge, "proposed": [huge, 5], "n_accepted": 0, "accepted_mask": [False, False],
+                          "tested_mask": [True, False], "draft_entropies": [1.0, 1.0], "next_token": huge,
+                          "next_kind": "correction", "draft_time_s": 0.1, "verify_time_s": 0.1}]}
+    page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
+    assert "not in the shape" not in page
+    assert not re.search(r"\d{40}", page) and not re.search(r"\d{40}", log)
+    assert "1.00000e+400" in page
+
+
+def test_intervene_and_study_confidence_level_out_of_range_is_said(tmp_path):
+    """An impossible number shown as fact: a confidence level of -7777.5 was printed as "at -777750.0%" beside
+    an interval (and one no float holds stopped the page)."""
+    test = {"name": "H1", "verdict": "supported", "estimate": 0.1, "ci_low": 0.0, "ci_high": 0.2, "ci_level": -7777.5,
+            "p_value": 0.01, "p_holm": 0.01, "n": 10}
+    page, _ = _page_and_log(tmp_path, "20261205-010101-study-x",
+                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+    assert "at -7.78e+03 (out of range: a confidence level must be in [0, 1])" in page
+    test["ci_level"] = 0.975
+    page, _ = _page_and_log(tmp_path, "20261205-010102-study-y",
+                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+    assert "at 97.5%" in page
+
+
+def test_stream_recompute_tolerance_out_of_range_is_said(tmp_path):
+    """An impossible number shown as fact: a negative recompute tolerance was printed as "within -777750%"."""
+    report = {"recompute_check": {"tolerance": -7777.5, "recompute": "recompute:16", "sinks": "sinks:4+12",
+                                  "ratio": 0.98, "low": 0.96, "high": 0.99, "n_targets": 77, "within": True}}
+    page, _ = _page_and_log(tmp_path, "20261205-010101-stream-x", {"report.json": json.dumps(report)})
+    assert "within -7777.5 (out of range: a tolerance must be a finite number >= 0)" in page

@@ -15,6 +15,7 @@ ids in brackets and no p(x) / q(x) columns.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
@@ -37,7 +38,7 @@ def _num(value: Any) -> float | None:
 def _text_of(texts: dict[str, str], token_id: Any) -> str:
     """A token's text from the report's ``token_texts``; ``[id]`` in a report without it."""
     text = texts.get(str(token_id))
-    return text if isinstance(text, str) else f"[{token_id}]"
+    return text if isinstance(text, str) else f"[{fmt(token_id)}]"
 
 
 def _at(values: Any, i: int) -> Any:
@@ -112,7 +113,8 @@ def theory(report: dict[str, Any]) -> dict[str, Any]:
     alpha, gamma = _num(acc.get("alpha")), settings.get("gamma")
     cost = report.get("draft_cost")
     c = _num(cost.get("ratio")) if isinstance(cost, dict) else None
-    ok = alpha is not None and 0.0 <= alpha <= 1.0 and isinstance(gamma, int) and gamma >= 1
+    # The closed forms' domain (lab.speculative.theory): a gamma no float holds has no theory to set beside it.
+    ok = alpha is not None and 0.0 <= alpha <= 1.0 and isinstance(gamma, int) and 1 <= gamma <= sys.float_info.max
     rounds = report.get("rounds") or []
     varies = bool(settings.get("adaptive") or settings.get("dynamic")
                   or any(r.get("stop_reason") in ("entropy", "pmin", "no-match") for r in rounds))
