@@ -206,7 +206,8 @@ def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> N
         says: The config's own words for the problem, where they are not :meth:`Range.problem`'s.
 
     Raises:
-        ValueError: ``rng.problem(value)`` is not None: ``f"{name}={value!r} {says or problem}"``.
+        ValueError: ``rng.problem(value)`` is not None: ``f"{name}={value!r} {says or problem}"``, the value's
+            echo cut (:func:`lab.safe_text.clipped`: a 5,000-digit seed read from a file is not echoed whole).
 
     Examples:
         >>> check_value("gamma", 0, GAMMA)
@@ -216,7 +217,7 @@ def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> N
     """
     problem = rng.problem(value)
     if problem is not None:
-        raise ValueError(f"{name}={value!r} {says or problem}")
+        raise ValueError(f"{name}={clipped(value, ECHO_MOST)} {says or problem}")
 
 
 

@@ -303,3 +303,15 @@ def test_range_check_long_integer_is_echoed_cut():
     with pytest.raises(ValueError) as info:
         ranges.TOP_K.check("--top-k", int("9" * 4000))
     assert len(str(info.value)) < 300 and "(4,000 characters) must be in [1, 1048576]" in str(info.value)
+
+
+def test_check_value_integer_of_thousands_of_digits_is_echoed_cut():
+    """A one-line error of thousands of characters: a config's range check echoed a 5,000-digit value whole
+    (from a file or a hand-edited report), where a flag's echo is cut."""
+    from lab.ranges import GAMMA, SEED, check_value
+
+    with pytest.raises(ValueError) as caught:
+        check_value("seed", 10**4000, SEED)
+    assert len(str(caught.value)) < 200 and "4,001 characters" in str(caught.value)
+    with pytest.raises(ValueError, match="gamma=0 must be an integer >= 1"):
+        check_value("gamma", 0, GAMMA)
