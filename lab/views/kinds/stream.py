@@ -72,8 +72,7 @@ def recompute_check(rc: Any) -> dict[str, str] | None:
     """``report.json``'s recompute check as the page words it (3 decimals, as summary.md), None when not run."""
     if not isinstance(rc, dict):
         return None
-    tolerance = _num(rc.get("tolerance"))
-    return {"tolerance": f"{tolerance:.0%}" if math.isfinite(tolerance) else "-",
+    return {"tolerance": _f(rc.get("tolerance"), NONNEGATIVE, "a tolerance", ".0%"),
             "recompute": str(rc.get("recompute", "")), "sinks": str(rc.get("sinks", "")),
             "ratio": _interval(rc.get("ratio"), rc.get("low"), rc.get("high"), NONNEGATIVE, "a perplexity ratio", ".3f"),
             "n_targets": _count(rc.get("n_targets", "-")), "verdict": "within" if rc.get("within") else "not within"}
