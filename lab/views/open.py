@@ -81,8 +81,8 @@ def show(path: Path) -> Path:
 
 
 def rebuild_folder(root: Path) -> tuple[Path, int, list[str]]:
-    """Draw every report's page under ``root`` again (and an integration run's reports inside it), then
-    the log. A page that cannot be drawn costs that page only: the others and the log are drawn.
+    """Draw every report's page under ``root`` again (and an integration run's reports inside it; a link to a
+    folder is not followed), then the log. A page that cannot be drawn costs that page only: the others and the log are drawn.
 
     Returns:
         The log's path, the number of pages drawn, and one line per page (or integration log) not drawn,
@@ -94,7 +94,9 @@ def rebuild_folder(root: Path) -> tuple[Path, int, list[str]]:
     if not root.is_dir():
         raise ValueError(f"DIR={str(root)!r} is not a reports folder")
     count, failed = 0, []
-    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    # A link to a folder is not followed: the lab writes none, and one back up the tree (an integration folder's
+    # link to its parent) drew the same pages again at every depth, twice as many per level with two such links.
+    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
         try:
             if is_report(path):
                 drawn(repr(str(path)), redraw, path)

@@ -473,3 +473,16 @@ def test_stream_recompute_tolerance_out_of_range_is_said(tmp_path):
                                   "ratio": 0.98, "low": 0.96, "high": 0.99, "n_targets": 77, "within": True}}
     page, _ = _page_and_log(tmp_path, "20261205-010101-stream-x", {"report.json": json.dumps(report)})
     assert "within -7777.5 (out of range: a tolerance must be a finite number >= 0)" in page
+
+
+def test_view_rebuild_link_back_up_the_tree_is_not_followed(tmp_path):
+    """A loop followed: --rebuild went into an integration folder's link to its parent, drawing every page again
+    at each depth (twice as many per level with two such links) until the path was too long."""
+    from lab.views.open import rebuild_folder
+
+    _dir(tmp_path, "20261205-010101-entropy-x", {"summary.md": "**ok.**"})
+    run = _dir(tmp_path, "20261205-010102-integration", {"index.json": '{"counts": {}}'})
+    (run / "20261205-010103-integration-up").symlink_to("..")
+    (run / "20261205-010104-integration-up2").symlink_to("..")
+    _, count, failed = rebuild_folder(tmp_path)
+    assert (count, failed) == (1, [])
