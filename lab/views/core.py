@@ -48,7 +48,8 @@ KINDS = ("calibrate-health-validate", "calibrate-health", "calibrate-sinks", "va
          "bench-tracker", "bench-sinks", "bench", "entropy", "sinks", "speculate", "study", "stream", "intervene",
          "compare", "integration")
 
-_STAMP = re.compile(r"^(\d{8})-(\d{6})(?:-(.*))?$")
+# The slug is anything (a folder renamed by hand may hold a newline): DOTALL, and \Z, which no trailing newline ends early.
+_STAMP = re.compile(r"^(\d{8})-(\d{6})(?:-(.*))?\Z", re.DOTALL)
 
 
 def kind_of(name: str) -> str:

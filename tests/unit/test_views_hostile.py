@@ -486,3 +486,13 @@ def test_view_rebuild_link_back_up_the_tree_is_not_followed(tmp_path):
     (run / "20261205-010104-integration-up2").symlink_to("..")
     _, count, failed = rebuild_folder(tmp_path)
     assert (count, failed) == (1, [])
+
+
+def test_kind_of_folder_name_with_a_newline_keeps_its_kind_and_date():
+    """A page silently less than it is: a report folder whose name held a newline was read as of no kind and no
+    date (the pattern's '.' and '$' stop at a newline), so its page lost the kind's sections, its log row the kind."""
+    from lab.views.core import kind_of, stamp_of
+
+    assert kind_of("20261205-010101-entropy-new\nline") == "entropy"
+    assert kind_of("20261205-010101-entropy-x\n") == "entropy"
+    assert stamp_of("20261205-010101-entropy-new\nline") == "2026-12-05 01:01:01"
