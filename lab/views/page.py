@@ -16,6 +16,8 @@ from types import ModuleType
 from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table, write_html
 
 PAGE = "index.html"
+# Characters of the error a page gives for a kind's part not drawn: its reason, not a value it echoes whole.
+MAX_ERROR_CHARS = 200
 
 
 def kind_module(kind: str) -> ModuleType | None:
@@ -43,8 +45,9 @@ def kind_page(files: ReportFiles) -> KindPage:
         # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report: a list where
         # a dict was, an integer no float holds ...): whatever the kind's code raises on it, the page keeps the
         # generic parts (summary, files) and says why the kind's own sections are missing.
-        note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=f"{type(exc).__name__}: {exc}"),
-                       "not-drawn")
+        first = (str(exc).splitlines() or [""])[0]  # one line, cut: an exception may echo a value of any length
+        error = f"{type(exc).__name__}: {first[:MAX_ERROR_CHARS]}{'...' if len(first) > MAX_ERROR_CHARS else ''}"
+        note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=error), "not-drawn")
         return KindPage(headline=first_bold_line(files.summary), sections=(note,))
     return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
 

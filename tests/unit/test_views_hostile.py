@@ -496,3 +496,24 @@ def test_kind_of_folder_name_with_a_newline_keeps_its_kind_and_date():
     assert kind_of("20261205-010101-entropy-new\nline") == "entropy"
     assert kind_of("20261205-010101-entropy-x\n") == "entropy"
     assert stamp_of("20261205-010101-entropy-new\nline") == "2026-12-05 01:01:01"
+
+
+def test_page_not_drawn_reason_is_one_short_line_naming_the_kind(tmp_path):
+    """A reason of thousands of characters (an exception echoing a hand-edited value whole, over several lines)
+    and "a entropy report" in the line that says why a kind's part of a page was not drawn."""
+    from lab.views import page as page_module
+
+    class Echoes(Exception):
+        pass
+
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps({"steps": []})})
+    files = read_report(run)
+    module = type("M", (), {"page": staticmethod(lambda f: (_ for _ in ()).throw(Echoes("9" * 5000 + "\nmore")))})
+    original = page_module.kind_module
+    page_module.kind_module = lambda kind: module
+    try:
+        html_text = page_module.page_html(files)
+    finally:
+        page_module.kind_module = original
+    assert "not in the shape of a report of kind entropy (Echoes: 999" in html_text
+    assert "9" * 201 not in html_text and "more" not in html_text.split("Echoes:")[1].split("</p>")[0]
