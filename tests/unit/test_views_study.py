@@ -247,7 +247,7 @@ def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere
     """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure failed
     validation on the model, read "inconclusive" in study.json, summary.md, the terminal table, the page and the
     comparison page under a note saying "untestable on this model"; every one of them now says untestable, with
-    the reason, and none gives them a p-value."""
+    the reason (summary.md's power table too, which said "too little data"), and none gives them a p-value."""
     from rich.console import Console
 
     from lab.render.study import verdict_table, write_report
@@ -271,6 +271,8 @@ def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere
         assert study[t.name]["p_value"] is None and study[t.name]["p_holm"] is None
         assert terminal[t.name].rstrip(" │").endswith("untestable"), terminal[t.name]
         assert f"- **{t.name}: untestable** (not tested: untestable on this model: {t.untestable}" in summary
+        power_row = next(line for line in summary.splitlines() if line.startswith(f"| {t.name} |"))
+        assert power_row.endswith(f"| untestable: {t.untestable} |"), power_row  # not "too little data"
         row = re.search(rf'<tr id="verdict-{t.name}">(.*?)</tr>', html, flags=re.S).group(1)
         assert ">untestable</td>" in row and escape(t.untestable) in row
         row = re.search(rf'<tr id="verdict-{t.name}">(.*?)</tr>', compared, flags=re.S).group(1)
