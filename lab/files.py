@@ -148,6 +148,7 @@ def read_bounded(path: str | Path, limit: int, *, follow_links: bool = True, hea
 
 def read_text(path: str | Path, limit: int, what: str) -> str:
     """The UTF-8 text of ``path`` (:func:`read_bounded`); ``what`` is how the user named it (``--pairs x.jsonl``).
+    A leading byte-order mark (what some editors on Windows write first) is not part of the text and is dropped.
 
     Raises:
         ValueError: one line ``"<what>: <problem>"`` (the problem as :class:`FileRefused` says it), or
@@ -158,7 +159,7 @@ def read_text(path: str | Path, limit: int, what: str) -> str:
     except FileRefused as exc:
         raise ValueError(f"{what}: {exc.problem}") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ValueError(f"{what}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None

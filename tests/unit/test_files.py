@@ -221,3 +221,14 @@ def test_cli_text_file_past_its_bound_refused_unread(argv, named, tmp_path, caps
         fh.truncate(MAX_TEXT_BYTES + 1)
     line = _refused_line(argv, big, tmp_path, capsys)
     assert f"{named.replace('FILE', str(big))}: larger than 8 MB" in line, line
+
+
+def test_read_text_leading_byte_order_mark_is_not_part_of_the_text(tmp_path):
+    """Fault class: an invisible character taken as input. A JSON Lines file saved with a byte-order mark (as some
+    editors on Windows write it) was refused as "Unexpected UTF-8 BOM", and a context file began with U+FEFF."""
+    import json
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}\n')
+    text = read_text(path, 1024, "--pairs pairs.jsonl")
+    assert not text.startswith("\ufeff") and json.loads(text.splitlines()[0]) == {"a": 1}
