@@ -335,6 +335,18 @@ def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
     assert "1.5 (out of range: a share must be in [0, 1])" in page
 
 
+@pytest.mark.parametrize("min_observers, words", [
+    (3, "the last 2 positions have too few observers to flag"),
+    (-7777.5, "min_observers -7.78e+03 (out of range: a count must be an integer >= 0)")])
+def test_sinks_page_observer_count_that_is_no_count_is_out_of_range(tmp_path, min_observers, words):
+    """An impossible number shown as fact: a hand-edited min_observers of -7777.5 was printed as "the last -7778.5
+    positions have too few observers to flag"."""
+    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [0.5, 0.01], "is_sink": [True, False],
+                "observed": [True, True], "min_observers": min_observers}
+    page, _ = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
+    assert words in page and "-7778.5" not in page
+
+
 def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
     """An impossible number shown as fact: beyond its headline the speculate page printed a round's draft entropy
     of -1 bits, a p(x) of 1.5 and a negative draft time, and the theory table an alpha of 1.5, as measurements."""

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab.ranges import HEALTH, PROBABILITY
+from lab.ranges import COUNT, HEALTH, PROBABILITY
 from lab.views.core import KindPage, ReportFiles, Section, colour, figure, figure_problem, legend, render, text_colour
 
 ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
@@ -140,6 +140,21 @@ def headline(a: dict[str, Any], ps: list[Position]) -> str:
     return f"{line}; {health}"
 
 
+def unobserved(min_observers: Any) -> str:
+    """The chart's note on the last positions too few queries observe to flag (a position needs
+    ``min_observers`` observing queries): ``""`` for none, a count that is no count said out of range.
+
+    >>> unobserved(3), unobserved(None), unobserved(-7777.5)
+    ('the last 2 positions have too few observers to flag', '', 'min_observers -7.78e+03 (out of range: a count must be an integer >= 0)')
+    """
+    if not min_observers:
+        return ""
+    if isinstance(min_observers, int) and not isinstance(min_observers, bool) and min_observers > 0:
+        k = min_observers - 1
+        return f"the last {k} position{'' if k == 1 else 's'} {'has' if k == 1 else 'have'} too few observers to flag"
+    return f"min_observers {figure(min_observers, COUNT, 'a count')}"
+
+
 def levels(a: dict[str, Any], ps: list[Position]) -> dict[str, Any]:
     """The per-layer table: rows = positions a sink in some layer, cells = mean over heads per layer."""
     layer_sinks = a.get("layer_sinks") if isinstance(a.get("layer_sinks"), list) else []
@@ -175,6 +190,7 @@ def page(files: ReportFiles) -> KindPage:
     if ps:
         sections.append(Section("Attention received per position",
                                 render("sinks_positions.html.j2", chart=chart(ps), a=a,
+                                       unobserved=unobserved(a.get("min_observers")),
                                        n_template=sum(p.template for p in ps),
                                        n_sinks=sum(p.is_sink for p in ps)), "positions"))
     lv = levels(a, ps)
