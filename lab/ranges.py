@@ -220,7 +220,6 @@ def check_value(name: str, value: Any, rng: Range, says: str | None = None) -> N
         raise ValueError(f"{name}={clipped(value, ECHO_MOST)} {says or problem}")
 
 
-
 class NumberTextError(ValueError):
     """A number typed as text that the lab does not read as Python's ``int`` or ``float`` would
     (:func:`read_number`); ``str()`` is the reason, worded to follow the echoed text."""

@@ -25,14 +25,14 @@ from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import jinja2
 from markupsafe import Markup
 
 from lab import ranges
 from lab.files import FileRefused, read_bounded
-from lab.ranges import Range
+from lab.ranges import ENTROPY_BITS, Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
 
@@ -526,6 +526,23 @@ def figure(value: Any, rng: Range, what: str, digits: int = 3, top: tuple[float,
     if isinstance(value, float):  # an infinity, which fmt shows as "-" (not measured), is shown as itself here
         shown = f"{value:.{max(1, min(digits, MAX_FIGURES))}g}"
     return f"{shown} (out of range: {problem})"
+
+
+def figure_in(ranges: Mapping[str, tuple[Range, str]], key: str, value: Any, digits: int = 3, spec: str = "",
+              top: tuple[float, str] | None = None) -> str:
+    """``value`` as a kind's page prints its figure ``key``: checked (:func:`figure`) against the kind's table of
+    physical ranges, ``{key: (range, its words)}``, an entropy also against ``top`` (log2 V); a key with no
+    range as :func:`fmt` prints it.
+
+    >>> from lab.ranges import ENTROPY_BITS, PROBABILITY
+    >>> table = {"alpha": (PROBABILITY, "alpha"), "h": (ENTROPY_BITS, "entropy")}
+    >>> figure_in(table, "alpha", 1.5), figure_in(table, "h", 20.0, top=(15.9, "log2 V")), figure_in(table, "x", 2.0)
+    ('1.5 (out of range: alpha must be in [0, 1])', '20 (out of range: entropy above log2 V)', '2')
+    """
+    if key not in ranges:
+        return fmt(value, digits)
+    rng, what = ranges[key]
+    return figure(value, rng, what, digits, top if rng is ENTROPY_BITS else None, spec)
 
 
 # An integer of more digits than any 64-bit count, id or seed (2**64 - 1 has 20) is no figure a run writes: a

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
-from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render
+from lab.views.core import KindPage, ReportFiles, Section, figure_in, render
 
 # The method every speed-up divides by, as the report names it: lab.bench.results.BASELINE (a unit test checks
 # they agree). Not imported: lab.bench imports lab.reports, which draws pages, so that would be an import circle.
@@ -39,11 +39,9 @@ FIGURE_RANGES: dict[str, tuple[Range, str]] = {
 
 
 def shown(key: str, value: Any) -> str:
-    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure`); a key with no
+    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure_in`); a key with no
     range as :func:`lab.views.core.fmt` does."""
-    if key not in FIGURE_RANGES:
-        return fmt(value)
-    return figure(value, *FIGURE_RANGES[key])
+    return figure_in(FIGURE_RANGES, key, value)
 
 
 def _num(value: Any) -> float | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.ranges import COUNT, ENTROPY_BITS, NONNEGATIVE, NORMALIZED_ENTROPY, PROBABILITY, SECONDS, VARENTROPY_BITS2, Range
-from lab.views.core import (KindPage, ReportFiles, Section, colour, figure, figure_problem, fmt, legend, render, table,
+from lab.views.core import (KindPage, ReportFiles, Section, colour, figure_in, figure_problem, fmt, legend, render, table,
                             text_colour, token_cell, token_inline)
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
@@ -121,12 +121,9 @@ def entropy_top(report: dict[str, Any]) -> tuple[float, str] | None:
 
 
 def shown(key: str, value: Any, top: tuple[float, str] | None = None, digits: int = 3, spec: str = "") -> str:
-    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure`); an entropy is held
+    """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure_in`); an entropy is held
     to ``top`` (:func:`entropy_top`) too. A key with no range is printed as :func:`lab.views.core.fmt` does."""
-    if key not in FIGURE_RANGES:
-        return fmt(value, digits)
-    rng, what = FIGURE_RANGES[key]
-    return figure(value, rng, what, digits, top if rng is ENTROPY_BITS else None, spec)
+    return figure_in(FIGURE_RANGES, key, value, digits, spec, top)
 
 
 def plotted(key: str, value: float | None, top: tuple[float, str] | None = None) -> float | None:
