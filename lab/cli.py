@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.machine import address_space_limit, memory_text
-from lab.safe_text import printable
+from lab.ranges import NumberTextError, read_number, typed_refusal
+from lab.safe_text import clipped, printable
 
 # Subcommand modules, in the order `lab --help` lists them.
 COMMANDS = (
@@ -105,9 +106,9 @@ class OneLineParser(argparse.ArgumentParser):
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.type not in (int, float):
             return super()._get_value(action, arg_string)
+        # Imported here: importing lab.cli stays light (no lab.commands, lab.models or torch) so the crash
+        # handlers it installs wait on nothing (tests/unit/test_cli_startup.py).
         from lab.commands.common import flag_range
-        from lab.ranges import NumberTextError, read_number, typed_refusal
-        from lab.safe_text import clipped
 
         try:
             return read_number(arg_string, integer=action.type is int)
