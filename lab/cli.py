@@ -1,7 +1,7 @@
 """The ``lab`` command: a thin layer mapping flags to each part's config.
 
-Subcommands live in :mod:`lab.commands`, one module each with
-``register(subparsers)``; each sets ``func`` to a callable taking the parsed
+Subcommands live in :mod:`lab.commands`, one module each with ``register(subparsers)``, named by
+the kind of report they write (:mod:`lab.kinds`); each sets ``func`` to a callable taking the parsed
 namespace and returning an exit code. Building the parser imports every command module, so
 their top-level imports and ``register`` stay light (no torch, no transformers: ``lab --help``
 answers at once); what a command needs to run is imported inside its ``run``.
@@ -45,27 +45,6 @@ from typing import Any
 from lab.machine import address_space_limit, memory_text
 from lab.ranges import NumberTextError, read_number, typed_refusal
 from lab.safe_text import clipped, printable
-
-# Subcommand modules, in the order `lab --help` lists them.
-COMMANDS = (
-    "lab.commands.entropy",
-    "lab.commands.bench_tracker",
-    "lab.commands.sinks",
-    "lab.commands.calibrate_sinks",
-    "lab.commands.calibrate_health",
-    "lab.commands.validate_context",
-    "lab.commands.bench_sinks",
-    "lab.commands.bench_weights",
-    "lab.commands.speculate",
-    "lab.commands.bench",
-    "lab.commands.bench_seed_tables",
-    "lab.commands.bench_tune",
-    "lab.commands.study",
-    "lab.commands.stream",
-    "lab.commands.intervene",
-    "lab.commands.view",
-)
-
 
 # How the dynamic loader says an extension did not fit (``ulimit -v``): it could not map or allocate
 # it. glibc's "cannot allocate memory in static TLS block" is no shortage of memory, so not one.
@@ -138,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    from lab.kinds import command_modules  # the kinds' declarations name each subcommand's module, in --help order
+
+    for name in command_modules():
         importlib.import_module(name).register(sub)
     for command, command_parser in sub.choices.items():
         command_parser.command = command

@@ -33,10 +33,11 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from lab.files import read_bounded
+from lab.kinds import Kind
 from lab.models.source import model_source
 from lab.safe_text import printable
 from lab.schemas import MAX_FILE_BYTES
@@ -290,15 +291,27 @@ def _staging_with_fallback(root: Path, dirname: str) -> tuple[Path, Path]:
         return fallback, staging
 
 
+# What a report's writer may do around the rename (the page and the experiment log, :mod:`lab.views.publish`):
+# ``(staging folder, final name, kind)`` before it, ``(root)`` after it.
+BeforeRename = Callable[[Path, str, str], None]
+AfterRename = Callable[[Path], None]
+
+
 @contextmanager
-def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
+def report_dir(root: str | Path, kind: Kind | str, slug: str = "", *, name: str | None = None,
+               before_rename: BeforeRename | None = None,
+               after_rename: AfterRename | None = None) -> Iterator[ReportDir]:
     """Write a report directory atomically.
 
     Args:
         root: The reports root (created if missing), ``reports/`` by default in the CLI.
-        kind: The command, e.g. ``"entropy"``; part of the directory name.
+        kind: The report's kind (:mod:`lab.kinds`), or any name; part of the directory name.
         slug: A short description (usually of the prompt); slugified.
         name: Use this exact directory name instead of ``<timestamp>-<kind>-<slug>``.
+        before_rename: Called with the staging folder, the final name and the kind once every file is
+            written and before the rename, so a visible report has what it writes (its page); what it
+            raises propagates like the block's own exceptions.
+        after_rename: Called with the root once the report is in place (the experiment log).
 
     Yields:
         A :class:`ReportDir`; write into ``.path``. On normal exit the directory is
@@ -315,11 +328,14 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
             could not be renamed into place (it is kept in its staging directory, named).
     """
     root = Path(root)
+    kind = str(kind)
     dirname = name or "-".join(p for p in (timestamp(), kind, slugify(slug) if slug else "") if p)
     root, staging = _staging_with_fallback(root, dirname)
     report = ReportDir(staging, root / dirname)
     try:
         yield report
+        if before_rename is not None:
+            before_rename(staging, report.final.name, kind)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise ReportWriteError(f"writing the report to {str(report.final)!r} failed ({exc.strerror or exc}"
@@ -327,38 +343,14 @@ def report_dir(root: str | Path, kind: str, slug: str = "", *, name: str | None 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _write_page(staging, report.final.name, kind)
     try:
         report.final = _rename_to_free_name(staging, report.final)  # atomic on one filesystem
     except OSError as exc:
         raise ReportWriteError(f"the report is complete in {str(staging)!r} but could not be renamed to "
                                f"{str(report.final)!r} ({exc.strerror or exc})") from exc
     report.path = report.final
-    _write_log(root)
-
-
-def _write_page(staging: Path, name: str, kind: str) -> None:
-    """The report's ``index.html`` (:mod:`lab.views`), written into the staging directory before the rename so a
-    visible report has its page (a command that drew its own, ``lab view A B``, keeps it). A page that cannot be
-    drawn costs the page, never the report: a warning says so."""
-    from lab.views.page import PAGE, write_page
-
-    if (staging / PAGE).exists():
-        return
-    try:
-        write_page(staging, name=name, kind=kind)
-    except Exception as exc:  # noqa: BLE001 - the report's files are complete; only its page is lost
-        logger.warning("the report's page (index.html) was not written: %s: %s", type(exc).__name__, exc)
-
-
-def _write_log(root: Path) -> None:
-    """Rebuild ``<root>/index.html``, the experiment log; a failure costs the log's update, with a warning."""
-    from lab.views.log import rebuild_log
-
-    try:
-        rebuild_log(root)
-    except Exception as exc:  # noqa: BLE001 - the report is in place; `lab view --rebuild` redraws the log
-        logger.warning("the experiment log %s was not updated: %s: %s", root / "index.html", type(exc).__name__, exc)
+    if after_rename is not None:
+        after_rename(root)
 
 
 def _failed_file(exc: OSError, staging: Path) -> str:

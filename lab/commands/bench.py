@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from lab.kinds.bench import KIND as BENCH
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
 from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
                                  add_runtime_arg, add_sampling_args, add_threads_arg, check_adaptive_draft, flag_range,
@@ -212,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.chat import eos_token_ids
     from lab.render.bench import bench_report_markdown, peer_markdown, plot_bench, render_bench
     from lab.render.console import print_report, stderr_console, stdout_console
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
 
     # 1. Validate before loading.
     config, prompts = _bench_config(args)
@@ -244,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     report = BenchReport(model=model_source(model).as_dict(), draft_spec=draft_spec, prompts=prompts,
                          torch_threads=torch.get_num_threads(), environment=environment(model), draft_cost=cost,
                          bench=bench, side_models={side.label: model_source(side.target).as_dict() for side in sides})
-    with report_dir(args.out, "bench", draft_spec) as rd:
+    with report_folder(args.out, BENCH, draft_spec) as rd:
         rd.write_json("report.json", report.to_json())
         plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_report_markdown(report))
@@ -296,11 +298,11 @@ def show_and_write(root: str, slug: str, data, summary: str):
     """``summary`` on stdout, then a bench report ``<root>/<timestamp>-bench-<slug>/`` of ``report.json`` and
     ``summary.md``, written atomically: ``(stdout console, the report's folder)``."""
     from lab.render.console import print_report, stdout_console
-    from lab.reports import report_dir
+    from lab.views.publish import report_folder
 
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
-    with report_dir(root, "bench", slug) as rd:
+    with report_folder(root, BENCH, slug) as rd:
         rd.write_json("report.json", data)
         rd.write_text("summary.md", summary)
     print_report(out, rd.final)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from lab.kinds.bench_sinks import KIND as BENCH_SINKS
 from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_lengths, range_text
 from lab.ranges import MAX_TOKENS, Range
 
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sinks import bench_markdown, bench_table
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
 
     # 1. Validate before running anything.
     lengths = list(parse_lengths(args.lengths, "--lengths", LENGTH_RANGE))
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         out.print(Text(warning, style="bold yellow"))
-    with report_dir(args.out, "bench-sinks", args.model) as rd:
+    with report_folder(args.out, BENCH_SINKS, args.model) as rd:
         rd.write_json("bench.json", data.as_dict())
         rd.write_csv("bench.csv", data.results, fieldnames=CSV_FIELDS)
         rd.write_text("summary.md", bench_markdown(data))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from lab.kinds.bench_tracker import KIND as BENCH_TRACKER
 from lab.commands.common import (add_model_args, add_out_arg, add_sampling_args, add_threads_arg, check_model_args,
                                  load_model_step, range_text)
 from lab.models.source import model_source
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages, encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.tracker.results import DecodeSettings
 
     # 1. Validate before loading.
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                                 statistics_s=stats_s, torch_threads=torch.get_num_threads(),
                                 machine_load=load_log.summary())
     render_bench(result, stdout_console())
-    with report_dir(args.out, "bench-tracker") as rd:
+    with report_folder(args.out, BENCH_TRACKER) as rd:
         rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", bench_markdown(result))
     print_report(stdout_console(), rd.final)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lab.kinds.bench import KIND as BENCH
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
                                  check_model_args, load_on, range_text, save_after_report)
 
@@ -138,7 +139,8 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog, busy_warning
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
 
     # 1. Validate before loading.
@@ -160,7 +162,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
                                list(prompts.groups), prompts.humaneval, environment(first), result, machine,
                                str(RUNTIME.path(args.model)))
     summary = runtime_tune_markdown(report)
-    with report_dir(args.out, "bench", f"tune-runtime-{args.model}") as rd:
+    with report_folder(args.out, BENCH, f"tune-runtime-{args.model}") as rd:
         rd.write_json("report.json", report.as_dict())
         rd.write_text("summary.md", summary)
     out.print(summary, markup=False, highlight=False, soft_wrap=True)

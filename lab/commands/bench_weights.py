@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from lab.kinds.bench_weights import KIND as BENCH_WEIGHTS
 from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, range_text
 
 # The kernel table's and the step profile's flags (what --skip-kernels leaves out), with their defaults.
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog, set_threads
     from lab.render.bench_weights import weights_markdown
     from lab.render.console import print_report, stderr_console, stdout_console
-    from lab.reports import report_dir
+    from lab.views.publish import report_folder
 
     load_log = LoadLog(threads=set_threads(args.threads))
     texts = [text for _, text in humaneval_prompts("held-back", args.problems)] if args.problems else []
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Write the report atomically, then show it.
     summary = weights_markdown(result)
-    with report_dir(args.out, "bench-weights", args.model) as rd:
+    with report_folder(args.out, BENCH_WEIGHTS, args.model) as rd:
         rd.write_json("report.json", result.as_dict())
         rd.write_text("summary.md", summary)
     stdout_console().print(summary, markup=False, highlight=False, soft_wrap=True)

@@ -20,6 +20,8 @@ import argparse
 import functools
 from importlib import resources
 
+from lab.kinds.calibrate_health import KIND as CALIBRATE_HEALTH
+from lab.kinds.calibrate_health_validate import KIND as CALIBRATE_HEALTH_VALIDATE
 from lab.commands.common import add_model_args, add_out_arg, check_model_args
 from lab.models.source import model_source
 
@@ -123,7 +125,8 @@ def _validate(args: argparse.Namespace) -> int:
     from lab.models.chat import encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import validation_markdown, validation_table
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.sinks.prefill import analyze_prefill
 
     vset = _validation_set(args)
@@ -144,7 +147,7 @@ def _validate(args: argparse.Namespace) -> int:
                   f"rho(N) {report.figures.rho:+.2f}, {report.figures.saturated_share:.0%} at the ends of the scale",
                   markup=False, highlight=False)
     stdout_console().print(validation_table(report))
-    with report_dir(args.out, "calibrate-health-validate", info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_HEALTH_VALIDATE, info["model"]) as rd:
         rd.write_json("validation.json", report.to_json())
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", validation_markdown(report))
@@ -163,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.health.references import REFERENCE_PROMPTS
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import calibration_markdown, candidates_table
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.sinks.calibration import load_prompts
     from lab.sinks.prefill import analyze_prefill
 
@@ -194,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Show and write.
     stdout_console().print(candidates_table(report))
-    with report_dir(args.out, "calibrate-health", info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_HEALTH, info["model"]) as rd:
         rd.write_json("calibration.json", report.to_json())
         rd.write_csv("prompts.csv", list(report.calibration.prompts))
         rd.write_text("summary.md", calibration_markdown(report))

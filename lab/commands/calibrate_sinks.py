@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 
+from lab.kinds.calibrate_sinks import KIND as CALIBRATE_SINKS
 from lab.commands.common import (add_model_args, add_out_arg, check_model_args, load_model_step, parse_lengths,
                                  save_after_report)
 from lab.models.source import model_source
@@ -114,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.profiles import PROFILES
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.sinks.calibration import HELD_OUT_SET
     from lab.sinks.calibration_report import CalibrationRun, calibration_report, save_calibration, score_sets
     from lab.sinks.profiles import load_choice, recorded_feasible, user_dir
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Show and write.
     stdout_console().print(calibration_table(report))
-    with report_dir(args.out, "calibrate-sinks", info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_SINKS, info["model"]) as rd:
         rd.write_json("calibration.json", report.to_json())
         rd.write_csv("sweep.csv", report.sweep_rows())
         rd.write_csv("prompts.csv", report.prompt_rows())

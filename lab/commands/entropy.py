@@ -12,6 +12,7 @@ import argparse
 import logging
 from typing import Any
 
+from lab.kinds.entropy import KIND as ENTROPY
 from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
                                  add_runtime_arg, check_context_room, check_model_args, context_fields,
                                  context_messages, load_on, range_text, read_context_step, resolve_runtime)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import context_markdown, print_context_reading
     from lab.render.entropy import render_result, step_rows, summary_markdown, plot_entropy
-    from lab.reports import report_dir
+    from lab.views.publish import report_folder
     from lab.decode import check_context
     from lab.tracker.results import DecodeSettings
     from lab.tracker.loop import track_generate
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     print_context_reading(stdout_console(), reading)
 
     # 4. Write the report atomically.
-    with report_dir(args.out, "entropy", args.prompt) as rd:
+    with report_folder(args.out, ENTROPY, args.prompt) as rd:
         rd.write_json("report.json", {**report_data(args, prompt, messages, settings, result, info, runtime, model),
                                       **context_fields(context, reading)})
         rd.write_csv("tokens.csv", step_rows(result))

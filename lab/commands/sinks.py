@@ -12,6 +12,7 @@ import argparse
 import warnings
 from pathlib import Path
 
+from lab.kinds.sinks import KIND as SINKS
 from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
                                  check_context_room, check_model_args, context_fields, context_messages,
                                  load_model_step, read_context_step, refuse_runtime)
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import context_markdown, print_context_reading
     from lab.render.sinks import plot_heatmap, position_rows, render_analysis, report_data, summary_markdown
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
 
     refuse_runtime(args, "sinks")
 
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Write the report atomically.
     slug = args.prompt if args.prompt is not None else Path(args.prompt_file).stem
-    with report_dir(args.out, "sinks", slug) as rd:
+    with report_folder(args.out, SINKS, slug) as rd:
         rd.write_json("report.json", {
             "kind": "sinks",
             "prompt": prompt,

@@ -13,6 +13,7 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
+from lab.kinds.speculate import KIND as SPECULATE
 from lab.commands.common import (RuntimeChoice, add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg,
                                  add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args, draft_cost,
                                  load_target_and_draft, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
@@ -154,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.speculative import (answer_text, plot_histogram, render_speculation, round_rows, summary_markdown,
                                        token_texts)
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.speculative.loop import speculative_generate
 
     # 1. Validate everything before loading anything.
@@ -181,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Write the report atomically.
     info = model_source(model).as_dict()
-    with report_dir(args.out, "speculate", args.prompt) as rd:
+    with report_folder(args.out, SPECULATE, args.prompt) as rd:
         rd.write_json("report.json", cfg.report(result, prompt_ids=input_ids[0].tolist(), model_info=info,
                                                 environment=environment(model),
                                                 text=answer_text(tokenizer, result.tokens), cost=cost,

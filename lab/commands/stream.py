@@ -15,6 +15,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
+from lab.kinds.stream import KIND as STREAM
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_runtime_arg,
                                  check_model_args, range_text, refuse_runtime)
 from lab.files import MAX_TEXT_BYTES, read_text
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.stream import plot_rolling, policy_rows, render_stream, summary_markdown, token_rows
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
     from lab.stream.experiment import run_stream
 
     refuse_runtime(args, "stream")
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Write the report atomically.
     info = model_source(model).as_dict()
     det = result.detection
-    with report_dir(args.out, "stream", slug) as rd:
+    with report_folder(args.out, STREAM, slug) as rd:
         rd.write_json("report.json", {
             "kind": "stream", "model": info, "environment": environment(model),
             "text": {"source": source, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 
+from lab.kinds.validate_context import KIND as VALIDATE_CONTEXT
 from lab.commands.common import add_model_args, add_out_arg, check_model_args, load_model_step, range_text, saved_line
 
 SETS = {"selection": "context_selection.jsonl", "validation": "context_validation.jsonl",
@@ -128,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.source import model_source
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.context import figures_table, summary_markdown
-    from lab.reports import environment, report_dir
+    from lab.reports import environment
+    from lab.views.publish import report_folder
 
     # 1. Everything that can be checked before the model loads.
     items, path, set_name, measure = _inputs(args)
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(figures_table(v))
     out.print(f"validate-context: {v.verdict()}", markup=False, highlight=False, soft_wrap=True)
     # 3. The report, then (--save) the fitted measure.
-    with report_dir(args.out, "validate-context", info["model"]) as rd:
+    with report_folder(args.out, VALIDATE_CONTEXT, info["model"]) as rd:
         rd.write_json("report.json", {"model": info, "environment": environment(model), "validation": v,
                                       "verdict": v.verdict()})
         rd.write_csv("pairs.csv", list(v.rows))

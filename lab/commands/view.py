@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab.kinds.compare import KIND as COMPARE
 from lab.commands.common import add_out_arg
 from lab.safe_text import printable
 
@@ -68,7 +69,8 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     Raises:
         ValueError: either is not a report directory, or the two are of different kinds.
     """
-    from lab.reports import check_reports_root, report_dir
+    from lab.reports import check_reports_root
+    from lab.views.publish import report_folder
     from lab.views.compare import compare_html, read_pair
     from lab.views.open import drawn
     from lab.views.page import PAGE
@@ -76,7 +78,7 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     first, second = read_pair(a, b)
     check_reports_root(out)
     html = drawn(f"A={str(a)!r} and B={str(b)!r}", compare_html, first, second)
-    with report_dir(out, "compare", first.kind) as rd:
+    with report_folder(out, COMPARE, first.kind) as rd:
         rd.write_json("report.json", {"kind": "compare", "compared_kind": first.kind,
                                       "a": str(a.resolve()), "b": str(b.resolve())})
         (rd.path / PAGE).write_text(html, encoding="utf-8", errors="backslashreplace")

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lab.kinds.intervene import KIND as INTERVENE
 from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
 from lab.render import pyplot, save_figure
 from lab.render.markdown import fmt_finite, md_table
@@ -173,9 +174,9 @@ def write_report(report, root: Path, work: Path) -> Path:
     """Write ``<root>/<timestamp>-intervene-<model>/`` atomically; returns its final path."""
     from dataclasses import asdict
 
-    from lab.reports import report_dir
+    from lab.views.publish import report_folder
 
-    with report_dir(root, "intervene", report.settings.model) as rd:
+    with report_folder(root, INTERVENE, report.settings.model) as rd:
         rd.write_json("report.json", {
             "kind": "intervene", "settings": asdict(report.settings), "decides": report.decides,
             "analysis": asdict(report.analysis), "controls": report.analysis.controls,

@@ -25,12 +25,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from lab.kinds.study import KIND as STUDY
 from lab.analysis.effects import CI_LEVEL
 from lab.analysis.hypotheses import FAMILY_CI_LEVEL, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
 from lab.render import pyplot
 from lab.render.console import stderr_console
 from lab.render.study_summary import FIGURES, fmt_p, fmt_value, summary_markdown
-from lab.reports import environment, report_dir, timestamp, to_jsonable
+from lab.reports import environment, timestamp, to_jsonable
+from lab.views.publish import report_folder
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
 from lab.views.kinds.study import prompt_anchor
@@ -317,7 +319,7 @@ def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
     (:func:`lab.reports.report_dir`).
     """
     root = Path(out) if out is not None else Path(result.plan.config.out)
-    with report_dir(root, "study", name=f"{timestamp()}-study") as rd:
+    with report_folder(root, STUDY, name=f"{timestamp()}-study") as rd:
         rd.write_csv("per_prompt.csv", [r.as_columns() for r in result.per_prompt], PER_PROMPT_COLUMNS)
         rd.write_csv("per_token.csv", [t.as_columns() for t in result.per_token], PER_TOKEN_FIELDS)
         write_plots(result, rd.path)

@@ -32,6 +32,7 @@ from markupsafe import Markup
 
 from lab import ranges
 from lab.files import FileRefused, read_bounded
+from lab.kinds import REPORT_JSON, kind_named, names_longest_first
 from lab.ranges import ENTROPY_BITS, Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
@@ -42,11 +43,6 @@ MAX_JSON_BYTES = 32 * 1024 * 1024
 MAX_CSV_BYTES = 8 * 1024 * 1024
 MAX_IMAGE_BYTES = 4 * 1024 * 1024
 MAX_TABLE_ROWS = 500  # rows of one CSV shown in a page's table; the file holds the rest
-
-# Every kind of report the lab writes, longest first so "bench-sinks" is not read as "bench".
-KINDS = ("calibrate-health-validate", "calibrate-health", "calibrate-sinks", "validate-context", "bench-weights",
-         "bench-tracker", "bench-sinks", "bench", "entropy", "sinks", "speculate", "study", "stream", "intervene",
-         "compare", "integration")
 
 # The slug is anything (a folder renamed by hand may hold a newline): DOTALL, and \Z, which no trailing newline ends early.
 _STAMP = re.compile(r"^(\d{8})-(\d{6})(?:-(.*))?\Z", re.DOTALL)
@@ -64,7 +60,7 @@ def kind_of(name: str) -> str:
     """
     m = _STAMP.match(name)
     rest = (m.group(3) or "") if m else name
-    for kind in KINDS:
+    for kind in names_longest_first():  # so "bench-sinks" is not read as "bench"
         if rest == kind or rest.startswith(kind + "-"):
             return kind
     return ""
@@ -90,7 +86,7 @@ class ReportFiles:
     Attributes:
         path: The directory.
         name: Its name (the final one, also while the report is still being staged).
-        kind: The report kind (:data:`KINDS`), ``""`` when the name says none.
+        kind: The report kind (a name :mod:`lab.kinds` declares), ``""`` when the name says none.
         report: ``report.json`` parsed, or the kind's own ``<kind>.json`` where it writes no report.json (a
             study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``). Its text
             (keys and strings), like ``summary``'s, ``csvs``' and ``jsons``', is as
@@ -218,8 +214,9 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
         raise NotADirectoryError(f"{str(path)!r} is not a report directory")
     name = name or path.name
     kind = kind if kind is not None else kind_of(name)
-    # The exact figures: report.json, or where a kind writes none, its own <kind>.json (a study's study.json).
-    exact = "report.json" if (path / "report.json").is_file() else f"{kind or 'report'}.json"
+    # The exact figures: report.json, or where a kind writes none, the file its declaration names (a study's study.json).
+    declared = kind_named(kind)
+    exact = REPORT_JSON if (path / REPORT_JSON).is_file() or declared is None else declared.exact
     problems: list[str] = []
     report: dict[str, Any] = {}
     summary = ""
@@ -638,7 +635,7 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None, *, limit
 
 @dataclass(frozen=True)
 class KindPage:
-    """What a kind's module adds to its reports' pages (``lab/views/kinds/<kind>.py``'s ``page(files)``).
+    """What a kind's page module (:attr:`lab.kinds.Kind.page`) adds to its reports' pages, its ``page(files)``.
 
     Attributes:
         headline: The run's headline figure in a line (shown under the title and in the experiment log).

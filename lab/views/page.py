@@ -1,18 +1,18 @@
 """One self-contained ``index.html`` per report directory.
 
-The page is the report's files laid out for looking: the kind's own sections first (from
-``lab/views/kinds/<kind>.py`` when that module exists: a token view, a plot whose points link
-to their rows), then the summary, then every CSV as a table and every plot inline. Styles and
+The page is the report's files laid out for looking: the kind's own sections first (from the
+module its declaration in :mod:`lab.kinds` names, where it names one: a token view, a plot whose
+points link to their rows), then the summary, then every CSV as a table and every plot inline. Styles and
 script are inline, images are data URIs, so the file opens from disk with no network and can be
 sent on its own; without script the tables and summary are all there.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from types import ModuleType
 
+from lab.kinds import kind_named
 from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table, write_html
 
 PAGE = "index.html"
@@ -21,14 +21,10 @@ MAX_ERROR_CHARS = 200
 
 
 def kind_module(kind: str) -> ModuleType | None:
-    """``lab.views.kinds.<kind with - as _>``, or None for a kind with no module of its own."""
-    module_name = "lab.views.kinds." + kind.replace("-", "_")
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        return None
+    """The module drawing ``kind``'s own sections, as its declaration names it (:attr:`lab.kinds.Kind.page`);
+    None for a kind with no module of its own or a name no kind has."""
+    declared = kind_named(kind)
+    return declared.page_module() if declared is not None else None
 
 
 def kind_page(files: ReportFiles) -> KindPage:

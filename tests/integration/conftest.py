@@ -130,9 +130,9 @@ class LabLog:
 
     def write_report(self, kind: str, slug: str, data: dict[str, Any]) -> Path:
         """Write a library-level test's figures as ``<ts>-<kind>-<slug>/report.json`` (atomic)."""
-        from lab.reports import report_dir
+        from lab.views.publish import report_folder
 
-        with report_dir(self.out, kind, slugify(slug)) as rd:
+        with report_folder(self.out, kind, slugify(slug)) as rd:
             rd.write_json("report.json", data)
         self.add_report(rd.final)
         return rd.final

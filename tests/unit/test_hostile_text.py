@@ -15,7 +15,7 @@ import json
 import pytest
 
 from lab import cli
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.safe_text import printable
 
 HOSTILE = "a\x1b[2Jb\u202eevil\u200bc\ufeff\x9b"
@@ -45,7 +45,7 @@ def test_console_shows_a_right_to_left_override_escaped():
 
 
 def test_report_files_escape_control_bidi_and_invisible_characters(tmp_path):
-    with report_dir(tmp_path, "entropy", "x") as rd:
+    with report_folder(tmp_path, "entropy", "x") as rd:
         rd.write_text("summary.md", f"# prompt\n\n{HOSTILE}\n")
         rd.write_csv("tokens.csv", [{"token": HOSTILE, "n": 1}])
         rd.write_json("report.json", {"prompt": HOSTILE})

@@ -28,6 +28,7 @@ class _Boom(RuntimeError):
 
 
 def test_report_dir_success_renames_into_place_with_files(tmp_path):
+    """The folder holds what the block wrote and nothing else: the page and the log are the views' (lab.views.publish)."""
     with report_dir(tmp_path, "entropy", "What is 2+2?") as rd:
         rd.write_json("report.json", {"a": 1})
         rd.write_text("summary.md", "# hi\n")
@@ -36,7 +37,7 @@ def test_report_dir_success_renames_into_place_with_files(tmp_path):
     assert not staging.exists()
     assert rd.path == rd.final and rd.final.parent == tmp_path
     assert re.fullmatch(r"\d{8}-\d{6}-entropy-what-is-2-2", rd.final.name)
-    assert sorted(p.name for p in rd.final.iterdir()) == ["index.html", "report.json", "summary.md", "x.bin"]
+    assert sorted(p.name for p in rd.final.iterdir()) == ["report.json", "summary.md", "x.bin"]
     assert read_json(rd.final / "report.json") == {"a": 1}
 
 
@@ -57,7 +58,7 @@ def test_report_dir_existing_final_goes_to_next_free_name_and_leaves_no_staging(
     with report_dir(tmp_path, "entropy", name="fixed") as rd:
         rd.write_text("new.txt", "new")
     assert rd.final == tmp_path / "fixed-2" and rd.path == rd.final
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixed", "fixed-2", "index.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixed", "fixed-2"]
     assert [p.name for p in (tmp_path / "fixed").iterdir()] == ["keep.txt"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lab import cli
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.page import PAGE
 from tests.support import report_dirs
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 
 def _report(root, kind, summary="**Verdict: x.**\n"):
-    with report_dir(root, kind, "p") as rd:
+    with report_folder(root, kind, "p") as rd:
         rd.write_json("report.json", {"kind": kind})
         rd.write_text("summary.md", summary)
     return rd.final

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.compare import KindMismatchError, read_pair
 from lab.views.core import kind_of, markdown, read_report
 from lab.views.log import log_rows, rebuild_log
@@ -28,7 +28,7 @@ REMOTE = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)""", re.I)
 
 
 def _report(root: Path, kind: str, slug: str, data: dict, summary: str = "", csv_rows=None, png=False) -> Path:
-    with report_dir(root, kind, slug) as rd:
+    with report_folder(root, kind, slug) as rd:
         rd.write_json("report.json", data)
         if summary:
             rd.write_text("summary.md", summary)
@@ -40,7 +40,7 @@ def _report(root: Path, kind: str, slug: str, data: dict, summary: str = "", csv
 
 
 def test_report_dir_writes_page_and_log(tmp_path):
-    """Every report written through report_dir has its index.html, and the root's log lists it."""
+    """Every report written through report_folder (report_dir with the views) has its index.html, and the root's log lists it."""
     report = _report(tmp_path, "entropy", "hello", {"kind": "entropy", "model": {"model": "smollm2"}},
                      "# Run\n\n**Verdict: fine.**\n\n![plot](plot.png)\n", [{"a": 1, "b": "x"}], png=True)
     page = (report / PAGE).read_text()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.bench import results
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.compare import compare_html
 from lab.views.core import fmt, read_report
 from lab.views.kinds.bench import BASELINE, compare, headline, page
@@ -61,7 +61,7 @@ def _bench(spec_e2e: float = 30.0, spec_dec: float = 36.0, names=("speculative g
 
 
 def _write(root: Path, data: dict, slug: str = "early-exit-24", png: bool = True) -> Path:
-    with report_dir(root, "bench", slug) as rd:
+    with report_folder(root, "bench", slug) as rd:
         rd.write_json("report.json", data)
         rd.write_text("summary.md", "# lab bench\n")
         if png:

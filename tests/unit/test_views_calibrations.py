@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 
 
 def _write(root: Path, kind: str, name: str, data, png: str | None = None) -> Tree:
-    with report_dir(root, kind, "smollm2") as rd:
+    with report_folder(root, kind, "smollm2") as rd:
         rd.file(name).write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
         rd.write_text("summary.md", "# Title\n\nBody.\n")
         if png:

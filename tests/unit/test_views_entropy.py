@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.compare import compare_html, read_pair
 from lab.views.core import ReportFiles, colour, fmt, token_cell
 from lab.views.kinds import entropy as ent
@@ -50,7 +50,7 @@ SUMMARY = {"n_steps": 4, "stop_reason": "eos", "mean_entropy_bits": 1.2053530613
 
 
 def _report(root: Path, slug: str, data: dict, csv_rows: list[dict] | None = None) -> Path:
-    with report_dir(root, "entropy", slug) as rd:
+    with report_folder(root, "entropy", slug) as rd:
         rd.write_json("report.json", data)
         rd.write_text("summary.md", "# Entropy run\n")
         if csv_rows is not None:

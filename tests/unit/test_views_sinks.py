@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.kinds import sinks
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Node, Tree
@@ -41,7 +41,7 @@ def analysis(tokens, roles, received, is_sink, *, invalid=INVALID, per_head=None
 
 
 def write(root: Path, data: dict | None, csv_rows=None, png=False) -> Path:
-    with report_dir(root, "sinks", "fox") as rd:
+    with report_folder(root, "sinks", "fox") as rd:
         rd.write_json("report.json", {"kind": "sinks", "model": {"model": "smollm2"},
                                       **({"analysis": data} if data is not None else {})})
         if csv_rows:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.speculative.drafts import Proposal
 from lab.speculative.loop import round_record
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
@@ -67,7 +67,7 @@ def _report() -> dict:
 
 
 def _write(root: Path, data: dict) -> Path:
-    with report_dir(root, "speculate", "haiku") as rd:
+    with report_folder(root, "speculate", "haiku") as rd:
         rd.write_json("report.json", data)
         rd.write_text("summary.md", "# speculate\n")
         rd.write_csv("rounds.csv", [{"round": 0, "n_accepted": 1}])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.reports import report_dir
+from lab.views.publish import report_folder
 from lab.views.kinds._summary import prose
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
@@ -22,7 +22,7 @@ EVIL = "<script>alert(1)</script>"
 
 
 def _write(root: Path, kind: str, data: dict, summary: str, csvs: dict, png: str | None = None) -> Tree:
-    with report_dir(root, kind, "x") as rd:
+    with report_folder(root, kind, "x") as rd:
         rd.write_json("report.json", data)
         rd.write_text("summary.md", summary)
         for name, rows in csvs.items():

@@ -1,0 +1,6 @@
+"""``lab calibrate-health --validate``: the context-health measure judged on labelled text
+(``validation.json``); written by the calibrate-health command, so it lists no command of its own."""
+
+from lab.kinds import Kind
+
+KIND = Kind("calibrate-health-validate", listed=55, page="lab.views.kinds.calibrate_health_validate")

@@ -1,0 +1,127 @@
+"""lab.kinds: every report kind declared once, and everything that lists kinds reading the declarations.
+
+Fault class: a kind listed in several places joined by strings (the CLI's command list, the views' kind
+names, a page module found by its file name), where adding a kind means editing each and missing one
+fails silently (a folder read as another kind, a page without its sections, a command not offered).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+import lab.kinds
+from lab import cli
+from lab.kinds import Kind, all_kinds, command_modules, kind_named, names_longest_first
+from lab.views.core import kind_of
+from lab.views.page import PAGE, kind_module
+from lab.views.publish import report_folder
+
+pytestmark = pytest.mark.unit
+
+
+def test_kinds_every_declared_command_module_registers_a_subcommand():
+    for kind in all_kinds():
+        for name in kind.commands:
+            assert callable(getattr(importlib.import_module(name), "register", None)), f"{kind}: {name}"
+
+
+def test_kinds_every_declared_page_module_draws_a_page():
+    declared = [k for k in all_kinds() if k.page]
+    assert declared, "no kind declares a page"
+    for kind in declared:
+        assert callable(getattr(kind.page_module(), "page", None)), f"{kind}: {kind.page}"
+
+
+def test_kinds_every_name_is_read_back_from_its_folder_name():
+    for name in names_longest_first():
+        assert kind_of(f"20261207-101010-{name}-some-slug") == name
+        assert kind_of(f"20261207-101010-{name}") == name
+
+
+def test_kinds_cli_lists_exactly_the_declared_commands_in_order():
+    """`lab --help` offers each declared module's subcommands, in the declared order, and nothing else."""
+    import argparse
+
+    expected = []
+    for name in command_modules():
+        one = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(one)
+        expected.extend(one.choices)
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == expected
+    assert len(command_modules()) == len(set(command_modules())), "a command module is declared by two kinds"
+
+
+def test_kinds_names_and_places_are_unique():
+    kinds = all_kinds()
+    assert len({k.name for k in kinds}) == len(kinds)
+    assert [k.listed for k in kinds] == sorted({k.listed for k in kinds})
+
+
+def test_kinds_a_bad_name_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"kind name='Bad Kind' must be lowercase words joined by '-'"):
+        Kind("Bad Kind", listed=1)
+
+
+TOY_KIND = '''
+"""A toy kind, declared in one module and nowhere else."""
+from lab.kinds import Kind
+
+KIND = Kind("toy-kind", listed=10_000, commands=("toy_kind_command",), page="toy_kind_page")
+'''
+
+TOY_COMMAND = '''
+def register(subparsers):
+    p = subparsers.add_parser("toy", help="a toy kind's command")
+    p.set_defaults(func=lambda args: 0)
+'''
+
+TOY_PAGE = '''
+from markupsafe import Markup
+from lab.views.core import KindPage, Section
+
+
+def page(files):
+    return KindPage(headline="toy headline", sections=(Section("Toy section", Markup("<p>toy body</p>"), "toy"),))
+'''
+
+
+@pytest.fixture()
+def toy_kind(tmp_path, monkeypatch):
+    """A new kind added as a new module of lab.kinds (its command and page modules beside it), nothing edited."""
+    kinds_dir = tmp_path / "kinds"
+    kinds_dir.mkdir()
+    (kinds_dir / "toy_kind.py").write_text(textwrap.dedent(TOY_KIND))
+    (tmp_path / "toy_kind_command.py").write_text(textwrap.dedent(TOY_COMMAND))
+    (tmp_path / "toy_kind_page.py").write_text(textwrap.dedent(TOY_PAGE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(lab.kinds, "__path__", [*lab.kinds.__path__, str(kinds_dir)])
+    yield kind_named("toy-kind")
+    for name in ("lab.kinds.toy_kind", "toy_kind_command", "toy_kind_page"):
+        sys.modules.pop(name, None)
+
+
+def test_kinds_a_toy_kind_added_as_one_module_reaches_the_cli_the_views_and_the_reports(toy_kind, tmp_path):
+    assert toy_kind is not None and toy_kind.name == "toy-kind"
+    assert command_modules()[-1] == "toy_kind_command"
+    parser = cli.build_parser()
+    assert parser.parse_args(["toy"]).func(None) == 0
+    assert kind_of("20261207-101010-toy-kind-x") == "toy-kind"
+    assert kind_module("toy-kind") is importlib.import_module("toy_kind_page")
+    with report_folder(tmp_path / "reports", toy_kind, "x") as rd:
+        rd.write_text("summary.md", "# toy\n")
+    assert rd.final.name.endswith("-toy-kind-x")
+    page = (rd.final / PAGE).read_text(encoding="utf-8")
+    assert "toy headline" in page and "<p>toy body</p>" in page
+    assert rd.final.name in (tmp_path / "reports" / PAGE).read_text(encoding="utf-8")
+
+
+def test_kinds_without_the_toy_module_no_toy_kind(toy_kind, monkeypatch):
+    """Negative control: the same registry without the toy's module knows no toy kind."""
+    monkeypatch.setattr(lab.kinds, "__path__", lab.kinds.__path__[:-1])
+    assert kind_named("toy-kind") is None and kind_of("20261207-101010-toy-kind-x") == ""
