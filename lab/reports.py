@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from lab.files import read_bounded
-from lab.kinds import Kind
+from lab.kinds import REPORT_FORMAT, REPORT_JSON, Kind
 from lab.models.source import model_source
 from lab.safe_text import printable
 from lab.schemas import MAX_FILE_BYTES
@@ -167,9 +167,11 @@ def _cell(value: Any) -> Any:
 class ReportDir:
     """A report directory being written; see :func:`report_dir`."""
 
-    def __init__(self, staging: Path, final: Path):
+    def __init__(self, staging: Path, final: Path, kind: Kind | str = ""):
         self.path = staging  # write here; becomes `final` on success
         self.final = final
+        self.kind = str(kind)  # the report's kind, as report_dir was given it
+        self.variants = kind.variants if isinstance(kind, Kind) else ()
 
     def write_text(self, name: str, text: str) -> Path:
         """Write a text file (``summary.md``) with control, bidirectional and invisible characters
@@ -179,10 +181,33 @@ class ReportDir:
         return p
 
     def write_json(self, name: str, data: Any) -> Path:
-        """Write JSON as is: ``json.dumps`` already escapes every non-ASCII and control character."""
+        """Write JSON as is: ``json.dumps`` already escapes every non-ASCII and control character. The one
+        serializer of a report's JSON (:meth:`write_report` writes through it)."""
         p = self.path / name
         p.write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
         return p
+
+    def write_report(self, data: Any) -> Path:
+        """Write ``report.json``, the report's exact figures: ``{"kind": <this report's kind>, "format":``
+        :data:`lab.kinds.REPORT_FORMAT` ``, ...}`` then ``data``'s other fields in their order.
+
+        Args:
+            data: A mapping or a dataclass (converted by :func:`to_jsonable`); a ``kind`` in it must be this
+                report's or one of its :attr:`lab.kinds.Kind.variants` (kept as written), and it holds no
+                ``format`` of its own.
+
+        Raises:
+            ValueError: ``data`` is no mapping, names another kind, or holds a ``format``.
+        """
+        body = to_jsonable(data)
+        if not isinstance(body, dict):
+            raise ValueError(f"report.json of a {self.kind!r} report must be a mapping, not {type(body).__name__}")
+        said = body.pop("kind", self.kind)
+        if said != self.kind and said not in self.variants:
+            raise ValueError(f"report.json of a {self.kind!r} report says kind={said!r}")
+        if "format" in body:
+            raise ValueError(f"report.json of a {self.kind!r} report holds a field 'format', which the writer sets")
+        return self.write_json(REPORT_JSON, {"kind": said, "format": REPORT_FORMAT, **body})
 
     def write_csv(self, name: str, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str] | None = None) -> Path:
         """Write a CSV; string cells are escaped like :meth:`write_text` (the full text stays in the JSON)."""
@@ -328,10 +353,10 @@ def report_dir(root: str | Path, kind: Kind | str, slug: str = "", *, name: str 
             could not be renamed into place (it is kept in its staging directory, named).
     """
     root = Path(root)
-    kind = str(kind)
-    dirname = name or "-".join(p for p in (timestamp(), kind, slugify(slug) if slug else "") if p)
+    dirname = name or "-".join(p for p in (timestamp(), str(kind), slugify(slug) if slug else "") if p)
     root, staging = _staging_with_fallback(root, dirname)
-    report = ReportDir(staging, root / dirname)
+    report = ReportDir(staging, root / dirname, kind)
+    kind = str(kind)
     try:
         yield report
         if before_rename is not None:

@@ -141,7 +141,7 @@ def compare_capture(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -
 
 @dataclass(frozen=True)
 class SinksBenchReport:
-    """``lab bench-sinks``' ``bench.json``.
+    """``lab bench-sinks``' ``report.json``.
 
     Attributes:
         model: The ``--model``.

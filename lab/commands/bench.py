@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
                          torch_threads=torch.get_num_threads(), environment=environment(model), draft_cost=cost,
                          bench=bench, side_models={side.label: model_source(side.target).as_dict() for side in sides})
     with report_folder(args.out, BENCH, draft_spec) as rd:
-        rd.write_json("report.json", report.to_json())
+        rd.write_report(report.to_json())
         plot_bench(bench, rd.file("bench.png"))
         rd.write_text("summary.md", bench_report_markdown(report))
     print_report(out, rd.final)
@@ -303,7 +303,7 @@ def show_and_write(root: str, slug: str, data, summary: str):
     out = stdout_console()
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     with report_folder(root, BENCH, slug) as rd:
-        rd.write_json("report.json", data)
+        rd.write_report(data)
         rd.write_text("summary.md", summary)
     print_report(out, rd.final)
     return out, rd.final

@@ -5,7 +5,7 @@ see :mod:`lab.bench.sinks`. Measurements (defaults): plain SDPA prefill and stre
 2,048 and 8,192 tokens; eager ``output_attentions=True`` at 2,048 tokens. Linux only. The load
 average and torch threads are sampled before and after each subprocess (:mod:`lab.machine`) and
 a busy machine is flagged. The report ``<out>/<timestamp>-bench-sinks-<model>/`` holds
-``bench.json``, ``bench.csv`` and ``summary.md``.
+``report.json``, ``bench.csv`` and ``summary.md``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
         out.print(Text(warning, style="bold yellow"))
     with report_folder(args.out, BENCH_SINKS, args.model) as rd:
-        rd.write_json("bench.json", data.as_dict())
+        rd.write_report(data.as_dict())
         rd.write_csv("bench.csv", data.results, fieldnames=CSV_FIELDS)
         rd.write_text("summary.md", bench_markdown(data))
     print_report(out, rd.final)

@@ -163,7 +163,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
                                str(RUNTIME.path(args.model)))
     summary = runtime_tune_markdown(report)
     with report_folder(args.out, BENCH, f"tune-runtime-{args.model}") as rd:
-        rd.write_json("report.json", report.as_dict())
+        rd.write_report(report.as_dict())
         rd.write_text("summary.md", summary)
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     warning = busy_warning(result.load)

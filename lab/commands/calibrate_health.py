@@ -5,7 +5,7 @@ poisoned variant of each (distractors from the study's prompt set) and one neutr
 variant of the same added length (``lab/data/calibration_neutral.jsonl``), one
 streaming prefill gives every candidate and control of :mod:`lab.health.measures`;
 the rule of :mod:`lab.health.measures` picks one and must reject the controls. Writes ``<out>/<timestamp>-calibrate-health-<model>/``
-with ``calibration.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
+with ``report.json``, ``prompts.csv`` and ``summary.md``; with ``--save`` the
 rule's choice then goes, atomically, to ``health/chosen.json`` in the user's calibration
 folder (``$LAB_CALIBRATION_DIR``, default ``~/.cache/lab/calibrations``; never the installed
 package), which :func:`lab.health.graded.graded_health` reads before the packaged
@@ -148,7 +148,7 @@ def _validate(args: argparse.Namespace) -> int:
                   markup=False, highlight=False)
     stdout_console().print(validation_table(report))
     with report_folder(args.out, CALIBRATE_HEALTH_VALIDATE, info["model"]) as rd:
-        rd.write_json("validation.json", report.to_json())
+        rd.write_report(report.to_json())
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", validation_markdown(report))
     print_report(stdout_console(), rd.final)
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Show and write.
     stdout_console().print(candidates_table(report))
     with report_folder(args.out, CALIBRATE_HEALTH, info["model"]) as rd:
-        rd.write_json("calibration.json", report.to_json())
+        rd.write_report(report.to_json())
         rd.write_csv("prompts.csv", list(report.calibration.prompts))
         rd.write_text("summary.md", calibration_markdown(report))
     print_report(stdout_console(), rd.final)

@@ -5,7 +5,7 @@ for long uniform prompts built from the same text (``--long-lengths``, default 2
 tokens) one streaming prefill gives every candidate statistic's scores; the sweep counts, per threshold,
 the prompts whose position 0 is flagged and the content tokens flagged, short and
 long prompts apart (both must meet the criteria). The report
-``<out>/<timestamp>-calibrate-sinks-<model>/`` holds ``calibration.json`` (criteria,
+``<out>/<timestamp>-calibrate-sinks-<model>/`` holds ``report.json`` (criteria,
 chosen threshold, sweep counts, per-prompt scores), ``sweep.csv``, ``prompts.csv``,
 ``summary.md`` and ``sweep.png``.
 
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Show and write.
     stdout_console().print(calibration_table(report))
     with report_folder(args.out, CALIBRATE_SINKS, info["model"]) as rd:
-        rd.write_json("calibration.json", report.to_json())
+        rd.write_report(report.to_json())
         rd.write_csv("sweep.csv", report.sweep_rows())
         rd.write_csv("prompts.csv", report.prompt_rows())
         rd.write_text("summary.md", calibration_markdown(report) + candidates_markdown(report))

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. Write the report atomically.
     with report_folder(args.out, ENTROPY, args.prompt) as rd:
-        rd.write_json("report.json", {**report_data(args, prompt, messages, settings, result, info, runtime, model),
+        rd.write_report({**report_data(args, prompt, messages, settings, result, info, runtime, model),
                                       **context_fields(context, reading)})
         rd.write_csv("tokens.csv", step_rows(result))
         plot_entropy(result, rd.file("entropy.png"))

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Write the report atomically.
     slug = args.prompt if args.prompt is not None else Path(args.prompt_file).stem
     with report_folder(args.out, SINKS, slug) as rd:
-        rd.write_json("report.json", {
+        rd.write_report({
             "kind": "sinks",
             "prompt": prompt,
             "system": args.system,

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Write the report atomically.
     info = model_source(model).as_dict()
     with report_folder(args.out, SPECULATE, args.prompt) as rd:
-        rd.write_json("report.json", cfg.report(result, prompt_ids=input_ids[0].tolist(), model_info=info,
+        rd.write_report(cfg.report(result, prompt_ids=input_ids[0].tolist(), model_info=info,
                                                 environment=environment(model),
                                                 text=answer_text(tokenizer, result.tokens), cost=cost,
                                                 token_texts=token_texts(tokenizer, result)))

@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     info = model_source(model).as_dict()
     det = result.detection
     with report_folder(args.out, STREAM, slug) as rd:
-        rd.write_json("report.json", {
+        rd.write_report({
             "kind": "stream", "model": info, "environment": environment(model),
             "text": {"source": source, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
                      "n_tokens": len(result.input_ids), "input_ids": result.input_ids},

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"validate-context: {v.verdict()}", markup=False, highlight=False, soft_wrap=True)
     # 3. The report, then (--save) the fitted measure.
     with report_folder(args.out, VALIDATE_CONTEXT, info["model"]) as rd:
-        rd.write_json("report.json", {"model": info, "environment": environment(model), "validation": v,
+        rd.write_report({"model": info, "environment": environment(model), "validation": v,
                                       "verdict": v.verdict()})
         rd.write_csv("pairs.csv", list(v.rows))
         rd.write_text("summary.md", summary_markdown(v))

@@ -79,7 +79,7 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     check_reports_root(out)
     html = drawn(f"A={str(a)!r} and B={str(b)!r}", compare_html, first, second)
     with report_folder(out, COMPARE, first.kind) as rd:
-        rd.write_json("report.json", {"kind": "compare", "compared_kind": first.kind,
+        rd.write_report({"kind": "compare", "compared_kind": first.kind,
                                       "a": str(a.resolve()), "b": str(b.resolve())})
         (rd.path / PAGE).write_text(html, encoding="utf-8", errors="backslashreplace")
     return rd.final / PAGE

@@ -283,7 +283,7 @@ class HealthCalibration:
         return {c.name: not c.admissible and c.name != self.chosen for c in self.candidates if c.control}
 
     def to_json(self) -> dict[str, Any]:
-        """The figures as ``calibration.json`` holds them (``properties_on_prompts`` only when checked)."""
+        """The figures as ``report.json`` holds them (``properties_on_prompts`` only when checked)."""
         out: dict[str, Any] = {
             "rule": self.rule, "chosen": self.chosen, "decided_by": self.decided_by,
             "length_rho_tolerance": self.length_rho_tolerance, "controls_rejected": self.controls_rejected,
@@ -296,7 +296,7 @@ class HealthCalibration:
 
 
 def candidate_row(c: CandidateFigures) -> dict[str, Any]:
-    """One candidate's figures as a row of ``calibration.json`` (its values per prompt left out)."""
+    """One candidate's figures as a row of ``report.json`` (its values per prompt left out)."""
     return {**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned", "neutral")},
             "eligible": c.eligible, "admissible": c.admissible, "median": c.median, "min": c.low, "max": c.high}
 

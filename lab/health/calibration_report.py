@@ -6,7 +6,7 @@ then the calibration prompts and their poisoned and neutral variants, then, opti
 the study prompts); :func:`health_report` applies the rule of :mod:`lab.health.measures`
 (:func:`lab.health.calibration.calibrate`) and gathers what the report holds into a
 :class:`HealthCalibrationReport`, whose :meth:`~HealthCalibrationReport.to_json` is
-``calibration.json``; :func:`save_health_choice` writes the choice and the length reference
+``report.json``; :func:`save_health_choice` writes the choice and the length reference
 into the user's folder.
 """
 
@@ -160,7 +160,7 @@ class HealthRun:
 
 @dataclass(frozen=True)
 class HealthCalibrationReport:
-    """What ``lab calibrate-health`` found on one model (``calibration.json``, :meth:`to_json`).
+    """What ``lab calibrate-health`` found on one model (``report.json``, :meth:`to_json`).
 
     Attributes:
         calibration: The candidates' figures and the rule's choice (:func:`lab.health.calibration.calibrate`).
@@ -198,11 +198,11 @@ class HealthCalibrationReport:
 
     @property
     def length_reference(self) -> dict[str, Any]:
-        """The length reference and its fit's figures, as ``calibration.json`` holds them."""
+        """The length reference and its fit's figures, as ``report.json`` holds them."""
         return {**self.reference_record, **self.reference_figures}
 
     def to_json(self) -> dict[str, Any]:
-        """``calibration.json``: the report's fields under the file's keys, in its order."""
+        """``report.json``: the report's fields under the file's keys, in its order."""
         out = self.calibration.to_json()
         if self.study_set is not None:
             out["study_set"] = self.study_set

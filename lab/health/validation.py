@@ -94,7 +94,7 @@ class ValidationFigures:
         return self.n_measurable >= MIN_MEASURABLE and self.length_neutral and self.unsaturated
 
     def to_json(self) -> dict[str, Any]:
-        """The figures and the derived verdicts, as ``validation.json`` holds them."""
+        """The figures and the derived verdicts, as ``report.json`` holds them."""
         return {**self.__dict__, "saturated_share": self.saturated_share, "length_neutral": self.length_neutral,
                 "unsaturated": self.unsaturated, "valid": self.valid}
 
@@ -133,7 +133,7 @@ def validation_figures(name: str, values: Sequence[float], lengths: Sequence[int
 
 @dataclass(frozen=True)
 class HealthValidationReport:
-    """What ``lab calibrate-health --validate`` found on one model (``validation.json``, :meth:`to_json`).
+    """What ``lab calibrate-health --validate`` found on one model (``report.json``, :meth:`to_json`).
 
     Attributes:
         measure: The lab's context health on this model (the chosen candidate).
@@ -167,7 +167,7 @@ class HealthValidationReport:
         return tuple(k for k, f in self.candidates.items() if f.valid and not f.control)
 
     def to_json(self) -> dict[str, Any]:
-        """``validation.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values."""
+        """``report.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values."""
         return {"kind": "calibrate-health-validate", "measure": self.measure, "valid": self.valid,
                 "bars": {"max_length_rho": MAX_LENGTH_RHO, "max_saturated_share": MAX_SATURATED_SHARE,
                          "end_margin": END_MARGIN, "min_measurable": MIN_MEASURABLE},
@@ -342,7 +342,7 @@ class HealthValidity:
 
 
 def validity_of(validation: Mapping[str, Any], profile: str, report: str) -> HealthValidity:
-    """The :class:`HealthValidity` of a ``validation.json`` (:meth:`HealthValidationReport.to_json`)."""
+    """The :class:`HealthValidity` of a ``report.json`` (:meth:`HealthValidationReport.to_json`)."""
     fig = validation["figures"]
     return HealthValidity(profile=profile, measure=str(validation["measure"]), valid=bool(validation["valid"]),
                           rho=float(fig["rho"]), p=float(fig["p"]), saturated_share=float(fig["saturated_share"]),

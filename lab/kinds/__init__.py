@@ -2,8 +2,8 @@
 
 A kind's module holds ``KIND``, a :class:`Kind`: its name (the ``<kind>`` in a report folder's name
 ``<YYYYmmdd-HHMMSS>-<kind>-<slug>``), the ``lab`` subcommands that write it, the module that draws its
-own part of a page, and the file that holds its exact figures. Everything that lists kinds reads them
-here: the CLI's subcommands (:func:`command_modules`), the views' reading of a folder's kind
+own part of a page, and where reports written before :data:`REPORT_FORMAT` kept their exact figures.
+Everything that lists kinds reads them here: the CLI's subcommands (:func:`command_modules`), the views' reading of a folder's kind
 (``lab.views.core.kind_of``) and page (``lab.views.page.kind_module``), and the commands' report folders
 (``lab.reports.report_dir`` is given the ``Kind``). Adding a kind is adding one module here, editing
 nothing else (``tests/unit/test_kinds.py`` adds a toy kind that way).
@@ -27,8 +27,12 @@ from types import ModuleType
 
 __all__ = ["Kind", "all_kinds", "command_modules", "kind_named", "names_longest_first"]
 
-# The file a report's exact figures are in, where the kind says nothing else.
+# The file every report folder holds its exact figures in, with its kind and format
+# (lab.reports.ReportDir.write_report writes it).
 REPORT_JSON = "report.json"
+# The format of report.json. 1: every kind writes report.json (before it, a study wrote study.json, a calibration
+# calibration.json ...: Kind.older_file), with "kind" and "format" as its first two keys.
+REPORT_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,11 @@ class Kind:
         page: Dotted name of the module whose ``page(files)`` draws the kind's own sections of its page
             (and, where it has one, ``compare(a, b)`` two of its reports side by side); None when its page
             is the summary and the files only.
-        exact: The file holding the report's exact figures, read as the page's ``report``.
+        older_file: Where reports of this kind written before :data:`REPORT_FORMAT` held their exact figures
+            (a study's ``study.json``), read when a folder has no ``report.json``; None where it was always
+            ``report.json``.
+        variants: Other values its ``report.json``'s ``kind`` may hold, one per shape of report its commands
+            write (a bench folder holds a ``bench``, a ``bench-tune`` or a ``bench-seed-tables`` report).
 
     Raises:
         ValueError: a name that is not lowercase words joined by ``-``.
@@ -54,7 +62,8 @@ class Kind:
     listed: int
     commands: tuple[str, ...] = ()
     page: str | None = None
-    exact: str = REPORT_JSON
+    older_file: str | None = None
+    variants: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         words = self.name.split("-")

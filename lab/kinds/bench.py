@@ -6,4 +6,5 @@ from lab.kinds import Kind
 KIND = Kind("bench",
             listed=100,
             commands=("lab.commands.bench", "lab.commands.bench_seed_tables", "lab.commands.bench_tune"),
-            page="lab.views.kinds.bench")
+            page="lab.views.kinds.bench",
+            variants=("bench-tune", "bench-seed-tables"))

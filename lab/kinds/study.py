@@ -1,4 +1,5 @@
-"""``lab study``: the pre-stated hypotheses over many prompts and their twins (``study.json``)."""
+"""``lab study``: the pre-stated hypotheses over many prompts and their twins (``report.json``;
+``study.json`` before format 1)."""
 
 from lab.kinds import Kind
 
@@ -6,4 +7,4 @@ KIND = Kind("study",
             listed=110,
             commands=("lab.commands.study",),
             page="lab.views.kinds.study",
-            exact="study.json")
+            older_file="study.json")

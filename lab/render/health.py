@@ -65,7 +65,7 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
               "clean twin (what a length proxy gets).", "",
               "Controls: " + (", ".join(f"`{k}` {'rejected' if v else '**not rejected**'}" for k, v in rejected.items())
                               or "none") + ".", "",
-              "Files: `calibration.json` (rule, figures, per-prompt values), `prompts.csv`."]
+              "Files: `report.json` (rule, figures, per-prompt values), `prompts.csv`."]
     ref = report.length_reference
     if ref:
         lines += ["", f"## Clean length reference ({ref['n_prompts']} prompts of {ref['prompts_file']}, "
@@ -142,5 +142,5 @@ def validation_markdown(report: HealthValidationReport) -> str:
         *md_table(_VCOLS, map(_vrow, report.candidates.values())),
         "", f"## `{report.measure}` within each source", "",
         *md_table(("source", *_VCOLS[1:]), [(src, *_vrow(c)[1:]) for src, c in report.by_source.items()]),
-        "", "Files: `validation.json` (bars, figures, per-prompt values), `prompts.csv`."]
+        "", "Files: `report.json` (bars, figures, per-prompt values), `prompts.csv`."]
     return "\n".join(lines) + "\n"

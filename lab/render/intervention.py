@@ -177,7 +177,7 @@ def write_report(report, root: Path, work: Path) -> Path:
     from lab.views.publish import report_folder
 
     with report_folder(root, INTERVENE, report.settings.model) as rd:
-        rd.write_json("report.json", {
+        rd.write_report({
             "kind": "intervene", "settings": asdict(report.settings), "decides": report.decides,
             "analysis": asdict(report.analysis), "controls": report.analysis.controls,
             "pilot": None if report.pilot is None else {"ids": list(report.pilot_ids),

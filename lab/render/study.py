@@ -4,7 +4,7 @@ and the atomic report directory.
 Consumes :class:`lab.study.StudyResult`; computes no statistics of its own (every
 number shown comes from :mod:`lab.analysis`). Plots use matplotlib's Agg backend.
 
-Report layout (``<out>/<timestamp>-study/``): ``study.json`` (settings,
+Report layout (``<out>/<timestamp>-study/``): ``report.json`` (settings,
 environment, wall time, per-test results and verdicts, descriptive statistics),
 ``per_prompt.csv``, ``per_token.csv``, four PNG figures (:data:`FIGURES`), an SVG beside each
 plot whose points are prompts (:data:`LINKED_FIGURES`: each point a link to ``#prompt-<id>``, the
@@ -269,7 +269,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
 
 
 def study_document(result: StudyResult, wall_s_total: float) -> dict[str, Any]:
-    """The content of study.json."""
+    """The content of the study's report.json."""
     a = result.analysis
     env = environment()
     if result.info.get("model"):
@@ -323,8 +323,8 @@ def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
         rd.write_csv("per_prompt.csv", [r.as_columns() for r in result.per_prompt], PER_PROMPT_COLUMNS)
         rd.write_csv("per_token.csv", [t.as_columns() for t in result.per_token], PER_TOKEN_FIELDS)
         write_plots(result, rd.path)
-        # study.json last, so its wall time covers the plots too
+        # report.json last, so its wall time covers the plots too
         study = study_document(result, time.perf_counter() - result.started)
         rd.write_text("summary.md", summary_markdown(result, study))
-        rd.write_json("study.json", study)
+        rd.write_report(study)
     return rd.path

@@ -291,7 +291,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     for name, text in FIGURES.items():
         lines += [f"![{name}]({name})", "", text, ""]
     lines += ["## Files", "",
-              "- `study.json`: settings, environment, timing, every test with its numbers, power and verdict; "
+              "- `report.json`: settings, environment, timing, every test with its numbers, power and verdict; "
               "H4's per-distractor tables (`distractor_tables`); health against length within each variant and category "
               "(`length_drift`).",
               "- `per_prompt.csv`: one row per prompt (prefill, decode and speculative figures; "

@@ -6,7 +6,7 @@ prompts, held-out, its long prompts; :func:`lab.sinks.calibration.score_prompts`
 threshold (:func:`lab.sinks.calibration.sweep_candidates`), the counts there on every set,
 and the cross-profile rule (:func:`lab.sinks.calibration.choose_statistic`) over the
 profiles' recorded figures. :meth:`SinkCalibrationReport.to_json` is the one conversion to
-``calibration.json`` (its keys are the file's), :meth:`SinkCalibrationReport.profile_record`
+``report.json`` (its keys are the file's), :meth:`SinkCalibrationReport.profile_record`
 the profile file :func:`lab.sinks.profiles.write_calibration` writes, and
 :func:`save_calibration` writes that file and the rule's choice into the user's folder.
 """
@@ -105,7 +105,7 @@ class CandidateCalibration:
         return (min(self.feasible_thresholds), max(self.feasible_thresholds)) if self.feasible_thresholds else None
 
     def to_json(self) -> dict[str, Any]:
-        """The entry under ``candidates`` in ``calibration.json`` and in the profile file."""
+        """The entry under ``candidates`` in ``report.json`` and in the profile file."""
         return {"feasible": list(self.feasible) if self.feasible else None,
                 "feasible_thresholds": list(self.feasible_thresholds), "chosen": self.chosen,
                 "counts": self.counts, "position0_lowest": self.position0_lowest,
@@ -132,7 +132,7 @@ class CrossModelChoice:
     refused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``cross_model`` entry of ``calibration.json`` (no ``moves_from`` when the rule chose nothing)."""
+        """The ``cross_model`` entry of ``report.json`` (no ``moves_from`` when the rule chose nothing)."""
         out: dict[str, Any] = {"profiles": list(self.profiles), "chosen": self.chosen,
                                "default_threshold": self.default_threshold}
         if self.chosen is not None:
@@ -190,14 +190,14 @@ class PromptFigures:
     n_content: int
 
     def to_json(self) -> dict[str, Any]:
-        """One row of ``prompts`` in ``calibration.json`` and of ``prompts.csv``."""
+        """One row of ``prompts`` in ``report.json`` and of ``prompts.csv``."""
         return {"id": self.id, "n_tokens": self.n_tokens, **{f"position0_{k}": v for k, v in self.position0.items()},
                 "max_content_score": self.max_content_score, "n_content": self.n_content}
 
 
 @dataclass(frozen=True)
 class SinkCalibrationReport:
-    """What ``lab calibrate-sinks`` found on one model (``calibration.json``, :meth:`to_json`).
+    """What ``lab calibrate-sinks`` found on one model (``report.json``, :meth:`to_json`).
 
     The headline figures are those of ``statistic``, the current choice's
     (:func:`lab.sinks.profiles.load_choice`); ``candidates`` holds every statistic's.
@@ -255,15 +255,15 @@ class SinkCalibrationReport:
         return {"position0_min_rate": self.position0_min_rate, "content_max_rate": self.content_max_rate}
 
     def sweep_rows(self) -> list[dict[str, Any]]:
-        """``sweep`` as rows of ``calibration.json`` and ``sweep.csv`` (raw counts and ``feasible``)."""
+        """``sweep`` as rows of ``report.json`` and ``sweep.csv`` (raw counts and ``feasible``)."""
         return [{**asdict(r), "feasible": r.feasible} for r in self.sweep]
 
     def prompt_rows(self) -> list[dict[str, Any]]:
-        """``prompts`` as rows of ``calibration.json`` and ``prompts.csv``."""
+        """``prompts`` as rows of ``report.json`` and ``prompts.csv``."""
         return [p.to_json() for p in self.prompts]
 
     def to_json(self) -> dict[str, Any]:
-        """``calibration.json``: the report's fields under the file's keys, in its order."""
+        """``report.json``: the report's fields under the file's keys, in its order."""
         held = self.held_out
         return {
             "kind": "calibrate-sinks", "model": self.model, "environment": self.environment,

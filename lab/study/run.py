@@ -330,7 +330,7 @@ def _merge_held(plan: StudyPlan, dirs: list[Path], started: float) -> StudyResul
 
 
 def config_dict(config: StudyConfig) -> dict[str, Any]:
-    """The config as plain values (for study.json)."""
+    """The config as plain values (for the study's report.json)."""
     return asdict(config)
 
 

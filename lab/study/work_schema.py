@@ -6,7 +6,7 @@
   Its ranges are :class:`lab.study.config.StudyConfig`'s. Only ``weights`` and
   ``draft_weights`` may be absent: a directory written before they were recorded ran float32.
 * ``runner.json`` (:data:`RUNNER_SCHEMA`): the runner's description of the models, copied into
-  the report's ``study.json``. A bad one is ignored with a note; the report then lacks it.
+  the report's ``report.json``. A bad one is ignored with a note; the report then lacks it.
 * ``prompts.json`` (:data:`PROMPTS_SCHEMA`): the selected prompt set, one prompt-file record
   each (their fields are checked by :func:`lab.prompts.parse_prompts`, their sum by the sha256
   in ``settings.json``). A bad one refuses the command, naming the file.

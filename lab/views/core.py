@@ -87,18 +87,19 @@ class ReportFiles:
         path: The directory.
         name: Its name (the final one, also while the report is still being staged).
         kind: The report kind (a name :mod:`lab.kinds` declares), ``""`` when the name says none.
-        report: ``report.json`` parsed, or the kind's own ``<kind>.json`` where it writes no report.json (a
-            study's ``study.json``); ``{}`` when absent, unreadable or too large (see ``problems``). Its text
-            (keys and strings), like ``summary``'s, ``csvs``' and ``jsons``', is as
-            :func:`lab.safe_text.printable` shows it: control, bidirectional and invisible characters escaped.
+        report: ``report.json`` parsed, or in a report written before every kind wrote one, the file its kind
+            kept its figures in then (:attr:`lab.kinds.Kind.older_file`: a study's ``study.json``); ``{}`` when
+            absent, unreadable or too large (see ``problems``). Its text (keys and strings), like ``summary``'s,
+            ``csvs``' and ``jsons``', is as :func:`lab.safe_text.printable` shows it: control, bidirectional
+            and invisible characters escaped.
         summary: ``summary.md`` as text (``""`` when absent).
         csvs: ``{file name: rows}`` of every CSV, each row a ``{column: cell text}``.
         images: ``{file name: data URI}`` of every PNG, and of every SVG that :func:`inline_svg` refuses
             to inline (an ``<img>`` runs no script, loads nothing and styles nothing outside itself).
         svgs: ``{file name: SVG markup}`` of every SVG :func:`inline_svg` passes, as it wrote it anew (links in
             them work).
-        jsons: ``{file name: object}`` of the report's other JSON files (a calibration's ``calibration.json``,
-            a bench's ``bench.json``), parsed and bounded like ``report``.
+        jsons: ``{file name: object}`` of the report's other JSON files (none the lab writes today; a hand-added
+            one is listed), parsed and bounded like ``report``.
         other: Names of the other files (listed, not embedded).
         problems: One line per file that could not be read or was too large, shown on the page.
     """
@@ -214,9 +215,11 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
         raise NotADirectoryError(f"{str(path)!r} is not a report directory")
     name = name or path.name
     kind = kind if kind is not None else kind_of(name)
-    # The exact figures: report.json, or where a kind writes none, the file its declaration names (a study's study.json).
+    # The exact figures: report.json, or in a report written before it (REPORT_FORMAT), where its kind kept them then
+    # (a study's study.json): an older report opens as it did.
     declared = kind_named(kind)
-    exact = REPORT_JSON if (path / REPORT_JSON).is_file() or declared is None else declared.exact
+    older = declared.older_file if declared is not None else None
+    exact = older if older and not (path / REPORT_JSON).is_file() else REPORT_JSON
     problems: list[str] = []
     report: dict[str, Any] = {}
     summary = ""

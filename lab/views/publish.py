@@ -42,7 +42,8 @@ def update_log(root: Path) -> None:
 
 
 @contextmanager
-def report_folder(root: str | Path, kind: Kind | str, slug: str = "", *, name: str | None = None) -> Iterator[ReportDir]:
+def report_folder(root: str | Path, kind: Kind | str, slug: str = "", *,
+                  name: str | None = None) -> Iterator[ReportDir]:
     """:func:`lab.reports.report_dir` with the report's page drawn before its rename and the experiment log
     after it; arguments, what it yields and what it raises as there."""
     with report_dir(root, kind, slug, name=name, before_rename=draw_page, after_rename=update_log) as rd:

@@ -29,7 +29,7 @@ def test_calibrate_health_validate_on_smollm2_writes_the_verdict(tmp_path, lab_l
     subset.write_text("\n".join(lines[: N_PROMPTS * STRIDE: STRIDE]) + "\n", encoding="utf-8")
     rc, report = lab_log.cli(["calibrate-health", "--validate", str(subset), "--model", "smollm2", "--device", "cpu"])
     assert rc == 0 and report is not None
-    data = json.loads((report / "validation.json").read_text(encoding="utf-8"))
+    data = json.loads((report / "report.json").read_text(encoding="utf-8"))
     fig = data["figures"]
     lab_log.record(measure=data["measure"], rho=fig["rho"], p=fig["p"], saturated_share=fig["saturated_share"],
                    n_measurable=fig["n_measurable"])

@@ -121,7 +121,7 @@ def test_study_runs_on_q4_weights_and_records_them(lab_log):
     rc, report = lab_log.cli(["study", "--model", "smollm2", "--weights", "q4", "--limit", "2",
                               "--max-new-tokens", "6", "--resamples", "99", "--device", "cpu"])
     assert rc == 0 and report is not None
-    study = json.loads((report / "study.json").read_text())
+    study = json.loads((report / "report.json").read_text())
     assert study["settings"]["weights"] == "q4"
     assert "q4 weights" in (report / "summary.md").read_text()
 

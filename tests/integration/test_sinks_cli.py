@@ -69,7 +69,7 @@ def test_cli_calibrate_sinks_small_set_writes_report(tmp_path, lab_log):
     rc, rd = lab_log.cli(["calibrate-sinks", "--prompts", str(prompts), "--held-out", str(prompts),
                           "--long-lengths", "128", "--device", "cpu"])
     assert rc == 0 and rd is not None
-    data = read_json(rd / "calibration.json")
+    data = read_json(rd / "report.json")
     assert data["n_prompts"] == 2 and len(data["sweep"]) == len(rows_from_csv(rd / "sweep.csv"))
     (long,) = data["long_prompts"]
     assert long["id"] == "long-128" and long["n_tokens"] > 128 and data["sweep"][0]["long_n_prompts"] == 1
@@ -77,7 +77,7 @@ def test_cli_calibrate_sinks_small_set_writes_report(tmp_path, lab_log):
         held = data["held_out"]
         assert held["short"]["n_prompts"] == 2 and held["long"]["n_prompts"] == 1
         assert "held-out set" in (rd / "summary.md").read_text()
-    assert {p.name for p in rd.iterdir()} == {"calibration.json", "sweep.csv", "prompts.csv", "summary.md", "index.html",
+    assert {p.name for p in rd.iterdir()} == {"report.json", "sweep.csv", "prompts.csv", "summary.md", "index.html",
                                              "sweep.png"}
 
 
@@ -86,7 +86,7 @@ def test_cli_bench_sinks_short_lengths_writes_report(lab_log):
     """The benchmark's plumbing (subprocess workers, peak-memory reading) at toy lengths."""
     rc, rd = lab_log.cli(["bench-sinks", "--lengths", "64", "--eager-length", "64", "--device", "cpu"])
     assert rc == 0 and rd is not None
-    data = read_json(rd / "bench.json")
+    data = read_json(rd / "report.json")
     assert [r["mode"] for r in data["results"]] == ["sdpa", "capture", "eager"]
     assert all("error" not in r and r["seconds"] > 0 for r in data["results"]), data["results"]
     assert data["comparison"]["length"] == 64 and data["comparison"]["time_ratio"] > 0

@@ -2,8 +2,8 @@
 
 A reduced study (:data:`LIMIT` prompts with twin pairs, :data:`MAX_NEW_TOKENS`
 tokens) runs the real pipeline once per session and writes a real report; the
-tests check that every file is there, the PNGs open, study.json agrees with the
-CSVs, and summary.md states the verdicts of study.json.
+tests check that every file is there, the PNGs open, report.json agrees with the
+CSVs, and summary.md states the verdicts of report.json.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_study_report_has_every_file_and_pngs_open(study_report, lab_log):
     result, path = study_report
     lab_log.add_report(path)
     lab_log.record(n_prompts=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
-    for name in ("study.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
+    for name in ("report.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
         assert (path / name).is_file(), name
     for name in FIGURES:
         assert (path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -66,7 +66,7 @@ def test_study_json_matches_csvs(study_report):
     from lab.reports import read_json, rows_from_csv
 
     result, path = study_report
-    study = read_json(path / "study.json")
+    study = read_json(path / "report.json")
     prompts = rows_from_csv(path / "per_prompt.csv")
     tokens = rows_from_csv(path / "per_token.csv")
     assert len(prompts) == study["prompts"]["n_prompts"] == LIMIT
@@ -114,7 +114,7 @@ def test_study_summary_states_the_json_verdicts(study_report):
     from lab.reports import read_json
 
     _, path = study_report
-    study = read_json(path / "study.json")
+    study = read_json(path / "report.json")
     summary = (path / "summary.md").read_text(encoding="utf-8")
     assert set(study["verdicts"]) == {"H1", "H1c", "H2", "H3", "H4a", "H4b", "H5", "H6", "H6c"}
     for name, verdict in study["verdicts"].items():
@@ -130,7 +130,7 @@ def test_study_environment_records_model_draft_seed_and_time(study_report):
     from lab.reports import read_json
 
     _, path = study_report
-    study = read_json(path / "study.json")
+    study = read_json(path / "report.json")
     env, settings = study["environment"], study["settings"]
     assert env["model"]["profile"] == "smollm2"
     assert env["draft"] == settings["draft"] == PROFILES["smollm2"].draft

@@ -86,7 +86,7 @@ def test_cli_study_ray_starts_and_stops_its_own_local_cluster(tmp_path, lab_log)
     assert left == [], f"Ray left {left} in TMPDIR"
     (report,) = [p for p in out.iterdir() if p.name not in seen and p.name.endswith("-study")]
     lab_log.add_report(report)
-    study = json.loads((report / "study.json").read_text())
+    study = json.loads((report / "report.json").read_text())
     cluster = study["environment"]["cluster"]
     assert cluster["address"] == "local" and cluster["n_actors"] == 1 and cluster["torch_threads_per_actor"] == 1
     assert study["prompts"]["n_prompts"] == 2 and study["missing_prompts"] == []

@@ -32,9 +32,9 @@ def test_study_default_runs_two_workers_equal_to_one_thread_in_one_process(lab_l
     assert rc == 0 and pooled is not None
     rc, alone = lab_log.cli([*ARGV, "--workers", "1", "--threads", "1"])
     assert rc == 0 and alone is not None
-    env = json.loads((pooled / "study.json").read_text())["environment"]
+    env = json.loads((pooled / "report.json").read_text())["environment"]
     assert env["workers"] == {"processes": 2, "torch_threads_per_worker": 1}
-    assert "workers" not in json.loads((alone / "study.json").read_text())["environment"]
+    assert "workers" not in json.loads((alone / "report.json").read_text())["environment"]
     for name in ("per_prompt.csv", "per_token.csv"):
         assert _rows(pooled, name) == _rows(alone, name), name
     assert multiprocessing.active_children() == []

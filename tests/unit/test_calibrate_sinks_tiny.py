@@ -55,4 +55,4 @@ def test_cli_calibrate_sinks_save_writes_the_profile_file_and_the_rules_choice(t
     for path in support.packaged_sink_profile_files():
         assert json.loads(sink_profiles.calibration_path(path.stem).read_text())["statistic"] == choice.statistic
     report = report_dirs(tmp_path / "out")[0]
-    assert json.loads((report / "calibration.json").read_text())["saved_to"] == str(user)
+    assert json.loads((report / "report.json").read_text())["saved_to"] == str(user)

@@ -149,7 +149,7 @@ def test_cli_calibrate_sinks_unwritable_user_dir_keeps_report_and_package_exits_
     assert rc == 1 and len(lines) == 1 and "report is complete" in lines[0] and "LAB_CALIBRATION_DIR" in lines[0], err
     assert "Traceback" not in err
     (report,) = report_dirs(tmp_path / "out")
-    assert {"calibration.json", "summary.md", "sweep.csv", "prompts.csv", "sweep.png"} <= {p.name for p in report.iterdir()}
+    assert {"report.json", "summary.md", "sweep.csv", "prompts.csv", "sweep.png"} <= {p.name for p in report.iterdir()}
     assert {p.name: p.read_bytes() for p in profiles.calibration_dir().glob("*.json")} == packaged
 
 
@@ -181,7 +181,7 @@ def test_cli_calibrate_health_save_writes_the_user_choice_not_the_package(tmp_pa
     assert health_choice.chosen_path() == health_choice.user_path()
     written = json.loads(health_choice.user_path().read_text())
     (report,) = report_dirs(tmp_path / "out")
-    data = json.loads((report / "calibration.json").read_text())
+    data = json.loads((report / "report.json").read_text())
     assert written["measure"] == data["chosen"] and data["saved_to"] == str(health_choice.user_path())
     profile = data["length_reference"]["profile"]  # and the model's length reference, beside it, read back
     assert health_references.reference_path(profile) == health_references.user_path(profile)

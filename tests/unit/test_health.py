@@ -317,7 +317,7 @@ def test_cli_calibrate_health_tiny_model_writes_report_with_rule_and_study_set(t
                      "--neutral", str(neutral), "--reference-prompts", str(ref), "--device", "cpu",
                      "--out", str(tmp_path / "out")]) == 0
     (report,) = report_dirs(tmp_path / "out")
-    data = json.loads((report / "calibration.json").read_text())
+    data = json.loads((report / "report.json").read_text())
     assert data["chosen"] in CANDIDATES and "rule" in data and len(data["prompts"]) == 12
     assert data["controls_rejected"] == {"length_only": True}
     assert set(data["study_set"]) == {*CANDIDATES, *health.CONTROLS} and data["study_set"][load_chosen()]["n_twins"] == 1

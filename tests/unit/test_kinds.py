@@ -125,3 +125,27 @@ def test_kinds_without_the_toy_module_no_toy_kind(toy_kind, monkeypatch):
     """Negative control: the same registry without the toy's module knows no toy kind."""
     monkeypatch.setattr(lab.kinds, "__path__", lab.kinds.__path__[:-1])
     assert kind_named("toy-kind") is None and kind_of("20261207-101010-toy-kind-x") == ""
+
+
+def test_kinds_every_committed_report_opens_with_its_figures(tmp_path):
+    """Every report folder under reports/ in git (written before report.json, format 1, existed) opens: its kind is
+    read from its name, its exact figures from the file its kind kept them in then, and its page draws its own
+    sections (no "Not drawn")."""
+    import shutil
+    from pathlib import Path
+
+    from lab.views.core import read_report
+    from lab.views.page import page_html
+
+    root = Path(__file__).resolve().parents[2] / "reports"
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert folders, "no committed reports"
+    for folder in folders:
+        copy = tmp_path / folder.name
+        shutil.copytree(folder, copy)
+        files = read_report(copy)
+        assert files.kind and not files.problems, (folder.name, files.problems)
+        declared = kind_named(files.kind)
+        if declared.older_file or (copy / "report.json").is_file():
+            assert files.report, folder.name
+        assert 'id="not-drawn"' not in page_html(files), folder.name

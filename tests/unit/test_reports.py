@@ -250,3 +250,31 @@ def test_environment_peak_rss_grows_with_an_allocation_and_is_in_bytes():
     after = environment()["peak_rss_bytes"]
     assert after >= before and after >= block.nbytes  # a KiB figure left unconverted would be ~1000x too small
     del block
+
+
+def test_report_dir_write_report_puts_kind_and_format_first_then_the_fields_in_order(tmp_path):
+    """report.json, the one report file every kind writes: its kind and format first, the figures as given."""
+    from lab.kinds import REPORT_FORMAT
+    from lab.kinds.entropy import KIND as ENTROPY
+
+    with report_dir(tmp_path, ENTROPY, "x") as rd:
+        rd.write_report({"prompt": "p", "kind": "entropy", "steps": [1.5, None]})
+    text = (rd.final / "report.json").read_text(encoding="utf-8")
+    assert list(json.loads(text)) == ["kind", "format", "prompt", "steps"]
+    assert json.loads(text) == {"kind": "entropy", "format": REPORT_FORMAT, "prompt": "p", "steps": [1.5, None]}
+
+
+def test_report_dir_write_report_keeps_a_declared_variant_and_refuses_another_kind(tmp_path):
+    """Fault class: a report.json whose kind contradicts its folder (a page drawn as the wrong kind)."""
+    from lab.kinds.bench import KIND as BENCH
+
+    with report_dir(tmp_path, BENCH, "x") as rd:
+        rd.write_report({"kind": "bench-tune", "model": "m"})
+    assert read_json(rd.final / "report.json")["kind"] == "bench-tune"
+    for data, match in (({"kind": "entropy"}, r"report.json of a 'bench' report says kind='entropy'"),
+                        ({"format": 2}, r"holds a field 'format', which the writer sets"),
+                        ([1, 2], r"must be a mapping, not list")):
+        with pytest.raises(ValueError, match=match):
+            with report_dir(tmp_path / "refused", BENCH, "x") as rd:
+                rd.write_report(data)
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())

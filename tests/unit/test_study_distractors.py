@@ -1,6 +1,6 @@
 """H4a / H4b per distractor text and pooled with the distractor as a random effect
 (:mod:`lab.analysis.distractors`): the table on a hand-made set, its errors, too few texts, and the
-study's hooks (the analysis, study.json, summary.md) with the pre-stated tests left as they were."""
+study's hooks (the analysis, report.json, summary.md) with the pre-stated tests left as they were."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_study_report_has_distractor_tables_in_json_and_summary(tmp_path):
 
     result = run_study(fake_config(tmp_path, limit=12), runner=FakeRunner())
     folder = write_report(result)
-    doc = json.loads((folder / "study.json").read_text())
+    doc = json.loads((folder / "report.json").read_text())
     labels = {p.distractor for p in load_prompts() if p.distractor}
     for name in ("H4a", "H4b"):
         table = doc["distractor_tables"][name]

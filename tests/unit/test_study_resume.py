@@ -148,11 +148,11 @@ def test_write_report_files_and_consistency(tmp_path):
     path = write_report(result)
     discard_work(result.plan)
     assert not result.plan.work_dir.exists()
-    for name in ("study.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
+    for name in ("report.json", "per_prompt.csv", "per_token.csv", "summary.md", *FIGURES):
         assert (path / name).is_file(), name
     for name in FIGURES:
         assert (path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    study = read_json(path / "study.json")
+    study = read_json(path / "report.json")
     rows = rows_from_csv(path / "per_prompt.csv")
     assert [r["id"] for r in rows] == [r.id for r in result.per_prompt]
     assert len(rows_from_csv(path / "per_token.csv")) == len(result.per_token)

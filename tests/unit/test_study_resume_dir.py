@@ -178,7 +178,7 @@ def test_shards_run_at_once_in_one_work_dir_but_not_beside_a_whole_run(tmp_path,
     assert (rc_other_shard, rc_same_shard, rc_whole) == (0, 2, 2), capsys.readouterr().err
     assert cli.main(["study", "--merge", *map(str, (tmp_path / "out").glob(".study-work-*")), *CLI_RESAMPLES,
                      "--out", str(tmp_path / "out")]) == 0
-    assert json.loads(next((tmp_path / "out").glob("*-study/study.json")).read_text())["missing_prompts"] == []
+    assert json.loads(next((tmp_path / "out").glob("*-study/report.json")).read_text())["missing_prompts"] == []
 
 
 def _block_reports_root(monkeypatch, blocked: Path):
@@ -212,7 +212,7 @@ def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp
     assert cli.main(["study", "--limit", "4", "--out", str(out), "--device", "cpu", *CLI_RESAMPLES]) == 0
     captured = capsys.readouterr()
     (report,) = (tmp / "lab-reports").glob("*-study")
-    assert (report / "study.json").is_file()
+    assert (report / "report.json").is_file()
     assert f"report: {report}" in captured.out.replace("\n", "")
     err = re.sub(r"\s+", "", captured.err)  # Rich wraps log lines at the terminal width
     assert "Operationnotpermitted" in err and f"{out}(" in err and "instead" in err, captured.err

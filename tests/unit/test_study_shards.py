@@ -113,7 +113,7 @@ def test_cli_study_shards_then_merge_writes_one_report(tmp_path, capsys, monkeyp
     assert cli.main(["study", "--merge", str(work[0]), "--resamples", "99", "--out", str(tmp_path)]) == 0
     reports = [p for p in tmp_path.iterdir() if p.name.endswith("-study")]
     assert len(reports) == 1
-    study = json.loads((reports[0] / "study.json").read_text())
+    study = json.loads((reports[0] / "report.json").read_text())
     assert study["missing_prompts"] == [] and len(study["merged_from"]) == 1
     assert cli.main([*common, "--shard", "3/2"]) == 2
     assert "--shard '3/2'" in capsys.readouterr().err

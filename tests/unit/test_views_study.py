@@ -41,12 +41,17 @@ def study_report(tmp_path_factory) -> Path:
 
 
 def _older(study_report: Path, tmp_path: Path) -> Path:
-    """A copy of the report as written before the SVGs existed."""
+    """A copy of the report as written before the SVGs existed, and before report.json (its figures in study.json,
+    without "format"): such a report still opens."""
     old = tmp_path / study_report.name
     shutil.copytree(study_report, old)
     for svg in old.glob("*.svg"):
         svg.unlink()
     (old / "index.html").unlink()
+    figures = json.loads((old / "report.json").read_text(encoding="utf-8"))
+    del figures["format"]
+    (old / "study.json").write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    (old / "report.json").unlink()
     return old
 
 
@@ -105,7 +110,7 @@ def test_study_page_ids_unique_across_inlined_svgs(study_report):
 
 def test_study_verdict_table_numbers_equal_study_json(study_report):
     html = (study_report / "index.html").read_text(encoding="utf-8")
-    study = json.loads((study_report / "study.json").read_text(encoding="utf-8"))
+    study = json.loads((study_report / "report.json").read_text(encoding="utf-8"))
     assert html.index('id="verdicts"') < html.index('id="plots"') < html.index('id="prompts"')
     for t in study["tests"]:
         row = re.search(rf'<tr id="verdict-{t["name"]}">(.*?)</tr>', html, flags=re.S).group(1)
@@ -118,7 +123,7 @@ def test_study_verdict_table_numbers_equal_study_json(study_report):
 
 
 def test_study_headline_names_decided_tests_and_counts_the_rest(study_report):
-    study = json.loads((study_report / "study.json").read_text(encoding="utf-8"))
+    study = json.loads((study_report / "report.json").read_text(encoding="utf-8"))
     line = study_kind.headline(study["tests"])
     decided = [t for t in study["tests"] if t["verdict"] in ("supported", "not supported")]
     for t in decided:
@@ -147,9 +152,9 @@ def test_study_page_without_study_json_or_csv_still_draws(study_report, tmp_path
 def test_study_compare_sets_both_studies_intervals_side_by_side(study_report, tmp_path):
     other = tmp_path / (study_report.name[:-len("study")] + "study-b")
     shutil.copytree(study_report, other)
-    study = json.loads((other / "study.json").read_text(encoding="utf-8"))
+    study = json.loads((other / "report.json").read_text(encoding="utf-8"))
     study["tests"][0].update(effect=-0.5, ci_low=-0.75, ci_high=-0.25, verdict="supported", untestable="")
-    (other / "study.json").write_text(json.dumps(study), encoding="utf-8")
+    (other / "report.json").write_text(json.dumps(study), encoding="utf-8")
     a, b = read_report(study_report), read_report(other)
     (section,) = study_kind.compare(a, b)
     first = a.report["tests"][0]
@@ -245,7 +250,7 @@ def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_pat
 
 def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere(tmp_path):
     """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure failed
-    validation on the model, read "inconclusive" in study.json, summary.md, the terminal table, the page and the
+    validation on the model, read "inconclusive" in the report's JSON, summary.md, the terminal table, the page and the
     comparison page under a note saying "untestable on this model"; every one of them now says untestable, with
     the reason (summary.md's power table too, which said "too little data"), and none gives them a p-value."""
     from rich.console import Console
@@ -258,7 +263,7 @@ def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere
     path = write_report(result)
     untested = [t for t in result.analysis.tests if t.untestable]
     assert {t.name for t in untested} == {"H1", "H1c"}  # the shipped record: the measure fails on smollm2
-    study = {t["name"]: t for t in json.loads((path / "study.json").read_text(encoding="utf-8"))["tests"]}
+    study = {t["name"]: t for t in json.loads((path / "report.json").read_text(encoding="utf-8"))["tests"]}
     console = Console(record=True, width=200)
     console.print(verdict_table(result))
     terminal = {line.split()[1]: line for line in console.export_text().splitlines() if line.startswith("│ H")}

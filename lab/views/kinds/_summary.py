@@ -1,4 +1,4 @@
-"""What several kinds' pages share: ``summary.md``'s prose without what the page draws, a report's own JSON.
+"""What several kinds' pages share: ``summary.md``'s prose without what the page draws.
 
 A kind's page draws its verdict (the summary's bold lines) and its tables from the report's exact
 figures; the summary's remaining prose (what was measured, how, the bar) is shown under them, so a
@@ -7,9 +7,6 @@ page shows nothing twice.
 
 from __future__ import annotations
 
-from typing import Any
-
-from lab.views.core import ReportFiles
 
 
 def prose(summary: str) -> str:
@@ -24,13 +21,3 @@ def prose(summary: str) -> str:
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text.strip()
-
-
-def own_json(files: ReportFiles, name: str) -> dict[str, Any]:
-    """A report's own JSON file other than ``report.json`` (``calibration.json``, ``bench.json`` ...), as
-    :func:`lab.views.core.read_report` read it (bounded, its text escaped; ``files.jsons``).
-
-    Returns:
-        The parsed object, ``{}`` when the file is absent, too large, unreadable or not an object.
-    """
-    return files.jsons.get(name, {})

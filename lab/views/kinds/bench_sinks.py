@@ -1,7 +1,8 @@
 """The page of a ``lab bench-sinks`` report: the capture against plain prefill in the headline.
 
-The figures are ``bench.json``'s ``comparison`` (:func:`lab.render.sinks.comparison_sentence`
-words them the same way in the summary); the summary's table and ``bench.csv`` follow.
+The figures are ``report.json``'s ``comparison`` (``bench.json``'s before format 1;
+:func:`lab.render.sinks.comparison_sentence` words them the same way in the summary); the summary's table
+and ``bench.csv`` follow.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 
 from lab.ranges import COUNT, NONNEGATIVE
 from lab.views.core import KindPage, ReportFiles, figure
-from lab.views.kinds._summary import own_json
 
 FIELDS = ("length", "time_ratio", "capture_extra_bytes", "plain_extra_bytes")
 
@@ -34,5 +34,5 @@ def headline(bench: dict) -> str:
 
 
 def page(files: ReportFiles) -> KindPage:
-    """The headline from ``bench.json``; the summary and the CSV as the generic page shows it."""
-    return KindPage(headline=headline(own_json(files, "bench.json")))
+    """The headline from ``report.json``; the summary and the CSV as the generic page shows it."""
+    return KindPage(headline=headline(files.report))

@@ -1,8 +1,8 @@
 """The page of a ``lab calibrate-health --validate`` report: whether context health reads the context.
 
-Figures from ``validation.json`` (:mod:`lab.health.validation`): the chosen measure's Spearman rho
-with content length and its saturated share, against the bars it was judged by. A measure that
-fails is shown as a warning with those figures before the summary.
+Figures from ``report.json`` (:mod:`lab.health.validation`; ``validation.json`` before format 1): the
+chosen measure's Spearman rho with content length and its saturated share, against the bars it was
+judged by. A measure that fails is shown as a warning with those figures before the summary.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any
 
 from lab.ranges import CORRELATION, COUNT, PROBABILITY
 from lab.views.core import KindPage, ReportFiles, Section, figure, render
-from lab.views.kinds._summary import own_json
 
 
 def figures(v: dict[str, Any]) -> dict[str, Any]:
@@ -39,8 +38,8 @@ def headline(f: dict[str, Any]) -> str:
 
 
 def page(files: ReportFiles) -> KindPage:
-    """The verdict from ``validation.json`` (a warning when it fails); the summary and prompts follow."""
-    f = figures(own_json(files, "validation.json"))
+    """The verdict from ``report.json`` (a warning when it fails); the summary and prompts follow."""
+    f = figures(files.report)
     if not f["measure"]:
         return KindPage()
     verdict = headline(f)

@@ -1,8 +1,8 @@
 """The page of a ``lab calibrate-sinks`` report: the chosen threshold in the headline, the sweep plot first.
 
-Figures from ``calibration.json`` (the calibration report's ``to_json``, as the command wrote it): the chosen
-threshold, its feasible range and the held-out check. The summary and the CSVs follow as the
-generic page shows them.
+Figures from ``report.json`` (the calibration report's ``to_json``, as the command wrote it;
+``calibration.json`` in a report written before format 1): the chosen threshold, its feasible range and
+the held-out check. The summary and the CSVs follow as the generic page shows them.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from typing import Any
 
 from lab.ranges import COUNT
 from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render
-from lab.views.kinds._summary import own_json
 
 PLOT = "sweep.png"
 
 
 def headline(c: dict[str, Any]) -> str:
-    """The chosen threshold, its feasible range and the held-out check, from ``calibration.json``; each count
+    """The chosen threshold, its feasible range and the held-out check, from ``report.json``; each count
     checked against its physical range (the threshold is on the detector's statistic, which has none)."""
     if c.get("chosen_threshold") is None:
         return "no feasible threshold" if c else ""
@@ -39,10 +38,10 @@ def _count(n: Any) -> str:
 
 
 def page(files: ReportFiles) -> KindPage:
-    """The headline from ``calibration.json``, then the sweep plot; the rest as the generic page shows it."""
+    """The headline from ``report.json``, then the sweep plot; the rest as the generic page shows it."""
     sections, covers = [], set()
     if PLOT in files.images:
         sections.append(Section("Sweep", render("figure.html.j2", uri=files.images[PLOT], name=PLOT), "sweep"))
         covers.add(PLOT)
-    return KindPage(headline=headline(own_json(files, "calibration.json")), sections=tuple(sections),
+    return KindPage(headline=headline(files.report), sections=tuple(sections),
                     covers=frozenset(covers))

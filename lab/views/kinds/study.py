@@ -1,9 +1,10 @@
 """A study's page (``lab study``): the verdicts first, then the plots with every point a link to its
 prompt's row, then the per-prompt table; and two studies side by side (``lab view A B``).
 
-Drawn from ``study.json`` (read as the report's exact figures by :func:`lab.views.core.read_report`),
-``per_prompt.csv`` and the figures :mod:`lab.render.study` writes: each PNG, and for the plots whose
-points are prompts an SVG beside it whose points link to ``#prompt-<id>`` (:func:`prompt_anchor`).
+Drawn from ``report.json`` (``study.json`` in a report written before format 1; read as the report's
+exact figures by :func:`lab.views.core.read_report`), ``per_prompt.csv`` and the figures
+:mod:`lab.render.study` writes: each PNG, and for the plots whose points are prompts an SVG beside it
+whose points link to ``#prompt-<id>`` (:func:`prompt_anchor`).
 A report written before the SVGs existed shows its PNGs; nothing here computes a statistic.
 """
 
@@ -99,7 +100,7 @@ def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def figures(files: ReportFiles) -> list[dict[str, Any]]:
     """The study's plots in the report's order, each its SVG when the report holds one (points linked to
-    rows), else its PNG; with the caption ``study.json`` gives it."""
+    rows), else its PNG; with the caption its report.json gives it."""
     captions = files.report.get("figures") if isinstance(files.report.get("figures"), dict) else {}
     names = list(captions) + [n for n in files.images if n not in captions]
     out = []
