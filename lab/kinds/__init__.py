@@ -4,7 +4,7 @@ A kind's module holds ``KIND``, a :class:`Kind`: its name (the ``<kind>`` in a r
 ``<YYYYmmdd-HHMMSS>-<kind>-<slug>``), the ``lab`` subcommands that write it, the module that draws its
 own part of a page, and where reports written before :data:`REPORT_FORMAT` kept their exact figures.
 Everything that lists kinds reads them here: the CLI's subcommands (:func:`command_modules`), the views' reading of a folder's kind
-(``lab.views.core.kind_of``) and page (``lab.views.page.kind_module``), and the commands' report folders
+(``lab.views.files.kind_of``) and page (``lab.views.page.kind_module``), and the commands' report folders
 (``lab.reports.report_dir`` is given the ``Kind``). Adding a kind is adding one module here, editing
 nothing else (``tests/unit/test_kinds.py`` adds a toy kind that way).
 

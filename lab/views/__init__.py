@@ -6,10 +6,13 @@ every table is in the HTML, so the page reads without script too. The pages are 
 report's own files (``report.json``, ``summary.md``, the CSVs and plots), never from the run's
 objects, so a page can be rebuilt from any report, old ones included (``lab view --rebuild``).
 
-- :mod:`lab.views.core`: the report's files as read (:class:`~lab.views.core.ReportFiles`), page
-  sections, the Jinja2 environment and the inline assets.
+- :mod:`lab.views.files`: the report's files as read (:class:`~lab.views.files.ReportFiles`), bounded;
+  :mod:`lab.views.svg`: an SVG inlined only as written anew from its checked tree.
+- :mod:`lab.views.core`: page sections, the number formatter, the Jinja2 environment and the inline
+  assets.
 - :mod:`lab.views.page`: :func:`~lab.views.page.write_page`, one page per report; a kind's own
-  sections come from ``lab/views/kinds/<kind>.py`` when it exists.
+  sections come from the module its declaration in :mod:`lab.kinds` names.
+- :mod:`lab.views.publish`: a report folder written with its page and its line in the log.
 - :mod:`lab.views.log`: :func:`~lab.views.log.rebuild_log`, ``<root>/index.html`` with one row
   per run.
 - :mod:`lab.views.compare`: :func:`~lab.views.compare.compare_page`, two reports of one kind

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.views.core import ReportFiles, Section, asset, markdown, read_report, render
+from lab.views.core import Section, asset, markdown, render
+from lab.views.files import ReportFiles, read_report
 from lab.views.page import kind_module, kind_page
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.files import FileRefused, read_bounded
-from lab.views.core import MAX_JSON_BYTES, asset, kind_of, read_report, render, stamp_of, write_html
+from lab.views.core import asset, render, write_html
+from lab.views.files import MAX_JSON_BYTES, kind_of, read_report, stamp_of
 from lab.views.page import PAGE, kind_page
 
 HEAD_BYTES = 16 * 1024  # a page's <meta> rows come before its styles, well inside this

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import kind_of, raw_json, write_html
+from lab.views.core import write_html
+from lab.views.files import kind_of, raw_json
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 

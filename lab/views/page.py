@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 from lab.kinds import kind_named
-from lab.views.core import KindPage, ReportFiles, Section, asset, first_bold_line, markdown, read_report, render, table, write_html
+from lab.views.core import KindPage, Section, asset, first_bold_line, markdown, render, table, write_html
+from lab.views.files import ReportFiles, read_report
 
 PAGE = "index.html"
 # Characters of the error a page gives for a kind's part not drawn: its reason, not a value it echoes whole.

@@ -35,7 +35,7 @@ QUICK = {
 
 
 def _reports(folder: Path, kind: str) -> list[Path]:
-    from lab.views.core import kind_of
+    from lab.views.files import kind_of
 
     return [p for p in report_dirs(folder) if kind_of(p.name) == kind]
 
@@ -152,7 +152,7 @@ def test_two_studies_side_by_side_open_offline(browser, study_folder, run_folder
 
 def test_every_report_page_opens_offline_without_console_error(browser, run_folder, lab_log):
     """Every report folder of the run has a page; each opens with no console error and no request."""
-    from lab.views.core import kind_of
+    from lab.views.files import kind_of
 
     folders = [p for p in report_dirs(run_folder) if p.name != "screenshots"]
     missing = [p.name for p in folders if not (p / PAGE).is_file()]

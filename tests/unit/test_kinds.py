@@ -16,7 +16,7 @@ import pytest
 import lab.kinds
 from lab import cli
 from lab.kinds import Kind, all_kinds, command_modules, kind_named, names_longest_first
-from lab.views.core import kind_of
+from lab.views.files import kind_of
 from lab.views.page import PAGE, kind_module
 from lab.views.publish import report_folder
 
@@ -134,7 +134,7 @@ def test_kinds_every_committed_report_opens_with_its_figures(tmp_path):
     import shutil
     from pathlib import Path
 
-    from lab.views.core import read_report
+    from lab.views.files import read_report
     from lab.views.page import page_html
 
     root = Path(__file__).resolve().parents[2] / "reports"

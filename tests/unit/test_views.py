@@ -15,7 +15,8 @@ import pytest
 
 from lab.views.publish import report_folder
 from lab.views.compare import KindMismatchError, read_pair
-from lab.views.core import kind_of, markdown, read_report
+from lab.views.core import markdown
+from lab.views.files import kind_of, read_report
 from lab.views.log import log_rows, rebuild_log
 from lab.views.page import PAGE, page_html
 
@@ -110,7 +111,7 @@ def test_compare_refuses_two_kinds(tmp_path):
 
 def test_page_of_oversized_file_names_it(tmp_path, monkeypatch):
     """A file past the page's bound is named under 'Files not shown', never embedded."""
-    monkeypatch.setattr("lab.views.core.MAX_CSV_BYTES", 10)
+    monkeypatch.setattr("lab.views.files.MAX_CSV_BYTES", 10)
     report = _report(tmp_path, "entropy", "big", {}, "", [{"a": "x" * 100}])
     html = page_html(read_report(report))
     assert "rows.csv: not read" in html

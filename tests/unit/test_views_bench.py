@@ -17,7 +17,8 @@ import pytest
 from lab.bench import results
 from lab.views.publish import report_folder
 from lab.views.compare import compare_html
-from lab.views.core import fmt, read_report
+from lab.views.core import fmt
+from lab.views.files import read_report
 from lab.views.kinds.bench import BASELINE, compare, headline, page
 from lab.views.page import PAGE
 

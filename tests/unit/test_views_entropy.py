@@ -16,7 +16,8 @@ import pytest
 
 from lab.views.publish import report_folder
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import ReportFiles, colour, fmt, token_cell
+from lab.views.core import colour, fmt, token_cell
+from lab.views.files import ReportFiles
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.views.core import content_security_policy, inline_svg, read_report
+from lab.views.core import content_security_policy
+from lab.views.files import read_report
+from lab.views.svg import inline_svg
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
 
@@ -503,7 +505,7 @@ def test_view_rebuild_link_back_up_the_tree_is_not_followed(tmp_path):
 def test_kind_of_folder_name_with_a_newline_keeps_its_kind_and_date():
     """A page silently less than it is: a report folder whose name held a newline was read as of no kind and no
     date (the pattern's '.' and '$' stop at a newline), so its page lost the kind's sections, its log row the kind."""
-    from lab.views.core import kind_of, stamp_of
+    from lab.views.files import kind_of, stamp_of
 
     assert kind_of("20261205-010101-entropy-new\nline") == "entropy"
     assert kind_of("20261205-010101-entropy-x\n") == "entropy"

@@ -19,7 +19,8 @@ from lab.views.publish import report_folder
 from lab.speculative.drafts import Proposal
 from lab.speculative.loop import round_record
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
-from lab.views.core import fmt, read_report
+from lab.views.core import fmt
+from lab.views.files import read_report
 from lab.views.kinds.speculate import generated_tokens, page
 from lab.views.page import PAGE, page_html
 

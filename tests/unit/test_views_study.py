@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
-from lab.views.core import fmt, read_report, row_anchor
+from lab.views.core import fmt, row_anchor
+from lab.views.files import read_report
 from lab.views.kinds import intervene as intervene_kind
 from lab.views.kinds import study as study_kind
 from lab.views.page import page_html
@@ -231,7 +232,7 @@ def test_intervene_failed_control_headline_says_it_decides_nothing(tmp_path):
 def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_path):
     """Fault class: a context health that failed validation on the model drawn and listed on the study page as
     if it read the context (issue 50: the study's tables and plots say so, with the record's figures)."""
-    from lab.views.core import ReportFiles
+    from lab.views.files import ReportFiles
     from lab.views.kinds import study
 
     note = ("untestable on this model: context health (relative_entropy_for_length) does not read the context on "

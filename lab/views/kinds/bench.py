@@ -15,7 +15,8 @@ import math
 from typing import Any
 
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
-from lab.views.core import KindPage, ReportFiles, Section, figure_in, render
+from lab.views.core import KindPage, Section, figure_in, render
+from lab.views.files import ReportFiles
 
 # The method every speed-up divides by, as the report names it: lab.bench.results.BASELINE (a unit test checks
 # they agree). Not imported: lab.bench imports lab.reports, which draws pages, so that would be an import circle.

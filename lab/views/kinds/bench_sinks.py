@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from lab.ranges import COUNT, NONNEGATIVE
-from lab.views.core import KindPage, ReportFiles, figure
+from lab.views.core import KindPage, figure
+from lab.views.files import ReportFiles
 
 FIELDS = ("length", "time_ratio", "capture_extra_bytes", "plain_extra_bytes")
 

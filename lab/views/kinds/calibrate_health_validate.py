@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from lab.ranges import CORRELATION, COUNT, PROBABILITY
-from lab.views.core import KindPage, ReportFiles, Section, figure, render
+from lab.views.core import KindPage, Section, figure, render
+from lab.views.files import ReportFiles
 
 
 def figures(v: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from lab.ranges import COUNT
-from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render
+from lab.views.core import KindPage, Section, figure, fmt, render
+from lab.views.files import ReportFiles
 
 PLOT = "sweep.png"
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.ranges import COUNT, ENTROPY_BITS, NONNEGATIVE, NORMALIZED_ENTROPY, PROBABILITY, SECONDS, VARENTROPY_BITS2, Range
-from lab.views.core import (KindPage, ReportFiles, Section, colour, figure_in, figure_problem, fmt, legend, render, table,
-                            text_colour, token_cell, token_inline)
+from lab.views.core import (KindPage, Section, colour, figure_in, figure_problem, fmt, legend, render, table, text_colour, token_cell, token_inline)
+from lab.views.files import ReportFiles
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
 # and light in the middle, so "no difference" reads as no colour. (Kept here, not in lab.views.core,

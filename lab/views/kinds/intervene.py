@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from lab.ranges import ENTROPY_BITS, PROBABILITY
-from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, row_anchor, table
+from lab.views.core import KindPage, Section, figure, fmt, render, row_anchor, table
+from lab.views.files import ReportFiles
 
 CONTROLS = ("empty_mask", "position_only", "label_swap", "c_plus", "manipulation")
 # The per-triple table: (column title, twin, arm, triples.csv column), read from triples.csv as written.

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.ranges import COUNT, HEALTH, PROBABILITY
-from lab.views.core import KindPage, ReportFiles, Section, colour, figure, figure_problem, legend, render, text_colour
+from lab.views.core import KindPage, Section, colour, figure, figure_problem, legend, render, text_colour
+from lab.views.files import ReportFiles
 
 ROLE_CONTENT = "content"  # lab.sinks.structure.ROLE_CONTENT; every other role is fixed by the template
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY
-from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, token_cell, token_inline
+from lab.views.core import KindPage, Section, figure, fmt, render, token_cell, token_inline
+from lab.views.files import ReportFiles
 
 # Rounds drawn as <details>; a longer run's other rounds are in rounds.csv and report.json.
 MAX_ROUNDS_SHOWN = 400

@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from lab.ranges import COUNT, NONNEGATIVE, PERPLEXITY, PROBABILITY, SECONDS, Range
-from lab.views.core import MAX_FIGURES, KindPage, ReportFiles, Section, figure, markdown, render, table
+from lab.views.core import MAX_FIGURES, KindPage, Section, figure, markdown, render, table
+from lab.views.files import ReportFiles
 from lab.views.kinds._summary import prose
 
 PLOT = "rolling_nll.png"

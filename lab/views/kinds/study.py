@@ -2,7 +2,7 @@
 prompt's row, then the per-prompt table; and two studies side by side (``lab view A B``).
 
 Drawn from ``report.json`` (``study.json`` in a report written before format 1; read as the report's
-exact figures by :func:`lab.views.core.read_report`), ``per_prompt.csv`` and the figures
+exact figures by :func:`lab.views.files.read_report`), ``per_prompt.csv`` and the figures
 :mod:`lab.render.study` writes: each PNG, and for the plots whose points are prompts an SVG beside it
 whose points link to ``#prompt-<id>`` (:func:`prompt_anchor`).
 A report written before the SVGs existed shows its PNGs; nothing here computes a statistic.
@@ -14,7 +14,8 @@ from collections import Counter
 from typing import Any
 
 from lab.ranges import CORRELATION, COUNT, ENTROPY_BITS, HEALTH, PROBABILITY, Range
-from lab.views.core import KindPage, ReportFiles, Section, figure, fmt, render, row_anchor, table
+from lab.views.core import KindPage, Section, figure, fmt, render, row_anchor, table
+from lab.views.files import ReportFiles
 
 # Columns of per_prompt.csv the page's table shows (the file holds every column); ``text`` clipped.
 PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "context_health", "mean_entropy_bits",

@@ -12,7 +12,8 @@ import math
 from typing import Any
 
 from lab.ranges import PROBABILITY
-from lab.views.core import KindPage, ReportFiles, Section, figure, first_bold_line, markdown, render
+from lab.views.core import KindPage, Section, figure, first_bold_line, markdown, render
+from lab.views.files import ReportFiles
 from lab.views.kinds._summary import prose
 
 
