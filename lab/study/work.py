@@ -414,7 +414,7 @@ def read_runner_info(work_dir: Path) -> dict[str, Any]:
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
-    """Write a finished prompt's outcome atomically (temp file + ``os.replace``).
+    """Write a finished prompt's outcome atomically (:func:`lab.runs.files.write_json_atomic`).
 
     Layout: ``{"key", "prompt", "row": PromptRow.as_columns(), "tokens": [TOKEN_KEYS of each
     drafted token], "decode": TrackedDecode.as_columns() or {}}``.

@@ -81,3 +81,25 @@ def test_write_text_atomic_creates_the_folder_and_gives_the_umask_permissions(tm
     mask = os.umask(0)
     os.umask(mask)
     assert path.read_text() == "hi\n" and (path.stat().st_mode & 0o777) == (0o666 & ~mask)
+
+
+def test_waiting_lock_second_holder_waits_for_the_first(tmp_path):
+    """The build's lock waits its turn instead of failing (:func:`lab.runs.locks.waiting_lock`)."""
+    import threading
+    import time
+
+    from lab.runs.locks import waiting_lock
+
+    order = []
+
+    def second():
+        with waiting_lock(tmp_path / ".lock"):
+            order.append("second")
+
+    with waiting_lock(tmp_path / ".lock"):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.2)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "second"]
