@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as _dt
-import errno
 import io
 import json
 import logging
@@ -26,17 +25,15 @@ import math
 import os
 import platform
 import re
-import secrets
 import shutil
 import sys
 import tempfile
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from lab.files import read_bounded
+from lab.files import make_staging, publish, read_bounded, sweep_staging  # make_staging: tests stand in for it here
 from lab.kinds import REPORT_FORMAT, REPORT_JSON, Kind
 from lab.models.source import model_source
 from lab.safe_text import printable
@@ -225,48 +222,6 @@ class ReportDir:
         return self.path / name
 
 
-def make_staging(root: Path, dirname: str) -> Path:
-    """A new hidden ``.<dirname>.partial-XXXXXXXX`` directory with the user's normal permissions.
-
-    ``os.mkdir`` applies the process umask (0o777 & ~umask, e.g. 0o755), unlike
-    ``tempfile.mkdtemp``, which always gives 0o700: the staging directory becomes the
-    report, and a report is a folder the user shares like any other.
-    """
-    for _ in range(100):
-        path = root / f".{dirname}.partial-{secrets.token_hex(4)}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a staging directory for {dirname} in {root}")
-
-
-_MAX_NAME_TRIES = 1000  # report names <dirname>, <dirname>-2 ... before giving up (a thousand runs in one second)
-
-
-def _rename_to_free_name(staging: Path, final: Path) -> Path:
-    """Rename ``staging`` to ``final``, or to ``final-2``, ``final-3`` ... when another run took the name.
-
-    Overlapping runs of one command in one second share a timestamp, hence a name: the
-    rename is retried under the next free name instead of failing (or, with
-    ``os.replace``, failing with Errno 39 onto the other run's finished report). A name
-    that exists is skipped before trying; the rename itself refuses a non-empty target
-    (EEXIST / ENOTEMPTY), which settles the race between two runs picking the same one.
-    """
-    for i in range(1, _MAX_NAME_TRIES + 1):
-        candidate = final if i == 1 else final.with_name(f"{final.name}-{i}")
-        if candidate.exists():
-            continue
-        try:
-            os.rename(staging, candidate)
-            return candidate
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-    raise FileExistsError(f"no free report name for {final} after {_MAX_NAME_TRIES} tries")
-
-
 class ReportWriteError(RuntimeError):
     """The report, or a file a command writes beside it once it is complete (a calibration), could
     not be written (an ``OSError`` after the work); the message names the path. The CLI exits 1."""
@@ -282,26 +237,13 @@ def fallback_root() -> Path:
 STALE_STAGING_S = 6 * 3600
 
 
-def _sweep_stale_staging(root: Path) -> None:
-    now = time.time()
-    try:
-        for p in root.glob(".*.partial-*"):
-            try:
-                if p.is_dir() and now - p.stat().st_mtime > STALE_STAGING_S:
-                    shutil.rmtree(p, ignore_errors=True)
-            except OSError:
-                continue
-    except OSError:
-        pass
-
-
 def _staging_with_fallback(root: Path, dirname: str) -> tuple[Path, Path]:
     """``(root, staging)``: staged under ``root``, else (an ``OSError``: permission, read-only
     filesystem, a pseudo-filesystem such as /sys, which ``os.access`` calls writable for root)
     under :func:`fallback_root`, with a warning naming both."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _sweep_stale_staging(root)
+        sweep_staging(root, ".*.partial-*", STALE_STAGING_S)
         return root, make_staging(root, dirname)
     except OSError as exc:
         fallback = fallback_root()
@@ -369,7 +311,7 @@ def report_dir(root: str | Path, kind: Kind | str, slug: str = "", *, name: str 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     try:
-        report.final = _rename_to_free_name(staging, report.final)  # atomic on one filesystem
+        report.final = publish(staging, report.final, if_taken="next")  # atomic on one filesystem
     except OSError as exc:
         raise ReportWriteError(f"the report is complete in {str(staging)!r} but could not be renamed to "
                                f"{str(report.final)!r} ({exc.strerror or exc})") from exc

@@ -155,9 +155,10 @@ def parse_shard(text: str) -> tuple[int, int]:
             raise ValueError(f"--shard {clipped(text)}: {name} {exc}{needs}") from None
         except ValueError:
             raise ValueError(f"--shard {clipped(text)} must be K/N, e.g. 2/4") from None
+    from lab.runs.shards import check_shard  # the one shard rule (stdlib only)
+
     k, n = k_n
-    if not 1 <= k <= n:
-        raise ValueError(f"--shard {clipped(text)} needs 1 <= K <= N")
+    check_shard((k, n), f"--shard {clipped(text)} needs 1 <= K <= N")
     return k, n
 
 

@@ -173,13 +173,12 @@ def _score(work: Path, triples: list, settings, shard: tuple[int, int] | None, c
     from lab.intervene import run as iv
     from lab.render.console import stderr_console
     from lab.runs.cluster import RayExecutor
-    from lab.runs.locks import hold
-    from lab.runs.shards import deal
 
     err = stderr_console()
-    todo = deal(triples, shard)
+    held = iv.work_of(work, shard)
+    todo = held.mine(triples)
     try:
-        with hold(work, shard, "intervention"), err.status("intervene") as status:
+        with held.hold(), err.status("intervene") as status:
             def progress(done: int, n: int, tid: str) -> None:
                 status.update(f"{done}/{n} triples scored" + (f", the last {tid}" if tid else ""))
             return iv.run_triples(work, todo, settings, RayExecutor(cluster) if cluster is not None else None,

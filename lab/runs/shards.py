@@ -13,15 +13,24 @@ from typing import Sequence, TypeVar
 T = TypeVar("T")
 
 
-def check_shard(shard: tuple[int, int]) -> None:
-    """Refuse a shard ``(K, N)`` outside ``1 <= K <= N``.
+def check_shard(shard: object, refusal: str | None = None) -> None:
+    """The one shard rule: refuse anything but ``(K, N)``, two integers with ``1 <= K <= N``.
+
+    Args:
+        shard: The shard, as the caller holds it.
+        refusal: The message, in the words of what the user gave (``--shard 3/2 needs 1 <= K <= N``,
+            a config field); default ``shard=K/N must have 1 <= K <= N``.
 
     Raises:
         ValueError: naming the shard.
     """
-    k, n = shard
-    if not 1 <= k <= n:
-        raise ValueError(f"shard={k}/{n} must have 1 <= K <= N")
+    ok = (isinstance(shard, tuple) and len(shard) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in shard) and 1 <= shard[0] <= shard[1])
+    if not ok:
+        if refusal is None:
+            k, n = shard
+            refusal = f"shard={k}/{n} must have 1 <= K <= N"
+        raise ValueError(refusal)
 
 
 def deal(units: Sequence[T], shard: tuple[int, int] | None) -> list[T]:

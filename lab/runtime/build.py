@@ -22,10 +22,10 @@ Install layout: ``<cache>/llama.cpp/<version>/bin/<binaries>``,
 ``<cache>/llama.cpp/<version>/lab-peer.json`` (the manifest), ``<cache>`` being
 :func:`lab.models.cache.cache_dir` (``$LAB_CACHE_DIR`` moves it). Everything is built in a
 staging directory ``<cache>/llama.cpp/.staging-*`` and renamed into place, manifest
-included, in one ``os.rename``: an interrupted build leaves only a staging directory,
+included, in one rename (:func:`lab.files.publish`): an interrupted build leaves only a staging directory,
 which the next run deletes, never a directory that looks installed. A second run finds
 the manifest and its binaries, checks that the binding imports, and does nothing. Runs are
-serialized with a lock file.
+serialized with a lock file (:func:`lab.runs.locks.waiting_lock`).
 
 ``pip``, cmake, ninja and the compilers run in a session of their own (ninja puts each compile
 in its own process group, inside that session). SIGINT or SIGTERM (Ctrl-C, ``make`` stopped)
@@ -36,7 +36,6 @@ ends every process of it (SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``), r
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import logging
@@ -47,12 +46,13 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.files import make_staging, publish, sweep_staging
 from lab.models.cache import cache_dir
+from lab.runs.locks import waiting_lock
 from lab.schemas import read_json
 
 log = logging.getLogger(__name__)
@@ -375,22 +375,20 @@ def build(config: BuildConfig | None = None) -> dict:
     """
     config = config or BuildConfig()
     config.root.mkdir(parents=True, exist_ok=True)
-    with (config.root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second waits, then finds it done
+    with waiting_lock(config.root / ".lock"):  # one build at a time; a second waits, then finds it done
         manifest = installed(config.install_dir)
         if manifest is not None:
             problem = binding_problem(config.install_dir)
             if problem is None:
                 return {**manifest, "built": False}
             log.info("the install in %s does not load (%s); building it again", config.install_dir, problem)
-        for stale in config.root.glob(".staging-*"):  # interrupted builds' leftovers
-            shutil.rmtree(stale, ignore_errors=True)
+        sweep_staging(config.root, ".staging-*")  # interrupted builds' leftovers (the lock keeps out a live one)
         if config.install_dir.exists():  # incomplete (a binary removed or truncated)
             shutil.rmtree(config.install_dir)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=config.root))
+        staging = make_staging(config.root, config.install_dir.name, prefix=".staging-", private=True)
         try:
             manifest = _build_in(staging, config)
-            os.rename(staging / "install", config.install_dir)
+            publish(staging / "install", config.install_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return {**manifest, "built": True}

@@ -30,7 +30,7 @@ min(1, p/q)), a prompt's numbers do not depend on the order prompts run in, and
 a resumed study equals an uninterrupted one.
 
 Resume: each finished prompt is written to ``<out>/.study-work-<key>/outcomes/<stem>-<digest>.json``
-(temp file + ``os.replace``, so a file is either complete or absent); ``<key>`` is
+(:func:`lab.files.write_text_atomic`, so a file is either complete or absent); ``<key>`` is
 a hash of every setting that changes the numbers (:func:`lab.runs.files.settings_key`). A rerun
 with the same settings loads the finished prompts and runs only the rest;
 ``--resume <work dir>`` (:func:`lab.study.work.plan_from_work_dir`) continues that directory

@@ -10,6 +10,7 @@ from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.analysis.hypotheses import N_RESAMPLES
 from lab.prompts import StudyPrompt
 from lab.ranges import GAMMA, LIMIT, RESAMPLES, SAMPLED_TEMPERATURE, SEED, TOKENS, check_value
+from lab.runs.shards import check_shard
 from lab.study.outcome import PromptOutcome
 from lab.models.weights import WEIGHTS
 from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES
@@ -108,10 +109,7 @@ class StudyConfig:
         check_value("seed", self.seed, SEED)
         check_value("limit", self.limit, LIMIT, "must be a positive integer")
         if self.shard is not None:
-            ok = (isinstance(self.shard, tuple) and len(self.shard) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) for v in self.shard))
-            if not ok or not 1 <= self.shard[0] <= self.shard[1]:
-                raise ValueError(f"shard={self.shard!r} must be (K, N) with 1 <= K <= N")
+            check_shard(self.shard, f"shard={self.shard!r} must be (K, N) with 1 <= K <= N")
         check_value("temperature", self.temperature, SAMPLED_TEMPERATURE, "must be > 0: the study runs in sampling mode")
 
     def draft_spec(self) -> str:

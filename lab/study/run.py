@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
@@ -24,6 +23,7 @@ from lab.study.work import (StudyPlan, hold_work_dir, load_finished, plan_from_w
 from lab.runs.files import write_json_atomic
 from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.locks import WorkDirBusyError, running_shards
+from lab.runs.workdir import differing_keys
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +108,10 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
     created = not plan.work_dir.exists()
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     write_prompt_set(plan)  # before settings.json, which marks a work directory: a resume reads both
-    settings_file = plan.work_dir / "settings.json"
-    if not settings_file.is_file():
-        write_json_atomic(settings_file, plan.settings)
-    outcomes: dict[str, PromptOutcome] = {}
-    for p in plan.prompts:
-        done = load_finished(plan, p)
-        if done is not None:
-            outcomes[p.id] = done
+    if not plan.work.settings_file.is_file():
+        plan.work.write_settings(plan.settings)
+    finished = plan.work.resume(plan.prompts, lambda path, p: load_finished(plan, p, path))
+    outcomes: dict[str, PromptOutcome] = {pid: done for pid, done in finished.items() if done is not None}
     n_resumed = len(outcomes)
     todo = [p for p in plan.prompts if p.id not in outcomes]
     if n_resumed:
@@ -132,7 +128,7 @@ def _run_held(plan: StudyPlan, *, runner: Runner | None, runner_factory: Callabl
         except BaseException:  # e.g. a draft deeper than the target: leave nothing behind
             executor.close()
             if created:
-                shutil.rmtree(plan.work_dir, ignore_errors=True)
+                plan.work.discard()
             raise
         write_json_atomic(info_file, info)
     else:
@@ -284,9 +280,9 @@ def merge_study(work_dirs: Sequence[str | Path], **overrides: Any) -> StudyResul
     settings = [read_settings(d, flag="--merge") for d in dirs]  # raises for a non-work dir
     for d, s in zip(dirs[1:], settings[1:]):
         if s != settings[0]:
-            keys = sorted(k for k in set(s) | set(settings[0]) if s.get(k) != settings[0].get(k))
             raise ValueError(f"merge: {str(d)!r} was run with other settings than {str(dirs[0])!r} "
-                             f"(differ in {', '.join(keys)}); shards of one study must share every setting")
+                             f"(differ in {', '.join(differing_keys(s, settings[0]))}); shards of one study must "
+                             "share every setting")
     plan = plan_from_work_dir(dirs[0], flag="--merge", **overrides)
     with ExitStack() as held:
         for d in {d.resolve(): d for d in dirs}.values():  # each directory once, by the path its shards lock

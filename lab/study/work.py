@@ -1,6 +1,7 @@
 """The study's plan and its work directory: per-prompt work files, resume, and the directory's lock.
 
-The mechanisms every run shares (atomic files, the lock, shards) live in :mod:`lab.runs`."""
+The work directory is a :class:`lab.runs.workdir.WorkDir` (settings, records, resume, shards, lock: the
+mechanisms every run shares live in :mod:`lab.runs`); what a prompt's record holds is the study's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import hashlib
 import json
 import logging
 import re
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,8 +27,8 @@ from lab.study import outcome_schema
 from lab.study.work_schema import PROMPTS_KIND, PROMPTS_SCHEMA, RUNNER_KIND, RUNNER_SCHEMA, SETTINGS_KIND, SETTINGS_SCHEMA
 from lab.analysis.claims import DESIGN_TEMPERATURES
 from lab.runs.files import settings_key, work_file_name, write_json_atomic
-from lab.runs.locks import hold
 from lab.runs.shards import deal
+from lab.runs.workdir import WorkDir, differing_keys
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,16 @@ class StudyPlan:
     temperature_ids: frozenset[str] = frozenset()
     locked: bool = field(default=False, repr=False, compare=False)  # set by hold_work_dir while held
 
+    @property
+    def work(self) -> WorkDir:
+        """The work directory as a :class:`lab.runs.workdir.WorkDir` (this plan's shard, if any)."""
+        return study_work_dir(self.work_dir, self.config.shard)
+
+
+def study_work_dir(path: str | Path, shard: tuple[int, int] | None = None) -> WorkDir:
+    """A study's work directory: finished prompts in ``outcomes/``, "study" in the lock's messages."""
+    return WorkDir(Path(path), "study", OUTCOMES_DIR, shard)
+
 
 @contextmanager
 def hold_work_dir(plan: StudyPlan) -> Iterator[StudyPlan]:
@@ -71,7 +81,7 @@ def hold_work_dir(plan: StudyPlan) -> Iterator[StudyPlan]:
     if plan.locked:
         yield plan
         return
-    with hold(plan.work_dir, plan.config.shard, "study"):
+    with plan.work.hold():
         plan.locked = True
         try:
             yield plan
@@ -228,10 +238,11 @@ def read_settings(work_dir: str | Path, *, flag: str = "--resume") -> dict[str, 
         FileSchemaError: one that cannot be read, is not JSON or is outside its schema, naming the file.
     """
     path = Path(work_dir)
-    settings_file = path / "settings.json"
+    work = study_work_dir(path)
+    settings_file = work.settings_file
     if not settings_file.is_file():
         raise ValueError(f"{flag}={str(path)!r} is not a study work directory (no settings.json)")
-    settings = read_json(settings_file, SETTINGS_KIND)
+    settings = work.read_settings(SETTINGS_KIND)
     written_in = settings.get("format") if isinstance(settings, dict) else None
     if isinstance(written_in, int) and written_in != WORK_FORMAT:  # before the schema: say that it is another format
         raise ValueError(f"{flag}={str(path)!r} was written in work format {written_in!r}, and this "
@@ -331,9 +342,8 @@ def plan_from_work_dir(work_dir: str | Path, *, flag: str = "--resume", **overri
     config = config_from_work_dir(path, flag=flag, **overrides)
     plan = _plan(config, _stored_prompts(path, settings, flag), work_dir=path)
     if plan.settings != settings:
-        keys = sorted(k for k in set(plan.settings) | set(settings) if plan.settings.get(k) != settings.get(k))
         raise ValueError(f"{flag}={str(path)!r}: its settings.json differs from what this lab would run "
-                         f"(in {', '.join(keys)}); it cannot be continued here")
+                         f"(in {', '.join(differing_keys(plan.settings, settings))}); it cannot be continued here")
     return plan
 
 
@@ -360,10 +370,10 @@ def check_work_names(prompts: list[StudyPrompt]) -> None:
 
 def work_file(plan: StudyPlan, prompt: StudyPrompt) -> Path:
     """Where a finished prompt's outcome is kept: ``<work dir>/outcomes/<work_file_name(id)>``."""
-    return plan.work_dir / OUTCOMES_DIR / work_file_name(prompt.id)
+    return plan.work.record_path(prompt.id)
 
 
-def read_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
+def read_finished(plan: StudyPlan, prompt: StudyPrompt, path: Path | None = None) -> PromptOutcome | None:
     """A finished prompt's outcome from the work directory, or ``None`` if it has none.
 
     The file is checked by :mod:`lab.study.outcome_schema` (shape, ranges, alpha and the drafted
@@ -371,10 +381,13 @@ def read_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
     prompt. Optional columns a file lacks read as None; columns of no :class:`PromptRow`
     field are ignored.
 
+    Args:
+        path: Where its record is (:func:`work_file`, the default).
+
     Raises:
         FileSchemaError: a file that is there and cannot be trusted, naming it and why.
     """
-    path = work_file(plan, prompt)
+    path = work_file(plan, prompt) if path is None else path
     if not path.is_file():
         return None
     data = outcome_schema.load(path)
@@ -390,11 +403,11 @@ def read_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
                                  if "entropy_bits" in decode else None))
 
 
-def load_finished(plan: StudyPlan, prompt: StudyPrompt) -> PromptOutcome | None:
+def load_finished(plan: StudyPlan, prompt: StudyPrompt, path: Path | None = None) -> PromptOutcome | None:
     """:func:`read_finished` for a run that goes on: a file that cannot be trusted is named in
     a warning and ``None`` returned, so the prompt is redone (``--resume``)."""
     try:
-        return read_finished(plan, prompt)
+        return read_finished(plan, prompt, path)
     except FileSchemaError as exc:
         logger.warning("ignoring %s; prompt %s will be redone", exc, prompt.id)
         return None
@@ -414,19 +427,17 @@ def read_runner_info(work_dir: Path) -> dict[str, Any]:
 
 
 def save_finished(plan: StudyPlan, prompt: StudyPrompt, outcome: PromptOutcome) -> Path:
-    """Write a finished prompt's outcome atomically (temp file + ``os.replace``).
+    """Write a finished prompt's outcome atomically (:meth:`lab.runs.workdir.WorkDir.save`).
 
     Layout: ``{"key", "prompt", "row": PromptRow.as_columns(), "tokens": [TOKEN_KEYS of each
     drafted token], "decode": TrackedDecode.as_columns() or {}}``.
     """
-    path = work_file(plan, prompt)
-    path.parent.mkdir(exist_ok=True)
-    write_json_atomic(path, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row.as_columns(),
-                             "tokens": [{k: getattr(t, k) for k in TOKEN_KEYS} for t in outcome.tokens],
-                             "decode": outcome.decode.as_columns() if outcome.decode else {}})
-    return path
+    work_file(plan, prompt).parent.mkdir(exist_ok=True)
+    return plan.work.save(prompt.id, {"key": plan.key, "prompt": prompt.to_json(), "row": outcome.row.as_columns(),
+                                      "tokens": [{k: getattr(t, k) for k in TOKEN_KEYS} for t in outcome.tokens],
+                                      "decode": outcome.decode.as_columns() if outcome.decode else {}})
 
 
 def discard_work(plan: StudyPlan) -> None:
     """Remove the work directory (after the final report is in place)."""
-    shutil.rmtree(plan.work_dir, ignore_errors=True)
+    plan.work.discard()

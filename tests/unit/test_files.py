@@ -232,3 +232,61 @@ def test_read_text_leading_byte_order_mark_is_not_part_of_the_text(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}\n')
     text = read_text(path, 1024, "--pairs pairs.jsonl")
     assert not text.startswith("\ufeff") and json.loads(text.splitlines()[0]) == {"a": 1}
+
+
+# --- the one atomic writer and the one staging folder (lab.files) -----------------------------------------------
+
+def test_atomic_file_refused_in_its_block_keeps_the_old_file_and_no_temporary(tmp_path):
+    """Fault class: a check that refuses a written file leaving it, or its temporary, where a reader finds it."""
+    target = tmp_path / "x.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(ValueError):
+        with files.atomic_file(target, suffix=".partial") as (fh, tmp):
+            fh.write(b"new")
+            assert tmp.parent == tmp_path and tmp.name.startswith(".x.bin.") and tmp.name.endswith(".partial")
+            raise ValueError("refused")
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["x.bin"]
+
+
+def test_write_bytes_atomic_creates_the_folder_with_the_umask_permissions(tmp_path):
+    path = files.write_bytes_atomic(tmp_path / "a" / "b.bin", b"\x00\x01")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.read_bytes() == b"\x00\x01" and path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_make_staging_shared_follows_the_umask_and_private_is_0700(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        shared = files.make_staging(tmp_path, "r")
+        private = files.make_staging(tmp_path, "c", prefix=".c-", private=True)
+    finally:
+        os.umask(mask)
+    assert shared.name.startswith(".r.partial-") and shared.stat().st_mode & 0o777 == 0o755
+    assert private.name.startswith(".c-") and private.stat().st_mode & 0o777 == 0o700
+
+
+def test_publish_taken_name_next_goes_to_the_next_free_drop_removes_raise_keeps(tmp_path):
+    final = tmp_path / "out"
+    (final / "f").mkdir(parents=True)
+    (tmp_path / "out-2" / "f").mkdir(parents=True)
+    staging = files.make_staging(tmp_path, "out")
+    (staging / "f").mkdir()
+    with pytest.raises(OSError):
+        files.publish(staging, final)
+    assert staging.is_dir()
+    assert files.publish(staging, final, if_taken="next") == tmp_path / "out-3"
+    dropped = files.make_staging(tmp_path, "out")
+    (dropped / "f").mkdir()
+    assert files.publish(dropped, final, if_taken="drop") is None and not dropped.exists()
+
+
+def test_sweep_staging_removes_old_matches_only(tmp_path):
+    old, fresh, other = tmp_path / ".a.partial-1", tmp_path / ".b.partial-2", tmp_path / "c"
+    for p in (old, fresh, other):
+        p.mkdir()
+    os.utime(old, (time.time() - 120, time.time() - 120))
+    files.sweep_staging(tmp_path, ".*.partial-*", older_than_s=60)
+    assert not old.exists() and fresh.exists() and other.exists()
+    files.sweep_staging(tmp_path, ".*.partial-*")
+    assert not fresh.exists() and other.exists()

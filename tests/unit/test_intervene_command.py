@@ -499,7 +499,7 @@ def test_intervene_record_that_cannot_be_written_exits_1_naming_it_and_what_is_k
     lab did not foresee" instead of one line naming the record and the finished triples kept."""
     import errno
 
-    from lab.intervene import run as intervene_run
+    from lab.runs import files as run_files  # records are written through lab.runs.workdir.WorkDir.save
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -507,7 +507,7 @@ def test_intervene_record_that_cannot_be_written_exits_1_naming_it_and_what_is_k
     out = copied_run(whole_run, tmp_path)
     next((work_dir(out) / "records").glob("math-1-*.json")).unlink()
     patch_eager_loader(monkeypatch)
-    monkeypatch.setattr(intervene_run, "write_json_atomic", full)
+    monkeypatch.setattr(run_files, "write_json_atomic", full)
     rc = main(["intervene", *RUN, "--triples", whole_run_triples(whole_run), "--out", str(out)])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 1 and len(lines) == 1, lines

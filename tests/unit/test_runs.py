@@ -81,3 +81,51 @@ def test_write_text_atomic_creates_the_folder_and_gives_the_umask_permissions(tm
     mask = os.umask(0)
     os.umask(mask)
     assert path.read_text() == "hi\n" and (path.stat().st_mode & 0o777) == (0o666 & ~mask)
+
+
+def test_waiting_lock_second_holder_waits_for_the_first(tmp_path):
+    """The build's lock waits its turn instead of failing (:func:`lab.runs.locks.waiting_lock`)."""
+    import threading
+    import time
+
+    from lab.runs.locks import waiting_lock
+
+    order = []
+
+    def second():
+        with waiting_lock(tmp_path / ".lock"):
+            order.append("second")
+
+    with waiting_lock(tmp_path / ".lock"):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.2)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "second"]
+
+
+def test_workdir_saved_unit_resumes_others_redone_shard_dealt_and_held(tmp_path):
+    """One WorkDir for every experiment: settings, a record per unit, resume through the experiment's reader,
+    the shard's slice and the lock naming the run's kind."""
+    from types import SimpleNamespace
+
+    from lab.runs.files import work_file_name
+    from lab.runs.workdir import WorkDir, differing_keys
+
+    units = [SimpleNamespace(id=f"u{i}") for i in range(5)]
+    work = WorkDir(tmp_path / "w", "study", "outcomes", (2, 2))
+    assert [u.id for u in work.mine(units)] == ["u1", "u3"]
+    work.write_settings({"a": 1})
+    assert work.read_settings("settings") == {"a": 1} and work.settings_file == tmp_path / "w" / "settings.json"
+    path = work.save("u1", {"x": 1})
+    assert path == tmp_path / "w" / "outcomes" / work_file_name("u1") and json.loads(path.read_text()) == {"x": 1}
+    read = work.resume(units, lambda p, u: json.loads(p.read_text()) if p.is_file() else None)
+    assert read == {"u0": None, "u1": {"x": 1}, "u2": None, "u3": None, "u4": None}
+    with work.hold():
+        with pytest.raises(WorkDirBusyError, match="shard 2/2 of this study is already running"):
+            with WorkDir(work.path, "study", "outcomes", (2, 2)).hold():
+                pass
+    assert differing_keys({"a": 1, "b": 2}, {"a": 1, "c": 3}) == ["b", "c"]
+    work.discard()
+    assert not work.path.exists()
