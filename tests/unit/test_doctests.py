@@ -22,6 +22,7 @@ DOCUMENTED_MODULES = (
     "lab.analysis.effects",
     "lab.attention_mask",
     "lab.health.reliance",
+    "lab.models.hooks",
     "lab.health.context_validity",
     "lab.views.core",
     "lab.views.kinds._summary",
