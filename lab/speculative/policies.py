@@ -73,7 +73,7 @@ class FixedGamma:
 
     def __post_init__(self) -> None:
         if self.gamma is not None:
-            _check_int("gamma", self.gamma, 1)
+            _check_int("gamma", self.gamma, GAMMA.lo)
 
     @property
     def initial(self) -> int | None:
