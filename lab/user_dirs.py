@@ -8,7 +8,8 @@
   at the user's path, a folder or a FIFO included, is the user's and refused by name if it is no
   file, never skipped (the sinks' and health calibrations, the length references, the fitted
   context measures); the stored health verdicts (:mod:`lab.health.validation`) read a regular file
-  only (``counts=Path.is_file``). Nothing ever writes into the package. The calibrations refuse a
+  only (``counts=Path.is_file``); :func:`way_out` ends the refusal of a bad one. Nothing ever writes into the
+  package. The calibrations refuse a
   ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one, before their minutes of work
   (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
 - :func:`tuning_dir`: the draft set-ups ``lab bench-tune`` measured best on this machine
@@ -94,6 +95,19 @@ def found_first(user: Path, packaged: Path, *, counts: Callable[[Path], bool] | 
     """:func:`read_first`'s choice when a copy is there (by ``counts``), else None (neither: nothing to read)."""
     path = read_first(user, packaged, counts=counts)
     return path if (counts or present)(path) else None
+
+
+def way_out(path: Path, packaged: Path, what: str, rerun: str) -> str:
+    """How to get past a bad file read by :func:`read_first`, ending its one-line refusal: the user's copy is
+    deleted (the packaged ``what`` is read then; ``rerun`` writes a new one), the packaged one reinstalled.
+
+    Examples:
+        >>> way_out(Path("u/c.json"), Path("p/c.json"), "choice", "lab calibrate-health --save")
+        'delete it: the packaged choice is read then, and `lab calibrate-health --save` writes a new one'
+    """
+    if path == packaged:
+        return "the lab's installed files are damaged: reinstall it"
+    return f"delete it: the packaged {what} is read then, and `{rerun}` writes a new one"
 
 
 def present(path: Path) -> bool:

@@ -31,7 +31,7 @@ from lab.health.measures import CANDIDATES
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_chosen_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import packaged_file, read_first, user_file
+from lab.user_dirs import packaged_file, read_first, user_file, way_out
 
 CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
 
@@ -62,8 +62,7 @@ def load_chosen() -> str:
     try:
         return load_chosen_file(path, CANDIDATES)["measure"]
     except FileSchemaError as exc:
-        fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path() else
-               "delete it: the packaged choice is read then, and `lab calibrate-health --save` writes a new one")
+        fix = way_out(path, packaged_path(), "choice", "lab calibrate-health --save")
         raise ValueError(f"{exc}; {fix}") from None
 
 

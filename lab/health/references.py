@@ -36,7 +36,7 @@ from lab.health.measures import REFERENCED_BASES, LengthReference
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_reference_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import found_first, packaged_file, user_file
+from lab.user_dirs import found_first, packaged_file, user_file, way_out
 
 LENGTH_DIR = "health/length"  # inside the lab package, and inside the user's calibration folder
 REFERENCE_PROMPTS = "data/length_reference.jsonl"
@@ -106,9 +106,7 @@ def load_references(profile: str | None) -> dict[str, LengthReference] | None:
     path = reference_path(profile)
     if path is None:
         return None
-    fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path(profile) else
-           f"delete it: the packaged reference is read then, and `lab calibrate-health --model {profile} --save` "
-           "writes a new one")
+    fix = way_out(path, packaged_path(profile), "reference", f"lab calibrate-health --model {profile} --save")
     try:
         data = load_reference_file(path, REFERENCED_BASES)
     except FileSchemaError as exc:

@@ -55,7 +55,7 @@ from lab.models.source import model_source
 from lab.schemas import FileSchemaError
 from lab.schemas.calibration import load_calibration_file, load_choice_file, threshold_problem
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
-from lab.user_dirs import packaged_file, present, read_first, user_file
+from lab.user_dirs import packaged_file, present, read_first, user_file, way_out
 from lab.runs.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -167,9 +167,7 @@ def _read(load: Callable[[Path, Collection[str]], dict], path: Path, fix: str) -
 def _fix(path: Path, rerun: str) -> str:
     """How to get past a bad file: a user's is deleted (every command reads the packaged one then, the
     calibration that remakes it included), a packaged one reinstalled."""
-    if is_packaged(path):
-        return "the lab's installed files are damaged: reinstall it"
-    return f"delete it: the packaged file is read then, and `{rerun}` writes a new one"
+    return way_out(path, calibration_dir() / path.name, "file", rerun)
 
 
 def load_choice() -> DetectorChoice:

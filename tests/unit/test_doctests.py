@@ -23,6 +23,7 @@ DOCUMENTED_MODULES = (
     "lab.attention_mask",
     "lab.health.reliance",
     "lab.models.hooks",
+    "lab.user_dirs",
     "lab.health.context_validity",
     "lab.views.core",
     "lab.views.kinds._summary",
