@@ -403,11 +403,6 @@ WORKERS = Range(1, integer=True, cpus=True, why=": more worker processes than CP
 # Ray actors (None: one per worker slot): each holds the target and the draft; a thousand is past any cluster
 # this lab has been run on.
 RAY_ACTORS = Range(1, integer=True, optional=True, limit=1000)
-# The sink detector's threshold (lab.schemas.calibration.threshold_problem, the files and --threshold): a sink rate,
-# a share of queries, in (0, 1) (0 or below flags every position any query attends to, 1 or above none); a z above
-# 0 (at or below 0 it flags at least half of the positions). Neither outside finds sinks.
-SINK_RATE_THRESHOLD = Range(0, 1, lo_open=True, hi_open=True)
-Z_THRESHOLD = Range(0, lo_open=True)
 # Seconds a running Ray cluster has to answer: an hour is past any cluster that will answer.
 RAY_TIMEOUT = Range(0, 3600, lo_open=True, why=" seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)")
 # Ray's max_restarts and max_task_retries of an actor (lab.runs.cluster.ClusterConfig): 0 = none.
