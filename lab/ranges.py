@@ -344,6 +344,11 @@ WARMUP_TOKENS = Range(0, integer=True, limit=MAX_TOKENS, why=" (0: no warm-up; 1
 EAGER_LENGTH = Range(0, integer=True, limit=MAX_TOKENS, why=" (0 skips it; 128 Ki, the longest context here)")
 DENSE_ROWS = Range(1, integer=True, limit=MAX_TOKENS,
                    why=" (passes of at least this many positions take the dense path)")
+# lab bench-sinks' prompt lengths: the capture's statistics need a few positions past the sink.
+SINK_LENGTH = Range(16, integer=True, limit=MAX_TOKENS, why=" (16 tokens at least; 128 Ki, the longest context here)")
+# lab calibrate-sinks' long prompts: below 64 tokens a prompt is not long (lab.sinks.calibration.long_prompts).
+LONG_LENGTH = Range(64, integer=True, limit=MAX_TOKENS,
+                    why=" (a long prompt has 64 tokens at least; 128 Ki, the longest context here)")
 
 # Logits are divided by the temperature (0 = greedy): at 100 a softmax over logits spread by ~50 nats (wider
 # than any model's here) is within 0.5 nats of uniform, so a higher temperature samples noise, not the model.
@@ -387,6 +392,12 @@ PILOT_MAX = 12
 PILOT_LIMIT = Range(0, integer=True, limit=PILOT_MAX,
                     why=" (a pilot checks the controls and is excluded from the analysis: it stays small)")
 
+# Held-back HumanEval problems of lab bench-weights' numerics (0: none): the held-back split
+# (lab.bench.prompt_split.HELD_BACK, which tests/unit/test_ranges.py checks has this many) bounds it.
+HELD_BACK_PROBLEMS = 5
+PROBLEMS = Range(0, integer=True, limit=HELD_BACK_PROBLEMS,
+                 why=f" (the held-back HumanEval split has {HELD_BACK_PROBLEMS})")
+
 THREADS = Range(1, integer=True, cpus=True, why=": more threads than CPUs only contend for them")
 WORKERS = Range(1, integer=True, cpus=True, why=": more worker processes than CPUs only contend for them")
 # Ray actors (None: one per worker slot): each holds the target and the draft; a thousand is past any cluster
@@ -394,6 +405,8 @@ WORKERS = Range(1, integer=True, cpus=True, why=": more worker processes than CP
 RAY_ACTORS = Range(1, integer=True, optional=True, limit=1000)
 # Seconds a running Ray cluster has to answer: an hour is past any cluster that will answer.
 RAY_TIMEOUT = Range(0, 3600, lo_open=True, why=" seconds (an hour, lab.runs.cluster.ClusterConfig's own limit)")
+# Ray's max_restarts and max_task_retries of an actor (lab.runs.cluster.ClusterConfig): 0 = none.
+RETRIES = Range(0, integer=True)
 
 # ---- physical ranges of a report's figures ----
 # What a measured figure can be at all, whatever the run: the report pages check every figure they print against

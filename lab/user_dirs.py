@@ -1,12 +1,16 @@
 """The lab's per-user folders outside the installed package (written through :mod:`lab.runs.files`).
 
 - :func:`calibration_dir`: calibrations a user made (``lab calibrate-sinks``, ``lab
-  calibrate-health --save``): ``$LAB_CALIBRATION_DIR``, else ``~/.cache/lab/calibrations``.
-  The loaders (:mod:`lab.sinks.profiles`, :mod:`lab.health.choice`) read a file here before
-  the package's own (:func:`read_first`: anything at its path, a folder or a FIFO included, is
-  the user's and refused by name if it is no file, never skipped); nothing ever writes into the
-  package. The calibrations refuse a ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one,
-  before their minutes of work
+  calibrate-health --save``, ``lab validate-context --save``): ``$LAB_CALIBRATION_DIR``, else
+  ``~/.cache/lab/calibrations``. The one resolver of "the user's file, else the packaged one":
+  :func:`user_file` and :func:`packaged_file` place the two copies, :func:`read_first` picks the
+  one a loader reads and :func:`found_first` says None where neither is there. Its rule: anything
+  at the user's path, a folder or a FIFO included, is the user's and refused by name if it is no
+  file, never skipped (the sinks' and health calibrations, the length references, the fitted
+  context measures); the stored health verdicts (:mod:`lab.health.validation`) read a regular file
+  only (``counts=Path.is_file``); :func:`way_out` ends the refusal of a bad one. Nothing ever writes into the
+  package. The calibrations refuse a
+  ``$LAB_CALIBRATION_DIR`` that is a file, or lies under one, before their minutes of work
   (:func:`check_calibration_dir`), in one line naming the variable, not when they save.
 - :func:`tuning_dir`: the draft set-ups ``lab bench-tune`` measured best on this machine
   (:mod:`lab.tuning`): ``$LAB_TUNING_DIR``, else ``~/.cache/lab/tuning``.
@@ -14,13 +18,16 @@
   ``$LAB_LOG_DIR``, else ``~/.cache/lab/logs``; when that cannot be written,
   ``<tempdir>/lab-logs``.
 
-Stdlib only, and nothing from the rest of the lab: the math and data modules may import it.
+Stdlib only, and nothing from the rest of the lab (:func:`packaged_file` names the ``lab`` package's folder,
+importing none of its modules): the math and data modules may import it.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 CALIBRATION_ENV = "LAB_CALIBRATION_DIR"
 LOG_ENV = "LAB_LOG_DIR"
@@ -59,14 +66,48 @@ def check_calibration_dir() -> Path:
     return path
 
 
-def read_first(user: Path, packaged: Path) -> Path:
+def packaged_file(relative: str) -> Path:
+    """``lab/<relative>``: a file the package ships (read only: nothing writes into the package; it need not exist)."""
+    return Path(str(resources.files("lab").joinpath(relative)))
+
+
+def user_file(relative: str) -> Path:
+    """``<calibration_dir()>/<relative>``: the user's own copy of a packaged file (it need not exist)."""
+    return calibration_dir() / relative
+
+
+def read_first(user: Path, packaged: Path, *, counts: Callable[[Path], bool] | None = None) -> Path:
     """``user`` when anything is at its path, else ``packaged`` (which need not exist).
 
     A folder, a FIFO or a symbolic link to nothing where the user's file goes is the user's file:
     its reader refuses it by name (:func:`lab.schemas.read_json`: "not a regular file"), never
     skips it for the packaged one, which would change the run's numbers without a word.
+
+    Args:
+        user, packaged: The user's copy and the package's (:func:`user_file`, :func:`packaged_file`).
+        counts: What counts as a copy being there; None: anything at its path (:func:`present`).
+            ``Path.is_file`` reads a regular file only, skipping anything else at the user's path.
     """
-    return user if present(user) else packaged
+    return user if (counts or present)(user) else packaged
+
+
+def found_first(user: Path, packaged: Path, *, counts: Callable[[Path], bool] | None = None) -> Path | None:
+    """:func:`read_first`'s choice when a copy is there (by ``counts``), else None (neither: nothing to read)."""
+    path = read_first(user, packaged, counts=counts)
+    return path if (counts or present)(path) else None
+
+
+def way_out(path: Path, packaged: Path, what: str, rerun: str) -> str:
+    """How to get past a bad file read by :func:`read_first`, ending its one-line refusal: the user's copy is
+    deleted (the packaged ``what`` is read then; ``rerun`` writes a new one), the packaged one reinstalled.
+
+    Examples:
+        >>> way_out(Path("u/c.json"), Path("p/c.json"), "choice", "lab calibrate-health --save")
+        'delete it: the packaged choice is read then, and `lab calibrate-health --save` writes a new one'
+    """
+    if path == packaged:
+        return "the lab's installed files are damaged: reinstall it"
+    return f"delete it: the packaged {what} is read then, and `{rerun}` writes a new one"
 
 
 def present(path: Path) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from lab.bench.results import Spread
+from lab.ranges import REPEATS
 
 SCORE_RULE = ("the highest median over repeats of end-to-end tokens/s (new tokens over prefill + decode time, "
               "summed over the tuning prompts), the target alone on the lab's loop, greedy")
@@ -184,7 +185,7 @@ def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int], tuple[in
     """
     if not generators:
         raise ValueError("no candidates to time")
-    if n_prompts < 1 or repeats < 1:
+    if n_prompts < 1 or repeats < REPEATS.lo:  # REPEATS.lo is 1
         raise ValueError(f"n_prompts={n_prompts} and repeats={repeats} must be >= 1")
     cands = list(generators)
     runs: list[RuntimeRun] = []

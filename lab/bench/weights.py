@@ -38,6 +38,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from lab.ranges import GAMMA, ITERATIONS, REPEATS
+
 LOG2 = math.log(2.0)
 
 
@@ -103,7 +105,7 @@ def kernel_times(model: nn.Module, gguf_file: Any, *, gamma: int, repeats: int =
     from lab.models.qlinear import CastLinear, Int8Linear
     from lab.models.quantize import linear_tensors, q4_layer
 
-    if gamma < 1 or repeats < 1:
+    if gamma < GAMMA.lo or repeats < REPEATS.lo:  # both 1
         raise ValueError(f"gamma={gamma} and repeats={repeats} must be >= 1")
     layers = linear_tensors(model, GGUFReader(str(gguf_file)))
     by_type: dict[str, list[str]] = defaultdict(list)  # GGUF type -> layer names, model order
@@ -212,8 +214,8 @@ def step_profile(model: nn.Module, input_ids: torch.Tensor, *, steps: int = 10, 
 
     from lab.decode import decode_one, new_cache, prefill
 
-    if steps < 1:
-        raise ValueError(f"steps={steps} must be >= 1")
+    if steps < ITERATIONS.lo:
+        raise ValueError(f"steps={steps} must be >= {ITERATIONS.lo}")
     if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be (1, S) with S >= 1; got shape {tuple(input_ids.shape)}")
 

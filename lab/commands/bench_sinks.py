@@ -15,10 +15,7 @@ import json
 
 from lab.kinds.bench_sinks import KIND as BENCH_SINKS
 from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_lengths, range_text
-from lab.ranges import MAX_TOKENS, Range
-
-# A prompt length: the capture's statistics need a few positions past the sink; 128 Ki, the longest context here.
-LENGTH_RANGE = Range(16, integer=True, limit=MAX_TOKENS, why=" (16 tokens at least; 128 Ki, the longest context here)")
+from lab.ranges import SINK_LENGTH
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--lengths", default="2048,8192",
                    help=f"comma-separated prompt lengths in tokens for plain and capture runs, each in "
-                        f"{LENGTH_RANGE.text} (default: 2048,8192)")
+                        f"{SINK_LENGTH.text} (default: 2048,8192)")
     p.add_argument("--eager-length", type=int, default=2048,
                    help=f"prompt length for the eager output_attentions=True comparison, "
                         f"{range_text('bench-sinks', 'eager_length')}; 0 skips it (default: 2048)")
@@ -56,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.views.publish import report_folder
 
     # 1. Validate before running anything.
-    lengths = list(parse_lengths(args.lengths, "--lengths", LENGTH_RANGE))
+    lengths = list(parse_lengths(args.lengths, "--lengths", SINK_LENGTH))
     device = check_model_args(args)
     threads = set_threads(args.threads)  # the workers use the same (torch's default is the same in each)
     model, _ = load_model(args.model, device=device, dtype=args.dtype, weights=args.weights)

@@ -31,12 +31,7 @@ from lab.kinds.calibrate_sinks import KIND as CALIBRATE_SINKS
 from lab.commands.common import (add_model_args, add_out_arg, check_model_args, load_model_step, parse_lengths,
                                  save_after_report)
 from lab.models.source import model_source
-from lab.ranges import MAX_TOKENS, Range
-
-# A long prompt's length: below 64 tokens it is not long (lab.sinks.calibration.long_prompts); 128 Ki, the longest
-# context of the models here (the model's own is checked too where it is known).
-LONG_LENGTH_RANGE = Range(64, integer=True, limit=MAX_TOKENS,
-                          why=" (a long prompt has 64 tokens at least; 128 Ki, the longest context here)")
+from lab.ranges import LONG_LENGTH  # the model's own context is checked too where it is known
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: the packaged lab/data/sinks_held_out.jsonl; 'none' to skip)")
     p.add_argument("--long-lengths", default="2048",
                    help=f"comma-separated token lengths of long uniform prompts built from the set's text, scored "
-                        f"too, each in {LONG_LENGTH_RANGE.text} (default: 2048; 'none' to skip)")
+                        f"too, each in {LONG_LENGTH.text} (default: 2048; 'none' to skip)")
     p.add_argument("--no-save", dest="save", action="store_false",
                    help="do not write the profile's calibration <profile>.json nor the cross-profile choice.json "
                         "into $LAB_CALIBRATION_DIR/sinks/ (default ~/.cache/lab/calibrations/sinks/), which "
@@ -68,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _long_lengths(text: str) -> tuple[int, ...]:
     if text.strip().lower() == "none":
         return ()
-    return parse_lengths(text, "--long-lengths", LONG_LENGTH_RANGE)
+    return parse_lengths(text, "--long-lengths", LONG_LENGTH)
 
 
 def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str]:

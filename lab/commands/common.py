@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lab.bench.prompt_split import HELD_BACK
 from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 from lab.models.weights import WEIGHTS
 from lab import ranges
@@ -56,8 +55,7 @@ _FLAG_RANGES = {
     "new_tokens": ranges.TOKENS,
     "pilot_limit": ranges.PILOT_LIMIT,
     "dense_rows": ranges.DENSE_ROWS,
-    # held-back HumanEval problems for bench-weights' numerics: a flag-only range, bounded by the split
-    "problems": Range(0, integer=True, limit=len(HELD_BACK), why=f" (the held-back HumanEval split has {len(HELD_BACK)})"),
+    "problems": ranges.PROBLEMS,
 }
 # (command, dest) -> range, where a command gives a flag another range than _FLAG_RANGES.
 _BENCH_COMMANDS = ("bench", "bench-seed-tables", "bench-tune", "bench-tune-runtime")

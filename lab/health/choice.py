@@ -25,26 +25,25 @@ No model code: the measures' names come from :mod:`lab.health.measures` (math on
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 from lab.health.measures import CANDIDATES
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_chosen_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import calibration_dir, read_first
+from lab.user_dirs import packaged_file, read_first, user_file, way_out
 
 CHOSEN_FILE = "health/chosen.json"  # inside the lab package, and inside the user's calibration folder
 
 
 def packaged_path() -> Path:
     """Where the packaged choice lives (read only)."""
-    return Path(str(resources.files("lab").joinpath(CHOSEN_FILE)))
+    return packaged_file(CHOSEN_FILE)
 
 
 def user_path() -> Path:
     """Where ``lab calibrate-health --save`` writes the user's choice."""
-    return calibration_dir() / CHOSEN_FILE
+    return user_file(CHOSEN_FILE)
 
 
 def chosen_path() -> Path:
@@ -63,8 +62,7 @@ def load_chosen() -> str:
     try:
         return load_chosen_file(path, CANDIDATES)["measure"]
     except FileSchemaError as exc:
-        fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path() else
-               "delete it: the packaged choice is read then, and `lab calibrate-health --save` writes a new one")
+        fix = way_out(path, packaged_path(), "choice", "lab calibrate-health --save")
         raise ValueError(f"{exc}; {fix}") from None
 
 

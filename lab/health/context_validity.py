@@ -270,12 +270,9 @@ def fit_head_reference(relevant: np.ndarray, irrelevant: np.ndarray, n_relevant:
 def reference_path(profile: str, *, packaged: bool) -> Path:
     """Where a model's fitted context measure lives: ``lab/health/context/<profile>.json`` in the package, or
     ``<calibration dir>/health/context/<profile>.json`` (:func:`lab.user_dirs.calibration_dir`) for the user's."""
-    from importlib import resources
+    from lab.user_dirs import packaged_file, user_file
 
-    from lab.user_dirs import calibration_dir
-
-    root = Path(str(resources.files("lab"))) / "health" if packaged else calibration_dir() / "health"
-    return root / "context" / f"{profile}.json"
+    return (packaged_file if packaged else user_file)(f"health/context/{profile}.json")
 
 
 @dataclass(frozen=True)
@@ -375,10 +372,10 @@ def load_context_measure(profile: str) -> ContextMeasure | None:
     """
     from lab.schemas import FileSchemaError
     from lab.schemas.health import CONTEXT_REFERENCE_KIND, load_context_reference_file
-    from lab.user_dirs import present, read_first
+    from lab.user_dirs import found_first
 
-    path = read_first(reference_path(profile, packaged=False), reference_path(profile, packaged=True))
-    if not present(path):
+    path = found_first(reference_path(profile, packaged=False), reference_path(profile, packaged=True))
+    if path is None:
         return None
     data = load_context_reference_file(path)
     if data["profile"] != profile:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -37,7 +36,7 @@ from lab.health.measures import REFERENCED_BASES, LengthReference
 from lab.schemas import FileSchemaError
 from lab.schemas.health import load_reference_file
 from lab.runs.files import write_text_atomic
-from lab.user_dirs import calibration_dir, present, read_first
+from lab.user_dirs import found_first, packaged_file, user_file, way_out
 
 LENGTH_DIR = "health/length"  # inside the lab package, and inside the user's calibration folder
 REFERENCE_PROMPTS = "data/length_reference.jsonl"
@@ -47,18 +46,17 @@ MIN_PROMPTS = 10  # a line through fewer clean prompts is not a reference
 
 def packaged_path(profile: str) -> Path:
     """The packaged reference of ``profile`` (read only)."""
-    return Path(str(resources.files("lab").joinpath(f"{LENGTH_DIR}/{profile}.json")))
+    return packaged_file(f"{LENGTH_DIR}/{profile}.json")
 
 
 def user_path(profile: str) -> Path:
     """Where ``lab calibrate-health --save`` writes the user's reference of ``profile``."""
-    return calibration_dir() / LENGTH_DIR / f"{profile}.json"
+    return user_file(f"{LENGTH_DIR}/{profile}.json")
 
 
 def reference_path(profile: str) -> Path | None:
     """The file :func:`load_references` reads for ``profile``: the user's, else the packaged one, else None."""
-    path = read_first(user_path(profile), packaged_path(profile))  # a folder or FIFO there is refused by name
-    return path if present(path) else None
+    return found_first(user_path(profile), packaged_path(profile))  # a folder or FIFO there is refused by name
 
 
 def fit_reference(base: str, values: Sequence[float], n_content: Sequence[int]) -> LengthReference:
@@ -108,9 +106,7 @@ def load_references(profile: str | None) -> dict[str, LengthReference] | None:
     path = reference_path(profile)
     if path is None:
         return None
-    fix = ("the lab's installed files are damaged: reinstall it" if path == packaged_path(profile) else
-           f"delete it: the packaged reference is read then, and `lab calibrate-health --model {profile} --save` "
-           "writes a new one")
+    fix = way_out(path, packaged_path(profile), "reference", f"lab calibrate-health --model {profile} --save")
     try:
         data = load_reference_file(path, REFERENCED_BASES)
     except FileSchemaError as exc:

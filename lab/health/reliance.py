@@ -38,7 +38,7 @@ from typing import Any, Iterator
 import torch
 
 from lab.intervene.masks import AddedSpan, check_eager
-from lab.intervene.score import decoder_layers
+from lab.models.hooks import attention_modules, forward_hooks
 
 LN2 = math.log(2.0)
 
@@ -164,12 +164,8 @@ def _layer_ratios(model: Any, span: AddedSpan, n_prompt: int, n_decode: int, out
         assert probs is not None, "the attention layer returned no probabilities (not eager)"
         out.append(lookback_ratios(probs[0, :, -n_decode:], span, n_prompt))
 
-    handles = [layer.self_attn.register_forward_hook(hook) for layer in decoder_layers(model)]
-    try:
+    with forward_hooks(attention_modules(model), hook):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager

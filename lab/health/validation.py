@@ -351,14 +351,9 @@ def validity_of(validation: Mapping[str, Any], profile: str, report: str) -> Hea
 
 def validity_path(profile: str, *, packaged: bool) -> Path:
     """``health/validity/<profile>.json`` in the package (``packaged``) or in the user's calibration folder."""
-    from importlib import resources
-    from pathlib import Path
+    from lab.user_dirs import packaged_file, user_file
 
-    from lab.user_dirs import calibration_dir
-
-    if packaged:
-        return Path(str(resources.files("lab").joinpath(f"{VALIDITY_DIR}/{profile}.json")))
-    return calibration_dir() / VALIDITY_DIR / f"{profile}.json"
+    return (packaged_file if packaged else user_file)(f"{VALIDITY_DIR}/{profile}.json")
 
 
 def load_validity(profile: str) -> HealthValidity | None:
@@ -369,17 +364,19 @@ def load_validity(profile: str) -> HealthValidity | None:
     """
     from lab.schemas import FileSchemaError
     from lab.schemas.health import load_validity_file
+    from lab.user_dirs import found_first
 
-    for packaged in (False, True):
-        path = validity_path(profile, packaged=packaged)
-        if path.is_file():
-            try:
-                data = load_validity_file(path)
-            except FileSchemaError as exc:
-                raise ValueError(f"{exc}; delete it (the packaged verdict is read then), or rerun "
-                                 f"`lab calibrate-health --model {profile} --validate --save`") from None
-            return HealthValidity(**{k: data[k] for k in HealthValidity.__dataclass_fields__})
-    return None
+    # A regular file only: anything else at the user's path is skipped for the packaged verdict.
+    path = found_first(validity_path(profile, packaged=False), validity_path(profile, packaged=True),
+                       counts=Path.is_file)
+    if path is None:
+        return None
+    try:
+        data = load_validity_file(path)
+    except FileSchemaError as exc:
+        raise ValueError(f"{exc}; delete it (the packaged verdict is read then), or rerun "
+                         f"`lab calibrate-health --model {profile} --validate --save`") from None
+    return HealthValidity(**{k: data[k] for k in HealthValidity.__dataclass_fields__})
 
 
 def save_validity(validity: HealthValidity) -> Path:

@@ -53,6 +53,7 @@ from transformers import DynamicCache
 from lab.decode import context_length, eos_set, generate, rollback_cache
 from lab.entropy import entropy
 from lab.intervene.masks import ARMS, AddedSpan, Intervention, arm_intervention, check_eager, intervention_mask
+from lab.models.hooks import attention_modules, decoder_layers, forward_hooks
 from lab.speculative.theory import acceptance_probability
 
 
@@ -126,18 +127,6 @@ def greedy_continuation(model: Any, prompt_ids: torch.Tensor, n_tokens: int,
     return torch.tensor(result.tokens, dtype=torch.long)
 
 
-def decoder_layers(model: Any) -> Any:
-    """``model.model.layers`` (the decoder layers whose attention modules the hooks read).
-
-    Raises:
-        ValueError: the model has none there.
-    """
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__} has no decoder layers at .model.layers; cannot read its attention")
-    return layers
-
-
 @contextmanager
 def _attention_masses(model: Any, span: AddedSpan, n_decode: int, out: list[tuple[float, float]]) -> Iterator[None]:
     """While open, each attention layer of ``model`` that runs appends ``(span mass, sink mass)`` of its
@@ -148,12 +137,8 @@ def _attention_masses(model: Any, span: AddedSpan, n_decode: int, out: list[tupl
         rows = probs[0, :, -n_decode:].float()  # [H, T, K]
         out.append((float(rows[..., span.start:span.end].sum(-1).mean()), float(rows[..., 0].mean())))
 
-    handles = [layer.self_attn.register_forward_hook(hook) for layer in decoder_layers(model)]
-    try:
+    with forward_hooks(attention_modules(model), hook):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def shared_layers(target: Any, draft: Any) -> int | None:
@@ -177,11 +162,8 @@ def _early_exit_logits(target: Any, draft: Any, n_layers: int, n_decode: int, ou
         hidden = output[0] if isinstance(output, tuple) else output  # [1, Q, D]
         out.append(draft.lm_head(draft.model.norm(hidden[:, -n_decode:]))[0].float())
 
-    handle = decoder_layers(target)[n_layers - 1].register_forward_hook(hook)
-    try:
+    with forward_hooks([decoder_layers(target)[n_layers - 1]], hook):
         yield
-    finally:
-        handle.remove()
 
 
 def _pass_logits(model: Any, ids: torch.Tensor, cache: Any, first: int, mask: Any, n_decode: int) -> torch.Tensor:

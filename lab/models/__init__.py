@@ -9,4 +9,5 @@
   and the dequantized-model cache with its checksums;
 - :mod:`lab.models.hub`, :mod:`lab.models.chat`, :mod:`lab.models.devices`: hub ids offline, the
   chat template, device and dtype choice (MPS, then CUDA, then CPU).
+- :mod:`lab.models.hooks`: forward hooks on a loaded model's decoder layers, removed on exit.
 """

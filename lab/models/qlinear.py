@@ -33,6 +33,8 @@ import math
 import torch
 from torch import nn
 
+from lab.ranges import DENSE_ROWS
+
 GROUP = 32  # Q4_K and Q4_1 groups; the int4 kernel's qGroupSize
 INNER_K_TILES = 2  # the CPU packer's tile argument (K must then be a multiple of 32)
 INT4_MID = 8  # tinygemm's zero point: codes 0..15 are read as (q - 8)
@@ -91,8 +93,8 @@ def set_dense_rows(model: nn.Module, rows: int | None) -> int:
     Raises:
         ValueError: ``rows`` below 1.
     """
-    if rows is not None and rows < 1:
-        raise ValueError(f"dense_rows={rows} must be >= 1 (or None)")
+    if rows is not None and rows < DENSE_ROWS.lo:
+        raise ValueError(f"dense_rows={rows} must be >= {DENSE_ROWS.lo} (or None)")
     layers = [m for m in model.modules() if isinstance(m, _Quantized)]
     for m in layers:
         m.dense_rows = rows

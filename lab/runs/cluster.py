@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from lab.ranges import RAY_ACTORS, RAY_TIMEOUT, THREADS, Range, check_value
+from lab.ranges import RAY_ACTORS, RAY_TIMEOUT, RETRIES, THREADS, check_value
 from lab.runs.engine import Experiment, UnitFailure
 from lab.safe_text import clipped
 
@@ -71,7 +71,6 @@ DEFAULT_MAX_RESTARTS = 3
 # actor three times (e.g. runs it out of memory) is a property of the unit, and is
 # reported rather than allowed to use up every actor's restarts.
 DEFAULT_MAX_TASK_RETRIES = 2
-RETRIES = Range(0, integer=True)  # Ray's max_restarts and max_task_retries: 0 = none
 # One unit running and one queued behind it per actor: the actor never idles while
 # the driver saves a result, and no actor holds more than one unit in reserve.
 IN_FLIGHT_PER_ACTOR = 2

@@ -21,6 +21,7 @@ import pickle
 import signal
 from typing import Any, Iterator, Sequence
 
+from lab.ranges import THREADS, WORKERS
 from lab.runs.engine import Experiment
 
 FLOAT32_PER_GGUF_BYTE = 8  # a GGUF file holds at least 4 bits a weight: float32 takes at most 8x its bytes
@@ -86,7 +87,7 @@ class ProcessExecutor:
     """
 
     def __init__(self, workers: int, threads: int = 1):
-        if workers < 1 or threads < 1:
+        if workers < WORKERS.lo or threads < THREADS.lo:  # both 1; the upper end (the CPUs) is the flags'
             raise ValueError(f"workers={workers} and threads={threads} must be >= 1")
         self.workers, self.threads = workers, threads
         self._procs: list[Any] = []
@@ -195,8 +196,8 @@ def auto_workers(model: str, draft: str | None, device: str) -> int:
     cpus = os.cpu_count() or 1
     typed = os.environ.get(WORKERS_ENV, "").strip()
     if typed:
-        if not (typed.isascii() and typed.isdigit() and 1 <= int(typed) <= cpus):
-            raise ValueError(f"${WORKERS_ENV}={typed!r} must be a count of worker processes in [1, {cpus}] (this "
+        if not (typed.isascii() and typed.isdigit() and WORKERS.lo <= int(typed) <= cpus):
+            raise ValueError(f"${WORKERS_ENV}={typed!r} must be a count of worker processes in [{WORKERS.lo}, {cpus}] (this "
                              "machine's CPUs: more only contend for them)")
         return int(typed)
     if device != "cpu" or cpus < 2 or not is_gguf_model(model):

@@ -38,6 +38,7 @@ import torch
 
 from lab.files import MAX_PROMPT_SET_BYTES, read_text
 from lab.prompts import CalibrationPrompt, jsonl_lines
+from lab.ranges import LONG_LENGTH
 from lab.sinks.candidates import STATISTICS
 from lab.sinks.capture import capture_received
 from lab.sinks.prefill import MIN_OBSERVING_QUERIES, candidate_scores
@@ -130,10 +131,10 @@ def long_prompts(tokenizer: Any, lengths: Sequence[int] = LONG_LENGTHS,
     """Long, uniform prompts: the prompt set's text joined and repeated to about ``length`` tokens each.
 
     Raises:
-        ValueError: a length below 64 tokens.
+        ValueError: a length below 64 tokens (:data:`lab.ranges.LONG_LENGTH`).
     """
-    if any(n < 64 for n in lengths):
-        raise ValueError(f"long lengths={list(lengths)!r} must each be >= 64 tokens")
+    if any(n < LONG_LENGTH.lo for n in lengths):
+        raise ValueError(f"long lengths={list(lengths)!r} must each be >= {LONG_LENGTH.lo} tokens")
     text = " ".join(p.prompt for p in (prompts or load_prompts()))
     piece = tokenizer(text, add_special_tokens=False)["input_ids"]
     out = []

@@ -48,7 +48,6 @@ import json
 import logging
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
 
@@ -56,7 +55,7 @@ from lab.models.source import model_source
 from lab.schemas import FileSchemaError
 from lab.schemas.calibration import load_calibration_file, load_choice_file, threshold_problem
 from lab.sinks.candidates import STATISTIC_LABEL, STATISTICS
-from lab.user_dirs import calibration_dir as user_calibration_root, present, read_first
+from lab.user_dirs import packaged_file, present, read_first, user_file, way_out
 from lab.runs.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -125,12 +124,12 @@ class DetectorChoice:
 
 def calibration_dir() -> Path:
     """The packaged calibrations folder (read only: nothing writes here)."""
-    return Path(str(resources.files("lab").joinpath(CALIBRATION_DIR)))
+    return packaged_file(CALIBRATION_DIR)
 
 
 def user_dir() -> Path:
     """The user's sink calibrations, written by ``lab calibrate-sinks`` (``$LAB_CALIBRATION_DIR/sinks``)."""
-    return user_calibration_root() / USER_SUBDIR
+    return user_file(USER_SUBDIR)
 
 
 def _read_first(name: str) -> Path:
@@ -168,9 +167,7 @@ def _read(load: Callable[[Path, Collection[str]], dict], path: Path, fix: str) -
 def _fix(path: Path, rerun: str) -> str:
     """How to get past a bad file: a user's is deleted (every command reads the packaged one then, the
     calibration that remakes it included), a packaged one reinstalled."""
-    if is_packaged(path):
-        return "the lab's installed files are damaged: reinstall it"
-    return f"delete it: the packaged file is read then, and `{rerun}` writes a new one"
+    return way_out(path, calibration_dir() / path.name, "file", rerun)
 
 
 def load_choice() -> DetectorChoice:

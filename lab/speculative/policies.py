@@ -73,7 +73,7 @@ class FixedGamma:
 
     def __post_init__(self) -> None:
         if self.gamma is not None:
-            _check_int("gamma", self.gamma, 1)
+            _check_int("gamma", self.gamma, GAMMA.lo)
 
     @property
     def initial(self) -> int | None:
@@ -116,7 +116,7 @@ class DynamicGamma:
     shrink: int = 1
 
     def __post_init__(self) -> None:
-        _check_int("min_gamma", self.min_gamma, 1)
+        _check_int("min_gamma", self.min_gamma, GAMMA.lo)
         _check_int("max_gamma", self.max_gamma, self.min_gamma)
         _check_int("grow", self.grow, 0)
         _check_int("shrink", self.shrink, 0)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from lab.ranges import DETECT_TOKENS
 from lab.sinks.capture import capture_received
 from lab.sinks.prefill import score_positions
 from lab.sinks.profiles import resolve_threshold
@@ -63,8 +64,8 @@ def detect_sinks(model: Any, input_ids: torch.Tensor, n_tokens: int,
             implementation that cannot be captured).
     """
     n = min(int(n_tokens), input_ids.shape[1])
-    if n < 2:
-        raise ValueError(f"n_tokens={n_tokens} must be >= 2")
+    if n < DETECT_TOKENS.lo:
+        raise ValueError(f"n_tokens={n_tokens} must be >= {DETECT_TOKENS.lo}")
     threshold, _, _, calibration_file = resolve_threshold(model, threshold, calibration)
     ids = input_ids[:, :n].to(next(model.parameters()).device)
     per_head = capture_received(model, ids).per_head  # [L, H, n]

@@ -99,16 +99,16 @@ def parse_policy(spec: str) -> Policy:
         return Policy("dense", "dense")
     if m.group(2):
         w = _tokens(m.group(3), spec, "the window W")
-        if w < 1:
-            raise ValueError(f"policy {spec!r}: the window W must be >= 1")
+        if w < TOKENS.lo:
+            raise ValueError(f"policy {spec!r}: the window W must be >= {TOKENS.lo}")
         return Policy(f"{m.group(2)}:{w}", m.group(2), window=w)
     kind, k, w = m.group(4), m.group(5), _tokens(m.group(6), spec, "the window W")
     k = DEFAULT_DETECTED_KEEP if k is None and kind == "detected" else k
     if k is None:
         raise ValueError(f"policy {spec!r}: sinks needs K+W, e.g. sinks:4+252")
     k = _tokens(k, spec, "K") if isinstance(k, str) else k
-    if k < 1 or w < 1:
-        raise ValueError(f"policy {spec!r}: K and W must both be >= 1")
+    if k < TOKENS.lo or w < TOKENS.lo:
+        raise ValueError(f"policy {spec!r}: K and W must both be >= {TOKENS.lo}")
     return Policy(f"{kind}:{k}+{w}", kind, window=w, n_keep=k)
 
 

@@ -22,6 +22,8 @@ DOCUMENTED_MODULES = (
     "lab.analysis.effects",
     "lab.attention_mask",
     "lab.health.reliance",
+    "lab.models.hooks",
+    "lab.user_dirs",
     "lab.health.context_validity",
     "lab.views.core",
     "lab.views.kinds._summary",

@@ -224,6 +224,8 @@ def test_disagreements_planted_wrong_range_is_caught():
     ("lab.stream.experiment.StreamConfig", "recompute_batch", ranges.RECOMPUTE_BATCH),
     ("lab.bench.run.BenchConfig", "repeats", ranges.REPEATS),
     ("lab.bench.run.BenchConfig", "seed", ranges.BENCH_SEED),
+    ("lab.runs.cluster.ClusterConfig", "max_restarts", ranges.RETRIES),
+    ("lab.runs.cluster.ClusterConfig", "max_task_retries", ranges.RETRIES),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_config_field_takes_what_its_range_takes(ctor, field, rng):
     import importlib
@@ -234,6 +236,29 @@ def test_config_field_takes_what_its_range_takes(ctor, field, rng):
     probes = [v for v in PROBES if not (isinstance(v, int) and not isinstance(v, bool) and v > 10**6)] \
         if name == "StreamConfig" else PROBES
     assert disagreements(rng, lambda v: _takes(cls, **{field: v}), probes) == []
+
+
+def test_problems_range_limit_is_the_held_back_splits_size():
+    """Fault class: the --problems range (declared here, below the bench) drifting from the split it counts."""
+    from lab.bench.prompt_split import HELD_BACK
+
+    assert ranges.PROBLEMS.input_hi == ranges.HELD_BACK_PROBLEMS == len(HELD_BACK)
+
+
+def test_hand_checked_ends_read_their_ranges():
+    """The library checks that state their own message read the end from the range the flags read."""
+    from lab.models.qlinear import set_dense_rows
+    from lab.sinks.calibration import long_prompts
+    from lab.stream.policies import parse_policy
+
+    with pytest.raises(ValueError, match=r"^long lengths=\[63\] must each be >= 64 tokens$"):
+        long_prompts(None, lengths=(63,))
+    with pytest.raises(ValueError, match=r"^policy 'window:0': the window W must be >= 1$"):
+        parse_policy("window:0")
+    with pytest.raises(ValueError, match=r"^policy 'sinks:0\+4': K and W must both be >= 1$"):
+        parse_policy("sinks:0+4")
+    with pytest.raises(ValueError, match=r"^dense_rows=0 must be >= 1 \(or None\)$"):
+        set_dense_rows(None, 0)
 
 
 def test_configs_hold_the_seed_to_torchs_end_and_check_the_stream_seed_and_the_warmup():
