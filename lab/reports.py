@@ -35,6 +35,7 @@ from contextlib import contextmanager
 
 from lab.files import make_staging, publish, read_bounded, sweep_staging  # make_staging: tests stand in for it here
 from lab.kinds import REPORT_FORMAT, REPORT_JSON, Kind
+from lab.typed import ShapeError, to_json
 from lab.models.source import model_source
 from lab.safe_text import printable
 from lab.schemas import MAX_FILE_BYTES
@@ -168,7 +169,7 @@ class ReportDir:
         self.path = staging  # write here; becomes `final` on success
         self.final = final
         self.kind = str(kind)  # the report's kind, as report_dir was given it
-        self.variants = kind.variants if isinstance(kind, Kind) else ()
+        self.declared = kind if isinstance(kind, Kind) else None
 
     def write_text(self, name: str, text: str) -> Path:
         """Write a text file (``summary.md``) with control, bidirectional and invisible characters
@@ -194,16 +195,24 @@ class ReportDir:
                 ``format`` of its own.
 
         Raises:
-            ValueError: ``data`` is no mapping, names another kind, or holds a ``format``.
+            ValueError: ``data`` is no mapping, names another kind, holds a ``format``, or (a kind with a typed
+                report, :attr:`lab.kinds.Kind.report`) is not in that type's shape.
         """
         body = to_jsonable(data)
         if not isinstance(body, dict):
             raise ValueError(f"report.json of a {self.kind!r} report must be a mapping, not {type(body).__name__}")
         said = body.pop("kind", self.kind)
-        if said != self.kind and said not in self.variants:
+        if said != self.kind and said not in (self.declared.variants if self.declared else ()):
             raise ValueError(f"report.json of a {self.kind!r} report says kind={said!r}")
         if "format" in body:
             raise ValueError(f"report.json of a {self.kind!r} report holds a field 'format', which the writer sets")
+        if self.declared is not None and self.declared.report is not None:
+            # The kind's typed report is what is written: a field the type does not know, or a value of another
+            # shape, is the lab's own fault and stops here, before any page reads it.
+            try:
+                body = to_json(self.declared.read({"kind": said, **body}))
+            except ShapeError as exc:
+                raise ValueError(f"report.json of a {self.kind!r} report is not in its declared shape: {exc}") from None
         return self.write_json(REPORT_JSON, {"kind": said, "format": REPORT_FORMAT, **body})
 
     def write_csv(self, name: str, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str] | None = None) -> Path:

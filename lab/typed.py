@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import types
 import typing
 from functools import lru_cache
@@ -145,6 +146,8 @@ def _scalar(cls: Any, data: Any, where: str) -> Any:
         ok = isinstance(data, (int, float)) and not isinstance(data, bool)
         if ok and isinstance(data, float) and not math.isfinite(data):
             raise ShapeError(where, f"a finite number goes here, not {data!r}")
+        if ok and isinstance(data, int) and abs(data) > sys.float_info.max:  # float(data) would raise OverflowError
+            raise ShapeError(where, f"a number a float holds goes here, not an integer of {len(str(abs(data)))} digits")
     elif cls is str:
         ok = isinstance(data, str)
     else:

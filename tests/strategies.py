@@ -174,3 +174,38 @@ def overflowing_temperatures():
     purpose here: a user can type ``--temperature 5e-324``."""
     return st.one_of(st.sampled_from([5e-324, 1e-45, 1e-40, 1e-38]),
                      st.floats(min_value=5e-324, max_value=1e-38, allow_nan=False, allow_subnormal=True))
+
+
+# --------------------------------------------------------------------------- typed reports (lab.typed, lab.kinds)
+
+JSON_SCALARS = (st.none() | st.booleans() | st.integers(-10**9, 10**9)
+                | st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False) | st.text(max_size=6))
+JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
+
+
+def typed_values(hint):
+    """Values of a type ``lab.typed`` reads (a typed report, or any of its fields' hints): finite floats, JSON
+    values for ``Any``, short containers."""
+    import dataclasses
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if hint is typing.Any:
+        return JSON_VALUES
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return st.builds(hint, **{f.name: typed_values(hints[f.name]) for f in dataclasses.fields(hint) if f.init})
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of([typed_values(a) for a in typing.get_args(hint)])
+    if origin is typing.Literal:
+        return st.sampled_from(typing.get_args(hint))
+    if origin in (list, tuple):
+        items = st.lists(typed_values(typing.get_args(hint)[0]), max_size=3)
+        return items if origin is list else items.map(tuple)
+    if origin is dict:
+        return st.dictionaries(st.text(max_size=4), typed_values(typing.get_args(hint)[1]), max_size=3)
+    return {type(None): st.none(), bool: st.booleans(), int: st.integers(-10**9, 10**9),
+            float: st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
+            str: st.text(max_size=8)}[hint]

@@ -17,15 +17,17 @@ memory (:func:`compare_capture`; no pass/fail).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
+
+# The report's type is its kind's (lab.kinds): the command writes it, the terminal, summary.md and the page read it.
+from lab.kinds.bench_sinks import Comparison
+from lab.kinds.bench_sinks import Report as SinksBenchReport
 
 MODES = ("sdpa", "capture", "eager")
 WORKER_TIMEOUT_S = 1200
@@ -128,39 +130,15 @@ def plan(lengths: Sequence[int], eager_length: int) -> list[tuple[str, int]]:
     return out
 
 
-def compare_capture(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any] | None:
+def compare_capture(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -> Comparison | None:
     """Capture against plain prefill at the longest length, as measured; None when either failed."""
     by = {(r["mode"], r["length"]): r for r in results if "error" not in r}
     longest = max(lengths)
     cap, plain = by.get(("capture", longest)), by.get(("sdpa", longest))
     if not (cap and plain):
         return None
-    return {"length": longest, "time_ratio": cap["seconds"] / plain["seconds"],
-            "capture_extra_bytes": cap["extra_bytes"], "plain_extra_bytes": plain["extra_bytes"]}
-
-
-@dataclass(frozen=True)
-class SinksBenchReport:
-    """``lab bench-sinks``' ``report.json``.
-
-    Attributes:
-        model: The ``--model``.
-        environment: :func:`lab.reports.environment` with the model loaded once.
-        torch_threads: Torch threads (the workers use the same).
-        results: One dict per measurement (:func:`measure`), in :func:`plan` order.
-        comparison: :func:`compare_capture`.
-        machine_load: The load log's summary.
-    """
-
-    model: str
-    environment: dict[str, Any]
-    torch_threads: int
-    results: list[dict[str, Any]]
-    comparison: dict[str, Any] | None
-    machine_load: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": "bench-sinks", **dataclasses.asdict(self)}
+    return Comparison(length=longest, time_ratio=cap["seconds"] / plain["seconds"],
+                      capture_extra_bytes=cap["extra_bytes"], plain_extra_bytes=plain["extra_bytes"])
 
 
 def bench_sinks(model_name: str, lengths: Sequence[int], eager_length: int, *, device: Any, dtype: Any,

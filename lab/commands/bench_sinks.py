@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         out.print(Text(warning, style="bold yellow"))
     with report_folder(args.out, BENCH_SINKS, args.model) as rd:
-        rd.write_report(data.as_dict())
+        rd.write_report(data)
         rd.write_csv("bench.csv", data.results, fieldnames=CSV_FIELDS)
         rd.write_text("summary.md", bench_markdown(data))
     print_report(out, rd.final)

@@ -24,8 +24,11 @@ import pkgutil
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
+from typing import Any
 
-__all__ = ["Kind", "all_kinds", "command_modules", "kind_named", "names_longest_first"]
+from lab.typed import ShapeError, from_json
+
+__all__ = ["Kind", "ShapeError", "all_kinds", "command_modules", "kind_named", "names_longest_first"]
 
 # The file every report folder holds its exact figures in, with its kind and format
 # (lab.reports.ReportDir.write_report writes it).
@@ -53,6 +56,10 @@ class Kind:
             ``report.json``.
         variants: Other values its ``report.json``'s ``kind`` may hold, one per shape of report its commands
             write (a bench folder holds a ``bench``, a ``bench-tune`` or a ``bench-seed-tables`` report).
+        report: The shape of its ``report.json`` past ``kind`` and ``format``: a frozen dataclass (or a union of
+            them, one per variant) whose fields, in the file's order, carry their units in their docstring; the
+            writer checks every report against it and a page reads it (:meth:`read`). None for a kind not yet
+            typed (its page reads the parsed JSON).
 
     Raises:
         ValueError: a name that is not lowercase words joined by ``-``.
@@ -64,6 +71,7 @@ class Kind:
     page: str | None = None
     older_file: str | None = None
     variants: tuple[str, ...] = ()
+    report: Any = None
 
     def __post_init__(self) -> None:
         words = self.name.split("-")
@@ -76,6 +84,21 @@ class Kind:
 
     def __str__(self) -> str:
         return self.name
+
+    def read(self, data: dict[str, Any]) -> Any:
+        """A parsed ``report.json`` (or a pre-format file, :attr:`older_file`) as :attr:`report`.
+
+        Raises:
+            ShapeError: a ``kind`` that is not this kind's, a ``format`` newer than :data:`REPORT_FORMAT`, or the
+                rest not in :attr:`report`'s shape (one line naming where).
+        """
+        said = data.get("kind", self.name)
+        if said != self.name and said not in self.variants:
+            raise ShapeError("kind", f"a {self.name} report, not {str(said)[:60]!r}")
+        form = data.get("format", 0)
+        if not isinstance(form, int) or isinstance(form, bool) or not 0 <= form <= REPORT_FORMAT:
+            raise ShapeError("format", f"a format this lab reads (0 to {REPORT_FORMAT}), not {str(form)[:60]!r}")
+        return from_json(self.report, {k: v for k, v in data.items() if k not in ("kind", "format")})
 
 
 @lru_cache(maxsize=None)

@@ -25,6 +25,7 @@ from lab.sinks.structure import ROLE_CONTENT
 
 if TYPE_CHECKING:  # the report's module runs workers; the view only reads it
     from lab.bench.sinks import SinksBenchReport
+    from lab.kinds.bench_sinks import Comparison
 
 STYLE_STRUCTURAL = "cyan"
 STYLE_STRUCTURAL_SINK = "bold black on cyan"
@@ -348,11 +349,11 @@ def bench_table(data: SinksBenchReport) -> Table:
     return t
 
 
-def comparison_sentence(cmp_: dict[str, Any]) -> str:
+def comparison_sentence(cmp_: Comparison) -> str:
     """The capture against plain prefill at the longest length, as measured."""
-    return (f"At {cmp_['length']} tokens the streaming capture takes {cmp_['time_ratio']:.2f}x the plain prefill's "
-            f"time and {_gib(cmp_['capture_extra_bytes'])} beyond the model (plain: "
-            f"{_gib(cmp_['plain_extra_bytes'])}).")
+    return (f"At {cmp_.length} tokens the streaming capture takes {cmp_.time_ratio:.2f}x the plain prefill's "
+            f"time and {_gib(cmp_.capture_extra_bytes)} beyond the model (plain: "
+            f"{_gib(cmp_.plain_extra_bytes)}).")
 
 
 def bench_markdown(data: SinksBenchReport) -> str:

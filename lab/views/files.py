@@ -85,6 +85,7 @@ class ReportFiles:
             one is listed), parsed and bounded like ``report``.
         other: Names of the other files (listed, not embedded).
         problems: One line per file that could not be read or was too large, shown on the page.
+        exact: The file ``report`` was read from (``report.json``, or a kind's :attr:`lab.kinds.Kind.older_file`).
     """
 
     path: Path
@@ -98,6 +99,7 @@ class ReportFiles:
     jsons: dict[str, dict[str, Any]] = field(default_factory=dict)
     other: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    exact: str = REPORT_JSON
 
     @property
     def model(self) -> dict[str, Any]:
@@ -277,4 +279,4 @@ def read_report(path: str | Path, name: str | None = None, kind: str | None = No
             problems.append(f"{f.name}: not read (nested too deeply)")
     return ReportFiles(path=path, name=name, kind=kind, report=report,
                        summary=summary, csvs=csvs, images=images, svgs=svgs, jsons=jsons, other=tuple(other),
-                       problems=tuple(problems))
+                       problems=tuple(problems), exact=exact)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from lab.kinds import kind_named
+from lab.kinds import ShapeError, kind_named
 from lab.views.core import KindPage, Section, asset, first_bold_line, markdown, render, table, write_html
 from lab.views.files import ReportFiles, read_report
 
@@ -29,24 +29,42 @@ def kind_module(kind: str) -> ModuleType | None:
 
 
 def kind_page(files: ReportFiles) -> KindPage:
-    """The kind's own part of a page: ``lab.views.kinds.<kind>.page(files)``, or an empty one for a kind
-    with no module of its own (its page is then the summary and the files)."""
+    """The kind's own part of a page: its page module's ``page(files, report)`` with the report read as its kind's
+    typed report (:meth:`lab.kinds.Kind.read`), or ``page(files)`` for a kind not yet typed; an empty one for a
+    kind with no module of its own (its page is then the summary and the files) or no readable report.json (the
+    page's problems say why)."""
     if not files.kind:
         return KindPage(headline=first_bold_line(files.summary))
     module = kind_module(files.kind)
     if module is None:
         return KindPage(headline=first_bold_line(files.summary))
+    declared = kind_named(files.kind)
+    if declared.report is not None:
+        if not files.report:
+            return KindPage(headline=first_bold_line(files.summary))
+        try:
+            report = declared.read(files.report)
+        except ShapeError as exc:  # a hand-edited or damaged report: the reason in one line, the rest of the page kept
+            return _not_drawn(files, f"{files.exact}: ", str(exc))
+        made = module.page(files, report)
+        return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
     try:
         made = module.page(files)
     except Exception as exc:
         # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report: a list where
         # a dict was, an integer no float holds ...): whatever the kind's code raises on it, the page keeps the
         # generic parts (summary, files) and says why the kind's own sections are missing.
-        first = (str(exc).splitlines() or [""])[0]  # one line, cut: an exception may echo a value of any length
-        error = f"{type(exc).__name__}: {first[:MAX_ERROR_CHARS]}{'...' if len(first) > MAX_ERROR_CHARS else ''}"
-        note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=error), "not-drawn")
-        return KindPage(headline=first_bold_line(files.summary), sections=(note,))
+        return _not_drawn(files, f"{type(exc).__name__}: ", str(exc))
     return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
+
+
+def _not_drawn(files: ReportFiles, what: str, reason: str) -> KindPage:
+    """The generic parts of a page (summary, files) and a note saying why the kind's own sections are missing:
+    ``what`` (the file, or the error's type) then ``reason``'s first line, cut."""
+    first = (reason.splitlines() or [""])[0]  # one line, cut: a reason may echo a value of any length
+    error = f"{what}{first[:MAX_ERROR_CHARS]}{'...' if len(first) > MAX_ERROR_CHARS else ''}"
+    note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=error), "not-drawn")
+    return KindPage(headline=first_bold_line(files.summary), sections=(note,))
 
 
 def file_sections(files: ReportFiles, covers: frozenset[str]) -> list[Section]:

@@ -149,3 +149,41 @@ def test_kinds_every_committed_report_opens_with_its_figures(tmp_path):
         if declared.older_file or (copy / "report.json").is_file():
             assert files.report, folder.name
         assert 'id="not-drawn"' not in page_html(files), folder.name
+
+
+TYPED = [k for k in all_kinds() if k.report is not None]
+
+
+@pytest.mark.parametrize("kind", TYPED, ids=str)
+def test_kinds_typed_report_from_json_of_to_json_is_the_report(kind):
+    """Report.from_json(r.to_json()) == r for every typed kind, through json text, and r.to_json() meets the
+    report's JSON Schema (lab.typed.json_schema)."""
+    import json
+
+    import jsonschema
+    from hypothesis import given, settings
+
+    from lab.typed import json_schema, to_json
+    from tests.strategies import typed_values
+
+    @settings(max_examples=40)
+    @given(typed_values(kind.report))
+    def round_trip(report):
+        data = json.loads(json.dumps(to_json(report), allow_nan=False))
+        jsonschema.validate(data, json_schema(kind.report))
+        assert kind.read({"kind": kind.name, "format": 1, **data}) == report
+
+    round_trip()
+
+
+def test_kinds_typed_negative_control_a_report_of_another_kind_is_refused():
+    """The check above can fail: a report read as a kind it is not, or of a newer format, is refused naming why."""
+    from lab.kinds import ShapeError
+    from lab.kinds.bench_sinks import KIND as BENCH_SINKS
+
+    with pytest.raises(ShapeError, match=r"^kind: a bench-sinks report, not 'entropy'$"):
+        BENCH_SINKS.read({"kind": "entropy"})
+    with pytest.raises(ShapeError, match=r"^format: a format this lab reads \(0 to 1\), not '2'$"):
+        BENCH_SINKS.read({"kind": "bench-sinks", "format": 2})
+    with pytest.raises(ShapeError, match=r"^model: missing"):
+        BENCH_SINKS.read({"kind": "bench-sinks", "format": 1})

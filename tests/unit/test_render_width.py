@@ -193,6 +193,7 @@ def test_sinks_token_repr_shows_no_break_space_as_space():
 
 def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
     from lab.bench.sinks import SinksBenchReport
+    from lab.kinds.bench_sinks import Comparison
     from lab.render.sinks import bench_table
     from lab.render.sink_calibration import sweep_table
     from lab.sinks.calibration import SweepRow
@@ -208,7 +209,7 @@ def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
         {"mode": "sdpa", "length": 8192, "seconds": 12.3, "extra_bytes": 3e8},
         {"mode": "capture", "length": 8192, "seconds": 25.6, "extra_bytes": 6e8},
         {"mode": "eager", "length": 2048, "error": "MemoryError: out of memory"}],
-        comparison={"length": 8192, "time_ratio": 2.08, "capture_extra_bytes": 6e8, "plain_extra_bytes": 3e8})
+        comparison=Comparison(length=8192, time_ratio=2.08, capture_extra_bytes=600_000_000, plain_extra_bytes=300_000_000))
     text = _render(lambda d, c: c.print(bench_table(d)), bench)
     assert_legible(text, "method", "tokens", "seconds", "peak beyond model", "plain SDPA prefill",
                    "streaming capture", "eager output_attentions")

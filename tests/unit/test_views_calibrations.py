@@ -76,8 +76,20 @@ def test_calibrate_health_validate_page_valid_has_no_warning(tmp_path):
 
 def test_bench_sinks_page_headline_from_bench_json(tmp_path):
     """The capture's time ratio and memory are bench.json's comparison."""
-    data = {"comparison": {"length": 4096, "time_ratio": 1.4017, "capture_extra_bytes": 3 * 2**30,
-                           "plain_extra_bytes": 2**29}}
-    tree = _write(tmp_path, "bench-sinks", "bench.json", data)
+    data = {"kind": "bench-sinks", "model": "smollm2", "environment": {}, "torch_threads": 2, "results": [],
+            "comparison": {"length": 4096, "time_ratio": 1.4017, "capture_extra_bytes": 3 * 2**30,
+                           "plain_extra_bytes": 2**29}, "machine_load": {}}
+    tree = _write(tmp_path, "bench-sinks", "bench.json", data)  # as written before report.json (format 1)
     assert _headline(tree) == ("at 4096 tokens the streaming capture takes 1.40x the plain prefill's time and "
                                "3.00 GiB beyond the model (plain: 0.50 GiB)")
+
+
+def test_bench_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where the time ratio goes) is named on the page in one line, the field
+    and what was found, and the rest of the page is drawn; no headline made of it."""
+    data = {"model": "smollm2", "environment": {}, "torch_threads": 2, "results": [], "machine_load": {},
+            "comparison": {"length": 4096, "time_ratio": "fast", "capture_extra_bytes": 1, "plain_extra_bytes": 1}}
+    tree = _write(tmp_path, "bench-sinks", "report.json", data)
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and _headline(tree) == ""
+    assert "(report.json: comparison.time_ratio: a number goes here, not a string ('fast'))" in notes[0].text_all()

@@ -411,8 +411,11 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
     share of 1.5 were printed in their headlines (the log's rows) as measurements."""
     from lab.views.kinds import bench_sinks, calibrate_health_validate
 
-    line = bench_sinks.headline({"comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30,
-                                                "plain_extra_bytes": 2**30}})
+    from lab.kinds.bench_sinks import KIND as BENCH_SINKS
+
+    line = bench_sinks.headline(BENCH_SINKS.read({
+        "model": "m", "environment": {}, "torch_threads": 1, "results": [], "machine_load": {},
+        "comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30, "plain_extra_bytes": 2**30}}))
     assert "-2 (out of range: a time ratio must be a finite number >= 0)x" in line
     f = calibrate_health_validate.figures({"measure": "m", "valid": True,
                                            "figures": {"rho": 1.5, "p": 0.5, "saturated_share": 1.5, "n_measurable": 9}})
