@@ -15,10 +15,11 @@ import argparse
 import dataclasses
 
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
-                                 add_runtime_arg, add_sampling_args, add_threads_arg, check_adaptive_draft, flag_range,
-                                 check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
-                                 range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_sampling_args, add_threads_arg,
+                                 check_adaptive_draft, flag_range, check_model_args, draft_cost, parse_adaptive,
+                                 parse_lengths, range_text)
+from lab.commands.runtime_choice import (RuntimeChoice, RuntimeSource, add_runtime_arg, load_on, load_target_and_draft,
+                                         resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.safe_text import clipped
 from lab.speculative.setups import parse_dynamic

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
-                                 check_model_args, load_on, range_text, save_after_report)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg, check_model_args,
+                                 range_text, save_after_report)
+from lab.commands.runtime_choice import load_on
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
 

@@ -13,8 +13,9 @@ import logging
 from typing import Any
 
 from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
-                                 add_runtime_arg, check_context_room, check_model_args, context_fields,
-                                 context_messages, load_on, range_text, read_context_step, resolve_runtime)
+                                 check_context_room, check_model_args, context_fields, context_messages, range_text,
+                                 read_context_step)
+from lab.commands.runtime_choice import add_runtime_arg, load_on, resolve_runtime
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)

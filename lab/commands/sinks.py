@@ -12,9 +12,9 @@ import argparse
 import warnings
 from pathlib import Path
 
-from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
-                                 check_context_room, check_model_args, context_fields, context_messages,
-                                 load_model_step, read_context_step, refuse_runtime)
+from lab.commands.common import (add_context_args, add_model_args, add_out_arg, check_context_room, check_model_args,
+                                 context_fields, context_messages, load_model_step, read_context_step)
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 

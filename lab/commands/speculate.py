@@ -13,9 +13,10 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
-from lab.commands.common import (RuntimeChoice, add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg,
-                                 add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args, draft_cost,
-                                 load_target_and_draft, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
+from lab.commands.common import (add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg, add_prompt_args,
+                                 check_adaptive_draft, check_model_args, draft_cost, parse_adaptive, range_text)
+from lab.commands.runtime_choice import (RuntimeChoice, add_runtime_arg, load_target_and_draft, resolve_runtime,
+                                         runtime_for_draft)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:

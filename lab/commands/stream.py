@@ -15,8 +15,8 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_runtime_arg,
-                                 check_model_args, range_text, refuse_runtime)
+from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, check_model_args, range_text
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 

@@ -34,8 +34,9 @@ import dataclasses
 import logging
 import os
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
-                                 add_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args, cluster_config,
+                                 parse_shard, range_text)
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 
 logger = logging.getLogger(__name__)
 
