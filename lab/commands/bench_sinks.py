@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_lengths, range_text
+from lab.commands.common import (add_model_args, add_out_arg, add_ranged_arg, add_threads_arg, check_model_args,
+                                 command_parser, parse_lengths)
 from lab.ranges import MAX_TOKENS, Range
 
 # A prompt length: the capture's statistics need a few positions past the sink; 128 Ki, the longest context here.
@@ -21,22 +22,19 @@ LENGTH_RANGE = Range(16, integer=True, limit=MAX_TOKENS, why=" (16 tokens at lea
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench-sinks", help="benchmark the streaming sink capture (time, peak memory) against plain and eager prefill",
-        description="Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink "
-                    "capture, and eager output_attentions=True; each in its own subprocess.",
-    )
+    p = command_parser(subparsers, "bench-sinks", run,
+                       "benchmark the streaming sink capture (time, peak memory) against plain and eager prefill",
+                       "Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink "
+                       "capture, and eager output_attentions=True; each in its own subprocess.")
     add_model_args(p)
     p.add_argument("--lengths", default="2048,8192",
                    help=f"comma-separated prompt lengths in tokens for plain and capture runs, each in "
                         f"{LENGTH_RANGE.text} (default: 2048,8192)")
-    p.add_argument("--eager-length", type=int, default=2048,
-                   help=f"prompt length for the eager output_attentions=True comparison, "
-                        f"{range_text('bench-sinks', 'eager_length')}; 0 skips it (default: 2048)")
+    add_ranged_arg(p, "bench-sinks", "--eager-length", 2048, "prompt length for the eager output_attentions=True "
+                   "comparison, ", "; 0 skips it (default: 2048)")
     add_threads_arg(p)
     add_out_arg(p)
     p.add_argument("--worker", nargs=2, metavar=("MODE", "LENGTH"), default=None, help=argparse.SUPPRESS)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

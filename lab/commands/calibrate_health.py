@@ -20,17 +20,16 @@ import argparse
 import functools
 from importlib import resources
 
-from lab.commands.common import add_model_args, add_out_arg, check_model_args
+from lab.commands.common import add_model_args, add_out_arg, check_model_args, command_parser
 from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
-        description="Score the graded context-health candidates on clean calibration prompts, poisoned variants "
-                    "of them and neutral variants of the same length; choose by the rule stated in "
-                    "lab.health.measures (a length-only control must be rejected); write a report directory.",
-    )
+    p = command_parser(subparsers, "calibrate-health", run,
+                       "evaluate the context-health candidates on the calibration prompts and choose one",
+                       "Score the graded context-health candidates on clean calibration prompts, poisoned variants of "
+                       "them and neutral variants of the same length; choose by the rule stated in "
+                       "lab.health.measures (a length-only control must be rejected); write a report directory.")
     p.add_argument("--prompts", default=None,
                    help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
                         "(default: the packaged lab/data/calibration_prompts.jsonl)")
@@ -59,7 +58,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "lab/data/health_validation.jsonl)")
     add_model_args(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _notes(err, report, save: bool) -> None:

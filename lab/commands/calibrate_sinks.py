@@ -27,8 +27,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from lab.commands.common import (add_model_args, add_out_arg, check_model_args, load_model_step, parse_lengths,
-                                 save_after_report)
+from lab.commands.common import (add_model_args, add_out_arg, check_model_args, command_parser, load_model_step,
+                                 parse_lengths, save_after_report)
 from lab.models.source import model_source
 from lab.ranges import MAX_TOKENS, Range
 
@@ -39,12 +39,11 @@ LONG_LENGTH_RANGE = Range(64, integer=True, limit=MAX_TOKENS,
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate-sinks", help="calibrate the attention-sink threshold on a prompt set and write a report",
-        description="Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be "
-                    "flagged on >= 95% of prompts "
-                    "and < 1% of content tokens flagged; report the feasible range and its middle.",
-    )
+    p = command_parser(subparsers, "calibrate-sinks", run,
+                       "calibrate the attention-sink threshold on a prompt set and write a report",
+                       "Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be "
+                       "flagged on >= 95% of prompts and < 1% of content tokens flagged; report the feasible range "
+                       "and its middle.")
     p.add_argument("--prompts", default=None,
                    help="JSONL prompt set, one {\"id\", \"prompt\", \"system\"?} per line "
                         "(default: the packaged lab/data/calibration_prompts.jsonl)")
@@ -61,7 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--model is a named profile and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _long_lengths(text: str) -> tuple[int, ...]:

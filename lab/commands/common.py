@@ -244,6 +244,27 @@ def check_adaptive_draft(adaptive: str, draft_kind: str) -> None:
                          "(q one-hot: entropy 0, top probability 1), so no stop fires; drop --adaptive")
 
 
+def command_parser(subparsers: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int],
+                   summary: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """``lab name``'s parser, which runs ``run``: ``summary`` in ``lab --help``, ``description`` atop its own
+    ``--help`` (``kwargs``: argparse's others, a ``formatter_class``); the command's flags are added to it in
+    the order its help lists them."""
+    p = subparsers.add_parser(name, help=summary, description=description, **kwargs)
+    p.set_defaults(func=run)
+    return p
+
+
+def add_ranged_arg(p: argparse.ArgumentParser, command: str | None, flag: str, default: float | None, before: str,
+                   after: str = "") -> None:
+    """A numeric ``flag`` of ``lab command``: ``int`` or ``float`` as its range (:func:`flag_range`) says, its
+    help ``before`` + the range (:func:`range_text`) + ``after``."""
+    dest = flag.removeprefix("--").replace("-", "_")
+    rng = flag_range(command, dest)
+    assert rng is not None, f"lab {command} {flag} has no range"
+    p.add_argument(flag, type=int if rng.integer else float, default=default,
+                   help=f"{before}{range_text(command, dest)}{after}")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_PROFILE,
                    help=f"profile ({', '.join(PROFILES)}), local path or hub id (default: {DEFAULT_PROFILE})")
@@ -266,24 +287,19 @@ class _TypedWeights(argparse.Action):
 def add_sampling_args(p: argparse.ArgumentParser, command: str, more: str = "") -> None:
     """``--temperature`` (``more`` ends its help), then the sampling filters ``--top-p`` and ``--top-k`` (refused
     with ``--temperature 0``, :func:`check_bounds`)."""
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help=f"{range_text(command, 'temperature')}: 0 = greedy (default); > 0 samples{more}")
-    p.add_argument("--top-p", type=float, default=1.0,
-                   help=f"nucleus mass when sampling, {range_text(command, 'top_p')} (default: 1 = off; needs "
-                        "--temperature > 0)")
-    p.add_argument("--top-k", type=int, default=None,
-                   help=f"keep the k most likely tokens when sampling, {range_text(command, 'top_k')} (default: off; "
-                        "needs --temperature > 0)")
+    add_ranged_arg(p, command, "--temperature", 0.0, "", f": 0 = greedy (default); > 0 samples{more}")
+    add_ranged_arg(p, command, "--top-p", 1.0, "nucleus mass when sampling, ",
+                   " (default: 1 = off; needs --temperature > 0)")
+    add_ranged_arg(p, command, "--top-k", None, "keep the k most likely tokens when sampling, ",
+                   " (default: off; needs --temperature > 0)")
 
 
 def add_decode_args(p: argparse.ArgumentParser, command: str) -> None:
     """``--max-new-tokens``, :func:`add_sampling_args` and a ``--seed`` drawn fresh when not typed."""
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help=f"stop after this many new tokens, {range_text(command, 'max_new_tokens')} (default: 64)")
+    add_ranged_arg(p, command, "--max-new-tokens", 64, "stop after this many new tokens, ", " (default: 64)")
     add_sampling_args(p, command)
-    p.add_argument("--seed", type=int, default=None,
-                   help=f"sampling seed, {range_text(command, 'seed')} (default: a fresh one, recorded in the report; "
-                        "needs --temperature > 0)")
+    add_ranged_arg(p, command, "--seed", None, "sampling seed, ",
+                   " (default: a fresh one, recorded in the report; needs --temperature > 0)")
 
 
 def add_draft_weights_arg(p: argparse.ArgumentParser) -> None:
@@ -430,10 +446,9 @@ def add_out_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None,
-                   help=f"torch intra-op threads for the whole benchmark, {range_text(None, 'threads')} (default: "
-                        "torch's choice); the report records them with the load average and warns when the machine "
-                        "was busy")
+    add_ranged_arg(p, None, "--threads", None, "torch intra-op threads for the whole benchmark, ",
+                   " (default: torch's choice); the report records them with the load average and warns when the "
+                   "machine was busy")
 
 
 def check_model_args(args: argparse.Namespace) -> torch.device:

@@ -13,8 +13,8 @@ import logging
 from typing import Any
 
 from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
-                                 check_context_room, check_model_args, context_fields, context_messages, range_text,
-                                 read_context_step)
+                                 add_ranged_arg, check_context_room, check_model_args, command_parser, context_fields,
+                                 context_messages, read_context_step)
 from lab.commands.runtime_choice import add_runtime_arg, load_on, resolve_runtime
 from lab.models.source import model_source
 
@@ -22,21 +22,18 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "entropy", help="decode a prompt and track the entropy of every next-token distribution",
-        description="Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top "
-                    "alternatives; print a coloured view and write a report directory.",
-    )
+    p = command_parser(subparsers, "entropy", run,
+                       "decode a prompt and track the entropy of every next-token distribution",
+                       "Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top "
+                       "alternatives; print a coloured view and write a report directory.")
     add_prompt_args(p)
     add_context_args(p)
     add_model_args(p)
     add_decode_args(p, "entropy")
-    p.add_argument("--top-alternatives", type=int, default=5,
-                   help=f"alternatives recorded per step from the model's own distribution, "
-                        f"{range_text('entropy', 'top_alternatives')} (default: 5)")
+    add_ranged_arg(p, "entropy", "--top-alternatives", 5,
+                   "alternatives recorded per step from the model's own distribution, ", " (default: 5)")
     add_runtime_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

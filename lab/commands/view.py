@@ -13,23 +13,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.commands.common import add_out_arg
+from lab.commands.common import add_out_arg, command_parser
 from lab.safe_text import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "view", help="open a report's page, the experiment log, or two reports side by side",
-        description="Draw a report's self-contained page (index.html) or a reports folder's experiment log and "
-                    "print its path; with two reports of one kind, write a page comparing them.",
-    )
+    p = command_parser(subparsers, "view", run,
+                       "open a report's page, the experiment log, or two reports side by side",
+                       "Draw a report's self-contained page (index.html) or a reports folder's experiment log and "
+                       "print its path; with two reports of one kind, write a page comparing them.")
     p.add_argument("reports", nargs="*", metavar="DIR",
                    help="a report directory or a reports folder (default: reports/); two report directories to compare")
     p.add_argument("--rebuild", action="store_true",
                    help="draw every report's page in the folder again, then the experiment log")
     p.add_argument("--no-open", action="store_true", help="print the page's path without opening a browser")
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
