@@ -1,4 +1,8 @@
-"""``lab bench``: measure why speculative decoding does or does not speed things up here.
+"""``lab bench``: benchmark speculative decoding against target-only and transformers' assisted generation.
+
+Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft lengths, and
+transformers' assisted generation; report tokens/s, speedups, alpha, tau, the theoretical speedups, overhead and
+breakeven alpha.
 
 Runs target-only decoding (the lab's loop and transformers ``generate``),
 speculative decoding over a gamma sweep and adaptive lengths, and transformers'
@@ -30,11 +34,7 @@ LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a me
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "bench", run,
-                       "benchmark speculative decoding against target-only and transformers' assisted generation",
-                       "Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft "
-                       "lengths, and transformers' assisted generation; report tokens/s, speedups, alpha, tau, the "
-                       "theoretical speedups, overhead and breakeven alpha.")
+    p = command_parser(subparsers, "bench", run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     _add_method_args(p)

@@ -1,4 +1,8 @@
-"""``lab bench-seed-tables``: rerun the seed's two Part 3 tables with its figures beside them.
+"""``lab bench-seed-tables``: rerun the seed's two speculative-decoding tables with its figures beside them.
+
+Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats; the no-cache vs cached
+speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, top-p 0.9 on a passage of the Python Language
+Reference, with the seed's figures beside them.
 
 Target alone against gamma 4 and gamma 6 (500 tokens, 5 repeats) and the no-cache against the
 cached speculative loop (100 tokens, 3 repeats), sampling at temperature 0.7, top-p 0.9, on a passage
@@ -17,11 +21,7 @@ COMMAND = "bench-seed-tables"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, COMMAND, run,
-                       "rerun the seed's two speculative-decoding tables with its figures beside them",
-                       "Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats; "
-                       "the no-cache vs cached speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, "
-                       "top-p 0.9 on a passage of the Python Language Reference, with the seed's figures beside them.")
+    p = command_parser(subparsers, COMMAND, run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None, help="early-exit:N or a model name/path: the no-cache loop re-forwards "

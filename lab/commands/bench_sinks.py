@@ -1,4 +1,7 @@
-"""``lab bench-sinks``: time and peak memory of the streaming sink capture against plain prefill.
+"""``lab bench-sinks``: benchmark the streaming sink capture (time, peak memory) against plain and eager prefill.
+
+Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink capture, and eager
+output_attentions=True; each in its own subprocess.
 
 Each measurement runs in its own subprocess (this command with ``--worker``) so peaks never mix;
 see :mod:`lab.bench.sinks`. Measurements (defaults): plain SDPA prefill and streaming capture at
@@ -22,10 +25,7 @@ LENGTH_RANGE = Range(16, integer=True, limit=MAX_TOKENS, why=" (16 tokens at lea
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "bench-sinks", run,
-                       "benchmark the streaming sink capture (time, peak memory) against plain and eager prefill",
-                       "Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink "
-                       "capture, and eager output_attentions=True; each in its own subprocess.")
+    p = command_parser(subparsers, "bench-sinks", run, __doc__)
     add_model_args(p)
     p.add_argument("--lengths", default="2048,8192",
                    help=f"comma-separated prompt lengths in tokens for plain and capture runs, each in "

@@ -1,4 +1,7 @@
-"""``lab bench-tracker``: how much the entropy tracker slows decoding down.
+"""``lab bench-tracker``: measure the entropy tracker's overhead on decode time.
+
+Decode with the entropy tracker off and on (same loop, alternating repeats) and report the overhead; writes
+<out>/<timestamp>-bench-tracker/.
 
 The same decode loop runs with the tracker off and on, for exactly ``--max-new-tokens`` tokens,
 ``--repeats`` alternating pairs after one warm-up of each, and the tracker's statistics alone are
@@ -21,10 +24,7 @@ DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "bench-tracker", run,
-                       "measure the entropy tracker's overhead on decode time",
-                       "Decode with the entropy tracker off and on (same loop, alternating repeats) and report the "
-                       "overhead; writes <out>/<timestamp>-bench-tracker/.")
+    p = command_parser(subparsers, "bench-tracker", run, __doc__)
     add_model_args(p)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt to decode from (default: {DEFAULT_PROMPT!r})")
     add_ranged_arg(p, "bench-tracker", "--max-new-tokens", 64, "tokens per run, EOS ignored, ", " (default: 64)")

@@ -21,14 +21,24 @@ from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_
 from lab.commands.runtime_choice import load_on
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
+# Each command's --help, in the form of a command module's docstring (common.command_parser): two commands here.
+TUNE_DOC = """``lab bench-tune``: measure the draft set-ups here and write the fastest, which lab speculate then runs.
+
+Measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy and sampling, on tuning
+prompts only (never the held-back split), and write the fastest for this machine to the lab's cache, where lab
+speculate finds it.
+"""
+TUNE_RUNTIME_DOC = """``lab bench-tune-runtime``: time a GGUF profile on torch and on llama.cpp here and write the
+fastest, which the commands then run.
+
+Time a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp (the file's own, built by make
+peer), alternating, end to end, greedy, on tuning prompts only, and write the fastest for this machine to the lab's
+cache: lab entropy, speculate and bench then run it when --runtime is not typed.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, TUNE, run_tune,
-                       "measure the draft set-ups here and write the fastest, which lab speculate then runs",
-                       "Measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy "
-                       "and sampling, on tuning prompts only (never the held-back split), and write the fastest for "
-                       "this machine to the lab's cache, where lab speculate finds it.")
+    p = command_parser(subparsers, TUNE, run_tune, TUNE_DOC)
     from lab.bench.prompt_split import TUNE_MAX_NEW_TOKENS, TUNE_REPEATS
     from lab.bench.runtime_tune import RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS
 
@@ -40,13 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_ranged_arg(p, TUNE, "--seed", 0, "the sampling mode's seed, ", " (default: 0)")
     _add_timing_args(p, TUNE, max_new=TUNE_MAX_NEW_TOKENS, repeats=f"{TUNE_REPEATS} per mode")
 
-    p = command_parser(subparsers, TUNE_RUNTIME, run_tune_runtime,
-                       "time a GGUF profile on torch and on llama.cpp here and write the fastest, which the commands "
-                       "then run",
-                       "Time a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp (the "
-                       "file's own, built by make peer), alternating, end to end, greedy, on tuning prompts only, and "
-                       "write the fastest for this machine to the lab's cache: lab entropy, speculate and bench then "
-                       "run it when --runtime is not typed.")
+    p = command_parser(subparsers, TUNE_RUNTIME, run_tune_runtime, TUNE_RUNTIME_DOC)
     from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 
     gguf = [name for name, profile in PROFILES.items() if profile.source != "hub"]

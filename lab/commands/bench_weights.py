@@ -1,4 +1,7 @@
-"""``lab bench-weights``: each weight representation's kernel times and numerics on a GGUF model.
+"""``lab bench-weights``: time and numerics of float32, bfloat16, int8 and q4 weights on a GGUF model.
+
+Kernel time per GGUF tensor type and representation at M = 1 and M = gamma + 1, and each representation's next-token
+distributions against float32 on held-out text.
 
 Per GGUF tensor type of the model's linear layers: the time of float32, bfloat16, int8 and (where
 the file has 4-bit codes) q4 layers at ``M = 1`` and ``M = gamma + 1`` rows, and the verify pass
@@ -22,10 +25,7 @@ KERNEL_DEFAULTS = {"gamma": 5, "repeats": 5, "steps": 10}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "bench-weights", run,
-                       "time and numerics of float32, bfloat16, int8 and q4 weights on a GGUF model",
-                       "Kernel time per GGUF tensor type and representation at M = 1 and M = gamma + 1, and each "
-                       "representation's next-token distributions against float32 on held-out text.")
+    p = command_parser(subparsers, "bench-weights", run, __doc__)
     add_model_args(p)
     add_ranged_arg(p, "bench-weights", "--gamma", None, "draft tokens per round: the verify pass has gamma + 1 rows, ",
                    " (default: 5)")

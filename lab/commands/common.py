@@ -245,11 +245,17 @@ def check_adaptive_draft(adaptive: str, draft_kind: str) -> None:
 
 
 def command_parser(subparsers: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int],
-                   summary: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """``lab name``'s parser, which runs ``run``: ``summary`` in ``lab --help``, ``description`` atop its own
-    ``--help`` (``kwargs``: argparse's others, a ``formatter_class``); the command's flags are added to it in
-    the order its help lists them."""
-    p = subparsers.add_parser(name, help=summary, description=description, **kwargs)
+                   doc: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """``lab name``'s parser, which runs ``run``, in the words of ``doc``, the command module's docstring: its
+    first paragraph after ``lab name ...``: (less the full stop) is the line ``lab --help`` lists, its second the
+    description atop the command's own ``--help`` (``kwargs``: argparse's others; a ``description`` replaces
+    it). The command's flags are added to the parser in the order its help lists them.
+    """
+    head, _, rest = doc.strip().partition("\n\n")
+    assert "``: " in head and head.endswith("."), f"lab {name}: its docstring opens with ``lab {name}``: ..."
+    summary = " ".join(head.partition("``: ")[2].removesuffix(".").split())
+    kwargs.setdefault("description", " ".join(rest.split("\n\n", 1)[0].split()))
+    p = subparsers.add_parser(name, help=summary, **kwargs)
     p.set_defaults(func=run)
     return p
 
@@ -300,6 +306,13 @@ def add_decode_args(p: argparse.ArgumentParser, command: str) -> None:
     add_sampling_args(p, command)
     add_ranged_arg(p, command, "--seed", None, "sampling seed, ",
                    " (default: a fresh one, recorded in the report; needs --temperature > 0)")
+
+
+def add_calibration_prompts_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--prompts`` of the calibrations: a prompt file in the calibration prompts' format, ``what`` naming it."""
+    p.add_argument("--prompts", default=None,
+                   help=f"{what}, one {{\"id\", \"prompt\", \"system\"?}} per line (default: the packaged "
+                        "lab/data/calibration_prompts.jsonl)")
 
 
 def add_draft_weights_arg(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,7 @@
-"""``lab entropy PROMPT``: decode with the entropy tracker, show it, write a report.
+"""``lab entropy PROMPT``: decode a prompt and track the entropy of every next-token distribution.
+
+Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top alternatives; print a coloured
+view and write a report directory.
 
 Every argument is validated before the model loads (a bad one exits 2 and writes
 nothing). The report directory ``<out>/<timestamp>-entropy-<slug>/`` holds
@@ -22,10 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "entropy", run,
-                       "decode a prompt and track the entropy of every next-token distribution",
-                       "Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top "
-                       "alternatives; print a coloured view and write a report directory.")
+    p = command_parser(subparsers, "entropy", run, __doc__)
     add_prompt_args(p)
     add_context_args(p)
     add_model_args(p)

@@ -1,4 +1,4 @@
-"""``lab intervene``: the thesis' causal test, by masking what a context added.
+"""``lab intervene``: the causal test: mask what a context added, measure what moves in entropy and acceptance.
 
 On twin triples (a clean question, its poisoned twin P with a distractor, its neutral twin N
 with relevant text of the same added length), every arm scores the same tokens, the target's
@@ -38,10 +38,8 @@ from lab.ranges import PILOT_MAX
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "intervene", run,
-                       "the causal test: mask what a context added, measure what moves in entropy and acceptance",
-                       __doc__.split("\n\n", 1)[1].split("\nWrites ")[0].strip(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser(subparsers, "intervene", run, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=__doc__.split("\n\n", 1)[1].split("\nWrites ")[0].strip())  # the design, as laid out
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="early-exit:N or a draft model with the target's vocabulary (default: the profile's)")

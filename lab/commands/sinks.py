@@ -1,4 +1,7 @@
-"""``lab sinks PROMPT``: find the attention sinks of a prompt's prefill, show them, write a report.
+"""``lab sinks PROMPT``: find attention sinks in a prompt's prefill and score the context's health.
+
+Run one streaming prefill (no S x S attention matrices kept), score how much attention each position receives, flag
+sinks, and write a report directory.
 
 Arguments are validated before the model loads; a bad one (or a prompt longer than
 the context, or a model whose attention cannot be captured) exits 2 and writes no
@@ -29,10 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     except ValueError:  # a damaged user choice.json: the commands that read it say so; the parser still builds
         what = "the chosen statistic's value above which a position is a sink"
 
-    p = command_parser(subparsers, "sinks", run,
-                       "find attention sinks in a prompt's prefill and score the context's health",
-                       "Run one streaming prefill (no S x S attention matrices kept), score how much attention each "
-                       "position receives, flag sinks, and write a report directory.")
+    p = command_parser(subparsers, "sinks", run, __doc__)
     p.add_argument("prompt", nargs="?", default=None, help="the user message (or use --prompt-file)")
     p.add_argument("--prompt-file", default=None, help="read the user message from this UTF-8 text file")
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")

@@ -1,4 +1,7 @@
-"""``lab speculate PROMPT``: speculative decoding with a replay of who produced each token.
+"""``lab speculate PROMPT``: speculative decoding: replay accepted drafts, corrections and bonus tokens.
+
+Generate with speculative decoding (a draft proposes gamma tokens, the target verifies them in one pass); show each
+token's origin, a per-round table and the acceptance figures; write a report.
 
 Every argument is validated before the model loads (a bad one exits 2 and writes no
 report). The report directory ``<out>/<timestamp>-speculate-<slug>/`` holds
@@ -27,11 +30,7 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, PER_PASS_ALIAS, PER_PASS_SPEC
 
-    p = command_parser(subparsers, "speculate", run,
-                       "speculative decoding: replay accepted drafts, corrections and bonus tokens",
-                       "Generate with speculative decoding (a draft proposes gamma tokens, the target verifies them "
-                       "in one pass); show each token's origin, a per-round table and the acceptance figures; write a "
-                       "report.")
+    p = command_parser(subparsers, "speculate", run, __doc__)
     add_prompt_args(p)
     add_model_args(p)
     add_draft_weights_arg(p)

@@ -1,4 +1,8 @@
-"""``lab stream``: KV-cache eviction and attention sinks (StreamingLLM), measured.
+"""``lab stream``: KV-cache eviction and attention sinks: perplexity and acceptance per retention policy.
+
+Score a long text under KV-cache retention policies (dense, window:W, sinks:K+W, detected:K+W, recompute:W) with one
+masked forward pass each, test window vs sinks, measure speculative acceptance with an evicting draft, and write a
+report (StreamingLLM, Xiao et al. 2023).
 
 Scores a long text under each retention policy in one masked forward pass per
 policy, tests window vs sinks as stated in advance, measures draft acceptance
@@ -25,12 +29,7 @@ from lab.models.source import model_source
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.stream.policies import DEFAULT_POLICIES
 
-    p = command_parser(subparsers, "stream", run,
-                       "KV-cache eviction and attention sinks: perplexity and acceptance per retention policy",
-                       "Score a long text under KV-cache retention policies (dense, window:W, sinks:K+W, "
-                       "detected:K+W, recompute:W) with one masked forward pass each, test window vs sinks, measure "
-                       "speculative acceptance with an evicting draft, and write a report (StreamingLLM, Xiao et al. "
-                       "2023).")
+    p = command_parser(subparsers, "stream", run, __doc__)
     add_model_args(p)
     p.add_argument("--text-file", default=None,
                    help="UTF-8 text to score (default: CPython's pydoc_data.topics, the help() topics)")

@@ -1,4 +1,7 @@
-"""``lab study``: the lab's main job, the empirical study of prefill -> entropy -> acceptance.
+"""``lab study``: run the empirical study (context health -> entropy -> speculative acceptance).
+
+Run the study on the prompt set: prefill sinks and context health, decode entropy, speculative decoding with the
+draft; test the pre-stated hypotheses H1-H6 (Holm family, with power) and write a report directory.
 
 Runs every prompt of the prompt set (a JSONL file or a named source of real prompts,
 :mod:`lab.sources`) through one target prefill (the attention capture) and one
@@ -44,11 +47,7 @@ logger = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
 
-    p = command_parser(subparsers, "study", run,
-                       "run the empirical study (context health -> entropy -> speculative acceptance)",
-                       "Run the study on the prompt set: prefill sinks and context health, decode entropy, "
-                       "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with "
-                       "power) and write a report directory.")
+    p = command_parser(subparsers, "study", run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None,

@@ -1,4 +1,8 @@
-"""``lab validate-context``: does the context measure read the context? Paired validation on documentation.
+"""``lab validate-context``: check on labelled documentation that the context measure reads the context.
+
+Score paired prompts (a question after the function's own docstring, and after another docstring of the same length)
+with the context-reliance measures and today's context health; judge the chosen measure against the bar (paired
+AUROC >= 0.75, length-only and placebo near 0.5, |rho(length)| <= 0.2); write a report directory.
 
 Scores each pair of a paired set (:mod:`lab.health.context_items`: one question per documented
 function, asked after its own docstring and after another function's docstring of the same
@@ -23,12 +27,7 @@ SETS = {"selection": "context_selection.jsonl", "validation": "context_validatio
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "validate-context", run,
-                       "check on labelled documentation that the context measure reads the context",
-                       "Score paired prompts (a question after the function's own docstring, and after another "
-                       "docstring of the same length) with the context-reliance measures and today's context health; "
-                       "judge the chosen measure against the bar (paired AUROC >= 0.75, length-only and placebo near "
-                       "0.5, |rho(length)| <= 0.2); write a report directory.")
+    p = command_parser(subparsers, "validate-context", run, __doc__)
     p.add_argument("--set", default=None, choices=tuple(SETS), dest="pair_set",
                    help="the packaged paired set: selection (the lab's own, CPython docstrings: fits the measure), "
                         "validation (160 pairs of five third-party packages) or heldback (80 pairs of seven "

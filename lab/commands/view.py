@@ -1,4 +1,7 @@
-"""``lab view``: the page of a report, the experiment log, or two reports side by side.
+"""``lab view``: open a report's page, the experiment log, or two reports side by side.
+
+Draw a report's self-contained page (index.html) or a reports folder's experiment log and print its path; with two
+reports of one kind, write a page comparing them.
 
 - ``lab view DIR``: DIR's page (``DIR/index.html``, drawn again from its files) or, for a reports
   folder, its experiment log; prints the path and opens it where a browser is available.
@@ -18,10 +21,7 @@ from lab.safe_text import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command_parser(subparsers, "view", run,
-                       "open a report's page, the experiment log, or two reports side by side",
-                       "Draw a report's self-contained page (index.html) or a reports folder's experiment log and "
-                       "print its path; with two reports of one kind, write a page comparing them.")
+    p = command_parser(subparsers, "view", run, __doc__)
     p.add_argument("reports", nargs="*", metavar="DIR",
                    help="a report directory or a reports folder (default: reports/); two report directories to compare")
     p.add_argument("--rebuild", action="store_true",
