@@ -23,7 +23,7 @@ from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_
                                  add_threads_arg, check_adaptive_draft, check_model_args, command_parser, draft_cost,
                                  flag_range, parse_adaptive, parse_lengths, range_text)
 from lab.commands.runtime_choice import (RuntimeChoice, RuntimeSource, add_runtime_arg, load_on, load_target_and_draft,
-                                         resolve_runtime, runtime_for_draft, torch_unless_typed)
+                                         print_runtime_line, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.safe_text import clipped
 from lab.speculative.setups import parse_dynamic
@@ -220,8 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
     err = stderr_console()
-    if runtime.line is not None:
-        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
+    print_runtime_line(err, runtime)
     model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err, runtime)
     sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
              for label, side_runtime, weights in side_specs]

@@ -18,7 +18,7 @@ from typing import Any
 from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
                                  add_ranged_arg, check_context_room, check_model_args, command_parser, context_fields,
                                  context_messages, read_context_step)
-from lab.commands.runtime_choice import add_runtime_arg, load_on, resolve_runtime
+from lab.commands.runtime_choice import add_runtime_arg, load_target_step, resolve_runtime
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
-    if runtime.line is not None:
-        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
-    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
+    model, tokenizer = load_target_step(err, args, device, runtime)
     check_context_room(model, tokenizer, messages, context)  # before the prefill: the reading's 24 tokens fit
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding

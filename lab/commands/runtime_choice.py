@@ -256,6 +256,25 @@ def load_on(model: str, runtime: str, weights: str, device: Any = "cpu", dtype: 
     return load_model(model, device=device, dtype=dtype, weights=weights)
 
 
+def print_runtime_line(err: Any, runtime: RuntimeChoice) -> None:
+    """``runtime``'s line on stderr (:attr:`RuntimeChoice.line`) before a command loads, where it says something."""
+    if runtime.line is not None:
+        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
+
+
+def loading_status(args: argparse.Namespace, device: Any, runtime: RuntimeChoice) -> str:
+    """The status line while ``--model`` loads on ``runtime`` (on ``device`` for torch)."""
+    return f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"
+
+
+def load_target_step(err: Any, args: argparse.Namespace, device: Any, runtime: RuntimeChoice) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``--model`` on ``runtime`` (:func:`load_on`, in its weights and ``--dtype``),
+    its line printed first (:func:`print_runtime_line`), under a status line."""
+    print_runtime_line(err, runtime)
+    with err.status(loading_status(args, device, runtime)):
+        return load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
+
+
 def load_target_and_draft(args: argparse.Namespace, device: Any, draft_spec: str, err: Any,
                           runtime: RuntimeChoice | None = None, draft_dtype: Any = None) -> tuple[Any, Any, Any]:
     """The target (in ``runtime``'s weights) and the draft (``--draft-weights``, ``draft_dtype``) on ``runtime``,
@@ -265,7 +284,7 @@ def load_target_and_draft(args: argparse.Namespace, device: Any, draft_spec: str
     from lab.speculative.draft_specs import make_draft
 
     runtime = runtime or RuntimeChoice("torch", RuntimeSource.DEFAULT, None, args.weights)
-    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
+    with err.status(loading_status(args, device, runtime)):
         model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
         try:
             draft = make_draft(model, draft_spec, target_tokenizer=tokenizer, weights=args.draft_weights,
