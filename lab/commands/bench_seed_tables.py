@@ -4,10 +4,8 @@ Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 token
 speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, top-p 0.9 on a passage of the Python Language
 Reference, with the seed's figures beside them.
 
-Target alone against gamma 4 and gamma 6 (500 tokens, 5 repeats) and the no-cache against the
-cached speculative loop (100 tokens, 3 repeats), sampling at temperature 0.7, top-p 0.9, on a passage
-of the Python Language Reference; see :mod:`lab.bench.seed_tables`. Writes
-``<out>/<timestamp>-bench-seed-tables/`` with ``report.json`` and ``summary.md``.
+The schedules are :mod:`lab.bench.seed_tables`'. Writes ``<out>/<timestamp>-bench-seed-tables/`` with
+``report.json`` and ``summary.md``.
 """
 
 from __future__ import annotations
