@@ -128,7 +128,7 @@ def _user_dirs_in_tmp(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAB_CALIBRATION_DIR", str(root / "calibrations"))
     monkeypatch.setenv("LAB_LOG_DIR", str(root / "logs"))
     monkeypatch.setenv("LAB_TUNING_DIR", str(root / "tuning"))
-    # A GGUF profile's default runtime is llama.cpp wherever `make peer` built it (lab.commands.common): a test
+    # A GGUF profile's default runtime is llama.cpp wherever `make peer` built it (lab.commands.runtime_choice): a test
     # runs torch unless it names llama.cpp, whatever this machine has built; the default's own tests unset this.
     monkeypatch.setenv("LAB_RUNTIME", "torch")
     # The few-row float32 layout is chosen by timing it at load (lab.models.fewrow.few_row_pays); a test takes it

@@ -9,7 +9,7 @@ kinds differ only in their payload (:mod:`lab.speculative.tuning_schema`):
   :class:`~lab.speculative.setups.DraftSetup` and the draft it was measured with (``lab speculate``
   runs it, :func:`choose_setup`);
 * :data:`RUNTIME`, ``runtime-<profile>.json``: the runtime and weights that ran the target fastest
-  (commands run it when ``--runtime`` is not typed, :func:`lab.commands.common.resolve_runtime`).
+  (commands run it when ``--runtime`` is not typed, :func:`lab.commands.runtime_choice.resolve_runtime`).
 
 Each holds the machine it was measured on (:func:`machine_key`: CPU model and flags, torch version,
 torch threads; :func:`runtime_machine_key` adds the llama.cpp build) and the measured figures. A reader

@@ -13,7 +13,7 @@ tokens/s (new tokens over prefill plus decode time, summed over the prompts of a
 end to end, because that is what a user waits for; a runtime with the faster decode and a slow
 prompt pass does not win on its decode alone. :func:`lab.tuning.write_tuned` writes it
 for this machine; commands run it when ``--runtime`` is not typed
-(:func:`lab.commands.common.resolve_runtime`). Each candidate decodes the same greedy path of
+(:func:`lab.commands.runtime_choice.resolve_runtime`). Each candidate decodes the same greedy path of
 its own weights, so the tokens of different weights may differ; they are recorded, not compared.
 """
 

@@ -1,4 +1,8 @@
-"""``lab bench``: measure why speculative decoding does or does not speed things up here.
+"""``lab bench``: benchmark speculative decoding against target-only and transformers' assisted generation.
+
+Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft lengths, and
+transformers' assisted generation; report tokens/s, speedups, alpha, tau, the theoretical speedups, overhead and
+breakeven alpha.
 
 Runs target-only decoding (the lab's loop and transformers ``generate``),
 speculative decoding over a gamma sweep and adaptive lengths, and transformers'
@@ -16,10 +20,11 @@ import dataclasses
 
 from lab.kinds.bench import KIND as BENCH
 from lab.bench.peer.cli import add_peer_args, check_peer_args, peer_for
-from lab.commands.common import (RuntimeChoice, RuntimeSource, add_draft_weights_arg, add_model_args, add_out_arg,
-                                 add_runtime_arg, add_sampling_args, add_threads_arg, check_adaptive_draft, flag_range,
-                                 check_model_args, draft_cost, load_on, load_target_and_draft, parse_adaptive, parse_lengths,
-                                 range_text, resolve_runtime, runtime_for_draft, torch_unless_typed)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_sampling_args,
+                                 add_threads_arg, check_adaptive_draft, check_model_args, command_parser, draft_cost,
+                                 flag_range, parse_adaptive, parse_lengths, range_text)
+from lab.commands.runtime_choice import (RuntimeChoice, RuntimeSource, add_runtime_arg, load_on, load_target_and_draft,
+                                         print_runtime_line, resolve_runtime, runtime_for_draft, torch_unless_typed)
 from lab.models.source import model_source
 from lab.safe_text import clipped
 from lab.speculative.setups import parse_dynamic
@@ -30,12 +35,7 @@ LEVER_DTYPE = "bfloat16"  # the cheaper draft --levers adds: half the bytes a me
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench", help="benchmark speculative decoding against target-only and transformers' assisted generation",
-        description="Alternate target-only decoding, speculative decoding over a gamma sweep and adaptive draft "
-                    "lengths, and transformers' assisted generation; report tokens/s, speedups, alpha, tau, the "
-                    "theoretical speedups, overhead and breakeven alpha.",
-    )
+    p = command_parser(subparsers, "bench", run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     _add_method_args(p)
@@ -44,7 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_peer_args(p)
     add_runtime_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:
@@ -59,10 +58,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adaptive", action="append", default=None,
                    help="adaptive spec entropy:X or pmin:X, run at the largest gamma; repeatable "
                         "(default: entropy:0.3; 'none' to skip)")
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help=f"new tokens per generation, {range_text('bench', 'max_new_tokens')} (default: 64)")
-    p.add_argument("--repeats", type=int, default=3,
-                   help=f"timed repeats of the whole schedule, {range_text('bench', 'repeats')} (default: 3)")
+    add_ranged_arg(p, "bench", "--max-new-tokens", 64, "new tokens per generation, ", " (default: 64)")
+    add_ranged_arg(p, "bench", "--repeats", 3, "timed repeats of the whole schedule, ", " (default: 3)")
     p.add_argument("--prompts", nargs="+", default=None,
                    help="prompts to generate from, or @FILE with one prompt per line, or 'none' (only the "
                         "--humaneval and --grounded prompts) (default: three built-in)")
@@ -94,9 +91,9 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     """How every method draws: temperature, the filters and the seed."""
     add_sampling_args(p, "bench", more=": every method (the lab's loops, transformers generate and assisted "
                                        "generation) draws through the same temperature / top-k / top-p filter")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"sampling seed, {range_text('bench', 'seed')}; each repeat and prompt gets one derived from "
-                        "it, the same for every method, recorded per run (default: 0)")
+    add_ranged_arg(p, "bench", "--seed", 0, "sampling seed, ",
+                   "; each repeat and prompt gets one derived from it, the same for every method, recorded per run "
+                   "(default: 0)")
 
 
 def _add_schedule_args(p: argparse.ArgumentParser) -> None:
@@ -225,8 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load and run, the peer's methods in the same schedule (progress on stderr).
     err = stderr_console()
-    if runtime.line is not None:
-        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
+    print_runtime_line(err, runtime)
     model, tokenizer, draft = load_target_and_draft(args, device, draft_spec, err, runtime)
     sides = [_load_side(args, label, side_runtime, weights, draft_spec, err, threads)
              for label, side_runtime, weights in side_specs]

@@ -1,42 +1,36 @@
-"""``lab bench-seed-tables``: rerun the seed's two Part 3 tables with its figures beside them.
+"""``lab bench-seed-tables``: rerun the seed's two speculative-decoding tables with its figures beside them.
 
-Target alone against gamma 4 and gamma 6 (500 tokens, 5 repeats) and the no-cache against the
-cached speculative loop (100 tokens, 3 repeats), sampling at temperature 0.7, top-p 0.9, on a passage
-of the Python Language Reference; see :mod:`lab.bench.seed_tables`. Writes
-``<out>/<timestamp>-bench-seed-tables/`` with ``report.json`` and ``summary.md``.
+Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats; the no-cache vs cached
+speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, top-p 0.9 on a passage of the Python Language
+Reference, with the seed's figures beside them.
+
+The schedules are :mod:`lab.bench.seed_tables`'. Writes ``<out>/<timestamp>-bench-seed-tables/`` with
+``report.json`` and ``summary.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from lab.commands.common import add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg, range_text
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_threads_arg,
+                                 command_parser)
 
 COMMAND = "bench-seed-tables"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        COMMAND, help="rerun the seed's two speculative-decoding tables with its figures beside them",
-        description="Rerun the seed's Part 3 schedules (target alone vs gamma 4 vs gamma 6, 500 tokens, 5 repeats; "
-                    "the no-cache vs cached speculative loop, 100 tokens, 3 repeats) sampling at temperature 0.7, "
-                    "top-p 0.9 on a passage of the Python Language Reference, with the seed's figures beside them.",
-    )
+    p = command_parser(subparsers, COMMAND, run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None, help="early-exit:N or a model name/path: the no-cache loop re-forwards "
                                                  "the draft, so it needs one (default: the profile's draft)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per generation, {range_text(COMMAND, 'max_new_tokens')}, shortening both "
-                        "schedules (default: the seed's, 500 and 100)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help=f"timed repeats of each schedule, {range_text(COMMAND, 'repeats')} (default: the seed's 5, "
-                        "and 3 for caching)")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"sampling seed, {range_text(COMMAND, 'seed')}; each repeat derives one from it (default: 0)")
+    add_ranged_arg(p, COMMAND, "--max-new-tokens", None, "new tokens per generation, ",
+                   ", shortening both schedules (default: the seed's, 500 and 100)")
+    add_ranged_arg(p, COMMAND, "--repeats", None, "timed repeats of each schedule, ",
+                   " (default: the seed's 5, and 3 for caching)")
+    add_ranged_arg(p, COMMAND, "--seed", 0, "sampling seed, ", "; each repeat derives one from it (default: 0)")
     add_threads_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

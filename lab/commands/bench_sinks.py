@@ -1,4 +1,7 @@
-"""``lab bench-sinks``: time and peak memory of the streaming sink capture against plain prefill.
+"""``lab bench-sinks``: benchmark the streaming sink capture (time, peak memory) against plain and eager prefill.
+
+Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink capture, and eager
+output_attentions=True; each in its own subprocess.
 
 Each measurement runs in its own subprocess (this command with ``--worker``) so peaks never mix;
 see :mod:`lab.bench.sinks`. Measurements (defaults): plain SDPA prefill and streaming capture at
@@ -13,28 +16,23 @@ from __future__ import annotations
 import argparse
 import json
 
+from lab.commands.common import (add_model_args, add_out_arg, add_ranged_arg, add_threads_arg, check_model_args,
+                                 command_parser, parse_lengths)
 from lab.kinds.bench_sinks import KIND as BENCH_SINKS
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, parse_lengths, range_text
 from lab.ranges import SINK_LENGTH
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench-sinks", help="benchmark the streaming sink capture (time, peak memory) against plain and eager prefill",
-        description="Time and peak memory (beyond the loaded model) of a plain SDPA prefill, the streaming sink "
-                    "capture, and eager output_attentions=True; each in its own subprocess.",
-    )
+    p = command_parser(subparsers, "bench-sinks", run, __doc__)
     add_model_args(p)
     p.add_argument("--lengths", default="2048,8192",
                    help=f"comma-separated prompt lengths in tokens for plain and capture runs, each in "
                         f"{SINK_LENGTH.text} (default: 2048,8192)")
-    p.add_argument("--eager-length", type=int, default=2048,
-                   help=f"prompt length for the eager output_attentions=True comparison, "
-                        f"{range_text('bench-sinks', 'eager_length')}; 0 skips it (default: 2048)")
+    add_ranged_arg(p, "bench-sinks", "--eager-length", 2048, "prompt length for the eager output_attentions=True "
+                   "comparison, ", "; 0 skips it (default: 2048)")
     add_threads_arg(p)
     add_out_arg(p)
     p.add_argument("--worker", nargs=2, metavar=("MODE", "LENGTH"), default=None, help=argparse.SUPPRESS)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

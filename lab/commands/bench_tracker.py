@@ -1,4 +1,7 @@
-"""``lab bench-tracker``: how much the entropy tracker slows decoding down.
+"""``lab bench-tracker``: measure the entropy tracker's overhead on decode time.
+
+Decode with the entropy tracker off and on (same loop, alternating repeats) and report the overhead; writes
+<out>/<timestamp>-bench-tracker/.
 
 The same decode loop runs with the tracker off and on, for exactly ``--max-new-tokens`` tokens,
 ``--repeats`` alternating pairs after one warm-up of each, and the tracker's statistics alone are
@@ -13,34 +16,25 @@ from __future__ import annotations
 
 import argparse
 
+from lab.commands.common import (add_model_args, add_out_arg, add_ranged_arg, add_sampling_args, add_threads_arg,
+                                 check_model_args, command_parser, load_model_step)
 from lab.kinds.bench_tracker import KIND as BENCH_TRACKER
-from lab.commands.common import (add_model_args, add_out_arg, add_sampling_args, add_threads_arg, check_model_args,
-                                 load_model_step, range_text)
 from lab.models.source import model_source
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench-tracker", help="measure the entropy tracker's overhead on decode time",
-        description="Decode with the entropy tracker off and on (same loop, alternating repeats) and report "
-                    "the overhead; writes <out>/<timestamp>-bench-tracker/.",
-    )
+    p = command_parser(subparsers, "bench-tracker", run, __doc__)
     add_model_args(p)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt to decode from (default: {DEFAULT_PROMPT!r})")
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help=f"tokens per run, EOS ignored, {range_text('bench-tracker', 'max_new_tokens')} (default: 64)")
-    p.add_argument("--repeats", type=int, default=5,
-                   help=f"timed off/on pairs after one warm-up pair, {range_text('bench-tracker', 'repeats')} "
-                        "(default: 5)")
+    add_ranged_arg(p, "bench-tracker", "--max-new-tokens", 64, "tokens per run, EOS ignored, ", " (default: 64)")
+    add_ranged_arg(p, "bench-tracker", "--repeats", 5, "timed off/on pairs after one warm-up pair, ", " (default: 5)")
     add_sampling_args(p, "bench-tracker", more=" (seeded), adding the sampled-entropy statistics")
-    p.add_argument("--stats-iterations", type=int, default=200,
-                   help=f"iterations of the statistics-only timing on one logits row, "
-                        f"{range_text('bench-tracker', 'stats_iterations')} (default: 200)")
+    add_ranged_arg(p, "bench-tracker", "--stats-iterations", 200, "iterations of the statistics-only timing on one "
+                   "logits row, ", " (default: 200)")
     add_threads_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,20 +16,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_threads_arg,
+                                 check_model_args, command_parser, range_text, save_after_report)
+from lab.commands.runtime_choice import load_on
 from lab.kinds.bench import KIND as BENCH
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_threads_arg,
-                                 check_model_args, load_on, range_text, save_after_report)
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
+# Each command's --help, in the form of a command module's docstring (common.command_parser): two commands here.
+TUNE_DOC = """``lab bench-tune``: measure the draft set-ups here and write the fastest, which lab speculate then runs.
+
+Measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy and sampling, on tuning
+prompts only (never the held-back split), and write the fastest for this machine to the lab's cache, where lab
+speculate finds it.
+"""
+TUNE_RUNTIME_DOC = """``lab bench-tune-runtime``: time a GGUF profile on torch and on llama.cpp here and write the
+fastest, which the commands then run.
+
+Time a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp (the file's own, built by make
+peer), alternating, end to end, greedy, on tuning prompts only, and write the fastest for this machine to the lab's
+cache: lab entropy, speculate and bench then run it when --runtime is not typed.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        TUNE, help="measure the draft set-ups here and write the fastest, which lab speculate then runs",
-        description="Measure the candidate draft set-ups (draft dtype, gamma, pmin stop, dynamic gamma), greedy and "
-                    "sampling, on tuning prompts only (never the held-back split), and write the fastest for this "
-                    "machine to the lab's cache, where lab speculate finds it.",
-    )
+    p = command_parser(subparsers, TUNE, run_tune, TUNE_DOC)
     from lab.bench.prompt_split import TUNE_MAX_NEW_TOKENS, TUNE_REPEATS
     from lab.bench.runtime_tune import RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS
 
@@ -38,35 +48,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None, help="early-exit:N or a model name/path (default: the profile's draft)")
     p.add_argument("--gammas", default=None,
                    help=f"comma-separated draft lengths to sweep, each {range_text(TUNE, 'gamma')} (default: 3,4,5)")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"the sampling mode's seed, {range_text(TUNE, 'seed')} (default: 0)")
+    add_ranged_arg(p, TUNE, "--seed", 0, "the sampling mode's seed, ", " (default: 0)")
     _add_timing_args(p, TUNE, max_new=TUNE_MAX_NEW_TOKENS, repeats=f"{TUNE_REPEATS} per mode")
-    p.set_defaults(func=run_tune)
 
-    p = subparsers.add_parser(
-        TUNE_RUNTIME, help="time a GGUF profile on torch and on llama.cpp here and write the fastest, which the "
-                           "commands then run",
-        description="Time a GGUF profile's target alone on torch (float32 and q4 weights) and on llama.cpp (the "
-                    "file's own, built by make peer), alternating, end to end, greedy, on tuning prompts only, and "
-                    "write the fastest for this machine to the lab's cache: lab entropy, speculate and bench then "
-                    "run it when --runtime is not typed.",
-    )
+    p = command_parser(subparsers, TUNE_RUNTIME, run_tune_runtime, TUNE_RUNTIME_DOC)
     from lab.models.profiles import DEFAULT_PROFILE, PROFILES
 
     gguf = [name for name, profile in PROFILES.items() if profile.source != "hub"]
     p.add_argument("--model", default=DEFAULT_PROFILE, help=f"a GGUF profile ({', '.join(gguf)}) (default: {DEFAULT_PROFILE})")
     _add_timing_args(p, TUNE_RUNTIME, max_new=RUNTIME_TUNE_MAX_NEW_TOKENS, repeats=str(RUNTIME_TUNE_REPEATS))
-    p.set_defaults(func=run_tune_runtime, device="cpu", dtype=None)
+    p.set_defaults(device="cpu", dtype=None)
 
 
 def _add_timing_args(p: argparse.ArgumentParser, command: str, *, max_new: int, repeats: str) -> None:
     """``--max-new-tokens``, ``--repeats``, ``--humaneval`` (tuning split only), ``--threads`` and ``--out``."""
     from lab.bench.prompt_split import TUNE_HUMANEVAL
 
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per generation, {range_text(command, 'max_new_tokens')} (default: {max_new})")
-    p.add_argument("--repeats", type=int, default=None,
-                   help=f"timed repeats of the whole schedule, {range_text(command, 'repeats')} (default: {repeats})")
+    add_ranged_arg(p, command, "--max-new-tokens", None, "new tokens per generation, ", f" (default: {max_new})")
+    add_ranged_arg(p, command, "--repeats", None, "timed repeats of the whole schedule, ", f" (default: {repeats})")
     p.add_argument("--humaneval", default=None, metavar="tuning:N",
                    help="time on the first N HumanEval problems of the tuning split beside the code prompts (the "
                         "held-back problems certify a choice and are never tuned on; lab.bench.prompt_split) "

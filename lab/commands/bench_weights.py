@@ -1,4 +1,7 @@
-"""``lab bench-weights``: each weight representation's kernel times and numerics on a GGUF model.
+"""``lab bench-weights``: time and numerics of float32, bfloat16, int8 and q4 weights on a GGUF model.
+
+Kernel time per GGUF tensor type and representation at M = 1 and M = gamma + 1, and each representation's next-token
+distributions against float32 on held-out text.
 
 Per GGUF tensor type of the model's linear layers: the time of float32, bfloat16, int8 and (where
 the file has 4-bit codes) q4 layers at ``M = 1`` and ``M = gamma + 1`` rows, and the verify pass
@@ -14,32 +17,25 @@ from __future__ import annotations
 
 import argparse
 
+from lab.commands.common import (add_model_args, add_out_arg, add_ranged_arg, add_threads_arg, check_model_args,
+                                 command_parser)
 from lab.kinds.bench_weights import KIND as BENCH_WEIGHTS
-from lab.commands.common import add_model_args, add_out_arg, add_threads_arg, check_model_args, range_text
 
 # The kernel table's and the step profile's flags (what --skip-kernels leaves out), with their defaults.
 KERNEL_DEFAULTS = {"gamma": 5, "repeats": 5, "steps": 10}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench-weights", help="time and numerics of float32, bfloat16, int8 and q4 weights on a GGUF model",
-        description="Kernel time per GGUF tensor type and representation at M = 1 and M = gamma + 1, and each "
-                    "representation's next-token distributions against float32 on held-out text.",
-    )
+    p = command_parser(subparsers, "bench-weights", run, __doc__)
     add_model_args(p)
-    p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per round: the verify pass has gamma + 1 rows, "
-                        f"{range_text('bench-weights', 'gamma')} (default: 5)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help=f"timed calls per layer shape, M and representation, {range_text('bench-weights', 'repeats')} "
-                        "(median; default: 5)")
-    p.add_argument("--problems", type=int, default=2,
-                   help=f"held-back HumanEval problems for the numerics, {range_text('bench-weights', 'problems')} "
-                        "(default: 2; 0 with --text)")
-    p.add_argument("--steps", type=int, default=None,
-                   help=f"one-token decode steps timed, then profiled, per representation, "
-                        f"{range_text('bench-weights', 'steps')} (default: 10)")
+    add_ranged_arg(p, "bench-weights", "--gamma", None, "draft tokens per round: the verify pass has gamma + 1 rows, ",
+                   " (default: 5)")
+    add_ranged_arg(p, "bench-weights", "--repeats", None, "timed calls per layer shape, M and representation, ",
+                   " (median; default: 5)")
+    add_ranged_arg(p, "bench-weights", "--problems", 2, "held-back HumanEval problems for the numerics, ",
+                   " (default: 2; 0 with --text)")
+    add_ranged_arg(p, "bench-weights", "--steps", None, "one-token decode steps timed, then profiled, per "
+                   "representation, ", " (default: 10)")
     p.add_argument("--skip-kernels", action="store_true",
                    help="numerics only: no kernel table, no step profile (both need a quiet machine; so not with "
                         "--gamma, --repeats or --steps)")
@@ -47,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="held-out text for the numerics, not empty (repeatable)")
     add_threads_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _kernel_settings(args: argparse.Namespace) -> dict[str, int]:

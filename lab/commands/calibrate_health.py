@@ -1,4 +1,8 @@
-"""``lab calibrate-health``: evaluate the graded context-health candidates and apply the choice rule.
+"""``lab calibrate-health``: evaluate the context-health candidates on the calibration prompts and choose one.
+
+Score the graded context-health candidates on clean calibration prompts, poisoned variants of them and neutral
+variants of the same length; choose by the rule stated in lab.health.measures (a length-only control must be
+rejected); write a report directory.
 
 For every calibration prompt (default: ``lab/data/calibration_prompts.jsonl``), one
 poisoned variant of each (distractors from the study's prompt set) and one neutral
@@ -20,22 +24,16 @@ import argparse
 import functools
 from importlib import resources
 
+from lab.commands.common import (add_calibration_prompts_arg, add_model_args, add_out_arg, check_model_args,
+                                 command_parser)
 from lab.kinds.calibrate_health import KIND as CALIBRATE_HEALTH
 from lab.kinds.calibrate_health_validate import KIND as CALIBRATE_HEALTH_VALIDATE
-from lab.commands.common import add_model_args, add_out_arg, check_model_args
 from lab.models.source import model_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate-health", help="evaluate the context-health candidates on the calibration prompts and choose one",
-        description="Score the graded context-health candidates on clean calibration prompts, poisoned variants "
-                    "of them and neutral variants of the same length; choose by the rule stated in "
-                    "lab.health.measures (a length-only control must be rejected); write a report directory.",
-    )
-    p.add_argument("--prompts", default=None,
-                   help="calibration JSONL, one {\"id\", \"prompt\", \"system\"?} per line "
-                        "(default: the packaged lab/data/calibration_prompts.jsonl)")
+    p = command_parser(subparsers, "calibrate-health", run, __doc__)
+    add_calibration_prompts_arg(p, "calibration JSONL")
     p.add_argument("--distractors", default=None,
                    help="study prompt file whose poisoned twins supply the distractor texts "
                         "(default: the embedded lab/data/prompts.jsonl)")
@@ -61,7 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "lab/data/health_validation.jsonl)")
     add_model_args(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _notes(err, report, save: bool) -> None:

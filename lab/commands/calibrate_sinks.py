@@ -1,4 +1,7 @@
-"""``lab calibrate-sinks``: sweep the sink threshold over a prompt set and write the calibration report.
+"""``lab calibrate-sinks``: calibrate the attention-sink threshold on a prompt set and write a report.
+
+Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be flagged on >= 95% of
+prompts and < 1% of content tokens flagged; report the feasible range and its middle.
 
 For every prompt (default: the packaged ``lab/data/calibration_prompts.jsonl``) and
 for long uniform prompts built from the same text (``--long-lengths``, default 2048
@@ -27,23 +30,16 @@ from __future__ import annotations
 import argparse
 import functools
 
+from lab.commands.common import (add_calibration_prompts_arg, add_model_args, add_out_arg, check_model_args,
+                                 command_parser, load_model_step, parse_lengths, save_after_report)
 from lab.kinds.calibrate_sinks import KIND as CALIBRATE_SINKS
-from lab.commands.common import (add_model_args, add_out_arg, check_model_args, load_model_step, parse_lengths,
-                                 save_after_report)
 from lab.models.source import model_source
 from lab.ranges import LONG_LENGTH  # the model's own context is checked too where it is known
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate-sinks", help="calibrate the attention-sink threshold on a prompt set and write a report",
-        description="Sweep the sink threshold of every candidate statistic over a prompt set: position 0 must be "
-                    "flagged on >= 95% of prompts "
-                    "and < 1% of content tokens flagged; report the feasible range and its middle.",
-    )
-    p.add_argument("--prompts", default=None,
-                   help="JSONL prompt set, one {\"id\", \"prompt\", \"system\"?} per line "
-                        "(default: the packaged lab/data/calibration_prompts.jsonl)")
+    p = command_parser(subparsers, "calibrate-sinks", run, __doc__)
+    add_calibration_prompts_arg(p, "JSONL prompt set")
     p.add_argument("--held-out", default=None,
                    help="JSONL prompt set the chosen threshold is checked on, with its long prompts too "
                         "(default: the packaged lab/data/sinks_held_out.jsonl; 'none' to skip)")
@@ -57,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--model is a named profile and --prompts is the packaged set)")
     add_model_args(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _long_lengths(text: str) -> tuple[int, ...]:

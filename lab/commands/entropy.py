@@ -1,4 +1,7 @@
-"""``lab entropy PROMPT``: decode with the entropy tracker, show it, write a report.
+"""``lab entropy PROMPT``: decode a prompt and track the entropy of every next-token distribution.
+
+Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top alternatives; print a coloured
+view and write a report directory.
 
 Every argument is validated before the model loads (a bad one exits 2 and writes
 nothing). The report directory ``<out>/<timestamp>-entropy-<slug>/`` holds
@@ -14,29 +17,24 @@ from typing import Any
 
 from lab.kinds.entropy import KIND as ENTROPY
 from lab.commands.common import (add_context_args, add_decode_args, add_model_args, add_out_arg, add_prompt_args,
-                                 add_runtime_arg, check_context_room, check_model_args, context_fields,
-                                 context_messages, load_on, range_text, read_context_step, resolve_runtime)
+                                 add_ranged_arg, check_context_room, check_model_args, command_parser, context_fields,
+                                 context_messages, read_context_step)
+from lab.commands.runtime_choice import add_runtime_arg, load_target_step, resolve_runtime
 from lab.models.source import model_source
 
 logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "entropy", help="decode a prompt and track the entropy of every next-token distribution",
-        description="Decode a prompt, record per-step entropy (raw and as sampled), varentropy and the top "
-                    "alternatives; print a coloured view and write a report directory.",
-    )
+    p = command_parser(subparsers, "entropy", run, __doc__)
     add_prompt_args(p)
     add_context_args(p)
     add_model_args(p)
     add_decode_args(p, "entropy")
-    p.add_argument("--top-alternatives", type=int, default=5,
-                   help=f"alternatives recorded per step from the model's own distribution, "
-                        f"{range_text('entropy', 'top_alternatives')} (default: 5)")
+    add_ranged_arg(p, "entropy", "--top-alternatives", 5,
+                   "alternatives recorded per step from the model's own distribution, ", " (default: 5)")
     add_runtime_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. Load and decode (progress on stderr).
     err = stderr_console()
-    if runtime.line is not None:
-        err.print(runtime.line, markup=False, highlight=False, soft_wrap=True)
-    with err.status(f"loading {args.model} on {device if runtime.runtime == 'torch' else 'llama.cpp'}"):
-        model, tokenizer = load_on(args.model, runtime.runtime, runtime.weights, device, args.dtype)
+    model, tokenizer = load_target_step(err, args, device, runtime)
     check_context_room(model, tokenizer, messages, context)  # before the prefill: the reading's 24 tokens fit
     input_ids = encode_chat(tokenizer, messages)
     check_context(model, input_ids.shape[1], settings.max_new_tokens, arg="--max-new-tokens")  # before any decoding

@@ -1,4 +1,4 @@
-"""``lab intervene``: the thesis' causal test, by masking what a context added.
+"""``lab intervene``: the causal test: mask what a context added, measure what moves in entropy and acceptance.
 
 On twin triples (a clean question, its poisoned twin P with a distractor, its neutral twin N
 with relevant text of the same added length), every arm scores the same tokens, the target's
@@ -32,17 +32,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args, check_model_args,
-                                 cluster_config, parse_shard, range_text)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_ray_args,
+                                 check_model_args, cluster_config, command_parser, parse_shard)
 from lab.ranges import PILOT_MAX
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "intervene", help="the causal test: mask what a context added, measure what moves in entropy and acceptance",
-        description=__doc__.split("\n\n", 1)[1].split("\nWrites ")[0].strip(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "intervene", run, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=__doc__.split("\n\n", 1)[1].split("\nWrites ")[0].strip())  # the design, as laid out
     add_model_args(p)
     p.add_argument("--draft", default=None,
                    help="early-exit:N or a draft model with the target's vocabulary (default: the profile's)")
@@ -53,33 +50,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pilot", default=None, metavar="FILE",
                    help="the pilot triples, scored first to check the controls and excluded from the analysis "
                         "(default: lab/data/intervention_pilot.jsonl)")
-    p.add_argument("--pilot-limit", type=int, default=None,
-                   help=f"pilot triples scored, {range_text('intervene', 'pilot_limit')} (default: {PILOT_MAX}; "
-                        "0 = no pilot)")
-    p.add_argument("--limit", type=int, default=None,
-                   help=f"main triples scored, balanced across categories, {range_text('intervene', 'limit')} "
-                        "(default: all of --triples)")
-    p.add_argument("--dense-rows", type=int, default=None,
-                   help=f"with q4 or int8 weights, passes of at least this many positions multiply by a bfloat16 "
-                        f"copy of the dequantized weights instead of torch's weight-only kernels (faster at many "
-                        f"rows; 2 bytes a weight more memory), {range_text('intervene', 'dense_rows')} "
-                        "(default: the kernels throughout)")
-    p.add_argument("--new-tokens", type=int, default=None,
-                   help=f"T, the clean prompt's greedy continuation every arm scores, "
-                        f"{range_text('intervene', 'new_tokens')} (default: 24)")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"seed of the analysis' bootstrap and label swaps, {range_text('intervene', 'seed')} "
-                        "(default: 0; the passes themselves are greedy)")
+    add_ranged_arg(p, "intervene", "--pilot-limit", None, "pilot triples scored, ",
+                   f" (default: {PILOT_MAX}; 0 = no pilot)")
+    add_ranged_arg(p, "intervene", "--limit", None, "main triples scored, balanced across categories, ",
+                   " (default: all of --triples)")
+    add_ranged_arg(p, "intervene", "--dense-rows", None, "with q4 or int8 weights, passes of at least this many "
+                   "positions multiply by a bfloat16 copy of the dequantized weights instead of torch's weight-only "
+                   "kernels (faster at many rows; 2 bytes a weight more memory), ",
+                   " (default: the kernels throughout)")
+    add_ranged_arg(p, "intervene", "--new-tokens", None, "T, the clean prompt's greedy continuation every arm scores, ",
+                   " (default: 24)")
+    add_ranged_arg(p, "intervene", "--seed", 0, "seed of the analysis' bootstrap and label swaps, ",
+                   " (default: 0; the passes themselves are greedy)")
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="score only the K-th of N interleaved slices into the work directory, without a report; "
                         "the same command without --shard then writes the report")
     add_ray_args(p, units="triples", command="intervene", what="run")
-    p.add_argument("--threads", type=int, default=None,
-                   help=f"torch threads, {range_text('intervene', 'threads')}: of this process (default: torch's "
-                        "choice), or with --ray of each actor, which reserves as many CPUs (default 1); the numbers "
-                        "equal across runs with equal threads")
+    add_ranged_arg(p, "intervene", "--threads", None, "torch threads, ",
+                   ": of this process (default: torch's choice), or with --ray of each actor, which reserves as many "
+                   "CPUs (default 1); the numbers equal across runs with equal threads")
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  # noqa: F821

@@ -1,4 +1,7 @@
-"""``lab sinks PROMPT``: find the attention sinks of a prompt's prefill, show them, write a report.
+"""``lab sinks PROMPT``: find attention sinks in a prompt's prefill and score the context's health.
+
+Run one streaming prefill (no S x S attention matrices kept), score how much attention each position receives, flag
+sinks, and write a report directory.
 
 Arguments are validated before the model loads; a bad one (or a prompt longer than
 the context, or a model whose attention cannot be captured) exits 2 and writes no
@@ -12,10 +15,10 @@ import argparse
 import warnings
 from pathlib import Path
 
+from lab.commands.common import (add_context_args, add_model_args, add_out_arg, check_context_room, check_model_args,
+                                 command_parser, context_fields, context_messages, load_model_step, read_context_step)
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 from lab.kinds.sinks import KIND as SINKS
-from lab.commands.common import (add_context_args, add_model_args, add_out_arg, add_runtime_arg,
-                                 check_context_room, check_model_args, context_fields, context_messages,
-                                 load_model_step, read_context_step, refuse_runtime)
 from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 
@@ -30,11 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     except ValueError:  # a damaged user choice.json: the commands that read it say so; the parser still builds
         what = "the chosen statistic's value above which a position is a sink"
 
-    p = subparsers.add_parser(
-        "sinks", help="find attention sinks in a prompt's prefill and score the context's health",
-        description="Run one streaming prefill (no S x S attention matrices kept), score how much attention each "
-                    "position receives, flag sinks, and write a report directory.",
-    )
+    p = command_parser(subparsers, "sinks", run, __doc__)
     p.add_argument("prompt", nargs="?", default=None, help="the user message (or use --prompt-file)")
     p.add_argument("--prompt-file", default=None, help="read the user message from this UTF-8 text file")
     p.add_argument("--system", default=None, help="system prompt (default: the template's own, if any)")
@@ -51,7 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "calibrate-sinks`) instead of the model's own (default: the model's own)")
     add_runtime_arg(p, torch_only="the sink detector and context health")
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def read_prompt(prompt: str | None, prompt_file: str | None) -> str:

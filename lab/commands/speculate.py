@@ -1,4 +1,7 @@
-"""``lab speculate PROMPT``: speculative decoding with a replay of who produced each token.
+"""``lab speculate PROMPT``: speculative decoding: replay accepted drafts, corrections and bonus tokens.
+
+Generate with speculative decoding (a draft proposes gamma tokens, the target verifies them in one pass); show each
+token's origin, a per-round table and the acceptance figures; write a report.
 
 Every argument is validated before the model loads (a bad one exits 2 and writes no
 report). The report directory ``<out>/<timestamp>-speculate-<slug>/`` holds
@@ -13,10 +16,12 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING
 
+from lab.commands.common import (add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg, add_prompt_args,
+                                 add_ranged_arg, check_adaptive_draft, check_model_args, command_parser, draft_cost,
+                                 parse_adaptive)
+from lab.commands.runtime_choice import (RuntimeChoice, add_runtime_arg, load_target_and_draft, resolve_runtime,
+                                         runtime_for_draft)
 from lab.kinds.speculate import KIND as SPECULATE
-from lab.commands.common import (RuntimeChoice, add_decode_args, add_draft_weights_arg, add_model_args, add_out_arg,
-                                 add_prompt_args, add_runtime_arg, check_adaptive_draft, check_model_args, draft_cost,
-                                 load_target_and_draft, parse_adaptive, range_text, resolve_runtime, runtime_for_draft)
 from lab.models.source import model_source
 
 if TYPE_CHECKING:
@@ -26,11 +31,7 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, PER_PASS_ALIAS, PER_PASS_SPEC
 
-    p = subparsers.add_parser(
-        "speculate", help="speculative decoding: replay accepted drafts, corrections and bonus tokens",
-        description="Generate with speculative decoding (a draft proposes gamma tokens, the target verifies them in "
-                    "one pass); show each token's origin, a per-round table and the acceptance figures; write a report.",
-    )
+    p = command_parser(subparsers, "speculate", run, __doc__)
     add_prompt_args(p)
     add_model_args(p)
     add_draft_weights_arg(p)
@@ -39,9 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "same, and the draft model M), early-exit:N (the target's first N layers), prompt-lookup, or "
                         "a model name/path (default: auto:<the profile's draft model> where the profile has one, "
                         "else auto)")
-    p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per round, {range_text('speculate', 'gamma')}; with auto the most in a round "
-                        "(default: auto 16; else the tuned or documented set-up, else 4)")
+    add_ranged_arg(p, "speculate", "--gamma", None, "draft tokens per round, ",
+                   "; with auto the most in a round (default: auto 16; else the tuned or documented set-up, else 4)")
     p.add_argument("--draft-dtype", default=None, choices=DRAFT_DTYPE_CHOICES,
                    help=f"a draft model's dtype ({PER_PASS_ALIAS} = {PER_PASS_SPEC}: the prompt's pass in float32, "
                         "one-token steps in bfloat16; lab.speculative.per_pass) (default: the tuned or documented "
@@ -53,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_decode_args(p, "speculate")
     add_runtime_arg(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def speculate_config(args: argparse.Namespace, threads: int) -> tuple["SpeculateConfig", str, RuntimeChoice]:

@@ -1,4 +1,8 @@
-"""``lab stream``: KV-cache eviction and attention sinks (StreamingLLM), measured.
+"""``lab stream``: KV-cache eviction and attention sinks: perplexity and acceptance per retention policy.
+
+Score a long text under KV-cache retention policies (dense, window:W, sinks:K+W, detected:K+W, recompute:W) with one
+masked forward pass each, test window vs sinks, measure speculative acceptance with an evicting draft, and write a
+report (StreamingLLM, Xiao et al. 2023).
 
 Scores a long text under each retention policy in one masked forward pass per
 policy, tests window vs sinks as stated in advance, measures draft acceptance
@@ -15,9 +19,10 @@ import argparse
 import hashlib
 from pathlib import Path
 
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, check_model_args,
+                                 command_parser)
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 from lab.kinds.stream import KIND as STREAM
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_runtime_arg,
-                                 check_model_args, range_text, refuse_runtime)
 from lab.files import MAX_TEXT_BYTES, read_text
 from lab.models.source import model_source
 
@@ -25,52 +30,36 @@ from lab.models.source import model_source
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.stream.policies import DEFAULT_POLICIES
 
-    p = subparsers.add_parser(
-        "stream", help="KV-cache eviction and attention sinks: perplexity and acceptance per retention policy",
-        description="Score a long text under KV-cache retention policies (dense, window:W, sinks:K+W, detected:K+W, "
-                    "recompute:W) with one masked forward pass each, test window vs sinks, measure speculative "
-                    "acceptance with an evicting draft, and write a report (StreamingLLM, Xiao et al. 2023).",
-    )
+    p = command_parser(subparsers, "stream", run, __doc__)
     add_model_args(p)
     p.add_argument("--text-file", default=None,
                    help="UTF-8 text to score (default: CPython's pydoc_data.topics, the help() topics)")
-    p.add_argument("--tokens", type=int, default=4096,
-                   help=f"score the text's first N tokens, {range_text('stream', 'tokens')} (default: 4096)")
+    add_ranged_arg(p, "stream", "--tokens", 4096, "score the text's first N tokens, ", " (default: 4096)")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated policies (default: {DEFAULT_POLICIES})")
-    p.add_argument("--chunk-tokens", type=int, default=128,
-                   help=f"targets per chunk, the unit of the bootstrap and the paired test, "
-                        f"{range_text('stream', 'chunk_tokens')} (default: 128)")
-    p.add_argument("--detect-tokens", type=int, default=512,
-                   help=f"the first chunk the sink detector analyses for detected:K+W, "
-                        f"{range_text('stream', 'detect_tokens')} (default: 512)")
+    add_ranged_arg(p, "stream", "--chunk-tokens", 128, "targets per chunk, the unit of the bootstrap and the paired "
+                   "test, ", " (default: 128)")
+    add_ranged_arg(p, "stream", "--detect-tokens", 512, "the first chunk the sink detector analyses for detected:K+W, ",
+                   " (default: 512)")
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="the sink calibration file detected:K+W reads its threshold from (a <profile>.json written "
                         "by `lab calibrate-sinks`) (default: the model's own, the user's before the packaged one)")
-    p.add_argument("--recompute-every", type=int, default=None,
-                   help=f"the recompute oracle scores every N-th target, each exactly, "
-                        f"{range_text('stream', 'recompute_every')} (default: 16; only with a recompute:W policy)")
-    p.add_argument("--recompute-batch", type=int, default=None,
-                   help=f"oracle windows per forward pass, {range_text('stream', 'recompute_batch')} (default: 16; "
-                        "only with a recompute:W policy)")
+    add_ranged_arg(p, "stream", "--recompute-every", None, "the recompute oracle scores every N-th target, each "
+                   "exactly, ", " (default: 16; only with a recompute:W policy)")
+    add_ranged_arg(p, "stream", "--recompute-batch", None, "oracle windows per forward pass, ",
+                   " (default: 16; only with a recompute:W policy)")
     p.add_argument("--no-acceptance", action="store_true", help="skip the speculative-decoding acceptance runs")
-    p.add_argument("--prompt-tokens", type=int, default=None,
-                   help=f"acceptance runs (so not with --no-acceptance): prompt = the text's first N tokens, "
-                        f"{range_text('stream', 'prompt_tokens')} (default: 1024)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"acceptance runs: new tokens, {range_text('stream', 'max_new_tokens')} (default: 32)")
-    p.add_argument("--gamma", type=int, default=None,
-                   help=f"acceptance runs: draft tokens per round, {range_text('stream', 'gamma')} (default: 4)")
-    p.add_argument("--temperature", type=float, default=None,
-                   help=f"acceptance runs: temperature of the sampled run, {range_text('stream', 'temperature')}; a "
-                        "greedy run is always made (default: 1)")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"seed of the sampled run and the bootstrap, {range_text('stream', 'seed')} (default: 0)")
+    add_ranged_arg(p, "stream", "--prompt-tokens", None, "acceptance runs (so not with --no-acceptance): prompt = the "
+                   "text's first N tokens, ", " (default: 1024)")
+    add_ranged_arg(p, "stream", "--max-new-tokens", None, "acceptance runs: new tokens, ", " (default: 32)")
+    add_ranged_arg(p, "stream", "--gamma", None, "acceptance runs: draft tokens per round, ", " (default: 4)")
+    add_ranged_arg(p, "stream", "--temperature", None, "acceptance runs: temperature of the sampled run, ",
+                   "; a greedy run is always made (default: 1)")
+    add_ranged_arg(p, "stream", "--seed", 0, "seed of the sampled run and the bootstrap, ", " (default: 0)")
     p.add_argument("--draft", default=None,
                    help="acceptance runs: early-exit:N or a draft model (default: the profile's, early-exit:24 for smollm2)")
     add_draft_weights_arg(p)
     add_runtime_arg(p, torch_only="the eviction policies' attention scores")
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _read_text(path: str | None) -> tuple[str, str, str]:

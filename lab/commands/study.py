@@ -1,4 +1,7 @@
-"""``lab study``: the lab's main job, the empirical study of prefill -> entropy -> acceptance.
+"""``lab study``: run the empirical study (context health -> entropy -> speculative acceptance).
+
+Run the study on the prompt set: prefill sinks and context health, decode entropy, speculative decoding with the
+draft; test the pre-stated hypotheses H1-H6 (Holm family, with power) and write a report directory.
 
 Runs every prompt of the prompt set (a JSONL file or a named source of real prompts,
 :mod:`lab.sources`) through one target prefill (the attention capture) and one
@@ -34,8 +37,9 @@ import dataclasses
 import logging
 import os
 
-from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ray_args,
-                                 add_runtime_arg, cluster_config, parse_shard, range_text, refuse_runtime)
+from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_ray_args,
+                                 cluster_config, command_parser, parse_shard, range_text)
+from lab.commands.runtime_choice import add_runtime_arg, refuse_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +47,7 @@ logger = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lab.speculative.draft_dtypes import DRAFT_DTYPE_CHOICES, DRAFT_DTYPE_HELP
 
-    p = subparsers.add_parser(
-        "study", help="run the empirical study (context health -> entropy -> speculative acceptance)",
-        description="Run the study on the prompt set: prefill sinks and context health, decode entropy, "
-                    "speculative decoding with the draft; test the pre-stated hypotheses H1-H6 (Holm family, with "
-                    "power) and write a report directory.",
-    )
+    p = command_parser(subparsers, "study", run, __doc__)
     add_model_args(p)
     add_draft_weights_arg(p)
     p.add_argument("--draft", default=None,
@@ -62,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_out_arg(p)
     # None = not typed, so that --resume can tell a flag typed by the user from a default
     # (the defaults are filled in by _fresh_config); --model's and --out's shared defaults too.
-    p.set_defaults(func=run, model=None, out=None)
+    p.set_defaults(model=None, out=None)
 
 
 def _add_sample_args(p: argparse.ArgumentParser) -> None:
@@ -75,22 +74,16 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                         "pydoc-topics (79, summary), zen-of-python (19, creative), sympy-doctests (43, math); "
                         "default: the embedded set of 84 prompts; lab/data/prompts_large.jsonl holds 450, "
                         "lab/data/prompts_power.jsonl 1,440 (the size the power table asks for)")
-    p.add_argument("--limit", type=int, default=None,
-                   help=f"run at most N prompts, balanced across categories, each clean prompt with its twins, "
-                        f"{range_text('study', 'limit')} (default: all)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens per prompt's decode, {range_text('study', 'max_new_tokens')} "
-                        f"(default: {DEFAULT_MAX_NEW_TOKENS})")
-    p.add_argument("--gamma", type=int, default=None,
-                   help=f"draft tokens per speculative round, {range_text('study', 'gamma')} (default: {DEFAULT_GAMMA})")
-    p.add_argument("--temperature", type=float, default=None,
-                   help=f"sampling temperature of the (speculative) decode, {range_text('study', 'temperature')} "
-                        f"(default: {DEFAULT_TEMPERATURE})")
-    p.add_argument("--seed", type=int, default=None,
-                   help=f"study seed, {range_text('study', 'seed')}; each prompt's seed derives from it (default: 0)")
-    p.add_argument("--resamples", type=int, default=N_RESAMPLES,
-                   help=f"bootstrap resamples for the confidence intervals, {range_text('study', 'resamples')} "
-                        f"(default: {N_RESAMPLES})")
+    add_ranged_arg(p, "study", "--limit", None, "run at most N prompts, balanced across categories, each clean prompt "
+                   "with its twins, ", " (default: all)")
+    add_ranged_arg(p, "study", "--max-new-tokens", None, "new tokens per prompt's decode, ",
+                   f" (default: {DEFAULT_MAX_NEW_TOKENS})")
+    add_ranged_arg(p, "study", "--gamma", None, "draft tokens per speculative round, ", f" (default: {DEFAULT_GAMMA})")
+    add_ranged_arg(p, "study", "--temperature", None, "sampling temperature of the (speculative) decode, ",
+                   f" (default: {DEFAULT_TEMPERATURE})")
+    add_ranged_arg(p, "study", "--seed", None, "study seed, ", "; each prompt's seed derives from it (default: 0)")
+    add_ranged_arg(p, "study", "--resamples", N_RESAMPLES, "bootstrap resamples for the confidence intervals, ",
+                   f" (default: {N_RESAMPLES})")
 
 
 def _add_work_args(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,8 @@
-"""``lab validate-context``: does the context measure read the context? Paired validation on documentation.
+"""``lab validate-context``: check on labelled documentation that the context measure reads the context.
+
+Score paired prompts (a question after the function's own docstring, and after another docstring of the same length)
+with the context-reliance measures and today's context health; judge the chosen measure against the bar (paired
+AUROC >= 0.75, length-only and placebo near 0.5, |rho(length)| <= 0.2); write a report directory.
 
 Scores each pair of a paired set (:mod:`lab.health.context_items`: one question per documented
 function, asked after its own docstring and after another function's docstring of the same
@@ -15,20 +19,16 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 
+from lab.commands.common import (add_model_args, add_out_arg, add_ranged_arg, check_model_args, command_parser,
+                                 load_model_step, saved_line)
 from lab.kinds.validate_context import KIND as VALIDATE_CONTEXT
-from lab.commands.common import add_model_args, add_out_arg, check_model_args, load_model_step, range_text, saved_line
 
 SETS = {"selection": "context_selection.jsonl", "validation": "context_validation.jsonl",
         "heldback": "context_heldback.jsonl"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "validate-context", help="check on labelled documentation that the context measure reads the context",
-        description="Score paired prompts (a question after the function's own docstring, and after another "
-                    "docstring of the same length) with the context-reliance measures and today's context health; "
-                    "judge the chosen measure against the bar (paired AUROC >= 0.75, length-only and placebo near "
-                    "0.5, |rho(length)| <= 0.2); write a report directory.")
+    p = command_parser(subparsers, "validate-context", run, __doc__)
     p.add_argument("--set", default=None, choices=tuple(SETS), dest="pair_set",
                    help="the packaged paired set: selection (the lab's own, CPython docstrings: fits the measure), "
                         "validation (160 pairs of five third-party packages) or heldback (80 pairs of seven "
@@ -36,11 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", default=None, metavar="FILE",
                    help="your own paired JSONL instead of --set, one {\"id\", \"package\", \"object\", \"question\", "
                         "\"relevant\", \"irrelevant\"} per line (judged as --set validation)")
-    p.add_argument("--new-tokens", type=int, default=24,
-                   help=f"tokens of each prompt's greedy continuation, teacher-forced for the measures, "
-                        f"{range_text('validate-context', 'new_tokens')} (default: 24)")
-    p.add_argument("--limit", type=int, default=None,
-                   help=f"score only the first N pairs, {range_text('validate-context', 'limit')} (default: all)")
+    add_ranged_arg(p, "validate-context", "--new-tokens", 24, "tokens of each prompt's greedy continuation, "
+                   "teacher-forced for the measures, ", " (default: 24)")
+    add_ranged_arg(p, "validate-context", "--limit", None, "score only the first N pairs, ", " (default: all)")
     p.add_argument("--save", action="store_true",
                    help="with --set selection: keep the fitted measure for this model profile in "
                         "$LAB_CALIBRATION_DIR/health/context/<profile>.json, read before the packaged one; with "
@@ -48,7 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "tests H1 only where the validation verdict passes)")
     add_model_args(p)
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def _inputs(args: argparse.Namespace):

@@ -1,4 +1,7 @@
-"""``lab view``: the page of a report, the experiment log, or two reports side by side.
+"""``lab view``: open a report's page, the experiment log, or two reports side by side.
+
+Draw a report's self-contained page (index.html) or a reports folder's experiment log and print its path; with two
+reports of one kind, write a page comparing them.
 
 - ``lab view DIR``: DIR's page (``DIR/index.html``, drawn again from its files) or, for a reports
   folder, its experiment log; prints the path and opens it where a browser is available.
@@ -13,24 +16,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab.commands.common import add_out_arg, command_parser
 from lab.kinds.compare import KIND as COMPARE
-from lab.commands.common import add_out_arg
 from lab.safe_text import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "view", help="open a report's page, the experiment log, or two reports side by side",
-        description="Draw a report's self-contained page (index.html) or a reports folder's experiment log and "
-                    "print its path; with two reports of one kind, write a page comparing them.",
-    )
+    p = command_parser(subparsers, "view", run, __doc__)
     p.add_argument("reports", nargs="*", metavar="DIR",
                    help="a report directory or a reports folder (default: reports/); two report directories to compare")
     p.add_argument("--rebuild", action="store_true",
                    help="draw every report's page in the folder again, then the experiment log")
     p.add_argument("--no-open", action="store_true", help="print the page's path without opening a browser")
     add_out_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ import pytest
 
 import lab.runtime.ggml as ggml
 from lab import cli
-from lab.commands import common
-from lab.commands.common import RuntimeChoice, RuntimeSource
+from lab.commands import common, runtime_choice
+from lab.commands.runtime_choice import RuntimeChoice, RuntimeSource
 from lab.runtime.ggml import GgmlCache, RuntimeNotBuiltError, RuntimeUnavailableError
 from tests.support import cli_exit
 
@@ -47,7 +47,7 @@ def not_built(monkeypatch):
 
 
 def test_resolve_runtime_typed_llama_cpp_on_a_gguf_profile_is_used(built):
-    choice = common.resolve_runtime(_args(runtime="llama.cpp"))
+    choice = runtime_choice.resolve_runtime(_args(runtime="llama.cpp"))
     assert choice == RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, "float32")
     assert choice.said == "--runtime" and choice.line == "runtime: llama.cpp (--runtime)"
 
@@ -63,7 +63,7 @@ def _tune(runtime="llama.cpp", weights="gguf", **machine):
 
 
 def test_resolve_runtime_untyped_without_a_tuning_file_is_llama_cpp_where_built(built):
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice == RuntimeChoice("llama.cpp", RuntimeSource.DEFAULT, "default: llama.cpp, built by make peer",
                                    "float32")
     assert choice.line == "runtime: llama.cpp (default: llama.cpp, built by make peer)"
@@ -71,9 +71,9 @@ def test_resolve_runtime_untyped_without_a_tuning_file_is_llama_cpp_where_built(
 
 def test_resolve_runtime_untyped_not_built_is_torch_with_one_line_naming_make_peer(not_built):
     """Negative control of the default: without the build, torch, and the line says what building it gives."""
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
-    assert choice.said == f"default: torch; {common.BUILD_HINT}" and "make peer" in choice.line
+    assert choice.said == f"default: torch; {runtime_choice.BUILD_HINT}" and "make peer" in choice.line
     assert "\n" not in choice.line
 
 
@@ -82,14 +82,14 @@ def test_resolve_runtime_untyped_damaged_build_is_torch_saying_why(monkeypatch):
         raise RuntimeUnavailableError("the llama.cpp runtime in /x does not load (OSError: bad): run `make peer` again")
 
     monkeypatch.setattr(ggml, "binding", damaged)
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice.runtime == "torch" and choice.said.startswith("default: torch, because the llama.cpp runtime in /x")
 
 
 @pytest.mark.parametrize("kw", [dict(weights="q4"), dict(weights="float32", weights_typed=True),
                                 dict(dtype="bfloat16"), dict(context="some text")])
 def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch_saying_so(built, kw):
-    choice = common.resolve_runtime(_args(**kw))
+    choice = runtime_choice.resolve_runtime(_args(**kw))
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
     assert choice.weights == kw.get("weights", "float32")
     assert "applies to torch only" in choice.said and choice.line.startswith("runtime: torch (default: torch, because --")
@@ -99,29 +99,30 @@ def test_resolve_runtime_untyped_with_a_torch_only_flag_stays_on_torch_saying_so
 def test_lab_runtime_env_replaces_the_tuning_file_as_the_default(built, monkeypatch, value, runtime):
     _tune("torch", "q4")
     monkeypatch.setenv("LAB_RUNTIME", value)
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice.runtime == runtime and choice.source is RuntimeSource.ENV and choice.said.startswith("$LAB_RUNTIME")
     assert (choice.line is None) == (runtime == "torch")  # torch from the shell's own setting prints nothing
-    assert common.resolve_runtime(_args(runtime="torch")).source is RuntimeSource.TYPED
+    assert runtime_choice.resolve_runtime(_args(runtime="torch")).source is RuntimeSource.TYPED
 
 
 def test_lab_runtime_env_of_another_value_is_one_line(monkeypatch):
     monkeypatch.setenv("LAB_RUNTIME", "cuda")
     with pytest.raises(ValueError, match=r"\$LAB_RUNTIME='cuda' must be torch or llama.cpp"):
-        common.resolve_runtime(_args())
+        runtime_choice.resolve_runtime(_args())
 
 
 def test_resolve_runtime_untyped_runs_the_tuned_runtime_and_typed_torch_wins(built):
     path = _tune()
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice == RuntimeChoice("llama.cpp", RuntimeSource.TUNED, f"tuned: {path}", "float32")
     assert choice.said == f"tuned: {path}" and choice.line == f"runtime: llama.cpp (tuned: {path})"
-    assert common.resolve_runtime(_args(runtime="torch")) == RuntimeChoice("torch", RuntimeSource.TYPED, None, "float32")
+    assert runtime_choice.resolve_runtime(_args(runtime="torch")) == RuntimeChoice("torch", RuntimeSource.TYPED, None,
+                                                                                   "float32")
 
 
 def test_resolve_runtime_tuned_llama_cpp_falls_back_to_torch_when_not_built_saying_why(not_built):
     _tune()
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT and "make peer" in choice.said
     assert choice.line == f"runtime: torch ({choice.said})"
 
@@ -131,14 +132,14 @@ def test_resolve_runtime_tuned_llama_cpp_falls_back_to_torch_when_not_built_sayi
 def test_resolve_runtime_tuned_llama_cpp_with_a_torch_only_flag_is_torch_naming_it(built, kw):
     """A typed torch flag, even ``--weights float32`` (the reference), keeps the run on torch."""
     _tune()
-    choice = common.resolve_runtime(_args(**kw))
+    choice = runtime_choice.resolve_runtime(_args(**kw))
     assert choice.runtime == "torch" and choice.source is RuntimeSource.DEFAULT
     assert "applies to torch only" in choice.said
 
 
 def test_resolve_runtime_tuning_is_not_read_for_a_model_without_a_gguf_file(built):
     _tune()
-    assert common.resolve_runtime(_args(model="Qwen/Qwen2.5-3B-Instruct")) == RuntimeChoice(
+    assert runtime_choice.resolve_runtime(_args(model="Qwen/Qwen2.5-3B-Instruct")) == RuntimeChoice(
         "torch", RuntimeSource.DEFAULT, None, "float32")
 
 
@@ -149,7 +150,7 @@ def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
 
     _tune()
     monkeypatch.setattr(devices, "resolve_device", lambda device=None: torch.device("cuda"))
-    assert common.resolve_runtime(_args()) == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, "float32")
+    assert runtime_choice.resolve_runtime(_args()) == RuntimeChoice("torch", RuntimeSource.DEFAULT, None, "float32")
 
 
 @pytest.mark.parametrize("machine, says", [(dict(cpu_model="Some Other CPU"), "another machine"),
@@ -157,7 +158,7 @@ def test_resolve_runtime_tuning_is_not_read_off_the_cpu(built, monkeypatch):
                                           (dict(llama_cpp="0.0.1"), "stale")])
 def test_resolve_runtime_ignores_a_foreign_or_stale_tuning_file_saying_so(built, machine, says):
     path = _tune(**machine)
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     why = choice.said
     assert choice.runtime == "llama.cpp" and choice.source is RuntimeSource.DEFAULT  # the built default instead
     assert why.startswith("default: llama.cpp, built by make peer; ") and says in why and str(path) in why
@@ -167,7 +168,7 @@ def test_resolve_runtime_ignores_a_foreign_or_stale_tuning_file_saying_so(built,
 def test_resolve_runtime_ignores_a_corrupt_tuning_file_saying_so(built):
     path = _tune()
     path.write_text('{"format": 1, "profile": "qwen2.5-coder", "runtime": "llama.cpp", "weights": "q4"}')
-    choice = common.resolve_runtime(_args())
+    choice = runtime_choice.resolve_runtime(_args())
     assert choice.runtime == "llama.cpp" and "corrupt" in choice.said
 
 
@@ -175,11 +176,11 @@ def test_resolve_runtime_tuned_torch_weights_apply_unless_weights_are_typed(buil
     """The tuned weights are the choice's, and the parsed flags are left as typed."""
     path = _tune("torch", "q4")
     args = _args()
-    assert common.resolve_runtime(args) == RuntimeChoice("torch", RuntimeSource.TUNED,
+    assert runtime_choice.resolve_runtime(args) == RuntimeChoice("torch", RuntimeSource.TUNED,
                                                          f"tuned: {path} (torch with q4 weights)", "q4")
     assert args == _args()
     typed = _args(weights="float32", weights_typed=True)
-    assert common.resolve_runtime(typed) == RuntimeChoice(
+    assert runtime_choice.resolve_runtime(typed) == RuntimeChoice(
         "torch", RuntimeSource.TUNED, f"tuned: {path} (torch, q4 weights measured fastest)", "float32")
     assert typed.weights == "float32"
 
@@ -202,13 +203,13 @@ def test_weights_flag_records_that_it_was_typed():
 ])
 def test_resolve_runtime_llama_cpp_refuses_what_it_cannot_run_naming_it(built, kw, names):
     with pytest.raises(ValueError, match=names) as info:
-        common.resolve_runtime(_args(runtime="llama.cpp", **kw))
+        runtime_choice.resolve_runtime(_args(runtime="llama.cpp", **kw))
     assert "\n" not in str(info.value)
 
 
 def test_resolve_runtime_llama_cpp_not_built_names_make_peer(not_built):
     with pytest.raises(ValueError, match="make peer"):
-        common.resolve_runtime(_args(runtime="llama.cpp"))
+        runtime_choice.resolve_runtime(_args(runtime="llama.cpp"))
 
 
 @pytest.mark.parametrize("argv", [
@@ -337,12 +338,12 @@ def test_bench_tuned_llama_cpp_with_the_profiles_early_exit_draft_falls_back_to_
 def test_speculate_tuned_llama_cpp_with_a_draft_model_without_gguf_falls_back_to_torch():
     """Fault class: a tuned llama.cpp runtime refusing a typed draft model after the target loaded."""
     choice = RuntimeChoice("llama.cpp", RuntimeSource.TUNED, "tuned: /t/runtime-qwen2.5-coder.json", "float32")
-    fell = common.runtime_for_draft(choice, "Qwen/Qwen2.5-0.5B-Instruct", "model")
+    fell = runtime_choice.runtime_for_draft(choice, "Qwen/Qwen2.5-0.5B-Instruct", "model")
     assert fell.runtime == "torch" and "no GGUF file" in fell.said and "/t/runtime-qwen2.5-coder.json" in fell.said
-    assert common.runtime_for_draft(choice, "qwen2.5-coder-0.5b", "model") is choice
-    assert common.runtime_for_draft(choice, "prompt-lookup", "prompt-lookup") is choice
+    assert runtime_choice.runtime_for_draft(choice, "qwen2.5-coder-0.5b", "model") is choice
+    assert runtime_choice.runtime_for_draft(choice, "prompt-lookup", "prompt-lookup") is choice
     with pytest.raises(ValueError, match="--draft Qwen/Qwen2.5-0.5B-Instruct: on --runtime llama.cpp"):
-        common.runtime_for_draft(RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, "float32"),
+        runtime_choice.runtime_for_draft(RuntimeChoice("llama.cpp", RuntimeSource.TYPED, None, "float32"),
                                  "Qwen/Qwen2.5-0.5B-Instruct", "model")
 
 
