@@ -7,4 +7,4 @@ KIND = Kind("bench",
             listed=100,
             commands=("lab.commands.bench", "lab.commands.bench_seed_tables", "lab.commands.bench_tune"),
             page="lab.views.kinds.bench",
-            variants=("bench-tune", "bench-seed-tables"))
+            variants=("bench-tune", "bench-tune-runtime", "bench-seed-tables"))

@@ -14,6 +14,7 @@ import pytest
 
 from lab import cli
 from lab.commands.common import add_ranged_arg, command_parser, flag_range, range_text
+from lab.kinds import command_modules
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +58,7 @@ def test_command_docstrings_first_line_names_the_command():
     """Every registered command's summary is its module docstring's first paragraph (intervene's too)."""
     sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     helps = {a.dest: a.help for a in sub._choices_actions}
-    for name in cli.COMMANDS:
+    for name in command_modules():
         module = importlib.import_module(name)
         if module.__name__.endswith("bench_tune"):
             docs = {"bench-tune": module.TUNE_DOC, "bench-tune-runtime": module.TUNE_RUNTIME_DOC}
