@@ -24,7 +24,25 @@ import typing
 from functools import lru_cache
 from typing import Any, Literal, Union
 
-__all__ = ["ShapeError", "from_json", "json_schema", "to_json"]
+__all__ = ["ShapeError", "from_json", "json_schema", "may_be_absent", "to_json"]
+
+# A field's metadata key: the file may lack the key (None when it does), and to_json leaves a None out.
+ABSENT_WHEN_NONE = "lab.typed.absent_when_none"
+
+
+def may_be_absent() -> Any:
+    """A dataclass field for a key a file holds only sometimes (``--context``'s fields of a report): None when the
+    key is missing, and left out when None, so a file read and written again is the same bytes.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class R:
+    ...     a: int
+    ...     note: str | None = may_be_absent()
+    >>> to_json(from_json(R, {"a": 1}))
+    {'a': 1}
+    """
+    return dataclasses.field(default=None, metadata={ABSENT_WHEN_NONE: True})
 
 # A problem longer than this (a whole echoed value) is cut: the reason stays one line on a page.
 MAX_SHOWN_CHARS = 60
@@ -191,9 +209,11 @@ def _dataclass(cls: type, data: Any, where: str) -> Any:
 
 def to_json(obj: Any) -> Any:
     """``obj`` as JSON-ready values: a dataclass as an object of its fields in declared order (every field, its
-    defaults too), tuples as arrays; every other value as it is (the caller's serializer checks it)."""
+    defaults too, but a :func:`may_be_absent` field that is None), tuples as arrays; every other value as it is (the
+    caller's serializer checks it)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(obj, f.name) is None)}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, dict):

@@ -24,6 +24,7 @@ DOCUMENTED_MODULES = (
     "lab.health.reliance",
     "lab.models.hooks",
     "lab.user_dirs",
+    "lab.typed",
     "lab.health.context_validity",
     "lab.views.core",
     "lab.views.kinds._summary",
