@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.render import pyplot, save_figure
-from lab.render.markdown import fmt_number
+from lab.numbers import number_text
 from lab.speculative.results import SpeculativeResult
 
 STYLES = {
@@ -124,16 +124,16 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
 def acceptance_panel(result: SpeculativeResult) -> Panel:
     s = result.acceptance_summary()
     lines = [
-        f"alpha (accepted / tested)   {fmt_number(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
+        f"alpha (accepted / tested)   {number_text(s['alpha'], keep_inf=True)}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
         f"{s['n_drafted']} drafted)",
-        f"tau (tokens per round)      {fmt_number(s['tau'], '.2f')}   (i.i.d. law at this alpha: "
-        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')})",
+        f"tau (tokens per round)      {number_text(s['tau'], '.2f', keep_inf=True)}   (i.i.d. law at this alpha: "
+        f"{number_text(s['expected_tokens_per_round_at_alpha'], '.2f', keep_inf=True)})",
         f"accepted-length histogram   {s['accepted_length_histogram']}   (full-gamma rounds)",
-        f"truncated geometric         [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}]   "
-        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')}",
+        f"truncated geometric         [{', '.join(number_text(e, '.1f', keep_inf=True) for e in s['geometric_expected'])}]   "
+        f"chi-square p = {number_text(s['geometric_p_value'], '.3g', keep_inf=True)}",
         f"time (s)                    prefill {s['prefill_time_s']:.3f}  draft {s['draft_time_s']:.3f}  "
         f"verify {s['verify_time_s']:.3f}",
-        f"                            overhead {s['overhead_time_s']:.3f}  ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s)",
+        f"                            overhead {s['overhead_time_s']:.3f}  ({number_text(s['tokens_per_s'], '.1f', keep_inf=True)} tokens/s)",
     ]
     return Panel("\n".join(lines), title=f"acceptance: {result.draft_name}, gamma={result.gamma}"
                  + (f", adaptive {result.adaptive}" if result.adaptive else ""), expand=False)
@@ -170,11 +170,11 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     ks = list(range(len(hist)))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar([k - 0.2 for k in ks], hist, width=0.4, label="observed rounds")
-    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={fmt_number(result.alpha)}")
+    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={number_text(result.alpha, keep_inf=True)}")
     ax.set_xlabel("draft tokens accepted per round")
     ax.set_ylabel("rounds")
     ax.set_xticks(ks)
-    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {fmt_number(fit['p_value'], '.3g')})")
+    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {number_text(fit['p_value'], '.3g', keep_inf=True)})")
     ax.legend()
     save_figure(fig, path)
 
@@ -194,13 +194,13 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         "## Acceptance",
         "",
-        f"- alpha = {fmt_number(s['alpha'])} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
+        f"- alpha = {number_text(s['alpha'], keep_inf=True)} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
         f"{s['n_drafted']} drafted, untested ones after a rejection are not counted)",
-        f"- tau = {fmt_number(s['tau'], '.2f')} tokens per round; the i.i.d. law at this alpha predicts "
-        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')} (Leviathan et al. 2023, Eq. 1)",
+        f"- tau = {number_text(s['tau'], '.2f', keep_inf=True)} tokens per round; the i.i.d. law at this alpha predicts "
+        f"{number_text(s['expected_tokens_per_round_at_alpha'], '.2f', keep_inf=True)} (Leviathan et al. 2023, Eq. 1)",
         f"- accepted-length histogram (rounds that drafted all gamma tokens): {s['accepted_length_histogram']}; "
-        f"truncated geometric expectation [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}], "
-        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')} (small p: acceptances are not i.i.d.)",
+        f"truncated geometric expectation [{', '.join(number_text(e, '.1f', keep_inf=True) for e in s['geometric_expected'])}], "
+        f"chi-square p = {number_text(s['geometric_p_value'], '.3g', keep_inf=True)} (small p: acceptances are not i.i.d.)",
         "",
         "`accepted_length.png` shows the observed histogram beside that law.",
         "",
@@ -208,7 +208,7 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         f"- prefill {s['prefill_time_s']:.3f} s, draft forwards {s['draft_time_s']:.3f} s, verify forwards "
         f"{s['verify_time_s']:.3f} s, orchestration overhead {s['overhead_time_s']:.3f} s; total "
-        f"{s['total_time_s']:.3f} s ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s). For speedups run `lab bench`.",
+        f"{s['total_time_s']:.3f} s ({number_text(s['tokens_per_s'], '.1f', keep_inf=True)} tokens/s). For speedups run `lab bench`.",
         "",
         "## Output",
         "",

@@ -23,6 +23,7 @@ DOCUMENTED_MODULES = (
     "lab.attention_mask",
     "lab.health.reliance",
     "lab.health.context_validity",
+    "lab.numbers",
     "lab.views.core",
     "lab.views.kinds._summary",
     "lab.views.kinds.entropy",
