@@ -18,9 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.bench.results import BenchReport, BenchResult, MethodFigures, Spread
+from lab.numbers import number_text
 from lab.render import pyplot, save_figure
 from lab.render.console import print_busy
-from lab.numbers import number_text
 from lab.render.markdown import busy_lines, md_table
 from lab.sampling import SamplingConfig
 

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
-from lab.render import pyplot, save_figure
 from lab.numbers import number_text
+from lab.render import pyplot, save_figure
 from lab.render.markdown import md_table
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.

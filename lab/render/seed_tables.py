@@ -12,8 +12,8 @@ from typing import Any
 
 from lab.bench.results import Spread
 from lab.bench.seed_tables import SeedTablesReport
-from lab.render.bench import spread_cell
 from lab.numbers import number_text
+from lab.render.bench import spread_cell
 from lab.render.markdown import busy_lines, md_table
 
 
