@@ -14,10 +14,14 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from lab.render import pyplot, save_figure
 from lab.numbers import MISSING, number_text
+from lab.render import pyplot, save_figure
 from lab.render.markdown import md_table
 from lab.stream.experiment import ROLLING_WIDTH, StreamResult
+from lab.verdicts import INCONCLUSIVE, NULL_WORDS, SUPPORTED
+
+# The pre-stated test's verdict (lab.verdicts.null_rejected) as the terminal says it: a rejection shouted.
+TERMINAL_WORDS = {SUPPORTED: "REJECTS the null", INCONCLUSIVE: NULL_WORDS[INCONCLUSIVE]}
 
 
 def _alpha(result: StreamResult, spec: str, mode: str) -> dict | None:
@@ -91,8 +95,8 @@ def render_stream(result: StreamResult, console: Console) -> None:
         console.print(f"sink detector on the first {det.n_tokens} tokens: flagged {list(det.ranked)} (highest z "
                       "first); detected:K+W keeps up to K of them and gives spare slots to the window", markup=False)
     for t in result.tests:
-        verdict = "REJECTS the null" if t.reject else "does not reject"
-        console.print(f"{t.name}: Wilcoxon one-sided p = {number_text(t.p_value, '.2g')} (alpha {t.alpha}), {verdict}; "
+        console.print(f"{t.name}: Wilcoxon one-sided p = {number_text(t.p_value, '.2g')} (alpha {t.alpha}), "
+                      f"{TERMINAL_WORDS[t.verdict]}; "
                       f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks", markup=False)
     rc = result.recompute_check
     if rc:
@@ -190,7 +194,7 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
     for t in result.tests:
         lines.append(f"- {t.name}: p = {number_text(t.p_value, '.3g')}, W = {number_text(t.statistic, '.1f')}, "
                      f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks, median difference {t.median_diff:.3f} nats: "
-                     f"**{'rejects the null' if t.reject else 'does not reject'}**.")
+                     f"**{NULL_WORDS[t.verdict]}**.")
     if not result.tests:
         lines.append("- not run: the policies do not include `window:W` and `sinks:4+W` with the same W.")
     rc = result.recompute_check

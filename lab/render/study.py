@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.analysis.effects import CI_LEVEL
-from lab.analysis.hypotheses import FAMILY_CI_LEVEL, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
+from lab.analysis.hypotheses import FAMILY_CI_LEVEL
 from lab.numbers import effect_text, p_text
 from lab.render import pyplot
 from lab.render.console import stderr_console
@@ -34,6 +34,7 @@ from lab.render.study_summary import FIGURES, summary_markdown
 from lab.reports import environment, report_dir, timestamp, to_jsonable
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
+from lab.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
 from lab.views.kinds.study import prompt_anchor
 
 # --------------------------------------------------------------------------- progress

@@ -12,12 +12,12 @@ from typing import Any
 from lab.analysis.claims import SMALLEST_VARIANCE_GAP
 from lab.analysis.distractors import DistractorTable
 from lab.analysis.length_drift import MIN_GROUP, LengthDrift
-from lab.analysis.hypotheses import (ALPHA, FAMILY_CI_LEVEL, INCONCLUSIVE, SMALLEST_EFFECT, SMALLEST_ETA_SQ,
-                                     TestResult)
+from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
 from lab.numbers import MISSING, effect_text, p_text
 from lab.render.markdown import md_table
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
+from lab.verdicts import INCONCLUSIVE
 
 FIGURES = {
     "health_vs_entropy.png": "H1's context measure, lookback_heads (x: how much the decode reads the twin's added "

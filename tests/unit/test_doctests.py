@@ -24,6 +24,7 @@ DOCUMENTED_MODULES = (
     "lab.health.reliance",
     "lab.health.context_validity",
     "lab.numbers",
+    "lab.verdicts",
     "lab.views.core",
     "lab.views.kinds._summary",
     "lab.views.kinds.entropy",

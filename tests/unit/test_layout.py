@@ -226,8 +226,8 @@ def test_math_modules_import_nothing_from_lab_nor_rich_nor_transformers():
 
 
 # The ground floor every layer may import (the schemas, the math's callers, the renderers and the page): the
-# number formatter, standard library only.
-GROUND_FLOOR = ("lab.numbers",)
+# number formatter and the verdict words, standard library only.
+GROUND_FLOOR = ("lab.numbers", "lab.verdicts")
 
 
 def test_ground_floor_modules_import_only_the_standard_library():

@@ -11,6 +11,7 @@ from typing import Any
 
 from lab.numbers import MISSING, PAGE_MISSING, number_or_none
 from lab.ranges import COUNT, NONNEGATIVE, PERPLEXITY, PROBABILITY, SECONDS, Range
+from lab.verdicts import NULL_WORDS, null_rejected
 from lab.views.core import MAX_FIGURES, KindPage, ReportFiles, Section, figure, markdown, render, table
 from lab.views.kinds._summary import prose
 
@@ -57,8 +58,8 @@ def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def test_verdict(t: dict[str, Any]) -> str:
-    """A test's verdict in words."""
-    return "rejects the null" if t.get("reject") else "does not reject"
+    """A test's verdict (:func:`lab.verdicts.null_rejected`) in the words summary.md gives it."""
+    return NULL_WORDS[null_rejected(bool(t.get("reject")))]
 
 
 def recompute_check(rc: Any) -> dict[str, str] | None:
