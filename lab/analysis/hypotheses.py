@@ -31,7 +31,6 @@ SMALLEST_ETA_SQ = 0.01
 N_RESAMPLES = 4999
 MIN_N = 5  # fewer observations (or pairs) than this: not tested, verdict inconclusive
 
-
 HYPOTHESES = {
     "H1": "Among prompts with a context (the twins' added text), those whose decode reads the context less for its "
           "length have higher mean decode entropy at equal prompt length (partial Spearman rho(lookback_heads, "
