@@ -17,6 +17,8 @@ from scipy import stats
 
 from lab.analysis.effects import (bootstrap_ci, cluster_bootstrap_ci, cluster_robust_slope_p, eta_squared_h,
                                   partial_spearman, partial_spearman_p, pearson_r, rank_biserial_paired)
+# The verdict words live in lab.verdicts (every layer reads them); the study's judges name them from here too.
+from lab.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE, VERDICTS  # noqa: F401 (re-exported)
 
 ALPHA = 0.05  # family-wise error rate of the whole family (H1-H6c), for "supported" and "not supported" alike
 # Smallest effects worth finding. Correlations and rank-biserial r: 0.1 is Cohen's
@@ -28,12 +30,6 @@ SMALLEST_ETA_SQ = 0.01
 # draws in each tail, 1999 only 5.
 N_RESAMPLES = 4999
 MIN_N = 5  # fewer observations (or pairs) than this: not tested, verdict inconclusive
-
-SUPPORTED = "supported"
-NOT_SUPPORTED = "not supported"
-INCONCLUSIVE = "inconclusive"
-UNTESTABLE = "untestable"  # a precondition failed (its measure does not read what it names): no n would decide it
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNTESTABLE)
 
 HYPOTHESES = {
     "H1": "Among prompts with a context (the twins' added text), those whose decode reads the context less for its "

@@ -77,8 +77,9 @@ from scipy import stats
 
 from lab.analysis.effects import (CI_LEVEL, MeanInterval, cluster_bootstrap_ci, cluster_codes, cluster_means,
                                   mean_interval, one_way_icc, t_over_cluster_means)
-from lab.analysis.hypotheses import ALPHA, INCONCLUSIVE, N_RESAMPLES, judge
+from lab.analysis.hypotheses import ALPHA, N_RESAMPLES, judge
 from lab.analysis.power import POWER
+from lab.verdicts import INCONCLUSIVE
 
 VARIANTS = ("P", "N")
 ARMS = ("A0", "empty", "A1", "L0.5", "L0.25", "sink", "C+", "A2")

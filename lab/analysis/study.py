@@ -12,11 +12,11 @@ from lab.analysis.effects import AcceptanceBin, LinearFit, binned_acceptance, li
 from lab.analysis.claims import H6_COLUMNS, category_share_test, content_vs_settings_test, subword_test
 from lab.analysis.distractors import DistractorTable, h4_distractor_tables
 from lab.analysis.length_drift import LengthDrift, length_drift
-from lab.analysis.hypotheses import (ALPHA, INCONCLUSIVE, N_RESAMPLES, UNTESTABLE, TestResult,
-                                     acceptance_entropy_test, category_test, judge, paired_test,
-                                     partial_correlation_test, untested_result)
+from lab.analysis.hypotheses import (ALPHA, N_RESAMPLES, TestResult, acceptance_entropy_test, category_test, judge,
+                                     paired_test, partial_correlation_test, untested_result)
 from lab.analysis.placebo import placebo_check
 from lab.analysis.power import power_note, power_summary
+from lab.verdicts import INCONCLUSIVE, UNTESTABLE_NOTE, settled
 
 @dataclass
 class StudyAnalysis:
@@ -106,7 +106,7 @@ def _untestable_health(measured: TestResult, reason: str) -> TestResult:
     the figures kept."""
     res = replace(untested_result(measured.name, measured.test, measured.effect_name, measured.n,
                                   measured.predicted_sign, measured.smallest_effect,
-                                  f"untestable on this model: {reason}"), untestable=reason)
+                                  f"{UNTESTABLE_NOTE}{reason}"), untestable=reason)
     res.details.update({k: v for k, v in measured.details.items() if k != "control_rejects"})
     res.details["as_measured"] = {"effect": measured.effect, "p_value": measured.p_value,
                                   "ci_low": measured.ci_low, "ci_high": measured.ci_high}
@@ -259,7 +259,7 @@ def judge_with_power(results: Sequence[TestResult], alpha: float = ALPHA) -> lis
     out = []
     for r in judged:
         if r.untestable:
-            r = replace(r, verdict=UNTESTABLE)
+            r = replace(r, verdict=settled(r.verdict, r.untestable))
         elif r.details.get("control_rejects"):
             r = replace(r, verdict=INCONCLUSIVE)
         power = power_summary(r, m, alpha)

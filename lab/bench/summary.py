@@ -22,6 +22,7 @@ import torch
 from lab.bench.phases import group_speedups, repeat_spread
 from lab.bench.results import (BASELINE, BenchResult, Comparison, MethodFigures, RunRecord, SpeculativeFigures,
                                Spread)
+from lab.numbers import number_text
 from lab.speculative.per_pass import merge_pass_shapes
 from lab.speculative.results import SpeculativeResult
 from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round, flops_per_token
@@ -34,11 +35,6 @@ def _cost_ratio_flops(target: Any, draft: Any, context: int) -> float:
 def _ratio(num: float, den: float) -> float:
     """``num / den``, NaN when ``den`` is 0: a time per pass over no pass is not measured, not zero."""
     return num / den if den else float("nan")
-
-
-def _text(x: float, spec: str) -> str:
-    """``x`` formatted, "n/a" when it is not finite (a figure with nothing measured under it)."""
-    return format(x, spec) if math.isfinite(x) else "n/a"
 
 
 def _alpha(specs: Sequence[SpeculativeResult]) -> float:
@@ -186,8 +182,8 @@ def _comparisons(config: Any, methods: dict[str, MethodFigures]) -> tuple[Compar
         if s is not None:
             out.append(Comparison(method=name, against="speedup predicted from measured times", kind="efficiency",
                                   value=s.efficiency,
-                                  text=f"{name}: measured speedup {_text(s.measured_speedup, '.2f')}x is "
-                                       f"{_text(s.efficiency, '.0%')} of the "
-                                       f"{_text(s.speedup_predicted_from_measured_times, '.2f')}x predicted from "
+                                  text=f"{name}: measured speedup {number_text(s.measured_speedup, '.2f')}x is "
+                                       f"{number_text(s.efficiency, '.0%')} of the "
+                                       f"{number_text(s.speedup_predicted_from_measured_times, '.2f')}x predicted from "
                                        "its alpha and measured step times"))
     return tuple(out)

@@ -32,6 +32,8 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+from lab.verdicts import NOT_SUPPORTED, SUPPORTED, meets_bars
+
 MIN_AUROC = 0.75
 NEAR_HALF = 0.10
 MAX_LENGTH_RHO = 0.20
@@ -295,7 +297,8 @@ class ContextVerdict:
         """One line: the verdict with its figures (AUROC, interval, controls, drift, failed bars)."""
         f = self.figures
         rho = f"{f.length_rho:+.2f}" if math.isfinite(f.length_rho) else "undefined"
-        head = "passes" if f.passes else f"fails ({'; '.join(f.failed)})"
+        # The verdict (lab.verdicts.meets_bars) in the record's words, which the study's gate quotes (unmeasurable).
+        head = {SUPPORTED: "passes", NOT_SUPPORTED: f"fails ({'; '.join(f.failed)})"}[meets_bars(f.passes)]
         return (f"{f.measure} {head} on {f.n_pairs} {self.set_name} pairs ({self.items_file}): AUROC {f.auroc:.2f} "
                 f"[{f.ci_low:.2f}, {f.ci_high:.2f}], length-only {f.length_auroc:.2f}, placebo {f.placebo_auroc:.2f}, "
                 f"rho(length) {rho}; report {self.report}")

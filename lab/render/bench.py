@@ -18,9 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.bench.results import BenchReport, BenchResult, MethodFigures, Spread
+from lab.numbers import number_text
 from lab.render import pyplot, save_figure
 from lab.render.console import print_busy
-from lab.render.markdown import busy_lines, fmt_finite, md_table
+from lab.render.markdown import busy_lines, md_table
 from lab.sampling import SamplingConfig
 
 
@@ -97,13 +98,13 @@ def _bench_tables(bench: BenchResult) -> tuple[Table, Table | None]:
                          ("alpha", "tau", "predicted", "efficiency", "overhead"))
     for name, m in bench.methods.items():
         t = m.tokens_per_s
-        speed.add_row(method_label(name), *(fmt_finite(x, ".1f") for x in (t.median, t.min, t.max)),
-                      fmt_finite(_spec(m, "measured_speedup"), ".2f"), _same(m.same_tokens_as_lab_target_loop))
+        speed.add_row(method_label(name), *(number_text(x, ".1f") for x in (t.median, t.min, t.max)),
+                      number_text(_spec(m, "measured_speedup"), ".2f"), _same(m.same_tokens_as_lab_target_loop))
         s = m.speculative
         if s is not None:
-            spec.add_row(method_label(name), fmt_finite(s.alpha), fmt_finite(s.tau, ".2f"),
-                         fmt_finite(s.speedup_predicted_from_measured_times, ".2f"),
-                         fmt_finite(s.efficiency, ".2f"), fmt_finite(s.overhead_fraction, ".1%"))
+            spec.add_row(method_label(name), number_text(s.alpha), number_text(s.tau, ".2f"),
+                         number_text(s.speedup_predicted_from_measured_times, ".2f"),
+                         number_text(s.efficiency, ".2f"), number_text(s.overhead_fraction, ".1%"))
     return speed, (spec if spec.row_count else None)
 
 
@@ -127,7 +128,7 @@ def phase_table(bench: BenchResult) -> Table | None:
         cells = []
         for g in groups:
             row = by.get(g, {}).get(name, {})
-            cells += [fmt_finite(row.get("e2e_speedup"), ".2f"), fmt_finite(row.get("decode_speedup"), ".2f")]
+            cells += [number_text(row.get("e2e_speedup"), ".2f"), number_text(row.get("decode_speedup"), ".2f")]
         t.add_row(method_label(name), *cells)
     return t
 
@@ -227,14 +228,14 @@ def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) ->
         f"mean prompt {bench.mean_prompt_tokens:.0f} tokens",
         f"- one target decode step: {bench.target_step_s * 1e3:.2f} ms (lab loop)",
         *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
-           f"{fmt_finite(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
+           f"{number_text(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
           if load else []),
         "",
         *md_table("method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
                   "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | "
                   "same tokens",
                   [(name, _median_range(m.tokens_per_s, ".1f"),
-                    *(fmt_finite(_spec(m, figure), spec) for figure, spec in _SUMMARY_FIGURES),
+                    *(number_text(_spec(m, figure), spec) for figure, spec in _SUMMARY_FIGURES),
                     _same(m.same_tokens_as_lab_target_loop)) for name, m in bench.methods.items()]),
     ]
     lines += _spread_markdown(bench) + _phase_markdown(bench) + _passes_markdown(bench)
@@ -309,7 +310,7 @@ def spread_cell(stats: Spread | None, fmt: str = ".2f") -> str:
 
 
 def _median_range(stats: Spread, fmt: str) -> str:
-    return f"{fmt_finite(stats.median, fmt)} ({fmt_finite(stats.min, fmt)}-{fmt_finite(stats.max, fmt)})"
+    return f"{number_text(stats.median, fmt)} ({number_text(stats.min, fmt)}-{number_text(stats.max, fmt)})"
 
 
 def _spread_markdown(bench: BenchResult) -> list[str]:
@@ -328,7 +329,7 @@ def _phase_markdown(bench: BenchResult) -> list[str]:
     by = bench.by_group or {}
     if not by:
         return []
-    rows = [(g, name, *(fmt_finite(row[key], ".2f") for key in ("e2e_tokens_per_s", "e2e_speedup",
+    rows = [(g, name, *(number_text(row[key], ".2f") for key in ("e2e_tokens_per_s", "e2e_speedup",
                                                                  "decode_tokens_per_s", "decode_speedup",
                                                                  "prefill_phase_s")), row["n_runs"])
             for g in _groups(bench) for name, row in by.get(g, {}).items()]
@@ -338,8 +339,8 @@ def _phase_markdown(bench: BenchResult) -> list[str]:
 
 
 def _passes_markdown(bench: BenchResult) -> list[str]:
-    rows = [(name, shape, ", ".join(p["dtypes"]) or "-", p["n"], p["tokens"], fmt_finite(p["time_s"], ".2f"),
-             fmt_finite(p["mean_s"], ".4f"))
+    rows = [(name, shape, ", ".join(p["dtypes"]) or "-", p["n"], p["tokens"], number_text(p["time_s"], ".2f"),
+             number_text(p["mean_s"], ".4f"))
             for name, m in bench.methods.items() for shape, p in (m.draft_passes or {}).items()]
     if not rows:
         return []

@@ -14,6 +14,7 @@ from lab.health.measures import PROPERTIES as _PROPS
 from lab.health.validation import (END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport,
                                    ValidationFigures)
 from lab.render.markdown import md_table
+from lab.verdicts import NOT_SUPPORTED, SUPPORTED, meets_bars
 
 _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
@@ -126,9 +127,10 @@ def validation_table(report: HealthValidationReport) -> Table:
 def validation_markdown(report: HealthValidationReport) -> str:
     """summary.md of ``lab calibrate-health --validate``."""
     f = report.figures
-    verdict = ("meets both bars" if f.valid else
-               "**fails** (" + ", ".join(w for w, ok in (("drifts with length", f.length_neutral),
-                                                          ("saturates", f.unsaturated)) if not ok) + ")")
+    missed = ", ".join(w for w, ok in (("drifts with length", f.length_neutral), ("saturates", f.unsaturated))
+                       if not ok)
+    # The validation's verdict (lab.verdicts.meets_bars) in this summary's words: the bars it misses named.
+    verdict = {SUPPORTED: "meets both bars", NOT_SUPPORTED: f"**fails** ({missed})"}[meets_bars(f.valid)]
     lines = [
         "# Context health on independent text", "",
         f"Model: {report.model.get('model', '?')}. Prompts: {f.n} clean prompts of {report.prompts_file} "

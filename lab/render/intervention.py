@@ -13,8 +13,9 @@ import numpy as np
 
 from lab.kinds.intervene import KIND as INTERVENE
 from lab.analysis.intervention import ARMS, DOSE, ArmMeans, TripleSummary
+from lab.numbers import number_text
 from lab.render import pyplot, save_figure
-from lab.render.markdown import fmt_finite, md_table
+from lab.render.markdown import md_table
 
 # The arms in the order of their dose: no masking, the two shifts, the span masked; then the controls.
 PLOT_ARMS = ("A0", "L0.5", "L0.25", "A1", "A2", "sink", "C+")
@@ -70,12 +71,12 @@ def plot_arms(summaries: Sequence[TripleSummary], arms: ArmMeans, path: str | Pa
 
 
 def _ci(low: Any, high: Any, spec: str = "+.4f", sep: str = " to ") -> str:
-    return f"{fmt_finite(low, spec)}{sep}{fmt_finite(high, spec)}"
+    return f"{number_text(low, spec)}{sep}{number_text(high, spec)}"
 
 
 def _test_row(t) -> tuple[str, ...]:
-    return (t.name, f"{fmt_finite(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high), fmt_finite(t.p_holm, ".2g"),
-            f"{t.n_triples} / {t.n_distractors}", f"{fmt_finite(t.power, '.2f')} at {t.smallest_effect:g}",
+    return (t.name, f"{number_text(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high), number_text(t.p_holm, ".2g"),
+            f"{t.n_triples} / {t.n_distractors}", f"{number_text(t.power, '.2f')} at {t.smallest_effect:g}",
             f"**{t.verdict}**" + (f" ({t.note})" if t.note else ""))
 
 
@@ -87,7 +88,7 @@ def _control_lines(a) -> list[str]:
         f"| empty mask | every triple within {e.tolerance_bits:g} bits of A0 | max {e.max_diff_bits:.2e} bits "
         f"({e.n_over} over; worst {_md(str(e.worst))}) | {ok[e.passed]} |",
         f"| position only (A2) | H(P,A2) - H(N,A2) within +-{po.bound_bits:g} bits (TOST at {po.alpha:g}) | "
-        f"{fmt_finite(po.mean_bits, '+.4f')} ({_ci(po.ci_low, po.ci_high)}), p {fmt_finite(po.p_tost, '.2g')}"
+        f"{number_text(po.mean_bits, '+.4f')} ({_ci(po.ci_low, po.ci_high)}), p {number_text(po.p_tost, '.2g')}"
         f"{'; ' + po.note if po.note else ''} | {ok[po.passed]} |",
         f"| label swap | did_entropy rejects in at most {ls.max_rejecting} of {ls.n_swaps} swaps | {ls.n_rejecting} "
         f"({ls.share:.1%}){'; ' + ls.note if ls.note else ''} | {ok[ls.passed]} |",
@@ -98,7 +99,7 @@ def _control_lines(a) -> list[str]:
         f"L0.25 / A0 {m.ratio_l025:.3f} | {ok[m.passed]} |",
         "",
         f"Described, not a control: the sink arm (key 0 masked for the decode queries) moves mean entropy by "
-        f"{fmt_finite(a.sink.mean_bits, '+.3f')} bits on average and by >= {a.sink.min_bits:g} bits on "
+        f"{number_text(a.sink.mean_bits, '+.3f')} bits on average and by >= {a.sink.min_bits:g} bits on "
         f"{a.sink.n_moved} of {a.sink.n_twins} twins ({a.sink.share:.1%}).",
     ]
 
@@ -136,13 +137,13 @@ def summary_markdown(report) -> str:
     if report.power:
         head += ["", "## Power, from the pilot's SDs, for this run's size (fixed before the main triples ran)", "",
                  *md_table("test | smallest effect | pilot SD | power at n | triples for 80 %", [
-                     (r.test, f"{r.smallest_effect:g} {r.unit}", fmt_finite(r.sd, ".4f"),
-                      f"{fmt_finite(r.power, '.2f')} at {r.n_triples}",
+                     (r.test, f"{r.smallest_effect:g} {r.unit}", number_text(r.sd, ".4f"),
+                      f"{number_text(r.power, '.2f')} at {r.n_triples}",
                       r.required_triples if r.required_triples is not None else "not reachable")
                      for r in report.power])]
     sec = (a.proportion_removed, a.mediation_slope, a.indirect_share)
     head += ["", "## Secondary (outside the family)", ""] + [
-        f"- {e.name}: {fmt_finite(e.value, '+.3f')} {e.unit} (95 % CI {_ci(e.ci_low, e.ci_high, '+.3f')}, "
+        f"- {e.name}: {number_text(e.value, '+.3f')} {e.unit} (95 % CI {_ci(e.ci_low, e.ci_high, '+.3f')}, "
         f"{e.n_triples} triples): {e.statement}" for e in sec]
     head += ["", "## Arms (means over triples)", ""] + _arm_table(report.arms)
     head += ["", "## Per distractor", "", *md_table(
@@ -163,8 +164,8 @@ def render_console(report, console) -> None:
     for col in ("test", "estimate", "CI", "p (Holm)", "verdict"):
         table.add_column(col)
     for t in a.tests:
-        table.add_row(t.name, f"{fmt_finite(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high, sep=" .. "),
-                      fmt_finite(t.p_holm, ".2g"), t.verdict)
+        table.add_row(t.name, f"{number_text(t.estimate, '+.4f')} {t.unit}", _ci(t.ci_low, t.ci_high, sep=" .. "),
+                      number_text(t.p_holm, ".2g"), t.verdict)
     console.print(table)
     console.print("controls: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in a.controls.items()),
                   markup=False, highlight=False)

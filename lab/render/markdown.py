@@ -1,26 +1,13 @@
-"""What every ``summary.md`` writer shares: figures as text, table lines and the busy-machine note."""
+"""What every ``summary.md`` writer shares: table lines and the busy-machine note (a figure as text:
+:func:`lab.numbers.number_text`)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from lab.machine import busy_warning
 
 _RULE = {"l": "---", "r": "---:", "c": ":---:"}
-
-
-def fmt_number(x: Any, spec: str = ".3f") -> str:
-    """``x`` in format ``spec``, or ``"n/a"`` for None or NaN (a figure that could not be measured)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return format(x, spec)
-
-
-def fmt_finite(x: Any, spec: str = ".3f") -> str:
-    """``x`` in format ``spec``, or ``"n/a"`` for None and a float that is not finite (NaN, +-inf: what
-    ``report.json`` holds as None)."""
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
 def md_row(cells: Iterable[Any]) -> str:

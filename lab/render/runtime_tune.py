@@ -6,7 +6,8 @@ Consumes a :class:`lab.bench.runtime_tune.RuntimeTuneReport`; computes nothing n
 from __future__ import annotations
 
 from lab.bench.runtime_tune import RuntimeTuneReport
-from lab.render.markdown import busy_lines, fmt_number, md_table
+from lab.numbers import number_text
+from lab.render.markdown import busy_lines, md_table
 
 
 def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
@@ -20,7 +21,7 @@ def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
         f"{report.repeats} repeats, candidates alternating (order rotated each repeat)",
         f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "
         f"llama.cpp {machine['llama_cpp']}, {report.torch_threads} thread(s), max 1-minute load "
-        f"{fmt_number(result.load.get('max_load_1m'), '.2f')}",
+        f"{number_text(result.load.get('max_load_1m'), '.2f', keep_inf=True)}",
         f"- rule: {result.rule}",
         f"- **winner: {result.winner}**",
         f"- written to `{report.tuning_file}`; lab entropy, speculate and bench run it on this machine when --runtime "
@@ -28,8 +29,8 @@ def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
         "",
         *md_table("candidate | end to end tok/s (median) | decode tok/s (median) | prefill s per repeat (median) | "
                   "end to end per repeat",
-                  [(label, *(fmt_number(x, ".2f") for x in (f.median_end_to_end, f.median_decode, f.median_prefill_s)),
-                    ", ".join(fmt_number(v, ".2f") for v in f.end_to_end_tok_s))
+                  [(label, *(number_text(x, ".2f", keep_inf=True) for x in (f.median_end_to_end, f.median_decode, f.median_prefill_s)),
+                    ", ".join(number_text(v, ".2f", keep_inf=True) for v in f.end_to_end_tok_s))
                    for label, f in ((c, result.figures[c]) for c in result.candidates)], "lrrrl"),
     ]
     return "\n".join(lines) + "\n"

@@ -12,21 +12,22 @@ from typing import Any
 
 from lab.bench.results import Spread
 from lab.bench.seed_tables import SeedTablesReport
+from lab.numbers import number_text
 from lab.render.bench import spread_cell
-from lab.render.markdown import busy_lines, fmt_finite, fmt_number, md_table
+from lab.render.markdown import busy_lines, md_table
 
 
 def _range(pair: Any, fmt: str = ".1f", scale: float = 1.0) -> str:
     if not pair:
         return "-"
-    return f"{fmt_number(pair[0] * scale, fmt)}-{fmt_number(pair[1] * scale, fmt)}"
+    return f"{number_text(pair[0] * scale, fmt, keep_inf=True)}-{number_text(pair[1] * scale, fmt, keep_inf=True)}"
 
 
 def _pct(stats: Spread | None) -> str:
     if stats is None or not math.isfinite(stats.median):
         return "-"
-    return (f"{fmt_finite(stats.median * 100, '.1f')} % ({fmt_finite(stats.min * 100, '.1f')}-"
-            f"{fmt_finite(stats.max * 100, '.1f')})")
+    return (f"{number_text(stats.median * 100, '.1f')} % ({number_text(stats.min * 100, '.1f')}-"
+            f"{number_text(stats.max * 100, '.1f')})")
 
 
 def seed_tables_markdown(report: SeedTablesReport) -> str:
@@ -71,11 +72,11 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
     for r in cmp["caching"]:
         seed, lab = r["seed"], r["lab"]
         lines.append(f"| {r['row']} | {seed['tokens']} tokens in {seed['time_s']} s ({seed['tokens_per_s']} tok/s), "
-                     f"{seed['rounds']} rounds | {fmt_finite(lab['tokens_median'], '.0f')} tokens in "
-                     f"{fmt_finite(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
-                     f"{fmt_finite(lab['rounds_per_run'], '.1f')} | {fmt_finite(lab['alpha'])} |")
+                     f"{seed['rounds']} rounds | {number_text(lab['tokens_median'], '.0f')} tokens in "
+                     f"{number_text(lab['time_s_median'], '.1f')} s | {spread_cell(lab['tokens_per_s'], '.1f')} | "
+                     f"{number_text(lab['rounds_per_run'], '.1f')} | {number_text(lab['alpha'])} |")
     sp = cmp["speedup_from_caching"]
-    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {fmt_finite(sp['lab_median_ratio'], '.2f')}x "
+    lines += ["", f"Speedup from caching: seed {sp['seed']:.2f}x; lab {number_text(sp['lab_median_ratio'], '.2f')}x "
                   "(median tokens/s, cached over no-cache).", "", "## The seed's findings on this run", ""]
     for f in cmp["findings"]:
         lines.append(f"- {f['finding']}: **{'holds' if f['holds'] else 'does not hold'}** ({f['rule']}; measured "
@@ -86,5 +87,5 @@ def seed_tables_markdown(report: SeedTablesReport) -> str:
 
 def _measured(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {fmt_finite(v, '.2f')}x" for k, v in value.items())
-    return f"{fmt_finite(value, '.2f')}x"
+        return ", ".join(f"{k} {number_text(v, '.2f')}x" for k, v in value.items())
+    return f"{number_text(value, '.2f')}x"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.numbers import number_text
 from lab.render import pyplot, save_figure
-from lab.render.markdown import fmt_number
 from lab.speculative.results import SpeculativeResult
 
+# This report's figures as text: an infinity (a rate over no measured time) written as ``inf``, as it always was.
+_figure = partial(number_text, keep_inf=True)
 STYLES = {
     "accepted": "green",
     "correction": "bold red",
@@ -124,16 +127,16 @@ def round_table(result: SpeculativeResult, tokenizer: Any, max_rows: int = 40) -
 def acceptance_panel(result: SpeculativeResult) -> Panel:
     s = result.acceptance_summary()
     lines = [
-        f"alpha (accepted / tested)   {fmt_number(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
+        f"alpha (accepted / tested)   {_figure(s['alpha'])}   ({s['n_accepted']} / {s['n_drafted_tested']}; "
         f"{s['n_drafted']} drafted)",
-        f"tau (tokens per round)      {fmt_number(s['tau'], '.2f')}   (i.i.d. law at this alpha: "
-        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')})",
+        f"tau (tokens per round)      {_figure(s['tau'], '.2f')}   (i.i.d. law at this alpha: "
+        f"{_figure(s['expected_tokens_per_round_at_alpha'], '.2f')})",
         f"accepted-length histogram   {s['accepted_length_histogram']}   (full-gamma rounds)",
-        f"truncated geometric         [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}]   "
-        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')}",
+        f"truncated geometric         [{', '.join(_figure(e, '.1f') for e in s['geometric_expected'])}]   "
+        f"chi-square p = {_figure(s['geometric_p_value'], '.3g')}",
         f"time (s)                    prefill {s['prefill_time_s']:.3f}  draft {s['draft_time_s']:.3f}  "
         f"verify {s['verify_time_s']:.3f}",
-        f"                            overhead {s['overhead_time_s']:.3f}  ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s)",
+        f"                            overhead {s['overhead_time_s']:.3f}  ({_figure(s['tokens_per_s'], '.1f')} tokens/s)",
     ]
     return Panel("\n".join(lines), title=f"acceptance: {result.draft_name}, gamma={result.gamma}"
                  + (f", adaptive {result.adaptive}" if result.adaptive else ""), expand=False)
@@ -170,11 +173,11 @@ def plot_histogram(result: SpeculativeResult, path: str | Path) -> None:
     ks = list(range(len(hist)))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar([k - 0.2 for k in ks], hist, width=0.4, label="observed rounds")
-    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={fmt_number(result.alpha)}")
+    ax.bar([k + 0.2 for k in ks], fit["expected"], width=0.4, label=f"truncated geometric, alpha={_figure(result.alpha)}")
     ax.set_xlabel("draft tokens accepted per round")
     ax.set_ylabel("rounds")
     ax.set_xticks(ks)
-    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {fmt_number(fit['p_value'], '.3g')})")
+    ax.set_title(f"{result.draft_name}, gamma={result.gamma} (p = {_figure(fit['p_value'], '.3g')})")
     ax.legend()
     save_figure(fig, path)
 
@@ -194,13 +197,13 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         "## Acceptance",
         "",
-        f"- alpha = {fmt_number(s['alpha'])} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
+        f"- alpha = {_figure(s['alpha'])} ({s['n_accepted']} accepted of {s['n_drafted_tested']} tested; "
         f"{s['n_drafted']} drafted, untested ones after a rejection are not counted)",
-        f"- tau = {fmt_number(s['tau'], '.2f')} tokens per round; the i.i.d. law at this alpha predicts "
-        f"{fmt_number(s['expected_tokens_per_round_at_alpha'], '.2f')} (Leviathan et al. 2023, Eq. 1)",
+        f"- tau = {_figure(s['tau'], '.2f')} tokens per round; the i.i.d. law at this alpha predicts "
+        f"{_figure(s['expected_tokens_per_round_at_alpha'], '.2f')} (Leviathan et al. 2023, Eq. 1)",
         f"- accepted-length histogram (rounds that drafted all gamma tokens): {s['accepted_length_histogram']}; "
-        f"truncated geometric expectation [{', '.join(fmt_number(e, '.1f') for e in s['geometric_expected'])}], "
-        f"chi-square p = {fmt_number(s['geometric_p_value'], '.3g')} (small p: acceptances are not i.i.d.)",
+        f"truncated geometric expectation [{', '.join(_figure(e, '.1f') for e in s['geometric_expected'])}], "
+        f"chi-square p = {_figure(s['geometric_p_value'], '.3g')} (small p: acceptances are not i.i.d.)",
         "",
         "`accepted_length.png` shows the observed histogram beside that law.",
         "",
@@ -208,7 +211,7 @@ def summary_markdown(result: SpeculativeResult, tokenizer: Any, *, prompt: str, 
         "",
         f"- prefill {s['prefill_time_s']:.3f} s, draft forwards {s['draft_time_s']:.3f} s, verify forwards "
         f"{s['verify_time_s']:.3f} s, orchestration overhead {s['overhead_time_s']:.3f} s; total "
-        f"{s['total_time_s']:.3f} s ({fmt_number(s['tokens_per_s'], '.1f')} tokens/s). For speedups run `lab bench`.",
+        f"{s['total_time_s']:.3f} s ({_figure(s['tokens_per_s'], '.1f')} tokens/s). For speedups run `lab bench`.",
         "",
         "## Output",
         "",

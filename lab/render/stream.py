@@ -14,9 +14,14 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from lab.numbers import MISSING, number_text
 from lab.render import pyplot, save_figure
-from lab.render.markdown import fmt_finite, md_table
+from lab.render.markdown import md_table
 from lab.stream.experiment import ROLLING_WIDTH, StreamResult
+from lab.verdicts import INCONCLUSIVE, NULL_WORDS, SUPPORTED
+
+# The pre-stated test's verdict (lab.verdicts.null_rejected) as the terminal says it: a rejection shouted.
+TERMINAL_WORDS = {SUPPORTED: "REJECTS the null", INCONCLUSIVE: NULL_WORDS[INCONCLUSIVE]}
 
 
 def _alpha(result: StreamResult, spec: str, mode: str) -> dict | None:
@@ -24,7 +29,7 @@ def _alpha(result: StreamResult, spec: str, mode: str) -> dict | None:
 
 
 def _alpha_counts(a: dict | None) -> str:
-    return f"{a['alpha']:.2f} ({a['n_accepted']}/{a['n_tested']})" if a else "n/a"
+    return f"{a['alpha']:.2f} ({a['n_accepted']}/{a['n_tested']})" if a else MISSING
 
 
 def policy_rows(result: StreamResult) -> list[dict[str, Any]]:
@@ -81,17 +86,17 @@ def render_stream(result: StreamResult, console: Console) -> None:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for s in result.summary:
         ag, asa = _alpha(result, s["policy"], "greedy"), _alpha(result, s["policy"], "sampled")
-        table.add_row(s["policy"], str(s["budget"] or "all"), _ppl(s), fmt_finite(s.get("ratio_to_dense"), ".2f"),
-                      fmt_finite(ag["alpha"] if ag else None, ".2f"), fmt_finite(asa["alpha"] if asa else None, ".2f"),
-                      fmt_finite(s["wall_s"], ".1f"), fmt_finite(s["peak_rss_mb"], ".0f"))
+        table.add_row(s["policy"], str(s["budget"] or "all"), _ppl(s), number_text(s.get("ratio_to_dense"), ".2f"),
+                      number_text(ag["alpha"] if ag else None, ".2f"), number_text(asa["alpha"] if asa else None, ".2f"),
+                      number_text(s["wall_s"], ".1f"), number_text(s["peak_rss_mb"], ".0f"))
     console.print(table)
     det = result.detection
     if det is not None:
         console.print(f"sink detector on the first {det.n_tokens} tokens: flagged {list(det.ranked)} (highest z "
                       "first); detected:K+W keeps up to K of them and gives spare slots to the window", markup=False)
     for t in result.tests:
-        verdict = "REJECTS the null" if t.reject else "does not reject"
-        console.print(f"{t.name}: Wilcoxon one-sided p = {fmt_finite(t.p_value, '.2g')} (alpha {t.alpha}), {verdict}; "
+        console.print(f"{t.name}: Wilcoxon one-sided p = {number_text(t.p_value, '.2g')} (alpha {t.alpha}), "
+                      f"{TERMINAL_WORDS[t.verdict]}; "
                       f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks", markup=False)
     rc = result.recompute_check
     if rc:
@@ -144,7 +149,7 @@ def streamingllm_words(result: StreamResult) -> list[str]:
             rec_share = s.get("window_excess_recovered")
             share = f"; it wins back {rec_share:.0%} of the window's excess log-perplexity" if rec_share is not None else ""
             out.append(f"{n} kept token{'s' if n > 1 else ''} ({s['policy']}): PPL {s['ppl']:.2f}, "
-                       f"{fmt_finite(s.get('ratio_to_dense'), '.2f')}x dense{share}.")
+                       f"{number_text(s.get('ratio_to_dense'), '.2f')}x dense{share}.")
     rc = result.recompute_check
     if rec and rc:
         out.append(f"Recompute ({rec['policy']}) vs {rc['sinks']} on the oracle's {rc['n_targets']} targets: ratio "
@@ -169,10 +174,10 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
              "forward over its last W tokens each); its ratio to dense is on the same targets.", "",
              *md_table("policy | keys/query | PPL [95% CI] | x dense | PPL all targets | alpha greedy | "
                        "alpha sampled | wall s | peak MB",
-                       [(f"`{s['policy']}`", s["budget"] or "all", _ppl(s), fmt_finite(s.get("ratio_to_dense"), ".2f"),
-                         fmt_finite(s["ppl_all_targets"], ".2f"),
+                       [(f"`{s['policy']}`", s["budget"] or "all", _ppl(s), number_text(s.get("ratio_to_dense"), ".2f"),
+                         number_text(s["ppl_all_targets"], ".2f"),
                          *(_alpha_counts(_alpha(result, s["policy"], mode)) for mode in ("greedy", "sampled")),
-                         fmt_finite(s["wall_s"], ".1f"), fmt_finite(s["peak_rss_mb"], ".0f")) for s in result.summary],
+                         number_text(s["wall_s"], ".1f"), number_text(s["peak_rss_mb"], ".0f")) for s in result.summary],
                        "lrrrrrrrr")]
     det = result.detection
     if det is not None:
@@ -187,9 +192,9 @@ def summary_markdown(result: StreamResult, *, model_info: dict, text_source: str
               "test on `window:W` against itself with chunks paired at random (seeded); its null holds by "
               "construction, so it must not reject.", ""]
     for t in result.tests:
-        lines.append(f"- {t.name}: p = {fmt_finite(t.p_value, '.3g')}, W = {fmt_finite(t.statistic, '.1f')}, "
+        lines.append(f"- {t.name}: p = {number_text(t.p_value, '.3g')}, W = {number_text(t.statistic, '.1f')}, "
                      f"{t.a} higher on {t.n_a_higher}/{t.n_pairs} chunks, median difference {t.median_diff:.3f} nats: "
-                     f"**{'rejects the null' if t.reject else 'does not reject'}**.")
+                     f"**{NULL_WORDS[t.verdict]}**.")
     if not result.tests:
         lines.append("- not run: the policies do not include `window:W` and `sinks:4+W` with the same W.")
     rc = result.recompute_check
@@ -253,8 +258,8 @@ def acceptance_detail_lines(result: StreamResult) -> list[str]:
                        "... with another accepted count | top-1 = target | top-1 = dense draft | overlap")]
     for a in greedy:
         cmp = (f"{a['rounds_proposals_differ']}/{a['rounds_compared']} | {a['rounds_tested_differ']} | "
-               f"{a['rounds_accepted_differ']}") if "rounds_compared" in a else "n/a | n/a | n/a"
-        same = "n/a" if a["top1_agree_dense_draft"] is None else f"{a['top1_agree_dense_draft']}/{a['top1_n']}"
+               f"{a['rounds_accepted_differ']}") if "rounds_compared" in a else " | ".join([MISSING] * 3)
+        same = MISSING if a["top1_agree_dense_draft"] is None else f"{a['top1_agree_dense_draft']}/{a['top1_n']}"
         lines.append(f"| `{a['policy']}` | {a['n_accepted']}/{a['n_tested']} | {cmp} | "
                      f"{a['top1_agree_target']}/{a['top1_n']} | {same} | {a['mean_overlap']:.3f} |")
     counts = {(a["n_accepted"], a["n_tested"]) for a in greedy}

@@ -27,14 +27,16 @@ from rich.text import Text
 
 from lab.kinds.study import KIND as STUDY
 from lab.analysis.effects import CI_LEVEL
-from lab.analysis.hypotheses import FAMILY_CI_LEVEL, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
+from lab.analysis.hypotheses import FAMILY_CI_LEVEL
+from lab.numbers import effect_text, p_text
 from lab.render import pyplot
 from lab.render.console import stderr_console
-from lab.render.study_summary import FIGURES, fmt_p, fmt_value, summary_markdown
+from lab.render.study_summary import FIGURES, summary_markdown
 from lab.reports import environment, timestamp, to_jsonable
 from lab.views.publish import report_folder
 from lab.study.outcome import PER_PROMPT_COLUMNS, PER_TOKEN_FIELDS
 from lab.study.run import StudyResult, config_dict, summarize_prompts
+from lab.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, UNTESTABLE
 from lab.views.kinds.study import prompt_anchor
 
 # --------------------------------------------------------------------------- progress
@@ -79,7 +81,7 @@ class StudyProgress:
 def verdict_table(result: StudyResult) -> Table:
     """The verdicts as a Rich table (printed to stdout by the command)."""
     tests = result.analysis.tests
-    placebo = "; ".join(f"{t.name} placebo {'passed' if p['passes'] else 'FAILED'} (p = {fmt_p(p['p_value'])})"
+    placebo = "; ".join(f"{t.name} placebo {'passed' if p['passes'] else 'FAILED'} (p = {p_text(p['p_value'])})"
                         for t in tests if (p := t.details.get("placebo")) and p.get("passes") is not None)
     table = Table(title="Study verdicts (Holm-corrected across the family)",
                   caption="effect: " + "; ".join(dict.fromkeys(f"{t.name} {t.effect_name}" for t in tests))
@@ -88,8 +90,8 @@ def verdict_table(result: StudyResult) -> Table:
         table.add_column(col, no_wrap=True)
     colors = {SUPPORTED: "green", NOT_SUPPORTED: "red", INCONCLUSIVE: "yellow", UNTESTABLE: "dim"}
     for t in tests:
-        ci = f"[{fmt_value(t.ci_low)}, {fmt_value(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
-        table.add_row(t.name, fmt_value(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, fmt_p(t.p_holm), str(t.n),
+        ci = f"[{effect_text(t.ci_low)}, {effect_text(t.ci_high)}]" if _finite(t.ci_low, t.ci_high) else "none"
+        table.add_row(t.name, effect_text(t.effect), ">0" if t.predicted_sign > 0 else "<0", ci, p_text(t.p_holm), str(t.n),
                       Text(t.verdict, style=colors[t.verdict]))
     return table
 
@@ -136,9 +138,9 @@ def save_linked_svg(fig: Any, path: Path, tips: dict[str, str]) -> None:
 
 
 def _tip(r: Any) -> str:
-    return (f"{r.id} ({r.variant}, {r.category}): health {fmt_value(r.context_health)}, "
-            f"lookback_heads {fmt_value(r.lookback_heads) if r.lookback_heads is not None else '-'}, "
-            f"entropy {fmt_value(r.mean_entropy_bits)} bits, alpha {fmt_value(r.alpha)}")
+    return (f"{r.id} ({r.variant}, {r.category}): health {effect_text(r.context_health)}, "
+            f"lookback_heads {effect_text(r.lookback_heads) if r.lookback_heads is not None else '-'}, "
+            f"entropy {effect_text(r.mean_entropy_bits)} bits, alpha {effect_text(r.alpha)}")
 
 
 def _save(fig: Any, folder: Path, stem: str, tips: dict[str, str] | None = None) -> list[str]:
@@ -174,8 +176,8 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.plot(f.grid, f.fit, color="black", lw=1.2, label=f"OLS fit, slope {f.slope:.3f}")
         ax.fill_between(f.grid, f.band_low, f.band_high, color="gray", alpha=0.25, label=f"{CI_LEVEL:.0%} CI of mean")
     h1, h1c = a.test("H1"), a.test("H1c")
-    ax.set_title(f"H1: partial rho | length = {fmt_value(h1.effect)}, p(Holm) = {fmt_p(h1.p_holm)}, {h1.verdict}\n"
-                 f"H1c (neutral twins): rho = {fmt_value(h1c.effect)}, {h1c.verdict}", fontsize=9)
+    ax.set_title(f"H1: partial rho | length = {effect_text(h1.effect)}, p(Holm) = {p_text(h1.p_holm)}, {h1.verdict}\n"
+                 f"H1c (neutral twins): rho = {effect_text(h1c.effect)}, {h1c.verdict}", fontsize=9)
     ax.set_xlabel("lookback_heads: the decode's reading of the added text, for its length")
     ax.set_ylabel("mean decode entropy (bits)")
     if ax.get_legend_handles_labels()[0]:  # a study without a measured twin draws no dot and needs no legend
@@ -195,7 +197,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         for m, b in zip(mids, bins):
             ax.annotate(f"n={b.n}", (m, b.ci_low), textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
     h2 = a.test("H2")
-    ax.set_title(f"H2: r_pb = {fmt_value(h2.effect)}, p(Holm) = {fmt_p(h2.p_holm)}, {h2.verdict}", fontsize=10)
+    ax.set_title(f"H2: r_pb = {effect_text(h2.effect)}, p(Holm) = {p_text(h2.p_holm)}, {h2.verdict}", fontsize=10)
     ax.set_xlabel("draft entropy (bits)")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.05, 1.05)
@@ -222,7 +224,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
     h3 = a.test("H3")
-    fig.suptitle(f"H3: eta^2_H = {fmt_value(h3.effect)}, Kruskal-Wallis p(Holm) = {fmt_p(h3.p_holm)}, {h3.verdict}",
+    fig.suptitle(f"H3: eta^2_H = {effect_text(h3.effect)}, Kruskal-Wallis p(Holm) = {p_text(h3.p_holm)}, {h3.verdict}",
                  fontsize=10)
     names += _save(fig, folder, "category_boxplots", tips)
 
@@ -261,7 +263,7 @@ def write_plots(result: StudyResult, folder: Path) -> list[str]:
         ax.set_xticks([0, 1, 2], ["clean", "neutral", "poisoned"])
         ax.set_xlim(-0.3, 2.5)
         ax.set_ylabel(label)
-        ax.set_title(f"{t.name}: r_rb = {fmt_value(t.effect)}, p(Holm) = {fmt_p(t.p_holm)}, {t.verdict}", fontsize=10)
+        ax.set_title(f"{t.name}: r_rb = {effect_text(t.effect)}, p(Holm) = {p_text(t.p_holm)}, {t.verdict}", fontsize=10)
     return names + _save(fig, folder, "clean_vs_poisoned", tips)
 
 

@@ -12,11 +12,12 @@ from typing import Any
 from lab.analysis.claims import SMALLEST_VARIANCE_GAP
 from lab.analysis.distractors import DistractorTable
 from lab.analysis.length_drift import MIN_GROUP, LengthDrift
-from lab.analysis.hypotheses import (ALPHA, FAMILY_CI_LEVEL, INCONCLUSIVE, SMALLEST_EFFECT, SMALLEST_ETA_SQ,
-                                     TestResult)
+from lab.analysis.hypotheses import ALPHA, FAMILY_CI_LEVEL, SMALLEST_EFFECT, SMALLEST_ETA_SQ, TestResult
+from lab.numbers import MISSING, effect_text, p_text
 from lab.render.markdown import md_table
 from lab.study.run import StudyResult
 from lab.study.work import prompts_display
+from lab.verdicts import INCONCLUSIVE
 
 FIGURES = {
     "health_vs_entropy.png": "H1's context measure, lookback_heads (x: how much the decode reads the twin's added "
@@ -43,25 +44,9 @@ assert {n[:-4] for n in LINKED_FIGURES} <= {n[:-4] for n in FIGURES}
 _SIGN_WORD = {1: "> 0", -1: "< 0"}
 
 
-def fmt_value(x: Any, digits: int = 3) -> str:
-    """A table cell: ``n/a`` for None or a non-finite float, ``digits`` decimals (significant ones below 1e-3)."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
-    return str(x)
-
-
-def fmt_p(x: float) -> str:
-    """A p-value's cell: ``n/a`` when untested (NaN), scientific below 1e-3, else four decimals."""
-    if not math.isfinite(x):
-        return "n/a"
-    return f"{x:.2e}" if x < 1e-3 else f"{x:.4f}"
-
-
 def _ci_text(t: TestResult) -> str:
     if math.isfinite(t.ci_low) and math.isfinite(t.ci_high):
-        return f"{t.ci_level:.1%} CI {fmt_value(t.ci_low)} to {fmt_value(t.ci_high)}"
+        return f"{t.ci_level:.1%} CI {effect_text(t.ci_low)} to {effect_text(t.ci_high)}"
     return "no CI (the bootstrap had too few distinct resamples)"
 
 
@@ -87,7 +72,7 @@ def placebo_line(p: dict[str, Any], verdict: str = INCONCLUSIVE) -> str:
         return f"placebo control: not run (too few prompts: {p.get('n', 0)})."
     state = "passed" if p["passes"] else f"FAILED: the verdict is {verdict}"
     return (f"placebo control (each of {p['n']} prompts given the lookback_heads of a length-matched prompt of "
-            f"another question): partial rho = {fmt_value(p['rho'])}, p = {fmt_p(p['p_value'])}; it must stay "
+            f"another question): partial rho = {effect_text(p['rho'])}, p = {p_text(p['p_value'])}; it must stay "
             f"at p >= {p['tolerance']:g}: {state}.")
 
 
@@ -99,18 +84,18 @@ def test_line(t: TestResult) -> str:
     """
     if not math.isfinite(t.p_value):
         return f"**{t.name}: {t.verdict}** (not tested: {t.note}; n = {t.n})"
-    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {fmt_value(t.effect)} (predicted "
-            f"{_SIGN_WORD[t.predicted_sign]}; {_ci_text(t)}), p = {fmt_p(t.p_value)}, "
-            f"Holm-corrected p = {fmt_p(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
+    return (f"**{t.name}: {t.verdict}**: {t.effect_name} = {effect_text(t.effect)} (predicted "
+            f"{_SIGN_WORD[t.predicted_sign]}; {_ci_text(t)}), p = {p_text(t.p_value)}, "
+            f"Holm-corrected p = {p_text(t.p_holm)}, n = {t.n}" + (f"; {t.note}" if t.note else ""))
 
 
 def _power_row(t: TestResult) -> str:
     pw = t.details.get("power") or {}
     md = pw.get("min_detectable", math.nan)
     if t.untestable:  # no n settles it: its measure does not read what it names on this model
-        return f"| {t.name} | {t.n} | n/a | n/a | {t.smallest_effect:g} | untestable: {t.untestable} |"
+        return f"| {t.name} | {t.n} | {MISSING} | {MISSING} | {t.smallest_effect:g} | untestable: {t.untestable} |"
     if not isinstance(md, float) or not math.isfinite(md):
-        return f"| {t.name} | {t.n} | n/a | n/a | {t.smallest_effect:g} | too little data |"
+        return f"| {t.name} | {t.n} | {MISSING} | {MISSING} | {t.smallest_effect:g} | too little data |"
     state = "underpowered" if pw.get("underpowered") else "adequate"
     return (f"| {t.name} | {pw['n']} {pw['unit']} | {pw['alpha']:.3g} | {md:.3g} | {t.smallest_effect:g} | "
             f"{state}; {pw['n_needed']} {pw['unit']} detect {t.smallest_effect:g} |")
@@ -129,15 +114,15 @@ def distractor_lines(tables: dict[str, DistractorTable]) -> list[str]:
     for t in tables.values():
         p = t.pooled
         if math.isfinite(p.p_value):
-            test = (f"t({p.df}) = {fmt_value(p.t)}, p = {fmt_p(p.p_value)}; {p.ci_level:.0%} CI "
-                    f"{fmt_value(p.ci_low)} to {fmt_value(p.ci_high)}; share between texts {fmt_value(p.icc, 2)}")
+            test = (f"t({p.df}) = {effect_text(p.t)}, p = {p_text(p.p_value)}; {p.ci_level:.0%} CI "
+                    f"{effect_text(p.ci_low)} to {effect_text(p.ci_high)}; share between texts {effect_text(p.icc, 2)}")
         else:
             test = f"not tested: {p.note}"
         lines += ["", f"{t.name} ({t.measure}, predicted {_SIGN_WORD[t.predicted_sign]}):", "",
                   *md_table("distractor | pairs | mean poisoned - neutral | SD | test")]
-        lines += [f"| {r.distractor} | {r.n_pairs} | {fmt_value(r.mean_difference)} | {fmt_value(r.sd_difference)} | |"
+        lines += [f"| {r.distractor} | {r.n_pairs} | {effect_text(r.mean_difference)} | {effect_text(r.sd_difference)} | |"
                   for r in t.rows]
-        lines.append(f"| pooled, distractor random | {p.n_pairs} in {p.n_distractors} texts | {fmt_value(p.estimate)} "
+        lines.append(f"| pooled, distractor random | {p.n_pairs} in {p.n_distractors} texts | {effect_text(p.estimate)} "
                      f"| | {test} |")
         if t.n_unlabelled:
             lines += ["", f"{t.n_unlabelled} pairs name no distractor text and are left out."]
@@ -154,8 +139,8 @@ def drift_lines(drift: LengthDrift | None) -> list[str]:
              f"(Fisher z, Bonferroni over the judged groups) lies beyond |rho| {drift.bar:g}; groups under "
              f"{MIN_GROUP} prompts are shown, not judged.", "",
              *md_table("group | prompts | rho | interval |", [
-                 (f"{r.kind} {r.group}", r.n, fmt_value(r.rho),
-                  f"{fmt_value(r.ci_low)} to {fmt_value(r.ci_high)}" if r.judged else "not judged",
+                 (f"{r.kind} {r.group}", r.n, effect_text(r.rho),
+                  f"{effect_text(r.ci_low)} to {effect_text(r.ci_high)}" if r.judged else "not judged",
                   "**drifts**" if r.drifts else "") for r in drift.rows])]
     reason = drift.reason()
     lines += ["", f"H1 and H1c are untestable here: {reason}." if reason else "No judged group drifts."]
@@ -235,9 +220,9 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     lines += [
         "",
         "Notes: H2 counts only drafted tokens the target tested "
-        f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}, from {h2.details.get('n_clusters', 'n/a')} "
+        f"({h2.details.get('n_accepted', 'none')} accepted of {h2.n}, from {h2.details.get('n_clusters', MISSING)} "
         "prompts); its p-value is cluster-robust by prompt and its CI resamples whole prompts (scipy's p taking "
-        f"tokens as independent: {fmt_p(h2.details.get('p_independent_tokens', math.nan))}). H3 uses clean prompts "
+        f"tokens as independent: {p_text(h2.details.get('p_independent_tokens', math.nan))}). H3 uses clean prompts "
         "only; H1 uses the twins (the prompts with a context span), H1c the neutral twins only; a twin triple "
         "shares its question, and H1, H1c and H5 infer on questions (cluster-robust p, intervals resampling whole questions).",
     ]
@@ -248,35 +233,35 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
     for t in (a.test("H1"), a.test("H1c")):
         d = t.details
         if "unadjusted_rho" in d:
-            lines.append(f"- {t.name} unadjusted: Spearman rho = {fmt_value(d['unadjusted_rho'])}, "
-                         f"p = {fmt_p(d['unadjusted_p'])}; lookback_heads' rho with length {fmt_value(d['x_length_rho'])}, "
-                         f"entropy's {fmt_value(d['y_length_rho'])}.")
+            lines.append(f"- {t.name} unadjusted: Spearman rho = {effect_text(d['unadjusted_rho'])}, "
+                         f"p = {p_text(d['unadjusted_p'])}; lookback_heads' rho with length {effect_text(d['x_length_rho'])}, "
+                         f"entropy's {effect_text(d['y_length_rho'])}.")
         if d.get("placebo"):
             lines.append(f"- {t.name} {placebo_line(d['placebo'], t.verdict)}")
     for t in (a.test("H4a"), a.test("H4b")):
         d = t.details.get("vs_clean")
         if d:
             lines.append(f"- {t.name} unadjusted (poisoned - clean, the clean twin shorter): rank-biserial r = "
-                         f"{fmt_value(d['effect'])}, p = {fmt_p(d['p_value'])}, n = {d['n']} pairs.")
+                         f"{effect_text(d['effect'])}, p = {p_text(d['p_value'])}, n = {d['n']} pairs.")
     if "control_p" in h5.details:
-        lines.append(f"H5 negative control (shuffled labels): r = {fmt_value(h5.details['control_r'])}, "
-                     f"p = {fmt_p(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
+        lines.append(f"H5 negative control (shuffled labels): r = {effect_text(h5.details['control_r'])}, "
+                     f"p = {p_text(h5.details['control_p'])} ({'rejected' if h5.details['control_rejects'] else 'not rejected'}).")
     if "var_prompt" in h6.details:
         d = h6.details
-        lines.append(f"H6: variance of alpha between prompts {fmt_value(d['var_prompt'], 4)} "
-                     f"({fmt_value(d['share_prompt'])} of the total), between temperatures "
-                     f"{fmt_value(d['var_temperature'], 4)} ({fmt_value(d['share_temperature'])}), run-to-run "
-                     f"(interaction) {fmt_value(d['var_error'], 4)}; mean alpha by temperature "
-                     + ", ".join(fmt_value(x) for x in d["mean_alpha_by_temperature"]) + ".")
+        lines.append(f"H6: variance of alpha between prompts {effect_text(d['var_prompt'], 4)} "
+                     f"({effect_text(d['share_prompt'])} of the total), between temperatures "
+                     f"{effect_text(d['var_temperature'], 4)} ({effect_text(d['share_temperature'])}), run-to-run "
+                     f"(interaction) {effect_text(d['var_error'], 4)}; mean alpha by temperature "
+                     + ", ".join(effect_text(x) for x in d["mean_alpha_by_temperature"]) + ".")
     groups = a.test("H6c").details.get("groups") or {}
     if groups:
         lines.append("H6c: mean alpha over the temperatures by category: "
-                     + ", ".join(f"{k} {fmt_value(v['mean_alpha'])} (n {v['n']})" for k, v in groups.items()) + ".")
+                     + ", ".join(f"{k} {effect_text(v['mean_alpha'])} (n {v['n']})" for k, v in groups.items()) + ".")
     pw = a.test("H3").details.get("pairwise") or []
     sig = [r for r in pw if r["p_holm"] < ALPHA]
     if pw:
         lines += ["", f"H3 pairwise Mann-Whitney (Holm within {len(pw)} pairs): "
-                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {fmt_p(r['p_holm'])}"
+                  + ("; ".join(f"{r['a']} vs {r['b']}: r = {r['rank_biserial_r']:.2f}, p(Holm) = {p_text(r['p_holm'])}"
                                for r in sig) if sig else "no pair differs at the corrected level") + "."]
     lines += distractor_lines(a.distractor_tables)
     lines += drift_lines(a.length_drift)
@@ -285,7 +270,7 @@ def summary_markdown(result: StudyResult, study: dict[str, Any]) -> str:
               *md_table("test | n | alpha | detectable | of interest |"), *map(_power_row, a.tests),
               "", "## Per category (counts are clean prompts)", "",
               *md_table("category | clean prompts | median alpha | median mean entropy (bits)", [
-                  (cat, d["n"], fmt_value(d["median_alpha"]), fmt_value(d["median_mean_entropy_bits"]))
+                  (cat, d["n"], effect_text(d["median_alpha"]), effect_text(d["median_mean_entropy_bits"]))
                   for cat, d in a.categories.items()])]
     lines += ["", "## Figures", ""]
     for name, text in FIGURES.items():

@@ -6,7 +6,8 @@ Consumes a :class:`lab.bench.tune.TuneReport`; computes nothing new.
 from __future__ import annotations
 
 from lab.bench.tune import TuneReport
-from lab.render.markdown import busy_lines, fmt_number, md_table
+from lab.numbers import number_text
+from lab.render.markdown import busy_lines, md_table
 
 
 def tune_summary_markdown(report: TuneReport) -> str:
@@ -23,12 +24,12 @@ def tune_summary_markdown(report: TuneReport) -> str:
         f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "
         f"{machine['threads']} thread(s)",
         f"- rule: {measured['rule']}",
-        f"- **winner: {measured['winner']}** (score {fmt_number(measured['score'], '.2f')}x"
+        f"- **winner: {measured['winner']}** (score {number_text(measured['score'], '.2f', keep_inf=True)}x"
         + ("" if measured["beats_target_alone"] else "; no candidate beat the target alone here") + ")",
         f"- written to `{report.outcome.path}`; `lab speculate` with this model and draft uses it on this machine",
         "",
         *md_table("rank | candidate | greedy e2e | sampling e2e | greedy decode-only | sampling decode-only | score",
-                  [(i, name, *(fmt_number(measured["candidates"][name][key], ".2f") for key in (
+                  [(i, name, *(number_text(measured["candidates"][name][key], ".2f", keep_inf=True) for key in (
                       "greedy_e2e_speedup", "sampling_e2e_speedup", "greedy_decode_speedup", "sampling_decode_speedup",
                       "score"))) for i, name in enumerate(measured["ranking"], 1)]),
     ]

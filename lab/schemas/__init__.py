@@ -42,6 +42,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from lab.files import FileRefused, read_bounded
+from lab.numbers import number_in_line
 
 # No file the lab writes comes near this (a study outcome with its tokens is tens of kB, a converted
 # cache's manifest a few kB): a bigger one is not the lab's, and reading it whole could exhaust memory.
@@ -92,12 +93,7 @@ def _finite(validator: Any, wanted: bool | float, instance: Any, schema: Mapping
     elif isinstance(instance, int) and abs(instance) > sys.float_info.max:  # float(x) raises OverflowError
         yield ValidationError(f"a {len(str(abs(instance)))}-digit integer is beyond any number a float holds")
     elif wanted is not True and abs(instance) > wanted:
-        yield ValidationError(f"{_number_text(instance)} is beyond the magnitude {wanted:g} this field allows")
-
-
-def _number_text(x: int | float) -> str:
-    """``x`` in a line: an integer of many digits by its digit count (its text would fill the line)."""
-    return f"a {len(str(abs(x)))}-digit integer" if isinstance(x, int) and abs(x) >= 10**16 else repr(x)
+        yield ValidationError(f"{number_in_line(instance)} is beyond the magnitude {wanted:g} this field allows")
 
 
 Validator = validators.extend(Draft202012Validator, {"finite": _finite})
@@ -149,7 +145,7 @@ def validate(data: Any, schema: Mapping[str, Any], *, path: str | Path, kind: st
         where = "/".join(str(p) for p in error.absolute_path) or "top level"
         message = error.message
         if isinstance(error.instance, int) and not isinstance(error.instance, bool):  # 400 digits would fill the line
-            message = message.replace(str(error.instance), _number_text(error.instance))
+            message = message.replace(str(error.instance), number_in_line(error.instance))
         raise FileSchemaError(path, kind, f"{where}: {message}")
     return data
 

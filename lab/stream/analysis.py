@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from lab.verdicts import null_rejected
+
 # The pre-stated test's false-positive rate (one-sided, one test; the negative
 # control is a check of the test, not a second hypothesis).
 ALPHA = 0.01
@@ -138,6 +140,11 @@ class PairedTest:
     p_value: float
     alpha: float
     reject: bool
+
+    @property
+    def verdict(self) -> str:
+        """Supported when the null is rejected, else inconclusive (:func:`lab.verdicts.null_rejected`)."""
+        return null_rejected(self.reject)
 
 
 def wilcoxon_greater(a: np.ndarray, b: np.ndarray, *, name: str, a_name: str, b_name: str,

@@ -23,6 +23,7 @@ import jinja2
 from markupsafe import Markup
 
 from lab import ranges
+from lab.numbers import PAGE_MISSING, number_text
 from lab.ranges import ENTROPY_BITS, Range
 from lab.runs.files import write_text_atomic
 from lab.safe_text import printable
@@ -59,13 +60,14 @@ MAX_EXACT_DIGITS = 7
 
 def fmt(value: Any, digits: int = 3) -> str:
     """A number as a page shows it: ``digits`` significant figures (at most :data:`MAX_FIGURES`; a negative zero as
-    ``0``), ``-`` for None or NaN; an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
+    ``0``), ``-`` for None or NaN (:func:`lab.numbers.number_text` with the page's marker,
+    :data:`lab.numbers.PAGE_MISSING`); an integer whole up to :data:`MAX_EXACT_DIGITS` digits, past it as a float is.
 
     >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(12), fmt("x"), fmt(1e308, 400), fmt(10**400)
     ('0.123', '-', '-', '12', 'x', '1e+308', '1.00000e+400')
     """
     if value is None:
-        return "-"
+        return number_text(value, missing=PAGE_MISSING)
     if isinstance(value, bool):
         return "yes" if value else "no"
     figures = max(1, min(digits, MAX_FIGURES))
@@ -76,7 +78,7 @@ def fmt(value: Any, digits: int = 3) -> str:
             return f"{float(value):.{MAX_FIGURES}g}"
         return f"{Decimal(value):.{MAX_FIGURES - 1}e}"  # past a float: no int-to-text digit limit either
     if isinstance(value, float):
-        return f"{value + 0.0:.{figures}g}" if math.isfinite(value) else "-"  # -0.0 + 0.0 is 0.0
+        return number_text(value + 0.0, f".{figures}g", PAGE_MISSING)  # -0.0 + 0.0 is 0.0
     return str(value)
 
 

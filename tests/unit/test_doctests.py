@@ -26,6 +26,8 @@ DOCUMENTED_MODULES = (
     "lab.user_dirs",
     "lab.typed",
     "lab.health.context_validity",
+    "lab.numbers",
+    "lab.verdicts",
     "lab.views.core",
     "lab.views.kinds._summary",
     "lab.views.kinds.entropy",

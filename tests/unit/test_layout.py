@@ -225,6 +225,17 @@ def test_math_modules_import_nothing_from_lab_nor_rich_nor_transformers():
         assert "lab" not in names, (module, [str(e) for e in lab_edges() if e.source == module])
 
 
+# The ground floor every layer may import (the schemas, the math's callers, the renderers and the page): the
+# number formatter and the verdict words, standard library only.
+GROUND_FLOOR = ("lab.numbers", "lab.verdicts")
+
+
+def test_ground_floor_modules_import_only_the_standard_library():
+    for module in GROUND_FLOOR:
+        names = top_level_names(module)
+        assert names <= set(sys.stdlib_module_names), (module, sorted(names - set(sys.stdlib_module_names)))
+
+
 def test_rich_is_imported_only_by_rendering_and_commands():
     holders = sorted(m for m in lab_modules() if "rich" in top_level_names(m)
                      and not any(m == home or m.startswith(home + ".") for home in RICH_HOMES))

@@ -249,6 +249,33 @@ def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_pat
     assert "not a reading" not in "".join(str(s.html) for s in study.page(valid).sections)
 
 
+def test_study_page_older_report_untestable_note_reads_untestable(tmp_path):
+    """Fault class: a verdict word that contradicts its note, on an older report. A study.json written before
+    tests carried ``untestable`` (reports/20261205-133821-study) holds H1 as "inconclusive" under a note
+    "untestable on this model: <reason>"; its page (verdict table, compare table, headline) says untestable
+    with that reason, as a study written today does. A test with an ``untestable`` field is read by it alone."""
+    from lab.views.core import ReportFiles
+
+    reason = "lookback_heads does not read the context on smollm2: it fails (AUROC 0.73 < 0.75)"
+    tests = [{"name": "H1", "verdict": "inconclusive", "note": f"untestable on this model: {reason}"},
+             {"name": "H2", "verdict": "supported", "effect_name": "r", "effect": -0.3},
+             {"name": "H3", "verdict": "inconclusive", "note": "underpowered"},
+             {"name": "H5", "verdict": "inconclusive", "untestable": "", "note": f"untestable on this model: {reason}"}]
+    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report={"tests": tests})
+    kind_page = study_kind.page(files)
+    assert kind_page.headline == "H2 supported (r -0.3); 1 untestable, 2 inconclusive"
+    html = "".join(str(s.html) for s in kind_page.sections)
+    row = re.search(r'<tr id="verdict-H1">(.*?)</tr>', html, flags=re.S).group(1)
+    assert '<td class="verdict-untestable" title="' + str(escape(reason)) + '">untestable</td>' in row
+    for name in ("H3", "H5"):  # testable: no note prefix, or a report that says so in its own field
+        assert '<td class="verdict-inconclusive">inconclusive</td>' in re.search(
+            rf'<tr id="verdict-{name}">(.*?)</tr>', html, flags=re.S).group(1)
+    compared = str(study_kind.compare(files, files)[0].html)
+    row = re.search(r'<tr id="verdict-H1">(.*?)</tr>', compared, flags=re.S).group(1)
+    assert row.count(f"untestable: {escape(reason)}") == 2
+    assert tests[0]["verdict"] == "inconclusive" and "untestable" not in tests[0]  # the report is read, not changed
+
+
 def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere(tmp_path):
     """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure failed
     validation on the model, read "inconclusive" in the report's JSON, summary.md, the terminal table, the page and the

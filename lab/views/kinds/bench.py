@@ -11,9 +11,9 @@ in :func:`compare`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from lab.numbers import number_or_none
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
 from lab.views.core import KindPage, Section, figure_in, render
 from lab.views.files import ReportFiles
@@ -43,10 +43,6 @@ def shown(key: str, value: Any) -> str:
     """A figure of :data:`FIGURE_RANGES` as the page prints it (:func:`lab.views.core.figure_in`); a key with no
     range as :func:`lab.views.core.fmt` does."""
     return figure_in(FIGURE_RANGES, key, value)
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
 def _spread(method: dict[str, Any], figure: str) -> dict[str, Any]:
@@ -91,7 +87,7 @@ def _row_id(prefix: str, name: str) -> str:
 
 def headline(bench: dict[str, Any]) -> str:
     """The fastest method end to end against the baseline, in a line; ``""`` without figures."""
-    rows = [r for r in result_rows(bench) if _num(r["e2e tok/s"]) is not None]
+    rows = [r for r in result_rows(bench) if number_or_none(r["e2e tok/s"], text=False) is not None]
     if not rows:
         return ""
     best = max(rows, key=lambda r: r["e2e tok/s"])
@@ -163,7 +159,7 @@ SETUP_FIELDS = (("model", lambda r: (r.get("model") or {}).get("model")),
 
 
 def _ratio(b: Any, a: Any) -> float | None:
-    x, y = _num(b), _num(a)
+    x, y = number_or_none(b, text=False), number_or_none(a, text=False)
     return x / y if x is not None and y not in (None, 0.0) else None
 
 

@@ -20,6 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from lab.numbers import number_or_none
 from lab.ranges import COUNT, ENTROPY_BITS, NONNEGATIVE, NORMALIZED_ENTROPY, PROBABILITY, SECONDS, VARENTROPY_BITS2, Range
 from lab.views.core import (KindPage, Section, colour, figure_in, figure_problem, fmt, legend, render, table, text_colour, token_cell, token_inline)
 from lab.views.files import ReportFiles
@@ -94,26 +95,15 @@ class Step:
     alternatives: tuple[tuple[int | None, str, float | None], ...] = ()
 
 
-def _num(x: Any) -> float | None:
-    """A finite float, or None (absent, empty CSV cell, NaN, not a number)."""
-    if isinstance(x, bool) or x is None or x == "":
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _int(x: Any) -> int | None:
-    v = _num(x)
+    v = number_or_none(x)
     return int(v) if v is not None else None
 
 
 def entropy_top(report: dict[str, Any]) -> tuple[float, str] | None:
     """The most an entropy can be in this report, log2 V, with its words (``"log2 V = 15.9 bits"``); None when
     the report gives no vocabulary size V > 1."""
-    vocab = _num(report.get("vocab_size"))
+    vocab = number_or_none(report.get("vocab_size"))
     if vocab is None or vocab <= 1:
         return None
     top = math.log2(vocab)
@@ -135,20 +125,20 @@ def plotted(key: str, value: float | None, top: tuple[float, str] | None = None)
 
 def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
     """The run's steps and where they came from (``"report.json"``, ``"tokens.csv"`` or ``""`` for none)."""
-    vocab = _num(files.report.get("vocab_size"))
+    vocab = number_or_none(files.report.get("vocab_size"))
     log2_v = math.log2(vocab) if vocab and vocab > 1 else None
 
     def make(i: int, d: dict[str, Any], alts: list[tuple[Any, Any, Any]]) -> Step:
-        h = _num(d.get("entropy_bits"))
-        norm = _num(d.get("normalized_entropy"))
+        h = number_or_none(d.get("entropy_bits"))
+        norm = number_or_none(d.get("normalized_entropy"))
         if norm is None and h is not None and log2_v and plotted("entropy_bits", h, entropy_top(files.report)) is not None:
             norm = h / log2_v
         step = _int(d.get("step"))
         return Step(step=step if step is not None else i, token_id=_int(d.get("token_id")),
                     text=str(d.get("token_text") or ""), entropy_bits=h, normalized=norm,
-                    varentropy_bits2=_num(d.get("varentropy_bits2")),
-                    sampled_entropy_bits=_num(d.get("sampled_entropy_bits")), chosen_prob=_num(d.get("chosen_prob")),
-                    alternatives=tuple((_int(t), str(x if x is not None else ""), _num(p)) for t, x, p in alts))
+                    varentropy_bits2=number_or_none(d.get("varentropy_bits2")),
+                    sampled_entropy_bits=number_or_none(d.get("sampled_entropy_bits")), chosen_prob=number_or_none(d.get("chosen_prob")),
+                    alternatives=tuple((_int(t), str(x if x is not None else ""), number_or_none(p)) for t, x, p in alts))
 
     steps = files.report.get("steps")
     if isinstance(steps, list) and steps:
@@ -544,7 +534,7 @@ def summary_rows(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step])
     for r in rows:
         key = r.get("key", "")
         a_text, b_text = shown(key, r["a"], tops[0], 4), shown(key, r["b"], tops[1], 4)
-        x, y = _num(r["a"]), _num(r["b"])
+        x, y = number_or_none(r["a"]), number_or_none(r["b"])
         both_numbers = not isinstance(r["a"], str) and not isinstance(r["b"], str)
         possible = "out of range" not in a_text + b_text  # no difference of an impossible figure
         out.append({"label": r["label"], "a": a_text, "b": b_text,

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.numbers import number_or_none
 from lab.ranges import ENTROPY_BITS, PROBABILITY
+from lab.verdicts import DECIDED, INCONCLUSIVE
 from lab.views.core import KindPage, Section, figure, fmt, render, row_anchor, table
 from lab.views.files import ReportFiles
 
@@ -51,10 +53,10 @@ def headline(report: dict[str, Any]) -> str:
         return f"CONTROLS FAILED ({', '.join(failed) or 'pilot'}): this run decides nothing"
     ts = stated_tests(report)
     decided = [f"{t['name']} {t['verdict']} ({fmt(t.get('estimate'))} {t.get('unit', '')})".replace(" )", ")")
-               for t in ts if t["verdict"] in ("supported", "not supported")]
+               for t in ts if t["verdict"] in DECIDED]
     rest = len(ts) - len(decided)
     parts = [", ".join(decided)] if decided else []
-    parts += [f"{rest} inconclusive"] if rest else []
+    parts += [f"{rest} {INCONCLUSIVE}"] if rest else []
     return "; ".join(parts + ["controls passed"]) if ts else ""
 
 
@@ -68,16 +70,15 @@ def triple_rows(files: ReportFiles) -> list[dict[str, Any]]:
                                          "distractor": r.get("distractor", "")})
         for title, twin, arm, column in TRIPLE_CELLS:
             if r.get("twin") == twin and r.get("arm") == arm:
-                value = _number(r.get(column, ""))
-                row[title] = value if isinstance(value, str) else figure(value, *CELL_RANGES[column])
+                text = r.get(column, "")
+                value = number_or_none(text, finite=False)
+                row[title] = text if value is None and not _nan(text) else figure(value, *CELL_RANGES[column])
     return list(by_triple.values())
 
 
-def _number(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
+def _nan(text: Any) -> bool:
+    """Whether a cell reads as NaN (a number not measured: the page's ``-``), not as text to show as written."""
+    return isinstance(text, str) and text.strip().lower().lstrip("+-") == "nan"
 
 
 def page(files: ReportFiles) -> KindPage:

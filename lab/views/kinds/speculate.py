@@ -14,12 +14,12 @@ ids in brackets and no p(x) / q(x) columns.
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
-from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
+from lab.numbers import number_or_none
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY
+from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_tokens_per_round
 from lab.views.core import KindPage, Section, figure, fmt, render, token_cell, token_inline
 from lab.views.files import ReportFiles
 
@@ -29,11 +29,6 @@ MAX_ROUNDS_SHOWN = 400
 ORIGINS = (("accepted", "draft token, accepted by the target"),
            ("correction", "target's correction (resampled where a draft token was rejected)"),
            ("bonus", "bonus token (every draft token kept)"))
-
-
-def _num(value: Any) -> float | None:
-    """A finite float, or None (the report writes NaN as null)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
 def _text_of(texts: dict[str, str], token_id: Any) -> str:
@@ -111,15 +106,15 @@ def theory(report: dict[str, Any]) -> dict[str, Any]:
     """
     acc = report.get("acceptance") or {}
     settings = report.get("settings") or {}
-    alpha, gamma = _num(acc.get("alpha")), settings.get("gamma")
+    alpha, gamma = number_or_none(acc.get("alpha"), text=False), settings.get("gamma")
     cost = report.get("draft_cost")
-    c = _num(cost.get("ratio")) if isinstance(cost, dict) else None
+    c = number_or_none(cost.get("ratio"), text=False) if isinstance(cost, dict) else None
     # The closed forms' domain (lab.speculative.theory): a gamma no float holds has no theory to set beside it.
     ok = alpha is not None and 0.0 <= alpha <= 1.0 and isinstance(gamma, int) and 1 <= gamma <= sys.float_info.max
     rounds = report.get("rounds") or []
     varies = bool(settings.get("adaptive") or settings.get("dynamic")
                   or any(r.get("stop_reason") in ("entropy", "pmin", "no-match") for r in rounds))
-    return {"alpha": alpha, "gamma": gamma, "cost_ratio": c, "tau": _num(acc.get("tau")),
+    return {"alpha": alpha, "gamma": gamma, "cost_ratio": c, "tau": number_or_none(acc.get("tau"), text=False),
             "expected_tokens": expected_tokens_per_round(alpha, gamma) if ok else None,
             "expected_speedup": expected_speedup(alpha, gamma, c) if ok and c is not None and c >= 0 else None,
             "breakeven_alpha": breakeven_alpha(gamma, c) if ok and c is not None and c >= 0 else None,
@@ -133,9 +128,9 @@ def time_figures(report: dict[str, Any]) -> dict[str, float | None]:
     as :attr:`lab.speculative.results.SpeculativeResult.verify_time_s` does.
     """
     rounds = report.get("rounds") or []
-    draft_s = sum(_num(r.get("draft_time_s")) or 0.0 for r in rounds)
+    draft_s = sum(number_or_none(r.get("draft_time_s"), text=False) or 0.0 for r in rounds)
     draft_n = sum(int(r.get("n_draft_forwards") or 0) for r in rounds)
-    verify = [_num(r.get("verify_time_s")) for r in rounds if not r.get("prefill_positions")]
+    verify = [number_or_none(r.get("verify_time_s"), text=False) for r in rounds if not r.get("prefill_positions")]
     verify = [v for v in verify if v is not None]
     return {"draft_forward_s": draft_s / draft_n if draft_n else None,
             "verify_pass_s": sum(verify) / len(verify) if verify else None}

@@ -7,10 +7,11 @@ The summary's prose follows without its tables and verdict lines, which the sect
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from lab.numbers import MISSING, PAGE_MISSING, number_or_none
 from lab.ranges import COUNT, NONNEGATIVE, PERPLEXITY, PROBABILITY, SECONDS, Range
+from lab.verdicts import NULL_WORDS, null_rejected
 from lab.views.core import MAX_FIGURES, KindPage, Section, figure, markdown, render, table
 from lab.views.files import ReportFiles
 from lab.views.kinds._summary import prose
@@ -19,36 +20,29 @@ PLOT = "rolling_nll.png"
 MAX_HEADLINE_POLICIES = 4  # policies named in the headline's ratio list; the table has them all
 
 
-def _num(x: Any) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _f(x: Any, rng: Range, what: str, spec: str) -> str:
     """A figure of the report or of a CSV cell (text) as the page prints it, checked against its physical range
-    (:func:`lab.views.core.figure`); ``-`` where there is none."""
-    return figure(_num(x), rng, what, MAX_FIGURES, spec=spec)
+    (:func:`lab.views.core.figure`; an infinity shown out of range); ``-`` where there is none."""
+    return figure(number_or_none(x, finite=False), rng, what, MAX_FIGURES, spec=spec)
 
 
 def _interval(value: Any, low: Any, high: Any, rng: Range, what: str, spec: str) -> str:
-    if math.isnan(_num(value)):
-        return "-"
+    if number_or_none(value, finite=False) is None:
+        return PAGE_MISSING
     return f"{_f(value, rng, what, spec)} [{_f(low, rng, what, spec)}, {_f(high, rng, what, spec)}]"
 
 
 def _alpha(row: dict[str, str], mode: str) -> str:
-    if math.isnan(_num(row.get(f"alpha_{mode}"))):
-        return "n/a"
+    if number_or_none(row.get(f"alpha_{mode}"), finite=False) is None:
+        return MISSING
     return (f"{_f(row[f'alpha_{mode}'], PROBABILITY, 'alpha', '.2f')} "
             f"({_count(row.get(f'n_accepted_{mode}'))}/{_count(row.get(f'n_tested_{mode}'))})")
 
 
 def _count(x: Any) -> str:
     """A count as the report or a CSV cell holds it, checked (:data:`lab.ranges.COUNT`); as written when no number."""
-    v = _num(x)
-    return figure(int(v) if v.is_integer() else v, COUNT, "a count") if math.isfinite(v) else str(x)
+    v = number_or_none(x)
+    return figure(int(v) if v.is_integer() else v, COUNT, "a count") if v is not None else str(x)
 
 
 def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -65,8 +59,8 @@ def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def test_verdict(t: dict[str, Any]) -> str:
-    """A test's verdict in words."""
-    return "rejects the null" if t.get("reject") else "does not reject"
+    """A test's verdict (:func:`lab.verdicts.null_rejected`) in the words summary.md gives it."""
+    return NULL_WORDS[null_rejected(bool(t.get("reject")))]
 
 
 def recompute_check(rc: Any) -> dict[str, str] | None:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from lab.ranges import CORRELATION, COUNT, ENTROPY_BITS, HEALTH, PROBABILITY, Range
+from lab.verdicts import DECIDED, INCONCLUSIVE, UNTESTABLE_NOTE, settled, untestable_reason
 from lab.views.core import KindPage, Section, figure, fmt, render, row_anchor, table
 from lab.views.files import ReportFiles
 
@@ -22,7 +23,6 @@ PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "co
                   "alpha", "n_accepted", "n_drafted_tested", "text")
 TEXT_COLUMNS = frozenset({"id", "category", "variant", "twin_of", "text"})  # shown as written, never as numbers
 TEXT_CHARS = 80  # of a prompt's generated text in the table; the CSV holds it whole
-DECIDED = ("supported", "not supported")  # the verdicts that decide (lab.analysis.hypotheses.VERDICTS spells them)
 # Physical ranges of the figures the page prints (lab.ranges), with their names in an out-of-range note: the
 # per-prompt columns, and the effects that are correlations (lab.analysis.hypotheses' effect names); an effect
 # with no range of its own (a variance gap, eta squared H) is printed as it is.
@@ -58,7 +58,15 @@ def _shown(column: str, value: Any) -> Any:
 
 
 def _tests(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in report.get("tests") or [] if isinstance(t, dict) and t.get("name")]
+    """The report's tests, each with its verdict settled (:func:`lab.verdicts.settled`): a test whose precondition
+    failed is ``untestable`` with its reason, in a study written before ``study.json`` said so too (its verdict
+    ``inconclusive``, the reason only in its note)."""
+    tests = []
+    for t in report.get("tests") or []:
+        if isinstance(t, dict) and t.get("name"):
+            reason = untestable_reason(t)
+            tests.append({**t, "untestable": reason, "verdict": settled(t.get("verdict"), reason)} if reason else t)
+    return tests
 
 
 def headline(tests: list[dict[str, Any]]) -> str:
@@ -71,7 +79,7 @@ def headline(tests: list[dict[str, Any]]) -> str:
     """
     decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {_effect(t, t.get('effect'))})"
                for t in tests if t.get("verdict") in DECIDED]
-    rest = Counter(str(t.get("verdict") or "inconclusive") for t in tests if t.get("verdict") not in DECIDED)
+    rest = Counter(str(t.get("verdict") or INCONCLUSIVE) for t in tests if t.get("verdict") not in DECIDED)
     return ", ".join(decided) + ("; " if decided and rest else "") + ", ".join(f"{n} {v}" for v, n in rest.items())
 
 
@@ -129,7 +137,7 @@ def health_invalid(tests: list[dict[str, Any]]) -> str:
     """Why context health is no reading of the context on the study's model (H1's note when the study found
     it untestable for that reason), ``""`` when it is not known to be invalid."""
     note = next((str(t.get("note") or "") for t in tests if t.get("name") == "H1"), "")
-    return note.removeprefix("untestable on this model: ") if "does not read the context" in note else ""
+    return note.removeprefix(UNTESTABLE_NOTE) if "does not read the context" in note else ""
 
 
 def page(files: ReportFiles) -> KindPage:
