@@ -254,7 +254,7 @@ def test_study_page_older_report_untestable_note_reads_untestable(tmp_path):
     tests carried ``untestable`` (reports/20261205-133821-study) holds H1 as "inconclusive" under a note
     "untestable on this model: <reason>"; its page (verdict table, compare table, headline) says untestable
     with that reason, as a study written today does. A test with an ``untestable`` field is read by it alone."""
-    from lab.views.core import ReportFiles
+    from lab.views.files import ReportFiles
 
     reason = "lookback_heads does not read the context on smollm2: it fails (AUROC 0.73 < 0.75)"
     tests = [{"name": "H1", "verdict": "inconclusive", "note": f"untestable on this model: {reason}"},
