@@ -179,6 +179,22 @@ def test_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
             in notes[0].text_all())
 
 
+def test_sinks_page_position_outside_the_prompt_is_drawn_without_a_value(tmp_path):
+    """Fault class: a position read as an index from the end: a hand-edited layer level at position -99 (of the
+    typed report's shape, so no broad catch stands between it and the page) raised IndexError on the per-head
+    scores; its cells are drawn without a value, the rest of the page as usual."""
+    per_head = [[[0.5] * len(TOKENS)], [[0.25] * len(TOKENS)]]
+    levels = [{"position": -99, "first_layer": 0, "last_layer": 1, "n_layers": 2, "token": "x", "role": "template",
+               "sink_overall": False}]
+    data = analysis(TOKENS, ROLES, RECEIVED, IS_SINK, per_head=per_head, layer_sinks=[[-99], [-99]],
+                    layer_levels=levels)
+    tree = Tree((write(tmp_path, data) / PAGE).read_text(encoding="utf-8"))
+    row = [r for r in tree.root.all("tr") if r.attrs.get("id") == "level--99"][0]
+    assert [c.attrs["title"] for c in row.all("td", "cell")] == ["layer 0, position -99: - (sink in this layer)",
+                                                                 "layer 1, position -99: - (sink in this layer)"]
+    assert len(bars(tree)) == len(TOKENS)
+
+
 def test_sinks_page_long_prompt_scrolls_instead_of_squeezing(tmp_path):
     """500 positions keep their bar width: the chart grows wide inside a scrolling box."""
     n = 500

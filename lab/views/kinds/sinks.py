@@ -132,7 +132,7 @@ def headline(a: Analysis, ps: list[Position]) -> str:
     rates = a.sink_rate
     sinks = [p for p in ps if p.is_sink]
     named = ", ".join(f"{p.index} {visible(p.token)!r}" + (f" (sink rate {figure(rates[p.index], PROBABILITY, 'a sink rate', spec='.2f')})"
-                                                          if p.index < len(rates) else "") for p in sinks[:3])
+                                                          if 0 <= p.index < len(rates) else "") for p in sinks[:3])
     more = f" and {len(sinks) - 3} more" if len(sinks) > 3 else ""
     line = f"{len(sinks)} sink{'s' if len(sinks) != 1 else ''} of {len(ps)} positions" + (
         f": {named}{more}" if sinks else "")
@@ -171,7 +171,7 @@ def levels(a: Analysis, ps: list[Position]) -> dict[str, Any]:
         for layer in range(n_layers):
             value = None
             if per_head and layer < len(per_head):
-                heads = [h[pos] for h in per_head[layer] if pos < len(h)]
+                heads = [h[pos] for h in per_head[layer] if 0 <= pos < len(h)]
                 value = sum(heads) / len(heads) if heads else None
             bg = colour(None if figure_problem(value, PROBABILITY, "attention received") else value)
             cells.append({"layer": layer, "value": figure(value, PROBABILITY, "attention received"), "bg": bg, "fg": text_colour(bg),
