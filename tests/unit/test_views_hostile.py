@@ -327,9 +327,11 @@ def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a hand-edited sink rate of 1.5 (a share) was printed in the sinks
     headline and the log row as a rate, attention received of 1.5 drawn as a bar at 1, a context health of -1 shown
     as a reading."""
-    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [1.5, 0.01], "is_sink": [True, False],
-                "observed": [True, True], "sink_rate": [1.5, 0.0], "context_health": -1.0, "position0_share": 1.5}
-    page, log = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
+    from tests.support import sinks_report
+
+    report = sinks_report(["<s>", "a"], ["bos", "content"], [1.5, 0.01], [True, False], sink_rate=[1.5, 0.0],
+                          context_health=-1.0, position0_share=1.5)
+    page, log = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps(report)})
     headline = "(sink rate 1.5 (out of range: a sink rate must be in [0, 1]))"
     assert headline in page and headline in log
     assert "-1 (out of range: context health must be in [0, 10]) / 10" in page + log
@@ -342,11 +344,16 @@ def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
     (-7777.5, "min_observers -7.78e+03 (out of range: a count must be an integer >= 0)")])
 def test_sinks_page_observer_count_that_is_no_count_is_out_of_range(tmp_path, min_observers, words):
     """An impossible number shown as fact: a hand-edited min_observers of -7777.5 was printed as "the last -7778.5
-    positions have too few observers to flag"."""
-    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [0.5, 0.01], "is_sink": [True, False],
-                "observed": [True, True], "min_observers": min_observers}
-    page, _ = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
-    assert words in page and "-7778.5" not in page
+    positions have too few observers to flag". A count that is no integer is a report of another shape
+    (lab.kinds.sinks.Report): the page names it in one line; the words for it stay unobserved()'s (its doctest)."""
+    from lab.views.kinds.sinks import unobserved
+    from tests.support import sinks_report
+
+    report = sinks_report(["<s>", "a"], ["bos", "content"], [0.5, 0.01], [True, False], min_observers=min_observers)
+    page, _ = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps(report)})
+    shown = (words if isinstance(min_observers, int)
+             else f"analysis.min_observers: an integer goes here, not the number {min_observers}")
+    assert shown in page and unobserved(min_observers) == words and "-7778.5" not in page
 
 
 def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
