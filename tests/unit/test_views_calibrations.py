@@ -33,12 +33,27 @@ def _headline(tree: Tree) -> str:
     return found[0].text_all() if found else ""
 
 
+def _calibration() -> dict:
+    """A whole calibrate-sinks report (lab.kinds.calibrate_sinks.Report)."""
+    counts = {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3, "n_content": 900, "trailing_flagged": 0}
+    return {"kind": "calibrate-sinks", "model": {"model": "smollm2"}, "environment": {},
+            "criteria": {"position0_min_rate": 0.95, "content_max_rate": 0.01}, "min_observers": 8,
+            "statistic": "sink_rate", "statistics": ["sink_rate"],
+            "candidates": {"sink_rate": {"feasible": [0.17, 0.69], "feasible_thresholds": [0.17, 0.3, 0.69],
+                                         "chosen": 0.43, "counts": {"held_out": counts}, "position0_lowest": 0.2,
+                                         "content_highest": 0.1}},
+            "chosen_threshold": 0.43, "current_default_threshold": 0.02, "feasible_thresholds": [0.17, 0.3, 0.69],
+            "n_prompts": 24, "n_content_tokens": 1800, "position0_score_min": 0.2, "content_score_max": 0.1,
+            "sweep": [], "trailing_fraction": 0.1,
+            "held_out": {"prompts": "held.jsonl", "threshold": 0.43, "short": counts, "long": None,
+                         "long_n_tokens": []},
+            "long_prompts": [], "prompts": [], "cross_model": None, "saved_to": None}
+
+
 def test_calibrate_sinks_page_headline_from_calibration_json(tmp_path):
     """The chosen threshold, its feasible range and the held-out counts are calibration.json's; sweep.png once."""
-    data = {"chosen_threshold": 0.43, "statistic": "sink_rate", "feasible_thresholds": [0.17, 0.3, 0.69],
-            "n_prompts": 24, "held_out": {"short": {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3,
-                                                    "n_content": 900}}}
-    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", data, png="sweep.png")
+    data = _calibration()
+    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", data, png="sweep.png")  # as before format 1
     assert _headline(tree) == ("threshold 0.43 on sink_rate (feasible 0.17 to 0.69, 24 prompts); held out: "
                                "position 0 flagged on 11/12, content 3/900")
     assert len([i for i in tree.root.all("img") if i.attrs["src"].startswith("data:")]) == 1
@@ -49,6 +64,18 @@ def test_calibrate_sinks_page_damaged_json_leaves_headline_out(tmp_path):
     tree = _write(tmp_path, "calibrate-sinks", "calibration.json", "{not json")
     assert "threshold" not in _headline(tree)
     assert [s for s in tree.root.all("section") if s.attrs.get("id") == "summary"]
+
+
+def test_calibrate_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a held-out count goes) is named on the page in one line, the
+    field and what was found, and the rest of the page is drawn; no headline made of it."""
+    data = _calibration()
+    data["held_out"] = {**data["held_out"], "short": {**data["held_out"]["short"], "n_prompts": "twelve"}}
+    tree = _write(tmp_path, "calibrate-sinks", "report.json", data, png="sweep.png")
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and _headline(tree) == ""
+    assert ("(report.json: held_out.short.n_prompts: an integer goes here, not a string ('twelve'))"
+            in notes[0].text_all())
 
 
 def _validation(valid: bool) -> dict:
