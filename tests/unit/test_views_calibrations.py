@@ -78,10 +78,24 @@ def test_calibrate_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(
             in notes[0].text_all())
 
 
+def _figures(rho, p, share: float, n: int, valid: bool) -> dict:
+    return {"name": "relative_entropy_for_length", "n": n, "n_measurable": n, "rho": rho, "p": p,
+            "low_share": share, "high_share": 0.0, "low": 0.5, "median": 5.0, "high": 9.5, "control": False,
+            "saturated_share": share, "length_neutral": valid, "unsaturated": valid, "valid": valid}
+
+
 def _validation(valid: bool) -> dict:
-    return {"measure": "relative_entropy_for_length", "valid": valid, "valid_candidates": ["content_entropy"],
-            "bars": {"max_length_rho": 0.2, "max_saturated_share": 0.05},
-            "figures": {"rho": 0.5151, "p": 0.12755, "saturated_share": 0.1, "n_measurable": 10}}
+    """A whole calibrate-health-validate report (lab.kinds.calibrate_health_validate.Report)."""
+    figures = _figures(0.5151, 0.12755, 0.1, 10, valid)
+    return {"kind": "calibrate-health-validate", "measure": "relative_entropy_for_length", "valid": valid,
+            "bars": {"max_length_rho": 0.2, "max_saturated_share": 0.05, "end_margin": 0.1, "min_measurable": 10},
+            "figures": figures, "by_source": {"numpy": figures},
+            "candidates": {"relative_entropy_for_length": figures,
+                           "content_entropy": {**_figures(0.01, 0.9, 0.0, 10, True), "name": "content_entropy"}},
+            "valid_candidates": ["content_entropy"],
+            "prompts": [{"id": "p0", "source": "numpy", "relative_entropy_for_length": None, "n_content": 16}],
+            "model": {"model": "smollm2"}, "environment": {}, "prompts_file": "lab/data/health_validation.jsonl",
+            "reference_file": None}
 
 
 def test_calibrate_health_validate_page_failed_shows_warning_with_figures(tmp_path):
@@ -99,6 +113,18 @@ def test_calibrate_health_validate_page_valid_has_no_warning(tmp_path):
     tree = _write(tmp_path, "calibrate-health-validate", "validation.json", _validation(True))
     assert not [p for p in tree.root.all("p") if "warning" in p.classes()]
     assert _headline(tree).startswith("context health (relative_entropy_for_length) reads the context")
+
+
+def test_calibrate_health_validate_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where rho goes) is named on the page in one line, the field and what
+    was found, and the rest of the page is drawn; no verdict made of it."""
+    data = _validation(False)
+    data["figures"] = {**data["figures"], "rho": "high"}
+    tree = _write(tmp_path, "calibrate-health-validate", "report.json", data)
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and _headline(tree) == ""
+    assert not [p for p in tree.root.all("p") if "warning" in p.classes()]
+    assert "(report.json: figures.rho: a number or null goes here, not a string ('high'))" in notes[0].text_all()
 
 
 def test_bench_sinks_page_headline_from_bench_json(tmp_path):
