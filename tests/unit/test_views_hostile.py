@@ -424,8 +424,15 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
         "model": "m", "environment": {}, "torch_threads": 1, "results": [], "machine_load": {},
         "comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30, "plain_extra_bytes": 2**30}}))
     assert "-2 (out of range: a time ratio must be a finite number >= 0)x" in line
-    f = calibrate_health_validate.figures({"measure": "m", "valid": True,
-                                           "figures": {"rho": 1.5, "p": 0.5, "saturated_share": 1.5, "n_measurable": 9}})
+    from lab.kinds.calibrate_health_validate import Bars, Figures, Report
+
+    fig = Figures(name="m", n=9, n_measurable=9, rho=1.5, p=0.5, low_share=0.5, high_share=1.0, low=0.0, median=5.0,
+                  high=10.0, control=False, saturated_share=1.5, length_neutral=False, unsaturated=False, valid=True)
+    f = calibrate_health_validate.figures(Report(
+        measure="m", valid=True, bars=Bars(max_length_rho=0.2, max_saturated_share=0.05, end_margin=0.1,
+                                           min_measurable=10),
+        figures=fig, by_source={}, candidates={}, valid_candidates=(), prompts=(), model={}, environment={},
+        prompts_file="v.jsonl", reference_file=None))
     line = calibrate_health_validate.headline(f)
     assert "rho with length 1.5 (out of range: rho must be in [-1, 1])" in line
     assert "1.5 (out of range: a share must be in [0, 1]) at an end" in line
