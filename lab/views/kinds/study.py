@@ -70,7 +70,8 @@ def _tests(report: Report) -> list[StudyTest]:
     tests = []
     for t in report.tests:
         if t.name:
-            reason = untestable_reason({"note": t.note} if t.untestable is None else {"untestable": t.untestable})
+            # a test without the field (None: a report written before it) gives its reason in its note only
+            reason = untestable_reason({"note": t.note}) if t.untestable is None else t.untestable
             tests.append(replace(t, untestable=reason, verdict=settled(t.verdict, reason)) if reason else t)
     return tests
 
