@@ -402,8 +402,10 @@ def test_bench_page_and_log_show_impossible_speed_and_alpha_as_out_of_range(tmp_
 def test_study_page_and_log_show_impossible_correlation_p_value_and_rate_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a study's rho of 1.5 was its headline and log row, a p-value of 1.5 a
     verdict and a prompt's alpha of 1.5 a row of its prompt table."""
-    study = {"tests": [{"name": "H2", "verdict": "supported", "effect_name": "spearman_rho", "effect": 1.5,
-                        "p_value": 1.5, "p_holm": 0.01, "n": 10}]}
+    from tests.study_fakes import study_report
+
+    study = study_report([{"name": "H2", "verdict": "supported", "effect_name": "spearman_rho", "effect": 1.5,
+                           "p_value": 1.5, "p_holm": 0.01, "n": 10}])
     csv_text = "id,category,alpha\nq1,factual,1.5\n"
     page, log = _page_and_log(tmp_path, "20261205-010101-study-x",
                               {"study.json": json.dumps(study), "per_prompt.csv": csv_text, "summary.md": "# Study\n"})
@@ -487,14 +489,16 @@ def test_speculate_page_integer_of_hundreds_of_digits_is_not_printed_whole(tmp_p
 def test_intervene_and_study_confidence_level_out_of_range_is_said(tmp_path):
     """An impossible number shown as fact: a confidence level of -7777.5 was printed as "at -777750.0%" beside
     an interval (and one no float holds stopped the page)."""
-    test = {"name": "H1", "verdict": "supported", "estimate": 0.1, "ci_low": 0.0, "ci_high": 0.2, "ci_level": -7777.5,
+    from tests.study_fakes import study_report
+
+    test = {"name": "H1", "verdict": "supported", "effect": 0.1, "ci_low": 0.0, "ci_high": 0.2, "ci_level": -7777.5,
             "p_value": 0.01, "p_holm": 0.01, "n": 10}
     page, _ = _page_and_log(tmp_path, "20261205-010101-study-x",
-                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+                            {"study.json": json.dumps(study_report([test])), "summary.md": "# Study\n"})
     assert "at -7.78e+03 (out of range: a confidence level must be in [0, 1])" in page
     test["ci_level"] = 0.975
     page, _ = _page_and_log(tmp_path, "20261205-010102-study-y",
-                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+                            {"study.json": json.dumps(study_report([test])), "summary.md": "# Study\n"})
     assert "at 97.5%" in page
 
 
