@@ -10,10 +10,13 @@ parts no page reads (the settings, the machine, the descriptive tables) are kept
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from lab.kinds import Kind
 from lab.typed import from_json, may_be_absent
+from lab.verdicts import VERDICTS
+
+Verdict = Literal[VERDICTS]  # the one vocabulary's four words (lab.verdicts), no other
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class StudyTest:
     predicted_sign: int
     smallest_effect: float | None
     p_holm: float | None
-    verdict: str
+    verdict: Verdict
     note: str
     details: dict[str, Any]
     ci_level: float
