@@ -517,3 +517,37 @@ def sinks_report(tokens: list[str], roles: list[str], received: list[float], is_
             "per_head_shape": [2, 1, n], "per_head": None}
     return {"kind": "sinks", "prompt": "fox", "system": None, "messages": [{"role": "user", "content": "fox"}],
             "model": {"model": "smollm2"}, "environment": {}, "analysis": {**full, **analysis}}
+
+
+def bench_method_json(gamma: int | None = None, **figures) -> dict:
+    """A method of a bench's ``report.json`` (:class:`lab.kinds.bench.Method`, or with ``gamma``
+    :class:`lab.kinds.bench.SpeculativeMethod`), whole: every figure 1.0 and every count 1 unless in ``figures``."""
+    import dataclasses
+
+    from lab.kinds.bench import Method, SpeculativeMethod
+
+    spread = {"min": 1.0, "median": 1.0, "max": 1.0}
+    out = {"tokens_per_s": spread, "n_runs": 1, "n_tokens": 1, "same_tokens_as_lab_target_loop": True,
+           "per_repeat": {}}
+    if gamma is not None:
+        plain = {f.name for f in dataclasses.fields(Method)}
+        out.update({f.name: 1 if f.type == "int" else 1.0 for f in dataclasses.fields(SpeculativeMethod)
+                    if f.name not in plain})
+        out.update({"gamma": gamma, "adaptive": None, "gamma_policy": None,
+                    "accepted_length_histogram": [0] * (gamma + 1)})
+    return {**out, **figures}
+
+
+def bench_report_json(methods: dict, **fields) -> dict:
+    """A whole ``lab bench`` ``report.json`` (:class:`lab.kinds.bench.Report`) holding ``methods`` (of
+    :func:`bench_method_json`), the rest placeholders unless in ``fields``."""
+    config = {"gammas": [2], "adaptive": [], "max_new_tokens": 8, "repeats": 1, "assisted": False, "warmup_tokens": 2,
+              "dynamic": [], "draft_dtypes": [], "prompt_lookup": False, "methods": [],
+              "sampling": {"temperature": 0.0, "top_k": None, "top_p": 1.0}, "seed": 0, "dtype_sweep": False,
+              "no_cache": False, "lab_default": False}
+    base = {"kind": "bench", "model": {"model": "smollm2", "weights": "float32"}, "draft": "early-exit:24",
+            "prompts": ["p"], "prompt_groups": ["short"], "humaneval": "none", "torch_threads": 1, "environment": {},
+            "draft_cost": None, "config": config, "mean_prompt_tokens": 8.0, "flops_context": 40,
+            "target_flops_per_token": 1e6, "target_step_s": 0.01, "methods": methods, "comparisons": [],
+            "assisted_errors": {}, "by_group": {}, "runs": [], "machine_load": None}
+    return {**base, **fields}

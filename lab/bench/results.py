@@ -218,7 +218,8 @@ class BenchResult:
 
 @dataclass(frozen=True)
 class BenchReport:
-    """``lab bench``'s ``report.json``: the set-up beside the :class:`BenchResult`.
+    """``lab bench``'s ``report.json``: the set-up beside the :class:`BenchResult` (its shape, which the writer checks
+    and the page reads: :class:`lab.kinds.bench.Report`).
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).

@@ -217,7 +217,8 @@ def timed_target(model: Any, ids: Sequence[Any], max_new_tokens: int, eos: Seque
 
 @dataclass(frozen=True)
 class RuntimeTuneReport:
-    """The ``report.json`` of ``lab bench-tune-runtime``.
+    """The ``report.json`` of ``lab bench-tune-runtime`` (its shape: :class:`lab.kinds.bench.RuntimeTuneReport`; the
+    writer takes ``kind`` out and writes it first).
 
     Attributes:
         model: The profile.

@@ -175,7 +175,8 @@ def _findings(rows: list[dict[str, Any]], caching_ratio: float) -> list[dict[str
 
 @dataclass(frozen=True)
 class SeedTablesReport:
-    """``lab bench-seed-tables``' ``report.json``: both schedules and the seed's figures beside them.
+    """``lab bench-seed-tables``' ``report.json``: both schedules and the seed's figures beside them (its shape:
+    :class:`lab.kinds.bench.SeedTablesReport`).
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).

@@ -183,7 +183,7 @@ def save_tuned(outcome: TuneOutcome, *, model: str, draft: str) -> Path:
 
 @dataclass(frozen=True)
 class TuneReport:
-    """``lab bench-tune``'s ``report.json``.
+    """``lab bench-tune``'s ``report.json`` (its shape: :class:`lab.kinds.bench.TuneReport`).
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).

@@ -56,8 +56,9 @@ class Kind:
             ``report.json``.
         variants: Other values its ``report.json``'s ``kind`` may hold, one per shape of report its commands
             write (a bench folder holds a ``bench``, a ``bench-tune`` or a ``bench-seed-tables`` report).
-        report: The shape of its ``report.json`` past ``kind`` and ``format``: a frozen dataclass (or a union of
-            them, one per variant) whose fields, in the file's order, carry their units in their docstring; the
+        report: The shape of its ``report.json`` past ``kind`` and ``format``: a frozen dataclass whose fields, in
+            the file's order, carry their units in their docstring, or for a kind with variants a dict of one
+            per name (``{"bench": ..., "bench-tune": ...}``: the file's ``kind`` says which it is read as); the
             writer checks every report against it and a page reads it (:meth:`read`). None for a kind not yet
             typed (its page reads the parsed JSON).
 
@@ -98,7 +99,8 @@ class Kind:
         form = data.get("format", 0)
         if not isinstance(form, int) or isinstance(form, bool) or not 0 <= form <= REPORT_FORMAT:
             raise ShapeError("format", f"a format this lab reads (0 to {REPORT_FORMAT}), not {str(form)[:60]!r}")
-        return from_json(self.report, {k: v for k, v in data.items() if k not in ("kind", "format")})
+        shape = self.report[said] if isinstance(self.report, dict) else self.report
+        return from_json(shape, {k: v for k, v in data.items() if k not in ("kind", "format")})
 
 
 @lru_cache(maxsize=None)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.kinds import ShapeError, kind_named
 from lab.views.core import Section, asset, markdown, render
 from lab.views.files import ReportFiles, read_report
-from lab.views.page import kind_module, kind_page
+from lab.views.page import kind_module, kind_page, not_drawn
 
 
 class KindMismatchError(ValueError):
@@ -20,9 +21,22 @@ class KindMismatchError(ValueError):
 
 
 def kind_compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
-    """The kind's own comparison sections (``lab.views.kinds.<kind>.compare``), or none."""
+    """The kind's own comparison sections (``lab.views.kinds.<kind>.compare``), or none; for a typed kind
+    (:attr:`lab.kinds.Kind.report`) whose report A or B is of another shape, one note saying which and why in one
+    line (as its page does, :func:`lab.views.page.not_drawn`) instead."""
     made = getattr(kind_module(a.kind), "compare", None)
-    return tuple(made(a, b)) if made is not None else ()
+    if made is None:
+        return ()
+    declared = kind_named(a.kind)
+    if declared is not None and declared.report is not None:
+        if not (a.report and b.report):  # a summary without its figures: nothing of the kind's own to compare
+            return ()
+        for label, files in (("A", a), ("B", b)):
+            try:
+                declared.read(files.report)
+            except ShapeError as exc:  # a hand-edited or damaged report: the reason in one line, no comparison
+                return (not_drawn(files.kind, f"{label} {files.exact}: ", str(exc)),)
+    return tuple(made(a, b))
 
 
 def read_pair(a: str | Path, b: str | Path) -> tuple[ReportFiles, ReportFiles]:

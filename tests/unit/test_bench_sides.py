@@ -55,6 +55,36 @@ def test_no_side_leaves_the_report_without_the_key(targets):
     assert bench.sides == {} and "sides" not in bench.as_dict()
 
 
+def test_bench_report_with_a_side_is_written_key_for_key_as_built(targets, tmp_path):
+    """A whole bench report (a side, speculative and plain methods, by_group, runs), as lab bench builds it, is
+    written through its typed report (lab.kinds.bench.Report) key for key in the same order: the type changes no
+    byte of report.json."""
+    import json
+
+    from lab.bench.prompt_split import PromptSet
+    from lab.bench.results import BenchReport
+    from lab.kinds.bench import KIND as BENCH
+    from lab.reports import report_dir
+
+    main, other = targets
+    config = BenchConfig(gammas=(2,), adaptive=("entropy:0.3",), max_new_tokens=3, repeats=1, warmup_tokens=2,
+                         assisted=False)
+    bench = run_bench(main, make_draft(main, "early-exit:2"), [torch.tensor([[5, 6, 7]])], config,
+                      sides=[BenchSide("other", other, make_draft(other, "early-exit:2"))])
+    report = BenchReport(model={"model": "tiny", "weights": "float32"}, draft_spec="early-exit:2",
+                         prompts=PromptSet.of(["p"], "none", "none"), torch_threads=1, environment={"python": "3"},
+                         draft_cost=None, bench=bench, side_models={"other": {"model": "tiny"}})
+    data = report.to_json()
+    with report_dir(tmp_path, BENCH, "x") as rd:
+        rd.write_report(data)
+    text = (rd.final / "report.json").read_text(encoding="utf-8")
+    assert json.loads(text) == {"kind": "bench", "format": 1, **{k: v for k, v in data.items() if k != "kind"}}
+    assert list(json.loads(text)) == ["kind", "format", *[k for k in data if k != "kind"]]
+    assert json.dumps(json.loads(text)) == json.dumps({"kind": "bench", "format": 1, **data})
+    typed = BENCH.read(json.loads(text))
+    assert set(typed.sides) == {"other"} and typed.methods.keys() == data["methods"].keys()
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--also-runtime", "torch:float32"], "already in the schedule (the main set-up)"),
     (["--also-runtime", "torch:q4", "--also-runtime", "torch:q4"], "given twice"),

@@ -268,10 +268,14 @@ def test_report_dir_write_report_keeps_a_declared_variant_and_refuses_another_ki
     """Fault class: a report.json whose kind contradicts its folder (a page drawn as the wrong kind)."""
     from lab.kinds.bench import KIND as BENCH
 
+    runtime = {"kind": "bench-tune-runtime", "model": "m", "candidates": {}, "torch_threads": 1, "max_new_tokens": 8,
+               "repeats": 1, "prompts": [], "prompt_groups": [], "humaneval": None, "environment": {}, "result": {},
+               "machine": {}, "tuning_file": None}  # a whole report: a typed kind's writer reads it through its type
     with report_dir(tmp_path, BENCH, "x") as rd:
-        rd.write_report({"kind": "bench-tune", "model": "m"})
-    assert read_json(rd.final / "report.json")["kind"] == "bench-tune"
+        rd.write_report(runtime)
+    assert read_json(rd.final / "report.json")["kind"] == "bench-tune-runtime"
     for data, match in (({"kind": "entropy"}, r"report.json of a 'bench' report says kind='entropy'"),
+                        ({"kind": "bench-tune", "model": "m"}, r"not in its declared shape: model: an object goes"),
                         ({"format": 2}, r"holds a field 'format', which the writer sets"),
                         ([1, 2], r"must be a mapping, not list")):
         with pytest.raises(ValueError, match=match):

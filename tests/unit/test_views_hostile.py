@@ -391,8 +391,10 @@ def test_stream_page_and_log_show_impossible_p_value_perplexity_and_time_as_out_
 def test_bench_page_and_log_show_impossible_speed_and_alpha_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a bench's negative tokens/s was its headline and log row, an alpha of
     1.5 a cell of its results table."""
-    report = {"methods": {"speculative g4": {"gamma": 4, "alpha": 1.5}},
-              "by_group": {"all": {"speculative g4": {"e2e_tokens_per_s": -5.0}}}}
+    from tests.support import bench_method_json, bench_report_json
+
+    report = bench_report_json({"speculative g4": bench_method_json(4, alpha=1.5)},
+                               by_group={"all": {"speculative g4": {"e2e_tokens_per_s": -5.0}}})
     page, log = _page_and_log(tmp_path, "20261205-010101-bench-x", {"report.json": json.dumps(report)})
     headline = "fastest: speculative g4, -5 (out of range: a speed must be a finite number >= 0) tokens/s"
     assert headline in page and headline in log

@@ -1,18 +1,20 @@
 """The ``lab bench`` report page: the results table first, then the plots; two benches side by side.
 
 A bench alternates the target alone and each speculative set-up over repeats
-(:mod:`lab.bench.run`); its ``report.json`` (:class:`lab.bench.results.BenchReport`) holds, per
+(:mod:`lab.bench.run`); its ``report.json`` (:class:`lab.kinds.bench.Report`) holds, per
 method, the pooled end-to-end and decode-only figures of every prompt group (``by_group``, speed-ups
 over :data:`lab.bench.results.BASELINE` in the same runs), the spread over repeats, and for a
 speculative method alpha, tau and Leviathan et al. 2023's predicted speed-ups. The page shows those
 figures as the report holds them; the only arithmetic it does is the ratio of two benches' figures
-in :func:`compare`.
+in :func:`compare`. A bench folder's other reports (``bench-tune``, ``bench-tune-runtime``,
+``bench-seed-tables``) have no results table here: their page is the summary and the files.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from lab.kinds.bench import KIND, Bench, Config, Method, Report, SpeculativeMethod, Spread
 from lab.numbers import number_or_none
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
 from lab.views.core import KindPage, Section, figure_in, render
@@ -45,39 +47,46 @@ def shown(key: str, value: Any) -> str:
     return figure_in(FIGURE_RANGES, key, value)
 
 
-def _spread(method: dict[str, Any], figure: str) -> dict[str, Any]:
-    spread = (method.get("per_repeat") or {}).get(figure)
-    return spread if isinstance(spread, dict) else {}
+def _median(method: Method, figure: str) -> float | None:
+    """The median over repeats of ``figure`` (a ``per_repeat`` key); None without it."""
+    spread = method.per_repeat.get(figure)
+    return spread.median if spread is not None else None
 
 
-def result_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per method of a bench (``report.json`` or one of its ``sides``), in the report's order.
+def result_rows(bench: Any) -> list[dict[str, Any]]:
+    """One row per method of a bench (a :class:`lab.kinds.bench.Report` or one of its ``sides``), in the report's
+    order; none for another report of a bench folder (a tuning run's, the seed tables').
 
     The end-to-end and decode-only columns are the ``"all"`` group's pooled figures (``by_group``);
     a report without them falls back to the medians over repeats (``per_repeat``).
     """
-    methods = bench.get("methods") or {}
-    pooled = (bench.get("by_group") or {}).get("all") or {}
+    if not isinstance(bench, (Report, Bench)):
+        return []
+    pooled = (bench.by_group or {}).get("all") or {}
     rows = []
-    for name, m in methods.items():
-        if not isinstance(m, dict):
-            continue
+    for name, m in bench.methods.items():
         g = pooled.get(name) or {}
 
         def figure(key: str) -> Any:
-            return g[key] if key in g else _spread(m, key).get("median")
+            return g[key] if key in g else _median(m, key)
 
-        tps = m.get("tokens_per_s") or {}
-        rows.append({"method": name, "gamma": m.get("gamma"),
+        spec = m if isinstance(m, SpeculativeMethod) else None
+
+        def speculative(field: str) -> Any:
+            return getattr(spec, field) if spec is not None else None
+
+        tps: Spread = m.tokens_per_s
+        rows.append({"method": name, "gamma": speculative("gamma"),
                      "e2e tok/s": figure("e2e_tokens_per_s"), "e2e speed-up": figure("e2e_speedup"),
                      "decode-only tok/s": figure("decode_tokens_per_s"),
                      "decode-only speed-up": figure("decode_speedup"),
-                     "tok/s median": tps.get("median"), "tok/s min": tps.get("min"), "tok/s max": tps.get("max"),
-                     "alpha": m.get("alpha"), "tau": m.get("tau"), "measured speed-up (loop)": m.get("measured_speedup"),
-                     "predicted (measured times)": m.get("speedup_predicted_from_measured_times"),
-                     "Thm 3.8 (time c)": m.get("speedup_theory_time_ratio"),
-                     "Thm 3.8 (FLOP c)": m.get("speedup_theory_flops"),
-                     "same tokens": m.get("same_tokens_as_lab_target_loop")})
+                     "tok/s median": tps.median, "tok/s min": tps.min, "tok/s max": tps.max,
+                     "alpha": speculative("alpha"), "tau": speculative("tau"),
+                     "measured speed-up (loop)": speculative("measured_speedup"),
+                     "predicted (measured times)": speculative("speedup_predicted_from_measured_times"),
+                     "Thm 3.8 (time c)": speculative("speedup_theory_time_ratio"),
+                     "Thm 3.8 (FLOP c)": speculative("speedup_theory_flops"),
+                     "same tokens": m.same_tokens_as_lab_target_loop})
     return rows
 
 
@@ -85,14 +94,14 @@ def _row_id(prefix: str, name: str) -> str:
     return prefix + "".join(c if c.isalnum() else "-" for c in name)
 
 
-def headline(bench: dict[str, Any]) -> str:
+def headline(bench: Report | Bench) -> str:
     """The fastest method end to end against the baseline, in a line; ``""`` without figures."""
     rows = [r for r in result_rows(bench) if number_or_none(r["e2e tok/s"], text=False) is not None]
     if not rows:
         return ""
     best = max(rows, key=lambda r: r["e2e tok/s"])
     base = next((r for r in rows if r["method"] == BASELINE), None)
-    busy = " (machine busy: figures noisy)" if (bench.get("machine_load") or {}).get("busy") else ""
+    busy = " (machine busy: figures noisy)" if (bench.machine_load or {}).get("busy") else ""
     if base is None:
         return f"fastest: {best['method']}, {shown('e2e tok/s', best['e2e tok/s'])} tokens/s end to end{busy}"
     if best is base:
@@ -108,54 +117,64 @@ def headline(bench: dict[str, Any]) -> str:
             f"{shown('decode-only speed-up', best['decode-only speed-up'])}x){busy}")
 
 
-def _results_html(bench: dict[str, Any], prefix: str) -> Any:
+def _results_html(bench: Report | Bench, prefix: str) -> Any:
     rows = result_rows(bench)
-    load = bench.get("machine_load") or {}
+    load = bench.machine_load or {}
     return render("bench_results.html.j2", rows=rows, columns=COLUMNS, baseline=BASELINE, shown=shown,
                   row_ids=[_row_id(prefix, r["method"]) for r in rows],
                   busy=load.get("busy"), max_load=load.get("max_load_1m"), threads=load.get("threads"),
-                  comparisons=[c for c in bench.get("comparisons") or [] if isinstance(c, dict)],
-                  errors=bench.get("assisted_errors") or {})
+                  comparisons=bench.comparisons, errors=bench.assisted_errors)
 
 
-def page(files: ReportFiles) -> KindPage:
-    """The bench page's own part: the results (and each side's), then the plots."""
-    report = files.report
-    if not report.get("methods"):
+def page(files: ReportFiles, report: Any) -> KindPage:
+    """The bench page's own part: the results (and each side's), then the plots; none for a bench folder's other
+    reports (``bench-tune``, ``bench-tune-runtime``, ``bench-seed-tables``: their summary is their page) or a bench
+    without methods."""
+    if not isinstance(report, Report) or not report.methods:
         return KindPage()
     sections = [Section("Results", _results_html(report, "method-"), "results")]
-    for label, side in (report.get("sides") or {}).items():
-        if isinstance(side, dict):
-            sections.append(Section(f"Results: {label}", _results_html(side, _row_id("side-", label) + "-"),
-                                    _row_id("side-", label)))
+    for label, side in (report.sides or {}).items():
+        sections.append(Section(f"Results: {label}", _results_html(side, _row_id("side-", label) + "-"),
+                                _row_id("side-", label)))
     if files.images or files.svgs:
         sections.append(Section("Plots", render("bench_plots.html.j2", images=files.images, svgs=files.svgs), "plots"))
     return KindPage(headline=headline(report), sections=tuple(sections),
                     covers=frozenset(files.images) | frozenset(files.svgs))
 
 
-def _sampling(config: dict[str, Any]) -> str | None:
-    """A bench's sampling set-up in words: ``greedy``, or its temperature and filters."""
-    s = config.get("sampling")
-    if not isinstance(s, dict):
-        return None if s is None else str(s)
-    if not s.get("temperature"):
+def _sampling(config: Config | None) -> str | None:
+    """A bench's sampling set-up in words: ``greedy``, or its temperature and filters; None without a config."""
+    if config is None:
+        return None
+    s = config.sampling
+    if not s.temperature:
         return "greedy"
-    parts = [f"temperature {shown('temperature', s.get('temperature'))}"]
-    parts += [f"{label} {shown(label, s[key])}" for key, label in (("top_k", "top-k"), ("top_p", "top-p"))
-              if s.get(key) is not None and not (key == "top_p" and s[key] == 1.0)]
+    parts = [f"temperature {shown('temperature', s.temperature)}"]
+    parts += [f"{label} {shown(label, value)}" for value, label in ((s.top_k, "top-k"), (s.top_p, "top-p"))
+              if value is not None and not (label == "top-p" and value == 1.0)]
     return ", ".join(parts)
 
 
-SETUP_FIELDS = (("model", lambda r: (r.get("model") or {}).get("model")),
-                ("weights", lambda r: (r.get("model") or {}).get("weights")),
-                ("draft", lambda r: r.get("draft")),
-                ("max new tokens", lambda r: (r.get("config") or {}).get("max_new_tokens")),
-                ("repeats", lambda r: (r.get("config") or {}).get("repeats")),
-                ("sampling", lambda r: _sampling(r.get("config") or {})),
-                ("prompts", lambda r: len(r.get("prompts") or [])),
-                ("torch threads", lambda r: r.get("torch_threads")),
-                ("machine busy", lambda r: (r.get("machine_load") or {}).get("busy")))
+def _model(report: Any) -> dict[str, Any]:
+    """The target's provenance of a bench folder's report (a ``bench-tune-runtime`` report names its profile only:
+    none)."""
+    return report.model if isinstance(report.model, dict) else {}
+
+
+def _config(report: Any) -> Config | None:
+    """A bench's schedule; None for a bench folder's other reports (they ran several)."""
+    return report.config if isinstance(report, Report) else None
+
+
+SETUP_FIELDS = (("model", lambda r: _model(r).get("model")),
+                ("weights", lambda r: _model(r).get("weights")),
+                ("draft", lambda r: getattr(r, "draft", None)),
+                ("max new tokens", lambda r: c.max_new_tokens if (c := _config(r)) is not None else None),
+                ("repeats", lambda r: c.repeats if (c := _config(r)) is not None else None),
+                ("sampling", lambda r: _sampling(_config(r))),
+                ("prompts", lambda r: len(getattr(r, "prompts", ()))),  # a seed-tables report has none (its `prompt`)
+                ("torch threads", lambda r: r.torch_threads),
+                ("machine busy", lambda r: (r.machine_load or {}).get("busy") if isinstance(r, Report) else None))
 
 
 def _ratio(b: Any, a: Any) -> float | None:
@@ -165,9 +184,14 @@ def _ratio(b: Any, a: Any) -> float | None:
 
 def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
     """Two benches: their set-ups, then every method matched by name (its set-up: gamma, adaptive rule,
-    draft dtype ...) with both runs' end-to-end and decode-only figures and the ratio B / A."""
-    rows_a = {r["method"]: r for r in result_rows(a.report)}
-    rows_b = {r["method"]: r for r in result_rows(b.report)}
+    draft dtype ...) with both runs' end-to-end and decode-only figures and the ratio B / A.
+
+    Raises:
+        ShapeError: a report not in its kind's shape (:func:`lab.views.compare.kind_compare` shows it in one line).
+    """
+    report_a, report_b = KIND.read(a.report), KIND.read(b.report)
+    rows_a = {r["method"]: r for r in result_rows(report_a)}
+    rows_b = {r["method"]: r for r in result_rows(report_b)}
     names = list(rows_a) + [n for n in rows_b if n not in rows_a]
     matched = []
     for name in names:
@@ -176,7 +200,7 @@ def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
         for key in ("e2e tok/s", "decode-only tok/s", "e2e speed-up", "decode-only speed-up", "alpha"):
             row[f"A {key}"], row[f"B {key}"], row[f"B/A {key}"] = ra.get(key), rb.get(key), _ratio(rb.get(key), ra.get(key))
         matched.append(row)
-    setup = [{"field": label, "A": get(a.report), "B": get(b.report), "same": get(a.report) == get(b.report)}
+    setup = [{"field": label, "A": get(report_a), "B": get(report_b), "same": get(report_a) == get(report_b)}
              for label, get in SETUP_FIELDS]
     return (Section("Benches side by side", render("bench_compare.html.j2", rows=matched, setup=setup, a=a, b=b, shown=shown,
                                                    keys=("e2e tok/s", "decode-only tok/s", "e2e speed-up",
