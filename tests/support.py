@@ -437,6 +437,33 @@ def bench_result(methods: dict, **fields):
     return BenchResult(methods=methods, **{**base, **fields})
 
 
+def entropy_step(**fields) -> dict:
+    """One step of a ``lab entropy`` report.json (:class:`lab.kinds.entropy.Step`): placeholders unless in
+    ``fields``."""
+    base = {"position": 0, "token_id": 0, "token_text": "a", "entropy_bits": 1.0, "normalized_entropy": 0.1,
+            "varentropy_bits2": 1.0, "sampled_entropy_bits": 0.0, "sampled_normalized_entropy": 0.0,
+            "chosen_prob": 0.5, "bucket": "confident", "alternatives": []}
+    return {**base, **fields}
+
+
+def entropy_report(steps=(), summary=None, **fields) -> dict:
+    """A whole ``lab entropy`` report.json (:class:`lab.kinds.entropy.Report`) holding ``steps``: placeholders unless
+    in ``fields``; ``summary`` holds the summary's figures that are not placeholders (its means None)."""
+    steps = list(steps)
+    text = "".join(s["token_text"] for s in steps)
+    base_summary = {"n_steps": len(steps), "stop_reason": "eos", "mean_entropy_bits": None, "max_entropy_bits": None,
+                    "var_entropy_bits": None, "mean_varentropy_bits2": None, "mean_sampled_entropy_bits": None,
+                    "elapsed_s": 1.0, "tokens_per_s": None}
+    base = {"kind": "entropy", "prompt": "p", "system": None, "messages": [{"role": "user", "content": "p"}],
+            "prompt_ids": [1, 2], "settings": {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": None,
+                                               "seed": None, "top_alternatives": 5},
+            "seed": None, "model": {"model": "smollm2"}, "device": "cpu", "dtype": "float32", "runtime": "torch",
+            "runtime_source": "default", "vocab_size": 49152, "environment": {},
+            "summary": {**base_summary, **(summary or {})}, "text": text,
+            "new_token_ids": [s["token_id"] for s in steps], "stop_reason": "eos", "steps": steps}
+    return {**base, **fields}
+
+
 def edit_at(where: str, value):
     """An edit of a valid JSON value, for hostile variants of a file: ``where`` is ``"key"`` or
     ``"key/sub/..."``; ``value`` ``...`` deletes that key. The returned function changes its argument."""
