@@ -26,7 +26,7 @@ from lab.views.files import read_report
 from lab.views.svg import inline_svg
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
-from tests.support import entropy_report, entropy_step
+from tests.support import entropy_report, entropy_step, speculate_report, speculate_round
 
 pytestmark = pytest.mark.unit
 
@@ -353,11 +353,9 @@ def test_sinks_page_observer_count_that_is_no_count_is_out_of_range(tmp_path, mi
 def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
     """An impossible number shown as fact: beyond its headline the speculate page printed a round's draft entropy
     of -1 bits, a p(x) of 1.5 and a negative draft time, and the theory table an alpha of 1.5, as measurements."""
-    report = {"settings": {"gamma": 2}, "token_texts": {"5": "a", "6": "b"},
-              "acceptance": {"alpha": 1.5, "n_accepted": 1, "n_drafted_tested": 1, "tau": 2.0, "tokens_per_s": 3.0},
-              "rounds": [{"round": 0, "proposed": [5], "n_accepted": 1, "accepted_mask": [True], "tested_mask": [True],
-                          "draft_entropies": [-1.0], "target_probs": [1.5], "draft_probs": [0.5], "next_token": 6,
-                          "next_kind": "bonus", "draft_time_s": -0.5, "verify_time_s": 0.1}]}
+    rounds = [speculate_round(draft_entropies=[-1.0], target_probs=[1.5], draft_probs=[0.5], draft_time_s=-0.5)]
+    report = speculate_report(rounds, {"alpha": 1.5, "n_accepted": 1, "n_drafted_tested": 1, "tau": 2.0,
+                                       "tokens_per_s": 3.0}, {"gamma": 2}, token_texts={"5": "a", "6": "b"})
     page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
     assert "alpha 1.5 (out of range: alpha must be in [0, 1])" in log
     for words in ("-1 (out of range: entropy must be a finite number >= 0) bits",
@@ -460,11 +458,11 @@ def test_speculate_page_integer_of_hundreds_of_digits_is_not_printed_whole(tmp_p
     templates as they are) and a gamma of 401 digits (the theory's refusal echoed it whole as the page's
     "not drawn" reason) filled lines of the speculate page."""
     huge = 10**400 + 7
-    report = {"settings": {"gamma": huge},
-              "acceptance": {"alpha": 0.5, "n_accepted": 1, "n_drafted_tested": 2, "tau": 1.5, "tokens_per_s": 3.0},
-              "rounds": [{"round": huge, "proposed": [huge, 5], "n_accepted": 0, "accepted_mask": [False, False],
-                          "tested_mask": [True, False], "draft_entropies": [1.0, 1.0], "next_token": huge,
-                          "next_kind": "correction", "draft_time_s": 0.1, "verify_time_s": 0.1}]}
+    rounds = [speculate_round(round=huge, proposed=[huge, 5], n_accepted=0, accepted_mask=[False, False],
+                              tested_mask=[True, False], draft_entropies=[1.0, 1.0],
+                              draft_normalized_entropies=[0.1, 0.1], next_token=huge, next_kind="correction")]
+    report = speculate_report(rounds, {"alpha": 0.5, "n_accepted": 1, "n_drafted_tested": 2, "tau": 1.5,
+                                       "tokens_per_s": 3.0}, {"gamma": huge})
     page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
     assert "not in the shape" not in page
     assert not re.search(r"\d{40}", page) and not re.search(r"\d{40}", log)
