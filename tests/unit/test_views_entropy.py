@@ -17,7 +17,6 @@ import pytest
 from lab.views.publish import report_folder
 from lab.views.compare import compare_html, read_pair
 from lab.views.core import colour, fmt, token_cell
-from lab.views.files import ReportFiles
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
 from tests.support import entropy_report
@@ -64,12 +63,6 @@ def _data(steps=STEPS, summary=SUMMARY, **extra) -> dict:
     """A whole report.json holding ``steps``; ``summary``'s figures given, its others None."""
     return entropy_report(steps, summary, **{"prompt": "What is the capital of France?", "vocab_size": 49152,
                                              "model": {"model": "smollm2"}, **extra})
-
-
-def read_fake(report: dict, csvs: dict | None = None) -> ReportFiles:
-    """A report as read, without a directory (for the functions below the page)."""
-    return ReportFiles(path=Path("."), name="20261205-000000-entropy-x", kind="entropy", report=report,
-                       csvs=csvs or {})
 
 
 def _tokens(html: str, prefix: str = "tok", suffix: str = "") -> dict[int, str]:
