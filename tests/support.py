@@ -437,6 +437,67 @@ def bench_result(methods: dict, **fields):
     return BenchResult(methods=methods, **{**base, **fields})
 
 
+def entropy_step(**fields) -> dict:
+    """One step of a ``lab entropy`` report.json (:class:`lab.kinds.entropy.Step`): placeholders unless in
+    ``fields``."""
+    base = {"position": 0, "token_id": 0, "token_text": "a", "entropy_bits": 1.0, "normalized_entropy": 0.1,
+            "varentropy_bits2": 1.0, "sampled_entropy_bits": 0.0, "sampled_normalized_entropy": 0.0,
+            "chosen_prob": 0.5, "bucket": "confident", "alternatives": []}
+    return {**base, **fields}
+
+
+def entropy_report(steps=(), summary=None, **fields) -> dict:
+    """A whole ``lab entropy`` report.json (:class:`lab.kinds.entropy.Report`) holding ``steps``: placeholders unless
+    in ``fields``; ``summary`` holds the summary's figures that are not placeholders (its means None)."""
+    steps = list(steps)
+    text = "".join(s["token_text"] for s in steps)
+    base_summary = {"n_steps": len(steps), "stop_reason": "eos", "mean_entropy_bits": None, "max_entropy_bits": None,
+                    "var_entropy_bits": None, "mean_varentropy_bits2": None, "mean_sampled_entropy_bits": None,
+                    "elapsed_s": 1.0, "tokens_per_s": None}
+    base = {"kind": "entropy", "prompt": "p", "system": None, "messages": [{"role": "user", "content": "p"}],
+            "prompt_ids": [1, 2], "settings": {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": None,
+                                               "seed": None, "top_alternatives": 5},
+            "seed": None, "model": {"model": "smollm2"}, "device": "cpu", "dtype": "float32", "runtime": "torch",
+            "runtime_source": "default", "vocab_size": 49152, "environment": {},
+            "summary": {**base_summary, **(summary or {})}, "text": text,
+            "new_token_ids": [s["token_id"] for s in steps], "stop_reason": "eos", "steps": steps}
+    return {**base, **fields}
+
+
+def speculate_round(**fields) -> dict:
+    """One round of a ``lab speculate`` report.json (:class:`lab.kinds.speculate.Round`): placeholders (one drafted
+    token, kept, then a bonus) unless in ``fields``."""
+    base = {"round": 0, "proposed": [5], "n_accepted": 1, "next_token": 6, "next_kind": "bonus", "stop_reason": "gamma",
+            "draft_entropies": [1.0], "draft_normalized_entropies": [0.1], "accepted_mask": [True],
+            "tested_mask": [True], "draft_time_s": 0.1, "verify_time_s": 0.1, "n_draft_forwards": 1,
+            "prefill_positions": 0, "target_probs": [], "draft_probs": [], "draft_source": ""}
+    return {**base, **fields}
+
+
+def speculate_report(rounds=(), acceptance=None, settings=None, **fields) -> dict:
+    """A whole ``lab speculate`` report.json (:class:`lab.kinds.speculate.Report`) holding ``rounds``: placeholders
+    unless in ``fields``; ``acceptance`` and ``settings`` hold the figures that are not placeholders."""
+    rounds = list(rounds)
+    tokens = [t for r in rounds for t in r["proposed"][:r["n_accepted"]] + ([r["next_token"]] if r["next_token"]
+                                                                              is not None else [])]
+    base_acceptance = {"alpha": None, "tau": None, "n_rounds": len(rounds), "n_drafted": 0, "n_drafted_tested": 0,
+                       "n_accepted": 0, "expected_tokens_per_round_at_alpha": None, "accepted_length_histogram": [],
+                       "all_rounds_histogram": [], "geometric_expected": [], "geometric_chi2": None,
+                       "geometric_p_value": None, "tokens": len(tokens), "tokens_per_s": None, "prefill_time_s": 0.1,
+                       "draft_time_s": 0.1, "verify_time_s": 0.1, "overhead_time_s": 0.0, "total_time_s": 0.3,
+                       "stopped_by": "eos"}
+    base_settings = {"draft": "early-exit:12", "gamma": 4, "adaptive": None, "draft_dtype": None, "dynamic": None,
+                     "draft_setup": {"draft_dtype": None, "gamma": 4, "adaptive": None, "dynamic": None,
+                                     "sources": {}, "notes": []},
+                     "max_new_tokens": 64, "sampling": {"temperature": 0.0, "top_k": None, "top_p": 1.0}, "seed": 1,
+                     "runtime": "torch", "runtime_source": "default"}
+    base = {"kind": "speculate", "prompt": "p", "system": None, "messages": [{"role": "user", "content": "p"}],
+            "prompt_ids": [1, 2], "settings": {**base_settings, **(settings or {})}, "model": {"model": "smollm2"},
+            "environment": {}, "acceptance": {**base_acceptance, **(acceptance or {})}, "draft_cost": None,
+            "text": "answer", "new_token_ids": tokens, "rounds": rounds, "per_token": [], "token_texts": {}}
+    return {**base, **fields}
+
+
 def edit_at(where: str, value):
     """An edit of a valid JSON value, for hostile variants of a file: ``where`` is ``"key"`` or
     ``"key/sub/..."``; ``value`` ``...`` deletes that key. The returned function changes its argument."""

@@ -253,15 +253,23 @@ def test_environment_peak_rss_grows_with_an_allocation_and_is_in_bytes():
 
 
 def test_report_dir_write_report_puts_kind_and_format_first_then_the_fields_in_order(tmp_path):
-    """report.json, the one report file every kind writes: its kind and format first, the figures as given."""
-    from lab.kinds import REPORT_FORMAT
+    """report.json, the one report file every kind writes: its kind and format first, the figures as given (a kind
+    with no typed report: any figures; a typed kind, entropy: its whole report, read through its type)."""
+    from lab.kinds import REPORT_FORMAT, Kind
     from lab.kinds.entropy import KIND as ENTROPY
+    from tests.support import entropy_report, entropy_step
 
-    with report_dir(tmp_path, ENTROPY, "x") as rd:
-        rd.write_report({"prompt": "p", "kind": "entropy", "steps": [1.5, None]})
+    with report_dir(tmp_path, Kind("untyped", listed=0), "x") as rd:
+        rd.write_report({"prompt": "p", "kind": "untyped", "steps": [1.5, None]})
     text = (rd.final / "report.json").read_text(encoding="utf-8")
     assert list(json.loads(text)) == ["kind", "format", "prompt", "steps"]
-    assert json.loads(text) == {"kind": "entropy", "format": REPORT_FORMAT, "prompt": "p", "steps": [1.5, None]}
+    assert json.loads(text) == {"kind": "untyped", "format": REPORT_FORMAT, "prompt": "p", "steps": [1.5, None]}
+    given = entropy_report([entropy_step()], context="c", context_measure={"value": None})
+    with report_dir(tmp_path, ENTROPY, "x") as rd:
+        rd.write_report({**given, "kind": "entropy"})
+    text = (rd.final / "report.json").read_text(encoding="utf-8")
+    assert json.dumps(json.loads(text)) == json.dumps({"kind": "entropy", "format": REPORT_FORMAT,
+                                                       **{k: v for k, v in given.items() if k != "kind"}})
 
 
 def test_report_dir_write_report_keeps_a_declared_variant_and_refuses_another_kind(tmp_path):

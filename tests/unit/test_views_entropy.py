@@ -17,9 +17,9 @@ import pytest
 from lab.views.publish import report_folder
 from lab.views.compare import compare_html, read_pair
 from lab.views.core import colour, fmt, token_cell
-from lab.views.files import ReportFiles
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
+from tests.support import entropy_report
 
 pytestmark = pytest.mark.unit
 
@@ -60,15 +60,9 @@ def _report(root: Path, slug: str, data: dict, csv_rows: list[dict] | None = Non
 
 
 def _data(steps=STEPS, summary=SUMMARY, **extra) -> dict:
-    text = "".join(s["token_text"] for s in steps)
-    return {"kind": "entropy", "prompt": "What is the capital of France?", "vocab_size": 49152, "text": text,
-            "model": {"model": "smollm2"}, "summary": summary, "steps": steps, **extra}
-
-
-def read_fake(report: dict, csvs: dict | None = None) -> ReportFiles:
-    """A report as read, without a directory (for the functions below the page)."""
-    return ReportFiles(path=Path("."), name="20261205-000000-entropy-x", kind="entropy", report=report,
-                       csvs=csvs or {})
+    """A whole report.json holding ``steps``; ``summary``'s figures given, its others None."""
+    return entropy_report(steps, summary, **{"prompt": "What is the capital of France?", "vocab_size": 49152,
+                                             "model": {"model": "smollm2"}, **extra})
 
 
 def _tokens(html: str, prefix: str = "tok", suffix: str = "") -> dict[int, str]:
@@ -108,12 +102,16 @@ def test_page_headline_is_the_report_summary(tmp_path):
 
 
 def test_headline_without_summary_is_computed_from_steps_and_without_either_is_empty():
-    """An older report without ``summary`` gets its means from its steps; one with nothing, no headline."""
-    steps, _ = ent.read_steps(read_fake({"steps": STEPS[:2]}))
-    line = ent.headline(ent.summary_of(read_fake({"steps": STEPS[:2]}), steps))
-    mean = (STEPS[0]["entropy_bits"] + STEPS[1]["entropy_bits"]) / 2
-    assert line.startswith(f"2 tokens, mean entropy {mean:.2f} bits (max 5.17)")
-    assert ent.headline({}) == "" and ent.headline({"mean_entropy_bits": 2.0}) == "mean entropy 2.00 bits"
+    """The headline is the report's summary, never recomputed from the steps (the typed report always holds a
+    summary): a mean it gives as None (a run with no steps) is left out, a figure it gives is shown."""
+    from lab.kinds.entropy import KIND as ENTROPY
+
+    def line(**summary):
+        return ent.headline(ENTROPY.read(_data(STEPS[:2], summary)).summary)
+
+    assert line() == "2 tokens"
+    assert line(mean_entropy_bits=2.0) == "2 tokens, mean entropy 2.00 bits"
+    assert line(mean_entropy_bits=2.0, max_entropy_bits=5.17494351791924) == "2 tokens, mean entropy 2.00 bits (max 5.17)"
 
 
 def test_page_token_markup_is_shown_as_text(tmp_path):
@@ -146,16 +144,16 @@ def test_page_chart_has_a_title_per_step_axis_units_and_the_steps_data(tmp_path)
 
 
 def test_page_of_report_without_steps_says_so_and_falls_back_to_tokens_csv(tmp_path):
-    """Older format: no ``steps`` in report.json. With tokens.csv the tokens come from it; with neither the
-    page is still drawn and says what it lacks."""
-    bare = _report(tmp_path, "old", {"kind": "entropy", "text": "Paris."})
+    """A report.json with no steps: with tokens.csv the tokens come from it; with neither the page is still drawn
+    and says what it lacks."""
+    bare = _report(tmp_path, "old", entropy_report([], text="Paris."))
     html = (bare / PAGE).read_text()
     assert "holds no per-token steps" in html and "Paris." in html and 'class="tok"' not in html
     rows = [{"step": 0, "position": 30, "token_id": 60, "token_text": " Paris", "entropy_bits": 0.75,
              "normalized_entropy": 0.05, "varentropy_bits2": 1.5, "chosen_prob": 0.8,
              "alt1_id": 60, "alt1_text": " Paris", "alt1_prob": 0.8,
              "alt2_id": 61, "alt2_text": " Lyon", "alt2_prob": 0.125}]
-    from_csv = _report(tmp_path, "csv", {"kind": "entropy"}, rows)
+    from_csv = _report(tmp_path, "csv", entropy_report([]), rows)
     html = (from_csv / PAGE).read_text()
     tip = _tokens(html)[0]
     assert ">·Lyon</td><td>0.125<" in tip and "entropy 0.75 bits" in tip and "Read from tokens.csv" in html
@@ -221,7 +219,7 @@ def test_compare_of_different_vocabularies_uses_characters_and_shorter_run_is_st
 
 
 def test_compare_run_without_steps_says_so(tmp_path):
-    html = _pair(tmp_path, _data(), {"kind": "entropy", "summary": SUMMARY})
+    html = _pair(tmp_path, _data(), _data([]))
     assert "B holds no per-token steps" in html and "Summaries side by side" in html
     row = re.search(r"<th scope=\"row\">mean entropy \(bits\)</th>(.*?)</tr>", html).group(1)
     assert re.findall(r"<td>([^<]*)</td>", row) == ["1.205", "1.205", "0"]  # B's summary still compared
@@ -245,8 +243,23 @@ def test_page_chart_of_certain_run_has_finite_readable_axis(tmp_path):
     """A run with zero entropy and varentropy at every step (greedy, fully certain) draws finite coordinates
     and an axis from 0 to MIN_AXIS_TOP, not a division by zero."""
     steps = [_step(i, f" w{i}", 0.0, 0.0, [(i, f" w{i}", 1.0)]) for i in range(3)]
-    html = (_report(tmp_path, "certain", _data(steps, {})) / PAGE).read_text()
+    figures = {"mean_entropy_bits": 0.0, "max_entropy_bits": 0.0, "mean_varentropy_bits2": 0.0}
+    html = (_report(tmp_path, "certain", _data(steps, figures)) / PAGE).read_text()
     svg = html[html.index('<svg id="entropy-chart"'):html.index("</svg>", html.index('<svg id="entropy-chart"'))]
     assert "nan" not in svg.lower() and "inf" not in svg.lower()
     assert f">{fmt(ent.MIN_AXIS_TOP)}</text>" in svg
     assert "3 tokens, mean entropy 0.00 bits (max 0.00), mean varentropy 0.00 bits²" in html
+
+
+def test_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a step's entropy goes) is named on the page in one line, the field
+    and what was found; the rest of the page is drawn, and a comparison with it says the same of that run (both summaries kept)."""
+    bad = _data()
+    bad["steps"] = [dict(STEPS[0], entropy_bits="high"), *STEPS[1:]]
+    html = (_report(tmp_path, "bad", bad) / PAGE).read_text()
+    reason = "report.json: steps[0].entropy_bits: a number goes here, not a string (&#39;high&#39;)"
+    notes = re.findall(r'<p class="note">The entropy part of this page was not drawn[^\n]*</p>', html)
+    assert len(notes) == 1 and f"({reason})" in notes[0]
+    assert 'class="tok"' not in html and "<h2>summary.md</h2>" in html
+    html = _pair(tmp_path, _data(), bad)
+    assert f"(B&#39;s {reason})" in html and "<h2>Summaries</h2>" in html and "Summaries side by side" not in html

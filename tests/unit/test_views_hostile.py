@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from lab import cli
+from lab.kinds import Kind
 from lab.views.core import content_security_policy
 from lab.views.files import read_report
 from lab.views.svg import inline_svg
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
+from tests.support import entropy_report, entropy_step, speculate_report, speculate_round
 
 pytestmark = pytest.mark.unit
 
@@ -198,12 +200,13 @@ def test_page_and_log_links_quote_hostile_names(tmp_path):
 
 
 def test_page_report_of_wrong_shape_keeps_generic_page_and_says_why(tmp_path):
-    """A report.json of the wrong shape (environment a list, alternatives a number) raised out of the page."""
-    steps = [{"token_text": "a", "entropy_bits": 1.0, "alternatives": 5}]
-    run = _dir(tmp_path, "20261205-010101-entropy-x",
-               {"report.json": json.dumps({"environment": [None], "steps": steps}), "summary.md": "**V.**"})
+    """A report.json of the wrong shape (environment a list, alternatives a number) raised out of the page; the
+    entropy report is typed (lab.kinds.entropy.Report), so the first field of the wrong shape is named."""
+    data = entropy_report([entropy_step(alternatives=5)], environment=[None])
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps(data), "summary.md": "**V.**"})
     page = write_page(run).read_text(encoding="utf-8")
-    assert "was not drawn" in page and "TypeError" in page and "<h2>summary.md</h2>" in page
+    assert "was not drawn" in page and "<h2>summary.md</h2>" in page
+    assert "(report.json: environment: an object goes here, not an array of 1)" in page
 
 
 def test_view_page_that_cannot_be_written_exits_2_with_one_line(tmp_path, capsys):
@@ -227,12 +230,12 @@ def test_view_rebuild_with_unreadable_folder_names_it(tmp_path, capsys):
 def test_page_embedded_json_cannot_be_closed_by_token_text(tmp_path):
     """Token text with </script>, <!--, U+2028, RTL override, NUL or a lone surrogate must stay text."""
     text = "</script><script>alert(1)</script><!--]]>\u2028\u202e\x00"
-    steps = [{"token_text": text, "entropy_bits": 1.0, "normalized_entropy": 0.1, "alternatives": []},
-             {"token_text": "\ud800", "entropy_bits": 1.0, "normalized_entropy": 0.1, "alternatives": []}]
-    data = json.dumps({"steps": steps, "prompt": text})  # ensure_ascii: the surrogate is written as \ud800
+    steps = [entropy_step(token_text=text), entropy_step(token_text="\ud800")]
+    data = json.dumps(entropy_report(steps, prompt=text))  # ensure_ascii: the surrogate is written as \ud800
     run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": data, "summary.md": "x"})
     page = write_page(run).read_text(encoding="utf-8", errors="strict")
     assert "<script>alert(1)" not in page and page.count("</script>") == page.count("<script")
+    assert "was not drawn" not in page and 'id="tok-1"' in page
 
 
 def test_log_folder_name_not_utf8_is_linked_by_its_bytes(tmp_path):
@@ -280,10 +283,9 @@ def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_
     """A raw control character on a page: the entropy page's prompt, model name, tokens, a CSV cell, the log's
     folder name and the comparison page carried raw U+202E / U+202C / U+200B where summary.md escapes them."""
     text = "evil\u202etxt.exe\u202c zero\u200bwidth"
-    steps = [{"token_text": text, "entropy_bits": 1.0, "normalized_entropy": 0.1, "chosen_prob": 0.5,
-              "alternatives": [{"token_id": 1, "token_text": text, "prob": 0.5}]}]
-    report = json.dumps({"prompt": text, "context": text, "model": {"model": text}, "steps": steps,
-                         "context_measure": {"value": 1.0}})
+    steps = [entropy_step(token_text=text, alternatives=[{"token_id": 1, "token_text": text, "prob": 0.5}])]
+    report = json.dumps(entropy_report(steps, prompt=text, context=text, model={"model": text},
+                                       context_measure={"value": 1.0}))
     runs = [_dir(tmp_path, f"20261205-01010{i}-entropy-x\u202ey", {"report.json": report, "summary.md": "x",
                                                                   "extra.csv": f"col\u200b\n{text}\n"})
             for i in (1, 2)]
@@ -300,11 +302,10 @@ def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_
 def test_entropy_page_and_log_show_impossible_figures_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a hand-edited mean entropy of 1e308 was printed with 309 digits in the
     headline and the log row; an entropy above log2 V, a negative one or a probability above 1 was not flagged."""
-    steps = [{"token_text": "a", "entropy_bits": 20.0, "normalized_entropy": 1.2, "chosen_prob": 1.5,
-              "varentropy_bits2": -1.0, "alternatives": []},
-             {"token_text": "b", "entropy_bits": -1.0, "normalized_entropy": 0.1, "chosen_prob": 0.5,
-              "alternatives": []}]
-    report = {"vocab_size": 60000, "steps": steps, "summary": {"n_steps": 2, "mean_entropy_bits": 1e308}}
+    steps = [entropy_step(token_text="a", entropy_bits=20.0, normalized_entropy=1.2, chosen_prob=1.5,
+                          varentropy_bits2=-1.0),
+             entropy_step(token_text="b", entropy_bits=-1.0, normalized_entropy=0.1, chosen_prob=0.5)]
+    report = entropy_report(steps, {"n_steps": 2, "mean_entropy_bits": 1e308}, vocab_size=60000)
     run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps(report)})
     page = write_page(run).read_text(encoding="utf-8")
     log = rebuild_log(tmp_path).read_text(encoding="utf-8")
@@ -359,11 +360,9 @@ def test_sinks_page_observer_count_that_is_no_count_is_out_of_range(tmp_path, mi
 def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
     """An impossible number shown as fact: beyond its headline the speculate page printed a round's draft entropy
     of -1 bits, a p(x) of 1.5 and a negative draft time, and the theory table an alpha of 1.5, as measurements."""
-    report = {"settings": {"gamma": 2}, "token_texts": {"5": "a", "6": "b"},
-              "acceptance": {"alpha": 1.5, "n_accepted": 1, "n_drafted_tested": 1, "tau": 2.0, "tokens_per_s": 3.0},
-              "rounds": [{"round": 0, "proposed": [5], "n_accepted": 1, "accepted_mask": [True], "tested_mask": [True],
-                          "draft_entropies": [-1.0], "target_probs": [1.5], "draft_probs": [0.5], "next_token": 6,
-                          "next_kind": "bonus", "draft_time_s": -0.5, "verify_time_s": 0.1}]}
+    rounds = [speculate_round(draft_entropies=[-1.0], target_probs=[1.5], draft_probs=[0.5], draft_time_s=-0.5)]
+    report = speculate_report(rounds, {"alpha": 1.5, "n_accepted": 1, "n_drafted_tested": 1, "tau": 2.0,
+                                       "tokens_per_s": 3.0}, {"gamma": 2}, token_texts={"5": "a", "6": "b"})
     page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
     assert "alpha 1.5 (out of range: alpha must be in [0, 1])" in log
     for words in ("-1 (out of range: entropy must be a finite number >= 0) bits",
@@ -477,11 +476,11 @@ def test_speculate_page_integer_of_hundreds_of_digits_is_not_printed_whole(tmp_p
     templates as they are) and a gamma of 401 digits (the theory's refusal echoed it whole as the page's
     "not drawn" reason) filled lines of the speculate page."""
     huge = 10**400 + 7
-    report = {"settings": {"gamma": huge},
-              "acceptance": {"alpha": 0.5, "n_accepted": 1, "n_drafted_tested": 2, "tau": 1.5, "tokens_per_s": 3.0},
-              "rounds": [{"round": huge, "proposed": [huge, 5], "n_accepted": 0, "accepted_mask": [False, False],
-                          "tested_mask": [True, False], "draft_entropies": [1.0, 1.0], "next_token": huge,
-                          "next_kind": "correction", "draft_time_s": 0.1, "verify_time_s": 0.1}]}
+    rounds = [speculate_round(round=huge, proposed=[huge, 5], n_accepted=0, accepted_mask=[False, False],
+                              tested_mask=[True, False], draft_entropies=[1.0, 1.0],
+                              draft_normalized_entropies=[0.1, 0.1], next_token=huge, next_kind="correction")]
+    report = speculate_report(rounds, {"alpha": 0.5, "n_accepted": 1, "n_drafted_tested": 2, "tau": 1.5,
+                                       "tokens_per_s": 3.0}, {"gamma": huge})
     page, log = _page_and_log(tmp_path, "20261205-010101-speculate-x", {"report.json": json.dumps(report)})
     assert "not in the shape" not in page
     assert not re.search(r"\d{40}", page) and not re.search(r"\d{40}", log)
@@ -546,11 +545,12 @@ def test_page_not_drawn_reason_is_one_short_line_naming_the_kind(tmp_path):
     run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps({"steps": []})})
     files = read_report(run)
     module = type("M", (), {"page": staticmethod(lambda f: (_ for _ in ()).throw(Echoes("9" * 5000 + "\nmore")))})
-    original = page_module.kind_module
+    original = page_module.kind_module, page_module.kind_named
     page_module.kind_module = lambda kind: module
+    page_module.kind_named = lambda kind: Kind(kind, listed=0)  # a kind with no typed report: its page reads the dict
     try:
         html_text = page_module.page_html(files)
     finally:
-        page_module.kind_module = original
+        page_module.kind_module, page_module.kind_named = original
     assert "not in the shape of a report of kind entropy (Echoes: 999" in html_text
     assert "9" * 201 not in html_text and "more" not in html_text.split("Echoes:")[1].split("</p>")[0]

@@ -22,7 +22,9 @@ from lab.speculative.theory import breakeven_alpha, expected_speedup, expected_t
 from lab.views.core import fmt
 from lab.views.files import read_report
 from lab.views.kinds.speculate import generated_tokens, page
-from lab.views.page import PAGE, page_html
+from lab.kinds.speculate import KIND as SPECULATE
+from lab.views.page import PAGE, kind_page, page_html
+from tests.support import speculate_report, speculate_round
 
 pytestmark = pytest.mark.unit
 
@@ -32,14 +34,12 @@ COST = 0.25
 
 
 def _round(i, proposed, n_acc, nxt, kind, tested, entropies, p=None, q=None, stop="gamma"):
-    r = {"round": i, "proposed": proposed, "n_accepted": n_acc, "next_token": nxt, "next_kind": kind,
-         "stop_reason": stop, "draft_entropies": entropies, "draft_normalized_entropies": [h / 10 for h in entropies],
-         "accepted_mask": [j < n_acc for j in range(len(proposed))],
-         "tested_mask": [j < tested for j in range(len(proposed))], "draft_time_s": 0.03, "verify_time_s": 0.05,
-         "n_draft_forwards": len(proposed), "prefill_positions": 0}
-    if p is not None:
-        r["target_probs"], r["draft_probs"] = p, q
-    return r
+    return speculate_round(
+        round=i, proposed=proposed, n_accepted=n_acc, next_token=nxt, next_kind=kind, stop_reason=stop,
+        draft_entropies=entropies, draft_normalized_entropies=[h / 10 for h in entropies],
+        accepted_mask=[j < n_acc for j in range(len(proposed))], tested_mask=[j < tested for j in range(len(proposed))],
+        draft_time_s=0.03, verify_time_s=0.05, n_draft_forwards=len(proposed), target_probs=p or [],
+        draft_probs=q or [])
 
 
 def _report() -> dict:
@@ -49,22 +49,19 @@ def _report() -> dict:
               _round(2, [16, 2], 2, None, "none", 2, [0.125, 0.0625], [0.95, 0.99], [0.9, 0.98], stop="eos")]
     n_acc, n_tested, n_tokens = 6, 7, 8
     alpha = n_acc / n_tested
-    return {
-        "kind": "speculate", "prompt": "p", "settings": {"draft": "early-exit:12", "gamma": GAMMA, "adaptive": None,
-                                                         "dynamic": None},
-        "model": {"model": "smollm2"},
-        "acceptance": {"alpha": alpha, "tau": n_tokens / 3, "n_rounds": 3, "n_drafted": 8, "n_drafted_tested": n_tested,
+    return speculate_report(
+        rounds, settings={"draft": "early-exit:12", "gamma": GAMMA, "adaptive": None, "dynamic": None},
+        acceptance={"alpha": alpha, "tau": n_tokens / 3, "n_rounds": 3, "n_drafted": 8, "n_drafted_tested": n_tested,
                        "n_accepted": n_acc, "expected_tokens_per_round_at_alpha": expected_tokens_per_round(alpha, GAMMA),
                        "accepted_length_histogram": [0, 1, 0, 1], "all_rounds_histogram": [0, 1, 1, 1],
                        "geometric_expected": [0.3, 0.4, 0.5, 0.8], "geometric_chi2": None, "geometric_p_value": None,
                        "tokens": n_tokens, "tokens_per_s": 12.345, "prefill_time_s": 0.1, "draft_time_s": 0.24,
-                       "verify_time_s": 0.15, "overhead_time_s": 0.01, "total_time_s": 0.5, "stopped_by": "eos"},
-        "draft_cost": {"draft_flops": 1.0, "target_flops": 4.0, "context": 256, "ratio": COST, "note": None},
-        "text": "answer", "new_token_ids": [10, 20, 13, 14, 15, 21, 16, 2],
-        "rounds": rounds, "per_token": [],
-        "token_texts": {"10": "The", "11": " x", "12": " y", "20": " sea", "13": " is", "14": EVIL, "15": " deep",
-                        "21": "\n", "16": ".", "2": "<|im_end|>"},
-    }
+                    "verify_time_s": 0.15, "overhead_time_s": 0.01, "total_time_s": 0.5, "stopped_by": "eos"},
+        draft_cost={"draft_flops": 1.0, "target_flops": 4.0, "context": 256, "ratio": COST, "note": None},
+        text="answer", new_token_ids=[10, 20, 13, 14, 15, 21, 16, 2],
+        token_texts={"10": "The", "11": " x", "12": " y", "20": " sea", "13": " is", "14": EVIL, "15": " deep",
+                     "21": "\n", "16": ".", "2": "<|im_end|>"},
+    )
 
 
 def _write(root: Path, data: dict) -> Path:
@@ -89,7 +86,7 @@ def test_speculate_page_token_origins_match_rounds(tmp_path):
     assert origins.count("accepted") == data["acceptance"]["n_accepted"]
     assert origins.count("correction") == sum(r["next_kind"] == "correction" for r in data["rounds"])
     assert origins.count("bonus") == sum(r["next_kind"] == "bonus" for r in data["rounds"])
-    assert [t["id"] for t in generated_tokens(data)] == data["new_token_ids"]
+    assert [t["id"] for t in generated_tokens(SPECULATE.read(data))] == data["new_token_ids"]
     assert "The rounds do not rebuild" not in html
 
 
@@ -113,7 +110,7 @@ def test_speculate_page_figures_equal_report_and_theory(tmp_path):
     data = _report()
     acc = data["acceptance"]
     files = read_report(_write(tmp_path, data))
-    made = page(files)
+    made = page(files, SPECULATE.read(files.report))
     assert fmt(acc["alpha"]) in made.headline and fmt(acc["tau"]) in made.headline
     assert fmt(acc["tokens_per_s"]) in made.headline
     assert f"theory {fmt(acc['expected_tokens_per_round_at_alpha'])}" in made.headline
@@ -142,11 +139,12 @@ def test_speculate_page_escapes_token_text(tmp_path):
 
 
 def test_speculate_page_older_report_without_new_fields_draws(tmp_path):
-    """A report from before token_texts and per-token p(x) / q(x) draws: ids in brackets, no probability columns."""
+    """A report with no token texts, no cost ratio and no per-token p(x) / q(x) (the writer's empty values) draws:
+    ids in brackets, no probability columns."""
     data = copy.deepcopy(_report())
-    del data["token_texts"], data["draft_cost"]
+    data["token_texts"], data["draft_cost"] = {}, None
     for r in data["rounds"]:
-        del r["target_probs"], r["draft_probs"]
+        r["target_probs"], r["draft_probs"] = [], []
     html = (_write(tmp_path, data) / PAGE).read_text()
     assert _token_origins(html).count("accepted") == 6
     assert "[10]" in html and "p(x) target" not in html and "holds no token texts" in html
@@ -154,9 +152,23 @@ def test_speculate_page_older_report_without_new_fields_draws(tmp_path):
 
 
 def test_speculate_page_report_without_rounds_adds_nothing(tmp_path):
-    """A speculate folder with no acceptance or rounds (a damaged report) gets the generic page, not an error."""
-    made = page(read_report(_write(tmp_path, {"kind": "speculate"})))
-    assert made.sections == () and made.headline == ""
+    """A speculate folder with no acceptance or rounds (a damaged report) gets the generic page and one line saying
+    what its report.json lacks, not an error."""
+    made = kind_page(read_report(_write(tmp_path, {"kind": "speculate"})))
+    assert [s.title for s in made.sections] == ["Not drawn"] and made.headline == ""
+    assert "(report.json: prompt: missing (Report needs it))" in made.sections[0].html
+
+
+def test_speculate_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a round's verify time goes) is named on the page in one line, the
+    field and what was found; the rest of the page is drawn, no headline made of it."""
+    data = _report()
+    data["rounds"][1]["verify_time_s"] = "slow"
+    html = (_write(tmp_path, data) / PAGE).read_text()
+    notes = re.findall(r'<p class="note">The speculate part of this page was not drawn[^\n]*</p>', html)
+    assert len(notes) == 1
+    assert "(report.json: rounds[1].verify_time_s: a number goes here, not a string (&#39;slow&#39;))" in notes[0]
+    assert 'id="spec-tokens"' not in html and "<h2>summary.md</h2>" in html
 
 
 def test_round_record_keeps_target_and_draft_prob_of_each_proposed_token():

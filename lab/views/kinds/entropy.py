@@ -1,13 +1,12 @@
 """The page of a ``lab entropy`` report: the answer's tokens coloured by uncertainty, entropy and varentropy per step.
 
-Drawn from ``report.json``'s ``steps`` (:func:`lab.render.entropy.step_dicts`: per generated token
-``position``, ``token_id``, ``token_text``, ``entropy_bits``, ``normalized_entropy`` = H / log2 V,
-``varentropy_bits2``, ``chosen_prob``, ``alternatives`` ``[{token_id, token_text, prob}]``, raw
-distribution at T = 1) and ``summary`` (``mean_entropy_bits`` ...). A report without ``steps`` (an
-older format) falls back to ``tokens.csv`` (``alt<i>_id/_text/_prob`` columns); one with neither
-still draws a page, saying what it lacks. Nothing is recomputed but what the report leaves out: a
-mean over steps where ``summary`` has none, ``entropy_bits / log2 V`` where ``normalized_entropy`` is
-missing. Entropy is in bits, varentropy (the variance of the surprisal) in bits².
+Drawn from the typed report (:class:`lab.kinds.entropy.Report`): its ``steps`` (per generated token
+``token_id``, ``token_text``, ``entropy_bits``, ``normalized_entropy`` = H / log2 V, ``varentropy_bits2``,
+``chosen_prob``, ``alternatives``, raw distribution at T = 1) and its ``summary``. A report with no steps
+falls back to ``tokens.csv`` (``alt<i>_id/_text/_prob`` columns); one with neither still draws a page,
+saying what it lacks. Nothing is recomputed but what ``tokens.csv`` leaves out: ``entropy_bits / log2 V``
+where its ``normalized_entropy`` is missing. Entropy is in bits, varentropy (the variance of the
+surprisal) in bits².
 
 ``compare(a, b)`` aligns two runs' tokens (the rule is in :func:`align`) and colours the entropy
 difference B - A on a diverging, colour-blind-safe scale (:data:`DIVERGING_MAP`).
@@ -20,10 +19,14 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from lab.kinds import ShapeError
+from lab.kinds.entropy import KIND as ENTROPY
+from lab.kinds.entropy import Report, Summary
 from lab.numbers import number_or_none
 from lab.ranges import COUNT, ENTROPY_BITS, NONNEGATIVE, NORMALIZED_ENTROPY, PROBABILITY, SECONDS, VARENTROPY_BITS2, Range
 from lab.views.core import (KindPage, Section, colour, figure_in, figure_problem, fmt, legend, render, table, text_colour, token_cell, token_inline)
 from lab.views.files import ReportFiles
+from lab.views.page import not_drawn
 
 # A difference (B - A, either sign) needs a diverging scale: ColorBrewer's PuOr is colour-blind-safe
 # and light in the middle, so "no difference" reads as no colour. (Kept here, not in lab.views.core,
@@ -47,7 +50,7 @@ MIN_AXIS_TOP = 0.1  # bits (bits²): a run certain at every step still gets a re
 MAX_POINTS = 400  # a dot per step up to here; past it the dots hide the line and weigh on the page
 ALTS_SHOWN = 10  # alternatives in a tooltip (reports keep 5 by default)
 
-SUMMARY_FIELDS = (  # summary keys in the order the comparison lists them; others follow as found
+SUMMARY_FIELDS = (  # the summary's fields in the order the comparison lists them
     ("n_steps", "generated tokens"), ("stop_reason", "stopped on"), ("mean_entropy_bits", "mean entropy (bits)"),
     ("max_entropy_bits", "max entropy (bits)"), ("var_entropy_bits", "variance of entropy over steps (bits²)"),
     ("mean_varentropy_bits2", "mean varentropy (bits²)"),
@@ -100,10 +103,10 @@ def _int(x: Any) -> int | None:
     return int(v) if v is not None else None
 
 
-def entropy_top(report: dict[str, Any]) -> tuple[float, str] | None:
+def entropy_top(report: Report) -> tuple[float, str] | None:
     """The most an entropy can be in this report, log2 V, with its words (``"log2 V = 15.9 bits"``); None when
-    the report gives no vocabulary size V > 1."""
-    vocab = number_or_none(report.get("vocab_size"))
+    the report's vocabulary size V is not > 1."""
+    vocab = number_or_none(report.vocab_size)
     if vocab is None or vocab <= 1:
         return None
     top = math.log2(vocab)
@@ -123,69 +126,52 @@ def plotted(key: str, value: float | None, top: tuple[float, str] | None = None)
     return None if figure_problem(value, rng, what, top if rng is ENTROPY_BITS else None) else value
 
 
-def read_steps(files: ReportFiles) -> tuple[list[Step], str]:
-    """The run's steps and where they came from (``"report.json"``, ``"tokens.csv"`` or ``""`` for none)."""
-    vocab = number_or_none(files.report.get("vocab_size"))
-    log2_v = math.log2(vocab) if vocab and vocab > 1 else None
-
-    def make(i: int, d: dict[str, Any], alts: list[tuple[Any, Any, Any]]) -> Step:
-        h = number_or_none(d.get("entropy_bits"))
-        norm = number_or_none(d.get("normalized_entropy"))
-        if norm is None and h is not None and log2_v and plotted("entropy_bits", h, entropy_top(files.report)) is not None:
-            norm = h / log2_v
-        step = _int(d.get("step"))
-        return Step(step=step if step is not None else i, token_id=_int(d.get("token_id")),
-                    text=str(d.get("token_text") or ""), entropy_bits=h, normalized=norm,
-                    varentropy_bits2=number_or_none(d.get("varentropy_bits2")),
-                    sampled_entropy_bits=number_or_none(d.get("sampled_entropy_bits")), chosen_prob=number_or_none(d.get("chosen_prob")),
-                    alternatives=tuple((_int(t), str(x if x is not None else ""), number_or_none(p)) for t, x, p in alts))
-
-    steps = files.report.get("steps")
-    if isinstance(steps, list) and steps:
-        out = []
-        for i, d in enumerate(s for s in steps if isinstance(s, dict)):
-            alts = [(a.get("token_id"), a.get("token_text"), a.get("prob"))
-                    for a in (d.get("alternatives") or []) if isinstance(a, dict)]
-            out.append(make(i, {k: v for k, v in d.items() if k != "step"}, alts))
-        return out, "report.json"
+def read_steps(files: ReportFiles, report: Report) -> tuple[list[Step], str]:
+    """The run's steps and where they came from (``"report.json"``, ``"tokens.csv"`` when the report has no steps,
+    or ``""`` for none)."""
+    if report.steps:  # float(): a figure written as an integer (0) is drawn as the float it is, as the CSV's are
+        return [Step(step=i, token_id=s.token_id, text=s.token_text, entropy_bits=float(s.entropy_bits),
+                     normalized=float(s.normalized_entropy), varentropy_bits2=float(s.varentropy_bits2),
+                     sampled_entropy_bits=float(s.sampled_entropy_bits), chosen_prob=float(s.chosen_prob),
+                     alternatives=tuple((a.token_id, a.token_text, float(a.prob)) for a in s.alternatives))
+                for i, s in enumerate(report.steps)], "report.json"
     rows = files.csvs.get("tokens.csv") or []
-    if rows:
-        out = []
-        for i, r in enumerate(rows):
-            alts, k = [], 1
-            while f"alt{k}_text" in r:
-                if r.get(f"alt{k}_prob") not in (None, ""):
-                    alts.append((r.get(f"alt{k}_id"), r.get(f"alt{k}_text"), r.get(f"alt{k}_prob")))
-                k += 1
-            out.append(make(i, r, alts))
-        return out, "tokens.csv"
-    return [], ""
+    top = entropy_top(report)
+    out = []
+    for i, r in enumerate(rows):  # a CSV row's cells, read by column name
+        alts, k = [], 1
+        while f"alt{k}_text" in r:
+            if r.get(f"alt{k}_prob") not in (None, ""):
+                alts.append((r.get(f"alt{k}_id"), r.get(f"alt{k}_text"), r.get(f"alt{k}_prob")))
+            k += 1
+        h = number_or_none(r.get("entropy_bits"))
+        norm = number_or_none(r.get("normalized_entropy"))
+        if norm is None and h is not None and top is not None and plotted("entropy_bits", h, top) is not None:
+            norm = h / top[0]
+        step = _int(r.get("step"))
+        out.append(Step(step=step if step is not None else i, token_id=_int(r.get("token_id")),
+                        text=str(r.get("token_text") or ""), entropy_bits=h, normalized=norm,
+                        varentropy_bits2=number_or_none(r.get("varentropy_bits2")),
+                        sampled_entropy_bits=number_or_none(r.get("sampled_entropy_bits")),
+                        chosen_prob=number_or_none(r.get("chosen_prob")),
+                        alternatives=tuple((_int(t), str(x if x is not None else ""), number_or_none(p))
+                                           for t, x, p in alts)))
+    return out, "tokens.csv" if out else ""
 
 
-def summary_of(files: ReportFiles, steps: list[Step]) -> dict[str, Any]:
-    """``report.json``'s ``summary``, with the step means filled in where it lacks them (an older report)."""
-    summ = dict(files.report.get("summary") or {}) if isinstance(files.report.get("summary"), dict) else {}
-    hs = [s.entropy_bits for s in steps if s.entropy_bits is not None]
-    vs = [s.varentropy_bits2 for s in steps if s.varentropy_bits2 is not None]
-    if steps:
-        summ.setdefault("n_steps", len(steps))
-    if hs:
-        summ.setdefault("mean_entropy_bits", statistics.fmean(hs))
-        summ.setdefault("max_entropy_bits", max(hs))
-    if vs:
-        summ.setdefault("mean_varentropy_bits2", statistics.fmean(vs))
-    return summ
+def summary_of(summary: Summary) -> dict[str, Any]:
+    """The summary's figures by name (:data:`SUMMARY_FIELDS`' keys), as the comparison lists them."""
+    return {key: getattr(summary, key) for key, _ in SUMMARY_FIELDS}
 
 
-def headline(summ: dict[str, Any], top: tuple[float, str] | None = None) -> str:
+def headline(summary: Summary, top: tuple[float, str] | None = None) -> str:
     """The run in a line: ``48 tokens, mean entropy 1.21 bits (max 5.17), mean varentropy 4.20 bits²``.
 
-    A figure the summary lacks is left out; ``""`` when it has none. Each is checked against its physical range
-    (:data:`FIGURE_RANGES`; an entropy against ``top``, log2 V, too) and an impossible one says so.
+    A mean the summary gives as None (no steps) is left out; ``""`` when it has none. Each is checked against its
+    physical range (:data:`FIGURE_RANGES`; an entropy against ``top``, log2 V, too) and an impossible one says so.
     """
     parts = []
-    n, h, hmax, v = (summ.get(k) for k in
-                     ("n_steps", "mean_entropy_bits", "max_entropy_bits", "mean_varentropy_bits2"))
+    n, h, hmax, v = summary.n_steps, summary.mean_entropy_bits, summary.max_entropy_bits, summary.mean_varentropy_bits2
     if _present(n):
         parts.append(f"{shown('n_steps', n)} tokens")
     if _present(h):
@@ -307,34 +293,33 @@ def step_table(steps: list[Step], top: tuple[float, str] | None = None) -> Any:
     return table(rows, row_ids=[f"step-{s.step}" for s in steps])
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """The entropy page's own part: headline, the answer's tokens, the chart, the per-token table.
 
     Args:
         files: The report directory as read.
+        report: Its ``report.json``, typed.
 
     Returns:
         A :class:`KindPage`; ``tokens.csv`` and ``entropy.png`` are covered when the steps were read
         (the table and the SVG chart show them), left to the generic part otherwise.
     """
-    steps, source = read_steps(files)
-    summ = summary_of(files, steps)
-    top = entropy_top(files.report)
+    steps, source = read_steps(files, report)
+    top = entropy_top(report)
     if not steps:
-        note = render("entropy_missing.html.j2", text=str(files.report.get("text") or ""))
-        return KindPage(headline(summ, top), (Section("Answer", note, "answer"),), frozenset())
+        note = render("entropy_missing.html.j2", text=report.text)
+        return KindPage(headline(report.summary, top), (Section("Answer", note, "answer"),), frozenset())
     sections = (
-        Section("Answer", render("entropy_tokens.html.j2", source=source, prompt=str(files.report.get("prompt") or ""),
+        Section("Answer", render("entropy_tokens.html.j2", source=source, prompt=report.prompt,
                                  **token_view(steps, top=top)), "answer"),
         Section("Entropy and varentropy per token", render("entropy_chart.html.j2", **chart(steps, top)), "chart"),
         Section("Per token", step_table(steps, top), "per-token"),
     )
-    cm = files.report.get("context_measure")
-    if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
-        sections += (Section("Context reading", render("context_reading.html.j2", cm=cm,
-                                                       context=str(files.report.get("context") or "")),
+    if report.context_measure is not None:  # --context: the decode's reading of it, with the measure's validity record
+        sections += (Section("Context reading", render("context_reading.html.j2", cm=report.context_measure,
+                                                       context=report.context or ""),
                              "context-reading"),)
-    return KindPage(headline(summ, top), sections, frozenset({"tokens.csv", "entropy.png"}))
+    return KindPage(headline(report.summary, top), sections, frozenset({"tokens.csv", "entropy.png"}))
 
 
 # --------------------------------------------------------------------------- comparison
@@ -379,11 +364,10 @@ class Alignment:
     note: str = ""
 
 
-def same_tokenizer(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step]) -> bool:
-    """Whether the two runs tokenize alike: equal ``vocab_size`` (where both say) and no token id seen in
-    both (chosen or alternative) with two different texts, and at least one id seen in both."""
-    va, vb = _int(a.report.get("vocab_size")), _int(b.report.get("vocab_size"))
-    if va is not None and vb is not None and va != vb:
+def same_tokenizer(a: Report, b: Report, sa: list[Step], sb: list[Step]) -> bool:
+    """Whether the two runs tokenize alike: equal ``vocab_size`` and no token id seen in both (chosen or
+    alternative) with two different texts, and at least one id seen in both."""
+    if a.vocab_size != b.vocab_size:
         return False
     seen: dict[int, str] = {}
     for s in sa:
@@ -477,17 +461,29 @@ def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
     Returns:
         Sections "Entropy difference" (a token view coloured by B - A on :data:`DIVERGING_MAP`, the
         alignment rule stated, and a table of the rows) and "Summaries side by side". A run without
-        per-token steps gives a section that says so instead of the aligned tokens.
+        per-token steps gives a section that says so instead of the aligned tokens. A report.json of another
+        shape (:class:`lab.kinds.entropy.Report`) gives one note naming which run's field and why; none when a
+        run has no report.json (its page's problems say why).
     """
-    sa, src_a = read_steps(a)
-    sb, src_b = read_steps(b)
-    summaries = Section("Summaries side by side", render("entropy_summaries.html.j2", rows=summary_rows(a, b, sa, sb),
-                                                         a=a, b=b), "entropy-summaries")
+    if not a.report or not b.report:
+        return ()
+    typed = []
+    for label, files in (("A", a), ("B", b)):
+        try:
+            typed.append(ENTROPY.read(files.report))
+        except ShapeError as exc:  # a hand-edited or damaged report: the reason in one line, no comparison
+            return (not_drawn(files.kind, f"{label}'s {files.exact}: ", str(exc)),)
+    ra, rb = typed
+    sa, src_a = read_steps(a, ra)
+    sb, src_b = read_steps(b, rb)
+    summaries = Section("Summaries side by side", render("entropy_summaries.html.j2",
+                                                         rows=summary_rows(a, b, ra, rb), a=a, b=b),
+                        "entropy-summaries")
     if not sa or not sb:
         missing = " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s)
         return (Section("Entropy difference", render("entropy_missing.html.j2", text="", compare=missing),
                         "entropy-diff"), summaries)
-    al = align(sa, sb, same_tokenizer(a, b, sa, sb))
+    al = align(sa, sb, same_tokenizer(ra, rb, sa, sb))
     diffs = [abs(p.diff) for p in al.pairs if p.diff is not None]
     scale = max(diffs + [MIN_DIFF_SCALE_BITS])
     rows = []
@@ -510,25 +506,16 @@ def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
     return Section("Entropy difference (B - A)", html, "entropy-diff"), summaries
 
 
-def summary_rows(a: ReportFiles, b: ReportFiles, sa: list[Step], sb: list[Step]) -> list[dict[str, str]]:
-    """Rows ``{label, a, b, diff}`` of the two runs' settings and summaries (``diff`` = B - A for numbers)."""
-    ra, rb = a.report, b.report
-    sma, smb = summary_of(a, sa), summary_of(b, sb)
-
-    def setting(r: dict[str, Any], key: str) -> Any:
-        st = r.get("settings") if isinstance(r.get("settings"), dict) else {}
-        return st.get(key, r.get(key))
-
-    rows = [{"label": "model", "a": a.model.get("model"), "b": b.model.get("model")},
-            {"label": "prompt", "a": ra.get("prompt"), "b": rb.get("prompt")},
-            {"label": "temperature", "key": "temperature", "a": setting(ra, "temperature"), "b": setting(rb, "temperature")},
-            {"label": "seed", "key": "seed", "a": setting(ra, "seed"), "b": setting(rb, "seed")},
-            {"label": "vocabulary V", "key": "vocab_size", "a": ra.get("vocab_size"), "b": rb.get("vocab_size")}]
-    known = [k for k, _ in SUMMARY_FIELDS]
-    labels = dict(SUMMARY_FIELDS)
-    for key in known + sorted((set(sma) | set(smb)) - set(known)):
-        if key in sma or key in smb:
-            rows.append({"label": labels.get(key, key), "key": key, "a": sma.get(key), "b": smb.get(key)})
+def summary_rows(a: ReportFiles, b: ReportFiles, ra: Report, rb: Report) -> list[dict[str, str]]:
+    """Rows ``{label, a, b, diff}`` of the two runs' settings and summaries (``diff`` = B - A for numbers);
+    ``a`` and ``b`` are the runs as read, ``ra`` and ``rb`` their reports."""
+    sma, smb = summary_of(ra.summary), summary_of(rb.summary)
+    rows = [{"label": "model", "a": ra.model.get("model"), "b": rb.model.get("model")},
+            {"label": "prompt", "a": ra.prompt, "b": rb.prompt},
+            {"label": "temperature", "key": "temperature", "a": ra.settings.temperature, "b": rb.settings.temperature},
+            {"label": "seed", "key": "seed", "a": ra.settings.seed, "b": rb.settings.seed},
+            {"label": "vocabulary V", "key": "vocab_size", "a": ra.vocab_size, "b": rb.vocab_size}]
+    rows += [{"label": label, "key": key, "a": sma[key], "b": smb[key]} for key, label in SUMMARY_FIELDS]
     out = []
     tops = entropy_top(ra), entropy_top(rb)
     for r in rows:
