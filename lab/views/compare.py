@@ -35,7 +35,7 @@ def kind_compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
             try:
                 declared.read(files.report)
             except ShapeError as exc:  # a hand-edited or damaged report: the reason in one line, no comparison
-                return (not_drawn(files.kind, f"{label} {files.exact}: ", str(exc)),)
+                return (not_drawn(files.kind, f"{label}'s {files.exact}: ", str(exc)),)
     return tuple(made(a, b))
 
 

@@ -177,7 +177,7 @@ def test_bench_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
             "not a string (&#39;high&#39;))") in html
     whole = compare_html(read_report(_write(tmp_path, _bench())), read_report(bad))
     assert 'id="bench-compare"' not in whole
-    assert "(B report.json: methods.speculative gamma=4.alpha: a number or null goes here" in whole
+    assert "(B&#39;s report.json: methods.speculative gamma=4.alpha: a number or null goes here" in whole
 
 
 def test_bench_page_of_a_tuning_report_is_its_summary():
