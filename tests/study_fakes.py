@@ -288,3 +288,24 @@ class _Dying(FakeRunner):
         if len(self.calls) >= self.die_after:
             os._exit(3)
         return super().__call__(prompt)
+
+
+def study_test(**fields: Any) -> dict[str, Any]:
+    """One test of a study's report.json (``lab.kinds.study.StudyTest`` as JSON), every field there: made-up
+    figures, ``fields`` over them (an ``untestable`` only where given, as in a report written before it)."""
+    test = {"name": "H2", "hypothesis": "", "test": "", "effect_name": "point_biserial_r", "effect": None,
+            "ci_low": None, "ci_high": None, "p_value": None, "n": 0, "predicted_sign": -1, "smallest_effect": 0.1,
+            "p_holm": None, "verdict": "inconclusive", "note": "", "details": {}, "ci_level": 0.99}
+    return {**test, **fields}
+
+
+def study_report(tests: Iterable[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A whole study report.json (``lab.kinds.study.Report``) holding ``tests`` (each completed by
+    :func:`study_test`), its other parts empty; ``fields`` over them."""
+    report = {"kind": "study", "settings": {}, "config": {}, "environment": {}, "prompts": {},
+              "timing": {"wall_s_total": 1.0, "wall_s_pipeline": 1.0, "compute_s_prompts": 1.0, "n_resumed": 0,
+                         "model_load_s": None},
+              "tests": [study_test(**t) for t in tests], "verdicts": {}, "acceptance_bins": [],
+              "health_entropy_fit": None, "categories": {}, "pairs": [], "distractor_tables": {},
+              "context_measure": {}, "length_drift": None, "missing_prompts": [], "merged_from": [], "figures": {}}
+    return {**report, **fields}

@@ -499,6 +499,26 @@ def cli_exit(argv: list[str]) -> int:
         return int(exc.code)
 
 
+def sinks_report(tokens: list[str], roles: list[str], received: list[float], is_sink: list[bool],
+                 **analysis) -> dict:
+    """A whole ``lab sinks`` report.json (:class:`lab.kinds.sinks.Report`) over these positions, two layers of
+    one head each and no sink in any layer; ``analysis`` replaces any of its analysis' fields."""
+    n = len(tokens)
+    full = {"n_tokens": n, "threshold": 0.35, "epsilon": 0.3, "min_observers": 2, "statistic": "sink_rate",
+            "threshold_source": "given", "calibrated_for": None, "calibration_file": None, "context_health": 4.25,
+            "context_health_measure": "relative_entropy_for_length", "context_health_invalid": None,
+            "content_sink_health": 10.0, "position0_share": received[0], "layer_levels": [],
+            "layer_sinks": [[], []], "structural": [i for i, r in enumerate(roles) if r != "content"],
+            "structural_sinks": [i for i, (r, s) in enumerate(zip(roles, is_sink)) if s and r != "content"],
+            "content_sinks": [i for i, (r, s) in enumerate(zip(roles, is_sink)) if s and r == "content"],
+            "sink_heads": [], "input_ids": list(range(n)), "tokens": tokens, "roles": roles, "received": received,
+            "score": [0.8 if s else 0.0 for s in is_sink], "z": [0.0] * n,
+            "sink_rate": [0.8 if s else 0.0 for s in is_sink], "is_sink": is_sink, "observed": [True] * n,
+            "per_head_shape": [2, 1, n], "per_head": None}
+    return {"kind": "sinks", "prompt": "fox", "system": None, "messages": [{"role": "user", "content": "fox"}],
+            "model": {"model": "smollm2"}, "environment": {}, "analysis": {**full, **analysis}}
+
+
 def stream_policy_row(policy: str, kind: str, budget: int | None, **figures) -> dict:
     """One row of a ``lab stream`` report's ``policies`` in a run with dense (:class:`lab.kinds.stream.PolicyToDense`):
     made-up figures unless in ``figures``."""

@@ -14,6 +14,7 @@ the forward pass). Both arms must produce the same tokens; the report says so.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import torch
 
 from lab.bench.results import Spread
 from lab.bench.runtime_tune import alternating_order
+from lab.kinds.bench_tracker import Report, RunSeconds, Settings, Times
 from lab.machine import LoadLog
 from lab.tracker.loop import run_decode
 from lab.tracker.results import DecodeSettings
@@ -98,7 +100,8 @@ def _pct(on: float, off: float) -> float:
 
 @dataclass(frozen=True)
 class TrackerBenchReport:
-    """``lab bench-tracker``'s ``report.json``: the set-up, every raw time and the overheads derived.
+    """``lab bench-tracker``'s result: the set-up and every raw time, with the overheads derived from them
+    (``report.json`` holds :meth:`as_report`).
 
     Attributes:
         prompt: The prompt's text.
@@ -175,28 +178,29 @@ class TrackerBenchReport:
         """Whether every run, tracker on or off, emitted the same tokens."""
         return self.arms.identical
 
-    def as_dict(self) -> dict[str, Any]:
-        """The report with its derived figures, its keys in the file's order (percentages, ms, us)."""
-        return {
-            "kind": "bench-tracker",
-            "prompt": self.prompt,
-            "settings": self.settings,
-            "repeats": self.repeats,
-            "tokens_per_run": self.tokens_per_run,
-            "prompt_tokens": self.prompt_tokens,
-            "vocab_size": self.vocab_size,
-            "model": self.model,
-            "environment": self.environment,
-            "times_s": {"off": self.arms.off, "on": self.arms.on},
-            "off_s": self.off_s.as_dict(),
-            "on_s": self.on_s.as_dict(),
-            "overhead_pct_median": self.overhead_pct_median,
-            "overhead_pct_min": self.overhead_pct_min,
-            "overhead_pct_paired_median": self.overhead_pct_paired_median,
-            "per_token_ms_off": self.per_token_ms_off,
-            "statistics_us_per_step": self.statistics_us_per_step,
-            "statistics_pct_of_decode_step": self.statistics_pct_of_decode_step,
-            "identical_tokens": self.identical_tokens,
-            "torch_threads": self.torch_threads,
-            "machine_load": self.machine_load,
-        }
+    def as_report(self) -> Report:
+        """``report.json``'s record (:class:`lab.kinds.bench_tracker.Report`): the set-up, every raw time and the
+        figures derived (percent, ms, us), in the file's order."""
+        off, on = self.off_s, self.on_s
+        return Report(
+            prompt=self.prompt,
+            settings=Settings(**dataclasses.asdict(self.settings)),
+            repeats=self.repeats,
+            tokens_per_run=self.tokens_per_run,
+            prompt_tokens=self.prompt_tokens,
+            vocab_size=self.vocab_size,
+            model=self.model,
+            environment=self.environment,
+            times_s=Times(off=self.arms.off, on=self.arms.on),
+            off_s=RunSeconds(min=off.min, median=off.median, max=off.max),
+            on_s=RunSeconds(min=on.min, median=on.median, max=on.max),
+            overhead_pct_median=self.overhead_pct_median,
+            overhead_pct_min=self.overhead_pct_min,
+            overhead_pct_paired_median=self.overhead_pct_paired_median,
+            per_token_ms_off=self.per_token_ms_off,
+            statistics_us_per_step=self.statistics_us_per_step,
+            statistics_pct_of_decode_step=self.statistics_pct_of_decode_step,
+            identical_tokens=self.identical_tokens,
+            torch_threads=self.torch_threads,
+            machine_load=self.machine_load,
+        )

@@ -27,7 +27,6 @@ threads; the caller records the load average (:mod:`lab.machine`).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 import time
@@ -38,25 +37,12 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+# The report's types are its kind's (lab.kinds): the command writes them, summary.md reads them.
+from lab.kinds.bench_weights import KernelRow, NumericsRow, StepProfileRow
+from lab.kinds.bench_weights import Report as WeightsBenchReport
 from lab.ranges import GAMMA, ITERATIONS, REPEATS
 
 LOG2 = math.log(2.0)
-
-
-@dataclass(frozen=True)
-class KernelRow:
-    """One GGUF type in one representation: times summed over the model's layers of that type."""
-
-    gguf_type: str
-    representation: str
-    layers: int
-    params: int
-    step_ms: float  # M = 1
-    verify_ms: float  # M = gamma + 1
-
-    @property
-    def verify_in_steps(self) -> float:
-        return self.verify_ms / self.step_ms
 
 
 def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
@@ -194,6 +180,12 @@ class StepProfile:
         b, ms = self.family_bytes.get(family, 0), self.family_ms.get(family, 0.0)
         return b / ms / 1e6 if b and ms > 0 else None
 
+    def row(self) -> StepProfileRow:
+        """The profile as the report holds it: its fields, then its GB/s per family (:data:`FAMILIES`)."""
+        return StepProfileRow(weights=self.weights, context=self.context, steps=self.steps, step_ms=self.step_ms,
+                              family_ms=self.family_ms, family_bytes=self.family_bytes,
+                              gb_per_s={f: self.gb_per_s(f) for f in FAMILIES})
+
 
 def step_profile(model: nn.Module, input_ids: torch.Tensor, *, steps: int = 10, weights: str = "?") -> StepProfile:
     """Time ``steps`` greedy one-token steps after prefilling ``input_ids`` ``(1, S)``, then profile as many more.
@@ -266,19 +258,6 @@ def file_linear_bytes(model: nn.Module, gguf_file: Any) -> dict[str, int]:
     return dict(out)
 
 
-@dataclass(frozen=True)
-class NumericsRow:
-    """A representation against float32 over every position of the held-out texts."""
-
-    representation: str
-    positions: int
-    top1_agree: int  # a count: positions whose most likely token equals float32's
-    mean_kl_nats: float
-    max_kl_nats: float
-    mean_abs_entropy_shift_bits: float
-    max_abs_entropy_shift_bits: float
-
-
 def _log_probs(model: nn.Module, batches: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
         return [torch.log_softmax(model(ids).logits[0].float(), dim=-1) for ids in batches]
@@ -326,45 +305,6 @@ def numerics(load: Callable[[str], nn.Module], batches: Sequence[torch.Tensor],
             on_model(rep, model)
         del model
     return rows
-
-
-@dataclass(frozen=True)
-class WeightsBenchReport:
-    """``lab bench-weights``' ``report.json``: kernels, numerics and step profiles of one GGUF model.
-
-    Attributes:
-        model: The ``--model`` profile.
-        gamma / repeats / steps: As :func:`bench_weights` ran them.
-        texts: How many held-out texts the numerics read.
-        kernels: :func:`kernel_times` (empty with ``skip_kernels``).
-        numerics: :func:`numerics`, one row per representation other than float32.
-        torch_threads: Torch's intra-op threads.
-        step_context: The first text's length, tokens (the profiled steps' prefill).
-        file_linear_bytes: :func:`file_linear_bytes`.
-        step_profiles: :func:`step_profile` per loaded representation (empty with ``skip_kernels``).
-        machine_load: The load log's summary.
-        environment: :func:`lab.reports.environment` with the float32 model loaded.
-    """
-
-    model: str
-    gamma: int
-    repeats: int
-    texts: int
-    kernels: list[KernelRow]
-    numerics: list[NumericsRow]
-    torch_threads: int
-    steps: int
-    step_context: int
-    file_linear_bytes: dict[str, int]
-    step_profiles: list[StepProfile]
-    machine_load: dict[str, Any]
-    environment: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report, its keys in the file's order; each step profile with its GB/s per family."""
-        return {"kind": "bench-weights", **dataclasses.asdict(self),
-                "step_profiles": [dict(dataclasses.asdict(p), gb_per_s={f: p.gb_per_s(f) for f in FAMILIES})
-                                  for p in self.step_profiles]}
 
 
 def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats: int, steps: int,
@@ -415,4 +355,4 @@ def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats:
     return WeightsBenchReport(model=model_name, gamma=gamma, repeats=repeats, texts=len(texts), kernels=kernels,
                               numerics=rows, torch_threads=torch.get_num_threads(), steps=steps,
                               step_context=int(batches[0].shape[1]), file_linear_bytes=file_bytes,
-                              step_profiles=profiles, machine_load=load_log.summary(), environment=env)
+                              step_profiles=[p.row() for p in profiles], machine_load=load_log.summary(), environment=env)

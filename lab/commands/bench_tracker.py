@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
                                 machine_load=load_log.summary())
     render_bench(result, stdout_console())
     with report_folder(args.out, BENCH_TRACKER) as rd:
-        rd.write_report(result.as_dict())
+        rd.write_report(result.as_report())
         rd.write_text("summary.md", bench_markdown(result))
     print_report(stdout_console(), rd.final)
     return 0

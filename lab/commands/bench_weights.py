@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     # 3. Write the report atomically, then show it.
     summary = weights_markdown(result)
     with report_folder(args.out, BENCH_WEIGHTS, args.model) as rd:
-        rd.write_report(result.as_dict())
+        rd.write_report(result)
         rd.write_text("summary.md", summary)
     stdout_console().print(summary, markup=False, highlight=False, soft_wrap=True)
     print_report(stdout_console(), rd.final)

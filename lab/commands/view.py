@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lab.commands.common import add_out_arg, command_parser
 from lab.kinds.compare import KIND as COMPARE
+from lab.kinds.compare import Report as CompareReport
 from lab.safe_text import printable
 
 
@@ -77,7 +78,6 @@ def write_comparison(a: Path, b: Path, out: Path) -> Path:
     check_reports_root(out)
     html = drawn(f"A={str(a)!r} and B={str(b)!r}", compare_html, first, second)
     with report_folder(out, COMPARE, first.kind) as rd:
-        rd.write_report({"kind": "compare", "compared_kind": first.kind,
-                                      "a": str(a.resolve()), "b": str(b.resolve())})
+        rd.write_report(CompareReport(compared_kind=first.kind, a=str(a.resolve()), b=str(b.resolve())))
         (rd.path / PAGE).write_text(html, encoding="utf-8", errors="backslashreplace")
     return rd.final / PAGE

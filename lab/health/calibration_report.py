@@ -202,7 +202,8 @@ class HealthCalibrationReport:
         return {**self.reference_record, **self.reference_figures}
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``: the report's fields under the file's keys, in its order."""
+        """``report.json``: the report's fields under the file's keys, in its order (the shape
+        :class:`lab.kinds.calibrate_health.Report` declares; the writer reads it through that type)."""
         out = self.calibration.to_json()
         if self.study_set is not None:
             out["study_set"] = self.study_set

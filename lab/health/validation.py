@@ -167,7 +167,8 @@ class HealthValidationReport:
         return tuple(k for k, f in self.candidates.items() if f.valid and not f.control)
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values."""
+        """``report.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values (the
+        shape :class:`lab.kinds.calibrate_health_validate.Report` declares; the writer reads it through that type)."""
         return {"kind": "calibrate-health-validate", "measure": self.measure, "valid": self.valid,
                 "bars": {"max_length_rho": MAX_LENGTH_RHO, "max_saturated_share": MAX_SATURATED_SHARE,
                          "end_margin": END_MARGIN, "min_measurable": MIN_MEASURABLE},

@@ -1,16 +1,17 @@
 """Rendering ``lab bench-weights``: ``summary.md`` (kernel times, numerics, step profiles).
 
-Consumes a :class:`lab.bench.weights.WeightsBenchReport`; computes nothing new except the
+Consumes the kind's typed report (:class:`lab.kinds.bench_weights.Report`); computes nothing new except the
 megabytes of a table cell.
 """
 
 from __future__ import annotations
 
-from lab.bench.weights import FAMILIES, WeightsBenchReport
+from lab.bench.weights import FAMILIES
+from lab.kinds.bench_weights import Report
 from lab.render.markdown import md_row, md_table
 
 
-def _load_line(result: WeightsBenchReport) -> str:
+def _load_line(result: Report) -> str:
     load = result.machine_load or {}
     busy = " **BUSY: timings are not a quiet machine's**" if load.get("busy") else ""
     return (f"torch threads {result.torch_threads}; highest 1-minute load average "
@@ -18,7 +19,7 @@ def _load_line(result: WeightsBenchReport) -> str:
             "figures carry the profiler's own cost; the step column is timed without it.")
 
 
-def weights_markdown(result: WeightsBenchReport) -> str:
+def weights_markdown(result: Report) -> str:
     """``summary.md`` of ``lab bench-weights``."""
     lines = [f"# Weight representations on {result.model}", "",
              _load_line(result), "",
@@ -38,7 +39,7 @@ def weights_markdown(result: WeightsBenchReport) -> str:
                       f"median of {result.steps} steps; profiled ms per step)", "",
                   *md_table(("weights", "step (ms)", *FAMILIES, "weights read (MB)", "GB/s in int4 / int8 / dense"))]
         for p in result.step_profiles:
-            rates = " / ".join("-" if p.gb_per_s(f) is None else f"{p.gb_per_s(f):.1f}"
+            rates = " / ".join("-" if p.gb_per_s[f] is None else f"{p.gb_per_s[f]:.1f}"
                                for f in ("int4", "int8", "dense"))
             lines.append(md_row((p.weights, f"{p.step_ms:.1f}", *(f"{p.family_ms.get(f, 0.0):.1f}" for f in FAMILIES),
                                  f"{sum(p.family_bytes.values()) / 1e6:.0f}", rates)))

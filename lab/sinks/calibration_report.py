@@ -263,7 +263,8 @@ class SinkCalibrationReport:
         return [p.to_json() for p in self.prompts]
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``: the report's fields under the file's keys, in its order."""
+        """``report.json``: the report's fields under the file's keys, in its order (the shape
+        :class:`lab.kinds.calibrate_sinks.Report` declares; the writer reads it through that type)."""
         held = self.held_out
         return {
             "kind": "calibrate-sinks", "model": self.model, "environment": self.environment,

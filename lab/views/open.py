@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lab.kinds import ShapeError
+from lab.kinds.compare import KIND as COMPARE
 from lab.views.compare import compare_html, read_pair
 from lab.views.core import write_html
 from lab.views.files import kind_of, raw_json
@@ -46,12 +48,14 @@ def redraw(path: Path) -> Path:
     """
     if kind_of(path.name) != "compare":
         return write_page(path)
-    names = raw_json(path / "report.json")  # the folders' paths as written: read_report escapes what it shows
-    names = names if isinstance(names, dict) else {}
-    a, b = Path(str(names.get("a", ""))), Path(str(names.get("b", "")))
-    if names.get("a") and names.get("b") and a.is_dir() and b.is_dir():
+    data = raw_json(path / "report.json")  # the folders' paths as written: read_report escapes what it shows
+    try:
+        names = COMPARE.read(data) if isinstance(data, dict) else None
+    except ShapeError:  # a hand-edited or damaged report.json names no two reports: the page is kept as it is
+        names = None
+    if names is not None and names.a and names.b and Path(names.a).is_dir() and Path(names.b).is_dir():
         try:
-            html = compare_html(*read_pair(a, b))
+            html = compare_html(*read_pair(Path(names.a), Path(names.b)))
         except ValueError:
             return path / PAGE
         write_html(path / PAGE, html)

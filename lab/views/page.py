@@ -61,10 +61,15 @@ def kind_page(files: ReportFiles) -> KindPage:
 def _not_drawn(files: ReportFiles, what: str, reason: str) -> KindPage:
     """The generic parts of a page (summary, files) and a note saying why the kind's own sections are missing:
     ``what`` (the file, or the error's type) then ``reason``'s first line, cut."""
+    return KindPage(headline=first_bold_line(files.summary), sections=(not_drawn(files.kind, what, reason),))
+
+
+def not_drawn(kind: str, what: str, reason: str) -> Section:
+    """The note saying why a kind's own part of a page (or of a comparison) is missing: ``what`` (the file, or
+    the error's type) then ``reason``'s first line, cut to :data:`MAX_ERROR_CHARS`."""
     first = (reason.splitlines() or [""])[0]  # one line, cut: a reason may echo a value of any length
     error = f"{what}{first[:MAX_ERROR_CHARS]}{'...' if len(first) > MAX_ERROR_CHARS else ''}"
-    note = Section("Not drawn", render("not_drawn.html.j2", kind=files.kind, error=error), "not-drawn")
-    return KindPage(headline=first_bold_line(files.summary), sections=(note,))
+    return Section("Not drawn", render("not_drawn.html.j2", kind=kind, error=error), "not-drawn")
 
 
 def file_sections(files: ReportFiles, covers: frozenset[str]) -> list[Section]:

@@ -215,6 +215,27 @@ def test_cli_bench_tracker_tiny_model_writes_report(tmp_path, capsys, tiny_backe
     assert all(len(m["load_1m_before"]) == 2 for m in load["per_method"].values())
 
 
+def test_cli_bench_tracker_report_json_is_its_kind_typed_report_in_the_files_order(tmp_path, tiny_backend):
+    """report.json of ``lab bench-tracker`` holds its keys in the order reports have always held them, and read
+    through its kind's typed report and written again it is the same text. Fault class: a typed report whose
+    fields drift from the file (a key added, dropped or moved)."""
+    from lab.kinds.bench_tracker import KIND
+    from lab.typed import to_json
+
+    assert cli.main(["bench-tracker", "--max-new-tokens", "3", "--repeats", "1", "--stats-iterations", "2",
+                     "--device", "cpu", "--out", str(tmp_path)]) == 0
+    (report,) = report_dirs(tmp_path)
+    text = (report / "report.json").read_text()
+    data = json.loads(text)
+    assert list(data) == ["kind", "format", "prompt", "settings", "repeats", "tokens_per_run", "prompt_tokens",
+                          "vocab_size", "model", "environment", "times_s", "off_s", "on_s", "overhead_pct_median",
+                          "overhead_pct_min", "overhead_pct_paired_median", "per_token_ms_off",
+                          "statistics_us_per_step", "statistics_pct_of_decode_step", "identical_tokens",
+                          "torch_threads", "machine_load"]
+    again = {"kind": data["kind"], "format": data["format"], **to_json(KIND.read(data))}
+    assert json.dumps(again, indent=2, allow_nan=False) + "\n" == text
+
+
 @pytest.mark.parametrize("argv, names", [(["--repeats", "0"], "--repeats=0"),
                                          (["--max-new-tokens", "0"], "--max-new-tokens=0"),
                                          (["--stats-iterations", "0"], "--stats-iterations=0"),

@@ -215,6 +215,35 @@ def test_validation_report_failing_measure_says_so():
     assert "**fails** (drifts with length" in validation_markdown(rep)
 
 
+@pytest.mark.parametrize("case", ["valid", "fails", "none measurable"])
+def test_validation_report_json_is_its_kinds_typed_report_text_for_text(case):
+    """The report the command writes (HealthValidationReport.to_json, NaN as null) read as the kind's typed report
+    (lab.kinds.calibrate_health_validate.Report) and written again is the same text, key for key in its order:
+    ReportDir.write_report writes it through that type.
+
+    Fault class: a typed report whose fields differ from the writer's keys (order, a key only sometimes there, a
+    null where the type wants a number) changes report.json's bytes or refuses a run's report."""
+    from lab.kinds.calibrate_health_validate import KIND
+    from lab.reports import to_jsonable
+    from lab.typed import to_json
+
+    n = _lengths()
+    prompts, values = _fake_values(n)
+    measure = next(iter(CANDIDATES))
+    if case == "fails":
+        for p, m in zip(prompts, n):
+            values[p.id][measure] = min(10.0, 1.5 * math.log(int(m)))
+    if case == "none measurable":
+        for p in prompts:
+            values[p.id] = {**{k: math.nan for k in values[p.id]}, N_CONTENT: values[p.id][N_CONTENT]}
+    rep = validation_report(values, prompts, {}, measure=measure, model={"model": "fake"}, environment={},
+                            reference_file=None if case == "valid" else "ref.json")
+    body = to_jsonable(rep.to_json())
+    again = {"kind": body["kind"], **to_json(KIND.read(body))}
+    assert json.dumps(again) == json.dumps(body)
+    assert (body["figures"]["rho"] is None) == (case == "none measurable")
+
+
 def test_validation_report_unknown_measure_or_missing_prompt_raises():
     n = _lengths(12)
     prompts, values = _fake_values(n)

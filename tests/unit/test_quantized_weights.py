@@ -383,3 +383,37 @@ def test_step_profile_refuses_bad_input():
         step_profile(_tiny_model(), torch.arange(4).unsqueeze(0), steps=0)
     with pytest.raises(ValueError, match=r"\(1, S\)"):
         step_profile(_tiny_model(), torch.arange(4), steps=1)
+
+
+def test_bench_weights_report_json_holds_each_step_profile_with_its_rates(tmp_path):
+    """report.json of ``lab bench-weights`` is its kind's typed report in the file's order: each step profile's
+    fields then its GB/s for every family (null where a family reads nothing), a KL that is not finite as null;
+    read back through the kind, it is the report written. Fault class: a report whose keys or order drift from
+    what earlier reports hold."""
+    import dataclasses
+    import json
+
+    from lab.bench.weights import FAMILIES, step_profile
+    from lab.kinds.bench_weights import KIND, KernelRow, NumericsRow, Report
+    from lab.models.quantize import quantize_model
+    from lab.reports import ReportDir
+
+    model = _tiny_model()
+    quantize_model(model, None, "int8")
+    profile = step_profile(model, torch.arange(12).unsqueeze(0), steps=2, weights="int8")
+    report = Report(
+        model="smollm2", gamma=5, repeats=1, texts=1, kernels=[KernelRow("Q8_0", "int8", 2, 64, 1.5, 3)],
+        numerics=[NumericsRow("int8", 12, 11, float("nan"), 0.5, 0.01, 0.1)], torch_threads=1, steps=2,
+        step_context=12, file_linear_bytes={"Q8_0": 99}, step_profiles=[profile.row()], machine_load={},
+        environment={})
+    ReportDir(tmp_path, tmp_path, KIND).write_report(report)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert list(data) == ["kind", "format", "model", "gamma", "repeats", "texts", "kernels", "numerics",
+                          "torch_threads", "steps", "step_context", "file_linear_bytes", "step_profiles",
+                          "machine_load", "environment"]
+    (written,) = data["step_profiles"]
+    assert list(written) == ["weights", "context", "steps", "step_ms", "family_ms", "family_bytes", "gb_per_s"]
+    assert written["gb_per_s"] == {f: profile.gb_per_s(f) for f in FAMILIES} and written["gb_per_s"]["dense"] is None
+    assert data["numerics"][0]["mean_kl_nats"] is None and data["kernels"][0]["verify_ms"] == 3
+    assert KIND.read(data) == dataclasses.replace(report, numerics=[dataclasses.replace(report.numerics[0],
+                                                                                        mean_kl_nats=None)])

@@ -110,6 +110,29 @@ def test_view_rebuild_keeps_a_comparison_page_drawn_from_its_two_reports(tmp_pat
     assert (compare / PAGE).read_text() == before, "a comparison whose B is gone is kept, not redrawn empty"
 
 
+def test_view_comparison_report_json_is_its_typed_report_and_one_of_another_shape_is_kept_as_drawn(tmp_path, capsys):
+    """report.json of a comparison holds its kind, format, the compared kind and the two folders, in that order
+    (lab.kinds.compare.Report); a hand-edited one (a number where a folder goes) names no two reports, so its page is
+    kept as drawn, not redrawn from nothing."""
+    import json
+
+    root = tmp_path / "r"
+    a, b = _report(root, "entropy", "**Verdict: A.**\n"), _report(root, "entropy", "**Verdict: B.**\n")
+    assert cli.main(["view", str(a), str(b), "--out", str(root), "--no-open"]) == 0
+    (compare,) = [p for p in report_dirs(root) if "-compare-" in p.name]
+    data = json.loads((compare / "report.json").read_text())
+    assert list(data.items()) == [("kind", "compare"), ("format", 1), ("compared_kind", "entropy"),
+                                  ("a", str(a.resolve())), ("b", str(b.resolve()))]
+    before = (compare / PAGE).read_text()
+    (compare / "report.json").write_text(json.dumps({**data, "b": 5}))
+    (b / "summary.md").write_text("**Verdict: B again.**\n")
+    assert cli.main(["view", "--rebuild", str(root), "--no-open"]) == 0
+    assert (compare / PAGE).read_text() == before
+    (compare / "report.json").write_text(json.dumps(data))  # negative control: the report as written is redrawn
+    assert cli.main(["view", "--rebuild", str(root), "--no-open"]) == 0
+    assert "Verdict: B again." in (compare / PAGE).read_text()
+
+
 def test_view_rebuild_of_a_comparison_of_a_folder_named_with_an_invisible_character_redraws_it(tmp_path, capsys):
     """Fault class: a path used as shown: --rebuild read a comparison's A and B paths with their text escaped for a
     page (U+200B as ``\\u200b``), found no such folder and kept the comparison's page unredrawn."""

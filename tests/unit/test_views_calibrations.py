@@ -33,12 +33,27 @@ def _headline(tree: Tree) -> str:
     return found[0].text_all() if found else ""
 
 
+def _calibration() -> dict:
+    """A whole calibrate-sinks report (lab.kinds.calibrate_sinks.Report)."""
+    counts = {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3, "n_content": 900, "trailing_flagged": 0}
+    return {"kind": "calibrate-sinks", "model": {"model": "smollm2"}, "environment": {},
+            "criteria": {"position0_min_rate": 0.95, "content_max_rate": 0.01}, "min_observers": 8,
+            "statistic": "sink_rate", "statistics": ["sink_rate"],
+            "candidates": {"sink_rate": {"feasible": [0.17, 0.69], "feasible_thresholds": [0.17, 0.3, 0.69],
+                                         "chosen": 0.43, "counts": {"held_out": counts}, "position0_lowest": 0.2,
+                                         "content_highest": 0.1}},
+            "chosen_threshold": 0.43, "current_default_threshold": 0.02, "feasible_thresholds": [0.17, 0.3, 0.69],
+            "n_prompts": 24, "n_content_tokens": 1800, "position0_score_min": 0.2, "content_score_max": 0.1,
+            "sweep": [], "trailing_fraction": 0.1,
+            "held_out": {"prompts": "held.jsonl", "threshold": 0.43, "short": counts, "long": None,
+                         "long_n_tokens": []},
+            "long_prompts": [], "prompts": [], "cross_model": None, "saved_to": None}
+
+
 def test_calibrate_sinks_page_headline_from_calibration_json(tmp_path):
     """The chosen threshold, its feasible range and the held-out counts are calibration.json's; sweep.png once."""
-    data = {"chosen_threshold": 0.43, "statistic": "sink_rate", "feasible_thresholds": [0.17, 0.3, 0.69],
-            "n_prompts": 24, "held_out": {"short": {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3,
-                                                    "n_content": 900}}}
-    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", data, png="sweep.png")
+    data = _calibration()
+    tree = _write(tmp_path, "calibrate-sinks", "calibration.json", data, png="sweep.png")  # as before format 1
     assert _headline(tree) == ("threshold 0.43 on sink_rate (feasible 0.17 to 0.69, 24 prompts); held out: "
                                "position 0 flagged on 11/12, content 3/900")
     assert len([i for i in tree.root.all("img") if i.attrs["src"].startswith("data:")]) == 1
@@ -51,10 +66,36 @@ def test_calibrate_sinks_page_damaged_json_leaves_headline_out(tmp_path):
     assert [s for s in tree.root.all("section") if s.attrs.get("id") == "summary"]
 
 
+def test_calibrate_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a held-out count goes) is named on the page in one line, the
+    field and what was found, and the rest of the page is drawn; no headline made of it."""
+    data = _calibration()
+    data["held_out"] = {**data["held_out"], "short": {**data["held_out"]["short"], "n_prompts": "twelve"}}
+    tree = _write(tmp_path, "calibrate-sinks", "report.json", data, png="sweep.png")
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and _headline(tree) == ""
+    assert ("(report.json: held_out.short.n_prompts: an integer goes here, not a string ('twelve'))"
+            in notes[0].text_all())
+
+
+def _figures(rho, p, share: float, n: int, valid: bool) -> dict:
+    return {"name": "relative_entropy_for_length", "n": n, "n_measurable": n, "rho": rho, "p": p,
+            "low_share": share, "high_share": 0.0, "low": 0.5, "median": 5.0, "high": 9.5, "control": False,
+            "saturated_share": share, "length_neutral": valid, "unsaturated": valid, "valid": valid}
+
+
 def _validation(valid: bool) -> dict:
-    return {"measure": "relative_entropy_for_length", "valid": valid, "valid_candidates": ["content_entropy"],
-            "bars": {"max_length_rho": 0.2, "max_saturated_share": 0.05},
-            "figures": {"rho": 0.5151, "p": 0.12755, "saturated_share": 0.1, "n_measurable": 10}}
+    """A whole calibrate-health-validate report (lab.kinds.calibrate_health_validate.Report)."""
+    figures = _figures(0.5151, 0.12755, 0.1, 10, valid)
+    return {"kind": "calibrate-health-validate", "measure": "relative_entropy_for_length", "valid": valid,
+            "bars": {"max_length_rho": 0.2, "max_saturated_share": 0.05, "end_margin": 0.1, "min_measurable": 10},
+            "figures": figures, "by_source": {"numpy": figures},
+            "candidates": {"relative_entropy_for_length": figures,
+                           "content_entropy": {**_figures(0.01, 0.9, 0.0, 10, True), "name": "content_entropy"}},
+            "valid_candidates": ["content_entropy"],
+            "prompts": [{"id": "p0", "source": "numpy", "relative_entropy_for_length": None, "n_content": 16}],
+            "model": {"model": "smollm2"}, "environment": {}, "prompts_file": "lab/data/health_validation.jsonl",
+            "reference_file": None}
 
 
 def test_calibrate_health_validate_page_failed_shows_warning_with_figures(tmp_path):
@@ -72,6 +113,18 @@ def test_calibrate_health_validate_page_valid_has_no_warning(tmp_path):
     tree = _write(tmp_path, "calibrate-health-validate", "validation.json", _validation(True))
     assert not [p for p in tree.root.all("p") if "warning" in p.classes()]
     assert _headline(tree).startswith("context health (relative_entropy_for_length) reads the context")
+
+
+def test_calibrate_health_validate_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where rho goes) is named on the page in one line, the field and what
+    was found, and the rest of the page is drawn; no verdict made of it."""
+    data = _validation(False)
+    data["figures"] = {**data["figures"], "rho": "high"}
+    tree = _write(tmp_path, "calibrate-health-validate", "report.json", data)
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and _headline(tree) == ""
+    assert not [p for p in tree.root.all("p") if "warning" in p.classes()]
+    assert "(report.json: figures.rho: a number or null goes here, not a string ('high'))" in notes[0].text_all()
 
 
 def test_bench_sinks_page_headline_from_bench_json(tmp_path):

@@ -327,9 +327,11 @@ def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a hand-edited sink rate of 1.5 (a share) was printed in the sinks
     headline and the log row as a rate, attention received of 1.5 drawn as a bar at 1, a context health of -1 shown
     as a reading."""
-    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [1.5, 0.01], "is_sink": [True, False],
-                "observed": [True, True], "sink_rate": [1.5, 0.0], "context_health": -1.0, "position0_share": 1.5}
-    page, log = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
+    from tests.support import sinks_report
+
+    report = sinks_report(["<s>", "a"], ["bos", "content"], [1.5, 0.01], [True, False], sink_rate=[1.5, 0.0],
+                          context_health=-1.0, position0_share=1.5)
+    page, log = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps(report)})
     headline = "(sink rate 1.5 (out of range: a sink rate must be in [0, 1]))"
     assert headline in page and headline in log
     assert "-1 (out of range: context health must be in [0, 10]) / 10" in page + log
@@ -342,11 +344,16 @@ def test_sinks_page_and_log_show_impossible_shares_as_out_of_range(tmp_path):
     (-7777.5, "min_observers -7.78e+03 (out of range: a count must be an integer >= 0)")])
 def test_sinks_page_observer_count_that_is_no_count_is_out_of_range(tmp_path, min_observers, words):
     """An impossible number shown as fact: a hand-edited min_observers of -7777.5 was printed as "the last -7778.5
-    positions have too few observers to flag"."""
-    analysis = {"tokens": ["<s>", "a"], "roles": ["bos", "content"], "received": [0.5, 0.01], "is_sink": [True, False],
-                "observed": [True, True], "min_observers": min_observers}
-    page, _ = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps({"analysis": analysis})})
-    assert words in page and "-7778.5" not in page
+    positions have too few observers to flag". A count that is no integer is a report of another shape
+    (lab.kinds.sinks.Report): the page names it in one line; the words for it stay unobserved()'s (its doctest)."""
+    from lab.views.kinds.sinks import unobserved
+    from tests.support import sinks_report
+
+    report = sinks_report(["<s>", "a"], ["bos", "content"], [0.5, 0.01], [True, False], min_observers=min_observers)
+    page, _ = _page_and_log(tmp_path, "20261205-010101-sinks-x", {"report.json": json.dumps(report)})
+    shown = (words if isinstance(min_observers, int)
+             else f"analysis.min_observers: an integer goes here, not the number {min_observers}")
+    assert shown in page and unobserved(min_observers) == words and "-7778.5" not in page
 
 
 def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range(tmp_path):
@@ -397,8 +404,10 @@ def test_bench_page_and_log_show_impossible_speed_and_alpha_as_out_of_range(tmp_
 def test_study_page_and_log_show_impossible_correlation_p_value_and_rate_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a study's rho of 1.5 was its headline and log row, a p-value of 1.5 a
     verdict and a prompt's alpha of 1.5 a row of its prompt table."""
-    study = {"tests": [{"name": "H2", "verdict": "supported", "effect_name": "spearman_rho", "effect": 1.5,
-                        "p_value": 1.5, "p_holm": 0.01, "n": 10}]}
+    from tests.study_fakes import study_report
+
+    study = study_report([{"name": "H2", "verdict": "supported", "effect_name": "spearman_rho", "effect": 1.5,
+                           "p_value": 1.5, "p_holm": 0.01, "n": 10}])
     csv_text = "id,category,alpha\nq1,factual,1.5\n"
     page, log = _page_and_log(tmp_path, "20261205-010101-study-x",
                               {"study.json": json.dumps(study), "per_prompt.csv": csv_text, "summary.md": "# Study\n"})
@@ -419,8 +428,15 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
         "model": "m", "environment": {}, "torch_threads": 1, "results": [], "machine_load": {},
         "comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30, "plain_extra_bytes": 2**30}}))
     assert "-2 (out of range: a time ratio must be a finite number >= 0)x" in line
-    f = calibrate_health_validate.figures({"measure": "m", "valid": True,
-                                           "figures": {"rho": 1.5, "p": 0.5, "saturated_share": 1.5, "n_measurable": 9}})
+    from lab.kinds.calibrate_health_validate import Bars, Figures, Report
+
+    fig = Figures(name="m", n=9, n_measurable=9, rho=1.5, p=0.5, low_share=0.5, high_share=1.0, low=0.0, median=5.0,
+                  high=10.0, control=False, saturated_share=1.5, length_neutral=False, unsaturated=False, valid=True)
+    f = calibrate_health_validate.figures(Report(
+        measure="m", valid=True, bars=Bars(max_length_rho=0.2, max_saturated_share=0.05, end_margin=0.1,
+                                           min_measurable=10),
+        figures=fig, by_source={}, candidates={}, valid_candidates=(), prompts=(), model={}, environment={},
+        prompts_file="v.jsonl", reference_file=None))
     line = calibrate_health_validate.headline(f)
     assert "rho with length 1.5 (out of range: rho must be in [-1, 1])" in line
     assert "1.5 (out of range: a share must be in [0, 1]) at an end" in line
@@ -475,14 +491,16 @@ def test_speculate_page_integer_of_hundreds_of_digits_is_not_printed_whole(tmp_p
 def test_intervene_and_study_confidence_level_out_of_range_is_said(tmp_path):
     """An impossible number shown as fact: a confidence level of -7777.5 was printed as "at -777750.0%" beside
     an interval (and one no float holds stopped the page)."""
-    test = {"name": "H1", "verdict": "supported", "estimate": 0.1, "ci_low": 0.0, "ci_high": 0.2, "ci_level": -7777.5,
+    from tests.study_fakes import study_report
+
+    test = {"name": "H1", "verdict": "supported", "effect": 0.1, "ci_low": 0.0, "ci_high": 0.2, "ci_level": -7777.5,
             "p_value": 0.01, "p_holm": 0.01, "n": 10}
     page, _ = _page_and_log(tmp_path, "20261205-010101-study-x",
-                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+                            {"study.json": json.dumps(study_report([test])), "summary.md": "# Study\n"})
     assert "at -7.78e+03 (out of range: a confidence level must be in [0, 1])" in page
     test["ci_level"] = 0.975
     page, _ = _page_and_log(tmp_path, "20261205-010102-study-y",
-                            {"study.json": json.dumps({"tests": [test]}), "summary.md": "# Study\n"})
+                            {"study.json": json.dumps(study_report([test])), "summary.md": "# Study\n"})
     assert "at 97.5%" in page
 
 

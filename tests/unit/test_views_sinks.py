@@ -17,6 +17,7 @@ from lab.views.publish import report_folder
 from lab.views.kinds import sinks
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Node, Tree
+from tests.support import sinks_report
 
 pytestmark = pytest.mark.unit
 
@@ -29,21 +30,15 @@ INVALID = ("context health (relative_entropy_for_length) does not read the conte
 def analysis(tokens, roles, received, is_sink, *, invalid=INVALID, per_head=None, layer_sinks=None,
              layer_levels=None, health=4.25):
     n = len(tokens)
-    return {
-        "n_tokens": n, "threshold": 0.35, "epsilon": 0.3, "min_observers": 2, "statistic": "sink_rate",
-        "context_health": health, "context_health_measure": "relative_entropy_for_length",
-        "context_health_invalid": invalid, "content_sink_health": 10.0, "position0_share": received[0],
-        "layer_levels": layer_levels or [], "layer_sinks": layer_sinks or [[] for _ in range(2)],
-        "structural": [i for i, r in enumerate(roles) if r != "content"], "tokens": tokens, "roles": roles,
-        "received": received, "sink_rate": [0.8 if s else 0.0 for s in is_sink], "is_sink": is_sink,
-        "observed": [i < n - 1 for i in range(n)], "per_head": per_head,
-    }
+    return sinks_report(tokens, roles, received, is_sink, context_health=health, context_health_invalid=invalid,
+                        layer_levels=layer_levels or [], layer_sinks=layer_sinks or [[] for _ in range(2)],
+                        observed=[i < n - 1 for i in range(n)], per_head=per_head)["analysis"]
 
 
-def write(root: Path, data: dict | None, csv_rows=None, png=False) -> Path:
+def write(root: Path, data: dict, csv_rows=None, png=False) -> Path:
+    """A sinks report folder whose report.json holds the analysis ``data``."""
     with report_folder(root, "sinks", "fox") as rd:
-        rd.write_json("report.json", {"kind": "sinks", "model": {"model": "smollm2"},
-                                      **({"analysis": data} if data is not None else {})})
+        rd.write_json("report.json", {**sinks_report(["x"], ["content"], [1.0], [False]), "analysis": data})
         if csv_rows:
             rd.write_csv("positions.csv", csv_rows)
         if png:
@@ -159,14 +154,45 @@ def test_sinks_page_heatmap_shown_once(page_tree):
 
 
 def test_sinks_page_without_arrays_reads_positions_csv(tmp_path):
-    """A report whose report.json lacks the arrays is drawn from positions.csv, values and marks alike."""
+    """A report whose report.json's per-position arrays disagree in length (a damaged report: one array cut short)
+    is drawn from positions.csv, values and marks alike."""
     rows = [{"position": i, "token": sinks.visible(t), "role": r, "received": v, "observed": True, "is_sink": s}
             for i, (t, r, v, s) in enumerate(zip(TOKENS, ROLES, RECEIVED, IS_SINK))]
-    report = write(tmp_path, None, csv_rows=rows)
+    cut = analysis(TOKENS, ROLES, RECEIVED, IS_SINK)
+    cut["received"] = cut["received"][:-1]
+    report = write(tmp_path, cut, csv_rows=rows)
     found = bars(Tree((report / PAGE).read_text(encoding="utf-8")))
     assert len(found) == len(TOKENS)
     assert [("sink" in b.classes()) for b in found] == IS_SINK
     assert [float(b.attrs["data-received"]) for b in found] == pytest.approx(RECEIVED, rel=5e-4)
+
+
+def test_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where the context health goes) is named on the page in one line, the
+    field and what was found; the rest of the page is drawn, no headline made of it."""
+    data = analysis(TOKENS, ROLES, RECEIVED, IS_SINK)
+    data["context_health"] = "good"
+    tree = Tree((write(tmp_path, data) / PAGE).read_text(encoding="utf-8"))
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and not bars(tree)
+    assert ("(report.json: analysis.context_health: a number or null goes here, not a string ('good'))"
+            in notes[0].text_all())
+
+
+def test_sinks_page_position_outside_the_prompt_is_drawn_without_a_value(tmp_path):
+    """Fault class: a position read as an index from the end: a hand-edited layer level at position -99 (of the
+    typed report's shape, so no broad catch stands between it and the page) raised IndexError on the per-head
+    scores; its cells are drawn without a value, the rest of the page as usual."""
+    per_head = [[[0.5] * len(TOKENS)], [[0.25] * len(TOKENS)]]
+    levels = [{"position": -99, "first_layer": 0, "last_layer": 1, "n_layers": 2, "token": "x", "role": "template",
+               "sink_overall": False}]
+    data = analysis(TOKENS, ROLES, RECEIVED, IS_SINK, per_head=per_head, layer_sinks=[[-99], [-99]],
+                    layer_levels=levels)
+    tree = Tree((write(tmp_path, data) / PAGE).read_text(encoding="utf-8"))
+    row = [r for r in tree.root.all("tr") if r.attrs.get("id") == "level--99"][0]
+    assert [c.attrs["title"] for c in row.all("td", "cell")] == ["layer 0, position -99: - (sink in this layer)",
+                                                                 "layer 1, position -99: - (sink in this layer)"]
+    assert len(bars(tree)) == len(TOKENS)
 
 
 def test_sinks_page_long_prompt_scrolls_instead_of_squeezing(tmp_path):

@@ -123,15 +123,25 @@ def _figures(measure, auroc, failed, direction=1):
 
 
 def _context(tmp_path, reference_from="/tmp/ref.json", chosen_failed=("AUROC 0.73 < 0.75",)) -> Tree:
-    verdict = "lookback_heads fails on smollm2 (160 validation pairs): AUROC 0.73 < 0.75"
-    data = {"model": {"model": "smollm2"}, "verdict": verdict, "validation": {
-        "profile": "smollm2", "set_name": "validation", "items_file": "v.jsonl", "reference_from": reference_from,
+    return _write(tmp_path, "validate-context", _context_report(reference_from, chosen_failed), CONTEXT_SUMMARY,
+                  {"pairs.csv": [{"id": "val-000"}]})
+
+
+CONTEXT_VERDICT = "lookback_heads fails on smollm2 (160 validation pairs): AUROC 0.73 < 0.75"
+CONTEXT_SUMMARY = (f"# Context measures\n\nPairs: 160.\n\n**Verdict: {CONTEXT_VERDICT}.**\n\nThe bar: AUROC >= 0.75."
+                   "\n\n| measure | AUROC |\n|---|---|\n| lookback_heads | 0.73 |\n")
+
+
+def _context_report(reference_from="/tmp/ref.json", chosen_failed=("AUROC 0.73 < 0.75",)) -> dict:
+    """A whole validate-context report.json, as lab.kinds.validate_context.Report holds it."""
+    validation = {
+        "profile": "smollm2", "set_name": "validation", "items_file": "v.jsonl",
         "reference": {"heads": [[27, 2]], "intercept": 0.8, "slope": -0.08, "n_pairs": 60, "loo_auroc": 0.82},
-        "chosen": _figures("lookback_heads", 0.7312, list(chosen_failed)),
-        "others": [_figures("lookback", 0.6, ["|rho(length)| 0.61 > 0.2"]), _figures("gain_bits", 0.81, [])]}}
-    summary = (f"# Context measures\n\nPairs: 160.\n\n**Verdict: {verdict}.**\n\nThe bar: AUROC >= 0.75.\n\n"
-               "| measure | AUROC |\n|---|---|\n| lookback_heads | 0.73 |\n")
-    return _write(tmp_path, "validate-context", data, summary, {"pairs.csv": [{"id": "val-000"}]})
+        "reference_from": reference_from, "chosen": _figures("lookback_heads", 0.7312, list(chosen_failed)),
+        "others": [_figures("lookback", 0.6, ["|rho(length)| 0.61 > 0.2"]), _figures("gain_bits", 0.81, [])],
+        "rows": [{"id": "val-000", "relevant_lookback_heads": 0.1, "irrelevant_lookback_heads": None}]}
+    return {"kind": "validate-context", "format": 1, "model": {"model": "smollm2"}, "environment": {},
+            "validation": validation, "verdict": CONTEXT_VERDICT}
 
 
 def test_validate_context_page_failed_verdict_first_and_marked(tmp_path):
@@ -166,6 +176,18 @@ def test_validate_context_page_shows_summary_prose_once(tmp_path):
     assert "summary" not in ids and "file-pairs-csv" in ids
     method = [s for s in tree.root.all("section") if s.attrs.get("id") == "method"][0].text_all()
     assert "The bar: AUROC >= 0.75." in method and "Verdict" not in method and "0.73 |" not in method
+
+
+def test_validate_context_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where the chosen measure's AUROC goes) is named on the page in one line,
+    the field and what was found; the rest of the page (the summary, pairs.csv) is drawn, no verdict made of it."""
+    data = _context_report()
+    data["validation"]["chosen"]["auroc"] = "high"
+    tree = _write(tmp_path, "validate-context", data, CONTEXT_SUMMARY, {"pairs.csv": [{"id": "val-000"}]})
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and "verdict" not in _sections(tree) and "file-pairs-csv" in _sections(tree)
+    assert ("(report.json: validation.chosen.auroc: a number goes here, not a string ('high'))"
+            in notes[0].text_all())
 
 
 def test_prose_drops_title_tables_and_bold_lines():

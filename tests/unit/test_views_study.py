@@ -125,8 +125,10 @@ def test_study_verdict_table_numbers_equal_study_json(study_report):
 
 
 def test_study_headline_names_decided_tests_and_counts_the_rest(study_report):
+    from lab.kinds.study import KIND as STUDY
+
     study = json.loads((study_report / "report.json").read_text(encoding="utf-8"))
-    line = study_kind.headline(study["tests"])
+    line = study_kind.headline(STUDY.read(study).tests)
     decided = [t for t in study["tests"] if t["verdict"] in ("supported", "not supported")]
     for t in decided:
         assert f"{t['name']} {t['verdict']} ({t['effect_name']} {fmt(t['effect'])})" in line
@@ -164,6 +166,59 @@ def test_study_compare_sets_both_studies_intervals_side_by_side(study_report, tm
     assert "-0.5 [-0.75, -0.25]" in row and ">supported<" in row
     if first["ci_low"] is not None:
         assert f"{fmt(first['effect'])} [{fmt(first['ci_low'])}, {fmt(first['ci_high'])}]" in row
+
+
+def test_study_report_json_read_as_its_type_and_written_again_is_the_same_bytes(study_report, tmp_path):
+    """The writer writes the study's report through its type (lab.kinds.study.Report): the file the real writer
+    wrote, read as the type and written again, is the same bytes, every key in its place (a field the type orders
+    otherwise, or a null the type adds, would change them)."""
+    from lab.kinds.study import KIND as STUDY
+    from lab.reports import report_dir
+    from lab.typed import to_json
+
+    written = (study_report / "report.json").read_bytes()
+    data = json.loads(written)
+    assert json.dumps(to_json(STUDY.read(data))) == json.dumps({k: v for k, v in data.items()
+                                                                if k not in ("kind", "format")})
+    with report_dir(tmp_path, STUDY, name="20261205-000000-study") as rd:
+        rd.write_report({k: v for k, v in data.items() if k != "format"})
+    assert (rd.final / "report.json").read_bytes() == written
+
+
+def test_study_page_of_a_report_in_another_shape_says_why_in_one_line(study_report, tmp_path):
+    """A hand-edited report.json (a string where a test's Holm p goes, a power whose n is a word) is named on the
+    page in one line, the field and what was found; the summary, the plots and the CSVs are still shown, and the
+    headline is the summary's, none made of the report."""
+    from lab.kinds.study import KIND as STUDY
+    from tests.study_fakes import study_report as study_data
+
+    edited = tmp_path / study_report.name
+    shutil.copytree(study_report, edited)
+    study = json.loads((edited / "report.json").read_text(encoding="utf-8"))
+    study["tests"][2]["p_holm"] = "tiny"
+    (edited / "report.json").write_text(json.dumps(study), encoding="utf-8")
+    html = page_html(read_report(edited))
+    notes = re.findall(r'<p class="note">The study part of this page was not drawn[^\n]*</p>', html)
+    assert len(notes) == 1 and 'id="verdicts"' not in html and "<h2>summary.md</h2>" in html
+    assert "(report.json: tests[2].p_holm: a number or null goes here, not a string (&#39;tiny&#39;))" in notes[0]
+    data = study_data([{"details": {"power": {"alpha": 0.05, "power": 0.8, "n": "ten", "unit": "prompts",
+                                              "min_detectable": None, "smallest_effect": 0.1, "underpowered": None,
+                                              "n_needed": None}}}])
+    with pytest.raises(ValueError, match=r"^tests\[0\]\.details\.power\.n: an integer goes here, not a string"):
+        STUDY.read(data)
+
+
+def test_study_compare_with_a_report_in_another_shape_says_which_in_one_line(study_report, tmp_path):
+    """Two studies compared where B's report.json was hand-edited (a test's n a fraction): the comparison names B's
+    file and the field in one line, and raises nothing."""
+    other = tmp_path / (study_report.name[:-len("study")] + "study-b")
+    shutil.copytree(study_report, other)
+    study = json.loads((other / "report.json").read_text(encoding="utf-8"))
+    study["tests"][0]["n"] = 2.5
+    (other / "report.json").write_text(json.dumps(study), encoding="utf-8")
+    (section,) = study_kind.compare(read_report(study_report), read_report(other))
+    assert section.anchor == "not-drawn"
+    assert "(B&#39;s report.json: tests[0].n: an integer goes here, not the number 2.5)" in str(section.html)
 
 
 def test_row_anchor_distinct_keys_give_distinct_valid_ids():
@@ -279,21 +334,24 @@ def test_intervene_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_pa
 def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_path):
     """Fault class: a context health that failed validation on the model drawn and listed on the study page as
     if it read the context (issue 50: the study's tables and plots say so, with the record's figures)."""
+    from lab.kinds.study import KIND as STUDY
     from lab.views.files import ReportFiles
     from lab.views.kinds import study
+    from tests.study_fakes import study_report
 
     note = ("untestable on this model: context health (relative_entropy_for_length) does not read the context on "
             "smollm2: it drifts with content length (Spearman rho +0.27, p 0.021; bar |rho| <= 0.2)")
     tests = [{"name": "H1", "verdict": "inconclusive", "note": note}, {"name": "H2", "verdict": "supported"}]
-    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report={"tests": tests},
+    data = study_report(tests)
+    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report=data,
                         csvs={"per_prompt.csv": [{"id": "q1", "health": "3.2", "text": "x"}]},
                         images={"health_vs_entropy.png": "data:image/png;base64,AA=="})
-    html = "".join(str(s.html) for s in study.page(files).sections)
+    html = "".join(str(s.html) for s in study.page(files, STUDY.read(data)).sections)
     assert html.count("not a reading of the context on this model") == 2 and "rho +0.27" in html
-    valid = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study",
-                        report={"tests": [{"name": "H1", "verdict": "supported", "note": ""}]},
+    data = study_report([{"name": "H1", "verdict": "supported", "note": ""}])
+    valid = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report=data,
                         images={"health_vs_entropy.png": "data:image/png;base64,AA=="})
-    assert "not a reading" not in "".join(str(s.html) for s in study.page(valid).sections)
+    assert "not a reading" not in "".join(str(s.html) for s in study.page(valid, STUDY.read(data)).sections)
 
 
 def test_study_page_older_report_untestable_note_reads_untestable(tmp_path):
@@ -301,15 +359,18 @@ def test_study_page_older_report_untestable_note_reads_untestable(tmp_path):
     tests carried ``untestable`` (reports/20261205-133821-study) holds H1 as "inconclusive" under a note
     "untestable on this model: <reason>"; its page (verdict table, compare table, headline) says untestable
     with that reason, as a study written today does. A test with an ``untestable`` field is read by it alone."""
+    from lab.kinds.study import KIND as STUDY
     from lab.views.files import ReportFiles
+    from tests.study_fakes import study_report
 
     reason = "lookback_heads does not read the context on smollm2: it fails (AUROC 0.73 < 0.75)"
     tests = [{"name": "H1", "verdict": "inconclusive", "note": f"untestable on this model: {reason}"},
              {"name": "H2", "verdict": "supported", "effect_name": "r", "effect": -0.3},
              {"name": "H3", "verdict": "inconclusive", "note": "underpowered"},
              {"name": "H5", "verdict": "inconclusive", "untestable": "", "note": f"untestable on this model: {reason}"}]
-    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report={"tests": tests})
-    kind_page = study_kind.page(files)
+    data = study_report(tests)
+    files = ReportFiles(path=tmp_path, name="20261205-000000-study", kind="study", report=data)
+    kind_page = study_kind.page(files, STUDY.read(data))
     assert kind_page.headline == "H2 supported (r -0.3); 1 untestable, 2 inconclusive"
     html = "".join(str(s.html) for s in kind_page.sections)
     row = re.search(r'<tr id="verdict-H1">(.*?)</tr>', html, flags=re.S).group(1)

@@ -1,27 +1,26 @@
 """The page of a ``lab calibrate-health --validate`` report: whether context health reads the context.
 
-Figures from ``report.json`` (:mod:`lab.health.validation`; ``validation.json`` before format 1): the
-chosen measure's Spearman rho with content length and its saturated share, against the bars it was
-judged by. A measure that fails is shown as a warning with those figures before the summary.
+Figures from ``report.json`` (:class:`lab.kinds.calibrate_health_validate.Report`; ``validation.json`` before
+format 1): the chosen measure's Spearman rho with content length and its saturated share, against the bars it
+was judged by. A measure that fails is shown as a warning with those figures before the summary.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from lab.kinds.calibrate_health_validate import Report
 from lab.ranges import CORRELATION, COUNT, PROBABILITY
 from lab.views.core import KindPage, Section, figure, render
 from lab.views.files import ReportFiles
 
 
-def figures(v: dict[str, Any]) -> dict[str, Any]:
+def figures(v: Report) -> dict[str, Any]:
     """The chosen measure's figures and its bars, as the verdict shows them."""
-    f = v.get("figures") or {}
-    bars = v.get("bars") or {}
-    return {"measure": v.get("measure") or f.get("name") or "", "valid": bool(v.get("valid")), "rho": f.get("rho"),
-            "p": f.get("p"), "saturated_share": f.get("saturated_share"), "n": f.get("n_measurable"),
-            "max_rho": bars.get("max_length_rho"), "max_share": bars.get("max_saturated_share"),
-            "valid_candidates": list(v.get("valid_candidates") or [])}
+    f = v.figures
+    return {"measure": v.measure or f.name, "valid": v.valid, "rho": f.rho, "p": f.p,
+            "saturated_share": f.saturated_share, "n": f.n_measurable, "max_rho": v.bars.max_length_rho,
+            "max_share": v.bars.max_saturated_share, "valid_candidates": list(v.valid_candidates)}
 
 
 def headline(f: dict[str, Any]) -> str:
@@ -38,9 +37,9 @@ def headline(f: dict[str, Any]) -> str:
             f"{figure(f['n'], COUNT, 'a count')} measurable prompts")
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """The verdict from ``report.json`` (a warning when it fails); the summary and prompts follow."""
-    f = figures(files.report)
+    f = figures(report)
     if not f["measure"]:
         return KindPage()
     verdict = headline(f)

@@ -1,11 +1,12 @@
 """The page of a ``lab sinks`` report: attention received per position, per layer, and the context measure.
 
-Drawn from ``report.json``'s ``analysis`` (:func:`lab.render.sinks.report_data`): the per-position
+Drawn from ``report.json`` read as :class:`lab.kinds.sinks.Report`: its ``analysis``'s per-position
 arrays (``tokens``, ``roles``, ``received``, ``is_sink``, ``observed``), ``layer_levels``,
-``layer_sinks``, ``per_head`` ``[L, H, S]`` (absent for long prompts) and the context health with
-its validity record ``context_health_invalid``. A report without the arrays falls back to
-``positions.csv``. Nothing is recomputed beyond a mean over heads for the per-layer table (the
-same mean ``heatmap.png`` draws, :meth:`lab.sinks.prefill.PrefillAnalysis.received_per_layer`).
+``layer_sinks``, ``per_head`` ``[L, H, S]`` (None for long prompts) and the context health with
+its validity record ``context_health_invalid``; with ``--context``, its ``context_measure``. Arrays
+of different lengths (a damaged report) fall back to ``positions.csv``. Nothing is recomputed beyond a
+mean over heads for the per-layer table (the same mean ``heatmap.png`` draws,
+:meth:`lab.sinks.prefill.PrefillAnalysis.received_per_layer`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lab.kinds.sinks import Analysis, Report
 from lab.ranges import COUNT, HEALTH, PROBABILITY
+from lab.typed import to_json
 from lab.views.core import KindPage, Section, colour, figure, figure_problem, legend, render, text_colour
 from lab.views.files import ReportFiles
 
@@ -67,13 +70,12 @@ def _bool(x: Any) -> bool:
     return x is True or str(x).strip().lower() in ("true", "1", "yes")
 
 
-def positions(files: ReportFiles) -> list[Position]:
-    """Every prompt position: from ``report.json``'s arrays, else from ``positions.csv``; ``[]`` when neither."""
-    a = files.report.get("analysis") or {}
-    keys = ("tokens", "roles", "received", "is_sink", "observed")
-    if all(isinstance(a.get(k), list) for k in keys) and len({len(a[k]) for k in keys}) == 1:
-        return [Position(i, str(t), str(r), _float(v), bool(s), bool(o))
-                for i, (t, r, v, s, o) in enumerate(zip(*(a[k] for k in keys)))]
+def positions(files: ReportFiles, a: Analysis) -> list[Position]:
+    """Every prompt position: from the analysis' arrays, else (arrays of different lengths: a damaged report) from
+    ``positions.csv``; ``[]`` when neither holds one."""
+    arrays = (a.tokens, a.roles, a.received, a.is_sink, a.observed)
+    if len({len(x) for x in arrays}) == 1:
+        return [Position(i, t, r, float(v), s, o) for i, (t, r, v, s, o) in enumerate(zip(*arrays))]
     rows = files.csvs.get("positions.csv") or []
     return [Position(int(_float(r.get("position", i))) if math.isfinite(_float(r.get("position", i))) else i,
                      r.get("token", ""), r.get("role", ""), _float(r.get("received")), _bool(r.get("is_sink")),
@@ -119,24 +121,23 @@ def chart(ps: list[Position]) -> dict[str, Any]:
             "fill": colour(0.2), "floor": f"{floor:g}"}
 
 
-def _health_value(a: dict[str, Any]) -> str:
-    h = a.get("context_health")
-    if not isinstance(h, (int, float)) or (isinstance(h, float) and math.isnan(h)):
+def _health_value(a: Analysis) -> str:
+    if a.context_health is None:
         return "not measurable"
-    return f"{figure(h, HEALTH, 'context health', spec='.1f')} / 10"
+    return f"{figure(a.context_health, HEALTH, 'context health', spec='.1f')} / 10"
 
 
-def headline(a: dict[str, Any], ps: list[Position]) -> str:
+def headline(a: Analysis, ps: list[Position]) -> str:
     """One line: the flagged sinks (each with its sink rate) of the positions, and the context measure."""
-    rates = a.get("sink_rate") if isinstance(a.get("sink_rate"), list) else []
+    rates = a.sink_rate
     sinks = [p for p in ps if p.is_sink]
     named = ", ".join(f"{p.index} {visible(p.token)!r}" + (f" (sink rate {figure(rates[p.index], PROBABILITY, 'a sink rate', spec='.2f')})"
-                                                          if p.index < len(rates) else "") for p in sinks[:3])
+                                                          if 0 <= p.index < len(rates) else "") for p in sinks[:3])
     more = f" and {len(sinks) - 3} more" if len(sinks) > 3 else ""
     line = f"{len(sinks)} sink{'s' if len(sinks) != 1 else ''} of {len(ps)} positions" + (
         f": {named}{more}" if sinks else "")
     health = f"context health {_health_value(a)}"
-    if a.get("context_health_invalid"):
+    if a.context_health_invalid:
         health += " (failed validation on this model: not a reading of the context)"
     return f"{line}; {health}"
 
@@ -156,42 +157,41 @@ def unobserved(min_observers: Any) -> str:
     return f"min_observers {figure(min_observers, COUNT, 'a count')}"
 
 
-def levels(a: dict[str, Any], ps: list[Position]) -> dict[str, Any]:
+def levels(a: Analysis, ps: list[Position]) -> dict[str, Any]:
     """The per-layer table: rows = positions a sink in some layer, cells = mean over heads per layer."""
-    layer_sinks = a.get("layer_sinks") if isinstance(a.get("layer_sinks"), list) else []
-    per_head = a.get("per_head") if isinstance(a.get("per_head"), list) else None
-    n_layers = len(layer_sinks) or (len(per_head) if per_head else 0)
-    flagged = [set(row) for row in layer_sinks]
+    per_head = a.per_head
+    n_layers = len(a.layer_sinks) or (len(per_head) if per_head else 0)
+    flagged = [set(row) for row in a.layer_sinks]
     by_index = {p.index: p for p in ps}
     rows = []
-    for lv in (a.get("layer_levels") or [])[:MAX_LEVEL_ROWS]:
-        pos = lv.get("position")
+    for lv in a.layer_levels[:MAX_LEVEL_ROWS]:
+        pos = lv.position
         p = by_index.get(pos)
         cells = []
         for layer in range(n_layers):
             value = None
             if per_head and layer < len(per_head):
-                heads = [h[pos] for h in per_head[layer] if isinstance(h, list) and pos < len(h)]
+                heads = [h[pos] for h in per_head[layer] if 0 <= pos < len(h)]
                 value = sum(heads) / len(heads) if heads else None
             bg = colour(None if figure_problem(value, PROBABILITY, "attention received") else value)
             cells.append({"layer": layer, "value": figure(value, PROBABILITY, "attention received"), "bg": bg, "fg": text_colour(bg),
                           "sink": layer < len(flagged) and pos in flagged[layer]})
-        rows.append({"level": lv, "token": visible(p.token) if p else str(lv.get("token", "")),
-                     "role": p.role if p else lv.get("role", ""), "cells": cells})
-    return {"rows": rows, "n_layers": n_layers, "more": max(0, len(a.get("layer_levels") or []) - MAX_LEVEL_ROWS),
+        rows.append({"level": lv, "token": visible(p.token) if p else lv.token, "role": p.role if p else lv.role,
+                     "cells": cells})
+    return {"rows": rows, "n_layers": n_layers, "more": max(0, len(a.layer_levels) - MAX_LEVEL_ROWS),
             "has_values": per_head is not None, "legend": legend("0", "1")}
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """The sinks page: received attention per position, sinks per layer, the context measure."""
-    a = files.report.get("analysis") or {}
-    ps = positions(files)
+    a = report.analysis
+    ps = positions(files, a)
     sections = []
     covers = set()
     if ps:
         sections.append(Section("Attention received per position",
                                 render("sinks_positions.html.j2", chart=chart(ps), a=a,
-                                       unobserved=unobserved(a.get("min_observers")),
+                                       unobserved=unobserved(a.min_observers),
                                        n_template=sum(p.template for p in ps),
                                        n_sinks=sum(p.is_sink for p in ps)), "positions"))
     lv = levels(a, ps)
@@ -199,12 +199,11 @@ def page(files: ReportFiles) -> KindPage:
         sections.append(Section("Per layer", render("sinks_layers.html.j2", lv=lv, a=a,
                                                     heatmap=files.images.get("heatmap.png")), "layers"))
         covers.add("heatmap.png")
-    if a:
-        sections.append(Section("Context measure", render("sinks_context.html.j2", a=a, value=_health_value(a)),
-                                "context"))
-    cm = files.report.get("context_measure")
-    if isinstance(cm, dict):  # --context: the decode's reading of it, with the measure's validity record
-        sections.append(Section("Context reading", render("context_reading.html.j2", cm=cm,
-                                                          context=str(files.report.get("context") or "")),
+    sections.append(Section("Context measure", render("sinks_context.html.j2", a=a, value=_health_value(a)),
+                            "context"))
+    if report.context_measure is not None:  # --context: the decode's reading of it, with the measure's validity record
+        # The template draws lab entropy's record too, a report dict while that kind is not typed: the reading as JSON.
+        sections.append(Section("Context reading", render("context_reading.html.j2", cm=to_json(report.context_measure),
+                                                          context=report.context or ""),
                                 "context-reading"))
     return KindPage(headline=headline(a, ps) if ps else "", sections=tuple(sections), covers=frozenset(covers))

@@ -2,7 +2,8 @@
 prompt's row, then the per-prompt table; and two studies side by side (``lab view A B``).
 
 Drawn from ``report.json`` (``study.json`` in a report written before format 1; read as the report's
-exact figures by :func:`lab.views.files.read_report`), ``per_prompt.csv`` and the figures
+exact figures by :func:`lab.views.files.read_report`, then as its typed report, :class:`lab.kinds.study.Report`,
+by :func:`lab.views.page.kind_page` and by :func:`compare`), ``per_prompt.csv`` and the figures
 :mod:`lab.render.study` writes: each PNG, and for the plots whose points are prompts an SVG beside it
 whose points link to ``#prompt-<id>`` (:func:`prompt_anchor`).
 A report written before the SVGs existed shows its PNGs; nothing here computes a statistic.
@@ -11,12 +12,17 @@ A report written before the SVGs existed shows its PNGs; nothing here computes a
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from dataclasses import replace
+from typing import Any, Sequence
 
+from lab.kinds import ShapeError
+from lab.kinds.study import KIND as STUDY
+from lab.kinds.study import Report, StudyTest
 from lab.ranges import CORRELATION, COUNT, ENTROPY_BITS, HEALTH, PROBABILITY, Range
 from lab.verdicts import DECIDED, INCONCLUSIVE, UNTESTABLE_NOTE, settled, untestable_reason
 from lab.views.core import KindPage, Section, figure, fmt, render, row_anchor, table
 from lab.views.files import ReportFiles
+from lab.views.page import not_drawn
 
 # Columns of per_prompt.csv the page's table shows (the file holds every column); ``text`` clipped.
 PROMPT_COLUMNS = ("id", "category", "variant", "twin_of", "n_prompt_tokens", "context_health", "mean_entropy_bits",
@@ -57,60 +63,62 @@ def _shown(column: str, value: Any) -> Any:
     return figure(value, *COLUMN_RANGES[column]) if column in COLUMN_RANGES and not isinstance(value, str) else value
 
 
-def _tests(report: dict[str, Any]) -> list[dict[str, Any]]:
+def _tests(report: Report) -> list[StudyTest]:
     """The report's tests, each with its verdict settled (:func:`lab.verdicts.settled`): a test whose precondition
     failed is ``untestable`` with its reason, in a study written before ``study.json`` said so too (its verdict
     ``inconclusive``, the reason only in its note)."""
     tests = []
-    for t in report.get("tests") or []:
-        if isinstance(t, dict) and t.get("name"):
-            reason = untestable_reason(t)
-            tests.append({**t, "untestable": reason, "verdict": settled(t.get("verdict"), reason)} if reason else t)
+    for t in report.tests:
+        if t.name:
+            # a test without the field (None: a report written before it) gives its reason in its note only
+            reason = untestable_reason({"note": t.note}) if t.untestable is None else t.untestable
+            tests.append(replace(t, untestable=reason, verdict=settled(t.verdict, reason)) if reason else t)
     return tests
 
 
-def headline(tests: list[dict[str, Any]]) -> str:
+def headline(tests: Sequence[StudyTest]) -> str:
     """``H2 supported (point_biserial_r -0.342), H5 supported (...); 4 inconclusive, 2 untestable``: every decided
     test with its effect, the undecided counted under their own verdict.
 
-    >>> headline([{"name": "H2", "verdict": "supported", "effect_name": "r", "effect": -0.3421},
-    ...           {"name": "H1", "verdict": "untestable"}, {"name": "H3", "verdict": "inconclusive"}])
+    >>> from types import SimpleNamespace as T  # a test's name, verdict and effect: what the headline reads
+    >>> headline([T(name="H2", verdict="supported", effect_name="r", effect=-0.3421),
+    ...           T(name="H1", verdict="untestable"), T(name="H3", verdict="inconclusive")])
     'H2 supported (r -0.342); 1 untestable, 1 inconclusive'
     """
-    decided = [f"{t['name']} {t.get('verdict')} ({t.get('effect_name', 'effect')} {_effect(t, t.get('effect'))})"
-               for t in tests if t.get("verdict") in DECIDED]
-    rest = Counter(str(t.get("verdict") or INCONCLUSIVE) for t in tests if t.get("verdict") not in DECIDED)
+    decided = [f"{t.name} {t.verdict} ({t.effect_name} {_effect(t, t.effect)})" for t in tests if t.verdict in DECIDED]
+    rest = Counter(str(t.verdict or INCONCLUSIVE) for t in tests if t.verdict not in DECIDED)
     return ", ".join(decided) + ("; " if decided and rest else "") + ", ".join(f"{n} {v}" for v, n in rest.items())
 
 
-def _effect(t: dict[str, Any], value: Any) -> str:
+def _effect(t: StudyTest, value: Any) -> str:
     """An effect of test ``t`` (or an end of its interval) as the page prints it: a correlation checked against
     [-1, 1] (:func:`lab.views.core.figure`), another effect as :func:`lab.views.core.fmt` prints it."""
-    return figure(value, CORRELATION, t["effect_name"]) if t.get("effect_name") in CORRELATIONS else fmt(value)
+    return figure(value, CORRELATION, t.effect_name) if t.effect_name in CORRELATIONS else fmt(value)
 
 
-def verdict_rows(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdict_rows(tests: Sequence[StudyTest]) -> list[dict[str, Any]]:
     """One row per test for the verdict table, its figures as the page prints them (checked against their
     physical ranges; an absent interval end or smallest effect None)."""
     rows = []
     for t in tests:
-        power = (t.get("details") or {}).get("power") or {}
-        rows.append({"name": t["name"], "hypothesis": t.get("hypothesis", ""), "statistic": t.get("effect_name", ""),
-                     "predicted": "< 0" if t.get("predicted_sign", 1) < 0 else "> 0", "effect": _effect(t, t.get("effect")),
-                     **{k: None if t.get(k) is None else _effect(t, t.get(k)) for k in ("ci_low", "ci_high")},
-                     "ci_level": t.get("ci_level"), "p": figure(t.get("p_value"), PROBABILITY, "a p-value"),
-                     "p_holm": figure(t.get("p_holm"), PROBABILITY, "a p-value"), "n": figure(t.get("n"), COUNT, "a count"),
-                     "detectable": _effect(t, power.get("min_detectable")),
-                     "smallest": None if t.get("smallest_effect") is None else _effect(t, t.get("smallest_effect")),
-                     "underpowered": power.get("underpowered"), "verdict": t.get("verdict", ""),
-                     "untestable": t.get("untestable") or "", "note": t.get("note", "")})
+        power = t.power
+        rows.append({"name": t.name, "hypothesis": t.hypothesis, "statistic": t.effect_name,
+                     "predicted": "< 0" if t.predicted_sign < 0 else "> 0", "effect": _effect(t, t.effect),
+                     "ci_low": None if t.ci_low is None else _effect(t, t.ci_low),
+                     "ci_high": None if t.ci_high is None else _effect(t, t.ci_high),
+                     "ci_level": t.ci_level, "p": figure(t.p_value, PROBABILITY, "a p-value"),
+                     "p_holm": figure(t.p_holm, PROBABILITY, "a p-value"), "n": figure(t.n, COUNT, "a count"),
+                     "detectable": _effect(t, power.min_detectable if power else None),
+                     "smallest": None if t.smallest_effect is None else _effect(t, t.smallest_effect),
+                     "underpowered": power.underpowered if power else None, "verdict": t.verdict,
+                     "untestable": t.untestable or "", "note": t.note})
     return rows
 
 
-def figures(files: ReportFiles) -> list[dict[str, Any]]:
+def figures(files: ReportFiles, report: Report) -> list[dict[str, Any]]:
     """The study's plots in the report's order, each its SVG when the report holds one (points linked to
     rows), else its PNG; with the caption its report.json gives it."""
-    captions = files.report.get("figures") if isinstance(files.report.get("figures"), dict) else {}
+    captions = report.figures
     names = list(captions) + [n for n in files.images if n not in captions]
     out = []
     for png in names:
@@ -133,22 +141,22 @@ def prompt_rows(files: ReportFiles) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, [prompt_anchor(r.get("id", "")) for r in csv_rows]
 
 
-def health_invalid(tests: list[dict[str, Any]]) -> str:
+def health_invalid(tests: Sequence[StudyTest]) -> str:
     """Why context health is no reading of the context on the study's model (H1's note when the study found
     it untestable for that reason), ``""`` when it is not known to be invalid."""
-    note = next((str(t.get("note") or "") for t in tests if t.get("name") == "H1"), "")
+    note = next((t.note for t in tests if t.name == "H1"), "")
     return note.removeprefix(UNTESTABLE_NOTE) if "does not read the context" in note else ""
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """The study's own sections: verdicts, plots (points linked to prompts), per-prompt rows; wherever context
     health is drawn or listed on a model where it failed validation, a warning with the record says so."""
-    tests = _tests(files.report)
+    tests = _tests(report)
     invalid = health_invalid(tests)
     sections = []
     if tests:
         sections.append(Section("Verdicts", render("study_verdicts.html.j2", rows=verdict_rows(tests)), "verdicts"))
-    figs = figures(files)
+    figs = figures(files, report)
     if figs:
         sections.append(Section("Plots", render("study_plots.html.j2", figures=figs, invalid=invalid), "plots"))
     rows, ids = prompt_rows(files)
@@ -162,9 +170,16 @@ def page(files: ReportFiles) -> KindPage:
 
 
 def compare(a: ReportFiles, b: ReportFiles) -> tuple[Section, ...]:
-    """Both studies' verdicts and effects side by side, each effect with its interval."""
-    ta = {t["name"]: t for t in _tests(a.report)}
-    tb = {t["name"]: t for t in _tests(b.report)}
+    """Both studies' verdicts and effects side by side, each effect with its interval; a report of another shape
+    (hand-edited, damaged) named in one line instead (:func:`lab.views.page.not_drawn`), a folder without its
+    report.json compared by its summary only."""
+    both = []
+    for label, files in (("A", a), ("B", b)):
+        try:
+            both.append(_tests(STUDY.read(files.report)) if files.report else [])
+        except ShapeError as exc:
+            return (not_drawn(STUDY.name, f"{label}'s {files.exact}: ", str(exc)),)
+    ta, tb = ({t.name: t for t in tests} for tests in both)
     names = list(ta) + [n for n in tb if n not in ta]
     if not names:
         return ()

@@ -1,63 +1,50 @@
 """The page of a ``lab validate-context`` report: the verdict, then every measure's figures against the bar.
 
-Drawn from ``report.json`` (``verdict`` and ``validation``: :class:`lab.health.context_validity.ContextValidation`
-as written, its ``chosen`` and ``others`` figures and the fitted ``reference``). The summary's prose
+Drawn from ``report.json`` read as :class:`lab.kinds.validate_context.Report` (its ``verdict`` and
+``validation``: the ``chosen`` and ``others`` figures and where the reference came from). The summary's prose
 (the pairs, the chosen measure, the bar) is shown without its verdict line and its table, which
 the page's own sections already show, so nothing appears twice.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from lab.kinds.validate_context import Figures, Report, Validation
 from lab.ranges import PROBABILITY
 from lab.views.core import KindPage, Section, figure, first_bold_line, markdown, render
 from lab.views.files import ReportFiles
 from lab.views.kinds._summary import prose
 
 
-def _interval(f: dict[str, Any]) -> str:
-    lo, hi = f.get("ci_low"), f.get("ci_high")
-    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) for x in (lo, hi))
-    return (f"{figure(lo, PROBABILITY, 'an AUROC', spec='.2f')}-{figure(hi, PROBABILITY, 'an AUROC', spec='.2f')}"
-            if ok else "-")
+def _interval(f: Figures) -> str:
+    """The AUROC's 95 % interval as ``low-high``, each end checked as an AUROC."""
+    low, high = (figure(x, PROBABILITY, "an AUROC", spec=".2f") for x in (f.ci_low, f.ci_high))
+    return f"{low}-{high}"
 
 
-def measure_rows(validation: dict[str, Any]) -> list[dict[str, Any]]:
+def measure_rows(validation: Validation) -> list[dict[str, Any]]:
     """One row per measure and direction, the chosen measure first; figures as the report holds them."""
-    rows = []
-    chosen = validation.get("chosen")
-    for f, is_chosen in [(chosen, True)] + [(o, False) for o in validation.get("others") or []]:
-        if not isinstance(f, dict):
-            continue
-        failed = f.get("failed") or []
-        rows.append({"chosen": is_chosen, "measure": f.get("measure", ""),
-                     "dir": "+" if f.get("direction", 1) >= 0 else "-", "auroc": f.get("auroc"),
-                     "interval": _interval(f), "length_auroc": f.get("length_auroc"),
-                     "placebo_auroc": f.get("placebo_auroc"), "length_rho": f.get("length_rho"),
-                     "end_share": f.get("end_share"), "n_pairs": f.get("n_pairs"), "passes": not failed,
-                     "failed": "; ".join(str(x) for x in failed)})
-    return rows
+    return [{"chosen": is_chosen, "measure": f.measure, "dir": "+" if f.direction >= 0 else "-", "auroc": f.auroc,
+             "interval": _interval(f), "length_auroc": f.length_auroc, "placebo_auroc": f.placebo_auroc,
+             "length_rho": f.length_rho, "end_share": f.end_share, "n_pairs": f.n_pairs, "passes": not f.failed,
+             "failed": "; ".join(f.failed)}
+            for f, is_chosen in [(validation.chosen, True)] + [(o, False) for o in validation.others]]
 
 
-def failed(report: dict[str, Any]) -> bool:
+def failed(report: Report) -> bool:
     """Whether the chosen measure failed the bar on a set it was judged on (not the set it was fitted on)."""
-    v = report.get("validation") or {}
-    chosen = v.get("chosen") or {}
-    return v.get("reference_from") != "fitted on this set" and bool(chosen.get("failed"))
+    v = report.validation
+    return v.reference_from != "fitted on this set" and bool(v.chosen.failed)
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """Verdict first, then the measure table, then the summary's prose."""
-    report = files.report
-    v = report.get("validation") or {}
-    verdict = str(report.get("verdict") or first_bold_line(files.summary))
-    rows = measure_rows(v)
+    v = report.validation
+    verdict = report.verdict or first_bold_line(files.summary)
     sections = [Section("Verdict", render("validate_context_verdict.html.j2", verdict=verdict, v=v,
-                                          failed=failed(report), ref=v.get("reference") or {}), "verdict")]
-    if rows:
-        sections.append(Section("Measures", render("validate_context_measures.html.j2", rows=rows), "measures"))
+                                          failed=failed(report)), "verdict"),
+                Section("Measures", render("validate_context_measures.html.j2", rows=measure_rows(v)), "measures")]
     covers = set()
     if files.summary:
         text = prose(files.summary)
@@ -65,4 +52,3 @@ def page(files: ReportFiles) -> KindPage:
             sections.append(Section("How it was measured", markdown(text, files.images), "method"))
         covers.add("summary.md")
     return KindPage(headline=verdict, sections=tuple(sections), covers=frozenset(covers))
-
