@@ -612,3 +612,40 @@ def bench_report_json(methods: dict, **fields) -> dict:
             "target_flops_per_token": 1e6, "target_step_s": 0.01, "methods": methods, "comparisons": [],
             "assisted_errors": {}, "by_group": {}, "runs": [], "machine_load": None}
     return {**base, **fields}
+
+
+def stream_policy_row(policy: str, kind: str, budget: int | None, **figures) -> dict:
+    """One row of a ``lab stream`` report's ``policies`` in a run with dense (:class:`lab.kinds.stream.PolicyToDense`):
+    made-up figures unless in ``figures``."""
+    row = {"policy": policy, "kind": kind, "budget": budget, "ppl": 20.0, "ppl_low": 18.0, "ppl_high": 22.0,
+           "n_chunks": 2, "last_target": 287, "n_targets_ppl": 32, "n_scored": 287, "ppl_all_targets": 19.0,
+           "wall_s": 1.0, "peak_rss_mb": 200.0, "ratio_to_dense": 1.0, "ratio_low": 1.0, "ratio_high": 1.0}
+    return {**row, **figures}
+
+
+def stream_test(name: str, **figures) -> dict:
+    """One of a ``lab stream`` report's ``tests`` (:class:`lab.kinds.stream.PairedTest`), made-up figures unless in
+    ``figures``."""
+    return {"name": name, "a": "window:252", "b": "sinks:4+252", "n_pairs": 2, "n_nonzero": 2, "n_a_higher": 2,
+            "median_diff": 0.5, "statistic": 3.0, "p_value": 0.25, "alpha": 0.01, "reject": False, **figures}
+
+
+def stream_report(**parts) -> dict:
+    """A whole ``lab stream`` report.json (:class:`lab.kinds.stream.Report`, with its kind and format), made-up
+    figures; ``parts`` replace its top-level keys (``policies``, ``tests``, ``recompute_check`` ...)."""
+    machine = {"load_average": [0.5, 0.5, 0.5], "cpu_count": 2, "torch_threads": 1, "busy": False}
+    settings = {"n_tokens": 320, "chunk_tokens": 16, "detect_tokens": 32, "recompute_every": 16, "recompute_batch": 16,
+                "acceptance": False, "prompt_tokens": 1024, "max_new_tokens": 32, "gamma": 4, "temperature": 1.0,
+                "seed": 0, "draft": None, "draft_weights": "float32", "calibration": None,
+                "policies": ["dense", "window:252"], "eval_start": 252}
+    report = {"kind": "stream", "format": 1, "model": {"model": "smollm2"}, "environment": {},
+              "text": {"source": "t.txt", "sha256": "0" * 64, "n_tokens": 3, "input_ids": [1, 2, 3]},
+              "settings": settings,
+              "detection": {"n_tokens": 32, "threshold": 0.02, "calibration_file": None, "flagged": [0], "ranked": [0],
+                            "score_first_32": [0.5, None]},
+              "policies": [stream_policy_row("dense", "dense", None), stream_policy_row("window:252", "window", 252)],
+              "tests": [], "recompute_check": None, "acceptance": [],
+              "benchmark": {"before": machine, "after": machine, "busy": False, "scoring_wall_s": 2.0,
+                            "detect_wall_s": 0.1, "acceptance_wall_s": 0.0, "peak_rss_beyond_model_mb": 200.0,
+                            "rss_mb_at_end": None}}
+    return {**report, **parts}

@@ -171,22 +171,28 @@ def render_console(report, console) -> None:
                   markup=False, highlight=False)
 
 
-def write_report(report, root: Path, work: Path) -> Path:
-    """Write ``<root>/<timestamp>-intervene-<model>/`` atomically; returns its final path."""
+def report_json(report, work: Path) -> dict[str, Any]:
+    """What ``report.json`` holds (:class:`lab.kinds.intervene.Report`, with its kind): the analysis' dataclasses as
+    they are, the pilot's ids, controls and analysis, every main triple's record."""
     from dataclasses import asdict
 
+    return {
+        "kind": "intervene", "settings": asdict(report.settings), "decides": report.decides,
+        "analysis": asdict(report.analysis), "controls": report.analysis.controls,
+        "pilot": None if report.pilot is None else {"ids": list(report.pilot_ids),
+                                                    "controls": report.pilot.controls,
+                                                    "analysis": asdict(report.pilot)},
+        "power": [asdict(r) for r in report.power], "seconds": report.seconds,
+        "environment": report.environment, "work_dir": str(work),
+        "triples": [r.to_json() for r in report.records]}
+
+
+def write_report(report, root: Path, work: Path) -> Path:
+    """Write ``<root>/<timestamp>-intervene-<model>/`` atomically; returns its final path."""
     from lab.views.publish import report_folder
 
     with report_folder(root, INTERVENE, report.settings.model) as rd:
-        rd.write_report({
-            "kind": "intervene", "settings": asdict(report.settings), "decides": report.decides,
-            "analysis": asdict(report.analysis), "controls": report.analysis.controls,
-            "pilot": None if report.pilot is None else {"ids": list(report.pilot_ids),
-                                                        "controls": report.pilot.controls,
-                                                        "analysis": asdict(report.pilot)},
-            "power": [asdict(r) for r in report.power], "seconds": report.seconds,
-            "environment": report.environment, "work_dir": str(work),
-            "triples": [r.to_json() for r in report.records]})
+        rd.write_report(report_json(report, work))
         rd.write_csv("triples.csv", triple_rows(report.main))
         plot_arms(report.main, report.arms, rd.file("arms.png"),
                   f"lab intervene, {report.settings.model}: arms per twin")

@@ -614,6 +614,26 @@ def test_build_report_carries_the_arm_means_that_summary_markdown_prints(tmp_pat
     assert "| A0 | 1.2345 | 1.2345 | 1.2345 | 1.2345 | 1.2345 | 1.2345 |" in text
 
 
+def test_report_json_of_a_run_with_a_pilot_is_its_typed_report_key_for_key_in_order(tmp_path):
+    """Fault class: a typed report (lab.kinds.intervene.Report) that differs from what the writer writes (a key
+    added, dropped or moved, a NaN figure refused) changing report.json's bytes or refusing a run's report."""
+    from lab.intervene.report import build_report
+    from lab.kinds.intervene import KIND as INTERVENE
+    from lab.render.intervention import report_json
+    from lab.reports import to_jsonable
+    from lab.typed import to_json
+
+    main_records = [dataclasses.replace(_record(f"q-{i}"), distractor=f"d{i % 3}", vocab_size=64 if i else None)
+                    for i in range(4)]  # a record from before vocab_size was kept, and three with it
+    pilot = [_record("p-1"), _record("p-2")]
+    data = to_jsonable(report_json(build_report(_settings(pilot_limit=2), pilot, main_records, work=tmp_path),
+                                   tmp_path))
+    assert data["power"] and data["pilot"] and data["analysis"]["did_entropy"]["estimate"] is None  # NaN: untested
+    assert "vocab_size" not in data["triples"][0] and data["triples"][1]["vocab_size"] == 64
+    written = {k: v for k, v in data.items() if k != "kind"}
+    assert json.dumps(to_json(INTERVENE.read(data))) == json.dumps(written)
+
+
 def test_summary_markdown_labels_with_pipes_and_line_breaks_stay_in_their_cell(tmp_path):
     """Fault class: a user's distractor label or id holding ``|`` or a line break splitting summary.md's tables
     and headings (a row read under the wrong columns)."""

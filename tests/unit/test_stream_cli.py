@@ -159,3 +159,24 @@ def test_stream_cli_draft_weights_reach_the_draft_and_the_report(tmp_path, capsy
     (rd,) = report_dirs(out)
     assert json.loads((rd / "report.json").read_text())["settings"]["draft_weights"] == "int8"
     assert "(int8 weights)" in (rd / "summary.md").read_text()
+
+
+def test_stream_cli_report_json_is_its_typed_report_key_for_key_in_order(tmp_path, monkeypatch, tiny_loader,
+                                                                         text_file, one_torch_thread):
+    """Fault class: a typed report (lab.kinds.stream.Report) that differs from what the command writes (a key added,
+    dropped or moved, a null refused) changing report.json's bytes: the dict the command hands the writer is its
+    typed report's JSON, in the same order."""
+    from lab.kinds.stream import KIND as STREAM
+    from lab.reports import ReportDir, to_jsonable
+    from lab.typed import to_json
+
+    handed = []
+    real = ReportDir.write_report
+    monkeypatch.setattr(ReportDir, "write_report", lambda rd, data: handed.append(to_jsonable(data)) or real(rd, data))
+    i = TINY_ARGS.index("--prompt-tokens")  # the acceptance runs' records are kept as they are (dict[str, Any])
+    args = TINY_ARGS[:i] + ["--no-acceptance"]
+    assert main(["stream", "--text-file", str(text_file), *args, "--tokens", "170", "--out", str(tmp_path / "r")]) == 0
+    (data,) = handed
+    assert data["recompute_check"] and data["tests"] and "window_excess_recovered" in data["policies"][2]
+    written = {k: v for k, v in data.items() if k != "kind"}
+    assert json.dumps(to_json(STREAM.read(data))) == json.dumps(written)

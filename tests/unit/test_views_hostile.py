@@ -375,8 +375,10 @@ def test_speculate_page_shows_impossible_round_and_token_figures_as_out_of_range
 def test_stream_page_and_log_show_impossible_p_value_perplexity_and_time_as_out_of_range(tmp_path):
     """An impossible number shown as fact: a stream report's p-value of 1.5 was printed in its headline and log
     row, a perplexity below 1 and a negative wall time in its policy table."""
-    report = {"tests": [{"name": "sinks vs window", "p_value": 1.5, "reject": False}],
-              "policies": [{"policy": "window:8", "kind": "window", "ratio_to_dense": -1.0}]}
+    from tests.support import stream_policy_row, stream_report, stream_test
+
+    report = stream_report(tests=[stream_test("sinks vs window", p_value=1.5, reject=False)],
+                           policies=[stream_policy_row("window:8", "window", 8, ratio_to_dense=-1.0)])
     csv_text = "policy,budget,ppl,ppl_low,ppl_high,ratio_to_dense,wall_s\nwindow:8,8,0.5,0.4,0.6,1.1,-2\n"
     page, log = _page_and_log(tmp_path, "20261205-010101-stream-x",
                               {"report.json": json.dumps(report), "policies.csv": csv_text})
@@ -505,8 +507,10 @@ def test_intervene_and_study_confidence_level_out_of_range_is_said(tmp_path):
 
 def test_stream_recompute_tolerance_out_of_range_is_said(tmp_path):
     """An impossible number shown as fact: a negative recompute tolerance was printed as "within -777750%"."""
-    report = {"recompute_check": {"tolerance": -7777.5, "recompute": "recompute:16", "sinks": "sinks:4+12",
-                                  "ratio": 0.98, "low": 0.96, "high": 0.99, "n_targets": 77, "within": True}}
+    from tests.support import stream_report
+
+    report = stream_report(recompute_check={"tolerance": -7777.5, "recompute": "recompute:16", "sinks": "sinks:4+12",
+                                            "ratio": 0.98, "low": 0.96, "high": 0.99, "n_targets": 77, "within": True})
     page, _ = _page_and_log(tmp_path, "20261205-010101-stream-x", {"report.json": json.dumps(report)})
     assert "within -7777.5 (out of range: a tolerance must be a finite number >= 0)" in page
 

@@ -15,6 +15,7 @@ from lab.views.publish import report_folder
 from lab.views.kinds._summary import prose
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
+from tests.support import stream_policy_row, stream_report, stream_test
 
 pytestmark = pytest.mark.unit
 
@@ -44,19 +45,24 @@ POLICIES = [
      "ratio_to_dense": 2.3729386, "ratio_low": 1.8193, "ratio_high": 3.0950, "ppl_all_targets": 27.24, "wall_s": 3.84,
      "peak_rss_mb": 207.3, "alpha_greedy": 0.625, "n_accepted_greedy": 5, "n_tested_greedy": 8},
 ]
-TESTS = [{"name": "H1: window:252 has higher NLL than sinks:4+252", "a": "window:252", "n_pairs": 2, "n_a_higher": 2,
-          "median_diff": 0.7913, "statistic": 3.0, "p_value": 0.00412, "alpha": 0.01, "reject": True},
-         {"name": f"negative control {EVIL}", "a": "window:252", "n_pairs": 2, "n_a_higher": 1, "median_diff": 0.0,
-          "statistic": 1.5, "p_value": 0.75, "alpha": 0.01, "reject": False}]
+TESTS = [stream_test("H1: window:252 has higher NLL than sinks:4+252", n_pairs=2, n_a_higher=2, median_diff=0.7913,
+                     statistic=3.0, p_value=0.00412, alpha=0.01, reject=True),
+         stream_test(f"negative control {EVIL}", b="window:252 (chunks shuffled)", n_pairs=2, n_a_higher=1,
+                     median_diff=0.0, statistic=1.5, p_value=0.75, alpha=0.01, reject=False)]
+# The policies as report.json holds them (lab.kinds.stream.PolicyToDense): policies.csv's figures without its
+# acceptance columns, which report.json keeps under "acceptance".
+REPORT_POLICIES = [stream_policy_row(**{k: v for k, v in p.items() if not k.startswith(("alpha_", "n_accepted_",
+                                                                                         "n_tested_"))})
+                   for p in POLICIES]
 STREAM_SUMMARY = ("# lab stream\n\nModel prose.\n\n| policy | PPL |\n|---|---|\n| dense | 17.85 |\n\n"
                   "- H1: p = 0.00412: **rejects the null**.\n\n## Side by side\n\nStreamingLLM words.\n")
 
 
 @pytest.fixture()
 def stream_tree(tmp_path) -> Tree:
-    data = {"kind": "stream", "model": {"model": "smollm2"}, "policies": POLICIES, "tests": TESTS,
-            "recompute_check": {"recompute": "recompute:256", "sinks": "sinks:4+252", "ratio": 0.97883, "low": 0.95487,
-                                "high": 1.00339, "tolerance": 0.05, "within": True, "n_targets": 16}}
+    data = stream_report(policies=REPORT_POLICIES, tests=TESTS, recompute_check={
+        "recompute": "recompute:256", "sinks": "sinks:4+252", "ratio": 0.97883, "low": 0.95487, "high": 1.00339,
+        "tolerance": 0.05, "within": True, "n_targets": 16})
     return _write(tmp_path, "stream", data, STREAM_SUMMARY, {"policies.csv": POLICIES, "tokens.csv": [{"position": 1}]},
                   png="rolling_nll.png")
 
@@ -97,6 +103,17 @@ def test_stream_page_escapes_test_names(stream_tree):
     """A test name holding markup is shown as text."""
     assert not stream_tree.root.all("script") or all("alert" not in s.text for s in stream_tree.root.all("script"))
     assert any(EVIL in td.text_all() for td in stream_tree.root.all("td"))
+
+
+def test_stream_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a test's p-value goes) is named on the page in one line, the field
+    and what was found; no verdict or headline made of it, policies.csv still drawn among the files."""
+    data = stream_report(policies=REPORT_POLICIES, tests=[{**TESTS[0], "p_value": "tiny"}])
+    tree = _write(tmp_path, "stream", data, STREAM_SUMMARY, {"policies.csv": POLICIES})
+    notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]
+    assert len(notes) == 1 and "verdict" not in _sections(tree) and "file-policies-csv" in _sections(tree)
+    assert "(report.json: tests[0].p_value: a number or null goes here, not a string ('tiny'))" in notes[0].text_all()
+    assert not [h for h in tree.root.all("p", "headline") if "rejects" in h.text_all()]
 
 
 def _figures(measure, auroc, failed, direction=1):

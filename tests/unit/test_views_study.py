@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from lab.kinds.intervene import KIND as INTERVENE
 from lab.views.core import fmt, row_anchor
 from lab.views.files import read_report
 from lab.views.kinds import intervene as intervene_kind
@@ -232,22 +233,53 @@ def test_row_anchor_distinct_keys_give_distinct_valid_ids():
 TESTS = ("did_entropy", "did_beta", "h4b_forced", "dose")
 
 
+def _intervene_analysis(decides: bool = True) -> dict:
+    """An intervention's ``analysis`` in full (lab.kinds.intervene.Analysis), made-up numbers; ``decides`` False:
+    the label swap failed."""
+    analysis = {"n_triples": 2, "n_distractors": 2}
+    for i, name in enumerate(TESTS):
+        analysis[name] = {"name": name, "statement": f"{name} > 0.", "estimate": 0.01 * (i + 1), "unit": "bits",
+                          "ci_low": -0.1, "ci_high": 0.2 + i, "ci_level": 0.975, "p_value": 0.3, "p_holm": 0.9,
+                          "verdict": "supported" if i == 0 else "inconclusive", "rule_verdict": "inconclusive",
+                          "n_triples": 2, "n_distractors": 2, "smallest_effect": 0.05, "power": 0.5,
+                          "sd_triples": 0.1, "icc": None, "note": ""}
+    for name in ("proportion_removed", "mediation_slope", "indirect_share"):
+        analysis[name] = {"name": name, "statement": "s.", "value": 0.5, "unit": "ratio", "ci_low": None,
+                          "ci_high": None, "ci_level": 0.95, "n_triples": 2}
+    analysis["distractors"] = [{"distractor": "d", "n_triples": 2, "mean_did_entropy": 0.01, "mean_h4b_gap": 0.02}]
+    analysis.update({
+        "empty_mask": {"passed": True, "tolerance_bits": 1e-4, "max_diff_bits": 0.0, "n_over": 0, "worst": "math 2"},
+        "position_only": {"passed": True, "bound_bits": 0.05, "mean_bits": 0.0, "ci_low": -0.01, "ci_high": 0.01,
+                          "p_tost": None, "alpha": 0.05, "n_triples": 2, "n_distractors": 1, "note": ""},
+        "label_swap": {"passed": decides, "n_swaps": 1000, "n_rejecting": 0, "share": 0.0, "max_rejecting": 70,
+                       "alpha": 0.05, "p_threshold": 0.001, "seed": 0, "note": ""},
+        "c_plus": {"passed": True, "min_bits": 0.1, "min_share": 0.9, "share": 1.0, "n_moved": 4, "n_twins": 4},
+        "manipulation": {"passed": True, "tolerance": 1e-4, "a0_mean": 0.2, "a1_mean": 0.0, "a1_max": 0.0,
+                         "sink_max": 0.0, "ratio_l05": 0.5, "ratio_l025": None},
+        "sink": {"arm": "sink", "mean_bits": 0.01, "min_bits": 0.1, "share": 0.0, "n_moved": 0, "n_twins": 4},
+        "alpha": 0.05, "seed": 0})
+    return analysis
+
+
+def _intervene_settings() -> dict:
+    return {"model": "smollm2", "draft": "early-exit:1", "weights": "float32", "draft_weights": "float32",
+            "dtype": "float32", "device": "cpu", "triples_file": "t.jsonl", "triples_sha256": "0" * 64,
+            "pilot_file": None, "pilot_sha256": None, "limit": 2, "pilot_limit": 0, "new_tokens": 3, "seed": 0,
+            "dense_rows": None, "design": 2}
+
+
 def _intervene_report(root: Path, decides: bool = True) -> Path:
     """A report directory laid out as lab.render.intervention.write_report writes one (made-up numbers)."""
     from lab.render.intervention import PLOT_ARMS
 
     path = root / "20261205-005046-intervene-smollm2"
     path.mkdir()
-    analysis = {"n_triples": 2, "n_distractors": 2}
-    for i, name in enumerate(TESTS):
-        analysis[name] = {"name": name, "statement": f"{name} > 0.", "estimate": 0.01 * (i + 1), "unit": "bits",
-                          "ci_low": -0.1, "ci_high": 0.2 + i, "ci_level": 0.975, "p_value": 0.3, "p_holm": 0.9,
-                          "verdict": "supported" if i == 0 else "inconclusive", "n_triples": 2, "n_distractors": 2,
-                          "smallest_effect": 0.05, "power": 0.5}
-    controls = {c: decides or c != "label_swap" for c in intervene_kind.CONTROLS}
-    analysis.update({c: {"passed": ok} for c, ok in controls.items()})
-    (path / "report.json").write_text(json.dumps({"kind": "intervene", "decides": decides, "analysis": analysis,
-                                                  "controls": controls, "settings": {"model": "smollm2"}}))
+    analysis = _intervene_analysis(decides)
+    controls = {c: analysis[c]["passed"] for c in intervene_kind.CONTROLS}
+    (path / "report.json").write_text(json.dumps({
+        "kind": "intervene", "format": 1, "settings": _intervene_settings(), "decides": decides,
+        "analysis": analysis, "controls": controls, "pilot": None, "power": [], "seconds": 1.5, "environment": {},
+        "work_dir": "/tmp/w", "triples": []}))
     with (path / "triples.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, ["question_id", "category", "distractor", "twin", "arm", "entropy_bits", "beta",
                                "span_mass", "sink_mass"])
@@ -275,13 +307,28 @@ def test_intervene_page_verdicts_first_numbers_as_report_and_one_row_per_triple(
         assert cells["interval"].startswith(f"[{fmt(t['ci_low'])}, {fmt(t['ci_high'])}]")
     rows = ROW_ID.findall(html[html.index('id="triples"'):])
     assert rows == [intervene_kind.triple_anchor("factual-1"), intervene_kind.triple_anchor("math 2")]
-    assert intervene_kind.headline(files.report) == "did_entropy supported (0.01 bits); 3 inconclusive; controls passed"
+    assert intervene_kind.headline(INTERVENE.read(files.report)) == ("did_entropy supported (0.01 bits); 3 inconclusive; "
+                                                                     "controls passed")
 
 
 def test_intervene_failed_control_headline_says_it_decides_nothing(tmp_path):
     files = read_report(_intervene_report(tmp_path, decides=False))
-    assert intervene_kind.headline(files.report) == "CONTROLS FAILED (label_swap): this run decides nothing"
+    assert intervene_kind.headline(INTERVENE.read(files.report)) == ("CONTROLS FAILED (label_swap): this run decides "
+                                                                     "nothing")
     assert "<strong>FAILED</strong>" in page_html(files)
+
+
+def test_intervene_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
+    """A hand-edited report.json (a string where a test's estimate goes) is named on the page in one line, the
+    field and what was found; no verdicts made of it, the summary and triples.csv still drawn."""
+    path = _intervene_report(tmp_path)
+    data = json.loads((path / "report.json").read_text())
+    data["analysis"]["did_beta"]["estimate"] = "big"
+    (path / "report.json").write_text(json.dumps(data))
+    html = page_html(read_report(path))
+    assert html.count("was not drawn") == 1 and 'id="verdicts"' not in html
+    assert "(report.json: analysis.did_beta.estimate: a number or null goes here, not a string (&#39;big&#39;))" in html
+    assert 'id="summary"' in html and 'id="file-triples-csv"' in html
 
 
 def test_study_page_says_where_health_is_drawn_that_it_failed_validation(tmp_path):

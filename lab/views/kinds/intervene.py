@@ -1,16 +1,18 @@
 """An intervention's page (``lab intervene``): the pre-stated tests' verdicts and the controls first,
 then the arms plot, then one row per triple (``id="triple-<question id>"``).
 
-Drawn from ``report.json`` (:func:`lab.render.intervention.write_report`), ``triples.csv`` and
-``arms.png``; computes nothing: every number is as the report holds it. The arms plot draws lines
-and means, not one point per triple, so it stays a PNG; a triple's row is still the target a later
-scatter plot of triples can link to (:func:`triple_anchor`).
+Drawn from ``report.json`` (:func:`lab.render.intervention.write_report`) read as
+:class:`lab.kinds.intervene.Report`, ``triples.csv`` and ``arms.png``; computes nothing: every number
+is as the report holds it. The arms plot draws lines and means, not one point per triple, so it stays
+a PNG; a triple's row is still the target a later scatter plot of triples can link to
+(:func:`triple_anchor`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from lab.kinds.intervene import Report
 from lab.numbers import number_or_none
 from lab.ranges import ENTROPY_BITS, PROBABILITY
 from lab.verdicts import DECIDED, INCONCLUSIVE
@@ -36,28 +38,18 @@ def triple_anchor(question_id: str) -> str:
     return row_anchor("triple-", question_id)
 
 
-def stated_tests(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pre-stated tests in the report's order: every entry of ``analysis`` that carries a verdict."""
-    analysis = report.get("analysis") if isinstance(report.get("analysis"), dict) else {}
-    return [v for v in analysis.values() if isinstance(v, dict) and "verdict" in v and "name" in v]
-
-
-def headline(report: dict[str, Any]) -> str:
-    """``did_entropy supported (+0.12 bits); 3 inconclusive; controls passed``, or that the controls failed.
-
-    >>> headline({"decides": True, "analysis": {"t": {"name": "t", "verdict": "inconclusive"}}})
-    '1 inconclusive; controls passed'
-    """
-    if report.get("decides") is False:
-        failed = [k for k, v in (report.get("controls") or {}).items() if not v]
+def headline(report: Report) -> str:
+    """``did_entropy supported (+0.12 bits); 3 inconclusive; controls passed``, or that the controls failed."""
+    if not report.decides:
+        failed = [k for k, v in report.controls.items() if not v]
         return f"CONTROLS FAILED ({', '.join(failed) or 'pilot'}): this run decides nothing"
-    ts = stated_tests(report)
-    decided = [f"{t['name']} {t['verdict']} ({fmt(t.get('estimate'))} {t.get('unit', '')})".replace(" )", ")")
-               for t in ts if t["verdict"] in DECIDED]
+    ts = report.analysis.tests
+    decided = [f"{t.name} {t.verdict} ({fmt(t.estimate)} {t.unit})".replace(" )", ")")
+               for t in ts if t.verdict in DECIDED]
     rest = len(ts) - len(decided)
     parts = [", ".join(decided)] if decided else []
     parts += [f"{rest} {INCONCLUSIVE}"] if rest else []
-    return "; ".join(parts + ["controls passed"]) if ts else ""
+    return "; ".join(parts + ["controls passed"])
 
 
 def triple_rows(files: ReportFiles) -> list[dict[str, Any]]:
@@ -81,16 +73,12 @@ def _nan(text: Any) -> bool:
     return isinstance(text, str) and text.strip().lower().lstrip("+-") == "nan"
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """The intervention's own sections: verdicts and controls, the arms plot, one row per triple."""
-    report = files.report
-    sections = []
-    ts = stated_tests(report)
-    analysis = report.get("analysis") if isinstance(report.get("analysis"), dict) else {}
-    if ts:
-        controls = [(name, analysis.get(name) or {}) for name in CONTROLS if name in analysis]
-        sections.append(Section("Verdicts", render("intervene_verdicts.html.j2", tests=ts, controls=controls,
-                                                   decides=report.get("decides") is not False), "verdicts"))
+    a = report.analysis
+    controls = [(name, getattr(a, name)) for name in CONTROLS]
+    sections = [Section("Verdicts", render("intervene_verdicts.html.j2", tests=a.tests, controls=controls,
+                                           decides=report.decides), "verdicts")]
     covers = set()
     if "arms.png" in files.images:
         sections.append(Section("Arms", render("figure.html.j2", uri=files.images["arms.png"], name="arms.png"),

@@ -1,7 +1,8 @@
 """The page of a ``lab stream`` report: the pre-stated test's verdict, the policy table, the rolling NLL.
 
-Drawn from ``report.json`` (``tests``, ``recompute_check``, ``detection``) and ``policies.csv`` (one
-row per retention policy: perplexity with its interval, the ratio to dense, acceptance counts).
+Drawn from ``report.json`` read as :class:`lab.kinds.stream.Report` (``tests``, ``recompute_check``, ``policies``)
+and ``policies.csv`` (one row per retention policy: perplexity with its interval, the ratio to dense, acceptance
+counts).
 The summary's prose follows without its tables and verdict lines, which the sections show.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.kinds.stream import PairedTest, PolicyScore, PolicyToDense, RecomputeCheck, Report
 from lab.numbers import MISSING, PAGE_MISSING, number_or_none
 from lab.ranges import COUNT, NONNEGATIVE, PERPLEXITY, PROBABILITY, SECONDS, Range
 from lab.verdicts import NULL_WORDS, null_rejected
@@ -58,30 +60,34 @@ def policy_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
              "peak MB": _f(r.get("peak_rss_mb"), NONNEGATIVE, "a memory size", ".0f")} for r in rows]
 
 
-def test_verdict(t: dict[str, Any]) -> str:
+def test_verdict(t: PairedTest) -> str:
     """A test's verdict (:func:`lab.verdicts.null_rejected`) in the words summary.md gives it."""
-    return NULL_WORDS[null_rejected(bool(t.get("reject")))]
+    return NULL_WORDS[null_rejected(t.reject)]
 
 
-def recompute_check(rc: Any) -> dict[str, str] | None:
+def recompute_check(rc: RecomputeCheck | None) -> dict[str, str] | None:
     """``report.json``'s recompute check as the page words it (3 decimals, as summary.md), None when not run."""
-    if not isinstance(rc, dict):
+    if rc is None:
         return None
-    return {"tolerance": _f(rc.get("tolerance"), NONNEGATIVE, "a tolerance", ".0%"),
-            "recompute": str(rc.get("recompute", "")), "sinks": str(rc.get("sinks", "")),
-            "ratio": _interval(rc.get("ratio"), rc.get("low"), rc.get("high"), NONNEGATIVE, "a perplexity ratio", ".3f"),
-            "n_targets": _count(rc.get("n_targets", "-")), "verdict": "within" if rc.get("within") else "not within"}
+    return {"tolerance": _f(rc.tolerance, NONNEGATIVE, "a tolerance", ".0%"),
+            "recompute": rc.recompute, "sinks": rc.sinks,
+            "ratio": _interval(rc.ratio, rc.low, rc.high, NONNEGATIVE, "a perplexity ratio", ".3f"),
+            "n_targets": _count(rc.n_targets), "verdict": "within" if rc.within else "not within"}
 
 
-def headline(report: dict[str, Any]) -> str:
-    """The pre-stated test's verdict and each policy's perplexity against dense."""
+def _to_dense(p: PolicyScore) -> float | None:
+    """A policy's perplexity over dense's; None in a run without a dense policy (its rows carry no ratio)."""
+    return p.ratio_to_dense if isinstance(p, PolicyToDense) else None
+
+
+def headline(report: Report) -> str:
+    """The pre-stated test's verdict and each policy's perplexity against dense (``-`` in a run without dense)."""
     parts = []
-    tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
-    if tests:
-        t = tests[0]
-        parts.append(f"{t.get('name')}: {test_verdict(t)} (p {_f(t.get('p_value'), PROBABILITY, 'a p-value', '.3g')})")
-    ratios = [f"{p.get('policy')} {_f(p.get('ratio_to_dense'), NONNEGATIVE, 'a perplexity ratio', '.2f')}" for p in report.get("policies") or []
-              if isinstance(p, dict) and p.get("kind") != "dense"]
+    if report.tests:
+        t = report.tests[0]
+        parts.append(f"{t.name}: {test_verdict(t)} (p {_f(t.p_value, PROBABILITY, 'a p-value', '.3g')})")
+    ratios = [f"{p.policy} {_f(_to_dense(p), NONNEGATIVE, 'a perplexity ratio', '.2f')}" for p in report.policies
+              if p.kind != "dense"]
     if ratios:
         more = len(ratios) - MAX_HEADLINE_POLICIES
         tail = f" and {more} more" if more > 0 else ""
@@ -89,11 +95,9 @@ def headline(report: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def page(files: ReportFiles) -> KindPage:
+def page(files: ReportFiles, report: Report) -> KindPage:
     """Verdict and tests, the policy table, the rolling NLL plot, then the summary's prose."""
-    report = files.report
-    tests = [t for t in report.get("tests") or [] if isinstance(t, dict)]
-    verdict = render("stream_verdict.html.j2", tests=tests, rc=recompute_check(report.get("recompute_check")),
+    verdict = render("stream_verdict.html.j2", tests=report.tests, rc=recompute_check(report.recompute_check),
                      verdict=test_verdict)
     sections = [Section("Verdict", verdict, "verdict")]
     covers = set()
