@@ -63,7 +63,7 @@ class Kind:
             typed (its page reads the parsed JSON).
 
     Raises:
-        ValueError: a name that is not lowercase words joined by ``-``.
+        ValueError: a name that is not lowercase words joined by ``-``, or a page without a typed report.
     """
 
     name: str
@@ -78,6 +78,8 @@ class Kind:
         words = self.name.split("-")
         if not all(w.isascii() and w.isalnum() and w == w.lower() for w in words):
             raise ValueError(f"kind name={self.name!r} must be lowercase words joined by '-'")
+        if self.page is not None and self.report is None:  # a page reads its report typed, never a dict
+            raise ValueError(f"kind {self.name!r} names a page module but no typed report")
 
     def page_module(self) -> ModuleType | None:
         """The module named by ``page``, imported; None when the kind has none."""

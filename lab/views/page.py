@@ -30,31 +30,18 @@ def kind_module(kind: str) -> ModuleType | None:
 
 def kind_page(files: ReportFiles) -> KindPage:
     """The kind's own part of a page: its page module's ``page(files, report)`` with the report read as its kind's
-    typed report (:meth:`lab.kinds.Kind.read`), or ``page(files)`` for a kind not yet typed; an empty one for a
-    kind with no module of its own (its page is then the summary and the files) or no readable report.json (the
-    page's problems say why)."""
-    if not files.kind:
+    typed report (:meth:`lab.kinds.Kind.read`); an empty one for a kind with no page module of its own (its page is
+    then the summary and the files) or no readable report.json (the page's problems say why). A report of another
+    shape (hand-edited, damaged) keeps the generic parts and says why in one line: no broad catch, the typed read
+    is the one check."""
+    declared = kind_named(files.kind) if files.kind else None
+    if declared is None or declared.page is None or not files.report:
         return KindPage(headline=first_bold_line(files.summary))
-    module = kind_module(files.kind)
-    if module is None:
-        return KindPage(headline=first_bold_line(files.summary))
-    declared = kind_named(files.kind)
-    if declared.report is not None:
-        if not files.report:
-            return KindPage(headline=first_bold_line(files.summary))
-        try:
-            report = declared.read(files.report)
-        except ShapeError as exc:  # a hand-edited or damaged report: the reason in one line, the rest of the page kept
-            return _not_drawn(files, f"{files.exact}: ", str(exc))
-        made = module.page(files, report)
-        return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
     try:
-        made = module.page(files)
-    except Exception as exc:
-        # report.json parsed but not in the shape this kind writes (a hand-edited or damaged report: a list where
-        # a dict was, an integer no float holds ...): whatever the kind's code raises on it, the page keeps the
-        # generic parts (summary, files) and says why the kind's own sections are missing.
-        return _not_drawn(files, f"{type(exc).__name__}: ", str(exc))
+        report = declared.read(files.report)
+    except ShapeError as exc:
+        return _not_drawn(files, f"{files.exact}: ", str(exc))
+    made = declared.page_module().page(files, report)
     return made if made.headline else KindPage(first_bold_line(files.summary), made.sections, made.covers)
 
 

@@ -8,6 +8,7 @@ fails silently (a folder read as another kind, a page without its sections, a co
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import textwrap
 
@@ -68,11 +69,29 @@ def test_kinds_a_bad_name_is_refused_naming_it():
         Kind("Bad Kind", listed=1)
 
 
+def test_kinds_a_page_without_a_typed_report_is_refused():
+    """A page reads its report typed: a kind that names a page module and no report type is a declaration error."""
+    with pytest.raises(ValueError, match=r"kind 'paged' names a page module but no typed report"):
+        Kind("paged", listed=1, page="some.module")
+
+
 TOY_KIND = '''
 """A toy kind, declared in one module and nowhere else."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 from lab.kinds import Kind
 
-KIND = Kind("toy-kind", listed=10_000, commands=("toy_kind_command",), page="toy_kind_page")
+
+@dataclass(frozen=True)
+class Report:
+    """The toy's report.json: one count."""
+
+    count: int
+
+
+KIND = Kind("toy-kind", listed=10_000, commands=("toy_kind_command",), page="toy_kind_page", report=Report)
 '''
 
 TOY_COMMAND = '''
@@ -86,8 +105,9 @@ from markupsafe import Markup
 from lab.views.core import KindPage, Section
 
 
-def page(files):
-    return KindPage(headline="toy headline", sections=(Section("Toy section", Markup("<p>toy body</p>"), "toy"),))
+def page(files, report):
+    return KindPage(headline=f"toy headline {report.count}",
+                    sections=(Section("Toy section", Markup("<p>toy body</p>"), "toy"),))
 '''
 
 
@@ -114,10 +134,12 @@ def test_kinds_a_toy_kind_added_as_one_module_reaches_the_cli_the_views_and_the_
     assert kind_of("20261207-101010-toy-kind-x") == "toy-kind"
     assert kind_module("toy-kind") is importlib.import_module("toy_kind_page")
     with report_folder(tmp_path / "reports", toy_kind, "x") as rd:
+        rd.write_report({"count": 3})
         rd.write_text("summary.md", "# toy\n")
     assert rd.final.name.endswith("-toy-kind-x")
+    assert json.loads((rd.final / "report.json").read_text()) == {"kind": "toy-kind", "format": 1, "count": 3}
     page = (rd.final / PAGE).read_text(encoding="utf-8")
-    assert "toy headline" in page and "<p>toy body</p>" in page
+    assert "toy headline 3" in page and "<p>toy body</p>" in page
     assert rd.final.name in (tmp_path / "reports" / PAGE).read_text(encoding="utf-8")
 
 

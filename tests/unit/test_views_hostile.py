@@ -539,22 +539,15 @@ def test_kind_of_folder_name_with_a_newline_keeps_its_kind_and_date():
 
 
 def test_page_not_drawn_reason_is_one_short_line_naming_the_kind(tmp_path):
-    """A reason of thousands of characters (an exception echoing a hand-edited value whole, over several lines)
-    and "a entropy report" in the line that says why a kind's part of a page was not drawn."""
-    from lab.views import page as page_module
+    """A reason of thousands of characters (a hand-edited value echoed whole, over several lines) and "a entropy
+    report" in the line that says why a kind's part of a page was not drawn: the typed read names the field and
+    shows the value cut, on one line."""
+    from lab.views.page import page_html
+    from tests.support import entropy_report
 
-    class Echoes(Exception):
-        pass
-
-    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps({"steps": []})})
-    files = read_report(run)
-    module = type("M", (), {"page": staticmethod(lambda f: (_ for _ in ()).throw(Echoes("9" * 5000 + "\nmore")))})
-    original = page_module.kind_module, page_module.kind_named
-    page_module.kind_module = lambda kind: module
-    page_module.kind_named = lambda kind: Kind(kind, listed=0)  # a kind with no typed report: its page reads the dict
-    try:
-        html_text = page_module.page_html(files)
-    finally:
-        page_module.kind_module, page_module.kind_named = original
-    assert "not in the shape of a report of kind entropy (Echoes: 999" in html_text
-    assert "9" * 201 not in html_text and "more" not in html_text.split("Echoes:")[1].split("</p>")[0]
+    report = entropy_report(prompt=["9" * 5000 + "\nmore"])  # a list where the prompt's text goes
+    run = _dir(tmp_path, "20261205-010101-entropy-x", {"report.json": json.dumps(report)})
+    html_text = page_html(read_report(run))
+    assert "not in the shape of a report of kind entropy (report.json: prompt: a string goes here, not an array" \
+        in html_text
+    assert "9" * 201 not in html_text and "more" not in html_text.split("report.json: prompt:")[1].split("</p>")[0]
