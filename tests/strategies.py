@@ -180,8 +180,8 @@ def overflowing_temperatures():
 
 JSON_SCALARS = (st.none() | st.booleans() | st.integers(-10**9, 10**9)
                 | st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False) | st.text(max_size=6))
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=3)
-                           | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
+JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=2)
+                           | st.dictionaries(st.text(max_size=4), inner, max_size=2), max_leaves=4)
 
 
 def typed_values(hint):
@@ -202,10 +202,10 @@ def typed_values(hint):
     if origin is typing.Literal:
         return st.sampled_from(typing.get_args(hint))
     if origin in (list, tuple):
-        items = st.lists(typed_values(typing.get_args(hint)[0]), max_size=3)
+        items = st.lists(typed_values(typing.get_args(hint)[0]), max_size=2)
         return items if origin is list else items.map(tuple)
     if origin is dict:
-        return st.dictionaries(st.text(max_size=4), typed_values(typing.get_args(hint)[1]), max_size=3)
+        return st.dictionaries(st.text(max_size=4), typed_values(typing.get_args(hint)[1]), max_size=2)
     return {type(None): st.none(), bool: st.booleans(), int: st.integers(-10**9, 10**9),
             float: st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
             str: st.text(max_size=8)}[hint]
