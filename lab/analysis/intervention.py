@@ -79,6 +79,10 @@ from lab.analysis.effects import (CI_LEVEL, MeanInterval, cluster_bootstrap_ci, 
                                   mean_interval, one_way_icc, t_over_cluster_means)
 from lab.analysis.hypotheses import ALPHA, N_RESAMPLES, judge
 from lab.analysis.power import POWER
+# The report's own types (lab.kinds.intervene): the analysis builds them, the writer and the page read them. A figure
+# that could not be computed is NaN here and null in the file (the types say ``float | None`` for the file).
+from lab.kinds.intervene import (ArmMove, CPlusControl, DistractorRow, EmptyMaskControl, Estimate, LabelSwapControl,
+                                 ManipulationControl, PositionOnlyControl, PowerRow)
 from lab.verdicts import INCONCLUSIVE
 
 VARIANTS = ("P", "N")
@@ -229,137 +233,6 @@ class InterventionTest:
     def predicted_sign(self) -> int:
         """Every test predicts a positive estimate (one-sided)."""
         return 1
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A secondary estimate with a 95 % interval resampling whole distractors (NaN where undefined)."""
-
-    name: str
-    statement: str
-    value: float
-    unit: str
-    ci_low: float
-    ci_high: float
-    ci_level: float
-    n_triples: int
-
-
-@dataclass(frozen=True)
-class DistractorRow:
-    """One distractor's triples: their count and mean ``did_entropy`` and ``h4b_forced`` values (bits)."""
-
-    distractor: str
-    n_triples: int
-    mean_did_entropy: float
-    mean_h4b_gap: float
-
-
-@dataclass(frozen=True)
-class EmptyMaskControl:
-    """Every triple's empty-mask difference is at most ``tolerance_bits``; ``worst`` is the question with the
-    largest."""
-
-    passed: bool
-    tolerance_bits: float
-    max_diff_bits: float
-    n_over: int
-    worst: str
-
-
-@dataclass(frozen=True)
-class PositionOnlyControl:
-    """TOST of H(P,A2) - H(N,A2) on the distractor means: passed when both one-sided p < ``alpha`` (the
-    1 - 2 alpha interval inside +-``bound_bits``); with under 2 distractors, when every triple is inside."""
-
-    passed: bool
-    bound_bits: float
-    mean_bits: float
-    ci_low: float
-    ci_high: float
-    p_tost: float
-    alpha: float
-    n_triples: int
-    n_distractors: int
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class LabelSwapControl:
-    """``did_entropy`` on ``n_swaps`` label-swapped copies: passed when ``n_rejecting`` <= ``max_rejecting``
-    (the count Binomial(n_swaps, alpha) exceeds with probability <= ``p_threshold``)."""
-
-    passed: bool
-    n_swaps: int
-    n_rejecting: int
-    share: float
-    max_rejecting: int
-    alpha: float
-    p_threshold: float
-    seed: int
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class CPlusControl:
-    """C+ moves |H(C+) - H(A0)| >= ``min_bits`` on ``n_moved`` of ``n_twins`` twins; passed at share >= min_share."""
-
-    passed: bool
-    min_bits: float
-    min_share: float
-    share: float
-    n_moved: int
-    n_twins: int
-
-
-@dataclass(frozen=True)
-class ArmMove:
-    """What one arm does to the twins' mean entropy (described, not tested): mean H(arm) - H(A0) in bits,
-    and |H(arm) - H(A0)| >= ``min_bits`` on ``n_moved`` of ``n_twins`` twins (``share``)."""
-
-    arm: str
-    mean_bits: float
-    min_bits: float
-    share: float
-    n_moved: int
-    n_twins: int
-
-
-@dataclass(frozen=True)
-class ManipulationControl:
-    """The masks did what they say: mediator under A1 and sink mass under the ``sink`` arm at most ``tolerance`` on every
-    twin (passed); the L0.5 and L0.25 mediators as ratios of means to A0's (reported, about lambda-scaled:
-    a logit shift of log(lambda) gives mass lambda m / (1 - m + lambda m) for a span of mass m)."""
-
-    passed: bool
-    tolerance: float
-    a0_mean: float
-    a1_mean: float
-    a1_max: float
-    sink_max: float
-    ratio_l05: float
-    ratio_l025: float
-
-
-@dataclass(frozen=True)
-class PowerRow:
-    """Power of one test at its smallest effect of interest, stated before a run.
-
-    ``ceiling``: the power with unlimited triples over the same distractors; ``required_triples``: the
-    fewest triples over ``n_distractors`` distractors that reach ``target`` (None: the ceiling is below it).
-    """
-
-    test: str
-    smallest_effect: float
-    unit: str
-    sd: float
-    icc: float
-    n_triples: int
-    n_distractors: int
-    power: float
-    target: float
-    ceiling: float
-    required_triples: int | None
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ class PositionOnlyControl:
     alpha: float
     n_triples: int
     n_distractors: int
-    note: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class LabelSwapControl:
     alpha: float
     p_threshold: float
     seed: int
-    note: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
