@@ -21,36 +21,16 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from lab.provenance import LoadSample, MachineLoad, MethodLoad
 from lab.ranges import THREADS, check_value
+from lab.typed import to_json
 
 # Half a runnable task of slack: a load of threads + 0.5 means another process has
 # been runnable at least half of the last minute.
 BUSY_MARGIN = 0.5
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    """One reading of the machine.
-
-    Attributes:
-        label: What was about to run / had just run (``"before <method>"``).
-        load_1m, load_5m, load_15m: ``os.getloadavg()`` (runnable tasks; NaN where
-            the platform has none).
-        torch_threads: ``torch.get_num_threads()`` at that moment.
-        cpu_count: ``os.cpu_count()``.
-        wall_s: ``time.time()`` (seconds since the epoch).
-    """
-
-    label: str
-    load_1m: float
-    load_5m: float
-    load_15m: float
-    torch_threads: int
-    cpu_count: int
-    wall_s: float
 
 
 NOISY_LOGGERS = ("transformers", "accelerate", "httpx", "huggingface_hub", "urllib3")
@@ -143,22 +123,20 @@ class LoadLog:
                 if any(is_busy(self.samples[i], self.threads) for pair in pairs for i in pair)]
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready: the rule, the threads, max 1-min load, busy flag and methods, per-method loads, samples."""
+        """JSON-ready: the rule, the threads, max 1-min load, busy flag and methods, per-method loads, samples
+        (:class:`lab.provenance.MachineLoad`, written by :func:`lab.typed.to_json`)."""
+        return to_json(self.record())
+
+    def record(self) -> MachineLoad:
+        """The log as the typed record reports hold under ``machine_load``."""
         loads = [s.load_1m for s in self.samples]
-        per_method = {m: {"load_1m_before": [self.samples[b].load_1m for b, _ in pairs],
-                          "load_1m_after": [self.samples[a].load_1m for _, a in pairs],
-                          "torch_threads": sorted({self.samples[i].torch_threads for p in pairs for i in p})}
+        per_method = {m: MethodLoad(load_1m_before=[self.samples[b].load_1m for b, _ in pairs],
+                                    load_1m_after=[self.samples[a].load_1m for _, a in pairs],
+                                    torch_threads=sorted({self.samples[i].torch_threads for p in pairs for i in p}))
                       for m, pairs in self.methods.items()}
-        return {
-            "rule": busy_rule(self.threads),
-            "threads": self.threads,
-            "cpu_count": os.cpu_count(),
-            "busy": bool(self.busy_samples()),
-            "max_load_1m": max(loads) if loads else None,
-            "busy_methods": self.busy_methods(),
-            "per_method": per_method,
-            "samples": [asdict(s) for s in self.samples],
-        }
+        return MachineLoad(rule=busy_rule(self.threads), threads=self.threads, cpu_count=os.cpu_count(),
+                           busy=bool(self.busy_samples()), max_load_1m=max(loads) if loads else None,
+                           busy_methods=self.busy_methods(), per_method=per_method, samples=list(self.samples))
 
 
 def busy_rule(threads: int) -> str:

@@ -37,6 +37,7 @@ from lab.files import make_staging, publish, read_bounded, sweep_staging  # make
 from lab.kinds import REPORT_FORMAT, REPORT_JSON, Kind
 from lab.typed import ShapeError, to_json
 from lab.models.source import model_source
+from lab.provenance import Environment
 from lab.safe_text import printable
 from lab.schemas import MAX_FILE_BYTES
 
@@ -81,20 +82,18 @@ def peak_rss_bytes() -> int | None:
 
 
 def environment(model: Any = None) -> dict[str, Any]:
+    """:func:`environment_record` as the dict a report holds under ``"environment"`` (:func:`lab.typed.to_json`)."""
+    return to_json(environment_record(model))
+
+
+def environment_record(model: Any = None) -> Environment:
     """Machine, Python, library versions, this process's peak RSS in bytes so far (``peak_rss_bytes``:
-    call it when the report is written) and (if given) the model's :class:`~lab.models.source.ModelSource` (``as_dict``)."""
-    env: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "libraries": library_versions(),
-        "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "peak_rss_bytes": peak_rss_bytes(),
-    }
-    if model is not None and (source := model_source(model, default=None)) is not None:
-        env["model"] = source.as_dict()
-    return env
+    call it when the report is written) and (if given) the model's :class:`~lab.models.source.ModelSource`."""
+    return Environment(python=sys.version.split()[0], platform=platform.platform(), machine=platform.machine(),
+                       cpu_count=os.cpu_count(), libraries=library_versions(),
+                       created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                       peak_rss_bytes=peak_rss_bytes(),
+                       model=model_source(model, default=None) if model is not None else None)
 
 
 def to_jsonable(obj: Any) -> Any:
