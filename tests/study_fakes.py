@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from lab.study.config import StudyConfig, prompt_seed
 from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, TrackedDecode
+from tests.support import environment_json, model_json
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_RESAMPLES = 99  # the bookkeeping is under test with the fakes, not the CI's precision
@@ -74,7 +75,7 @@ class FakeRunner:
         self.calls: list[str] = []
         self.fail_after = fail_after
         self.interrupt = interrupt
-        self.info = {"model": {"model": "fake"}, "draft": "fake-draft"}
+        self.info = {"model": model_json(model="fake", source=None, profile=None), "draft": "fake-draft"}
 
     def __call__(self, prompt: Any) -> PromptOutcome:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
@@ -95,7 +96,7 @@ class FakeRunnerWithDecode:
     """Deterministic numbers from the prompt seed, with decode labels (H5) and alpha at other temperatures (H6)."""
 
     def __init__(self):
-        self.info = {"model": {"model": "fake"}, "draft": "fake-draft"}
+        self.info = {"model": model_json(model="fake", source=None, profile=None), "draft": "fake-draft"}
         self.calls: list[str] = []
         self.temperature_calls: list[tuple[str, float]] = []
 
@@ -302,7 +303,7 @@ def study_test(**fields: Any) -> dict[str, Any]:
 def study_report(tests: Iterable[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """A whole study report.json (``lab.kinds.study.Report``) holding ``tests`` (each completed by
     :func:`study_test`), its other parts empty; ``fields`` over them."""
-    report = {"kind": "study", "settings": {}, "config": {}, "environment": {}, "prompts": {},
+    report = {"kind": "study", "settings": {}, "config": {}, "environment": environment_json(), "prompts": {},
               "timing": {"wall_s_total": 1.0, "wall_s_pipeline": 1.0, "compute_s_prompts": 1.0, "n_resumed": 0,
                          "model_load_s": None},
               "tests": [study_test(**t) for t in tests], "verdicts": {}, "acceptance_bins": [],

@@ -10,6 +10,37 @@ from __future__ import annotations
 import torch
 
 from lab.models.source import ModelSource, register_source
+from lab.provenance import Environment, MachineLoad
+from lab.typed import to_json
+
+# A report's provenance (lab.provenance) for reports built by hand, whole as a run writes it: the model record, the
+# environment and the machine's load, typed (for a report dataclass) and as report.json holds them.
+MODEL_SOURCE = ModelSource(model="smollm2", source="HuggingFaceTB/SmolLM2-135M-Instruct", profile="smollm2",
+                           device="cpu", dtype="float32", attn_implementation="sdpa")
+ENVIRONMENT = Environment(python="3.11.7", platform="Linux-x86_64", machine="x86_64", cpu_count=2,
+                          libraries={"lab": "0.1.0", "torch": "2.13.0"}, created="2026-12-05T13:31:22+00:00",
+                          peak_rss_bytes=2**30)
+MACHINE_LOAD = MachineLoad(rule="busy when the 1-minute load average exceeds the bench's 1 torch thread(s) + 0.5",
+                           threads=1, cpu_count=2, busy=False, max_load_1m=0.5, busy_methods=[], per_method={},
+                           samples=[])
+
+
+def model_json(**fields) -> dict:
+    """A report's ``model`` record (:class:`lab.provenance.ModelSource`) as report.json holds it: smollm2's unless
+    in ``fields``."""
+    return {**MODEL_SOURCE.as_dict(), **fields}
+
+
+def environment_json(**fields) -> dict:
+    """A report's ``environment`` (:class:`lab.provenance.Environment`) as report.json holds it."""
+    return {**to_json(ENVIRONMENT), **fields}
+
+
+def machine_load_json(**fields) -> dict:
+    """A bench's ``machine_load`` (:class:`lab.provenance.MachineLoad`) as report.json holds it: a quiet machine
+    unless in ``fields``."""
+    return {**to_json(MACHINE_LOAD), **fields}
+
 
 # A small closed vocabulary: enough words to write prompts in tests.
 WORDS = (
@@ -457,8 +488,8 @@ def entropy_report(steps=(), summary=None, **fields) -> dict:
     base = {"kind": "entropy", "prompt": "p", "system": None, "messages": [{"role": "user", "content": "p"}],
             "prompt_ids": [1, 2], "settings": {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": None,
                                                "seed": None, "top_alternatives": 5},
-            "seed": None, "model": {"model": "smollm2"}, "device": "cpu", "dtype": "float32", "runtime": "torch",
-            "runtime_source": "default", "vocab_size": 49152, "environment": {},
+            "seed": None, "model": model_json(), "device": "cpu", "dtype": "float32", "runtime": "torch",
+            "runtime_source": "default", "vocab_size": 49152, "environment": environment_json(),
             "summary": {**base_summary, **(summary or {})}, "text": text,
             "new_token_ids": [s["token_id"] for s in steps], "stop_reason": "eos", "steps": steps}
     return {**base, **fields}
@@ -492,8 +523,8 @@ def speculate_report(rounds=(), acceptance=None, settings=None, **fields) -> dic
                      "max_new_tokens": 64, "sampling": {"temperature": 0.0, "top_k": None, "top_p": 1.0}, "seed": 1,
                      "runtime": "torch", "runtime_source": "default"}
     base = {"kind": "speculate", "prompt": "p", "system": None, "messages": [{"role": "user", "content": "p"}],
-            "prompt_ids": [1, 2], "settings": {**base_settings, **(settings or {})}, "model": {"model": "smollm2"},
-            "environment": {}, "acceptance": {**base_acceptance, **(acceptance or {})}, "draft_cost": None,
+            "prompt_ids": [1, 2], "settings": {**base_settings, **(settings or {})}, "model": model_json(),
+            "environment": environment_json(), "acceptance": {**base_acceptance, **(acceptance or {})}, "draft_cost": None,
             "text": "answer", "new_token_ids": tokens, "rounds": rounds, "per_token": [], "token_texts": {}}
     return {**base, **fields}
 
@@ -577,7 +608,7 @@ def sinks_report(tokens: list[str], roles: list[str], received: list[float], is_
             "sink_rate": [0.8 if s else 0.0 for s in is_sink], "is_sink": is_sink, "observed": [True] * n,
             "per_head_shape": [2, 1, n], "per_head": None}
     return {"kind": "sinks", "prompt": "fox", "system": None, "messages": [{"role": "user", "content": "fox"}],
-            "model": {"model": "smollm2"}, "environment": {}, "analysis": {**full, **analysis}}
+            "model": model_json(), "environment": environment_json(), "analysis": {**full, **analysis}}
 
 
 def bench_method_json(gamma: int | None = None, **figures) -> dict:
@@ -606,8 +637,9 @@ def bench_report_json(methods: dict, **fields) -> dict:
               "dynamic": [], "draft_dtypes": [], "prompt_lookup": False, "methods": [],
               "sampling": {"temperature": 0.0, "top_k": None, "top_p": 1.0}, "seed": 0, "dtype_sweep": False,
               "no_cache": False, "lab_default": False}
-    base = {"kind": "bench", "model": {"model": "smollm2", "weights": "float32"}, "draft": "early-exit:24",
-            "prompts": ["p"], "prompt_groups": ["short"], "humaneval": "none", "torch_threads": 1, "environment": {},
+    base = {"kind": "bench", "model": model_json(), "draft": "early-exit:24",
+            "prompts": ["p"], "prompt_groups": ["short"], "humaneval": "none", "torch_threads": 1,
+            "environment": environment_json(),
             "draft_cost": None, "config": config, "mean_prompt_tokens": 8.0, "flops_context": 40,
             "target_flops_per_token": 1e6, "target_step_s": 0.01, "methods": methods, "comparisons": [],
             "assisted_errors": {}, "by_group": {}, "runs": [], "machine_load": None}
@@ -638,7 +670,7 @@ def stream_report(**parts) -> dict:
                 "acceptance": False, "prompt_tokens": 1024, "max_new_tokens": 32, "gamma": 4, "temperature": 1.0,
                 "seed": 0, "draft": None, "draft_weights": "float32", "calibration": None,
                 "policies": ["dense", "window:252"], "eval_start": 252}
-    report = {"kind": "stream", "format": 1, "model": {"model": "smollm2"}, "environment": {},
+    report = {"kind": "stream", "format": 1, "model": model_json(), "environment": environment_json(),
               "text": {"source": "t.txt", "sha256": "0" * 64, "n_tokens": 3, "input_ids": [1, 2, 3]},
               "settings": settings,
               "detection": {"n_tokens": 32, "threshold": 0.02, "calibration_file": None, "flagged": [0], "ranked": [0],

@@ -326,12 +326,12 @@ def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats:
     from lab.models.loading import gguf_path, load_model
     from lab.models.profiles import PROFILES
     from lab.models.weights import WEIGHTS
-    from lab.reports import environment
+    from lab.reports import environment_record
 
     # 1. Kernels, on the float32 model.
     with status(f"loading {model_name}"):
         model, tokenizer = load_model(model_name, device="cpu")
-    env = environment(model)
+    env = environment_record(model)
     kernels = []
     file_bytes = file_linear_bytes(model, gguf_path(PROFILES[model_name]))
     if not skip_kernels:
@@ -355,4 +355,4 @@ def bench_weights(model_name: str, texts: Sequence[str], *, gamma: int, repeats:
     return WeightsBenchReport(model=model_name, gamma=gamma, repeats=repeats, texts=len(texts), kernels=kernels,
                               numerics=rows, torch_threads=torch.get_num_threads(), steps=steps,
                               step_context=int(batches[0].shape[1]), file_linear_bytes=file_bytes,
-                              step_profiles=[p.row() for p in profiles], machine_load=load_log.summary(), environment=env)
+                              step_profiles=[p.row() for p in profiles], machine_load=load_log.record(), environment=env)

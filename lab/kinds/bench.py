@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, MachineLoad, ModelSource
 from lab.typed import may_be_absent
 
 
@@ -222,7 +223,7 @@ class Bench:
     by_group: dict[str, dict[str, dict[str, float | None]]] | None = may_be_absent()
     runs: list[Run]
     peer: dict[str, Any] | None = may_be_absent()
-    machine_load: dict[str, Any] | None
+    machine_load: MachineLoad | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,16 +246,16 @@ class Report:
             without one.
     """
 
-    model: dict[str, Any]
+    model: ModelSource
     draft: str
     prompts: list[str]
     prompt_groups: list[str]
     humaneval: str | None
     grounded: str | None = may_be_absent()
     torch_threads: int
-    environment: dict[str, Any]
+    environment: Environment
     draft_cost: Any
-    side_models: dict[str, dict[str, Any]] | None = may_be_absent()
+    side_models: dict[str, ModelSource] | None = may_be_absent()
     config: Config
     mean_prompt_tokens: float | None
     flops_context: int
@@ -267,7 +268,7 @@ class Report:
     runs: list[Run]
     peer: dict[str, Any] | None = may_be_absent()
     sides: dict[str, Bench] | None = may_be_absent()
-    machine_load: dict[str, Any] | None
+    machine_load: MachineLoad | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,7 +289,7 @@ class TuneReport:
         greedy, sampling: The two modes' benches.
     """
 
-    model: dict[str, Any]
+    model: ModelSource
     draft: str
     prompts: list[str]
     prompt_groups: list[str]
@@ -296,7 +297,7 @@ class TuneReport:
     grounded: str | None = may_be_absent()
     torch_threads: int
     machine: dict[str, Any]
-    environment: dict[str, Any]
+    environment: Environment
     configs: dict[str, Config]
     winner: dict[str, Any]
     tuning_file: str
@@ -326,7 +327,7 @@ class RuntimeTuneReport:
     prompts: list[str]
     prompt_groups: list[str]
     humaneval: str | None
-    environment: dict[str, Any]
+    environment: Environment
     result: dict[str, Any]
     machine: dict[str, Any]
     tuning_file: str | None
@@ -347,13 +348,13 @@ class SeedTablesReport:
         gamma_sweep, caching: The two tables' benches.
     """
 
-    model: dict[str, Any]
+    model: ModelSource
     draft: str
     passage: dict[str, str]
     prompt: str
     prompt_tokens: int
     torch_threads: int
-    environment: dict[str, Any]
+    environment: Environment
     configs: dict[str, Config]
     comparison: dict[str, Any]
     gamma_sweep: Bench

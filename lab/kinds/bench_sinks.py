@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, MachineLoad
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ class Report:
     """
 
     model: str
-    environment: dict[str, Any]
+    environment: Environment
     torch_threads: int
     results: list[dict[str, Any]]
     comparison: Comparison | None
-    machine_load: dict[str, Any]
+    machine_load: MachineLoad
 
 
 KIND = Kind("bench-sinks", listed=70, commands=("lab.commands.bench_sinks",), page="lab.views.kinds.bench_sinks",

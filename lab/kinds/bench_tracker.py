@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, MachineLoad, ModelSource
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,8 @@ class Report:
     tokens_per_run: int
     prompt_tokens: int
     vocab_size: int
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     times_s: Times
     off_s: RunSeconds
     on_s: RunSeconds
@@ -105,7 +105,7 @@ class Report:
     statistics_pct_of_decode_step: float
     identical_tokens: bool
     torch_threads: int
-    machine_load: dict[str, Any]
+    machine_load: MachineLoad
 
 
 KIND = Kind("bench-tracker", listed=20, commands=("lab.commands.bench_tracker",), report=Report)

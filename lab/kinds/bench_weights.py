@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, MachineLoad
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class Report:
     step_context: int
     file_linear_bytes: dict[str, int]
     step_profiles: list[StepProfileRow]
-    machine_load: dict[str, Any]
-    environment: dict[str, Any]
+    machine_load: MachineLoad
+    environment: Environment
 
 
 KIND = Kind("bench-weights", listed=80, commands=("lab.commands.bench_weights",), report=Report)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 from lab.typed import may_be_absent
 
 
@@ -105,8 +106,8 @@ class Report:
     study_set: dict[str, dict[str, Any]] | None = may_be_absent()
     study_set_file: str | None = may_be_absent()
     length_reference: dict[str, Any]
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     prompts_file: str
     distractors_file: str
     n_clean: int

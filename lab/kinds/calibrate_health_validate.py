@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ class Report:
     candidates: dict[str, Figures]
     valid_candidates: tuple[str, ...]
     prompts: tuple[dict[str, Any], ...]
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     prompts_file: str
     reference_file: str | None
 

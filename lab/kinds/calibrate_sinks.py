@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,8 @@ class Report:
         saved_to: The user's folder the profile file goes to (after the report); None when not saved.
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     criteria: Criteria
     min_observers: int
     statistic: str

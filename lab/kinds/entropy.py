@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 from lab.typed import may_be_absent
 
 
@@ -140,13 +141,13 @@ class Report:
     prompt_ids: list[int]
     settings: Settings
     seed: int | None
-    model: dict[str, Any]
+    model: ModelSource
     device: str
     dtype: str
     runtime: str
     runtime_source: str
     vocab_size: int
-    environment: dict[str, Any]
+    environment: Environment
     summary: Summary
     text: str
     new_token_ids: list[int]

@@ -9,9 +9,9 @@ run may leave unmeasured. Entropies are in bits, p = target and q = draft (Levia
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment
 from lab.typed import may_be_absent
 
 
@@ -354,7 +354,7 @@ class Report:
     pilot: Pilot | None
     power: list[PowerRow]
     seconds: float
-    environment: dict[str, Any]
+    environment: Environment
     work_dir: str
     triples: list[TripleRecord]
 

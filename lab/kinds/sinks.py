@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 from lab.typed import may_be_absent
 
 
@@ -148,8 +148,8 @@ class Report:
     prompt: str
     system: str | None
     messages: tuple[dict[str, str], ...]
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     analysis: Analysis
     context: str | None = may_be_absent()
     context_measure: ContextReading | None = may_be_absent()

@@ -4,9 +4,9 @@ tokens replayed, theory beside measurement."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 
 
 @dataclass(frozen=True)
@@ -238,8 +238,8 @@ class Report:
     messages: list[dict[str, str]]
     prompt_ids: list[int]
     settings: Settings
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     acceptance: Acceptance
     draft_cost: DraftCost | None
     text: str

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,8 @@ class Report:
         benchmark: What the run cost.
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     text: Text
     settings: Settings
     detection: Detection | None

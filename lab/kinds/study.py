@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lab.kinds import Kind
+from lab.provenance import StudyEnvironment
 from lab.typed import from_json, may_be_absent
 from lab.verdicts import VERDICTS
 
@@ -149,7 +150,7 @@ class Report:
 
     settings: dict[str, Any]
     config: dict[str, Any]
-    environment: dict[str, Any]
+    environment: StudyEnvironment
     prompts: dict[str, Any]
     timing: Timing
     tests: list[StudyTest]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.kinds import Kind
+from lab.provenance import Environment, ModelSource
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ class Report:
             (:meth:`lab.health.context_validity.ContextValidation.verdict`).
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     validation: Validation
     verdict: str
 

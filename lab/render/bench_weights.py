@@ -12,10 +12,10 @@ from lab.render.markdown import md_row, md_table
 
 
 def _load_line(result: Report) -> str:
-    load = result.machine_load or {}
-    busy = " **BUSY: timings are not a quiet machine's**" if load.get("busy") else ""
+    load = result.machine_load
+    busy = " **BUSY: timings are not a quiet machine's**" if load.busy else ""
     return (f"torch threads {result.torch_threads}; highest 1-minute load average "
-            f"{load.get('max_load_1m') or float('nan'):.2f} on {load.get('cpu_count', '?')} CPUs{busy}. Profiled "
+            f"{load.max_load_1m or float('nan'):.2f} on {load.cpu_count} CPUs{busy}. Profiled "
             "figures carry the profiler's own cost; the step column is timed without it.")
 
 

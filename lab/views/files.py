@@ -13,11 +13,14 @@ import csv
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from lab.files import FileRefused, read_bounded
-from lab.kinds import REPORT_JSON, kind_named, names_longest_first
+from lab.kinds import REPORT_JSON, ShapeError, kind_named, names_longest_first
+from lab.kinds.intervene import Settings as InterveneSettings
+from lab.provenance import Environment, ModelSource
 from lab.safe_text import printable
 from lab.views.svg import inline_svg, svg_body
 
@@ -101,19 +104,53 @@ class ReportFiles:
     problems: tuple[str, ...] = ()
     exact: str = REPORT_JSON
 
+    @cached_property
+    def _typed(self) -> tuple[Any, ShapeError | None]:
+        declared = kind_named(self.kind) if self.kind else None
+        if declared is None or declared.report is None or not self.report:
+            return None, None
+        try:
+            return declared.read(self.report), None
+        except ShapeError as exc:
+            return None, exc
+
+    def typed(self) -> Any:
+        """``report`` as its kind's typed report (:meth:`lab.kinds.Kind.read`), read once for the page, the log and
+        the header; None for a kind with no typed report (or no kind the lab knows) or an empty ``report``.
+
+        Raises:
+            ShapeError: ``report`` is not in its kind's shape (one line naming where).
+        """
+        typed, error = self._typed
+        if error is not None:
+            raise error
+        return typed
+
     @property
-    def model(self) -> dict[str, Any]:
-        """The report's model record, ``{}`` when none: its ``model`` or its environment's (``report.json``
-        first, then the report's other JSON files), else a ``settings`` naming the model (``lab intervene``)."""
-        for data in (self.report, *self.jsons.values()):
-            environment = data.get("environment")
-            for candidate in (data.get("model"), environment.get("model") if isinstance(environment, dict) else None):
-                if isinstance(candidate, dict):
-                    return candidate
-            settings = data.get("settings")
-            if isinstance(settings, dict) and isinstance(settings.get("model"), str):
-                return {k: settings[k] for k in ("model", "weights", "runtime", "device", "dtype") if k in settings}
-        return {}
+    def model(self) -> ModelSource | None:
+        """The report's model record (:func:`model_record` of :meth:`typed`); None when it names none or is not in
+        its kind's shape (its page says why)."""
+        try:
+            return model_record(self.typed())
+        except ShapeError:
+            return None
+
+
+def model_record(report: Any) -> ModelSource | None:
+    """A typed report's model record: its ``model``, else its environment's, else for a report that names its model
+    only in its settings (``lab intervene``'s, which runs on torch) a record of what they say; None for one that
+    records no model (or for None).
+
+    >>> model_record(None) is None
+    True
+    """
+    match report:
+        case object(model=ModelSource() as model) | object(environment=Environment(model=ModelSource() as model)):
+            return model
+        case object(settings=InterveneSettings() as settings):
+            return ModelSource(model=settings.model, weights=settings.weights, device=settings.device,
+                               dtype=settings.dtype)
+    return None
 
 
 class _LongIntegerError(ValueError):

@@ -38,7 +38,7 @@ def kind_page(files: ReportFiles) -> KindPage:
     if declared is None or declared.page is None or not files.report:
         return KindPage(headline=first_bold_line(files.summary))
     try:
-        report = declared.read(files.report)
+        report = files.typed()
     except ShapeError as exc:
         return _not_drawn(files, f"{files.exact}: ", str(exc))
     made = declared.page_module().page(files, report)

@@ -13,7 +13,7 @@ import torch
 
 from lab.bench.run import BenchConfig, BenchSide, run_bench
 from lab.speculative.draft_specs import make_draft
-from tests.support import cli_exit, tiny_llama_untied
+from tests.support import cli_exit, environment_json, model_json, tiny_llama_untied
 
 pytestmark = pytest.mark.unit
 
@@ -71,9 +71,9 @@ def test_bench_report_with_a_side_is_written_key_for_key_as_built(targets, tmp_p
                          assisted=False)
     bench = run_bench(main, make_draft(main, "early-exit:2"), [torch.tensor([[5, 6, 7]])], config,
                       sides=[BenchSide("other", other, make_draft(other, "early-exit:2"))])
-    report = BenchReport(model={"model": "tiny", "weights": "float32"}, draft_spec="early-exit:2",
-                         prompts=PromptSet.of(["p"], "none", "none"), torch_threads=1, environment={"python": "3"},
-                         draft_cost=None, bench=bench, side_models={"other": {"model": "tiny"}})
+    report = BenchReport(model=model_json(model="tiny"), draft_spec="early-exit:2",
+                         prompts=PromptSet.of(["p"], "none", "none"), torch_threads=1, environment=environment_json(),
+                         draft_cost=None, bench=bench, side_models={"other": model_json(model="tiny")})
     data = report.to_json()
     with report_dir(tmp_path, BENCH, "x") as rd:
         rd.write_report(data)

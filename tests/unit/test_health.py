@@ -21,7 +21,7 @@ from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, fig
 from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
 
-from tests.support import report_dirs
+from tests.support import environment_json, model_json, report_dirs
 
 
 @st.composite
@@ -424,7 +424,8 @@ def test_health_report_json_is_its_kinds_typed_report_text_for_text(case):
         else None
     report = HealthCalibrationReport(
         calibration=cal, reference_record={"profile": "tiny", "fitted_at": None}, reference_figures={"n": 3},
-        model={"model": "tiny"}, environment={}, prompts_file="cal.jsonl", distractors_file="study.jsonl",
+        model=model_json(model="tiny"), environment=environment_json(), prompts_file="cal.jsonl",
+        distractors_file="study.jsonl",
         n_clean=3, current_chosen="relative_entropy_for_length", current_chosen_file="chosen.json", saved_to=None,
         study_set=study, study_set_file="study.jsonl" if study else None)
     body = to_jsonable(report.to_json())

@@ -18,7 +18,7 @@ from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
 from tools.datagen import make_health_validation as mk
 
-from tests.support import report_dirs
+from tests.support import environment_json, model_json, report_dirs
 
 pytestmark = pytest.mark.unit
 
@@ -236,8 +236,8 @@ def test_validation_report_json_is_its_kinds_typed_report_text_for_text(case):
     if case == "none measurable":
         for p in prompts:
             values[p.id] = {**{k: math.nan for k in values[p.id]}, N_CONTENT: values[p.id][N_CONTENT]}
-    rep = validation_report(values, prompts, {}, measure=measure, model={"model": "fake"}, environment={},
-                            reference_file=None if case == "valid" else "ref.json")
+    rep = validation_report(values, prompts, {}, measure=measure, model=model_json(model="fake"),
+                            environment=environment_json(), reference_file=None if case == "valid" else "ref.json")
     body = to_jsonable(rep.to_json())
     again = {"kind": body["kind"], **to_json(KIND.read(body))}
     assert json.dumps(again) == json.dumps(body)

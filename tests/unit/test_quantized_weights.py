@@ -19,6 +19,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from lab.models import gguf_blocks
 from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu, set_dense_rows, unpack_int4
 from lab.models.weights import WEIGHTS, check_weights
+from tests.support import ENVIRONMENT, MACHINE_LOAD
 
 # bfloat16 keeps 8 significant bits: a dot product of bfloat16-rounded activations and
 # weights is within a few 2^-8 of the float32 one, relative to its norm.
@@ -404,8 +405,8 @@ def test_bench_weights_report_json_holds_each_step_profile_with_its_rates(tmp_pa
     report = Report(
         model="smollm2", gamma=5, repeats=1, texts=1, kernels=[KernelRow("Q8_0", "int8", 2, 64, 1.5, 3)],
         numerics=[NumericsRow("int8", 12, 11, float("nan"), 0.5, 0.01, 0.1)], torch_threads=1, steps=2,
-        step_context=12, file_linear_bytes={"Q8_0": 99}, step_profiles=[profile.row()], machine_load={},
-        environment={})
+        step_context=12, file_linear_bytes={"Q8_0": 99}, step_profiles=[profile.row()], machine_load=MACHINE_LOAD,
+        environment=ENVIRONMENT)
     ReportDir(tmp_path, tmp_path, KIND).write_report(report)
     data = json.loads((tmp_path / "report.json").read_text())
     assert list(data) == ["kind", "format", "model", "gamma", "repeats", "texts", "kernels", "numerics",

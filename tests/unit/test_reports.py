@@ -21,6 +21,7 @@ from lab.reports import (
     timestamp,
     to_jsonable,
 )
+from tests.support import environment_json
 
 
 class _Boom(RuntimeError):
@@ -277,7 +278,8 @@ def test_report_dir_write_report_keeps_a_declared_variant_and_refuses_another_ki
     from lab.kinds.bench import KIND as BENCH
 
     runtime = {"kind": "bench-tune-runtime", "model": "m", "candidates": {}, "torch_threads": 1, "max_new_tokens": 8,
-               "repeats": 1, "prompts": [], "prompt_groups": [], "humaneval": None, "environment": {}, "result": {},
+               "repeats": 1, "prompts": [], "prompt_groups": [], "humaneval": None, "environment": environment_json(),
+               "result": {},
                "machine": {}, "tuning_file": None}  # a whole report: a typed kind's writer reads it through its type
     with report_dir(tmp_path, BENCH, "x") as rd:
         rd.write_report(runtime)

@@ -293,7 +293,7 @@ def test_calibration_report_json_is_its_kinds_typed_report_text_for_text(cross):
                    "refused": CrossModelChoice(("a", "b"), None, None, refused="no statistic is feasible on all"),
                    "none": None}[cross]
     report = SinkCalibrationReport(
-        model={"model": "smollm2"}, environment={"created": "now"}, statistic="sink_rate",
+        model=support.model_json(), environment=support.environment_json(created="now"), statistic="sink_rate",
         candidates={"sink_rate": CandidateCalibration((0.17, 0.3), 0.2, {"calibration": counts, "held_out": counts},
                                                       0.25, 0.1),
                     "gm_prose": CandidateCalibration((), None, {}, 1.5, None)},

@@ -19,6 +19,8 @@ from lab.views.core import markdown
 from lab.views.files import kind_of, read_report
 from lab.views.log import log_rows, rebuild_log
 from lab.views.page import PAGE, page_html
+from tests.study_fakes import study_report
+from tests.support import entropy_report, environment_json, model_json
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +44,7 @@ def _report(root: Path, kind: str, slug: str, data: dict, summary: str = "", csv
 
 def test_report_dir_writes_page_and_log(tmp_path):
     """Every report written through report_folder (report_dir with the views) has its index.html, and the root's log lists it."""
-    report = _report(tmp_path, "entropy", "hello", {"kind": "entropy", "model": {"model": "smollm2"}},
+    report = _report(tmp_path, "entropy", "hello", entropy_report(),
                      "# Run\n\n**Verdict: fine.**\n\n![plot](plot.png)\n", [{"a": 1, "b": "x"}], png=True)
     page = (report / PAGE).read_text()
     assert "data:image/png;base64," in page and "plot.png\"" not in page.replace("alt=\"plot.png\"", "")
@@ -75,7 +77,8 @@ def test_kind_of_reads_longest_kind_first():
 
 def test_log_lists_every_run_and_old_formats_skips_staging(tmp_path):
     """The log has one row per visible folder (an older one with what it holds), none for a staging folder."""
-    _report(tmp_path, "study", "a", {"model": {"model": "smollm2", "weights": "q4"}}, "**Verdict: 2 supported.**\n")
+    _report(tmp_path, "study", "a", study_report([], environment=environment_json(model=model_json(weights="q4"))),
+            "**Verdict: 2 supported.**\n")
     old = tmp_path / "20250101-000000-entropy-old"
     old.mkdir()
     (old / "summary.md").write_text("# old\n")

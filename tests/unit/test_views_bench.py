@@ -22,6 +22,7 @@ from lab.views.core import fmt
 from lab.views.files import read_report
 from lab.views.kinds.bench import BASELINE, compare, headline, page
 from lab.views.page import PAGE
+from tests.support import environment_json, machine_load_json, model_json
 
 pytestmark = pytest.mark.unit
 
@@ -57,9 +58,9 @@ def _bench(spec_e2e: float = 30.0, spec_dec: float = 36.0, names=("speculative g
     figures = {BASELINE: _method(20.0, 24.0, 20.0, 24.0), "target-only (transformers generate)": _method(18.0, 22.0, 20.0, 24.0)}
     for i, name in enumerate(names):
         figures[name] = _method(spec_e2e - 5 * i, spec_dec - 5 * i, 20.0, 24.0, gamma=2 + 2 * i)
-    return {"kind": "bench", "model": {"model": "smollm2", "weights": "float32"}, "draft": "early-exit:24",
+    return {"kind": "bench", "model": model_json(), "draft": "early-exit:24",
             "prompts": ["a", "b"], "prompt_groups": ["short", "short"], "humaneval": "none", "torch_threads": 2,
-            "environment": {}, "draft_cost": None,
+            "environment": environment_json(), "draft_cost": None,
             "config": {"gammas": [2, 4], "adaptive": [], "max_new_tokens": 16, "repeats": 3, "assisted": False,
                        "warmup_tokens": 8, "dynamic": [], "draft_dtypes": [], "prompt_lookup": False, "methods": [],
                        "sampling": {"temperature": 0.0, "top_k": None, "top_p": 1.0}, "seed": 0,
@@ -69,7 +70,7 @@ def _bench(spec_e2e: float = 30.0, spec_dec: float = 36.0, names=("speculative g
             "comparisons": [{"method": names[0], "against": "x", "kind": "efficiency", "value": 0.96,
                              "text": f"{names[0]}: measured 1.2x is 96% of predicted"}],
             "assisted_errors": {}, "by_group": {"all": {n: g for n, (_, g) in figures.items()}}, "runs": [],
-            "machine_load": {"busy": False}}
+            "machine_load": machine_load_json()}
 
 
 def _write(root: Path, data: dict, slug: str = "early-exit-24", png: bool = True) -> Path:
@@ -187,7 +188,7 @@ def test_bench_page_of_a_tuning_report_is_its_summary():
 
     runtime = {"kind": "bench-tune-runtime", "model": "qwen", "candidates": {}, "torch_threads": 2,
                "max_new_tokens": 8, "repeats": 1, "prompts": ["a"], "prompt_groups": ["code"], "humaneval": None,
-               "environment": {}, "result": {}, "machine": {}, "tuning_file": None}
+               "environment": environment_json(), "result": {}, "machine": {}, "tuning_file": None}
     report = BENCH.read(runtime)
     assert type(report).__name__ == "RuntimeTuneReport" and page(None, report).sections == ()
     with pytest.raises(ShapeError, match=r"^no fields 'candidates', 'max_new_tokens', 'repeats' \.\.\. in Report$"):

@@ -15,6 +15,7 @@ import pytest
 from lab.views.publish import report_folder
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
+from tests.support import environment_json, machine_load_json, model_json
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +37,7 @@ def _headline(tree: Tree) -> str:
 def _calibration() -> dict:
     """A whole calibrate-sinks report (lab.kinds.calibrate_sinks.Report)."""
     counts = {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3, "n_content": 900, "trailing_flagged": 0}
-    return {"kind": "calibrate-sinks", "model": {"model": "smollm2"}, "environment": {},
+    return {"kind": "calibrate-sinks", "model": model_json(), "environment": environment_json(),
             "criteria": {"position0_min_rate": 0.95, "content_max_rate": 0.01}, "min_observers": 8,
             "statistic": "sink_rate", "statistics": ["sink_rate"],
             "candidates": {"sink_rate": {"feasible": [0.17, 0.69], "feasible_thresholds": [0.17, 0.3, 0.69],
@@ -94,7 +95,8 @@ def _validation(valid: bool) -> dict:
                            "content_entropy": {**_figures(0.01, 0.9, 0.0, 10, True), "name": "content_entropy"}},
             "valid_candidates": ["content_entropy"],
             "prompts": [{"id": "p0", "source": "numpy", "relative_entropy_for_length": None, "n_content": 16}],
-            "model": {"model": "smollm2"}, "environment": {}, "prompts_file": "lab/data/health_validation.jsonl",
+            "model": model_json(), "environment": environment_json(),
+            "prompts_file": "lab/data/health_validation.jsonl",
             "reference_file": None}
 
 
@@ -129,9 +131,10 @@ def test_calibrate_health_validate_page_of_a_report_in_another_shape_says_why_in
 
 def test_bench_sinks_page_headline_from_bench_json(tmp_path):
     """The capture's time ratio and memory are bench.json's comparison."""
-    data = {"kind": "bench-sinks", "model": "smollm2", "environment": {}, "torch_threads": 2, "results": [],
+    data = {"kind": "bench-sinks", "model": "smollm2", "environment": environment_json(), "torch_threads": 2,
+            "results": [],
             "comparison": {"length": 4096, "time_ratio": 1.4017, "capture_extra_bytes": 3 * 2**30,
-                           "plain_extra_bytes": 2**29}, "machine_load": {}}
+                           "plain_extra_bytes": 2**29}, "machine_load": machine_load_json()}
     tree = _write(tmp_path, "bench-sinks", "bench.json", data)  # as written before report.json (format 1)
     assert _headline(tree) == ("at 4096 tokens the streaming capture takes 1.40x the plain prefill's time and "
                                "3.00 GiB beyond the model (plain: 0.50 GiB)")
@@ -140,7 +143,8 @@ def test_bench_sinks_page_headline_from_bench_json(tmp_path):
 def test_bench_sinks_page_of_a_report_in_another_shape_says_why_in_one_line(tmp_path):
     """A hand-edited report.json (a string where the time ratio goes) is named on the page in one line, the field
     and what was found, and the rest of the page is drawn; no headline made of it."""
-    data = {"model": "smollm2", "environment": {}, "torch_threads": 2, "results": [], "machine_load": {},
+    data = {"model": "smollm2", "environment": environment_json(), "torch_threads": 2, "results": [],
+            "machine_load": machine_load_json(),
             "comparison": {"length": 4096, "time_ratio": "fast", "capture_extra_bytes": 1, "plain_extra_bytes": 1}}
     tree = _write(tmp_path, "bench-sinks", "report.json", data)
     notes = [n for n in tree.root.all("p", "note") if "was not drawn" in n.text_all()]

@@ -19,7 +19,7 @@ from lab.views.compare import compare_html, read_pair
 from lab.views.core import colour, fmt, token_cell
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
-from tests.support import entropy_report
+from tests.support import entropy_report, model_json
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +62,7 @@ def _report(root: Path, slug: str, data: dict, csv_rows: list[dict] | None = Non
 def _data(steps=STEPS, summary=SUMMARY, **extra) -> dict:
     """A whole report.json holding ``steps``; ``summary``'s figures given, its others None."""
     return entropy_report(steps, summary, **{"prompt": "What is the capital of France?", "vocab_size": 49152,
-                                             "model": {"model": "smollm2"}, **extra})
+                                             "model": model_json(), **extra})
 
 
 def _tokens(html: str, prefix: str = "tok", suffix: str = "") -> dict[int, str]:

@@ -26,7 +26,8 @@ from lab.views.files import read_report
 from lab.views.svg import inline_svg
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
-from tests.support import entropy_report, entropy_step, speculate_report, speculate_round
+from tests.support import (ENVIRONMENT, MODEL_SOURCE, entropy_report, entropy_step, environment_json, machine_load_json,
+                           model_json, speculate_report, speculate_round)
 
 pytestmark = pytest.mark.unit
 
@@ -284,7 +285,7 @@ def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_
     folder name and the comparison page carried raw U+202E / U+202C / U+200B where summary.md escapes them."""
     text = "evil\u202etxt.exe\u202c zero\u200bwidth"
     steps = [entropy_step(token_text=text, alternatives=[{"token_id": 1, "token_text": text, "prob": 0.5}])]
-    report = json.dumps(entropy_report(steps, prompt=text, context=text, model={"model": text},
+    report = json.dumps(entropy_report(steps, prompt=text, context=text, model=model_json(model=text),
                                        context_measure={"value": 1.0}))
     runs = [_dir(tmp_path, f"20261205-01010{i}-entropy-x\u202ey", {"report.json": report, "summary.md": "x",
                                                                   "extra.csv": f"col\u200b\n{text}\n"})
@@ -426,7 +427,8 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
     from lab.kinds.bench_sinks import KIND as BENCH_SINKS
 
     line = bench_sinks.headline(BENCH_SINKS.read({
-        "model": "m", "environment": {}, "torch_threads": 1, "results": [], "machine_load": {},
+        "model": "m", "environment": environment_json(), "torch_threads": 1, "results": [],
+        "machine_load": machine_load_json(),
         "comparison": {"length": 4096, "time_ratio": -2.0, "capture_extra_bytes": 2**30, "plain_extra_bytes": 2**30}}))
     assert "-2 (out of range: a time ratio must be a finite number >= 0)x" in line
     from lab.kinds.calibrate_health_validate import Bars, Figures, Report
@@ -436,8 +438,8 @@ def test_bench_sinks_and_health_validation_headlines_show_impossible_figures_as_
     f = calibrate_health_validate.figures(Report(
         measure="m", valid=True, bars=Bars(max_length_rho=0.2, max_saturated_share=0.05, end_margin=0.1,
                                            min_measurable=10),
-        figures=fig, by_source={}, candidates={}, valid_candidates=(), prompts=(), model={}, environment={},
-        prompts_file="v.jsonl", reference_file=None))
+        figures=fig, by_source={}, candidates={}, valid_candidates=(), prompts=(), model=MODEL_SOURCE,
+        environment=ENVIRONMENT, prompts_file="v.jsonl", reference_file=None))
     line = calibrate_health_validate.headline(f)
     assert "rho with length 1.5 (out of range: rho must be in [-1, 1])" in line
     assert "1.5 (out of range: a share must be in [0, 1]) at an end" in line

@@ -15,7 +15,7 @@ from lab.views.publish import report_folder
 from lab.views.kinds._summary import prose
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
-from tests.support import stream_policy_row, stream_report, stream_test
+from tests.support import environment_json, model_json, stream_policy_row, stream_report, stream_test
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +140,7 @@ def _context_report(reference_from="/tmp/ref.json", chosen_failed=("AUROC 0.73 <
         "reference_from": reference_from, "chosen": _figures("lookback_heads", 0.7312, list(chosen_failed)),
         "others": [_figures("lookback", 0.6, ["|rho(length)| 0.61 > 0.2"]), _figures("gain_bits", 0.81, [])],
         "rows": [{"id": "val-000", "relevant_lookback_heads": 0.1, "irrelevant_lookback_heads": None}]}
-    return {"kind": "validate-context", "format": 1, "model": {"model": "smollm2"}, "environment": {},
+    return {"kind": "validate-context", "format": 1, "model": model_json(), "environment": environment_json(),
             "validation": validation, "verdict": CONTEXT_VERDICT}
 
 

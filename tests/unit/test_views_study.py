@@ -24,6 +24,7 @@ from lab.views.files import read_report
 from lab.views.kinds import intervene as intervene_kind
 from lab.views.kinds import study as study_kind
 from lab.views.page import page_html
+from tests.support import environment_json
 
 pytestmark = pytest.mark.unit
 
@@ -278,7 +279,7 @@ def _intervene_report(root: Path, decides: bool = True) -> Path:
     controls = {c: analysis[c]["passed"] for c in intervene_kind.CONTROLS}
     (path / "report.json").write_text(json.dumps({
         "kind": "intervene", "format": 1, "settings": _intervene_settings(), "decides": decides,
-        "analysis": analysis, "controls": controls, "pilot": None, "power": [], "seconds": 1.5, "environment": {},
+        "analysis": analysis, "controls": controls, "pilot": None, "power": [], "seconds": 1.5, "environment": environment_json(),
         "work_dir": "/tmp/w", "triples": []}))
     with (path / "triples.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, ["question_id", "category", "distractor", "twin", "arm", "entropy_bits", "beta",

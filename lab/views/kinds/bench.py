@@ -16,6 +16,7 @@ from typing import Any
 
 from lab.kinds.bench import KIND, Bench, Config, Method, Report, SpeculativeMethod, Spread
 from lab.numbers import number_or_none
+from lab.provenance import ModelSource
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
 from lab.views.core import KindPage, Section, figure_in, render
 from lab.views.files import ReportFiles
@@ -101,7 +102,7 @@ def headline(bench: Report | Bench) -> str:
         return ""
     best = max(rows, key=lambda r: r["e2e tok/s"])
     base = next((r for r in rows if r["method"] == BASELINE), None)
-    busy = " (machine busy: figures noisy)" if (bench.machine_load or {}).get("busy") else ""
+    busy = " (machine busy: figures noisy)" if bench.machine_load is not None and bench.machine_load.busy else ""
     if base is None:
         return f"fastest: {best['method']}, {shown('e2e tok/s', best['e2e tok/s'])} tokens/s end to end{busy}"
     if best is base:
@@ -119,10 +120,11 @@ def headline(bench: Report | Bench) -> str:
 
 def _results_html(bench: Report | Bench, prefix: str) -> Any:
     rows = result_rows(bench)
-    load = bench.machine_load or {}
+    load = bench.machine_load
     return render("bench_results.html.j2", rows=rows, columns=COLUMNS, baseline=BASELINE, shown=shown,
-                  row_ids=[_row_id(prefix, r["method"]) for r in rows],
-                  busy=load.get("busy"), max_load=load.get("max_load_1m"), threads=load.get("threads"),
+                  row_ids=[_row_id(prefix, r["method"]) for r in rows], busy=load is not None and load.busy,
+                  max_load=load.max_load_1m if load is not None else None,
+                  threads=load.threads if load is not None else None,
                   comparisons=bench.comparisons, errors=bench.assisted_errors)
 
 
@@ -155,10 +157,10 @@ def _sampling(config: Config | None) -> str | None:
     return ", ".join(parts)
 
 
-def _model(report: Any) -> dict[str, Any]:
-    """The target's provenance of a bench folder's report (a ``bench-tune-runtime`` report names its profile only:
-    none)."""
-    return report.model if isinstance(report.model, dict) else {}
+def _model(report: Any) -> ModelSource | None:
+    """The target's provenance of a bench folder's report; None for a ``bench-tune-runtime`` report (it names its
+    profile only)."""
+    return report.model if isinstance(report.model, ModelSource) else None
 
 
 def _config(report: Any) -> Config | None:
@@ -166,15 +168,16 @@ def _config(report: Any) -> Config | None:
     return report.config if isinstance(report, Report) else None
 
 
-SETUP_FIELDS = (("model", lambda r: _model(r).get("model")),
-                ("weights", lambda r: _model(r).get("weights")),
+SETUP_FIELDS = (("model", lambda r: m.model if (m := _model(r)) is not None else None),
+                ("weights", lambda r: m.weights if (m := _model(r)) is not None else None),
                 ("draft", lambda r: getattr(r, "draft", None)),
                 ("max new tokens", lambda r: c.max_new_tokens if (c := _config(r)) is not None else None),
                 ("repeats", lambda r: c.repeats if (c := _config(r)) is not None else None),
                 ("sampling", lambda r: _sampling(_config(r))),
                 ("prompts", lambda r: len(getattr(r, "prompts", ()))),  # a seed-tables report has none (its `prompt`)
                 ("torch threads", lambda r: r.torch_threads),
-                ("machine busy", lambda r: (r.machine_load or {}).get("busy") if isinstance(r, Report) else None))
+                ("machine busy", lambda r: r.machine_load.busy if isinstance(r, Report) and r.machine_load is not None
+                 else None))
 
 
 def _ratio(b: Any, a: Any) -> float | None:

@@ -510,7 +510,7 @@ def summary_rows(a: ReportFiles, b: ReportFiles, ra: Report, rb: Report) -> list
     """Rows ``{label, a, b, diff}`` of the two runs' settings and summaries (``diff`` = B - A for numbers);
     ``a`` and ``b`` are the runs as read, ``ra`` and ``rb`` their reports."""
     sma, smb = summary_of(ra.summary), summary_of(rb.summary)
-    rows = [{"label": "model", "a": ra.model.get("model"), "b": rb.model.get("model")},
+    rows = [{"label": "model", "a": ra.model.model, "b": rb.model.model},
             {"label": "prompt", "a": ra.prompt, "b": rb.prompt},
             {"label": "temperature", "key": "temperature", "a": ra.settings.temperature, "b": rb.settings.temperature},
             {"label": "seed", "key": "seed", "a": ra.settings.seed, "b": rb.settings.seed},
