@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.files import FileRefused, read_bounded
-from lab.views.core import asset, render, write_html
+from lab.views.core import asset, render
 from lab.views.files import MAX_JSON_BYTES, kind_of, read_report, stamp_of
-from lab.views.page import PAGE, kind_page
+from lab.views.page import PAGE, kind_page, write_index
 
 HEAD_BYTES = 16 * 1024  # a page's <meta> rows come before its styles, well inside this
 _META = re.compile(r'<meta name="lab-(kind|model|weights|runtime|headline)" content="([^"]*)">')
@@ -119,27 +119,20 @@ def log_rows(root: str | Path) -> list[LogRow]:
 
 
 def rebuild_log(root: str | Path) -> Path:
-    """Write ``<root>/index.html``: one row per run in ``root``, sortable and filterable by kind and model.
-
-    Written to a hidden partial file and renamed, so a reader never sees half a log; two runs that
-    finish together each write a whole log, the later one listing both.
+    """Write ``<root>/index.html``, the log: one row per run in ``root``, sortable and filterable by kind and model
+    (:func:`lab.views.page.write_index`, which says what it returns and raises). Two runs that finish together each
+    write a whole log, the later one listing both.
 
     Args:
         root: A reports folder (``reports/`` by default in the CLI).
 
-    Returns:
-        The log's path.
-
     Raises:
         NotADirectoryError: ``root`` is not a directory.
-        OSError: the log could not be written.
     """
     root = Path(root)
     if not root.is_dir():
         raise NotADirectoryError(f"{str(root)!r} is not a reports folder")
     rows = log_rows(root)
-    text = render("log.html.j2", root=root.resolve().name, rows=rows,
-                  kinds=sorted({r.kind for r in rows if r.kind}), models=sorted({r.model for r in rows if r.model}),
-                  css=asset("page.css"))
-    write_html(root / PAGE, text)
-    return root / PAGE
+    return write_index(root, render("log.html.j2", root=root.resolve().name, rows=rows,
+                                    kinds=sorted({r.kind for r in rows if r.kind}),
+                                    models=sorted({r.model for r in rows if r.model}), css=asset("page.css")))

@@ -11,10 +11,9 @@ from typing import Any
 from lab.kinds import ShapeError
 from lab.kinds.compare import KIND as COMPARE
 from lab.views.compare import compare_html, read_pair
-from lab.views.core import write_html
 from lab.views.files import kind_of, raw_json
 from lab.views.log import rebuild_log
-from lab.views.page import PAGE, write_page
+from lab.views.page import PAGE, write_index, write_page
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ def redraw(path: Path) -> Path:
             html = compare_html(*read_pair(Path(names.a), Path(names.b)))
         except ValueError:
             return path / PAGE
-        write_html(path / PAGE, html)
+        return write_index(path, html)
     return path / PAGE
 
 

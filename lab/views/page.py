@@ -91,22 +91,29 @@ def page_html(files: ReportFiles) -> str:
                   css=asset("page.css"))
 
 
+def write_index(folder: Path, html: str) -> Path:
+    """Write ``<folder>/index.html`` (a report's page, a reports folder's log) whole or not at all: a partial file,
+    then a rename (:func:`lab.views.core.write_html`).
+
+    Returns:
+        The page's path.
+
+    Raises:
+        OSError: the page could not be written.
+    """
+    write_html(folder / PAGE, html)
+    return folder / PAGE
+
+
 def write_page(path: str | Path, name: str | None = None, kind: str | None = None) -> Path:
-    """Write ``<path>/index.html`` for the report directory ``path`` (atomic: a partial file, then a rename).
+    """Write the report directory ``path``'s page (:func:`write_index`, which says what it returns and raises).
 
     Args:
         path: The report directory (its staging directory while the report is written).
         name: The report's final directory name (default: ``path``'s).
         kind: The report kind (default: read from ``name``).
 
-    Returns:
-        The page's path.
-
     Raises:
         NotADirectoryError: ``path`` is not a directory.
-        OSError: the page could not be written.
     """
-    path = Path(path)
-    html = page_html(read_report(path, name=name, kind=kind))
-    write_html(path / PAGE, html)
-    return path / PAGE
+    return write_index(Path(path), page_html(read_report(path, name=name, kind=kind)))
