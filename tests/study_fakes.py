@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from lab.study.config import StudyConfig, prompt_seed
 from lab.study.outcome import DraftedToken, PromptOutcome, PromptRow, TrackedDecode
-from tests.support import environment_json, model_json
+from tests.provenance import environment_json, model_json
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_RESAMPLES = 99  # the bookkeeping is under test with the fakes, not the CI's precision

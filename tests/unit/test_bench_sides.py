@@ -13,7 +13,8 @@ import torch
 
 from lab.bench.run import BenchConfig, BenchSide, run_bench
 from lab.speculative.draft_specs import make_draft
-from tests.support import cli_exit, environment_json, model_json, tiny_llama_untied
+from tests.provenance import environment_json, model_json
+from tests.support import cli_exit, tiny_llama_untied
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,8 @@ from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, fig
 from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
 
-from tests.support import environment_json, model_json, report_dirs
+from tests.provenance import environment_json, model_json
+from tests.support import report_dirs
 
 
 @st.composite

@@ -18,7 +18,8 @@ from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
 from tools.datagen import make_health_validation as mk
 
-from tests.support import environment_json, model_json, report_dirs
+from tests.provenance import environment_json, model_json
+from tests.support import report_dirs
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from lab.models import gguf_blocks
 from lab.models.qlinear import CastLinear, Int4Linear, Int8Linear, check_cpu, set_dense_rows, unpack_int4
 from lab.models.weights import WEIGHTS, check_weights
-from tests.support import ENVIRONMENT, MACHINE_LOAD
+from tests.provenance import ENVIRONMENT, MACHINE_LOAD
 
 # bfloat16 keeps 8 significant bits: a dot product of bfloat16-rounded activations and
 # weights is within a few 2^-8 of the float32 one, relative to its norm.

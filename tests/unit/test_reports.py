@@ -21,7 +21,7 @@ from lab.reports import (
     timestamp,
     to_jsonable,
 )
-from tests.support import environment_json
+from tests.provenance import environment_json
 
 
 class _Boom(RuntimeError):

@@ -18,6 +18,7 @@ from lab.sinks.candidates import STATISTICS
 from lab.sinks.prefill import baseline_mask, candidate_scores, score_positions
 from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
 from tests import support
+from tests.provenance import environment_json, model_json
 
 CHOICE = sink_profiles.load_choice()  # the packaged detector choice
 STATISTIC, DEFAULT_THRESHOLD = CHOICE.statistic, CHOICE.default_threshold
@@ -293,7 +294,7 @@ def test_calibration_report_json_is_its_kinds_typed_report_text_for_text(cross):
                    "refused": CrossModelChoice(("a", "b"), None, None, refused="no statistic is feasible on all"),
                    "none": None}[cross]
     report = SinkCalibrationReport(
-        model=support.model_json(), environment=support.environment_json(created="now"), statistic="sink_rate",
+        model=model_json(), environment=environment_json(created="now"), statistic="sink_rate",
         candidates={"sink_rate": CandidateCalibration((0.17, 0.3), 0.2, {"calibration": counts, "held_out": counts},
                                                       0.25, 0.1),
                     "gm_prose": CandidateCalibration((), None, {}, 1.5, None)},

@@ -19,8 +19,9 @@ from lab.views.core import markdown
 from lab.views.files import kind_of, read_report
 from lab.views.log import log_rows, rebuild_log
 from lab.views.page import PAGE, page_html
+from tests.provenance import environment_json, model_json
 from tests.study_fakes import study_report
-from tests.support import entropy_report, environment_json, model_json
+from tests.support import entropy_report
 
 pytestmark = pytest.mark.unit
 

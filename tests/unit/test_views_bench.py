@@ -22,7 +22,7 @@ from lab.views.core import fmt
 from lab.views.files import read_report
 from lab.views.kinds.bench import BASELINE, compare, headline, page
 from lab.views.page import PAGE
-from tests.support import environment_json, machine_load_json, model_json
+from tests.provenance import environment_json, machine_load_json, model_json
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 from lab.views.publish import report_folder
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
-from tests.support import environment_json, machine_load_json, model_json
+from tests.provenance import environment_json, machine_load_json, model_json
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,8 @@ from lab.views.compare import compare_html, read_pair
 from lab.views.core import colour, fmt, token_cell
 from lab.views.kinds import entropy as ent
 from lab.views.page import PAGE
-from tests.support import entropy_report, model_json
+from tests.provenance import model_json
+from tests.support import entropy_report
 
 pytestmark = pytest.mark.unit
 

@@ -26,8 +26,8 @@ from lab.views.files import read_report
 from lab.views.svg import inline_svg
 from lab.views.log import rebuild_log
 from lab.views.page import PAGE, write_page
-from tests.support import (ENVIRONMENT, MODEL_SOURCE, entropy_report, entropy_step, environment_json, machine_load_json,
-                           model_json, speculate_report, speculate_round)
+from tests.provenance import ENVIRONMENT, MODEL_SOURCE, environment_json, machine_load_json, model_json
+from tests.support import entropy_report, entropy_step, speculate_report, speculate_round
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,8 @@ from lab.views.publish import report_folder
 from lab.views.kinds._summary import prose
 from lab.views.page import PAGE
 from tests.page_dom import PNG, Tree
-from tests.support import environment_json, model_json, stream_policy_row, stream_report, stream_test
+from tests.provenance import environment_json, model_json
+from tests.support import stream_policy_row, stream_report, stream_test
 
 pytestmark = pytest.mark.unit
 

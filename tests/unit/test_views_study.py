@@ -24,7 +24,7 @@ from lab.views.files import read_report
 from lab.views.kinds import intervene as intervene_kind
 from lab.views.kinds import study as study_kind
 from lab.views.page import page_html
-from tests.support import environment_json
+from tests.provenance import environment_json
 
 pytestmark = pytest.mark.unit
 
