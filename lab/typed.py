@@ -10,7 +10,7 @@ Schema (draft 2020-12), so the shape a page reads is stated once, in the datacla
 The hints read: ``bool``, ``int``, ``float`` (an integer is taken as written: ``3`` stays ``3``, so a
 report read and written again is the same bytes), ``str``, ``None``, unions (``float | None``),
 ``list[T]``, ``tuple[T, ...]``, ``dict[str, T]``, ``Literal[...]``, nested dataclasses, and ``Any``
-(a JSON value kept as it is: the parts of a report a page shows as text, an environment record).
+(a JSON value kept as it is: the parts of a report a page shows as text, a study runner's cluster record).
 Standard library only, like the ground floor it stands on.
 """
 

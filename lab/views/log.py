@@ -87,8 +87,8 @@ def log_row(path: Path) -> LogRow:
     files = read_report(path)
     model = files.model
     headline = kind_page(files).headline if files.report or files.summary else ""
-    return LogRow(name=name, kind=files.kind, model=model.model if model else "", weights=model.weights if model else "",
-                  runtime=model.runtime if model else "", date=stamp_of(name),
+    return LogRow(name=name, kind=files.kind, model=model.model if model else "",
+                  weights=model.weights if model else "", runtime=model.runtime if model else "", date=stamp_of(name),
                   headline=headline, link=f"{name}/{PAGE}" if page.is_file() else f"{name}/", holds=_holds(path))
 
 
