@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lab.files import MAX_PROMPT_SET_BYTES, read_bounded
 from lab.kinds.intervene import Settings
@@ -33,6 +33,9 @@ from lab.prompts import StudyPrompt, load_prompts
 from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.workdir import WorkDir
 from lab.schemas import FileSchemaError
+
+if TYPE_CHECKING:  # a name for the annotation only: lab.intervene.record loads torch (through its scores)
+    from lab.intervene.record import TripleLabels
 
 DEFAULT_TRIPLES = Path(__file__).resolve().parents[1] / "data" / "intervention_triples.jsonl"
 DEFAULT_PILOT = Path(__file__).resolve().parents[1] / "data" / "intervention_pilot.jsonl"
@@ -53,7 +56,7 @@ class Triple:
     def id(self) -> str:
         return self.clean.id
 
-    def labels(self) -> "TripleLabels":  # noqa: F821 (lab.intervene.record imports nothing of this module)
+    def labels(self) -> TripleLabels:
         """What its record must carry (:class:`lab.intervene.record.TripleLabels`): ids, category, distractor."""
         from lab.intervene.record import TripleLabels
 
