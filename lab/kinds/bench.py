@@ -3,14 +3,15 @@ decoding against target-only and assisted generation, the seed's tables rerun, t
 
 A bench folder holds one of four reports, named by its ``report.json``'s ``kind``: :class:`Report` (``bench``),
 :class:`TuneReport` (``bench-tune``), :class:`RuntimeTuneReport` (``bench-tune-runtime``) and
-:class:`SeedTablesReport` (``bench-seed-tables``); :data:`KIND`'s ``report`` maps each name to its type. The
-last three hold whole benches (:class:`Bench`) per mode or table. Times are seconds, speeds new tokens per
+:class:`SeedTablesReport` (``bench-seed-tables``); :data:`KIND`'s ``report`` maps each name to its type
+(:func:`with_kind` names a report's). A tuning run's and the seed tables' hold whole benches (:class:`Bench`) per
+mode or table. Times are seconds, speeds new tokens per
 second, speed-ups and ratios dimensionless; a figure that was not finite when measured is ``null`` (None).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from lab.kinds import Kind
@@ -307,15 +308,19 @@ class TuneReport:
 
 @dataclass(frozen=True)
 class RuntimeTuneReport:
-    """``lab bench-tune-runtime``'s ``report.json`` past its kind and format
-    (:class:`lab.bench.runtime_tune.RuntimeTuneReport`, whose docstring gives each field).
+    """``lab bench-tune-runtime``'s ``report.json`` past its kind and format (``lab.commands.bench_tune`` builds it).
 
     Attributes:
-        model: The profile.  candidates: Per candidate label, its target's provenance.
-        torch_threads: Threads of both runtimes.  max_new_tokens, repeats: The schedule.
-        prompts, prompt_groups, humaneval: The tuning prompts.  environment: :func:`lab.reports.environment`.
-        result: The runs (seconds, tokens), each candidate's tokens/s per repeat and medians, the winner.
-        machine: :func:`lab.tuning.runtime_machine_key`.  tuning_file: Where the choice goes.
+        model: The profile.
+        candidates: Per candidate label, its :meth:`lab.models.source.ModelSource.as_dict`.
+        torch_threads: Threads of both runtimes.
+        max_new_tokens, repeats: The schedule.
+        prompts, prompt_groups, humaneval: The tuning prompts (:func:`lab.bench.tune.tune_prompts`).
+        environment: :func:`lab.reports.environment`.
+        result: The measurements and the choice (:meth:`lab.bench.runtime_tune.RuntimeTuneResult.as_dict`: the runs,
+            seconds and tokens, each candidate's tokens/s per repeat and medians, the winner).
+        machine: :func:`lab.tuning.runtime_machine_key` of the run (what the tuning file is valid for).
+        tuning_file: Where the choice goes (written after the report, so a file that cannot be written keeps it).
     """
 
     model: str
@@ -367,3 +372,10 @@ KIND = Kind("bench",
             variants=("bench-tune", "bench-tune-runtime", "bench-seed-tables"),
             report={"bench": Report, "bench-tune": TuneReport, "bench-tune-runtime": RuntimeTuneReport,
                     "bench-seed-tables": SeedTablesReport})
+
+
+def with_kind(report: Any) -> dict[str, Any]:
+    """``report`` (one of :data:`KIND`'s report types) as :meth:`lab.reports.ReportDir.write_report` takes it: the
+    ``kind`` its type is read as, then its fields in order (values as they are)."""
+    (name,) = (n for n, shape in KIND.report.items() if type(report) is shape)
+    return {"kind": name, **{f.name: getattr(report, f.name) for f in fields(report)}}
