@@ -94,8 +94,8 @@ def run_tune(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, TuneReport, save_tuned, tune,
-                                tune_configs)
+    from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, save_tuned, tune, tune_configs,
+                                tune_report)
     from lab.commands.bench import model_draft_args, parse_gammas, run_draft_schedules, show_and_write
     from lab.models.source import model_source
     from lab.render.tune import tune_summary_markdown
@@ -116,10 +116,10 @@ def run_tune(args: argparse.Namespace) -> int:
     outcome = tune(benches, model=args.model, threads=threads)
 
     # 3. The report (atomically), and show both.
-    report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
-                        torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
-                        outcome=outcome, benches=benches)
-    out, folder = show_and_write(args.out, f"tune-{args.model}", report.as_dict(), tune_summary_markdown(report))
+    report = tune_report(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
+                         torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
+                         outcome=outcome, benches=benches)
+    out, folder = show_and_write(args.out, f"tune-{args.model}", with_kind(report), tune_summary_markdown(report))
     path = _save_tuning(outcome.path, folder, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
     out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0

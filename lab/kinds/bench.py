@@ -273,7 +273,7 @@ class Report:
 
 @dataclass(frozen=True, kw_only=True)
 class TuneReport:
-    """``lab bench-tune``'s ``report.json`` past its kind and format (:class:`lab.bench.tune.TuneReport`).
+    """``lab bench-tune``'s ``report.json`` past its kind and format (:func:`lab.bench.tune.tune_report`).
 
     Attributes:
         model: The target's provenance.
