@@ -375,6 +375,12 @@ KIND = Kind("bench",
 
 def with_kind(report: Any) -> dict[str, Any]:
     """``report`` (one of :data:`KIND`'s report types) as :meth:`lab.reports.ReportDir.write_report` takes it: the
-    ``kind`` its type is read as, then its fields in order (values as they are)."""
-    (name,) = (n for n, shape in KIND.report.items() if type(report) is shape)
+    ``kind`` its type is read as, then its fields in order (values as they are).
+
+    Raises:
+        TypeError: ``report`` is none of them.
+    """
+    name = next((n for n, shape in KIND.report.items() if type(report) is shape), None)
+    if name is None:
+        raise TypeError(f"a {type(report).__name__} is no report of a bench folder ({', '.join(KIND.report)})")
     return {"kind": name, **{f.name: getattr(report, f.name) for f in fields(report)}}
