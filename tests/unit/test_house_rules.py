@@ -214,14 +214,15 @@ def test_results_that_cross_packages_are_frozen_dataclasses():
     import dataclasses
     import typing
 
-    from lab.bench import results as bench_results, seed_tables, summary, tracker, tune
+    from lab.bench import results as bench_results, seed_tables, summary
     from lab.bench.run import run_bench
     from lab.health import calibration as health_calibration, calibration_report as health_report
+    from lab.kinds import bench as bench_kind, bench_tracker
     from lab.sinks import calibration_report as sink_report
     from lab.study import outcome
 
     types = [outcome.PromptRow, outcome.DraftedToken, outcome.PromptOutcome, bench_results.BenchResult,
-             bench_results.BenchReport, seed_tables.SeedTablesReport, tune.TuneReport, tracker.TrackerBenchReport,
+             bench_results.BenchReport, seed_tables.SeedTablesReport, bench_kind.TuneReport, bench_tracker.Report,
              sink_report.SinkCalibrationReport, health_report.HealthCalibrationReport,
              health_calibration.HealthCalibration]
     loose = [t.__name__ for t in types if not (dataclasses.is_dataclass(t) and t.__dataclass_params__.frozen)]
