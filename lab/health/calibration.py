@@ -27,7 +27,7 @@ from lab.health.measures import (CANDIDATES, CONTROLS, REFERENCED_BASES, HealthI
                                  check_properties, check_properties_on)
 from lab.health.references import fit_reference
 from lab.prompts import StudyPrompt
-from lab.typed import to_json
+from lab import typed
 
 MAX_TIE_SHARE = 0.10  # a measure must rank clean prompts: no value shared by more than 10 % of them
 # The sixth property: over the clean calibration prompts and their neutral variants (clean
@@ -220,7 +220,7 @@ class HealthCalibration(Calibration):
     def to_json(self) -> dict[str, Any]:
         """The figures as ``report.json`` holds them, NaN as it is (``properties_on_prompts`` only when checked:
         :func:`lab.typed.to_json`)."""
-        return to_json(self)
+        return typed.to_json(self)
 
 
 def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],

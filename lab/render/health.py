@@ -9,9 +9,9 @@ from __future__ import annotations
 from rich.table import Table
 
 from lab.health.measures import PROPERTIES as _PROPS
-from lab.health.validation import (END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport,
-                                   ValidationFigures)
+from lab.health.validation import END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport
 from lab.kinds.calibrate_health import Candidate, Report
+from lab.kinds.calibrate_health_validate import Figures
 from lab.render.markdown import md_table
 from lab.verdicts import NOT_SUPPORTED, SUPPORTED, meets_bars
 
@@ -102,7 +102,7 @@ def calibration_markdown(report: Report) -> str:
 _VCOLS = ("measure", "valid", "rho N", "p", "at 0", "at 10", "measurable", "median", "range")
 
 
-def _vrow(f: ValidationFigures) -> tuple[str, ...]:
+def _vrow(f: Figures) -> tuple[str, ...]:
     return (f.name + (" (control)" if f.control else ""), "yes" if f.valid else "no", f"{f.rho:+.2f}", f"{f.p:.2g}",
             f"{f.low_share:.0%}", f"{f.high_share:.0%}", f"{f.n_measurable}/{f.n}", f"{f.median:.2f}",
             f"{f.low:.2f} to {f.high:.2f}")
