@@ -439,6 +439,35 @@ def test_health_report_json_is_its_kinds_typed_report_text_for_text(case):
         assert body["chosen_holds_on_prompts"] is None
 
 
+def test_save_health_choice_writes_the_reference_record_the_reports_length_reference_holds():
+    """The report holds the length reference as its file's record with the fit's figures added; --save writes
+    that record, the figures left out, stamped with the report's time, and the rule's choice beside it.
+
+    Fault class: the saved reference carrying the fit's figures (or missing a key of the record) once the report
+    no longer keeps the record apart."""
+    import json
+
+    from lab.health.calibration import FIT_FIGURES, RULE
+    from lab.health.calibration_report import save_health_choice
+    from lab.health.choice import user_path
+    from lab.health.measures import LengthReference
+    from lab.health.references import reference_record
+    from lab.kinds.calibrate_health import Report
+
+    refs = {"content_entropy": LengthReference("content_entropy", 9.8, -0.12, 0.1)}
+    record = reference_record("tinyprofile", "tiny", refs, prompts_file="x.jsonl", n_content=[3, 90], fitted_at=None)
+    figures = {"n_prompts": 2, "n_content_range": [3, 90], FIT_FIGURES: {"content_entropy": {"rho_base_n": 0.1}}}
+    created = "2026-01-01T00:00:00+00:00"
+    report = Report(rule=RULE, chosen="relative_entropy", decided_by="largest IQR", length_rho_tolerance=0.2,
+                    controls_rejected={}, candidates=(), prompts=(), length_reference={**record, **figures},
+                    model={"model": "tiny"}, environment={"created": created}, prompts_file="cal.jsonl",
+                    distractors_file="study.jsonl", n_clean=0, current_chosen="relative_entropy",
+                    current_chosen_file="chosen.json", saved_to=str(user_path()))
+    ref_path, choice_path = save_health_choice(report)
+    assert ref_path.read_text() == json.dumps({**record, "fitted_at": created}, indent=1) + "\n"
+    assert json.loads(choice_path.read_text())["measure"] == "relative_entropy"
+
+
 def test_study_records_every_candidate_under_its_own_column():
     """The study's optional columns name each candidate once (spelt out there so its settings import no torch)."""
     from lab.study.outcome import HEALTH_CANDIDATE_COLUMNS
