@@ -11,6 +11,9 @@ The hints read: ``bool``, ``int``, ``float`` (an integer is taken as written: ``
 report read and written again is the same bytes), ``str``, ``None``, unions (``float | None``),
 ``list[T]``, ``tuple[T, ...]``, ``dict[str, T]``, ``Literal[...]``, nested dataclasses, and ``Any``
 (a JSON value kept as it is: the parts of a report a page shows as text, a study runner's cluster record).
+A dataclass's keys are written in its fields' order, which for a subclass is its bases' fields, then its own
+(:mod:`dataclasses`); a key a file holds only sometimes is declared with :func:`may_be_absent`, which can also
+place a subclass's field amid its base's (``before``), where files written before the type hold it.
 Standard library only, like the ground floor it stands on.
 """
 
@@ -28,21 +31,53 @@ __all__ = ["ShapeError", "from_json", "json_schema", "may_be_absent", "to_json"]
 
 # A field's metadata key: the file may lack the key (None when it does), and to_json leaves a None out.
 ABSENT_WHEN_NONE = "lab.typed.absent_when_none"
+# A field's metadata key: the name of the field it is written before (a subclass's key that files hold amid its
+# base's keys).
+WRITTEN_BEFORE = "lab.typed.written_before"
 
 
-def may_be_absent() -> Any:
+def may_be_absent(*, before: str | None = None) -> Any:
     """A dataclass field for a key a file holds only sometimes (``--context``'s fields of a report): None when the
     key is missing, and left out when None, so a file read and written again is the same bytes.
+
+    Args:
+        before: The field it is written before (:func:`to_json`, :func:`json_schema`), for a field a subclass adds
+            whose key files hold amid its base's keys; None: where it is declared.
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
     ... class R:
     ...     a: int
-    ...     note: str | None = may_be_absent()
-    >>> to_json(from_json(R, {"a": 1}))
-    {'a': 1}
+    ...     z: int = 0
+    >>> @dataclass(frozen=True)
+    ... class S(R):
+    ...     note: str | None = may_be_absent(before="z")
+    >>> to_json(from_json(S, {"a": 1}))
+    {'a': 1, 'z': 0}
+    >>> to_json(S(1, note="n"))
+    {'a': 1, 'note': 'n', 'z': 0}
     """
-    return dataclasses.field(default=None, metadata={ABSENT_WHEN_NONE: True})
+    return dataclasses.field(default=None, metadata={ABSENT_WHEN_NONE: True,
+                                                     **({WRITTEN_BEFORE: before} if before is not None else {})})
+
+
+@lru_cache(maxsize=None)
+def _written(cls: type) -> tuple[dataclasses.Field, ...]:
+    """``cls``'s fields in the order a file holds them: as declared, but each one that names a field it is written
+    :data:`WRITTEN_BEFORE` moved there.
+
+    Raises:
+        TypeError: a field written before a name that is no field of ``cls``.
+    """
+    order = list(dataclasses.fields(cls))
+    for moved in [f for f in order if WRITTEN_BEFORE in f.metadata]:
+        order.remove(moved)
+        names = [f.name for f in order]
+        if moved.metadata[WRITTEN_BEFORE] not in names:
+            raise TypeError(f"{cls.__name__}.{moved.name} is written before {moved.metadata[WRITTEN_BEFORE]!r}, "
+                            f"which is no field of {cls.__name__}")
+        order.insert(names.index(moved.metadata[WRITTEN_BEFORE]), moved)
+    return tuple(order)
 
 # A problem longer than this (a whole echoed value) is cut: the reason stays one line on a page.
 MAX_SHOWN_CHARS = 60
@@ -208,11 +243,11 @@ def _dataclass(cls: type, data: Any, where: str) -> Any:
 
 
 def to_json(obj: Any) -> Any:
-    """``obj`` as JSON-ready values: a dataclass as an object of its fields in declared order (every field, its
-    defaults too, but a :func:`may_be_absent` field that is None), tuples as arrays; every other value as it is (the
-    caller's serializer checks it)."""
+    """``obj`` as JSON-ready values: a dataclass as an object of its fields in declared order (a :func:`may_be_absent`
+    field with ``before`` where it says; every field, its defaults too, but a :func:`may_be_absent` field that is
+    None), tuples as arrays; every other value as it is (the caller's serializer checks it)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+        return {f.name: to_json(getattr(obj, f.name)) for f in _written(type(obj))
                 if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(obj, f.name) is None)}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
@@ -229,7 +264,7 @@ def json_schema(cls: Any) -> dict[str, Any]:
         return {}
     if dataclasses.is_dataclass(cls):
         hints = _hints(cls)
-        fields = [f for f in dataclasses.fields(cls) if f.init]
+        fields = [f for f in _written(cls) if f.init]
         return {"type": "object", "additionalProperties": False,
                 "properties": {f.name: json_schema(hints[f.name]) for f in fields},
                 "required": [f.name for f in fields

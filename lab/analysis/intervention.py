@@ -46,9 +46,9 @@ the question) moves a twin's mean entropy by at least :data:`C_PLUS_MIN_BITS` on
 :data:`C_PLUS_MIN_SHARE` of twins; manipulation, the mediator under A1 and the sink mass under the
 ``sink`` arm are 0 within :data:`MASS_ZERO_TOL` (the L0.5 and L0.25 mediator ratios to A0 are reported).
 
-**Design version** :data:`DESIGN` = 2 (recorded in every work directory and report). C+ is a mask that
-must move any model that reads its prompt: the decode queries cannot attend to the question (every key
-after the added span up to the last prompt token), the same kind of mask as A1 on text the continuation
+**Design version** :data:`lab.kinds.intervene.DESIGN` = 2 (recorded in every work directory and report). C+ is
+a mask that must move any model that reads its prompt: the decode queries cannot attend to the question (every
+key after the added span up to the last prompt token), the same kind of mask as A1 on text the continuation
 was generated from. Masking key 0, the attention sink (Xiao et al. 2023), is not a control: a model can
 give the sink much of its decode attention and not move its entropy when it is masked (the
 Qwen2.5-Coder pair: 13 % of the attention there, under 0.05 bits on every twin), so it is the described
@@ -81,8 +81,8 @@ from lab.analysis.hypotheses import ALPHA, N_RESAMPLES, judge
 from lab.analysis.power import POWER
 # The report's own types (lab.kinds.intervene): the analysis builds them, the writer and the page read them. A figure
 # that could not be computed is NaN here and null in the file (the types say ``float | None`` for the file).
-from lab.kinds.intervene import (ArmMove, CPlusControl, DistractorRow, EmptyMaskControl, Estimate, LabelSwapControl,
-                                 ManipulationControl, PositionOnlyControl, PowerRow)
+from lab.kinds.intervene import (Analysis, ArmMove, CPlusControl, DistractorRow, EmptyMaskControl, Estimate,
+                                 LabelSwapControl, ManipulationControl, PositionOnlyControl, PowerRow, StatedTest)
 from lab.verdicts import INCONCLUSIVE
 
 VARIANTS = ("P", "N")
@@ -92,7 +92,6 @@ TEST_NAMES = ("did_entropy", "did_beta", "h4b_forced", "dose")
 FAMILY_SIZE = len(TEST_NAMES)
 FAMILY_CI_LEVEL = 1 - 2 * ALPHA / FAMILY_SIZE  # each end a one-sided bound at 1 - ALPHA / 4
 UNDECIDED = "undecided: controls failed"
-DESIGN = 2  # version of the arms and controls (see the module docstring); records of another version are redone
 
 # Smallest effects of interest. Entropy: a twentieth of a bit a decode token, one token in twenty of
 # the continuation moving from certain to a coin flip between two tokens; smaller shifts of a mean over
@@ -188,41 +187,9 @@ class TripleSummary:
                              "must be finite and >= 0")
 
 
-@dataclass(frozen=True)
-class InterventionTest:
-    """One pre-stated test, judged.
-
-    Attributes:
-        name, statement: :data:`TEST_NAMES` and the pre-stated hypothesis.
-        estimate, unit: Mean of the per-distractor means, in ``unit`` (NaN when not tested).
-        ci_low, ci_high, ci_level: The interval (:data:`FAMILY_CI_LEVEL`; ends one-sided at 1 - alpha / 4).
-        p_value: One-sided p (predicted > 0); p_holm: Holm-adjusted within the four.
-        verdict: What the report says (:data:`UNDECIDED` when a control failed); rule_verdict: the rule's own.
-        n_triples, n_distractors: Units used.
-        smallest_effect: Smallest effect of interest (``unit``).
-        power: Power at ``smallest_effect`` given the observed SD of the distractor means (alpha / 4).
-        sd_triples: SD of the per-triple values; icc: their share of variance between distractors.
-        note: Why the test did not run, or empty.
-    """
-
-    name: str
-    statement: str
-    estimate: float
-    unit: str
-    ci_low: float
-    ci_high: float
-    ci_level: float
-    p_value: float
-    p_holm: float
-    verdict: str
-    rule_verdict: str
-    n_triples: int
-    n_distractors: int
-    smallest_effect: float
-    power: float
-    sd_triples: float
-    icc: float
-    note: str = ""
+class InterventionTest(StatedTest):
+    """One pre-stated test, judged: the report's :class:`lab.kinds.intervene.StatedTest` (NaN where the file holds
+    null: not tested), as the study's judge reads it (:func:`lab.analysis.hypotheses.judge`)."""
 
     @property
     def effect(self) -> float:
@@ -235,32 +202,9 @@ class InterventionTest:
         return 1
 
 
-@dataclass(frozen=True)
-class InterventionAnalysis:
-    """Everything :func:`analyze_intervention` computes from the triples."""
-
-    n_triples: int
-    n_distractors: int
-    did_entropy: InterventionTest
-    did_beta: InterventionTest
-    h4b_forced: InterventionTest
-    dose: InterventionTest
-    proportion_removed: Estimate
-    mediation_slope: Estimate
-    indirect_share: Estimate
-    distractors: tuple[DistractorRow, ...]
-    empty_mask: EmptyMaskControl
-    position_only: PositionOnlyControl
-    label_swap: LabelSwapControl
-    c_plus: CPlusControl
-    manipulation: ManipulationControl
-    sink: ArmMove
-    alpha: float
-    seed: int
-
-    @property
-    def tests(self) -> tuple[InterventionTest, ...]:
-        return self.did_entropy, self.did_beta, self.h4b_forced, self.dose
+class InterventionAnalysis(Analysis):
+    """Everything :func:`analyze_intervention` computes from the triples: the report's
+    :class:`lab.kinds.intervene.Analysis` (its tests :class:`InterventionTest`), with what the report derives."""
 
     @property
     def controls(self) -> dict[str, bool]:
@@ -273,10 +217,7 @@ class InterventionAnalysis:
     def controls_passed(self) -> bool:
         return all(self.controls.values())
 
-    @property
-    def decides(self) -> bool:
-        """Whether the verdicts stand: every control passed."""
-        return self.controls_passed
+    decides = controls_passed  # whether the verdicts stand: every control passed
 
     @property
     def sd_by_test(self) -> dict[str, float]:
@@ -351,7 +292,8 @@ def cluster_test(name: str, values: np.ndarray, codes: np.ndarray, alpha: float)
         return InterventionTest(**base, **untested, note="every distractor mean is equal: no variance to test on")
     half = float(stats.t.isf(alpha / FAMILY_SIZE, df)) * se
     return InterventionTest(**base, estimate=float(mean), ci_low=float(mean - half), ci_high=float(mean + half),
-                            p_value=float(stats.t.sf(mean / se, df)), power=_power_from_se(smallest, se, df, alpha))
+                            p_value=float(stats.t.sf(mean / se, df)), power=_power_from_se(smallest, se, df, alpha),
+                            note="")
 
 
 def judge_unless_undecided(tests: Sequence[InterventionTest], alpha: float, decides: bool) -> list[InterventionTest]:
@@ -579,8 +521,8 @@ def analyze_intervention(triples: Sequence[TripleSummary], *, alpha: float = ALP
     tests = judge_unless_undecided([cluster_test(name, values[name], codes, alpha) for name in TEST_NAMES], alpha,
                                    decides)
     sizes = np.bincount(codes)
-    rows = tuple(DistractorRow(label, int(sizes[i]), float(values["did_entropy"][codes == i].mean()),
-                               float(values["h4b_forced"][codes == i].mean())) for i, label in enumerate(labels))
+    rows = [DistractorRow(label, int(sizes[i]), float(values["did_entropy"][codes == i].mean()),
+                          float(values["h4b_forced"][codes == i].mean())) for i, label in enumerate(labels)]
     removed, slope, indirect = secondary_estimates(triples, values, seed=seed, n_resamples=n_resamples)
     return InterventionAnalysis(n_triples=len(triples), n_distractors=len(labels), **{t.name: t for t in tests},
                                 proportion_removed=removed, mediation_slope=slope, indirect_share=indirect,

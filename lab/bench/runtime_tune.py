@@ -213,38 +213,3 @@ def timed_target(model: Any, ids: Sequence[Any], max_new_tokens: int, eos: Seque
         return int(ids[p].shape[1]), len(r.tokens), r.total_time_s, r.prefill_time_s, list(r.tokens)
 
     return fn
-
-
-@dataclass(frozen=True)
-class RuntimeTuneReport:
-    """The ``report.json`` of ``lab bench-tune-runtime`` (its shape: :class:`lab.kinds.bench.RuntimeTuneReport`; the
-    writer takes ``kind`` out and writes it first).
-
-    Attributes:
-        model: The profile.
-        candidates: Per candidate label, its :meth:`lab.models.source.ModelSource.as_dict`.
-        torch_threads: Threads of both runtimes.
-        max_new_tokens, repeats: The schedule.
-        prompts, prompt_groups, humaneval: The tuning prompts (:func:`lab.bench.tune.tune_prompts`).
-        environment: :func:`lab.reports.environment`.
-        result: The measurements and the choice.
-        machine: :func:`lab.tuning.runtime_machine_key` of the run (what the tuning file is valid for).
-        tuning_file: Where the choice goes (written after the report, so a file that cannot be written keeps it).
-    """
-
-    model: str
-    candidates: dict[str, dict[str, Any]]
-    torch_threads: int
-    max_new_tokens: int
-    repeats: int
-    prompts: list[str]
-    prompt_groups: list[str]
-    humaneval: str | None
-    environment: dict[str, Any]
-    result: RuntimeTuneResult
-    machine: dict[str, Any]
-    tuning_file: str | None = None
-    kind: str = "bench-tune-runtime"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)

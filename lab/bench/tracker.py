@@ -5,7 +5,7 @@ The same decode loop (:func:`lab.tracker.loop.run_decode` on the decode core
 tracker off and on, on the same prompt, for exactly ``max_new_tokens`` tokens (EOS ignored, so
 both do the same work). After one warm-up run of each, ``repeats`` pairs run in alternating order
 (off-on, on-off, ...) so that drift in machine load hits both arms alike (:func:`time_arms`).
-:class:`TrackerBenchReport` derives min / median / max wall time per arm, the overhead of the
+:func:`tracker_report` derives min / median / max wall time per arm, the overhead of the
 medians and of the minima (the minimum is the least noise-inflated estimate on a shared machine),
 the median of the per-pair ratios, and, separately, the tracker's statistics alone timed on a
 logits row of the model's vocabulary size (:func:`time_statistics`: no model, so no noise from
@@ -98,109 +98,40 @@ def _pct(on: float, off: float) -> float:
     return (on - off) / off * 100.0
 
 
-@dataclass(frozen=True)
-class TrackerBenchReport:
-    """``lab bench-tracker``'s result: the set-up and every raw time, with the overheads derived from them
-    (``report.json`` holds :meth:`as_report`).
+def tracker_report(*, prompt: str, settings: DecodeSettings, repeats: int, prompt_tokens: int, vocab_size: int,
+                   model: dict[str, Any], environment: dict[str, Any], arms: ArmTimes, statistics_s: float,
+                   torch_threads: int, machine_load: dict[str, Any]) -> Report:
+    """``lab bench-tracker``'s report (:class:`lab.kinds.bench_tracker.Report`, what ``report.json`` holds): the set-up
+    and every raw time, with the overheads derived from them.
 
-    Attributes:
+    Args:
         prompt: The prompt's text.
-        settings: The decode settings.
+        settings: The decode settings (EOS ignored: every run decodes ``max_new_tokens``).
         repeats: Timed pairs.
-        prompt_tokens / vocab_size: The prompt's length with the chat template, and V.
+        prompt_tokens, vocab_size: The prompt's length with the chat template, and V.
         model: The model's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
         environment: :func:`lab.reports.environment`.
         arms: The timed arms (:func:`time_arms`).
         statistics_s: Seconds per step of the statistics alone (:func:`time_statistics`).
         torch_threads: Torch's intra-op threads.
         machine_load: The load log's summary.
+
+    Returns:
+        The report: min / median / max seconds per arm over the pairs; the overhead of the medians, of the minima
+        (the least noise-inflated estimate on a shared machine) and the median of the per-pair ratios, percent; a
+        decode step without the tracker, ms; the statistics alone, us per step and percent of that step.
     """
-
-    prompt: str
-    settings: DecodeSettings
-    repeats: int
-    prompt_tokens: int
-    vocab_size: int
-    model: dict[str, Any]
-    environment: dict[str, Any]
-    arms: ArmTimes
-    statistics_s: float
-    torch_threads: int
-    machine_load: dict[str, Any]
-
-    @property
-    def tokens_per_run(self) -> int:
-        """New tokens per run (EOS ignored)."""
-        return self.settings.max_new_tokens
-
-    @property
-    def off_s(self) -> Spread:
-        """Seconds per run without the tracker, min / median / max over the pairs."""
-        return Spread.of(self.arms.off)
-
-    @property
-    def on_s(self) -> Spread:
-        """Seconds per run with the tracker, min / median / max over the pairs."""
-        return Spread.of(self.arms.on)
-
-    @property
-    def overhead_pct_median(self) -> float:
-        """The tracker's overhead of the medians, percent."""
-        return _pct(self.on_s.median, self.off_s.median)
-
-    @property
-    def overhead_pct_min(self) -> float:
-        """The tracker's overhead of the fastest runs, percent."""
-        return _pct(self.on_s.min, self.off_s.min)
-
-    @property
-    def overhead_pct_paired_median(self) -> float:
-        """The median over pairs of on / off, as an overhead in percent."""
-        return (statistics.median([b / a for a, b in zip(self.arms.off, self.arms.on)]) - 1.0) * 100.0
-
-    @property
-    def per_token_ms_off(self) -> float:
-        """One decode step without the tracker (median run over its tokens), milliseconds."""
-        return self.off_s.median / self.tokens_per_run * 1e3
-
-    @property
-    def statistics_us_per_step(self) -> float:
-        """The statistics alone, microseconds per step."""
-        return self.statistics_s * 1e6
-
-    @property
-    def statistics_pct_of_decode_step(self) -> float:
-        """The statistics alone as a share of a decode step without the tracker, percent."""
-        return self.statistics_s / (self.off_s.median / self.tokens_per_run) * 100.0
-
-    @property
-    def identical_tokens(self) -> bool:
-        """Whether every run, tracker on or off, emitted the same tokens."""
-        return self.arms.identical
-
-    def as_report(self) -> Report:
-        """``report.json``'s record (:class:`lab.kinds.bench_tracker.Report`): the set-up, every raw time and the
-        figures derived (percent, ms, us), in the file's order."""
-        off, on = self.off_s, self.on_s
-        return Report(
-            prompt=self.prompt,
-            settings=Settings(**dataclasses.asdict(self.settings)),
-            repeats=self.repeats,
-            tokens_per_run=self.tokens_per_run,
-            prompt_tokens=self.prompt_tokens,
-            vocab_size=self.vocab_size,
-            model=self.model,
-            environment=self.environment,
-            times_s=Times(off=self.arms.off, on=self.arms.on),
-            off_s=RunSeconds(min=off.min, median=off.median, max=off.max),
-            on_s=RunSeconds(min=on.min, median=on.median, max=on.max),
-            overhead_pct_median=self.overhead_pct_median,
-            overhead_pct_min=self.overhead_pct_min,
-            overhead_pct_paired_median=self.overhead_pct_paired_median,
-            per_token_ms_off=self.per_token_ms_off,
-            statistics_us_per_step=self.statistics_us_per_step,
-            statistics_pct_of_decode_step=self.statistics_pct_of_decode_step,
-            identical_tokens=self.identical_tokens,
-            torch_threads=self.torch_threads,
-            machine_load=self.machine_load,
-        )
+    tokens_per_run = settings.max_new_tokens  # EOS ignored
+    off, on = Spread.of(arms.off), Spread.of(arms.on)
+    paired = statistics.median([b / a for a, b in zip(arms.off, arms.on)])  # on / off, pair by pair
+    return Report(
+        prompt=prompt, settings=Settings(**dataclasses.asdict(settings)), repeats=repeats,
+        tokens_per_run=tokens_per_run, prompt_tokens=prompt_tokens, vocab_size=vocab_size, model=model,
+        environment=environment, times_s=Times(off=arms.off, on=arms.on),
+        off_s=RunSeconds(min=off.min, median=off.median, max=off.max),
+        on_s=RunSeconds(min=on.min, median=on.median, max=on.max),
+        overhead_pct_median=_pct(on.median, off.median), overhead_pct_min=_pct(on.min, off.min),
+        overhead_pct_paired_median=(paired - 1.0) * 100.0, per_token_ms_off=off.median / tokens_per_run * 1e3,
+        statistics_us_per_step=statistics_s * 1e6,
+        statistics_pct_of_decode_step=statistics_s / (off.median / tokens_per_run) * 100.0,
+        identical_tokens=arms.identical, torch_threads=torch_threads, machine_load=machine_load)

@@ -27,11 +27,13 @@ from lab.bench.levers import CODE_PROMPTS
 from lab.bench.prompt_split import TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, PromptSet, parse_humaneval
 from lab.bench.results import BenchResult, MethodFigures
 from lab.bench.run import BenchConfig
+from lab.kinds.bench import Bench, Config, TuneReport
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
 from lab.speculative.setups import DraftSetup
 from lab.tuning import DRAFT_SETUP, machine_key, write_tuned
+from lab.typed import from_json
 
 TUNE_GAMMAS = (3, 4, 5)
 TUNE_ADAPTIVE = ("pmin:0.6",)  # llama.cpp's draft-confidence stop at the bench's usual threshold
@@ -181,34 +183,24 @@ def save_tuned(outcome: TuneOutcome, *, model: str, draft: str) -> Path:
                        outcome.measured)
 
 
-@dataclass(frozen=True)
-class TuneReport:
-    """``lab bench-tune``'s ``report.json`` (its shape: :class:`lab.kinds.bench.TuneReport`).
+def tune_report(*, model: dict[str, Any], draft: str, prompts: PromptSet, torch_threads: int,
+                environment: dict[str, Any], configs: Mapping[str, BenchConfig], outcome: TuneOutcome,
+                benches: Mapping[str, BenchResult]) -> TuneReport:
+    """``lab bench-tune``'s report (:class:`lab.kinds.bench.TuneReport`, what ``report.json`` holds).
 
-    Attributes:
+    Args:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
         draft: The ``--draft`` spec.
         prompts: The :func:`tune_prompts` it ran on.
         torch_threads: Torch's intra-op threads.
         environment: :func:`lab.reports.environment` when the report is built.
         configs: :func:`tune_configs`.
-        outcome: The choice and where it went.
-        benches: ``{"greedy": ..., "sampling": ...}``.
+        outcome: The choice and where it goes (:func:`tune`); ``measured`` kept as measured.
+        benches: ``{"greedy": ..., "sampling": ...}``, each as the report holds a bench (its figures JSON-ready:
+            non-finite as None).
     """
-
-    model: dict[str, Any]
-    draft: str
-    prompts: PromptSet
-    torch_threads: int
-    environment: dict[str, Any]
-    configs: dict[str, BenchConfig]
-    outcome: TuneOutcome
-    benches: dict[str, BenchResult]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report, its keys in the file's order (figures as measured, not JSON-converted)."""
-        return {"kind": "bench-tune", "model": self.model, "draft": self.draft, **self.prompts.as_report(),
-                "torch_threads": self.torch_threads, "machine": self.outcome.machine,
-                "environment": self.environment, "configs": to_jsonable(self.configs),
-                "winner": self.outcome.setup.as_dict(), "tuning_file": str(self.outcome.path),
-                "measured": self.outcome.measured, **{mode: b.to_json() for mode, b in self.benches.items()}}
+    return TuneReport(model=model, draft=draft, **prompts.as_report(), torch_threads=torch_threads,
+                      machine=outcome.machine, environment=environment,
+                      configs={mode: from_json(Config, to_jsonable(c)) for mode, c in configs.items()},
+                      winner=outcome.setup.as_dict(), tuning_file=str(outcome.path), measured=outcome.measured,
+                      **{mode: from_json(Bench, b.to_json()) for mode, b in benches.items()})

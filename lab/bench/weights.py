@@ -31,14 +31,14 @@ import math
 import statistics
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
 # The report's types are its kind's (lab.kinds): the command writes them, summary.md reads them.
-from lab.kinds.bench_weights import KernelRow, NumericsRow, StepProfileRow
+from lab.kinds.bench_weights import KernelRow, NumericsRow, StepProfileRow, StepTimes
 from lab.kinds.bench_weights import Report as WeightsBenchReport
 from lab.ranges import GAMMA, ITERATIONS, REPEATS
 
@@ -155,25 +155,10 @@ def weight_bytes(model: nn.Module) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class StepProfile:
-    """One-token decode steps of a loaded model: where a step's time goes.
-
-    Attributes:
-        weights: the representation the model was loaded in.
-        context: positions in the KV cache when the steps start (the prefill's length).
-        steps: profiled steps (the same count timed without the profiler).
-        step_ms: median wall time of a step without the profiler, milliseconds.
-        family_ms: profiled milliseconds per step by family (:data:`FAMILIES`); ``"python between
-            ops"`` is the profiled step's wall time less the time inside ops.
-        family_bytes: weight bytes each family reads per step (:func:`weight_bytes`).
+class StepProfile(StepTimes):
+    """One-token decode steps of a loaded model (:class:`lab.kinds.bench_weights.StepTimes`, whose docstring gives
+    each field), with the rate each kernel family reads its weights at.
     """
-
-    weights: str
-    context: int
-    steps: int
-    step_ms: float
-    family_ms: dict[str, float]
-    family_bytes: dict[str, int]
 
     def gb_per_s(self, family: str) -> float | None:
         """Weight bytes over the family's time, GB/s (10^9 bytes); None where it reads none."""
@@ -182,9 +167,8 @@ class StepProfile:
 
     def row(self) -> StepProfileRow:
         """The profile as the report holds it: its fields, then its GB/s per family (:data:`FAMILIES`)."""
-        return StepProfileRow(weights=self.weights, context=self.context, steps=self.steps, step_ms=self.step_ms,
-                              family_ms=self.family_ms, family_bytes=self.family_bytes,
-                              gb_per_s={f: self.gb_per_s(f) for f in FAMILIES})
+        times = {field.name: getattr(self, field.name) for field in fields(StepTimes)}
+        return StepProfileRow(**times, gb_per_s={f: self.gb_per_s(f) for f in FAMILIES})
 
 
 def step_profile(model: nn.Module, input_ids: torch.Tensor, *, steps: int = 10, weights: str = "?") -> StepProfile:

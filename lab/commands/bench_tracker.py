@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.bench.tracker import TrackerBenchReport, time_arms, time_statistics
+    from lab.bench.tracker import time_arms, time_statistics, tracker_report
     from lab.decode import check_context
     from lab.machine import LoadLog, set_threads
     from lab.models.chat import build_messages, encode_chat
@@ -70,14 +70,14 @@ def run(args: argparse.Namespace) -> int:
     stats_s = time_statistics(vocab_size, device, settings.top_alternatives, settings.do_sample, args.stats_iterations)
 
     # 5. Show, then write the report atomically.
-    result = TrackerBenchReport(prompt=args.prompt, settings=settings, repeats=args.repeats,
-                                prompt_tokens=int(input_ids.shape[1]), vocab_size=vocab_size,
-                                model=model_source(model).as_dict(), environment=environment(model), arms=arms,
-                                statistics_s=stats_s, torch_threads=torch.get_num_threads(),
-                                machine_load=load_log.summary())
+    result = tracker_report(prompt=args.prompt, settings=settings, repeats=args.repeats,
+                            prompt_tokens=int(input_ids.shape[1]), vocab_size=vocab_size,
+                            model=model_source(model).as_dict(), environment=environment(model), arms=arms,
+                            statistics_s=stats_s, torch_threads=torch.get_num_threads(),
+                            machine_load=load_log.summary())
     render_bench(result, stdout_console())
     with report_folder(args.out, BENCH_TRACKER) as rd:
-        rd.write_report(result.as_report())
+        rd.write_report(result)
         rd.write_text("summary.md", bench_markdown(result))
     print_report(stdout_console(), rd.final)
     return 0

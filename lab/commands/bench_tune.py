@@ -19,7 +19,7 @@ from pathlib import Path
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_threads_arg,
                                  check_model_args, command_parser, range_text, save_after_report)
 from lab.commands.runtime_choice import load_on
-from lab.kinds.bench import KIND as BENCH
+from lab.kinds.bench import KIND as BENCH, RuntimeTuneReport, with_kind
 
 TUNE, TUNE_RUNTIME = "bench-tune", "bench-tune-runtime"
 # Each command's --help, in the form of a command module's docstring (common.command_parser): two commands here.
@@ -94,8 +94,8 @@ def run_tune(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, TuneReport, save_tuned, tune,
-                                tune_configs)
+    from lab.bench.tune import (TUNE_GAMMAS, TUNE_MAX_NEW_TOKENS, TUNE_REPEATS, save_tuned, tune, tune_configs,
+                                tune_report)
     from lab.commands.bench import model_draft_args, parse_gammas, run_draft_schedules, show_and_write
     from lab.models.source import model_source
     from lab.render.tune import tune_summary_markdown
@@ -116,10 +116,10 @@ def run_tune(args: argparse.Namespace) -> int:
     outcome = tune(benches, model=args.model, threads=threads)
 
     # 3. The report (atomically), and show both.
-    report = TuneReport(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
-                        torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
-                        outcome=outcome, benches=benches)
-    out, folder = show_and_write(args.out, f"tune-{args.model}", report.as_dict(), tune_summary_markdown(report))
+    report = tune_report(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
+                         torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
+                         outcome=outcome, benches=benches)
+    out, folder = show_and_write(args.out, f"tune-{args.model}", with_kind(report), tune_summary_markdown(report))
     path = _save_tuning(outcome.path, folder, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
     out.print(f"tuned set-up: {outcome.setup.describe()} -> {path}", markup=False, highlight=False, soft_wrap=True)
     return 0
@@ -133,8 +133,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         ValueError: a model without a GGUF file, ``--humaneval`` outside the tuning split, or the llama.cpp
             runtime not built (naming ``make peer``).
     """
-    from lab.bench.runtime_tune import (RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS, RuntimeTuneReport,
-                                        run_runtime_tune)
+    from lab.bench.runtime_tune import RUNTIME_TUNE_MAX_NEW_TOKENS, RUNTIME_TUNE_REPEATS, run_runtime_tune
     from lab.machine import LoadLog, busy_warning
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
@@ -157,12 +156,13 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     # 3. The report (atomically), then the tuning file (one that cannot be written keeps the report), and show both.
     out = stdout_console()
     machine = runtime_machine_key(threads)
-    report = RuntimeTuneReport(args.model, sources, threads, max_new, repeats, list(prompts.texts),
-                               list(prompts.groups), prompts.humaneval, environment(first), result, machine,
-                               str(RUNTIME.path(args.model)))
-    summary = runtime_tune_markdown(report)
+    report = RuntimeTuneReport(model=args.model, candidates=sources, torch_threads=threads, max_new_tokens=max_new,
+                               repeats=repeats, prompts=list(prompts.texts), prompt_groups=list(prompts.groups),
+                               humaneval=prompts.humaneval, environment=environment(first), result=result.as_dict(),
+                               machine=machine, tuning_file=str(RUNTIME.path(args.model)))
+    summary = runtime_tune_markdown(report, result)
     with report_folder(args.out, BENCH, f"tune-runtime-{args.model}") as rd:
-        rd.write_report(report.as_dict())
+        rd.write_report(with_kind(report))
         rd.write_text("summary.md", summary)
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
     warning = busy_warning(result.load)

@@ -64,16 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _notes(err, report, save: bool) -> None:
     """The run's warnings on stderr: no choice, an unsaved new choice, a choice failing on the model's prompts."""
     say = functools.partial(err.print, markup=False, highlight=False)
-    cal, model = report.calibration, report.model["model"]
-    if cal.chosen is None:
-        say(f"calibrate-health: the rule chooses no measure on {model}: {cal.decided_by}"
+    model = report.model["model"]
+    if report.chosen is None:
+        say(f"calibrate-health: the rule chooses no measure on {model}: {report.decided_by}"
             + ("; nothing saved" if save else ""))
-    elif not save and cal.chosen != report.current_chosen:
-        say(f"calibrate-health: the rule chooses {cal.chosen!r} but the current choice "
+    elif not save and report.chosen != report.current_chosen:
+        say(f"calibrate-health: the rule chooses {report.chosen!r} but the current choice "
             f"({report.current_chosen_file}) is {report.current_chosen!r}; run with --save to write it")
-    if cal.chosen is not None and not cal.chosen_holds_on_prompts:
-        failed = [k for k, v in cal.properties_on_prompts[cal.chosen].items() if v is False]
-        say(f"calibrate-health: the chosen measure {cal.chosen!r} fails {', '.join(failed)} on "
+    if report.chosen is not None and not report.chosen_holds_on_prompts:
+        failed = [k for k, v in report.properties_on_prompts[report.chosen].items() if v is False]
+        say(f"calibrate-health: the chosen measure {report.chosen!r} fails {', '.join(failed)} on "
             f"{model}'s own prompts (see summary.md)")
 
 
@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
     # 4. Show and write.
     stdout_console().print(candidates_table(report))
     with report_folder(args.out, CALIBRATE_HEALTH, info["model"]) as rd:
-        rd.write_report(report.to_json())
-        rd.write_csv("prompts.csv", list(report.calibration.prompts))
+        rd.write_report(report)
+        rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", calibration_markdown(report))
     print_report(stdout_console(), rd.final)
 
@@ -206,5 +206,5 @@ def run(args: argparse.Namespace) -> int:
         ref_path, path = save_after_report(rd.final, f"the choice could not be saved to {str(user_path())!r}",
                                            lambda: save_health_choice(report))
         err.print(f"context-health choice written: {path} ({report.chosen}); length reference of "
-                  f"{report.reference_record['profile']}: {ref_path}", markup=False, highlight=False)
+                  f"{report.length_reference['profile']}: {ref_path}", markup=False, highlight=False)
     return 2 if report.chosen is None and args.save else 0

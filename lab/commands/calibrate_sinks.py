@@ -82,18 +82,19 @@ def _checked(args: argparse.Namespace) -> tuple[list, list, tuple[int, ...], str
     return prompts, held, lengths, device
 
 
-def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> None:
+def _notes(err, calibration, args: argparse.Namespace, named: bool, save: bool) -> None:
     """The run's warnings on stderr: no feasible threshold, an unsaved run, the rule's refusal or move."""
     say = functools.partial(err.print, markup=False, highlight=False)
+    report = calibration.report
     if report.chosen_threshold is None:
         say(f"calibration: no threshold of {report.statistic} meets both criteria on this prompt set")
     if args.save and not named:
         say(f"calibrate-sinks: {args.model!r} is not a named profile; its calibration stays in the report "
             "(commands run it with the default threshold)")
     cross = report.cross_model
-    if cross is not None and cross.refused is not None:
-        say(f"calibrate-sinks: {cross.refused}")
-    if cross is not None and cross.moves_from is not None and not save:
+    if calibration.refused is not None:
+        say(f"calibrate-sinks: {calibration.refused}")
+    elif cross is not None and cross.moves_from is not None and not save:
         was = cross.moves_from
         say(f"calibrate-sinks: over the calibrated profiles ({', '.join(cross.profiles)}) the rule chooses "
             f"{cross.chosen!r} (default {cross.default_threshold:g}) but {was.path} holds "
@@ -102,6 +103,8 @@ def _notes(err, report, args: argparse.Namespace, named: bool, save: bool) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from lab.models.profiles import PROFILES
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
@@ -125,27 +128,28 @@ def run(args: argparse.Namespace) -> int:
     # 3. Sweep every candidate, choose, check on the held-out sets, apply the rule across profiles.
     choice = load_choice()
     info = model_source(model).as_dict()
-    report = calibration_report(scored, CalibrationRun(
+    calibration = calibration_report(scored, CalibrationRun(
         model=info, environment=environment(model), choice=choice,
         held_out_file=args.held_out or f"lab/data/{HELD_OUT_SET}", long_lengths=lengths,
         recorded=recorded_feasible(PROFILES), save_as=args.model if save else None,
         saved_to=str(user_dir()) if save else None))
-    _notes(err, report, args, named=args.model in PROFILES, save=save)
+    _notes(err, calibration, args, named=args.model in PROFILES, save=save)
 
     # 4. Show and write.
-    stdout_console().print(calibration_table(report))
+    report = calibration.report
+    stdout_console().print(calibration_table(calibration))
     with report_folder(args.out, CALIBRATE_SINKS, info["model"]) as rd:
-        rd.write_report(report.to_json())
-        rd.write_csv("sweep.csv", report.sweep_rows())
-        rd.write_csv("prompts.csv", report.prompt_rows())
+        rd.write_report(report)
+        rd.write_csv("sweep.csv", [asdict(r) for r in report.sweep])
+        rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", calibration_markdown(report) + candidates_markdown(report))
-        plot_sweep(report, rd.file("sweep.png"))
+        plot_sweep(calibration, rd.file("sweep.png"))
     print_report(stdout_console(), rd.final)
 
     # 5. Save the calibration for the commands that read it (the user's folder, never the package), after
     #    the report, so a run that fails leaves neither half-written.
     if save:
         save_after_report(rd.final, f"the calibration could not be saved under {str(user_dir())!r}",
-                          lambda: save_calibration(report, args.model, packaged_statistic=choice.statistic,
+                          lambda: save_calibration(calibration, args.model, packaged_statistic=choice.statistic,
                                                    note=lambda text: err.print(text, markup=False, highlight=False)))
     return 0

@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.commands.common import (add_draft_weights_arg, add_model_args, add_out_arg, add_ranged_arg, add_ray_args,
                                  check_model_args, cluster_config, command_parser, parse_shard)
 from lab.ranges import PILOT_MAX
+
+if TYPE_CHECKING:
+    from lab.intervene.run import InterventionSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_out_arg(p)
 
 
-def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  # noqa: F821
+def settings_from(args: argparse.Namespace, device) -> InterventionSettings:
     """The run's settings from the flags, every file read and checked.
 
     Raises:
@@ -119,7 +123,7 @@ def settings_from(args: argparse.Namespace, device) -> "InterventionSettings":  
 
 def run(args: argparse.Namespace) -> int:
     from lab.intervene import run as iv
-    from lab.render.console import print_report, stdout_console
+    from lab.render.console import stdout_console
 
     # 1. Everything checked before a model loads.
     shard = parse_shard(args.shard) if args.shard else None

@@ -12,7 +12,7 @@ prompt; the spread, ties and pair orderings are derived from them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,11 +21,13 @@ import numpy as np
 from scipy import stats
 
 from lab.files import MAX_PROMPT_SET_BYTES, read_text
+from lab.kinds.calibrate_health import Calibration, Candidate
 from lab.prompts import CalibrationPrompt, jsonl_lines
 from lab.health.measures import (CANDIDATES, CONTROLS, REFERENCED_BASES, HealthInputs, LengthReference,
                                  check_properties, check_properties_on)
 from lab.health.references import fit_reference
 from lab.prompts import StudyPrompt
+from lab import typed
 
 MAX_TIE_SHARE = 0.10  # a measure must rank clean prompts: no value shared by more than 10 % of them
 # The sixth property: over the clean calibration prompts and their neutral variants (clean
@@ -96,61 +98,17 @@ def neutral_variants(prompts: Sequence[CalibrationPrompt], path: str | None = No
             for p in prompts]
 
 
-@dataclass(frozen=True)
-class CandidateFigures:
-    """One candidate (or control) on the calibration set: clean values, twin orderings, drift with length.
-
-    ``clean[i]``, ``poisoned[i]`` and ``neutral[i]`` are the values of one calibration
-    prompt and its two variants; ``n_pairs_below`` counts poisoned below *neutral* (equal
-    length), ``n_pairs_below_clean`` poisoned below clean (reported; a length proxy gets
-    all of them). ``length_rho``: Spearman rho of the values with the content length N
-    over the clean prompts and their neutral variants.
-    """
-
-    name: str
-    properties: dict[str, bool]
-    clean: list[float]
-    poisoned: list[float]
-    neutral: list[float]
-    iqr: float
-    std: float
-    n_distinct: int
-    max_tie_share: float
-    n_pairs_below: int
-    n_pairs_tied: int
-    n_pairs_below_clean: int
-    n_pairs: int
-    length_rho: float
-    control: bool = False
-
-    @property
-    def eligible(self) -> bool:
-        return all(self.properties.values())
-
-    @property
-    def admissible(self) -> bool:
-        return self.eligible and self.n_pairs_below == self.n_pairs and self.max_tie_share <= MAX_TIE_SHARE
-
-    @property
-    def median(self) -> float:
-        """Median over the clean prompts."""
-        return float(np.median(self.clean))
-
-    @property
-    def low(self) -> float:
-        """Lowest value over the clean prompts."""
-        return min(self.clean)
-
-    @property
-    def high(self) -> float:
-        """Highest value over the clean prompts."""
-        return max(self.clean)
-
-
 def figures(name: str, clean: Sequence[float], poisoned: Sequence[float], neutral: Sequence[float],
             lengths: Sequence[int], properties: dict[str, bool] | None = None, *,
-            control: bool = False) -> CandidateFigures:
+            control: bool = False) -> Candidate:
     """Spread, ties, twin orderings and drift with length of one candidate's values.
+
+    ``n_pairs_below`` counts poisoned below *neutral* (equal length), ``n_pairs_below_clean``
+    poisoned below clean (reported; a length proxy gets all of them); ``length_rho`` is Spearman
+    rho of the values with the content length N over the clean prompts and their neutral variants.
+    ``eligible``: all six properties hold; ``admissible``: eligible, every poisoned variant below its
+    neutral twin and no value shared by more than :data:`MAX_TIE_SHARE` of clean prompts. Median and
+    range are over the clean prompts (NaN where a value is not measurable: null in the file).
 
     Args:
         clean, poisoned, neutral: Values aligned by calibration prompt (``poisoned[i]`` and
@@ -175,15 +133,18 @@ def figures(name: str, clean: Sequence[float], poisoned: Sequence[float], neutra
     both = np.concatenate([c, n])
     rho = float(stats.spearmanr(both, ln).statistic) if np.ptp(both) > 0 and np.ptp(ln) > 0 else 0.0
     props = {**dict(properties or {}), LENGTH_PROPERTY: abs(rho) <= LENGTH_RHO_TOLERANCE}
-    return CandidateFigures(
-        name=name, properties=props, clean=c.tolist(), poisoned=p.tolist(), neutral=n.tolist(), iqr=float(q3 - q1),
-        std=float(c.std(ddof=1)) if c.size > 1 else 0.0, n_distinct=int(counts.size),
-        max_tie_share=float(counts.max() / c.size), n_pairs_below=int((p < n).sum()),
+    eligible, tie_share, below = all(props.values()), float(counts.max() / c.size), int((p < n).sum())
+    values = c.tolist()
+    return Candidate(
+        name=name, properties=props, iqr=float(q3 - q1), std=float(c.std(ddof=1)) if c.size > 1 else 0.0,
+        n_distinct=int(counts.size), max_tie_share=tie_share, n_pairs_below=below,
         n_pairs_tied=int((np.round(p, TIE_DECIMALS) == np.round(n, TIE_DECIMALS)).sum()),
-        n_pairs_below_clean=int((p < c).sum()), n_pairs=int(c.size), length_rho=rho, control=control)
+        n_pairs_below_clean=int((p < c).sum()), n_pairs=int(c.size), length_rho=rho, control=control,
+        eligible=eligible, admissible=eligible and below == c.size and tie_share <= MAX_TIE_SHARE,
+        median=float(np.median(c)), min=min(values), max=max(values))
 
 
-def choose(cands: Sequence[CandidateFigures]) -> tuple[str, str]:
+def choose(cands: Sequence[Candidate]) -> tuple[str, str]:
     """Apply the rule of :mod:`lab.health.measures`; returns ``(name, which step decided)``.
 
     Controls (``control=True``) go through the same rule as the candidates; the rule
@@ -252,53 +213,14 @@ RULE = ("eligible = the five properties hold on random inputs and |Spearman rho(
         "alone) go through the same rule and must be rejected")
 
 
-@dataclass(frozen=True)
-class HealthCalibration:
-    """Every candidate's and control's figures on the calibration set and the rule's choice (:func:`calibrate`).
-
-    Attributes:
-        chosen: The chosen candidate; ``None`` when the rule chooses nothing on this model.
-        decided_by: Which step of the rule decided, or why it chose nothing.
-        candidates: Every candidate, then every control (:data:`lab.health.measures.CONTROLS`).
-        prompts: Per prompt ``{"id", "variant", name: value ..., "n_content"}`` (clean, poisoned, neutral).
-        properties_on_prompts: Every candidate's five properties on this model's own prefills
-            (:func:`lab.health.measures.check_properties_on`); ``None`` when not checked.
-        chosen_holds_on_prompts: Whether the choice holds all five there; ``None`` when not checked
-            or nothing was chosen.
-        rule, length_rho_tolerance: The rule as stated and its length tolerance.
-    """
-
-    chosen: str | None
-    decided_by: str
-    candidates: tuple[CandidateFigures, ...]
-    prompts: tuple[dict[str, Any], ...]
-    properties_on_prompts: dict[str, dict[str, Any]] | None = None
-    chosen_holds_on_prompts: bool | None = None
-    rule: str = RULE
-    length_rho_tolerance: float = LENGTH_RHO_TOLERANCE
-
-    @property
-    def controls_rejected(self) -> dict[str, bool]:
-        """Each control: whether the rule rejected it (not admissible and not chosen)."""
-        return {c.name: not c.admissible and c.name != self.chosen for c in self.candidates if c.control}
+class HealthCalibration(Calibration):
+    """Every candidate's and control's figures on the calibration set and the rule's choice (:func:`calibrate`):
+    the head of ``report.json``, its fields declared once in :class:`lab.kinds.calibrate_health.Calibration`."""
 
     def to_json(self) -> dict[str, Any]:
-        """The figures as ``report.json`` holds them (``properties_on_prompts`` only when checked)."""
-        out: dict[str, Any] = {
-            "rule": self.rule, "chosen": self.chosen, "decided_by": self.decided_by,
-            "length_rho_tolerance": self.length_rho_tolerance, "controls_rejected": self.controls_rejected,
-            "candidates": [candidate_row(c) for c in self.candidates], "prompts": list(self.prompts),
-        }
-        if self.properties_on_prompts is not None:
-            out["properties_on_prompts"] = self.properties_on_prompts
-            out["chosen_holds_on_prompts"] = self.chosen_holds_on_prompts
-        return out
-
-
-def candidate_row(c: CandidateFigures) -> dict[str, Any]:
-    """One candidate's figures as a row of ``report.json`` (its values per prompt left out)."""
-    return {**{k: v for k, v in c.__dict__.items() if k not in ("clean", "poisoned", "neutral")},
-            "eligible": c.eligible, "admissible": c.admissible, "median": c.median, "min": c.low, "max": c.high}
+        """The figures as ``report.json`` holds them, NaN as it is (``properties_on_prompts`` only when checked:
+        :func:`lab.typed.to_json`)."""
+        return typed.to_json(self)
 
 
 def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPrompt],
@@ -327,7 +249,9 @@ def calibrate(values: dict[str, dict[str, float]], clean: Sequence[CalibrationPr
                + [{"id": p.id, "variant": "poisoned", **values[p.id]} for p in poisoned]
                + [{"id": n.id, "variant": "neutral", **values[n.id]} for n in neutral])
     on, holds = _on_prompts(inputs, [*clean, *poisoned, *neutral], chosen) if inputs else (None, None)
-    return HealthCalibration(chosen=chosen, decided_by=step, candidates=tuple(cands), prompts=tuple(prompts),
+    rejected = {c.name: not c.admissible and c.name != chosen for c in cands if c.control}
+    return HealthCalibration(rule=RULE, chosen=chosen, decided_by=step, length_rho_tolerance=LENGTH_RHO_TOLERANCE,
+                             controls_rejected=rejected, candidates=tuple(cands), prompts=tuple(prompts),
                              properties_on_prompts=on, chosen_holds_on_prompts=holds)
 
 
@@ -366,6 +290,9 @@ def study_set_figures(values: dict[str, float], prompts: Sequence[StudyPrompt]) 
             "n_twins_below": sum(q < c for c, q in twins), "max_tie_share_target": MAX_TIE_SHARE}
 
 
+FIT_FIGURES = "bases"  # the key of the per-base figures in fit_length_references' figures
+
+
 def fit_length_references(values: dict[str, dict[str, float]]) -> tuple[dict[str, LengthReference], dict[str, Any]]:
     """Each referenced base's clean length reference from the length-reference prompts' values.
 
@@ -374,7 +301,8 @@ def fit_length_references(values: dict[str, dict[str, float]]) -> tuple[dict[str
             (``lab/data/length_reference.jsonl``).
 
     Returns:
-        ``(references by base, figures)``; figures per base: the fit, and Spearman rho of
+        ``(references by base, figures)``; figures: ``n_prompts``, ``n_content_range`` and, under
+        :data:`FIT_FIGURES`, per base: the fit, and Spearman rho of
         the base and of its ``*_for_length`` reading with N on these prompts (in-sample:
         the check that counts is the calibration prompts', which the fit never saw).
 
@@ -394,7 +322,7 @@ def fit_length_references(values: dict[str, dict[str, float]]) -> tuple[dict[str
         read = [for_length(v, n, ref) for v, n in zip(vals, lengths)]
         figs[base] = {"intercept": ref.intercept, "slope": ref.slope, "scale": ref.scale,
                       "rho_base_n": _rho(vals, lengths), f"rho{FOR_LENGTH}_n": _rho(read, lengths)}
-    return refs, {"n_prompts": len(rows), "n_content_range": [min(lengths), max(lengths)], "bases": figs}
+    return refs, {"n_prompts": len(rows), "n_content_range": [min(lengths), max(lengths)], FIT_FIGURES: figs}
 
 
 def _rho(values: Sequence[float], lengths: Sequence[int]) -> float:

@@ -4,23 +4,23 @@
 :func:`score_health_sets` runs one prefill per prompt (the clean length reference first,
 then the calibration prompts and their poisoned and neutral variants, then, optionally,
 the study prompts); :func:`health_report` applies the rule of :mod:`lab.health.measures`
-(:func:`lab.health.calibration.calibrate`) and gathers what the report holds into a
-:class:`HealthCalibrationReport`, whose :meth:`~HealthCalibrationReport.to_json` is
-``report.json``; :func:`save_health_choice` writes the choice and the length reference
-into the user's folder.
+(:func:`lab.health.calibration.calibrate`) and gathers what the report holds into the
+kind's :class:`lab.kinds.calibrate_health.Report` (``report.json``); :func:`save_health_choice`
+writes the choice and the length reference into the user's folder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.health.calibration import (HealthCalibration, N_CONTENT, calibrate, distractor_texts, fit_length_references,
+from lab.health.calibration import (FIT_FIGURES, N_CONTENT, calibrate, distractor_texts, fit_length_references,
                                     neutral_variants, poisoned_variants, score_candidates, study_set_figures)
 from lab.health.choice import write_chosen
 from lab.health.measures import CANDIDATES, CONTROLS, HealthInputs, LengthReference
 from lab.health.references import reference_record, write_references
+from lab.kinds.calibrate_health import Calibration, Report
 from lab.prompts import CalibrationPrompt, StudyPrompt
 from lab.prompts import load_prompts as load_study_prompts
 from lab.user_dirs import check_calibration_dir
@@ -158,68 +158,12 @@ class HealthRun:
     save_to: str | None = None
 
 
-@dataclass(frozen=True)
-class HealthCalibrationReport:
-    """What ``lab calibrate-health`` found on one model (``report.json``, :meth:`to_json`).
+def health_report(scores: HealthScores, sets: HealthPromptSets, run: HealthRun) -> Report:
+    """The candidates' figures, the rule's choice and the length reference of one model: ``report.json``.
 
-    Attributes:
-        calibration: The candidates' figures and the rule's choice (:func:`lab.health.calibration.calibrate`).
-        reference_record: The length reference as its file holds it
-            (:func:`lab.health.references.reference_record`; ``fitted_at`` None until saved).
-        reference_figures: The fit's figures on the reference prompts.
-        model, environment: As :class:`HealthRun`.
-        prompts_file, distractors_file: The prompt files, as the report names them.
-        n_clean: Clean calibration prompts.
-        current_chosen, current_chosen_file: The measure in use before this run, and its file.
-        saved_to: Where the choice goes after the report; ``None`` when not saved (or nothing was chosen).
-        study_set: The ranking targets of every candidate and control on the study prompts, by name
-            (:func:`lab.health.calibration.study_set_figures`); ``None`` when not scored.
-        study_set_file: The study prompt file; ``None`` with ``study_set``.
-    """
-
-    calibration: HealthCalibration
-    reference_record: dict[str, Any]
-    reference_figures: dict[str, Any]
-    model: dict[str, Any]
-    environment: dict[str, Any]
-    prompts_file: str
-    distractors_file: str
-    n_clean: int
-    current_chosen: str
-    current_chosen_file: str
-    saved_to: str | None
-    study_set: dict[str, dict[str, Any]] | None = None
-    study_set_file: str | None = None
-
-    @property
-    def chosen(self) -> str | None:
-        """The rule's choice on this model; ``None`` when it chooses nothing."""
-        return self.calibration.chosen
-
-    @property
-    def length_reference(self) -> dict[str, Any]:
-        """The length reference and its fit's figures, as ``report.json`` holds them."""
-        return {**self.reference_record, **self.reference_figures}
-
-    def to_json(self) -> dict[str, Any]:
-        """``report.json``: the report's fields under the file's keys, in its order (the shape
-        :class:`lab.kinds.calibrate_health.Report` declares; the writer reads it through that type)."""
-        out = self.calibration.to_json()
-        if self.study_set is not None:
-            out["study_set"] = self.study_set
-            out["study_set_file"] = self.study_set_file
-        out.update({"length_reference": self.length_reference, "kind": "calibrate-health", "model": self.model,
-                    "environment": self.environment, "prompts_file": self.prompts_file,
-                    "distractors_file": self.distractors_file, "n_clean": self.n_clean,
-                    "current_chosen": self.current_chosen, "current_chosen_file": self.current_chosen_file,
-                    "saved_to": self.saved_to})
-        return out
-
-
-def health_report(scores: HealthScores, sets: HealthPromptSets, run: HealthRun) -> HealthCalibrationReport:
-    """The candidates' figures, the rule's choice and the length reference of one model, as a report.
-
-    ``saved_to`` is ``run.save_to`` when the rule chose a measure (nothing is saved otherwise).
+    ``saved_to`` is ``run.save_to`` when the rule chose a measure (nothing is saved otherwise);
+    ``length_reference`` is the reference file's record (:func:`lab.health.references.reference_record`,
+    ``fitted_at`` None until saved) with the fit's figures on the reference prompts added.
     """
     calibration = calibrate(scores.values, sets.clean, sets.poisoned, sets.neutral, scores.inputs)
     study = None
@@ -230,17 +174,21 @@ def health_report(scores: HealthScores, sets: HealthPromptSets, run: HealthRun) 
     record = reference_record(profile, run.model["model"], scores.references,
                               n_content=[int(v[N_CONTENT]) for v in scores.reference_values.values()],
                               prompts_file=sets.reference_file, fitted_at=None)
-    return HealthCalibrationReport(
-        calibration=calibration, reference_record=record, reference_figures=scores.reference_figures,
-        model=run.model, environment=run.environment, prompts_file=sets.prompts_file,
-        distractors_file=sets.distractors_file, n_clean=len(sets.clean), current_chosen=run.current_chosen,
-        current_chosen_file=run.current_chosen_file,
-        saved_to=run.save_to if calibration.chosen is not None else None,
-        study_set=study, study_set_file=sets.distractors_file if study is not None else None)
+    return Report(
+        **{f.name: getattr(calibration, f.name) for f in fields(Calibration)},
+        study_set=study, study_set_file=sets.distractors_file if study is not None else None,
+        length_reference={**record, **scores.reference_figures}, model=run.model, environment=run.environment,
+        prompts_file=sets.prompts_file, distractors_file=sets.distractors_file, n_clean=len(sets.clean),
+        current_chosen=run.current_chosen, current_chosen_file=run.current_chosen_file,
+        saved_to=run.save_to if calibration.chosen is not None else None)
 
 
-def save_health_choice(report: HealthCalibrationReport) -> tuple[Path, Path]:
+def save_health_choice(report: Report) -> tuple[Path, Path]:
     """Write the model's length reference and the rule's choice into the user's folder, each atomically.
+
+    The reference written is the record inside the report's ``length_reference``: all of it but the fit's
+    figures (:data:`FIT_FIGURES`; their ``n_prompts`` and ``n_content_range`` are the record's own), with
+    ``fitted_at`` the report's time.
 
     Returns:
         ``(reference path, choice path)``.
@@ -252,7 +200,7 @@ def save_health_choice(report: HealthCalibrationReport) -> tuple[Path, Path]:
     if report.chosen is None:
         raise ValueError("the rule chose no measure on this model: nothing to save")
     created = report.environment.get("created")
-    ref_path = write_references({**report.reference_record, "fitted_at": created})
-    path = write_chosen(report.chosen, decided_by=report.calibration.decided_by, model=report.model["model"],
-                        chosen_at=created)
+    record = {k: v for k, v in report.length_reference.items() if k != FIT_FIGURES}
+    ref_path = write_references({**record, "fitted_at": created})
+    path = write_chosen(report.chosen, decided_by=report.decided_by, model=report.model["model"], chosen_at=created)
     return ref_path, path

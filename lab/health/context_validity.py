@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+from lab.kinds.validate_context import FITTED_HERE, Figures, Reference, Validation
 from lab.verdicts import NOT_SUPPORTED, SUPPORTED, meets_bars
 
 MIN_AUROC = 0.75
@@ -81,39 +82,6 @@ def at_ends(values: Sequence[float], low: float, high: float, tol: float = 1e-9)
     return float(np.mean((np.abs(v - low) <= tol) | (np.abs(v - high) <= tol))) if v.size else math.nan
 
 
-@dataclass(frozen=True)
-class ValidityFigures:
-    """One measure's validation figures on one model (:func:`validity_figures`).
-
-    Attributes:
-        measure: The measure's name; ``direction`` +1 when higher means relevant, -1 otherwise.
-        n_pairs: Pairs scored.
-        auroc, ci_low, ci_high: Paired AUROC (oriented) and its 95 % bootstrap interval over pairs.
-        length_auroc: Paired AUROC of the context's token count (the length-only baseline).
-        placebo_auroc: Paired AUROC with each pair's labels swapped by a seeded fair coin.
-        length_rho: Spearman rho of the measure with context tokens over the relevant prompts.
-        end_share: Share of all 2n prompts at either end of the measure's scale.
-        failed: The bars it misses (empty = passes :data:`BAR`).
-    """
-
-    measure: str
-    direction: int
-    n_pairs: int
-    auroc: float
-    ci_low: float
-    ci_high: float
-    length_auroc: float
-    placebo_auroc: float
-    length_rho: float
-    end_share: float
-    failed: tuple[str, ...] = field(default=())
-
-    @property
-    def passes(self) -> bool:
-        """Whether every bar of :data:`BAR` holds."""
-        return not self.failed
-
-
 def failed_bars(auroc: float, length_auroc: float, placebo: float, rho: float, ends: float) -> tuple[str, ...]:
     """The bars of :data:`BAR` these figures miss, each in words (empty: they pass)."""
     return tuple(name for name, ok in (
@@ -129,7 +97,7 @@ def failed_bars(auroc: float, length_auroc: float, placebo: float, rho: float, e
 def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequence[float],
                      n_relevant: Sequence[int], n_irrelevant: Sequence[int], *, direction: int = 1,
                      scale: tuple[float, float] = (0.0, math.inf), seed: int = 0,
-                     n_boot: int = N_BOOT) -> ValidityFigures:
+                     n_boot: int = N_BOOT) -> Figures:
     """A measure's figures against :data:`BAR` on n pairs.
 
     Args:
@@ -142,7 +110,10 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
         n_boot: Bootstrap resamples.
 
     Returns:
-        :class:`ValidityFigures`.
+        The kind's :class:`lab.kinds.validate_context.Figures`: the paired AUROC (oriented) and its 95 % bootstrap
+        interval over pairs, the length-only and placebo AUROCs, Spearman rho of the measure with context tokens
+        over the relevant prompts (NaN where undefined: null in the file), the share of all 2n prompts at either
+        end of the scale, and the bars missed (:func:`failed_bars`).
 
     Raises:
         ValueError: unequal lengths, fewer than 3 pairs, a non-finite value or a direction not +-1.
@@ -164,9 +135,8 @@ def validity_figures(measure: str, relevant: Sequence[float], irrelevant: Sequen
            if np.ptp(relevant) > 0 and np.ptp(n_relevant) > 0 else math.nan)
     ends = at_ends(list(relevant) + list(irrelevant), *scale)
     failed = failed_bars(auroc, length_auroc, placebo, rho, ends)
-    return ValidityFigures(measure=measure, direction=direction, n_pairs=n, auroc=auroc, ci_low=low, ci_high=high,
-                           length_auroc=length_auroc, placebo_auroc=placebo, length_rho=rho, end_share=ends,
-                           failed=failed)
+    return Figures(measure=measure, direction=direction, n_pairs=n, auroc=auroc, ci_low=low, ci_high=high,
+                   length_auroc=length_auroc, placebo_auroc=placebo, length_rho=rho, end_share=ends, failed=failed)
 
 
 # --- the chosen measure: lookback heads, referenced to length ------------------------------------------------
@@ -181,22 +151,12 @@ CHOSEN_RULE = (f"the Lookback-Lens ratio (Chuang et al. 2024) averaged over the 
                "only, then judged once on the validation set against the bar")
 
 
-@dataclass(frozen=True)
-class HeadReference:
-    """A model's fitted lookback-heads measure (:data:`CHOSEN_RULE`).
-
-    Attributes:
-        heads: The kept ``(layer, head)`` pairs, best first.
-        intercept, slope: The length line ``intercept + slope * ln(context tokens)`` subtracted.
-        n_pairs: Selection pairs it was fitted on.
-        loo_auroc: Its leave-one-out paired AUROC on those pairs (heads and line refitted without each pair).
+class HeadReference(Reference):
+    """A model's fitted lookback-heads measure (:data:`CHOSEN_RULE`): the kept ``(layer, head)`` pairs, best first,
+    the length line ``intercept + slope * ln(context tokens)`` subtracted, the selection pairs it was fitted on and
+    its leave-one-out paired AUROC there (heads and line refitted without each pair); its fields are
+    :class:`lab.kinds.validate_context.Reference`'s, declared once.
     """
-
-    heads: tuple[tuple[int, int], ...]
-    intercept: float
-    slope: float
-    n_pairs: int
-    loo_auroc: float
 
     def check_shape(self, n_layers: int, n_heads: int) -> None:
         """Refuse a reference whose kept heads the model (``n_layers`` x ``n_heads``) does not have.
@@ -285,13 +245,13 @@ class ContextVerdict:
         set_name: ``validation`` or ``heldback``.
         items_file: The pairs judged (a packaged set by its ``lab/data/`` name).
         report: The ``lab validate-context`` report folder the figures come from.
-        figures: The chosen measure's :class:`ValidityFigures` there.
+        figures: The chosen measure's figures there (:func:`validity_figures`).
     """
 
     set_name: str
     items_file: str
     report: str
-    figures: ValidityFigures
+    figures: Figures
 
     def line(self) -> str:
         """One line: the verdict with its figures (AUROC, interval, controls, drift, failed bars)."""
@@ -317,8 +277,8 @@ class ContextVerdict:
         rho = math.nan if data["length_rho"] is None else float(data["length_rho"])
         fig = {k: float(data[k]) for k in ("auroc", "ci_low", "ci_high", "length_auroc", "placebo_auroc", "end_share")}
         failed = failed_bars(fig["auroc"], fig["length_auroc"], fig["placebo_auroc"], rho, fig["end_share"])
-        figures = ValidityFigures(measure=CHOSEN, direction=1, n_pairs=int(data["n_pairs"]), length_rho=rho,
-                                  failed=failed, **fig)
+        figures = Figures(measure=CHOSEN, direction=1, n_pairs=int(data["n_pairs"]), length_rho=rho, failed=failed,
+                          **fig)
         return cls(set_name=set_name, items_file=str(data["items_file"]), report=str(data["report"]), figures=figures)
 
 
@@ -467,34 +427,11 @@ def save_verdict(measure: ContextMeasure, validation: "ContextValidation", repor
     return save_reference(measure.reference, measure.profile, measure.selection_file, measure.selection_report, kept)
 
 
-@dataclass(frozen=True)
-class ContextValidation:
-    """One model's context measures on one paired set (:func:`context_validation`).
-
-    Attributes:
-        profile: The model validated (its profile or path).
-        set_name: ``selection``, ``validation``, ``heldback`` or the file given.
-        items_file: The pairs file.
-        reference: The chosen measure's heads and length line; ``reference_from`` says where it came from
-            (``"fitted on this set"`` for the selection set, else the file read).
-        chosen: The chosen measure's figures (:data:`CHOSEN`).
-        others: The raw candidates (both directions), today's context health and the length-only control.
-        rows: Per pair, every prompt's measures (the report's ``pairs.csv``).
+class ContextValidation(Validation):
+    """One model's context measures on one paired set (:func:`context_validation`): the kind's
+    :class:`lab.kinds.validate_context.Validation` (its fields declared once there), with :meth:`verdict`.
+    ``reference`` is a :class:`HeadReference`, ``chosen`` and ``others`` hold NaN where the file holds null.
     """
-
-    profile: str
-    set_name: str
-    items_file: str
-    reference: HeadReference
-    reference_from: str
-    chosen: ValidityFigures
-    others: tuple[ValidityFigures, ...]
-    rows: tuple[dict, ...]
-
-    @property
-    def fitted_here(self) -> bool:
-        """Whether the reference was fitted on this set (then the chosen figures are in-sample)."""
-        return self.reference_from == "fitted on this set"
 
     def verdict(self) -> str:
         """One line: whether the chosen measure passes the bar here, and why not."""
@@ -530,7 +467,7 @@ def context_validation(scores: Sequence, *, profile: str, set_name: str, items_f
     n_rel, n_irr = _side(scores, "n_context")
     if reference is None:
         heads = [np.asarray(_side(scores, "lookback_per_head")[i], dtype=float) for i in (0, 1)]
-        reference = (fit_head_reference(heads[0], heads[1], n_rel, n_irr), "fitted on this set")
+        reference = (fit_head_reference(heads[0], heads[1], n_rel, n_irr), FITTED_HERE)
     ref = reference[0]
     chosen_rel = [ref.score(s.relevant.lookback_per_head, s.relevant.n_context) for s in scores]
     chosen_irr = [ref.score(s.irrelevant.lookback_per_head, s.irrelevant.n_context) for s in scores]

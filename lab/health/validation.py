@@ -33,7 +33,9 @@ from scipy import stats
 
 from lab.health.calibration import LENGTH_RHO_TOLERANCE, N_CONTENT
 from lab.health.measures import CANDIDATES, CONTROLS
+from lab.kinds.calibrate_health_validate import KIND, Bars, Figures, Report
 from lab.prompts import CalibrationPrompt
+from lab import typed
 
 VALIDATION_PROMPTS = "data/health_validation.jsonl"
 PACKAGED_VALIDATION = "lab/data/health_validation.jsonl"
@@ -44,64 +46,20 @@ END_MARGIN = 0.1
 MAX_SATURATED_SHARE = 0.05  # the issue's bar: no more than 5 % of clean prompts at the ends
 MIN_MEASURABLE = 10  # fewer measurable prompts give no usable rank correlation
 SOURCE_KEY = "source"  # a prompt's source package, kept beside its values
-
-
-@dataclass(frozen=True)
-class ValidationFigures:
-    """One measure's drift with length and saturation on the validation prompts.
-
-    Attributes:
-        name: The measure (a key of :data:`CANDIDATES` or :data:`CONTROLS`).
-        n: Prompts scored.
-        n_measurable: Prompts with a finite value (NaN: not measurable, or no length reference).
-        rho, p: Spearman correlation of the value with the content length N and its two-sided
-            p over the measurable prompts; NaN when fewer than :data:`MIN_MEASURABLE` or no spread.
-        low_share, high_share: Shares of the measurable prompts within :data:`END_MARGIN` of 0 and of 10.
-        low, median, high: The values' range and median over the measurable prompts.
-        control: A negative control (must not be valid).
-    """
-
-    name: str
-    n: int
-    n_measurable: int
-    rho: float
-    p: float
-    low_share: float
-    high_share: float
-    low: float
-    median: float
-    high: float
-    control: bool = False
-
-    @property
-    def saturated_share(self) -> float:
-        """Share of measurable prompts at either end of the scale."""
-        return self.low_share + self.high_share
-
-    @property
-    def length_neutral(self) -> bool:
-        """``|rho| <= MAX_LENGTH_RHO`` (False when rho could not be computed)."""
-        return math.isfinite(self.rho) and abs(self.rho) <= MAX_LENGTH_RHO
-
-    @property
-    def unsaturated(self) -> bool:
-        """At most :data:`MAX_SATURATED_SHARE` of the measurable prompts at the ends (False with none measurable)."""
-        return self.n_measurable > 0 and self.saturated_share <= MAX_SATURATED_SHARE
-
-    @property
-    def valid(self) -> bool:
-        """Both bars met, on at least :data:`MIN_MEASURABLE` measurable prompts."""
-        return self.n_measurable >= MIN_MEASURABLE and self.length_neutral and self.unsaturated
-
-    def to_json(self) -> dict[str, Any]:
-        """The figures and the derived verdicts, as ``report.json`` holds them."""
-        return {**self.__dict__, "saturated_share": self.saturated_share, "length_neutral": self.length_neutral,
-                "unsaturated": self.unsaturated, "valid": self.valid}
+BARS = Bars(max_length_rho=MAX_LENGTH_RHO, max_saturated_share=MAX_SATURATED_SHARE, end_margin=END_MARGIN,
+            min_measurable=MIN_MEASURABLE)
 
 
 def validation_figures(name: str, values: Sequence[float], lengths: Sequence[int], *,
-                       control: bool = False) -> ValidationFigures:
-    """Spearman rho with N, its p, and the shares at the ends of the scale, over the finite values.
+                       control: bool = False) -> Figures:
+    """Spearman rho with N, its p, and the shares at the ends of the scale, over the finite values, and the
+    verdicts they give: ``length_neutral`` (``|rho| <=`` :data:`MAX_LENGTH_RHO`; False when rho could not be
+    computed), ``unsaturated`` (at most :data:`MAX_SATURATED_SHARE` of the measurable prompts within
+    :data:`END_MARGIN` of an end; False with none measurable) and ``valid`` (both, on at least
+    :data:`MIN_MEASURABLE` measurable prompts).
+
+    rho and p are NaN when fewer than :data:`MIN_MEASURABLE` prompts are measurable or there is no spread, the
+    range and median NaN with none measurable (null in the file).
 
     Args:
         name: The measure's name.
@@ -124,60 +82,26 @@ def validation_figures(name: str, values: Sequence[float], lengths: Sequence[int
         res = stats.spearmanr(v, n)
         rho, p = float(res.statistic), float(res.pvalue)
     m = max(v.size, 1)
-    return ValidationFigures(
-        name=name, n=int(keep.size), n_measurable=int(v.size), rho=rho, p=p,
-        low_share=float((v <= END_MARGIN).sum() / m), high_share=float((v >= 10.0 - END_MARGIN).sum() / m),
-        low=float(v.min()) if v.size else math.nan, median=float(np.median(v)) if v.size else math.nan,
-        high=float(v.max()) if v.size else math.nan, control=control)
+    low_share, high_share = float((v <= END_MARGIN).sum() / m), float((v >= 10.0 - END_MARGIN).sum() / m)
+    saturated = low_share + high_share
+    length_neutral = math.isfinite(rho) and abs(rho) <= MAX_LENGTH_RHO
+    unsaturated = v.size > 0 and saturated <= MAX_SATURATED_SHARE
+    return Figures(
+        name=name, n=int(keep.size), n_measurable=int(v.size), rho=rho, p=p, low_share=low_share,
+        high_share=high_share, low=float(v.min()) if v.size else math.nan,
+        median=float(np.median(v)) if v.size else math.nan, high=float(v.max()) if v.size else math.nan,
+        control=control, saturated_share=saturated, length_neutral=length_neutral, unsaturated=unsaturated,
+        valid=v.size >= MIN_MEASURABLE and length_neutral and unsaturated)
 
 
-@dataclass(frozen=True)
-class HealthValidationReport:
-    """What ``lab calibrate-health --validate`` found on one model (``report.json``, :meth:`to_json`).
-
-    Attributes:
-        measure: The lab's context health on this model (the chosen candidate).
-        figures: The chosen measure's figures (:func:`validation_figures`).
-        by_source: The chosen measure's figures within each source package of the set.
-        candidates: Every candidate's and control's figures, by name, from the same prefills.
-        prompts: Per prompt ``{"id", "source", "n_content", name: value ...}``.
-        model, environment: The model's provenance and :func:`lab.reports.environment`.
-        prompts_file: The validation set, as the report names it.
-        reference_file: The length-reference file the ``*_for_length`` candidates read (None: none).
-    """
-
-    measure: str
-    figures: ValidationFigures
-    by_source: dict[str, ValidationFigures]
-    candidates: dict[str, ValidationFigures]
-    prompts: tuple[dict[str, Any], ...]
-    model: dict[str, Any]
-    environment: dict[str, Any]
-    prompts_file: str
-    reference_file: str | None
-
-    @property
-    def valid(self) -> bool:
-        """Whether the lab's context health meets both bars on this model."""
-        return self.figures.valid
-
-    @property
-    def valid_candidates(self) -> tuple[str, ...]:
-        """The candidates (controls excluded) that meet both bars here."""
-        return tuple(k for k, f in self.candidates.items() if f.valid and not f.control)
+class HealthValidationReport(Report):
+    """What ``lab calibrate-health --validate`` found on one model: the kind's report (its fields declared once, in
+    :class:`lab.kinds.calibrate_health_validate.Report`), with :meth:`to_json`."""
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``: bars, the chosen measure's verdict, every candidate's figures, per-prompt values (the
-        shape :class:`lab.kinds.calibrate_health_validate.Report` declares; the writer reads it through that type)."""
-        return {"kind": "calibrate-health-validate", "measure": self.measure, "valid": self.valid,
-                "bars": {"max_length_rho": MAX_LENGTH_RHO, "max_saturated_share": MAX_SATURATED_SHARE,
-                         "end_margin": END_MARGIN, "min_measurable": MIN_MEASURABLE},
-                "figures": self.figures.to_json(),
-                "by_source": {k: f.to_json() for k, f in self.by_source.items()},
-                "candidates": {k: f.to_json() for k, f in self.candidates.items()},
-                "valid_candidates": list(self.valid_candidates), "prompts": list(self.prompts),
-                "model": self.model, "environment": self.environment, "prompts_file": self.prompts_file,
-                "reference_file": self.reference_file}
+        """``report.json`` past its format: the kind, then bars, the chosen measure's verdict, every candidate's
+        figures and per-prompt values (NaN as it is: the writer writes null)."""
+        return {"kind": KIND.name, **typed.to_json(self)}
 
 
 def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequence[CalibrationPrompt],
@@ -192,7 +116,7 @@ def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequen
         prompts: The validation prompts.
         sources: Each prompt's source package by id (a missing id counts as ``"?"``).
         measure: The lab's context health (the chosen candidate).
-        model, environment, prompts_file, reference_file: As :class:`HealthValidationReport`.
+        model, environment, prompts_file, reference_file: As :class:`lab.kinds.calibrate_health_validate.Report`.
 
     Raises:
         ValueError: ``measure`` is not a candidate, or a prompt has no values.
@@ -212,9 +136,10 @@ def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequen
         by_source[src] = validation_figures(measure, [values[i][measure] for i in sel],
                                             [int(values[i][N_CONTENT]) for i in sel])
     rows = tuple({"id": i, SOURCE_KEY: sources.get(i, "?"), **values[i]} for i in ids)
-    return HealthValidationReport(measure=measure, figures=cands[measure], by_source=by_source, candidates=cands,
-                                  prompts=rows, model=model, environment=environment, prompts_file=prompts_file,
-                                  reference_file=reference_file)
+    return HealthValidationReport(
+        measure=measure, valid=cands[measure].valid, bars=BARS, figures=cands[measure], by_source=by_source,
+        candidates=cands, valid_candidates=tuple(k for k, f in cands.items() if f.valid and not f.control),
+        prompts=rows, model=model, environment=environment, prompts_file=prompts_file, reference_file=reference_file)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.analysis.intervention import DESIGN, TripleSummary
+from lab.analysis.intervention import TripleSummary
 from lab.intervene.masks import ARMS, AddedSpan
 from lab.intervene.score import ArmOutcome, TwinOutcome
+from lab.kinds.intervene import DESIGN
 from lab.schemas import MAX_COUNT, MAX_ENTROPY_BITS, MAX_SECONDS, RANGE_TOLERANCE, FileSchemaError, load
 
 FORMAT = DESIGN  # a record of another design version lacks or misreads arms: it is redone

@@ -25,14 +25,17 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from lab.analysis.intervention import DESIGN
 from lab.files import MAX_PROMPT_SET_BYTES, read_bounded
+from lab.kinds.intervene import Settings
 from lab.prompts import StudyPrompt, load_prompts
 from lab.runs.engine import Executor, SerialExecutor, UnitFailure
 from lab.runs.workdir import WorkDir
 from lab.schemas import FileSchemaError
+
+if TYPE_CHECKING:  # a name for the annotation only: lab.intervene.record loads torch (through its scores)
+    from lab.intervene.record import TripleLabels
 
 DEFAULT_TRIPLES = Path(__file__).resolve().parents[1] / "data" / "intervention_triples.jsonl"
 DEFAULT_PILOT = Path(__file__).resolve().parents[1] / "data" / "intervention_pilot.jsonl"
@@ -53,7 +56,7 @@ class Triple:
     def id(self) -> str:
         return self.clean.id
 
-    def labels(self) -> "TripleLabels":  # noqa: F821 (lab.intervene.record imports nothing of this module)
+    def labels(self) -> TripleLabels:
         """What its record must carry (:class:`lab.intervene.record.TripleLabels`): ids, category, distractor."""
         from lab.intervene.record import TripleLabels
 
@@ -62,40 +65,12 @@ class Triple:
                             twin_ids={"P": self.poisoned.id, "N": self.neutral.id})
 
 
-@dataclass(frozen=True)
-class InterventionSettings:
-    """What fixes a run's numbers (the work directory's key).
+class InterventionSettings(Settings):
+    """What fixes a run's numbers: the report's :class:`lab.kinds.intervene.Settings`, with the work directory's key.
 
-    Attributes:
-        model / draft: The target profile or path, the draft spec (``early-exit:N`` or a model).
-        weights / draft_weights / dtype / device: As ``lab speculate``'s flags.
-        triples_file / pilot_file: The triple files (None: no pilot) and their sha256.
-        limit / pilot_limit: How many triples of each are scored (balanced by category).
-        new_tokens: T, the greedy continuation's length (the decode positions scored).
-        seed: The analysis' seed (bootstrap, label swaps); the passes themselves draw nothing, so it is
-            not part of the key: another seed re-analyses the same records.
-        dense_rows: Quantized layers send a pass of at least this many positions through a dense
-            bfloat16 copy of their weights (:func:`lab.models.qlinear.set_dense_rows`); None: the
-            weight-only kernels throughout.
-        design: The arms' version (:data:`lab.analysis.intervention.DESIGN`); another version scores anew.
+    The analysis' seed is not part of the key (:meth:`scored`): the passes themselves draw nothing, so another
+    seed re-analyses the same records; another ``design`` scores anew.
     """
-
-    model: str
-    draft: str
-    weights: str
-    draft_weights: str
-    dtype: str
-    device: str
-    triples_file: str
-    triples_sha256: str
-    pilot_file: str | None
-    pilot_sha256: str | None
-    limit: int | None
-    pilot_limit: int
-    new_tokens: int
-    seed: int
-    dense_rows: int | None = None
-    design: int = DESIGN
 
     def scored(self) -> dict[str, Any]:
         """The settings that fix the records: all but the analysis' seed, and ``dense_rows`` when unset

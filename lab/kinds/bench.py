@@ -3,14 +3,15 @@ decoding against target-only and assisted generation, the seed's tables rerun, t
 
 A bench folder holds one of four reports, named by its ``report.json``'s ``kind``: :class:`Report` (``bench``),
 :class:`TuneReport` (``bench-tune``), :class:`RuntimeTuneReport` (``bench-tune-runtime``) and
-:class:`SeedTablesReport` (``bench-seed-tables``); :data:`KIND`'s ``report`` maps each name to its type. The
-last three hold whole benches (:class:`Bench`) per mode or table. Times are seconds, speeds new tokens per
+:class:`SeedTablesReport` (``bench-seed-tables``); :data:`KIND`'s ``report`` maps each name to its type
+(:func:`with_kind` names a report's). A tuning run's and the seed tables' hold whole benches (:class:`Bench`) per
+mode or table. Times are seconds, speeds new tokens per
 second, speed-ups and ratios dimensionless; a figure that was not finite when measured is ``null`` (None).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from lab.kinds import Kind
@@ -227,23 +228,16 @@ class Bench:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Report:
-    """``lab bench``'s ``report.json`` past its kind and format (:class:`lab.bench.results.BenchReport`): the set-up,
-    then :class:`Bench`'s fields (``draft`` is the bench's: the drafter's name).
+class Setup:
+    """What a bench's and a tuning run's ``report.json`` lead with: the target, the draft, the prompts, the threads.
 
     Attributes:
         model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`: ``model``, ``weights`` ...).
-        draft: The drafter's name.
+        draft: A bench's: the drafter's name (its :class:`Bench`'s); a tuning run's: the ``--draft`` spec.
         prompts, prompt_groups: The prompts and each one's group.
         humaneval: The ``--humaneval`` spec (``none`` without one).
         grounded: The ``--grounded`` spec; absent without one.
         torch_threads: Torch's intra-op threads.
-        environment: The machine, libraries and model (:func:`lab.reports.environment`).
-        draft_cost: The draft's cost (:class:`lab.speculative.admission.DraftCost`), None without one.
-        side_models: Per side label, its target's provenance; absent without sides.
-        config ... peer, machine_load: As :class:`Bench`.
-        sides: ``{label: Bench}``: the same methods on another runtime or weights (``--also-runtime``); absent
-            without one.
     """
 
     model: ModelSource
@@ -253,33 +247,46 @@ class Report:
     humaneval: str | None
     grounded: str | None = may_be_absent()
     torch_threads: int
-    environment: Environment
-    draft_cost: Any
-    side_models: dict[str, ModelSource] | None = may_be_absent()
-    config: Config
-    mean_prompt_tokens: float | None
-    flops_context: int
-    target_flops_per_token: float | None
-    target_step_s: float | None
-    methods: dict[str, SpeculativeMethod | Method]
-    comparisons: list[Comparison]
-    assisted_errors: dict[str, str]
-    by_group: dict[str, dict[str, dict[str, float | None]]] | None = may_be_absent()
-    runs: list[Run]
-    peer: dict[str, Any] | None = may_be_absent()
-    sides: dict[str, Bench] | None = may_be_absent()
-    machine_load: MachineLoad | None
 
 
 @dataclass(frozen=True, kw_only=True)
-class TuneReport:
-    """``lab bench-tune``'s ``report.json`` past its kind and format (:class:`lab.bench.tune.TuneReport`).
+class BenchSetup(Setup):
+    """:class:`Report`'s set-up: :class:`Setup`'s fields, then these.
 
     Attributes:
-        model: The target's provenance.
-        draft: The ``--draft`` spec.
-        prompts, prompt_groups, humaneval, grounded: The tuning prompts, as :class:`Report`'s.
-        torch_threads: Torch's intra-op threads.
+        environment: The machine, libraries and model (:func:`lab.reports.environment`).
+        draft_cost: The draft's cost (:class:`lab.speculative.admission.DraftCost`), None without one.
+        side_models: Per side label, its target's provenance; absent without sides.
+    """
+
+    environment: Environment
+    draft_cost: Any
+    side_models: dict[str, ModelSource] | None = may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(Bench, BenchSetup):
+    """``lab bench``'s ``report.json`` past its kind and format (:class:`lab.bench.results.BenchReport`): the set-up
+    (:class:`BenchSetup`), then the bench's figures (:class:`Bench`), ``sides`` before its ``machine_load``.
+
+    The fields stand in the file's order as :mod:`dataclasses` lays out bases, from the last: :class:`BenchSetup`'s,
+    then :class:`Bench`'s; ``draft``, which :class:`Setup` and :class:`Bench` both declare (the drafter's name), stands
+    where :class:`Setup` has it.
+
+    Attributes:
+        sides: ``{label: Bench}``: the same methods on another runtime or weights (``--also-runtime``); absent
+            without one.
+    """
+
+    sides: dict[str, Bench] | None = may_be_absent(before="machine_load")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneReport(Setup):
+    """``lab bench-tune``'s ``report.json`` past its kind and format (:func:`lab.bench.tune.tune_report`):
+    :class:`Setup`'s fields (``draft``: the ``--draft`` spec; the tuning prompts), then these.
+
+    Attributes:
         machine: :func:`lab.tuning.machine_key` (what the tuning file is valid for).
         environment: :func:`lab.reports.environment`.
         configs: ``{"greedy": ..., "sampling": ...}``, the two schedules.
@@ -289,13 +296,6 @@ class TuneReport:
         greedy, sampling: The two modes' benches.
     """
 
-    model: ModelSource
-    draft: str
-    prompts: list[str]
-    prompt_groups: list[str]
-    humaneval: str | None
-    grounded: str | None = may_be_absent()
-    torch_threads: int
     machine: dict[str, Any]
     environment: Environment
     configs: dict[str, Config]
@@ -308,15 +308,19 @@ class TuneReport:
 
 @dataclass(frozen=True)
 class RuntimeTuneReport:
-    """``lab bench-tune-runtime``'s ``report.json`` past its kind and format
-    (:class:`lab.bench.runtime_tune.RuntimeTuneReport`, whose docstring gives each field).
+    """``lab bench-tune-runtime``'s ``report.json`` past its kind and format (``lab.commands.bench_tune`` builds it).
 
     Attributes:
-        model: The profile.  candidates: Per candidate label, its target's provenance.
-        torch_threads: Threads of both runtimes.  max_new_tokens, repeats: The schedule.
-        prompts, prompt_groups, humaneval: The tuning prompts.  environment: :func:`lab.reports.environment`.
-        result: The runs (seconds, tokens), each candidate's tokens/s per repeat and medians, the winner.
-        machine: :func:`lab.tuning.runtime_machine_key`.  tuning_file: Where the choice goes.
+        model: The profile.
+        candidates: Per candidate label, its :meth:`lab.models.source.ModelSource.as_dict`.
+        torch_threads: Threads of both runtimes.
+        max_new_tokens, repeats: The schedule.
+        prompts, prompt_groups, humaneval: The tuning prompts (:func:`lab.bench.tune.tune_prompts`).
+        environment: :func:`lab.reports.environment`.
+        result: The measurements and the choice (:meth:`lab.bench.runtime_tune.RuntimeTuneResult.as_dict`: the runs,
+            seconds and tokens, each candidate's tokens/s per repeat and medians, the winner).
+        machine: :func:`lab.tuning.runtime_machine_key` of the run (what the tuning file is valid for).
+        tuning_file: Where the choice goes (written after the report, so a file that cannot be written keeps it).
     """
 
     model: str
@@ -368,3 +372,16 @@ KIND = Kind("bench",
             variants=("bench-tune", "bench-tune-runtime", "bench-seed-tables"),
             report={"bench": Report, "bench-tune": TuneReport, "bench-tune-runtime": RuntimeTuneReport,
                     "bench-seed-tables": SeedTablesReport})
+
+
+def with_kind(report: Any) -> dict[str, Any]:
+    """``report`` (one of :data:`KIND`'s report types) as :meth:`lab.reports.ReportDir.write_report` takes it: the
+    ``kind`` its type is read as, then its fields in order (values as they are).
+
+    Raises:
+        TypeError: ``report`` is none of them.
+    """
+    name = next((n for n, shape in KIND.report.items() if type(report) is shape), None)
+    if name is None:
+        raise TypeError(f"a {type(report).__name__} is no report of a bench folder ({', '.join(KIND.report)})")
+    return {"kind": name, **{f.name: getattr(report, f.name) for f in fields(report)}}

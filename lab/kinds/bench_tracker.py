@@ -5,28 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.kinds import Kind
+from lab.kinds.entropy import Settings  # the decode settings both arms ran with, as `lab entropy` writes them
 from lab.provenance import Environment, MachineLoad, ModelSource
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The decode settings both arms ran with, as written: :class:`lab.tracker.results.DecodeSettings`' fields.
-
-    Attributes:
-        max_new_tokens: New tokens per run (EOS ignored), tokens.
-        temperature: 0 for greedy; > 0 samples from ``softmax(logits / temperature)``.
-        top_p: Nucleus mass in (0, 1]; 1 disables the filter.
-        top_k: The k most likely tokens kept; None disables the filter.
-        seed: The sampling generator's seed; None for a fresh one.
-        top_alternatives: Raw-distribution alternatives the tracker keeps per step.
-    """
-
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int | None
-    seed: int | None
-    top_alternatives: int
 
 
 @dataclass(frozen=True)
@@ -60,7 +40,7 @@ class RunSeconds:
 @dataclass(frozen=True)
 class Report:
     """``report.json`` of ``lab bench-tracker`` past its kind and format: the set-up, every raw time and the overheads
-    derived from them (:meth:`lab.bench.tracker.TrackerBenchReport.as_report`).
+    derived from them (:func:`lab.bench.tracker.tracker_report`).
 
     Attributes:
         prompt: The prompt's text.

@@ -61,18 +61,18 @@ class NumericsRow:
 
 
 @dataclass(frozen=True)
-class StepProfileRow:
-    """One-token decode steps of a loaded model: where a step's time goes (:class:`lab.bench.weights.StepProfile`
-    with its rates).
+class StepTimes:
+    """One-token decode steps of a loaded model: where a step's time goes, as measured
+    (:func:`lab.bench.weights.step_profile`'s :class:`lab.bench.weights.StepProfile` adds the rates).
 
     Attributes:
         weights: The representation the model was loaded in.
         context: Positions in the KV cache when the steps start (the prefill's length), tokens.
         steps: Profiled steps (the same count timed without the profiler).
         step_ms: Median wall time of a step without the profiler, milliseconds.
-        family_ms: Profiled milliseconds per step by kernel family (:data:`lab.bench.weights.FAMILIES`).
+        family_ms: Profiled milliseconds per step by kernel family (:data:`lab.bench.weights.FAMILIES`); ``"python
+            between ops"`` is the profiled step's wall time less the time inside ops.
         family_bytes: Weight bytes each family reads per step, bytes (families that read none left out).
-        gb_per_s: Each family's weight bytes over its time, GB/s (10^9 bytes); None where it reads none.
     """
 
     weights: str
@@ -81,6 +81,17 @@ class StepProfileRow:
     step_ms: float
     family_ms: dict[str, float]
     family_bytes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StepProfileRow(StepTimes):
+    """A step profile as the report holds it: :class:`StepTimes`' fields, then its rates
+    (:meth:`lab.bench.weights.StepProfile.row`).
+
+    Attributes:
+        gb_per_s: Each family's weight bytes over its time, GB/s (10^9 bytes); None where it reads none.
+    """
+
     gb_per_s: dict[str, float | None]
 
 

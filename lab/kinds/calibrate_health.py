@@ -1,10 +1,10 @@
 """``lab calibrate-health``: the context-health candidates evaluated on the calibration prompts, one
 chosen (``report.json``; ``calibration.json`` before format 1).
 
-:class:`Report` is the file's shape past its kind and format, as
-:meth:`lab.health.calibration_report.HealthCalibrationReport.to_json` writes it (the writer checks it against
-this one; the kind has no page of its own). Health values are on the 0..10 scale; a figure of values that
-were not measurable (NaN) is null in the file, None here.
+:class:`Report` is the file's shape past its kind and format; the calibration builds these types itself
+(:func:`lab.health.calibration.calibrate`, :func:`lab.health.calibration_report.health_report`) and the writer
+reads them through this one (the kind has no page of its own). Health values are on the 0..10 scale; a figure of
+values that were not measurable is NaN in the calibration's own objects and null in the file (None when read).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from lab.typed import may_be_absent
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate (or control) on the calibration set, as a row of the report
-    (:func:`lab.health.calibration.candidate_row`: its values per prompt left out).
+    """One candidate (or control) on the calibration set (:func:`lab.health.calibration.figures`; its values per
+    prompt are the report's ``prompts``).
 
     Attributes:
         name: The measure.
@@ -60,16 +60,16 @@ class Candidate:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Report:
-    """``report.json`` of ``lab calibrate-health`` past its kind and format
-    (:meth:`lab.health.calibration_report.HealthCalibrationReport.to_json`).
+class Calibration:
+    """The candidates' figures and the rule's choice on the calibration prompts: the head of ``report.json``
+    (:func:`lab.health.calibration.calibrate` builds it; :class:`Report` adds the run's record).
 
     Attributes:
         rule: The rule as stated before the run (:data:`lab.health.calibration.RULE`).
         chosen: The measure the rule chooses on this model; None when it chooses nothing.
         decided_by: Which step of the rule decided, or why it chose nothing.
         length_rho_tolerance: The length-neutral bar on ``|Spearman rho|`` (dimensionless).
-        controls_rejected: Each control: whether the rule rejected it.
+        controls_rejected: Each control: whether the rule rejected it (not admissible and not chosen).
         candidates: Every candidate, then every control.
         prompts: Per prompt ``{"id", "variant", name: value (None: not measurable) ..., "n_content"}``, clean,
             poisoned and neutral (as ``prompts.csv``).
@@ -77,6 +77,27 @@ class Report:
             they were checked on; absent when not checked (the command always checks them).
         chosen_holds_on_prompts: Whether the choice holds all five there; None when nothing was chosen (or not
             checked). Written whenever ``properties_on_prompts`` is.
+    """
+
+    rule: str
+    chosen: str | None
+    decided_by: str
+    length_rho_tolerance: float
+    controls_rejected: dict[str, bool]
+    candidates: tuple[Candidate, ...]
+    prompts: tuple[dict[str, Any], ...]
+    properties_on_prompts: dict[str, dict[str, Any]] | None = may_be_absent()
+    # Not may_be_absent: the file holds null here when nothing was chosen. The command writes the two keys
+    # together, always; a file with neither (a report of calibrate() without prefills) is written with a null.
+    chosen_holds_on_prompts: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(Calibration):
+    """``report.json`` of ``lab calibrate-health`` past its kind and format: the :class:`Calibration`'s fields,
+    then these (:func:`lab.health.calibration_report.health_report` builds it).
+
+    Attributes:
         study_set: The ranking targets of every candidate and control on the study prompts, by name
             (:func:`lab.health.calibration.study_set_figures`); absent when not scored (``--study-set``).
         study_set_file: The study prompt file; absent with ``study_set``.
@@ -92,17 +113,6 @@ class Report:
         saved_to: Where the choice goes after the report; None when not saved (or nothing was chosen).
     """
 
-    rule: str
-    chosen: str | None
-    decided_by: str
-    length_rho_tolerance: float
-    controls_rejected: dict[str, bool]
-    candidates: tuple[Candidate, ...]
-    prompts: tuple[dict[str, Any], ...]
-    properties_on_prompts: dict[str, dict[str, Any]] | None = may_be_absent()
-    # Not may_be_absent: the file holds null here when nothing was chosen. The command writes the two keys
-    # together, always; a file with neither (a report of calibrate() without prefills) is written with a null.
-    chosen_holds_on_prompts: bool | None = None
     study_set: dict[str, dict[str, Any]] | None = may_be_absent()
     study_set_file: str | None = may_be_absent()
     length_reference: dict[str, Any]

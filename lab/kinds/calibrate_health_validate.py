@@ -2,10 +2,10 @@
 (``report.json``; ``validation.json`` before format 1); written by the calibrate-health command, so it
 lists no command of its own.
 
-:class:`Report` is the file's shape past its kind and format, as
-:meth:`lab.health.validation.HealthValidationReport.to_json` writes it (the writer checks it against this
-one). A figure that could not be computed (NaN: too few measurable prompts, no spread) is null in the file,
-None here.
+:class:`Report` is the file's shape past its kind and format; the validation builds these types itself
+(:func:`lab.health.validation.validation_report`) and the writer reads them through this one. A figure that could
+not be computed (too few measurable prompts, no spread) is NaN in the validation's own objects and null in the
+file (None when read).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Bars:
 @dataclass(frozen=True)
 class Figures:
     """One measure's drift with length and saturation on the validation prompts
-    (:class:`lab.health.validation.ValidationFigures` and its derived verdicts).
+    (:func:`lab.health.validation.validation_figures`: the figures and the verdicts they give).
 
     Attributes:
         name: The measure.

@@ -1,10 +1,10 @@
 """``lab calibrate-sinks``: the attention-sink threshold calibrated on a prompt set (``report.json``;
 ``calibration.json`` before format 1).
 
-:class:`Report` is the file's shape past its kind and format, as
-:meth:`lab.sinks.calibration_report.SinkCalibrationReport.to_json` writes it (that domain type keeps the scores'
-own shape; the writer checks its ``to_json`` against this one). Thresholds are on the statistic's own scale: a
-rate in ``[0, 1]`` for ``sink_rate``, a robust z for the others (:mod:`lab.sinks.candidates`).
+:class:`Report` is the file's shape past its kind and format; the calibration builds these types itself
+(:func:`lab.sinks.calibration_report.calibration_report`, whose result keeps beside it what the file does not
+hold) and the writer reads them through this one. Thresholds are on the statistic's own scale: a rate in
+``[0, 1]`` for ``sink_rate``, a robust z for the others (:mod:`lab.sinks.candidates`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Counts:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate statistic on this model (:class:`lab.sinks.calibration_report.CandidateCalibration`).
+    """One candidate statistic on this model (:func:`lab.sinks.calibration_report.candidate_calibrations`).
 
     Attributes:
         feasible: ``[lowest, highest]`` feasible threshold, the statistic's scale; None when none is.
@@ -97,7 +97,7 @@ class SweepRecord:
 
 @dataclass(frozen=True)
 class HeldOut:
-    """The chosen threshold on the held-out prompts (:class:`lab.sinks.calibration_report.HeldOutCheck`).
+    """The chosen threshold on the held-out prompts (raw counts, :func:`lab.sinks.calibration.evaluate`).
 
     Attributes:
         prompts: The held-out prompt file, as the report names it.
@@ -190,7 +190,7 @@ class CrossModelRefused:
 @dataclass(frozen=True)
 class Report:
     """``report.json`` of ``lab calibrate-sinks`` past its kind and format
-    (:meth:`lab.sinks.calibration_report.SinkCalibrationReport.to_json`).
+    (:func:`lab.sinks.calibration_report.calibration_report` builds it).
 
     The headline figures are those of ``statistic``, the current detector choice's; ``candidates`` holds every
     statistic's.

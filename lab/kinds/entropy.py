@@ -76,21 +76,21 @@ class Alternative:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One generated token (:func:`lab.render.entropy.step_dicts`; :class:`lab.tracker.results.StepRecord`).
+class StepFigures:
+    """One generated token and what the tracker measured there: the fields :class:`Step` (the file's) and
+    :class:`lab.tracker.results.StepRecord` (the tracker's, with its alternatives as tuples) share.
 
     Attributes:
-        position: Index of the token in the full sequence (prompt length + step), tokens.
+        position: Index of the token in the full sequence (prompt length + step), tokens: the position its logits
+            were predicted for.
         token_id: The chosen token's id.
-        token_text: Its text as decoded (special tokens kept).
+        token_text: Its text as decoded (special tokens kept, e.g. ``<|im_end|>``).
         entropy_bits: Entropy of the raw next-token distribution (T = 1), bits.
         normalized_entropy: ``entropy_bits / log2 V``, in [0, 1].
         varentropy_bits2: Variance of the raw surprisal, bits².
         sampled_entropy_bits: Entropy of the distribution sampled from (after T, top-k, top-p), bits; 0 for greedy.
         sampled_normalized_entropy: The same over ``log2 V``.
         chosen_prob: The chosen token's raw probability, in [0, 1].
-        bucket: The label of its normalized-entropy band (:data:`lab.render.entropy.ENTROPY_BUCKETS`).
-        alternatives: The raw top-k, most likely first.
     """
 
     position: int
@@ -102,6 +102,18 @@ class Step:
     sampled_entropy_bits: float
     sampled_normalized_entropy: float
     chosen_prob: float
+
+
+@dataclass(frozen=True)
+class Step(StepFigures):
+    """One generated token as the file holds it (:func:`lab.render.entropy.step_dicts`): its :class:`StepFigures`,
+    its entropy band and its alternatives.
+
+    Attributes:
+        bucket: The label of its normalized-entropy band (:data:`lab.render.entropy.ENTROPY_BUCKETS`).
+        alternatives: The raw top-k, most likely first.
+    """
+
     bucket: str
     alternatives: list[Alternative]
 

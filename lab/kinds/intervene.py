@@ -14,10 +14,14 @@ from lab.kinds import Kind
 from lab.provenance import Environment
 from lab.typed import may_be_absent
 
+# Version of the arms and controls (:mod:`lab.analysis.intervention`'s docstring says what each is): every work
+# directory and report records it, and the records of another version are redone.
+DESIGN = 2
+
 
 @dataclass(frozen=True)
 class Settings:
-    """What fixed the run's numbers (:class:`lab.intervene.run.InterventionSettings`).
+    """What fixed the run's numbers (:class:`lab.intervene.run.InterventionSettings` adds the work directory's key).
 
     Attributes:
         model, draft: The target profile or path; the draft spec (``early-exit:N`` or a model).
@@ -27,8 +31,10 @@ class Settings:
         limit: Main triples scored (None: all); pilot_limit: pilot triples scored.
         new_tokens: Decode positions scored per twin (the greedy continuation's length), tokens.
         seed: The analysis' seed (bootstrap, label swaps).
-        dense_rows: Positions from which a quantized layer's pass goes dense; None: never.
-        design: The arms' version (:data:`lab.analysis.intervention.DESIGN`).
+        dense_rows: Quantized layers send a pass of at least this many positions through a dense bfloat16 copy of
+            their weights (:func:`lab.models.qlinear.set_dense_rows`); None (the default): the weight-only kernels
+            throughout.
+        design: The arms' version, :data:`DESIGN` unless given; another version scores anew.
     """
 
     model: str
@@ -45,8 +51,8 @@ class Settings:
     pilot_limit: int
     new_tokens: int
     seed: int
-    dense_rows: int | None
-    design: int
+    dense_rows: int | None = None
+    design: int = DESIGN
 
 
 @dataclass(frozen=True)

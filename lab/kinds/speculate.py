@@ -3,7 +3,7 @@ tokens replayed, theory beside measurement."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lab.kinds import Kind
 from lab.provenance import Environment, ModelSource
@@ -147,8 +147,8 @@ class DraftCost:
 
 @dataclass(frozen=True)
 class Round:
-    """One draft-verify-accept round (:class:`lab.speculative.results.RoundRecord`). A per-proposal figure is None
-    where the draft gave no finite number.
+    """One draft-verify-accept round (:class:`lab.speculative.results.RoundRecord` adds what is derived from it). A
+    per-proposal figure is None in the file where the draft gave no finite number (NaN in the loop's record).
 
     Attributes:
         round: 0-based round index.
@@ -160,14 +160,19 @@ class Round:
         draft_entropies: Entropy of the draft's distribution per proposed token, bits.
         draft_normalized_entropies: The same over log2 V, in [0, 1].
         accepted_mask: Per proposed token, whether it was kept.
-        tested_mask: Per proposed token, whether the target tested it.
+        tested_mask: Per proposed token, whether the target tested it (tokens after the first rejection, or after
+            an accepted EOS, are not tested).
         draft_time_s: The draft's forward passes this round, seconds.
         verify_time_s: The target's verify pass, seconds.
         n_draft_forwards: Draft forward passes this round.
-        prefill_positions: Prompt positions the verify pass also filled (0 but in a fused first round).
-        target_probs: p(x) per proposed token as the accept step used it, in [0, 1] (p = target).
-        draft_probs: q(x) per proposed token, in [0, 1] (q = draft).
-        draft_source: Who drafted this round when auto chooses per round; ``""`` otherwise.
+        prefill_positions: Prompt positions the verify pass also filled (0, the default, but in a fused first round:
+            that pass is the decode's prefill, not one of its verify passes).
+        target_probs: p(x) per proposed token as the accept step used it (the sampling filter applied; one-hot in
+            greedy mode), in [0, 1] (p = target), so min(1, p(x) / q(x)) is its acceptance probability (Leviathan
+            et al. 2023, Algorithm 1); empty (the default) in records made before these were kept.
+        draft_probs: q(x) per proposed token likewise, in [0, 1] (q = draft).
+        draft_source: Who drafted this round when the drafter chooses per round (``"none"``, ``"prompt-lookup"``,
+            ``"model"``: :class:`lab.speculative.auto.AutoDraft`); ``""`` (the default) otherwise.
     """
 
     round: int
@@ -183,10 +188,10 @@ class Round:
     draft_time_s: float
     verify_time_s: float
     n_draft_forwards: int
-    prefill_positions: int
-    target_probs: list[float | None]
-    draft_probs: list[float | None]
-    draft_source: str
+    prefill_positions: int = 0
+    target_probs: list[float | None] = field(default_factory=list)
+    draft_probs: list[float | None] = field(default_factory=list)
+    draft_source: str = ""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from lab.kinds import Kind
 from lab.provenance import Environment, ModelSource
+from lab.verdicts import null_rejected
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,14 @@ class PolicyRecovered(PolicyToDense):
 @dataclass(frozen=True)
 class PairedTest:
     """One-sided Wilcoxon signed-rank test of ``a > b`` over paired chunk means
-    (:class:`lab.stream.analysis.PairedTest`).
+    (:func:`lab.stream.analysis.wilcoxon_greater`, which holds NaN where the file holds null).
 
     Attributes:
         name: What is tested; a, b: the two sides (policy specs).
-        n_pairs: Chunks paired; n_nonzero: pairs with a nonzero difference; n_a_higher: pairs where a's NLL is higher.
+        n_pairs: Chunks paired; n_nonzero: pairs with a nonzero difference (the test drops ties); n_a_higher: pairs
+            where a's NLL is higher (a count, for the reader).
         median_diff: Median of a - b, nats.
-        statistic, p_value: The rank sum and the one-sided p; null when every pair ties.
+        statistic, p_value: ``scipy.stats.wilcoxon``'s rank sum and one-sided p; null when every pair ties.
         alpha: The false-positive rate stated in advance; reject: whether p < alpha.
     """
 
@@ -159,6 +161,11 @@ class PairedTest:
     p_value: float | None
     alpha: float
     reject: bool
+
+    @property
+    def verdict(self) -> str:
+        """Supported when the null is rejected, else inconclusive (:func:`lab.verdicts.null_rejected`)."""
+        return null_rejected(self.reject)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """``lab validate-context``: the per-prompt context measure judged on labelled documentation nobody
-here wrote."""
+here wrote.
+
+The validation builds these types itself (:func:`lab.health.context_validity.context_validation`); a figure that
+is undefined is NaN in its own objects and null in the file (None when read)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ from typing import Any
 from lab.kinds import Kind
 from lab.provenance import Environment, ModelSource
 
+FITTED_HERE = "fitted on this set"  # a validation's reference_from when the reference was fitted on its own pairs
+
 
 @dataclass(frozen=True)
 class Figures:
-    """One measure's figures against the bar on one paired set, as written
-    (:class:`lab.health.context_validity.ValidityFigures`).
+    """One measure's figures against the bar on one paired set (:func:`lab.health.context_validity.validity_figures`).
 
     Attributes:
         measure: The measure's name.
@@ -42,11 +46,16 @@ class Figures:
     end_share: float
     failed: tuple[str, ...]
 
+    @property
+    def passes(self) -> bool:
+        """Whether every bar holds (:data:`lab.health.context_validity.BAR`)."""
+        return not self.failed
+
 
 @dataclass(frozen=True)
 class Reference:
-    """The chosen measure's fitted heads and length line, as written
-    (:class:`lab.health.context_validity.HeadReference`).
+    """The chosen measure's fitted heads and length line (:func:`lab.health.context_validity.fit_head_reference`;
+    :class:`lab.health.context_validity.HeadReference` adds the scoring).
 
     Attributes:
         heads: The kept heads, best first, each ``[layer, head]`` (0-based indices).
@@ -65,15 +74,15 @@ class Reference:
 
 @dataclass(frozen=True)
 class Validation:
-    """One model's context measures on one paired set, as written
-    (:class:`lab.health.context_validity.ContextValidation`).
+    """One model's context measures on one paired set (:func:`lab.health.context_validity.context_validation`;
+    :class:`lab.health.context_validity.ContextValidation` adds the verdict).
 
     Attributes:
         profile: The model validated (its profile or path).
         set_name: ``selection``, ``validation``, ``heldback`` or ``pairs file``.
         items_file: The pairs file read.
         reference: The chosen measure's heads and length line.
-        reference_from: Where the reference came from: ``"fitted on this set"`` (the selection set; the chosen
+        reference_from: Where the reference came from: :data:`FITTED_HERE` (the selection set; the chosen
             figures are then in-sample), else the file read.
         chosen: The chosen measure's figures.
         others: The raw candidates in both directions, today's context health and the length-only control.
@@ -89,6 +98,11 @@ class Validation:
     chosen: Figures
     others: tuple[Figures, ...]
     rows: tuple[dict[str, Any], ...]
+
+    @property
+    def fitted_here(self) -> bool:
+        """Whether the reference was fitted on this set (then the chosen figures are in-sample)."""
+        return self.reference_from == FITTED_HERE
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ from typing import Any
 
 from rich.table import Table
 
-from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation, ValidityFigures
+from lab.health.context_validity import BAR, CHOSEN, CHOSEN_RULE, ContextValidation
+from lab.kinds.validate_context import Figures
 from lab.render.markdown import md_table
 from lab.views.core import fmt
 
 _COLS = ("measure", "dir", "AUROC", "95% interval", "length-only", "placebo", "rho(length)", "at ends", "passes")
 
 
-def _cells(f: ValidityFigures) -> tuple[str, ...]:
+def _cells(f: Figures) -> tuple[str, ...]:
     return (f.measure, "+" if f.direction > 0 else "-", f"{f.auroc:.2f}", f"{f.ci_low:.2f}-{f.ci_high:.2f}",
             f"{f.length_auroc:.2f}", f"{f.placebo_auroc:.2f}", f"{f.length_rho:+.2f}", f"{f.end_share:.0%}",
             "yes" if f.passes else "no")

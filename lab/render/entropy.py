@@ -15,20 +15,18 @@ import math
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Sequence
+from typing import Any, Collection, Sequence
 
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lab.kinds.bench_tracker import Report as TrackerBenchReport
 from lab.render import pyplot
 from lab.render.console import print_busy
 from lab.render.markdown import busy_lines, md_table
 from lab.tracker.results import StepRecord, TrackResult
-
-if TYPE_CHECKING:  # the report's module times models (torch); the view only reads it
-    from lab.bench.tracker import TrackerBenchReport
 
 
 @dataclass(frozen=True)
@@ -328,7 +326,8 @@ def overhead_sentence(report: TrackerBenchReport) -> str:
 def bench_markdown(report: TrackerBenchReport) -> str:
     """``summary.md`` of a bench-tracker run."""
     model, st = report.model, report.settings
-    mode = "greedy" if not st.do_sample else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
+    sampled = st.temperature > 0  # DecodeSettings.do_sample, of the settings as the report holds them
+    mode = "greedy" if not sampled else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
     load = report.machine_load or {}
     lines = [
         "# Entropy tracker overhead", "",

@@ -1,6 +1,6 @@
 """Rendering of the context-health calibration and its validation: tables and summary.md.
 
-Each function draws a :class:`lab.health.calibration_report.HealthCalibrationReport` or a
+Each function draws a :class:`lab.kinds.calibrate_health.Report` or a
 :class:`lab.health.validation.HealthValidationReport` as given.
 """
 
@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from lab.health.calibration import CandidateFigures
-from lab.health.calibration_report import HealthCalibrationReport
 from lab.health.measures import PROPERTIES as _PROPS
-from lab.health.validation import (END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport,
-                                   ValidationFigures)
+from lab.health.validation import END_MARGIN, MAX_LENGTH_RHO, MAX_SATURATED_SHARE, HealthValidationReport
+from lab.kinds.calibrate_health import Candidate, Report
+from lab.kinds.calibrate_health_validate import Figures
 from lab.render.markdown import md_table
 from lab.verdicts import NOT_SUPPORTED, SUPPORTED, meets_bars
 
 _COLS = ("candidate", "props", "rho N", "IQR", "SD", "distinct", "max tie", "below neutral", "tied", "below clean")
 
 
-def _row(c: CandidateFigures, compact: bool = False) -> tuple[str, ...]:
+def _row(c: Candidate, compact: bool = False) -> tuple[str, ...]:
     failed = [k for k, v in c.properties.items() if not v]
     props = "all" if c.eligible else f"{len(failed)} fail" if compact else "fails " + ", ".join(failed)
     name = c.name + (" (control)" if c.control else "")
@@ -28,36 +27,34 @@ def _row(c: CandidateFigures, compact: bool = False) -> tuple[str, ...]:
             f"{c.n_pairs_tied}/{c.n_pairs}", f"{c.n_pairs_below_clean}/{c.n_pairs}")
 
 
-def candidates_table(report: HealthCalibrationReport) -> Table:
+def candidates_table(report: Report) -> Table:
     """The candidates' figures as a Rich table (clean calibration prompts; twins = poisoned variants)."""
-    cal = report.calibration
-    table = Table(title=f"Context-health candidates (chosen: {cal.chosen})",
+    table = Table(title=f"Context-health candidates (chosen: {report.chosen})",
                   caption="props: the six properties (length_neutral: |rho N| <= "
-                          f"{cal.length_rho_tolerance:g}); rho N: Spearman with content length over "
+                          f"{report.length_rho_tolerance:g}); rho N: Spearman with content length over "
                           "clean + neutral; below neutral / tied: poisoned vs its neutral twin (equal length)")
     for col in _COLS:
         table.add_column(col, no_wrap=col == "candidate", overflow="fold")
-    for c in cal.candidates:
+    for c in report.candidates:
         table.add_row(*_row(c, compact=True))
     return table
 
 
-def calibration_markdown(report: HealthCalibrationReport) -> str:
+def calibration_markdown(report: Report) -> str:
     """summary.md of ``lab calibrate-health``."""
-    cal = report.calibration
     lines = [
         "# Context-health calibration", "",
         f"Model: {report.model.get('model', '?')}. Prompts: {report.n_clean} clean calibration prompts "
         f"({report.prompts_file}), one poisoned variant of each, built like the study's twins from the "
         f"distractors of {report.distractors_file}, and one neutral variant of each with the same added length "
         "(standard-library docstring text, lab/data/calibration_neutral.jsonl).", "",
-        f"**Rule (stated before the study's entropy was looked at):** {cal.rule}.", "",
-        (f"**Chosen: `{cal.chosen}`** ({cal.decided_by})." if cal.chosen is not None
-         else f"**Chosen: none** ({cal.decided_by})."), "",
+        f"**Rule (stated before the study's entropy was looked at):** {report.rule}.", "",
+        (f"**Chosen: `{report.chosen}`** ({report.decided_by})." if report.chosen is not None
+         else f"**Chosen: none** ({report.decided_by})."), "",
         *md_table((*_COLS, "median", "range"),
-                  [(*_row(c), f"{c.median:.2f}", f"{c.low:.2f} to {c.high:.2f}") for c in cal.candidates]),
+                  [(*_row(c), f"{c.median:.2f}", f"{c.min:.2f} to {c.max:.2f}") for c in report.candidates]),
     ]
-    rejected = cal.controls_rejected
+    rejected = report.controls_rejected
     lines += ["", "IQR, SD, distinct values, median and range are over the clean calibration prompts (0..10 scale); "
               "'rho N' is the Spearman correlation with the content length N over the clean prompts and their "
               "neutral variants (the sixth property: within the tolerance); 'max tie' is the largest share of clean "
@@ -78,8 +75,8 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
                             [(base, f"{f['intercept']:.3f}", f"{f['slope']:+.3f}", f"{f['scale']:.3f}",
                               f"{f['rho_base_n']:+.2f}", f"{f['rho_for_length_n']:+.2f}")
                              for base, f in ref["bases"].items()])]
-    if cal.properties_on_prompts:
-        on = cal.properties_on_prompts
+    if report.properties_on_prompts:
+        on = report.properties_on_prompts
         n = next(iter(on.values()))
         lines += ["", f"## The five random-input properties on this model's own prefills ({n['n_checked']} prompts checked, "
                   f"{n['n_not_measurable']} not measurable)", "",
@@ -87,9 +84,9 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
                   "on the received attention, z and sink flags this model actually produced.", "",
                   *md_table(("candidate", *_PROPS),
                             [(name, *("holds" if f[k] else "fails" for k in _PROPS)) for name, f in on.items()])]
-        if cal.chosen is not None:
-            lines += ["", f"The chosen measure (`{cal.chosen}`) "
-                  + ("holds all five on this model's prompts." if cal.chosen_holds_on_prompts
+        if report.chosen is not None:
+            lines += ["", f"The chosen measure (`{report.chosen}`) "
+                  + ("holds all five on this model's prompts." if report.chosen_holds_on_prompts
                      else "does **not** hold all five on this model's prompts.")]
     if report.study_set:
         lines += ["", f"## On the study prompt set ({report.study_set_file}; prefill only, no decode)", "",
@@ -105,7 +102,7 @@ def calibration_markdown(report: HealthCalibrationReport) -> str:
 _VCOLS = ("measure", "valid", "rho N", "p", "at 0", "at 10", "measurable", "median", "range")
 
 
-def _vrow(f: ValidationFigures) -> tuple[str, ...]:
+def _vrow(f: Figures) -> tuple[str, ...]:
     return (f.name + (" (control)" if f.control else ""), "yes" if f.valid else "no", f"{f.rho:+.2f}", f"{f.p:.2g}",
             f"{f.low_share:.0%}", f"{f.high_share:.0%}", f"{f.n_measurable}/{f.n}", f"{f.median:.2f}",
             f"{f.low:.2f} to {f.high:.2f}")

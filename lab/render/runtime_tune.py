@@ -1,18 +1,20 @@
 """Rendering ``lab bench-tune-runtime``: each runtime's figures, the winner and where it was written.
 
-Consumes a :class:`lab.bench.runtime_tune.RuntimeTuneReport`; computes nothing new.
+Consumes a :class:`lab.kinds.bench.RuntimeTuneReport` and its
+:class:`lab.bench.runtime_tune.RuntimeTuneResult`; computes nothing new.
 """
 
 from __future__ import annotations
 
-from lab.bench.runtime_tune import RuntimeTuneReport
+from lab.bench.runtime_tune import RuntimeTuneResult
+from lab.kinds.bench import RuntimeTuneReport
 from lab.numbers import number_text
 from lab.render.markdown import busy_lines, md_table
 
 
-def runtime_tune_markdown(report: RuntimeTuneReport) -> str:
-    """``summary.md`` of a runtime tuning run."""
-    result = report.result
+def runtime_tune_markdown(report: RuntimeTuneReport, result: RuntimeTuneResult) -> str:
+    """``summary.md`` of a runtime tuning run: ``report``'s set-up, and ``result`` (what its ``result`` holds, as
+    measured: typed, figures that are not finite as they are)."""
     machine = report.machine
     lines = [
         "# lab bench-tune-runtime: the runtime for this machine", "", *busy_lines(result.load),

@@ -1,20 +1,22 @@
 """Rendering of ``lab calibrate-sinks``: the sweep table, summary.md, the candidates' figures and the sweep plot.
 
-Each function draws a :class:`lab.sinks.calibration_report.SinkCalibrationReport` as given.
+Each function draws a :class:`lab.sinks.calibration_report.SinkCalibrationReport` (the table and the plot read its
+sweep's rates) or its ``report.json`` (:class:`lab.kinds.calibrate_sinks.Report`) as given.
 """
 
 from __future__ import annotations
 
 from rich.table import Table
 
+from lab.kinds.calibrate_sinks import Candidate, Report
 from lab.render import pyplot, save_figure
 from lab.render.markdown import md_table
 from lab.sinks.calibration import SweepRow
-from lab.sinks.calibration_report import CandidateCalibration, SinkCalibrationReport
+from lab.sinks.calibration_report import SinkCalibrationReport
 from lab.sinks.candidates import STATISTIC_LABEL
 
 
-def _label(report: SinkCalibrationReport) -> str:
+def _label(report: Report) -> str:
     """How the report's statistic reads ("sink rate" or "z")."""
     return STATISTIC_LABEL.get(report.statistic, "z")
 
@@ -40,21 +42,22 @@ def sweep_table(statistic: str, sweep: tuple[SweepRow, ...] | list[SweepRow], *,
     return t
 
 
-def calibration_table(report: SinkCalibrationReport) -> Table:
+def calibration_table(calibration: SinkCalibrationReport) -> Table:
     """The report's sweep as a table (:func:`sweep_table`)."""
-    return sweep_table(report.statistic, report.sweep, n_prompts=report.n_prompts,
+    report = calibration.report
+    return sweep_table(report.statistic, calibration.sweep, n_prompts=report.n_prompts,
                        n_content_tokens=report.n_content_tokens, chosen=report.chosen_threshold)
 
 
-def calibration_markdown(report: SinkCalibrationReport) -> str:
+def calibration_markdown(report: Report) -> str:
     feas, label = report.feasible_thresholds, _label(report)
     model = report.model
     lines = [
         "# Sink threshold calibration", "",
         f"- model: {model.get('model')} ({model.get('device')}, {model.get('dtype')})",
         f"- prompts: {report.n_prompts}; observed content tokens: {report.n_content_tokens}",
-        f"- criteria: position 0 flagged on >= {report.position0_min_rate:.0%} of prompts; "
-        f"< {report.content_max_rate:.0%} of content tokens flagged",
+        f"- criteria: position 0 flagged on >= {report.criteria.position0_min_rate:.0%} of prompts; "
+        f"< {report.criteria.content_max_rate:.0%} of content tokens flagged",
         f"- feasible thresholds: {f'{min(feas):g} .. {max(feas):g}' if feas else 'none'}",
         f"- chosen (middle of the feasible range): **{report.chosen_threshold}** "
         f"(current default: {report.current_default_threshold})",
@@ -72,13 +75,12 @@ def calibration_markdown(report: SinkCalibrationReport) -> str:
     if held:
         h = held.short
         lines.append(f"- held-out set ({held.prompts}) at {held.threshold}: position 0 flagged on "
-                     f"{h['position0_flagged']}/{h['n_prompts']} prompts; content {h['content_flagged']}/"
-                     f"{h['n_content']} flagged")
+                     f"{h.position0_flagged}/{h.n_prompts} prompts; content {h.content_flagged}/{h.n_content} flagged")
         if held.long:
             hl = held.long
             lines.append(f"- held-out long prompts ({', '.join(map(str, held.long_n_tokens))} tokens): position 0 "
-                         f"flagged on {hl['position0_flagged']}/{hl['n_prompts']}; content {hl['content_flagged']}/"
-                         f"{hl['n_content']} flagged, {hl['trailing_flagged']} of them trailing")
+                         f"flagged on {hl.position0_flagged}/{hl.n_prompts}; content {hl.content_flagged}/"
+                         f"{hl.n_content} flagged, {hl.trailing_flagged} of them trailing")
     rows = [(f"{r.threshold:.2f}", f"{r.position0_flagged}/{r.n_prompts}", f"{r.content_flagged}/{r.n_content}",
              f"{r.long_position0_flagged}/{r.long_n_prompts}", f"{r.long_content_flagged}/{r.long_n_content}",
              "yes" if r.feasible else "") for r in report.sweep]
@@ -87,11 +89,11 @@ def calibration_markdown(report: SinkCalibrationReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_sweep(report: SinkCalibrationReport, path) -> None:
+def plot_sweep(calibration: SinkCalibrationReport, path) -> None:
     """Position-0 flag rate and content flag rate against the threshold."""
     plt = pyplot()
 
-    sweep = report.sweep
+    report, sweep = calibration.report, calibration.sweep
     xs = [r.threshold for r in sweep]
     p0 = [r.position0_rate for r in sweep]
     ct = [r.content_rate for r in sweep]
@@ -101,8 +103,8 @@ def plot_sweep(report: SinkCalibrationReport, path) -> None:
     if any(r.long_n_prompts for r in sweep):
         ax.plot(xs, [r.long_content_rate for r in sweep], ls="--",
                 label="content tokens flagged, long prompts (share)")
-    ax.axhline(report.position0_min_rate, ls=":", color="grey")
-    ax.axhline(report.content_max_rate, ls=":", color="grey")
+    ax.axhline(report.criteria.position0_min_rate, ls=":", color="grey")
+    ax.axhline(report.criteria.content_max_rate, ls=":", color="grey")
     if report.chosen_threshold is not None:
         ax.axvline(report.chosen_threshold, color="black", lw=1,
                    label=f"chosen {_label(report)} = {report.chosen_threshold}")
@@ -112,15 +114,15 @@ def plot_sweep(report: SinkCalibrationReport, path) -> None:
     save_figure(fig, path, tight=False)
 
 
-def _counts(c: CandidateCalibration, key: str) -> str:
+def _counts(c: Candidate, key: str) -> str:
     e = c.counts.get(key)
     if not e:
         return ""
-    return (f"{e['position0_flagged']}/{e['n_prompts']}; {e['content_flagged']}/{e['n_content']}"
-            + (f" ({e['trailing_flagged']} trailing)" if key.endswith("long") else ""))
+    return (f"{e.position0_flagged}/{e.n_prompts}; {e.content_flagged}/{e.n_content}"
+            + (f" ({e.trailing_flagged} trailing)" if key.endswith("long") else ""))
 
 
-def candidates_markdown(report: SinkCalibrationReport) -> str:
+def candidates_markdown(report: Report) -> str:
     """Every candidate statistic on this model: feasible range, its own threshold, counts there."""
     rows = [(name, f"{c.feasible[0]:g} .. {c.feasible[1]:g}" if c.feasible else "none",
              "" if c.chosen is None else c.chosen, f"{c.position0_lowest:.2f}",

@@ -5,21 +5,24 @@ prompts, held-out, its long prompts; :func:`lab.sinks.calibration.score_prompts`
 :class:`SinkCalibrationReport`: every candidate statistic's sweep, feasible range and chosen
 threshold (:func:`lab.sinks.calibration.sweep_candidates`), the counts there on every set,
 and the cross-profile rule (:func:`lab.sinks.calibration.choose_statistic`) over the
-profiles' recorded figures. :meth:`SinkCalibrationReport.to_json` is the one conversion to
-``report.json`` (its keys are the file's), :meth:`SinkCalibrationReport.profile_record`
-the profile file :func:`lab.sinks.profiles.write_calibration` writes, and
-:func:`save_calibration` writes that file and the rule's choice into the user's folder.
+profiles' recorded figures. Its ``report`` is ``report.json`` as the kind's type
+(:class:`lab.kinds.calibrate_sinks.Report`, built here, its fields declared there once),
+:meth:`SinkCalibrationReport.profile_record` the profile file
+:func:`lab.sinks.profiles.write_calibration` writes, and :func:`save_calibration` writes that
+file and the rule's choice into the user's folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from lab.kinds.calibrate_sinks import (Candidate, Counts, Criteria, CrossModelChosen, CrossModelRefused, HeldOut,
+                                      LongPrompt, MovesFrom, Report, SweepRecord)
 from lab.reports import to_jsonable
 from lab.prompts import CalibrationPrompt
 from lab.sinks.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, TRAILING_FRACTION, PromptScores, SweepRow,
@@ -81,220 +84,40 @@ def score_sets(model: Any, tokenizer: Any, prompts: Sequence[CalibrationPrompt],
 
 
 @dataclass(frozen=True)
-class CandidateCalibration:
-    """One candidate statistic on this model: its feasible thresholds, chosen threshold and counts there.
-
-    Attributes:
-        feasible_thresholds: Grid values meeting both criteria on the calibration prompts (short and long).
-        chosen: The middle of that range (:func:`lab.sinks.calibration.choose_threshold`); ``None`` when empty.
-        counts: ``{set: evaluate(...)}`` at ``chosen`` for each non-empty set of :data:`COUNT_SETS`
-            (:func:`lab.sinks.calibration.evaluate`); empty when ``chosen`` is None.
-        position0_lowest: The lowest position-0 score over the calibration prompts.
-        content_highest: The highest observed content score there; ``None`` without content.
-    """
-
-    feasible_thresholds: tuple[float, ...]
-    chosen: float | None
-    counts: dict[str, dict[str, int]]
-    position0_lowest: float
-    content_highest: float | None
-
-    @property
-    def feasible(self) -> tuple[float, float] | None:
-        """``(lowest, highest)`` feasible threshold, ``None`` when none is."""
-        return (min(self.feasible_thresholds), max(self.feasible_thresholds)) if self.feasible_thresholds else None
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry under ``candidates`` in ``report.json`` and in the profile file."""
-        return {"feasible": list(self.feasible) if self.feasible else None,
-                "feasible_thresholds": list(self.feasible_thresholds), "chosen": self.chosen,
-                "counts": self.counts, "position0_lowest": self.position0_lowest,
-                "content_highest": self.content_highest}
-
-
-@dataclass(frozen=True)
-class CrossModelChoice:
-    """The statistic rule over every calibrated profile's recorded figures.
-
-    Attributes:
-        profiles: The profiles the rule read (sorted).
-        chosen: The statistic it chooses; ``None`` when no statistic is feasible on all of them.
-        default_threshold: The default threshold for uncalibrated models; ``None`` with ``chosen``.
-        moves_from: The current choice (:func:`lab.sinks.profiles.load_choice`) when the rule's
-            differs from it, else ``None``.
-        refused: Why the rule chose nothing (its ``ValueError``); ``None`` when it chose.
-    """
-
-    profiles: tuple[str, ...]
-    chosen: str | None
-    default_threshold: float | None
-    moves_from: DetectorChoice | None = None
-    refused: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``cross_model`` entry of ``report.json`` (no ``moves_from`` when the rule chose nothing)."""
-        out: dict[str, Any] = {"profiles": list(self.profiles), "chosen": self.chosen,
-                               "default_threshold": self.default_threshold}
-        if self.chosen is not None:
-            m = self.moves_from
-            out["moves_from"] = None if m is None else {"statistic": m.statistic,
-                                                        "default_threshold": m.default_threshold, "path": m.path}
-        return out
-
-
-@dataclass(frozen=True)
-class HeldOutCheck:
-    """The chosen threshold on the held-out prompts (raw counts, :func:`lab.sinks.calibration.evaluate`).
-
-    Attributes:
-        prompts: The held-out prompt file, as the report names it.
-        threshold: The threshold checked (the report's ``chosen_threshold``).
-        short: Counts on the held-out prompts.
-        long: Counts on their long prompts; ``None`` when none were scored.
-        long_n_tokens: Each long held-out prompt's length in tokens.
-    """
-
-    prompts: str
-    threshold: float
-    short: dict[str, int]
-    long: dict[str, int] | None
-    long_n_tokens: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class LongPromptFigures:
-    """One long calibration prompt on the report's statistic (``*_at_chosen``: ``None`` without a threshold)."""
-
-    id: str
-    n_tokens: int
-    position0_score: float
-    max_content_score: float
-    n_content: int
-    content_flagged_at_chosen: int | None
-    trailing_flagged_at_chosen: int | None
-
-
-@dataclass(frozen=True)
-class PromptFigures:
-    """One calibration prompt: its length, position 0's score on every candidate and its highest content score.
-
-    Attributes:
-        position0: ``{statistic: position 0's score}`` for every candidate of :data:`STATISTICS`.
-        max_content_score: On the report's statistic; ``None`` without observed content.
-    """
-
-    id: str
-    n_tokens: int
-    position0: dict[str, float]
-    max_content_score: float | None
-    n_content: int
-
-    def to_json(self) -> dict[str, Any]:
-        """One row of ``prompts`` in ``report.json`` and of ``prompts.csv``."""
-        return {"id": self.id, "n_tokens": self.n_tokens, **{f"position0_{k}": v for k, v in self.position0.items()},
-                "max_content_score": self.max_content_score, "n_content": self.n_content}
-
-
-@dataclass(frozen=True)
 class SinkCalibrationReport:
-    """What ``lab calibrate-sinks`` found on one model (``report.json``, :meth:`to_json`).
+    """What ``lab calibrate-sinks`` found on one model: ``report.json`` as the kind's type, and what the run keeps
+    beside it (its rates, the rule's reason, the profile file's counts).
 
-    The headline figures are those of ``statistic``, the current choice's
-    (:func:`lab.sinks.profiles.load_choice`); ``candidates`` holds every statistic's.
+    The headline figures (``report``'s) are those of ``report.statistic``, the current choice's
+    (:func:`lab.sinks.profiles.load_choice`); ``report.candidates`` holds every statistic's.
 
     Attributes:
-        model: The model's provenance as reports write it (``ModelSource.as_dict``).
-        environment: :func:`lab.reports.environment` at the run.
-        statistic: The statistic the headline figures are of.
-        candidates: Every candidate of :data:`STATISTICS`, by name.
-        chosen_threshold: ``statistic``'s chosen threshold; ``None`` when no grid value is feasible.
-        current_default_threshold: The current choice's default threshold.
-        feasible_thresholds: ``statistic``'s feasible grid values.
-        n_prompts, n_content_tokens: Calibration prompts and their observed content tokens.
-        position0_score_min: The lowest position-0 score of ``statistic`` there.
-        content_score_max: The highest observed content score there; ``None`` without content.
-        sweep: ``statistic``'s raw counts per threshold (:class:`lab.sinks.calibration.SweepRow`).
-        held_out: The chosen threshold on the held-out prompts; ``None`` without a threshold or a held-out set.
-        long_prompts: The long calibration prompts.
-        prompts: The calibration prompts.
-        cross_model: The statistic rule across the calibrated profiles; ``None`` until one is calibrated.
-        saved_to: The user's folder the profile file goes to (after the report); ``None`` when not saved.
+        report: ``report.json`` past its kind and format (:class:`lab.kinds.calibrate_sinks.Report`).
+        sweep: ``report.statistic``'s raw counts per threshold with their rates
+            (:class:`lab.sinks.calibration.SweepRow`, for the table and the plot; ``report.sweep`` holds the same
+            counts as the file does).
+        refused: Why the cross-profile rule chose nothing (its ``ValueError``); ``None`` when it chose, or when no
+            profile was calibrated.
         n_held_out: Held-out prompts scored (for the profile file).
         long_lengths: The long prompts' requested lengths in tokens (for the profile file).
-        position0_min_rate, content_max_rate, min_observers, statistics, trailing_fraction: The
-            criteria and settings the run used.
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
-    statistic: str
-    candidates: dict[str, CandidateCalibration]
-    chosen_threshold: float | None
-    current_default_threshold: float
-    feasible_thresholds: tuple[float, ...]
-    n_prompts: int
-    n_content_tokens: int
-    position0_score_min: float
-    content_score_max: float | None
+    report: Report
     sweep: tuple[SweepRow, ...]
-    held_out: HeldOutCheck | None
-    long_prompts: tuple[LongPromptFigures, ...]
-    prompts: tuple[PromptFigures, ...]
-    cross_model: CrossModelChoice | None
-    saved_to: str | None
+    refused: str | None
     n_held_out: int
     long_lengths: tuple[int, ...]
-    position0_min_rate: float = POSITION0_MIN_RATE
-    content_max_rate: float = CONTENT_MAX_RATE
-    min_observers: int = MIN_OBSERVING_QUERIES
-    statistics: tuple[str, ...] = field(default=tuple(STATISTICS))
-    trailing_fraction: float = TRAILING_FRACTION
-
-    @property
-    def criteria(self) -> dict[str, float]:
-        return {"position0_min_rate": self.position0_min_rate, "content_max_rate": self.content_max_rate}
-
-    def sweep_rows(self) -> list[dict[str, Any]]:
-        """``sweep`` as rows of ``report.json`` and ``sweep.csv`` (raw counts and ``feasible``)."""
-        return [{**asdict(r), "feasible": r.feasible} for r in self.sweep]
-
-    def prompt_rows(self) -> list[dict[str, Any]]:
-        """``prompts`` as rows of ``report.json`` and ``prompts.csv``."""
-        return [p.to_json() for p in self.prompts]
-
-    def to_json(self) -> dict[str, Any]:
-        """``report.json``: the report's fields under the file's keys, in its order (the shape
-        :class:`lab.kinds.calibrate_sinks.Report` declares; the writer reads it through that type)."""
-        held = self.held_out
-        return {
-            "kind": "calibrate-sinks", "model": self.model, "environment": self.environment,
-            "criteria": self.criteria, "min_observers": self.min_observers, "statistic": self.statistic,
-            "statistics": list(self.statistics),
-            "candidates": {k: c.to_json() for k, c in self.candidates.items()},
-            "chosen_threshold": self.chosen_threshold, "current_default_threshold": self.current_default_threshold,
-            "feasible_thresholds": list(self.feasible_thresholds), "n_prompts": self.n_prompts,
-            "n_content_tokens": self.n_content_tokens, "position0_score_min": self.position0_score_min,
-            "content_score_max": self.content_score_max, "sweep": self.sweep_rows(),
-            "trailing_fraction": self.trailing_fraction,
-            "held_out": None if held is None else {"prompts": held.prompts, "threshold": held.threshold,
-                                                   "short": held.short, "long": held.long,
-                                                   "long_n_tokens": list(held.long_n_tokens)},
-            "long_prompts": [asdict(p) for p in self.long_prompts],
-            "prompts": self.prompt_rows(),
-            "cross_model": None if self.cross_model is None else self.cross_model.to_json(),
-            "saved_to": self.saved_to,
-        }
 
     def profile_record(self, profile: str) -> dict[str, Any]:
         """The profile file :func:`lab.sinks.profiles.write_calibration` writes (layout: :mod:`lab.sinks.profiles`).
 
         ``load_average`` is the machine's at the call (``None`` where the OS has none).
         """
-        candidates = {k: c.to_json() for k, c in self.candidates.items()}
-        record = {"profile": profile, "model": self.model, "statistic": self.statistic,
-                  "thresholds": {k: c.chosen for k, c in self.candidates.items()}, "candidates": candidates,
-                  "criteria": self.criteria, "n_prompts": self.n_prompts, "n_held_out": self.n_held_out,
-                  "long_lengths": list(self.long_lengths), "calibrated_at": self.environment.get("created"),
+        r = self.report
+        record = {"profile": profile, "model": r.model, "statistic": r.statistic,
+                  "thresholds": {k: c.chosen for k, c in r.candidates.items()}, "candidates": r.candidates,
+                  "criteria": r.criteria, "n_prompts": r.n_prompts, "n_held_out": self.n_held_out,
+                  "long_lengths": list(self.long_lengths), "calibrated_at": r.environment.get("created"),
                   "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
         return json.loads(json.dumps(to_jsonable(record), allow_nan=False))
 
@@ -325,42 +148,51 @@ class CalibrationRun:
     saved_to: str | None = None
 
 
-def candidate_calibrations(res: Mapping[str, Mapping[str, Any]], scored: ScoredSets) -> dict[str, CandidateCalibration]:
+def candidate_calibrations(res: Mapping[str, Mapping[str, Any]], scored: ScoredSets) -> dict[str, Candidate]:
     """Every candidate's feasible range, chosen threshold and counts there (calibration and held-out sets).
 
     Args:
         res: :func:`lab.sinks.calibration.sweep_candidates` on ``scored.calibration`` (and its long prompts).
         scored: The four sets' scores.
+
+    Returns:
+        Per statistic, its feasible grid values and their range (None when none is), the middle of that range
+        (:func:`lab.sinks.calibration.choose_threshold`; None when empty), the counts there on each non-empty set
+        of :data:`COUNT_SETS` (:func:`lab.sinks.calibration.evaluate`; none without a threshold), the lowest
+        position-0 score over the calibration prompts and their highest content score (None without content).
     """
     sets = dict(zip(COUNT_SETS, (scored.calibration, scored.calibration_long, scored.held_out, scored.held_out_long)))
     out = {}
     for name, r in res.items():
-        t = r["chosen"]
-        counts = {} if t is None else {label: evaluate([s.using(name) for s in sc], t)
+        t, feasible = r["chosen"], tuple(r["feasible"])
+        counts = {} if t is None else {label: Counts(**evaluate([s.using(name) for s in sc], t))
                                         for label, sc in sets.items() if sc}
         content = [s.using(name).candidate_content_scores for s in scored.calibration]
-        out[name] = CandidateCalibration(
-            feasible_thresholds=tuple(r["feasible"]), chosen=t, counts=counts,
-            position0_lowest=min(s.using(name).position0_score for s in scored.calibration),
+        out[name] = Candidate(
+            feasible=(min(feasible), max(feasible)) if feasible else None, feasible_thresholds=feasible, chosen=t,
+            counts=counts, position0_lowest=min(s.using(name).position0_score for s in scored.calibration),
             content_highest=max((float(c.max()) for c in content if c.numel()), default=None))
     return out
 
 
-def cross_model_choice(feasible: Mapping[str, Mapping[str, Sequence[float]]],
-                       current: DetectorChoice) -> CrossModelChoice | None:
-    """The statistic rule (:func:`lab.sinks.calibration.choose_statistic`) over ``feasible``; None when empty.
+def cross_model_choice(feasible: Mapping[str, Mapping[str, Sequence[float]]], current: DetectorChoice
+                       ) -> tuple[CrossModelChosen | CrossModelRefused | None, str | None]:
+    """The statistic rule (:func:`lab.sinks.calibration.choose_statistic`) over ``feasible`` (None when empty), and
+    why it chose nothing (its ``ValueError``; None when it chose).
 
     ``moves_from`` is ``current`` when the rule's statistic or default threshold differs from it.
     """
     if not feasible:
-        return None
+        return None, None
+    profiles = tuple(sorted(feasible))
     try:
         chosen, default = choose_statistic({k: dict(v) for k, v in feasible.items()})
     except ValueError as exc:
-        return CrossModelChoice(profiles=tuple(sorted(feasible)), chosen=None, default_threshold=None, refused=str(exc))
+        return CrossModelRefused(profiles=profiles, chosen=None, default_threshold=None), str(exc)
     moves = (chosen, default) != (current.statistic, current.default_threshold)
-    return CrossModelChoice(profiles=tuple(sorted(feasible)), chosen=chosen, default_threshold=default,
-                            moves_from=current if moves else None)
+    was = MovesFrom(statistic=current.statistic, default_threshold=current.default_threshold, path=current.path)
+    return CrossModelChosen(profiles=profiles, chosen=chosen, default_threshold=default,
+                            moves_from=was if moves else None), None
 
 
 def calibration_report(scored: ScoredSets, run: CalibrationRun) -> SinkCalibrationReport:
@@ -384,34 +216,44 @@ def calibration_report(scored: ScoredSets, run: CalibrationRun) -> SinkCalibrati
         feasible[run.save_as] = {k: list(c.feasible_thresholds) for k, c in candidates.items()}
     content = torch.cat([s.candidate_content_scores for s in scored.calibration])
     held, held_long = scored.held_out, scored.held_out_long
-    return SinkCalibrationReport(
-        model=run.model, environment=run.environment, statistic=statistic, candidates=candidates,
-        chosen_threshold=chosen, current_default_threshold=run.choice.default_threshold,
+    sweep = tuple(res[statistic]["rows"])
+    cross, refused = cross_model_choice(feasible, run.choice)
+    report = Report(
+        model=run.model, environment=run.environment,
+        criteria=Criteria(position0_min_rate=POSITION0_MIN_RATE, content_max_rate=CONTENT_MAX_RATE),
+        min_observers=MIN_OBSERVING_QUERIES, statistic=statistic, statistics=tuple(STATISTICS),
+        candidates=candidates, chosen_threshold=chosen, current_default_threshold=run.choice.default_threshold,
         feasible_thresholds=tuple(res[statistic]["feasible"]), n_prompts=len(scored.calibration),
         n_content_tokens=int(content.numel()),
         position0_score_min=min(s.position0_score for s in scored.calibration),
         content_score_max=float(content.max()) if content.numel() else None,
-        sweep=tuple(res[statistic]["rows"]),
-        held_out=None if chosen is None or not held else HeldOutCheck(
-            prompts=run.held_out_file, threshold=chosen, short=evaluate(held, chosen),
-            long=evaluate(held_long, chosen) if held_long else None,
+        sweep=tuple(SweepRecord(**asdict(r), feasible=r.feasible) for r in sweep), trailing_fraction=TRAILING_FRACTION,
+        held_out=None if chosen is None or not held else HeldOut(
+            prompts=run.held_out_file, threshold=chosen, short=Counts(**evaluate(held, chosen)),
+            long=Counts(**evaluate(held_long, chosen)) if held_long else None,
             long_n_tokens=tuple(int(s.score.numel()) for s in held_long)),
-        long_prompts=tuple(_long_figures(s, chosen) for s in scored.calibration_long),
-        prompts=tuple(PromptFigures(
-            id=s.id, n_tokens=int(s.score.numel()), position0={k: float(s.scores[k][0]) for k in STATISTICS},
-            max_content_score=(float(s.candidate_content_scores.max()) if s.candidate_content_scores.numel()
-                               else None),
-            n_content=int(s.candidate_content_scores.numel())) for s in scored.calibration),
-        cross_model=cross_model_choice(feasible, run.choice), saved_to=run.saved_to,
-        n_held_out=len(held), long_lengths=tuple(run.long_lengths))
+        long_prompts=tuple(_long_prompt(s, chosen) for s in scored.calibration_long),
+        prompts=tuple(_prompt_row(s) for s in scored.calibration), cross_model=cross, saved_to=run.saved_to)
+    return SinkCalibrationReport(report=report, sweep=sweep, refused=refused, n_held_out=len(held),
+                                 long_lengths=tuple(run.long_lengths))
 
 
-def _long_figures(s: PromptScores, chosen: float | None) -> LongPromptFigures:
-    return LongPromptFigures(
+def _long_prompt(s: PromptScores, chosen: float | None) -> LongPrompt:
+    return LongPrompt(
         id=s.id, n_tokens=int(s.score.numel()), position0_score=s.position0_score,
         max_content_score=float(s.candidate_content_scores.max()), n_content=int(s.candidate_content_scores.numel()),
         content_flagged_at_chosen=int((s.candidate_content_scores > chosen).sum()) if chosen is not None else None,
         trailing_flagged_at_chosen=s.trailing_flagged(chosen) if chosen is not None else None)
+
+
+def _prompt_row(s: PromptScores) -> dict[str, Any]:
+    """One calibration prompt as a row of ``prompts`` in ``report.json`` and of ``prompts.csv``: its length, position
+    0's score on every candidate of :data:`STATISTICS`, and (on the report's statistic) its highest observed content
+    score (``None`` without observed content) and observed content tokens."""
+    content = s.candidate_content_scores
+    return {"id": s.id, "n_tokens": int(s.score.numel()),
+            **{f"position0_{k}": float(s.scores[k][0]) for k in STATISTICS},
+            "max_content_score": float(content.max()) if content.numel() else None, "n_content": int(content.numel())}
 
 
 def save_calibration(report: SinkCalibrationReport, profile: str, *, packaged_statistic: str,
@@ -420,7 +262,7 @@ def save_calibration(report: SinkCalibrationReport, profile: str, *, packaged_st
     when the choice moves), into the user's folder, each file atomically; never into the package.
 
     Args:
-        report: The run's report (its ``cross_model`` is the rule's choice).
+        report: The run's report (its ``report.cross_model`` is the rule's choice).
         profile: The profile the calibration is saved as.
         packaged_statistic: The current choice's statistic (a different choice migrates the profile files).
         note: Receives one line per file written (the command prints them on stderr).
@@ -430,11 +272,11 @@ def save_calibration(report: SinkCalibrationReport, profile: str, *, packaged_st
     """
     path = write_calibration(profile, report.profile_record(profile))
     note(f"calibration written: {path}")
-    cross = report.cross_model
+    cross = report.report.cross_model
     if cross is None or cross.chosen is None:
         return
     chosen, default = cross.chosen, cross.default_threshold
-    at = report.environment.get("created")
+    at = report.report.environment.get("created")
     path = write_choice(chosen, default, cross.profiles, chosen_at=at)
     note(f"detector choice written: {path} ({chosen}, default {default:g})")
     if chosen != packaged_statistic:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 import torch
@@ -310,7 +311,7 @@ def speculative_generate(target: Any, draft: Drafter, input_ids: torch.Tensor, s
             n += len(rounds[-1].emitted)
             if facts.observes_rounds:  # a drafter that chooses per round learns the round's costs and acceptance
                 if not rounds[-1].draft_source:  # the budget left no room to draft: nobody did
-                    rounds[-1].draft_source = "none"
+                    rounds[-1] = replace(rounds[-1], draft_source="none")
                 draft.observe(rounds[-1])
             if on_round is not None:
                 on_round(rounds[-1], seq[:n], cache)

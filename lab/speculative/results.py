@@ -11,60 +11,17 @@ p = target, q = draft (Leviathan et al. 2023).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from lab.kinds.speculate import Round
 from lab.sampling import SamplingConfig
 from lab.speculative.theory import accepted_length_pmf, expected_tokens_per_round, geometric_fit
 
 
-@dataclass
-class RoundRecord:
-    """One draft-verify-accept round.
-
-    Attributes:
-        round: 0-based round index.
-        proposed: draft token ids proposed (k <= gamma).
-        n_accepted: leading draft tokens kept.
-        next_token: the correction (a draft token was rejected) or bonus (all kept)
-            token, or None when an accepted EOS ended the round.
-        next_kind: ``"correction"``, ``"bonus"`` or ``"none"``.
-        stop_reason: why drafting stopped (see :data:`lab.speculative.drafts.STOP_REASONS`).
-        draft_entropies: entropy in bits of the draft's distribution per proposed token.
-        draft_normalized_entropies: the same over log2 V, in [0, 1].
-        accepted_mask: per proposed token, whether it was kept.
-        tested_mask: per proposed token, whether the target tested it (tokens after
-            the first rejection, or after an accepted EOS, are not tested).
-        draft_time_s / verify_time_s: forward-pass wall time of the draft / target.
-        n_draft_forwards: draft forward passes this round.
-        prefill_positions: prompt positions the verify pass also filled (the first round of a
-            loop whose prefill is fused into it; 0 otherwise). Such a pass is the result's
-            prefill, not one of its verify passes.
-        target_probs / draft_probs: per proposed token x, p(x) and q(x) as the accept step used
-            them (the sampling filter applied; one-hot in greedy mode), so min(1, p(x) / q(x)) is
-            its acceptance probability (Leviathan et al. 2023, Algorithm 1); empty in records
-            made before these were kept.
-        draft_source: who drafted this round when the drafter chooses per round (``"none"``,
-            ``"prompt-lookup"``, ``"model"``: :class:`~lab.speculative.auto.AutoDraft`); ``""`` otherwise.
-    """
-
-    round: int
-    proposed: list[int]
-    n_accepted: int
-    next_token: int | None
-    next_kind: str
-    stop_reason: str
-    draft_entropies: list[float]
-    draft_normalized_entropies: list[float]
-    accepted_mask: list[bool]
-    tested_mask: list[bool]
-    draft_time_s: float
-    verify_time_s: float
-    n_draft_forwards: int
-    prefill_positions: int = 0
-    target_probs: list[float] = field(default_factory=list)
-    draft_probs: list[float] = field(default_factory=list)
-    draft_source: str = ""
+class RoundRecord(Round):
+    """One draft-verify-accept round: the report's :class:`lab.kinds.speculate.Round` (NaN where the file holds
+    null), with what follows from it."""
 
     @property
     def emitted(self) -> list[int]:

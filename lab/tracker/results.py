@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from lab import ranges
+from lab.kinds.entropy import StepFigures
 from lab.ranges import check_value
 
 
@@ -68,35 +69,15 @@ class DecodeSettings:
 
 
 @dataclass(frozen=True)
-class StepRecord:
-    """What the tracker saw at one decode step.
+class StepRecord(StepFigures):
+    """What the tracker saw at one decode step: its :class:`lab.kinds.entropy.StepFigures` (the token, its
+    entropies, varentropy and raw probability) and the raw top-k.
 
     Attributes:
-        position: Index of the generated token in the full sequence (prompt length
-            + step number), the position its logits were predicted *for*.
-        token_id: The chosen token.
-        token_text: Its text as it appears in the decoded output (special tokens
-            kept, e.g. ``<|im_end|>``).
-        entropy_bits: Entropy of the raw distribution ``softmax(logits)`` (T = 1), bits.
-        normalized_entropy: ``entropy_bits / log2 V`` in [0, 1].
-        varentropy_bits2: Variance of the raw surprisal, bits^2.
-        sampled_entropy_bits: Entropy of the distribution actually sampled from
-            (after temperature, top-k, top-p), bits; 0 for greedy.
-        sampled_normalized_entropy: The same divided by ``log2 V``.
-        chosen_prob: Probability of ``token_id`` under the raw distribution.
-        alternatives: ``(token_id, token_text, prob)`` of the raw top-k, most likely
-            first; probabilities under the raw distribution.
+        alternatives: ``(token_id, token_text, prob)`` of the raw top-k, most likely first; probabilities under
+            the raw distribution.
     """
 
-    position: int
-    token_id: int
-    token_text: str
-    entropy_bits: float
-    normalized_entropy: float
-    varentropy_bits2: float
-    sampled_entropy_bits: float
-    sampled_normalized_entropy: float
-    chosen_prob: float
     alternatives: list[tuple[int, str, float]] = field(default_factory=list)
 
 

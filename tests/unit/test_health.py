@@ -21,7 +21,7 @@ from lab.health.calibration import (MAX_TIE_SHARE, choose, distractor_texts, fig
 from lab.prompts import CalibrationPrompt
 from lab.prompts import load_prompts
 
-from tests.provenance import environment_json, model_json
+from tests.provenance import ENVIRONMENT, MODEL_SOURCE
 from tests.support import report_dirs
 
 
@@ -393,50 +393,81 @@ def test_calibrate_reports_no_choice_when_no_candidate_is_length_neutral():
 
 @pytest.mark.parametrize("case", ["chosen, study set", "none chosen", "properties not checked"])
 def test_health_report_json_is_its_kinds_typed_report_text_for_text(case):
-    """The report the command writes (HealthCalibrationReport.to_json, NaN as null) read as the kind's typed
-    report (lab.kinds.calibrate_health.Report) and written again is the same text, key for key in its order:
-    ReportDir.write_report writes it through that type. The keys only sometimes there (properties_on_prompts
-    with chosen_holds_on_prompts, study_set with study_set_file) stay as they were, and a null
-    chosen_holds_on_prompts stays null.
+    """The report the command writes (the kind's typed report, lab.kinds.calibrate_health.Report, built by the
+    calibration with NaN where the file holds null) read back and written again is the same text, key for key in
+    its order: ReportDir.write_report writes it through that type. The keys only sometimes there
+    (properties_on_prompts, study_set with study_set_file) stay as they were, and a null chosen_holds_on_prompts
+    stays null.
 
     Fault class: a typed report whose fields differ from the writer's keys (order, a key only sometimes there, a
     null where the type wants a number) changes report.json's bytes or refuses a run's report."""
     import json
 
-    from lab.health.calibration import CandidateFigures, HealthCalibration
-    from lab.health.calibration_report import HealthCalibrationReport
-    from lab.kinds.calibrate_health import KIND
+    from lab.health.calibration import RULE, HealthCalibration
+    from lab.kinds.calibrate_health import KIND, Calibration, Candidate, Report
     from lab.reports import to_jsonable
     from lab.typed import to_json
 
     chosen = None if case == "none chosen" else "relative_entropy"
-    cands = tuple(CandidateFigures(name=name, properties={"bounded": True, "length_neutral": name != "length_only"},
-                                   clean=[1.0, 2.0, math.nan], poisoned=[0.5, 1.0, 1.5], neutral=[1.0, 2.5, 3.0],
-                                   iqr=math.nan if name == "soft_penalty" else 0.5, std=0.4, n_distinct=3,
-                                   max_tie_share=0.1, n_pairs_below=2, n_pairs_tied=0, n_pairs_below_clean=3,
-                                   n_pairs=3, length_rho=0.1, control=name == "length_only")
+    cands = tuple(Candidate(name=name, properties={"bounded": True, "length_neutral": name != "length_only"},
+                            iqr=math.nan if name == "soft_penalty" else 0.5, std=0.4, n_distinct=3,
+                            max_tie_share=0.1, n_pairs_below=2, n_pairs_tied=0, n_pairs_below_clean=3,
+                            n_pairs=3, length_rho=0.1, control=name == "length_only", eligible=name != "length_only",
+                            admissible=False, median=1.5, min=1.0, max=math.nan)
                   for name in ("soft_penalty", "relative_entropy", "length_only"))
     checked = case != "properties not checked"
-    cal = HealthCalibration(chosen=chosen, decided_by="largest IQR", candidates=cands,
+    cal = HealthCalibration(rule=RULE, chosen=chosen, decided_by="largest IQR", length_rho_tolerance=0.2,
+                            controls_rejected={"length_only": True}, candidates=cands,
                             prompts=({"id": "c0", "variant": "clean", "relative_entropy": math.nan, "n_content": 5},),
                             properties_on_prompts={"relative_entropy": {"bounded": True, "n_checked": 9}} if checked
                             else None, chosen_holds_on_prompts=True if checked and chosen else None)
     study = {"relative_entropy": {"n_clean": 1, "max_tie_share": None, "min": 1.0}} if case == "chosen, study set" \
         else None
-    report = HealthCalibrationReport(
-        calibration=cal, reference_record={"profile": "tiny", "fitted_at": None}, reference_figures={"n": 3},
-        model=model_json(model="tiny"), environment=environment_json(), prompts_file="cal.jsonl",
-        distractors_file="study.jsonl",
-        n_clean=3, current_chosen="relative_entropy_for_length", current_chosen_file="chosen.json", saved_to=None,
+    report = Report(
+        **{f.name: getattr(cal, f.name) for f in dataclasses.fields(Calibration)},
+        length_reference={"profile": "tiny", "fitted_at": None, "n": 3}, model=dataclasses.replace(MODEL_SOURCE, model="tiny"),
+        environment=ENVIRONMENT,
+        prompts_file="cal.jsonl", distractors_file="study.jsonl", n_clean=3,
+        current_chosen="relative_entropy_for_length", current_chosen_file="chosen.json", saved_to=None,
         study_set=study, study_set_file="study.jsonl" if study else None)
-    body = to_jsonable(report.to_json())
-    again = to_json(KIND.read(body))  # the writer takes "kind" out of the body (it leads the file)
+    body = to_json(KIND.read(to_jsonable(report)))  # what ReportDir.write_report writes after "kind" and "format"
+    again = to_json(KIND.read(json.loads(json.dumps(body))))
+    assert json.dumps(again) == json.dumps(body)
+    assert ("properties_on_prompts" in body) == checked and ("study_set" in body) == (study is not None)
+    assert body["candidates"][0]["iqr"] is None and body["prompts"][0]["relative_entropy"] is None
     if not checked:  # a report of calibrate() without prefills (the command always checks): written with a null
-        assert "chosen_holds_on_prompts" not in body and again.pop("chosen_holds_on_prompts") is None
-    assert json.dumps(again) == json.dumps({k: v for k, v in body.items() if k != "kind"})
-    assert ("chosen_holds_on_prompts" in body) == checked and ("study_set" in body) == (study is not None)
+        assert body["chosen_holds_on_prompts"] is None
     if checked and chosen is None:
         assert body["chosen_holds_on_prompts"] is None
+
+
+def test_save_health_choice_writes_the_reference_record_the_reports_length_reference_holds():
+    """The report holds the length reference as its file's record with the fit's figures added; --save writes
+    that record, the figures left out, stamped with the report's time, and the rule's choice beside it.
+
+    Fault class: the saved reference carrying the fit's figures (or missing a key of the record) once the report
+    no longer keeps the record apart."""
+    import json
+
+    from lab.health.calibration import FIT_FIGURES, RULE
+    from lab.health.calibration_report import save_health_choice
+    from lab.health.choice import user_path
+    from lab.health.measures import LengthReference
+    from lab.health.references import reference_record
+    from lab.kinds.calibrate_health import Report
+
+    refs = {"content_entropy": LengthReference("content_entropy", 9.8, -0.12, 0.1)}
+    record = reference_record("tinyprofile", "tiny", refs, prompts_file="x.jsonl", n_content=[3, 90], fitted_at=None)
+    figures = {"n_prompts": 2, "n_content_range": [3, 90], FIT_FIGURES: {"content_entropy": {"rho_base_n": 0.1}}}
+    created = "2026-01-01T00:00:00+00:00"
+    report = Report(rule=RULE, chosen="relative_entropy", decided_by="largest IQR", length_rho_tolerance=0.2,
+                    controls_rejected={}, candidates=(), prompts=(), length_reference={**record, **figures},
+                    model={"model": "tiny"}, environment={"created": created}, prompts_file="cal.jsonl",
+                    distractors_file="study.jsonl", n_clean=0, current_chosen="relative_entropy",
+                    current_chosen_file="chosen.json", saved_to=str(user_path()))
+    ref_path, choice_path = save_health_choice(report)
+    assert ref_path.read_text() == json.dumps({**record, "fitted_at": created}, indent=1) + "\n"
+    assert json.loads(choice_path.read_text())["measure"] == "relative_entropy"
 
 
 def test_study_records_every_candidate_under_its_own_column():

@@ -214,21 +214,22 @@ def test_results_that_cross_packages_are_frozen_dataclasses():
     import dataclasses
     import typing
 
-    from lab.bench import results as bench_results, seed_tables, summary, tracker, tune
+    from lab.bench import results as bench_results, seed_tables, summary
     from lab.bench.run import run_bench
     from lab.health import calibration as health_calibration, calibration_report as health_report
+    from lab.kinds import bench as bench_kind, bench_tracker, calibrate_health
     from lab.sinks import calibration_report as sink_report
     from lab.study import outcome
 
     types = [outcome.PromptRow, outcome.DraftedToken, outcome.PromptOutcome, bench_results.BenchResult,
-             bench_results.BenchReport, seed_tables.SeedTablesReport, tune.TuneReport, tracker.TrackerBenchReport,
-             sink_report.SinkCalibrationReport, health_report.HealthCalibrationReport,
+             bench_results.BenchReport, seed_tables.SeedTablesReport, bench_kind.TuneReport, bench_tracker.Report,
+             sink_report.SinkCalibrationReport, calibrate_health.Report,
              health_calibration.HealthCalibration]
     loose = [t.__name__ for t in types if not (dataclasses.is_dataclass(t) and t.__dataclass_params__.frozen)]
     assert not loose, f"not frozen dataclasses: {loose}"
     builders = {run_bench: bench_results.BenchResult, summary.summarize: bench_results.BenchResult,
                 sink_report.calibration_report: sink_report.SinkCalibrationReport,
-                health_report.health_report: health_report.HealthCalibrationReport,
+                health_report.health_report: calibrate_health.Report,
                 health_calibration.calibrate: health_calibration.HealthCalibration}
     wrong = {f.__qualname__: typing.get_type_hints(f).get("return") for f, t in builders.items()
              if typing.get_type_hints(f).get("return") is not t}

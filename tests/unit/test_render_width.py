@@ -145,11 +145,11 @@ def test_bench_view_quiet_machine_has_no_warning():
 
 
 def test_bench_tracker_view_legible_at_80_columns():
-    from lab.bench.tracker import ArmTimes, TrackerBenchReport
+    from lab.bench.tracker import ArmTimes, tracker_report
     from lab.render.entropy import bench_rows, render_bench
     from lab.tracker.results import DecodeSettings
 
-    report = TrackerBenchReport(
+    report = tracker_report(
         prompt="hi", settings=DecodeSettings(max_new_tokens=64, temperature=0.0, top_k=None, top_p=1.0, seed=0),
         repeats=3, prompt_tokens=9, vocab_size=49152, model={"model": "smollm2", "device": "cpu", "dtype": "float32"},
         environment={}, arms=ArmTimes(off=[1.0, 1.1, 1.3], on=[1.01, 1.12, 1.35], identical=True),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -18,7 +19,7 @@ from lab.sinks.candidates import STATISTICS
 from lab.sinks.prefill import baseline_mask, candidate_scores, score_positions
 from lab.sinks.structure import ROLE_CONTENT, ROLE_SYSTEM_DEFAULT, ROLE_TEMPLATE
 from tests import support
-from tests.provenance import environment_json, model_json
+from tests.provenance import ENVIRONMENT, MODEL_SOURCE
 
 CHOICE = sink_profiles.load_choice()  # the packaged detector choice
 STATISTIC, DEFAULT_THRESHOLD = CHOICE.statistic, CHOICE.default_threshold
@@ -272,40 +273,66 @@ def test_graded_health_not_measurable_without_observed_content():
 @pytest.mark.parametrize("cross", ["moves", "stays", "refused", "none"])
 def test_calibration_report_json_is_its_kinds_typed_report_text_for_text(cross):
     """A calibration report with every part the command can write (a held-out check with long prompts, long
-    calibration prompts, the rule's choice moving, staying or refused) read as the kind's typed report
-    (lab.kinds.calibrate_sinks.Report) and written again is the same text, key for key in its order:
-    ReportDir.write_report writes it through that type.
+    calibration prompts, the rule's choice moving, staying or refused), built as the kind's typed report
+    (lab.kinds.calibrate_sinks.Report, which lab.sinks.calibration_report builds), read back and written again is
+    the same text, key for key in its order: ReportDir.write_report writes it through that type.
 
     Fault class: a typed report whose fields differ from the writer's keys (order, a key only sometimes there,
     a null where the type wants a number) changes report.json's bytes or refuses a run's report."""
-    from lab.kinds.calibrate_sinks import KIND
+    from lab.kinds.calibrate_sinks import (KIND, Candidate, Counts, Criteria, CrossModelChosen, CrossModelRefused,
+                                          HeldOut, LongPrompt, MovesFrom, Report, SweepRecord)
     from lab.reports import to_jsonable
-    from lab.sinks.calibration import SweepRow
-    from lab.sinks.calibration_report import (CandidateCalibration, CrossModelChoice, HeldOutCheck,
-                                              LongPromptFigures, PromptFigures, SinkCalibrationReport)
     from lab.sinks.candidates import STATISTICS
-    from lab.sinks.profiles import DetectorChoice
     from lab.typed import to_json
 
-    counts = {"position0_flagged": 11, "n_prompts": 12, "content_flagged": 3, "n_content": 900, "trailing_flagged": 1}
-    was = DetectorChoice(statistic="gm_prose", default_threshold=3.5, profiles=("smollm2",), path="choice.json")
-    cross_model = {"moves": CrossModelChoice(("a", "b"), "sink_rate", 0.05, moves_from=was),
-                   "stays": CrossModelChoice(("a",), "gm_prose", 3.5),
-                   "refused": CrossModelChoice(("a", "b"), None, None, refused="no statistic is feasible on all"),
+    counts = Counts(position0_flagged=11, n_prompts=12, content_flagged=3, n_content=900, trailing_flagged=1)
+    was = MovesFrom(statistic="gm_prose", default_threshold=3.5, path="choice.json")
+    cross_model = {"moves": CrossModelChosen(("a", "b"), "sink_rate", 0.05, moves_from=was),
+                   "stays": CrossModelChosen(("a",), "gm_prose", 3.5, moves_from=None),
+                   "refused": CrossModelRefused(("a", "b"), None, None),
                    "none": None}[cross]
-    report = SinkCalibrationReport(
-        model=model_json(), environment=environment_json(created="now"), statistic="sink_rate",
-        candidates={"sink_rate": CandidateCalibration((0.17, 0.3), 0.2, {"calibration": counts, "held_out": counts},
-                                                      0.25, 0.1),
-                    "gm_prose": CandidateCalibration((), None, {}, 1.5, None)},
+    report = Report(
+        model=MODEL_SOURCE, environment=dataclasses.replace(ENVIRONMENT, created="now"),
+        criteria=Criteria(position0_min_rate=0.9, content_max_rate=0.01), min_observers=4, statistic="sink_rate",
+        statistics=tuple(STATISTICS),
+        candidates={"sink_rate": Candidate((0.17, 0.3), (0.17, 0.3), 0.2, {"calibration": counts, "held_out": counts},
+                                           0.25, 0.1),
+                    "gm_prose": Candidate(None, (), None, {}, 1.5, None)},
         chosen_threshold=0.2, current_default_threshold=0.02, feasible_thresholds=(0.17, 0.3), n_prompts=24,
         n_content_tokens=1800, position0_score_min=0.25, content_score_max=0.1,
-        sweep=(SweepRow(0.17, 24, 24, 3, 1800, 2, 2, 0, 4000), SweepRow(0.5, 1, 24, 0, 1800)),
-        held_out=HeldOutCheck("held.jsonl", 0.2, counts, counts, (2048, 2048)),
-        long_prompts=(LongPromptFigures("long-0", 2048, 0.9, 0.1, 2000, 0, 0),),
-        prompts=(PromptFigures("p0", 25, {k: 0.5 for k in STATISTICS}, None, 0),),
-        cross_model=cross_model, saved_to=None, n_held_out=12, long_lengths=(2048,))
-    body = to_jsonable(report.to_json())
+        sweep=(SweepRecord(0.17, 24, 24, 3, 1800, 2, 2, 0, 4000, True),
+               SweepRecord(0.5, 1, 24, 0, 1800, 0, 0, 0, 0, False)),
+        trailing_fraction=0.25, held_out=HeldOut("held.jsonl", 0.2, counts, counts, (2048, 2048)),
+        long_prompts=(LongPrompt("long-0", 2048, 0.9, 0.1, 2000, 0, 0),),
+        prompts=({"id": "p0", "n_tokens": 25, **{f"position0_{k}": 0.5 for k in STATISTICS},
+                  "max_content_score": None, "n_content": 0},),
+        cross_model=cross_model, saved_to=None)
+    body = {"kind": KIND.name, **to_jsonable(report)}  # as ReportDir.write_report reads it
     again = {"kind": body["kind"], **to_json(KIND.read(body))}
     assert json.dumps(again) == json.dumps(body)
     assert ("moves_from" in json.dumps(body)) == (cross in ("moves", "stays"))
+
+
+def test_cross_model_choice_is_the_kinds_type_and_keeps_why_the_rule_refused(monkeypatch):
+    """The rule's result is written as it is read (lab.kinds.calibrate_sinks' CrossModelChosen or
+    CrossModelRefused); why it refused, which the file does not hold, comes back beside it for the command's
+    line, and ``moves_from`` names the current choice only when the rule's differs from it."""
+    import lab.sinks.calibration_report as scr
+    from lab.kinds.calibrate_sinks import CrossModelChosen, CrossModelRefused, MovesFrom
+    from lab.sinks.profiles import DetectorChoice
+
+    current = DetectorChoice(statistic="sink_rate", default_threshold=0.02, profiles=("a",), path="choice.json")
+    feasible = {"b": {"sink_rate": [0.1]}, "a": {"sink_rate": [0.2]}}
+    assert scr.cross_model_choice({}, current) == (None, None)
+    monkeypatch.setattr(scr, "choose_statistic", lambda f: ("sink_rate", 0.02))
+    assert scr.cross_model_choice(feasible, current) == (CrossModelChosen(("a", "b"), "sink_rate", 0.02, None), None)
+    monkeypatch.setattr(scr, "choose_statistic", lambda f: ("gm_prose", 3.5))
+    moved, _ = scr.cross_model_choice(feasible, current)
+    assert moved.moves_from == MovesFrom(statistic="sink_rate", default_threshold=0.02, path="choice.json")
+
+    def refuse(f):
+        raise ValueError("no candidate statistic is feasible on every model")
+
+    monkeypatch.setattr(scr, "choose_statistic", refuse)
+    assert scr.cross_model_choice(feasible, current) == (CrossModelRefused(("a", "b"), None, None),
+                                                         "no candidate statistic is feasible on every model")

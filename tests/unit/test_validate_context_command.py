@@ -114,11 +114,12 @@ def test_packaged_smollm2_context_reference_reads_and_names_heads_inside_the_mod
 
 
 def _validation(ref, set_name="validation", auroc=0.8):
-    from lab.health.context_validity import ContextValidation, ValidityFigures
+    from lab.health.context_validity import ContextValidation
+    from lab.kinds.validate_context import Figures
 
-    fig = ValidityFigures(measure="lookback_heads", direction=1, n_pairs=160, auroc=auroc, ci_low=auroc - 0.07,
-                          ci_high=auroc + 0.07, length_auroc=0.5, placebo_auroc=0.5, length_rho=0.01, end_share=0.0,
-                          failed=() if auroc >= 0.75 else (f"AUROC {auroc:.2f} < 0.75",))
+    fig = Figures(measure="lookback_heads", direction=1, n_pairs=160, auroc=auroc, ci_low=auroc - 0.07,
+                  ci_high=auroc + 0.07, length_auroc=0.5, placebo_auroc=0.5, length_rho=0.01, end_share=0.0,
+                  failed=() if auroc >= 0.75 else (f"AUROC {auroc:.2f} < 0.75",))
     return ContextValidation(profile="smollm2", set_name=set_name, items_file="/x/context_validation.jsonl",
                              reference=ref, reference_from="packaged", chosen=fig, others=(), rows=())
 
