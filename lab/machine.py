@@ -143,15 +143,15 @@ def busy_rule(threads: int) -> str:
     return f"busy when the 1-minute load average exceeds the bench's {threads} torch thread(s) + {BUSY_MARGIN:g}"
 
 
-def busy_warning(summary: dict[str, Any]) -> str | None:
-    """One paragraph for the terminal and ``summary.md``, or None when the machine was quiet."""
-    if not summary.get("busy"):
+def busy_warning(load: MachineLoad | None) -> str | None:
+    """One paragraph for the terminal and ``summary.md``, or None when the machine was quiet (or nobody sampled it)."""
+    if load is None or not load.busy:
         return None
-    methods = summary.get("busy_methods") or []
-    which = f" (around {len(methods)} of {len(summary.get('per_method') or {})} methods)" if methods else ""
+    methods = load.busy_methods
+    which = f" (around {len(methods)} of {len(load.per_method)} methods)" if methods else ""
     return (f"WARNING: the machine was busy during this benchmark{which}: 1-minute load average up to "
-            f"{summary['max_load_1m']:.2f} with {summary['threads']} torch thread(s) on {summary['cpu_count']} CPUs "
-            f"({summary['rule']}). Other processes competed for the cores, so times and speedups are inflated "
+            f"{load.max_load_1m:.2f} with {load.threads} torch thread(s) on {load.cpu_count} CPUs "
+            f"({load.rule}). Other processes competed for the cores, so times and speedups are inflated "
             "and noisy; re-run on a quiet machine before trusting them.")
 
 

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from lab.provenance import MachineLoad
 from lab.reports import to_jsonable
 
 BASELINE = "target-only (lab loop)"  # the method every speedup divides by
@@ -175,7 +176,7 @@ class BenchResult:
         runs: Every timed run.
         peer: A llama.cpp peer's report (:mod:`lab.bench.peer`; a dict, as it has no type of its own yet),
             None without one (left out of the dict).
-        machine_load: The load log's summary (:mod:`lab.machine`), None without one.
+        machine_load: The load log's record (:meth:`lab.machine.LoadLog.record`), None without one.
         sides: ``{label: BenchResult}``: the same methods on another runtime or weights, run in the same
             alternating schedule (``lab bench --also-runtime``) and summarized apart, each against its own
             target alone; empty without one (left out of the dict).
@@ -193,7 +194,7 @@ class BenchResult:
     by_group: Mapping[str, Mapping[str, Mapping[str, float]]]
     runs: tuple[RunRecord, ...]
     peer: dict[str, Any] | None = None
-    machine_load: dict[str, Any] | None = None
+    machine_load: MachineLoad | None = None
     sides: Mapping[str, "BenchResult"] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -257,7 +257,7 @@ def run_bench(target: Any, draft: Drafter, prompts: Sequence[torch.Tensor], conf
                                  assisted_errors, peer)
     by_side = {side.label: summarize(side.target, side.draft, prompts, side_config,
                                      [r for r in runs if r.side == side.label], {}) for side in sides}
-    return dataclasses.replace(bench, machine_load=load_log.summary() if load_log is not None else None,
+    return dataclasses.replace(bench, machine_load=load_log.record() if load_log is not None else None,
                                sides=by_side)
 
 

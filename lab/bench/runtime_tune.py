@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from lab.bench.results import Spread
+from lab.provenance import MachineLoad
 from lab.ranges import REPEATS
 
 SCORE_RULE = ("the highest median over repeats of end-to-end tokens/s (new tokens over prefill + decode time, "
@@ -147,7 +148,7 @@ class RuntimeTuneResult:
         figures: Per candidate, :class:`CandidateFigures`.
         winner: The chosen label; ``winner_runtime`` / ``winner_weights`` spell it out.
         rule: :data:`SCORE_RULE`.
-        load: :meth:`lab.machine.LoadLog.summary`.
+        load: :meth:`lab.machine.LoadLog.record`.
     """
 
     candidates: list[str]
@@ -157,7 +158,7 @@ class RuntimeTuneResult:
     winner_runtime: str
     winner_weights: str
     rule: str
-    load: dict[str, Any]
+    load: MachineLoad
 
     def measured(self) -> dict[str, Any]:
         """What the tuning file keeps: each candidate's medians and per-repeat figures."""
@@ -201,7 +202,7 @@ def run_runtime_tune(generators: dict[RuntimeCandidate, Callable[[int], tuple[in
     winner = choose_runtime(figures)
     chosen = next(c for c in cands if c.label == winner)
     return RuntimeTuneResult([c.label for c in cands], runs, figures, winner, chosen.runtime, chosen.weights,
-                             SCORE_RULE, load_log.summary())
+                             SCORE_RULE, load_log.record())
 
 
 def timed_target(model: Any, ids: Sequence[Any], max_new_tokens: int, eos: Sequence[int]):

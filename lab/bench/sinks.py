@@ -28,6 +28,7 @@ from typing import Any, Callable, ContextManager, Sequence
 # The report's type is its kind's (lab.kinds): the command writes it, the terminal, summary.md and the page read it.
 from lab.kinds.bench_sinks import Comparison
 from lab.kinds.bench_sinks import Report as SinksBenchReport
+from lab.provenance import Environment
 
 MODES = ("sdpa", "capture", "eager")
 WORKER_TIMEOUT_S = 1200
@@ -142,14 +143,14 @@ def compare_capture(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -
 
 
 def bench_sinks(model_name: str, lengths: Sequence[int], eager_length: int, *, device: Any, dtype: Any,
-                threads: int | None, environment: dict[str, Any], torch_threads: int, load_log: Any,
+                threads: int | None, environment: Environment, torch_threads: int, load_log: Any,
                 status: Callable[[str], ContextManager[Any]]) -> SinksBenchReport:
     """Every measurement of :func:`plan`, one subprocess each, sampled by ``load_log``.
 
     Args:
         model_name / device / dtype / threads: What each worker loads and runs with.
         lengths / eager_length: Prompt lengths, tokens (:func:`plan`).
-        environment / torch_threads: Recorded in the report.
+        environment / torch_threads: Recorded in the report (:func:`lab.reports.environment_record`).
         load_log: A :class:`lab.machine.LoadLog`.
         status: ``status(text)`` gives a context that shows ``text`` while one measurement runs.
     """
@@ -158,4 +159,4 @@ def bench_sinks(model_name: str, lengths: Sequence[int], eager_length: int, *, d
         with status(f"measuring {mode} at {n} tokens"), load_log.around(f"{mode} at {n} tokens"):
             results.append(measure(model_name, mode, n, device=device, dtype=dtype, threads=threads))
     return SinksBenchReport(model=model_name, environment=environment, torch_threads=torch_threads, results=results,
-                            comparison=compare_capture(results, lengths), machine_load=load_log.summary())
+                            comparison=compare_capture(results, lengths), machine_load=load_log.record())

@@ -26,6 +26,7 @@ from lab.bench.results import Spread
 from lab.bench.runtime_tune import alternating_order
 from lab.kinds.bench_tracker import Report, RunSeconds, Settings, Times
 from lab.machine import LoadLog
+from lab.provenance import Environment, MachineLoad, ModelSource
 from lab.tracker.loop import run_decode
 from lab.tracker.results import DecodeSettings
 from lab.tracker.stats import StepRecorder
@@ -99,8 +100,8 @@ def _pct(on: float, off: float) -> float:
 
 
 def tracker_report(*, prompt: str, settings: DecodeSettings, repeats: int, prompt_tokens: int, vocab_size: int,
-                   model: dict[str, Any], environment: dict[str, Any], arms: ArmTimes, statistics_s: float,
-                   torch_threads: int, machine_load: dict[str, Any]) -> Report:
+                   model: ModelSource, environment: Environment, arms: ArmTimes, statistics_s: float,
+                   torch_threads: int, machine_load: MachineLoad) -> Report:
     """``lab bench-tracker``'s report (:class:`lab.kinds.bench_tracker.Report`, what ``report.json`` holds): the set-up
     and every raw time, with the overheads derived from them.
 
@@ -109,12 +110,12 @@ def tracker_report(*, prompt: str, settings: DecodeSettings, repeats: int, promp
         settings: The decode settings (EOS ignored: every run decodes ``max_new_tokens``).
         repeats: Timed pairs.
         prompt_tokens, vocab_size: The prompt's length with the chat template, and V.
-        model: The model's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
-        environment: :func:`lab.reports.environment`.
+        model: The model's provenance.
+        environment: :func:`lab.reports.environment_record`.
         arms: The timed arms (:func:`time_arms`).
         statistics_s: Seconds per step of the statistics alone (:func:`time_statistics`).
         torch_threads: Torch's intra-op threads.
-        machine_load: The load log's summary.
+        machine_load: The load log's record (:meth:`lab.machine.LoadLog.record`).
 
     Returns:
         The report: min / median / max seconds per arm over the pairs; the overhead of the medians, of the minima

@@ -28,6 +28,7 @@ from lab.bench.prompt_split import TUNE_HUMANEVAL, TUNE_MAX_NEW_TOKENS, TUNE_REP
 from lab.bench.results import BenchResult, MethodFigures
 from lab.bench.run import BenchConfig
 from lab.kinds.bench import Bench, Config, TuneReport
+from lab.provenance import Environment, ModelSource
 from lab.reports import to_jsonable
 from lab.sampling import SamplingConfig
 from lab.speculative.draft_dtypes import PER_PASS_ALIAS
@@ -169,7 +170,7 @@ def tune(benches: Mapping[str, BenchResult], *, model: str, threads: int) -> Tun
     """
     setup, measured = choose(benches)
     machine = machine_key(threads)
-    measured["busy"] = {mode: bool((b.machine_load or {}).get("busy")) for mode, b in benches.items()}
+    measured["busy"] = {mode: b.machine_load is not None and b.machine_load.busy for mode, b in benches.items()}
     return TuneOutcome(setup=setup, measured=measured, machine=machine, path=DRAFT_SETUP.path(model))
 
 
@@ -183,17 +184,17 @@ def save_tuned(outcome: TuneOutcome, *, model: str, draft: str) -> Path:
                        outcome.measured)
 
 
-def tune_report(*, model: dict[str, Any], draft: str, prompts: PromptSet, torch_threads: int,
-                environment: dict[str, Any], configs: Mapping[str, BenchConfig], outcome: TuneOutcome,
+def tune_report(*, model: ModelSource, draft: str, prompts: PromptSet, torch_threads: int,
+                environment: Environment, configs: Mapping[str, BenchConfig], outcome: TuneOutcome,
                 benches: Mapping[str, BenchResult]) -> TuneReport:
     """``lab bench-tune``'s report (:class:`lab.kinds.bench.TuneReport`, what ``report.json`` holds).
 
     Args:
-        model: The target's provenance (:meth:`lab.models.source.ModelSource.as_dict`).
+        model: The target's provenance.
         draft: The ``--draft`` spec.
         prompts: The :func:`tune_prompts` it ran on.
         torch_threads: Torch's intra-op threads.
-        environment: :func:`lab.reports.environment` when the report is built.
+        environment: :func:`lab.reports.environment_record` when the report is built.
         configs: :func:`tune_configs`.
         outcome: The choice and where it goes (:func:`tune`); ``measured`` kept as measured.
         benches: ``{"greedy": ..., "sampling": ...}``, each as the report holds a bench (its figures JSON-ready:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.loading import load_model
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sinks import bench_markdown, bench_table
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
 
     # 1. Validate before running anything.
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     limit = model.config.max_position_embeddings
     if max(lengths + [args.eager_length]) > limit:
         raise ValueError(f"--lengths={args.lengths!r} / --eager-length exceed the model's context of {limit}")
-    env = environment(model)
+    env = environment_record(model)
     del model
 
     # 2. One subprocess per measurement (lab.bench.sinks), then show and write.

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.chat import build_messages, encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.entropy import bench_markdown, render_bench
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
     from lab.tracker.results import DecodeSettings
 
@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     # 5. Show, then write the report atomically.
     result = tracker_report(prompt=args.prompt, settings=settings, repeats=args.repeats,
                             prompt_tokens=int(input_ids.shape[1]), vocab_size=vocab_size,
-                            model=model_source(model).as_dict(), environment=environment(model), arms=arms,
+                            model=model_source(model), environment=environment_record(model), arms=arms,
                             statistics_s=stats_s, torch_threads=torch.get_num_threads(),
-                            machine_load=load_log.summary())
+                            machine_load=load_log.record())
     render_bench(result, stdout_console())
     with report_folder(args.out, BENCH_TRACKER) as rd:
         rd.write_report(result)

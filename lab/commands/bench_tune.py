@@ -99,7 +99,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from lab.commands.bench import model_draft_args, parse_gammas, run_draft_schedules, show_and_write
     from lab.models.source import model_source
     from lab.render.tune import tune_summary_markdown
-    from lab.reports import environment
+    from lab.reports import environment_record
 
     # 1. Validate before loading.
     prompts = _tuning_prompts(args)
@@ -116,8 +116,8 @@ def run_tune(args: argparse.Namespace) -> int:
     outcome = tune(benches, model=args.model, threads=threads)
 
     # 3. The report (atomically), and show both.
-    report = tune_report(model=model_source(model).as_dict(), draft=draft_spec, prompts=prompts,
-                         torch_threads=torch.get_num_threads(), environment=environment(model), configs=configs,
+    report = tune_report(model=model_source(model), draft=draft_spec, prompts=prompts,
+                         torch_threads=torch.get_num_threads(), environment=environment_record(model), configs=configs,
                          outcome=outcome, benches=benches)
     out, folder = show_and_write(args.out, f"tune-{args.model}", with_kind(report), tune_summary_markdown(report))
     path = _save_tuning(outcome.path, folder, lambda: save_tuned(outcome, model=args.model, draft=draft_spec))
@@ -137,7 +137,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from lab.machine import LoadLog, busy_warning
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.runtime_tune import runtime_tune_markdown
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
     from lab.tuning import RUNTIME, runtime_machine_key, write_tuned
 
@@ -158,7 +158,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     machine = runtime_machine_key(threads)
     report = RuntimeTuneReport(model=args.model, candidates=sources, torch_threads=threads, max_new_tokens=max_new,
                                repeats=repeats, prompts=list(prompts.texts), prompt_groups=list(prompts.groups),
-                               humaneval=prompts.humaneval, environment=environment(first), result=result.as_dict(),
+                               humaneval=prompts.humaneval, environment=environment_record(first), result=result.as_dict(),
                                machine=machine, tuning_file=str(RUNTIME.path(args.model)))
     summary = runtime_tune_markdown(report, result)
     with report_folder(args.out, BENCH, f"tune-runtime-{args.model}") as rd:
@@ -170,7 +170,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         err.print(warning, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_report(out, rd.final)
     choice = {"runtime": result.winner_runtime, "weights": result.winner_weights, "report": str(rd.final)}
-    measured = {**result.measured(), "busy": bool(result.load.get("busy"))}
+    measured = {**result.measured(), "busy": result.load.busy}
     path = _save_tuning(RUNTIME.path(args.model), rd.final,
                         lambda: write_tuned(RUNTIME, args.model, choice, machine, measured))
     out.print(f"tuned runtime: {result.winner} -> {path}", markup=False, highlight=False, soft_wrap=True)

@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _notes(err, report, save: bool) -> None:
     """The run's warnings on stderr: no choice, an unsaved new choice, a choice failing on the model's prompts."""
     say = functools.partial(err.print, markup=False, highlight=False)
-    model = report.model["model"]
+    model = report.model.model
     if report.chosen is None:
         say(f"calibrate-health: the rule chooses no measure on {model}: {report.decided_by}"
             + ("; nothing saved" if save else ""))
@@ -122,7 +122,7 @@ def _validate(args: argparse.Namespace) -> int:
     from lab.models.chat import encode_chat
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import validation_markdown, validation_table
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
     from lab.sinks.prefill import analyze_prefill
 
@@ -135,16 +135,16 @@ def _validate(args: argparse.Namespace) -> int:
     with err.status("scoring validation prompts") as status:
         values = score_candidates(lambda messages: analyze_prefill(model, tokenizer, messages), vset.prompts,
                                   progress=lambda i, n, pid: status.update(f"validation prompt {i + 1}/{n}: {pid}"))
-    info = model_source(model).as_dict()
-    report = validation_report(values, vset.prompts, vset.sources, measure=measure, model=info,
-                               environment=environment(model), prompts_file=vset.file,
+    source = model_source(model)
+    report = validation_report(values, vset.prompts, vset.sources, measure=measure, model=source,
+                               environment=environment_record(model), prompts_file=vset.file,
                                reference_file=model_length_reference(model, measure).path)
     if not report.valid:
-        err.print(f"calibrate-health: context health ({measure}) fails on independent text on {info['model']}: "
+        err.print(f"calibrate-health: context health ({measure}) fails on independent text on {source.model}: "
                   f"rho(N) {report.figures.rho:+.2f}, {report.figures.saturated_share:.0%} at the ends of the scale",
                   markup=False, highlight=False)
     stdout_console().print(validation_table(report))
-    with report_folder(args.out, CALIBRATE_HEALTH_VALIDATE, info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_HEALTH_VALIDATE, source.model) as rd:
         rd.write_report(report.to_json())
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", validation_markdown(report))
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.health.references import REFERENCE_PROMPTS
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.health import calibration_markdown, candidates_table
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
     from lab.sinks.calibration import load_prompts
     from lab.sinks.prefill import analyze_prefill
@@ -187,15 +187,14 @@ def run(args: argparse.Namespace) -> int:
                                    progress=lambda label, i, n, pid: status.update(f"{label} {i + 1}/{n}: {pid}"))
 
     # 3. Figures and the rule's choice.
-    info = model_source(model).as_dict()
     report = health_report(scores, sets, HealthRun(
-        model=info, environment=environment(model), current_chosen=load_chosen(),
+        model=model_source(model), environment=environment_record(model), current_chosen=load_chosen(),
         current_chosen_file=str(chosen_path()), save_to=str(user_path()) if args.save else None))
     _notes(err, report, args.save)
 
     # 4. Show and write.
     stdout_console().print(candidates_table(report))
-    with report_folder(args.out, CALIBRATE_HEALTH, info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_HEALTH, report.model.model) as rd:
         rd.write_report(report)
         rd.write_csv("prompts.csv", list(report.prompts))
         rd.write_text("summary.md", calibration_markdown(report))

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from lab.models.profiles import PROFILES
     from lab.render.console import print_report, stderr_console, stdout_console
     from lab.render.sink_calibration import calibration_markdown, calibration_table, candidates_markdown, plot_sweep
-    from lab.reports import environment
+    from lab.reports import environment_record
     from lab.views.publish import report_folder
     from lab.sinks.calibration import HELD_OUT_SET
     from lab.sinks.calibration_report import CalibrationRun, calibration_report, save_calibration, score_sets
@@ -127,9 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. Sweep every candidate, choose, check on the held-out sets, apply the rule across profiles.
     choice = load_choice()
-    info = model_source(model).as_dict()
     calibration = calibration_report(scored, CalibrationRun(
-        model=info, environment=environment(model), choice=choice,
+        model=model_source(model), environment=environment_record(model), choice=choice,
         held_out_file=args.held_out or f"lab/data/{HELD_OUT_SET}", long_lengths=lengths,
         recorded=recorded_feasible(PROFILES), save_as=args.model if save else None,
         saved_to=str(user_dir()) if save else None))
@@ -138,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     # 4. Show and write.
     report = calibration.report
     stdout_console().print(calibration_table(calibration))
-    with report_folder(args.out, CALIBRATE_SINKS, info["model"]) as rd:
+    with report_folder(args.out, CALIBRATE_SINKS, report.model.model) as rd:
         rd.write_report(report)
         rd.write_csv("sweep.csv", [asdict(r) for r in report.sweep])
         rd.write_csv("prompts.csv", list(report.prompts))

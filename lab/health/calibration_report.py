@@ -21,6 +21,7 @@ from lab.health.choice import write_chosen
 from lab.health.measures import CANDIDATES, CONTROLS, HealthInputs, LengthReference
 from lab.health.references import reference_record, write_references
 from lab.kinds.calibrate_health import Calibration, Report
+from lab.provenance import Environment, ModelSource
 from lab.prompts import CalibrationPrompt, StudyPrompt
 from lab.prompts import load_prompts as load_study_prompts
 from lab.user_dirs import check_calibration_dir
@@ -144,15 +145,15 @@ class HealthRun:
     """Everything a health report says besides the scores.
 
     Attributes:
-        model: The model's provenance as reports write it (``ModelSource.as_dict``).
-        environment: :func:`lab.reports.environment`.
+        model: The model's provenance.
+        environment: :func:`lab.reports.environment_record`.
         current_chosen: The measure in use now (:func:`lab.health.choice.load_chosen`).
         current_chosen_file: The file it was read from (:func:`lab.health.choice.chosen_path`).
         save_to: The user's file the choice goes to after the report; ``None``: not saved.
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     current_chosen: str
     current_chosen_file: str
     save_to: str | None = None
@@ -170,8 +171,8 @@ def health_report(scores: HealthScores, sets: HealthPromptSets, run: HealthRun) 
     if scores.study_values:
         study = {name: study_set_figures({k: v[name] for k, v in scores.study_values.items()}, sets.study)
                  for name in {**CANDIDATES, **CONTROLS}}
-    profile = run.model.get("profile") or run.model["model"]
-    record = reference_record(profile, run.model["model"], scores.references,
+    profile = run.model.profile or run.model.model
+    record = reference_record(profile, run.model.model, scores.references,
                               n_content=[int(v[N_CONTENT]) for v in scores.reference_values.values()],
                               prompts_file=sets.reference_file, fitted_at=None)
     return Report(
@@ -199,8 +200,8 @@ def save_health_choice(report: Report) -> tuple[Path, Path]:
     """
     if report.chosen is None:
         raise ValueError("the rule chose no measure on this model: nothing to save")
-    created = report.environment.get("created")
+    created = report.environment.created
     record = {k: v for k, v in report.length_reference.items() if k != FIT_FIGURES}
     ref_path = write_references({**record, "fitted_at": created})
-    path = write_chosen(report.chosen, decided_by=report.decided_by, model=report.model["model"], chosen_at=created)
+    path = write_chosen(report.chosen, decided_by=report.decided_by, model=report.model.model, chosen_at=created)
     return ref_path, path

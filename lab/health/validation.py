@@ -35,6 +35,7 @@ from lab.health.calibration import LENGTH_RHO_TOLERANCE, N_CONTENT
 from lab.health.measures import CANDIDATES, CONTROLS
 from lab.kinds.calibrate_health_validate import KIND, Bars, Figures, Report
 from lab.prompts import CalibrationPrompt
+from lab.provenance import Environment, ModelSource
 from lab import typed
 
 VALIDATION_PROMPTS = "data/health_validation.jsonl"
@@ -105,8 +106,8 @@ class HealthValidationReport(Report):
 
 
 def validation_report(values: Mapping[str, Mapping[str, float]], prompts: Sequence[CalibrationPrompt],
-                      sources: Mapping[str, str], *, measure: str, model: dict[str, Any],
-                      environment: dict[str, Any], prompts_file: str = PACKAGED_VALIDATION,
+                      sources: Mapping[str, str], *, measure: str, model: ModelSource,
+                      environment: Environment, prompts_file: str = PACKAGED_VALIDATION,
                       reference_file: str | None = None) -> HealthValidationReport:
     """Every candidate's figures on the validation prompts, and the verdict on the lab's context health.
 

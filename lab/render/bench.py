@@ -217,7 +217,7 @@ def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) ->
         model_info: The target's provenance (``model``, ``device``, ``dtype``, ``weights``; each may be missing).
     """
     cfg = bench.config
-    load = bench.machine_load or {}
+    load = bench.machine_load
     lines = [
         "# lab bench: speculative decoding on this machine",
         "",
@@ -227,9 +227,9 @@ def bench_summary_markdown(bench: BenchResult, model_info: Mapping[str, Any]) ->
         f"max_new_tokens {cfg.max_new_tokens}; repeats {cfg.repeats}; "
         f"mean prompt {bench.mean_prompt_tokens:.0f} tokens",
         f"- one target decode step: {bench.target_step_s * 1e3:.2f} ms (lab loop)",
-        *([f"- machine: {load['threads']} torch thread(s), {load['cpu_count']} CPUs; 1-minute load average up to "
-           f"{number_text(load['max_load_1m'], '.2f')} ({load['rule']}; per-method samples in report.json)"]
-          if load else []),
+        *([f"- machine: {load.threads} torch thread(s), {load.cpu_count} CPUs; 1-minute load average up to "
+           f"{number_text(load.max_load_1m, '.2f')} ({load.rule}; per-method samples in report.json)"]
+          if load is not None else []),
         "",
         *md_table("method | tok/s median (min-max) | speedup | alpha | tau | c (time) | c (FLOPs) | verify / step | "
                   "predicted | Thm 3.8 (time c) | Thm 3.8 (FLOP c) | efficiency | overhead | breakeven alpha | "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -22,6 +22,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from lab.machine import busy_warning, quiet_loaders
+from lab.provenance import MachineLoad
 from lab.safe_text import printable
 
 
@@ -76,7 +77,7 @@ def print_report(console: Console, folder: object, note: str = "") -> None:
         console.print(f"page: {page.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
 
 
-def print_busy(console: Console, load: Mapping[str, Any] | None) -> None:
+def print_busy(console: Console, load: MachineLoad | None) -> None:
     """The busy-machine warning (:func:`lab.machine.busy_warning`) in bold yellow; nothing on a quiet machine."""
-    if warning := busy_warning(load or {}):
+    if warning := busy_warning(load):
         console.print(Text(warning, style="bold yellow"))

@@ -304,7 +304,7 @@ def bench_rows(report: TrackerBenchReport) -> list[tuple[str, str]]:
 def render_bench(report: TrackerBenchReport, console: Console) -> None:
     """Print the bench-tracker result table to ``console``."""
     model = report.model
-    table = Table(title=Text(f"Tracker overhead: {model['model']} on {model['device']} ({model['dtype']}), "
+    table = Table(title=Text(f"Tracker overhead: {model.model} on {model.device} ({model.dtype}), "
                              f"{report.repeats} alternating pairs x {report.tokens_per_run} tokens"),
                   title_justify="left")  # Text: a model path with brackets is not markup
     table.add_column("measure")
@@ -328,17 +328,17 @@ def bench_markdown(report: TrackerBenchReport) -> str:
     model, st = report.model, report.settings
     sampled = st.temperature > 0  # DecodeSettings.do_sample, of the settings as the report holds them
     mode = "greedy" if not sampled else f"sampling T={st.temperature:g} top_k={st.top_k} top_p={st.top_p:g}"
-    load = report.machine_load or {}
+    load = report.machine_load
     lines = [
         "# Entropy tracker overhead", "",
         *busy_lines(load),
-        f"- **model**: {model['model']} on {model['device']} ({model['dtype']})",
+        f"- **model**: {model.model} on {model.device} ({model.dtype})",
         f"- **runs**: {report.repeats} alternating off/on pairs after one warm-up pair; "
         f"{report.tokens_per_run} new tokens each (EOS ignored), {mode}; prompt of "
         f"{report.prompt_tokens} tokens, V = {report.vocab_size}",
-        f"- **machine**: {report.environment['platform']}, {report.environment['cpu_count']} CPUs, "
+        f"- **machine**: {report.environment.platform}, {report.environment.cpu_count} CPUs, "
         f"torch threads {report.torch_threads}"
-        + (f"; 1-minute load average up to {load['max_load_1m']:.2f} ({load['rule']})" if load else ""), "",
+        + f"; 1-minute load average up to {load.max_load_1m:.2f} ({load.rule})", "",
         *md_table("measure | value", bench_rows(report), "lr"), "",
         overhead_sentence(report), "",
         "Times are wall-clock seconds of prefill + decode for one run. On a shared machine the",

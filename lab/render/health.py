@@ -44,7 +44,7 @@ def calibration_markdown(report: Report) -> str:
     """summary.md of ``lab calibrate-health``."""
     lines = [
         "# Context-health calibration", "",
-        f"Model: {report.model.get('model', '?')}. Prompts: {report.n_clean} clean calibration prompts "
+        f"Model: {report.model.model}. Prompts: {report.n_clean} clean calibration prompts "
         f"({report.prompts_file}), one poisoned variant of each, built like the study's twins from the "
         f"distractors of {report.distractors_file}, and one neutral variant of each with the same added length "
         "(standard-library docstring text, lab/data/calibration_neutral.jsonl).", "",
@@ -130,7 +130,7 @@ def validation_markdown(report: HealthValidationReport) -> str:
     verdict = {SUPPORTED: "meets both bars", NOT_SUPPORTED: f"**fails** ({missed})"}[meets_bars(f.valid)]
     lines = [
         "# Context health on independent text", "",
-        f"Model: {report.model.get('model', '?')}. Prompts: {f.n} clean prompts of {report.prompts_file} "
+        f"Model: {report.model.model}. Prompts: {f.n} clean prompts of {report.prompts_file} "
         "(docstrings of installed packages, spread evenly in log content length, one neutral question), "
         "none from the calibration, length-reference or study prompts. Length reference read: "
         f"{report.reference_file or 'none'}.", "",

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from lab.machine import busy_warning
+from lab.provenance import MachineLoad
 
 _RULE = {"l": "---", "r": "---:", "c": ":---:"}
 
@@ -28,8 +29,8 @@ def md_table(header: str | Sequence[str], rows: Iterable[Iterable[Any]] = (), al
     return [f"| {header} |", "|" + rule, *map(md_row, rows)]
 
 
-def busy_lines(load: Mapping[str, Any] | None, label: str = "") -> list[str]:
+def busy_lines(load: MachineLoad | None, label: str = "") -> list[str]:
     """The busy-machine warning (:func:`lab.machine.busy_warning`) as a bold quote and a blank line, after
     ``label``; no lines on a quiet machine or without a load record."""
-    warning = busy_warning(load or {})
+    warning = busy_warning(load)
     return [f"> **{label}{warning}**", ""] if warning else []

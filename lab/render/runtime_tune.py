@@ -23,7 +23,7 @@ def runtime_tune_markdown(report: RuntimeTuneReport, result: RuntimeTuneResult) 
         f"{report.repeats} repeats, candidates alternating (order rotated each repeat)",
         f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "
         f"llama.cpp {machine['llama_cpp']}, {report.torch_threads} thread(s), max 1-minute load "
-        f"{number_text(result.load.get('max_load_1m'), '.2f', keep_inf=True)}",
+        f"{number_text(result.load.max_load_1m, '.2f', keep_inf=True)}",
         f"- rule: {result.rule}",
         f"- **winner: {result.winner}**",
         f"- written to `{report.tuning_file}`; lab entropy, speculate and bench run it on this machine when --runtime "

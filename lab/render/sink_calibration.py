@@ -54,7 +54,7 @@ def calibration_markdown(report: Report) -> str:
     model = report.model
     lines = [
         "# Sink threshold calibration", "",
-        f"- model: {model.get('model')} ({model.get('device')}, {model.get('dtype')})",
+        f"- model: {model.model} ({model.device}, {model.dtype})",
         f"- prompts: {report.n_prompts}; observed content tokens: {report.n_content_tokens}",
         f"- criteria: position 0 flagged on >= {report.criteria.position0_min_rate:.0%} of prompts; "
         f"< {report.criteria.content_max_rate:.0%} of content tokens flagged",

@@ -358,14 +358,13 @@ def comparison_sentence(cmp_: Comparison) -> str:
 
 def bench_markdown(data: SinksBenchReport) -> str:
     """``summary.md`` of ``lab bench-sinks``."""
-    load = data.machine_load or {}
+    load = data.machine_load
     lines = ["# Sink capture benchmark", "", *busy_lines(load),
              f"- model: {data.model}",
-             f"- machine: {data.environment.get('platform')}, {data.environment.get('cpu_count')} CPUs",
+             f"- machine: {data.environment.platform}, {data.environment.cpu_count} CPUs",
              "- each row ran in its own subprocess; memory is peak RSS beyond the loaded model (VmHWM - VmRSS)",
              f"- torch threads: {data.torch_threads}; 1-minute load average up to "
-             f"{load.get('max_load_1m', float('nan')):.2f} "
-             f"({load.get('rule', 'not recorded')})",
+             f"{load.max_load_1m if load.max_load_1m is not None else float('nan'):.2f} ({load.rule})",
              "", *md_table("method | tokens | seconds | peak beyond model", align="lrrr")]
     for r in data.results:
         if "error" in r:

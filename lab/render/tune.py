@@ -18,7 +18,7 @@ def tune_summary_markdown(report: TuneReport) -> str:
         lines += busy_lines(bench.machine_load, f"{mode}: ")
     cfg = report.configs["greedy"]
     lines += [
-        f"- model {report.model.get('model')}, draft {report.draft}; tuning prompts only: a code prompt and "
+        f"- model {report.model.model}, draft {report.draft}; tuning prompts only: a code prompt and "
         f"HumanEval {report.humaneval} (never the held-back split); {cfg.max_new_tokens} new tokens, "
         f"{cfg.repeats} repeats per mode",
         f"- machine: {machine['cpu_model']}, {len(machine['cpu_flags'])} CPU flags, torch {machine['torch']}, "

@@ -23,6 +23,7 @@ import torch
 
 from lab.kinds.calibrate_sinks import (Candidate, Counts, Criteria, CrossModelChosen, CrossModelRefused, HeldOut,
                                       LongPrompt, MovesFrom, Report, SweepRecord)
+from lab.provenance import Environment, ModelSource
 from lab.reports import to_jsonable
 from lab.prompts import CalibrationPrompt
 from lab.sinks.calibration import (CONTENT_MAX_RATE, POSITION0_MIN_RATE, TRAILING_FRACTION, PromptScores, SweepRow,
@@ -117,7 +118,7 @@ class SinkCalibrationReport:
         record = {"profile": profile, "model": r.model, "statistic": r.statistic,
                   "thresholds": {k: c.chosen for k, c in r.candidates.items()}, "candidates": r.candidates,
                   "criteria": r.criteria, "n_prompts": r.n_prompts, "n_held_out": self.n_held_out,
-                  "long_lengths": list(self.long_lengths), "calibrated_at": r.environment.get("created"),
+                  "long_lengths": list(self.long_lengths), "calibrated_at": r.environment.created,
                   "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
         return json.loads(json.dumps(to_jsonable(record), allow_nan=False))
 
@@ -127,8 +128,8 @@ class CalibrationRun:
     """Where a calibration's scores came from and where its result goes (everything but the scores).
 
     Attributes:
-        model: The model's provenance as reports write it (``ModelSource.as_dict``).
-        environment: :func:`lab.reports.environment`.
+        model: The model's provenance.
+        environment: :func:`lab.reports.environment_record`.
         choice: The current detector choice (:func:`lab.sinks.profiles.load_choice`): the report's statistic.
         held_out_file: The held-out prompt file as the report names it.
         long_lengths: The long prompts' requested lengths.
@@ -138,8 +139,8 @@ class CalibrationRun:
         saved_to: The user's folder it goes to; ``None`` when not saved.
     """
 
-    model: dict[str, Any]
-    environment: dict[str, Any]
+    model: ModelSource
+    environment: Environment
     choice: DetectorChoice
     held_out_file: str
     long_lengths: tuple[int, ...]
@@ -276,7 +277,7 @@ def save_calibration(report: SinkCalibrationReport, profile: str, *, packaged_st
     if cross is None or cross.chosen is None:
         return
     chosen, default = cross.chosen, cross.default_threshold
-    at = report.report.environment.get("created")
+    at = report.report.environment.created
     path = write_choice(chosen, default, cross.profiles, chosen_at=at)
     note(f"detector choice written: {path} ({chosen}, default {default:g})")
     if chosen != packaged_statistic:

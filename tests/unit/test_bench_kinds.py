@@ -12,11 +12,12 @@ import pytest
 
 from lab.kinds.bench import KIND, RuntimeTuneReport, with_kind
 from lab.reports import ReportDir
+from tests.provenance import ENVIRONMENT
 
 pytestmark = pytest.mark.unit
 
 RUNTIME = {"model": "qwen", "candidates": {}, "torch_threads": 2, "max_new_tokens": 8, "repeats": 1, "prompts": ["a"],
-           "prompt_groups": ["code"], "humaneval": None, "environment": {}, "result": {"winner": "x"}, "machine": {},
+           "prompt_groups": ["code"], "humaneval": None, "environment": ENVIRONMENT, "result": {"winner": "x"}, "machine": {},
            "tuning_file": None}
 
 

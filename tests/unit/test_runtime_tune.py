@@ -89,7 +89,7 @@ def test_run_runtime_tune_runs_every_candidate_on_every_prompt_alternating_and_c
                      ("llama.cpp (gguf)", 0), ("torch (float32)", 0), ("llama.cpp (gguf)", 1), ("torch (float32)", 1)]
     assert result.winner == "llama.cpp (gguf)" and (result.winner_runtime, result.winner_weights) == ("llama.cpp", "gguf")
     assert result.figures["llama.cpp (gguf)"].median_end_to_end == 4.0 and len(result.runs) == 8
-    assert set(result.load["per_method"]) == {"torch (float32)", "llama.cpp (gguf)"}
+    assert set(result.load.per_method) == {"torch (float32)", "llama.cpp (gguf)"}
     json.dumps(result.as_dict())  # the report's part is JSON as it stands
 
 
