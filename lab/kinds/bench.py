@@ -189,6 +189,31 @@ class Config:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupFigures:
+    """One method's pooled figures over one prompt group's runs (:func:`lab.bench.phases.group_speedups`); a figure
+    that could not be formed (no phase times, no baseline) is None.
+
+    Attributes:
+        e2e_tokens_per_s: New tokens over all time, prefill included, tokens/s.
+        decode_tokens_per_s: New tokens after the first over the decode phase's time, tokens/s.
+        e2e_speedup, decode_speedup: Those rates over the baseline's in the same group (ratios).
+        prefill_phase_s: Mean time before the first new token per run, seconds.
+        n_runs: The runs pooled.
+    """
+
+    e2e_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    e2e_speedup: float | None
+    decode_speedup: float | None
+    prefill_phase_s: float | None
+    n_runs: int
+
+
+# The prompt group every run belongs to (by_group's pooled figures over all prompts).
+ALL_GROUP = "all"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Bench:
     """One alternating bench's figures (:meth:`lab.bench.results.BenchResult.as_dict`): a side of a bench, a mode
     of a tuning run, a table of the seed's.
@@ -203,8 +228,9 @@ class Bench:
         methods: ``{name: figures}`` in schedule order.
         comparisons: Each speculative method against assisted generation and its prediction.
         assisted_errors: ``{method: error}`` for assisted methods transformers refused.
-        by_group: ``{group: {method: {figure: value}}}``: pooled end-to-end and decode-only tokens/s and speed-ups
-            over :data:`lab.bench.results.BASELINE`; absent in reports written before it.
+        by_group: ``{group: {method: GroupFigures}}``: pooled end-to-end and decode-only tokens/s and speed-ups
+            over :data:`lab.bench.results.BASELINE`, the group :data:`ALL_GROUP` over every prompt; absent in reports
+            written before it.
         runs: Every timed run.
         peer: A llama.cpp peer's report (:mod:`lab.bench.peer`); absent without one.
         machine_load: The load log's summary (:mod:`lab.machine`), None without one.
@@ -221,7 +247,7 @@ class Bench:
     methods: dict[str, SpeculativeMethod | Method]
     comparisons: list[Comparison]
     assisted_errors: dict[str, str]
-    by_group: dict[str, dict[str, dict[str, float | None]]] | None = may_be_absent()
+    by_group: dict[str, dict[str, GroupFigures]] | None = may_be_absent()
     runs: list[Run]
     peer: dict[str, Any] | None = may_be_absent()
     machine_load: MachineLoad | None

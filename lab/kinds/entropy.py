@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lab.kinds import Kind
+from lab.kinds.sinks import ContextReading
 from lab.provenance import Environment, ModelSource
 from lab.typed import may_be_absent
 
@@ -166,7 +166,7 @@ class Report:
     stop_reason: str
     steps: list[Step]
     context: str | None = may_be_absent()
-    context_measure: dict[str, Any] | None = may_be_absent()
+    context_measure: ContextReading | None = may_be_absent()
 
 
 KIND = Kind("entropy", listed=10, commands=("lab.commands.entropy",), page="lab.views.kinds.entropy", report=Report)

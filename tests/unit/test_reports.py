@@ -265,7 +265,9 @@ def test_report_dir_write_report_puts_kind_and_format_first_then_the_fields_in_o
     text = (rd.final / "report.json").read_text(encoding="utf-8")
     assert list(json.loads(text)) == ["kind", "format", "prompt", "steps"]
     assert json.loads(text) == {"kind": "untyped", "format": REPORT_FORMAT, "prompt": "p", "steps": [1.5, None]}
-    given = entropy_report([entropy_step()], context="c", context_measure={"value": None})
+    given = entropy_report([entropy_step()], context="c",
+                           context_measure={"value": None, "n_context": 1, "measure": "lookback_heads", "file": None,
+                                            "verdicts": {}, "unmeasurable": "no fitted measure"})
     with report_dir(tmp_path, ENTROPY, "x") as rd:
         rd.write_report({**given, "kind": "entropy"})
     text = (rd.final / "report.json").read_text(encoding="utf-8")

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.kinds import Kind
 from lab.views.core import content_security_policy
 from lab.views.files import read_report
 from lab.views.svg import inline_svg
@@ -286,7 +285,8 @@ def test_pages_and_log_show_control_characters_escaped_as_the_terminal_does(tmp_
     text = "evil\u202etxt.exe\u202c zero\u200bwidth"
     steps = [entropy_step(token_text=text, alternatives=[{"token_id": 1, "token_text": text, "prob": 0.5}])]
     report = json.dumps(entropy_report(steps, prompt=text, context=text, model=model_json(model=text),
-                                       context_measure={"value": 1.0}))
+                                       context_measure={"value": 1.0, "n_context": 3, "measure": "lookback_heads",
+                                                        "file": None, "verdicts": {}, "unmeasurable": None}))
     runs = [_dir(tmp_path, f"20261205-01010{i}-entropy-x\u202ey", {"report.json": report, "summary.md": "x",
                                                                   "extra.csv": f"col\u200b\n{text}\n"})
             for i in (1, 2)]
@@ -396,7 +396,9 @@ def test_bench_page_and_log_show_impossible_speed_and_alpha_as_out_of_range(tmp_
     from tests.support import bench_method_json, bench_report_json
 
     report = bench_report_json({"speculative g4": bench_method_json(4, alpha=1.5)},
-                               by_group={"all": {"speculative g4": {"e2e_tokens_per_s": -5.0}}})
+                               by_group={"all": {"speculative g4": {"e2e_tokens_per_s": -5.0, "decode_tokens_per_s": None,
+                                                                    "e2e_speedup": None, "decode_speedup": None,
+                                                                    "prefill_phase_s": None, "n_runs": 1}}})
     page, log = _page_and_log(tmp_path, "20261205-010101-bench-x", {"report.json": json.dumps(report)})
     headline = "fastest: speculative g4, -5 (out of range: a speed must be a finite number >= 0) tokens/s"
     assert headline in page and headline in log

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.kinds.bench import KIND, Bench, Config, Method, Report, SpeculativeMethod, Spread
+from lab.kinds.bench import ALL_GROUP, KIND, Bench, Config, Method, Report, SpeculativeMethod, Spread
 from lab.numbers import number_or_none
 from lab.provenance import ModelSource
 from lab.ranges import COUNT, GAMMA, NONNEGATIVE, PROBABILITY, TEMPERATURE, TOP_K, TOP_P, Range
@@ -63,13 +63,13 @@ def result_rows(bench: Any) -> list[dict[str, Any]]:
     """
     if not isinstance(bench, (Report, Bench)):
         return []
-    pooled = (bench.by_group or {}).get("all") or {}
+    pooled = (bench.by_group or {}).get(ALL_GROUP) or {}
     rows = []
     for name, m in bench.methods.items():
-        g = pooled.get(name) or {}
+        g = pooled.get(name)
 
         def figure(key: str) -> Any:
-            return g[key] if key in g else _median(m, key)
+            return getattr(g, key) if g is not None else _median(m, key)
 
         spec = m if isinstance(m, SpeculativeMethod) else None
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from lab.kinds.sinks import Analysis, Report
 from lab.ranges import COUNT, HEALTH, PROBABILITY
-from lab.typed import to_json
 from lab.views.core import KindPage, Section, colour, figure, figure_problem, legend, render, text_colour
 from lab.views.files import ReportFiles
 
@@ -203,7 +202,7 @@ def page(files: ReportFiles, report: Report) -> KindPage:
                             "context"))
     if report.context_measure is not None:  # --context: the decode's reading of it, with the measure's validity record
         # The template draws lab entropy's record too, a report dict while that kind is not typed: the reading as JSON.
-        sections.append(Section("Context reading", render("context_reading.html.j2", cm=to_json(report.context_measure),
+        sections.append(Section("Context reading", render("context_reading.html.j2", cm=report.context_measure,
                                                           context=report.context or ""),
                                 "context-reading"))
     return KindPage(headline=headline(a, ps) if ps else "", sections=tuple(sections), covers=frozenset(covers))
