@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.files import FileRefused, read_bounded
+from lab.kinds.integration import RunLog
+from lab.typed import from_json
 from lab.views.core import asset, render
 from lab.views.files import MAX_JSON_BYTES, kind_of, read_report, stamp_of
 from lab.views.page import PAGE, kind_page, write_index
@@ -95,9 +97,9 @@ def log_row(path: Path) -> LogRow:
 def _integration_row(path: Path) -> LogRow:
     """An integration run's folder: its counts as the headline, its own log as the link."""
     try:
-        counts = json.loads(read_bounded(path / "index.json", MAX_JSON_BYTES).decode("utf-8")).get("counts", {})
-        headline = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
-    except (OSError, ValueError, AttributeError):
+        counts = from_json(RunLog, json.loads(read_bounded(path / "index.json", MAX_JSON_BYTES).decode("utf-8"))).counts
+        headline = f"{counts.passed} passed, {counts.failed} failed, {counts.skipped} skipped"
+    except (OSError, ValueError):  # ShapeError is a ValueError
         headline = "index.json unreadable"
     link = f"{path.name}/{PAGE}" if (path / PAGE).is_file() else f"{path.name}/index.md"
     return LogRow(name=path.name, kind="integration", model="", weights="", runtime="", date=stamp_of(path.name),

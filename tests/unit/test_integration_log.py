@@ -81,6 +81,13 @@ def test_integration_log_writes_one_folder_with_index_and_reports(tmp_path):
     md = (run / "index.md").read_text()
     assert "1 passed, 1 failed, 1 skipped" in md and "alpha = 0.75" in md
     assert not [p for p in run.iterdir() if p.name.startswith(".")], "no partial files left"
+    from lab.kinds.integration import RunLog
+    from lab.typed import from_json
+    from lab.views.log import log_rows
+
+    assert from_json(RunLog, index).counts.failed == 1  # the shape the experiment log reads it as
+    (row,) = [r for r in log_rows(out) if r.kind == "integration"]
+    assert row.headline == "1 passed, 1 failed, 1 skipped"
 
 
 def test_integration_log_env_variable_moves_it_and_unit_tier_writes_nothing(tmp_path):
