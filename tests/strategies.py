@@ -209,3 +209,19 @@ def typed_values(hint):
     return {type(None): st.none(), bool: st.booleans(), int: st.integers(-10**9, 10**9),
             float: st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
             str: st.text(max_size=8)}[hint]
+
+
+# --------------------------------------------------------------------------- conformance (lab.conform)
+
+
+@st.composite
+def conform_settings(draw, max_k: int = MAX_VOCAB):
+    """A non-greedy ``lab.conform.chains.Settings``: temperature in [0.2, 3], each filter on or off."""
+    from lab.conform.chains import Settings
+
+    return Settings(
+        temperature=draw(st.one_of(st.just(1.0), st.floats(0.2, 3.0, allow_nan=False, allow_subnormal=False))),
+        top_k=draw(st.one_of(st.none(), st.integers(1, max_k))),
+        top_p=draw(st.one_of(st.just(1.0), st.floats(0.05, 1.0, allow_nan=False, allow_subnormal=False))),
+        min_p=draw(st.one_of(st.just(0.0), st.floats(0.0, 1.0, allow_nan=False, allow_subnormal=False))),
+    )

@@ -37,6 +37,7 @@ DOCUMENTED_MODULES = (
     "lab.ranges",
     "lab.safe_text",
     "lab.files",
+    "lab.conform.chains",
 )
 
 

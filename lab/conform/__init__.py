@@ -1,0 +1,13 @@
+"""Conformance: does another inference engine draw from the law it claims?
+
+``lab conform`` (issue 67) tests an engine (llama.cpp's ``llama-server``, any
+OpenAI-compatible URL) against the lab's own reference decode of the same weights. This
+package is its engine-agnostic core, pure math on numbers (no model, no HTTP, no files):
+
+* :mod:`.chains`: the reference law of one next-token step under an engine's DECLARED
+  filter chain (transformers and the lab: temperature -> top-k -> top-p -> min-p;
+  llama.cpp: top-k -> top-p -> min-p -> temperature).
+
+Importing the package imports nothing (numpy comes with :mod:`.chains`; torch and scipy
+are imported inside the functions that need them).
+"""
