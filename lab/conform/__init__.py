@@ -7,6 +7,10 @@ package is its engine-agnostic core, pure math on numbers (no model, no HTTP, no
 * :mod:`.chains`: the reference law of one next-token step under an engine's DECLARED
   filter chain (transformers and the lab: temperature -> top-k -> top-p -> min-p;
   llama.cpp: top-k -> top-p -> min-p -> temperature).
+* :mod:`.stats`: the goodness-of-fit test of token counts against that law (chi-square
+  with pooled bins plus an exact check for impossible tokens), the samples a setting
+  needs for a stated power, Holm across settings, greedy equality except at near-ties,
+  and the logprob tolerance check.
 
 Importing the package imports nothing (numpy comes with :mod:`.chains`; torch and scipy
 are imported inside the functions that need them).

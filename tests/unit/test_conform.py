@@ -1,10 +1,12 @@
-"""The conformance core's contracts: the chains.
+"""The conformance core's contracts: the chains, the law test and its power, Holm, greedy, logprobs.
 
 Properties (hypothesis): every chain's law sums to 1, keeps a maximal token and never a
 token outside top-k; the transformers order equals the lab's own filter
 (:mod:`lab.sampling`) and transformers' warpers with min-p, away from float boundaries;
 the llama.cpp and transformers orders differ on a crafted example and agree at
-temperature 1. Errors are one line naming the argument.
+temperature 1; the law test's p-value is ``tests/support.py``'s ``chisq_pvalue``; the
+least favourable alternative is exactly ``tv`` away on the same support. Errors are one
+line naming the argument; results are frozen.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import pytest
 import torch
 from hypothesis import assume, given, strategies as st
 
-from lab.conform import chains
+from lab.conform import chains, stats
 from lab.conform.chains import LLAMA_CPP, TRANSFORMERS, Chain, Settings, chain_logits, chain_probs
+from lab.conform.stats import (greedy_check, holm_family, law_test, least_favourable, logprob_check, power_against,
+                               samples_for_power)
 from tests.strategies import conform_settings, logit_vectors, masked_logit_vectors
+from tests.support import chisq_pvalue
 
 # Float64 reference against float32 filters: the kept sets agree unless a cumulative sum or a logit gap
 # lies within float32 rounding (~1e-7 relative) of the boundary; these margins keep such draws out.
@@ -170,7 +175,179 @@ def test_describe_names_engine_and_active_steps_in_order():
 
 def test_conform_imports_no_torch_and_no_scipy():
     """``lab.conform`` stays light at import: torch and scipy are imported inside the functions that need them."""
-    code = ("import sys, lab.conform, lab.conform.chains; "
+    code = ("import sys, lab.conform, lab.conform.chains, lab.conform.stats; "
             "print(sorted(m for m in ('torch', 'scipy', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# --------------------------------------------------------------------------- the law test
+
+
+def test_law_test_exact_fit_passes_and_impossible_token_rejects_exactly():
+    fit = law_test([500, 300, 200, 0], [0.5, 0.3, 0.2, 0.0])
+    assert (fit.p_value, fit.statistic, fit.dof, fit.reason, fit.impossible_tokens) == (1.0, 0.0, 2, "chi-square", ())
+    bad = law_test([500, 300, 199, 1], [0.5, 0.3, 0.2, 0.0])
+    assert (bad.p_value, bad.statistic, bad.reason, bad.impossible_tokens) == (0.0, math.inf, "impossible token", (3,))
+    assert bad.rejects(1e-12) and not fit.rejects(0.5)
+
+
+def test_law_test_pools_tokens_expected_below_five():
+    """n = 100 over (0.9, 0.02 x 5): each tail token expects 2, the pool 10: two bins, five tokens pooled."""
+    probs = [0.9] + [0.02] * 5
+    result = law_test([90, 2, 2, 2, 2, 2], probs)
+    assert (result.n_bins, result.pooled_tokens, result.dof, result.n) == (2, 5, 1, 100)
+
+
+def test_law_test_single_bin_cannot_reject():
+    result = law_test([10, 0], [1.0, 0.0])
+    assert (result.p_value, result.reason, result.n_bins) == (1.0, "one bin", 1)
+
+
+@given(st.integers(2, 12).flatmap(lambda v: st.tuples(
+    st.lists(st.integers(0, 40), min_size=v, max_size=v),
+    st.lists(st.floats(0.0, 1.0, allow_nan=False, allow_subnormal=False), min_size=v, max_size=v))))
+def test_law_test_p_value_equals_tests_support_chisq_pvalue(case):
+    """The library's test pools as the lab's statistical tests always have (tests/support.chisq_pvalue)."""
+    counts, weights = case
+    assume(sum(counts) > 0 and sum(weights) > 0)
+    probs = np.asarray(weights) / sum(weights)
+    expected = {i: float(p) for i, p in enumerate(probs)}
+    observed = {i: c for i, c in enumerate(counts) if c}
+    assert law_test(counts, probs).p_value == pytest.approx(chisq_pvalue(observed, expected), rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("counts, probs, message", [
+    ([1, 2], [0.2, 0.3, 0.5], "^counts shape"),
+    ([1, 2, 3], [0.2, 0.3, 0.6], "^probs must be finite"),
+    ([1, -2, 3], [0.2, 0.3, 0.5], "^counts must be non-negative"),
+    ([1, 2.5, 3], [0.2, 0.3, 0.5], "^counts must be non-negative"),
+    ([0, 0, 0], [0.2, 0.3, 0.5], "^counts must hold at least one"),
+    ([1], [[1.0]], "^probs must be a non-empty vector"),
+])
+def test_law_test_bad_input_raises(counts, probs, message):
+    with pytest.raises(ValueError, match=message):
+        law_test(counts, probs)
+
+
+# --------------------------------------------------------------------------- power
+
+
+def test_power_against_reference_itself_is_alpha_and_impossible_mass_raises_it():
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    assert power_against(p, p, 1000, 0.01) == pytest.approx(0.01)
+    leak = np.array([0.5, 0.3, 0.19, 0.01])
+    assert power_against(p, leak, 1000, 0.01) > 1 - 1e-4  # 1 - 0.99^1000
+
+
+@given(st.lists(st.floats(0.01, 1.0, allow_nan=False), min_size=2, max_size=40), st.floats(0.001, 0.3))
+def test_least_favourable_is_tv_away_on_the_same_support(weights, tv):
+    """TV(alternative, reference) = tv exactly; it sums to 1 and keeps the support."""
+    p = np.asarray(weights) / sum(weights)
+    order = np.argsort(-p, kind="stable")
+    cum = np.cumsum(p[order])[:-1]
+    assume(tv <= cum[np.argmin(np.abs(cum - 0.5))])
+    alt = least_favourable(p, tv)
+    assert abs(alt.sum() - 1) < 1e-12 and (alt > 0).all()
+    assert 0.5 * np.abs(alt - p).sum() == pytest.approx(tv, rel=1e-9)
+
+
+def test_least_favourable_bad_input_raises():
+    with pytest.raises(ValueError, match="^probs has one token"):
+        least_favourable([1.0, 0.0], 0.1)
+    with pytest.raises(ValueError, match=r"^tv=0.6 must be in \(0, P\(A\)"):
+        least_favourable([0.5, 0.5], 0.6)
+    with pytest.raises(ValueError, match="^tv=0"):
+        least_favourable([0.5, 0.5], 0)
+
+
+def test_samples_for_power_reaches_power_and_fewer_do_not():
+    p = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
+    plan = samples_for_power(p, 0.05, 0.01)
+    alt = least_favourable(p, 0.05)
+    assert plan.achieved >= 0.9 and plan.achieved == power_against(p, alt, plan.n, 0.01)
+    assert power_against(p, alt, plan.n - 1, 0.01) < 0.9
+    assert samples_for_power(p, 0.1, 0.01).n < plan.n < samples_for_power(p, 0.05, 0.001).n
+
+
+def test_samples_for_power_bad_input_raises():
+    with pytest.raises(ValueError, match="^alpha="):
+        samples_for_power([0.5, 0.5], 0.1, 0.0)
+    with pytest.raises(ValueError, match="^power="):
+        samples_for_power([0.5, 0.5], 0.1, 0.05, power=1.0)
+    with pytest.raises(ValueError, match="needs more than"):
+        samples_for_power([0.5, 0.5], 1e-5, 0.05)
+
+
+# --------------------------------------------------------------------------- Holm, greedy, logprobs
+
+
+def test_holm_family_matches_holm_and_rejects_at_alpha():
+    from lab.analysis.hypotheses import holm
+
+    values = {"a": 0.001, "b": 0.04, "c": 0.03, "d": 0.9}
+    family = holm_family(values, 0.05)
+    assert list(family.adjusted) == holm(list(values.values()))
+    assert family.rejected == ("a",) and not family.passed
+    assert holm_family({"a": 0.2}, 0.05).passed
+    assert holm_family({"a": 0.0, "b": 1.0}, 0.01).rejected == ("a",)  # an impossible token rejects the family
+
+
+def test_holm_family_bad_input_raises():
+    with pytest.raises(ValueError, match="^p_values must name"):
+        holm_family({}, 0.05)
+    with pytest.raises(ValueError, match="^p_values hold NaN"):
+        holm_family({"a": math.nan}, 0.05)
+    with pytest.raises(ValueError, match="outside"):
+        holm_family({"a": 1.5}, 0.05)
+    with pytest.raises(ValueError, match="^alpha="):
+        holm_family({"a": 0.5}, 1.0)
+
+
+def test_greedy_check_equal_passes_and_masked_token_is_a_mismatch():
+    logits = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, -np.inf]])
+    assert greedy_check(logits, np.array([0, 1, 0]), 0.0).passed
+    check = greedy_check(logits, np.array([0, 1, 1]), 10.0)
+    assert (check.first_mismatch, check.mismatch_gap, check.mismatches) == (2, math.inf, 1)
+
+
+def test_greedy_check_exact_tie_excused_at_zero_tolerance():
+    check = greedy_check(np.array([[1.0, 1.0, 0.0]]), np.array([1]), 0.0)
+    assert check.excused == (0,) and check.passed
+
+
+@pytest.mark.parametrize("logits, tokens, tol, message", [
+    (np.zeros((0, 3)), np.zeros(0, dtype=int), 0.1, "^ref_logits_per_step must be"),
+    (np.zeros((2, 3)), np.array([0]), 0.1, "^engine_tokens must be"),
+    (np.zeros((2, 3)), np.array([0.0, 1.0]), 0.1, "^engine_tokens must be"),
+    (np.zeros((2, 3)), np.array([0, 3]), 0.1, "^engine_tokens hold ids outside"),
+    (np.array([[0.0, np.nan]]), np.array([0]), 0.1, "^ref_logits_per_step must hold no NaN"),
+    (np.zeros((1, 3)), np.array([0]), -0.1, "^tie_tol="),
+])
+def test_greedy_check_bad_input_raises(logits, tokens, tol, message):
+    with pytest.raises(ValueError, match=message):
+        greedy_check(logits, tokens, tol)
+
+
+def test_logprob_check_reports_worst_index_and_passes_at_tolerance():
+    check = logprob_check([[-0.5, -1.0], [-2.0, -3.0]], [[-0.5, -1.2], [-2.0, -3.0]], tol=0.2)
+    assert check.worst == (0, 1) and check.max_abs_diff == pytest.approx(0.2) and check.n == 4
+    assert not logprob_check([-1.0], [-1.5], tol=0.1).passed
+
+
+@pytest.mark.parametrize("ref, eng, tol, message", [
+    ([-1.0], [-1.0, -2.0], 0.1, "^ref_logprobs shape"),
+    ([], [], 0.1, "^ref_logprobs shape"),
+    ([-math.inf], [-1.0], 0.1, "^ref_logprobs must be finite"),
+    ([-1.0], [math.nan], 0.1, "^engine_logprobs must be finite"),
+    ([-1.0], [-1.0], math.nan, "^tol="),
+])
+def test_logprob_check_bad_input_raises(ref, eng, tol, message):
+    with pytest.raises(ValueError, match=message):
+        logprob_check(ref, eng, tol)
+
+
+def test_results_are_frozen_dataclasses():
+    for cls in (stats.LawTest, stats.PowerPlan, stats.FamilyTest, stats.GreedyCheck, stats.LogprobCheck,
+                Settings, Chain):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls.__name__

@@ -38,6 +38,7 @@ DOCUMENTED_MODULES = (
     "lab.safe_text",
     "lab.files",
     "lab.conform.chains",
+    "lab.conform.stats",
 )
 
 
