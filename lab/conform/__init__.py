@@ -11,7 +11,11 @@ package is its engine-agnostic core, pure math on numbers (no model, no HTTP, no
   with pooled bins plus an exact check for impossible tokens), the samples a setting
   needs for a stated power, Holm across settings, greedy equality except at near-ties,
   and the logprob tolerance check.
+* :mod:`.fake`: a fake engine drawing through a declared chain, with the four planted
+  defects the suite must catch (the tests' engine, later the planted-defect proxy's).
 
 Importing the package imports nothing (numpy comes with :mod:`.chains`; torch and scipy
-are imported inside the functions that need them).
+are imported inside the functions that need them). The design and what remains (the
+HTTP client, starting ``llama-server``, the CLI, the report) are in docs/design.md,
+"Conformance: the law each engine claims".
 """

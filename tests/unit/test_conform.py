@@ -1,4 +1,4 @@
-"""The conformance core's contracts: the chains, the law test and its power, Holm, greedy, logprobs.
+"""The conformance core's contracts: the chains, the law test and its power, Holm, greedy, logprobs, the fake engine.
 
 Properties (hypothesis): every chain's law sums to 1, keeps a maximal token and never a
 token outside top-k; the transformers order equals the lab's own filter
@@ -6,7 +6,9 @@ token outside top-k; the transformers order equals the lab's own filter
 the llama.cpp and transformers orders differ on a crafted example and agree at
 temperature 1; the law test's p-value is ``tests/support.py``'s ``chisq_pvalue``; the
 least favourable alternative is exactly ``tv`` away on the same support. Errors are one
-line naming the argument; results are frozen.
+line naming the argument; results are frozen. The fake engine's correct ratio test agrees
+with :func:`lab.speculative.verify.verify` at the boundary uniforms, and its draws follow
+its closed-form law (fixed seeds).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from hypothesis import assume, given, strategies as st
 
 from lab.conform import chains, stats
 from lab.conform.chains import LLAMA_CPP, TRANSFORMERS, Chain, Settings, chain_logits, chain_probs
+from lab.conform.fake import DEFECTS, FakeEngine
 from lab.conform.stats import (greedy_check, holm_family, law_test, least_favourable, logprob_check, power_against,
                                samples_for_power)
+from tests.random_sources import StubRandom
 from tests.strategies import conform_settings, logit_vectors, masked_logit_vectors
 from tests.support import chisq_pvalue
 
@@ -175,7 +179,7 @@ def test_describe_names_engine_and_active_steps_in_order():
 
 def test_conform_imports_no_torch_and_no_scipy():
     """``lab.conform`` stays light at import: torch and scipy are imported inside the functions that need them."""
-    code = ("import sys, lab.conform, lab.conform.chains, lab.conform.stats; "
+    code = ("import sys, lab.conform, lab.conform.chains, lab.conform.stats, lab.conform.fake; "
             "print(sorted(m for m in ('torch', 'scipy', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -349,5 +353,67 @@ def test_logprob_check_bad_input_raises(ref, eng, tol, message):
 
 def test_results_are_frozen_dataclasses():
     for cls in (stats.LawTest, stats.PowerPlan, stats.FamilyTest, stats.GreedyCheck, stats.LogprobCheck,
-                Settings, Chain):
+                Settings, Chain, FakeEngine):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls.__name__
+
+
+# --------------------------------------------------------------------------- the fake engine
+
+
+def test_fake_engine_unknown_defect_and_bad_n_raise():
+    with pytest.raises(ValueError, match="^defect="):
+        FakeEngine(LLAMA_CPP, "off_by_one")
+    with pytest.raises(ValueError, match="^n="):
+        FakeEngine(LLAMA_CPP).sample([0.0, 1.0], Settings(), 0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="^draft_logits has V = 3"):
+        FakeEngine(LLAMA_CPP).sample([0.0, 1.0], Settings(), 5, np.random.default_rng(0), draft_logits=[0.0, 1.0, 2.0])
+
+
+def test_fake_engine_defects_change_what_they_name():
+    s = Settings(temperature=0.7, top_k=5, top_p=0.9)
+    assert FakeEngine(LLAMA_CPP, "top_p_before_temperature").effective(s, draft=False)[0].order == (
+        "top_k", "min_p", "temperature", "top_p")  # llama.cpp claims top-p before: the defect moves it after
+    assert FakeEngine(TRANSFORMERS, "top_p_before_temperature").effective(s, draft=False)[0].order[:2] == (
+        "top_p", "temperature")
+    assert FakeEngine(LLAMA_CPP, "top_k_plus_one").effective(s, draft=False)[1].top_k == 6
+    assert FakeEngine(LLAMA_CPP, "draft_ignores_temperature").effective(s, draft=False)[1].temperature == 0.7
+    assert FakeEngine(LLAMA_CPP, "draft_ignores_temperature").effective(s, draft=True)[1].temperature == 1.0
+    assert FakeEngine(LLAMA_CPP, "accept_if_q_ge_p").effective(s, draft=True) == (LLAMA_CPP, s)
+
+
+@pytest.mark.parametrize("p, q, u", [
+    (0.3, 0.6, 0.0), (0.3, 0.6, 0.5), (0.3, 0.6, 0.4999999), (0.0, 0.6, 0.0), (0.6, 0.3, 0.999999), (0.4, 0.4, 0.0),
+])
+def test_fake_engine_ratio_test_agrees_with_verify_at_boundaries(p, q, u):
+    """The correct engine keeps a draft token exactly when :func:`lab.speculative.verify.verify` does."""
+    from lab.speculative.verify import verify
+
+    target = torch.tensor([[p, 1 - p], [0.5, 0.5]], dtype=torch.float64)
+    draft = torch.tensor([[q, 1 - q]], dtype=torch.float64)
+    n_accepted, _ = verify(torch.tensor([0]), draft, target, random_source=StubRandom([u]))
+    ours = FakeEngine(LLAMA_CPP)._accepts(np.array([u]), np.array([p]), np.array([q]))
+    assert bool(ours[0]) == (n_accepted == 1)
+
+
+@given(logit_vectors(min_size=2, max_size=16, bound=8.0), st.data(), conform_settings(max_k=16))
+def test_fake_engine_correct_draft_emits_the_target_law(target, data, settings):
+    """Leviathan et al., Theorem 3.5: with the ratio test and the residual, the emitted law is p."""
+    draft = data.draw(logit_vectors(min_size=target.numel(), max_size=target.numel(), bound=8.0))
+    engine = FakeEngine(LLAMA_CPP)
+    np.testing.assert_allclose(engine.emitted_law(target, settings, draft_logits=draft),
+                               chain_probs(target, LLAMA_CPP, settings), atol=1e-6)
+
+
+@pytest.mark.parametrize("defect", [None, *DEFECTS])
+def test_fake_engine_draws_follow_its_closed_form_law(defect):
+    """Seeded draws (n = 4000) of every variant fit its own emitted law; none falls outside its support."""
+    rng = np.random.default_rng(11)
+    logits = rng.normal(0.0, 2.0, 24)
+    draft = logits + rng.normal(0.0, 1.0, 24)
+    settings = Settings(temperature=0.7, top_k=12, top_p=0.9)
+    engine = FakeEngine(TRANSFORMERS, defect)
+    for draft_logits in (None, draft):
+        law = engine.emitted_law(logits, settings, draft_logits=draft_logits)
+        tokens = engine.sample(logits, settings, 4000, np.random.default_rng(5), draft_logits=draft_logits)
+        result = law_test(np.bincount(tokens, minlength=law.size), law / law.sum())
+        assert result.reason != "impossible token" and result.p_value > 1e-3, (defect, draft_logits is None, result)

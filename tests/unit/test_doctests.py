@@ -39,6 +39,7 @@ DOCUMENTED_MODULES = (
     "lab.files",
     "lab.conform.chains",
     "lab.conform.stats",
+    "lab.conform.fake",
 )
 
 
