@@ -239,9 +239,25 @@ def test_law_test_bad_input_raises(counts, probs, message):
 
 def test_power_against_reference_itself_is_alpha_and_impossible_mass_raises_it():
     p = np.array([0.5, 0.3, 0.2, 0.0])
-    assert power_against(p, p, 1000, 0.01) == pytest.approx(0.01)
+    assert power_against(p, p, 1000, 0.01) == pytest.approx(0.01, rel=0.01)  # the exact variance: 2 dof + O(1/n)
     leak = np.array([0.5, 0.3, 0.19, 0.01])
     assert power_against(p, leak, 1000, 0.01) > 1 - 1e-4  # 1 - 0.99^1000
+
+
+@pytest.mark.parametrize("p0, p1, n", [([0.5, 0.3, 0.2], [0.5, 0.3, 0.2], 6), ([0.5, 0.3, 0.2], [0.2, 0.2, 0.6], 7),
+                                      ([0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1], 5)])
+def test_pearson_moments_equal_enumeration_of_every_multinomial_outcome(p0, p1, n):
+    """The mean and variance behind power_against, against all outcomes of multinomial(n, p1) summed exactly."""
+    from itertools import product
+
+    from scipy.stats import multinomial
+
+    p0, p1 = np.array(p0), np.array(p1)
+    outcomes = [c for c in product(range(n + 1), repeat=p0.size) if sum(c) == n]
+    weights = np.array([multinomial.pmf(c, n, p1) for c in outcomes])
+    values = np.array([np.sum((np.array(c) - n * p0) ** 2 / (n * p0)) for c in outcomes])
+    mean = float(weights @ values)
+    assert stats._pearson_moments(p0, p1, n) == pytest.approx((mean, float(weights @ (values - mean) ** 2)), rel=1e-9)
 
 
 @given(st.lists(st.floats(0.01, 1.0, allow_nan=False), min_size=2, max_size=40), st.floats(0.001, 0.3))
