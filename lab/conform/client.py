@@ -144,7 +144,7 @@ def derive_seed(seed: int, *keys: int | str) -> int:
 def _check_prompt(prompt) -> str | list[int]:
     if isinstance(prompt, str):
         if not prompt:
-            raise ValueError("prompt must be a non-empty text or a non-empty sequence of token ids")
+            raise ValueError("prompt='' must be a non-empty text or a non-empty sequence of token ids >= 0")
         return prompt
     if isinstance(prompt, Sequence) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):

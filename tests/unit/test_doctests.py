@@ -40,6 +40,9 @@ DOCUMENTED_MODULES = (
     "lab.conform.chains",
     "lab.conform.stats",
     "lab.conform.fake",
+    "lab.conform.answers",
+    "lab.conform.client",
+    "lab.conform.fake_server",
 )
 
 
