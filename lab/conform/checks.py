@@ -226,6 +226,9 @@ def sampling_law_check(client: EngineClient, reference: Reference, prompt: Seque
         raise ValueError(f"seed={seed!r} must be an integer >= 0")
     _same_chain(client, reference)
     chain = reference.chain
+    settings_list = tuple(settings_list)
+    if not all(isinstance(s, Settings) for s in settings_list):
+        raise ValueError("settings_list must hold lab.conform.chains.Settings")
     names = [chain.describe(s) for s in settings_list]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"settings_list must hold at least one setting, each once, got {names}")
@@ -292,8 +295,8 @@ def greedy_check(client: EngineClient, reference: Reference, prompt: Sequence[in
             raise ValueError(f"{name}={tol!r} must be a finite number of nats >= 0")
     completion = client.greedy(prompt, max_tokens, top_n=1)
     tokens = completion.token_ids
+    _in_vocabulary(client, tokens, _logits(reference, prompt).size)
     rows = np.stack([_logits(reference, prompt + tokens[:t]) for t in range(len(tokens))])  # [T, V]
-    _in_vocabulary(client, tokens, rows.shape[1])
     log_norm = rows.max(axis=1) + np.log(np.exp(rows - rows.max(axis=1, keepdims=True)).sum(axis=1))  # [T]
     reference_logprobs = rows[np.arange(len(tokens)), tokens] - log_norm
     greedy = greedy_test(rows, np.asarray(tokens, dtype=np.int64), tie_tol)

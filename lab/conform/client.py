@@ -236,8 +236,9 @@ class EngineClient:
         from urllib.parse import urlsplit
 
         parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-            raise ValueError(f"url={clipped(url)} must be http://host[:port] (the engine's server)")
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or (
+                parts.path not in ("", "/")):
+            raise ValueError(f"url={clipped(url)} must be http://host[:port], without a path (endpoint= names it)")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
                 math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError(f"timeout_s={timeout_s!r} must be a finite number of seconds > 0")
@@ -390,7 +391,7 @@ def _read_body(response, url: str) -> bytes:
 def _error_text(exc: urllib.error.HTTPError) -> str:
     try:
         raw = exc.read(MAX_ERROR_CHARS * 8)
-    except (OSError, http.client.HTTPException):
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):  # no body, or one already closed
         return "(no body)"
     try:
         answer = json.loads(raw)

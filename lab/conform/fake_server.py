@@ -367,7 +367,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         fake = self.server.fake
         path = urlsplit(self.path).path
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self.headers.get("Content-Length", "")
+        length = int(length) if length.isdigit() else 0
         if not 0 < length <= MAX_REQUEST_BYTES:
             return self._error(400, f"a request body of 1 to {MAX_REQUEST_BYTES} bytes is needed", "invalid_request_error")
         try:

@@ -6,7 +6,8 @@ engine over a six-token bigram model whose law after token 0 is (0.03, 0.45, 0.2
 every sampling field (recorded by the server); a correct engine passes the sampling-law
 check and planted defects (a) top-p across temperature and (b) top-k keeping k + 1 are
 caught through HTTP, at the n samples_for_power prescribes for TV = 0.2 at alpha 0.01 / 3
-with power 0.9 (107, 106 and 133 draws; fixed seeds); the same seed gives the same text;
+with power 0.9 (107, 106 and 133 draws; fixed seeds); with a draft model on the server the
+correct engine keeps the law and defects (c) and (d) are caught; the same seed gives the same text;
 each hostile answer (an HTML page, HTTP 500 with an error JSON, a body cut short, no
 logprobs, a foreign token, a refused connection, a server past the timeout) is one
 EngineError line naming the URL and the problem; no server thread outlives its ``with``.
@@ -147,6 +148,19 @@ def test_planted_defect_caught_through_http(defect, exposed, no_new_threads):
     assert result.settings[list(SETTINGS).index(exposed)].test.reason == "impossible token"
 
 
+DRAFT = FakeModel(MODEL.vocabulary, np.stack([np.roll(np.log(BASE_PROBS[::-1]), i + 1) for i in range(V)]))
+
+
+@pytest.mark.parametrize("defect, verdict", [(None, "supported"), ("draft_ignores_temperature", "not supported"),
+                                             ("accept_if_q_ge_p", "not supported")])
+def test_draft_on_server_leaves_law_unchanged_and_draft_defects_are_caught(defect, verdict, no_new_threads):
+    """Every token drafted by a model that disagrees with the target (TV 0.22 for (c) at T = 0.5, 0.95 for (d)):
+    the correct ratio test keeps the target's law at the planned n = 98 (TV 0.2, alpha 0.01); (c) and (d) do not."""
+    with FakeServer(MODEL, draft=DRAFT, defect=defect) as server:
+        result = sampling_law_check(_client(server), MODEL, PROMPT, [Settings(temperature=0.5)], TV, ALPHA, seed=7)
+    assert result.settings[0].plan.n == 98 and result.verdict == verdict, result
+
+
 def test_greedy_check_through_http_passes_and_another_models_reference_fails(no_new_threads):
     """Negative control: the same tokens against a model whose rows are shifted are mismatches."""
     other = FakeModel(MODEL.vocabulary, np.roll(LOGITS, 1, axis=0))
@@ -187,6 +201,8 @@ def test_checks_bad_arguments_raise_naming_them():
     with pytest.raises(ValueError, match="one chain is tested"):
         sampling_law_check(EngineClient("http://127.0.0.1:9", 1.0, chain=TRANSFORMERS), MODEL, PROMPT,
                            [Settings()], TV, ALPHA, 1)
+    with pytest.raises(ValueError, match="must hold lab.conform.chains.Settings"):
+        sampling_law_check(c, MODEL, PROMPT, [{"temperature": 1.0}], TV, ALPHA, 1)
     with pytest.raises(ValueError, match="each once"):
         sampling_law_check(c, MODEL, PROMPT, [Settings(), Settings()], TV, ALPHA, 1)
     with pytest.raises(ValueError, match="^prompt="):
@@ -280,7 +296,8 @@ def test_read_completion_malformed_answer_names_the_field(answer, native, messag
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"url": "127.0.0.1:8080"}, "^url="), ({"url": "ftp://h"}, "^url="), ({"timeout_s": 0}, "^timeout_s="),
+    ({"url": "127.0.0.1:8080"}, "^url="), ({"url": "ftp://h"}, "^url="), ({"url": "http://h:1/v1"}, "without a path"),
+    ({"timeout_s": 0}, "^timeout_s="),
     ({"timeout_s": float("inf")}, "^timeout_s="), ({"endpoint": "/v1/chat/completions"}, "^endpoint="),
 ])
 def test_client_bad_arguments_raise_naming_them(kwargs, message):
