@@ -162,6 +162,12 @@ def test_chain_orders_agree_at_temperature_one_or_without_top_p_and_min_p(logits
     at_one = dataclasses.replace(settings, temperature=1.0)
     assert np.array_equal(chain_probs(logits, LLAMA_CPP, at_one), chain_probs(logits, TRANSFORMERS, at_one))
     only_k = dataclasses.replace(settings, top_p=1.0, min_p=0.0)
+    # Temperature commutes with top-k in exact arithmetic; in floats the shift before dividing can merge two
+    # distinct logits a few ulps apart (2.2e-16 and 0 beside a maximum of 2) into a tie at the k-th place, which
+    # the chain keeps whole: the boundary rounding docs/design.md names. Such inputs are not this property's.
+    x = np.asarray(logits, dtype=np.float64)
+    finite = x[np.isfinite(x)]
+    assume(np.unique(finite).size == np.unique((finite - finite.max()) / only_k.temperature).size)
     np.testing.assert_allclose(chain_probs(logits, LLAMA_CPP, only_k), chain_probs(logits, TRANSFORMERS, only_k),
                                atol=1e-12)
 
