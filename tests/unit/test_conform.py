@@ -102,7 +102,11 @@ def _near_boundary(x: np.ndarray, settings: Settings) -> bool:
         cum = np.cumsum(chains._softmax(z)[np.argsort(z, kind="stable")])[:-1]
         if np.abs(cum - (1.0 - settings.top_p)).min(initial=1.0) < BOUNDARY_MARGIN:
             return True
-        z = chains._top_p(z, settings.top_p)
+        after = chains._top_p(z, settings.top_p)
+        kept, dropped = z[np.isfinite(after)], z[np.isfinite(z) & ~np.isfinite(after)]
+        if dropped.size and kept.min() <= dropped.max():  # equal logits straddle the cut: which of them stays is
+            return True                                    # the sort's choice (torch's sort is not stable)
+        z = after
     if settings.min_p > 0:
         gaps = (z - z.max())[np.isfinite(z)] - math.log(settings.min_p)
         return bool(np.abs(gaps).min() < BOUNDARY_MARGIN)
