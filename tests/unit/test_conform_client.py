@@ -119,6 +119,7 @@ def test_same_seed_sends_same_requests_and_draws_same_tokens(no_new_threads):
 # --------------------------------------------------------------------------- the checks through HTTP
 
 
+@pytest.mark.slow  # hundreds of HTTP draws through the fake server: 0.5-1.2 s each
 @pytest.mark.parametrize("endpoint, dialect", [("/v1/completions", "llama.cpp"), ("/completion", "llama.cpp"),
                                                ("/v1/completions", "openai")])
 def test_correct_engine_passes_sampling_law_check_at_planned_n(endpoint, dialect, no_new_threads):
@@ -136,6 +137,7 @@ def test_correct_engine_passes_sampling_law_check_at_planned_n(endpoint, dialect
                                "openai": answers.LEGACY_IDS}[endpoint if endpoint == "/completion" else dialect]
 
 
+@pytest.mark.slow  # hundreds of HTTP draws through the fake server: 0.5-1.2 s each
 @pytest.mark.parametrize("defect, exposed", [("top_p_before_temperature", "top-p"), ("top_k_plus_one", "top-k")])
 def test_planted_defect_caught_through_http(defect, exposed, no_new_threads):
     """(a) top-p across the temperature keeps a third token at T = 2, top-p 0.7; (b) top-k 2 keeps three: each
@@ -151,6 +153,7 @@ def test_planted_defect_caught_through_http(defect, exposed, no_new_threads):
 DRAFT = FakeModel(MODEL.vocabulary, np.stack([np.roll(np.log(BASE_PROBS[::-1]), i + 1) for i in range(V)]))
 
 
+@pytest.mark.slow  # hundreds of HTTP draws through the fake server: 0.5-1.2 s each
 @pytest.mark.parametrize("defect, verdict", [(None, "supported"), ("draft_ignores_temperature", "not supported"),
                                              ("accept_if_q_ge_p", "not supported")])
 def test_draft_on_server_leaves_law_unchanged_and_draft_defects_are_caught(defect, verdict, no_new_threads):
