@@ -69,6 +69,7 @@ def test_bench_assisted_rows_with_prompt_lookup_run_transformers_own_lookup(targ
     assert not bench.assisted_errors, bench.assisted_errors
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_bench_levers_run_in_the_alternating_schedule_and_stay_lossless(target):
     prompts = [torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(2)]
     config = BenchConfig(gammas=(2,), adaptive=(), max_new_tokens=10, repeats=1, warmup_tokens=2,

@@ -116,6 +116,7 @@ def test_bench_sampling_every_method_is_built_with_the_same_filter(target, monke
     assert {name: fs for name, fs in seen.items() if _without_assistant_length(name, fs) != {_lab_filter(SAMPLING)}} == {}
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_bench_sampling_a_method_with_another_top_p_is_caught(target, monkeypatch):
     """Negative control: transformers given top-p 0.5 while the lab's loops use 0.9 shows up as a mismatch."""
     real = bench_run.hf_sampling_kwargs

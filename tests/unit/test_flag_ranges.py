@@ -186,6 +186,7 @@ def test_study_merge_with_a_flag_the_directories_fix_exits_2_naming_it(extra, fl
     assert flag in line and "--merge" in line, line
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_study_merge_with_the_directories_own_values_runs(merge_dir, tmp_path, capsys, no_model_loading):
     """A typed flag equal to the directory's value is no conflict: the merge runs, as --resume does."""
     from tests.study_fakes import CLI_RESAMPLES

@@ -197,6 +197,7 @@ def _block_reports_root(monkeypatch, blocked: Path):
     monkeypatch.setattr(reports, "make_staging", make_staging)
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_report_root_unwritable_at_report_time_report_goes_to_named_fallback(tmp_path, monkeypatch, capsys):
     """Fault class (an unwritable reports root): a PermissionError while writing the report ended in a
     traceback after all the work."""

@@ -48,6 +48,7 @@ def lab_sources() -> dict[str, str]:
     return {p.relative_to(LAB.parent).as_posix(): p.read_text(encoding="utf-8") for p in sorted(LAB.rglob("*.py"))}
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_verdict_words_spelled_only_in_lab_verdicts():
     found = {path: hits for path, source in lab_sources().items() if path not in HOMES
              and (hits := spelled_words(source, set(VERDICTS)))}

@@ -385,6 +385,7 @@ def test_study_page_older_report_untestable_note_reads_untestable(tmp_path):
     assert tests[0]["verdict"] == "inconclusive" and "untestable" not in tests[0]  # the report is read, not changed
 
 
+@pytest.mark.slow  # about a second or more on a quiet 2-core machine (the quick loop's one-minute aim)
 def test_study_untestable_hypothesis_reads_untestable_with_its_reason_everywhere(tmp_path):
     """Fault class: a verdict word that contradicts its note. H1 and H1c, untested because their context measure failed
     validation on the model, read "inconclusive" in the report's JSON, summary.md, the terminal table, the page and the
