@@ -1,6 +1,6 @@
 """Conformance: does another inference engine draw from the law it claims?
 
-``lab conform`` (issue 67) tests an engine (llama.cpp's ``llama-server``, any
+``lab conform`` (to come) tests an engine (llama.cpp's ``llama-server``, any
 OpenAI-compatible URL) against the lab's own reference decode of the same weights:
 
 * :mod:`.chains`: the reference law of one next-token step under an engine's DECLARED

@@ -5,7 +5,7 @@ given a step's logits (and, for speculative decoding, a draft's logits) and draw
 tokens from a seeded ``numpy.random.Generator``, through the chain it claims
 (:mod:`lab.conform.chains`). Correct, it draws from that chain's law, with or without a
 draft. With one of :data:`DEFECTS` it draws from another law, as a buggy engine would;
-the suite must catch each (issue 67), and a later proxy in front of a real engine will
+the suite must catch each at its stated sample size, and a later proxy in front of a real engine will
 plant the same four:
 
 * ``top_p_before_temperature`` (a): top-p moved to the other side of the temperature

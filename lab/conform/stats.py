@@ -422,7 +422,7 @@ def samples_for_power(probs, tv: float, alpha: float, power: float = 0.9) -> Pow
         probs: float ``[V]``, the setting's reference law.
         tv: Total-variation distance to detect, as :func:`least_favourable` takes it.
         alpha: The level the setting is tested at (alpha / m inside a Holm family of m).
-        power: The power asked for, in (0, 1); 0.9 by default (issue 67).
+        power: The power asked for, in (0, 1); 0.9 by default (the conformance design's stated power).
 
     Returns:
         A :class:`PowerPlan`.
