@@ -35,7 +35,7 @@ from contextlib import contextmanager
 
 from lab.files import make_staging, publish, read_bounded, sweep_staging  # make_staging: tests stand in for it here
 from lab.kinds import REPORT_FORMAT, REPORT_JSON, Kind
-from lab.typed import ABSENT_WHEN_NONE, ShapeError, to_json
+from lab.typed import ShapeError, to_json, written_items
 from lab.models.source import model_source
 from lab.provenance import Environment
 from lab.safe_text import printable
@@ -101,7 +101,8 @@ def to_jsonable(obj: Any) -> Any:
 
     Non-finite floats become ``None`` (JSON has no NaN); a report never silently
     carries ``NaN`` into a parser that would accept it. A dataclass's :func:`lab.typed.may_be_absent` field that is
-    None is left out, as :func:`lab.typed.to_json` leaves it (a model record's ``draft``, say).
+    None is left out and the fields stand in the file's order, as :func:`lab.typed.to_json` writes them
+    (:func:`lab.typed.written_items`).
     """
     try:
         import torch
@@ -112,8 +113,7 @@ def to_jsonable(obj: Any) -> Any:
     except ImportError:  # pragma: no cover
         np = None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(obj, f.name) is None)}
+        return {name: to_jsonable(value) for name, value in written_items(obj)}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):

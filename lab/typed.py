@@ -27,7 +27,7 @@ import typing
 from functools import lru_cache
 from typing import Any, Literal, Union
 
-__all__ = ["ShapeError", "from_json", "json_schema", "may_be_absent", "to_json"]
+__all__ = ["ShapeError", "from_json", "json_schema", "may_be_absent", "to_json", "written_items"]
 
 # A field's metadata key: the file may lack the key (None when it does), and to_json leaves a None out.
 ABSENT_WHEN_NONE = "lab.typed.absent_when_none"
@@ -242,13 +242,19 @@ def _dataclass(cls: type, data: Any, where: str) -> Any:
     return cls(**values)
 
 
+def written_items(obj: Any) -> list[tuple[str, Any]]:
+    """A dataclass instance's ``(field name, value)`` pairs as a file holds them: in declared order (a
+    :func:`may_be_absent` field with ``before`` where it says), every field, its defaults too, but a
+    :func:`may_be_absent` field that is None. The values are as they are (not converted)."""
+    return [(f.name, getattr(obj, f.name)) for f in _written(type(obj))
+            if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(obj, f.name) is None)]
+
+
 def to_json(obj: Any) -> Any:
-    """``obj`` as JSON-ready values: a dataclass as an object of its fields in declared order (a :func:`may_be_absent`
-    field with ``before`` where it says; every field, its defaults too, but a :func:`may_be_absent` field that is
-    None), tuples as arrays; every other value as it is (the caller's serializer checks it)."""
+    """``obj`` as JSON-ready values: a dataclass as an object of its :func:`written_items`, tuples as arrays; every
+    other value as it is (the caller's serializer checks it)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in _written(type(obj))
-                if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(obj, f.name) is None)}
+        return {name: to_json(value) for name, value in written_items(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, dict):

@@ -133,6 +133,9 @@ def test_typed_a_field_written_before_another_stands_there_in_to_json_and_json_s
     jsonschema.validate(data, json_schema(Whole))
     assert from_json(Whole, data) == whole
     assert list(to_json(Whole(name="n", draft="d", config=1, load=None))) == ["name", "draft", "config", "load"]
+    from lab.reports import to_jsonable  # the writer's converter: the same keys in the same order
+
+    assert to_jsonable(whole) == to_json(whole) and list(to_jsonable(whole)) == WHOLE_KEYS
 
 
 def test_typed_a_field_written_before_no_field_is_refused_naming_both():
